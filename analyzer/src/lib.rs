@@ -1,0 +1,3 @@
+//! # vramtrace
+//!
+//! Offline analysis of GPU caching-allocator traces.

@@ -1,0 +1,17 @@
+//! # vramtrace-recorder
+//!
+//! The recording half of vramtrace:
+//!
+//! - [`format`]: the trace file format (MessagePack records, columnar event
+//!   chunks), with [`format::TraceWriter`] and [`format::TraceReader`]. The
+//!   analyzer depends on this module alone.
+//! - [`allocator`]: a caching allocator with PyTorch's policy, generic over
+//!   the device it carves memory from. It serves recording and offline
+//!   simulation alike.
+//! - [`device`]: the devices the allocator runs on: a simulated one, and CUDA
+//!   behind the `cuda` feature.
+
+#![warn(missing_docs)]
+
+
+pub mod format;
