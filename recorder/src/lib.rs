@@ -13,5 +13,4 @@
 
 #![warn(missing_docs)]
 
-
 pub mod format;

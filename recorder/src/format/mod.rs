@@ -17,9 +17,18 @@
 //! events, detects corruption at the record it happens in, and tells a file
 //! cut short (a killed process) from a damaged one.
 
+mod chunk;
+mod error;
 mod event;
 mod header;
+mod reader;
+mod record;
 mod symbols;
+mod varint;
+mod writer;
+
+pub use chunk::RawChunk;
+pub use error::FormatError;
 
 pub use event::{
     BlockEvent, EmptyCacheEvent, Event, EventData, EventKind, KindCounts, OomEvent, SegmentEvent,
@@ -27,7 +36,9 @@ pub use event::{
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,
 };
+pub use reader::{Events, TraceReader, Truncation, decode_chunks};
 pub use symbols::{Frame, FrameId, StackId, StringId, SymbolTable};
+pub use writer::{TraceWriter, WriterOptions};
 
 /// The format's major version: readers reject any other.
 pub const VERSION_MAJOR: u16 = 1;

@@ -9,17 +9,23 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 /// An interned string.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct StringId(pub u32);
 
 /// An interned frame.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct FrameId(pub u32);
 
 /// An interned stack: a list of frames, innermost first.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct StackId(pub u32);
 
@@ -265,10 +271,6 @@ impl Interner {
         self.stacks.insert(frames.to_vec(), id);
         self.pending.stacks.push(frames.to_vec());
         id
-    }
-
-    pub fn knows_string(&self, id: StringId) -> bool {
-        id.0 < self.string_count
     }
 
     pub fn knows_frame(&self, id: FrameId) -> bool {

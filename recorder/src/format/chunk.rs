@@ -1,0 +1,731 @@
+//! The event chunk codec: a column per field, dictionaries for addresses and
+//! sizes, delta-encoded times.
+//!
+//! A training loop reuses the same few hundred addresses and sizes over and
+//! over, so a chunk stores each distinct address and (size, requested) pair
+//! once and events refer to them by index (one or two bytes). Streams,
+//! devices and threads rarely change and are run-length encoded. Layout:
+//!
+//! ```text
+//! varint events | varint first_time | varint last_time - first_time
+//! u8 kinds-present | (u8 kind code, u8 field mask) per kind
+//! varint addresses | first address, then ascending deltas
+//! varint size pairs | (varint size, zigzag varint size - requested) per pair
+//! 9 columns, each: varint byte length | bytes
+//!   kind (u8 per event) | time (zigzag deltas) | address index | size index
+//!   stream (RLE) | device (RLE) | thread (RLE) | stack id | extra values
+//! ```
+//!
+//! The field mask of each kind is stored in the chunk, so a reader can skip
+//! the fields of an event kind it does not know.
+
+use super::FormatError;
+use super::event::{BlockEvent, EmptyCacheEvent, Event, EventData, OomEvent, SegmentEvent};
+use super::event::{EventKind, KindCounts};
+use super::symbols::{StackId, StringId};
+use super::varint::{self, Cursor, OutOfData};
+use std::collections::HashMap;
+
+const ADDR: u8 = 1;
+const SIZE: u8 = 1 << 1;
+const STREAM: u8 = 1 << 2;
+const DEVICE: u8 = 1 << 3;
+const THREAD: u8 = 1 << 4;
+const STACK: u8 = 1 << 5;
+const EXTRA1: u8 = 1 << 6;
+const EXTRA2: u8 = 1 << 7;
+
+const BLOCK_FIELDS: u8 = ADDR | SIZE | STREAM | DEVICE | THREAD | STACK;
+
+/// The fields each kind stores, by kind code.
+fn fields_of(kind: EventKind) -> u8 {
+    match kind {
+        EventKind::Alloc
+        | EventKind::FreeRequested
+        | EventKind::FreeCompleted
+        | EventKind::SegmentAlloc
+        | EventKind::SegmentFree
+        | EventKind::SegmentMap
+        | EventKind::SegmentUnmap => BLOCK_FIELDS,
+        EventKind::Oom => SIZE | STREAM | DEVICE | THREAD | STACK | EXTRA1,
+        EventKind::EmptyCache => DEVICE | THREAD | STACK,
+        EventKind::PhaseBegin | EventKind::PhaseEnd => EXTRA1,
+        EventKind::Annotation => EXTRA1 | EXTRA2,
+    }
+}
+
+/// The flattened fields of one event, as the columns hold them.
+#[derive(Clone, Copy, Default)]
+struct Fields {
+    addr: u64,
+    size: u64,
+    requested: u64,
+    stream: u64,
+    device: u32,
+    thread: u32,
+    stack: u32,
+    extra1: u64,
+    extra2: u64,
+}
+
+impl Fields {
+    fn of(data: &EventData) -> Fields {
+        let block = |b: &BlockEvent| Fields {
+            addr: b.addr,
+            size: b.size,
+            requested: b.requested,
+            stream: b.stream,
+            device: b.device,
+            thread: b.thread,
+            stack: b.stack.0,
+            ..Fields::default()
+        };
+        let segment = |s: &SegmentEvent| Fields {
+            addr: s.addr,
+            size: s.size,
+            requested: s.size,
+            stream: s.stream,
+            device: s.device,
+            thread: s.thread,
+            stack: s.stack.0,
+            ..Fields::default()
+        };
+        match data {
+            EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
+                block(b)
+            }
+            EventData::SegmentAlloc(s)
+            | EventData::SegmentFree(s)
+            | EventData::SegmentMap(s)
+            | EventData::SegmentUnmap(s) => segment(s),
+            EventData::Oom(o) => Fields {
+                size: o.requested,
+                requested: o.requested,
+                stream: o.stream,
+                device: o.device,
+                thread: o.thread,
+                stack: o.stack.0,
+                extra1: o.free_bytes,
+                ..Fields::default()
+            },
+            EventData::EmptyCache(e) => Fields {
+                device: e.device,
+                thread: e.thread,
+                stack: e.stack.0,
+                ..Fields::default()
+            },
+            EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => Fields {
+                extra1: name.0 as u64,
+                ..Fields::default()
+            },
+            EventData::Annotation { key, value } => Fields {
+                extra1: key.0 as u64,
+                extra2: value.0 as u64,
+                ..Fields::default()
+            },
+        }
+    }
+
+    fn into_data(self, kind: EventKind) -> EventData {
+        let block = BlockEvent {
+            addr: self.addr,
+            size: self.size,
+            requested: self.requested,
+            stream: self.stream,
+            device: self.device,
+            stack: StackId(self.stack),
+            thread: self.thread,
+        };
+        let segment = SegmentEvent {
+            addr: self.addr,
+            size: self.size,
+            stream: self.stream,
+            device: self.device,
+            stack: StackId(self.stack),
+            thread: self.thread,
+        };
+        match kind {
+            EventKind::Alloc => EventData::Alloc(block),
+            EventKind::FreeRequested => EventData::FreeRequested(block),
+            EventKind::FreeCompleted => EventData::FreeCompleted(block),
+            EventKind::SegmentAlloc => EventData::SegmentAlloc(segment),
+            EventKind::SegmentFree => EventData::SegmentFree(segment),
+            EventKind::SegmentMap => EventData::SegmentMap(segment),
+            EventKind::SegmentUnmap => EventData::SegmentUnmap(segment),
+            EventKind::Oom => EventData::Oom(OomEvent {
+                requested: self.requested,
+                free_bytes: self.extra1,
+                stream: self.stream,
+                device: self.device,
+                stack: StackId(self.stack),
+                thread: self.thread,
+            }),
+            EventKind::EmptyCache => EventData::EmptyCache(EmptyCacheEvent {
+                device: self.device,
+                stack: StackId(self.stack),
+                thread: self.thread,
+            }),
+            EventKind::PhaseBegin => EventData::PhaseBegin {
+                name: StringId(self.extra1 as u32),
+            },
+            EventKind::PhaseEnd => EventData::PhaseEnd {
+                name: StringId(self.extra1 as u32),
+            },
+            EventKind::Annotation => EventData::Annotation {
+                key: StringId(self.extra1 as u32),
+                value: StringId(self.extra2 as u32),
+            },
+        }
+    }
+}
+
+/// Run-length encoder for a column whose value rarely changes.
+struct RunLengthWriter {
+    out: Vec<u8>,
+    value: u64,
+    run: u64,
+}
+
+impl RunLengthWriter {
+    fn new() -> Self {
+        RunLengthWriter {
+            out: Vec::new(),
+            value: 0,
+            run: 0,
+        }
+    }
+
+    fn push(&mut self, value: u64) {
+        if self.run > 0 && value == self.value {
+            self.run += 1;
+            return;
+        }
+        self.finish_run();
+        self.value = value;
+        self.run = 1;
+    }
+
+    fn finish_run(&mut self) {
+        if self.run > 0 {
+            varint::put(&mut self.out, self.value);
+            varint::put(&mut self.out, self.run);
+        }
+    }
+
+    fn into_bytes(mut self) -> Vec<u8> {
+        self.finish_run();
+        self.out
+    }
+}
+
+struct RunLengthReader<'a> {
+    cursor: Cursor<'a>,
+    value: u64,
+    left: u64,
+}
+
+impl<'a> RunLengthReader<'a> {
+    fn new(data: &'a [u8]) -> Self {
+        RunLengthReader {
+            cursor: Cursor::new(data),
+            value: 0,
+            left: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn next(&mut self) -> Result<u64, OutOfData> {
+        if self.left == 0 {
+            self.value = self.cursor.varint()?;
+            self.left = self.cursor.varint()?;
+            if self.left == 0 {
+                return Err(OutOfData);
+            }
+        }
+        self.left -= 1;
+        Ok(self.value)
+    }
+}
+
+/// Encodes `events` (in time order) as a chunk payload, appended to `out`.
+pub fn encode(events: &[Event], out: &mut Vec<u8>) {
+    let mut present = [false; EventKind::COUNT];
+    let mut addr_index: HashMap<u64, u32> = HashMap::new();
+    let mut size_index: HashMap<(u64, u64), u32> = HashMap::new();
+    let mut sizes: Vec<(u64, u64)> = Vec::new();
+    for e in events {
+        let kind = e.kind();
+        present[kind as usize] = true;
+        let mask = fields_of(kind);
+        let f = Fields::of(&e.data);
+        if mask & ADDR != 0 {
+            let next = addr_index.len() as u32;
+            addr_index.entry(f.addr).or_insert(next);
+        }
+        if mask & SIZE != 0 {
+            size_index.entry((f.size, f.requested)).or_insert_with(|| {
+                sizes.push((f.size, f.requested));
+                (sizes.len() - 1) as u32
+            });
+        }
+    }
+    // Addresses sorted, so the dictionary itself is small ascending deltas.
+    let mut addrs: Vec<u64> = addr_index.keys().copied().collect();
+    addrs.sort_unstable();
+    for (i, a) in addrs.iter().enumerate() {
+        *addr_index.get_mut(a).expect("collected above") = i as u32;
+    }
+
+    let first_time = events.first().map_or(0, |e| e.time_ns);
+    let last_time = events.last().map_or(0, |e| e.time_ns);
+    varint::put(out, events.len() as u64);
+    varint::put(out, first_time);
+    varint::put(out, last_time.wrapping_sub(first_time));
+    let kinds: Vec<EventKind> = EventKind::ALL
+        .into_iter()
+        .filter(|k| present[*k as usize])
+        .collect();
+    out.push(kinds.len() as u8);
+    for k in &kinds {
+        out.push(k.code());
+        out.push(fields_of(*k));
+    }
+    varint::put(out, addrs.len() as u64);
+    let mut prev = 0u64;
+    for &a in &addrs {
+        varint::put(out, a - prev);
+        prev = a;
+    }
+    varint::put(out, sizes.len() as u64);
+    for &(size, requested) in &sizes {
+        varint::put(out, size);
+        varint::put(out, varint::zigzag(size.wrapping_sub(requested) as i64));
+    }
+
+    let mut kind_col = Vec::with_capacity(events.len());
+    let mut time_col = Vec::with_capacity(events.len() * 2);
+    let mut addr_col = Vec::with_capacity(events.len() * 2);
+    let mut size_col = Vec::with_capacity(events.len() * 2);
+    let mut stack_col = Vec::with_capacity(events.len());
+    let mut extra_col = Vec::new();
+    let mut stream_col = RunLengthWriter::new();
+    let mut device_col = RunLengthWriter::new();
+    let mut thread_col = RunLengthWriter::new();
+    let mut prev_time = first_time;
+    for e in events {
+        let kind = e.kind();
+        let mask = fields_of(kind);
+        let f = Fields::of(&e.data);
+        kind_col.push(kind.code());
+        varint::put(
+            &mut time_col,
+            varint::zigzag(e.time_ns.wrapping_sub(prev_time) as i64),
+        );
+        prev_time = e.time_ns;
+        if mask & ADDR != 0 {
+            varint::put(&mut addr_col, addr_index[&f.addr] as u64);
+        }
+        if mask & SIZE != 0 {
+            varint::put(&mut size_col, size_index[&(f.size, f.requested)] as u64);
+        }
+        if mask & STREAM != 0 {
+            stream_col.push(f.stream);
+        }
+        if mask & DEVICE != 0 {
+            device_col.push(f.device as u64);
+        }
+        if mask & THREAD != 0 {
+            thread_col.push(f.thread as u64);
+        }
+        if mask & STACK != 0 {
+            varint::put(&mut stack_col, f.stack as u64);
+        }
+        if mask & EXTRA1 != 0 {
+            varint::put(&mut extra_col, f.extra1);
+        }
+        if mask & EXTRA2 != 0 {
+            varint::put(&mut extra_col, f.extra2);
+        }
+    }
+    for col in [
+        &kind_col,
+        &time_col,
+        &addr_col,
+        &size_col,
+        &stream_col.into_bytes(),
+        &device_col.into_bytes(),
+        &thread_col.into_bytes(),
+        &stack_col,
+        &extra_col,
+    ] {
+        varint::put(out, col.len() as u64);
+        out.extend_from_slice(col);
+    }
+}
+
+/// An event chunk as read from a trace, not yet decoded.
+///
+/// Chunks decode independently of each other (events carry only ids), so a
+/// batch of them can be decoded on all cores.
+#[derive(Clone, Debug)]
+pub struct RawChunk {
+    offset: u64,
+    payload: Vec<u8>,
+    events: u64,
+    first_time_ns: u64,
+    last_time_ns: u64,
+}
+
+impl RawChunk {
+    /// Reads the chunk's leading counts; the columns are checked on decode.
+    pub(crate) fn parse(offset: u64, payload: Vec<u8>) -> Result<RawChunk, FormatError> {
+        let mut cur = Cursor::new(&payload);
+        let bad = |_| FormatError::corrupt(offset, "chunk header is incomplete");
+        let events = cur.varint().map_err(bad)?;
+        let first_time_ns = cur.varint().map_err(bad)?;
+        let span = cur.varint().map_err(bad)?;
+        Ok(RawChunk {
+            offset,
+            events,
+            first_time_ns,
+            last_time_ns: first_time_ns.wrapping_add(span),
+            payload,
+        })
+    }
+
+    /// The byte offset of the chunk's record in the trace.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The number of events in the chunk.
+    pub fn event_count(&self) -> u64 {
+        self.events
+    }
+
+    /// The time of the chunk's first event.
+    pub fn first_time_ns(&self) -> u64 {
+        self.first_time_ns
+    }
+
+    /// The time of the chunk's last event.
+    pub fn last_time_ns(&self) -> u64 {
+        self.last_time_ns
+    }
+
+    /// The size of the encoded chunk in bytes.
+    pub fn encoded_len(&self) -> usize {
+        self.payload.len()
+    }
+
+    /// Decodes the chunk's events.
+    pub fn decode(&self) -> Result<Vec<Event>, FormatError> {
+        let mut out = Vec::new();
+        self.decode_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// Decodes the chunk's events, appending them to `out`. Events of kinds
+    /// this version does not know are skipped and counted in the result.
+    pub fn decode_into(&self, out: &mut Vec<Event>) -> Result<u64, FormatError> {
+        let start = out.len();
+        decode_payload(&self.payload, out).map_err(|reason| {
+            out.truncate(start);
+            FormatError::corrupt(self.offset, reason)
+        })
+    }
+
+    /// Counts the chunk's events by kind without building them.
+    pub fn count_kinds(&self) -> Result<KindCounts, FormatError> {
+        let bad = |reason: &str| FormatError::corrupt(self.offset, format!("chunk: {reason}"));
+        let layout = Layout::parse(&self.payload).map_err(bad)?;
+        let mut counts = KindCounts::default();
+        for &code in layout.kinds {
+            if let Some(kind) = EventKind::from_code(code) {
+                counts.add(kind);
+            }
+        }
+        Ok(counts)
+    }
+}
+
+/// The dictionaries and columns of a chunk payload.
+struct Layout<'a> {
+    events: usize,
+    first_time: u64,
+    masks: [Option<u8>; 256],
+    addrs: Vec<u64>,
+    sizes: Vec<(u64, u64)>,
+    kinds: &'a [u8],
+    time: &'a [u8],
+    addr: &'a [u8],
+    size: &'a [u8],
+    stream: &'a [u8],
+    device: &'a [u8],
+    thread: &'a [u8],
+    stack: &'a [u8],
+    extra: &'a [u8],
+}
+
+impl<'a> Layout<'a> {
+    fn parse(payload: &'a [u8]) -> Result<Layout<'a>, &'static str> {
+        let short = |_| "ends early";
+        let mut cur = Cursor::new(payload);
+        let events = cur.varint().map_err(short)? as usize;
+        let first_time = cur.varint().map_err(short)?;
+        let _span = cur.varint().map_err(short)?;
+        let mut masks = [None; 256];
+        for _ in 0..cur.byte().map_err(short)? {
+            let code = cur.byte().map_err(short)?;
+            masks[code as usize] = Some(cur.byte().map_err(short)?);
+        }
+        let n_addrs = cur.varint().map_err(short)? as usize;
+        if n_addrs > payload.len() {
+            return Err("address dictionary larger than the chunk");
+        }
+        let mut addrs = Vec::with_capacity(n_addrs);
+        let mut prev = 0u64;
+        for _ in 0..n_addrs {
+            prev = prev.wrapping_add(cur.varint().map_err(short)?);
+            addrs.push(prev);
+        }
+        let n_sizes = cur.varint().map_err(short)? as usize;
+        if n_sizes > payload.len() {
+            return Err("size dictionary larger than the chunk");
+        }
+        let mut sizes = Vec::with_capacity(n_sizes);
+        for _ in 0..n_sizes {
+            let size = cur.varint().map_err(short)?;
+            let diff = varint::unzigzag(cur.varint().map_err(short)?);
+            sizes.push((size, size.wrapping_sub(diff as u64)));
+        }
+        let mut column = || -> Result<&'a [u8], &'static str> {
+            let len = cur.varint().map_err(short)? as usize;
+            cur.bytes(len).map_err(short)
+        };
+        let layout = Layout {
+            events,
+            first_time,
+            masks,
+            addrs,
+            sizes,
+            kinds: column()?,
+            time: column()?,
+            addr: column()?,
+            size: column()?,
+            stream: column()?,
+            device: column()?,
+            thread: column()?,
+            stack: column()?,
+            extra: column()?,
+        };
+        if layout.kinds.len() != events {
+            return Err("kind column length differs from the event count");
+        }
+        Ok(layout)
+    }
+}
+
+fn decode_payload(payload: &[u8], out: &mut Vec<Event>) -> Result<u64, String> {
+    let layout = Layout::parse(payload).map_err(|r| format!("chunk {r}"))?;
+    out.reserve(layout.events);
+    let short = |column: &'static str| move |_| format!("chunk {column} column ends early");
+    let mut time = Cursor::new(layout.time);
+    let mut addr = Cursor::new(layout.addr);
+    let mut size = Cursor::new(layout.size);
+    let mut stack = Cursor::new(layout.stack);
+    let mut extra = Cursor::new(layout.extra);
+    let mut stream = RunLengthReader::new(layout.stream);
+    let mut device = RunLengthReader::new(layout.device);
+    let mut thread = RunLengthReader::new(layout.thread);
+    let mut now = layout.first_time;
+    let mut skipped = 0;
+    for &code in layout.kinds {
+        let mask = layout.masks[code as usize]
+            .ok_or_else(|| format!("event kind {code} is missing from the kind table"))?;
+        now = now.wrapping_add(varint::unzigzag(time.varint().map_err(short("time"))?) as u64);
+        let mut f = Fields::default();
+        if mask & ADDR != 0 {
+            let i = addr.varint().map_err(short("address"))? as usize;
+            f.addr = *layout
+                .addrs
+                .get(i)
+                .ok_or_else(|| format!("address index {i} out of range"))?;
+        }
+        if mask & SIZE != 0 {
+            let i = size.varint().map_err(short("size"))? as usize;
+            (f.size, f.requested) = *layout
+                .sizes
+                .get(i)
+                .ok_or_else(|| format!("size index {i} out of range"))?;
+        }
+        if mask & STREAM != 0 {
+            f.stream = stream.next().map_err(short("stream"))?;
+        }
+        if mask & DEVICE != 0 {
+            f.device = device.next().map_err(short("device"))? as u32;
+        }
+        if mask & THREAD != 0 {
+            f.thread = thread.next().map_err(short("thread"))? as u32;
+        }
+        if mask & STACK != 0 {
+            f.stack = stack.varint().map_err(short("stack"))? as u32;
+        }
+        if mask & EXTRA1 != 0 {
+            f.extra1 = extra.varint().map_err(short("extra"))?;
+        }
+        if mask & EXTRA2 != 0 {
+            f.extra2 = extra.varint().map_err(short("extra"))?;
+        }
+        match EventKind::from_code(code) {
+            Some(kind) => out.push(Event {
+                time_ns: now,
+                data: f.into_data(kind),
+            }),
+            None => skipped += 1,
+        }
+    }
+    Ok(skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample_events() -> Vec<Event> {
+        let block = BlockEvent {
+            addr: 0x7f00_0000_0000,
+            size: 1024,
+            requested: 1000,
+            stream: 0,
+            device: 0,
+            stack: StackId(3),
+            thread: 1,
+        };
+        let seg = SegmentEvent {
+            addr: 0x7f00_0000_0000,
+            size: 2 << 20,
+            stream: 0,
+            device: 0,
+            stack: StackId(3),
+            thread: 1,
+        };
+        vec![
+            Event {
+                time_ns: 5,
+                data: EventData::PhaseBegin { name: StringId(1) },
+            },
+            Event {
+                time_ns: 10,
+                data: EventData::SegmentAlloc(seg),
+            },
+            Event {
+                time_ns: 11,
+                data: EventData::Alloc(block),
+            },
+            Event {
+                time_ns: 12,
+                data: EventData::Annotation {
+                    key: StringId(2),
+                    value: StringId(3),
+                },
+            },
+            Event {
+                time_ns: 20,
+                data: EventData::FreeRequested(block),
+            },
+            Event {
+                time_ns: 20,
+                data: EventData::FreeCompleted(block),
+            },
+            Event {
+                time_ns: 30,
+                data: EventData::Oom(OomEvent {
+                    requested: 1 << 40,
+                    free_bytes: 12345,
+                    stream: 7,
+                    device: 1,
+                    stack: StackId(0),
+                    thread: 2,
+                }),
+            },
+            Event {
+                time_ns: 31,
+                data: EventData::EmptyCache(EmptyCacheEvent {
+                    device: 0,
+                    stack: StackId(0),
+                    thread: 1,
+                }),
+            },
+            Event {
+                time_ns: 32,
+                data: EventData::SegmentFree(seg),
+            },
+            Event {
+                time_ns: 33,
+                data: EventData::SegmentMap(seg),
+            },
+            Event {
+                time_ns: 34,
+                data: EventData::SegmentUnmap(seg),
+            },
+            Event {
+                time_ns: 40,
+                data: EventData::PhaseEnd { name: StringId(1) },
+            },
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let events = sample_events();
+        let kinds: std::collections::HashSet<_> = events.iter().map(|e| e.kind()).collect();
+        assert_eq!(
+            kinds.len(),
+            EventKind::COUNT,
+            "the sample covers every kind"
+        );
+        let mut payload = Vec::new();
+        encode(&events, &mut payload);
+        let chunk = RawChunk::parse(0, payload).unwrap();
+        assert_eq!(chunk.event_count(), events.len() as u64);
+        assert_eq!(chunk.first_time_ns(), 5);
+        assert_eq!(chunk.last_time_ns(), 40);
+        assert_eq!(chunk.decode().unwrap(), events);
+        assert_eq!(chunk.count_kinds().unwrap().total(), events.len() as u64);
+    }
+
+    #[test]
+    fn unknown_kinds_are_skipped_with_their_fields() {
+        let events = sample_events();
+        let mut payload = Vec::new();
+        encode(&events[..3], &mut payload);
+        // Rewrite the kind of the first event (a phase begin, one extra
+        // value) to a code from the future with the same field mask: in the
+        // kind table and in the kind column.
+        let mut cur = Cursor::new(&payload);
+        for _ in 0..3 {
+            cur.varint().unwrap();
+        }
+        let table_len = cur.byte().unwrap() as usize;
+        let table_at = cur.position();
+        let entry = (0..table_len)
+            .map(|i| table_at + 2 * i)
+            .find(|&at| payload[at] == EventKind::PhaseBegin.code())
+            .unwrap();
+        payload[entry] = 200;
+        // The kind column holds the codes in event order; patch its first byte.
+        let kind_column_at = {
+            let layout = Layout::parse(&payload).unwrap();
+            layout.kinds.as_ptr() as usize - payload.as_ptr() as usize
+        };
+        payload[kind_column_at] = 200;
+        let mut out = Vec::new();
+        let skipped = RawChunk::parse(0, payload)
+            .unwrap()
+            .decode_into(&mut out)
+            .unwrap();
+        assert_eq!(skipped, 1);
+        assert_eq!(out, events[1..3].to_vec());
+    }
+}
