@@ -1,3 +1,15 @@
 //! # vramtrace
 //!
-//! Offline analysis of GPU caching-allocator traces.
+//! Offline analysis of GPU caching-allocator traces: the data flows one way,
+//! from a trace file (or a PyTorch snapshot) through the decoder and the
+//! replay engine to analyses, and from analyses to tables, JSON and charts.
+//!
+//! - [`units`], [`table`]: human output.
+//! - [`cli`]: the `vramtrace` command line, one module per command.
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod progress;
+pub mod table;
+pub mod units;

@@ -1,0 +1,192 @@
+//! Human units: sizes in KiB/MiB/GiB, durations in us/ms/s, and the parsing
+//! of sizes given on the command line.
+
+/// Formats a byte count with a binary unit: `512 B`, `1.5 KiB`, `23.4 GiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Formats a signed byte delta: `+1.5 MiB`, `-512 B`, `0 B`.
+pub fn bytes_delta(n: i128) -> String {
+    let magnitude = bytes(n.unsigned_abs().min(u64::MAX as u128) as u64);
+    match n.signum() {
+        1 => format!("+{magnitude}"),
+        -1 => format!("-{magnitude}"),
+        _ => magnitude,
+    }
+}
+
+/// Formats nanoseconds: `850 ns`, `12.5 us`, `3.20 ms`, `1.25 s`, `2m 05s`.
+pub fn duration_ns(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns} ns"),
+        1_000..1_000_000 => format!("{:.1} us", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2} ms", ns as f64 / 1e6),
+        1_000_000_000..60_000_000_000 => format!("{:.2} s", ns as f64 / 1e9),
+        _ => {
+            let s = ns / 1_000_000_000;
+            if s < 3600 {
+                format!("{}m {:02}s", s / 60, s % 60)
+            } else {
+                format!("{}h {:02}m", s / 3600, (s % 3600) / 60)
+            }
+        }
+    }
+}
+
+/// Formats a count with thousands separators: `12,345,678`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Formats a ratio in [0, 1] as a percentage: `12.3%`.
+pub fn percent(ratio: f64) -> String {
+    format!("{:.1}%", ratio * 100.0)
+}
+
+/// Parses a size: a number with an optional unit, binary (`KiB`, `MiB`,
+/// `GiB`, `TiB`, or `K`/`M`/`G`/`T`) or decimal (`KB`, `MB`, `GB`, `TB`),
+/// case-insensitive; a bare number is bytes. `1.5GiB`, `24 GB`, `512`.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size (examples: 512, 64MiB, 24GiB, 1.5GB)"))?;
+    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{text}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+            ));
+        }
+    };
+    let value = number * multiplier;
+    if !value.is_finite() || value < 0.0 || value > u64::MAX as f64 {
+        return Err(format!("size '{text}' is out of range"));
+    }
+    Ok(value.round() as u64)
+}
+
+/// Parses a duration: a number with a unit `ns`, `us`, `ms`, `s`, `m`, `h`
+/// (a bare number is seconds). Returns nanoseconds.
+pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a time (examples: 1.5s, 300ms, 2m)"))?;
+    let scale = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "" | "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        other => return Err(format!("unknown time unit '{other}' in '{text}'")),
+    };
+    Ok((number * scale).round() as u64)
+}
+
+/// Formats Unix-epoch nanoseconds as a UTC date and time.
+pub fn utc_datetime(unix_ns: u64) -> String {
+    let secs = unix_ns / 1_000_000_000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_sizes() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(20 << 20), "20.0 MiB");
+        assert_eq!(bytes(80 << 30), "80.0 GiB");
+        assert_eq!(bytes_delta(-(1 << 20)), "-1.0 MiB");
+        assert_eq!(bytes_delta(0), "0 B");
+    }
+
+    #[test]
+    fn formats_durations_and_counts() {
+        assert_eq!(duration_ns(999), "999 ns");
+        assert_eq!(duration_ns(12_500), "12.5 us");
+        assert_eq!(duration_ns(1_250_000_000), "1.25 s");
+        assert_eq!(duration_ns(125_000_000_000), "2m 05s");
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(count(12), "12");
+    }
+
+    #[test]
+    fn parses_sizes() {
+        assert_eq!(parse_bytes("512"), Ok(512));
+        assert_eq!(parse_bytes("24GiB"), Ok(24 << 30));
+        assert_eq!(parse_bytes("24 gb"), Ok(24_000_000_000));
+        assert_eq!(parse_bytes("1.5M"), Ok(3 << 19));
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("3 parsecs").is_err());
+        assert_eq!(parse_duration_ns("1.5s"), Ok(1_500_000_000));
+        assert_eq!(parse_duration_ns("300ms"), Ok(300_000_000));
+    }
+
+    #[test]
+    fn formats_dates() {
+        assert_eq!(utc_datetime(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            utc_datetime(1_795_000_000 * 1_000_000_000),
+            "2026-11-18 08:26:40 UTC"
+        );
+    }
+}
