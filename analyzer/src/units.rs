@@ -186,7 +186,7 @@ mod tests {
         assert_eq!(utc_datetime(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(
             utc_datetime(1_795_000_000 * 1_000_000_000),
-            "2026-11-18 08:26:40 UTC"
+            "2026-11-18 11:06:40 UTC"
         );
     }
 }
