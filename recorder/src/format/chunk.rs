@@ -24,7 +24,7 @@ use super::event::{BlockEvent, EmptyCacheEvent, Event, EventData, OomEvent, Segm
 use super::event::{EventKind, KindCounts};
 use super::symbols::{StackId, StringId};
 use super::varint::{self, Cursor, OutOfData};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 const ADDR: u8 = 1;
 const SIZE: u8 = 1 << 1;
@@ -250,8 +250,8 @@ impl<'a> RunLengthReader<'a> {
 /// Encodes `events` (in time order) as a chunk payload, appended to `out`.
 pub fn encode(events: &[Event], out: &mut Vec<u8>) {
     let mut present = [false; EventKind::COUNT];
-    let mut addr_index: HashMap<u64, u32> = HashMap::new();
-    let mut size_index: HashMap<(u64, u64), u32> = HashMap::new();
+    let mut addr_index: HashMap<u64, u32> = HashMap::default();
+    let mut size_index: HashMap<(u64, u64), u32> = HashMap::default();
     let mut sizes: Vec<(u64, u64)> = Vec::new();
     for e in events {
         let kind = e.kind();
@@ -540,8 +540,13 @@ fn decode_payload(payload: &[u8], out: &mut Vec<Event>) -> Result<u64, String> {
     let mut thread = RunLengthReader::new(layout.thread);
     let mut now = layout.first_time;
     let mut skipped = 0;
+    // Kind and field mask by code, resolved once per chunk rather than per event.
+    let mut table: [Option<(Option<EventKind>, u8)>; 256] = [None; 256];
+    for (code, mask) in layout.masks.iter().enumerate() {
+        table[code] = mask.map(|m| (EventKind::from_code(code as u8), m));
+    }
     for &code in layout.kinds {
-        let mask = layout.masks[code as usize]
+        let (kind, mask) = table[code as usize]
             .ok_or_else(|| format!("event kind {code} is missing from the kind table"))?;
         now = now.wrapping_add(varint::unzigzag(time.varint().map_err(short("time"))?) as u64);
         let mut f = Fields::default();
@@ -577,7 +582,7 @@ fn decode_payload(payload: &[u8], out: &mut Vec<Event>) -> Result<u64, String> {
         if mask & EXTRA2 != 0 {
             f.extra2 = extra.varint().map_err(short("extra"))?;
         }
-        match EventKind::from_code(code) {
+        match kind {
             Some(kind) => out.push(Event {
                 time_ns: now,
                 data: f.into_data(kind),

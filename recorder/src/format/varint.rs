@@ -53,13 +53,16 @@ impl<'a> Cursor<'a> {
     pub fn varint(&mut self) -> Result<u64, OutOfData> {
         // One-byte values dominate (indices into small dictionaries, short
         // time deltas), so they get a branch of their own.
-        match self.data.get(self.pos) {
-            Some(&b) if b < 0x80 => {
+        match self.data.get(self.pos..self.pos + 2) {
+            Some(&[b, _]) if b < 0x80 => {
                 self.pos += 1;
                 Ok(b as u64)
             }
-            Some(_) => self.varint_slow(),
-            None => Err(OutOfData),
+            Some(&[b0, b1]) if b1 < 0x80 => {
+                self.pos += 2;
+                Ok((b0 & 0x7f) as u64 | (b1 as u64) << 7)
+            }
+            _ => self.varint_slow(),
         }
     }
 
