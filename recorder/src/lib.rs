@@ -13,5 +13,8 @@
 
 #![warn(missing_docs)]
 
-
+/// The caching allocator with PyTorch's policy.
+pub mod allocator;
+/// Device memory backends: simulated, and CUDA later.
+pub mod device;
 pub mod format;
