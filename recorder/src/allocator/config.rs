@@ -207,6 +207,7 @@ impl AllocatorConfig {
     /// The size a request of `requested` bytes is rounded up to: at least 512
     /// bytes, a multiple of 512, or the next power-of-two division when
     /// `roundup_power2_divisions` applies to its size.
+    #[inline]
     pub fn round_size(&self, requested: u64) -> u64 {
         if requested < MIN_BLOCK_SIZE {
             return MIN_BLOCK_SIZE;
@@ -220,6 +221,7 @@ impl AllocatorConfig {
     }
 
     /// The number of divisions `roundup_power2_divisions` sets for this size.
+    #[inline]
     pub fn divisions_for(&self, size: u64) -> u64 {
         let log = 63 - size.max(1).leading_zeros() as usize;
         let index = log.saturating_sub(20).min(ROUNDUP_INTERVALS - 1);

@@ -934,6 +934,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
 /// The segment size PyTorch allocates for a rounded request of `size` bytes:
 /// 2 MiB for the small pool, 20 MiB below 10 MiB, else `size` rounded up to 2 MiB.
+#[inline]
 pub fn allocation_size(size: u64) -> u64 {
     if size <= SMALL_SIZE {
         SMALL_BUFFER

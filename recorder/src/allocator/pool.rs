@@ -35,6 +35,7 @@ pub(crate) struct Block {
 }
 
 impl Block {
+    #[inline]
     pub fn new(addr: u64, size: u64, stream: u64, small: bool) -> Self {
         Block {
             addr,
@@ -53,10 +54,12 @@ impl Block {
         }
     }
 
+    #[inline]
     pub fn is_split(&self) -> bool {
         self.prev != NONE || self.next != NONE
     }
 
+    #[inline]
     pub fn size_key(&self) -> SizeKey {
         (self.stream, self.size, self.addr)
     }
@@ -79,6 +82,7 @@ pub(crate) struct Slab {
 }
 
 impl Slab {
+    #[inline]
     pub fn insert(&mut self, block: Block) -> BlockId {
         if let Some(id) = self.free.pop() {
             self.blocks[id as usize] = block;
@@ -89,6 +93,7 @@ impl Slab {
         }
     }
 
+    #[inline]
     pub fn remove(&mut self, id: BlockId) {
         let b = &mut self.blocks[id as usize];
         b.stream_uses = Vec::new();
@@ -103,12 +108,14 @@ impl Slab {
 
 impl std::ops::Index<BlockId> for Slab {
     type Output = Block;
+    #[inline]
     fn index(&self, id: BlockId) -> &Block {
         &self.blocks[id as usize]
     }
 }
 
 impl std::ops::IndexMut<BlockId> for Slab {
+    #[inline]
     fn index_mut(&mut self, id: BlockId) -> &mut Block {
         &mut self.blocks[id as usize]
     }
@@ -127,6 +134,7 @@ pub(crate) struct BlockPool {
 
 impl BlockPool {
     /// Caches a free block, stamping it for GC age.
+    #[inline]
     pub fn insert(&mut self, slab: &mut Slab, id: BlockId) {
         let b = &mut slab[id];
         b.gc_count_base = self.get_free_blocks_call_count;

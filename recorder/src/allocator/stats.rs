@@ -14,12 +14,14 @@ pub struct Stat {
 }
 
 impl Stat {
+    #[inline]
     pub(crate) fn increase(&mut self, amount: u64) {
         self.current += amount;
         self.peak = self.peak.max(self.current);
         self.allocated += amount;
     }
 
+    #[inline]
     pub(crate) fn decrease(&mut self, amount: u64) {
         debug_assert!(self.current >= amount, "allocator statistic went negative");
         self.current -= amount;
@@ -40,16 +42,19 @@ pub struct StatArray {
 }
 
 impl StatArray {
+    #[inline]
     pub(crate) fn increase(&mut self, small: bool, amount: u64) {
         self.all.increase(amount);
         self.pool(small).increase(amount);
     }
 
+    #[inline]
     pub(crate) fn decrease(&mut self, small: bool, amount: u64) {
         self.all.decrease(amount);
         self.pool(small).decrease(amount);
     }
 
+    #[inline]
     fn pool(&mut self, small: bool) -> &mut Stat {
         if small {
             &mut self.small_pool
