@@ -13,4 +13,6 @@
 
 #![warn(missing_docs)]
 
+pub mod allocator;
+pub mod device;
 pub mod format;

@@ -1,0 +1,974 @@
+//! A caching allocator with the policy of PyTorch's `CUDACachingAllocator`
+//! (torch 2.x defaults), generic over the [`DeviceMemory`] it carves segments
+//! from. It serves recording (on a CUDA device) and offline simulation (on a
+//! [`SimulatedDevice`](crate::device::SimulatedDevice)) alike, and reports
+//! every action as an [`EventData`]. See `docs/allocator.md` for the policy.
+
+mod config;
+mod pool;
+mod stats;
+
+pub use config::{
+    AllocatorConfig, ConfigError, IgnoredKeys, LARGE_BUFFER, MIB, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC,
+    ROUND_LARGE, ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
+};
+pub use stats::{AllocatorStats, Stat, StatArray};
+
+use crate::device::{DeviceError, DeviceMemory};
+use crate::format::{BlockEvent, EmptyCacheEvent, EventData, OomEvent, SegmentEvent, StackId};
+use pool::{Block, BlockId, BlockPool, NONE, Slab};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use thiserror::Error;
+
+/// A block handed to the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// The block's device address.
+    pub addr: u64,
+    /// The block's size (the rounded request, or more when a cached block was
+    /// handed out whole).
+    pub size: u64,
+    /// The size the caller asked for.
+    pub requested: u64,
+    /// The stream the block belongs to.
+    pub stream: u64,
+}
+
+/// A failed allocator call.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AllocError {
+    /// No memory even after releasing the cache (an `Oom` event was recorded).
+    #[error(
+        "out of memory: tried to allocate {requested} bytes with {free_bytes} bytes free on the device"
+    )]
+    OutOfMemory {
+        /// The size the caller asked for.
+        requested: u64,
+        /// The device's free memory at the failure.
+        free_bytes: u64,
+    },
+    /// The address is not that of a block this allocator handed out (or it
+    /// was freed already).
+    #[error("address {0:#x} is not an allocated block")]
+    UnknownAddress(u64),
+    /// The device failed for another reason than lack of memory.
+    #[error(transparent)]
+    Device(DeviceError),
+}
+
+// Block addresses are multiples of 512: a multiplicative hash folded so the
+// low bits (the bucket index) depend on all of them. SipHash would double the
+// cost of a free.
+#[derive(Default, Clone, Copy)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+
+/// An expandable segment: a reserved virtual range whose pages are mapped on
+/// demand.
+#[derive(Clone, Debug)]
+struct ExpandableSegment {
+    base: u64,
+    page_size: u64,
+    size: u64,
+}
+
+impl ExpandableSegment {
+    fn page_left(&self, addr: u64) -> u64 {
+        (addr - self.base) / self.page_size
+    }
+    fn page_right(&self, addr: u64) -> u64 {
+        (addr - self.base).div_ceil(self.page_size)
+    }
+}
+
+/// The caching allocator. See the [module docs](self).
+pub struct CachingAllocator<D: DeviceMemory> {
+    device: D,
+    config: AllocatorConfig,
+    device_index: u32,
+    slab: Slab,
+    small: BlockPool,
+    large: BlockPool,
+    /// Allocated blocks by address.
+    active: AddrMap<BlockId>,
+    /// Freed blocks waiting for work on other streams: (stream, block).
+    pending: Vec<(u64, BlockId)>,
+    expandable: Vec<Option<ExpandableSegment>>,
+    stats: AllocatorStats,
+    /// Bytes reserved or mapped from the device (PyTorch's `total_allocated_memory`).
+    total_reserved: u64,
+    /// Set by [`set_memory_fraction`](Self::set_memory_fraction).
+    allowed_maximum: Option<u64>,
+    log: bool,
+    events: Vec<EventData>,
+}
+
+impl<D: DeviceMemory> CachingAllocator<D> {
+    /// An allocator with an empty cache on `device`. Event logging starts on.
+    pub fn new(device: D, config: AllocatorConfig) -> Self {
+        let device_index = device.index();
+        CachingAllocator {
+            device,
+            config,
+            device_index,
+            slab: Slab::default(),
+            small: BlockPool::default(),
+            large: BlockPool::default(),
+            active: AddrMap::default(),
+            pending: Vec::new(),
+            expandable: Vec::new(),
+            stats: AllocatorStats::default(),
+            total_reserved: 0,
+            allowed_maximum: None,
+            log: true,
+            events: Vec::new(),
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+
+    /// The statistics so far.
+    pub fn stats(&self) -> &AllocatorStats {
+        &self.stats
+    }
+
+    /// Turns event buffering on or off; off, no event is kept, which spares a
+    /// simulation that only wants statistics the memory.
+    pub fn set_event_log(&mut self, on: bool) {
+        self.log = on;
+        if !on {
+            self.events.clear();
+        }
+    }
+
+    /// Takes the events buffered since the last call, oldest first.
+    pub fn drain_events(&mut self) -> impl Iterator<Item = EventData> + '_ {
+        self.events.drain(..)
+    }
+
+    /// Limits the memory this allocator may reserve to `fraction` of the
+    /// device's total, like `torch.cuda.set_per_process_memory_fraction`.
+    /// This is also what arms `garbage_collection_threshold`, as in PyTorch.
+    pub fn set_memory_fraction(&mut self, fraction: f64) {
+        let fraction = fraction.clamp(0.0, 1.0);
+        self.allowed_maximum = Some((fraction * self.device.total_memory() as f64) as u64);
+    }
+
+    /// Allocates a block of at least `requested` bytes for use on `stream`.
+    pub fn malloc(&mut self, requested: u64, stream: u64) -> Result<Allocation, AllocError> {
+        let size = self.config.round_size(requested);
+        let small = size <= SMALL_SIZE;
+        let alloc_size = allocation_size(size);
+
+        let mut found = self.get_free_block(small, stream, size);
+        if found.is_none() {
+            if self.gc_active() {
+                self.garbage_collect_cached_blocks();
+            }
+            found = self.alloc_block(small, stream, size, alloc_size, false)?;
+            if found.is_none() && self.release_available_cached_blocks(small, stream, size) {
+                found = self.alloc_block(small, stream, size, alloc_size, false)?;
+            }
+            if found.is_none() {
+                self.release_cached_blocks();
+                found = self.alloc_block(small, stream, size, alloc_size, true)?;
+            }
+        }
+        let Some(id) = found else {
+            let free_bytes = self.device.free_memory();
+            self.stats.num_ooms += 1;
+            self.emit(EventData::Oom(OomEvent {
+                requested,
+                free_bytes,
+                stream,
+                device: self.device_index,
+                stack: StackId::NONE,
+                thread: 0,
+            }));
+            return Err(AllocError::OutOfMemory {
+                requested,
+                free_bytes,
+            });
+        };
+        let split = self.should_split(id, size);
+        Ok(self.alloc_found_block(id, size, requested, split))
+    }
+
+    /// Frees the block at `addr`. Without uses recorded on other streams it is
+    /// cached at once (`FreeRequested` then `FreeCompleted`); otherwise it is
+    /// cached once those streams are synchronized.
+    pub fn free(&mut self, addr: u64) -> Result<(), AllocError> {
+        let id = self
+            .active
+            .remove(&addr)
+            .ok_or(AllocError::UnknownAddress(addr))?;
+        let b = &mut self.slab[id];
+        b.allocated = false;
+        let (small, size) = (b.small, b.size);
+        self.stats.allocation.decrease(small, 1);
+        self.stats.allocated_bytes.decrease(small, size);
+        let ev = self.block_event(id);
+        self.emit(EventData::FreeRequested(ev));
+        let b = &mut self.slab[id];
+        if b.stream_uses.is_empty() {
+            self.free_block(id);
+        } else {
+            let uses = std::mem::take(&mut b.stream_uses);
+            b.pending_uses = uses.len() as u32;
+            self.pending.extend(uses.into_iter().map(|s| (s, id)));
+        }
+        Ok(())
+    }
+
+    /// Records that the block at `addr` is used on `stream` too, so that its
+    /// free waits for that stream's work (`Tensor.record_stream`).
+    pub fn record_stream(&mut self, addr: u64, stream: u64) -> Result<(), AllocError> {
+        let &id = self
+            .active
+            .get(&addr)
+            .ok_or(AllocError::UnknownAddress(addr))?;
+        let b = &mut self.slab[id];
+        if stream != b.stream && !b.stream_uses.contains(&stream) {
+            b.stream_uses.push(stream);
+        }
+        Ok(())
+    }
+
+    /// Marks the work queued so far on `stream` as complete: blocks freed
+    /// while in use there are cached once no other stream uses them.
+    pub fn synchronize_stream(&mut self, stream: u64) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            if self.pending[i].0 == stream {
+                let (_, id) = self.pending.remove(i);
+                self.complete_use(id);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Marks the work on every stream as complete (`torch.cuda.synchronize()`).
+    pub fn synchronize(&mut self) {
+        for (_, id) in std::mem::take(&mut self.pending) {
+            self.complete_use(id);
+        }
+    }
+
+    /// Returns every wholly free cached segment (and every free page of
+    /// expandable segments) to the device, as `torch.cuda.empty_cache()`.
+    pub fn empty_cache(&mut self) {
+        self.emit(EventData::EmptyCache(EmptyCacheEvent {
+            device: self.device_index,
+            stack: StackId::NONE,
+            thread: 0,
+        }));
+        self.release_cached_blocks();
+    }
+
+    /// The allocated block at `addr`, if any.
+    pub fn allocation(&self, addr: u64) -> Option<Allocation> {
+        self.active.get(&addr).map(|&id| {
+            let b = &self.slab[id];
+            Allocation {
+                addr: b.addr,
+                size: b.size,
+                requested: b.requested,
+                stream: b.stream,
+            }
+        })
+    }
+
+    fn complete_use(&mut self, id: BlockId) {
+        let b = &mut self.slab[id];
+        b.pending_uses -= 1;
+        if b.pending_uses == 0 {
+            self.free_block(id);
+        }
+    }
+
+    fn emit(&mut self, event: EventData) {
+        if self.log {
+            self.events.push(event);
+        }
+    }
+
+    fn block_event(&self, id: BlockId) -> BlockEvent {
+        let b = &self.slab[id];
+        BlockEvent {
+            addr: b.addr,
+            size: b.size,
+            requested: b.requested,
+            stream: b.stream,
+            device: self.device_index,
+            stack: StackId::NONE,
+            thread: 0,
+        }
+    }
+
+    fn segment_event(&self, addr: u64, size: u64, stream: u64) -> SegmentEvent {
+        SegmentEvent {
+            addr,
+            size,
+            stream,
+            device: self.device_index,
+            stack: StackId::NONE,
+            thread: 0,
+        }
+    }
+
+    fn pool(&mut self, small: bool) -> &mut BlockPool {
+        if small {
+            &mut self.small
+        } else {
+            &mut self.large
+        }
+    }
+
+    fn gc_active(&self) -> bool {
+        self.allowed_maximum.is_some() && self.config.garbage_collection_threshold > 0.0
+    }
+
+    fn allocatable(&self, id: BlockId) -> bool {
+        if id == NONE {
+            return false;
+        }
+        let b = &self.slab[id];
+        !b.allocated && b.pending_uses == 0 && b.stream_uses.is_empty()
+    }
+
+    fn should_split(&self, id: BlockId, size: u64) -> bool {
+        let b = &self.slab[id];
+        let remaining = b.size - size;
+        if b.small || self.config.expandable_segments {
+            remaining >= MIN_BLOCK_SIZE
+        } else {
+            size < self.config.max_split_size && remaining > SMALL_SIZE
+        }
+    }
+
+    // PyTorch's get_free_block: best fit in the pool, with the oversize rules.
+    fn get_free_block(&mut self, small: bool, stream: u64, size: u64) -> Option<BlockId> {
+        let gc = self.gc_active();
+        let expandable_on = self.config.expandable_segments;
+        let max_split = self.config.max_split_size;
+        let max_rounding = self.config.max_non_split_rounding_size;
+        let (slab, pool) = if small {
+            (&self.slab, &mut self.small)
+        } else {
+            (&self.slab, &mut self.large)
+        };
+        if gc {
+            pool.get_free_blocks_call_count += 1;
+        }
+        let mut iter = pool
+            .blocks
+            .range((stream, size, 0)..)
+            .take_while(|(k, _)| k.0 == stream);
+        let (mut key, mut id) = iter.next().map(|(k, v)| (*k, *v))?;
+        if slab[id].segment != NONE {
+            if expandable_on {
+                // Best fit counts an expandable block as the size it can grow
+                // to: its own plus the unmapped range right after it.
+                let expandable_size = |id: BlockId| {
+                    let b = &slab[id];
+                    b.size
+                        + if b.next != NONE && !slab[b.next].mapped {
+                            slab[b.next].size
+                        } else {
+                            0
+                        }
+                };
+                for (k, &next) in iter {
+                    if slab[id].segment != NONE && expandable_size(next) < expandable_size(id) {
+                        key = *k;
+                        id = next;
+                    } else {
+                        break;
+                    }
+                }
+            } else {
+                // Expandable segments were turned off: skip their blocks.
+                let (k, v) = iter.find(|(_, v)| slab[**v].segment == NONE)?;
+                key = *k;
+                id = *v;
+            }
+        }
+        let block_size = slab[id].size;
+        if size < max_split && block_size >= max_split {
+            return None;
+        }
+        if size >= max_split && block_size >= size.saturating_add(max_rounding) {
+            return None;
+        }
+        pool.blocks.remove(&key);
+        Some(id)
+    }
+
+    // PyTorch's alloc_block: a new segment (or newly mapped pages).
+    fn alloc_block(
+        &mut self,
+        small: bool,
+        stream: u64,
+        size: u64,
+        alloc_size: u64,
+        is_retry: bool,
+    ) -> Result<Option<BlockId>, AllocError> {
+        if is_retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        if let Some(max) = self.allowed_maximum
+            && self.total_reserved + alloc_size > max
+        {
+            return Ok(None);
+        }
+        if self.config.expandable_segments {
+            return self.try_allocate_expandable_block(small, stream, size);
+        }
+        let addr = match self.device.allocate(alloc_size) {
+            Ok(addr) => addr,
+            Err(DeviceError::OutOfMemory) => return Ok(None),
+            Err(e) => return Err(AllocError::Device(e)),
+        };
+        self.total_reserved += alloc_size;
+        let id = self
+            .slab
+            .insert(Block::new(addr, alloc_size, stream, small));
+        self.stats.segment.increase(small, 1);
+        self.stats.reserved_bytes.increase(small, alloc_size);
+        self.stats.num_device_alloc += 1;
+        let ev = self.segment_event(addr, alloc_size, stream);
+        self.emit(EventData::SegmentAlloc(ev));
+        Ok(Some(id))
+    }
+
+    // PyTorch's find_expandable_block: the lowest address where free and
+    // unmapped space together hold `size`, or a new segment's range.
+    fn find_expandable_block(
+        &mut self,
+        small: bool,
+        stream: u64,
+        size: u64,
+    ) -> Result<BlockId, AllocError> {
+        let pool = if small { &self.small } else { &self.large };
+        for (_, &u) in pool
+            .unmapped
+            .range((stream, 0)..)
+            .take_while(|(k, _)| k.0 == stream)
+        {
+            let mut c = u;
+            let prev = self.slab[c].prev;
+            if self.allocatable(prev) {
+                c = prev;
+            }
+            let mut bytes = 0;
+            let mut b = c;
+            while bytes < size && self.allocatable(b) {
+                bytes += self.slab[b].size;
+                b = self.slab[b].next;
+            }
+            if bytes >= size {
+                return Ok(c);
+            }
+        }
+        let page_size = if small { SMALL_BUFFER } else { LARGE_BUFFER };
+        // Address space for 1 1/8 of the device, as PyTorch reserves.
+        let total = self.device.total_memory();
+        let space = (total + total / 8).div_ceil(page_size) * page_size;
+        let base = self
+            .device
+            .reserve_address_range(space, page_size)
+            .map_err(AllocError::Device)?;
+        let seg = self.expandable.len() as u32;
+        self.expandable.push(Some(ExpandableSegment {
+            base,
+            page_size,
+            size: space,
+        }));
+        let mut block = Block::new(base, space, stream, small);
+        block.mapped = false;
+        block.segment = seg;
+        let id = self.slab.insert(block);
+        self.pool(small).unmapped.insert((stream, base), id);
+        Ok(id)
+    }
+
+    // PyTorch's map_block: maps the pages under the first `size` bytes of an
+    // unmapped block and merges it with free neighbours. Ok(None) on OOM.
+    fn map_block(&mut self, id: BlockId, size: u64) -> Result<Option<BlockId>, AllocError> {
+        let b = &self.slab[id];
+        debug_assert!(!b.mapped && size <= b.size);
+        let (small, stream, addr, block_size) = (b.small, b.stream, b.addr, b.size);
+        let es = self.expandable[b.segment as usize]
+            .as_ref()
+            .expect("live segment");
+        let begin = es.page_left(addr);
+        let end = es.page_right(addr + size);
+        debug_assert_eq!(es.base + begin * es.page_size, addr);
+        let page_size = es.page_size;
+        let mapped_size = (end - begin) * page_size;
+        if mapped_size == 0 {
+            return Ok(None);
+        }
+        match self.device.map_pages(addr, mapped_size, page_size) {
+            Ok(()) => {}
+            Err(DeviceError::OutOfMemory) => return Ok(None),
+            Err(e) => return Err(AllocError::Device(e)),
+        }
+        self.pool(small).unmapped.remove(&(stream, addr));
+        self.slab[id].mapped = true;
+        if mapped_size < block_size {
+            let b = &self.slab[id];
+            let mut rest = Block::new(addr + mapped_size, block_size - mapped_size, stream, small);
+            rest.mapped = false;
+            rest.segment = b.segment;
+            rest.prev = id;
+            rest.next = b.next;
+            let rest_id = self.slab.insert(rest);
+            let next = self.slab[id].next;
+            if next != NONE {
+                self.slab[next].prev = rest_id;
+            }
+            self.slab[id].next = rest_id;
+            self.slab[id].size = mapped_size;
+            self.pool(small)
+                .unmapped
+                .insert((stream, addr + mapped_size), rest_id);
+        }
+        let prev = self.slab[id].prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.slab[id].next;
+        self.try_merge_blocks(id, next);
+        let pool = if small {
+            &mut self.small
+        } else {
+            &mut self.large
+        };
+        pool.insert(&mut self.slab, id);
+
+        self.total_reserved += mapped_size;
+        self.stats.reserved_bytes.increase(small, mapped_size);
+        self.stats.num_device_alloc += 1;
+        let ev = self.segment_event(addr, mapped_size, stream);
+        self.emit(EventData::SegmentMap(ev));
+        Ok(Some(id))
+    }
+
+    fn try_allocate_expandable_block(
+        &mut self,
+        small: bool,
+        stream: u64,
+        size: u64,
+    ) -> Result<Option<BlockId>, AllocError> {
+        let mut c = self.find_expandable_block(small, stream, size)?;
+        if !self.slab[c].mapped {
+            let want = self.slab[c].size.min(size);
+            match self.map_block(c, want)? {
+                Some(id) => c = id,
+                None => return Ok(None),
+            }
+        }
+        while self.slab[c].size < size {
+            let remaining = size - self.slab[c].size;
+            let next = self.slab[c].next;
+            let want = remaining.min(self.slab[next].size);
+            // Mapping merges `c` into the newly mapped block.
+            match self.map_block(next, want)? {
+                Some(id) => c = id,
+                None => return Ok(None),
+            }
+        }
+        let key = self.slab[c].size_key();
+        self.pool(small).blocks.remove(&key);
+        Ok(Some(c))
+    }
+
+    // PyTorch's try_merge_blocks: `dst` absorbs its neighbour `src` if free
+    // and of the same mapping state. Returns the bytes absorbed.
+    fn try_merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
+        if src == NONE || !self.allocatable(src) || self.slab[dst].mapped != self.slab[src].mapped {
+            return 0;
+        }
+        let s = self.slab[src].clone_links();
+        if self.slab[dst].prev == src {
+            self.slab[dst].addr = s.addr;
+            self.slab[dst].prev = s.prev;
+            if s.prev != NONE {
+                self.slab[s.prev].next = dst;
+            }
+        } else {
+            self.slab[dst].next = s.next;
+            if s.next != NONE {
+                self.slab[s.next].prev = dst;
+            }
+        }
+        self.slab[dst].size += s.size;
+        let pool = if s.small {
+            &mut self.small
+        } else {
+            &mut self.large
+        };
+        if s.mapped {
+            pool.blocks.remove(&(s.stream, s.size, s.addr));
+        } else {
+            pool.unmapped.remove(&(s.stream, s.addr));
+        }
+        self.slab.remove(src);
+        s.size
+    }
+
+    // PyTorch's alloc_found_block: split off the remainder if worth it.
+    fn alloc_found_block(
+        &mut self,
+        id: BlockId,
+        size: u64,
+        requested: u64,
+        split: bool,
+    ) -> Allocation {
+        let mut id = id;
+        if split {
+            let rem = id;
+            let r = &self.slab[rem];
+            let mut block = Block::new(r.addr, size, r.stream, r.small);
+            block.segment = r.segment;
+            block.prev = r.prev;
+            block.next = rem;
+            let small = r.small;
+            id = self.slab.insert(block);
+            let prev = self.slab[id].prev;
+            if prev != NONE {
+                self.slab[prev].next = id;
+            }
+            let r = &mut self.slab[rem];
+            r.prev = id;
+            r.addr += size;
+            r.size -= size;
+            let pool = if small {
+                &mut self.small
+            } else {
+                &mut self.large
+            };
+            pool.insert(&mut self.slab, rem);
+        }
+        let b = &mut self.slab[id];
+        b.allocated = true;
+        b.requested = requested;
+        let (small, addr, bsize, stream) = (b.small, b.addr, b.size, b.stream);
+        self.active.insert(addr, id);
+        let st = &mut self.stats;
+        st.allocation.increase(small, 1);
+        st.allocated_bytes.increase(small, bsize);
+        st.active.increase(small, 1);
+        st.active_bytes.increase(small, bsize);
+        st.requested_bytes.increase(small, requested);
+        let ev = self.block_event(id);
+        self.emit(EventData::Alloc(ev));
+        Allocation {
+            addr,
+            size: bsize,
+            requested,
+            stream,
+        }
+    }
+
+    // PyTorch's free_block: cache the block, merged with free neighbours.
+    fn free_block(&mut self, id: BlockId) {
+        let ev = self.block_event(id);
+        self.emit(EventData::FreeCompleted(ev));
+        let (small, size, requested) = {
+            let b = &self.slab[id];
+            (b.small, b.size, b.requested)
+        };
+        let prev = self.slab[id].prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.slab[id].next;
+        self.try_merge_blocks(id, next);
+        self.slab[id].requested = 0;
+        let pool = if small {
+            &mut self.small
+        } else {
+            &mut self.large
+        };
+        pool.insert(&mut self.slab, id);
+        let st = &mut self.stats;
+        st.active.decrease(small, 1);
+        st.active_bytes.decrease(small, size);
+        st.requested_bytes.decrease(small, requested);
+    }
+
+    // PyTorch's release_available_cached_blocks: with max_split_size set,
+    // free oversize cached segments (just enough of them) before retrying.
+    fn release_available_cached_blocks(&mut self, small: bool, stream: u64, size: u64) -> bool {
+        let max_split = self.config.max_split_size;
+        if max_split == u64::MAX {
+            return false;
+        }
+        let key_size = size.max(max_split);
+        let pool = if small { &self.small } else { &self.large };
+        if let Some((_, id)) = pool.lower_bound(stream, key_size) {
+            if self.slab[id].segment != NONE || self.slab[id].is_split() {
+                return false;
+            }
+            self.release_block(id);
+            return true;
+        }
+        // No single block is large enough: free oversize blocks of the
+        // stream, largest first, until enough is released.
+        let candidates: Vec<BlockId> = pool
+            .blocks
+            .range(..(stream, key_size, 0))
+            .rev()
+            .take_while(|(k, _)| k.0 == stream && k.1 >= max_split)
+            .map(|(_, &id)| id)
+            .collect();
+        let mut released = 0;
+        for id in candidates {
+            if released >= key_size {
+                break;
+            }
+            if self.slab[id].segment != NONE || self.slab[id].is_split() {
+                break;
+            }
+            released += self.slab[id].size;
+            self.release_block(id);
+        }
+        released >= key_size
+    }
+
+    // PyTorch's release_cached_blocks: wait for all streams, then free every
+    // wholly free segment and unmap every free page.
+    fn release_cached_blocks(&mut self) {
+        self.stats.num_sync_all_streams += 1;
+        self.synchronize();
+        self.release_blocks(false);
+        self.release_blocks(true);
+    }
+
+    fn release_blocks(&mut self, small: bool) {
+        let pool = if small { &self.small } else { &self.large };
+        let ids: Vec<BlockId> = pool.blocks.values().copied().collect();
+        let mut to_unmap = Vec::new();
+        for id in ids {
+            let b = &self.slab[id];
+            if b.segment != NONE {
+                to_unmap.push(id);
+            } else if !b.is_split() {
+                self.release_block(id);
+            }
+        }
+        for id in to_unmap {
+            self.unmap_block(id);
+            let b = &self.slab[id];
+            if !b.is_split() && !b.mapped {
+                self.release_expandable_segment(id);
+            }
+        }
+    }
+
+    fn release_block(&mut self, id: BlockId) {
+        let b = &self.slab[id];
+        debug_assert!(b.segment == NONE && !b.is_split());
+        let (small, addr, size, stream) = (b.small, b.addr, b.size, b.stream);
+        self.stats.num_device_free += 1;
+        let ev = self.segment_event(addr, size, stream);
+        self.emit(EventData::SegmentFree(ev));
+        self.device.free(addr, size);
+        self.total_reserved -= size;
+        self.stats.segment.decrease(small, 1);
+        self.stats.reserved_bytes.decrease(small, size);
+        self.pool(small).blocks.remove(&(stream, size, addr));
+        self.slab.remove(id);
+    }
+
+    // PyTorch's unmap_block: unmap the whole pages inside a free block of an
+    // expandable segment, leaving the partial pages at its ends mapped.
+    fn unmap_block(&mut self, id: BlockId) {
+        let b = &self.slab[id];
+        let (small, addr, size, stream, seg) = (b.small, b.addr, b.size, b.stream, b.segment);
+        let es = self.expandable[seg as usize]
+            .as_ref()
+            .expect("live segment");
+        let begin = es.page_right(addr);
+        let end = es.page_left(addr + size);
+        if begin >= end {
+            return;
+        }
+        let page_size = es.page_size;
+        let un_addr = es.base + begin * page_size;
+        let un_size = (end - begin) * page_size;
+        self.pool(small).blocks.remove(&(stream, size, addr));
+        let before = un_addr - addr;
+        if before > 0 {
+            let mut bf = Block::new(addr, before, stream, small);
+            bf.segment = seg;
+            bf.prev = self.slab[id].prev;
+            bf.next = id;
+            let bf_id = self.slab.insert(bf);
+            if self.slab[bf_id].prev != NONE {
+                let p = self.slab[bf_id].prev;
+                self.slab[p].next = bf_id;
+            }
+            self.slab[id].prev = bf_id;
+            let pool = if small {
+                &mut self.small
+            } else {
+                &mut self.large
+            };
+            pool.insert(&mut self.slab, bf_id);
+        }
+        let after = size - before - un_size;
+        if after > 0 {
+            let mut af = Block::new(un_addr + un_size, after, stream, small);
+            af.segment = seg;
+            af.prev = id;
+            af.next = self.slab[id].next;
+            let af_id = self.slab.insert(af);
+            if self.slab[af_id].next != NONE {
+                let n = self.slab[af_id].next;
+                self.slab[n].prev = af_id;
+            }
+            self.slab[id].next = af_id;
+            let pool = if small {
+                &mut self.small
+            } else {
+                &mut self.large
+            };
+            pool.insert(&mut self.slab, af_id);
+        }
+        let b = &mut self.slab[id];
+        b.addr = un_addr;
+        b.size = un_size;
+        b.mapped = false;
+        let prev = b.prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.slab[id].next;
+        self.try_merge_blocks(id, next);
+        let key = self.slab[id].addr_key();
+        self.pool(small).unmapped.insert(key, id);
+
+        self.device.unmap_pages(un_addr, un_size, page_size);
+        self.total_reserved -= un_size;
+        self.stats.reserved_bytes.decrease(small, un_size);
+        self.stats.num_device_free += 1;
+        let ev = self.segment_event(un_addr, un_size, stream);
+        self.emit(EventData::SegmentUnmap(ev));
+    }
+
+    fn release_expandable_segment(&mut self, id: BlockId) {
+        let b = &self.slab[id];
+        let (small, seg, key) = (b.small, b.segment, b.addr_key());
+        let es = self.expandable[seg as usize].take().expect("live segment");
+        debug_assert_eq!(self.slab[id].size, es.size);
+        self.pool(small).unmapped.remove(&key);
+        self.device.release_address_range(es.base, es.size);
+        self.slab.remove(id);
+    }
+
+    // PyTorch's garbage_collect_cached_blocks: free unsplit cached large
+    // blocks older than average (in free-block searches since caching) until
+    // reserved memory is back under the threshold.
+    fn garbage_collect_cached_blocks(&mut self) {
+        let Some(allowed) = self.allowed_maximum else {
+            return;
+        };
+        let threshold = (self.config.garbage_collection_threshold * allowed as f64) as u64;
+        if self.total_reserved <= threshold {
+            return;
+        }
+        let target = self.total_reserved - threshold;
+        let calls = self.large.get_free_blocks_call_count;
+        let age = |b: &Block| calls - b.gc_count_base;
+        let freeable = |b: &Block| !b.is_split() && b.segment == NONE;
+        let mut total_age = 0u64;
+        let mut count = 0u64;
+        for &id in self.large.blocks.values() {
+            let b = &self.slab[id];
+            if freeable(b) {
+                total_age += age(b);
+                count += 1;
+            }
+        }
+        let mut reclaimed = 0;
+        let mut freed_one = true;
+        while reclaimed < target && freed_one && count > 0 {
+            let age_threshold = total_age as f64 / count as f64;
+            freed_one = false;
+            let ids: Vec<BlockId> = self.large.blocks.values().copied().collect();
+            for id in ids {
+                let b = &self.slab[id];
+                if freeable(b) && age(b) as f64 >= age_threshold {
+                    freed_one = true;
+                    reclaimed += b.size;
+                    total_age -= age(b);
+                    count -= 1;
+                    self.release_block(id);
+                }
+            }
+        }
+    }
+}
+
+/// The segment size PyTorch allocates for a rounded request of `size` bytes:
+/// 2 MiB for the small pool, 20 MiB below 10 MiB, else `size` rounded up to 2 MiB.
+#[inline]
+pub fn allocation_size(size: u64) -> u64 {
+    if size <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if size < MIN_LARGE_ALLOC {
+        LARGE_BUFFER
+    } else {
+        size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Links {
+    addr: u64,
+    size: u64,
+    stream: u64,
+    prev: BlockId,
+    next: BlockId,
+    small: bool,
+    mapped: bool,
+}
+
+impl Block {
+    fn clone_links(&self) -> Links {
+        Links {
+            addr: self.addr,
+            size: self.size,
+            stream: self.stream,
+            prev: self.prev,
+            next: self.next,
+            small: self.small,
+            mapped: self.mapped,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Blocks and the pools of free blocks, with PyTorch's orderings.
+//!
+//! Blocks live in a slab and link to their segment neighbours by index, so an
+//! allocation reuses slots instead of boxing a node, and the pools' ordered
+//! maps hold plain `(stream, size, address)` keys.
+
+use std::collections::BTreeMap;
+
+/// Index of a block in the slab.
+pub(crate) type BlockId = u32;
+/// No block (end of a segment's chain, or no expandable segment).
+pub(crate) const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Block {
+    pub addr: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub stream: u64,
+    pub prev: BlockId,
+    pub next: BlockId,
+    /// The expandable segment holding this block, or [`NONE`].
+    pub segment: u32,
+    pub small: bool,
+    pub allocated: bool,
+    /// Backed by memory; false only for the unmapped parts of expandable segments.
+    pub mapped: bool,
+    /// Streams (other than its own) whose pending work still uses the block
+    /// once it is freed.
+    pub pending_uses: u32,
+    /// Streams recorded with `record_stream` while allocated.
+    pub stream_uses: Vec<u64>,
+    /// The pool's free-block search count when the block was cached (for GC age).
+    pub gc_count_base: u64,
+}
+
+impl Block {
+    #[inline]
+    pub fn new(addr: u64, size: u64, stream: u64, small: bool) -> Self {
+        Block {
+            addr,
+            size,
+            requested: 0,
+            stream,
+            prev: NONE,
+            next: NONE,
+            segment: NONE,
+            small,
+            allocated: false,
+            mapped: true,
+            pending_uses: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+        }
+    }
+
+    #[inline]
+    pub fn is_split(&self) -> bool {
+        self.prev != NONE || self.next != NONE
+    }
+
+    #[inline]
+    pub fn size_key(&self) -> SizeKey {
+        (self.stream, self.size, self.addr)
+    }
+
+    pub fn addr_key(&self) -> AddrKey {
+        (self.stream, self.addr)
+    }
+}
+
+/// PyTorch's `BlockComparatorSize`: stream, then size, then address.
+pub(crate) type SizeKey = (u64, u64, u64);
+/// PyTorch's `BlockComparatorAddress`: stream, then address.
+pub(crate) type AddrKey = (u64, u64);
+
+/// Block storage with slot reuse.
+#[derive(Debug, Default)]
+pub(crate) struct Slab {
+    blocks: Vec<Block>,
+    free: Vec<BlockId>,
+}
+
+impl Slab {
+    #[inline]
+    pub fn insert(&mut self, block: Block) -> BlockId {
+        if let Some(id) = self.free.pop() {
+            self.blocks[id as usize] = block;
+            id
+        } else {
+            self.blocks.push(block);
+            (self.blocks.len() - 1) as BlockId
+        }
+    }
+
+    #[inline]
+    pub fn remove(&mut self, id: BlockId) {
+        let b = &mut self.blocks[id as usize];
+        b.stream_uses = Vec::new();
+        self.free.push(id);
+    }
+
+    #[cfg(test)]
+    pub fn live(&self) -> usize {
+        self.blocks.len() - self.free.len()
+    }
+}
+
+impl std::ops::Index<BlockId> for Slab {
+    type Output = Block;
+    #[inline]
+    fn index(&self, id: BlockId) -> &Block {
+        &self.blocks[id as usize]
+    }
+}
+
+impl std::ops::IndexMut<BlockId> for Slab {
+    #[inline]
+    fn index_mut(&mut self, id: BlockId) -> &mut Block {
+        &mut self.blocks[id as usize]
+    }
+}
+
+/// The cached free blocks of one pool (small or large), all streams.
+#[derive(Debug, Default)]
+pub(crate) struct BlockPool {
+    /// Free mapped blocks, by (stream, size, address).
+    pub blocks: BTreeMap<SizeKey, BlockId>,
+    /// Unmapped ranges of expandable segments, by (stream, address).
+    pub unmapped: BTreeMap<AddrKey, BlockId>,
+    /// Free-block searches so far (only counted while GC is active).
+    pub get_free_blocks_call_count: u64,
+}
+
+impl BlockPool {
+    /// Caches a free block, stamping it for GC age.
+    #[inline]
+    pub fn insert(&mut self, slab: &mut Slab, id: BlockId) {
+        let b = &mut slab[id];
+        b.gc_count_base = self.get_free_blocks_call_count;
+        let previous = self.blocks.insert(b.size_key(), id);
+        debug_assert!(previous.is_none(), "block cached twice");
+    }
+
+    /// The smallest free block of `stream` with at least `size` bytes.
+    pub fn lower_bound(&self, stream: u64, size: u64) -> Option<(SizeKey, BlockId)> {
+        self.blocks
+            .range((stream, size, 0)..)
+            .next()
+            .filter(|(k, _)| k.0 == stream)
+            .map(|(k, v)| (*k, *v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_fit_orders_by_stream_size_address() {
+        let mut slab = Slab::default();
+        let mut pool = BlockPool::default();
+        for (addr, size, stream) in [
+            (0x3000, 4096, 0),
+            (0x1000, 4096, 0),
+            (0x9000, 8192, 0),
+            (0x5000, 1024, 1),
+        ] {
+            let id = slab.insert(Block::new(addr, size, stream, false));
+            pool.insert(&mut slab, id);
+        }
+        let (_, id) = pool.lower_bound(0, 2048).unwrap();
+        assert_eq!(slab[id].addr, 0x1000);
+        let (_, id) = pool.lower_bound(0, 5000).unwrap();
+        assert_eq!(slab[id].addr, 0x9000);
+        assert!(pool.lower_bound(0, 9000).is_none());
+        assert!(pool.lower_bound(1, 2048).is_none());
+        slab.remove(id);
+        assert_eq!(slab.live(), 3);
+    }
+}

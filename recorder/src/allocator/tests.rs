@@ -1,0 +1,339 @@
+use super::*;
+use crate::device::SimulatedDevice;
+use crate::format::EventKind;
+
+fn alloc(config: &str) -> CachingAllocator<SimulatedDevice> {
+    CachingAllocator::new(
+        SimulatedDevice::unlimited(),
+        AllocatorConfig::parse(config).unwrap(),
+    )
+}
+
+fn segment_sizes(a: &mut CachingAllocator<SimulatedDevice>) -> Vec<(EventKind, u64)> {
+    a.drain_events()
+        .filter_map(|e| match e {
+            EventData::SegmentAlloc(s)
+            | EventData::SegmentFree(s)
+            | EventData::SegmentMap(s)
+            | EventData::SegmentUnmap(s) => Some((e.kind(), s.size)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn small_requests_share_a_2mib_segment() {
+    let mut a = alloc("");
+    let x = a.malloc(1, 0).unwrap();
+    let y = a.malloc(1000, 0).unwrap();
+    assert_eq!((x.size, y.size), (512, 1024));
+    assert_eq!(y.addr, x.addr + 512);
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![(EventKind::SegmentAlloc, SMALL_BUFFER)]
+    );
+    assert_eq!(a.stats().reserved_bytes.all.current, SMALL_BUFFER);
+    assert_eq!(a.stats().allocated_bytes.all.current, 1536);
+    assert_eq!(a.stats().requested_bytes.all.current, 1001);
+}
+
+#[test]
+fn large_requests_get_20mib_or_rounded_segments() {
+    let mut a = alloc("");
+    a.malloc(10 * MIB, 0).unwrap();
+    a.malloc(11 * MIB + 5, 0).unwrap();
+    a.malloc(SMALL_SIZE + 1, 0).unwrap();
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![
+            (EventKind::SegmentAlloc, 10 * MIB),
+            (EventKind::SegmentAlloc, 12 * MIB),
+            (EventKind::SegmentAlloc, LARGE_BUFFER),
+        ]
+    );
+}
+
+#[test]
+fn large_remainder_splits_only_above_1mib() {
+    let mut a = alloc("");
+    // 19 MiB of a 20 MiB segment: the 1 MiB remainder is not split off.
+    let x = a.malloc(19 * MIB, 0).unwrap();
+    assert_eq!(x.size, 20 * MIB);
+    let mut b = alloc("");
+    let y = b.malloc(18 * MIB, 0).unwrap();
+    assert_eq!(y.size, 18 * MIB);
+    let z = b.malloc(2 * MIB - 512, 0).unwrap();
+    assert_eq!(z.addr, y.addr + 18 * MIB);
+}
+
+#[test]
+fn frees_coalesce_and_blocks_are_reused() {
+    let mut a = alloc("");
+    let x = a.malloc(4 * MIB, 0).unwrap();
+    let y = a.malloc(4 * MIB, 0).unwrap();
+    a.free(x.addr).unwrap();
+    a.free(y.addr).unwrap();
+    let z = a.malloc(8 * MIB, 0).unwrap();
+    assert_eq!(z.addr, x.addr);
+    assert_eq!(a.stats().segment.all.current, 1);
+    // A small request never takes a large block.
+    let s = a.malloc(100, 0).unwrap();
+    assert_eq!(a.stats().segment.all.current, 2);
+    a.free(s.addr).unwrap();
+    assert_eq!(a.free(s.addr), Err(AllocError::UnknownAddress(s.addr)));
+}
+
+#[test]
+fn streams_do_not_share_blocks() {
+    let mut a = alloc("");
+    let x = a.malloc(100, 1).unwrap();
+    a.free(x.addr).unwrap();
+    let y = a.malloc(100, 2).unwrap();
+    assert_ne!(x.addr, y.addr);
+    assert_eq!(a.stats().segment.all.current, 2);
+}
+
+#[test]
+fn empty_cache_returns_only_wholly_free_segments() {
+    let mut a = alloc("");
+    let x = a.malloc(4 * MIB, 0).unwrap();
+    let y = a.malloc(30 * MIB, 0).unwrap();
+    a.free(y.addr).unwrap();
+    segment_sizes(&mut a);
+    a.empty_cache();
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![(EventKind::SegmentFree, 30 * MIB)]
+    );
+    a.free(x.addr).unwrap();
+    a.empty_cache();
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![(EventKind::SegmentFree, 20 * MIB)]
+    );
+    assert_eq!(a.stats().reserved_bytes.all.current, 0);
+    assert_eq!(a.stats().reserved_bytes.all.peak, 50 * MIB);
+    assert_eq!(a.device().used(), 0);
+}
+
+#[test]
+fn out_of_memory_releases_the_cache_then_reports() {
+    let mut a = CachingAllocator::new(SimulatedDevice::new(64 * MIB), AllocatorConfig::default());
+    let x = a.malloc(40 * MIB, 0).unwrap();
+    a.free(x.addr).unwrap();
+    // 50 MiB does not fit beside the cached 40 MiB segment: it is released.
+    let y = a.malloc(50 * MIB, 0).unwrap();
+    assert_eq!(a.stats().num_alloc_retries, 1);
+    assert_eq!(a.stats().num_device_free, 1);
+    let err = a.malloc(20 * MIB, 0).unwrap_err();
+    assert_eq!(
+        err,
+        AllocError::OutOfMemory {
+            requested: 20 * MIB,
+            free_bytes: 14 * MIB
+        }
+    );
+    assert_eq!(a.stats().num_ooms, 1);
+    let oom = a
+        .drain_events()
+        .filter(|e| e.kind() == EventKind::Oom)
+        .count();
+    assert_eq!(oom, 1);
+    a.free(y.addr).unwrap();
+}
+
+#[test]
+fn oversize_blocks_are_not_split_and_reused_only_when_close() {
+    let mut a = alloc("max_split_size_mb:40");
+    let x = a.malloc(100 * MIB, 0).unwrap();
+    a.free(x.addr).unwrap();
+    // 50 MiB would leave 50 MiB unused: a new segment instead.
+    let y = a.malloc(50 * MIB, 0).unwrap();
+    assert_ne!(y.addr, x.addr);
+    // 90 MiB is within 20 MiB: the whole block is handed out.
+    let z = a.malloc(90 * MIB, 0).unwrap();
+    assert_eq!((z.addr, z.size), (x.addr, 100 * MIB));
+    // A small-enough request never gets an oversize block.
+    a.free(z.addr).unwrap();
+    let w = a.malloc(30 * MIB, 0).unwrap();
+    assert_ne!(w.addr, x.addr);
+}
+
+#[test]
+fn oversize_release_on_oom_frees_cached_oversize_segments() {
+    let mut a = CachingAllocator::new(
+        SimulatedDevice::new(200 * MIB),
+        AllocatorConfig::parse("max_split_size_mb:40").unwrap(),
+    );
+    let x = a.malloc(100 * MIB, 0).unwrap();
+    let _keep = a.malloc(60 * MIB, 0).unwrap();
+    a.free(x.addr).unwrap();
+    segment_sizes(&mut a);
+    // 80 MiB may not take the 100 MiB block (20 MiB too large) and does not
+    // fit beside it: the oversize block alone is released, no full retry.
+    a.malloc(80 * MIB, 0).unwrap();
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![
+            (EventKind::SegmentFree, 100 * MIB),
+            (EventKind::SegmentAlloc, 80 * MIB)
+        ]
+    );
+    assert_eq!(a.stats().num_alloc_retries, 0);
+    assert_eq!(a.stats().num_ooms, 0);
+}
+
+#[test]
+fn record_stream_defers_free_completion() {
+    let mut a = alloc("");
+    let x = a.malloc(4096, 0).unwrap();
+    a.record_stream(x.addr, 7).unwrap();
+    a.record_stream(x.addr, 0).unwrap(); // its own stream: ignored
+    a.drain_events().count();
+    a.free(x.addr).unwrap();
+    let kinds: Vec<_> = a.drain_events().map(|e| e.kind()).collect();
+    assert_eq!(kinds, vec![EventKind::FreeRequested]);
+    assert_eq!(a.stats().active.all.current, 1);
+    // Not yet reusable.
+    let y = a.malloc(4096, 0).unwrap();
+    assert_ne!(y.addr, x.addr);
+    a.synchronize_stream(7);
+    let kinds: Vec<_> = a.drain_events().map(|e| e.kind()).collect();
+    assert_eq!(kinds, vec![EventKind::Alloc, EventKind::FreeCompleted]);
+    let z = a.malloc(4096, 0).unwrap();
+    assert_eq!(z.addr, x.addr);
+    assert_eq!(a.record_stream(1, 1), Err(AllocError::UnknownAddress(1)));
+}
+
+#[test]
+fn expandable_segments_map_pages_and_unmap_on_empty_cache() {
+    let mut a = alloc("expandable_segments:True");
+    let x = a.malloc(49_152_000, 0).unwrap();
+    let y = a.malloc(9_437_184, 0).unwrap();
+    let s = a.malloc(12_288, 0).unwrap();
+    assert_eq!(y.addr, x.addr + x.size);
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![
+            (EventKind::SegmentMap, 60 * MIB),
+            (EventKind::SegmentMap, 2 * MIB)
+        ]
+    );
+    // Growing past the mapped pages maps only what is missing.
+    let z = a.malloc(10 * MIB, 0).unwrap();
+    assert_eq!(z.addr, y.addr + y.size);
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![(EventKind::SegmentMap, 20 * MIB)]
+    );
+    a.free(z.addr).unwrap();
+    a.free(y.addr).unwrap();
+    a.free(s.addr).unwrap();
+    a.empty_cache();
+    // x's last partial page stays mapped; the rest goes back.
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![
+            (EventKind::SegmentUnmap, 20 * MIB),
+            (EventKind::SegmentUnmap, 2 * MIB)
+        ]
+    );
+    assert_eq!(a.stats().reserved_bytes.all.current, 60 * MIB);
+    a.free(x.addr).unwrap();
+    a.empty_cache();
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![(EventKind::SegmentUnmap, 60 * MIB)]
+    );
+    assert_eq!(a.device().used(), 0);
+    assert_eq!(a.slab.live(), 0);
+}
+
+#[test]
+fn garbage_collection_frees_old_cached_segments() {
+    let mut a = CachingAllocator::new(
+        SimulatedDevice::new(100 * MIB),
+        AllocatorConfig::parse("garbage_collection_threshold:0.5").unwrap(),
+    );
+    a.set_memory_fraction(1.0);
+    let x = a.malloc(30 * MIB, 0).unwrap();
+    let _y = a.malloc(30 * MIB, 0).unwrap();
+    a.free(x.addr).unwrap();
+    // 60 MiB reserved > 50 MiB: the next miss collects the cached block
+    // before allocating, without any out-of-memory retry.
+    a.malloc(40 * MIB, 0).unwrap();
+    assert_eq!(a.stats().num_device_free, 1);
+    assert_eq!(a.stats().num_alloc_retries, 0);
+    assert_eq!(a.stats().reserved_bytes.all.current, 70 * MIB);
+}
+
+#[test]
+fn no_events_when_logging_is_off() {
+    let mut a = alloc("");
+    a.set_event_log(false);
+    let x = a.malloc(10, 0).unwrap();
+    a.free(x.addr).unwrap();
+    assert_eq!(a.drain_events().count(), 0);
+}
+
+#[test]
+fn random_workload_keeps_books_consistent() {
+    // A small xorshift keeps the test deterministic without a dependency.
+    let mut state = 0x2545F4914F6CDD1Du64;
+    let mut rnd = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for conf in [
+        "",
+        "expandable_segments:True",
+        "max_split_size_mb:40",
+        "roundup_power2_divisions:4",
+    ] {
+        let mut a = CachingAllocator::new(
+            SimulatedDevice::new(1 << 30),
+            AllocatorConfig::parse(conf).unwrap(),
+        );
+        a.set_event_log(false);
+        let mut live: Vec<Allocation> = Vec::new();
+        for _ in 0..5000 {
+            let r = rnd();
+            if r % 3 == 0 && !live.is_empty() {
+                let i = (rnd() as usize) % live.len();
+                a.free(live.swap_remove(i).addr).unwrap();
+            } else if r % 97 == 0 {
+                a.empty_cache();
+            } else {
+                let size = match r % 4 {
+                    0 => rnd() % 4096,
+                    1 => rnd() % (2 * MIB),
+                    2 => rnd() % (16 * MIB),
+                    _ => rnd() % (120 * MIB),
+                };
+                if let Ok(x) = a.malloc(size, rnd() % 2) {
+                    assert!(x.size >= size);
+                    live.push(x);
+                }
+            }
+            let s = a.stats();
+            assert_eq!(
+                s.allocated_bytes.all.current,
+                live.iter().map(|x| x.size).sum::<u64>()
+            );
+            assert_eq!(s.reserved_bytes.all.current, a.device().used());
+        }
+        live.sort_by_key(|x| x.addr);
+        for w in live.windows(2) {
+            assert!(w[0].addr + w[0].size <= w[1].addr, "overlap under {conf:?}");
+        }
+        for x in live.drain(..) {
+            a.free(x.addr).unwrap();
+        }
+        a.empty_cache();
+        assert_eq!(a.stats().reserved_bytes.all.current, 0, "{conf:?}");
+        assert_eq!(a.device().used(), 0);
+        assert_eq!(a.slab.live(), 0, "{conf:?}");
+    }
+}
