@@ -21,8 +21,6 @@ struct SegmentAction {
 }
 
 struct Expected {
-    // Every request and segment line, for the placement check.
-    timeline: Vec<String>,
     settings: BTreeMap<String, String>,
     initial_reserved: u64,
     peak_reserved: u64,
@@ -37,7 +35,6 @@ fn load(name: &str) -> Expected {
         .join(format!("{name}.txt"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     let mut e = Expected {
-        timeline: Vec::new(),
         settings: BTreeMap::new(),
         initial_reserved: 0,
         peak_reserved: 0,
@@ -46,9 +43,6 @@ fn load(name: &str) -> Expected {
     };
     for (n, line) in text.lines().enumerate() {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if matches!(f.first().copied(), Some("S" | "F" | "M" | "U" | "a")) {
-            e.timeline.push(line.to_string());
-        }
         match f.first().copied() {
             None | Some("#") | Some("conf") => {}
             Some("setting") => {
@@ -73,8 +67,6 @@ fn load(name: &str) -> Expected {
 
 struct Replay {
     segments: Vec<(usize, SegmentAction)>,
-    segment_addrs: Vec<u64>,
-    alloc_addrs: Vec<u64>,
     peak_reserved: u64,
 }
 
@@ -84,8 +76,6 @@ fn replay(name: &str, e: &Expected) -> Replay {
     let mut a = CachingAllocator::new(SimulatedDevice::new(H200_BYTES), config);
     let mut addrs: HashMap<u64, u64> = HashMap::new();
     let mut segments = Vec::new();
-    let mut segment_addrs = Vec::new();
-    let mut alloc_addrs = Vec::new();
     for (line, req) in &e.requests {
         let f: Vec<&str> = req.split_whitespace().collect();
         let id = || f[1].parse::<u64>().unwrap();
@@ -97,7 +87,6 @@ fn replay(name: &str, e: &Expected) -> Replay {
                     .malloc(requested, stream)
                     .unwrap_or_else(|err| panic!("{name}:{line}: {err}"));
                 addrs.insert(id(), x.addr);
-                alloc_addrs.push(x.addr);
             }
             "f" => a.free(addrs.remove(&id()).unwrap()).unwrap(),
             // No snapshot here frees across streams; a lone free_requested
@@ -114,7 +103,6 @@ fn replay(name: &str, e: &Expected) -> Replay {
                 EventData::SegmentUnmap(s) => ('U', s),
                 _ => continue,
             };
-            segment_addrs.push(s.addr);
             segments.push((
                 *line,
                 SegmentAction {
@@ -127,8 +115,6 @@ fn replay(name: &str, e: &Expected) -> Replay {
     }
     Replay {
         segments,
-        segment_addrs,
-        alloc_addrs,
         peak_reserved: a.stats().reserved_bytes.all.peak,
     }
 }
