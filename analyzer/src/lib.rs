@@ -11,5 +11,6 @@
 
 pub mod cli;
 pub mod progress;
+pub mod render;
 pub mod table;
 pub mod units;
