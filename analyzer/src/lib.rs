@@ -1,3 +1,6 @@
 //! # vramtrace
 //!
 //! Offline analysis of GPU caching-allocator traces.
+
+pub mod input;
+pub mod snapshot;
