@@ -2,7 +2,7 @@
 //! `fixtures/torch/synthetic`, and checks the traces against the pickles read
 //! independently (plain deserialization, no streaming hooks).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::PathBuf;
 use vramtrace::input::{self, Compression, InputKind};
@@ -236,5 +236,83 @@ fn mlp_expandable() {
 fn compression_is_detected_by_content() {
     let opened = input::open(fixture("mlp_empty_cache.pickle.xz")).unwrap();
     assert_eq!(opened.compression, Compression::Xz);
-    let _ = HashMap::<u8, u8>::new();
+}
+
+fn synthetic(name: &str) -> PathBuf {
+    fixture("synthetic").join(name)
+}
+
+#[test]
+fn old_layout_without_time_annotations_or_frames() {
+    let imp = import(&synthetic("old_no_time_p2.pickle"));
+    let r = &imp.report;
+    assert!(r.end_state_matches, "{:#?}", r.warnings);
+    assert_eq!(r.pickle_protocol, 2);
+    let w = r.warnings.join("\n");
+    assert!(w.contains("time_us"), "{w}");
+    assert!(w.contains("external_annotations"), "{w}");
+    assert!(w.contains("frames"), "{w}");
+    // The block freed before any alloc was live at the start.
+    let init = imp.reader.initial_state().unwrap();
+    assert_eq!(init.segments.len(), 1);
+    let live: Vec<_> = init.segments[0]
+        .blocks
+        .iter()
+        .filter(|b| b.status != BlockStatus::Free)
+        .map(|b| (b.addr, b.size))
+        .collect();
+    assert_eq!(live, vec![(0x1000, 1024)]);
+    let tiled: u64 = init.segments[0].blocks.iter().map(|b| b.size).sum();
+    assert_eq!(tiled, 4096);
+    assert_eq!(imp.events.len(), 3);
+    let (blocks, _, _) = replay(&imp);
+    assert_eq!(blocks.len(), 1);
+}
+
+#[test]
+fn protocols_4_and_5_with_shared_frames() {
+    for name in ["shared_p4.pickle", "shared_p5.pickle"] {
+        let imp = import(&synthetic(name));
+        let r = &imp.report;
+        assert!(r.end_state_matches, "{name}: {:#?}", r.warnings);
+        assert_eq!(r.frames, 2, "frame dicts are interned by memo identity");
+        assert_eq!(r.entries_per_device, vec![4, 4]);
+        let big = (1u64 << 63) + (1 << 40);
+        assert!(
+            imp.events
+                .iter()
+                .any(|e| matches!(e.data, EventData::Alloc(b) if b.addr == big && b.device == 1))
+        );
+        assert!(imp.events.iter().any(
+            |e| matches!(e.data, EventData::Oom(o) if o.free_bytes == 123 && o.requested == 1 << 40)
+        ));
+        assert!(imp.events.iter().any(|e| e.kind() == EventKind::Annotation));
+        let (_, _, phases) = replay(&imp);
+        assert_eq!(
+            phases,
+            vec![(true, "step0".to_string()), (false, "step0".to_string())]
+        );
+        assert!(imp.events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+        let h = imp.reader.header();
+        assert_eq!(
+            h.allocator_settings["roundup_power2_divisions"],
+            "[1:0,2:0]"
+        );
+        assert_eq!(h.devices.len(), 2);
+    }
+}
+
+#[test]
+fn malformed_inputs_are_errors_with_offsets() {
+    for (name, needle) in [
+        ("truncated.pickle", "truncated"),
+        ("not_a_pickle.pickle", "not a vramtrace trace nor"),
+        (
+            "unknown_opcode.pickle",
+            "unknown pickle opcode 0xff at byte 3",
+        ),
+    ] {
+        let e = input::open(synthetic(name)).unwrap_err().to_string();
+        assert!(e.contains(needle), "{name}: {e}");
+    }
 }
