@@ -9,7 +9,11 @@
 
 #![warn(missing_docs)]
 
+pub mod analysis;
 pub mod cli;
 pub mod progress;
+pub mod replay;
 pub mod table;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod units;
