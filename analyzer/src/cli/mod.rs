@@ -6,7 +6,11 @@
 //! - Recoverable damage (a truncated trace): a `warning:` line, the analysis
 //!   of what could be read, exit code 0.
 
+mod analyze;
+mod fragmentation;
 mod info;
+mod leaks;
+mod summary;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -36,6 +40,12 @@ struct Cli {
 enum Command {
     /// Show a trace's header, duration, event counts and encoding.
     Info(info::Args),
+    /// Summarize a trace: peaks, top allocation sites at the peak, OOMs.
+    Summary(summary::Args),
+    /// Show cached and fragmented memory over time.
+    Fragmentation(fragmentation::Args),
+    /// Find leaks: memory retained by phases, growth across repetitions.
+    Leaks(leaks::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -51,6 +61,9 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Summary(args) => summary::run(args),
+        Command::Fragmentation(args) => fragmentation::run(args),
+        Command::Leaks(args) => leaks::run(args),
     };
     match result {
         Ok(code) => code,
