@@ -16,9 +16,10 @@ pub mod window;
 
 use crate::replay::{Applied, ReplayState};
 use indicatif::ProgressBar;
+use rayon::prelude::*;
 use std::io::Read;
 use vramtrace_recorder::format::{
-    Event, FormatError, SymbolTable, TraceReader, Truncation, decode_chunks,
+    Event, FormatError, RawChunk, SymbolTable, TraceReader, Truncation,
 };
 use window::Window;
 
@@ -109,12 +110,16 @@ pub fn run_pass<R: Read>(
     let mut index = 0u64;
     let any_before = analyses.iter().any(|a| a.wants_before());
     let batch = rayon::current_num_threads().max(1) * 2;
-    let mut current = decode_chunks(&reader.next_chunks(batch)?)?;
+    // Decoded events go to buffers reused from batch to batch: allocating
+    // them afresh costs page faults on every batch.
+    let mut current: Vec<Vec<Event>> = Vec::new();
+    let mut next: Vec<Vec<Event>> = Vec::new();
+    decode_into(&reader.next_chunks(batch)?, &mut current)?;
     while !current.is_empty() {
         let raw = reader.next_chunks(batch)?;
         let symbols = reader.symbols();
-        let (next, stop) = rayon::join(
-            || decode_chunks(&raw),
+        let (decoded, stop) = rayon::join(
+            || decode_into(&raw, &mut next),
             || {
                 for events in &current {
                     for event in events {
@@ -161,7 +166,8 @@ pub fn run_pass<R: Read>(
             info.stopped_early = true;
             break;
         }
-        current = next?;
+        decoded?;
+        std::mem::swap(&mut current, &mut next);
     }
     let symbols = reader.symbols();
     if !started {
@@ -176,6 +182,20 @@ pub fn run_pass<R: Read>(
     info.truncation = reader.truncation().copied();
     info.complete = reader.footer().is_some();
     Ok(info)
+}
+
+/// Decodes chunks on all cores into `out`, one buffer per chunk, reusing
+/// the buffers `out` already holds.
+fn decode_into(chunks: &[RawChunk], out: &mut Vec<Vec<Event>>) -> Result<(), FormatError> {
+    out.resize_with(chunks.len(), Vec::new);
+    out.truncate(chunks.len());
+    chunks
+        .par_iter()
+        .zip(out.par_iter_mut())
+        .try_for_each(|(chunk, buf)| {
+            buf.clear();
+            chunk.decode_into(buf).map(|_| ())
+        })
 }
 
 #[cfg(test)]

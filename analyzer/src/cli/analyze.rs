@@ -117,11 +117,22 @@ impl Prepared {
 
 /// Prints reports as JSON: one object for one trace, an array for several.
 pub fn print_reports<T: serde::Serialize>(reports: &[T]) -> anyhow::Result<()> {
-    let value = if reports.len() == 1 {
-        serde_json::to_value(&reports[0])?
+    let mut text = if reports.len() == 1 {
+        serde_json::to_string_pretty(&reports[0])?
     } else {
-        serde_json::to_value(reports)?
+        serde_json::to_string_pretty(reports)?
     };
-    super::print_json(&value);
-    Ok(())
+    text.push('\n');
+    emit(&text)
+}
+
+/// Writes text to stdout. A closed pipe (`| head`) is not an error: the
+/// reader has what it wanted.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }

@@ -1,6 +1,6 @@
 //! `vramtrace fragmentation`: cached and fragmented memory over time.
 
-use super::analyze::{CommonArgs, print_reports};
+use super::analyze::{CommonArgs, emit, print_reports};
 use crate::analysis::fragmentation::{Fragmentation, FragmentationReport};
 use crate::table::{Align, Table};
 use crate::units;
@@ -37,9 +37,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         if !args.common.json {
             if !outputs.is_empty() {
-                println!();
+                emit("\n")?;
             }
-            print!("{}", render(&output));
+            emit(&render(&output))?;
         }
         outputs.push(output);
     }

@@ -1,7 +1,7 @@
 //! `vramtrace leaks`: memory retained by phases, growth across repetitions,
 //! and blocks never freed.
 
-use super::analyze::{CommonArgs, print_reports};
+use super::analyze::{CommonArgs, emit, print_reports};
 use crate::analysis::leaks::{Leaks, LeaksReport};
 use crate::table::{Align, Table};
 use crate::units;
@@ -38,9 +38,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         if !args.common.json {
             if !outputs.is_empty() {
-                println!();
+                emit("\n")?;
             }
-            print!("{}", render(&output, args.top));
+            emit(&render(&output, args.top))?;
         }
         outputs.push(output);
     }

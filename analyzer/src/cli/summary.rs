@@ -1,6 +1,6 @@
 //! `vramtrace summary`: the first thing to run on a trace.
 
-use super::analyze::{CommonArgs, print_reports};
+use super::analyze::{CommonArgs, emit, print_reports};
 use crate::analysis::summary::{Summary, SummaryReport, free_space_at};
 use crate::replay::ReplayState;
 use crate::table::{Align, Table};
@@ -50,9 +50,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         if !args.common.json {
             if !outputs.is_empty() {
-                println!();
+                emit("\n")?;
             }
-            print!("{}", render(&output));
+            emit(&render(&output))?;
         }
         outputs.push(output);
     }
