@@ -109,6 +109,7 @@ pub fn run_pass<R: Read>(
     let mut started = false;
     let mut index = 0u64;
     let any_before = analyses.iter().any(|a| a.wants_before());
+    let bounds = window.bounds();
     let batch = rayon::current_num_threads().max(1) * 2;
     // Decoded events go to buffers reused from batch to batch: allocating
     // them afresh costs page faults on every batch.
@@ -123,10 +124,10 @@ pub fn run_pass<R: Read>(
             || {
                 for events in &current {
                     for event in events {
-                        if window.is_after(index, event.time_ns) {
+                        if bounds.is_after(index, event.time_ns) {
                             return true;
                         }
-                        let inside = window.contains(index, event.time_ns);
+                        let inside = bounds.started(index, event.time_ns);
                         if inside && !started {
                             started = true;
                             info.first_time_ns = Some(event.time_ns);

@@ -167,15 +167,53 @@ impl Window {
     /// Whether an event is inside.
     #[inline]
     pub fn contains(&self, index: u64, time_ns: u64) -> bool {
-        self.from_ns.is_none_or(|t| time_ns >= t)
-            && self.from_index.is_none_or(|i| index >= i)
-            && !self.is_after(index, time_ns)
+        self.bounds().contains(index, time_ns)
     }
 
     /// Whether an event (and so every later one) is past the window's end.
     #[inline]
     pub fn is_after(&self, index: u64, time_ns: u64) -> bool {
-        self.to_ns.is_some_and(|t| time_ns > t) || self.to_index.is_some_and(|i| index > i)
+        self.bounds().is_after(index, time_ns)
+    }
+
+    /// The window as plain bounds, for per-event checks.
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            from_ns: self.from_ns.unwrap_or(0),
+            to_ns: self.to_ns.unwrap_or(u64::MAX),
+            from_index: self.from_index.unwrap_or(0),
+            to_index: self.to_index.unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// A [`Window`] with its absent bounds made the widest: four comparisons
+/// per event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    from_ns: u64,
+    to_ns: u64,
+    from_index: u64,
+    to_index: u64,
+}
+
+impl Bounds {
+    /// Whether an event is past the end.
+    #[inline]
+    pub fn is_after(&self, index: u64, time_ns: u64) -> bool {
+        (time_ns > self.to_ns) | (index > self.to_index)
+    }
+
+    /// Whether an event at or before the end is past the start.
+    #[inline]
+    pub fn started(&self, index: u64, time_ns: u64) -> bool {
+        (time_ns >= self.from_ns) & (index >= self.from_index)
+    }
+
+    /// Whether an event is inside.
+    #[inline]
+    pub fn contains(&self, index: u64, time_ns: u64) -> bool {
+        self.started(index, time_ns) && !self.is_after(index, time_ns)
     }
 }
 

@@ -388,8 +388,14 @@ impl ReplayState {
         self.segments.insert(i, seg);
     }
 
-    #[inline]
     fn add_live(&mut self, a: LiveAlloc) {
+        self.live.insert(a.addr, a);
+        self.count_live(&a);
+    }
+
+    /// Adds a block, already in the map, to the totals.
+    #[inline]
+    fn count_live(&mut self, a: &LiveAlloc) {
         self.totals.allocated += a.size;
         self.totals.requested += a.requested;
         self.totals.active += a.size;
@@ -406,7 +412,6 @@ impl ReplayState {
         } else if self.saw_segments {
             self.inconsistent(InconsistencyKind::AllocOutsideSegment, a.addr);
         }
-        self.live.insert(a.addr, a);
     }
 
     #[inline]
@@ -434,11 +439,6 @@ impl ReplayState {
         b: &BlockEvent,
         symbols: &SymbolTable,
     ) -> Applied {
-        if let Some(old) = self.live.remove(&b.addr) {
-            // The old block must have been freed unrecorded; the new one wins.
-            self.record(InconsistencyKind::AllocOverLive, index, time_ns, b.addr);
-            self.remove_live(&old);
-        }
         let site = self.sites.site(b.stack, symbols);
         let a = LiveAlloc {
             addr: b.addr,
@@ -450,7 +450,13 @@ impl ReplayState {
             time_ns,
             free_requested: false,
         };
-        self.add_live(a);
+        // One probe of the map: insert, and only look back on a collision.
+        if let Some(old) = self.live.insert(b.addr, a) {
+            // The old block must have been freed unrecorded; the new one wins.
+            self.record(InconsistencyKind::AllocOverLive, index, time_ns, b.addr);
+            self.remove_live(&old);
+        }
+        self.count_live(&a);
         Applied::Alloc(a)
     }
 
