@@ -28,14 +28,41 @@ pub const DEFAULT_SKIP_FUNCTIONS: &[&str] = &[
     r"^torch::unwind",
     r"CapturedTraceback",
     r"CUDACachingAllocator",
-    r"^c10::",
-    r"^at::",
-    r"^torch::",
+    // Namespaces of the framework's C++, with an optional return type
+    // (`void at::native::...`).
+    r"^([\w:<>,*&]+\s+)?(c10|at|torch|caffe2|pybind11)::",
     r"^THP",
     r"^_?Py[A-Z_]",
     r"^vramtrace_recorder::",
     r"^std::",
-    r"^__libc_start",
+    r"^__libc_",
+    r"^_start$",
+    r"^__clone",
+    r"^pthread_",
+    r"^\?\?$",
+    r"^$",
+];
+
+/// When every frame of a stack is machinery (the autograd engine's thread
+/// runs backward without Python frames), the autograd node that allocated
+/// names the site (`NllLossBackward0`)...
+pub const FALLBACK_PREFERRED: &str = r"^torch::autograd::generated::\w+::apply\(";
+
+/// ...or else the first frame that is none of these: the allocator, stack
+/// capture, tensor creation and dispatch wrappers, the runtime.
+pub const FALLBACK_SKIP: &[&str] = &[
+    r"^torch::unwind",
+    r"CapturedTraceback",
+    r"gather_with_cpp",
+    r"CUDACachingAllocator",
+    r"^at::(detail::|native::)?empty",
+    r"^c10::impl::",
+    r"^at::_ops::",
+    r"^_?Py[A-Z_]",
+    r"^std::",
+    r"^__libc_",
+    r"^__clone",
+    r"^pthread_",
     r"^_start$",
     r"^\?\?$",
     r"^$",
@@ -55,6 +82,8 @@ pub struct FoldRules {
     functions: Vec<Regex>,
     files: Vec<Regex>,
     extra: Vec<Regex>,
+    fallback_preferred: Regex,
+    fallback_skip: Vec<Regex>,
 }
 
 impl Default for FoldRules {
@@ -63,6 +92,8 @@ impl Default for FoldRules {
             functions: compile(DEFAULT_SKIP_FUNCTIONS),
             files: compile(DEFAULT_SKIP_FILES),
             extra: Vec::new(),
+            fallback_preferred: Regex::new(FALLBACK_PREFERRED).expect("valid pattern"),
+            fallback_skip: compile(FALLBACK_SKIP),
         }
     }
 }
@@ -85,6 +116,26 @@ impl FoldRules {
                 .push(Regex::new(p).map_err(|e| format!("bad --skip-frames pattern '{p}': {e}"))?);
         }
         Ok(rules)
+    }
+
+    /// The telling frame of a stack whose frames are all machinery: the
+    /// autograd node, or the first frame past allocation and dispatch, or the
+    /// innermost frame.
+    pub fn fallback(&self, symbols: &SymbolTable, frames: &[FrameId]) -> usize {
+        let function = |f: FrameId| match symbols.frame(f) {
+            Some(Frame::Symbol { function, .. }) => symbols.string_or_unknown(*function),
+            _ => "",
+        };
+        frames
+            .iter()
+            .position(|&f| self.fallback_preferred.is_match(function(f)))
+            .or_else(|| {
+                frames.iter().position(|&f| {
+                    let name = function(f);
+                    !self.fallback_skip.iter().any(|r| r.is_match(name))
+                })
+            })
+            .unwrap_or(0)
     }
 
     /// Whether a frame is machinery that folding looks past.
@@ -173,12 +224,12 @@ impl SiteFolder {
         let site = if frames.is_empty() {
             SiteId::UNKNOWN
         } else {
-            // A stack that is machinery through and through is named by its
-            // innermost frame rather than lumped with stackless allocations.
-            let depth = frames
-                .iter()
-                .position(|&f| !self.skip(symbols, f))
-                .unwrap_or(0);
+            // A stack that is machinery through and through still gets a
+            // name of its own rather than being lumped with the others.
+            let depth = match frames.iter().position(|&f| !self.skip(symbols, f)) {
+                Some(d) => d,
+                None => self.rules.fallback(symbols, frames),
+            };
             let frame = frames[depth];
             let existing = if self.full_stacks {
                 None
@@ -322,6 +373,31 @@ mod tests {
             ("<module>", "<frozen runpy>", 88),
         ]);
         let bare = b.stack(&[("torch::unwind::unwind()", "", 0)]);
+        // A backward allocation on the autograd thread (PyTorch 2.11).
+        let backward = b.stack(&[
+            ("torch::unwind::unwind()", "??", 0),
+            ("torch::CapturedTraceback::gather(bool, bool, bool)", "??", 0),
+            ("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long)", "CUDACachingAllocator.cpp", 0),
+            ("at::detail::empty_strided_cuda(c10::ArrayRef<long>)", "??", 0),
+            ("at::native::nll_loss_backward_out_cuda(at::Tensor const&)", "??", 0),
+            ("c10::impl::wrap_kernel_functor_unboxed_<...>::call(...)", "RegisterCUDA_0.cpp", 0),
+            ("at::_ops::nll_loss_backward::call(at::Tensor const&)", "??", 0),
+            ("torch::autograd::generated::NllLossBackward0::apply(std::vector<at::Tensor>&&)", "??", 0),
+            ("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)", "??", 0),
+            ("std::error_code::default_error_condition() const", "??", 0),
+            ("pthread_condattr_setpshared", "??", 0),
+            ("__clone", "??", 0),
+        ]);
+        let runtime_tail = b.stack(&[
+            ("torch::unwind::unwind()", "??", 0),
+            (
+                "at::native::nll_loss_backward_out_cuda(at::Tensor const&)",
+                "??",
+                0,
+            ),
+            ("Py_RunMain", "??", 0),
+            ("__libc_init_first", "??", 0),
+        ]);
         let (_, symbols) = b.finish_symbols();
         let mut folder = SiteFolder::default();
         let site = folder.site(stack, &symbols);
@@ -336,6 +412,18 @@ mod tests {
         assert_eq!(
             folder.name(bare_site, &symbols),
             "torch::unwind::unwind() (:0)"
+        );
+        let site = folder.site(backward, &symbols);
+        assert!(
+            folder
+                .name(site, &symbols)
+                .starts_with("torch::autograd::generated::NllLossBackward0::apply(")
+        );
+        let site = folder.site(runtime_tail, &symbols);
+        assert!(
+            folder
+                .name(site, &symbols)
+                .starts_with("at::native::nll_loss_backward_out_cuda")
         );
 
         let rules = FoldRules::with_extra(&["model\\.py".to_string()]).unwrap();

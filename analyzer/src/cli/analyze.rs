@@ -2,7 +2,7 @@
 //! their common flags, opening and windowing a trace, and running one pass.
 
 use super::{Input, open_input, warn};
-use crate::analysis::sites::{FoldRules, SiteFolder};
+use crate::analysis::sites::{FoldRules, SiteDescription, SiteFolder};
 use crate::analysis::window::{Window, WindowSpec};
 use crate::analysis::{Analysis, PassInfo, run_pass};
 use crate::progress;
@@ -135,4 +135,31 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
     }
+}
+
+/// A site's cell in a table: its frames joined by ` <- ` (the telling frame
+/// and a few callers), or only the telling frame with `--full-stacks`, whose
+/// stacks [`full_stacks`] lists below the table.
+pub fn site_cell(site: &SiteDescription, full: bool) -> String {
+    if full {
+        site.site.clone()
+    } else {
+        site.frames.join(" <- ")
+    }
+}
+
+/// The whole stacks of a table's sites, for `--full-stacks`.
+pub fn full_stacks<'a>(
+    sites: impl IntoIterator<Item = &'a SiteDescription>,
+    indent: usize,
+) -> String {
+    let pad = " ".repeat(indent);
+    let mut text = String::new();
+    for site in sites {
+        text.push_str(&format!("{pad}{}:\n", site.site));
+        for frame in &site.frames {
+            text.push_str(&format!("{pad}    {frame}\n"));
+        }
+    }
+    text
 }

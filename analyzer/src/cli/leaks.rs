@@ -1,7 +1,7 @@
 //! `vramtrace leaks`: memory retained by phases, growth across repetitions,
 //! and blocks never freed.
 
-use super::analyze::{CommonArgs, emit, print_reports};
+use super::analyze::{CommonArgs, emit, full_stacks, print_reports, site_cell};
 use crate::analysis::leaks::{Leaks, LeaksReport};
 use crate::table::{Align, Table};
 use crate::units;
@@ -40,7 +40,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if !outputs.is_empty() {
                 emit("\n")?;
             }
-            emit(&render(&output, args.top))?;
+            emit(&render(&output, args.top, args.common.full_stacks))?;
         }
         outputs.push(output);
     }
@@ -50,7 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn render(out: &Output, top: usize) -> String {
+fn render(out: &Output, top: usize, full: bool) -> String {
     let r = &out.report;
     let mut text = format!("trace     {}\n", out.path);
 
@@ -95,13 +95,16 @@ fn render(out: &Output, top: usize) -> String {
             t.row([
                 units::bytes_delta(s.bytes_per_repetition as i128),
                 units::bytes(s.live_bytes_at_last_end),
-                s.site.frames.join(" <- "),
+                site_cell(&s.site, full),
             ]);
         }
         if t.is_empty() {
             text.push_str("    (no single site grows steadily)\n");
         } else {
             text.push_str(&t.render(4));
+            if full {
+                text.push_str(&full_stacks(g.sites.iter().take(top).map(|s| &s.site), 4));
+            }
         }
     }
 
@@ -146,10 +149,17 @@ fn render(out: &Output, top: usize) -> String {
             t.row([
                 units::bytes(s.bytes),
                 units::count(s.count),
-                s.site.frames.join(" <- "),
+                site_cell(&s.site, full),
             ]);
         }
         text.push_str(&t.render(2));
+        if full {
+            text.push_str("\n  stacks:\n");
+            text.push_str(&full_stacks(
+                r.never_freed.iter().take(top).map(|s| &s.site),
+                4,
+            ));
+        }
     }
     text
 }

@@ -1,6 +1,6 @@
 //! `vramtrace summary`: the first thing to run on a trace.
 
-use super::analyze::{CommonArgs, emit, print_reports};
+use super::analyze::{CommonArgs, emit, full_stacks, print_reports, site_cell};
 use crate::analysis::summary::{Summary, SummaryReport, free_space_at};
 use crate::replay::ReplayState;
 use crate::table::{Align, Table};
@@ -52,7 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if !outputs.is_empty() {
                 emit("\n")?;
             }
-            emit(&render(&output))?;
+            emit(&render(&output, args.common.full_stacks))?;
         }
         outputs.push(output);
     }
@@ -70,7 +70,7 @@ fn at(time_ns: u64, phase: &str) -> String {
     }
 }
 
-fn render(out: &Output) -> String {
+fn render(out: &Output, full: bool) -> String {
     let r = &out.report;
     let mut lines: Vec<(&str, String)> = vec![("trace", out.path.clone())];
     lines.push((
@@ -155,10 +155,14 @@ fn render(out: &Output) -> String {
                 units::bytes(s.bytes),
                 units::count(s.count),
                 units::percent(s.share),
-                s.site.frames.join(" <- "),
+                site_cell(&s.site, full),
             ]);
         }
         text.push_str(&t.render(2));
+        if full {
+            text.push_str("\n  stacks:\n");
+            text.push_str(&full_stacks(r.top_sites_at_peak.iter().map(|s| &s.site), 4));
+        }
     }
 
     text.push_str(&format!(
