@@ -253,6 +253,11 @@ impl SiteFolder {
             }
         };
         let i = stack.0 as usize;
+        if i >= symbols.stack_count() {
+            // An id the trace never defined (a damaged trace): not cached, so
+            // a wild id cannot make the cache huge.
+            return site;
+        }
         if self.by_stack.len() <= i {
             self.by_stack.resize(i + 1, UNRESOLVED);
         }

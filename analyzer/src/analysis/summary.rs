@@ -45,7 +45,8 @@ pub struct Summary {
 struct PeakTrack {
     bytes: u64,
     time_ns: u64,
-    index: u64,
+    // Events replayed when the peak was reached.
+    replayed: u64,
     phase: PhaseId,
 }
 
@@ -56,7 +57,7 @@ impl PeakTrack {
             *self = PeakTrack {
                 bytes,
                 time_ns: step.event.time_ns,
-                index: step.index,
+                replayed: step.index + 1,
                 phase: state.current_phase(),
             };
             true
@@ -69,7 +70,8 @@ impl PeakTrack {
         Peak {
             bytes: self.bytes,
             time_ns: self.time_ns,
-            index: self.index,
+            index: self.replayed.saturating_sub(1),
+            replayed_events: self.replayed,
             phase: state.phase_path(self.phase, symbols),
         }
     }
@@ -82,8 +84,12 @@ pub struct Peak {
     pub bytes: u64,
     /// When it was first reached.
     pub time_ns: u64,
-    /// The index of the event that reached it.
+    /// The index of the event that reached it (of the last event before the
+    /// window when the peak is the window's starting state).
     pub index: u64,
+    /// The number of events replayed when the peak was reached (0 for the
+    /// trace's initial state).
+    pub replayed_events: u64,
     /// The phase path open then (empty outside phases).
     pub phase: String,
 }
@@ -312,7 +318,7 @@ impl Analysis for Summary {
         let start = |bytes| PeakTrack {
             bytes,
             time_ns: state.time_ns(),
-            index: state.events_applied(),
+            replayed: state.events_applied(),
             phase: state.current_phase(),
         };
         self.allocated = start(t.allocated);
@@ -427,19 +433,24 @@ impl SummaryReport {
     }
 }
 
-/// Replays a trace up to and including the event `index` and returns the
-/// free space of its segments then. `state` comes fresh (with the same site
-/// rules as the main pass).
+/// Replays the first `events` events of a trace (after its initial state)
+/// and returns the free space of its segments then; `state` comes fresh.
 pub fn free_space_at<R: Read>(
     reader: &mut TraceReader<R>,
     mut state: ReplayState,
-    index: u64,
+    events: u64,
 ) -> Result<FreeSpace, FormatError> {
-    let window = Window {
-        to_index: Some(index),
-        ..Window::ALL
-    };
-    run_pass(reader, &mut state, &mut [], &window, None)?;
+    if events == 0 {
+        if let Some(initial) = reader.initial_state() {
+            state.load_initial(initial, reader.symbols());
+        }
+    } else {
+        let window = Window {
+            to_index: Some(events - 1),
+            ..Window::ALL
+        };
+        run_pass(reader, &mut state, &mut [], &window, None)?;
+    }
     Ok(state.free_space())
 }
 
@@ -502,8 +513,12 @@ mod tests {
         let bytes = b.finish();
         let r = summarize(&bytes, Window::ALL);
         let mut reader = TraceReader::new(&bytes[..]).unwrap();
-        let space =
-            free_space_at(&mut reader, ReplayState::default(), r.peak_allocated.index).unwrap();
+        let space = free_space_at(
+            &mut reader,
+            ReplayState::default(),
+            r.peak_allocated.replayed_events,
+        )
+        .unwrap();
         assert_eq!(space.free_bytes, 800);
         assert_eq!(space.largest_free_block, 600);
         assert_eq!(space.free_ranges, 2);

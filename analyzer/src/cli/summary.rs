@@ -40,7 +40,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let space = free_space_at(
                 &mut input,
                 ReplayState::default(),
-                report.peak_allocated.index,
+                report.peak_allocated.replayed_events,
             )?;
             report.set_free_space_at_peak(space);
         }

@@ -174,3 +174,81 @@ fn phases_nest_and_blocks_remember_theirs() {
     );
     assert!(state.phase_within(a.phase, PhaseId(0)));
 }
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+    use vramtrace_recorder::format::SegmentEvent;
+
+    fn event(op: u8, slot: u64, size: u64) -> EventData {
+        let block = BlockEvent {
+            addr: slot * 256,
+            size,
+            requested: size / 2,
+            ..Default::default()
+        };
+        let segment = SegmentEvent {
+            addr: (slot / 4) * 1024,
+            size: 1024 * (1 + size % 3),
+            ..Default::default()
+        };
+        match op % 9 {
+            0 | 1 => EventData::Alloc(block),
+            2 => EventData::FreeRequested(block),
+            3 => EventData::FreeCompleted(block),
+            4 => EventData::SegmentAlloc(segment),
+            5 => EventData::SegmentFree(segment),
+            6 => EventData::SegmentMap(segment),
+            7 => EventData::SegmentUnmap(segment),
+            _ => {
+                if size % 2 == 0 {
+                    EventData::PhaseBegin {
+                        name: StringId(slot as u32 % 3),
+                    }
+                } else {
+                    EventData::PhaseEnd {
+                        name: StringId(slot as u32 % 3),
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the events, replay does not panic and its totals agree
+        /// with its live blocks and segments.
+        #[test]
+        fn totals_match_the_state(ops in proptest::collection::vec((0u8..9, 0u64..32, 1u64..300), 0..200)) {
+            let symbols = SymbolTable::new();
+            let mut state = ReplayState::default();
+            for (i, (op, slot, size)) in ops.into_iter().enumerate() {
+                let e = Event { time_ns: i as u64, data: event(op, slot, size) };
+                state.apply(i as u64, &e, &symbols);
+                let t = *state.totals();
+                prop_assert_eq!(t.allocated, state.live().map(|a| a.size).sum::<u64>());
+                prop_assert_eq!(t.requested, state.live().map(|a| a.requested).sum::<u64>());
+                prop_assert_eq!(
+                    t.active,
+                    state.live().filter(|a| !a.free_requested).map(|a| a.size).sum::<u64>()
+                );
+                prop_assert_eq!(t.live_blocks, state.live().count() as u64);
+                prop_assert_eq!(t.reserved, state.segments().iter().map(Segment::size).sum::<u64>());
+                prop_assert_eq!(t.segments, state.segments().len() as u64);
+                prop_assert!(state.segments().windows(2).all(|w| w[0].end <= w[1].start));
+                for seg in state.segments() {
+                    let inside: Vec<_> = state
+                        .live()
+                        .filter(|a| a.addr >= seg.start && a.addr < seg.end)
+                        .collect();
+                    prop_assert_eq!(seg.live_blocks, inside.len() as u64, "{:?}", seg);
+                    prop_assert_eq!(seg.live_bytes, inside.iter().map(|a| a.size).sum::<u64>());
+                }
+                let space = state.free_space();
+                prop_assert!(space.largest_free_block <= space.free_bytes.max(t.reserved));
+                prop_assert!(space.free_bytes <= t.reserved);
+            }
+        }
+    }
+}
