@@ -11,6 +11,12 @@ const MIB: u64 = 1 << 20;
 /// iteration, with optimizer state created in the first two (warm-up), and,
 /// with `leak`, 1 MiB retained per iteration from its own stack.
 fn training(iterations: u64, leak: bool) -> Vec<u8> {
+    training_with(iterations, leak, false)
+}
+
+/// [`training`], with `noise`: gradients of a size that varies from one
+/// iteration to the next by several MiB.
+fn training_with(iterations: u64, leak: bool, noise: bool) -> Vec<u8> {
     let mut b = TraceBuilder::new();
     let weights = b.site("load_weights", "train.py", 10);
     let acts = b.site("forward", "model.py", 41);
@@ -32,9 +38,14 @@ fn training(iterations: u64, leak: bool) -> Vec<u8> {
         let a1 = alloc(&mut b, 8 * MIB, acts);
         let a2 = alloc(&mut b, 4 * MIB + 512 * i % 3, acts);
         b.free(a2, 4 * MIB + 512 * i % 3).free(a1, 8 * MIB);
-        let g = alloc(&mut b, 16 * MIB, grads);
-        if let Some(p) = prev_grad.replace(g) {
-            b.free(p, 16 * MIB);
+        let grad_size = if noise {
+            (16 + (i * 7919) % 5) * MIB
+        } else {
+            16 * MIB
+        };
+        let g = alloc(&mut b, grad_size, grads);
+        if let Some((p, size)) = prev_grad.replace((g, grad_size)) {
+            b.free(p, size);
         }
         if i < 2 {
             alloc(&mut b, 32 * MIB, optim);
@@ -88,6 +99,22 @@ fn a_retained_tensor_per_iteration_is_found_with_its_size() {
             .iter()
             .any(|g| g.phase == "train" && g.bytes_per_repetition == MIB as i64)
     );
+}
+
+#[test]
+fn a_leak_under_noise_is_found_by_its_site() {
+    let r = leaks(&training_with(30, true, true), Window::ALL);
+    let iter = r.growth.iter().find(|g| g.phase == "train/iter#").unwrap();
+    assert!(
+        iter.steadiness < 0.5,
+        "the total is noisy: {}",
+        iter.steadiness
+    );
+    assert_eq!(iter.sites.len(), 1, "{:?}", iter.sites);
+    assert_eq!(iter.sites[0].site.site, "log_metrics (train.py:57)");
+    assert_eq!(iter.sites[0].bytes_per_repetition, MIB as i64);
+    let steady = leaks(&training_with(30, false, true), Window::ALL);
+    assert!(steady.growth.is_empty(), "{:?}", steady.growth);
 }
 
 #[test]
