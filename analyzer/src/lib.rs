@@ -12,10 +12,14 @@
 
 #![warn(missing_docs)]
 
+pub mod analysis;
 pub mod cli;
 pub mod input;
 pub mod progress;
 pub mod render;
+pub mod replay;
 pub mod snapshot;
 pub mod table;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod units;

@@ -6,8 +6,12 @@
 //! - Recoverable damage (a truncated trace): a `warning:` line, the analysis
 //!   of what could be read, exit code 0.
 
+mod analyze;
+mod fragmentation;
 mod import;
 mod info;
+mod leaks;
+mod summary;
 
 use crate::input::{self, InputStream};
 use crate::progress;
@@ -38,6 +42,12 @@ enum Command {
     Info(info::Args),
     /// Convert a PyTorch memory snapshot (pickle, optionally gz/xz/zst) into a trace.
     Import(import::Args),
+    /// Summarize a trace: peaks, top allocation sites at the peak, OOMs.
+    Summary(summary::Args),
+    /// Show cached and fragmented memory over time.
+    Fragmentation(fragmentation::Args),
+    /// Find leaks: memory retained by phases, growth across repetitions.
+    Leaks(leaks::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -68,6 +78,9 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info(args) => info::run(args),
         Command::Import(args) => import::run(args),
+        Command::Summary(args) => summary::run(args),
+        Command::Fragmentation(args) => fragmentation::run(args),
+        Command::Leaks(args) => leaks::run(args),
     };
     match result {
         Ok(code) => code,
