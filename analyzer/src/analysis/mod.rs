@@ -12,6 +12,7 @@ pub mod leaks;
 pub mod phases;
 pub mod sites;
 pub mod summary;
+pub mod timeline;
 pub mod window;
 
 use crate::replay::{Applied, ReplayState};

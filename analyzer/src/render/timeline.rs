@@ -2,71 +2,20 @@
 //! reserved bytes as a line over them, phases as bands, the peak and OOMs
 //! marked.
 
+use super::labels;
 use super::palette::{self, Palette};
 use super::svg::{self, FONT, HEIGHT, Tooltips, WIDTH};
+use crate::analysis::timeline::Timeline;
 use crate::units;
 use plotters::prelude::*;
-
-/// One moment of the timeline: allocated bytes per category, and reserved.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StackedSample {
-    /// Time since the trace start.
-    pub time_ns: u64,
-    /// Allocated bytes per category, in the chart's category order.
-    pub values: Vec<u64>,
-    /// Reserved bytes.
-    pub reserved: u64,
-}
-
-/// A phase instance, drawn as a band along the time axis.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PhaseBand {
-    /// The phase's name.
-    pub name: String,
-    /// When it began.
-    pub start_ns: u64,
-    /// When it ended.
-    pub end_ns: u64,
-    /// Nesting depth: 0 for top-level phases.
-    pub depth: usize,
-}
-
-/// A labelled point in time (a peak, an OOM).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Marker {
-    /// When.
-    pub time_ns: u64,
-    /// The memory level it marks.
-    pub bytes: u64,
-    /// What to say about it.
-    pub label: String,
-}
-
-/// Everything a timeline chart shows.
-#[derive(Clone, Debug, Default)]
-pub struct TimelineChart {
-    /// The chart's title.
-    pub title: String,
-    /// Category names, bottom of the stack first (e.g. sites, then "other").
-    pub categories: Vec<String>,
-    /// Samples in time order; each pixel column should hold its minimum and
-    /// maximum so spikes survive downsampling.
-    pub samples: Vec<StackedSample>,
-    /// Phase instances.
-    pub phases: Vec<PhaseBand>,
-    /// The allocated peak.
-    pub peak: Option<Marker>,
-    /// Out-of-memory events.
-    pub ooms: Vec<Marker>,
-}
 
 /// Bands narrower than this many pixels are not drawn: they would be
 /// invisible, and a long run has hundreds of thousands of them.
 const MIN_BAND_PX: i32 = 2;
 const BAND_HEIGHTS: [i32; 3] = [18, 12, 8];
 
-/// Renders the chart as an SVG document.
-pub fn render(chart: &TimelineChart, palette: &mut Palette) -> anyhow::Result<String> {
+/// Renders a timeline as an SVG document titled `title`.
+pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::Result<String> {
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
@@ -76,7 +25,7 @@ pub fn render(chart: &TimelineChart, palette: &mut Palette) -> anyhow::Result<St
         let max_bytes = chart
             .samples
             .iter()
-            .map(|s| s.values.iter().sum::<u64>().max(s.reserved))
+            .map(|s| s.allocated.max(s.reserved))
             .chain(chart.peak.iter().map(|p| p.bytes))
             .max()
             .unwrap_or(0)
@@ -86,7 +35,7 @@ pub fn render(chart: &TimelineChart, palette: &mut Palette) -> anyhow::Result<St
         // peak label.
         let top = scale.scale(max_bytes) * if chart.phases.is_empty() { 1.15 } else { 1.45 };
         let mut ctx = ChartBuilder::on(&root)
-            .caption(&chart.title, (FONT, 20))
+            .caption(title, (FONT, 20))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(90)
@@ -119,7 +68,7 @@ pub fn render(chart: &TimelineChart, palette: &mut Palette) -> anyhow::Result<St
                 .collect();
             ctx.draw_series(AreaSeries::new(points, 0.0, colour.mix(0.85)))
                 .map_err(svg::draw_error)?
-                .label(short(&chart.categories[k], 60))
+                .label(short(&labels::site_label(&chart.categories[k]), 60))
                 .legend(move |(x, y)| {
                     Rectangle::new([(x, y - 6), (x + 12, y + 6)], colour.filled())
                 });
@@ -151,7 +100,13 @@ pub fn render(chart: &TimelineChart, palette: &mut Palette) -> anyhow::Result<St
             ))
             .map_err(svg::draw_error)?;
             let (_, py0) = ctx.backend_coord(&(x, 0.0));
-            tips.rect(px - 3, py, 7, py0 - py, &oom.label);
+            let text = format!(
+                "out of memory at {}: {} requested\n{}",
+                units::duration_ns(oom.time_ns),
+                units::bytes(oom.bytes),
+                oom.category
+            );
+            tips.rect(px - 3, py, 7, py0 - py, &text);
         }
 
         if let Some(peak) = &chart.peak {
@@ -159,11 +114,20 @@ pub fn render(chart: &TimelineChart, palette: &mut Palette) -> anyhow::Result<St
             root.draw(&Circle::new((px, py), 5, palette::ALERT.filled()))
                 .map_err(svg::draw_error)?;
             let text = format!("peak {}", units::bytes(peak.bytes));
+            let detail = if peak.category.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "largest: {} ({})",
+                    short(&labels::site_label(&peak.category), 50),
+                    units::bytes(peak.category_bytes)
+                )
+            };
             // Keep the label inside the plot: to the left of the point when
             // the peak sits in the right half.
             let (plot_x, _) = ctx.plotting_area().get_pixel_range();
             let left_side = px > (plot_x.start + plot_x.end) / 2;
-            let estimated_width = 7 * text.len().max(short(&peak.label, 50).len()) as i32;
+            let estimated_width = 7 * text.len().max(detail.chars().count()) as i32;
             let lx = if left_side {
                 px - 10 - estimated_width
             } else {
@@ -172,21 +136,18 @@ pub fn render(chart: &TimelineChart, palette: &mut Palette) -> anyhow::Result<St
             let style = (FONT, 14).into_font().color(&palette::ALERT);
             root.draw(&Text::new(text.clone(), (lx, py - 22), style.clone()))
                 .map_err(svg::draw_error)?;
-            root.draw(&Text::new(
-                short(&peak.label, 50),
-                (lx, py - 6),
-                (FONT, 12).into_font(),
-            ))
-            .map_err(svg::draw_error)?;
+            root.draw(&Text::new(detail, (lx, py - 6), (FONT, 12).into_font()))
+                .map_err(svg::draw_error)?;
             tips.circle(
                 px,
                 py,
                 6,
                 &palette::hex(palette::ALERT),
                 &format!(
-                    "{text} at {}\n{}",
+                    "{text} at {}\nlargest: {} ({})",
                     units::duration_ns(peak.time_ns),
-                    peak.label
+                    peak.category,
+                    units::bytes(peak.category_bytes)
                 ),
             );
         }
@@ -212,7 +173,7 @@ type Ctx<'a, 'b> = ChartContext<
     Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
 >;
 
-fn time_range(chart: &TimelineChart) -> (f64, f64) {
+fn time_range(chart: &Timeline) -> (f64, f64) {
     let first = chart.samples.first().map_or(0, |s| s.time_ns);
     let last = chart
         .samples
@@ -236,7 +197,7 @@ fn time_range(chart: &TimelineChart) -> (f64, f64) {
 fn draw_phase_bands(
     root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     ctx: &Ctx<'_, '_>,
-    chart: &TimelineChart,
+    chart: &Timeline,
     top: f64,
 ) -> anyhow::Result<i32> {
     let area = ctx.plotting_area();
@@ -305,7 +266,7 @@ fn draw_phase_bands(
     })
 }
 
-fn add_sample_tooltips(tips: &mut Tooltips, ctx: &Ctx<'_, '_>, chart: &TimelineChart, top: f64) {
+fn add_sample_tooltips(tips: &mut Tooltips, ctx: &Ctx<'_, '_>, chart: &Timeline, top: f64) {
     let (_, y_range) = ctx.plotting_area().get_pixel_range();
     // One hover column per few pixels: finer would bloat the file and no
     // pointer is that precise.
@@ -317,7 +278,7 @@ fn add_sample_tooltips(tips: &mut Tooltips, ctx: &Ctx<'_, '_>, chart: &TimelineC
             continue;
         }
         last_x = x;
-        let total: u64 = s.values.iter().sum();
+        let total = s.allocated;
         let mut text = format!(
             "{}\nallocated {}\nreserved {}",
             units::duration_ns(s.time_ns),
@@ -369,20 +330,31 @@ pub fn short(text: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
-    fn chart() -> TimelineChart {
+    use crate::analysis::timeline::{PhaseSpan, TimelinePoint, TimelineSample};
+
+    fn chart() -> Timeline {
         let samples = (0..200u64)
-            .map(|i| StackedSample {
-                time_ns: i * 1_000_000,
-                values: vec![
+            .map(|i| {
+                let values = vec![
                     (i % 50) << 20,
                     10 << 20,
                     if i == 120 { 300 << 20 } else { 0 },
-                ],
-                reserved: 400 << 20,
+                ];
+                TimelineSample {
+                    time_ns: i * 1_000_000,
+                    allocated: values.iter().sum(),
+                    reserved: 400 << 20,
+                    values,
+                }
             })
             .collect();
-        TimelineChart {
-            title: "memory over time".into(),
+        let span = |name: &str, start_ns, end_ns, depth| PhaseSpan {
+            name: name.into(),
+            start_ns,
+            end_ns,
+            depth,
+        };
+        Timeline {
             categories: vec![
                 "forward (model.py:41)".into(),
                 "step (optim.py:9)".into(),
@@ -390,41 +362,28 @@ mod tests {
             ],
             samples,
             phases: vec![
-                PhaseBand {
-                    name: "iter0".into(),
-                    start_ns: 0,
-                    end_ns: 100_000_000,
-                    depth: 0,
-                },
-                PhaseBand {
-                    name: "forward".into(),
-                    start_ns: 0,
-                    end_ns: 40_000_000,
-                    depth: 1,
-                },
-                PhaseBand {
-                    name: "iter1".into(),
-                    start_ns: 100_000_000,
-                    end_ns: 199_000_000,
-                    depth: 0,
-                },
+                span("iter0", 0, 100_000_000, 0),
+                span("forward", 0, 40_000_000, 1),
+                span("iter1", 100_000_000, 199_000_000, 0),
             ],
-            peak: Some(Marker {
+            peak: Some(TimelinePoint {
                 time_ns: 120_000_000,
                 bytes: 330 << 20,
-                label: "leak (train.py:120)".into(),
+                category: "leak (train.py:120)".into(),
+                category_bytes: 300 << 20,
             }),
-            ooms: vec![Marker {
+            ooms: vec![TimelinePoint {
                 time_ns: 150_000_000,
-                bytes: 0,
-                label: "OOM: 2.0 GiB requested".into(),
+                bytes: 2 << 30,
+                category: "grow (train.py:7)".into(),
+                category_bytes: 0,
             }],
         }
     }
 
     #[test]
     fn the_svg_holds_labels_peak_phases_and_tooltips() {
-        let svg = render(&chart(), &mut Palette::new()).unwrap();
+        let svg = render(&chart(), "memory over time", &mut Palette::new()).unwrap();
         crate::render::svg::dump_for_review("timeline-unit.svg", &svg);
         assert!(svg.starts_with("<svg"));
         for expected in [

@@ -1,0 +1,497 @@
+//! Memory over time, downsampled for a chart: per pixel column, the moments
+//! of least and most allocated memory, each with its breakdown by category
+//! (site or phase), so a spike one event wide survives any zoom level.
+//!
+//! The column width is unknown until the trace ends, so columns start narrow
+//! and pairs of them merge (keeping the lower minimum and the higher maximum)
+//! whenever the trace outgrows them: one pass, memory independent of length.
+
+use super::phases::normalize_name;
+use super::{Analysis, Step};
+use crate::replay::{Applied, LiveAlloc, ReplayState};
+use serde::Serialize;
+use vramtrace_recorder::format::{EventData, SymbolTable};
+
+/// What the stacked areas are split by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupBy {
+    /// Allocation sites (the most telling frame of the allocating stack).
+    #[default]
+    Site,
+    /// The phase the allocation was made in, numbers normalized (`iter#/forward`).
+    Phase,
+    /// No split: one area of allocated memory.
+    None,
+}
+
+/// Options of the timeline.
+#[derive(Clone, Copy, Debug)]
+pub struct TimelineOptions {
+    /// Columns to keep (about the chart's width in pixels).
+    pub columns: usize,
+    /// The split of the stacked areas.
+    pub group_by: GroupBy,
+    /// Categories shown by name; the rest are summed as `other`.
+    pub top: usize,
+}
+
+impl Default for TimelineOptions {
+    fn default() -> Self {
+        TimelineOptions {
+            columns: 1000,
+            group_by: GroupBy::Site,
+            top: 8,
+        }
+    }
+}
+
+/// One moment of the downsampled timeline.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TimelineSample {
+    /// Time since the trace start.
+    pub time_ns: u64,
+    /// Allocated bytes (block sizes of live blocks).
+    pub allocated: u64,
+    /// Reserved bytes (the column's extreme on the same side: the maximum
+    /// with the allocated maximum, the minimum with the minimum).
+    pub reserved: u64,
+    /// Allocated bytes per category, in [`Timeline::categories`] order.
+    pub values: Vec<u64>,
+}
+
+/// A phase instance, for bands along the time axis.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PhaseSpan {
+    /// The phase's own name.
+    pub name: String,
+    /// When it began.
+    pub start_ns: u64,
+    /// When it ended (the trace's end if it never did).
+    pub end_ns: u64,
+    /// Nesting depth, 0 for top-level phases.
+    pub depth: usize,
+}
+
+/// A point worth marking: the peak, an OOM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TimelinePoint {
+    /// When.
+    pub time_ns: u64,
+    /// The memory level: allocated bytes at the peak, requested bytes of an OOM.
+    pub bytes: u64,
+    /// The largest category at the peak; the site of an OOM.
+    pub category: String,
+    /// The bytes of that category at the peak (0 for an OOM).
+    pub category_bytes: u64,
+}
+
+/// The downsampled timeline of a trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Timeline {
+    /// Category names, bottom of the stack first; `other` last when present.
+    pub categories: Vec<String>,
+    /// Samples in time order, at most two per column.
+    pub samples: Vec<TimelineSample>,
+    /// Phase instances.
+    pub phases: Vec<PhaseSpan>,
+    /// The allocated peak.
+    pub peak: Option<TimelinePoint>,
+    /// Out-of-memory events.
+    pub ooms: Vec<TimelinePoint>,
+}
+
+/// Categories whose bytes each sample keeps by name; more would cost more
+/// per sample, fewer would miss sites that matter at some moment.
+const TRACKED: usize = 12;
+
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    time_ns: u64,
+    allocated: u64,
+    // (category, bytes); category u32::MAX marks an unused slot.
+    tracked: [(u32, u64); TRACKED],
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Column {
+    min: Option<Sample>,
+    max: Option<Sample>,
+    reserved_min: u64,
+    reserved_max: u64,
+}
+
+impl Column {
+    fn merge(a: Column, b: Column) -> Column {
+        let pick = |x: Option<Sample>, y: Option<Sample>, lower: bool| match (x, y) {
+            (Some(x), Some(y)) => {
+                let take_x = if lower {
+                    x.allocated <= y.allocated
+                } else {
+                    x.allocated >= y.allocated
+                };
+                Some(if take_x { x } else { y })
+            }
+            (x, None) => x,
+            (None, y) => y,
+        };
+        match (a.max.is_some(), b.max.is_some()) {
+            (false, _) => b,
+            (_, false) => a,
+            _ => Column {
+                min: pick(a.min, b.min, true),
+                max: pick(a.max, b.max, false),
+                reserved_min: a.reserved_min.min(b.reserved_min),
+                reserved_max: a.reserved_max.max(b.reserved_max),
+            },
+        }
+    }
+}
+
+/// Builds a [`Timeline`] in one pass.
+pub struct TimelineAnalysis {
+    options: TimelineOptions,
+    // Allocated bytes by category id.
+    bytes: Vec<u64>,
+    // Category of each phase instance, by PhaseId (for --by phase).
+    phase_category: Vec<u32>,
+    phase_names: std::collections::HashMap<String, u32>,
+    tracked: [u32; TRACKED],
+    columns: Vec<Column>,
+    origin_ns: Option<u64>,
+    width_ns: u64,
+    current: usize,
+    peak: Option<(Sample, u64)>,
+    ooms: Vec<TimelinePoint>,
+    last_time_ns: u64,
+    result: Timeline,
+}
+
+impl TimelineAnalysis {
+    /// A timeline with these options.
+    pub fn new(options: TimelineOptions) -> Self {
+        TimelineAnalysis {
+            options: TimelineOptions {
+                columns: options.columns.max(2),
+                top: options.top.max(1),
+                ..options
+            },
+            bytes: Vec::new(),
+            phase_category: Vec::new(),
+            phase_names: Default::default(),
+            tracked: [u32::MAX; TRACKED],
+            columns: Vec::new(),
+            origin_ns: None,
+            width_ns: 1_000,
+            current: 0,
+            peak: None,
+            ooms: Vec::new(),
+            last_time_ns: 0,
+            result: Timeline::default(),
+        }
+    }
+
+    /// The result, once the pass has finished.
+    pub fn timeline(&self) -> &Timeline {
+        &self.result
+    }
+
+    /// Takes the result, once the pass has finished.
+    pub fn into_timeline(self) -> Timeline {
+        self.result
+    }
+
+    fn category(&mut self, alloc: &LiveAlloc, state: &ReplayState, symbols: &SymbolTable) -> u32 {
+        match self.options.group_by {
+            GroupBy::None => 0,
+            GroupBy::Site => alloc.site.0,
+            GroupBy::Phase => {
+                let index = alloc.phase.0 as usize;
+                if let Some(&c) = self.phase_category.get(index).filter(|&&c| c != u32::MAX) {
+                    return c;
+                }
+                let name = if alloc.phase.is_none() {
+                    "(no phase)".to_string()
+                } else {
+                    normalize_name(&state.phase_path(alloc.phase, symbols))
+                };
+                let next = self.phase_names.len() as u32;
+                let c = *self.phase_names.entry(name).or_insert(next);
+                if self.phase_category.len() <= index {
+                    self.phase_category.resize(index + 1, u32::MAX);
+                }
+                self.phase_category[index] = c;
+                c
+            }
+        }
+    }
+
+    fn add(&mut self, category: u32, delta: i128) {
+        let i = category as usize;
+        if self.bytes.len() <= i {
+            self.bytes.resize(i + 1, 0);
+        }
+        self.bytes[i] = (self.bytes[i] as i128 + delta).max(0) as u64;
+    }
+
+    fn sample(&self, time_ns: u64, allocated: u64) -> Sample {
+        let mut tracked = [(u32::MAX, 0); TRACKED];
+        for (slot, &c) in tracked.iter_mut().zip(&self.tracked) {
+            if c != u32::MAX {
+                *slot = (c, self.bytes.get(c as usize).copied().unwrap_or(0));
+            }
+        }
+        Sample {
+            time_ns,
+            allocated,
+            tracked,
+        }
+    }
+
+    /// Picks the categories with the most bytes now, for the next column.
+    fn retrack(&mut self) {
+        let mut best: Vec<(u64, u32)> = self
+            .bytes
+            .iter()
+            .enumerate()
+            .filter(|&(_, &b)| b > 0)
+            .map(|(c, &b)| (b, c as u32))
+            .collect();
+        let k = TRACKED.min(best.len());
+        if k > 0 && best.len() > k {
+            best.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+        }
+        self.tracked = [u32::MAX; TRACKED];
+        for (slot, &(_, c)) in self.tracked.iter_mut().zip(best.iter().take(k)) {
+            *slot = c;
+        }
+    }
+
+    fn column_for(&mut self, time_ns: u64) -> usize {
+        let origin = *self.origin_ns.get_or_insert(time_ns);
+        let capacity = 2 * self.options.columns;
+        if self.columns.is_empty() {
+            self.columns.resize(capacity, Column::default());
+        }
+        let offset = time_ns.saturating_sub(origin);
+        while offset / self.width_ns >= capacity as u64 {
+            // Outgrown: halve the resolution, keeping each pair's extremes.
+            let merged: Vec<Column> = self
+                .columns
+                .chunks(2)
+                .map(|pair| Column::merge(pair[0], pair.get(1).copied().unwrap_or_default()))
+                .collect();
+            self.columns = merged;
+            self.columns.resize(capacity, Column::default());
+            self.width_ns *= 2;
+            self.current /= 2;
+        }
+        (offset / self.width_ns) as usize
+    }
+
+    fn observe(&mut self, time_ns: u64, state: &ReplayState) {
+        let column = self.column_for(time_ns);
+        if column != self.current {
+            self.current = column;
+            self.retrack();
+        }
+        let totals = state.totals();
+        let allocated = totals.allocated;
+        let col = self.columns[column];
+        let new_max = col.max.is_none_or(|m| allocated > m.allocated);
+        let new_min = col.min.is_none_or(|m| allocated < m.allocated);
+        if new_max || new_min {
+            let s = self.sample(time_ns, allocated);
+            let col = &mut self.columns[column];
+            if new_max {
+                col.max = Some(s);
+            }
+            if new_min {
+                col.min = Some(s);
+            }
+        }
+        let col = &mut self.columns[column];
+        if col.max.is_some() && (new_max && new_min) {
+            col.reserved_min = totals.reserved;
+            col.reserved_max = totals.reserved;
+        } else {
+            col.reserved_min = col.reserved_min.min(totals.reserved);
+            col.reserved_max = col.reserved_max.max(totals.reserved);
+        }
+        if self.peak.is_none_or(|(p, _)| allocated > p.allocated) {
+            self.peak = Some((self.sample(time_ns, allocated), totals.reserved));
+        }
+        self.last_time_ns = time_ns;
+    }
+
+    fn category_name(&self, c: u32, state: &ReplayState, symbols: &SymbolTable) -> String {
+        match self.options.group_by {
+            GroupBy::None => "allocated".into(),
+            GroupBy::Site => state
+                .sites()
+                .name(crate::analysis::sites::SiteId(c), symbols),
+            GroupBy::Phase => self
+                .phase_names
+                .iter()
+                .find(|&(_, &id)| id == c)
+                .map(|(name, _)| name.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn build(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Timeline {
+        // Which categories to name: the largest seen at any kept moment.
+        let mut largest: std::collections::HashMap<u32, u64> = Default::default();
+        let samples: Vec<Sample> = self
+            .columns
+            .iter()
+            .flat_map(|c| {
+                let mut pair = [c.min, c.max];
+                pair.sort_by_key(|s| s.map(|s| s.time_ns));
+                pair.into_iter().flatten()
+            })
+            .collect();
+        for s in &samples {
+            for &(c, b) in &s.tracked {
+                if c != u32::MAX {
+                    let e = largest.entry(c).or_default();
+                    *e = (*e).max(b);
+                }
+            }
+        }
+        let mut ranked: Vec<(u64, u32)> = largest
+            .into_iter()
+            .map(|(c, b)| (b, c))
+            .filter(|&(b, _)| b > 0)
+            .collect();
+        ranked.sort_unstable_by(|a, b| b.cmp(a));
+        ranked.truncate(self.options.top);
+        let chosen: Vec<u32> = ranked.iter().map(|&(_, c)| c).collect();
+        let mut categories: Vec<String> = chosen
+            .iter()
+            .map(|&c| self.category_name(c, state, symbols))
+            .collect();
+        let other_index = categories.len();
+        categories.push("other".into());
+
+        let reserved_of = |column: &Column, s: &Sample| {
+            if column
+                .max
+                .is_some_and(|m| m.time_ns == s.time_ns && m.allocated == s.allocated)
+            {
+                column.reserved_max
+            } else {
+                column.reserved_min
+            }
+        };
+        let mut out = Vec::with_capacity(samples.len());
+        for column in &self.columns {
+            let mut pair = [column.min, column.max];
+            pair.sort_by_key(|s| s.map(|s| s.time_ns));
+            let mut seen = None;
+            for s in pair.into_iter().flatten() {
+                if seen == Some(s.time_ns) {
+                    continue;
+                }
+                seen = Some(s.time_ns);
+                let mut values = vec![0u64; categories.len()];
+                let mut named = 0u64;
+                for &(c, b) in &s.tracked {
+                    if let Some(i) = chosen.iter().position(|&x| x == c) {
+                        values[i] += b;
+                        named += b;
+                    }
+                }
+                values[other_index] = s.allocated.saturating_sub(named);
+                out.push(TimelineSample {
+                    time_ns: s.time_ns,
+                    allocated: s.allocated,
+                    reserved: reserved_of(column, &s),
+                    values,
+                });
+            }
+        }
+        if out.iter().all(|s| s.values[other_index] == 0) {
+            categories.pop();
+            for s in &mut out {
+                s.values.pop();
+            }
+        }
+
+        let end = self.last_time_ns;
+        let phases = state
+            .phases()
+            .iter()
+            .map(|p| PhaseSpan {
+                name: symbols.string_or_unknown(p.name).to_string(),
+                start_ns: p.begin_ns,
+                end_ns: p.end_ns.unwrap_or(end),
+                depth: p.depth as usize,
+            })
+            .collect();
+        let peak = self.peak.map(|(s, _)| {
+            let (category, category_bytes) = s
+                .tracked
+                .iter()
+                .filter(|&&(c, _)| c != u32::MAX)
+                .max_by_key(|&&(_, b)| b)
+                .map(|&(c, b)| (self.category_name(c, state, symbols), b))
+                .unwrap_or_default();
+            TimelinePoint {
+                time_ns: s.time_ns,
+                bytes: s.allocated,
+                category,
+                category_bytes,
+            }
+        });
+        Timeline {
+            categories,
+            samples: out,
+            phases,
+            peak,
+            ooms: std::mem::take(&mut self.ooms),
+        }
+    }
+}
+
+impl Analysis for TimelineAnalysis {
+    fn begin(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+        // Blocks live when the window opens count from its first moment.
+        let live: Vec<LiveAlloc> = state.live().copied().collect();
+        for alloc in &live {
+            let c = self.category(alloc, state, symbols);
+            self.add(c, alloc.size as i128);
+        }
+        self.retrack();
+    }
+
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
+        match step.applied {
+            Applied::Alloc(alloc) => {
+                let c = self.category(&alloc, state, step.symbols);
+                self.add(c, alloc.size as i128);
+            }
+            Applied::FreeCompleted(alloc) => {
+                let c = self.category(&alloc, state, step.symbols);
+                self.add(c, -(alloc.size as i128));
+            }
+            Applied::Oom(site) => {
+                let requested = match step.event.data {
+                    EventData::Oom(o) => o.requested,
+                    _ => 0,
+                };
+                self.ooms.push(TimelinePoint {
+                    time_ns: step.event.time_ns,
+                    bytes: requested,
+                    category: state.sites().name(site, step.symbols),
+                    category_bytes: 0,
+                });
+            }
+            _ => {}
+        }
+        self.observe(step.event.time_ns, state);
+    }
+
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+        self.result = self.build(state, symbols);
+    }
+}
