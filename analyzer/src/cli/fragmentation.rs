@@ -15,7 +15,14 @@ pub struct Args {
     /// About how many time buckets to show (between this and twice it).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     buckets: u32,
+    /// Also draw reserved, allocated, free memory and fragmentation over
+    /// time as an SVG chart (with finer buckets than the table).
+    #[arg(short, long, value_name = "FILE.svg")]
+    output: Option<std::path::PathBuf>,
 }
+
+/// Buckets of the chart: about one per two pixels of its width.
+const CHART_BUCKETS: usize = 400;
 
 #[derive(Serialize)]
 struct Output {
@@ -26,11 +33,26 @@ struct Output {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     args.common.validate()?;
+    if args.output.is_some() && args.common.traces.len() > 1 {
+        anyhow::bail!("-o takes one trace; draw several traces one at a time");
+    }
     let mut outputs = Vec::new();
     for path in &args.common.traces {
         let mut prepared = args.common.prepare(path)?;
         let mut analysis = Fragmentation::new(args.buckets as usize);
-        prepared.run(&mut [&mut analysis])?;
+        // The chart gets its own, finer buckets from the same pass.
+        let mut fine = Fragmentation::new(CHART_BUCKETS);
+        if args.output.is_some() {
+            prepared.run(&mut [&mut analysis, &mut fine])?;
+        } else {
+            prepared.run(&mut [&mut analysis])?;
+        }
+        if let Some(svg_path) = &args.output {
+            let report = fine.into_report().unwrap_or_default();
+            let title = format!("Fragmentation: {}", super::timeline::file_name(path));
+            let svg = crate::render::fragmentation::render(&report, &title)?;
+            super::timeline::write_chart(svg_path, &svg)?;
+        }
         let output = Output {
             path: path.display().to_string(),
             report: analysis.into_report().unwrap_or_default(),

@@ -16,6 +16,10 @@ pub struct Args {
     /// How many rows each table shows.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// Also draw the growth of the leaking (or else the most repeated) phase
+    /// as an SVG chart.
+    #[arg(short, long, value_name = "FILE.svg")]
+    output: Option<std::path::PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -27,6 +31,9 @@ struct Output {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     args.common.validate()?;
+    if args.output.is_some() && args.common.traces.len() > 1 {
+        anyhow::bail!("-o takes one trace; draw several traces one at a time");
+    }
     let mut outputs = Vec::new();
     for path in &args.common.traces {
         let mut prepared = args.common.prepare(path)?;
@@ -36,6 +43,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             path: path.display().to_string(),
             report: analysis.into_report().unwrap_or_default(),
         };
+        if let Some(svg_path) = &args.output {
+            let phase = chart_phase(&output.report).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: no phase repeats three times or more: there is no growth to draw",
+                    path.display()
+                )
+            })?;
+            let svg =
+                crate::render::leaks::render(phase, &mut crate::render::palette::Palette::new())?;
+            super::timeline::write_chart(svg_path, &svg)?;
+        }
         if !args.common.json {
             if !outputs.is_empty() {
                 emit("\n")?;
@@ -48,6 +66,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         print_reports(&outputs)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The phase a chart shows: the fastest-growing leak, else the most
+/// repeated phase.
+fn chart_phase(report: &LeaksReport) -> Option<&crate::analysis::leaks::PhaseGrowth> {
+    report
+        .growth
+        .first()
+        .or_else(|| report.repeated_phases.iter().max_by_key(|p| p.repetitions))
 }
 
 fn render(out: &Output, top: usize, full: bool) -> String {

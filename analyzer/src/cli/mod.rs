@@ -11,6 +11,7 @@ mod fragmentation;
 mod import;
 mod info;
 mod leaks;
+mod report;
 mod summary;
 mod timeline;
 
@@ -51,6 +52,8 @@ enum Command {
     Leaks(leaks::Args),
     /// Draw memory over time as an SVG chart, stacked by site or phase.
     Timeline(timeline::Args),
+    /// Write every analysis of a trace into one self-contained HTML page.
+    Report(report::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -85,6 +88,7 @@ pub fn main() -> ExitCode {
         Command::Fragmentation(args) => fragmentation::run(args),
         Command::Leaks(args) => leaks::run(args),
         Command::Timeline(args) => timeline::run(args),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(code) => code,

@@ -5,5 +5,6 @@ pub mod fragmentation;
 pub mod labels;
 pub mod leaks;
 pub mod palette;
+pub mod report;
 pub mod svg;
 pub mod timeline;
