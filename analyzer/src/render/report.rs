@@ -101,9 +101,9 @@ pub fn render(input: &ReportInput<'_>) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
         escape(&title)
     );
-    let _ = write!(
+    let _ = writeln!(
         html,
-        "<header><h1>{}</h1><div class=\"meta\">{}</div></header>\n",
+        "<header><h1>{}</h1><div class=\"meta\">{}</div></header>",
         escape(&title),
         escape(&header_line(input.header, s))
     );
@@ -133,7 +133,7 @@ pub fn render(input: &ReportInput<'_>) -> String {
     html.push_str("</nav>\n<main>\n");
 
     for w in &input.warnings {
-        let _ = write!(html, "<div class=\"warning\">{}</div>\n", escape(w));
+        let _ = writeln!(html, "<div class=\"warning\">{}</div>", escape(w));
     }
     for extra in &input.extra_sections {
         section(&mut html, &extra.id, &extra.title, &extra.html);
