@@ -601,7 +601,9 @@ impl<D: DeviceMemory> Drop for Recorder<D> {
     }
 }
 
-fn set_origin(data: &mut EventData, stack: StackId, thread: u32) {
+/// Sets the stack and thread of an allocator event (the allocator reports
+/// neither).
+pub(crate) fn set_origin(data: &mut EventData, stack: StackId, thread: u32) {
     match data {
         EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
             b.stack = stack;
