@@ -7,6 +7,7 @@
 //!   of what could be read, exit code 0.
 
 mod info;
+mod synth;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -36,6 +37,8 @@ struct Cli {
 enum Command {
     /// Show a trace's header, duration, event counts and encoding.
     Info(info::Args),
+    /// Write a synthetic training-loop trace (deterministic by seed).
+    Synth(synth::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -51,6 +54,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Synth(args) => synth::run(args),
     };
     match result {
         Ok(code) => code,
