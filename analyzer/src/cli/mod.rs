@@ -13,6 +13,7 @@ mod info;
 mod leaks;
 mod report;
 mod summary;
+mod synth;
 mod timeline;
 
 use crate::input::{self, InputStream};
@@ -54,6 +55,8 @@ enum Command {
     Timeline(timeline::Args),
     /// Write every analysis of a trace into one self-contained HTML page.
     Report(report::Args),
+    /// Write a synthetic training-loop trace (deterministic by seed).
+    Synth(synth::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -89,6 +92,7 @@ pub fn main() -> ExitCode {
         Command::Leaks(args) => leaks::run(args),
         Command::Timeline(args) => timeline::run(args),
         Command::Report(args) => report::run(args),
+        Command::Synth(args) => synth::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,426 @@
+use super::*;
+use crate::allocator::AllocatorConfig;
+use crate::device::SimulatedDevice;
+use crate::format::{EventKind, TraceReader};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// An output the test can read while (and after) the recorder writes it.
+#[derive(Clone, Default)]
+struct SharedBuf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for SharedBuf {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SharedBuf {
+    fn bytes(&self) -> Vec<u8> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn allocator(capacity: u64) -> CachingAllocator<SimulatedDevice> {
+    CachingAllocator::new(SimulatedDevice::new(capacity), AllocatorConfig::default())
+}
+
+fn recorder(options: RecorderOptions) -> (Recorder<SimulatedDevice>, SharedBuf) {
+    let out = SharedBuf::default();
+    let r = Recorder::new(allocator(1 << 40), out.clone(), options).unwrap();
+    (r, out)
+}
+
+fn read(bytes: &[u8]) -> (TraceReader<&[u8]>, Vec<Event>) {
+    let mut reader = TraceReader::new(bytes).unwrap();
+    let events = reader.events().collect::<Result<Vec<_>, _>>().unwrap();
+    (reader, events)
+}
+
+/// A deterministic request sequence: mixed sizes, a bounded live set.
+fn ops(seed: u64, n: usize) -> Vec<(bool, u64, usize)> {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..n)
+        .map(|_| {
+            let r = next();
+            let size = match r % 4 {
+                0 => 512 + r % 4096,
+                1 => 100_000 + r % 900_000,
+                2 => (2 << 20) + r % (8 << 20),
+                _ => (12 << 20) + r % (28 << 20),
+            };
+            (r % 3 != 0, size, (r >> 32) as usize)
+        })
+        .collect()
+}
+
+#[test]
+fn records_events_with_time_thread_phases_and_annotations() {
+    let (r, out) = recorder(RecorderOptions::default());
+    let a = {
+        let _iter = r.phase("iter0");
+        let _fwd = r.phase("forward");
+        r.annotate("step", "0");
+        r.malloc(1000, 0).unwrap()
+    };
+    r.free(a.addr).unwrap();
+    r.empty_cache();
+    let summary = r.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    assert_eq!(reader.header().producer, "vramtrace-recorder");
+    assert_eq!(reader.header().devices[0].name, "simulated");
+    assert!(reader.footer().is_some());
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind()).collect();
+    use EventKind::*;
+    assert_eq!(
+        kinds,
+        vec![
+            PhaseBegin,
+            PhaseBegin,
+            Annotation,
+            SegmentAlloc,
+            Alloc,
+            PhaseEnd,
+            PhaseEnd,
+            FreeRequested,
+            FreeCompleted,
+            EmptyCache,
+            SegmentFree
+        ]
+    );
+    assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    let sym = reader.symbols();
+    let names: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e.data {
+            EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => sym.string(name),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(names, ["iter0", "forward", "forward", "iter0"]);
+    let EventData::Alloc(b) = events[4].data else {
+        panic!("not an alloc")
+    };
+    assert_eq!(
+        (b.addr, b.requested, b.stack),
+        (a.addr, 1000, StackId::NONE)
+    );
+    assert_eq!(b.thread, thread_id());
+    assert_eq!(summary.events, 11);
+    assert_eq!(summary.bytes, out.bytes().len() as u64);
+}
+
+#[test]
+fn misuse_is_an_error_not_a_panic() {
+    let (r, _out) = recorder(RecorderOptions::default());
+    assert!(matches!(r.phase_end(), Err(RecorderError::NoOpenPhase)));
+    assert!(matches!(
+        r.free(12345),
+        Err(AllocError::UnknownAddress(12345))
+    ));
+    r.phase_begin("a");
+    r.phase_end().unwrap();
+    r.finish().unwrap();
+    assert!(matches!(r.finish(), Err(RecorderError::Finished)));
+    assert!(matches!(r.flush(), Err(RecorderError::Finished)));
+    // The allocator keeps working after the recording ends.
+    let a = r.malloc(10, 0).unwrap();
+    r.free(a.addr).unwrap();
+}
+
+#[test]
+fn recording_does_not_change_allocation_decisions() {
+    let run_raw = |seq: &[(bool, u64, usize)]| {
+        let mut a = allocator(4 << 30);
+        let mut live = Vec::new();
+        let mut addrs = Vec::new();
+        for &(is_alloc, size, pick) in seq {
+            if is_alloc || live.is_empty() {
+                match a.malloc(size, 0) {
+                    Ok(x) => {
+                        addrs.push(x.addr);
+                        live.push(x.addr);
+                    }
+                    Err(_) => addrs.push(0),
+                }
+            } else {
+                a.free(live.swap_remove(pick % live.len())).unwrap();
+            }
+        }
+        addrs
+    };
+    let run_recorded = |seq: &[(bool, u64, usize)], stacks| {
+        let out = SharedBuf::default();
+        let options = RecorderOptions {
+            stacks,
+            chunk_events: 1000,
+            ..RecorderOptions::default()
+        };
+        let r = Recorder::new(allocator(4 << 30), out, options).unwrap();
+        let mut live = Vec::new();
+        let mut addrs = Vec::new();
+        for &(is_alloc, size, pick) in seq {
+            if is_alloc || live.is_empty() {
+                match r.malloc(size, 0) {
+                    Ok(x) => {
+                        addrs.push(x.addr);
+                        live.push(x.addr);
+                    }
+                    Err(_) => addrs.push(0),
+                }
+            } else {
+                r.free(live.swap_remove(pick % live.len())).unwrap();
+            }
+        }
+        r.finish().unwrap();
+        addrs
+    };
+    let seq = ops(7, 20_000);
+    let raw = run_raw(&seq);
+    // The device is small enough for the sequence to hit OOMs too.
+    assert!(raw.contains(&0));
+    let recorded = run_recorded(&seq, StackMode::None);
+    let first_diff = raw.iter().zip(&recorded).position(|(a, b)| a != b);
+    assert_eq!(first_diff, None);
+    assert_eq!(recorded.len(), raw.len());
+    assert_eq!(
+        run_recorded(&seq[..2000], StackMode::Native),
+        run_raw(&seq[..2000])
+    );
+}
+
+/// Live blocks by address and reserved bytes, folded from a trace.
+fn fold(events: &[Event]) -> (HashMap<u64, u64>, u64) {
+    let mut live = HashMap::new();
+    let mut reserved = 0u64;
+    for e in events {
+        match e.data {
+            EventData::Alloc(b) => assert!(live.insert(b.addr, b.size).is_none()),
+            EventData::FreeRequested(b) => assert_eq!(live.remove(&b.addr), Some(b.size)),
+            EventData::SegmentAlloc(s) | EventData::SegmentMap(s) => reserved += s.size,
+            EventData::SegmentFree(s) | EventData::SegmentUnmap(s) => reserved -= s.size,
+            _ => {}
+        }
+    }
+    (live, reserved)
+}
+
+#[test]
+fn many_threads_lose_no_event() {
+    const THREADS: usize = 8;
+    const OPS: usize = 100_000;
+    let (r, out) = recorder(RecorderOptions {
+        chunk_events: 4096,
+        ..RecorderOptions::default()
+    });
+    let held: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let r = &r;
+                s.spawn(move || {
+                    let mut live = Vec::new();
+                    for (i, (is_alloc, size, pick)) in
+                        ops(t as u64 + 1, OPS).into_iter().enumerate()
+                    {
+                        let size = size % (4 << 20);
+                        if (is_alloc && live.len() < 32) || live.is_empty() {
+                            live.push(r.malloc(size, 0).unwrap().addr);
+                        } else {
+                            r.free(live.swap_remove(pick % live.len())).unwrap();
+                        }
+                        if i % 10_000 == 0 {
+                            r.annotate("thread", &t.to_string());
+                        }
+                    }
+                    live
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let stats = r.stats();
+    let summary = r.finish().unwrap();
+    let bytes = out.bytes();
+    let (_, events) = read(&bytes);
+    assert_eq!(events.len() as u64, summary.events);
+    let c = summary.counts;
+    let held_count: usize = held.iter().map(Vec::len).sum();
+    assert_eq!(
+        c.get(EventKind::Alloc) + c.get(EventKind::FreeRequested),
+        (THREADS * OPS) as u64
+    );
+    assert_eq!(
+        c.get(EventKind::Alloc) - c.get(EventKind::FreeRequested),
+        held_count as u64
+    );
+    assert_eq!(
+        c.get(EventKind::Annotation),
+        (THREADS * OPS / 10_000) as u64
+    );
+    assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    let threads: std::collections::HashSet<u32> = events
+        .iter()
+        .filter_map(|e| match e.data {
+            EventData::Alloc(b) => Some(b.thread),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(threads.len(), THREADS);
+    // The trace's end state is the allocator's.
+    let (live, reserved) = fold(&events);
+    assert_eq!(live.len(), held_count);
+    for addr in held.iter().flatten() {
+        let a = r.allocation(*addr).unwrap();
+        assert_eq!(live.get(addr), Some(&a.size));
+    }
+    assert_eq!(reserved, stats.reserved_bytes.all.current);
+    assert_eq!(
+        live.values().sum::<u64>(),
+        stats.allocated_bytes.all.current
+    );
+}
+
+#[inline(never)]
+fn native_caller(r: &Recorder<SimulatedDevice>) -> Allocation {
+    let a = r.malloc(4096, 0).unwrap();
+    std::hint::black_box(a)
+}
+
+#[test]
+fn native_stacks_are_symbolized_once_per_address() {
+    let (r, out) = recorder(RecorderOptions {
+        stacks: StackMode::Native,
+        ..RecorderOptions::default()
+    });
+    let mut addrs = Vec::new();
+    for _ in 0..10 {
+        addrs.push(native_caller(&r).addr);
+    }
+    for a in addrs {
+        r.free(a).unwrap();
+    }
+    let summary = r.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    let sym = reader.symbols();
+    let alloc_stacks: Vec<StackId> = events
+        .iter()
+        .filter_map(|e| match e.data {
+            EventData::Alloc(b) => Some(b.stack),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(alloc_stacks.len(), 10);
+    // The same call site: one stack.
+    assert!(alloc_stacks.iter().all(|&s| s == alloc_stacks[0]));
+    assert_ne!(alloc_stacks[0], StackId::NONE);
+    let frames: Vec<String> = sym
+        .stack(alloc_stacks[0])
+        .iter()
+        .map(|&f| sym.describe_frame(f))
+        .collect();
+    // The innermost frame is the caller, not the recorder or the unwinder.
+    assert!(
+        frames[0].contains("native_caller"),
+        "unexpected innermost frames: {:?}",
+        &frames[..frames.len().min(4)]
+    );
+    assert!(!frames.iter().any(|f| f.contains("Recorder")));
+    assert!(summary.stacks >= 2);
+    // Each distinct address is symbolized once: the alloc and free stacks
+    // share their outer frames.
+    assert!(
+        summary.addresses > 0 && summary.addresses < 2 * frames.len() as u64,
+        "{} addresses for {} frames",
+        summary.addresses,
+        frames.len()
+    );
+}
+
+#[test]
+fn flushed_events_are_readable_while_recording_and_drop_closes_the_trace() {
+    let (r, out) = recorder(RecorderOptions::default());
+    let a = r.malloc(1 << 20, 0).unwrap();
+    r.flush().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    assert!(reader.footer().is_none());
+    assert_eq!(events.len(), 2);
+    r.free(a.addr).unwrap();
+    drop(r);
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    assert!(reader.footer().is_some());
+    assert_eq!(events.len(), 4);
+}
+
+#[test]
+fn out_of_memory_is_recorded_with_its_stack() {
+    let out = SharedBuf::default();
+    let r = Recorder::new(
+        allocator(64 << 20),
+        out.clone(),
+        RecorderOptions {
+            stacks: StackMode::Native,
+            ..RecorderOptions::default()
+        },
+    )
+    .unwrap();
+    let err = r.malloc(100 << 20, 0).unwrap_err();
+    assert!(matches!(err, AllocError::OutOfMemory { .. }));
+    r.finish().unwrap();
+    let bytes = out.bytes();
+    let (_, events) = read(&bytes);
+    let oom = events
+        .iter()
+        .find_map(|e| match e.data {
+            EventData::Oom(o) => Some(o),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(oom.requested, 100 << 20);
+    assert_ne!(oom.stack, StackId::NONE);
+}
+
+#[test]
+fn the_writer_thread_error_surfaces_at_finish() {
+    struct Failing(usize);
+    impl Write for Failing {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.0 < buf.len() {
+                return Err(io::Error::other("disk full"));
+            }
+            self.0 -= buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let r = Recorder::new(
+        allocator(1 << 40),
+        Failing(4096),
+        RecorderOptions {
+            chunk_events: 100,
+            ..RecorderOptions::default()
+        },
+    )
+    .unwrap();
+    for _ in 0..10_000 {
+        let a = r.malloc(512, 0).unwrap();
+        r.free(a.addr).unwrap();
+    }
+    assert!(r.flush().is_err());
+    assert!(matches!(r.finish(), Err(RecorderError::Format(_))));
+}
