@@ -17,6 +17,7 @@ use pickle::{FxMap, Heap, ObjKind, PickleError, StrId, Val};
 use rebuild::{DeviceReplay, EndBlock, EndSegment};
 use std::collections::BTreeMap;
 use std::io::Read;
+use vramtrace_recorder::allocator::AllocatorConfig;
 use vramtrace_recorder::format::{
     BlockEvent, BlockState, BlockStatus, DeviceInfo, Event, EventData, FormatError, Frame, FrameId,
     Header, InitialState, KindCounts, OomEvent, SegmentEvent, SegmentState, StackId, TraceWriter,
@@ -74,14 +75,6 @@ pub struct ImportReport {
     pub pickle_protocol: u8,
     /// Bytes of pickle read.
     pub pickle_bytes: u64,
-}
-
-/// PyTorch's request rounding without the power-of-two divisions: 512-byte minimum,
-/// multiples of 512.
-// TODO(allocator): switch to `AllocatorConfig::from_settings(..).round_size` once the
-// allocator lands on main; this helper ignores `roundup_power2_divisions`.
-fn round_size(requested: u64) -> u64 {
-    requested.max(1).div_ceil(512).saturating_mul(512)
 }
 
 /// Imports a snapshot pickle (uncompressed: see [`crate::input`] for compressed files).
@@ -361,6 +354,20 @@ fn convert_to_trace(
         ));
     }
 
+    // Block sizes follow the allocator's rounding, which the snapshot's settings
+    // (roundup_power2_divisions) change; the end state only gives the sizes of the
+    // blocks still live.
+    let config = match AllocatorConfig::from_settings(&s.settings) {
+        Ok((config, _ignored)) => config,
+        Err(e) => {
+            report.warnings.push(format!(
+                "allocator_settings could not be read ({e}): block sizes use the default rounding"
+            ));
+            AllocatorConfig::default()
+        }
+    };
+    let round_size = |requested| config.round_size(requested);
+
     // Devices: the position in device_traces.
     let device_of: FxMap<u32, u32> = s
         .device_lists
@@ -610,6 +617,7 @@ fn convert_to_trace(
             &live_sizes,
             &mut sizes,
             heap,
+            &config,
             &mut w,
         ) else {
             continue;
@@ -647,8 +655,10 @@ fn event_data(
     live_sizes: &FxMap<u64, u64>,
     sizes: &mut FxMap<(u32, u64), u64>,
     heap: &Heap,
+    config: &AllocatorConfig,
     w: &mut TraceWriter<Vec<u8>>,
 ) -> Option<EventData> {
+    let round_size = |requested| config.round_size(requested);
     let stack = stacks
         .get(e.stack as usize)
         .copied()
