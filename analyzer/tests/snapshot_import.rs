@@ -303,6 +303,46 @@ fn protocols_4_and_5_with_shared_frames() {
 }
 
 #[test]
+fn block_sizes_follow_the_snapshots_rounding_settings() {
+    let alloc_size = |imp: &Imported| {
+        imp.events
+            .iter()
+            .find_map(|e| match e.data {
+                EventData::Alloc(b) => Some((b.size, b.requested)),
+                _ => None,
+            })
+            .unwrap()
+    };
+    // 4 divisions below 2 MiB: 1,200,000 bytes round to 1.25 MiB.
+    let imp = import(&synthetic("rounding_p4.pickle"));
+    assert!(imp.report.end_state_matches, "{:#?}", imp.report.warnings);
+    assert_eq!(alloc_size(&imp), (1_310_720, 1_200_000));
+    let freed: Vec<u64> = imp
+        .events
+        .iter()
+        .filter_map(|e| match e.data {
+            EventData::FreeRequested(b) | EventData::FreeCompleted(b) => Some(b.size),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(freed, vec![1_310_720, 1_310_720]);
+    assert!(
+        !imp.report
+            .warnings
+            .iter()
+            .any(|w| w.contains("allocator_settings")),
+        "{:#?}",
+        imp.report.warnings
+    );
+
+    // Unreadable settings: the default 512-byte rounding, and a warning.
+    let imp = import(&synthetic("bad_settings_p4.pickle"));
+    assert_eq!(alloc_size(&imp), (1_200_128, 1_200_000));
+    let w = imp.report.warnings.join("\n");
+    assert!(w.contains("allocator_settings could not be read"), "{w}");
+}
+
+#[test]
 fn malformed_inputs_are_errors_with_offsets() {
     for (name, needle) in [
         ("truncated.pickle", "truncated"),

@@ -276,6 +276,16 @@ impl Iterator for LogIter<'_> {
     }
 }
 
+// What a trace entry's key holds, in `Collector::field_of`.
+const F_OTHER: u8 = 0;
+const F_ACTION: u8 = 1;
+const F_ADDR: u8 = 2;
+const F_SIZE: u8 = 3;
+const F_STREAM: u8 = 4;
+const F_TIME: u8 = 5;
+const F_FRAMES: u8 = 6;
+const F_TEXT: u8 = 7;
+
 // The strings the collector compares keys and actions against, interned up front so
 // each comparison is an integer compare.
 struct Keys {
@@ -306,6 +316,13 @@ pub(crate) struct Collector {
     /// Entries without `frames`.
     pub entries_without_frames: u64,
     scratch: Vec<u32>,
+    // By heap string id: the entry field a key fills, and the action a string names
+    // (u8::MAX: none). The strings were interned first, so their ids are small and
+    // these tables replace a chain of comparisons per key.
+    field_of: Vec<u8>,
+    action_of: Vec<u8>,
+    // Counts of the known actions, merged into `action_counts` after parsing.
+    known_counts: [u64; 10],
 }
 
 impl Collector {
@@ -325,7 +342,34 @@ impl Collector {
             line: i("line"),
             actions: Action::ALL.map(|a| i(a.name())),
         };
+        let table = |pairs: &[(StrId, u8)], none: u8| {
+            let len = pairs.iter().map(|p| p.0 as usize + 1).max().unwrap_or(0);
+            let mut t = vec![none; len];
+            for &(id, v) in pairs {
+                t[id as usize] = v;
+            }
+            t
+        };
+        let field_of = table(
+            &[
+                (k.action, F_ACTION),
+                (k.addr, F_ADDR),
+                (k.device_free, F_ADDR),
+                (k.size, F_SIZE),
+                (k.stream, F_STREAM),
+                (k.time_us, F_TIME),
+                (k.frames, F_FRAMES),
+                (k.user_metadata, F_TEXT),
+                (k.name, F_TEXT),
+            ],
+            F_OTHER,
+        );
+        let actions: Vec<(StrId, u8)> = (0..10).map(|i| (k.actions[i], i as u8)).collect();
+        let action_of = table(&actions, u8::MAX);
         Collector {
+            field_of,
+            action_of,
+            known_counts: [0; 10],
             k,
             frames: Vec::new(),
             stacks: LocalStacks::new(),
@@ -339,13 +383,18 @@ impl Collector {
 
     /// Frees what only parsing needed.
     pub fn finish_parsing(&mut self) {
+        for (i, &n) in self.known_counts.iter().enumerate() {
+            if n > 0 {
+                *self.action_counts.entry(self.k.actions[i]).or_insert(0) += n;
+            }
+        }
+        self.known_counts = [0; 10];
         self.stacks.shrink();
         self.scratch = Vec::new();
     }
 
     // A trace entry: record it and consume it. None: not a trace entry.
     fn entry(&mut self, heap: &Heap, list: ObjId, item: ObjId) -> Option<Attach> {
-        let k = &self.k;
         let mut action = None;
         let mut e = LogEntry {
             action: Action::Snapshot,
@@ -360,47 +409,53 @@ impl Collector {
         let mut text = 0;
         for kv in heap.obj(item).items.chunks_exact(2) {
             let Val::Str(key) = kv[0] else { continue };
-            let int = match kv[1] {
-                Val::Int(i) => Some(i),
+            let field = self.field_of.get(key as usize).copied().unwrap_or(F_OTHER);
+            // Ints as u64, two's complement for negative ones (as the i128 cast did).
+            let int = || match kv[1] {
+                Val::Int(i) => Some(i as i128),
+                Val::BigInt(_) => heap.int(kv[1]),
                 _ => None,
             };
-            if key == k.action {
-                action = match kv[1] {
-                    Val::Str(s) => Some(s),
-                    _ => return None,
-                };
-            } else if key == k.addr || key == k.device_free {
-                e.addr = int.unwrap_or(0) as u64;
-            } else if key == k.size {
-                e.size = int.unwrap_or(0) as u64;
-            } else if key == k.stream {
-                e.stream = int.unwrap_or(0) as u64;
-            } else if key == k.time_us {
-                e.time_us = int.map(|t| t as i64);
-            } else if key == k.frames {
-                has_frames = true;
-                if let Val::Custom {
-                    kind: CUSTOM_STACK,
-                    id,
-                } = kv[1]
-                {
-                    e.stack = id;
+            match field {
+                F_OTHER => {}
+                F_ACTION => {
+                    action = match kv[1] {
+                        Val::Str(s) => Some(s),
+                        _ => return None,
+                    };
                 }
-            } else if key == k.user_metadata || key == k.name {
-                if let Val::Str(s) = kv[1] {
-                    if !heap.str_bytes(s).is_empty() {
-                        text = s;
+                F_ADDR => e.addr = int().unwrap_or(0) as u64,
+                F_SIZE => e.size = int().unwrap_or(0) as u64,
+                F_STREAM => e.stream = int().unwrap_or(0) as u64,
+                F_TIME => e.time_us = int().map(|t| t as i64),
+                F_FRAMES => {
+                    has_frames = true;
+                    if let Val::Custom {
+                        kind: CUSTOM_STACK,
+                        id,
+                    } = kv[1]
+                    {
+                        e.stack = id;
+                    }
+                }
+                _ => {
+                    if let Val::Str(s) = kv[1] {
+                        if !heap.str_bytes(s).is_empty() {
+                            text = s;
+                        }
                     }
                 }
             }
         }
         let action = action?;
-        *self.action_counts.entry(action).or_insert(0) += 1;
-        let Some(pos) = self.k.actions.iter().position(|&a| a == action) else {
+        let known = self.action_of.get(action as usize).copied();
+        let Some(pos) = known.filter(|&a| a != u8::MAX) else {
             // Unknown actions are counted (and reported) but not converted.
+            *self.action_counts.entry(action).or_insert(0) += 1;
             return Some(Attach::Consume);
         };
-        e.action = Action::ALL[pos];
+        self.known_counts[pos as usize] += 1;
+        e.action = Action::ALL[pos as usize];
         if e.action == Action::UserDefined {
             e.size = text as u64;
         }
@@ -425,8 +480,8 @@ impl Collector {
             match (kv[0], kv[1]) {
                 (Val::Str(k), Val::Str(v)) if k == self.k.name => name = Some(v),
                 (Val::Str(k), Val::Str(v)) if k == self.k.filename => file = Some(v),
-                (Val::Str(k), Val::Int(v)) if k == self.k.line => {
-                    line = v.clamp(0, u32::MAX as i128) as u32
+                (Val::Str(k), v @ (Val::Int(_) | Val::BigInt(_))) if k == self.k.line => {
+                    line = heap.int(v).unwrap_or(0).clamp(0, u32::MAX as i128) as u32
                 }
                 _ => {}
             }

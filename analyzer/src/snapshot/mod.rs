@@ -13,10 +13,11 @@ pub mod pickle;
 mod rebuild;
 
 use convert::{Action, Collector, LogEntry};
-use pickle::{Heap, ObjKind, PickleError, StrId, Val};
+use pickle::{FxMap, Heap, ObjKind, PickleError, StrId, Val};
 use rebuild::{DeviceReplay, EndBlock, EndSegment};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Read;
+use vramtrace_recorder::allocator::AllocatorConfig;
 use vramtrace_recorder::format::{
     BlockEvent, BlockState, BlockStatus, DeviceInfo, Event, EventData, FormatError, Frame, FrameId,
     Header, InitialState, KindCounts, OomEvent, SegmentEvent, SegmentState, StackId, TraceWriter,
@@ -76,14 +77,6 @@ pub struct ImportReport {
     pub pickle_bytes: u64,
 }
 
-/// PyTorch's request rounding without the power-of-two divisions: 512-byte minimum,
-/// multiples of 512.
-// TODO(allocator): switch to `AllocatorConfig::from_settings(..).round_size` once the
-// allocator lands on main; this helper ignores `roundup_power2_divisions`.
-fn round_size(requested: u64) -> u64 {
-    requested.max(1).div_ceil(512).saturating_mul(512)
-}
-
 /// Imports a snapshot pickle (uncompressed: see [`crate::input`] for compressed files).
 /// `progress` is called with the number of pickle bytes read so far, every MiB or so.
 pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapshot, ImportError> {
@@ -115,19 +108,15 @@ struct Snapshot {
     entries_per_device: Vec<u64>,
     has_segments: bool,
     end_segments: Vec<EndSegment>,
-    end_blocks: Vec<HashMap<u64, EndBlock>>,
+    end_blocks: Vec<FxMap<u64, EndBlock>>,
     settings: BTreeMap<String, String>,
     // (time_us, is START, name)
     annotations: Option<Vec<(i64, bool, String)>>,
     warnings: Vec<String>,
 }
 
-fn int(v: Option<Val>) -> Option<i128> {
-    match v {
-        Some(Val::Int(i)) => Some(i),
-        Some(Val::Bool(b)) => Some(b as i128),
-        _ => None,
-    }
+fn int(heap: &Heap, v: Option<Val>) -> Option<i128> {
+    heap.int(v?)
 }
 
 impl Snapshot {
@@ -222,7 +211,7 @@ impl Snapshot {
                         Some(Val::Str(x)) => heap.str(x).into_owned(),
                         _ => String::new(),
                     };
-                    let Some(t) = int(heap.dict_get_str(a, "time_us")) else {
+                    let Some(t) = int(heap, heap.dict_get_str(a, "time_us")) else {
                         continue;
                     };
                     let begin = match stage.as_str() {
@@ -250,11 +239,11 @@ impl Snapshot {
             return Err(bad("is not a dict"));
         };
         let g = |k: &str| heap.dict_get_str(seg, k);
-        let device = int(g("device")).unwrap_or(0) as u32;
-        let addr = int(g("address")).ok_or_else(|| bad("has no `address`"))? as u64;
-        let size = int(g("total_size")).ok_or_else(|| bad("has no `total_size`"))? as u64;
-        let stream = int(g("stream")).unwrap_or(0) as u64;
-        let expandable = int(g("is_expandable")).unwrap_or(0) != 0;
+        let device = int(heap, g("device")).unwrap_or(0) as u32;
+        let addr = int(heap, g("address")).ok_or_else(|| bad("has no `address`"))? as u64;
+        let size = int(heap, g("total_size")).ok_or_else(|| bad("has no `total_size`"))? as u64;
+        let stream = int(heap, g("stream")).unwrap_or(0) as u64;
+        let expandable = int(heap, g("is_expandable")).unwrap_or(0) != 0;
         self.end_segments.push(EndSegment {
             device,
             addr,
@@ -263,7 +252,7 @@ impl Snapshot {
             expandable,
         });
         while self.end_blocks.len() <= device as usize {
-            self.end_blocks.push(HashMap::new());
+            self.end_blocks.push(FxMap::default());
         }
         let Some(Val::Obj(blocks)) = g("blocks") else {
             return Ok(());
@@ -272,8 +261,8 @@ impl Snapshot {
         for &b in &heap.obj(blocks).items {
             let Val::Obj(b) = b else { continue };
             let g = |k: &str| heap.dict_get_str(b, k);
-            let baddr = int(g("address")).map_or(at, |a| a as u64);
-            let bsize = int(g("size")).unwrap_or(0) as u64;
+            let baddr = int(heap, g("address")).map_or(at, |a| a as u64);
+            let bsize = int(heap, g("size")).unwrap_or(0) as u64;
             at = baddr + bsize;
             let status = match g("state") {
                 Some(Val::Str(s)) => match heap.str_bytes(s) {
@@ -294,7 +283,7 @@ impl Snapshot {
                 baddr,
                 EndBlock {
                     size: bsize,
-                    requested: int(g("requested_size")).unwrap_or(0) as u64,
+                    requested: int(heap, g("requested_size")).unwrap_or(0) as u64,
                     status,
                     stack,
                 },
@@ -365,8 +354,22 @@ fn convert_to_trace(
         ));
     }
 
+    // Block sizes follow the allocator's rounding, which the snapshot's settings
+    // (roundup_power2_divisions) change; the end state only gives the sizes of the
+    // blocks still live.
+    let config = match AllocatorConfig::from_settings(&s.settings) {
+        Ok((config, _ignored)) => config,
+        Err(e) => {
+            report.warnings.push(format!(
+                "allocator_settings could not be read ({e}): block sizes use the default rounding"
+            ));
+            AllocatorConfig::default()
+        }
+    };
+    let round_size = |requested| config.round_size(requested);
+
     // Devices: the position in device_traces.
-    let device_of: HashMap<u32, u32> = s
+    let device_of: FxMap<u32, u32> = s
         .device_lists
         .iter()
         .enumerate()
@@ -374,7 +377,7 @@ fn convert_to_trace(
         .collect();
     let devices = s.device_lists.len().max(s.end_blocks.len());
     let mut replays: Vec<DeviceReplay> = (0..devices).map(|_| DeviceReplay::default()).collect();
-    let empty_blocks = HashMap::new();
+    let empty_blocks = FxMap::default();
     let end_blocks = |d: usize| s.end_blocks.get(d).unwrap_or(&empty_blocks);
     let end_segments = |d: usize| -> Vec<EndSegment> {
         s.end_segments
@@ -394,7 +397,7 @@ fn convert_to_trace(
             r.apply(run.first_index + i as u64, &e, &round_size);
         }
     }
-    let mut live_sizes: HashMap<u64, u64> = HashMap::new();
+    let mut live_sizes: FxMap<u64, u64> = FxMap::default();
     let mut start = Vec::new();
     for (d, r) in replays.iter_mut().enumerate() {
         let segs = end_segments(d);
@@ -474,7 +477,7 @@ fn convert_to_trace(
     let mut w = TraceWriter::with_options(Vec::new(), header, options)?;
 
     // Symbols: local frames and stacks to the writer's ids.
-    let mut strings = HashMap::new();
+    let mut strings = FxMap::default();
     let mut string = |w: &mut TraceWriter<Vec<u8>>, id: StrId| {
         *strings
             .entry(id)
@@ -502,7 +505,7 @@ fn convert_to_trace(
         .collect();
 
     // The initial state, and the block sizes the events will need.
-    let mut sizes: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut sizes: FxMap<(u32, u64), u64> = FxMap::default();
     let mut initial = InitialState::default();
     for (d, segs) in start.iter().enumerate() {
         for seg in segs {
@@ -614,6 +617,7 @@ fn convert_to_trace(
             &live_sizes,
             &mut sizes,
             heap,
+            &config,
             &mut w,
         ) else {
             continue;
@@ -648,11 +652,13 @@ fn event_data(
     index: u64,
     e: &LogEntry,
     stacks: &[StackId],
-    live_sizes: &HashMap<u64, u64>,
-    sizes: &mut HashMap<(u32, u64), u64>,
+    live_sizes: &FxMap<u64, u64>,
+    sizes: &mut FxMap<(u32, u64), u64>,
     heap: &Heap,
+    config: &AllocatorConfig,
     w: &mut TraceWriter<Vec<u8>>,
 ) -> Option<EventData> {
+    let round_size = |requested| config.round_size(requested);
     let stack = stacks
         .get(e.stack as usize)
         .copied()

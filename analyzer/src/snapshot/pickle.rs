@@ -92,8 +92,12 @@ pub enum Val {
     None,
     /// A bool.
     Bool(bool),
-    /// An int; i128 holds every u64 (device addresses can exceed 2^63).
-    Int(i128),
+    /// An int that fits an i64 (nearly all of them).
+    Int(i64),
+    /// A larger int (device addresses can exceed 2^63), by index into the heap's
+    /// big ints: keeping it out of line keeps every `Val` 16 bytes, and the parser
+    /// copies values around for every opcode.
+    BigInt(u32),
     /// A float.
     Float(f64),
     /// A str, interned by content.
@@ -149,6 +153,7 @@ pub struct Heap {
     strings: Vec<Box<[u8]>>,
     string_ids: HashMap<Box<[u8]>, StrId, FxBuild>,
     bytes: Vec<Vec<u8>>,
+    big_ints: Vec<i128>,
     objs: Vec<Obj>,
     free_objs: Vec<ObjId>,
     // Retired in the current item batch: recycled when the batch is done, since items
@@ -177,6 +182,17 @@ impl Heap {
     /// An interned string as text (invalid UTF-8, e.g. lone surrogates, replaced).
     pub fn str(&self, id: StrId) -> std::borrow::Cow<'_, str> {
         String::from_utf8_lossy(self.str_bytes(id))
+    }
+
+    /// The value of an int (or bool, as Python treats it), whatever its size.
+    #[inline]
+    pub fn int(&self, v: Val) -> Option<i128> {
+        match v {
+            Val::Int(i) => Some(i as i128),
+            Val::BigInt(b) => Some(self.big_ints[b as usize]),
+            Val::Bool(b) => Some(b as i128),
+            _ => None,
+        }
     }
 
     /// A container.
@@ -212,7 +228,8 @@ impl Heap {
         Ok(match v {
             Val::None => Value::None,
             Val::Bool(b) => Value::Bool(b),
-            Val::Int(i) => Value::Int(i),
+            Val::Int(i) => Value::Int(i as i128),
+            Val::BigInt(b) => Value::Int(self.big_ints[b as usize]),
             Val::Float(f) => Value::Float(f),
             Val::Str(s) => Value::Str(self.str(s).into_owned()),
             Val::Bytes(b) => Value::Bytes(self.bytes[b as usize].clone()),
@@ -458,6 +475,7 @@ impl Memo {
         })
     }
 
+    #[inline(always)]
     fn decode(&self, slot: u32) -> Option<Val> {
         let id = slot & PAYLOAD;
         Some(match slot >> TAG_SHIFT {
@@ -488,6 +506,7 @@ impl Memo {
         }
     }
 
+    #[inline(always)]
     fn get(&self, idx: u64) -> Option<Val> {
         match self.slots.get(idx as usize) {
             Some(&slot) => self.decode(slot),
@@ -890,6 +909,11 @@ impl<'p, R: Read> Parser<'p, R> {
         if (self.stack.len() - from) % 2 != 0 {
             return Err(malformed(at, "SETITEMS with an odd number of items"));
         }
+        // Str keys with small ids (the keys of snapshot dicts are interned early) are
+        // tracked in a bit set while the dict started empty: a new key then needs no
+        // scan of the pairs already stored.
+        let mut seen: u64 = 0;
+        let mut fresh = self.heap.objs[target as usize].items.is_empty();
         let mut i = from;
         while i < self.stack.len() {
             let key = self.stack[i];
@@ -916,8 +940,30 @@ impl<'p, R: Read> Parser<'p, R> {
                 }
             }
             let t = &mut self.heap.objs[target as usize];
-            // A repeated key replaces the earlier value, as in Python.
-            if let Some(slot) = t.items.chunks_exact_mut(2).find(|kv| kv[0] == key) {
+            let known_new = match key {
+                Val::Str(k) if fresh && k < 64 => {
+                    let new = seen & (1 << k) == 0;
+                    seen |= 1 << k;
+                    new
+                }
+                _ => {
+                    fresh = false;
+                    false
+                }
+            };
+            // A repeated key replaces the earlier value, as in Python. Keys are almost
+            // always strs, compared by id without the general enum comparison.
+            let same = |k: &Val| match (key, *k) {
+                (Val::Str(a), Val::Str(b)) => a == b,
+                (Val::Str(_), _) => false,
+                _ => *k == key,
+            };
+            let slot = if known_new {
+                None
+            } else {
+                t.items.chunks_exact_mut(2).find(|kv| same(&kv[0]))
+            };
+            if let Some(slot) = slot {
                 slot[1] = value;
             } else {
                 t.items.push(key);
@@ -1075,17 +1121,17 @@ impl<'p, R: Read> Parser<'p, R> {
             op::BININT1 => {
                 self.src.need(1, "BININT1's argument")?;
                 let v = self.src.u8();
-                self.stack.push(Val::Int(v as i128));
+                self.stack.push(Val::Int(v as i64));
             }
             op::BININT2 => {
                 self.src.need(2, "BININT2's argument")?;
                 let v = u16::from_le_bytes(self.src.array());
-                self.stack.push(Val::Int(v as i128));
+                self.stack.push(Val::Int(v as i64));
             }
             op::BININT => {
                 self.src.need(4, "BININT's argument")?;
                 let v = i32::from_le_bytes(self.src.array());
-                self.stack.push(Val::Int(v as i128));
+                self.stack.push(Val::Int(v as i64));
             }
             op::LONG1 | op::LONG4 => {
                 let n = if opcode == op::LONG1 {
@@ -1112,7 +1158,15 @@ impl<'p, R: Read> Parser<'p, R> {
                 if n > 0 && n < 16 && b[n - 1] & 0x80 != 0 {
                     le[n..].fill(0xff); // sign-extend
                 }
-                self.stack.push(Val::Int(i128::from_le_bytes(le)));
+                let v = i128::from_le_bytes(le);
+                let v = match i64::try_from(v) {
+                    Ok(small) => Val::Int(small),
+                    Err(_) => {
+                        self.heap.big_ints.push(v);
+                        Val::BigInt(self.heap.big_ints.len() as u32 - 1)
+                    }
+                };
+                self.stack.push(v);
             }
             op::BINFLOAT => {
                 self.src.need(8, "BINFLOAT's argument")?;
@@ -1270,12 +1324,21 @@ impl Hasher for FxHasher {
     }
     #[inline]
     fn finish(&self) -> u64 {
-        self.hash
+        // The last multiply leaves the low bits weakest, and hashbrown picks buckets
+        // by the low bits: device addresses (multiples of 512 or more) would all land
+        // in a few buckets. The rotation brings the well-mixed high bits down.
+        self.hash.rotate_left(26)
     }
 }
 
 /// A `BuildHasher` for [`FxHasher`].
 pub type FxBuild = BuildHasherDefault<FxHasher>;
+
+/// A `HashMap` with [`FxHasher`].
+pub type FxMap<K, V> = HashMap<K, V, FxBuild>;
+
+/// A `HashSet` with [`FxHasher`].
+pub type FxSet<K> = std::collections::HashSet<K, FxBuild>;
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,8 @@
 //! checks consistency on the way: replaying forward must land on `segments`.
 
 use super::convert::{Action, LogEntry};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use super::pickle::{FxMap, FxSet};
+use std::collections::BTreeMap;
 use vramtrace_recorder::format::BlockStatus;
 
 /// A block of the end state (`segments[].blocks[]`), not free.
@@ -127,11 +128,11 @@ struct Live {
 /// One device's replay.
 #[derive(Default)]
 pub(crate) struct DeviceReplay {
-    blocks: HashMap<u64, Live>,
-    touched: HashSet<u64>,
+    blocks: FxMap<u64, Live>,
+    touched: FxSet<u64>,
     start_blocks: Vec<(u64, EndBlock)>,
-    segments: HashMap<u64, (u64, u64)>,
-    seg_touched: HashSet<u64>,
+    segments: FxMap<u64, (u64, u64)>,
+    seg_touched: FxSet<u64>,
     start_segments: Vec<(u64, u64, u64)>,
     mapped: Ranges,
     map_touched: Ranges,
@@ -154,7 +155,7 @@ impl DeviceReplay {
 
     /// Applies one entry. `round` gives a block's size from its requested size.
     pub fn apply(&mut self, index: u64, e: &LogEntry, round: &dyn Fn(u64) -> u64) {
-        let first = |touched: &mut HashSet<u64>| touched.insert(e.addr);
+        let first = |touched: &mut FxSet<u64>| touched.insert(e.addr);
         match e.action {
             Action::Alloc => {
                 first(&mut self.touched);
@@ -271,7 +272,7 @@ impl DeviceReplay {
     pub fn check_end(
         &mut self,
         device: u32,
-        end_blocks: &HashMap<u64, EndBlock>,
+        end_blocks: &FxMap<u64, EndBlock>,
         end_segments: &[EndSegment],
     ) -> Vec<(u64, u64)> {
         let mut sizes = Vec::new();
@@ -309,7 +310,7 @@ impl DeviceReplay {
                 }),
             }
         }
-        let fixed: HashMap<u64, (u64, u64)> = end_segments
+        let fixed: FxMap<u64, (u64, u64)> = end_segments
             .iter()
             .filter(|s| !s.expandable)
             .map(|s| (s.addr, (s.size, s.stream)))
@@ -348,7 +349,7 @@ impl DeviceReplay {
     pub fn start_state(
         &mut self,
         device: u32,
-        end_blocks: &HashMap<u64, EndBlock>,
+        end_blocks: &FxMap<u64, EndBlock>,
         end_segments: &[EndSegment],
     ) -> Vec<StartSegment> {
         let mut segs: BTreeMap<u64, StartSegment> = BTreeMap::new();
@@ -501,7 +502,7 @@ mod tests {
             status: BlockStatus::Allocated,
             stack: 3,
         };
-        let end_blocks: HashMap<u64, EndBlock> =
+        let end_blocks: FxMap<u64, EndBlock> =
             [(0x9000, live), (0x1800, untouched)].into_iter().collect();
         let mut r = DeviceReplay::default();
         for (i, x) in log.iter().enumerate() {
@@ -525,7 +526,7 @@ mod tests {
         r.apply(0, &e(Action::Alloc, 0x1000, 10), &round);
         r.apply(1, &e(Action::Alloc, 0x1000, 10), &round);
         assert_eq!(r.inconsistency_count, 1);
-        r.check_end(0, &HashMap::new(), &[]);
+        r.check_end(0, &FxMap::default(), &[]);
         assert_eq!(r.inconsistency_count, 2);
     }
 
@@ -542,9 +543,9 @@ mod tests {
             stream: 0,
             expandable: true,
         }];
-        r.check_end(0, &HashMap::new(), &end);
+        r.check_end(0, &FxMap::default(), &end);
         assert_eq!(r.inconsistencies, Vec::<String>::new());
-        let start = r.start_state(0, &HashMap::new(), &end);
+        let start = r.start_state(0, &FxMap::default(), &end);
         assert_eq!(start.len(), 1);
         assert_eq!((start[0].addr, start[0].size), (0, 100));
     }
