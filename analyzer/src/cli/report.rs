@@ -107,7 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         units::bytes(html.len() as u64),
         units::bytes(summary.peak_allocated_bytes),
         units::bytes(summary.peak_reserved_bytes),
-        leaks.growth.len(),
+        render::report::distinct_leaks(&leaks).len(),
         summary.oom_count
     );
     Ok(ExitCode::SUCCESS)

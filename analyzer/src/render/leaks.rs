@@ -120,7 +120,8 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
             .unwrap_or(1)
             .max(1);
         let bar_scale = ByteScale::for_max(bar_max as f64);
-        let n = sites.len().max(1);
+        // At least six slots, so one growing site is a bar, not a wall.
+        let n = sites.len().max(6);
         let mut bars = ChartBuilder::on(&right)
             .margin(12)
             .x_label_area_size(40)

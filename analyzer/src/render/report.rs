@@ -4,7 +4,7 @@
 use super::labels::site_label;
 use super::svg::escape;
 use crate::analysis::fragmentation::FragmentationReport;
-use crate::analysis::leaks::LeaksReport;
+use crate::analysis::leaks::{LeaksReport, PhaseGrowth};
 use crate::analysis::summary::SummaryReport;
 use crate::analysis::timeline::Timeline;
 use crate::units;
@@ -248,19 +248,22 @@ fn findings(input: &ReportInput<'_>) -> String {
         "sizes as the program asked",
         "",
     ));
-    let leak_bytes: i64 = leaks
-        .growth
+    let distinct = distinct_leaks(leaks);
+    let leak_bytes: i64 = distinct
         .iter()
         .map(|g| g.bytes_per_repetition)
         .max()
         .unwrap_or(0);
-    html.push_str(&if leaks.growth.is_empty() {
+    html.push_str(&if distinct.is_empty() {
         card("leaks", "none", "no repeated phase grows", "good")
     } else {
         card(
             "leaks",
             &format!("{}/rep", units::bytes_delta(leak_bytes as i128)),
-            &format!("{} growing phase(s)", leaks.growth.len()),
+            &match distinct.len() {
+                1 => format!("in {}", distinct[0].phase),
+                n => format!("{n} leaking phases"),
+            },
             "bad",
         )
     });
@@ -306,7 +309,7 @@ fn findings(input: &ReportInput<'_>) -> String {
             ),
         ));
     }
-    for g in &leaks.growth {
+    for g in distinct_leaks(leaks) {
         let site = g
             .sites
             .first()
@@ -417,6 +420,23 @@ fn findings(input: &ReportInput<'_>) -> String {
     }
     html.push_str("</ul>");
     html
+}
+
+/// The leaking phases, leaving out a phase nested in a leaking phase listed
+/// before it when both grow by the same site: `iter#/forward` repeats what
+/// `iter#` already says.
+pub fn distinct_leaks(leaks: &LeaksReport) -> Vec<&PhaseGrowth> {
+    let top_site = |g: &PhaseGrowth| g.sites.first().map(|s| s.site.site.clone());
+    let mut kept: Vec<&PhaseGrowth> = Vec::new();
+    for g in &leaks.growth {
+        let nested_repeat = kept
+            .iter()
+            .any(|k| g.phase.starts_with(&format!("{}/", k.phase)) && top_site(k) == top_site(g));
+        if !nested_repeat {
+            kept.push(g);
+        }
+    }
+    kept
 }
 
 fn phase_or_none(phase: &str) -> &str {

@@ -5,6 +5,10 @@
 use super::labels;
 use super::palette::{self, Palette};
 use super::svg::{self, FONT, HEIGHT, Tooltips, WIDTH};
+
+/// Room to the right of the plot for the legend: site names are long, and
+/// a legend inside the plot would hide the data under it.
+const LEGEND_WIDTH: u32 = 300;
 use crate::analysis::timeline::Timeline;
 use crate::units;
 use plotters::prelude::*;
@@ -19,8 +23,10 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
-        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(svg::draw_error)?;
+        let full =
+            SVGBackend::with_string(&mut out, (WIDTH + LEGEND_WIDTH, HEIGHT)).into_drawing_area();
+        full.fill(&WHITE).map_err(svg::draw_error)?;
+        let (root, legend_area) = full.split_horizontally(WIDTH);
         let (t0, t1) = time_range(chart);
         let max_bytes = chart
             .samples
@@ -33,7 +39,7 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
         let scale = svg::ByteScale::for_max(max_bytes as f64);
         // Headroom above the data for the phase strip, the legend and the
         // peak label.
-        let top = scale.scale(max_bytes) * if chart.phases.is_empty() { 1.15 } else { 1.45 };
+        let top = scale.scale(max_bytes) * if chart.phases.is_empty() { 1.15 } else { 1.3 };
         let mut ctx = ChartBuilder::on(&root)
             .caption(title, (FONT, 20))
             .margin(12)
@@ -53,6 +59,8 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
 
         let strip_bottom = draw_phase_bands(&root, &ctx, chart, top)?;
 
+        // (label, colour, drawn as a line) in legend order, top entry first.
+        let mut legend: Vec<(String, RGBColor, bool)> = Vec::new();
         // Stacked areas: draw each cumulative sum from the top category
         // down, so lower categories paint over the upper ones' bases.
         let n = chart.categories.len();
@@ -67,11 +75,8 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
                 })
                 .collect();
             ctx.draw_series(AreaSeries::new(points, 0.0, colour.mix(0.85)))
-                .map_err(svg::draw_error)?
-                .label(short(&labels::site_label(&chart.categories[k]), 60))
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 6), (x + 12, y + 6)], colour.filled())
-                });
+                .map_err(svg::draw_error)?;
+            legend.push((labels::site_label(&chart.categories[k]), colour, false));
         }
         let reserved: Vec<(f64, f64)> = chart
             .samples
@@ -79,11 +84,8 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
             .map(|s| (s.time_ns as f64, scale.scale(s.reserved)))
             .collect();
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
-            .map_err(svg::draw_error)?
-            .label("reserved")
-            .legend(|(x, y)| {
-                PathElement::new([(x, y), (x + 12, y)], palette::RESERVED.stroke_width(2))
-            });
+            .map_err(svg::draw_error)?;
+        legend.insert(0, ("reserved".to_string(), palette::RESERVED, true));
 
         for oom in &chart.ooms {
             let x = oom.time_ns as f64;
@@ -152,13 +154,8 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
             );
         }
 
-        ctx.configure_series_labels()
-            .position(SeriesLabelPosition::Coordinate(8, strip_bottom + 6))
-            .label_font((FONT, 12))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(svg::draw_error)?;
+        let (_, plot_y) = ctx.plotting_area().get_pixel_range();
+        draw_legend(&legend_area, plot_y.start + strip_bottom, &legend)?;
 
         add_sample_tooltips(&mut tips, &ctx, chart, top);
         root.present().map_err(svg::draw_error)?;
@@ -190,6 +187,40 @@ fn time_range(chart: &Timeline) -> (f64, f64) {
     );
     let (a, b) = (first as f64, last as f64);
     if b > a { (a, b) } else { (a, a + 1.0) }
+}
+
+/// Draws the legend in its column, from `top` down: a swatch (or a line)
+/// and the label, cut to fit.
+fn draw_legend(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    top: i32,
+    entries: &[(String, RGBColor, bool)],
+) -> anyhow::Result<()> {
+    const ROW: i32 = 18;
+    // The area's own coordinates start at its left edge.
+    let x0 = 0;
+    for (i, (label, colour, line)) in entries.iter().enumerate() {
+        let y = top + 6 + ROW * i as i32;
+        if *line {
+            area.draw(&PathElement::new(
+                [(x0 + 4, y + 6), (x0 + 18, y + 6)],
+                colour.stroke_width(2),
+            ))
+        } else {
+            area.draw(&Rectangle::new(
+                [(x0 + 4, y), (x0 + 18, y + 12)],
+                colour.mix(0.85).filled(),
+            ))
+        }
+        .map_err(svg::draw_error)?;
+        area.draw(&Text::new(
+            short(label, 42),
+            (x0 + 24, y),
+            (FONT, 12).into_font(),
+        ))
+        .map_err(svg::draw_error)?;
+    }
+    Ok(())
 }
 
 /// Draws the phase strip at the top of the plot; returns its bottom edge,
