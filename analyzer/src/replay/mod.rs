@@ -260,6 +260,7 @@ pub struct ReplayState {
     saw_segments: bool,
     events: u64,
     time_ns: u64,
+    replaced: Option<(u64, LiveAlloc)>,
 }
 
 impl Default for ReplayState {
@@ -284,6 +285,7 @@ impl ReplayState {
             saw_segments: false,
             events: 0,
             time_ns: 0,
+            replaced: None,
         }
     }
 
@@ -455,6 +457,7 @@ impl ReplayState {
             // The old block must have been freed unrecorded; the new one wins.
             self.record(InconsistencyKind::AllocOverLive, index, time_ns, b.addr);
             self.remove_live(&old);
+            self.replaced = Some((index, old));
         }
         self.count_live(&a);
         Applied::Alloc(a)
@@ -691,6 +694,15 @@ impl ReplayState {
     /// The time of the last event applied.
     pub fn time_ns(&self) -> u64 {
         self.time_ns
+    }
+
+    /// The live block that the allocation with this event index replaced
+    /// (an [`InconsistencyKind::AllocOverLive`]), if it did.
+    pub fn replaced_by(&self, index: u64) -> Option<&LiveAlloc> {
+        match &self.replaced {
+            Some((i, old)) if *i == index => Some(old),
+            _ => None,
+        }
     }
 
     /// The live blocks, in no particular order.
