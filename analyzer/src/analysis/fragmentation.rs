@@ -1,9 +1,9 @@
 //! Fragmentation over time, as a series of time buckets.
 //!
-//! The trace's length is not known until its end, so buckets start narrow
-//! (1 µs) and double in width, merging pairs, whenever there are `2 × N` of
-//! them: the series ends with between `N` and `2N - 1` buckets of equal
-//! width. Each bucket holds the state at its end (its last event) and the
+//! When the span is known in advance ([`Fragmentation::with_span`]), there
+//! are exactly `N` buckets. Otherwise buckets start narrow (1 µs) and double
+//! in width, merging pairs, whenever there are `2 × N` of them: the series
+//! ends with between `N` and `2N - 1` buckets of equal width. Each bucket holds the state at its end (its last event) and the
 //! maxima inside it. The free-space sweep runs once per closed bucket, so
 //! its cost is bounded by the number of buckets ever closed, not by the
 //! number of events.
@@ -90,6 +90,19 @@ impl Fragmentation {
             open_index: 0,
             open: Open::default(),
             report: None,
+        }
+    }
+
+    /// Exactly `buckets` buckets over a span known in advance (from the
+    /// chunks' times, read without decoding): one free-space sweep per
+    /// bucket instead of one per bucket of every width the adaptive series
+    /// passes through.
+    pub fn with_span(buckets: usize, start_ns: u64, end_ns: u64) -> Self {
+        let n = buckets.max(1) as u64;
+        Fragmentation {
+            origin: Some(start_ns),
+            width: end_ns.saturating_sub(start_ns) / n + 1,
+            ..Self::new(buckets)
         }
     }
 
@@ -249,6 +262,25 @@ mod tests {
         let mut f = Fragmentation::new(n);
         run_pass(&mut reader, &mut state, &mut [&mut f], &Window::ALL, None).unwrap();
         f.into_report().unwrap()
+    }
+
+    #[test]
+    fn a_known_span_gives_exactly_n_buckets() {
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        b.at(0).segment(0, 1 << 30);
+        for i in 0..100u64 {
+            b.at(i * 1_000_000).alloc(i * 4096, 4096, 4096, s);
+        }
+        let bytes = b.finish();
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let mut state = ReplayState::default();
+        let mut f = Fragmentation::with_span(7, 0, 99_000_000);
+        run_pass(&mut reader, &mut state, &mut [&mut f], &Window::ALL, None).unwrap();
+        let r = f.into_report().unwrap();
+        assert_eq!(r.buckets.len(), 7);
+        assert_eq!(r.buckets.iter().map(|b| b.events).sum::<u64>(), 101);
+        assert_eq!(r.buckets[6].allocated_bytes, 100 * 4096);
     }
 
     #[test]
