@@ -7,6 +7,9 @@
 //! - [`input`]: opens traces and snapshots alike, decompressing on the fly.
 //! - [`snapshot`]: reads PyTorch memory snapshots (our own pickle reader).
 //! - [`render`]: SVG charts and the HTML report.
+//! - [`replay`]: the allocator's state reconstructed event by event.
+//! - [`analysis`]: analyses fed by one replay pass (summary, fragmentation,
+//!   leaks), site folding, phases and `--from`/`--to` windows.
 //! - [`units`], [`table`]: human output.
 //! - [`cli`]: the `vramtrace` command line, one module per command.
 

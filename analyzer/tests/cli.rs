@@ -181,7 +181,7 @@ fn fragmentation_json_is_a_series() {
         path.to_str().unwrap(),
     ]));
     let buckets = v["buckets"].as_array().unwrap();
-    assert!(buckets.len() >= 4 && buckets.len() < 8, "{}", buckets.len());
+    assert_eq!(buckets.len(), 4);
     assert_eq!(buckets[0]["reserved_bytes"], 1u64 << 34);
 }
 
@@ -231,4 +231,27 @@ fn a_truncated_trace_is_analyzed_with_a_warning() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["events"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn site_folding_flags() {
+    let path = training_trace("sites.vtrace", 3, 0);
+    let p = path.to_str().unwrap();
+    let v = json(&vramtrace(&["summary", "--json", p]));
+    assert_eq!(
+        v["top_sites_at_peak"][0]["frames"],
+        serde_json::json!(["forward (model.py:41)", "main (train.py:99)"])
+    );
+    let v = json(&vramtrace(&[
+        "summary",
+        "--json",
+        "--skip-frames",
+        "model\\.py",
+        p,
+    ]));
+    assert_eq!(v["top_sites_at_peak"][0]["site"], "main (train.py:99)");
+    let v = json(&vramtrace(&["summary", "--json", "--full-stacks", p]));
+    let frames = v["top_sites_at_peak"][0]["frames"].as_array().unwrap();
+    assert_eq!(frames.len(), 6);
+    assert_eq!(frames[0], "torch::unwind::unwind() (:0)");
 }

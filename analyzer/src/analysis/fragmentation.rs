@@ -1,9 +1,9 @@
 //! Fragmentation over time, as a series of time buckets.
 //!
-//! The trace's length is not known until its end, so buckets start narrow
-//! (1 µs) and double in width, merging pairs, whenever there are `2 × N` of
-//! them: the series ends with between `N` and `2N - 1` buckets of equal
-//! width. Each bucket holds the state at its end (its last event) and the
+//! When the span is known in advance ([`Fragmentation::with_span`]), there
+//! are exactly `N` buckets. Otherwise buckets start narrow (1 µs) and double
+//! in width, merging pairs, whenever there are `2 × N` of them: the series
+//! ends with between `N` and `2N - 1` buckets of equal width. Each bucket holds the state at its end (its last event) and the
 //! maxima inside it. The free-space sweep runs once per closed bucket, so
 //! its cost is bounded by the number of buckets ever closed, not by the
 //! number of events.
@@ -93,6 +93,19 @@ impl Fragmentation {
         }
     }
 
+    /// Exactly `buckets` buckets over a span known in advance (from the
+    /// chunks' times, read without decoding): one free-space sweep per
+    /// bucket instead of one per bucket of every width the adaptive series
+    /// passes through.
+    pub fn with_span(buckets: usize, start_ns: u64, end_ns: u64) -> Self {
+        let n = buckets.max(1) as u64;
+        Fragmentation {
+            origin: Some(start_ns),
+            width: end_ns.saturating_sub(start_ns) / n + 1,
+            ..Self::new(buckets)
+        }
+    }
+
     /// The report, once the pass is over.
     pub fn report(&self) -> Option<&FragmentationReport> {
         self.report.as_ref()
@@ -129,19 +142,7 @@ impl Fragmentation {
         } else {
             None
         };
-        let merged: Vec<FragmentationBucket> = self
-            .closed
-            .chunks(2)
-            .map(|pair| {
-                let (a, b) = (&pair[0], &pair[pair.len() - 1]);
-                FragmentationBucket {
-                    events: a.events + if pair.len() > 1 { b.events } else { 0 },
-                    max_reserved_bytes: a.max_reserved_bytes.max(b.max_reserved_bytes),
-                    max_allocated_bytes: a.max_allocated_bytes.max(b.max_allocated_bytes),
-                    ..b.clone()
-                }
-            })
-            .collect();
+        let merged = merge_pairs(&self.closed);
         self.closed = merged;
         if let Some(c) = carry {
             // The last closed bucket and the open one become one open bucket.
@@ -152,6 +153,23 @@ impl Fragmentation {
         self.open_index /= 2;
         self.width *= 2;
     }
+}
+
+/// Pairs of adjacent buckets as one bucket each: the later one's end state,
+/// the maxima of both.
+fn merge_pairs(buckets: &[FragmentationBucket]) -> Vec<FragmentationBucket> {
+    buckets
+        .chunks(2)
+        .map(|pair| {
+            let (a, b) = (&pair[0], &pair[pair.len() - 1]);
+            FragmentationBucket {
+                events: a.events + if pair.len() > 1 { b.events } else { 0 },
+                max_reserved_bytes: a.max_reserved_bytes.max(b.max_reserved_bytes),
+                max_allocated_bytes: a.max_allocated_bytes.max(b.max_allocated_bytes),
+                ..b.clone()
+            }
+        })
+        .collect()
 }
 
 impl Analysis for Fragmentation {
@@ -200,6 +218,12 @@ impl Analysis for Fragmentation {
     fn finish(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
         let origin = self.origin.unwrap_or(state.time_ns());
         self.close(state);
+        if self.closed.len() >= 2 * self.target {
+            // The last bucket made 2N: one more doubling, with no open
+            // bucket to carry into.
+            self.closed = merge_pairs(&self.closed);
+            self.width *= 2;
+        }
         let width = self.width;
         for (i, b) in self.closed.iter_mut().enumerate() {
             b.start_ns = origin + i as u64 * width;
@@ -238,6 +262,25 @@ mod tests {
         let mut f = Fragmentation::new(n);
         run_pass(&mut reader, &mut state, &mut [&mut f], &Window::ALL, None).unwrap();
         f.into_report().unwrap()
+    }
+
+    #[test]
+    fn a_known_span_gives_exactly_n_buckets() {
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        b.at(0).segment(0, 1 << 30);
+        for i in 0..100u64 {
+            b.at(i * 1_000_000).alloc(i * 4096, 4096, 4096, s);
+        }
+        let bytes = b.finish();
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let mut state = ReplayState::default();
+        let mut f = Fragmentation::with_span(7, 0, 99_000_000);
+        run_pass(&mut reader, &mut state, &mut [&mut f], &Window::ALL, None).unwrap();
+        let r = f.into_report().unwrap();
+        assert_eq!(r.buckets.len(), 7);
+        assert_eq!(r.buckets.iter().map(|b| b.events).sum::<u64>(), 101);
+        assert_eq!(r.buckets[6].allocated_bytes, 100 * 4096);
     }
 
     #[test]
@@ -290,5 +333,71 @@ mod tests {
         assert_eq!(last.allocated_bytes, 1000 * 4096);
         assert_eq!(last.max_allocated_bytes, 1000 * 4096);
         assert_eq!(last.largest_free_block, (1 << 30) - 1000 * 4096);
+    }
+}
+
+#[cfg(test)]
+mod random {
+    use super::*;
+    use crate::analysis::run_pass;
+    use crate::analysis::window::Window;
+    use crate::testing::TraceBuilder;
+    use proptest::prelude::*;
+    use vramtrace_recorder::format::{Event, TraceReader};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// However the buckets merge, each holds the state after the last
+        /// event before its end, and every event is counted once.
+        #[test]
+        fn buckets_hold_the_state_at_their_end(
+            gaps in proptest::collection::vec(0u64..50_000, 1..120),
+            n in 1usize..6,
+        ) {
+            let mut b = TraceBuilder::new();
+            let s = b.site("f", "a.py", 1);
+            b.at(0).segment(0, 1 << 30);
+            let mut t = 0;
+            for (i, gap) in gaps.iter().enumerate() {
+                t += gap;
+                b.at(t + 1);
+                if i % 3 == 2 {
+                    b.free_completed((i as u64 - 1) * 4096, 0);
+                } else {
+                    b.alloc(i as u64 * 4096, 100 + i as u64, 100, s);
+                }
+            }
+            let bytes = b.finish();
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let mut state = ReplayState::default();
+            let mut f = Fragmentation::new(n);
+            run_pass(&mut reader, &mut state, &mut [&mut f], &Window::ALL, None).unwrap();
+            let r = f.into_report().unwrap();
+            prop_assert!(r.buckets.len() < 2 * n);
+            prop_assert_eq!(r.buckets.iter().map(|b| b.events).sum::<u64>(), gaps.len() as u64 + 1);
+
+            // Brute force: the allocated bytes after the last event before each end.
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+            let mut state = ReplayState::default();
+            let mut after: Vec<(u64, u64)> = Vec::new();
+            for (i, e) in events.iter().enumerate() {
+                state.apply(i as u64, e, reader.symbols());
+                after.push((e.time_ns, state.totals().allocated));
+            }
+            for bucket in &r.buckets {
+                let expected = after
+                    .iter()
+                    .rfind(|(t, _)| *t < bucket.end_ns)
+                    .map(|(_, a)| *a);
+                prop_assert_eq!(Some(bucket.allocated_bytes), expected);
+                let inside = after
+                    .iter()
+                    .filter(|(t, _)| *t >= bucket.start_ns && *t < bucket.end_ns)
+                    .count() as u64;
+                prop_assert_eq!(bucket.events, inside);
+            }
+        }
     }
 }

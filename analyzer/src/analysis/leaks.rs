@@ -17,7 +17,7 @@
 use super::phases::normalized_path;
 use super::sites::{SiteDescription, SiteId};
 use super::{Analysis, Step};
-use crate::replay::{Applied, PhaseId, ReplayState, SiteLive};
+use crate::replay::{Applied, LiveAlloc, PhaseId, ReplayState, SiteLive};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -285,6 +285,37 @@ impl Leaks {
         }
     }
 
+    /// A block left the live set: the open phases that hold it drop it.
+    fn released(&mut self, a: &LiveAlloc, state: &ReplayState) {
+        if self.open.is_empty() || a.phase.is_none() {
+            return;
+        }
+        // The open phases holding the block are the open ancestors of the
+        // phase it was allocated in: a prefix of the stack.
+        let mut p = a.phase;
+        let mut depth = None;
+        while let Some(inst) = state.phase(p) {
+            if inst.end_ns.is_none() {
+                depth = Some(inst.depth as usize);
+                break;
+            }
+            p = inst.parent;
+        }
+        let Some(depth) = depth else { return };
+        for (open_id, sites) in self.open.iter_mut() {
+            if state
+                .phase(*open_id)
+                .is_none_or(|i| i.depth as usize > depth)
+            {
+                break;
+            }
+            if let Some(s) = sites.get_mut(&a.site) {
+                s.bytes = s.bytes.saturating_sub(a.size);
+                s.blocks = s.blocks.saturating_sub(1);
+            }
+        }
+    }
+
     fn prune_instances(&mut self) {
         self.instances.sort_by(|a, b| {
             b.retained_bytes
@@ -368,42 +399,19 @@ impl Analysis for Leaks {
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
         match step.applied {
             Applied::Alloc(a) => {
+                if let Some(old) = state.replaced_by(step.index) {
+                    self.released(old, state);
+                }
                 for (_, sites) in &mut self.open {
                     let s = sites.entry(a.site).or_default();
                     s.bytes += a.size;
                     s.blocks += 1;
                 }
             }
-            Applied::FreeCompleted(a) => {
-                if self.open.is_empty() || a.phase.is_none() {
-                    return;
-                }
-                // The open phases holding the block are the open ancestors
-                // of the phase it was allocated in: a prefix of the stack.
-                let mut p = a.phase;
-                let mut depth = None;
-                while let Some(inst) = state.phase(p) {
-                    if inst.end_ns.is_none() {
-                        depth = Some(inst.depth as usize);
-                        break;
-                    }
-                    p = inst.parent;
-                }
-                let Some(depth) = depth else { return };
-                // Open phases form a chain: those no deeper than the block's
-                // innermost open phase all hold it.
-                for (open_id, sites) in self.open.iter_mut() {
-                    if state
-                        .phase(*open_id)
-                        .is_none_or(|i| i.depth as usize > depth)
-                    {
-                        break;
-                    }
-                    if let Some(s) = sites.get_mut(&a.site) {
-                        s.bytes = s.bytes.saturating_sub(a.size);
-                        s.blocks = s.blocks.saturating_sub(1);
-                    }
-                }
+            Applied::FreeRequested(a) | Applied::FreeCompleted(a)
+                if step.applied.released().is_some() =>
+            {
+                self.released(&a, state)
             }
             Applied::PhaseBegin(id) => {
                 self.open.push((id, FxHashMap::default()));

@@ -282,7 +282,12 @@ impl Summary {
         };
     }
 
-    fn snapshot_sites(&mut self, state: &ReplayState, freed: Option<(SiteId, u64)>) {
+    fn snapshot_sites(
+        &mut self,
+        state: &ReplayState,
+        freed: Option<(SiteId, u64)>,
+        added: Option<(SiteId, u64)>,
+    ) {
         self.sites_at_peak.clear();
         self.sites_at_peak.extend(
             state
@@ -306,6 +311,13 @@ impl Summary {
                     },
                 )),
             }
+        }
+        if let Some((site, size)) = added {
+            if let Some((_, live)) = self.sites_at_peak.iter_mut().find(|(s, _)| *s == site) {
+                live.bytes = live.bytes.saturating_sub(size);
+                live.blocks = live.blocks.saturating_sub(1);
+            }
+            self.sites_at_peak.retain(|(_, live)| live.blocks > 0);
         }
         self.pending = false;
     }
@@ -336,16 +348,25 @@ impl Analysis for Summary {
         self.last_time_ns = step.event.time_ns;
         let t = state.totals();
         match step.applied {
-            Applied::Alloc(_) => {
+            Applied::Alloc(a) => {
                 if self.allocated.update(t.allocated, step, state) {
                     self.pending = true;
                     self.capture_peak_state(state);
+                } else if self.pending {
+                    // Allocated bytes can also fall when a block replaces a
+                    // larger live one (an inconsistent trace): undo both.
+                    if let Some(old) = state.replaced_by(step.index) {
+                        let (freed, added) = ((old.site, old.size), (a.site, a.size));
+                        self.snapshot_sites(state, Some(freed), Some(added));
+                    }
                 }
                 self.requested.update(t.requested, step, state);
                 self.active_peak = self.active_peak.max(t.active);
             }
-            Applied::FreeCompleted(a) if self.pending => {
-                self.snapshot_sites(state, Some((a.site, a.size)));
+            Applied::FreeRequested(_) | Applied::FreeCompleted(_) if self.pending => {
+                if let Some(a) = step.applied.released() {
+                    self.snapshot_sites(state, Some((a.site, a.size)), None);
+                }
             }
             Applied::Segment => {
                 self.reserved.update(t.reserved, step, state);
@@ -375,7 +396,7 @@ impl Analysis for Summary {
 
     fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
         if self.pending {
-            self.snapshot_sites(state, None);
+            self.snapshot_sites(state, None, None);
         }
         let mut sites = std::mem::take(&mut self.sites_at_peak);
         sites.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
@@ -558,5 +579,67 @@ mod tests {
         );
         assert_eq!(early.peak_allocated_bytes, 1000);
         assert_eq!(early.oom_count, 0);
+    }
+}
+
+#[cfg(test)]
+mod random {
+    use super::*;
+    use crate::testing::TraceBuilder;
+    use proptest::prelude::*;
+    use vramtrace_recorder::format::{Event, TraceReader};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// The lazily copied per-site table is the one at the peak's event.
+        #[test]
+        fn sites_at_peak_match_a_brute_force_replay(
+            ops in proptest::collection::vec((any::<bool>(), 0u64..12, 1u64..5000, 0usize..3), 1..150),
+        ) {
+            let mut b = TraceBuilder::new();
+            let stacks = [b.site("a", "a.py", 1), b.site("b", "b.py", 2), b.site("c", "c.py", 3)];
+            b.segment(0, 1 << 30);
+            for (alloc, slot, size, site) in ops {
+                if alloc {
+                    b.alloc(slot << 20, size, size, stacks[site]);
+                } else {
+                    b.free(slot << 20, 0);
+                }
+            }
+            let bytes = b.finish();
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let mut state = ReplayState::default();
+            let mut summary = Summary::new(10);
+            run_pass(&mut reader, &mut state, &mut [&mut summary], &Window::ALL, None).unwrap();
+            let r = summary.into_report().unwrap();
+
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+            let mut state = ReplayState::default();
+            let mut best = (0u64, Vec::new());
+            for (i, e) in events.iter().enumerate() {
+                state.apply(i as u64, e, reader.symbols());
+                if state.totals().allocated > best.0 {
+                    let mut sites: Vec<(String, u64)> = state
+                        .site_live()
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, s)| s.blocks > 0)
+                        .map(|(i, s)| (state.sites().name(SiteId(i as u32), reader.symbols()), s.bytes))
+                        .collect();
+                    sites.sort();
+                    best = (state.totals().allocated, sites);
+                }
+            }
+            prop_assert_eq!(r.peak_allocated_bytes, best.0);
+            let mut got: Vec<(String, u64)> = r
+                .top_sites_at_peak
+                .iter()
+                .map(|s| (s.site.site.clone(), s.bytes))
+                .collect();
+            got.sort();
+            prop_assert_eq!(got, best.1);
+        }
     }
 }

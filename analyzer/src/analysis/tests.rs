@@ -51,3 +51,19 @@ fn windows_restrict_the_events_analyses_see() {
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
     assert!(spec.resolve(Some(&mut reader)).unwrap().is_err());
 }
+
+#[test]
+fn phase_bounds_with_hash_match_every_number() {
+    let mut b = TraceBuilder::new();
+    b.begin("warmup").end("warmup");
+    for i in 0..3 {
+        let name = format!("step{i}");
+        b.begin(&name).end(&name);
+    }
+    b.begin("eval").end("eval");
+    let bytes = b.finish();
+    let spec = window::WindowSpec::parse(Some("step#"), Some("step#")).unwrap();
+    let mut reader = TraceReader::new(&bytes[..]).unwrap();
+    let w = spec.resolve(Some(&mut reader)).unwrap().unwrap();
+    assert_eq!((w.from_index, w.to_index), (Some(2), Some(7)));
+}

@@ -470,9 +470,11 @@ impl Analysis for TimelineAnalysis {
                 let c = self.category(&alloc, state, step.symbols);
                 self.add(c, alloc.size as i128);
             }
-            Applied::FreeCompleted(alloc) => {
-                let c = self.category(&alloc, state, step.symbols);
-                self.add(c, -(alloc.size as i128));
+            Applied::FreeRequested(_) | Applied::FreeCompleted(_) => {
+                if let Some(alloc) = step.applied.released() {
+                    let c = self.category(&alloc, state, step.symbols);
+                    self.add(c, -(alloc.size as i128));
+                }
             }
             Applied::Oom(site) => {
                 let requested = match step.event.data {

@@ -2,10 +2,12 @@
 //!
 //! A bound is a time since the trace start (`1.5s`, `300ms`) or a phase
 //! name: `--from NAME` starts at the phase's first begin, `--to NAME` ends
-//! at its last end. Phase names are resolved to event indices by a first,
-//! decode-only pass; the replay itself always starts at the trace's start,
+//! at its last end; a name with `#` stands for every number (`iter#`: from
+//! the first `iterN` to begin to the last to end). Phase names are resolved
+//! to event indices by a first, decode-only pass; the replay itself always starts at the trace's start,
 //! so the state at the window's start is exact.
 
+use crate::analysis::phases::normalize_name;
 use crate::units;
 use std::io::Read;
 use vramtrace_recorder::format::{EventData, FormatError, TraceReader};
@@ -97,15 +99,22 @@ impl WindowSpec {
         let mut first_begin = None;
         let mut last_end = None;
         let mut index = 0u64;
+        // A name with `#` matches every instance of the normalized name
+        // (`iter#` matches `iter0`, `iter1`, ...).
+        let matches = |wanted: Option<&str>, name: Option<&str>| match (wanted, name) {
+            (Some(w), Some(n)) if w.contains('#') => normalize_name(n) == w,
+            (Some(w), Some(n)) => w == n,
+            _ => false,
+        };
         reader.for_each_batch(|events, symbols| {
             for e in events {
                 match e.data {
                     EventData::PhaseBegin { name }
-                        if first_begin.is_none() && from_name == symbols.string(name) =>
+                        if first_begin.is_none() && matches(from_name, symbols.string(name)) =>
                     {
                         first_begin = Some(index);
                     }
-                    EventData::PhaseEnd { name } if to_name == symbols.string(name) => {
+                    EventData::PhaseEnd { name } if matches(to_name, symbols.string(name)) => {
                         last_end = Some(index);
                     }
                     _ => {}

@@ -1,7 +1,9 @@
 //! `vramtrace fragmentation`: cached and fragmented memory over time.
 
 use super::analyze::{CommonArgs, emit, print_reports};
+use super::open_input;
 use crate::analysis::fragmentation::{Fragmentation, FragmentationReport};
+use crate::analysis::window::Window;
 use crate::table::{Align, Table};
 use crate::units;
 use serde::Serialize;
@@ -12,7 +14,8 @@ use std::process::ExitCode;
 pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
-    /// About how many time buckets to show (between this and twice it).
+    /// How many time buckets to show (with a window bounded by phases,
+    /// between this and twice it).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     buckets: u32,
     /// Also draw reserved, allocated, free memory and fragmentation over
@@ -39,9 +42,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut outputs = Vec::new();
     for path in &args.common.traces {
         let mut prepared = args.common.prepare(path)?;
-        let mut analysis = Fragmentation::new(args.buckets as usize);
+        let buckets = args.buckets as usize;
+        let chart_span = span(path, &prepared.window)?;
+        let make = |n: usize| match chart_span {
+            Some((start, end)) => Fragmentation::with_span(n, start, end),
+            None => Fragmentation::new(n),
+        };
+        let mut analysis = make(buckets);
         // The chart gets its own, finer buckets from the same pass.
-        let mut fine = Fragmentation::new(CHART_BUCKETS);
+        let mut fine = make(CHART_BUCKETS);
         if args.output.is_some() {
             prepared.run(&mut [&mut analysis, &mut fine])?;
         } else {
@@ -69,6 +78,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         print_reports(&outputs)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The times of the window's first and last events, from the chunks'
+/// headers (no decoding); `None` for a window bounded by phases, whose times
+/// are not known before replaying.
+fn span(path: &std::path::Path, window: &Window) -> anyhow::Result<Option<(u64, u64)>> {
+    if window.from_index.is_some() || window.to_index.is_some() {
+        return Ok(None);
+    }
+    let mut input = open_input(path)?;
+    let mut first = None;
+    let mut last = 0u64;
+    while let Some(chunk) = input.next_chunk()? {
+        first.get_or_insert(chunk.first_time_ns());
+        last = last.max(chunk.last_time_ns());
+    }
+    let Some(first) = first else { return Ok(None) };
+    let start = first.max(window.from_ns.unwrap_or(0));
+    let end = last.min(window.to_ns.unwrap_or(u64::MAX));
+    Ok((start <= end).then_some((start, end)))
 }
 
 fn render(out: &Output) -> String {

@@ -89,7 +89,11 @@ fn render(out: &Output, full: bool) -> String {
         .collect();
     lines.push((
         "events",
-        format!("{} ({})", units::count(r.events), kinds.join(", ")),
+        if kinds.is_empty() {
+            units::count(r.events)
+        } else {
+            format!("{} ({})", units::count(r.events), kinds.join(", "))
+        },
     ));
     let mut peaks = Table::new(&[("", Align::Left), ("", Align::Right), ("", Align::Left)]);
     for (name, peak) in [

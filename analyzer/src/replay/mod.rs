@@ -13,9 +13,13 @@
 //!
 //! | total | grows at | shrinks at |
 //! |---|---|---|
-//! | `allocated` (block sizes) | `Alloc` | `FreeCompleted` |
-//! | `requested` (requested sizes) | `Alloc` | `FreeCompleted` |
-//! | `active` (block sizes the caller still owns) | `Alloc` | `FreeRequested` (or `FreeCompleted` without one) |
+//! | `allocated` (block sizes the caller holds) | `Alloc` | `FreeRequested` (or `FreeCompleted` without one) |
+//! | `requested` (requested sizes of those blocks) | `Alloc` | as `allocated` |
+//! | `active` (block sizes not yet back in the cache) | `Alloc` | `FreeCompleted` |
+//!
+//! These are PyTorch's meanings: `torch.cuda.memory_allocated()` drops when
+//! the caller frees a block, `active` once its uses on other streams are
+//! done. Per-site live bytes follow `allocated`.
 //! | `reserved` (segment sizes) | `SegmentAlloc`, `SegmentMap` | `SegmentFree`, `SegmentUnmap` |
 
 use crate::analysis::sites::{SiteFolder, SiteId};
@@ -223,6 +227,18 @@ pub enum Applied {
     Inconsistent,
 }
 
+impl Applied {
+    /// The block whose bytes stopped counting as allocated with this event:
+    /// at `FreeRequested`, or at `FreeCompleted` when no request came first.
+    pub fn released(&self) -> Option<LiveAlloc> {
+        match *self {
+            Applied::FreeRequested(a) => Some(a),
+            Applied::FreeCompleted(a) if !a.free_requested => Some(a),
+            _ => None,
+        }
+    }
+}
+
 /// The free space of the reserved segments at one moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct FreeSpace {
@@ -260,6 +276,7 @@ pub struct ReplayState {
     saw_segments: bool,
     events: u64,
     time_ns: u64,
+    replaced: Option<(u64, LiveAlloc)>,
 }
 
 impl Default for ReplayState {
@@ -284,6 +301,7 @@ impl ReplayState {
             saw_segments: false,
             events: 0,
             time_ns: 0,
+            replaced: None,
         }
     }
 
@@ -324,7 +342,7 @@ impl ReplayState {
                 }
                 self.add_live(alloc);
                 if alloc.free_requested {
-                    self.totals.active -= alloc.size;
+                    self.release(&alloc);
                 }
             }
         }
@@ -414,17 +432,23 @@ impl ReplayState {
         }
     }
 
+    /// The caller gave the block up: it no longer counts as allocated.
     #[inline]
-    fn remove_live(&mut self, a: &LiveAlloc) {
+    fn release(&mut self, a: &LiveAlloc) {
         self.totals.allocated -= a.size;
         self.totals.requested -= a.requested;
-        if !a.free_requested {
-            self.totals.active -= a.size;
-        }
-        self.totals.live_blocks -= 1;
         let site = &mut self.site_live[a.site.0 as usize];
         site.bytes -= a.size;
         site.blocks -= 1;
+    }
+
+    #[inline]
+    fn remove_live(&mut self, a: &LiveAlloc) {
+        if !a.free_requested {
+            self.release(a);
+        }
+        self.totals.active -= a.size;
+        self.totals.live_blocks -= 1;
         if let Some(i) = self.segment_of(a.addr) {
             let seg = &mut self.segments[i];
             seg.live_blocks = seg.live_blocks.saturating_sub(1);
@@ -455,6 +479,7 @@ impl ReplayState {
             // The old block must have been freed unrecorded; the new one wins.
             self.record(InconsistencyKind::AllocOverLive, index, time_ns, b.addr);
             self.remove_live(&old);
+            self.replaced = Some((index, old));
         }
         self.count_live(&a);
         Applied::Alloc(a)
@@ -471,7 +496,7 @@ impl ReplayState {
         }
         a.free_requested = true;
         let a = *a;
-        self.totals.active -= a.size;
+        self.release(&a);
         if b.size != 0 && b.size != a.size {
             self.record(InconsistencyKind::SizeMismatch, index, time_ns, b.addr);
         }
@@ -691,6 +716,15 @@ impl ReplayState {
     /// The time of the last event applied.
     pub fn time_ns(&self) -> u64 {
         self.time_ns
+    }
+
+    /// The live block that the allocation with this event index replaced
+    /// (an [`InconsistencyKind::AllocOverLive`]), if it did.
+    pub fn replaced_by(&self, index: u64) -> Option<&LiveAlloc> {
+        match &self.replaced {
+            Some((i, old)) if *i == index => Some(old),
+            _ => None,
+        }
     }
 
     /// The live blocks, in no particular order.

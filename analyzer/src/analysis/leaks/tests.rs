@@ -167,3 +167,69 @@ fn robust_fit() {
     assert_eq!(warmup(20), 4);
     assert!(steadiness(&x, &y, 7.0) >= 0.75);
 }
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+    use vramtrace_recorder::format::Event;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// What each phase instance retains matches the live blocks
+        /// allocated inside it, counted at its end by brute force.
+        #[test]
+        fn retention_matches_a_brute_force_replay(
+            ops in proptest::collection::vec((0u8..5, 0u64..10, 1u64..1000), 1..150),
+        ) {
+            let mut b = TraceBuilder::new();
+            let s = b.site("f", "a.py", 1);
+            b.segment(0, 1 << 30);
+            let mut open: Vec<String> = Vec::new();
+            for (n, (op, slot, size)) in ops.into_iter().enumerate() {
+                match op {
+                    0 | 1 => {
+                        b.alloc(slot << 20, size, size, s);
+                    }
+                    2 => {
+                        b.free(slot << 20, 0);
+                    }
+                    3 if open.len() < 3 => {
+                        let name = format!("p{n}");
+                        b.begin(&name);
+                        open.push(name);
+                    }
+                    _ => {
+                        if let Some(name) = open.pop() {
+                            b.end(&name);
+                        }
+                    }
+                }
+            }
+            let (bytes, symbols) = b.finish_symbols();
+            let r = leaks(&bytes, Window::ALL);
+
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+            let mut state = ReplayState::default();
+            let mut expected = Vec::new();
+            for (i, e) in events.iter().enumerate() {
+                if let Applied::PhaseEnd(id) = state.apply(i as u64, e, &symbols) {
+                    let retained: u64 = state
+                        .live()
+                        .filter(|a| state.phase_within(a.phase, id))
+                        .map(|a| a.size)
+                        .sum();
+                    if retained > 0 {
+                        expected.push((state.phase(id).unwrap().begin_ns, retained));
+                    }
+                }
+            }
+            let mut got: Vec<(u64, u64)> =
+                r.retained_by_phase.iter().map(|p| (p.begin_ns, p.retained_bytes)).collect();
+            got.sort();
+            expected.sort();
+            prop_assert_eq!(got, expected);
+        }
+    }
+}
