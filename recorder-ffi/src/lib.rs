@@ -426,6 +426,40 @@ pub extern "C" fn vramtrace_finish() -> c_int {
     status
 }
 
+/// Writes the allocator statistics of `device` to `out[0..6]`: allocated
+/// bytes (current, peak), reserved bytes (current, peak), requested bytes
+/// (current), OOMs. Returns 0, or -1 when the device has no recorder (no
+/// allocation yet) or `out` is NULL.
+///
+/// # Safety
+/// `out` is NULL or points to 6 writable `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_memory_stats(device: c_int, out: *mut u64) -> c_int {
+    let Some(slot) = usize::try_from(device).ok().and_then(|d| SLOTS.get(d)) else {
+        return -1;
+    };
+    let Some(Ok(rec)) = slot.get() else {
+        return -1;
+    };
+    if out.is_null() {
+        return -1;
+    }
+    let Ok(s) = catch_unwind(AssertUnwindSafe(|| rec.stats())) else {
+        return -1;
+    };
+    let values = [
+        s.allocated_bytes.all.current,
+        s.allocated_bytes.all.peak,
+        s.reserved_bytes.all.current,
+        s.reserved_bytes.all.peak,
+        s.requested_bytes.all.current,
+        s.num_ooms,
+    ];
+    // SAFETY: the caller's contract: 6 writable values.
+    unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out, values.len()) };
+    0
+}
+
 /// The number of devices recording so far (for tests and the Python side).
 #[unsafe(no_mangle)]
 pub extern "C" fn vramtrace_device_count() -> c_int {
