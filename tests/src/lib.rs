@@ -1,1 +1,125 @@
-//! Helpers for the end-to-end tests of the `vramtrace` binary.
+//! Helpers for the end-to-end tests of the `vramtrace` binary: find (or
+//! build) it, run it, and point at the repository's fixtures.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the repository")
+        .to_path_buf()
+}
+
+/// A file under `fixtures/`.
+pub fn fixture(name: &str) -> PathBuf {
+    repo().join("fixtures").join(name)
+}
+
+/// The `vramtrace` binary of this build. `cargo test --workspace` builds it
+/// before any test runs; when this package is tested alone, it is built here.
+pub fn binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        // Test executables live in target/<profile>/deps/.
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps");
+        let binary = profile_dir.join(format!("vramtrace{}", std::env::consts::EXE_SUFFIX));
+        if !binary.exists() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let release = profile_dir.ends_with("release");
+            let mut build = Command::new(cargo);
+            build.args(["build", "-p", "vramtrace", "--bin", "vramtrace"]);
+            if release {
+                build.arg("--release");
+            }
+            let status = build.current_dir(repo()).status().expect("run cargo build");
+            assert!(status.success(), "building vramtrace failed");
+        }
+        binary
+    })
+}
+
+/// The result of one run of the binary.
+#[derive(Debug)]
+pub struct Run {
+    /// The exit code (`None` if killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Run {
+    /// The JSON object printed on stdout.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+
+    /// Asserts exit code 0 and returns self.
+    pub fn success(self) -> Self {
+        assert_eq!(self.code, Some(0), "expected success:\n{self:#?}");
+        self
+    }
+
+    /// Asserts a failure with this code, one line on stderr, no panic and no
+    /// backtrace; returns self.
+    pub fn fails_with(self, code: i32) -> Self {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "expected exit code {code}:\n{self:#?}"
+        );
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "expected one line on stderr:\n{}",
+            self.stderr
+        );
+        assert!(lines[0].starts_with("error: "), "{}", self.stderr);
+        assert!(
+            !self.stderr.contains("panicked") && !self.stderr.contains("internal error"),
+            "{}",
+            self.stderr
+        );
+        self
+    }
+}
+
+/// Runs `vramtrace` with these arguments.
+pub fn vramtrace<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(binary())
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("run vramtrace");
+    Run {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vramtrace-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}

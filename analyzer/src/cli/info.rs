@@ -115,10 +115,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         lines.push(("process", process));
     }
     for d in &header.devices {
-        lines.push((
-            "device",
-            format!("{}: {}, {}", d.index, d.name, units::bytes(d.total_memory)),
-        ));
+        let memory = match d.total_memory {
+            0 => "memory size not recorded".to_string(),
+            n => units::bytes(n),
+        };
+        lines.push(("device", format!("{}: {}, {memory}", d.index, d.name)));
     }
     if !header.allocator_settings.is_empty() {
         let settings: Vec<String> = header

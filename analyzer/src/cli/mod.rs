@@ -6,12 +6,16 @@
 //! - Recoverable damage (a truncated trace): a `warning:` line, the analysis
 //!   of what could be read, exit code 0.
 
+mod analyze;
+mod fragmentation;
+mod import;
 mod info;
+mod leaks;
+mod summary;
 
-use anyhow::Context;
+use crate::input::{self, InputStream};
+use crate::progress;
 use clap::{Parser, Subcommand};
-use std::fs::File;
-use std::io::{BufReader, Read};
 use std::path::Path;
 use std::process::ExitCode;
 use vramtrace_recorder::format::TraceReader;
@@ -36,21 +40,47 @@ struct Cli {
 enum Command {
     /// Show a trace's header, duration, event counts and encoding.
     Info(info::Args),
+    /// Convert a PyTorch memory snapshot (pickle, optionally gz/xz/zst) into a trace.
+    Import(import::Args),
+    /// Summarize a trace: peaks, top allocation sites at the peak, OOMs.
+    Summary(summary::Args),
+    /// Show cached and fragmented memory over time.
+    Fragmentation(fragmentation::Args),
+    /// Find leaks: memory retained by phases, growth across repetitions.
+    Leaks(leaks::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
 pub fn main() -> ExitCode {
     install_panic_hook();
+    restore_default_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            // clap prints help and version itself, to stdout, with exit 0.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: clap prints them to stdout.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // clap's usage errors run over several lines (tips, usage); the
+            // first says what is wrong, and --help says the rest.
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid usage");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("error: {first} (see 'vramtrace --help')");
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     let result = match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Import(args) => import::run(args),
+        Command::Summary(args) => summary::run(args),
+        Command::Fragmentation(args) => fragmentation::run(args),
+        Command::Leaks(args) => leaks::run(args),
     };
     match result {
         Ok(code) => code,
@@ -62,8 +92,31 @@ pub fn main() -> ExitCode {
 }
 
 /// An error and its causes on one line: `cannot open x: No such file`.
+/// A cause whose text the message already holds is not repeated.
 fn one_line(e: &anyhow::Error) -> String {
-    format!("{e:#}").replace('\n', " ")
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace('\n', " ")
+}
+
+/// `vramtrace summary x | head` should end quietly when `head` exits, as
+/// Unix tools do, rather than fail on the write to the closed pipe.
+fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called once at start-up, before any other thread exists;
+    // setting a signal's disposition to its default is always sound.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 /// A panic is a bug; report it in one line rather than with a backtrace.
@@ -88,14 +141,29 @@ pub(crate) fn warn(message: impl std::fmt::Display) {
     eprintln!("warning: {message}");
 }
 
-/// An input trace, opened for reading.
-pub(crate) type Input = TraceReader<Box<dyn Read + Send>>;
+/// An input, opened for reading: a trace, or a snapshot converted to one.
+pub(crate) type Input = TraceReader<InputStream>;
 
-/// Opens a trace file for reading.
+/// Opens a trace or a PyTorch snapshot (compressed or not), with a progress
+/// bar while a snapshot is converted, and warns about what the conversion
+/// found.
 pub(crate) fn open_input(path: &Path) -> anyhow::Result<Input> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let reader: Box<dyn Read + Send> = Box::new(BufReader::with_capacity(1 << 20, file));
-    TraceReader::new(reader).with_context(|| format!("cannot read {}", path.display()))
+    let opened = open_input_with_report(path)?;
+    Ok(opened.reader)
+}
+
+/// Like [`open_input`], keeping the import report of a snapshot.
+pub(crate) fn open_input_with_report(path: &Path) -> anyhow::Result<input::OpenedInput> {
+    let size = std::fs::metadata(path).map(|m| m.len()).ok();
+    let bar = progress::bytes_bar(size, "reading");
+    let opened = input::open_with_progress(path, &|bytes| bar.set_position(bytes))?;
+    bar.finish_and_clear();
+    if let Some(report) = &opened.import_report {
+        for warning in &report.warnings {
+            warn(format_args!("{}: {warning}", path.display()));
+        }
+    }
+    Ok(opened)
 }
 
 /// Prints a value as pretty JSON on stdout.

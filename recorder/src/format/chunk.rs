@@ -526,71 +526,205 @@ impl<'a> Layout<'a> {
     }
 }
 
+/// Read positions in the columns of one chunk.
+struct Columns<'a> {
+    addrs: &'a [u64],
+    sizes: &'a [(u64, u64)],
+    time: Cursor<'a>,
+    addr: Cursor<'a>,
+    size: Cursor<'a>,
+    stack: Cursor<'a>,
+    extra: Cursor<'a>,
+    stream: RunLengthReader<'a>,
+    device: RunLengthReader<'a>,
+    thread: RunLengthReader<'a>,
+}
+
+/// Why a chunk could not be decoded (a static message: the hot loop must not
+/// build strings).
+type DecodeError = &'static str;
+
+impl<'a> Columns<'a> {
+    fn new(layout: &'a Layout<'a>) -> Self {
+        Columns {
+            addrs: &layout.addrs,
+            sizes: &layout.sizes,
+            time: Cursor::new(layout.time),
+            addr: Cursor::new(layout.addr),
+            size: Cursor::new(layout.size),
+            stack: Cursor::new(layout.stack),
+            extra: Cursor::new(layout.extra),
+            stream: RunLengthReader::new(layout.stream),
+            device: RunLengthReader::new(layout.device),
+            thread: RunLengthReader::new(layout.thread),
+        }
+    }
+
+    #[inline(always)]
+    fn time_delta(&mut self) -> Result<u64, DecodeError> {
+        let v = self.time.varint().map_err(|_| "time column ends early")?;
+        Ok(varint::unzigzag(v) as u64)
+    }
+
+    #[inline(always)]
+    fn addr(&mut self) -> Result<u64, DecodeError> {
+        let i = self
+            .addr
+            .varint()
+            .map_err(|_| "address column ends early")?;
+        self.addrs
+            .get(i as usize)
+            .copied()
+            .ok_or("address index out of range")
+    }
+
+    #[inline(always)]
+    fn size(&mut self) -> Result<(u64, u64), DecodeError> {
+        let i = self.size.varint().map_err(|_| "size column ends early")?;
+        self.sizes
+            .get(i as usize)
+            .copied()
+            .ok_or("size index out of range")
+    }
+
+    #[inline(always)]
+    fn stream(&mut self) -> Result<u64, DecodeError> {
+        self.stream.next().map_err(|_| "stream column ends early")
+    }
+
+    #[inline(always)]
+    fn device(&mut self) -> Result<u32, DecodeError> {
+        Ok(self.device.next().map_err(|_| "device column ends early")? as u32)
+    }
+
+    #[inline(always)]
+    fn thread(&mut self) -> Result<u32, DecodeError> {
+        Ok(self.thread.next().map_err(|_| "thread column ends early")? as u32)
+    }
+
+    #[inline(always)]
+    fn stack(&mut self) -> Result<u32, DecodeError> {
+        Ok(self.stack.varint().map_err(|_| "stack column ends early")? as u32)
+    }
+
+    #[inline(always)]
+    fn extra(&mut self) -> Result<u64, DecodeError> {
+        self.extra.varint().map_err(|_| "extra column ends early")
+    }
+
+    /// The fields of a block or segment event.
+    #[inline(always)]
+    fn block(&mut self) -> Result<BlockEvent, DecodeError> {
+        let addr = self.addr()?;
+        let (size, requested) = self.size()?;
+        Ok(BlockEvent {
+            addr,
+            size,
+            requested,
+            stream: self.stream()?,
+            device: self.device()?,
+            thread: self.thread()?,
+            stack: StackId(self.stack()?),
+        })
+    }
+
+    /// The fields named by `mask`, for kinds without a path of their own.
+    fn fields(&mut self, mask: u8) -> Result<Fields, DecodeError> {
+        let mut f = Fields::default();
+        if mask & ADDR != 0 {
+            f.addr = self.addr()?;
+        }
+        if mask & SIZE != 0 {
+            (f.size, f.requested) = self.size()?;
+        }
+        if mask & STREAM != 0 {
+            f.stream = self.stream()?;
+        }
+        if mask & DEVICE != 0 {
+            f.device = self.device()?;
+        }
+        if mask & THREAD != 0 {
+            f.thread = self.thread()?;
+        }
+        if mask & STACK != 0 {
+            f.stack = self.stack()?;
+        }
+        if mask & EXTRA1 != 0 {
+            f.extra1 = self.extra()?;
+        }
+        if mask & EXTRA2 != 0 {
+            f.extra2 = self.extra()?;
+        }
+        Ok(f)
+    }
+}
+
+fn segment(b: BlockEvent) -> SegmentEvent {
+    SegmentEvent {
+        addr: b.addr,
+        size: b.size,
+        stream: b.stream,
+        device: b.device,
+        stack: b.stack,
+        thread: b.thread,
+    }
+}
+
 fn decode_payload(payload: &[u8], out: &mut Vec<Event>) -> Result<u64, String> {
     let layout = Layout::parse(payload).map_err(|r| format!("chunk {r}"))?;
     out.reserve(layout.events);
-    let short = |column: &'static str| move |_| format!("chunk {column} column ends early");
-    let mut time = Cursor::new(layout.time);
-    let mut addr = Cursor::new(layout.addr);
-    let mut size = Cursor::new(layout.size);
-    let mut stack = Cursor::new(layout.stack);
-    let mut extra = Cursor::new(layout.extra);
-    let mut stream = RunLengthReader::new(layout.stream);
-    let mut device = RunLengthReader::new(layout.device);
-    let mut thread = RunLengthReader::new(layout.thread);
-    let mut now = layout.first_time;
-    let mut skipped = 0;
     // Kind and field mask by code, resolved once per chunk rather than per event.
     let mut table: [Option<(Option<EventKind>, u8)>; 256] = [None; 256];
     for (code, mask) in layout.masks.iter().enumerate() {
         table[code] = mask.map(|m| (EventKind::from_code(code as u8), m));
     }
+    let mut columns = Columns::new(&layout);
+    let mut now = layout.first_time;
+    let mut skipped = 0;
     for &code in layout.kinds {
         let (kind, mask) = table[code as usize]
-            .ok_or_else(|| format!("event kind {code} is missing from the kind table"))?;
-        now = now.wrapping_add(varint::unzigzag(time.varint().map_err(short("time"))?) as u64);
-        let mut f = Fields::default();
-        if mask & ADDR != 0 {
-            let i = addr.varint().map_err(short("address"))? as usize;
-            f.addr = *layout
-                .addrs
-                .get(i)
-                .ok_or_else(|| format!("address index {i} out of range"))?;
-        }
-        if mask & SIZE != 0 {
-            let i = size.varint().map_err(short("size"))? as usize;
-            (f.size, f.requested) = *layout
-                .sizes
-                .get(i)
-                .ok_or_else(|| format!("size index {i} out of range"))?;
-        }
-        if mask & STREAM != 0 {
-            f.stream = stream.next().map_err(short("stream"))?;
-        }
-        if mask & DEVICE != 0 {
-            f.device = device.next().map_err(short("device"))? as u32;
-        }
-        if mask & THREAD != 0 {
-            f.thread = thread.next().map_err(short("thread"))? as u32;
-        }
-        if mask & STACK != 0 {
-            f.stack = stack.varint().map_err(short("stack"))? as u32;
-        }
-        if mask & EXTRA1 != 0 {
-            f.extra1 = extra.varint().map_err(short("extra"))?;
-        }
-        if mask & EXTRA2 != 0 {
-            f.extra2 = extra.varint().map_err(short("extra"))?;
-        }
-        match kind {
-            Some(kind) => out.push(Event {
-                time_ns: now,
-                data: f.into_data(kind),
-            }),
+            .ok_or_else(|| format!("chunk: event kind {code} is missing from the kind table"))?;
+        let result = decode_event(&mut columns, kind, mask);
+        let data = result.map_err(|e| format!("chunk {e}"))?;
+        now = now.wrapping_add(data.0);
+        match data.1 {
+            Some(data) => out.push(Event { time_ns: now, data }),
             None => skipped += 1,
         }
     }
     Ok(skipped)
+}
+
+/// Decodes one event: its time delta, and its data (`None` for a kind this
+/// version does not know, whose fields are consumed and dropped).
+#[inline(always)]
+fn decode_event(
+    c: &mut Columns<'_>,
+    kind: Option<EventKind>,
+    mask: u8,
+) -> Result<(u64, Option<EventData>), DecodeError> {
+    let delta = c.time_delta()?;
+    // Block and segment events are nearly every event: they get a path that
+    // reads exactly their fields, without the per-field mask tests.
+    let data = match (kind, mask) {
+        (Some(EventKind::Alloc), BLOCK_FIELDS) => EventData::Alloc(c.block()?),
+        (Some(EventKind::FreeRequested), BLOCK_FIELDS) => EventData::FreeRequested(c.block()?),
+        (Some(EventKind::FreeCompleted), BLOCK_FIELDS) => EventData::FreeCompleted(c.block()?),
+        (Some(EventKind::SegmentAlloc), BLOCK_FIELDS) => {
+            EventData::SegmentAlloc(segment(c.block()?))
+        }
+        (Some(EventKind::SegmentFree), BLOCK_FIELDS) => EventData::SegmentFree(segment(c.block()?)),
+        (Some(EventKind::SegmentMap), BLOCK_FIELDS) => EventData::SegmentMap(segment(c.block()?)),
+        (Some(EventKind::SegmentUnmap), BLOCK_FIELDS) => {
+            EventData::SegmentUnmap(segment(c.block()?))
+        }
+        (Some(kind), mask) => c.fields(mask)?.into_data(kind),
+        (None, mask) => {
+            c.fields(mask)?;
+            return Ok((delta, None));
+        }
+    };
+    Ok((delta, Some(data)))
 }
 
 #[cfg(test)]

@@ -1,0 +1,294 @@
+//! Fragmentation over time, as a series of time buckets.
+//!
+//! The trace's length is not known until its end, so buckets start narrow
+//! (1 µs) and double in width, merging pairs, whenever there are `2 × N` of
+//! them: the series ends with between `N` and `2N - 1` buckets of equal
+//! width. Each bucket holds the state at its end (its last event) and the
+//! maxima inside it. The free-space sweep runs once per closed bucket, so
+//! its cost is bounded by the number of buckets ever closed, not by the
+//! number of events.
+
+use super::{Analysis, Step};
+use crate::replay::{FreeSpace, ReplayState};
+use serde::Serialize;
+use vramtrace_recorder::format::{Event, SymbolTable};
+
+/// The narrowest bucket.
+pub const INITIAL_BUCKET_NS: u64 = 1_000;
+
+/// One time bucket of the series.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FragmentationBucket {
+    /// Start of the bucket.
+    pub start_ns: u64,
+    /// End of the bucket (exclusive).
+    pub end_ns: u64,
+    /// Events inside.
+    pub events: u64,
+    /// Reserved bytes at the bucket's end.
+    pub reserved_bytes: u64,
+    /// Allocated bytes at the bucket's end.
+    pub allocated_bytes: u64,
+    /// Requested bytes at the bucket's end.
+    pub requested_bytes: u64,
+    /// Reserved bytes not in live blocks (cached by the allocator) at the end.
+    pub cached_free_bytes: u64,
+    /// The largest contiguous free range at the end.
+    pub largest_free_block: u64,
+    /// `1 - largest free block / cached free bytes` at the end.
+    pub external_fragmentation: f64,
+    /// Block sizes minus requested sizes of live blocks, at the end.
+    pub internal_fragmentation_bytes: u64,
+    /// Reserved segments at the end.
+    pub segments: u64,
+    /// The most reserved bytes inside the bucket.
+    pub max_reserved_bytes: u64,
+    /// The most allocated bytes inside the bucket.
+    pub max_allocated_bytes: u64,
+}
+
+/// The fragmentation series of a trace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FragmentationReport {
+    /// The width of every bucket.
+    pub bucket_ns: u64,
+    /// The buckets, in time order, from the window's first event.
+    pub buckets: Vec<FragmentationBucket>,
+    /// The bucket with the most cached free bytes at its end.
+    pub worst_cached_free: Option<usize>,
+    /// The bucket with the highest external fragmentation at its end.
+    pub worst_external: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Open {
+    events: u64,
+    max_reserved: u64,
+    max_allocated: u64,
+}
+
+/// Computes a [`FragmentationReport`].
+#[derive(Clone, Debug)]
+pub struct Fragmentation {
+    target: usize,
+    origin: Option<u64>,
+    width: u64,
+    closed: Vec<FragmentationBucket>,
+    open_index: u64,
+    open: Open,
+    report: Option<FragmentationReport>,
+}
+
+impl Fragmentation {
+    /// A series of about `buckets` buckets (between that and twice it).
+    pub fn new(buckets: usize) -> Self {
+        Fragmentation {
+            target: buckets.max(1),
+            origin: None,
+            width: INITIAL_BUCKET_NS,
+            closed: Vec::new(),
+            open_index: 0,
+            open: Open::default(),
+            report: None,
+        }
+    }
+
+    /// The report, once the pass is over.
+    pub fn report(&self) -> Option<&FragmentationReport> {
+        self.report.as_ref()
+    }
+
+    /// Takes the report, once the pass is over.
+    pub fn into_report(self) -> Option<FragmentationReport> {
+        self.report
+    }
+
+    fn close(&mut self, state: &ReplayState) {
+        let t = state.totals();
+        let space: FreeSpace = state.free_space();
+        self.closed.push(FragmentationBucket {
+            events: self.open.events,
+            reserved_bytes: t.reserved,
+            allocated_bytes: t.allocated,
+            requested_bytes: t.requested,
+            cached_free_bytes: space.free_bytes,
+            largest_free_block: space.largest_free_block,
+            external_fragmentation: space.external_fragmentation(),
+            internal_fragmentation_bytes: t.allocated.saturating_sub(t.requested),
+            segments: t.segments,
+            max_reserved_bytes: self.open.max_reserved.max(t.reserved),
+            max_allocated_bytes: self.open.max_allocated.max(t.allocated),
+            ..Default::default()
+        });
+        self.open = Open::default();
+    }
+
+    fn halve(&mut self) {
+        let carry = if self.closed.len() % 2 == 1 {
+            self.closed.pop()
+        } else {
+            None
+        };
+        let merged: Vec<FragmentationBucket> = self
+            .closed
+            .chunks(2)
+            .map(|pair| {
+                let (a, b) = (&pair[0], &pair[pair.len() - 1]);
+                FragmentationBucket {
+                    events: a.events + if pair.len() > 1 { b.events } else { 0 },
+                    max_reserved_bytes: a.max_reserved_bytes.max(b.max_reserved_bytes),
+                    max_allocated_bytes: a.max_allocated_bytes.max(b.max_allocated_bytes),
+                    ..b.clone()
+                }
+            })
+            .collect();
+        self.closed = merged;
+        if let Some(c) = carry {
+            // The last closed bucket and the open one become one open bucket.
+            self.open.events += c.events;
+            self.open.max_reserved = self.open.max_reserved.max(c.max_reserved_bytes);
+            self.open.max_allocated = self.open.max_allocated.max(c.max_allocated_bytes);
+        }
+        self.open_index /= 2;
+        self.width *= 2;
+    }
+}
+
+impl Analysis for Fragmentation {
+    fn wants_before(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn before(&mut self, _index: u64, event: &Event, state: &ReplayState) {
+        let origin = *self.origin.get_or_insert(event.time_ns);
+        let offset = event.time_ns.saturating_sub(origin);
+        let mut k = offset / self.width;
+        if k <= self.open_index {
+            return;
+        }
+        // The state now is the state at the end of the open bucket, and of
+        // every empty bucket between it and this event's.
+        self.close(state);
+        let end = self.closed.last().cloned().unwrap_or_default();
+        self.open_index += 1;
+        // Widen first, so a long idle gap does not create a bucket per µs.
+        while k >= 2 * self.target as u64 {
+            self.halve();
+            k = offset / self.width;
+        }
+        while self.open_index < k {
+            self.closed.push(FragmentationBucket {
+                events: self.open.events,
+                max_reserved_bytes: self.open.max_reserved.max(end.reserved_bytes),
+                max_allocated_bytes: self.open.max_allocated.max(end.allocated_bytes),
+                ..end.clone()
+            });
+            self.open = Open::default();
+            self.open_index += 1;
+        }
+    }
+
+    #[inline]
+    fn event(&mut self, _step: &Step<'_>, state: &ReplayState) {
+        let t = state.totals();
+        self.open.events += 1;
+        self.open.max_reserved = self.open.max_reserved.max(t.reserved);
+        self.open.max_allocated = self.open.max_allocated.max(t.allocated);
+    }
+
+    fn finish(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
+        let origin = self.origin.unwrap_or(state.time_ns());
+        self.close(state);
+        let width = self.width;
+        for (i, b) in self.closed.iter_mut().enumerate() {
+            b.start_ns = origin + i as u64 * width;
+            b.end_ns = b.start_ns + width;
+        }
+        let argmax = |key: &dyn Fn(&FragmentationBucket) -> f64| {
+            self.closed
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| key(b) > 0.0)
+                .max_by(|a, b| key(a.1).total_cmp(&key(b.1)))
+                .map(|(i, _)| i)
+        };
+        let worst_cached_free = argmax(&|b| b.cached_free_bytes as f64);
+        let worst_external = argmax(&|b| b.external_fragmentation);
+        self.report = Some(FragmentationReport {
+            bucket_ns: width,
+            buckets: std::mem::take(&mut self.closed),
+            worst_cached_free,
+            worst_external,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::run_pass;
+    use crate::analysis::window::Window;
+    use crate::testing::TraceBuilder;
+    use vramtrace_recorder::format::TraceReader;
+
+    fn series(bytes: &[u8], n: usize) -> FragmentationReport {
+        let mut reader = TraceReader::new(bytes).unwrap();
+        let mut state = ReplayState::default();
+        let mut f = Fragmentation::new(n);
+        run_pass(&mut reader, &mut state, &mut [&mut f], &Window::ALL, None).unwrap();
+        f.into_report().unwrap()
+    }
+
+    #[test]
+    fn fragmentation_math() {
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        // One 1000-byte segment holding blocks at [0,100), [300,400) and
+        // [700,800): free ranges 200, 300 and 200.
+        b.at(0).segment(0, 1000);
+        b.alloc(0, 100, 60, s)
+            .alloc(300, 100, 100, s)
+            .alloc(700, 100, 90, s);
+        b.at(5_000).alloc(900, 50, 50, s);
+        let r = series(&b.finish(), 4);
+        let first = &r.buckets[0];
+        assert_eq!(first.reserved_bytes, 1000);
+        assert_eq!(first.allocated_bytes, 300);
+        assert_eq!(first.cached_free_bytes, 700);
+        assert_eq!(first.largest_free_block, 300);
+        assert!((first.external_fragmentation - (1.0 - 300.0 / 700.0)).abs() < 1e-12);
+        assert_eq!(first.internal_fragmentation_bytes, 50);
+        assert_eq!(first.segments, 1);
+        assert_eq!(first.events, 4);
+        let last = r.buckets.last().unwrap();
+        assert_eq!(last.allocated_bytes, 350);
+        assert_eq!(last.cached_free_bytes, 650);
+        assert_eq!(last.largest_free_block, 300);
+        assert_eq!(last.events, 1);
+        assert_eq!(r.buckets.iter().map(|b| b.events).sum::<u64>(), 5);
+        assert!(r.buckets.len() >= 4 && r.buckets.len() < 8);
+        assert!(r.buckets.windows(2).all(|w| w[0].end_ns == w[1].start_ns));
+    }
+
+    #[test]
+    fn buckets_merge_as_time_goes_on() {
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        b.at(0).segment(0, 1 << 30);
+        for i in 0..1000u64 {
+            b.at(i * 1_000_000).alloc(i * 4096, 4096, 4096, s);
+        }
+        let r = series(&b.finish(), 10);
+        assert!(
+            r.buckets.len() >= 10 && r.buckets.len() < 20,
+            "{}",
+            r.buckets.len()
+        );
+        assert_eq!(r.buckets.iter().map(|b| b.events).sum::<u64>(), 1001);
+        let last = r.buckets.last().unwrap();
+        assert_eq!(last.allocated_bytes, 1000 * 4096);
+        assert_eq!(last.max_allocated_bytes, 1000 * 4096);
+        assert_eq!(last.largest_free_block, (1 << 30) - 1000 * 4096);
+    }
+}

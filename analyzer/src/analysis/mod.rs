@@ -1,0 +1,203 @@
+//! Analyses of a replayed trace.
+//!
+//! Data flows one way: the decoder hands events to the [replay
+//! engine](crate::replay), and each event, with what it did to the state, to
+//! every [`Analysis`] of the pass. Several analyses share one pass: a command
+//! builds the ones it needs and calls [`run_pass`] once. Results are plain
+//! `serde::Serialize` values, rendered as text by `cli` and as charts or
+//! JSON by whoever needs them.
+
+pub mod fragmentation;
+pub mod leaks;
+pub mod phases;
+pub mod sites;
+pub mod summary;
+pub mod window;
+
+use crate::replay::{Applied, ReplayState};
+use indicatif::ProgressBar;
+use rayon::prelude::*;
+use std::io::Read;
+use vramtrace_recorder::format::{
+    Event, FormatError, RawChunk, SymbolTable, TraceReader, Truncation,
+};
+use window::Window;
+
+/// One replayed event, as analyses see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Step<'a> {
+    /// The event's index in the trace (from 0).
+    pub index: u64,
+    /// The event.
+    pub event: &'a Event,
+    /// What the event did to the state (already applied).
+    pub applied: Applied,
+    /// The trace's symbols, complete for every id this event uses.
+    pub symbols: &'a SymbolTable,
+}
+
+/// An analysis fed by a replay pass.
+pub trait Analysis: Send {
+    /// The window opens: `state` is the state before its first event.
+    fn begin(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+        let _ = (state, symbols);
+    }
+
+    /// Whether [`before`](Self::before) should be called: only analyses
+    /// that need the state just before an event pay for the call.
+    fn wants_before(&self) -> bool {
+        false
+    }
+
+    /// An event inside the window, before the replay applies it (only when
+    /// [`wants_before`](Self::wants_before) says so).
+    fn before(&mut self, index: u64, event: &Event, state: &ReplayState) {
+        let _ = (index, event, state);
+    }
+
+    /// An event inside the window, after the replay applied it.
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState);
+
+    /// The window closed (or the trace ended): `state` is the final state.
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+        let _ = (state, symbols);
+    }
+}
+
+/// What a pass read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassInfo {
+    /// Events replayed (those before the window included).
+    pub events_replayed: u64,
+    /// Events inside the window.
+    pub events_in_window: u64,
+    /// Time of the first event inside the window.
+    pub first_time_ns: Option<u64>,
+    /// Time of the last event inside the window.
+    pub last_time_ns: u64,
+    /// Where the trace was cut short, if it was.
+    pub truncation: Option<Truncation>,
+    /// Whether the trace has its footer (it was closed cleanly).
+    pub complete: bool,
+    /// Whether the pass stopped at the window's end, before the trace's.
+    pub stopped_early: bool,
+}
+
+impl PassInfo {
+    /// The time between the window's first and last events.
+    pub fn duration_ns(&self) -> u64 {
+        self.last_time_ns
+            .saturating_sub(self.first_time_ns.unwrap_or(self.last_time_ns))
+    }
+}
+
+/// Replays a trace from its start (loading its initial state), feeding the
+/// events inside `window` to every analysis, and stops after the window.
+///
+/// Chunks are decoded on all cores while the previous batch is replayed.
+pub fn run_pass<R: Read>(
+    reader: &mut TraceReader<R>,
+    state: &mut ReplayState,
+    analyses: &mut [&mut dyn Analysis],
+    window: &Window,
+    progress: Option<&ProgressBar>,
+) -> Result<PassInfo, FormatError> {
+    if let Some(initial) = reader.initial_state() {
+        state.load_initial(initial, reader.symbols());
+    }
+    let mut info = PassInfo::default();
+    let mut started = false;
+    let mut index = 0u64;
+    let any_before = analyses.iter().any(|a| a.wants_before());
+    let bounds = window.bounds();
+    let batch = rayon::current_num_threads().max(1) * 2;
+    // Decoded events go to buffers reused from batch to batch: allocating
+    // them afresh costs page faults on every batch.
+    let mut current: Vec<Vec<Event>> = Vec::new();
+    let mut next: Vec<Vec<Event>> = Vec::new();
+    decode_into(&reader.next_chunks(batch)?, &mut current)?;
+    while !current.is_empty() {
+        let raw = reader.next_chunks(batch)?;
+        let symbols = reader.symbols();
+        let (decoded, stop) = rayon::join(
+            || decode_into(&raw, &mut next),
+            || {
+                for events in &current {
+                    for event in events {
+                        if bounds.is_after(index, event.time_ns) {
+                            return true;
+                        }
+                        let inside = bounds.started(index, event.time_ns);
+                        if inside && !started {
+                            started = true;
+                            info.first_time_ns = Some(event.time_ns);
+                            for a in analyses.iter_mut() {
+                                a.begin(state, symbols);
+                            }
+                        }
+                        if inside && any_before {
+                            for a in analyses.iter_mut() {
+                                a.before(index, event, state);
+                            }
+                        }
+                        let applied = state.apply(index, event, symbols);
+                        if inside {
+                            info.events_in_window += 1;
+                            info.last_time_ns = event.time_ns;
+                            let step = Step {
+                                index,
+                                event,
+                                applied,
+                                symbols,
+                            };
+                            for a in analyses.iter_mut() {
+                                a.event(&step, state);
+                            }
+                        }
+                        index += 1;
+                    }
+                }
+                false
+            },
+        );
+        if let Some(bar) = progress {
+            bar.set_position(reader.bytes_read());
+        }
+        if stop {
+            info.stopped_early = true;
+            break;
+        }
+        decoded?;
+        std::mem::swap(&mut current, &mut next);
+    }
+    let symbols = reader.symbols();
+    if !started {
+        for a in analyses.iter_mut() {
+            a.begin(state, symbols);
+        }
+    }
+    for a in analyses.iter_mut() {
+        a.finish(state, symbols);
+    }
+    info.events_replayed = index;
+    info.truncation = reader.truncation().copied();
+    info.complete = reader.footer().is_some();
+    Ok(info)
+}
+
+/// Decodes chunks on all cores into `out`, one buffer per chunk, reusing
+/// the buffers `out` already holds.
+fn decode_into(chunks: &[RawChunk], out: &mut Vec<Vec<Event>>) -> Result<(), FormatError> {
+    out.resize_with(chunks.len(), Vec::new);
+    out.truncate(chunks.len());
+    chunks
+        .par_iter()
+        .zip(out.par_iter_mut())
+        .try_for_each(|(chunk, buf)| {
+            buf.clear();
+            chunk.decode_into(buf).map(|_| ())
+        })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,562 @@
+//! The summary: what a user wants to know first about a trace.
+//!
+//! Peaks are tracked per event in O(1). The sites live at the allocated peak
+//! come from per-site live counters kept by the replay: when a new peak is
+//! reached the analysis only marks it, and copies the (small) per-site table
+//! at the first decrease after it, adding back the block whose free ended
+//! the increasing run; so one copy is made per increasing run, not per event.
+//! The free space at the peak needs a sweep over the live blocks; it is
+//! computed by [`free_space_at`], a replay that stops at the peak's event.
+
+use super::window::Window;
+use super::{Analysis, Step, run_pass};
+use crate::analysis::sites::{SiteDescription, SiteId};
+use crate::replay::{
+    Applied, FreeSpace, Inconsistency, InconsistencyKind, PhaseId, ReplayState, SiteLive, Totals,
+};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Read;
+use vramtrace_recorder::format::{EventData, FormatError, KindCounts, SymbolTable, TraceReader};
+
+/// The most OOM events kept with their context.
+pub const MAX_OOMS: usize = 100;
+
+/// Computes a [`SummaryReport`].
+#[derive(Clone, Debug)]
+pub struct Summary {
+    top: usize,
+    counts: KindCounts,
+    first_time_ns: Option<u64>,
+    last_time_ns: u64,
+    allocated: PeakTrack,
+    reserved: PeakTrack,
+    requested: PeakTrack,
+    active_peak: u64,
+    at_peak: PeakState,
+    pending: bool,
+    sites_at_peak: Vec<(SiteId, SiteLive)>,
+    ooms: Vec<OomReport>,
+    oom_count: u64,
+    report: Option<SummaryReport>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct PeakTrack {
+    bytes: u64,
+    time_ns: u64,
+    // Events replayed when the peak was reached.
+    replayed: u64,
+    phase: PhaseId,
+}
+
+impl PeakTrack {
+    #[inline]
+    fn update(&mut self, bytes: u64, step: &Step<'_>, state: &ReplayState) -> bool {
+        if bytes > self.bytes {
+            *self = PeakTrack {
+                bytes,
+                time_ns: step.event.time_ns,
+                replayed: step.index + 1,
+                phase: state.current_phase(),
+            };
+            true
+        } else {
+            false
+        }
+    }
+
+    fn report(&self, state: &ReplayState, symbols: &SymbolTable) -> Peak {
+        Peak {
+            bytes: self.bytes,
+            time_ns: self.time_ns,
+            index: self.replayed.saturating_sub(1),
+            replayed_events: self.replayed,
+            phase: state.phase_path(self.phase, symbols),
+        }
+    }
+}
+
+/// A peak of one total.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Peak {
+    /// The peak value.
+    pub bytes: u64,
+    /// When it was first reached.
+    pub time_ns: u64,
+    /// The index of the event that reached it (of the last event before the
+    /// window when the peak is the window's starting state).
+    pub index: u64,
+    /// The number of events replayed when the peak was reached (0 for the
+    /// trace's initial state).
+    pub replayed_events: u64,
+    /// The phase path open then (empty outside phases).
+    pub phase: String,
+}
+
+/// The allocator's state at the allocated peak.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PeakState {
+    /// Reserved segments.
+    pub segments: u64,
+    /// Live blocks.
+    pub live_blocks: u64,
+    /// Reserved bytes.
+    pub reserved_bytes: u64,
+    /// Allocated bytes.
+    pub allocated_bytes: u64,
+    /// Reserved bytes not allocated: cached by the allocator.
+    pub cached_free_bytes: u64,
+    /// Internal fragmentation: block sizes minus requested sizes of live blocks.
+    pub internal_fragmentation_bytes: u64,
+    /// The largest free range (when computed; see [`free_space_at`]).
+    pub largest_free_block: Option<u64>,
+    /// `1 - largest free block / free bytes` (when computed).
+    pub external_fragmentation: Option<f64>,
+}
+
+/// A site's share of the allocated peak.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SiteShare {
+    /// The site.
+    #[serde(flatten)]
+    pub site: SiteDescription,
+    /// Bytes live from the site at the peak.
+    pub bytes: u64,
+    /// Blocks live from the site at the peak.
+    pub count: u64,
+    /// `bytes` over the peak's allocated bytes.
+    pub share: f64,
+}
+
+/// An out-of-memory event with its context.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OomReport {
+    /// When it happened.
+    pub time_ns: u64,
+    /// Its event index.
+    pub index: u64,
+    /// The failed request.
+    pub requested_bytes: u64,
+    /// Free device memory according to the driver.
+    pub device_free_bytes: u64,
+    /// Allocated bytes then.
+    pub allocated_bytes: u64,
+    /// Reserved bytes then.
+    pub reserved_bytes: u64,
+    /// The open phase path.
+    pub phase: String,
+    /// The requesting site.
+    #[serde(flatten)]
+    pub site: SiteDescription,
+}
+
+/// How many inconsistencies of one kind were found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InconsistencyCount {
+    /// The kind.
+    pub kind: InconsistencyKind,
+    /// What it means.
+    pub description: &'static str,
+    /// How many.
+    pub count: u64,
+}
+
+/// The inconsistencies of a replay.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct InconsistencyReport {
+    /// All of them.
+    pub total: u64,
+    /// Counts of the kinds found.
+    pub by_kind: Vec<InconsistencyCount>,
+    /// The first few of each kind, with their event index.
+    pub examples: Vec<Inconsistency>,
+}
+
+impl InconsistencyReport {
+    /// The report of a replay's inconsistencies.
+    pub fn of(state: &ReplayState) -> Self {
+        InconsistencyReport {
+            total: state.inconsistency_total(),
+            by_kind: InconsistencyKind::ALL
+                .iter()
+                .map(|&kind| InconsistencyCount {
+                    kind,
+                    description: kind.describe(),
+                    count: state.inconsistency_count(kind),
+                })
+                .filter(|c| c.count > 0)
+                .collect(),
+            examples: state.inconsistencies().to_vec(),
+        }
+    }
+}
+
+/// The summary of a trace (or of a window of it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SummaryReport {
+    /// Events in the window.
+    pub events: u64,
+    /// Events by kind name.
+    pub counts: BTreeMap<String, u64>,
+    /// Time from the first to the last event.
+    pub duration_ns: u64,
+    /// Time of the first event.
+    pub first_time_ns: u64,
+    /// Time of the last event.
+    pub last_time_ns: u64,
+    /// Peak allocated bytes.
+    pub peak_allocated_bytes: u64,
+    /// Peak reserved bytes.
+    pub peak_reserved_bytes: u64,
+    /// Peak requested bytes.
+    pub peak_requested_bytes: u64,
+    /// Peak active bytes (blocks the caller had not freed).
+    pub peak_active_bytes: u64,
+    /// When allocated bytes peaked.
+    pub peak_time_ns: u64,
+    /// The phase path at the allocated peak.
+    pub peak_phase: String,
+    /// Each peak with its time, event and phase.
+    pub peak_allocated: Peak,
+    /// See [`Peak`].
+    pub peak_reserved: Peak,
+    /// See [`Peak`].
+    pub peak_requested: Peak,
+    /// The state at the allocated peak.
+    pub at_peak: PeakState,
+    /// The sites with the most bytes live at the allocated peak.
+    pub top_sites_at_peak: Vec<SiteShare>,
+    /// Out-of-memory events (the first [`MAX_OOMS`]).
+    pub ooms: Vec<OomReport>,
+    /// All out-of-memory events.
+    pub oom_count: u64,
+    /// The state at the end of the window.
+    pub end: Totals,
+    /// Contradictions found while replaying.
+    pub inconsistencies: InconsistencyReport,
+}
+
+impl Summary {
+    /// A summary listing the `top` sites at the peak.
+    pub fn new(top: usize) -> Self {
+        Summary {
+            top,
+            counts: KindCounts::default(),
+            first_time_ns: None,
+            last_time_ns: 0,
+            allocated: PeakTrack::default(),
+            reserved: PeakTrack::default(),
+            requested: PeakTrack::default(),
+            active_peak: 0,
+            at_peak: PeakState::default(),
+            pending: false,
+            sites_at_peak: Vec::new(),
+            ooms: Vec::new(),
+            oom_count: 0,
+            report: None,
+        }
+    }
+
+    /// The report, once the pass is over.
+    pub fn report(&self) -> Option<&SummaryReport> {
+        self.report.as_ref()
+    }
+
+    /// Takes the report, once the pass is over.
+    pub fn into_report(self) -> Option<SummaryReport> {
+        self.report
+    }
+
+    fn capture_peak_state(&mut self, state: &ReplayState) {
+        let t = state.totals();
+        self.at_peak = PeakState {
+            segments: t.segments,
+            live_blocks: t.live_blocks,
+            reserved_bytes: t.reserved,
+            allocated_bytes: t.allocated,
+            cached_free_bytes: t.reserved.saturating_sub(t.allocated),
+            internal_fragmentation_bytes: t.allocated.saturating_sub(t.requested),
+            largest_free_block: None,
+            external_fragmentation: None,
+        };
+    }
+
+    fn snapshot_sites(&mut self, state: &ReplayState, freed: Option<(SiteId, u64)>) {
+        self.sites_at_peak.clear();
+        self.sites_at_peak.extend(
+            state
+                .site_live()
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.blocks > 0)
+                .map(|(i, s)| (SiteId(i as u32), *s)),
+        );
+        if let Some((site, size)) = freed {
+            match self.sites_at_peak.iter_mut().find(|(s, _)| *s == site) {
+                Some((_, live)) => {
+                    live.bytes += size;
+                    live.blocks += 1;
+                }
+                None => self.sites_at_peak.push((
+                    site,
+                    SiteLive {
+                        bytes: size,
+                        blocks: 1,
+                    },
+                )),
+            }
+        }
+        self.pending = false;
+    }
+}
+
+impl Analysis for Summary {
+    fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
+        // The window's starting state is its first candidate for each peak.
+        let t = *state.totals();
+        let start = |bytes| PeakTrack {
+            bytes,
+            time_ns: state.time_ns(),
+            replayed: state.events_applied(),
+            phase: state.current_phase(),
+        };
+        self.allocated = start(t.allocated);
+        self.reserved = start(t.reserved);
+        self.requested = start(t.requested);
+        self.active_peak = t.active;
+        self.capture_peak_state(state);
+        self.pending = true;
+    }
+
+    #[inline]
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
+        self.counts.add(step.event.kind());
+        self.first_time_ns.get_or_insert(step.event.time_ns);
+        self.last_time_ns = step.event.time_ns;
+        let t = state.totals();
+        match step.applied {
+            Applied::Alloc(_) => {
+                if self.allocated.update(t.allocated, step, state) {
+                    self.pending = true;
+                    self.capture_peak_state(state);
+                }
+                self.requested.update(t.requested, step, state);
+                self.active_peak = self.active_peak.max(t.active);
+            }
+            Applied::FreeCompleted(a) if self.pending => {
+                self.snapshot_sites(state, Some((a.site, a.size)));
+            }
+            Applied::Segment => {
+                self.reserved.update(t.reserved, step, state);
+            }
+            Applied::Oom(site) => {
+                self.oom_count += 1;
+                if self.ooms.len() < MAX_OOMS {
+                    let (requested, free) = match step.event.data {
+                        EventData::Oom(o) => (o.requested, o.free_bytes),
+                        _ => (0, 0),
+                    };
+                    self.ooms.push(OomReport {
+                        time_ns: step.event.time_ns,
+                        index: step.index,
+                        requested_bytes: requested,
+                        device_free_bytes: free,
+                        allocated_bytes: t.allocated,
+                        reserved_bytes: t.reserved,
+                        phase: state.phase_path(state.current_phase(), step.symbols),
+                        site: state.sites().describe(site, step.symbols),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+        if self.pending {
+            self.snapshot_sites(state, None);
+        }
+        let mut sites = std::mem::take(&mut self.sites_at_peak);
+        sites.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+        let peak = self.allocated.bytes;
+        let top_sites_at_peak = sites
+            .iter()
+            .take(self.top)
+            .map(|(site, live)| SiteShare {
+                site: state.sites().describe(*site, symbols),
+                bytes: live.bytes,
+                count: live.blocks,
+                share: if peak == 0 {
+                    0.0
+                } else {
+                    live.bytes as f64 / peak as f64
+                },
+            })
+            .collect();
+        let first = self.first_time_ns.unwrap_or(0);
+        let allocated = self.allocated.report(state, symbols);
+        self.report = Some(SummaryReport {
+            events: self.counts.total(),
+            counts: self
+                .counts
+                .nonzero()
+                .map(|(k, n)| (k.name().to_string(), n))
+                .collect(),
+            duration_ns: self.last_time_ns.saturating_sub(first),
+            first_time_ns: first,
+            last_time_ns: self.last_time_ns,
+            peak_allocated_bytes: self.allocated.bytes,
+            peak_reserved_bytes: self.reserved.bytes,
+            peak_requested_bytes: self.requested.bytes,
+            peak_active_bytes: self.active_peak,
+            peak_time_ns: allocated.time_ns,
+            peak_phase: allocated.phase.clone(),
+            peak_allocated: allocated,
+            peak_reserved: self.reserved.report(state, symbols),
+            peak_requested: self.requested.report(state, symbols),
+            at_peak: self.at_peak.clone(),
+            top_sites_at_peak,
+            ooms: std::mem::take(&mut self.ooms),
+            oom_count: self.oom_count,
+            end: *state.totals(),
+            inconsistencies: InconsistencyReport::of(state),
+        });
+    }
+}
+
+impl SummaryReport {
+    /// Fills in the free space at the peak (from [`free_space_at`]).
+    pub fn set_free_space_at_peak(&mut self, space: FreeSpace) {
+        self.at_peak.largest_free_block = Some(space.largest_free_block);
+        self.at_peak.external_fragmentation = Some(space.external_fragmentation());
+    }
+}
+
+/// Replays the first `events` events of a trace (after its initial state)
+/// and returns the free space of its segments then; `state` comes fresh.
+pub fn free_space_at<R: Read>(
+    reader: &mut TraceReader<R>,
+    mut state: ReplayState,
+    events: u64,
+) -> Result<FreeSpace, FormatError> {
+    if events == 0 {
+        if let Some(initial) = reader.initial_state() {
+            state.load_initial(initial, reader.symbols());
+        }
+    } else {
+        let window = Window {
+            to_index: Some(events - 1),
+            ..Window::ALL
+        };
+        run_pass(reader, &mut state, &mut [], &window, None)?;
+    }
+    Ok(state.free_space())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TraceBuilder;
+    use vramtrace_recorder::format::TraceReader;
+
+    fn summarize(bytes: &[u8], window: Window) -> SummaryReport {
+        let mut reader = TraceReader::new(bytes).unwrap();
+        let mut state = ReplayState::default();
+        let mut summary = Summary::new(10);
+        run_pass(&mut reader, &mut state, &mut [&mut summary], &window, None).unwrap();
+        summary.into_report().unwrap()
+    }
+
+    #[test]
+    fn peaks_and_sites_at_peak() {
+        let mut b = TraceBuilder::new();
+        let weights = b.site("load", "model.py", 10);
+        let acts = b.site("forward", "model.py", 41);
+        b.segment(0, 1000).begin("train");
+        b.alloc(0, 100, 90, weights);
+        b.begin("iter0");
+        b.alloc(100, 300, 300, acts).alloc(400, 200, 150, acts);
+        b.free(100, 300).free(400, 200);
+        b.end("iter0");
+        b.begin("iter1")
+            .alloc(100, 50, 50, acts)
+            .free(100, 50)
+            .end("iter1");
+        b.end("train");
+        let r = summarize(&b.finish(), Window::ALL);
+        assert_eq!(r.peak_allocated_bytes, 600);
+        assert_eq!(r.peak_requested_bytes, 540);
+        assert_eq!(r.peak_reserved_bytes, 1000);
+        assert_eq!(r.peak_phase, "train/iter0");
+        assert_eq!(r.peak_allocated.index, 5);
+        assert_eq!(r.at_peak.internal_fragmentation_bytes, 60);
+        assert_eq!(r.at_peak.cached_free_bytes, 400);
+        assert_eq!(r.top_sites_at_peak.len(), 2);
+        assert_eq!(r.top_sites_at_peak[0].site.site, "forward (model.py:41)");
+        assert_eq!(r.top_sites_at_peak[0].bytes, 500);
+        assert_eq!(r.top_sites_at_peak[0].count, 2);
+        assert_eq!(r.top_sites_at_peak[1].bytes, 100);
+        assert_eq!(r.end.allocated, 100);
+        assert_eq!(r.counts["alloc"], 4);
+        assert_eq!(r.inconsistencies.total, 0);
+    }
+
+    #[test]
+    fn free_space_at_the_peak() {
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        b.segment(0, 1000)
+            .alloc(0, 100, 100, s)
+            .alloc(300, 100, 100, s);
+        b.free(300, 100).free(0, 100);
+        let bytes = b.finish();
+        let r = summarize(&bytes, Window::ALL);
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let space = free_space_at(
+            &mut reader,
+            ReplayState::default(),
+            r.peak_allocated.replayed_events,
+        )
+        .unwrap();
+        assert_eq!(space.free_bytes, 800);
+        assert_eq!(space.largest_free_block, 600);
+        assert_eq!(space.free_ranges, 2);
+    }
+
+    #[test]
+    fn oom_and_windows() {
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        b.at(1_000).segment(0, 1 << 20).alloc(0, 1000, 1000, s);
+        b.at(2_000).alloc(1000, 5000, 5000, s).free(1000, 5000);
+        b.at(3_000).oom(1 << 30, s).alloc(1000, 2000, 2000, s);
+        let bytes = b.finish();
+        let all = summarize(&bytes, Window::ALL);
+        assert_eq!(all.peak_allocated_bytes, 6000);
+        assert_eq!(all.oom_count, 1);
+        assert_eq!(all.ooms[0].requested_bytes, 1 << 30);
+        assert_eq!(all.ooms[0].allocated_bytes, 1000);
+        assert_eq!(all.ooms[0].site.site, "f (a.py:1)");
+        let late = summarize(
+            &bytes,
+            Window {
+                from_ns: Some(3_000),
+                ..Window::ALL
+            },
+        );
+        // The window starts with 1000 bytes live; the earlier 6000 is outside.
+        assert_eq!(late.peak_allocated_bytes, 3000);
+        assert_eq!(late.events, 2);
+        assert_eq!(late.first_time_ns, 3_000);
+        let early = summarize(
+            &bytes,
+            Window {
+                to_ns: Some(1_500),
+                ..Window::ALL
+            },
+        );
+        assert_eq!(early.peak_allocated_bytes, 1000);
+        assert_eq!(early.oom_count, 0);
+    }
+}

@@ -1,0 +1,248 @@
+//! `--from` / `--to`: restricting an analysis to part of a trace.
+//!
+//! A bound is a time since the trace start (`1.5s`, `300ms`) or a phase
+//! name: `--from NAME` starts at the phase's first begin, `--to NAME` ends
+//! at its last end. Phase names are resolved to event indices by a first,
+//! decode-only pass; the replay itself always starts at the trace's start,
+//! so the state at the window's start is exact.
+
+use crate::units;
+use std::io::Read;
+use vramtrace_recorder::format::{EventData, FormatError, TraceReader};
+
+/// One end of a window as given on the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BoundSpec {
+    /// Nanoseconds since the trace start.
+    Time(u64),
+    /// A phase name.
+    Phase(String),
+}
+
+impl BoundSpec {
+    /// Parses a time (`1.5s`, `300ms`, `2m`) or, failing that, a phase name.
+    pub fn parse(text: &str) -> Result<BoundSpec, String> {
+        let t = text.trim();
+        if t.is_empty() {
+            return Err("an empty --from/--to bound".to_string());
+        }
+        if t.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+            return units::parse_duration_ns(t).map(BoundSpec::Time);
+        }
+        Ok(BoundSpec::Phase(t.to_string()))
+    }
+}
+
+/// A window as given on the command line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WindowSpec {
+    /// Where it starts (the trace's start when `None`).
+    pub from: Option<BoundSpec>,
+    /// Where it ends (the trace's end when `None`).
+    pub to: Option<BoundSpec>,
+}
+
+impl WindowSpec {
+    /// Parses `--from` and `--to`.
+    pub fn parse(from: Option<&str>, to: Option<&str>) -> Result<WindowSpec, String> {
+        let spec = WindowSpec {
+            from: from.map(BoundSpec::parse).transpose()?,
+            to: to.map(BoundSpec::parse).transpose()?,
+        };
+        if let (Some(BoundSpec::Time(a)), Some(BoundSpec::Time(b))) = (&spec.from, &spec.to) {
+            if a > b {
+                return Err(format!(
+                    "--from ({}) is after --to ({})",
+                    units::duration_ns(*a),
+                    units::duration_ns(*b)
+                ));
+            }
+        }
+        Ok(spec)
+    }
+
+    /// Whether resolving needs a pass over the trace (a phase bound).
+    pub fn needs_phases(&self) -> bool {
+        matches!(self.from, Some(BoundSpec::Phase(_)))
+            || matches!(self.to, Some(BoundSpec::Phase(_)))
+    }
+
+    /// Resolves the bounds against a trace. `reader` is consumed only when a
+    /// bound is a phase name; otherwise pass `None`.
+    pub fn resolve<R: Read>(
+        &self,
+        reader: Option<&mut TraceReader<R>>,
+    ) -> Result<Result<Window, String>, FormatError> {
+        let mut window = Window::default();
+        if let Some(BoundSpec::Time(t)) = self.from {
+            window.from_ns = Some(t);
+        }
+        if let Some(BoundSpec::Time(t)) = self.to {
+            window.to_ns = Some(t);
+        }
+        if !self.needs_phases() {
+            return Ok(Ok(window));
+        }
+        let Some(reader) = reader else {
+            return Ok(Err("phase bounds need the trace".to_string()));
+        };
+        let from_name = match &self.from {
+            Some(BoundSpec::Phase(n)) => Some(n.as_str()),
+            _ => None,
+        };
+        let to_name = match &self.to {
+            Some(BoundSpec::Phase(n)) => Some(n.as_str()),
+            _ => None,
+        };
+        let mut first_begin = None;
+        let mut last_end = None;
+        let mut index = 0u64;
+        reader.for_each_batch(|events, symbols| {
+            for e in events {
+                match e.data {
+                    EventData::PhaseBegin { name }
+                        if first_begin.is_none() && from_name == symbols.string(name) =>
+                    {
+                        first_begin = Some(index);
+                    }
+                    EventData::PhaseEnd { name } if to_name == symbols.string(name) => {
+                        last_end = Some(index);
+                    }
+                    _ => {}
+                }
+                index += 1;
+            }
+        })?;
+        if let Some(name) = from_name {
+            match first_begin {
+                Some(i) => window.from_index = Some(i),
+                None => return Ok(Err(format!("--from: no phase named '{name}' in the trace"))),
+            }
+        }
+        if let Some(name) = to_name {
+            match last_end {
+                Some(i) => window.to_index = Some(i),
+                None => return Ok(Err(format!("--to: phase '{name}' never ends in the trace"))),
+            }
+        }
+        if let (Some(a), Some(b)) = (window.from_index, window.to_index) {
+            if a > b {
+                return Ok(Err(
+                    "--from's phase begins after --to's phase ends".to_string()
+                ));
+            }
+        }
+        Ok(Ok(window))
+    }
+}
+
+/// A resolved window: the events whose time and index lie within every
+/// bound given (all inclusive).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    /// First time inside.
+    pub from_ns: Option<u64>,
+    /// Last time inside.
+    pub to_ns: Option<u64>,
+    /// First event index inside.
+    pub from_index: Option<u64>,
+    /// Last event index inside.
+    pub to_index: Option<u64>,
+}
+
+impl Window {
+    /// The whole trace.
+    pub const ALL: Window = Window {
+        from_ns: None,
+        to_ns: None,
+        from_index: None,
+        to_index: None,
+    };
+
+    /// Whether the window is the whole trace.
+    pub fn is_all(&self) -> bool {
+        *self == Window::ALL
+    }
+
+    /// Whether an event is inside.
+    #[inline]
+    pub fn contains(&self, index: u64, time_ns: u64) -> bool {
+        self.bounds().contains(index, time_ns)
+    }
+
+    /// Whether an event (and so every later one) is past the window's end.
+    #[inline]
+    pub fn is_after(&self, index: u64, time_ns: u64) -> bool {
+        self.bounds().is_after(index, time_ns)
+    }
+
+    /// The window as plain bounds, for per-event checks.
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            from_ns: self.from_ns.unwrap_or(0),
+            to_ns: self.to_ns.unwrap_or(u64::MAX),
+            from_index: self.from_index.unwrap_or(0),
+            to_index: self.to_index.unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// A [`Window`] with its absent bounds made the widest: four comparisons
+/// per event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    from_ns: u64,
+    to_ns: u64,
+    from_index: u64,
+    to_index: u64,
+}
+
+impl Bounds {
+    /// Whether an event is past the end.
+    #[inline]
+    pub fn is_after(&self, index: u64, time_ns: u64) -> bool {
+        (time_ns > self.to_ns) | (index > self.to_index)
+    }
+
+    /// Whether an event at or before the end is past the start.
+    #[inline]
+    pub fn started(&self, index: u64, time_ns: u64) -> bool {
+        (time_ns >= self.from_ns) & (index >= self.from_index)
+    }
+
+    /// Whether an event is inside.
+    #[inline]
+    pub fn contains(&self, index: u64, time_ns: u64) -> bool {
+        self.started(index, time_ns) && !self.is_after(index, time_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_bounds() {
+        assert_eq!(BoundSpec::parse("1.5s"), Ok(BoundSpec::Time(1_500_000_000)));
+        assert_eq!(BoundSpec::parse("300ms"), Ok(BoundSpec::Time(300_000_000)));
+        assert_eq!(
+            BoundSpec::parse("train_epoch1"),
+            Ok(BoundSpec::Phase("train_epoch1".into()))
+        );
+        assert!(BoundSpec::parse("1.5 fortnights").is_err());
+        assert!(WindowSpec::parse(Some("2s"), Some("1s")).is_err());
+    }
+
+    #[test]
+    fn windows_contain_events() {
+        let w = Window {
+            from_ns: Some(10),
+            to_index: Some(5),
+            ..Window::ALL
+        };
+        assert!(!w.contains(0, 9));
+        assert!(w.contains(5, 10));
+        assert!(w.is_after(6, 11));
+        assert!(Window::ALL.contains(7, 0));
+    }
+}

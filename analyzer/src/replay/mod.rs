@@ -1,0 +1,829 @@
+//! The replay engine: the allocator's state reconstructed event by event.
+//!
+//! [`ReplayState::apply`] takes the events of a trace in order and keeps
+//! what the allocator held after each: the live blocks (with their sizes,
+//! stack, site and the phase they were allocated in), the reserved segments,
+//! the open phases, and running totals. Memory is proportional to what is
+//! live (plus one small record per phase instance), never to the trace's
+//! length. Events that contradict the state (a free of an unknown address, a
+//! segment returned while blocks in it are live, ...) are recorded as
+//! [`Inconsistency`] values and skipped; replay never panics on bad input.
+//!
+//! Byte totals follow the block's life:
+//!
+//! | total | grows at | shrinks at |
+//! |---|---|---|
+//! | `allocated` (block sizes) | `Alloc` | `FreeCompleted` |
+//! | `requested` (requested sizes) | `Alloc` | `FreeCompleted` |
+//! | `active` (block sizes the caller still owns) | `Alloc` | `FreeRequested` (or `FreeCompleted` without one) |
+//! | `reserved` (segment sizes) | `SegmentAlloc`, `SegmentMap` | `SegmentFree`, `SegmentUnmap` |
+
+use crate::analysis::sites::{SiteFolder, SiteId};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use vramtrace_recorder::format::{
+    BlockEvent, BlockStatus, Event, EventData, InitialState, SegmentEvent, StackId, StringId,
+    SymbolTable,
+};
+
+/// A phase instance: one execution of a named phase, numbered in order of
+/// its begin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct PhaseId(pub u32);
+
+impl PhaseId {
+    /// Outside any phase.
+    pub const NONE: PhaseId = PhaseId(u32::MAX);
+
+    /// Whether this is [`PhaseId::NONE`].
+    pub fn is_none(self) -> bool {
+        self == PhaseId::NONE
+    }
+}
+
+/// One execution of a phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PhaseInstance {
+    /// The phase's name.
+    pub name: StringId,
+    /// The enclosing instance, or [`PhaseId::NONE`].
+    pub parent: PhaseId,
+    /// Nesting depth (0 for a top-level phase).
+    pub depth: u32,
+    /// Time of the begin event.
+    pub begin_ns: u64,
+    /// Index of the begin event.
+    pub begin_index: u64,
+    /// Time of the end event, once it ended.
+    pub end_ns: Option<u64>,
+}
+
+/// A live block: allocated and not yet returned to the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveAlloc {
+    /// Device address.
+    pub addr: u64,
+    /// Block size.
+    pub size: u64,
+    /// The size the caller asked for.
+    pub requested: u64,
+    /// The allocating stack.
+    pub stack: StackId,
+    /// The allocating stack folded to its site.
+    pub site: SiteId,
+    /// The innermost phase open at allocation time.
+    pub phase: PhaseId,
+    /// Allocation time.
+    pub time_ns: u64,
+    /// Whether the caller has freed it (it waits for other streams).
+    pub free_requested: bool,
+}
+
+/// A reserved address range: a segment, or the mapped part of an expandable one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Start address.
+    pub start: u64,
+    /// End address (exclusive).
+    pub end: u64,
+    /// Live blocks inside.
+    pub live_blocks: u64,
+    /// Bytes of the live blocks inside.
+    pub live_bytes: u64,
+    /// Whether it is (part of) an expandable segment.
+    pub expandable: bool,
+}
+
+impl Segment {
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.end - self.start
+    }
+}
+
+/// Running byte totals; see the module documentation for their definitions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    /// Sum of the block sizes of live blocks.
+    pub allocated: u64,
+    /// Sum of the requested sizes of live blocks.
+    pub requested: u64,
+    /// Sum of the block sizes of blocks the caller has not freed.
+    pub active: u64,
+    /// Sum of reserved segment sizes.
+    pub reserved: u64,
+    /// Number of live blocks.
+    pub live_blocks: u64,
+    /// Number of reserved ranges (segments).
+    pub segments: u64,
+}
+
+/// Per-site live totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SiteLive {
+    /// Bytes of live blocks from the site.
+    pub bytes: u64,
+    /// Number of live blocks from the site.
+    pub blocks: u64,
+}
+
+/// What kind of contradiction an [`Inconsistency`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InconsistencyKind {
+    /// A free of an address that holds no live block.
+    UnknownFree,
+    /// A second free request for the same block.
+    DoubleFree,
+    /// An allocation at the address of a block still live.
+    AllocOverLive,
+    /// A free whose size differs from the block's.
+    SizeMismatch,
+    /// An allocation outside every reserved segment.
+    AllocOutsideSegment,
+    /// A segment freed or unmapped that was never reserved.
+    UnknownSegment,
+    /// A segment reserved over one already reserved.
+    OverlappingSegment,
+    /// A segment freed or unmapped while blocks in it are live.
+    SegmentFreedWithLiveBlocks,
+    /// A phase end that does not match the innermost open phase.
+    UnmatchedPhaseEnd,
+}
+
+impl InconsistencyKind {
+    /// Every kind, in report order.
+    pub const ALL: [InconsistencyKind; 9] = [
+        InconsistencyKind::UnknownFree,
+        InconsistencyKind::DoubleFree,
+        InconsistencyKind::AllocOverLive,
+        InconsistencyKind::SizeMismatch,
+        InconsistencyKind::AllocOutsideSegment,
+        InconsistencyKind::UnknownSegment,
+        InconsistencyKind::OverlappingSegment,
+        InconsistencyKind::SegmentFreedWithLiveBlocks,
+        InconsistencyKind::UnmatchedPhaseEnd,
+    ];
+
+    /// A short description for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            InconsistencyKind::UnknownFree => "free of an address with no live block",
+            InconsistencyKind::DoubleFree => "block freed twice",
+            InconsistencyKind::AllocOverLive => "allocation over a live block",
+            InconsistencyKind::SizeMismatch => "free with a size other than the block's",
+            InconsistencyKind::AllocOutsideSegment => "allocation outside every segment",
+            InconsistencyKind::UnknownSegment => "free or unmap of an unknown segment",
+            InconsistencyKind::OverlappingSegment => "segment overlapping another",
+            InconsistencyKind::SegmentFreedWithLiveBlocks => "segment freed with live blocks",
+            InconsistencyKind::UnmatchedPhaseEnd => "phase end without a matching begin",
+        }
+    }
+}
+
+/// An event that contradicts the replayed state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Inconsistency {
+    /// Index of the event in the trace (0 is the first event).
+    pub index: u64,
+    /// Time of the event.
+    pub time_ns: u64,
+    /// What is wrong.
+    pub kind: InconsistencyKind,
+    /// The address concerned (0 for phases).
+    pub addr: u64,
+}
+
+/// How many inconsistencies of each kind are kept with their details; the
+/// rest are only counted, so a badly broken trace cannot exhaust memory.
+pub const KEPT_PER_KIND: usize = 20;
+
+/// What one event did to the state, for analyses to react to without
+/// looking it up again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// A block became live.
+    Alloc(LiveAlloc),
+    /// A live block was freed by the caller (it stays allocated).
+    FreeRequested(LiveAlloc),
+    /// A block was returned to the cache; this is its last state.
+    FreeCompleted(LiveAlloc),
+    /// Reserved memory changed.
+    Segment,
+    /// A phase instance began.
+    PhaseBegin(PhaseId),
+    /// A phase instance ended (phases left open inside it ended too).
+    PhaseEnd(PhaseId),
+    /// An out-of-memory event, with the stack's site.
+    Oom(SiteId),
+    /// An event that changes no state (annotation, empty-cache request).
+    Other,
+    /// The event contradicted the state and was skipped.
+    Inconsistent,
+}
+
+/// The free space of the reserved segments at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FreeSpace {
+    /// Reserved bytes not in live blocks.
+    pub free_bytes: u64,
+    /// The largest contiguous free range inside one segment.
+    pub largest_free_block: u64,
+    /// The number of contiguous free ranges.
+    pub free_ranges: u64,
+}
+
+impl FreeSpace {
+    /// External fragmentation: `1 - largest free block / free bytes` (0 with no free bytes).
+    pub fn external_fragmentation(&self) -> f64 {
+        if self.free_bytes == 0 {
+            0.0
+        } else {
+            1.0 - self.largest_free_block as f64 / self.free_bytes as f64
+        }
+    }
+}
+
+/// The allocator's state, replayed.
+#[derive(Clone, Debug)]
+pub struct ReplayState {
+    live: FxHashMap<u64, LiveAlloc>,
+    segments: Vec<Segment>,
+    totals: Totals,
+    site_live: Vec<SiteLive>,
+    sites: SiteFolder,
+    phases: Vec<PhaseInstance>,
+    open: Vec<PhaseId>,
+    inconsistencies: Vec<Inconsistency>,
+    inconsistency_counts: [u64; InconsistencyKind::ALL.len()],
+    saw_segments: bool,
+    events: u64,
+    time_ns: u64,
+}
+
+impl Default for ReplayState {
+    fn default() -> Self {
+        Self::new(SiteFolder::default())
+    }
+}
+
+impl ReplayState {
+    /// An empty allocator, folding stacks with `sites`.
+    pub fn new(sites: SiteFolder) -> Self {
+        ReplayState {
+            live: FxHashMap::default(),
+            segments: Vec::new(),
+            totals: Totals::default(),
+            site_live: vec![SiteLive::default()],
+            sites,
+            phases: Vec::new(),
+            open: Vec::new(),
+            inconsistencies: Vec::new(),
+            inconsistency_counts: [0; InconsistencyKind::ALL.len()],
+            saw_segments: false,
+            events: 0,
+            time_ns: 0,
+        }
+    }
+
+    /// Loads the state a trace starts from. Call before the first event.
+    pub fn load_initial(&mut self, state: &InitialState, symbols: &SymbolTable) {
+        for seg in &state.segments {
+            self.saw_segments = true;
+            let end = seg.addr.saturating_add(seg.size);
+            if self.overlaps(seg.addr, end) {
+                self.inconsistent(InconsistencyKind::OverlappingSegment, seg.addr);
+                continue;
+            }
+            self.insert_segment(Segment {
+                start: seg.addr,
+                end,
+                live_blocks: 0,
+                live_bytes: 0,
+                expandable: seg.expandable,
+            });
+            for block in &seg.blocks {
+                if block.status == BlockStatus::Free {
+                    continue;
+                }
+                let site = self.sites.site(block.stack, symbols);
+                let alloc = LiveAlloc {
+                    addr: block.addr,
+                    size: block.size,
+                    requested: block.requested,
+                    stack: block.stack,
+                    site,
+                    phase: PhaseId::NONE,
+                    time_ns: 0,
+                    free_requested: block.status == BlockStatus::PendingFree,
+                };
+                if self.live.contains_key(&block.addr) {
+                    self.inconsistent(InconsistencyKind::AllocOverLive, block.addr);
+                    continue;
+                }
+                self.add_live(alloc);
+                if alloc.free_requested {
+                    self.totals.active -= alloc.size;
+                }
+            }
+        }
+    }
+
+    /// Applies the event with this index (events are numbered from 0 in
+    /// trace order) and says what it did.
+    #[inline]
+    pub fn apply(&mut self, index: u64, event: &Event, symbols: &SymbolTable) -> Applied {
+        self.events = index + 1;
+        self.time_ns = event.time_ns;
+        match &event.data {
+            EventData::Alloc(b) => self.alloc(index, event.time_ns, b, symbols),
+            EventData::FreeRequested(b) => self.free_requested(index, event.time_ns, b),
+            EventData::FreeCompleted(b) => self.free_completed(index, event.time_ns, b),
+            EventData::SegmentAlloc(s) => self.segment_alloc(index, event.time_ns, s, false),
+            EventData::SegmentMap(s) => self.segment_alloc(index, event.time_ns, s, true),
+            EventData::SegmentFree(s) => self.segment_free(index, event.time_ns, s, false),
+            EventData::SegmentUnmap(s) => self.segment_free(index, event.time_ns, s, true),
+            EventData::PhaseBegin { name } => self.phase_begin(index, event.time_ns, *name),
+            EventData::PhaseEnd { name } => self.phase_end(index, event.time_ns, *name),
+            EventData::Oom(o) => Applied::Oom(self.sites.site(o.stack, symbols)),
+            EventData::EmptyCache(_) | EventData::Annotation { .. } => Applied::Other,
+        }
+    }
+
+    fn record(&mut self, kind: InconsistencyKind, index: u64, time_ns: u64, addr: u64) {
+        let n = &mut self.inconsistency_counts[kind as usize];
+        *n += 1;
+        if *n as usize <= KEPT_PER_KIND {
+            self.inconsistencies.push(Inconsistency {
+                index,
+                time_ns,
+                kind,
+                addr,
+            });
+        }
+    }
+
+    fn inconsistent(&mut self, kind: InconsistencyKind, addr: u64) {
+        // Before the first event (the initial state) the index is that of the
+        // event about to come.
+        self.record(kind, self.events, self.time_ns, addr);
+    }
+
+    #[inline]
+    fn segment_of(&self, addr: u64) -> Option<usize> {
+        let i = self.segments.partition_point(|s| s.start <= addr);
+        (i > 0 && addr < self.segments[i - 1].end).then(|| i - 1)
+    }
+
+    fn overlaps(&self, start: u64, end: u64) -> bool {
+        let i = self.segments.partition_point(|s| s.start < end);
+        i > 0 && self.segments[i - 1].end > start
+    }
+
+    fn insert_segment(&mut self, seg: Segment) {
+        let i = self.segments.partition_point(|s| s.start < seg.start);
+        self.totals.reserved += seg.size();
+        self.totals.segments += 1;
+        self.segments.insert(i, seg);
+    }
+
+    fn add_live(&mut self, a: LiveAlloc) {
+        self.live.insert(a.addr, a);
+        self.count_live(&a);
+    }
+
+    /// Adds a block, already in the map, to the totals.
+    #[inline]
+    fn count_live(&mut self, a: &LiveAlloc) {
+        self.totals.allocated += a.size;
+        self.totals.requested += a.requested;
+        self.totals.active += a.size;
+        self.totals.live_blocks += 1;
+        let s = a.site.0 as usize;
+        if s >= self.site_live.len() {
+            self.site_live.resize(s + 1, SiteLive::default());
+        }
+        self.site_live[s].bytes += a.size;
+        self.site_live[s].blocks += 1;
+        if let Some(i) = self.segment_of(a.addr) {
+            self.segments[i].live_blocks += 1;
+            self.segments[i].live_bytes += a.size;
+        } else if self.saw_segments {
+            self.inconsistent(InconsistencyKind::AllocOutsideSegment, a.addr);
+        }
+    }
+
+    #[inline]
+    fn remove_live(&mut self, a: &LiveAlloc) {
+        self.totals.allocated -= a.size;
+        self.totals.requested -= a.requested;
+        if !a.free_requested {
+            self.totals.active -= a.size;
+        }
+        self.totals.live_blocks -= 1;
+        let site = &mut self.site_live[a.site.0 as usize];
+        site.bytes -= a.size;
+        site.blocks -= 1;
+        if let Some(i) = self.segment_of(a.addr) {
+            let seg = &mut self.segments[i];
+            seg.live_blocks = seg.live_blocks.saturating_sub(1);
+            seg.live_bytes = seg.live_bytes.saturating_sub(a.size);
+        }
+    }
+
+    fn alloc(
+        &mut self,
+        index: u64,
+        time_ns: u64,
+        b: &BlockEvent,
+        symbols: &SymbolTable,
+    ) -> Applied {
+        let site = self.sites.site(b.stack, symbols);
+        let a = LiveAlloc {
+            addr: b.addr,
+            size: b.size,
+            requested: b.requested,
+            stack: b.stack,
+            site,
+            phase: self.open.last().copied().unwrap_or(PhaseId::NONE),
+            time_ns,
+            free_requested: false,
+        };
+        // One probe of the map: insert, and only look back on a collision.
+        if let Some(old) = self.live.insert(b.addr, a) {
+            // The old block must have been freed unrecorded; the new one wins.
+            self.record(InconsistencyKind::AllocOverLive, index, time_ns, b.addr);
+            self.remove_live(&old);
+        }
+        self.count_live(&a);
+        Applied::Alloc(a)
+    }
+
+    fn free_requested(&mut self, index: u64, time_ns: u64, b: &BlockEvent) -> Applied {
+        let Some(a) = self.live.get_mut(&b.addr) else {
+            self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
+            return Applied::Inconsistent;
+        };
+        if a.free_requested {
+            self.record(InconsistencyKind::DoubleFree, index, time_ns, b.addr);
+            return Applied::Inconsistent;
+        }
+        a.free_requested = true;
+        let a = *a;
+        self.totals.active -= a.size;
+        if b.size != 0 && b.size != a.size {
+            self.record(InconsistencyKind::SizeMismatch, index, time_ns, b.addr);
+        }
+        Applied::FreeRequested(a)
+    }
+
+    fn free_completed(&mut self, index: u64, time_ns: u64, b: &BlockEvent) -> Applied {
+        let Some(a) = self.live.remove(&b.addr) else {
+            self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
+            return Applied::Inconsistent;
+        };
+        self.remove_live(&a);
+        if b.size != 0 && b.size != a.size {
+            self.record(InconsistencyKind::SizeMismatch, index, time_ns, b.addr);
+        }
+        Applied::FreeCompleted(a)
+    }
+
+    fn segment_alloc(
+        &mut self,
+        index: u64,
+        time_ns: u64,
+        s: &SegmentEvent,
+        mapped: bool,
+    ) -> Applied {
+        self.saw_segments = true;
+        let (start, end) = (s.addr, s.addr.saturating_add(s.size));
+        if self.overlaps(start, end) {
+            self.record(
+                InconsistencyKind::OverlappingSegment,
+                index,
+                time_ns,
+                s.addr,
+            );
+            return Applied::Inconsistent;
+        }
+        let mut seg = Segment {
+            start,
+            end,
+            live_blocks: 0,
+            live_bytes: 0,
+            expandable: mapped,
+        };
+        // Blocks outside every segment may have been allocated before it was
+        // known (a trace without an initial state); count them now.
+        if self.totals.live_blocks > 0 && self.segments_hold_fewer_blocks() {
+            for a in self.live.values() {
+                if a.addr >= start && a.addr < end {
+                    seg.live_blocks += 1;
+                    seg.live_bytes += a.size;
+                }
+            }
+        }
+        if mapped {
+            // Mapped ranges of an expandable segment grow it in place: merge
+            // with the neighbours they touch so free space spans them.
+            let i = self.segments.partition_point(|x| x.start < start);
+            let mut merged = false;
+            if i > 0 && self.segments[i - 1].expandable && self.segments[i - 1].end == start {
+                let prev = &mut self.segments[i - 1];
+                prev.end = end;
+                prev.live_blocks += seg.live_blocks;
+                prev.live_bytes += seg.live_bytes;
+                merged = true;
+                if i < self.segments.len()
+                    && self.segments[i].expandable
+                    && self.segments[i].start == end
+                {
+                    let next = self.segments.remove(i);
+                    let prev = &mut self.segments[i - 1];
+                    prev.end = next.end;
+                    prev.live_blocks += next.live_blocks;
+                    prev.live_bytes += next.live_bytes;
+                    self.totals.segments -= 1;
+                }
+            } else if i < self.segments.len()
+                && self.segments[i].expandable
+                && self.segments[i].start == end
+            {
+                let next = &mut self.segments[i];
+                next.start = start;
+                next.live_blocks += seg.live_blocks;
+                next.live_bytes += seg.live_bytes;
+                merged = true;
+            }
+            if merged {
+                self.totals.reserved += s.size;
+                return Applied::Segment;
+            }
+        }
+        self.insert_segment(seg);
+        Applied::Segment
+    }
+
+    fn segments_hold_fewer_blocks(&self) -> bool {
+        self.segments.iter().map(|s| s.live_blocks).sum::<u64>() < self.totals.live_blocks
+    }
+
+    fn segment_free(
+        &mut self,
+        index: u64,
+        time_ns: u64,
+        s: &SegmentEvent,
+        unmapped: bool,
+    ) -> Applied {
+        let (start, end) = (s.addr, s.addr.saturating_add(s.size));
+        let found = if unmapped {
+            self.segment_of(start)
+                .filter(|&i| self.segments[i].end >= end)
+        } else {
+            let i = self.segments.partition_point(|x| x.start < start);
+            (i < self.segments.len() && self.segments[i].start == start).then_some(i)
+        };
+        let Some(i) = found else {
+            self.record(InconsistencyKind::UnknownSegment, index, time_ns, s.addr);
+            return Applied::Inconsistent;
+        };
+        let seg = self.segments[i];
+        let end = if unmapped { end } else { seg.end };
+        let live_inside = if seg.live_blocks == 0 {
+            0
+        } else if start == seg.start && end == seg.end {
+            seg.live_blocks
+        } else {
+            self.live
+                .values()
+                .filter(|a| a.addr >= start && a.addr < end)
+                .count() as u64
+        };
+        if live_inside > 0 {
+            // The blocks stay live (their frees will come); only the
+            // reservation goes.
+            self.record(
+                InconsistencyKind::SegmentFreedWithLiveBlocks,
+                index,
+                time_ns,
+                s.addr,
+            );
+        }
+        self.segments.remove(i);
+        self.totals.reserved -= end - start;
+        self.totals.segments -= 1;
+        let mut pieces = Vec::new();
+        if seg.start < start {
+            pieces.push((seg.start, start));
+        }
+        if end < seg.end {
+            pieces.push((end, seg.end));
+        }
+        for (a, b) in pieces {
+            let mut piece = Segment {
+                start: a,
+                end: b,
+                live_blocks: 0,
+                live_bytes: 0,
+                expandable: seg.expandable,
+            };
+            if seg.live_blocks > 0 {
+                for l in self.live.values() {
+                    if l.addr >= a && l.addr < b {
+                        piece.live_blocks += 1;
+                        piece.live_bytes += l.size;
+                    }
+                }
+            }
+            // insert_segment counts the piece's bytes again: take them off first.
+            self.totals.reserved -= b - a;
+            self.insert_segment(piece);
+        }
+        Applied::Segment
+    }
+
+    fn phase_begin(&mut self, index: u64, time_ns: u64, name: StringId) -> Applied {
+        let parent = self.open.last().copied().unwrap_or(PhaseId::NONE);
+        let id = PhaseId(self.phases.len() as u32);
+        self.phases.push(PhaseInstance {
+            name,
+            parent,
+            depth: self.open.len() as u32,
+            begin_ns: time_ns,
+            begin_index: index,
+            end_ns: None,
+        });
+        self.open.push(id);
+        Applied::PhaseBegin(id)
+    }
+
+    fn phase_end(&mut self, index: u64, time_ns: u64, name: StringId) -> Applied {
+        let Some(pos) = self
+            .open
+            .iter()
+            .rposition(|&p| self.phases[p.0 as usize].name == name)
+        else {
+            self.record(InconsistencyKind::UnmatchedPhaseEnd, index, time_ns, 0);
+            return Applied::Inconsistent;
+        };
+        if pos + 1 != self.open.len() {
+            self.record(InconsistencyKind::UnmatchedPhaseEnd, index, time_ns, 0);
+        }
+        let id = self.open[pos];
+        for p in self.open.drain(pos..) {
+            self.phases[p.0 as usize].end_ns = Some(time_ns);
+        }
+        Applied::PhaseEnd(id)
+    }
+
+    /// The running totals.
+    pub fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    /// The number of events applied.
+    pub fn events_applied(&self) -> u64 {
+        self.events
+    }
+
+    /// The time of the last event applied.
+    pub fn time_ns(&self) -> u64 {
+        self.time_ns
+    }
+
+    /// The live blocks, in no particular order.
+    pub fn live(&self) -> impl Iterator<Item = &LiveAlloc> {
+        self.live.values()
+    }
+
+    /// The live block at an address.
+    pub fn live_at(&self, addr: u64) -> Option<&LiveAlloc> {
+        self.live.get(&addr)
+    }
+
+    /// The reserved segments, by address.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Live bytes and blocks per site, indexed by [`SiteId`].
+    pub fn site_live(&self) -> &[SiteLive] {
+        &self.site_live
+    }
+
+    /// The site folder (to name sites).
+    pub fn sites(&self) -> &SiteFolder {
+        &self.sites
+    }
+
+    /// Every phase instance begun so far.
+    pub fn phases(&self) -> &[PhaseInstance] {
+        &self.phases
+    }
+
+    /// A phase instance.
+    pub fn phase(&self, id: PhaseId) -> Option<&PhaseInstance> {
+        self.phases.get(id.0 as usize)
+    }
+
+    /// The open phases, outermost first.
+    pub fn open_phases(&self) -> &[PhaseId] {
+        &self.open
+    }
+
+    /// The innermost open phase.
+    pub fn current_phase(&self) -> PhaseId {
+        self.open.last().copied().unwrap_or(PhaseId::NONE)
+    }
+
+    /// A phase instance's path, `outer/inner` (empty for [`PhaseId::NONE`]).
+    pub fn phase_path(&self, id: PhaseId, symbols: &SymbolTable) -> String {
+        let mut names = Vec::new();
+        let mut p = id;
+        while let Some(inst) = self.phase(p) {
+            names.push(symbols.string_or_unknown(inst.name));
+            p = inst.parent;
+        }
+        names.reverse();
+        names.join("/")
+    }
+
+    /// Whether `id` is `ancestor` or nested in it.
+    pub fn phase_within(&self, mut id: PhaseId, ancestor: PhaseId) -> bool {
+        while let Some(inst) = self.phase(id) {
+            if id == ancestor {
+                return true;
+            }
+            id = inst.parent;
+        }
+        false
+    }
+
+    /// The inconsistencies found so far (at most [`KEPT_PER_KIND`] of each kind).
+    pub fn inconsistencies(&self) -> &[Inconsistency] {
+        &self.inconsistencies
+    }
+
+    /// How many inconsistencies of a kind were found, including those not kept.
+    pub fn inconsistency_count(&self, kind: InconsistencyKind) -> u64 {
+        self.inconsistency_counts[kind as usize]
+    }
+
+    /// The total number of inconsistencies found.
+    pub fn inconsistency_total(&self) -> u64 {
+        self.inconsistency_counts.iter().sum()
+    }
+
+    /// The free space of the segments now: a sweep over the live blocks,
+    /// `O(live log live)`, so call it at sample points, not per event.
+    pub fn free_space(&self) -> FreeSpace {
+        let mut space = FreeSpace {
+            free_bytes: self
+                .totals
+                .reserved
+                .saturating_sub(self.segments.iter().map(|s| s.live_bytes).sum::<u64>()),
+            ..Default::default()
+        };
+        let mut busy: Vec<(u64, u64)> = Vec::new();
+        for s in &self.segments {
+            if s.live_blocks == 0 {
+                space.largest_free_block = space.largest_free_block.max(s.size());
+                space.free_ranges += 1;
+            }
+        }
+        if self.segments.iter().any(|s| s.live_blocks > 0) {
+            busy.extend(
+                self.live
+                    .values()
+                    .map(|a| (a.addr, a.addr.saturating_add(a.size))),
+            );
+            busy.sort_unstable();
+            let mut b = 0;
+            for s in self.segments.iter().filter(|s| s.live_blocks > 0) {
+                while b < busy.len() && busy[b].0 < s.start {
+                    b += 1;
+                }
+                let mut cursor = s.start;
+                while b < busy.len() && busy[b].0 < s.end {
+                    let (start, end) = busy[b];
+                    if start > cursor {
+                        space.largest_free_block = space.largest_free_block.max(start - cursor);
+                        space.free_ranges += 1;
+                    }
+                    cursor = cursor.max(end.min(s.end));
+                    b += 1;
+                }
+                if s.end > cursor {
+                    space.largest_free_block = space.largest_free_block.max(s.end - cursor);
+                    space.free_ranges += 1;
+                }
+            }
+        }
+        space
+    }
+}
+
+#[cfg(test)]
+mod tests;

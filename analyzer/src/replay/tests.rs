@@ -1,0 +1,254 @@
+use super::*;
+use crate::testing::TraceBuilder;
+use vramtrace_recorder::format::{BlockState, SegmentState, TraceReader};
+
+fn replay(bytes: &[u8]) -> (ReplayState, Vec<Applied>) {
+    let mut reader = TraceReader::new(bytes).unwrap();
+    let mut state = ReplayState::default();
+    if let Some(init) = reader.initial_state().cloned() {
+        state.load_initial(&init, reader.symbols());
+    }
+    let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+    let applied = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| state.apply(i as u64, e, reader.symbols()))
+        .collect();
+    (state, applied)
+}
+
+#[test]
+fn totals_follow_the_block_life() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.segment(0, 4096)
+        .alloc(0, 512, 500, s)
+        .alloc(512, 1024, 1000, s);
+    b.free_requested(0, 512);
+    let bytes = b.finish();
+    let (state, applied) = replay(&bytes);
+    let t = state.totals();
+    assert_eq!(t.reserved, 4096);
+    assert_eq!(t.allocated, 1536);
+    assert_eq!(t.requested, 1500);
+    assert_eq!(t.active, 1024);
+    assert_eq!(t.live_blocks, 2);
+    assert_eq!(state.segments()[0].live_blocks, 2);
+    assert!(matches!(applied[3], Applied::FreeRequested(a) if a.addr == 0 && a.free_requested));
+    assert_eq!(state.inconsistency_total(), 0);
+
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.segment(0, 4096)
+        .alloc(0, 512, 500, s)
+        .free(0, 512)
+        .segment_free(0, 4096);
+    let (state, applied) = replay(&b.finish());
+    assert_eq!(*state.totals(), Totals::default());
+    assert!(matches!(applied[3], Applied::FreeCompleted(a) if a.size == 512));
+    assert_eq!(state.site_live()[1], SiteLive::default());
+}
+
+#[test]
+fn starts_from_the_initial_state() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.initial_state(&InitialState {
+        segments: vec![SegmentState {
+            addr: 1 << 20,
+            size: 8192,
+            blocks: vec![
+                BlockState {
+                    addr: 1 << 20,
+                    size: 4096,
+                    requested: 4000,
+                    status: BlockStatus::Allocated,
+                    stack: s,
+                },
+                BlockState {
+                    addr: (1 << 20) + 4096,
+                    size: 2048,
+                    requested: 2048,
+                    status: BlockStatus::PendingFree,
+                    stack: s,
+                },
+                BlockState {
+                    addr: (1 << 20) + 6144,
+                    size: 2048,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }],
+    });
+    b.free_completed((1 << 20) + 4096, 2048);
+    let (state, _) = replay(&b.finish());
+    let t = state.totals();
+    assert_eq!(t.reserved, 8192);
+    assert_eq!(t.allocated, 4096);
+    assert_eq!(t.requested, 4000);
+    assert_eq!(t.active, 4096);
+    assert_eq!(state.inconsistency_total(), 0);
+    let space = state.free_space();
+    assert_eq!(space.free_bytes, 4096);
+    assert_eq!(space.largest_free_block, 4096);
+}
+
+#[test]
+fn inconsistencies_are_reported_not_fatal() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.segment(0, 4096);
+    b.free(777, 10); // unknown: two events
+    b.alloc(0, 100, 100, s)
+        .free_requested(0, 100)
+        .free_requested(0, 100); // double free
+    b.free_completed(0, 100).free_completed(0, 100); // the second is unknown
+    b.alloc(0, 100, 100, s).alloc(0, 200, 200, s); // over a live block
+    b.segment(2048, 4096); // overlaps
+    b.segment_free(0, 4096); // with a live block
+    b.segment_free(1 << 40, 10); // unknown segment
+    b.end("nothing"); // unmatched phase end
+    let (state, applied) = replay(&b.finish());
+    use InconsistencyKind::*;
+    assert_eq!(state.inconsistency_count(UnknownFree), 3);
+    assert_eq!(state.inconsistency_count(DoubleFree), 1);
+    assert_eq!(state.inconsistency_count(AllocOverLive), 1);
+    assert_eq!(state.inconsistency_count(OverlappingSegment), 1);
+    assert_eq!(state.inconsistency_count(SegmentFreedWithLiveBlocks), 1);
+    assert_eq!(state.inconsistency_count(UnknownSegment), 1);
+    assert_eq!(state.inconsistency_count(UnmatchedPhaseEnd), 1);
+    let first = &state.inconsistencies()[0];
+    assert_eq!((first.index, first.kind, first.addr), (1, UnknownFree, 777));
+    assert_eq!(applied[1], Applied::Inconsistent);
+    // The replacing block is the one live; the reservation is gone.
+    assert_eq!(state.totals().allocated, 200);
+    assert_eq!(state.totals().reserved, 0);
+}
+
+#[test]
+fn expandable_segments_map_and_unmap() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.map(0, 2 << 20).map(2 << 20, 2 << 20);
+    b.alloc(0, 3 << 20, 3 << 20, s);
+    b.map(4 << 20, 2 << 20);
+    let bytes = b.finish();
+    let (state, _) = replay(&bytes);
+    assert_eq!(state.totals().reserved, 6 << 20);
+    assert_eq!(state.totals().segments, 1);
+    assert_eq!(state.free_space().largest_free_block, 3 << 20);
+
+    let mut b = TraceBuilder::new();
+    b.map(0, 2 << 20)
+        .map(2 << 20, 2 << 20)
+        .alloc(0, 1 << 20, 1 << 20, s);
+    b.unmap(2 << 20, 2 << 20);
+    let (state, _) = replay(&b.finish());
+    assert_eq!(state.totals().reserved, 2 << 20);
+    assert_eq!(state.segments().len(), 1);
+    assert_eq!(state.segments()[0].live_blocks, 1);
+    assert_eq!(state.inconsistency_total(), 0);
+}
+
+#[test]
+fn phases_nest_and_blocks_remember_theirs() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.begin("train")
+        .begin("iter0")
+        .alloc(0, 10, 10, s)
+        .end("iter0");
+    b.begin("iter1").begin("inner").end("iter1"); // closes inner too
+    b.end("train");
+    let (bytes, symbols) = b.finish_symbols();
+    let (state, applied) = replay(&bytes);
+    let a = state.live_at(0).unwrap();
+    assert_eq!(state.phase_path(a.phase, &symbols), "train/iter0");
+    assert!(state.open_phases().is_empty());
+    assert_eq!(state.phases().len(), 4);
+    assert!(matches!(applied[6], Applied::PhaseEnd(PhaseId(2))));
+    assert_eq!(
+        state.inconsistency_count(InconsistencyKind::UnmatchedPhaseEnd),
+        1
+    );
+    assert!(state.phase_within(a.phase, PhaseId(0)));
+}
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+    use vramtrace_recorder::format::SegmentEvent;
+
+    fn event(op: u8, slot: u64, size: u64) -> EventData {
+        let block = BlockEvent {
+            addr: slot * 256,
+            size,
+            requested: size / 2,
+            ..Default::default()
+        };
+        let segment = SegmentEvent {
+            addr: (slot / 4) * 1024,
+            size: 1024 * (1 + size % 3),
+            ..Default::default()
+        };
+        match op % 9 {
+            0 | 1 => EventData::Alloc(block),
+            2 => EventData::FreeRequested(block),
+            3 => EventData::FreeCompleted(block),
+            4 => EventData::SegmentAlloc(segment),
+            5 => EventData::SegmentFree(segment),
+            6 => EventData::SegmentMap(segment),
+            7 => EventData::SegmentUnmap(segment),
+            _ => {
+                if size % 2 == 0 {
+                    EventData::PhaseBegin {
+                        name: StringId(slot as u32 % 3),
+                    }
+                } else {
+                    EventData::PhaseEnd {
+                        name: StringId(slot as u32 % 3),
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the events, replay does not panic and its totals agree
+        /// with its live blocks and segments.
+        #[test]
+        fn totals_match_the_state(ops in proptest::collection::vec((0u8..9, 0u64..32, 1u64..300), 0..200)) {
+            let symbols = SymbolTable::new();
+            let mut state = ReplayState::default();
+            for (i, (op, slot, size)) in ops.into_iter().enumerate() {
+                let e = Event { time_ns: i as u64, data: event(op, slot, size) };
+                state.apply(i as u64, &e, &symbols);
+                let t = *state.totals();
+                prop_assert_eq!(t.allocated, state.live().map(|a| a.size).sum::<u64>());
+                prop_assert_eq!(t.requested, state.live().map(|a| a.requested).sum::<u64>());
+                prop_assert_eq!(
+                    t.active,
+                    state.live().filter(|a| !a.free_requested).map(|a| a.size).sum::<u64>()
+                );
+                prop_assert_eq!(t.live_blocks, state.live().count() as u64);
+                prop_assert_eq!(t.reserved, state.segments().iter().map(Segment::size).sum::<u64>());
+                prop_assert_eq!(t.segments, state.segments().len() as u64);
+                prop_assert!(state.segments().windows(2).all(|w| w[0].end <= w[1].start));
+                for seg in state.segments() {
+                    let inside: Vec<_> = state
+                        .live()
+                        .filter(|a| a.addr >= seg.start && a.addr < seg.end)
+                        .collect();
+                    prop_assert_eq!(seg.live_blocks, inside.len() as u64, "{:?}", seg);
+                    prop_assert_eq!(seg.live_bytes, inside.iter().map(|a| a.size).sum::<u64>());
+                }
+                let space = state.free_space();
+                prop_assert!(space.largest_free_block <= space.free_bytes.max(t.reserved));
+                prop_assert!(space.free_bytes <= t.reserved);
+            }
+        }
+    }
+}

@@ -1,0 +1,724 @@
+//! Importing PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`) as
+//! vramtrace traces, so that every analysis reads one format.
+//!
+//! The pickle is read as a stream ([`pickle`]): trace entries become events as they
+//! are read, frames are interned by their memo identity, and peak memory stays far
+//! below the file size. The state at the first event is rebuilt from the end state
+//! (`segments`) and written as the trace's initial state; replaying the events from it
+//! must land on `segments` again, and any difference is reported in the
+//! [`ImportReport`].
+
+mod convert;
+pub mod pickle;
+mod rebuild;
+
+use convert::{Action, Collector, LogEntry};
+use pickle::{Heap, ObjKind, PickleError, StrId, Val};
+use rebuild::{DeviceReplay, EndBlock, EndSegment};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use vramtrace_recorder::format::{
+    BlockEvent, BlockState, BlockStatus, DeviceInfo, Event, EventData, FormatError, Frame, FrameId,
+    Header, InitialState, KindCounts, OomEvent, SegmentEvent, SegmentState, StackId, TraceWriter,
+    WriterOptions,
+};
+
+/// Why a snapshot could not be imported.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The input is not a readable pickle (the error names the byte offset).
+    #[error(transparent)]
+    Pickle(#[from] PickleError),
+    /// The pickle is fine but is not a PyTorch memory snapshot.
+    #[error("not a PyTorch memory snapshot: {0}")]
+    NotASnapshot(String),
+    /// Writing the converted trace failed.
+    #[error("writing the converted trace: {0}")]
+    Format(#[from] FormatError),
+}
+
+/// A snapshot converted into a vramtrace trace held in memory.
+#[derive(Debug)]
+pub struct ImportedSnapshot {
+    /// The trace, as [`TraceWriter`] wrote it: read it with `TraceReader::new(&trace[..])`.
+    pub trace: Vec<u8>,
+    /// What the import found, converted, and could not reconcile.
+    pub report: ImportReport,
+}
+
+/// What an import found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Things the user should know: missing fields of older snapshots, unknown actions,
+    /// and every difference between the replayed and the recorded end state.
+    pub warnings: Vec<String>,
+    /// Trace entries by `action`, as found in the pickle (unknown actions included).
+    pub counts_by_action: BTreeMap<String, u64>,
+    /// Events written, by kind.
+    pub event_counts: KindCounts,
+    /// Entries of `device_traces` per device.
+    pub entries_per_device: Vec<u64>,
+    /// Whether replaying the events from the rebuilt initial state reproduces `segments`.
+    pub end_state_matches: bool,
+    /// Segments in the rebuilt initial state (non-zero when the ring buffer began mid-run).
+    pub initial_segments: usize,
+    /// Allocated or pending-free blocks in the rebuilt initial state.
+    pub initial_blocks: usize,
+    /// External annotations turned into phase events.
+    pub phase_events: usize,
+    /// Distinct frame objects and stacks in the pickle.
+    pub frames: usize,
+    /// Distinct stacks.
+    pub stacks: usize,
+    /// The pickle's protocol.
+    pub pickle_protocol: u8,
+    /// Bytes of pickle read.
+    pub pickle_bytes: u64,
+}
+
+/// PyTorch's request rounding without the power-of-two divisions: 512-byte minimum,
+/// multiples of 512.
+// TODO(allocator): switch to `AllocatorConfig::from_settings(..).round_size` once the
+// allocator lands on main; this helper ignores `roundup_power2_divisions`.
+fn round_size(requested: u64) -> u64 {
+    requested.max(1).div_ceil(512).saturating_mul(512)
+}
+
+/// Imports a snapshot pickle (uncompressed: see [`crate::input`] for compressed files).
+/// `progress` is called with the number of pickle bytes read so far, every MiB or so.
+pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapshot, ImportError> {
+    let mut parser = pickle::Parser::new(read, progress);
+    let mut collector = Collector::new(parser.heap_mut());
+    let root = parser.run(&mut collector)?;
+    let protocol = parser.protocol();
+    let pickle_bytes = parser.offset();
+    let mut heap = parser.into_heap();
+    heap.release_memo();
+    collector.finish_parsing();
+    let snapshot = Snapshot::read(&heap, root)?;
+    let mut report = ImportReport {
+        pickle_protocol: protocol,
+        pickle_bytes,
+        frames: collector.frames.len(),
+        stacks: collector.stacks.len(),
+        ..Default::default()
+    };
+    let trace = convert_to_trace(&heap, &collector, &snapshot, &mut report)?;
+    Ok(ImportedSnapshot { trace, report })
+}
+
+// The parts of the snapshot other than the trace entries.
+struct Snapshot {
+    // The list objects of device_traces, by device index.
+    device_lists: Vec<u32>,
+    // Consumed entries per device list.
+    entries_per_device: Vec<u64>,
+    has_segments: bool,
+    end_segments: Vec<EndSegment>,
+    end_blocks: Vec<HashMap<u64, EndBlock>>,
+    settings: BTreeMap<String, String>,
+    // (time_us, is START, name)
+    annotations: Option<Vec<(i64, bool, String)>>,
+    warnings: Vec<String>,
+}
+
+fn int(v: Option<Val>) -> Option<i128> {
+    match v {
+        Some(Val::Int(i)) => Some(i),
+        Some(Val::Bool(b)) => Some(b as i128),
+        _ => None,
+    }
+}
+
+impl Snapshot {
+    fn read(heap: &Heap, root: Val) -> Result<Snapshot, ImportError> {
+        let Val::Obj(root) = root else {
+            return Err(ImportError::NotASnapshot(
+                "the top-level value is not a dict".into(),
+            ));
+        };
+        if heap.obj(root).kind != ObjKind::Dict {
+            return Err(ImportError::NotASnapshot(
+                "the top-level value is not a dict".into(),
+            ));
+        }
+        let get = |key: &str| heap.dict_get_str(root, key);
+        let traces = get("device_traces");
+        let segments = get("segments");
+        if traces.is_none() && segments.is_none() {
+            return Err(ImportError::NotASnapshot(
+                "the top-level dict has neither `device_traces` nor `segments`".into(),
+            ));
+        }
+        let mut s = Snapshot {
+            device_lists: Vec::new(),
+            entries_per_device: Vec::new(),
+            has_segments: segments.is_some(),
+            end_segments: Vec::new(),
+            end_blocks: Vec::new(),
+            settings: BTreeMap::new(),
+            annotations: None,
+            warnings: Vec::new(),
+        };
+        match traces {
+            Some(Val::Obj(t)) if heap.obj(t).kind == ObjKind::List => {
+                for v in &heap.obj(t).items {
+                    let Val::Obj(l) = *v else {
+                        return Err(ImportError::NotASnapshot(
+                            "a `device_traces` item is not a list".into(),
+                        ));
+                    };
+                    let o = heap.obj(l);
+                    if !o.items.is_empty() {
+                        s.warnings.push(format!(
+                            "device {}: {} trace entries were not recognized (no `action`) and were skipped",
+                            s.device_lists.len(),
+                            o.items.len()
+                        ));
+                    }
+                    s.device_lists.push(l);
+                    s.entries_per_device.push(o.consumed);
+                }
+            }
+            Some(_) => {
+                return Err(ImportError::NotASnapshot(
+                    "`device_traces` is not a list".into(),
+                ));
+            }
+            None => s
+                .warnings
+                .push("no `device_traces`: the snapshot holds no events".into()),
+        }
+        match segments {
+            Some(Val::Obj(l)) => {
+                for &seg in &heap.obj(l).items {
+                    s.read_segment(heap, seg)?;
+                }
+            }
+            Some(_) => return Err(ImportError::NotASnapshot("`segments` is not a list".into())),
+            None => s.warnings.push(
+                "no `segments`: the end state is unknown, so the initial state holds only what the events imply and cannot be checked"
+                    .into(),
+            ),
+        }
+        if let Some(Val::Obj(d)) = get("allocator_settings") {
+            let items = &heap.obj(d).items;
+            for kv in items.chunks_exact(2) {
+                let key = heap.to_value(kv[0]).map_err(ImportError::NotASnapshot)?;
+                let value = heap.to_value(kv[1]).map_err(ImportError::NotASnapshot)?;
+                s.settings.insert(setting_text(&key), setting_text(&value));
+            }
+        }
+        match get("external_annotations") {
+            Some(Val::Obj(l)) => {
+                let mut out = Vec::new();
+                for &a in &heap.obj(l).items {
+                    let Val::Obj(a) = a else { continue };
+                    let stage = match heap.dict_get_str(a, "stage") {
+                        Some(Val::Str(x)) => heap.str(x).into_owned(),
+                        _ => continue,
+                    };
+                    let name = match heap.dict_get_str(a, "name") {
+                        Some(Val::Str(x)) => heap.str(x).into_owned(),
+                        _ => String::new(),
+                    };
+                    let Some(t) = int(heap.dict_get_str(a, "time_us")) else {
+                        continue;
+                    };
+                    let begin = match stage.as_str() {
+                        "START" => true,
+                        "END" => false,
+                        _ => continue,
+                    };
+                    out.push((t as i64, begin, name));
+                }
+                // One annotation is recorded once per device: keep one.
+                out.sort_by(|a, b| (a.0, !a.1, &a.2).cmp(&(b.0, !b.1, &b.2)));
+                out.dedup();
+                s.annotations = Some(out);
+            }
+            _ => s.warnings.push(
+                "no `external_annotations` (PyTorch before 2.5?): the trace has no phases".into(),
+            ),
+        }
+        Ok(s)
+    }
+
+    fn read_segment(&mut self, heap: &Heap, seg: Val) -> Result<(), ImportError> {
+        let bad = |what: &str| ImportError::NotASnapshot(format!("a segment {what}"));
+        let Val::Obj(seg) = seg else {
+            return Err(bad("is not a dict"));
+        };
+        let g = |k: &str| heap.dict_get_str(seg, k);
+        let device = int(g("device")).unwrap_or(0) as u32;
+        let addr = int(g("address")).ok_or_else(|| bad("has no `address`"))? as u64;
+        let size = int(g("total_size")).ok_or_else(|| bad("has no `total_size`"))? as u64;
+        let stream = int(g("stream")).unwrap_or(0) as u64;
+        let expandable = int(g("is_expandable")).unwrap_or(0) != 0;
+        self.end_segments.push(EndSegment {
+            device,
+            addr,
+            size,
+            stream,
+            expandable,
+        });
+        while self.end_blocks.len() <= device as usize {
+            self.end_blocks.push(HashMap::new());
+        }
+        let Some(Val::Obj(blocks)) = g("blocks") else {
+            return Ok(());
+        };
+        let mut at = addr;
+        for &b in &heap.obj(blocks).items {
+            let Val::Obj(b) = b else { continue };
+            let g = |k: &str| heap.dict_get_str(b, k);
+            let baddr = int(g("address")).map_or(at, |a| a as u64);
+            let bsize = int(g("size")).unwrap_or(0) as u64;
+            at = baddr + bsize;
+            let status = match g("state") {
+                Some(Val::Str(s)) => match heap.str_bytes(s) {
+                    b"active_allocated" => BlockStatus::Allocated,
+                    b"active_pending_free" => BlockStatus::PendingFree,
+                    _ => continue,
+                },
+                _ => continue,
+            };
+            let stack = match g("frames") {
+                Some(Val::Custom {
+                    kind: convert::CUSTOM_STACK,
+                    id,
+                }) => id,
+                _ => 0,
+            };
+            self.end_blocks[device as usize].insert(
+                baddr,
+                EndBlock {
+                    size: bsize,
+                    requested: int(g("requested_size")).unwrap_or(0) as u64,
+                    status,
+                    stack,
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+// Settings as PYTORCH_CUDA_ALLOC_CONF writes them: True/False, `[1:0,2:0]` for dicts.
+fn setting_text(v: &pickle::Value) -> String {
+    use pickle::Value as V;
+    match v {
+        V::None => "None".into(),
+        V::Bool(true) => "True".into(),
+        V::Bool(false) => "False".into(),
+        V::Int(i) => i.to_string(),
+        V::Float(f) => format!("{f:?}"),
+        V::Str(s) => s.clone(),
+        V::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+        V::List(x) | V::Tuple(x) | V::Set(x) => {
+            let parts: Vec<String> = x.iter().map(setting_text).collect();
+            format!("[{}]", parts.join(","))
+        }
+        V::Dict(kv) => {
+            let parts: Vec<String> = kv
+                .iter()
+                .map(|(k, v)| format!("{}:{}", setting_text(k), setting_text(v)))
+                .collect();
+            format!("[{}]", parts.join(","))
+        }
+        V::Custom { .. } | V::Consumed => String::new(),
+    }
+}
+
+fn convert_to_trace(
+    heap: &Heap,
+    c: &Collector,
+    s: &Snapshot,
+    report: &mut ImportReport,
+) -> Result<Vec<u8>, ImportError> {
+    report.warnings.extend(s.warnings.iter().cloned());
+    report.entries_per_device = s.entries_per_device.clone();
+    let mut unknown = Vec::new();
+    for (&action, &n) in &c.action_counts {
+        let name = heap.str(action).into_owned();
+        if !Action::is_known(&name) {
+            unknown.push(format!("{name} ({n})"));
+        }
+        report.counts_by_action.insert(name, n);
+    }
+    if !unknown.is_empty() {
+        report.warnings.push(format!(
+            "unknown trace actions skipped: {}",
+            unknown.join(", ")
+        ));
+    }
+    if c.entries_without_time > 0 {
+        report.warnings.push(format!(
+            "{} trace entries have no `time_us` (PyTorch before 2.2?): their times are sequence numbers, in ns",
+            c.entries_without_time
+        ));
+    }
+    if c.entries_without_frames > 0 {
+        report.warnings.push(format!(
+            "{} trace entries have no `frames` (recorded without context?): they have no stack",
+            c.entries_without_frames
+        ));
+    }
+
+    // Devices: the position in device_traces.
+    let device_of: HashMap<u32, u32> = s
+        .device_lists
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (l, i as u32))
+        .collect();
+    let devices = s.device_lists.len().max(s.end_blocks.len());
+    let mut replays: Vec<DeviceReplay> = (0..devices).map(|_| DeviceReplay::default()).collect();
+    let empty_blocks = HashMap::new();
+    let end_blocks = |d: usize| s.end_blocks.get(d).unwrap_or(&empty_blocks);
+    let end_segments = |d: usize| -> Vec<EndSegment> {
+        s.end_segments
+            .iter()
+            .filter(|x| x.device as usize == d)
+            .cloned()
+            .collect()
+    };
+
+    // Pass 1: replay to find the first touches and check the end.
+    for run in &c.log.runs {
+        let Some(&d) = device_of.get(&run.list) else {
+            continue;
+        };
+        let r = &mut replays[d as usize];
+        for (i, e) in c.log.run(run).enumerate() {
+            r.apply(run.first_index + i as u64, &e, &round_size);
+        }
+    }
+    let mut live_sizes: HashMap<u64, u64> = HashMap::new();
+    let mut start = Vec::new();
+    for (d, r) in replays.iter_mut().enumerate() {
+        let segs = end_segments(d);
+        if s.has_segments {
+            live_sizes.extend(r.check_end(d as u32, end_blocks(d), &segs));
+        }
+        start.push(r.start_state(d as u32, end_blocks(d), &segs));
+    }
+    let mut mismatches = 0;
+    for (d, r) in replays.iter().enumerate() {
+        mismatches += r.inconsistency_count;
+        for m in &r.inconsistencies {
+            report.warnings.push(format!("device {d}: {m}"));
+        }
+        if r.inconsistency_count > r.inconsistencies.len() as u64 {
+            report.warnings.push(format!(
+                "device {d}: {} more inconsistencies not listed",
+                r.inconsistency_count - r.inconsistencies.len() as u64
+            ));
+        }
+    }
+    report.end_state_matches = s.has_segments && mismatches == 0;
+
+    // Times: relative to the first event or annotation.
+    let first_times = c
+        .log
+        .runs
+        .iter()
+        .filter_map(|r| c.log.run(r).next().and_then(|e| e.time_us));
+    let annotations = s.annotations.as_deref().unwrap_or(&[]);
+    let t0 = first_times
+        .chain(annotations.first().map(|a| a.0))
+        .min()
+        .unwrap_or(0);
+    // Microseconds since the epoch after 2001 are epoch times; smaller ones are not.
+    let epoch_based = t0 > 1_000_000_000_000_000;
+
+    let mut header = Header {
+        producer: "vramtrace import".into(),
+        producer_version: env!("CARGO_PKG_VERSION").into(),
+        start_unix_ns: if epoch_based { t0 as u64 * 1000 } else { 0 },
+        devices: (0..devices)
+            .map(|i| DeviceInfo {
+                index: i as u32,
+                name: format!("cuda:{i}"),
+                total_memory: 0,
+            })
+            .collect(),
+        allocator_settings: s.settings.clone(),
+        ..Header::default()
+    };
+    let m = &mut header.metadata;
+    m.insert("source".into(), "torch-snapshot".into());
+    m.insert(
+        "torch.pickle_protocol".into(),
+        report.pickle_protocol.to_string(),
+    );
+    m.insert("torch.trace_entries".into(), c.log.len().to_string());
+    m.insert(
+        "torch.time_base".into(),
+        if epoch_based { "epoch" } else { "relative" }.into(),
+    );
+    m.insert(
+        "torch.end_state_check".into(),
+        if report.end_state_matches {
+            "ok".into()
+        } else if !s.has_segments {
+            "no segments".into()
+        } else {
+            format!("{mismatches} differences")
+        },
+    );
+    let options = WriterOptions {
+        chunk_interval: None,
+        ..WriterOptions::default()
+    };
+    let mut w = TraceWriter::with_options(Vec::new(), header, options)?;
+
+    // Symbols: local frames and stacks to the writer's ids.
+    let mut strings = HashMap::new();
+    let mut string = |w: &mut TraceWriter<Vec<u8>>, id: StrId| {
+        *strings
+            .entry(id)
+            .or_insert_with(|| w.intern_string(&heap.str(id)))
+    };
+    let frames: Vec<FrameId> = c
+        .frames
+        .iter()
+        .map(|f| {
+            let frame = Frame::Symbol {
+                function: string(&mut w, f.name),
+                file: string(&mut w, f.file),
+                line: f.line,
+            };
+            w.intern_frame(frame)
+        })
+        .collect();
+    let mut buf = Vec::new();
+    let stacks: Vec<StackId> = (0..c.stacks.len() as u32)
+        .map(|i| {
+            buf.clear();
+            buf.extend(c.stacks.get(i).iter().map(|&f| frames[f as usize]));
+            w.intern_stack(&buf)
+        })
+        .collect();
+
+    // The initial state, and the block sizes the events will need.
+    let mut sizes: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut initial = InitialState::default();
+    for (d, segs) in start.iter().enumerate() {
+        for seg in segs {
+            let mut blocks = Vec::new();
+            let mut at = seg.addr;
+            for &(addr, b) in &seg.blocks {
+                if addr > at {
+                    blocks.push(free_block(at, addr - at));
+                }
+                sizes.insert((d as u32, addr), b.size);
+                blocks.push(BlockState {
+                    addr,
+                    size: b.size,
+                    requested: b.requested,
+                    status: b.status,
+                    stack: stacks[b.stack as usize],
+                });
+                at = addr + b.size;
+            }
+            if at < seg.addr + seg.size {
+                blocks.push(free_block(at, seg.addr + seg.size - at));
+            }
+            report.initial_blocks += seg.blocks.len();
+            initial.segments.push(SegmentState {
+                device: d as u32,
+                addr: seg.addr,
+                size: seg.size,
+                stream: seg.stream,
+                expandable: seg.expandable,
+                blocks,
+            });
+        }
+    }
+    report.initial_segments = initial.segments.len();
+    w.write_initial_state(&initial)?;
+
+    // Pass 2: the events, devices merged by time, with the phases.
+    let phase_names: Vec<_> = annotations
+        .iter()
+        .map(|a| (a.0, a.1, w.intern_string(&a.2)))
+        .collect();
+    let mut cursors: Vec<_> = c
+        .log
+        .runs
+        .iter()
+        .filter_map(|r| {
+            let d = *device_of.get(&r.list)?;
+            let mut it = c.log.run(r);
+            let next = it.next()?;
+            Some((d, r.first_index, it, next))
+        })
+        .collect();
+    let mut phase_i = 0;
+    let mut last_ns = 0u64;
+    let mut clamped = 0u64;
+    let to_ns = |t: i64| (t.saturating_sub(t0).max(0) as u64).saturating_mul(1000);
+    loop {
+        // The run whose next entry comes first (k is the number of devices: tiny).
+        let best = cursors
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, (_, index, _, e))| (e.time_us.unwrap_or(i64::MAX), *index))
+            .map(|(i, _)| i);
+        let next_time = best.and_then(|i| cursors[i].3.time_us);
+        // Phases starting at an event's time come before it, ends after it.
+        while let Some(&(t, begin, name)) = phase_names.get(phase_i) {
+            let due = match (best, next_time) {
+                (None, _) => true,
+                (Some(_), Some(nt)) => t < nt || (t == nt && begin),
+                (Some(_), None) => false,
+            };
+            if !due {
+                break;
+            }
+            let ns = to_ns(t).max(last_ns);
+            last_ns = ns;
+            let data = if begin {
+                EventData::PhaseBegin { name }
+            } else {
+                EventData::PhaseEnd { name }
+            };
+            w.push(Event { time_ns: ns, data })?;
+            report.phase_events += 1;
+            phase_i += 1;
+        }
+        let Some(i) = best else { break };
+        let (d, index, it, e) = &mut cursors[i];
+        let (device, idx, entry) = (*d, *index, *e);
+        *index += 1;
+        match it.next() {
+            Some(n) => *e = n,
+            None => {
+                cursors.swap_remove(i);
+            }
+        }
+        let ns = match entry.time_us {
+            Some(t) => to_ns(t),
+            None => idx,
+        };
+        if ns < last_ns {
+            clamped += 1;
+        }
+        last_ns = ns.max(last_ns);
+        let Some(data) = event_data(
+            device,
+            idx,
+            &entry,
+            &stacks,
+            &live_sizes,
+            &mut sizes,
+            heap,
+            &mut w,
+        ) else {
+            continue;
+        };
+        w.push(Event {
+            time_ns: last_ns,
+            data,
+        })?;
+    }
+    if clamped > 0 {
+        report.warnings.push(format!(
+            "{clamped} events were earlier than the event before them; their times were raised to keep the trace ordered"
+        ));
+    }
+    report.event_counts = *w.counts();
+    Ok(w.finish()?)
+}
+
+fn free_block(addr: u64, size: u64) -> BlockState {
+    BlockState {
+        addr,
+        size,
+        requested: 0,
+        status: BlockStatus::Free,
+        stack: StackId::NONE,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn event_data(
+    device: u32,
+    index: u64,
+    e: &LogEntry,
+    stacks: &[StackId],
+    live_sizes: &HashMap<u64, u64>,
+    sizes: &mut HashMap<(u32, u64), u64>,
+    heap: &Heap,
+    w: &mut TraceWriter<Vec<u8>>,
+) -> Option<EventData> {
+    let stack = stacks
+        .get(e.stack as usize)
+        .copied()
+        .unwrap_or(StackId::NONE);
+    let block = |size| BlockEvent {
+        addr: e.addr,
+        size,
+        requested: e.size,
+        stream: e.stream,
+        device,
+        stack,
+        thread: 0,
+    };
+    let segment = SegmentEvent {
+        addr: e.addr,
+        size: e.size,
+        stream: e.stream,
+        device,
+        stack,
+        thread: 0,
+    };
+    Some(match e.action {
+        Action::Alloc => {
+            let size = live_sizes
+                .get(&index)
+                .copied()
+                .unwrap_or_else(|| round_size(e.size));
+            sizes.insert((device, e.addr), size);
+            EventData::Alloc(block(size))
+        }
+        Action::FreeRequested => {
+            let size = sizes
+                .get(&(device, e.addr))
+                .copied()
+                .unwrap_or_else(|| round_size(e.size));
+            EventData::FreeRequested(block(size))
+        }
+        Action::FreeCompleted => {
+            let size = sizes
+                .remove(&(device, e.addr))
+                .unwrap_or_else(|| round_size(e.size));
+            EventData::FreeCompleted(block(size))
+        }
+        Action::SegmentAlloc => EventData::SegmentAlloc(segment),
+        Action::SegmentFree => EventData::SegmentFree(segment),
+        Action::SegmentMap => EventData::SegmentMap(segment),
+        Action::SegmentUnmap => EventData::SegmentUnmap(segment),
+        Action::Oom => EventData::Oom(OomEvent {
+            requested: e.size,
+            free_bytes: e.addr,
+            stream: e.stream,
+            device,
+            stack,
+            thread: 0,
+        }),
+        Action::Snapshot => EventData::Annotation {
+            key: w.intern_string("torch.snapshot"),
+            value: w.intern_string(&format!("device {device}")),
+        },
+        Action::UserDefined => EventData::Annotation {
+            key: w.intern_string("torch.user_defined"),
+            value: if e.size == 0 {
+                w.intern_string("")
+            } else {
+                w.intern_string(&heap.str(e.size as StrId))
+            },
+        },
+    })
+}

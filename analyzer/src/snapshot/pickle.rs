@@ -1,0 +1,1415 @@
+//! A streaming reader for the pickles CPython's `pickle.dump` writes (protocols 2 to 5),
+//! restricted to plain data: dicts, lists, tuples, sets, str, bytes, int, float, bool
+//! and None.
+//!
+//! PyTorch snapshots share objects through the pickle memo (one frame dict is referred
+//! to by thousands of stacks), which general-purpose deserializers turn into copies, and
+//! they are large (hundreds of MB), so building the whole object tree is not an option.
+//! This reader keeps values compact ([`Val`] is `Copy`; containers live in an arena
+//! whose storage is recycled) and lets a [`Hook`] replace or consume containers at the
+//! moment they are attached to their parent: the snapshot converter turns trace entries
+//! into events there and drops them, so memory stays proportional to what is kept.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{self, Read};
+
+/// An error reading a pickle: always names the byte offset where it happened.
+#[derive(Debug, thiserror::Error)]
+pub enum PickleError {
+    /// The underlying reader failed.
+    #[error("read error at byte {offset}: {source}")]
+    Io {
+        /// Bytes successfully read before the failure.
+        offset: u64,
+        /// The reader's error.
+        #[source]
+        source: io::Error,
+    },
+    /// The input does not start with a PROTO opcode of protocol 2 or later.
+    #[error("not a pickle of protocol 2 or later: first byte is {found:#04x}, expected 0x80")]
+    NotAPickle {
+        /// The first byte of the input (0 for an empty input).
+        found: u8,
+    },
+    /// The input ended before the STOP opcode.
+    #[error("truncated pickle: input ends at byte {offset} while reading {what}")]
+    Truncated {
+        /// The input's length.
+        offset: u64,
+        /// What was being read.
+        what: &'static str,
+    },
+    /// A byte that is not a pickle opcode.
+    #[error("unknown pickle opcode {opcode:#04x} at byte {offset}")]
+    UnknownOpcode {
+        /// The opcode's offset.
+        offset: u64,
+        /// The byte found.
+        opcode: u8,
+    },
+    /// A real opcode this reader does not support (objects, globals, out-of-band buffers).
+    #[error("unsupported pickle opcode {name} at byte {offset}: only plain data is supported")]
+    Unsupported {
+        /// The opcode's offset.
+        offset: u64,
+        /// The opcode's name.
+        name: &'static str,
+    },
+    /// The opcodes are valid one by one but do not form a valid pickle.
+    #[error("malformed pickle at byte {offset}: {message}")]
+    Malformed {
+        /// The offending opcode's offset.
+        offset: u64,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl PickleError {
+    /// The byte offset the error refers to, when there is one.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            PickleError::Io { offset, .. }
+            | PickleError::Truncated { offset, .. }
+            | PickleError::UnknownOpcode { offset, .. }
+            | PickleError::Unsupported { offset, .. }
+            | PickleError::Malformed { offset, .. } => Some(*offset),
+            PickleError::NotAPickle { .. } => Some(0),
+        }
+    }
+}
+
+/// Index of an interned string in a [`Heap`].
+pub type StrId = u32;
+/// Index of a container in a [`Heap`]'s arena.
+pub type ObjId = u32;
+
+/// A compact pickle value. Containers and strings are references into a [`Heap`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Val {
+    /// `None`.
+    None,
+    /// A bool.
+    Bool(bool),
+    /// An int; i128 holds every u64 (device addresses can exceed 2^63).
+    Int(i128),
+    /// A float.
+    Float(f64),
+    /// A str, interned by content.
+    Str(StrId),
+    /// A bytes or bytearray value (index into the heap's byte strings).
+    Bytes(u32),
+    /// A dict, list, tuple or set.
+    Obj(ObjId),
+    /// A value a [`Hook`] put in place of a container: `kind` and `id` are the hook's.
+    Custom {
+        /// Hook-defined kind (0 to 3 are stored compactly in the memo).
+        kind: u8,
+        /// Hook-defined id.
+        id: u32,
+    },
+    /// A container a [`Hook`] consumed: it exists no more.
+    Consumed,
+}
+
+/// The kind of a container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjKind {
+    /// A dict: `items` holds keys and values alternately.
+    Dict,
+    /// A list.
+    List,
+    /// A tuple.
+    Tuple,
+    /// A set or frozenset.
+    Set,
+}
+
+/// A container in the arena.
+#[derive(Clone, Debug)]
+pub struct Obj {
+    /// What it is.
+    pub kind: ObjKind,
+    /// Its items (for a dict: key, value, key, value, ...).
+    pub items: Vec<Val>,
+    /// Items a [`Hook`] consumed instead of storing (their count only).
+    pub consumed: u64,
+    // What a hook replaced it with: an item batch may name the same container twice
+    // (a frame repeated in one stack), and the second mention must see the replacement.
+    replaced: Option<Val>,
+    // The memo slot that refers to this container, so a hook's replacement can be
+    // seen by later memo references (u32::MAX: none).
+    memo: u32,
+}
+
+/// Strings, byte strings, containers and the memo of one pickle.
+#[derive(Default)]
+pub struct Heap {
+    strings: Vec<Box<[u8]>>,
+    string_ids: HashMap<Box<[u8]>, StrId, FxBuild>,
+    bytes: Vec<Vec<u8>>,
+    objs: Vec<Obj>,
+    free_objs: Vec<ObjId>,
+    // Retired in the current item batch: recycled when the batch is done, since items
+    // later in the batch may still name them.
+    retired: Vec<ObjId>,
+    memo: Memo,
+}
+
+impl Heap {
+    /// Interns a string by content.
+    pub fn intern(&mut self, s: &[u8]) -> StrId {
+        if let Some(&id) = self.string_ids.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as StrId;
+        self.strings.push(s.into());
+        self.string_ids.insert(s.into(), id);
+        id
+    }
+
+    /// The bytes of an interned string (UTF-8 as the pickle stored it).
+    pub fn str_bytes(&self, id: StrId) -> &[u8] {
+        &self.strings[id as usize]
+    }
+
+    /// An interned string as text (invalid UTF-8, e.g. lone surrogates, replaced).
+    pub fn str(&self, id: StrId) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(self.str_bytes(id))
+    }
+
+    /// A container.
+    pub fn obj(&self, id: ObjId) -> &Obj {
+        &self.objs[id as usize]
+    }
+
+    /// The value of `key` in a dict (a linear scan: snapshot dicts are small).
+    pub fn dict_get(&self, dict: ObjId, key: StrId) -> Option<Val> {
+        let o = self.obj(dict);
+        o.items
+            .chunks_exact(2)
+            .find(|kv| kv[0] == Val::Str(key))
+            .map(|kv| kv[1])
+    }
+
+    /// The value of `key` in a dict, looking the key up by text.
+    pub fn dict_get_str(&self, dict: ObjId, key: &str) -> Option<Val> {
+        let id = *self.string_ids.get(key.as_bytes())?;
+        self.dict_get(dict, id)
+    }
+
+    /// Converts a value into an owned tree (for small parts of a pickle and for tests).
+    pub fn to_value(&self, v: Val) -> Result<Value, String> {
+        self.to_value_depth(v, 0)
+    }
+
+    fn to_value_depth(&self, v: Val, depth: usize) -> Result<Value, String> {
+        // A memo reference can make a container contain itself.
+        if depth > 200 {
+            return Err("value nested more than 200 deep (a cycle?)".into());
+        }
+        Ok(match v {
+            Val::None => Value::None,
+            Val::Bool(b) => Value::Bool(b),
+            Val::Int(i) => Value::Int(i),
+            Val::Float(f) => Value::Float(f),
+            Val::Str(s) => Value::Str(self.str(s).into_owned()),
+            Val::Bytes(b) => Value::Bytes(self.bytes[b as usize].clone()),
+            Val::Custom { kind, id } => Value::Custom { kind, id },
+            Val::Consumed => Value::Consumed,
+            Val::Obj(o) => {
+                let obj = self.obj(o);
+                let items = obj
+                    .items
+                    .iter()
+                    .map(|&x| self.to_value_depth(x, depth + 1))
+                    .collect::<Result<Vec<_>, _>>()?;
+                match obj.kind {
+                    ObjKind::List => Value::List(items),
+                    ObjKind::Tuple => Value::Tuple(items),
+                    ObjKind::Set => Value::Set(items),
+                    ObjKind::Dict => {
+                        let mut pairs = Vec::with_capacity(items.len() / 2);
+                        let mut it = items.into_iter();
+                        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                            pairs.push((k, v));
+                        }
+                        Value::Dict(pairs)
+                    }
+                }
+            }
+        })
+    }
+
+    fn new_obj(&mut self, kind: ObjKind) -> ObjId {
+        if let Some(id) = self.free_objs.pop() {
+            let o = &mut self.objs[id as usize];
+            o.kind = kind;
+            o.items.clear();
+            o.consumed = 0;
+            o.replaced = None;
+            o.memo = u32::MAX;
+            id
+        } else {
+            self.objs.push(Obj {
+                kind,
+                items: Vec::new(),
+                consumed: 0,
+                replaced: None,
+                memo: u32::MAX,
+            });
+            (self.objs.len() - 1) as ObjId
+        }
+    }
+
+    /// Retires a container a hook replaced: the memo slot that named it now names the
+    /// replacement, and its storage is recycled (keeping its capacity, so steady-state
+    /// streaming allocates nothing per entry).
+    fn retire(&mut self, id: ObjId, replacement: Val) {
+        let memo = self.objs[id as usize].memo;
+        if memo != u32::MAX {
+            self.memo.set(memo as u64, replacement);
+        }
+        let o = &mut self.objs[id as usize];
+        o.items.clear();
+        o.replaced = Some(replacement);
+        self.retired.push(id);
+    }
+
+    // Ends an item batch: retired containers can be reused now. (A container named
+    // both inside the batch and, unattached, further down the stack would be reused
+    // too early; CPython never writes that for snapshot data.)
+    fn recycle(&mut self) {
+        self.free_objs.append(&mut self.retired);
+    }
+
+    /// The number of live containers (for memory diagnostics).
+    pub fn live_objs(&self) -> usize {
+        self.objs.len() - self.free_objs.len()
+    }
+
+    /// Frees the memo once parsing is over: for a large snapshot it is the biggest
+    /// table, and nothing refers to it afterwards.
+    pub fn release_memo(&mut self) {
+        self.memo = Memo::default();
+    }
+
+    /// The number of memo slots.
+    pub fn memo_len(&self) -> usize {
+        self.memo.slots.len()
+    }
+}
+
+/// An owned pickle value, as [`Heap::to_value`] builds it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// `None`.
+    None,
+    /// A bool.
+    Bool(bool),
+    /// An int.
+    Int(i128),
+    /// A float.
+    Float(f64),
+    /// A str.
+    Str(String),
+    /// bytes or bytearray.
+    Bytes(Vec<u8>),
+    /// A list.
+    List(Vec<Value>),
+    /// A tuple.
+    Tuple(Vec<Value>),
+    /// A set or frozenset.
+    Set(Vec<Value>),
+    /// A dict, in insertion order.
+    Dict(Vec<(Value, Value)>),
+    /// A hook's replacement value.
+    Custom {
+        /// Hook-defined kind.
+        kind: u8,
+        /// Hook-defined id.
+        id: u32,
+    },
+    /// A container a hook consumed.
+    Consumed,
+}
+
+impl Value {
+    /// The value of a str key of a dict.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Value::Dict(pairs) => pairs
+                .iter()
+                .find(|(k, _)| matches!(k, Value::Str(s) if s == key))
+                .map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// The int, if this is one.
+    pub fn as_int(&self) -> Option<i128> {
+        match self {
+            Value::Int(i) => Some(*i),
+            Value::Bool(b) => Some(*b as i128),
+            _ => None,
+        }
+    }
+
+    /// The str, if this is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The items of a list or tuple.
+    pub fn as_list(&self) -> Option<&[Value]> {
+        match self {
+            Value::List(v) | Value::Tuple(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// What a [`Hook`] decides about a container being attached to its parent.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Attach {
+    /// Store it as it is.
+    Keep,
+    /// Store this value instead and retire the container.
+    Replace(Val),
+    /// Store nothing (the parent counts it in [`Obj::consumed`]) and retire the container.
+    Consume,
+}
+
+/// Sees every container as it is attached to a parent, and may replace or consume it.
+pub trait Hook {
+    /// `item` (a container) is being appended to the list or set `list`.
+    fn on_append(&mut self, heap: &mut Heap, list: ObjId, item: ObjId) -> Result<Attach, String>;
+    /// `value` (a container) is being stored under `key` in `dict`.
+    fn on_set(
+        &mut self,
+        heap: &mut Heap,
+        dict: ObjId,
+        key: Val,
+        value: ObjId,
+    ) -> Result<Attach, String>;
+}
+
+/// A hook that keeps everything: plain deserialization.
+pub struct KeepAll;
+
+impl Hook for KeepAll {
+    fn on_append(&mut self, _: &mut Heap, _: ObjId, _: ObjId) -> Result<Attach, String> {
+        Ok(Attach::Keep)
+    }
+    fn on_set(&mut self, _: &mut Heap, _: ObjId, _: Val, _: ObjId) -> Result<Attach, String> {
+        Ok(Attach::Keep)
+    }
+}
+
+/// Reads a whole pickle into an owned [`Value`] (small pickles and tests).
+pub fn load(read: impl Read) -> Result<Value, PickleError> {
+    let mut parser = Parser::new(read, &|_| {});
+    let root = parser.run(&mut KeepAll)?;
+    parser
+        .heap()
+        .to_value(root)
+        .map_err(|message| PickleError::Malformed {
+            offset: parser.offset(),
+            message,
+        })
+}
+
+// The memo holds millions of slots for a large snapshot (every dict, list and str is
+// memoized), so each is a u32: a 3-bit tag and a 29-bit payload; other values go to a
+// side table.
+#[derive(Default)]
+struct Memo {
+    slots: Vec<u32>,
+    side: Vec<Val>,
+    sparse: HashMap<u64, Val, FxBuild>,
+}
+
+const TAG_SHIFT: u32 = 29;
+const PAYLOAD: u32 = (1 << TAG_SHIFT) - 1;
+const T_EMPTY: u32 = 0;
+const T_STR: u32 = 1;
+const T_OBJ: u32 = 2;
+const T_SIDE: u32 = 3;
+const T_CONSUMED: u32 = 4;
+const T_CUSTOM0: u32 = 5; // kinds 0..=2 use tags 5..=7
+
+impl Memo {
+    fn encode(&mut self, v: Val) -> u32 {
+        let compact = |tag: u32, id: u32| (id <= PAYLOAD).then_some((tag << TAG_SHIFT) | id);
+        let packed = match v {
+            Val::Str(s) => compact(T_STR, s),
+            Val::Obj(o) => compact(T_OBJ, o),
+            Val::Consumed => Some(T_CONSUMED << TAG_SHIFT),
+            Val::Custom { kind, id } if kind <= 2 => compact(T_CUSTOM0 + kind as u32, id),
+            _ => None,
+        };
+        packed.unwrap_or_else(|| {
+            self.side.push(v);
+            (T_SIDE << TAG_SHIFT) | (self.side.len() as u32 - 1).min(PAYLOAD)
+        })
+    }
+
+    fn decode(&self, slot: u32) -> Option<Val> {
+        let id = slot & PAYLOAD;
+        Some(match slot >> TAG_SHIFT {
+            T_EMPTY => return None,
+            T_STR => Val::Str(id),
+            T_OBJ => Val::Obj(id),
+            T_SIDE => *self.side.get(id as usize)?,
+            T_CONSUMED => Val::Consumed,
+            t => Val::Custom {
+                kind: (t - T_CUSTOM0) as u8,
+                id,
+            },
+        })
+    }
+
+    fn set(&mut self, idx: u64, v: Val) {
+        let len = self.slots.len() as u64;
+        // CPython numbers memo slots densely; a far-off index (only in odd or hostile
+        // input) must not make us allocate gigabytes.
+        if idx < len + (1 << 16) && idx < u32::MAX as u64 {
+            let slot = self.encode(v);
+            if idx >= len {
+                self.slots.resize(idx as usize + 1, T_EMPTY);
+            }
+            self.slots[idx as usize] = slot;
+        } else {
+            self.sparse.insert(idx, v);
+        }
+    }
+
+    fn get(&self, idx: u64) -> Option<Val> {
+        match self.slots.get(idx as usize) {
+            Some(&slot) => self.decode(slot),
+            None => self.sparse.get(&idx).copied(),
+        }
+    }
+}
+
+// The input, buffered by hand: the opcode loop reads a few bytes at a time and must
+// not pay a trait call per byte.
+struct Source<'p, R> {
+    inner: R,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    base: u64,
+    eof: bool,
+    progress: &'p dyn Fn(u64),
+}
+
+const BUF_SIZE: usize = 1 << 20;
+
+impl<R: Read> Source<'_, R> {
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    #[inline(always)]
+    fn need(&mut self, n: usize, what: &'static str) -> Result<(), PickleError> {
+        if self.end - self.pos < n {
+            self.fill(n, what)?;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn fill(&mut self, n: usize, what: &'static str) -> Result<(), PickleError> {
+        self.buf.copy_within(self.pos..self.end, 0);
+        self.base += self.pos as u64;
+        self.end -= self.pos;
+        self.pos = 0;
+        if self.buf.len() < n.max(BUF_SIZE) {
+            self.buf.resize(n.max(BUF_SIZE), 0);
+        }
+        // Fill at least half the buffer so refills (and progress calls) stay rare even
+        // when the reader hands out small pieces.
+        let target = n.max(self.buf.len() / 2);
+        while self.end < target && !self.eof {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(PickleError::Io {
+                        offset: self.base + self.end as u64,
+                        source,
+                    });
+                }
+            }
+        }
+        (self.progress)(self.base + self.end as u64);
+        if self.end < n {
+            return Err(PickleError::Truncated {
+                offset: self.base + self.end as u64,
+                what,
+            });
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn u8(&mut self) -> u8 {
+        let b = self.buf[self.pos];
+        self.pos += 1;
+        b
+    }
+
+    #[inline(always)]
+    fn array<const N: usize>(&mut self) -> [u8; N] {
+        let a: [u8; N] = self.buf[self.pos..self.pos + N].try_into().unwrap();
+        self.pos += N;
+        a
+    }
+
+    #[inline(always)]
+    fn bytes(&mut self, n: usize) -> &[u8] {
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        s
+    }
+}
+
+/// The pickle reader: a stack machine over the opcodes, with the memo and the
+/// containers in a [`Heap`].
+pub struct Parser<'p, R> {
+    src: Source<'p, R>,
+    heap: Heap,
+    stack: Vec<Val>,
+    marks: Vec<usize>,
+    protocol: u8,
+}
+
+mod op {
+    pub const MARK: u8 = b'(';
+    pub const STOP: u8 = b'.';
+    pub const POP: u8 = b'0';
+    pub const POP_MARK: u8 = b'1';
+    pub const DUP: u8 = b'2';
+    pub const BININT: u8 = b'J';
+    pub const BININT1: u8 = b'K';
+    pub const BININT2: u8 = b'M';
+    pub const NONE: u8 = b'N';
+    pub const BINFLOAT: u8 = b'G';
+    pub const BINUNICODE: u8 = b'X';
+    pub const APPEND: u8 = b'a';
+    pub const DICT: u8 = b'd';
+    pub const EMPTY_DICT: u8 = b'}';
+    pub const APPENDS: u8 = b'e';
+    pub const GET: u8 = b'g';
+    pub const BINGET: u8 = b'h';
+    pub const LONG_BINGET: u8 = b'j';
+    pub const LIST: u8 = b'l';
+    pub const EMPTY_LIST: u8 = b']';
+    pub const PUT: u8 = b'p';
+    pub const BINPUT: u8 = b'q';
+    pub const LONG_BINPUT: u8 = b'r';
+    pub const SETITEM: u8 = b's';
+    pub const TUPLE: u8 = b't';
+    pub const EMPTY_TUPLE: u8 = b')';
+    pub const SETITEMS: u8 = b'u';
+    pub const PROTO: u8 = 0x80;
+    pub const TUPLE1: u8 = 0x85;
+    pub const TUPLE2: u8 = 0x86;
+    pub const TUPLE3: u8 = 0x87;
+    pub const NEWTRUE: u8 = 0x88;
+    pub const NEWFALSE: u8 = 0x89;
+    pub const LONG1: u8 = 0x8a;
+    pub const LONG4: u8 = 0x8b;
+    pub const BINBYTES: u8 = b'B';
+    pub const SHORT_BINBYTES: u8 = b'C';
+    pub const SHORT_BINUNICODE: u8 = 0x8c;
+    pub const BINUNICODE8: u8 = 0x8d;
+    pub const BINBYTES8: u8 = 0x8e;
+    pub const EMPTY_SET: u8 = 0x8f;
+    pub const ADDITEMS: u8 = 0x90;
+    pub const FROZENSET: u8 = 0x91;
+    pub const MEMOIZE: u8 = 0x94;
+    pub const FRAME: u8 = 0x95;
+    pub const BYTEARRAY8: u8 = 0x96;
+}
+
+fn unsupported_name(opcode: u8) -> Option<&'static str> {
+    Some(match opcode {
+        b'F' => "FLOAT",
+        b'I' => "INT",
+        b'L' => "LONG",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        b'R' => "REDUCE",
+        b'S' => "STRING",
+        b'T' => "BINSTRING",
+        b'U' => "SHORT_BINSTRING",
+        b'V' => "UNICODE",
+        b'b' => "BUILD",
+        b'c' => "GLOBAL",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        0x81 => "NEWOBJ",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        0x92 => "NEWOBJ_EX",
+        0x93 => "STACK_GLOBAL",
+        0x97 => "NEXT_BUFFER",
+        0x98 => "READONLY_BUFFER",
+        _ => return None,
+    })
+}
+
+impl<'p, R: Read> Parser<'p, R> {
+    /// A parser over `read`; `progress` is called with the number of bytes read so far
+    /// each time the input buffer is refilled (every MiB or so).
+    pub fn new(read: R, progress: &'p dyn Fn(u64)) -> Self {
+        Parser {
+            src: Source {
+                inner: read,
+                buf: Vec::new(),
+                pos: 0,
+                end: 0,
+                base: 0,
+                eof: false,
+                progress,
+            },
+            heap: Heap::default(),
+            stack: Vec::with_capacity(4096),
+            marks: Vec::with_capacity(64),
+            protocol: 0,
+        }
+    }
+
+    /// The heap: strings, containers and memo.
+    pub fn heap(&self) -> &Heap {
+        &self.heap
+    }
+
+    /// The heap, mutably (to pre-intern strings a hook compares against).
+    pub fn heap_mut(&mut self) -> &mut Heap {
+        &mut self.heap
+    }
+
+    /// Consumes the parser, keeping its heap.
+    pub fn into_heap(self) -> Heap {
+        self.heap
+    }
+
+    /// Bytes consumed so far.
+    pub fn offset(&self) -> u64 {
+        self.src.offset()
+    }
+
+    /// The protocol the pickle declared.
+    pub fn protocol(&self) -> u8 {
+        self.protocol
+    }
+
+    /// Runs the pickle to its STOP opcode and returns the top-level value.
+    pub fn run<H: Hook>(&mut self, hook: &mut H) -> Result<Val, PickleError> {
+        match self.src.need(2, "the PROTO opcode") {
+            Ok(()) => {}
+            Err(PickleError::Truncated { .. }) if self.src.end == 0 => {
+                return Err(PickleError::NotAPickle { found: 0 });
+            }
+            Err(e) => return Err(e),
+        }
+        if self.src.buf[0] != op::PROTO {
+            return Err(PickleError::NotAPickle {
+                found: self.src.buf[0],
+            });
+        }
+        loop {
+            let at = self.src.offset();
+            self.src.need(1, "an opcode")?;
+            let opcode = self.src.u8();
+            match self.step(opcode, at, hook) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let at = self.src.offset();
+        if self.stack.len() != 1 || !self.marks.is_empty() {
+            return Err(malformed(
+                at,
+                "STOP with a stack not holding exactly one value",
+            ));
+        }
+        Ok(self.stack.pop().unwrap())
+    }
+
+    #[inline(always)]
+    fn pop(&mut self, at: u64) -> Result<Val, PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() <= floor {
+            return Err(malformed(at, "stack underflow"));
+        }
+        Ok(self.stack.pop().unwrap())
+    }
+
+    #[inline(always)]
+    fn top_obj(&self, at: u64, below: usize) -> Result<ObjId, PickleError> {
+        match self
+            .stack
+            .len()
+            .checked_sub(below + 1)
+            .map(|i| self.stack[i])
+        {
+            Some(Val::Obj(o)) => Ok(o),
+            _ => Err(malformed(at, "expected a container on the stack")),
+        }
+    }
+
+    fn pop_mark(&mut self, at: u64) -> Result<usize, PickleError> {
+        self.marks
+            .pop()
+            .ok_or_else(|| malformed(at, "no MARK on the stack"))
+    }
+
+    #[inline(always)]
+    fn memo_get(&self, idx: u64, at: u64) -> Result<Val, PickleError> {
+        self.heap
+            .memo
+            .get(idx)
+            .ok_or_else(|| malformed(at, format!("memo index {idx} read before it was written")))
+    }
+
+    fn memo_put(&mut self, idx: u64, at: u64) -> Result<(), PickleError> {
+        let v = *self
+            .stack
+            .last()
+            .ok_or_else(|| malformed(at, "memo store with an empty stack"))?;
+        if idx >= PAYLOAD as u64 {
+            // Keep the back-reference compact: an obj's memo index is a u32.
+        } else if let Val::Obj(o) = v {
+            self.heap.objs[o as usize].memo = idx as u32;
+        }
+        self.heap.memo.set(idx, v);
+        Ok(())
+    }
+
+    fn push_str(&mut self, n: usize, what: &'static str) -> Result<(), PickleError> {
+        self.src.need(n, what)?;
+        let s = self.src.bytes(n);
+        let id = self.heap.intern(s);
+        self.stack.push(Val::Str(id));
+        Ok(())
+    }
+
+    fn push_bytes(&mut self, n: usize, what: &'static str) -> Result<(), PickleError> {
+        self.src.need(n, what)?;
+        let b = self.src.bytes(n).to_vec();
+        self.heap.bytes.push(b);
+        self.stack
+            .push(Val::Bytes(self.heap.bytes.len() as u32 - 1));
+        Ok(())
+    }
+
+    fn length(&mut self, at: u64, n: u64) -> Result<usize, PickleError> {
+        // A length beyond the address space cannot be honest; reading it would only
+        // fail later, after trying to allocate it.
+        usize::try_from(n)
+            .ok()
+            .filter(|&n| n < (1 << 40))
+            .ok_or_else(|| malformed(at, format!("length {n} is too large")))
+    }
+
+    // Attaches `items` (stack[from..]) to the list/set `target`, through the hook.
+    fn append_items<H: Hook>(
+        &mut self,
+        target: ObjId,
+        from: usize,
+        at: u64,
+        hook: &mut H,
+    ) -> Result<(), PickleError> {
+        let kind = self.heap.objs[target as usize].kind;
+        if kind != ObjKind::List && kind != ObjKind::Set {
+            return Err(malformed(
+                at,
+                "append to a container that is not a list or set",
+            ));
+        }
+        for i in from..self.stack.len() {
+            let mut item = self.stack[i];
+            if let Val::Obj(o) = item {
+                if let Some(v) = self.heap.objs[o as usize].replaced {
+                    item = v;
+                }
+            }
+            let stored = match item {
+                Val::Obj(o) => match hook
+                    .on_append(&mut self.heap, target, o)
+                    .map_err(|m| malformed(at, m))?
+                {
+                    Attach::Keep => Some(item),
+                    Attach::Replace(v) => {
+                        self.heap.retire(o, v);
+                        Some(v)
+                    }
+                    Attach::Consume => {
+                        self.heap.retire(o, Val::Consumed);
+                        None
+                    }
+                },
+                _ => Some(item),
+            };
+            let t = &mut self.heap.objs[target as usize];
+            match stored {
+                Some(v) => t.items.push(v),
+                None => t.consumed += 1,
+            }
+        }
+        self.stack.truncate(from);
+        self.heap.recycle();
+        Ok(())
+    }
+
+    // Stores the pairs stack[from..] into the dict `target`, through the hook.
+    fn set_items<H: Hook>(
+        &mut self,
+        target: ObjId,
+        from: usize,
+        at: u64,
+        hook: &mut H,
+    ) -> Result<(), PickleError> {
+        if self.heap.objs[target as usize].kind != ObjKind::Dict {
+            return Err(malformed(
+                at,
+                "SETITEM(S) on a container that is not a dict",
+            ));
+        }
+        if (self.stack.len() - from) % 2 != 0 {
+            return Err(malformed(at, "SETITEMS with an odd number of items"));
+        }
+        let mut i = from;
+        while i < self.stack.len() {
+            let key = self.stack[i];
+            let mut value = self.stack[i + 1];
+            if let Val::Obj(o) = value {
+                if let Some(v) = self.heap.objs[o as usize].replaced {
+                    value = v;
+                }
+            }
+            if let Val::Obj(o) = value {
+                match hook
+                    .on_set(&mut self.heap, target, key, o)
+                    .map_err(|m| malformed(at, m))?
+                {
+                    Attach::Keep => {}
+                    Attach::Replace(v) => {
+                        self.heap.retire(o, v);
+                        value = v;
+                    }
+                    Attach::Consume => {
+                        self.heap.retire(o, Val::Consumed);
+                        value = Val::Consumed;
+                    }
+                }
+            }
+            let t = &mut self.heap.objs[target as usize];
+            // A repeated key replaces the earlier value, as in Python.
+            if let Some(slot) = t.items.chunks_exact_mut(2).find(|kv| kv[0] == key) {
+                slot[1] = value;
+            } else {
+                t.items.push(key);
+                t.items.push(value);
+            }
+            i += 2;
+        }
+        self.stack.truncate(from);
+        self.heap.recycle();
+        Ok(())
+    }
+
+    fn new_container_from(&mut self, kind: ObjKind, from: usize) -> ObjId {
+        let id = self.heap.new_obj(kind);
+        let items = &mut self.heap.objs[id as usize].items;
+        items.extend_from_slice(&self.stack[from..]);
+        self.stack.truncate(from);
+        id
+    }
+
+    // One opcode; Ok(false) at STOP.
+    #[inline(always)]
+    fn step<H: Hook>(&mut self, opcode: u8, at: u64, hook: &mut H) -> Result<bool, PickleError> {
+        match opcode {
+            op::BINGET => {
+                self.src.need(1, "BINGET's argument")?;
+                let idx = self.src.u8() as u64;
+                let v = self.memo_get(idx, at)?;
+                self.stack.push(v);
+            }
+            op::LONG_BINGET => {
+                self.src.need(4, "LONG_BINGET's argument")?;
+                let idx = u32::from_le_bytes(self.src.array()) as u64;
+                let v = self.memo_get(idx, at)?;
+                self.stack.push(v);
+            }
+            op::MEMOIZE => {
+                let idx = self.heap.memo.slots.len() as u64;
+                self.memo_put(idx, at)?;
+            }
+            op::BINPUT => {
+                self.src.need(1, "BINPUT's argument")?;
+                let idx = self.src.u8() as u64;
+                self.memo_put(idx, at)?;
+            }
+            op::LONG_BINPUT => {
+                self.src.need(4, "LONG_BINPUT's argument")?;
+                let idx = u32::from_le_bytes(self.src.array()) as u64;
+                self.memo_put(idx, at)?;
+            }
+            op::GET | op::PUT => {
+                let line = self.read_line(at)?;
+                let idx: u64 = line
+                    .trim()
+                    .parse()
+                    .map_err(|_| malformed(at, format!("bad memo index {line:?}")))?;
+                if opcode == op::GET {
+                    let v = self.memo_get(idx, at)?;
+                    self.stack.push(v);
+                } else {
+                    self.memo_put(idx, at)?;
+                }
+            }
+            op::MARK => self.marks.push(self.stack.len()),
+            op::EMPTY_DICT => {
+                let id = self.heap.new_obj(ObjKind::Dict);
+                self.stack.push(Val::Obj(id));
+            }
+            op::EMPTY_LIST => {
+                let id = self.heap.new_obj(ObjKind::List);
+                self.stack.push(Val::Obj(id));
+            }
+            op::EMPTY_SET => {
+                let id = self.heap.new_obj(ObjKind::Set);
+                self.stack.push(Val::Obj(id));
+            }
+            op::EMPTY_TUPLE => {
+                let id = self.heap.new_obj(ObjKind::Tuple);
+                self.stack.push(Val::Obj(id));
+            }
+            op::SETITEMS => {
+                let from = self.pop_mark(at)?;
+                let target = if from == 0 {
+                    return Err(malformed(at, "SETITEMS without a dict below the MARK"));
+                } else {
+                    match self.stack[from - 1] {
+                        Val::Obj(o) => o,
+                        _ => return Err(malformed(at, "SETITEMS on a value that is not a dict")),
+                    }
+                };
+                self.set_items(target, from, at, hook)?;
+            }
+            op::SETITEM => {
+                let floor = self.marks.last().copied().unwrap_or(0);
+                if self.stack.len() < floor + 3 {
+                    return Err(malformed(at, "stack underflow"));
+                }
+                let target = self.top_obj(at, 2)?;
+                let from = self.stack.len() - 2;
+                self.set_items(target, from, at, hook)?;
+            }
+            op::APPENDS | op::ADDITEMS => {
+                let from = self.pop_mark(at)?;
+                let target = if from == 0 {
+                    return Err(malformed(at, "APPENDS without a list below the MARK"));
+                } else {
+                    match self.stack[from - 1] {
+                        Val::Obj(o) => o,
+                        _ => return Err(malformed(at, "APPENDS on a value that is not a list")),
+                    }
+                };
+                self.append_items(target, from, at, hook)?;
+            }
+            op::APPEND => {
+                let floor = self.marks.last().copied().unwrap_or(0);
+                if self.stack.len() < floor + 2 {
+                    return Err(malformed(at, "stack underflow"));
+                }
+                let target = self.top_obj(at, 1)?;
+                let from = self.stack.len() - 1;
+                self.append_items(target, from, at, hook)?;
+            }
+            op::SHORT_BINUNICODE => {
+                self.src.need(1, "SHORT_BINUNICODE's length")?;
+                let n = self.src.u8() as usize;
+                self.push_str(n, "a string")?;
+            }
+            op::BINUNICODE => {
+                self.src.need(4, "BINUNICODE's length")?;
+                let n = u32::from_le_bytes(self.src.array()) as usize;
+                self.push_str(n, "a string")?;
+            }
+            op::BINUNICODE8 => {
+                self.src.need(8, "BINUNICODE8's length")?;
+                let n = u64::from_le_bytes(self.src.array());
+                let n = self.length(at, n)?;
+                self.push_str(n, "a string")?;
+            }
+            op::SHORT_BINBYTES => {
+                self.src.need(1, "SHORT_BINBYTES's length")?;
+                let n = self.src.u8() as usize;
+                self.push_bytes(n, "bytes")?;
+            }
+            op::BINBYTES => {
+                self.src.need(4, "BINBYTES's length")?;
+                let n = u32::from_le_bytes(self.src.array()) as usize;
+                self.push_bytes(n, "bytes")?;
+            }
+            op::BINBYTES8 | op::BYTEARRAY8 => {
+                self.src.need(8, "a bytes length")?;
+                let n = u64::from_le_bytes(self.src.array());
+                let n = self.length(at, n)?;
+                self.push_bytes(n, "bytes")?;
+            }
+            op::BININT1 => {
+                self.src.need(1, "BININT1's argument")?;
+                let v = self.src.u8();
+                self.stack.push(Val::Int(v as i128));
+            }
+            op::BININT2 => {
+                self.src.need(2, "BININT2's argument")?;
+                let v = u16::from_le_bytes(self.src.array());
+                self.stack.push(Val::Int(v as i128));
+            }
+            op::BININT => {
+                self.src.need(4, "BININT's argument")?;
+                let v = i32::from_le_bytes(self.src.array());
+                self.stack.push(Val::Int(v as i128));
+            }
+            op::LONG1 | op::LONG4 => {
+                let n = if opcode == op::LONG1 {
+                    self.src.need(1, "LONG1's length")?;
+                    self.src.u8() as usize
+                } else {
+                    self.src.need(4, "LONG4's length")?;
+                    let n = i32::from_le_bytes(self.src.array());
+                    if n < 0 {
+                        return Err(malformed(at, "LONG4 with a negative length"));
+                    }
+                    n as usize
+                };
+                if n > 16 {
+                    return Err(malformed(
+                        at,
+                        format!("integer of {n} bytes exceeds 128 bits"),
+                    ));
+                }
+                self.src.need(n, "an integer")?;
+                let b = self.src.bytes(n);
+                let mut le = [0u8; 16];
+                le[..n].copy_from_slice(b);
+                if n > 0 && n < 16 && b[n - 1] & 0x80 != 0 {
+                    le[n..].fill(0xff); // sign-extend
+                }
+                self.stack.push(Val::Int(i128::from_le_bytes(le)));
+            }
+            op::BINFLOAT => {
+                self.src.need(8, "BINFLOAT's argument")?;
+                let v = f64::from_be_bytes(self.src.array());
+                self.stack.push(Val::Float(v));
+            }
+            op::NONE => self.stack.push(Val::None),
+            op::NEWTRUE => self.stack.push(Val::Bool(true)),
+            op::NEWFALSE => self.stack.push(Val::Bool(false)),
+            op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
+                let n = (opcode - op::TUPLE1 + 1) as usize;
+                let floor = self.marks.last().copied().unwrap_or(0);
+                if self.stack.len() < floor + n {
+                    return Err(malformed(at, "stack underflow"));
+                }
+                let from = self.stack.len() - n;
+                let id = self.new_container_from(ObjKind::Tuple, from);
+                self.stack.push(Val::Obj(id));
+            }
+            op::TUPLE | op::FROZENSET => {
+                let from = self.pop_mark(at)?;
+                let kind = if opcode == op::TUPLE {
+                    ObjKind::Tuple
+                } else {
+                    ObjKind::Set
+                };
+                let id = self.new_container_from(kind, from);
+                self.stack.push(Val::Obj(id));
+            }
+            op::LIST | op::DICT => {
+                let from = self.pop_mark(at)?;
+                let kind = if opcode == op::LIST {
+                    ObjKind::List
+                } else {
+                    ObjKind::Dict
+                };
+                let id = self.heap.new_obj(kind);
+                // Route the items through the hook like APPENDS/SETITEMS would.
+                self.stack.insert(from, Val::Obj(id));
+                if kind == ObjKind::List {
+                    self.append_items(id, from + 1, at, hook)?;
+                } else {
+                    self.set_items(id, from + 1, at, hook)?;
+                }
+            }
+            op::POP => {
+                self.pop(at)?;
+            }
+            op::POP_MARK => {
+                let from = self.pop_mark(at)?;
+                self.stack.truncate(from);
+            }
+            op::DUP => {
+                let v = self.pop(at)?;
+                self.stack.push(v);
+                self.stack.push(v);
+            }
+            op::FRAME => {
+                // Framing only helps readers prefetch; our buffer does that anyway.
+                self.src.need(8, "FRAME's length")?;
+                self.src.array::<8>();
+            }
+            op::PROTO => {
+                self.src.need(1, "PROTO's argument")?;
+                let p = self.src.u8();
+                if !(2..=5).contains(&p) {
+                    return Err(malformed(at, format!("unsupported pickle protocol {p}")));
+                }
+                self.protocol = p;
+            }
+            op::STOP => return Ok(false),
+            other => {
+                return Err(match unsupported_name(other) {
+                    Some(name) => PickleError::Unsupported { offset: at, name },
+                    None => PickleError::UnknownOpcode {
+                        offset: at,
+                        opcode: other,
+                    },
+                });
+            }
+        }
+        Ok(true)
+    }
+
+    fn read_line(&mut self, at: u64) -> Result<String, PickleError> {
+        let mut line = Vec::new();
+        loop {
+            self.src.need(1, "a text argument")?;
+            let b = self.src.u8();
+            if b == b'\n' {
+                break;
+            }
+            if line.len() > 64 {
+                return Err(malformed(at, "text argument too long"));
+            }
+            line.push(b);
+        }
+        Ok(String::from_utf8_lossy(&line).into_owned())
+    }
+}
+
+fn malformed(offset: u64, message: impl Into<String>) -> PickleError {
+    PickleError::Malformed {
+        offset,
+        message: message.into(),
+    }
+}
+
+/// FxHash (rustc's hasher): the keys here (short strings, small ints) come from files
+/// we read, not from an adversary that could exploit collisions cheaply enough to
+/// matter, and SipHash would cost a good share of the parse time.
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher {
+    hash: u64,
+}
+
+const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl FxHasher {
+    #[inline(always)]
+    fn add(&mut self, w: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ w).wrapping_mul(FX_SEED);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(b));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// A `BuildHasher` for [`FxHasher`].
+pub type FxBuild = BuildHasherDefault<FxHasher>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(bytes: &[u8]) -> Result<Value, PickleError> {
+        load(bytes)
+    }
+
+    // pickle.dumps({'a': [1, 2**64 - 1, -5, 1.5, None, True, 'x', b'y', (1, 2)]}, protocol=4)
+    // written out by hand, with a shared (memoized) list.
+    #[test]
+    fn reads_basic_values() {
+        let mut p = vec![0x80, 4, op::EMPTY_DICT, op::MEMOIZE];
+        p.extend([op::SHORT_BINUNICODE, 1, b'a', op::MEMOIZE]);
+        p.extend([op::EMPTY_LIST, op::MEMOIZE, op::MARK]);
+        p.extend([op::BININT1, 1]);
+        p.extend([
+            op::LONG1,
+            9,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0,
+        ]);
+        p.extend([op::BININT, 0xfb, 0xff, 0xff, 0xff]);
+        p.push(op::BINFLOAT);
+        p.extend(1.5f64.to_be_bytes());
+        p.extend([op::NONE, op::NEWTRUE]);
+        p.extend([op::SHORT_BINUNICODE, 1, b'x', op::MEMOIZE]);
+        p.extend([op::SHORT_BINBYTES, 1, b'y', op::MEMOIZE]);
+        p.extend([op::BININT1, 1, op::BININT1, 2, op::TUPLE2, op::MEMOIZE]);
+        p.extend([op::APPENDS]);
+        p.extend([op::SETITEM]);
+        p.extend([
+            op::SHORT_BINUNICODE,
+            1,
+            b'b',
+            op::BINGET,
+            2,
+            op::SETITEM,
+            op::STOP,
+        ]);
+        let v = parse(&p).unwrap();
+        let list = Value::List(vec![
+            Value::Int(1),
+            Value::Int(u64::MAX as i128),
+            Value::Int(-5),
+            Value::Float(1.5),
+            Value::None,
+            Value::Bool(true),
+            Value::Str("x".into()),
+            Value::Bytes(b"y".to_vec()),
+            Value::Tuple(vec![Value::Int(1), Value::Int(2)]),
+        ]);
+        assert_eq!(v.get("a"), Some(&list));
+        assert_eq!(v.get("b"), Some(&list));
+    }
+
+    #[test]
+    fn errors_carry_offsets() {
+        assert!(matches!(
+            parse(b""),
+            Err(PickleError::NotAPickle { found: 0 })
+        ));
+        assert!(matches!(
+            parse(b"{}"),
+            Err(PickleError::NotAPickle { found: b'{' })
+        ));
+        let e = parse(&[0x80, 4, op::EMPTY_DICT, 0xff]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PickleError::UnknownOpcode {
+                    offset: 3,
+                    opcode: 0xff
+                }
+            ),
+            "{e}"
+        );
+        let e = parse(&[0x80, 4, op::SHORT_BINUNICODE, 10, b'a']).unwrap_err();
+        assert!(matches!(e, PickleError::Truncated { offset: 5, .. }), "{e}");
+        let e = parse(&[0x80, 4, op::BINGET, 7]).unwrap_err();
+        assert!(matches!(e, PickleError::Malformed { offset: 2, .. }), "{e}");
+        let e = parse(&[0x80, 4, b'c']).unwrap_err();
+        assert!(
+            matches!(e, PickleError::Unsupported { name: "GLOBAL", .. }),
+            "{e}"
+        );
+        let e = parse(&[0x80, 4, op::APPENDS]).unwrap_err();
+        assert_eq!(e.offset(), Some(2));
+        let e = parse(&[0x80, 4, op::NONE, op::NONE, op::STOP]).unwrap_err();
+        assert!(matches!(e, PickleError::Malformed { .. }), "{e}");
+    }
+
+    #[test]
+    fn self_reference_is_an_error_not_a_hang() {
+        // l = []; l.append(l)
+        let p = [
+            0x80,
+            4,
+            op::EMPTY_LIST,
+            op::MEMOIZE,
+            op::BINGET,
+            0,
+            op::APPEND,
+            op::STOP,
+        ];
+        assert!(parse(&p).is_err());
+    }
+
+    #[test]
+    fn small_buffers_and_large_strings() {
+        // A string longer than the buffer forces it to grow.
+        let s = vec![b'z'; BUF_SIZE + 10];
+        let mut p = vec![0x80, 4, op::BINUNICODE8];
+        p.extend((s.len() as u64).to_le_bytes());
+        p.extend(&s);
+        p.push(op::STOP);
+        struct OneByte<'a>(&'a [u8]);
+        impl Read for OneByte<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = self.0.len().min(buf.len()).min(7);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let v = load(OneByte(&p)).unwrap();
+        assert_eq!(v.as_str().map(str::len), Some(s.len()));
+    }
+}

@@ -1,0 +1,551 @@
+//! The allocator state around the ring buffer: the snapshot's `segments` are the state
+//! at dump time, the trace may begin mid-run, so the state at the first event is
+//! rebuilt from the two.
+//!
+//! A backward walk from the end state is equivalent to a forward walk that resolves
+//! each address at its first touch: a block first seen being freed was allocated at the
+//! start, one first seen being allocated was not there, and what no event touches is
+//! as the end state says. The forward form needs no reversed copy of the log and
+//! checks consistency on the way: replaying forward must land on `segments`.
+
+use super::convert::{Action, LogEntry};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use vramtrace_recorder::format::BlockStatus;
+
+/// A block of the end state (`segments[].blocks[]`), not free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EndBlock {
+    pub size: u64,
+    pub requested: u64,
+    pub status: BlockStatus,
+    pub stack: u32,
+}
+
+/// A segment of the end state.
+#[derive(Clone, Debug)]
+pub(crate) struct EndSegment {
+    pub device: u32,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub expandable: bool,
+}
+
+/// A segment at the start, with its allocated (and pending-free) blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StartSegment {
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub expandable: bool,
+    /// `(addr, block)`, in address order.
+    pub blocks: Vec<(u64, EndBlock)>,
+}
+
+// Sorted, disjoint, non-adjacent half-open ranges: the mapped parts of expandable
+// segments. Segment-level events are rare, so plain vectors do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Ranges(pub Vec<(u64, u64)>);
+
+impl Ranges {
+    pub fn add(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let (mut s, mut e) = (start, end);
+        let mut out = Vec::with_capacity(self.0.len() + 1);
+        for &(a, b) in &self.0 {
+            if b < s || a > e {
+                out.push((a, b));
+            } else {
+                s = s.min(a);
+                e = e.max(b);
+            }
+        }
+        out.push((s, e));
+        out.sort_unstable();
+        self.0 = out;
+    }
+
+    pub fn remove(&mut self, start: u64, end: u64) {
+        let mut out = Vec::with_capacity(self.0.len() + 1);
+        for &(a, b) in &self.0 {
+            if b <= start || a >= end {
+                out.push((a, b));
+            } else {
+                if a < start {
+                    out.push((a, start));
+                }
+                if b > end {
+                    out.push((end, b));
+                }
+            }
+        }
+        self.0 = out;
+    }
+
+    /// The parts of `[start, end)` not in `self`.
+    pub fn missing(&self, start: u64, end: u64) -> Ranges {
+        let mut r = Ranges(vec![(start, end)]);
+        for &(a, b) in &self.0 {
+            r.remove(a, b);
+        }
+        r
+    }
+
+    pub fn intersect(&self, other: &Ranges) -> Ranges {
+        let mut out = Ranges::default();
+        for &(a, b) in &self.0 {
+            for &(c, d) in &other.0 {
+                let (s, e) = (a.max(c), b.min(d));
+                if s < e {
+                    out.add(s, e);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn minus(&self, other: &Ranges) -> Ranges {
+        let mut r = self.clone();
+        for &(a, b) in &other.0 {
+            r.remove(a, b);
+        }
+        r
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    size: u64,
+    requested: u64,
+    status: BlockStatus,
+    // The log index of the alloc that made it, if the trace holds it.
+    alloc_index: Option<u64>,
+}
+
+/// One device's replay.
+#[derive(Default)]
+pub(crate) struct DeviceReplay {
+    blocks: HashMap<u64, Live>,
+    touched: HashSet<u64>,
+    start_blocks: Vec<(u64, EndBlock)>,
+    segments: HashMap<u64, (u64, u64)>,
+    seg_touched: HashSet<u64>,
+    start_segments: Vec<(u64, u64, u64)>,
+    mapped: Ranges,
+    map_touched: Ranges,
+    start_mapped: Ranges,
+    map_stream: u64,
+    pub inconsistencies: Vec<String>,
+    pub inconsistency_count: u64,
+}
+
+/// How many inconsistencies are described one by one before only being counted.
+const DESCRIBED: usize = 20;
+
+impl DeviceReplay {
+    fn problem(&mut self, msg: impl FnOnce() -> String) {
+        self.inconsistency_count += 1;
+        if self.inconsistencies.len() < DESCRIBED {
+            self.inconsistencies.push(msg());
+        }
+    }
+
+    /// Applies one entry. `round` gives a block's size from its requested size.
+    pub fn apply(&mut self, index: u64, e: &LogEntry, round: &dyn Fn(u64) -> u64) {
+        let first = |touched: &mut HashSet<u64>| touched.insert(e.addr);
+        match e.action {
+            Action::Alloc => {
+                first(&mut self.touched);
+                if let Some(old) = self.blocks.get(&e.addr) {
+                    let s = old.status;
+                    self.problem(|| format!("alloc at {:#x} over a block still {:?}", e.addr, s));
+                }
+                self.blocks.insert(
+                    e.addr,
+                    Live {
+                        size: round(e.size),
+                        requested: e.size,
+                        status: BlockStatus::Allocated,
+                        alloc_index: Some(index),
+                    },
+                );
+            }
+            Action::FreeRequested => {
+                if first(&mut self.touched) {
+                    let b = Live {
+                        size: round(e.size),
+                        requested: e.size,
+                        status: BlockStatus::Allocated,
+                        alloc_index: None,
+                    };
+                    self.start_blocks.push((e.addr, end_block(&b)));
+                    self.blocks.insert(e.addr, b);
+                }
+                match self.blocks.get_mut(&e.addr) {
+                    Some(b) if b.status == BlockStatus::Allocated => {
+                        b.status = BlockStatus::PendingFree
+                    }
+                    other => {
+                        let s = other.map(|b| b.status);
+                        self.problem(|| {
+                            format!("free_requested at {:#x} of a block {:?}", e.addr, s)
+                        })
+                    }
+                }
+            }
+            Action::FreeCompleted => {
+                if first(&mut self.touched) {
+                    let b = Live {
+                        size: round(e.size),
+                        requested: e.size,
+                        status: BlockStatus::PendingFree,
+                        alloc_index: None,
+                    };
+                    self.start_blocks.push((e.addr, end_block(&b)));
+                    self.blocks.insert(e.addr, b);
+                }
+                match self.blocks.remove(&e.addr) {
+                    Some(b) if b.status != BlockStatus::Free => {}
+                    other => {
+                        let s = other.map(|b| b.status);
+                        self.problem(|| {
+                            format!("free_completed at {:#x} of a block {:?}", e.addr, s)
+                        })
+                    }
+                }
+            }
+            Action::SegmentAlloc => {
+                self.seg_touched.insert(e.addr);
+                if self.segments.insert(e.addr, (e.size, e.stream)).is_some() {
+                    self.problem(|| format!("segment_alloc at {:#x} over a live segment", e.addr));
+                }
+            }
+            Action::SegmentFree => {
+                if self.seg_touched.insert(e.addr) {
+                    self.start_segments.push((e.addr, e.size, e.stream));
+                    self.segments.insert(e.addr, (e.size, e.stream));
+                }
+                if self.segments.remove(&e.addr).is_none() {
+                    self.problem(|| format!("segment_free at {:#x} of no segment", e.addr));
+                }
+            }
+            Action::SegmentMap | Action::SegmentUnmap => {
+                let end = e.addr.saturating_add(e.size);
+                let fresh = self.map_touched.missing(e.addr, end);
+                if e.action == Action::SegmentUnmap {
+                    // Unmapped before any map: it was mapped at the start.
+                    for &(a, b) in &fresh.0 {
+                        self.start_mapped.add(a, b);
+                        self.mapped.add(a, b);
+                    }
+                    self.map_stream = e.stream;
+                    if !self.mapped.missing(e.addr, end).0.is_empty() {
+                        self.problem(|| {
+                            format!("segment_unmap at {:#x} of unmapped memory", e.addr)
+                        });
+                    }
+                    self.mapped.remove(e.addr, end);
+                } else {
+                    if !self
+                        .mapped
+                        .intersect(&Ranges(vec![(e.addr, end)]))
+                        .0
+                        .is_empty()
+                    {
+                        self.problem(|| format!("segment_map at {:#x} of mapped memory", e.addr));
+                    }
+                    self.mapped.add(e.addr, end);
+                    self.map_stream = e.stream;
+                }
+                self.map_touched.add(e.addr, end);
+            }
+            Action::Oom | Action::Snapshot | Action::UserDefined => {}
+        }
+    }
+
+    /// Compares the replayed end with the snapshot's end state, records the differences,
+    /// and returns the log indices of allocs whose blocks are live at the end, with the
+    /// end state's size for them (the rounding cannot know a block handed out whole).
+    pub fn check_end(
+        &mut self,
+        device: u32,
+        end_blocks: &HashMap<u64, EndBlock>,
+        end_segments: &[EndSegment],
+    ) -> Vec<(u64, u64)> {
+        let mut sizes = Vec::new();
+        let mut touched: Vec<u64> = self.touched.iter().copied().collect();
+        touched.sort_unstable();
+        for addr in touched {
+            let replayed = self.blocks.get(&addr).copied();
+            let end = end_blocks.get(&addr).copied();
+            match (replayed, end) {
+                (None, None) => {}
+                (Some(r), Some(b)) => {
+                    if r.status != b.status || r.requested != b.requested {
+                        self.problem(|| {
+                            format!(
+                                "device {device}: block {addr:#x} replays to {:?} (requested {}) but the snapshot has {:?} (requested {})",
+                                r.status, r.requested, b.status, b.requested
+                            )
+                        });
+                    }
+                    if let Some(i) = r.alloc_index {
+                        sizes.push((i, b.size));
+                    }
+                }
+                (Some(r), None) => self.problem(|| {
+                    format!(
+                        "device {device}: block {addr:#x} replays to {:?} but the snapshot has no block there",
+                        r.status
+                    )
+                }),
+                (None, Some(b)) => self.problem(|| {
+                    format!(
+                        "device {device}: block {addr:#x} is {:?} in the snapshot but freed in the replay",
+                        b.status
+                    )
+                }),
+            }
+        }
+        let fixed: HashMap<u64, (u64, u64)> = end_segments
+            .iter()
+            .filter(|s| !s.expandable)
+            .map(|s| (s.addr, (s.size, s.stream)))
+            .collect();
+        let mut seg_touched: Vec<u64> = self.seg_touched.iter().copied().collect();
+        seg_touched.sort_unstable();
+        for addr in seg_touched {
+            let (r, e) = (self.segments.get(&addr).copied(), fixed.get(&addr).copied());
+            if r.map(|x| x.0) != e.map(|x| x.0) {
+                self.problem(|| {
+                    format!(
+                        "device {device}: segment {addr:#x} replays to size {:?} but the snapshot has {:?}",
+                        r.map(|x| x.0),
+                        e.map(|x| x.0)
+                    )
+                });
+            }
+        }
+        let end_mapped = expandable_ranges(end_segments);
+        let replayed = self.mapped.intersect(&self.map_touched);
+        let expected = end_mapped.intersect(&self.map_touched);
+        if replayed != expected {
+            self.problem(|| {
+                format!(
+                    "device {device}: expandable segments replay to mapped ranges {:x?} but the snapshot has {:x?}",
+                    replayed.0, expected.0
+                )
+            });
+        }
+        sizes
+    }
+
+    /// The state at the first event: what no event touched is as at the end, the rest
+    /// is what the first touches imply. Blocks outside every segment are reported in
+    /// `problems` and left out.
+    pub fn start_state(
+        &mut self,
+        device: u32,
+        end_blocks: &HashMap<u64, EndBlock>,
+        end_segments: &[EndSegment],
+    ) -> Vec<StartSegment> {
+        let mut segs: BTreeMap<u64, StartSegment> = BTreeMap::new();
+        for s in end_segments.iter().filter(|s| !s.expandable) {
+            if !self.seg_touched.contains(&s.addr) {
+                segs.insert(s.addr, start_segment(s.addr, s.size, s.stream, false));
+            }
+        }
+        for &(addr, size, stream) in &self.start_segments {
+            segs.insert(addr, start_segment(addr, size, stream, false));
+        }
+        let end_mapped = expandable_ranges(end_segments);
+        let mut mapped = end_mapped.minus(&self.map_touched);
+        for &(a, b) in &self.start_mapped.0 {
+            mapped.add(a, b);
+        }
+        for &(a, b) in &mapped.0 {
+            let stream = end_segments
+                .iter()
+                .find(|s| s.expandable && s.addr < b && s.addr + s.size > a)
+                .map_or(self.map_stream, |s| s.stream);
+            segs.insert(a, start_segment(a, b - a, stream, true));
+        }
+        let mut blocks: Vec<(u64, EndBlock)> = end_blocks
+            .iter()
+            .filter(|(a, _)| !self.touched.contains(a))
+            .map(|(&a, &b)| (a, b))
+            .collect();
+        blocks.extend(self.start_blocks.iter().copied());
+        blocks.sort_unstable_by_key(|b| b.0);
+        for (addr, b) in blocks {
+            let seg = segs
+                .range_mut(..=addr)
+                .next_back()
+                .map(|(_, s)| s)
+                .filter(|s| addr.saturating_add(b.size) <= s.addr + s.size);
+            let last_end = seg
+                .as_ref()
+                .and_then(|s| s.blocks.last())
+                .map_or(0, |(a, l)| a + l.size);
+            match seg {
+                Some(s) if addr >= last_end => s.blocks.push((addr, b)),
+                _ => self.problem(|| {
+                    format!(
+                        "device {device}: block {addr:#x} ({} bytes, {:?}) lies outside the segments at the first event; left out of the initial state",
+                        b.size, b.status
+                    )
+                }),
+            }
+        }
+        segs.into_values().collect()
+    }
+}
+
+fn start_segment(addr: u64, size: u64, stream: u64, expandable: bool) -> StartSegment {
+    StartSegment {
+        addr,
+        size,
+        stream,
+        expandable,
+        blocks: Vec::new(),
+    }
+}
+
+fn end_block(b: &Live) -> EndBlock {
+    EndBlock {
+        size: b.size,
+        requested: b.requested,
+        status: b.status,
+        stack: 0,
+    }
+}
+
+fn expandable_ranges(end_segments: &[EndSegment]) -> Ranges {
+    let mut r = Ranges::default();
+    for s in end_segments.iter().filter(|s| s.expandable) {
+        r.add(s.addr, s.addr + s.size);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(action: Action, addr: u64, size: u64) -> LogEntry {
+        LogEntry {
+            action,
+            list: 0,
+            time_us: Some(0),
+            addr,
+            size,
+            stream: 0,
+            stack: 0,
+        }
+    }
+
+    fn round(n: u64) -> u64 {
+        n.max(1).div_ceil(512) * 512
+    }
+
+    #[test]
+    fn ranges() {
+        let mut r = Ranges::default();
+        r.add(0, 10);
+        r.add(20, 30);
+        r.add(10, 20);
+        assert_eq!(r.0, vec![(0, 30)]);
+        r.remove(5, 25);
+        assert_eq!(r.0, vec![(0, 5), (25, 30)]);
+        assert_eq!(r.missing(0, 30).0, vec![(5, 25)]);
+    }
+
+    #[test]
+    fn first_touches_give_the_start_state() {
+        // Segment S (0x1000, 4096) lives throughout; block A was allocated before the
+        // trace and is freed in it; block B is allocated in it and live at the end; a
+        // second segment is allocated in the trace.
+        let log = [
+            e(Action::FreeRequested, 0x1000, 1000),
+            e(Action::FreeCompleted, 0x1000, 1000),
+            e(Action::SegmentAlloc, 0x9000, 2048),
+            e(Action::Alloc, 0x9000, 100),
+        ];
+        let end_segments = vec![
+            EndSegment {
+                device: 0,
+                addr: 0x1000,
+                size: 4096,
+                stream: 0,
+                expandable: false,
+            },
+            EndSegment {
+                device: 0,
+                addr: 0x9000,
+                size: 2048,
+                stream: 0,
+                expandable: false,
+            },
+        ];
+        let live = EndBlock {
+            size: 2048,
+            requested: 100,
+            status: BlockStatus::Allocated,
+            stack: 0,
+        };
+        let untouched = EndBlock {
+            size: 512,
+            requested: 512,
+            status: BlockStatus::Allocated,
+            stack: 3,
+        };
+        let end_blocks: HashMap<u64, EndBlock> =
+            [(0x9000, live), (0x1800, untouched)].into_iter().collect();
+        let mut r = DeviceReplay::default();
+        for (i, x) in log.iter().enumerate() {
+            r.apply(i as u64, x, &round);
+        }
+        let sizes = r.check_end(0, &end_blocks, &end_segments);
+        assert_eq!(r.inconsistencies, Vec::<String>::new());
+        assert_eq!(sizes, vec![(3, 2048)]);
+        let start = r.start_state(0, &end_blocks, &end_segments);
+        assert_eq!(start.len(), 1);
+        assert_eq!(start[0].addr, 0x1000);
+        let addrs: Vec<u64> = start[0].blocks.iter().map(|b| b.0).collect();
+        assert_eq!(addrs, vec![0x1000, 0x1800]);
+        assert_eq!(start[0].blocks[0].1.size, 1024);
+        assert_eq!(start[0].blocks[1].1.stack, 3);
+    }
+
+    #[test]
+    fn mismatches_are_reported() {
+        let mut r = DeviceReplay::default();
+        r.apply(0, &e(Action::Alloc, 0x1000, 10), &round);
+        r.apply(1, &e(Action::Alloc, 0x1000, 10), &round);
+        assert_eq!(r.inconsistency_count, 1);
+        r.check_end(0, &HashMap::new(), &[]);
+        assert_eq!(r.inconsistency_count, 2);
+    }
+
+    #[test]
+    fn expandable_mapping() {
+        let mut r = DeviceReplay::default();
+        // 0..100 mapped before the trace; unmapped then remapped bigger.
+        r.apply(0, &e(Action::SegmentUnmap, 50, 50), &round);
+        r.apply(1, &e(Action::SegmentMap, 50, 150), &round);
+        let end = [EndSegment {
+            device: 0,
+            addr: 0,
+            size: 200,
+            stream: 0,
+            expandable: true,
+        }];
+        r.check_end(0, &HashMap::new(), &end);
+        assert_eq!(r.inconsistencies, Vec::<String>::new());
+        let start = r.start_state(0, &HashMap::new(), &end);
+        assert_eq!(start.len(), 1);
+        assert_eq!((start[0].addr, start[0].size), (0, 100));
+    }
+}

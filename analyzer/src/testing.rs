@@ -1,0 +1,180 @@
+//! Building small traces in memory for unit tests.
+
+use vramtrace_recorder::format::{
+    BlockEvent, Event, EventData, Header, InitialState, OomEvent, SegmentEvent, StackId,
+    SymbolTable, TraceReader, TraceWriter, WriterOptions,
+};
+
+/// Writes a trace to memory with terse helpers; times are in nanoseconds.
+pub struct TraceBuilder {
+    writer: TraceWriter<Vec<u8>>,
+    /// The time of the next event when a helper is not given one.
+    pub now: u64,
+}
+
+impl TraceBuilder {
+    /// An empty trace with small chunks, so tests cross chunk boundaries.
+    pub fn new() -> Self {
+        let options = WriterOptions {
+            chunk_events: 7,
+            chunk_interval: None,
+        };
+        TraceBuilder {
+            writer: TraceWriter::with_options(Vec::new(), Header::default(), options).unwrap(),
+            now: 0,
+        }
+    }
+
+    /// Writes an initial state; only before any event.
+    pub fn initial_state(&mut self, state: &InitialState) -> &mut Self {
+        self.writer.write_initial_state(state).unwrap();
+        self
+    }
+
+    /// Interns a stack of `(function, file, line)`, innermost first.
+    pub fn stack(&mut self, frames: &[(&str, &str, u32)]) -> StackId {
+        self.writer.intern_symbol_stack(frames.iter().copied())
+    }
+
+    /// A one-frame user stack `function (file:line)`.
+    pub fn site(&mut self, function: &str, file: &str, line: u32) -> StackId {
+        self.stack(&[
+            ("c10::cuda::CUDACachingAllocator::malloc", "", 0),
+            (function, file, line),
+        ])
+    }
+
+    fn push(&mut self, data: EventData) -> &mut Self {
+        self.now += 1;
+        self.writer
+            .push(Event {
+                time_ns: self.now,
+                data,
+            })
+            .unwrap();
+        self
+    }
+
+    /// Sets the time of the next event (it is incremented before each event).
+    pub fn at(&mut self, time_ns: u64) -> &mut Self {
+        self.now = time_ns.saturating_sub(1);
+        self
+    }
+
+    fn block(addr: u64, size: u64, requested: u64, stack: StackId) -> BlockEvent {
+        BlockEvent {
+            addr,
+            size,
+            requested,
+            stack,
+            ..Default::default()
+        }
+    }
+
+    /// Reserves a segment.
+    pub fn segment(&mut self, addr: u64, size: u64) -> &mut Self {
+        self.push(EventData::SegmentAlloc(SegmentEvent {
+            addr,
+            size,
+            ..Default::default()
+        }))
+    }
+
+    /// Returns a segment.
+    pub fn segment_free(&mut self, addr: u64, size: u64) -> &mut Self {
+        self.push(EventData::SegmentFree(SegmentEvent {
+            addr,
+            size,
+            ..Default::default()
+        }))
+    }
+
+    /// Maps a range of an expandable segment.
+    pub fn map(&mut self, addr: u64, size: u64) -> &mut Self {
+        self.push(EventData::SegmentMap(SegmentEvent {
+            addr,
+            size,
+            ..Default::default()
+        }))
+    }
+
+    /// Unmaps a range of an expandable segment.
+    pub fn unmap(&mut self, addr: u64, size: u64) -> &mut Self {
+        self.push(EventData::SegmentUnmap(SegmentEvent {
+            addr,
+            size,
+            ..Default::default()
+        }))
+    }
+
+    /// Allocates a block of `size` bytes for a request of `requested`.
+    pub fn alloc(&mut self, addr: u64, size: u64, requested: u64, stack: StackId) -> &mut Self {
+        self.push(EventData::Alloc(Self::block(addr, size, requested, stack)))
+    }
+
+    /// Requests the free of a block.
+    pub fn free_requested(&mut self, addr: u64, size: u64) -> &mut Self {
+        self.push(EventData::FreeRequested(Self::block(
+            addr,
+            size,
+            0,
+            StackId::NONE,
+        )))
+    }
+
+    /// Completes the free of a block.
+    pub fn free_completed(&mut self, addr: u64, size: u64) -> &mut Self {
+        self.push(EventData::FreeCompleted(Self::block(
+            addr,
+            size,
+            0,
+            StackId::NONE,
+        )))
+    }
+
+    /// Frees a block: both steps, as PyTorch records them on one stream.
+    pub fn free(&mut self, addr: u64, size: u64) -> &mut Self {
+        self.free_requested(addr, size).free_completed(addr, size)
+    }
+
+    /// An out-of-memory event.
+    pub fn oom(&mut self, requested: u64, stack: StackId) -> &mut Self {
+        self.push(EventData::Oom(OomEvent {
+            requested,
+            stack,
+            ..Default::default()
+        }))
+    }
+
+    /// Opens a phase.
+    pub fn begin(&mut self, name: &str) -> &mut Self {
+        let name = self.writer.intern_string(name);
+        self.push(EventData::PhaseBegin { name })
+    }
+
+    /// Closes a phase.
+    pub fn end(&mut self, name: &str) -> &mut Self {
+        let name = self.writer.intern_string(name);
+        self.push(EventData::PhaseEnd { name })
+    }
+
+    /// The finished trace's bytes.
+    pub fn finish(self) -> Vec<u8> {
+        self.writer.finish().unwrap()
+    }
+
+    /// The finished trace and its symbol table.
+    pub fn finish_symbols(self) -> (Vec<u8>, SymbolTable) {
+        let bytes = self.finish();
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        reader.count_remaining().unwrap();
+        let symbols = reader.symbols().clone();
+        (bytes, symbols)
+    }
+}
+
+impl Default for TraceBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}

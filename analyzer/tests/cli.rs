@@ -1,0 +1,234 @@
+//! End-to-end tests of the replaying commands: the built binary on traces
+//! written here.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use vramtrace_recorder::format::{
+    BlockEvent, Event, EventData, Header, SegmentEvent, StackId, TraceWriter, WriterOptions,
+};
+
+const MIB: u64 = 1 << 20;
+
+fn vramtrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn temp_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vramtrace-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// A training loop of `iterations` phases `iter{i}` with torch-like stacks,
+/// optimizer state created in the first, and `leak` bytes kept per iteration
+/// from their own stack.
+fn training_trace(name: &str, iterations: u64, leak: u64) -> PathBuf {
+    let options = WriterOptions {
+        chunk_events: 1000,
+        chunk_interval: None,
+    };
+    let mut w = TraceWriter::with_options(Vec::new(), Header::default(), options).unwrap();
+    let torch = |w: &mut TraceWriter<Vec<u8>>, func: &str, file: &str, line: u32| -> StackId {
+        w.intern_symbol_stack([
+            ("torch::unwind::unwind()", "", 0),
+            (
+                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+                "",
+                0,
+            ),
+            ("??", "??", 0),
+            (
+                "forward",
+                "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py",
+                125,
+            ),
+            (func, file, line),
+            ("main", "train.py", 99),
+        ])
+    };
+    let act = torch(&mut w, "forward", "model.py", 41);
+    let optim = torch(&mut w, "step", "train.py", 70);
+    let leaky = torch(&mut w, "log_metrics", "train.py", 57);
+    let mut t = 0;
+    let mut push = |w: &mut TraceWriter<Vec<u8>>, data| {
+        t += 1_000_000;
+        w.push(Event { time_ns: t, data }).unwrap();
+    };
+    let block = |addr, size, stack| BlockEvent {
+        addr,
+        size,
+        requested: size - 100,
+        stack,
+        ..Default::default()
+    };
+    push(
+        &mut w,
+        EventData::SegmentAlloc(SegmentEvent {
+            addr: 0,
+            size: 1 << 34,
+            ..Default::default()
+        }),
+    );
+    let mut leak_addr = 1 << 33;
+    for i in 0..iterations {
+        let name = w.intern_string(&format!("iter{i}"));
+        push(&mut w, EventData::PhaseBegin { name });
+        push(&mut w, EventData::Alloc(block(0, 64 * MIB, act)));
+        if i == 0 {
+            push(&mut w, EventData::Alloc(block(1 << 32, 32 * MIB, optim)));
+        }
+        if leak > 0 {
+            push(&mut w, EventData::Alloc(block(leak_addr, leak, leaky)));
+            leak_addr += leak;
+        }
+        push(&mut w, EventData::FreeRequested(block(0, 64 * MIB, act)));
+        push(&mut w, EventData::FreeCompleted(block(0, 64 * MIB, act)));
+        push(&mut w, EventData::PhaseEnd { name });
+    }
+    let path = temp_path(name);
+    std::fs::write(&path, w.finish().unwrap()).unwrap();
+    path
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+#[test]
+fn summary_json_has_the_promised_keys() {
+    let path = training_trace("steady.vtrace", 10, 0);
+    let v = json(&vramtrace(&["summary", "--json", path.to_str().unwrap()]));
+    for key in [
+        "events",
+        "duration_ns",
+        "peak_allocated_bytes",
+        "peak_reserved_bytes",
+        "peak_requested_bytes",
+        "peak_time_ns",
+        "peak_phase",
+        "top_sites_at_peak",
+        "ooms",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["peak_allocated_bytes"], 96 * MIB);
+    assert_eq!(v["peak_phase"], "iter0");
+    assert_eq!(v["top_sites_at_peak"][0]["site"], "forward (model.py:41)");
+    assert_eq!(
+        v["at_peak"]["largest_free_block"],
+        (1u64 << 34) - (1 << 32) - 32 * MIB
+    );
+
+    let text = vramtrace(&["summary", path.to_str().unwrap()]);
+    assert!(text.status.success());
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("96.0 MiB"), "{text}");
+    assert!(text.contains("forward (model.py:41)"), "{text}");
+
+    let both = json(&vramtrace(&[
+        "summary",
+        "--json",
+        path.to_str().unwrap(),
+        path.to_str().unwrap(),
+    ]));
+    assert_eq!(both.as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn leaks_finds_an_injected_leak_with_its_size() {
+    let path = training_trace("leak.vtrace", 12, 3 * MIB);
+    let v = json(&vramtrace(&["leaks", "--json", path.to_str().unwrap()]));
+    let growth = v["growth"].as_array().unwrap();
+    assert_eq!(growth.len(), 1, "{growth:?}");
+    assert_eq!(growth[0]["phase"], "iter#");
+    assert_eq!(growth[0]["repetitions"], 12);
+    assert_eq!(growth[0]["bytes_per_repetition"], 3 * MIB);
+    let site = &growth[0]["sites"][0];
+    assert_eq!(site["bytes_per_repetition"], 3 * MIB);
+    assert_eq!(site["frames"][0], "log_metrics (train.py:57)");
+
+    let steady = training_trace("steady2.vtrace", 12, 0);
+    let v = json(&vramtrace(&["leaks", "--json", steady.to_str().unwrap()]));
+    assert_eq!(v["growth"].as_array().map(Vec::len), Some(0));
+
+    // A window that stops before the leak has repeated enough.
+    let v = json(&vramtrace(&[
+        "leaks",
+        "--json",
+        "--to",
+        "iter1",
+        path.to_str().unwrap(),
+    ]));
+    assert_eq!(v["growth"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn fragmentation_json_is_a_series() {
+    let path = training_trace("frag.vtrace", 20, 0);
+    let v = json(&vramtrace(&[
+        "fragmentation",
+        "--json",
+        "--buckets",
+        "4",
+        path.to_str().unwrap(),
+    ]));
+    let buckets = v["buckets"].as_array().unwrap();
+    assert!(buckets.len() >= 4 && buckets.len() < 8, "{}", buckets.len());
+    assert_eq!(buckets[0]["reserved_bytes"], 1u64 << 34);
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let missing = vramtrace(&["summary", "/nonexistent/trace.vtrace"]);
+    assert_eq!(missing.status.code(), Some(2));
+    let err = String::from_utf8(missing.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: /nonexistent/trace.vtrace") && err.contains("No such file"),
+        "{err}"
+    );
+
+    let junk = temp_path("junk.vtrace");
+    std::fs::write(&junk, b"definitely not a trace").unwrap();
+    let out = vramtrace(&["leaks", junk.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+
+    let path = training_trace("flags.vtrace", 3, 0);
+    for args in [
+        &["summary", "--from", "2s", "--to", "1s"][..],
+        &["summary", "--from", "no_such_phase"][..],
+        &["leaks", "--skip-frames", "("][..],
+        &["fragmentation", "--buckets", "0"][..],
+    ] {
+        let mut args = args.to_vec();
+        args.push(path.to_str().unwrap());
+        let out = vramtrace(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("error:"));
+    }
+}
+
+#[test]
+fn a_truncated_trace_is_analyzed_with_a_warning() {
+    let path = training_trace("full.vtrace", 3000, 0);
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = temp_path("cut.vtrace");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let out = vramtrace(&["summary", "--json", cut.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("warning:") && err.contains("cut short"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["events"].as_u64().unwrap() > 0);
+}
