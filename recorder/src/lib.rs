@@ -12,6 +12,8 @@
 //!   behind the `cuda` feature.
 //! - [`recorder`]: a caching allocator that records every event it causes,
 //!   with time, thread and stack, to a trace file.
+//! - [`workload`]: a deterministic synthetic training loop on a simulated
+//!   device, for fixtures, tests and benchmarks.
 
 #![warn(missing_docs)]
 
@@ -19,3 +21,4 @@ pub mod allocator;
 pub mod device;
 pub mod format;
 pub mod recorder;
+pub mod workload;

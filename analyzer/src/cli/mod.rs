@@ -12,6 +12,7 @@ mod import;
 mod info;
 mod leaks;
 mod summary;
+mod synth;
 
 use crate::input::{self, InputStream};
 use crate::progress;
@@ -48,6 +49,8 @@ enum Command {
     Fragmentation(fragmentation::Args),
     /// Find leaks: memory retained by phases, growth across repetitions.
     Leaks(leaks::Args),
+    /// Write a synthetic training-loop trace (deterministic by seed).
+    Synth(synth::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -81,6 +84,7 @@ pub fn main() -> ExitCode {
         Command::Summary(args) => summary::run(args),
         Command::Fragmentation(args) => fragmentation::run(args),
         Command::Leaks(args) => leaks::run(args),
+        Command::Synth(args) => synth::run(args),
     };
     match result {
         Ok(code) => code,

@@ -36,6 +36,10 @@ use writer::{Batch, Msg, WriterSummary};
 
 pub use stacks::MAX_STACK_DEPTH;
 
+/// The most events the recorder buffers before handing them to the writer
+/// thread.
+const BATCH_EVENTS: usize = 4096;
+
 /// Which stacks the recorder captures for allocator events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StackMode {
@@ -56,16 +60,16 @@ pub struct RecorderOptions {
     pub stacks: StackMode,
     /// The most frames kept per native stack (at most [`MAX_STACK_DEPTH`]).
     pub max_stack_depth: usize,
-    /// Events per chunk: the recorder hands its buffer to the writer thread
-    /// when it holds this many.
+    /// Events per chunk of the trace.
     pub chunk_events: usize,
     /// A buffer is also handed over (and the file flushed) once its events
     /// span this long, so a killed process loses at most about this much.
     /// Checked when an event is recorded.
     pub chunk_interval: Option<Duration>,
-    /// Buffers that may wait for the writer thread before recording blocks
-    /// (backpressure rather than unbounded memory or lost events).
-    pub queue_chunks: usize,
+    /// Batches (of up to 4096 events) that may wait for the writer thread
+    /// before recording blocks: backpressure rather than unbounded memory or
+    /// lost events.
+    pub queue_batches: usize,
     /// The header's start time; `None` reads the system clock.
     pub start_unix_ns: Option<u64>,
     /// The header's process; `None` describes this process.
@@ -81,7 +85,7 @@ impl Default for RecorderOptions {
             max_stack_depth: 64,
             chunk_events: 64 * 1024,
             chunk_interval: Some(Duration::from_secs(1)),
-            queue_chunks: 8,
+            queue_batches: 64,
             start_unix_ns: None,
             process: None,
             metadata: BTreeMap::new(),
@@ -154,7 +158,7 @@ struct Inner<D: DeviceMemory> {
     alloc: CachingAllocator<D>,
     recording: bool,
     buf: Vec<Event>,
-    chunk_events: usize,
+    batch_events: usize,
     interval_ns: u64,
     /// Time of the first event of `buf`.
     buf_start_ns: Option<u64>,
@@ -237,6 +241,9 @@ impl<D: DeviceMemory> Recorder<D> {
             ..Header::default()
         };
         let chunk_events = options.chunk_events.max(1);
+        // Buffers handed to the writer stay small enough to be cache-resident:
+        // a 64k-event buffer made each push a cache miss.
+        let batch_events = chunk_events.min(BATCH_EVENTS);
         let trace = TraceWriter::with_options(
             writer::Counting::new(out),
             header,
@@ -246,7 +253,7 @@ impl<D: DeviceMemory> Recorder<D> {
                 chunk_interval: None,
             },
         )?;
-        let queue = options.queue_chunks.max(1);
+        let queue = options.queue_batches.max(1);
         let (tx, rx) = sync_channel(queue);
         let (spare_tx, spare_rx) = sync_channel(queue + 2);
         let handle = std::thread::Builder::new()
@@ -260,8 +267,8 @@ impl<D: DeviceMemory> Recorder<D> {
             inner: Mutex::new(Inner {
                 alloc: allocator,
                 recording: true,
-                buf: Vec::with_capacity(chunk_events),
-                chunk_events,
+                buf: Vec::with_capacity(batch_events),
+                batch_events,
                 interval_ns: options
                     .chunk_interval
                     .map_or(u64::MAX, |d| d.as_nanos().min(u64::MAX as u128) as u64),
@@ -304,7 +311,8 @@ impl<D: DeviceMemory> Recorder<D> {
     #[inline(never)]
     pub fn malloc(&self, size: u64, stream: u64) -> Result<Allocation, AllocError> {
         let marker = 0u8;
-        let stack = self.capture(&marker);
+        let mut stack = StackBuf::new();
+        self.capture(&marker, &mut stack);
         let mut g = self.lock();
         let result = g.alloc.malloc(size, stream);
         self.stamp(&mut g, &stack);
@@ -316,7 +324,8 @@ impl<D: DeviceMemory> Recorder<D> {
     #[inline(never)]
     pub fn free(&self, addr: u64) -> Result<(), AllocError> {
         let marker = 0u8;
-        let stack = self.capture(&marker);
+        let mut stack = StackBuf::new();
+        self.capture(&marker, &mut stack);
         let mut g = self.lock();
         let result = g.alloc.free(addr);
         self.stamp(&mut g, &stack);
@@ -334,7 +343,8 @@ impl<D: DeviceMemory> Recorder<D> {
     #[inline(never)]
     pub fn synchronize_stream(&self, stream: u64) {
         let marker = 0u8;
-        let stack = self.capture(&marker);
+        let mut stack = StackBuf::new();
+        self.capture(&marker, &mut stack);
         let mut g = self.lock();
         g.alloc.synchronize_stream(stream);
         self.stamp(&mut g, &stack);
@@ -344,7 +354,8 @@ impl<D: DeviceMemory> Recorder<D> {
     #[inline(never)]
     pub fn synchronize(&self) {
         let marker = 0u8;
-        let stack = self.capture(&marker);
+        let mut stack = StackBuf::new();
+        self.capture(&marker, &mut stack);
         let mut g = self.lock();
         g.alloc.synchronize();
         self.stamp(&mut g, &stack);
@@ -355,7 +366,8 @@ impl<D: DeviceMemory> Recorder<D> {
     #[inline(never)]
     pub fn empty_cache(&self) {
         let marker = 0u8;
-        let stack = self.capture(&marker);
+        let mut stack = StackBuf::new();
+        self.capture(&marker, &mut stack);
         let mut g = self.lock();
         g.alloc.empty_cache();
         self.stamp(&mut g, &stack);
@@ -475,12 +487,10 @@ impl<D: DeviceMemory> Recorder<D> {
     /// Captures the caller's native stack, if on. `marker` is a local of the
     /// public entry point: frames below it are the recorder's own.
     #[inline(always)]
-    fn capture(&self, marker: &u8) -> StackBuf {
-        let mut buf = StackBuf::new();
+    fn capture(&self, marker: &u8, buf: &mut StackBuf) {
         if self.stacks == StackMode::Native {
-            stacks::capture(marker as *const u8 as usize, self.max_depth, &mut buf);
+            stacks::capture(marker as *const u8 as usize, self.max_depth, buf);
         }
-        buf
     }
 
     /// Stamps the events the allocator just reported with the time, the
@@ -558,7 +568,7 @@ impl<D: DeviceMemory> Inner<D> {
     #[inline]
     fn after_push(&mut self, time_ns: u64) {
         let start = *self.buf_start_ns.get_or_insert(time_ns);
-        if self.buf.len() >= self.chunk_events {
+        if self.buf.len() >= self.batch_events {
             self.handoff(false);
         } else if time_ns - start >= self.interval_ns {
             self.handoff(true);
@@ -578,7 +588,7 @@ impl<D: DeviceMemory> Inner<D> {
         let fresh = self
             .spare
             .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(self.chunk_events));
+            .unwrap_or_else(|_| Vec::with_capacity(self.batch_events));
         let batch = Batch {
             strings: std::mem::take(&mut self.new_strings),
             stacks: std::mem::take(&mut self.new_stacks),
@@ -601,7 +611,9 @@ impl<D: DeviceMemory> Drop for Recorder<D> {
     }
 }
 
-fn set_origin(data: &mut EventData, stack: StackId, thread: u32) {
+/// Sets the stack and thread of an allocator event (the allocator reports
+/// neither).
+pub(crate) fn set_origin(data: &mut EventData, stack: StackId, thread: u32) {
     match data {
         EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
             b.stack = stack;

@@ -1,0 +1,655 @@
+//! A synthetic training loop: drives the caching allocator on a
+//! [`SimulatedDevice`] the way a transformer's training step drives
+//! PyTorch's, and writes the trace.
+//!
+//! Per run: parameters are allocated once; optimizer state appears at the
+//! first optimizer step (a warm-up effect that leak analyses must ignore).
+//! Per iteration (phase `iterN` holding `forward`, `backward`, `optimizer`):
+//! an input batch, per-layer activations saved for backward (their sizes
+//! follow the iteration's batch size and sequence length, so blocks of
+//! different sizes interleave and the cache fragments), temporaries,
+//! gradients freed by `zero_grad`, and optionally an injected leak, a
+//! periodic `empty_cache()`, and a second stream that loads the input and
+//! frees it across streams. Each allocation site has its own Python-like
+//! stack. A run on a device with a capacity can run out of memory: the `Oom`
+//! is recorded, the iteration's tensors are released (as PyTorch's exception
+//! unwinding would), and the run ends.
+//!
+//! Everything is deterministic given the configuration: the header has no
+//! wall-clock time, pid or host, and event times come from a simulated clock.
+//! The generator writes straight through [`TraceWriter`] with stacks interned
+//! up front, which is what lets it produce hundreds of millions of events.
+
+mod sites;
+
+use crate::allocator::{AllocError, AllocatorConfig, CachingAllocator};
+use crate::device::{DeviceMemory, SimulatedDevice};
+use crate::format::{
+    DeviceInfo, Event, EventData, FormatError, Header, KindCounts, StackId, StringId, TraceWriter,
+    WriterOptions,
+};
+use crate::recorder::set_origin;
+use rustc_hash::FxHashSet;
+use sites::Sites;
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::time::{Duration, Instant};
+
+/// The generator's own version, written as the trace's producer version: it
+/// changes whenever the same configuration would produce different bytes.
+pub const WORKLOAD_VERSION: &str = "1";
+
+/// What to generate. [`Default`] is a small, steady run.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Training iterations (ignored when `events` is set).
+    pub iters: u64,
+    /// Run iterations until at least this many events are written.
+    pub events: Option<u64>,
+    /// Transformer layers.
+    pub layers: u32,
+    /// Hidden size (elements).
+    pub hidden: u64,
+    /// Attention heads.
+    pub heads: u64,
+    /// Vocabulary size (elements of a logits row).
+    pub vocab: u64,
+    /// Batch size: drawn per iteration from this inclusive range.
+    pub batch: (u64, u64),
+    /// Sequence length: drawn per iteration from this inclusive range (in
+    /// steps of 8); a wide range fragments the cache.
+    pub seq_len: (u64, u64),
+    /// Bytes retained every iteration by a leaking call site (0: no leak).
+    pub leak_bytes: u64,
+    /// Call `empty_cache()` after every this many iterations.
+    pub empty_cache_every: Option<u64>,
+    /// 1, or 2 for a data-loading stream whose input tensors are used and
+    /// freed on the compute stream (`record_stream`).
+    pub streams: u32,
+    /// Device capacity in bytes; `None` for a device that never runs out.
+    pub capacity: Option<u64>,
+    /// Allocator settings.
+    pub allocator: AllocatorConfig,
+    /// Events per chunk of the trace.
+    pub chunk_events: usize,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        WorkloadConfig {
+            seed: 0,
+            iters: 10,
+            events: None,
+            layers: 4,
+            hidden: 512,
+            heads: 8,
+            vocab: 8192,
+            batch: (8, 8),
+            seq_len: (256, 256),
+            leak_bytes: 0,
+            empty_cache_every: None,
+            streams: 1,
+            capacity: None,
+            allocator: AllocatorConfig::default(),
+            chunk_events: 64 * 1024,
+        }
+    }
+}
+
+/// Why generation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// The configuration cannot be run.
+    #[error("invalid workload: {0}")]
+    Invalid(String),
+    /// Writing the trace failed.
+    #[error("cannot write the trace: {0}")]
+    Format(#[from] FormatError),
+    /// The simulated device failed other than by running out of memory.
+    #[error("allocator error: {0}")]
+    Alloc(AllocError),
+}
+
+/// An out-of-memory that ended a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomReport {
+    /// The iteration it happened in (0-based).
+    pub iteration: u64,
+    /// The size of the failed request.
+    pub requested: u64,
+    /// The device's free memory then.
+    pub free_bytes: u64,
+}
+
+/// What a run wrote.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadReport {
+    /// Iterations completed (an iteration cut short by an OOM is not counted).
+    pub iterations: u64,
+    /// Events written.
+    pub events: u64,
+    /// Events by kind.
+    pub counts: KindCounts,
+    /// Bytes written.
+    pub bytes: u64,
+    /// The simulated time the trace spans, in ns.
+    pub duration_ns: u64,
+    /// The OOM that ended the run, if any.
+    pub oom: Option<OomReport>,
+    /// Bytes leaked by the injected leak.
+    pub leaked_bytes: u64,
+    /// Parameter bytes.
+    pub parameter_bytes: u64,
+    /// Optimizer state bytes (allocated at the first step).
+    pub optimizer_state_bytes: u64,
+    /// Peak allocated bytes.
+    pub peak_allocated: u64,
+    /// Peak reserved bytes.
+    pub peak_reserved: u64,
+    /// Allocated bytes at the end.
+    pub final_allocated: u64,
+    /// Reserved bytes at the end.
+    pub final_reserved: u64,
+    /// Wall-clock time the generation took (not part of the trace).
+    pub elapsed: Duration,
+}
+
+/// Generates a trace to `out`. See the [module docs](self).
+pub fn generate(config: &WorkloadConfig, out: impl Write) -> Result<WorkloadReport, WorkloadError> {
+    validate(config)?;
+    let started = Instant::now();
+    let device = match config.capacity {
+        Some(c) => SimulatedDevice::new(c),
+        None => SimulatedDevice::unlimited(),
+    };
+    let mut metadata = BTreeMap::new();
+    metadata.insert("source".into(), "synthetic".into());
+    metadata.insert("workload".into(), describe(config));
+    let header = Header {
+        producer: "vramtrace-workload".into(),
+        producer_version: WORKLOAD_VERSION.into(),
+        devices: vec![DeviceInfo {
+            index: device.index(),
+            name: device.name().to_string(),
+            total_memory: device.total_memory(),
+        }],
+        allocator_settings: config.allocator.to_settings(),
+        metadata,
+        ..Header::default()
+    };
+    let mut writer = TraceWriter::with_options(
+        Counting {
+            inner: out,
+            bytes: 0,
+        },
+        header,
+        WriterOptions {
+            chunk_events: config.chunk_events.max(1),
+            // Chunk boundaries must not depend on the wall clock.
+            chunk_interval: None,
+        },
+    )?;
+    let sites = Sites::intern(&mut writer);
+    let mut allocator = CachingAllocator::new(device, config.allocator.clone());
+    allocator.set_event_log(true);
+    let mut g = Gen {
+        cfg: config,
+        alloc: allocator,
+        w: writer,
+        sites,
+        rng: config.seed ^ 0x5851_f42d_4c95_7f2d,
+        time_ns: 0,
+        thread: 0,
+        iter_live: FxHashSet::default(),
+        params: Vec::new(),
+        opt_state: Vec::new(),
+        leaked: Vec::new(),
+        parameter_bytes: 0,
+        optimizer_state_bytes: 0,
+        oom: None,
+        iteration: 0,
+    };
+    let completed = g.run()?;
+    let stats = *g.alloc.stats();
+    let counts = *g.w.counts();
+    let duration_ns = g.time_ns;
+    let leaked_bytes = g.leaked.len() as u64 * config.leak_bytes;
+    let (parameter_bytes, optimizer_state_bytes, oom) =
+        (g.parameter_bytes, g.optimizer_state_bytes, g.oom);
+    let out = g.w.finish()?;
+    Ok(WorkloadReport {
+        iterations: completed,
+        events: counts.total(),
+        counts,
+        bytes: out.bytes,
+        duration_ns,
+        oom,
+        leaked_bytes,
+        parameter_bytes,
+        optimizer_state_bytes,
+        peak_allocated: stats.allocated_bytes.all.peak,
+        peak_reserved: stats.reserved_bytes.all.peak,
+        final_allocated: stats.allocated_bytes.all.current,
+        final_reserved: stats.reserved_bytes.all.current,
+        elapsed: started.elapsed(),
+    })
+}
+
+fn validate(c: &WorkloadConfig) -> Result<(), WorkloadError> {
+    let bad = |m: &str| Err(WorkloadError::Invalid(m.to_string()));
+    if c.layers == 0 || c.hidden == 0 || c.heads == 0 || c.vocab == 0 {
+        return bad("layers, hidden, heads and vocab must be positive");
+    }
+    if c.batch.0 == 0 || c.batch.0 > c.batch.1 {
+        return bad("the batch range must be positive and ordered");
+    }
+    if c.seq_len.0 == 0 || c.seq_len.0 > c.seq_len.1 {
+        return bad("the sequence length range must be positive and ordered");
+    }
+    if !(1..=2).contains(&c.streams) {
+        return bad("streams must be 1 or 2");
+    }
+    if c.empty_cache_every == Some(0) {
+        return bad("empty_cache_every must be positive");
+    }
+    if c.events.is_none() && c.iters == 0 {
+        return bad("iters must be positive");
+    }
+    Ok(())
+}
+
+/// The configuration in one line, for the header's metadata.
+fn describe(c: &WorkloadConfig) -> String {
+    let mut s = format!(
+        "seed={} layers={} hidden={} heads={} vocab={} batch={}..{} seq={}..{} streams={}",
+        c.seed,
+        c.layers,
+        c.hidden,
+        c.heads,
+        c.vocab,
+        c.batch.0,
+        c.batch.1,
+        c.seq_len.0,
+        c.seq_len.1,
+        c.streams
+    );
+    match c.events {
+        Some(n) => s.push_str(&format!(" events={n}")),
+        None => s.push_str(&format!(" iters={}", c.iters)),
+    }
+    if c.leak_bytes > 0 {
+        s.push_str(&format!(" leak_bytes={}", c.leak_bytes));
+    }
+    if let Some(k) = c.empty_cache_every {
+        s.push_str(&format!(" empty_cache_every={k}"));
+    }
+    if let Some(cap) = c.capacity {
+        s.push_str(&format!(" capacity={cap}"));
+    }
+    s
+}
+
+struct Counting<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// An allocation failed for lack of memory: unwind the iteration.
+struct OutOfMemory;
+
+const BF16: u64 = 2;
+const F32: u64 = 4;
+const DATA_STREAM: u64 = 1;
+
+struct Gen<'c, W: Write> {
+    cfg: &'c WorkloadConfig,
+    alloc: CachingAllocator<SimulatedDevice>,
+    w: TraceWriter<Counting<W>>,
+    sites: Sites,
+    rng: u64,
+    time_ns: u64,
+    thread: u32,
+    /// Tensors of the current iteration, freed if it is cut short.
+    iter_live: FxHashSet<u64>,
+    params: Vec<u64>,
+    opt_state: Vec<u64>,
+    leaked: Vec<u64>,
+    parameter_bytes: u64,
+    optimizer_state_bytes: u64,
+    oom: Option<OomReport>,
+    iteration: u64,
+}
+
+/// Per-iteration shape.
+#[derive(Clone, Copy)]
+struct Shape {
+    batch: u64,
+    seq: u64,
+}
+
+impl<W: Write> Gen<'_, W> {
+    fn next(&mut self) -> u64 {
+        // splitmix64: tiny, fast, and the same on every platform.
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+
+    /// Moves the simulated clock as if a kernel touching `bytes` ran.
+    fn tick(&mut self, bytes: u64) {
+        let jitter = self.next() % 512;
+        self.time_ns += 1_500 + bytes / 512 + jitter;
+    }
+
+    fn emit(&mut self, stack: StackId) -> Result<(), WorkloadError> {
+        let (time_ns, thread) = (self.time_ns, self.thread);
+        for mut data in self.alloc.drain_events() {
+            set_origin(&mut data, stack, thread);
+            self.w.push(Event { time_ns, data })?;
+        }
+        Ok(())
+    }
+
+    fn marker(&mut self, data: EventData) -> Result<(), WorkloadError> {
+        self.time_ns += 100;
+        self.w.push(Event {
+            time_ns: self.time_ns,
+            data,
+        })?;
+        Ok(())
+    }
+
+    /// Allocates; `Ok(Err(OutOfMemory))` when the device is full (the `Oom`
+    /// event is written).
+    fn malloc_on(
+        &mut self,
+        bytes: u64,
+        stream: u64,
+        stack: StackId,
+    ) -> Result<Result<u64, OutOfMemory>, WorkloadError> {
+        self.tick(bytes);
+        let result = self.alloc.malloc(bytes, stream);
+        self.emit(stack)?;
+        match result {
+            Ok(a) => Ok(Ok(a.addr)),
+            Err(AllocError::OutOfMemory {
+                requested,
+                free_bytes,
+            }) => {
+                self.oom = Some(OomReport {
+                    iteration: self.iteration,
+                    requested,
+                    free_bytes,
+                });
+                Ok(Err(OutOfMemory))
+            }
+            Err(e) => Err(WorkloadError::Alloc(e)),
+        }
+    }
+
+    /// Allocates a tensor of the current iteration.
+    fn local(
+        &mut self,
+        bytes: u64,
+        stack: StackId,
+    ) -> Result<Result<u64, OutOfMemory>, WorkloadError> {
+        let r = self.malloc_on(bytes, 0, stack)?;
+        if let Ok(addr) = r {
+            self.iter_live.insert(addr);
+        }
+        Ok(r)
+    }
+
+    fn free(&mut self, addr: u64, stack: StackId) -> Result<(), WorkloadError> {
+        self.iter_live.remove(&addr);
+        self.time_ns += 300 + self.next() % 128;
+        self.alloc.free(addr).map_err(WorkloadError::Alloc)?;
+        self.emit(stack)
+    }
+
+    fn run(&mut self) -> Result<u64, WorkloadError> {
+        let step = self.w.intern_string("step");
+        if self.init_parameters()?.is_err() {
+            return Ok(0);
+        }
+        let mut completed = 0;
+        loop {
+            let done = match self.cfg.events {
+                Some(n) => self.w.counts().total() >= n,
+                None => completed >= self.cfg.iters,
+            };
+            if done {
+                break;
+            }
+            self.iteration = completed;
+            let name = self.w.intern_string(&format!("iter{completed}"));
+            let value = self.w.intern_string(&completed.to_string());
+            self.marker(EventData::PhaseBegin { name })?;
+            self.marker(EventData::Annotation { key: step, value })?;
+            let mut open = vec![name];
+            let ok = self.iteration_body(&mut open)?;
+            if ok.is_err() {
+                self.unwind(&mut open)?;
+                break;
+            }
+            self.marker(EventData::PhaseEnd { name })?;
+            completed += 1;
+        }
+        Ok(completed)
+    }
+
+    /// Releases what a failed iteration held and closes its phases.
+    fn unwind(&mut self, open: &mut Vec<StringId>) -> Result<(), WorkloadError> {
+        let mut live: Vec<u64> = self.iter_live.iter().copied().collect();
+        live.sort_unstable();
+        let stack = self.sites.oom_unwind;
+        for addr in live.into_iter().rev() {
+            self.free(addr, stack)?;
+        }
+        self.alloc.synchronize();
+        self.emit(stack)?;
+        while let Some(name) = open.pop() {
+            self.marker(EventData::PhaseEnd { name })?;
+        }
+        Ok(())
+    }
+
+    fn layer_params(&self) -> [u64; 6] {
+        let h = self.cfg.hidden;
+        // qkv, out proj, mlp up, mlp down, two norms.
+        [3 * h * h, h * h, 4 * h * h, 4 * h * h, 2 * h, 2 * h].map(|n| n * F32)
+    }
+
+    fn init_parameters(&mut self) -> Result<Result<(), OutOfMemory>, WorkloadError> {
+        let embed = self.cfg.vocab * self.cfg.hidden * F32;
+        let mut sizes = vec![embed];
+        for _ in 0..self.cfg.layers {
+            sizes.extend(self.layer_params());
+        }
+        sizes.push(2 * self.cfg.hidden * F32);
+        for bytes in sizes {
+            match self.malloc_on(bytes, 0, self.sites.param_init)? {
+                Ok(addr) => {
+                    self.params.push(addr);
+                    self.parameter_bytes += bytes;
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    fn param_sizes(&self) -> Vec<u64> {
+        let mut sizes = vec![self.cfg.vocab * self.cfg.hidden * F32];
+        for _ in 0..self.cfg.layers {
+            sizes.extend(self.layer_params());
+        }
+        sizes.push(2 * self.cfg.hidden * F32);
+        sizes
+    }
+
+    fn iteration_body(
+        &mut self,
+        open: &mut Vec<StringId>,
+    ) -> Result<Result<(), OutOfMemory>, WorkloadError> {
+        macro_rules! try_oom {
+            ($e:expr) => {
+                match $e? {
+                    Ok(v) => v,
+                    Err(oom) => return Ok(Err(oom)),
+                }
+            };
+        }
+        let cfg = self.cfg;
+        let (b0, b1) = cfg.batch;
+        let (s0, s1) = cfg.seq_len;
+        let shape = Shape {
+            batch: self.range(b0, b1),
+            seq: self.range(s0 / 8, s1 / 8).max(1) * 8,
+        };
+        let (h, tokens) = (cfg.hidden, shape.batch * shape.seq);
+        let act = tokens * h * BF16;
+        let s = self.sites;
+
+        // The input batch: token ids, loaded on the data stream by another
+        // thread when there are two streams.
+        let input = if cfg.streams == 2 {
+            self.thread = 1;
+            let addr = try_oom!(self.malloc_on(tokens * 8, DATA_STREAM, s.data_loader));
+            self.thread = 0;
+            self.iter_live.insert(addr);
+            self.alloc
+                .record_stream(addr, 0)
+                .map_err(WorkloadError::Alloc)?;
+            addr
+        } else {
+            try_oom!(self.local(tokens * 8, s.data_loader))
+        };
+
+        // Forward: activations saved per layer for backward.
+        let forward = self.w.intern_string("forward");
+        self.marker(EventData::PhaseBegin { name: forward })?;
+        open.push(forward);
+        let embed_out = try_oom!(self.local(act, s.embedding));
+        let mut saved: Vec<Vec<u64>> = Vec::with_capacity(cfg.layers as usize);
+        for _ in 0..cfg.layers {
+            let mut keep = Vec::with_capacity(10);
+            keep.push(try_oom!(self.local(act, s.norm)));
+            keep.push(try_oom!(self.local(3 * act, s.qkv)));
+            let scores_bytes = shape.batch * cfg.heads * shape.seq * shape.seq * BF16;
+            let scores = try_oom!(self.local(scores_bytes, s.attn_scores));
+            keep.push(try_oom!(self.local(scores_bytes, s.softmax)));
+            self.free(scores, s.attn_scores)?;
+            keep.push(try_oom!(self.local(act, s.attn_out)));
+            keep.push(try_oom!(self.local(act, s.norm)));
+            keep.push(try_oom!(self.local(4 * act, s.mlp_up)));
+            keep.push(try_oom!(self.local(4 * act, s.gelu)));
+            keep.push(try_oom!(self.local(act, s.mlp_down)));
+            saved.push(keep);
+        }
+        let logits = try_oom!(self.local(tokens * cfg.vocab * BF16, s.head));
+        let loss = try_oom!(self.local(F32, s.loss));
+        self.marker(EventData::PhaseEnd { name: forward })?;
+        open.pop();
+
+        // Backward: gradients flow back layer by layer; saved activations are
+        // released as their layer is done; parameter gradients stay until
+        // zero_grad.
+        let backward = self.w.intern_string("backward");
+        self.marker(EventData::PhaseBegin { name: backward })?;
+        open.push(backward);
+        let grad_logits = try_oom!(self.local(tokens * cfg.vocab * BF16, s.grad_head));
+        self.free(logits, s.autograd_free)?;
+        self.free(loss, s.autograd_free)?;
+        let mut grads = Vec::with_capacity(self.params.len());
+        let final_norm = *self.param_sizes().last().unwrap_or(&0);
+        grads.push(try_oom!(self.local(final_norm, s.accumulate_grad)));
+        let mut grad_out = try_oom!(self.local(act, s.grad_linear));
+        self.free(grad_logits, s.autograd_free)?;
+        for keep in saved.into_iter().rev() {
+            for bytes in self.layer_params().into_iter().rev() {
+                let tmp = try_oom!(self.local(act.max(bytes / 2), s.grad_linear));
+                grads.push(try_oom!(self.local(bytes, s.accumulate_grad)));
+                self.free(tmp, s.autograd_free)?;
+            }
+            let grad_in = try_oom!(self.local(act, s.grad_attention));
+            self.free(grad_out, s.autograd_free)?;
+            grad_out = grad_in;
+            for addr in keep.into_iter().rev() {
+                self.free(addr, s.autograd_free)?;
+            }
+        }
+        grads.push(try_oom!(self.local(cfg.vocab * h * F32, s.grad_embedding)));
+        self.free(grad_out, s.autograd_free)?;
+        self.free(embed_out, s.autograd_free)?;
+        self.marker(EventData::PhaseEnd { name: backward })?;
+        open.pop();
+
+        // Optimizer: Adam state at the first step, per-layer temporaries, then
+        // zero_grad frees the gradients.
+        let optimizer = self.w.intern_string("optimizer");
+        self.marker(EventData::PhaseBegin { name: optimizer })?;
+        open.push(optimizer);
+        if self.opt_state.is_empty() {
+            for bytes in self.param_sizes() {
+                for _ in 0..2 {
+                    let addr = try_oom!(self.malloc_on(bytes, 0, s.adam_init));
+                    self.opt_state.push(addr);
+                    self.optimizer_state_bytes += bytes;
+                }
+            }
+        }
+        for bytes in self.layer_params().into_iter().take(4) {
+            let tmp = try_oom!(self.local(bytes, s.adam_step));
+            self.free(tmp, s.adam_step)?;
+        }
+        for g in grads {
+            self.free(g, s.zero_grad)?;
+        }
+        self.marker(EventData::PhaseEnd { name: optimizer })?;
+        open.pop();
+
+        if cfg.leak_bytes > 0 {
+            let addr = try_oom!(self.malloc_on(cfg.leak_bytes, 0, s.leak));
+            self.leaked.push(addr);
+        }
+        self.free(input, s.data_free)?;
+        if cfg.streams == 2 {
+            // The compute stream's work is done: the input's free completes.
+            self.time_ns += 1_000;
+            self.alloc.synchronize_stream(0);
+            self.emit(s.data_free)?;
+        }
+        if let Some(k) = cfg.empty_cache_every
+            && (self.iteration + 1) % k == 0
+        {
+            self.time_ns += 1_000;
+            self.alloc.empty_cache();
+            self.emit(s.empty_cache)?;
+        }
+        debug_assert!(self.iter_live.is_empty());
+        Ok(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,208 @@
+use super::*;
+use crate::format::{EventKind, TraceReader};
+use std::collections::HashMap;
+
+fn run(config: &WorkloadConfig) -> (WorkloadReport, Vec<u8>) {
+    let mut out = Vec::new();
+    let report = generate(config, &mut out).unwrap();
+    (report, out)
+}
+
+fn events(bytes: &[u8]) -> Vec<Event> {
+    let mut r = TraceReader::new(bytes).unwrap();
+    let events = r.events().collect::<Result<Vec<_>, _>>().unwrap();
+    assert!(r.footer().is_some());
+    events
+}
+
+/// Live blocks (address -> requested size) at the end of a trace.
+fn live_at_end(events: &[Event]) -> HashMap<u64, u64> {
+    let mut live = HashMap::new();
+    for e in events {
+        match e.data {
+            EventData::Alloc(b) => assert!(live.insert(b.addr, b.requested).is_none()),
+            EventData::FreeRequested(b) => assert_eq!(live.remove(&b.addr), Some(b.requested)),
+            _ => {}
+        }
+    }
+    live
+}
+
+#[test]
+fn a_steady_run_is_deterministic_and_balanced() {
+    let config = WorkloadConfig::default();
+    let (report, bytes) = run(&config);
+    let (_, again) = run(&config);
+    assert_eq!(bytes, again);
+    let (_, other_seed) = run(&WorkloadConfig {
+        seed: 1,
+        seq_len: (128, 512),
+        ..config.clone()
+    });
+    assert_ne!(bytes, other_seed);
+
+    assert_eq!(report.iterations, 10);
+    assert_eq!(report.oom, None);
+    assert_eq!(report.bytes, bytes.len() as u64);
+    let events = events(&bytes);
+    assert_eq!(events.len() as u64, report.events);
+    assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    let c = report.counts;
+    assert_eq!(c.get(EventKind::PhaseBegin), 40);
+    assert_eq!(c.get(EventKind::PhaseEnd), 40);
+    assert_eq!(
+        c.get(EventKind::FreeRequested),
+        c.get(EventKind::FreeCompleted)
+    );
+    // What stays: parameters and optimizer state.
+    let live = live_at_end(&events);
+    assert_eq!(
+        live.values().sum::<u64>(),
+        report.parameter_bytes + report.optimizer_state_bytes
+    );
+    assert!(report.final_allocated >= live.values().sum::<u64>());
+    assert_eq!(report.optimizer_state_bytes, 2 * report.parameter_bytes);
+    // Every allocation has a stack.
+    assert!(events.iter().all(|e| e.data.stack() != Some(StackId::NONE)));
+}
+
+#[test]
+fn stacks_are_python_like_and_distinct_per_site() {
+    let (_, bytes) = run(&WorkloadConfig {
+        leak_bytes: 1 << 20,
+        ..WorkloadConfig::default()
+    });
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    let events = r.events().collect::<Result<Vec<_>, _>>().unwrap();
+    let sym = r.symbols();
+    let describe = |s: StackId| -> Vec<String> {
+        sym.stack(s)
+            .iter()
+            .map(|&f| sym.describe_frame(f))
+            .collect()
+    };
+    let stacks: std::collections::BTreeSet<StackId> = events
+        .iter()
+        .filter_map(|e| match e.data {
+            EventData::Alloc(b) => Some(b.stack),
+            _ => None,
+        })
+        .collect();
+    assert!(stacks.len() >= 15, "{} allocation sites", stacks.len());
+    let leak: Vec<Vec<String>> = stacks
+        .iter()
+        .map(|&s| describe(s))
+        .filter(|frames| frames[0] == "log_metrics (train.py:120)")
+        .collect();
+    assert_eq!(leak.len(), 1);
+    let qkv = stacks
+        .iter()
+        .map(|&s| describe(s))
+        .find(|f| f.get(3).map(String::as_str) == Some("forward (model.py:41)"))
+        .unwrap();
+    assert_eq!(qkv[0], "forward (torch/nn/modules/linear.py:125)");
+    assert!(qkv.contains(&"train_step (train.py:88)".to_string()));
+}
+
+#[test]
+fn a_leak_grows_every_iteration_from_its_own_stack() {
+    let (clean, clean_bytes) = run(&WorkloadConfig::default());
+    let (leaky, bytes) = run(&WorkloadConfig {
+        leak_bytes: 1 << 20,
+        ..WorkloadConfig::default()
+    });
+    assert_eq!(leaky.leaked_bytes, 10 << 20);
+    assert_eq!(leaky.final_allocated, clean.final_allocated + (10 << 20));
+    let mib_blocks = |bytes: &[u8]| {
+        let live = live_at_end(&events(bytes));
+        live.values().filter(|&&s| s == 1 << 20).count()
+    };
+    assert_eq!(mib_blocks(&bytes), mib_blocks(&clean_bytes) + 10);
+}
+
+#[test]
+fn a_small_device_runs_out_of_memory_and_the_run_ends_cleanly() {
+    let config = WorkloadConfig {
+        capacity: Some(300 << 20),
+        leak_bytes: 8 << 20,
+        iters: 100,
+        ..WorkloadConfig::default()
+    };
+    let (report, bytes) = run(&config);
+    let oom = report.oom.expect("the run should run out of memory");
+    assert_eq!(report.iterations, oom.iteration);
+    assert!(report.iterations < 100);
+    let events = events(&bytes);
+    let last_oom = events.iter().rposition(|e| e.kind() == EventKind::Oom);
+    assert!(last_oom.is_some());
+    assert_eq!(
+        report.counts.get(EventKind::PhaseBegin),
+        report.counts.get(EventKind::PhaseEnd)
+    );
+    // The failed iteration's tensors were released.
+    let live = live_at_end(&events);
+    assert_eq!(
+        live.values().sum::<u64>(),
+        report.parameter_bytes + report.optimizer_state_bytes + report.leaked_bytes
+    );
+}
+
+#[test]
+fn two_streams_free_across_streams_and_empty_cache_is_periodic() {
+    let (report, bytes) = run(&WorkloadConfig {
+        streams: 2,
+        empty_cache_every: Some(3),
+        ..WorkloadConfig::default()
+    });
+    assert_eq!(report.counts.get(EventKind::EmptyCache), 3);
+    let events = events(&bytes);
+    let mut requested_at = HashMap::new();
+    let mut cross = 0;
+    for e in &events {
+        match e.data {
+            EventData::FreeRequested(b) if b.stream == 1 => {
+                requested_at.insert(b.addr, e.time_ns);
+            }
+            EventData::FreeCompleted(b) if b.stream == 1 => {
+                assert!(requested_at[&b.addr] < e.time_ns);
+                cross += 1;
+            }
+            EventData::Alloc(b) if b.stream == 1 => assert_eq!(b.thread, 1),
+            _ => {}
+        }
+    }
+    assert_eq!(cross, 10);
+}
+
+#[test]
+fn the_event_count_knob_sets_the_size() {
+    let (report, bytes) = run(&WorkloadConfig {
+        events: Some(50_000),
+        ..WorkloadConfig::default()
+    });
+    assert!(report.events >= 50_000 && report.events < 60_000);
+    assert_eq!(events(&bytes).len() as u64, report.events);
+}
+
+#[test]
+fn bad_configurations_are_errors() {
+    for config in [
+        WorkloadConfig {
+            streams: 3,
+            ..WorkloadConfig::default()
+        },
+        WorkloadConfig {
+            seq_len: (10, 5),
+            ..WorkloadConfig::default()
+        },
+        WorkloadConfig {
+            empty_cache_every: Some(0),
+            ..WorkloadConfig::default()
+        },
+    ] {
+        assert!(matches!(
+            generate(&config, Vec::new()),
+            Err(WorkloadError::Invalid(_))
+        ));
+    }
+}
