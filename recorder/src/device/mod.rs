@@ -4,10 +4,14 @@
 //! (`cudaMalloc`/`cudaFree`), and a reserved virtual range whose pages are
 //! backed on demand (`cuMemAddressReserve`, `cuMemCreate` + `cuMemMap`), which
 //! expandable segments use. [`SimulatedDevice`] implements it for tests and
-//! offline simulation.
+//! offline simulation; `CudaDevice` (feature `cuda`) for a real GPU.
 
+#[cfg(feature = "cuda")]
+mod cuda;
 mod simulated;
 
+#[cfg(feature = "cuda")]
+pub use cuda::CudaDevice;
 pub use simulated::SimulatedDevice;
 
 use thiserror::Error;
