@@ -35,15 +35,7 @@ pub fn render(report: &FragmentationReport, title: &str) -> anyhow::Result<Strin
             .build_cartesian_2d(t0..t1, 0.0..top)
             .map_err(svg::draw_error)?
             .set_secondary_coord(t0..t1, 0.0..1.05);
-        ctx.configure_mesh()
-            .x_label_formatter(&svg::time_label)
-            .y_label_formatter(&|v| scale.label(v))
-            .x_desc("time")
-            .y_desc("memory")
-            .label_style((FONT, 13))
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .map_err(svg::draw_error)?;
+        svg::draw_time_bytes_mesh(&mut ctx, scale)?;
         ctx.configure_secondary_axes()
             .y_desc("external fragmentation")
             .y_label_formatter(&|v| format!("{:.0}%", v * 100.0))

@@ -124,6 +124,34 @@ impl Tooltips {
     }
 }
 
+/// A chart whose x axis is time (ns) and y axis is memory in `ByteScale` units.
+pub type TimeBytesChart<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::backend::SVGBackend<'b>,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// Draws the grid and both axes of a time-by-memory chart, labelled in
+/// human units, in the style every chart shares.
+pub fn draw_time_bytes_mesh(
+    ctx: &mut TimeBytesChart<'_, '_>,
+    scale: ByteScale,
+) -> anyhow::Result<()> {
+    use plotters::style::RGBColor;
+    ctx.configure_mesh()
+        .x_label_formatter(&time_label)
+        .y_label_formatter(&|v| scale.label(v))
+        .x_desc("time")
+        .y_desc("memory")
+        .label_style((FONT, 13))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(draw_error)
+}
+
 /// Turns a plotters error into a message (they carry backend types).
 pub fn draw_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("cannot draw the chart: {e:?}")

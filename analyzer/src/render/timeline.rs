@@ -47,15 +47,7 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
             .y_label_area_size(90)
             .build_cartesian_2d(t0..t1, 0.0..top)
             .map_err(svg::draw_error)?;
-        ctx.configure_mesh()
-            .x_label_formatter(&svg::time_label)
-            .y_label_formatter(&|v| scale.label(v))
-            .x_desc("time")
-            .y_desc("memory")
-            .label_style((FONT, 13))
-            .light_line_style(RGBColor(235, 235, 235))
-            .draw()
-            .map_err(svg::draw_error)?;
+        svg::draw_time_bytes_mesh(&mut ctx, scale)?;
 
         let strip_bottom = draw_phase_bands(&root, &ctx, chart, top)?;
 
