@@ -268,9 +268,10 @@ pub struct PhaseDelta {
     /// Bytes its instances left allocated at their ends, summed (the mean
     /// per repetition with `per_iteration`).
     pub retained: Change,
-    /// The growth of allocated bytes per repetition (phases repeated three
-    /// times or more; 0 otherwise).
-    pub growth_per_repetition: Change,
+    /// The leak: growth of allocated bytes per repetition where the leak
+    /// analysis found the phase growing, 0 otherwise (a slope that is not
+    /// steady is noise, not growth).
+    pub leak_per_repetition: Change,
 }
 
 impl PhaseDelta {
@@ -280,7 +281,7 @@ impl PhaseDelta {
             || !(self.repetitions.is_zero()
                 && self.peak.is_zero()
                 && self.retained.is_zero()
-                && self.growth_per_repetition.is_zero())
+                && self.leak_per_repetition.is_zero())
     }
 
     fn rank_delta(&self) -> f64 {
@@ -288,7 +289,7 @@ impl PhaseDelta {
             .delta
             .abs()
             .max(self.retained.delta.abs())
-            .max(self.growth_per_repetition.delta.abs())
+            .max(self.leak_per_repetition.delta.abs())
     }
 }
 
@@ -591,7 +592,7 @@ fn phases(base: &RunFigures, new: &RunFigures, per_iteration: bool) -> Vec<Phase
     };
     let growth = |r: &RunFigures| {
         r.leaks
-            .repeated_phases
+            .growth
             .iter()
             .map(|g| (g.phase.clone(), g.bytes_per_repetition))
             .collect::<BTreeMap<_, _>>()
@@ -626,7 +627,7 @@ fn phases(base: &RunFigures, new: &RunFigures, per_iteration: bool) -> Vec<Phase
                     field(y, |p| p.peak_allocated_bytes),
                 ),
                 retained: Change::of(retained(x), retained(y)),
-                growth_per_repetition: Change::of(g(&gb), g(&gn)),
+                leak_per_repetition: Change::of(g(&gb), g(&gn)),
             }
         })
         .collect();

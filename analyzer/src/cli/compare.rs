@@ -18,6 +18,7 @@ use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOpt
 use crate::render::diff::{
     self, AlignBy, DiffRun, format_delta, format_percent, format_value, repetitions,
 };
+use crate::render::labels;
 use crate::replay::ReplayState;
 use crate::table::{Align, Table};
 use crate::units;
@@ -335,7 +336,7 @@ fn render(c: &Comparison, gate: &GateResult, top: usize, full: bool) -> String {
                 format_delta(Unit::Bytes, s.retained.delta),
                 format_delta(Unit::Count, s.allocations.delta),
                 format_delta(Unit::Bytes, s.allocated_bytes.delta),
-                format!("{marker}{}", s.site),
+                format!("{marker}{}", labels::site_label(&s.site)),
             ]);
         }
         text.push_str(&t.render(2));
@@ -373,7 +374,7 @@ fn render(c: &Comparison, gate: &GateResult, top: usize, full: bool) -> String {
             ("change", Align::Right),
             ("%", Align::Right),
             (retained, Align::Right),
-            ("growth/rep", Align::Right),
+            ("leak/rep", Align::Right),
             ("repetitions", Align::Right),
             ("phase", Align::Left),
         ]);
@@ -388,7 +389,7 @@ fn render(c: &Comparison, gate: &GateResult, top: usize, full: bool) -> String {
                 format_delta(Unit::Bytes, p.peak.delta),
                 format_percent(&p.peak),
                 format_delta(Unit::Bytes, p.retained.delta),
-                format_delta(Unit::Bytes, p.growth_per_repetition.delta),
+                format_delta(Unit::Bytes, p.leak_per_repetition.delta),
                 repetitions(&p.repetitions),
                 format!("{marker}{}", p.phase),
             ]);

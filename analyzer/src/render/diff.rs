@@ -385,14 +385,13 @@ fn draw_bars(
         let (bx, by) = ctx.backend_coord(&(value, y + 0.5));
         let (zx, _) = ctx.backend_coord(&(0.0, y + 0.5));
         let text = units::bytes_delta(delta as i128);
-        let style = (FONT, 12).into_font();
-        let estimated = 7 * text.len() as i32;
-        let tx = if delta > 0.0 {
-            bx + 6
+        let (tx, h) = if delta > 0.0 {
+            (bx + 6, HPos::Left)
         } else {
-            bx - 6 - estimated
+            (bx - 6, HPos::Right)
         };
-        root.draw(&Text::new(text, (tx, by - 7), style))
+        let style = TextStyle::from((FONT, 12).into_font()).pos(Pos::new(h, VPos::Center));
+        root.draw(&Text::new(text, (tx, by), style))
             .map_err(svg::draw_error)?;
         let marker = match site.presence {
             Presence::New => " [new]",
@@ -521,9 +520,15 @@ pub fn html_section(comparison: &Comparison, chart: &str, top: usize) -> String 
             } else {
                 ""
             };
+        // Event kinds sit under the event total.
+        let indent = if m.metric.starts_with("events.") {
+            " style=\"padding-left: 28px\""
+        } else {
+            ""
+        };
         let _ = write!(
             html,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\"{style}>{}</td><td class=\"num\">{}</td></tr>",
+            "<tr><td{indent}>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\"{style}>{}</td><td class=\"num\">{}</td></tr>",
             escape(m.label.trim()),
             format_value(m.unit, c.base),
             format_value(m.unit, c.new),
@@ -569,7 +574,7 @@ pub fn html_section(comparison: &Comparison, chart: &str, top: usize) -> String 
     if !phases.is_empty() {
         let _ = write!(
             html,
-            "<h3>Phases</h3><table><tr><th class=\"num\">peak: change</th><th class=\"num\">%</th><th class=\"num\">retained: change</th><th class=\"num\">growth per repetition: change</th><th class=\"num\">repetitions</th><th>phase</th></tr>"
+            "<h3>Phases</h3><table><tr><th class=\"num\">peak: change</th><th class=\"num\">%</th><th class=\"num\">retained: change</th><th class=\"num\">leak per repetition: change</th><th class=\"num\">repetitions</th><th>phase</th></tr>"
         );
         for p in phases.iter().take(top) {
             let _ = write!(
@@ -578,7 +583,7 @@ pub fn html_section(comparison: &Comparison, chart: &str, top: usize) -> String 
                 format_delta(Unit::Bytes, p.peak.delta),
                 format_percent(&p.peak),
                 format_delta(Unit::Bytes, p.retained.delta),
-                format_delta(Unit::Bytes, p.growth_per_repetition.delta),
+                format_delta(Unit::Bytes, p.leak_per_repetition.delta),
                 repetitions(&p.repetitions),
                 escape(&p.phase),
                 match p.presence {
@@ -603,5 +608,62 @@ pub fn repetitions(c: &Change) -> String {
             format_value(Unit::Count, c.base),
             format_value(Unit::Count, c.new)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::timeline::PhaseSpan;
+
+    #[test]
+    fn values_and_changes_read_well() {
+        assert_eq!(format_delta(Unit::Bytes, (1 << 20) as f64), "+1.0 MiB");
+        assert_eq!(format_delta(Unit::Count, -3.0), "-3");
+        assert_eq!(format_delta(Unit::Nanoseconds, 20e6), "+20.00 ms");
+        assert_eq!(format_delta(Unit::Ratio, -0.127), "-12.7 pp");
+        assert_eq!(format_value(Unit::Count, 1234.5), "1,234.5");
+        assert_eq!(format_percent(&Change::of(100.0, 102.4)), "+2.4%");
+        assert_eq!(format_percent(&Change::of(0.0, 1.0)), "new");
+        assert_eq!(format_percent(&Change::of(5.0, 5.0)), "0.0%");
+    }
+
+    #[test]
+    fn times_map_to_repetitions() {
+        let span = |start_ns, end_ns| PhaseSpan {
+            name: format!("iter{start_ns}"),
+            start_ns,
+            end_ns,
+            depth: 0,
+        };
+        let timeline = Timeline {
+            samples: [0u64, 400]
+                .map(|time_ns| crate::analysis::timeline::TimelineSample {
+                    time_ns,
+                    allocated: 0,
+                    reserved: 0,
+                    values: vec![],
+                })
+                .to_vec(),
+            phases: vec![span(100, 200), span(250, 350)],
+            ..Timeline::default()
+        };
+        let iterations = Iterations {
+            phase: "iter#".into(),
+            count: 2,
+        };
+        let run = DiffRun {
+            name: "a",
+            timeline: &timeline,
+            iterations: Some(&iterations),
+        };
+        let axis = Axis::new(&run, AlignBy::Repetition).unwrap();
+        assert_eq!(axis.x(150), 0.5);
+        assert_eq!(axis.x(225), 1.0, "between repetitions");
+        assert_eq!(axis.x(300), 1.5);
+        assert_eq!(axis.x(0), -0.5, "the lead-in is half a repetition");
+        assert_eq!(axis.x(400), 2.5);
+        let by_time = Axis::new(&run, AlignBy::Time).unwrap();
+        assert_eq!(by_time.x(150), 150.0);
     }
 }
