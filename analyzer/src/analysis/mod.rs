@@ -7,9 +7,12 @@
 //! `serde::Serialize` values, rendered as text by `cli` and as charts or
 //! JSON by whoever needs them.
 
+pub mod compare;
 pub mod fragmentation;
 pub mod leaks;
+pub mod phase_totals;
 pub mod phases;
+pub mod site_totals;
 pub mod sites;
 pub mod summary;
 pub mod timeline;

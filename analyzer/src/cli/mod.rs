@@ -7,6 +7,7 @@
 //!   of what could be read, exit code 0.
 
 mod analyze;
+mod compare;
 mod fragmentation;
 mod import;
 mod info;
@@ -57,6 +58,8 @@ enum Command {
     Report(report::Args),
     /// Write a synthetic training-loop trace (deterministic by seed).
     Synth(synth::Args),
+    /// Compare two runs: what grew, where, and by how much; a CI gate with --fail-on.
+    Compare(compare::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -93,6 +96,7 @@ pub fn main() -> ExitCode {
         Command::Timeline(args) => timeline::run(args),
         Command::Report(args) => report::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Compare(args) => compare::run(args),
     };
     match result {
         Ok(code) => code,

@@ -2,15 +2,20 @@
 //! page.
 
 use super::analyze::CommonArgs;
+use super::compare::{add_free_space, measure};
 use super::timeline::{file_name, write_chart};
+use crate::analysis::Analysis;
+use crate::analysis::compare::{CompareOptions, RunFigures, compare};
 use crate::analysis::fragmentation::Fragmentation;
 use crate::analysis::leaks::Leaks;
-use crate::analysis::summary::{Summary, free_space_at};
+use crate::analysis::phase_totals::PhaseTotals;
+use crate::analysis::site_totals::SiteTotals;
+use crate::analysis::summary::Summary;
 use crate::analysis::timeline::{GroupBy, TimelineAnalysis, TimelineOptions};
+use crate::render::diff::{AlignBy, DiffRun};
 use crate::render::palette::Palette;
-use crate::render::report::{Charts, ReportInput};
+use crate::render::report::{Charts, ReportInput, Section};
 use crate::render::{self};
-use crate::replay::ReplayState;
 use crate::units;
 use anyhow::bail;
 use std::path::PathBuf;
@@ -27,6 +32,10 @@ pub struct Args {
     /// Sites shown by name in the timeline and the tables.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=24))]
     top: u32,
+    /// Compare with this baseline run (a trace or a snapshot): adds a
+    /// comparison section, as `vramtrace compare` shows it.
+    #[arg(long, value_name = "BASE")]
+    baseline: Option<PathBuf>,
 }
 
 /// Buckets of the fragmentation chart: about one per two pixels.
@@ -35,33 +44,87 @@ const CHART_BUCKETS: usize = 400;
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     args.common.validate()?;
     if args.common.traces.len() != 1 {
-        bail!("report takes one trace (compare two runs with --baseline once available)");
+        bail!("report takes one trace (compare it with another one with --baseline BASE)");
     }
     let path = &args.common.traces[0];
     let mut prepared = args.common.prepare(path)?;
     let header = prepared.input.header().clone();
-    let mut summary = Summary::new(args.top as usize);
+    // A comparison matches every site at the peak, so with a baseline the
+    // summary keeps them all and the report's tables take the top ones.
+    let mut summary = Summary::new(if args.baseline.is_some() {
+        usize::MAX
+    } else {
+        args.top as usize
+    });
     let mut fragmentation = Fragmentation::new(CHART_BUCKETS);
     let mut leaks = Leaks::new();
+    let mut site_totals = SiteTotals::new();
+    let mut phase_totals = PhaseTotals::new();
     let mut timeline = TimelineAnalysis::new(TimelineOptions {
         group_by: GroupBy::Site,
         top: args.top as usize,
         ..TimelineOptions::default()
     });
-    let info = prepared.run(&mut [&mut summary, &mut fragmentation, &mut leaks, &mut timeline])?;
+    // The baseline replays on its own thread while this run does.
+    let (info, baseline) = rayon::join(
+        || {
+            let mut analyses: Vec<&mut dyn Analysis> =
+                vec![&mut summary, &mut fragmentation, &mut leaks, &mut timeline];
+            if args.baseline.is_some() {
+                analyses.push(&mut site_totals);
+                analyses.push(&mut phase_totals);
+            }
+            prepared.run(&mut analyses)
+        },
+        || {
+            args.baseline
+                .as_ref()
+                .map(|b| measure(&args.common, b))
+                .transpose()
+        },
+    );
+    let (info, baseline) = (info?, baseline?);
     let mut summary = summary.into_report().unwrap_or_default();
-    if summary.peak_allocated_bytes > 0 {
-        let mut input = super::open_input(path)?;
-        let space = free_space_at(
-            &mut input,
-            ReplayState::default(),
-            summary.peak_allocated.replayed_events,
-        )?;
-        summary.set_free_space_at_peak(space);
-    }
+    add_free_space(&mut summary, path)?;
     let fragmentation = fragmentation.into_report().unwrap_or_default();
     let leaks = leaks.into_report().unwrap_or_default();
     let timeline = timeline.into_timeline();
+    let mut extra_sections = Vec::new();
+    if let Some(base) = baseline {
+        let new = RunFigures {
+            name: file_name(path),
+            summary: summary.clone(),
+            leaks: leaks.clone(),
+            sites: site_totals.into_report().unwrap_or_default(),
+            phases: phase_totals.into_report().unwrap_or_default(),
+        };
+        let options = CompareOptions {
+            full_stacks: args.common.full_stacks,
+            ..CompareOptions::default()
+        };
+        let comparison = compare(&base.figures, &new, options)?;
+        let chart = render::diff::render(
+            &DiffRun {
+                name: &comparison.base.name,
+                timeline: &base.timeline,
+                iterations: comparison.base.iterations.as_ref(),
+            },
+            &DiffRun {
+                name: &comparison.new.name,
+                timeline: &timeline,
+                iterations: comparison.new.iterations.as_ref(),
+            },
+            &comparison,
+            AlignBy::Time,
+            args.top as usize,
+        )?;
+        extra_sections.push(Section {
+            id: "comparison".into(),
+            title: format!("Compared with {}", comparison.base.name),
+            html: render::diff::html_section(&comparison, &chart, args.top as usize),
+        });
+        summary.top_sites_at_peak.truncate(args.top as usize);
+    }
 
     let name = file_name(path);
     // One palette for every chart: a site keeps its colour throughout.
@@ -98,7 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         timeline: &timeline,
         charts,
         warnings,
-        extra_sections: Vec::new(),
+        extra_sections,
     });
     write_chart(&args.output, &html)?;
     println!(

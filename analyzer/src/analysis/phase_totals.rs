@@ -1,0 +1,194 @@
+//! Per-phase figures, instances grouped by their normalized path
+//! (`iter12/forward` → `iter#/forward`): the highest allocated memory while
+//! an instance was open, and the bytes each instance left behind. These are
+//! what a comparison of two runs matches phase by phase; the leak analysis
+//! keeps only the instances retaining the most, so it cannot give totals.
+
+use super::phases::normalized_path;
+use super::{Analysis, Step};
+use crate::replay::{Applied, LiveAlloc, PhaseId, ReplayState};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use vramtrace_recorder::format::SymbolTable;
+
+/// The figures of one phase, over all its instances.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PhaseTotal {
+    /// The normalized phase path (`iter#/forward`).
+    pub phase: String,
+    /// Instances that ended inside the window.
+    pub instances: u64,
+    /// The most allocated bytes while any instance was open.
+    pub peak_allocated_bytes: u64,
+    /// Bytes allocated inside an instance and still allocated at its end,
+    /// summed over the instances.
+    pub retained_bytes: u64,
+    /// The most bytes one instance retained.
+    pub max_retained_bytes: u64,
+}
+
+/// Every phase with an instance that ended in the window, by path.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PhaseTotalsReport {
+    /// The phases, in path order.
+    pub phases: Vec<PhaseTotal>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Open {
+    id: PhaseId,
+    depth: u32,
+    peak: u64,
+    retained: u64,
+}
+
+/// Computes a [`PhaseTotalsReport`]; costs O(nesting depth) per allocation
+/// and free.
+#[derive(Clone, Debug, Default)]
+pub struct PhaseTotals {
+    // The open instances begun inside the window, outermost first.
+    open: Vec<Open>,
+    groups: BTreeMap<String, PhaseTotal>,
+    report: Option<PhaseTotalsReport>,
+}
+
+impl PhaseTotals {
+    /// An empty analysis.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes the report, once the pass is over.
+    pub fn into_report(self) -> Option<PhaseTotalsReport> {
+        self.report
+    }
+
+    /// A block stopped counting as allocated: the open instances it was
+    /// allocated in no longer retain it. Those are the open ancestors of the
+    /// phase it was allocated in, a prefix of the open stack.
+    fn released(&mut self, a: &LiveAlloc, state: &ReplayState) {
+        if self.open.is_empty() || a.phase.is_none() {
+            return;
+        }
+        let mut p = a.phase;
+        let depth = loop {
+            match state.phase(p) {
+                Some(inst) if inst.end_ns.is_none() => break inst.depth,
+                Some(inst) => p = inst.parent,
+                None => return,
+            }
+        };
+        for open in self.open.iter_mut().take_while(|o| o.depth <= depth) {
+            open.retained = open.retained.saturating_sub(a.size);
+        }
+    }
+
+    fn ended(&mut self, open: Open, state: &ReplayState, symbols: &SymbolTable) {
+        let key = normalized_path(state, open.id, symbols);
+        let group = self.groups.entry(key).or_insert_with_key(|key| PhaseTotal {
+            phase: key.clone(),
+            ..PhaseTotal::default()
+        });
+        group.instances += 1;
+        group.peak_allocated_bytes = group.peak_allocated_bytes.max(open.peak);
+        group.retained_bytes += open.retained;
+        group.max_retained_bytes = group.max_retained_bytes.max(open.retained);
+    }
+}
+
+impl Analysis for PhaseTotals {
+    #[inline]
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
+        match step.applied {
+            Applied::Alloc(a) => {
+                if let Some(old) = state.replaced_by(step.index) {
+                    let old = *old;
+                    self.released(&old, state);
+                }
+                let allocated = state.totals().allocated;
+                for open in &mut self.open {
+                    open.retained += a.size;
+                    open.peak = open.peak.max(allocated);
+                }
+            }
+            Applied::FreeRequested(a) | Applied::FreeCompleted(a)
+                if step.applied.released().is_some() =>
+            {
+                self.released(&a, state)
+            }
+            Applied::PhaseBegin(id) => {
+                let depth = state.phase(id).map_or(0, |p| p.depth);
+                self.open.push(Open {
+                    id,
+                    depth,
+                    peak: state.totals().allocated,
+                    retained: 0,
+                });
+            }
+            Applied::PhaseEnd(id) => {
+                // A mismatched end closes the phases nested in it too.
+                if let Some(pos) = self.open.iter().position(|o| o.id == id) {
+                    let closed: Vec<Open> = self.open.drain(pos..).collect();
+                    for open in closed.into_iter().rev() {
+                        self.ended(open, state, step.symbols);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self, _state: &ReplayState, _symbols: &SymbolTable) {
+        self.report = Some(PhaseTotalsReport {
+            phases: std::mem::take(&mut self.groups).into_values().collect(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::run_pass;
+    use crate::analysis::window::Window;
+    use crate::testing::TraceBuilder;
+    use vramtrace_recorder::format::TraceReader;
+
+    #[test]
+    fn peaks_and_retention_per_normalized_phase() {
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        b.segment(0, 1 << 20).alloc(0, 1000, 1000, s);
+        for i in 0..3u64 {
+            let base = 10_000 * (i + 1);
+            b.begin(&format!("iter{i}"));
+            b.begin("forward").alloc(base, 500, 500, s).end("forward");
+            // Each repetition keeps 100 bytes; the 500 are freed in it.
+            b.alloc(base + 1000, 100, 100, s).free(base, 500);
+            b.end(&format!("iter{i}"));
+        }
+        let bytes = b.finish();
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let mut state = ReplayState::default();
+        let mut totals = PhaseTotals::new();
+        run_pass(
+            &mut reader,
+            &mut state,
+            &mut [&mut totals],
+            &Window::ALL,
+            None,
+        )
+        .unwrap();
+        let r = totals.into_report().unwrap();
+        let names: Vec<&str> = r.phases.iter().map(|p| p.phase.as_str()).collect();
+        assert_eq!(names, ["iter#", "iter#/forward"]);
+        let iter = &r.phases[0];
+        assert_eq!(iter.instances, 3);
+        assert_eq!(iter.retained_bytes, 300);
+        assert_eq!(iter.max_retained_bytes, 100);
+        // The third repetition starts with 1200 live and adds 600.
+        assert_eq!(iter.peak_allocated_bytes, 1800);
+        let forward = &r.phases[1];
+        assert_eq!(forward.retained_bytes, 1500, "forward's block outlives it");
+        assert_eq!(forward.peak_allocated_bytes, 1700);
+    }
+}
