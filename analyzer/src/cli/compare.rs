@@ -258,8 +258,10 @@ fn run_line(role: &str, run: &crate::analysis::compare::RunInfo, c: &Comparison)
     } else {
         ""
     };
+    // Both names padded alike, so the details line up.
+    let width = c.base.name.chars().count().max(c.new.name.chars().count());
     format!(
-        "{role:<10}{}  ({}{per}{iterations})\n",
+        "{role:<10}{:<width$}  ({}{per}{iterations})\n",
         run.name,
         format_value(Unit::Nanoseconds, duration)
     )
