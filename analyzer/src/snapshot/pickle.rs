@@ -661,28 +661,49 @@ impl<'a> OpReader<'a> {
     /// Reads the argument of `opcode` if it is a one-opcode value: an int, a float,
     /// None, a bool, a str (with the memo store after it), or a memo reference. `None`
     /// for anything else, containers included.
-    #[inline]
+    #[inline(always)]
     pub fn atom(&mut self, opcode: u8) -> Option<Val> {
-        Some(match opcode {
+        // The opcodes of nearly every value of a trace entry are handled inline; a call
+        // per value would cost more than reading it.
+        match opcode {
             op::BINGET => {
                 let idx = self.u8()?;
-                self.heap.memo.get(idx as u64)?
+                self.heap.memo.get(idx as u64)
             }
             op::LONG_BINGET => {
                 let idx = u32::from_le_bytes(self.array()?);
-                self.heap.memo.get(idx as u64)?
+                self.heap.memo.get(idx as u64)
             }
-            op::BININT1 => Val::Int(self.u8()? as i64),
-            op::BININT2 => Val::Int(u16::from_le_bytes(self.array()?) as i64),
-            op::BININT => Val::Int(i32::from_le_bytes(self.array()?) as i64),
+            op::BININT1 => Some(Val::Int(self.u8()? as i64)),
+            op::BININT2 => Some(Val::Int(u16::from_le_bytes(self.array()?) as i64)),
             op::LONG1 => {
                 let n = self.u8()? as usize;
-                if n > 16 {
-                    return None;
+                // Up to 8 bytes (addresses, times): one little-endian load of the
+                // 8-byte window, shifted to sign-extend its first n bytes.
+                match self.buf.get(self.pos..self.pos + 8) {
+                    Some(w) if (1..=8).contains(&n) => {
+                        let word = u64::from_le_bytes(w.try_into().ok()?);
+                        self.pos += n;
+                        let shift = 64 - 8 * n as u32;
+                        Some(Val::Int(((word << shift) as i64) >> shift))
+                    }
+                    _ => {
+                        if n > 16 {
+                            return None;
+                        }
+                        let b = self.bytes(n)?;
+                        Some(self.heap.long(b))
+                    }
                 }
-                let b = self.bytes(n)?;
-                self.heap.long(b)
             }
+            _ => self.atom_rare(opcode),
+        }
+    }
+
+    #[inline(never)]
+    fn atom_rare(&mut self, opcode: u8) -> Option<Val> {
+        Some(match opcode {
+            op::BININT => Val::Int(i32::from_le_bytes(self.array()?) as i64),
             op::SHORT_BINUNICODE | op::BINUNICODE => {
                 let n = if opcode == op::SHORT_BINUNICODE {
                     self.u8()? as usize
@@ -1680,6 +1701,48 @@ mod tests {
         assert_eq!(e.offset(), Some(2));
         let e = parse(&[0x80, 4, op::NONE, op::NONE, op::STOP]).unwrap_err();
         assert!(matches!(e, PickleError::Malformed { .. }), "{e}");
+    }
+
+    #[test]
+    fn op_reader_reads_long1_like_the_parser() {
+        let mut heap = Heap::default();
+        for v in [
+            0i128,
+            1,
+            -1,
+            255,
+            -129,
+            1 << 47,
+            -(1 << 55),
+            i64::MIN as i128,
+            1 << 64,
+        ] {
+            let mut b = v.to_le_bytes().to_vec();
+            // Minimal two's complement, as CPython writes it.
+            while b.len() > 1
+                && ((b[b.len() - 1] == 0 && b[b.len() - 2] < 0x80)
+                    || (b[b.len() - 1] == 0xff && b[b.len() - 2] >= 0x80))
+            {
+                b.pop();
+            }
+            if v == 0 {
+                b.clear();
+            }
+            let mut p = vec![b.len() as u8];
+            p.extend(&b);
+            p.extend([op::STOP; 8]); // room for the 8-byte window, or not
+            for end in [1 + b.len(), p.len()] {
+                let mut r = OpReader {
+                    buf: &p[..end],
+                    pos: 0,
+                    heap: &mut heap,
+                    memo_start: 0,
+                };
+                let got = r.atom(op::LONG1).unwrap();
+                assert_eq!(r.pos(), 1 + b.len());
+                assert_eq!(r.heap().int(got), Some(v), "{v}");
+            }
+        }
     }
 
     #[test]
