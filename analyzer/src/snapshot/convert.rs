@@ -6,6 +6,7 @@
 mod entry;
 
 use super::pickle::{Attach, FxBuild, Heap, Hook, ObjId, ObjKind, OpReader, StrId, Val};
+use super::rebuild::DeviceReplay;
 use std::collections::HashMap;
 
 /// [`Val::Custom`] kind of a frame dict turned into a local frame.
@@ -406,6 +407,9 @@ pub(crate) struct Collector {
     // Entries decoded straight from the opcodes, waiting for their APPENDS so that
     // they are logged in list order with any read the generic way. Taken when logged.
     pending: Vec<Option<EntryFields>>,
+    /// The replay of each list's entries (see `rebuild`), done as they are logged so
+    /// that the log is decoded only once, to write the trace.
+    pub replays: Vec<(ObjId, DeviceReplay)>,
 }
 
 impl Collector {
@@ -463,6 +467,7 @@ impl Collector {
             scratch: Vec::new(),
             trace_lists: Vec::new(),
             pending: Vec::new(),
+            replays: Vec::new(),
         }
     }
 
@@ -520,7 +525,17 @@ impl Collector {
         if !f.has_frames {
             self.entries_without_frames += 1;
         }
+        let index = self.log.len();
         self.log.push(&e);
+        // Lists come one after another: the last replay is nearly always the one.
+        let i = match self.replays.iter().rposition(|r| r.0 == list) {
+            Some(i) => i,
+            None => {
+                self.replays.push((list, DeviceReplay::default()));
+                self.replays.len() - 1
+            }
+        };
+        self.replays[i].1.apply(index, &e);
         Some(Attach::Consume)
     }
 
