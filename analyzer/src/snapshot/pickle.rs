@@ -514,7 +514,19 @@ impl Memo {
     #[inline(always)]
     fn decode(&self, slot: u32) -> Option<Val> {
         let id = slot & PAYLOAD;
-        Some(match slot >> TAG_SHIFT {
+        // Strs (keys) and frames are nearly every memo read: tests before the match,
+        // whose jump table costs more.
+        let tag = slot >> TAG_SHIFT;
+        if tag == T_STR {
+            return Some(Val::Str(id));
+        }
+        if tag >= T_CUSTOM0 {
+            return Some(Val::Custom {
+                kind: (tag - T_CUSTOM0) as u8,
+                id,
+            });
+        }
+        Some(match tag {
             T_EMPTY => return None,
             T_STR => Val::Str(id),
             T_OBJ => Val::Obj(id),
