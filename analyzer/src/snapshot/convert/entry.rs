@@ -8,12 +8,18 @@
 //! it back; anything else makes [`decode`] give up, and the parser then reads the
 //! dict the generic way (through `Collector::on_append`), with the same result.
 
-use super::{CUSTOM_FRAME, CUSTOM_STACK, Collector, EntryFields, F_FRAMES};
+use super::{CUSTOM_FRAME, CUSTOM_STACK, Collector, EntryFields, F_ACTION, F_FRAMES};
 use crate::snapshot::pickle::{OpReader, Val, op};
 
 /// Decodes the trace entry whose EMPTY_DICT was just read, through its SETITEMS.
-/// `None`: not the usual layout, or not a trace entry.
-pub(super) fn decode(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<EntryFields> {
+/// `None`: not the usual layout, or not a trace entry. In a list not `known` to hold
+/// trace entries, only a dict whose first key is `action` (as PyTorch writes them) is
+/// tried, so that the other dicts (blocks, frames) are not read twice.
+pub(super) fn decode(
+    c: &mut Collector,
+    ops: &mut OpReader<'_>,
+    known: bool,
+) -> Option<EntryFields> {
     // The dict will be consumed on its APPENDS; a later memo reference sees that, as
     // it would after the generic path.
     ops.memo_store(Val::Consumed)?;
@@ -21,6 +27,7 @@ pub(super) fn decode(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<EntryF
         return None;
     }
     let mut f = EntryFields::default();
+    let mut known = known;
     loop {
         let opcode = ops.u8()?;
         if opcode == op::SETITEMS {
@@ -30,6 +37,10 @@ pub(super) fn decode(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<EntryF
             return None;
         };
         let field = c.field(key);
+        if !known && field != F_ACTION {
+            return None;
+        }
+        known = true;
         let opcode = ops.u8()?;
         let value = if opcode == op::EMPTY_LIST && field == F_FRAMES {
             frames_list(c, ops)?
