@@ -96,7 +96,8 @@ pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapsho
         stacks: collector.stacks.len(),
         ..Default::default()
     };
-    let trace = convert_to_trace(&heap, &collector, &snapshot, &mut report)?;
+    let list_replays = std::mem::take(&mut collector.replays);
+    let trace = convert_to_trace(&heap, &collector, list_replays, &snapshot, &mut report)?;
     Ok(ImportedSnapshot { trace, report })
 }
 
@@ -322,6 +323,7 @@ fn setting_text(v: &pickle::Value) -> String {
 fn convert_to_trace(
     heap: &Heap,
     c: &Collector,
+    list_replays: Vec<(u32, DeviceReplay)>,
     s: &Snapshot,
     report: &mut ImportReport,
 ) -> Result<Vec<u8>, ImportError> {
@@ -387,14 +389,10 @@ fn convert_to_trace(
             .collect()
     };
 
-    // Pass 1: replay to find the first touches and check the end.
-    for run in &c.log.runs {
-        let Some(&d) = device_of.get(&run.list) else {
-            continue;
-        };
-        let r = &mut replays[d as usize];
-        for (i, e) in c.log.run(run).enumerate() {
-            r.apply(run.first_index + i as u64, &e, &round_size);
+    // The replays (done while parsing) find the first touches and check the end.
+    for (list, r) in list_replays {
+        if let Some(&d) = device_of.get(&list) {
+            replays[d as usize] = r;
         }
     }
     let mut live_sizes: FxMap<u64, u64> = FxMap::default();
@@ -404,7 +402,7 @@ fn convert_to_trace(
         if s.has_segments {
             live_sizes.extend(r.check_end(d as u32, end_blocks(d), &segs));
         }
-        start.push(r.start_state(d as u32, end_blocks(d), &segs));
+        start.push(r.start_state(d as u32, end_blocks(d), &segs, &round_size));
     }
     let mut mismatches = 0;
     for (d, r) in replays.iter().enumerate() {

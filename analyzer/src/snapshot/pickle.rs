@@ -195,6 +195,25 @@ impl Heap {
         }
     }
 
+    // The value of a LONG1/LONG4 argument of at most 16 bytes (little-endian two's
+    // complement).
+    fn long(&mut self, b: &[u8]) -> Val {
+        let n = b.len();
+        let mut le = [0u8; 16];
+        le[..n].copy_from_slice(b);
+        if n > 0 && n < 16 && b[n - 1] & 0x80 != 0 {
+            le[n..].fill(0xff); // sign-extend
+        }
+        let v = i128::from_le_bytes(le);
+        match i64::try_from(v) {
+            Ok(small) => Val::Int(small),
+            Err(_) => {
+                self.big_ints.push(v);
+                Val::BigInt(self.big_ints.len() as u32 - 1)
+            }
+        }
+    }
+
     /// A container.
     pub fn obj(&self, id: ObjId) -> &Obj {
         &self.objs[id as usize]
@@ -413,6 +432,23 @@ pub trait Hook {
         key: Val,
         value: ObjId,
     ) -> Result<Attach, String>;
+
+    /// `item` (a [`Val::Custom`] value, e.g. one [`Hook::decode_dict`] returned) is
+    /// being appended to the list or set `list`. Keeps it by default.
+    fn on_append_custom(&mut self, _heap: &mut Heap, _list: ObjId, _item: Val) -> Attach {
+        Attach::Keep
+    }
+
+    /// Offered every dict that begins as a direct item of a MARK batch of the list
+    /// `list` (its EMPTY_DICT just read): a hook that knows the dict's layout may decode
+    /// it straight from the opcodes with `ops`, through its closing SETITEMS, and return
+    /// the value that stands for it, instead of having a generic dict built and handed
+    /// to [`Hook::on_append`] later. Returning `None` undoes everything `ops` did, and
+    /// the dict is read the generic way, so a decoder only handles the common layouts
+    /// and gives up on anything else. Declines by default.
+    fn decode_dict(&mut self, _list: ObjId, _ops: &mut OpReader<'_>) -> Option<Val> {
+        None
+    }
 }
 
 /// A hook that keeps everything: plain deserialization.
@@ -478,7 +514,19 @@ impl Memo {
     #[inline(always)]
     fn decode(&self, slot: u32) -> Option<Val> {
         let id = slot & PAYLOAD;
-        Some(match slot >> TAG_SHIFT {
+        // Strs (keys) and frames are nearly every memo read: tests before the match,
+        // whose jump table costs more.
+        let tag = slot >> TAG_SHIFT;
+        if tag == T_STR {
+            return Some(Val::Str(id));
+        }
+        if tag >= T_CUSTOM0 {
+            return Some(Val::Custom {
+                kind: (tag - T_CUSTOM0) as u8,
+                id,
+            });
+        }
+        Some(match tag {
             T_EMPTY => return None,
             T_STR => Val::Str(id),
             T_OBJ => Val::Obj(id),
@@ -506,12 +554,185 @@ impl Memo {
         }
     }
 
+    // Appends a slot: MEMOIZE, and BINPUT as CPython numbers them.
+    #[inline]
+    fn push(&mut self, v: Val) {
+        let slot = self.encode(v);
+        self.slots.push(slot);
+    }
+
     #[inline(always)]
     fn get(&self, idx: u64) -> Option<Val> {
         match self.slots.get(idx as usize) {
             Some(&slot) => self.decode(slot),
             None => self.sparse.get(&idx).copied(),
         }
+    }
+}
+
+/// A cursor over the buffered input for [`Hook::decode_dict`]. Every read returns
+/// `None` at the end of the buffer or on anything unexpected: the decoder then gives
+/// up and the parser reads the same bytes the generic way, which reports errors with
+/// their offsets. Memo slots it adds are removed again if the decoder gives up.
+pub struct OpReader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    heap: &'a mut Heap,
+    // The memo's length when the reader started: older slots are read-only.
+    memo_start: usize,
+}
+
+impl<'a> OpReader<'a> {
+    /// The next byte, without consuming it.
+    #[inline(always)]
+    pub fn peek(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
+    }
+
+    /// Reads a byte (an opcode or a one-byte argument).
+    #[inline(always)]
+    pub fn u8(&mut self) -> Option<u8> {
+        let b = *self.buf.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    #[inline(always)]
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let a: [u8; N] = self.buf.get(self.pos..self.pos + N)?.try_into().ok()?;
+        self.pos += N;
+        Some(a)
+    }
+
+    #[inline(always)]
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let b = self.buf.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(b)
+    }
+
+    /// Bytes read so far (to come back to with [`OpReader::rewind`]).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Goes back to an earlier position, for lookahead that did not match. (The memo is
+    /// left as it is: only reads may be undone this way.)
+    pub fn rewind(&mut self, pos: usize) {
+        self.pos = pos.min(self.pos);
+    }
+
+    /// The heap (to read ints and strings, and to intern).
+    pub fn heap(&self) -> &Heap {
+        self.heap
+    }
+
+    /// The number of memo slots: the index the next memo store must use.
+    pub fn memo_len(&self) -> usize {
+        self.heap.memo.slots.len()
+    }
+
+    /// Reads the memo store that may follow a value and stores `v` there. `Some(true)`:
+    /// stored; `Some(false)`: no memo store follows; `None`: one that does not append
+    /// to the memo (CPython numbers slots in order, so this is not a common layout).
+    #[inline]
+    pub fn memo_store(&mut self, v: Val) -> Option<bool> {
+        let idx = match self.peek() {
+            Some(op::MEMOIZE) => {
+                self.pos += 1;
+                self.memo_len()
+            }
+            Some(op::BINPUT) => {
+                self.pos += 1;
+                self.u8()? as usize
+            }
+            Some(op::LONG_BINPUT) => {
+                self.pos += 1;
+                u32::from_le_bytes(self.array()?) as usize
+            }
+            _ => return Some(false),
+        };
+        if idx != self.memo_len() || idx >= PAYLOAD as usize {
+            return None;
+        }
+        self.heap.memo.push(v);
+        Some(true)
+    }
+
+    /// Replaces the value of a memo slot this reader stored (a container's slot is
+    /// stored before its content is read).
+    pub fn memo_replace(&mut self, idx: usize, v: Val) -> Option<()> {
+        if idx < self.memo_start || idx >= self.memo_len() {
+            return None;
+        }
+        let slot = self.heap.memo.encode(v);
+        self.heap.memo.slots[idx] = slot;
+        Some(())
+    }
+
+    /// Reads the argument of `opcode` if it is a one-opcode value: an int, a float,
+    /// None, a bool, a str (with the memo store after it), or a memo reference. `None`
+    /// for anything else, containers included.
+    #[inline(always)]
+    pub fn atom(&mut self, opcode: u8) -> Option<Val> {
+        // The opcodes of nearly every value of a trace entry are handled inline; a call
+        // per value would cost more than reading it.
+        match opcode {
+            op::BINGET => {
+                let idx = self.u8()?;
+                self.heap.memo.get(idx as u64)
+            }
+            op::LONG_BINGET => {
+                let idx = u32::from_le_bytes(self.array()?);
+                self.heap.memo.get(idx as u64)
+            }
+            op::BININT1 => Some(Val::Int(self.u8()? as i64)),
+            op::BININT2 => Some(Val::Int(u16::from_le_bytes(self.array()?) as i64)),
+            op::LONG1 => {
+                let n = self.u8()? as usize;
+                // Up to 8 bytes (addresses, times): one little-endian load of the
+                // 8-byte window, shifted to sign-extend its first n bytes.
+                match self.buf.get(self.pos..self.pos + 8) {
+                    Some(w) if (1..=8).contains(&n) => {
+                        let word = u64::from_le_bytes(w.try_into().ok()?);
+                        self.pos += n;
+                        let shift = 64 - 8 * n as u32;
+                        Some(Val::Int(((word << shift) as i64) >> shift))
+                    }
+                    _ => {
+                        if n > 16 {
+                            return None;
+                        }
+                        let b = self.bytes(n)?;
+                        Some(self.heap.long(b))
+                    }
+                }
+            }
+            _ => self.atom_rare(opcode),
+        }
+    }
+
+    #[inline(never)]
+    fn atom_rare(&mut self, opcode: u8) -> Option<Val> {
+        Some(match opcode {
+            op::BININT => Val::Int(i32::from_le_bytes(self.array()?) as i64),
+            op::SHORT_BINUNICODE | op::BINUNICODE => {
+                let n = if opcode == op::SHORT_BINUNICODE {
+                    self.u8()? as usize
+                } else {
+                    u32::from_le_bytes(self.array()?) as usize
+                };
+                let s = self.bytes(n)?;
+                let v = Val::Str(self.heap.intern(s));
+                self.memo_store(v)?;
+                v
+            }
+            op::BINFLOAT => Val::Float(f64::from_be_bytes(self.array()?)),
+            op::NONE => Val::None,
+            op::NEWTRUE => Val::Bool(true),
+            op::NEWFALSE => Val::Bool(false),
+            _ => return None,
+        })
     }
 }
 
@@ -528,6 +749,9 @@ struct Source<'p, R> {
 }
 
 const BUF_SIZE: usize = 1 << 20;
+// Bytes kept buffered ahead of a dict offered to `Hook::decode_dict`: trace entries
+// are a few hundred bytes at most.
+const LOOKAHEAD: usize = 1 << 16;
 
 impl<R: Read> Source<'_, R> {
     fn offset(&self) -> u64 {
@@ -577,6 +801,16 @@ impl<R: Read> Source<'_, R> {
         Ok(())
     }
 
+    // Buffers at least `n` bytes ahead if the input has them; a shorter input is not
+    // an error here.
+    #[cold]
+    fn top_up(&mut self, n: usize) -> Result<(), PickleError> {
+        match self.fill(n, "") {
+            Err(PickleError::Truncated { .. }) => Ok(()),
+            r => r,
+        }
+    }
+
     #[inline(always)]
     fn u8(&mut self) -> u8 {
         let b = self.buf[self.pos];
@@ -609,7 +843,9 @@ pub struct Parser<'p, R> {
     protocol: u8,
 }
 
-mod op {
+/// Opcodes, by the names of CPython's `pickletools`.
+#[allow(missing_docs)]
+pub mod op {
     pub const MARK: u8 = b'(';
     pub const STOP: u8 = b'.';
     pub const POP: u8 = b'0';
@@ -879,6 +1115,11 @@ impl<'p, R: Read> Parser<'p, R> {
                         None
                     }
                 },
+                Val::Custom { .. } => match hook.on_append_custom(&mut self.heap, target, item) {
+                    Attach::Keep => Some(item),
+                    Attach::Replace(v) => Some(v),
+                    Attach::Consume => None,
+                },
                 _ => Some(item),
             };
             let t = &mut self.heap.objs[target as usize];
@@ -976,6 +1217,48 @@ impl<'p, R: Read> Parser<'p, R> {
         Ok(())
     }
 
+    // The list whose MARK batch is open (its items are being pushed), if any.
+    #[inline(always)]
+    fn batch_list(&self) -> Option<ObjId> {
+        let &mark = self.marks.last()?;
+        match *self.stack.get(mark.checked_sub(1)?)? {
+            Val::Obj(o) if self.heap.objs[o as usize].kind == ObjKind::List => Some(o),
+            _ => None,
+        }
+    }
+
+    // Offers the dict whose EMPTY_DICT was just read to the hook's decoder (see
+    // `Hook::decode_dict`); on Ok(None) nothing was consumed.
+    fn offer_dict<H: Hook>(
+        &mut self,
+        list: ObjId,
+        hook: &mut H,
+    ) -> Result<Option<Val>, PickleError> {
+        // The decoder sees only what is buffered: keep enough for any usual dict.
+        if self.src.end - self.src.pos < LOOKAHEAD && !self.src.eof {
+            self.src.top_up(LOOKAHEAD)?;
+        }
+        let memo = &self.heap.memo;
+        let (slots, side) = (memo.slots.len(), memo.side.len());
+        let mut ops = OpReader {
+            buf: &self.src.buf[self.src.pos..self.src.end],
+            pos: 0,
+            heap: &mut self.heap,
+            memo_start: slots,
+        };
+        match hook.decode_dict(list, &mut ops) {
+            Some(v) => {
+                self.src.pos += ops.pos;
+                Ok(Some(v))
+            }
+            None => {
+                self.heap.memo.slots.truncate(slots);
+                self.heap.memo.side.truncate(side);
+                Ok(None)
+            }
+        }
+    }
+
     fn new_container_from(&mut self, kind: ObjKind, from: usize) -> ObjId {
         let id = self.heap.new_obj(kind);
         let items = &mut self.heap.objs[id as usize].items;
@@ -1029,6 +1312,12 @@ impl<'p, R: Read> Parser<'p, R> {
             }
             op::MARK => self.marks.push(self.stack.len()),
             op::EMPTY_DICT => {
+                if let Some(list) = self.batch_list() {
+                    if let Some(v) = self.offer_dict(list, hook)? {
+                        self.stack.push(v);
+                        return Ok(true);
+                    }
+                }
                 let id = self.heap.new_obj(ObjKind::Dict);
                 self.stack.push(Val::Obj(id));
             }
@@ -1152,20 +1441,7 @@ impl<'p, R: Read> Parser<'p, R> {
                     ));
                 }
                 self.src.need(n, "an integer")?;
-                let b = self.src.bytes(n);
-                let mut le = [0u8; 16];
-                le[..n].copy_from_slice(b);
-                if n > 0 && n < 16 && b[n - 1] & 0x80 != 0 {
-                    le[n..].fill(0xff); // sign-extend
-                }
-                let v = i128::from_le_bytes(le);
-                let v = match i64::try_from(v) {
-                    Ok(small) => Val::Int(small),
-                    Err(_) => {
-                        self.heap.big_ints.push(v);
-                        Val::BigInt(self.heap.big_ints.len() as u32 - 1)
-                    }
-                };
+                let v = self.heap.long(self.src.bytes(n));
                 self.stack.push(v);
             }
             op::BINFLOAT => {
@@ -1437,6 +1713,48 @@ mod tests {
         assert_eq!(e.offset(), Some(2));
         let e = parse(&[0x80, 4, op::NONE, op::NONE, op::STOP]).unwrap_err();
         assert!(matches!(e, PickleError::Malformed { .. }), "{e}");
+    }
+
+    #[test]
+    fn op_reader_reads_long1_like_the_parser() {
+        let mut heap = Heap::default();
+        for v in [
+            0i128,
+            1,
+            -1,
+            255,
+            -129,
+            1 << 47,
+            -(1 << 55),
+            i64::MIN as i128,
+            1 << 64,
+        ] {
+            let mut b = v.to_le_bytes().to_vec();
+            // Minimal two's complement, as CPython writes it.
+            while b.len() > 1
+                && ((b[b.len() - 1] == 0 && b[b.len() - 2] < 0x80)
+                    || (b[b.len() - 1] == 0xff && b[b.len() - 2] >= 0x80))
+            {
+                b.pop();
+            }
+            if v == 0 {
+                b.clear();
+            }
+            let mut p = vec![b.len() as u8];
+            p.extend(&b);
+            p.extend([op::STOP; 8]); // room for the 8-byte window, or not
+            for end in [1 + b.len(), p.len()] {
+                let mut r = OpReader {
+                    buf: &p[..end],
+                    pos: 0,
+                    heap: &mut heap,
+                    memo_start: 0,
+                };
+                let got = r.atom(op::LONG1).unwrap();
+                assert_eq!(r.pos(), 1 + b.len());
+                assert_eq!(r.heap().int(got), Some(v), "{v}");
+            }
+        }
     }
 
     #[test]

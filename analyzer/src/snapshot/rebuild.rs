@@ -118,7 +118,6 @@ impl Ranges {
 
 #[derive(Clone, Copy, Debug)]
 struct Live {
-    size: u64,
     requested: u64,
     status: BlockStatus,
     // The log index of the alloc that made it, if the trace holds it.
@@ -153,8 +152,9 @@ impl DeviceReplay {
         }
     }
 
-    /// Applies one entry. `round` gives a block's size from its requested size.
-    pub fn apply(&mut self, index: u64, e: &LogEntry, round: &dyn Fn(u64) -> u64) {
+    /// Applies one entry (as it is read: the allocator settings that block sizes depend
+    /// on come later in the snapshot, so sizes are worked out in `start_state`).
+    pub fn apply(&mut self, index: u64, e: &LogEntry) {
         let first = |touched: &mut FxSet<u64>| touched.insert(e.addr);
         match e.action {
             Action::Alloc => {
@@ -166,7 +166,6 @@ impl DeviceReplay {
                 self.blocks.insert(
                     e.addr,
                     Live {
-                        size: round(e.size),
                         requested: e.size,
                         status: BlockStatus::Allocated,
                         alloc_index: Some(index),
@@ -176,7 +175,6 @@ impl DeviceReplay {
             Action::FreeRequested => {
                 if first(&mut self.touched) {
                     let b = Live {
-                        size: round(e.size),
                         requested: e.size,
                         status: BlockStatus::Allocated,
                         alloc_index: None,
@@ -199,7 +197,6 @@ impl DeviceReplay {
             Action::FreeCompleted => {
                 if first(&mut self.touched) {
                     let b = Live {
-                        size: round(e.size),
                         requested: e.size,
                         status: BlockStatus::PendingFree,
                         alloc_index: None,
@@ -346,11 +343,13 @@ impl DeviceReplay {
     /// The state at the first event: what no event touched is as at the end, the rest
     /// is what the first touches imply. Blocks outside every segment are reported in
     /// `problems` and left out.
+    /// `round` gives a block's size from its requested size.
     pub fn start_state(
         &mut self,
         device: u32,
         end_blocks: &FxMap<u64, EndBlock>,
         end_segments: &[EndSegment],
+        round: &dyn Fn(u64) -> u64,
     ) -> Vec<StartSegment> {
         let mut segs: BTreeMap<u64, StartSegment> = BTreeMap::new();
         for s in end_segments.iter().filter(|s| !s.expandable) {
@@ -378,7 +377,10 @@ impl DeviceReplay {
             .filter(|(a, _)| !self.touched.contains(a))
             .map(|(&a, &b)| (a, b))
             .collect();
-        blocks.extend(self.start_blocks.iter().copied());
+        blocks.extend(self.start_blocks.iter().map(|&(a, b)| {
+            let size = round(b.requested);
+            (a, EndBlock { size, ..b })
+        }));
         blocks.sort_unstable_by_key(|b| b.0);
         for (addr, b) in blocks {
             let seg = segs
@@ -414,9 +416,10 @@ fn start_segment(addr: u64, size: u64, stream: u64, expandable: bool) -> StartSe
     }
 }
 
+// A block at the start; `start_state` sizes it.
 fn end_block(b: &Live) -> EndBlock {
     EndBlock {
-        size: b.size,
+        size: 0,
         requested: b.requested,
         status: b.status,
         stack: 0,
@@ -506,12 +509,12 @@ mod tests {
             [(0x9000, live), (0x1800, untouched)].into_iter().collect();
         let mut r = DeviceReplay::default();
         for (i, x) in log.iter().enumerate() {
-            r.apply(i as u64, x, &round);
+            r.apply(i as u64, x);
         }
         let sizes = r.check_end(0, &end_blocks, &end_segments);
         assert_eq!(r.inconsistencies, Vec::<String>::new());
         assert_eq!(sizes, vec![(3, 2048)]);
-        let start = r.start_state(0, &end_blocks, &end_segments);
+        let start = r.start_state(0, &end_blocks, &end_segments, &round);
         assert_eq!(start.len(), 1);
         assert_eq!(start[0].addr, 0x1000);
         let addrs: Vec<u64> = start[0].blocks.iter().map(|b| b.0).collect();
@@ -523,8 +526,8 @@ mod tests {
     #[test]
     fn mismatches_are_reported() {
         let mut r = DeviceReplay::default();
-        r.apply(0, &e(Action::Alloc, 0x1000, 10), &round);
-        r.apply(1, &e(Action::Alloc, 0x1000, 10), &round);
+        r.apply(0, &e(Action::Alloc, 0x1000, 10));
+        r.apply(1, &e(Action::Alloc, 0x1000, 10));
         assert_eq!(r.inconsistency_count, 1);
         r.check_end(0, &FxMap::default(), &[]);
         assert_eq!(r.inconsistency_count, 2);
@@ -534,8 +537,8 @@ mod tests {
     fn expandable_mapping() {
         let mut r = DeviceReplay::default();
         // 0..100 mapped before the trace; unmapped then remapped bigger.
-        r.apply(0, &e(Action::SegmentUnmap, 50, 50), &round);
-        r.apply(1, &e(Action::SegmentMap, 50, 150), &round);
+        r.apply(0, &e(Action::SegmentUnmap, 50, 50));
+        r.apply(1, &e(Action::SegmentMap, 50, 150));
         let end = [EndSegment {
             device: 0,
             addr: 0,
@@ -545,7 +548,7 @@ mod tests {
         }];
         r.check_end(0, &FxMap::default(), &end);
         assert_eq!(r.inconsistencies, Vec::<String>::new());
-        let start = r.start_state(0, &FxMap::default(), &end);
+        let start = r.start_state(0, &FxMap::default(), &end, &round);
         assert_eq!(start.len(), 1);
         assert_eq!((start[0].addr, start[0].size), (0, 100));
     }

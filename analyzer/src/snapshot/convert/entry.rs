@@ -1,0 +1,120 @@
+//! Trace entries decoded straight from the opcodes, with no dict built.
+//!
+//! Nearly all of a snapshot is `device_traces` entries in one layout, CPython's:
+//! `} MEMOIZE ( key value key value ... u`, keys being memoized strs (read back with
+//! BINGET after their first use) and values ints, strs, memo references, or the frames
+//! list `] MEMOIZE ( BINGET ... e` whose frames were all seen before. Reading that
+//! layout here costs a fraction of building the dict in the parser's arena and reading
+//! it back; anything else makes [`decode`] give up, and the parser then reads the
+//! dict the generic way (through `Collector::on_append`), with the same result.
+
+use super::{CUSTOM_FRAME, CUSTOM_STACK, Collector, EntryFields, F_ACTION, F_FRAMES};
+use crate::snapshot::pickle::{OpReader, Val, op};
+
+/// Decodes the trace entry whose EMPTY_DICT was just read, through its SETITEMS.
+/// `None`: not the usual layout, or not a trace entry. In a list not `known` to hold
+/// trace entries, only a dict whose first key is `action` (as PyTorch writes them) is
+/// tried, so that the other dicts (blocks, frames) are not read twice.
+pub(super) fn decode(
+    c: &mut Collector,
+    ops: &mut OpReader<'_>,
+    known: bool,
+) -> Option<EntryFields> {
+    // The dict will be consumed on its APPENDS; a later memo reference sees that, as
+    // it would after the generic path.
+    ops.memo_store(Val::Consumed)?;
+    if ops.u8()? != op::MARK {
+        return None;
+    }
+    let mut f = EntryFields::default();
+    let mut known = known;
+    loop {
+        let opcode = ops.u8()?;
+        if opcode == op::SETITEMS {
+            break;
+        }
+        let Val::Str(key) = ops.atom(opcode)? else {
+            return None;
+        };
+        let field = c.field(key);
+        if !known && field != F_ACTION {
+            return None;
+        }
+        known = true;
+        let opcode = ops.u8()?;
+        let value = if opcode == op::EMPTY_LIST && field == F_FRAMES {
+            frames_list(c, ops)?
+        } else {
+            match ops.atom(opcode)? {
+                // A shared container (the generic path would look into a list under
+                // `frames`): not the usual layout.
+                Val::Obj(_) => return None,
+                v => v,
+            }
+        };
+        f.set(ops.heap(), field, value)?;
+    }
+    f.action?;
+    // Nothing may add to the dict after its SETITEMS (a second batch, a SETITEM): the
+    // next opcode must begin the next item or end the list's batch.
+    match ops.peek()? {
+        op::EMPTY_DICT | op::APPENDS | op::BINGET | op::LONG_BINGET => Some(f),
+        _ => None,
+    }
+}
+
+// A frames list whose EMPTY_LIST was just read, as a local stack (interned by the
+// frames' memo identities, which the generic path turned into local frames).
+fn frames_list(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<Val> {
+    let slot = ops.memo_len();
+    let memoized = ops.memo_store(Val::Consumed)?;
+    let frame = |v: Val| match v {
+        Val::Custom {
+            kind: CUSTOM_FRAME,
+            id,
+        } => Some(id),
+        // A frame dict not seen before (or anything else): not the usual layout.
+        _ => None,
+    };
+    c.scratch.clear();
+    // CPython appends in batches of 1000 (MARK ... APPENDS), a last single item with
+    // APPEND.
+    loop {
+        match ops.peek()? {
+            op::MARK => {
+                ops.u8();
+                loop {
+                    let opcode = ops.u8()?;
+                    if opcode == op::APPENDS {
+                        break;
+                    }
+                    if opcode != op::BINGET && opcode != op::LONG_BINGET {
+                        return None;
+                    }
+                    c.scratch.push(frame(ops.atom(opcode)?)?);
+                }
+            }
+            opcode @ (op::BINGET | op::LONG_BINGET) => {
+                // One item and APPEND, or (an empty list) the entry's next key.
+                let at = ops.pos();
+                ops.u8();
+                let v = ops.atom(opcode)?;
+                if ops.peek() != Some(op::APPEND) {
+                    ops.rewind(at);
+                    break;
+                }
+                ops.u8();
+                c.scratch.push(frame(v)?);
+            }
+            _ => break,
+        }
+    }
+    let stack = Val::Custom {
+        kind: CUSTOM_STACK,
+        id: c.stacks.intern(&c.scratch),
+    };
+    if memoized {
+        ops.memo_replace(slot, stack)?;
+    }
+    Some(stack)
+}
