@@ -81,7 +81,9 @@ pub struct OpenedInput {
     pub kind: InputKind,
     /// How it was compressed.
     pub compression: Compression,
-    /// For a snapshot, the import report (warnings, counts, end-state check).
+    /// For a snapshot, the import report (warnings, counts, end-state
+    /// check); `None` when this process had converted the file already (the
+    /// first open returned it).
     pub import_report: Option<ImportReport>,
 }
 
@@ -137,7 +139,68 @@ pub fn open_with_progress(
         source,
     };
     let file = File::open(path).map_err(io_err)?;
-    from_reader(file, progress).map_err(|e| e.at(path))
+    let key = file.metadata().ok().map(|m| {
+        (
+            path.canonicalize().unwrap_or_else(|_| path.to_owned()),
+            m.len(),
+            m.modified().ok(),
+        )
+    });
+    if let Some(hit) = key.as_ref().and_then(cached) {
+        return hit.map_err(|e| e.at(path));
+    }
+    match open_stream(file, progress).map_err(|e| e.at(path))? {
+        Opened::Trace(opened) => Ok(opened),
+        Opened::Snapshot {
+            trace,
+            compression,
+            report,
+        } => {
+            if let Some(key) = key {
+                let mut converted = CONVERTED.lock().unwrap_or_else(|e| e.into_inner());
+                converted.push((key, trace.clone(), compression));
+            }
+            reader_over(trace, compression, Some(report)).map_err(|e| e.at(path))
+        }
+    }
+}
+
+/// Identifies a file's content for the conversion cache: its path, size and
+/// modification time.
+type CacheKey = (PathBuf, u64, Option<std::time::SystemTime>);
+
+/// Snapshots converted in this process, so a command that reads one twice
+/// (the summary replays up to its peak again; the report does too) converts
+/// it once. The traces are compact: about 10 bytes per event.
+static CONVERTED: std::sync::Mutex<Vec<(CacheKey, std::sync::Arc<[u8]>, Compression)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn cached(key: &CacheKey) -> Option<Result<OpenedInput, InputError>> {
+    let converted = CONVERTED.lock().unwrap_or_else(|e| e.into_inner());
+    let (_, trace, compression) = converted.iter().find(|(k, _, _)| k == key)?;
+    // The first open returned the import report; warnings are told once.
+    Some(reader_over(trace.clone(), *compression, None))
+}
+
+/// An opened reader over a converted snapshot's trace.
+fn reader_over(
+    trace: std::sync::Arc<[u8]>,
+    compression: Compression,
+    import_report: Option<ImportReport>,
+) -> Result<OpenedInput, InputError> {
+    let reader =
+        TraceReader::new(Box::new(Cursor::new(trace)) as InputStream).map_err(|source| {
+            InputError::Trace {
+                path: PathBuf::from("-"),
+                source,
+            }
+        })?;
+    Ok(OpenedInput {
+        reader,
+        kind: InputKind::TorchSnapshot,
+        compression,
+        import_report,
+    })
 }
 
 /// Opens a trace or snapshot file (see [`open_with_progress`]).
@@ -150,6 +213,30 @@ pub fn from_reader(
     read: impl Read + Send + 'static,
     progress: &dyn Fn(u64),
 ) -> Result<OpenedInput, InputError> {
+    match open_stream(read, progress)? {
+        Opened::Trace(opened) => Ok(opened),
+        Opened::Snapshot {
+            trace,
+            compression,
+            report,
+        } => reader_over(trace, compression, Some(report)),
+    }
+}
+
+/// A trace ready to read, or a snapshot converted to trace bytes.
+enum Opened {
+    Trace(OpenedInput),
+    Snapshot {
+        trace: std::sync::Arc<[u8]>,
+        compression: Compression,
+        report: ImportReport,
+    },
+}
+
+fn open_stream(
+    read: impl Read + Send + 'static,
+    progress: &dyn Fn(u64),
+) -> Result<Opened, InputError> {
     let path = PathBuf::from("-");
     let io_err = |source| InputError::Io {
         path: path.clone(),
@@ -170,12 +257,12 @@ pub fn from_reader(
                     path: path.clone(),
                     source,
                 })?;
-        return Ok(OpenedInput {
+        return Ok(Opened::Trace(OpenedInput {
             reader,
             kind: InputKind::Trace,
             compression,
             import_report: None,
-        });
+        }));
     }
     if start.first() == Some(&0x80) {
         let imported =
@@ -183,16 +270,10 @@ pub fn from_reader(
                 path: path.clone(),
                 source,
             })?;
-        let reader = TraceReader::new(Box::new(Cursor::new(imported.trace)) as InputStream)
-            .map_err(|source| InputError::Trace {
-                path: path.clone(),
-                source,
-            })?;
-        return Ok(OpenedInput {
-            reader,
-            kind: InputKind::TorchSnapshot,
+        return Ok(Opened::Snapshot {
+            trace: imported.trace.into(),
             compression,
-            import_report: Some(imported.report),
+            report: imported.report,
         });
     }
     let start: String = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
@@ -257,6 +338,19 @@ mod tests {
             s.read_to_end(&mut out).unwrap();
             assert_eq!(out, data);
         }
+    }
+
+    #[test]
+    fn a_snapshot_opened_twice_is_converted_once() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/torch/mlp_expandable.pickle.xz");
+        let first = open(&path).unwrap();
+        let second = open(&path).unwrap();
+        assert!(first.import_report.is_some());
+        assert!(second.import_report.is_none(), "served from the cache");
+        assert_eq!(second.kind, InputKind::TorchSnapshot);
+        assert_eq!(second.compression, Compression::Xz);
+        assert_eq!(first.reader.header(), second.reader.header());
     }
 
     #[test]
