@@ -150,7 +150,7 @@ pub fn open_with_progress(
         return hit.map_err(|e| e.at(path));
     }
     match open_stream(file, progress).map_err(|e| e.at(path))? {
-        Opened::Trace(opened) => Ok(opened),
+        Opened::Trace(opened) => Ok(*opened),
         Opened::Snapshot {
             trace,
             compression,
@@ -158,9 +158,13 @@ pub fn open_with_progress(
         } => {
             if let Some(key) = key {
                 let mut converted = CONVERTED.lock().unwrap_or_else(|e| e.into_inner());
-                converted.push((key, trace.clone(), compression));
+                converted.push(Converted {
+                    key,
+                    trace: trace.clone(),
+                    compression,
+                });
             }
-            reader_over(trace, compression, Some(report)).map_err(|e| e.at(path))
+            reader_over(trace, compression, Some(*report)).map_err(|e| e.at(path))
         }
     }
 }
@@ -172,14 +176,20 @@ type CacheKey = (PathBuf, u64, Option<std::time::SystemTime>);
 /// Snapshots converted in this process, so a command that reads one twice
 /// (the summary replays up to its peak again; the report does too) converts
 /// it once. The traces are compact: about 10 bytes per event.
-static CONVERTED: std::sync::Mutex<Vec<(CacheKey, std::sync::Arc<[u8]>, Compression)>> =
-    std::sync::Mutex::new(Vec::new());
+static CONVERTED: std::sync::Mutex<Vec<Converted>> = std::sync::Mutex::new(Vec::new());
+
+/// A snapshot converted by this process.
+struct Converted {
+    key: CacheKey,
+    trace: std::sync::Arc<[u8]>,
+    compression: Compression,
+}
 
 fn cached(key: &CacheKey) -> Option<Result<OpenedInput, InputError>> {
     let converted = CONVERTED.lock().unwrap_or_else(|e| e.into_inner());
-    let (_, trace, compression) = converted.iter().find(|(k, _, _)| k == key)?;
+    let hit = converted.iter().find(|c| c.key == *key)?;
     // The first open returned the import report; warnings are told once.
-    Some(reader_over(trace.clone(), *compression, None))
+    Some(reader_over(hit.trace.clone(), hit.compression, None))
 }
 
 /// An opened reader over a converted snapshot's trace.
@@ -214,22 +224,22 @@ pub fn from_reader(
     progress: &dyn Fn(u64),
 ) -> Result<OpenedInput, InputError> {
     match open_stream(read, progress)? {
-        Opened::Trace(opened) => Ok(opened),
+        Opened::Trace(opened) => Ok(*opened),
         Opened::Snapshot {
             trace,
             compression,
             report,
-        } => reader_over(trace, compression, Some(report)),
+        } => reader_over(trace, compression, Some(*report)),
     }
 }
 
 /// A trace ready to read, or a snapshot converted to trace bytes.
 enum Opened {
-    Trace(OpenedInput),
+    Trace(Box<OpenedInput>),
     Snapshot {
         trace: std::sync::Arc<[u8]>,
         compression: Compression,
-        report: ImportReport,
+        report: Box<ImportReport>,
     },
 }
 
@@ -257,12 +267,12 @@ fn open_stream(
                     path: path.clone(),
                     source,
                 })?;
-        return Ok(Opened::Trace(OpenedInput {
+        return Ok(Opened::Trace(Box::new(OpenedInput {
             reader,
             kind: InputKind::Trace,
             compression,
             import_report: None,
-        }));
+        })));
     }
     if start.first() == Some(&0x80) {
         let imported =
@@ -273,7 +283,7 @@ fn open_stream(
         return Ok(Opened::Snapshot {
             trace: imported.trace.into(),
             compression,
-            report: imported.report,
+            report: Box::new(imported.report),
         });
     }
     let start: String = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
