@@ -12,6 +12,7 @@ mod import;
 mod info;
 mod leaks;
 mod report;
+mod simulate;
 mod summary;
 mod synth;
 mod timeline;
@@ -57,6 +58,8 @@ enum Command {
     Report(report::Args),
     /// Write a synthetic training-loop trace (deterministic by seed).
     Synth(synth::Args),
+    /// Replay a trace under another GPU size or allocator setting: peaks, retries, OOMs.
+    Simulate(simulate::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -93,6 +96,7 @@ pub fn main() -> ExitCode {
         Command::Timeline(args) => timeline::run(args),
         Command::Report(args) => report::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Simulate(args) => simulate::run(args),
     };
     match result {
         Ok(code) => code,
