@@ -42,6 +42,10 @@ pub struct Args {
     /// SVG chart.
     #[arg(short, long, value_name = "FILE.svg")]
     output: Option<PathBuf>,
+    /// Print how long reading and simulating took on stderr (for
+    /// docs/performance.md).
+    #[arg(long, hide = true)]
+    timing: bool,
 }
 
 /// Time buckets of the chart: about one per two pixels of its width.
@@ -65,6 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut reader = opened.reader;
     let total = std::fs::metadata(&args.trace).ok().map(|m| m.len());
     let bar = progress::bytes_bar(total, "replaying");
+    let started = std::time::Instant::now();
     let extracted = simulate::extract(&mut reader, Some(&bar))
         .with_context(|| format!("cannot read {}", args.trace.display()))?;
     bar.finish_and_clear();
@@ -122,6 +127,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let list = &extracted.list;
+    let read_s = started.elapsed().as_secs_f64();
+    let started = std::time::Instant::now();
     let (results, fidelity) = rayon::join(
         || simulate::sweep(list, &scenarios, &options, args.min_capacity),
         || {
@@ -131,6 +138,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
     );
 
+    if args.timing {
+        let sim_s = started.elapsed().as_secs_f64();
+        // Without --min-capacity: one simulation per policy, plus the fidelity run.
+        let runs = scenarios.len() + usize::from(fidelity.is_some());
+        eprintln!(
+            "timing: read {} events into {} requests ({} bytes) in {read_s:.3} s; {runs} simulations in {sim_s:.3} s on {} threads: {:.2} M events/s per simulation and thread",
+            list.events,
+            list.requests.len(),
+            list.memory_bytes(),
+            rayon::current_num_threads(),
+            list.events as f64 * runs as f64
+                / sim_s
+                / rayon::current_num_threads().min(runs) as f64
+                / 1e6
+        );
+    }
     let symbols = reader.symbols();
     let describe_oom = |r: &ScenarioResult| -> Value {
         match &r.result.first_oom {
