@@ -10,6 +10,8 @@
 //! - [`replay`]: the allocator's state reconstructed event by event.
 //! - [`analysis`]: analyses fed by one replay pass (summary, fragmentation,
 //!   leaks), site folding, phases and `--from`/`--to` windows.
+//! - [`simulate`]: what-if replays of a trace's requests under another
+//!   device capacity or allocator setting.
 //! - [`units`], [`table`]: human output.
 //! - [`cli`]: the `vramtrace` command line, one module per command.
 
@@ -21,6 +23,7 @@ pub mod input;
 pub mod progress;
 pub mod render;
 pub mod replay;
+pub mod simulate;
 pub mod snapshot;
 pub mod table;
 #[cfg(test)]

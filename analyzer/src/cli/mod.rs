@@ -13,6 +13,7 @@ mod import;
 mod info;
 mod leaks;
 mod report;
+mod simulate;
 mod summary;
 mod synth;
 mod timeline;
@@ -60,6 +61,8 @@ enum Command {
     Synth(synth::Args),
     /// Compare two runs: what grew, where, and by how much; a CI gate with --fail-on.
     Compare(compare::Args),
+    /// Replay a trace under another GPU size or allocator setting: peaks, retries, OOMs.
+    Simulate(simulate::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -97,6 +100,7 @@ pub fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Simulate(args) => simulate::run(args),
     };
     match result {
         Ok(code) => code,

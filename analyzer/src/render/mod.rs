@@ -7,5 +7,6 @@ pub mod labels;
 pub mod leaks;
 pub mod palette;
 pub mod report;
+pub mod simulate;
 pub mod svg;
 pub mod timeline;

@@ -1,0 +1,615 @@
+//! What-if simulation: a trace's requests replayed through the caching
+//! allocator under another device capacity or allocator setting.
+//!
+//! A trace is decoded and replayed once into a [`RequestList`] (about 16 to
+//! 32 bytes per request); each [`simulate`] call then runs a fresh
+//! `CachingAllocator` on a `SimulatedDevice` over that list, so a sweep of
+//! policies ([`sweep`]) runs in parallel and a bisection of the smallest
+//! capacity that fits ([`min_capacity`]) costs a dozen cheap runs, not a
+//! dozen decodes. [`fidelity`] checks that the recorded settings reproduce
+//! the recorded device actions. See `docs/simulate.md`.
+
+pub mod requests;
+
+#[cfg(test)]
+mod tests;
+
+use crate::analysis::sites::SiteId;
+use crate::replay::PhaseId;
+use rayon::prelude::*;
+pub use requests::{
+    AllocInfo, Op, Request, RequestExtractor, RequestList, SegmentAction, SegmentKind,
+};
+use serde::Serialize;
+use vramtrace_recorder::allocator::{
+    AllocError, AllocatorConfig, CachingAllocator, MIB, allocation_size,
+};
+use vramtrace_recorder::device::{DeviceMemory, SimulatedDevice};
+
+/// The precision of [`min_capacity`]: 2 MiB, the granularity of every
+/// segment the allocator reserves.
+pub const CAPACITY_STEP: u64 = 2 * MIB;
+
+/// Simulated addresses of blocks whose allocation failed: their frees are
+/// skipped. Real addresses are never 0.
+const FAILED: u64 = 0;
+
+/// How to run one simulation.
+#[derive(Clone, Debug, Default)]
+pub struct SimOptions {
+    /// Device memory in bytes; `None` for a device that never runs out.
+    pub capacity: Option<u64>,
+    /// Stop at the first OOM (a bisection only needs to know whether one
+    /// happens).
+    pub stop_at_first_oom: bool,
+    /// Keep the device actions, to compare them with the recorded ones.
+    pub segments: bool,
+    /// Sample reserved and allocated memory into this many time buckets
+    /// (0: none), for charts.
+    pub samples: usize,
+}
+
+/// Where a simulated run first ran out of memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct OomAt {
+    /// The request's position in the list.
+    pub request: usize,
+    /// The index of the trace event that made the request.
+    pub event_index: u64,
+    /// Its time since the trace start.
+    pub time_ns: u64,
+    /// The size asked for.
+    pub requested_bytes: u64,
+    /// The stream.
+    pub stream: u64,
+    /// The innermost phase open at the request.
+    #[serde(skip)]
+    pub phase: PhaseId,
+    /// The requesting site.
+    #[serde(skip)]
+    pub site: SiteId,
+    /// Free device memory after the allocator released its cache.
+    pub free_bytes: u64,
+    /// Reserved bytes at the failure.
+    pub reserved_bytes: u64,
+    /// Allocated bytes at the failure.
+    pub allocated_bytes: u64,
+    /// How much more device memory this request needed: the segment it
+    /// asked for less the free memory (a lower bound for the whole run).
+    pub shortfall_bytes: u64,
+    /// Whether the recorded run ran out of memory at this request too.
+    pub recorded: bool,
+}
+
+/// Reserved and allocated memory over one time bucket: the highest values
+/// reached in it (or held over from before, in a bucket without requests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Sample {
+    /// The bucket's start.
+    pub start_ns: u64,
+    /// The bucket's end.
+    pub end_ns: u64,
+    /// Highest reserved bytes in the bucket.
+    pub reserved_bytes: u64,
+    /// Highest allocated bytes in the bucket.
+    pub allocated_bytes: u64,
+}
+
+/// What a simulated run did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SimResult {
+    /// Peak reserved bytes.
+    pub peak_reserved_bytes: u64,
+    /// Peak allocated bytes (blocks the caller holds).
+    pub peak_allocated_bytes: u64,
+    /// Reserved bytes that held no allocation at the moment of the peak
+    /// of reserved bytes: memory the policy cached or split away.
+    pub cached_at_peak_bytes: u64,
+    /// `cached_at_peak_bytes / peak_reserved_bytes`: the share of the peak
+    /// lost to caching and fragmentation.
+    pub fragmentation: f64,
+    /// Reserved bytes at the end.
+    pub final_reserved_bytes: u64,
+    /// Allocations that had to release the cache and retry
+    /// (`num_alloc_retries`).
+    pub alloc_retries: u64,
+    /// Cache flushes: the retries plus the `empty_cache()` calls replayed.
+    pub cache_flushes: u64,
+    /// `empty_cache()` calls replayed.
+    pub empty_cache_calls: u64,
+    /// Segments reserved or pages mapped (`num_device_alloc`).
+    pub device_allocs: u64,
+    /// Segments returned or pages unmapped (`num_device_free`).
+    pub device_frees: u64,
+    /// Allocations that ran out of memory.
+    pub ooms: u64,
+    /// The first of them.
+    pub first_oom: Option<OomAt>,
+    /// Allocations that failed in the recorded run but fit here.
+    pub recorded_ooms_avoided: u64,
+    /// Frees skipped because the block's allocation had failed here.
+    pub skipped_frees: u64,
+    /// Requests simulated (fewer than the list's when stopped at an OOM).
+    pub requests: u64,
+    /// The device actions, when [`SimOptions::segments`] asked for them.
+    #[serde(skip)]
+    pub segments: Vec<SegmentAction>,
+    /// Memory over time, when [`SimOptions::samples`] asked for it.
+    #[serde(skip)]
+    pub samples: Vec<Sample>,
+}
+
+/// Buckets of memory over time, filled as requests go.
+struct Sampler {
+    t0: u64,
+    span: u64,
+    buckets: Vec<Sample>,
+    touched: Vec<bool>,
+}
+
+impl Sampler {
+    fn new(list: &RequestList, n: usize) -> Self {
+        let t0 = list.first_time_ns.min(list.last_time_ns);
+        let span = (list.last_time_ns - t0).max(1);
+        let buckets = (0..n as u64)
+            .map(|i| Sample {
+                start_ns: t0 + span * i / n as u64,
+                end_ns: t0 + span * (i + 1) / n as u64,
+                ..Default::default()
+            })
+            .collect();
+        Sampler {
+            t0,
+            span,
+            buckets,
+            touched: vec![false; n],
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, time_ns: u64, reserved: u64, allocated: u64) {
+        let n = self.buckets.len() as u128;
+        let offset = time_ns.saturating_sub(self.t0) as u128;
+        let i = ((offset * n / self.span as u128) as usize).min(self.buckets.len() - 1);
+        let b = &mut self.buckets[i];
+        b.reserved_bytes = b.reserved_bytes.max(reserved);
+        b.allocated_bytes = b.allocated_bytes.max(allocated);
+        self.touched[i] = true;
+    }
+
+    fn finish(mut self, stop: Option<usize>) -> Vec<Sample> {
+        let mut last = (0, 0);
+        for (i, b) in self.buckets.iter_mut().enumerate() {
+            if self.touched[i] {
+                last = (b.reserved_bytes, b.allocated_bytes);
+            } else {
+                (b.reserved_bytes, b.allocated_bytes) = last;
+            }
+        }
+        if let Some(stop) = stop {
+            self.buckets.truncate(stop + 1);
+        }
+        self.buckets
+    }
+}
+
+/// Runs the requests through a caching allocator with `config` on a
+/// simulated device.
+pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptions) -> SimResult {
+    let device = match options.capacity {
+        Some(c) => SimulatedDevice::new(c),
+        None => SimulatedDevice::unlimited(),
+    };
+    let mut alloc = CachingAllocator::new(device, config.clone());
+    alloc.set_event_log(options.segments);
+    let mut sampler = (options.samples > 0).then(|| Sampler::new(list, options.samples));
+    let mut addrs = vec![FAILED; list.allocs.len()];
+    let mut r = SimResult::default();
+    let mut index = 0u64;
+    let mut peak_reserved = 0u64;
+    let mut cached_at_peak = 0u64;
+    let mut stopped_at = None;
+    for (i, req) in list.requests.iter().enumerate() {
+        index += req.delta as u64;
+        let id = req.id as usize;
+        match req.op {
+            Op::Alloc | Op::FailedAlloc => {
+                let info = &list.allocs[id];
+                let stream = list.streams[req.stream as usize];
+                match alloc.malloc(info.requested, stream) {
+                    Ok(a) if req.op == Op::Alloc => addrs[id] = a.addr,
+                    Ok(a) => {
+                        r.recorded_ooms_avoided += 1;
+                        let _ = alloc.free(a.addr);
+                    }
+                    Err(AllocError::OutOfMemory {
+                        requested,
+                        free_bytes,
+                    }) => {
+                        r.ooms += 1;
+                        if r.first_oom.is_none() {
+                            let stats = alloc.stats();
+                            let needed = allocation_size(config.round_size(requested));
+                            r.first_oom = Some(OomAt {
+                                request: i,
+                                event_index: index,
+                                time_ns: req.time_ns,
+                                requested_bytes: requested,
+                                stream,
+                                phase: info.phase,
+                                site: info.site,
+                                free_bytes,
+                                reserved_bytes: stats.reserved_bytes.all.current,
+                                allocated_bytes: stats.allocated_bytes.all.current,
+                                shortfall_bytes: needed.saturating_sub(free_bytes),
+                                recorded: req.op == Op::FailedAlloc,
+                            });
+                        }
+                        if options.stop_at_first_oom {
+                            stopped_at = Some(i);
+                        }
+                    }
+                    // The simulated device fails only for lack of memory (or
+                    // of address space, which 2^64 bytes do not run out of).
+                    Err(_) => {}
+                }
+            }
+            Op::Free => match std::mem::replace(&mut addrs[id], FAILED) {
+                FAILED => r.skipped_frees += 1,
+                addr => {
+                    let _ = alloc.free(addr);
+                }
+            },
+            Op::FreeRequest => match addrs[id] {
+                FAILED => r.skipped_frees += 1,
+                addr => {
+                    // The recording does not say which stream used the
+                    // block; a stream of its own makes its completion
+                    // exactly the recorded one.
+                    let _ = alloc.record_stream(addr, pseudo_stream(id));
+                    let _ = alloc.free(addr);
+                }
+            },
+            Op::FreeComplete => {
+                if std::mem::replace(&mut addrs[id], FAILED) != FAILED {
+                    alloc.synchronize_stream(pseudo_stream(id));
+                }
+            }
+            Op::EmptyCache | Op::InferredEmptyCache => {
+                r.empty_cache_calls += 1;
+                alloc.empty_cache();
+            }
+            Op::Nop => {}
+        }
+        let stats = alloc.stats();
+        let reserved = stats.reserved_bytes.all.current;
+        let allocated = stats.allocated_bytes.all.current;
+        if reserved > peak_reserved || (reserved == peak_reserved && reserved > 0) {
+            // At equal peaks the least cached moment tells how much the
+            // policy needed beyond what was allocated.
+            let cached = reserved - allocated.min(reserved);
+            cached_at_peak = if reserved > peak_reserved {
+                cached
+            } else {
+                cached_at_peak.min(cached)
+            };
+            peak_reserved = reserved;
+        }
+        if let Some(s) = sampler.as_mut() {
+            s.add(req.time_ns, reserved, allocated);
+        }
+        if options.segments {
+            r.segments
+                .extend(alloc.drain_events().filter_map(|e| SegmentAction::of(&e)));
+        }
+        r.requests += 1;
+        if stopped_at.is_some() {
+            break;
+        }
+    }
+    let stats = alloc.stats();
+    r.peak_reserved_bytes = stats.reserved_bytes.all.peak;
+    r.peak_allocated_bytes = stats.allocated_bytes.all.peak;
+    r.cached_at_peak_bytes = cached_at_peak;
+    r.fragmentation = if peak_reserved == 0 {
+        0.0
+    } else {
+        cached_at_peak as f64 / peak_reserved as f64
+    };
+    r.final_reserved_bytes = stats.reserved_bytes.all.current;
+    r.alloc_retries = stats.num_alloc_retries;
+    r.cache_flushes = r.alloc_retries + r.empty_cache_calls;
+    r.device_allocs = stats.num_device_alloc;
+    r.device_frees = stats.num_device_free;
+    if let Some(s) = sampler {
+        let stop = stopped_at.map(|i| {
+            let t = list.requests[i].time_ns;
+            let n = s.buckets.len() as u128;
+            ((t.saturating_sub(s.t0) as u128 * n / s.span as u128) as usize)
+                .min(s.buckets.len() - 1)
+        });
+        r.samples = s.finish(stop);
+    }
+    r
+}
+
+/// A stream id no trace uses, one per block, for frees that wait on
+/// another stream.
+fn pseudo_stream(id: usize) -> u64 {
+    u64::MAX - id as u64
+}
+
+/// A policy and capacity to simulate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// The name shown in tables and legends.
+    pub name: String,
+    /// The allocator's settings.
+    pub config: AllocatorConfig,
+}
+
+impl Scenario {
+    /// A scenario named after its settings (`default` for PyTorch's).
+    pub fn new(config: AllocatorConfig) -> Self {
+        let conf = config.to_conf_string();
+        Scenario {
+            name: if conf.is_empty() {
+                "default".into()
+            } else {
+                conf
+            },
+            config,
+        }
+    }
+
+    /// The variants `--compare-policies` sets side by side: PyTorch's
+    /// default, expandable segments, and two `max_split_size_mb` limits.
+    pub fn standard() -> Vec<Scenario> {
+        [
+            "",
+            "expandable_segments:True",
+            "max_split_size_mb:128",
+            "max_split_size_mb:512",
+        ]
+        .iter()
+        .map(|s| Scenario::new(AllocatorConfig::parse(s).expect("built-in settings parse")))
+        .collect()
+    }
+}
+
+/// The smallest capacity that runs without an OOM, to [`CAPACITY_STEP`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct MinCapacity {
+    /// The smallest multiple of [`CAPACITY_STEP`] at which the run fits
+    /// (`CAPACITY_STEP` less does not, unless this is 0).
+    pub bytes: u64,
+    /// Simulations the bisection ran.
+    pub runs: u32,
+}
+
+/// Finds the smallest capacity at which the requests run without an OOM,
+/// by bisection over multiples of [`CAPACITY_STEP`]. `unlimited_peak` is
+/// the peak reserved bytes without a limit (at that capacity the run
+/// behaves as without one, so it fits).
+pub fn min_capacity(
+    list: &RequestList,
+    config: &AllocatorConfig,
+    unlimited_peak: u64,
+) -> MinCapacity {
+    let fits = |capacity: u64| {
+        let options = SimOptions {
+            capacity: Some(capacity),
+            stop_at_first_oom: true,
+            ..Default::default()
+        };
+        simulate(list, config, &options).ooms == 0
+    };
+    // In units of CAPACITY_STEP: `hi` fits, `lo` does not (0 never fits a
+    // run with an allocation; a run without one fits in 0).
+    let mut hi = unlimited_peak.div_ceil(CAPACITY_STEP);
+    let mut lo = 0u64;
+    let mut runs = 0;
+    if hi == 0 {
+        return MinCapacity { bytes: 0, runs };
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        runs += 1;
+        if fits(mid * CAPACITY_STEP) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    MinCapacity {
+        bytes: hi * CAPACITY_STEP,
+        runs,
+    }
+}
+
+/// One scenario's outcome in a [`sweep`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ScenarioResult {
+    /// The scenario's name.
+    pub policy: String,
+    /// Its settings as `PYTORCH_CUDA_ALLOC_CONF`.
+    pub alloc_conf: String,
+    /// The run at the requested capacity.
+    #[serde(flatten)]
+    pub result: SimResult,
+    /// The smallest capacity that fits, when asked for.
+    pub min_capacity: Option<MinCapacity>,
+}
+
+/// Simulates every scenario at `options`' capacity, in parallel, and finds
+/// each one's smallest fitting capacity when `find_min` says so.
+pub fn sweep(
+    list: &RequestList,
+    scenarios: &[Scenario],
+    options: &SimOptions,
+    find_min: bool,
+) -> Vec<ScenarioResult> {
+    scenarios
+        .par_iter()
+        .map(|s| {
+            let result = simulate(list, &s.config, options);
+            let min_capacity = find_min.then(|| {
+                let peak = if options.capacity.is_none() {
+                    result.peak_reserved_bytes
+                } else {
+                    let unlimited = SimOptions {
+                        capacity: None,
+                        ..Default::default()
+                    };
+                    simulate(list, &s.config, &unlimited).peak_reserved_bytes
+                };
+                min_capacity(list, &s.config, peak)
+            });
+            ScenarioResult {
+                policy: s.name.clone(),
+                alloc_conf: s.config.to_conf_string(),
+                result,
+                min_capacity,
+            }
+        })
+        .collect()
+}
+
+/// How closely a simulation with the recorded settings reproduces the
+/// recording.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Fidelity {
+    /// Whether device actions (kind, size, stream, in order) and the peak
+    /// of reserved bytes are the recorded ones exactly.
+    pub exact: bool,
+    /// Recorded device actions.
+    pub recorded_segment_actions: usize,
+    /// Simulated device actions.
+    pub simulated_segment_actions: usize,
+    /// The first action that differs, if any.
+    pub first_difference: Option<usize>,
+    /// The recorded peak of reserved bytes.
+    pub recorded_peak_reserved_bytes: u64,
+    /// The simulated one.
+    pub simulated_peak_reserved_bytes: u64,
+    /// The device capacity simulated (the recorded one when the header
+    /// gives it), `None` for unlimited.
+    pub capacity_bytes: Option<u64>,
+    /// Why the trace cannot be reproduced exactly, when that is known in
+    /// advance.
+    pub caveats: Vec<String>,
+}
+
+/// The capacity a fidelity run simulates: the recorded device's, when the
+/// header gives one that a simulation can use.
+pub fn recorded_capacity(total_memory: u64) -> Option<u64> {
+    (total_memory > 0 && total_memory < SimulatedDevice::unlimited().total_memory())
+        .then_some(total_memory)
+}
+
+/// Replays the list with the recorded settings on the recorded device and
+/// compares the outcome with the recording.
+pub fn fidelity(list: &RequestList, config: &AllocatorConfig, capacity: Option<u64>) -> Fidelity {
+    let options = SimOptions {
+        capacity,
+        segments: true,
+        ..Default::default()
+    };
+    let sim = simulate(list, config, &options);
+    let first_difference = list
+        .recorded_segments
+        .iter()
+        .zip(&sim.segments)
+        .position(|(a, b)| a != b)
+        .or_else(|| {
+            (list.recorded_segments.len() != sim.segments.len())
+                .then(|| list.recorded_segments.len().min(sim.segments.len()))
+        });
+    let mut caveats = Vec::new();
+    if list.initial_live_blocks > 0 || list.initial_reserved > 0 {
+        caveats.push(format!(
+            "the trace starts mid-run with {} live blocks in {} reserved: they are allocated first, in address order, into fresh segments, so the simulated reserved memory does not carry the recorded layout of those segments",
+            list.initial_live_blocks,
+            crate::units::bytes(list.initial_reserved)
+        ));
+    }
+    if list.cross_stream_frees > 0 {
+        caveats.push(format!(
+            "{} frees waited for another stream: the trace does not say which, so each waits on a stream of its own and completes when the recorded completion came",
+            list.cross_stream_frees
+        ));
+    }
+    if list.streams.len() > 1 {
+        caveats.push(format!(
+            "{} streams: each has its own pools, as in PyTorch",
+            list.streams.len()
+        ));
+    }
+    if list.unmatched_frees > 0 {
+        caveats.push(format!(
+            "{} frees of blocks the trace never allocated were skipped",
+            list.unmatched_frees
+        ));
+    }
+    if list.inferred_empty_cache > 0 {
+        caveats.push(format!(
+            "{} empty_cache() calls were inferred from bursts of segment frees not followed by an OOM",
+            list.inferred_empty_cache
+        ));
+    }
+    Fidelity {
+        exact: first_difference.is_none() && sim.peak_reserved_bytes == list.recorded_peak_reserved,
+        recorded_segment_actions: list.recorded_segments.len(),
+        simulated_segment_actions: sim.segments.len(),
+        first_difference,
+        recorded_peak_reserved_bytes: list.recorded_peak_reserved,
+        simulated_peak_reserved_bytes: sim.peak_reserved_bytes,
+        capacity_bytes: capacity,
+        caveats,
+    }
+}
+
+/// A trace's requests with what describing them needs.
+pub struct Extracted {
+    /// The requests.
+    pub list: RequestList,
+    /// The replay state after the pass: it names sites and phases.
+    pub state: crate::replay::ReplayState,
+    /// The recorded allocator settings (`Err` when the header's cannot be
+    /// read), with the keys ignored as not affecting the policy.
+    pub recorded_config: Result<(AllocatorConfig, Vec<String>), String>,
+    /// The recorded device's memory, when the header gives a usable one.
+    pub recorded_capacity: Option<u64>,
+    /// What the pass read.
+    pub info: crate::analysis::PassInfo,
+}
+
+/// Decodes and replays a trace once into its [`RequestList`].
+pub fn extract<R: std::io::Read>(
+    reader: &mut vramtrace_recorder::format::TraceReader<R>,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Result<Extracted, vramtrace_recorder::format::FormatError> {
+    let header = reader.header();
+    let recorded_capacity = header
+        .devices
+        .first()
+        .and_then(|d| recorded_capacity(d.total_memory));
+    let recorded_config =
+        AllocatorConfig::from_settings(&header.allocator_settings).map_err(|e| e.to_string());
+    let mut extractor = RequestExtractor::new(recorded_capacity);
+    let mut state = crate::replay::ReplayState::default();
+    let info = crate::analysis::run_pass(
+        reader,
+        &mut state,
+        &mut [&mut extractor],
+        &crate::analysis::window::Window::ALL,
+        progress,
+    )?;
+    Ok(Extracted {
+        list: extractor.into_list(),
+        state,
+        recorded_config,
+        recorded_capacity,
+        info,
+    })
+}

@@ -1,0 +1,420 @@
+//! The request stream of a trace: what the program asked of the allocator,
+//! stripped of what the allocator did in reply, in a compact list that every
+//! simulation of a sweep reads.
+//!
+//! A trace records both the caller's requests (allocations, frees,
+//! `empty_cache()` calls) and the allocator's reactions (segments reserved
+//! and released, OOMs). A what-if simulation keeps the first and lets another
+//! allocator produce the second. The reactions are kept apart, as
+//! [`SegmentAction`]s, to check that the recorded settings reproduce them.
+
+use crate::analysis::sites::SiteId;
+use crate::analysis::{Analysis, Step};
+use crate::replay::{Applied, PhaseId, ReplayState};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use vramtrace_recorder::format::{EventData, EventKind, SymbolTable};
+
+/// What a [`Request`] asks of the allocator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Op {
+    /// Allocate `allocs[id].requested` bytes on the request's stream.
+    Alloc,
+    /// An allocation that failed in the recorded run (an `Oom` event): the
+    /// simulation tries it too, and frees it at once if it succeeds, since
+    /// the program never held it.
+    FailedAlloc,
+    /// Free block `id`, completed at once (no use on another stream).
+    Free,
+    /// The caller freed block `id`, but it stays in use on another stream
+    /// until a later [`Op::FreeComplete`].
+    FreeRequest,
+    /// Block `id`'s last use on another stream finished.
+    FreeComplete,
+    /// `empty_cache()`, recorded as an `EmptyCache` event.
+    EmptyCache,
+    /// `empty_cache()` inferred from a burst of segment frees that no OOM
+    /// followed (PyTorch snapshots record no `empty_cache` entry).
+    InferredEmptyCache,
+    /// Nothing to do: an inference withdrawn, or a filler that carries a
+    /// long run of events without requests (see [`Request::delta`]).
+    Nop,
+}
+
+/// One request, 16 bytes: a sweep of many simulations reads millions of
+/// them, so they hold only what the allocator needs and ids for the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The time of the event that made the request.
+    pub time_ns: u64,
+    /// The block: an index into [`RequestList::allocs`].
+    pub id: u32,
+    /// Events between the previous request's event and this one's, so that
+    /// the event index of a request is the sum of the deltas up to it: an
+    /// index per request would double its size for a number only an OOM
+    /// report needs.
+    pub delta: u16,
+    /// What to do.
+    pub op: Op,
+    /// The stream: an index into [`RequestList::streams`].
+    pub stream: u8,
+}
+
+/// What the simulation and its report need of one allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocInfo {
+    /// The size the caller asked for.
+    pub requested: u64,
+    /// The innermost phase open at the allocation.
+    pub phase: PhaseId,
+    /// The allocating stack's site.
+    pub site: SiteId,
+}
+
+/// What kind of device action a [`SegmentAction`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentKind {
+    /// A segment reserved (`cudaMalloc`).
+    Alloc,
+    /// A segment returned (`cudaFree`).
+    Free,
+    /// Pages mapped into an expandable segment.
+    Map,
+    /// Pages unmapped from an expandable segment.
+    Unmap,
+}
+
+/// A device action of the allocator, as compared between a recording and a
+/// simulation: addresses differ by construction, sizes and order must not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SegmentAction {
+    /// What happened.
+    pub kind: SegmentKind,
+    /// Bytes reserved, released, mapped or unmapped.
+    pub size: u64,
+    /// The stream of the pool concerned.
+    pub stream: u64,
+}
+
+impl SegmentAction {
+    /// The action an event records, if it is a device action.
+    pub fn of(data: &EventData) -> Option<SegmentAction> {
+        let (kind, s) = match data {
+            EventData::SegmentAlloc(s) => (SegmentKind::Alloc, s),
+            EventData::SegmentFree(s) => (SegmentKind::Free, s),
+            EventData::SegmentMap(s) => (SegmentKind::Map, s),
+            EventData::SegmentUnmap(s) => (SegmentKind::Unmap, s),
+            _ => return None,
+        };
+        Some(SegmentAction {
+            kind,
+            size: s.size,
+            stream: s.stream,
+        })
+    }
+}
+
+/// The most streams a list can name: [`Request::stream`] is one byte.
+pub const MAX_STREAMS: usize = 256;
+
+/// A trace's requests and what the recorded allocator did with them.
+#[derive(Clone, Debug, Default)]
+pub struct RequestList {
+    /// The requests, in trace order.
+    pub requests: Vec<Request>,
+    /// One entry per allocation (recorded, failed, or loaded from the
+    /// initial state), indexed by [`Request::id`].
+    pub allocs: Vec<AllocInfo>,
+    /// The streams' recorded ids, indexed by [`Request::stream`].
+    pub streams: Vec<u64>,
+    /// The recorded device actions, in order.
+    pub recorded_segments: Vec<SegmentAction>,
+    /// The recorded peak of reserved bytes.
+    pub recorded_peak_reserved: u64,
+    /// The recorded peak of allocated bytes.
+    pub recorded_peak_allocated: u64,
+    /// The recorded OOM events.
+    pub recorded_ooms: u64,
+    /// Blocks live when recording began (a trace that starts mid-run),
+    /// loaded as the first allocations.
+    pub initial_live_blocks: u64,
+    /// Their bytes.
+    pub initial_live_bytes: u64,
+    /// Bytes reserved when recording began.
+    pub initial_reserved: u64,
+    /// Frees whose completion waited for another stream.
+    pub cross_stream_frees: u64,
+    /// Frees of blocks the trace never allocated (skipped).
+    pub unmatched_frees: u64,
+    /// `empty_cache()` calls recorded as events.
+    pub explicit_empty_cache: u64,
+    /// `empty_cache()` calls inferred from bursts of segment frees.
+    pub inferred_empty_cache: u64,
+    /// Bursts of segment frees taken for the release-and-retry of a failed
+    /// allocation, not for `empty_cache()`.
+    pub retry_bursts: u64,
+    /// Events read.
+    pub events: u64,
+    /// Time of the first event.
+    pub first_time_ns: u64,
+    /// Time of the last event.
+    pub last_time_ns: u64,
+    /// Why the list could not be built, if it could not (too many streams).
+    pub error: Option<String>,
+}
+
+impl RequestList {
+    /// The recorded stream id of a request.
+    pub fn stream(&self, r: &Request) -> u64 {
+        self.streams[r.stream as usize]
+    }
+
+    /// Bytes of memory the list holds, for the performance notes.
+    pub fn memory_bytes(&self) -> usize {
+        self.requests.capacity() * size_of::<Request>()
+            + self.allocs.capacity() * size_of::<AllocInfo>()
+            + self.recorded_segments.capacity() * size_of::<SegmentAction>()
+    }
+}
+
+/// A burst of segment frees being read: whether it was `empty_cache()`
+/// depends on what comes after it.
+#[derive(Clone, Copy, Debug)]
+struct Burst {
+    /// The tentative [`Op::InferredEmptyCache`] request.
+    request: usize,
+    /// Reserved bytes before the burst.
+    reserved_before: u64,
+}
+
+/// The [`Analysis`] that builds a [`RequestList`] in one replay pass.
+#[derive(Debug, Default)]
+pub struct RequestExtractor {
+    list: RequestList,
+    /// Recorded address of each live block: its alloc id, and whether the
+    /// caller already asked to free it.
+    live: FxHashMap<u64, (u32, bool)>,
+    stream_ids: FxHashMap<u64, u8>,
+    last_index: u64,
+    prev_kind: Option<EventKind>,
+    burst: Option<Burst>,
+    device_capacity: Option<u64>,
+    started: bool,
+}
+
+impl RequestExtractor {
+    /// An extractor for a trace recorded on a device of `device_capacity`
+    /// bytes, when known: it tells a release-and-retry inside a failed
+    /// allocation from an `empty_cache()` call.
+    pub fn new(device_capacity: Option<u64>) -> Self {
+        RequestExtractor {
+            device_capacity: device_capacity.filter(|&c| c > 0),
+            ..Default::default()
+        }
+    }
+
+    /// The list, once the pass is over.
+    pub fn into_list(self) -> RequestList {
+        self.list
+    }
+
+    fn stream(&mut self, stream: u64) -> u8 {
+        if let Some(&s) = self.stream_ids.get(&stream) {
+            return s;
+        }
+        if self.list.streams.len() >= MAX_STREAMS {
+            self.list.error.get_or_insert_with(|| {
+                format!("the trace uses more than {MAX_STREAMS} streams; the simulator takes at most {MAX_STREAMS}")
+            });
+            return 0;
+        }
+        let s = self.list.streams.len() as u8;
+        self.list.streams.push(stream);
+        self.stream_ids.insert(stream, s);
+        s
+    }
+
+    fn push(&mut self, index: u64, time_ns: u64, op: Op, id: u32, stream: u8) {
+        let mut delta = index - self.last_index;
+        // Long runs of events without a request (phases, annotations) are
+        // carried by fillers rather than a wider field.
+        while delta > u16::MAX as u64 {
+            self.list.requests.push(Request {
+                time_ns,
+                id: 0,
+                delta: u16::MAX,
+                op: Op::Nop,
+                stream: 0,
+            });
+            delta -= u16::MAX as u64;
+        }
+        self.last_index = index;
+        self.list.requests.push(Request {
+            time_ns,
+            id,
+            delta: delta as u16,
+            op,
+            stream,
+        });
+    }
+
+    fn new_alloc(&mut self, requested: u64, phase: PhaseId, site: SiteId) -> u32 {
+        let id = self.list.allocs.len() as u32;
+        self.list.allocs.push(AllocInfo {
+            requested,
+            phase,
+            site,
+        });
+        id
+    }
+
+    /// Closes a burst of segment frees at the first event after it: a burst
+    /// right before an OOM, or before a segment that could not have fit
+    /// beside the burst's memory, was the allocator's release-and-retry.
+    fn close_burst(&mut self, data: &EventData) {
+        let Some(burst) = self.burst.take() else {
+            return;
+        };
+        let retry = match data {
+            EventData::Oom(_) => true,
+            EventData::SegmentAlloc(s) | EventData::SegmentMap(s) => self
+                .device_capacity
+                .is_some_and(|c| burst.reserved_before.saturating_add(s.size) > c),
+            _ => false,
+        };
+        if retry {
+            self.list.requests[burst.request].op = Op::Nop;
+            self.list.inferred_empty_cache -= 1;
+            self.list.retry_bursts += 1;
+        }
+    }
+}
+
+impl Analysis for RequestExtractor {
+    fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        self.list.initial_reserved = state.totals().reserved;
+        self.list.recorded_peak_reserved = state.totals().reserved;
+        self.list.recorded_peak_allocated = state.totals().allocated;
+        // A trace that starts mid-run: its live blocks are allocated first,
+        // in address order, on the stream of no segment we know of (the
+        // initial state records streams per segment, not per block).
+        let mut live: Vec<_> = state.live().copied().collect();
+        live.sort_unstable_by_key(|a| a.addr);
+        let stream = self.stream(0);
+        for a in live {
+            let id = self.new_alloc(a.requested.max(1), PhaseId::NONE, a.site);
+            self.live.insert(a.addr, (id, false));
+            self.list.initial_live_blocks += 1;
+            self.list.initial_live_bytes += a.size;
+            self.push(0, 0, Op::Alloc, id, stream);
+        }
+    }
+
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
+        let index = step.index;
+        let time = step.event.time_ns;
+        if self.list.events == 0 {
+            self.list.first_time_ns = time;
+        }
+        self.list.events += 1;
+        self.list.last_time_ns = time;
+        let data = &step.event.data;
+        let kind = data.kind();
+        if self.burst.is_some() && !matches!(kind, EventKind::SegmentFree | EventKind::SegmentUnmap)
+        {
+            self.close_burst(data);
+        }
+        match (data, step.applied) {
+            (EventData::Alloc(b), Applied::Alloc(a)) => {
+                let stream = self.stream(b.stream);
+                let id = self.new_alloc(a.requested, a.phase, a.site);
+                self.live.insert(b.addr, (id, false));
+                self.push(index, time, Op::Alloc, id, stream);
+            }
+            (EventData::FreeRequested(b), _) => match self.live.get_mut(&b.addr) {
+                Some((id, requested)) if !*requested => {
+                    *requested = true;
+                    let id = *id;
+                    let stream = self.stream(b.stream);
+                    self.push(index, time, Op::FreeRequest, id, stream);
+                }
+                _ => self.list.unmatched_frees += 1,
+            },
+            (EventData::FreeCompleted(b), _) => match self.live.remove(&b.addr) {
+                Some((id, requested)) => {
+                    let last = self.list.requests.last_mut();
+                    match last {
+                        // The usual case: completed right after the request.
+                        Some(r)
+                            if requested
+                                && r.op == Op::FreeRequest
+                                && r.id == id
+                                && self.last_index + 1 == index =>
+                        {
+                            r.op = Op::Free;
+                        }
+                        _ if requested => {
+                            self.list.cross_stream_frees += 1;
+                            let stream = self.stream(b.stream);
+                            self.push(index, time, Op::FreeComplete, id, stream);
+                        }
+                        _ => {
+                            let stream = self.stream(b.stream);
+                            self.push(index, time, Op::Free, id, stream);
+                        }
+                    }
+                }
+                None => self.list.unmatched_frees += 1,
+            },
+            (EventData::Oom(o), applied) => {
+                self.list.recorded_ooms += 1;
+                let site = match applied {
+                    Applied::Oom(site) => site,
+                    _ => SiteId::UNKNOWN,
+                };
+                let stream = self.stream(o.stream);
+                let id = self.new_alloc(o.requested, state.current_phase(), site);
+                self.push(index, time, Op::FailedAlloc, id, stream);
+            }
+            (EventData::EmptyCache(_), _) => {
+                self.list.explicit_empty_cache += 1;
+                self.push(index, time, Op::EmptyCache, 0, 0);
+            }
+            _ => {}
+        }
+        if let Some(action) = SegmentAction::of(data) {
+            let starts_burst = matches!(action.kind, SegmentKind::Free | SegmentKind::Unmap)
+                && !matches!(
+                    self.prev_kind,
+                    Some(EventKind::SegmentFree | EventKind::SegmentUnmap | EventKind::EmptyCache)
+                );
+            if starts_burst {
+                self.list.inferred_empty_cache += 1;
+                let request = self.list.requests.len();
+                self.push(index, time, Op::InferredEmptyCache, 0, 0);
+                self.burst = Some(Burst {
+                    request,
+                    // The state already applied this free.
+                    reserved_before: state.totals().reserved + action.size,
+                });
+            }
+            self.list.recorded_segments.push(action);
+        }
+        let totals = state.totals();
+        self.list.recorded_peak_reserved = self.list.recorded_peak_reserved.max(totals.reserved);
+        self.list.recorded_peak_allocated = self.list.recorded_peak_allocated.max(totals.allocated);
+        self.prev_kind = Some(kind);
+    }
+
+    fn finish(&mut self, _state: &ReplayState, _symbols: &SymbolTable) {
+        // A trace ending inside a burst: nothing follows it, so it was not
+        // an allocation's retry.
+        self.burst = None;
+    }
+}

@@ -1,0 +1,142 @@
+use super::*;
+use crate::input;
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures")
+        .join(name)
+}
+
+fn load(name: &str) -> Extracted {
+    let mut opened = input::open(fixture(name)).unwrap();
+    extract(&mut opened.reader, None).unwrap()
+}
+
+fn recorded(e: &Extracted) -> AllocatorConfig {
+    e.recorded_config.as_ref().unwrap().0.clone()
+}
+
+fn check_fidelity(name: &str) -> Fidelity {
+    let e = load(name);
+    assert!(e.list.error.is_none());
+    let f = fidelity(&e.list, &recorded(&e), e.recorded_capacity);
+    assert!(f.exact, "{name}: {f:#?}");
+    assert_eq!(f.recorded_segment_actions, f.simulated_segment_actions);
+    assert!(f.recorded_segment_actions > 0);
+    f
+}
+
+#[test]
+fn requests_are_compact() {
+    assert_eq!(size_of::<Request>(), 16);
+    assert_eq!(size_of::<AllocInfo>(), 16);
+}
+
+#[test]
+fn generator_fixtures_are_reproduced_exactly() {
+    for name in ["clean.vtrace", "leak.vtrace", "fragmenting.vtrace"] {
+        let f = check_fidelity(name);
+        assert_eq!(f.capacity_bytes, None, "{name}");
+    }
+    // Recorded on a 1 GiB device: its OOM's release-and-retry is reproduced
+    // on the recorded capacity.
+    let f = check_fidelity("oom.vtrace");
+    assert_eq!(f.capacity_bytes, Some(1 << 30));
+}
+
+#[test]
+fn torch_snapshots_are_reproduced_exactly() {
+    let cnn = check_fidelity("torch/cnn_eval_accumulate.pickle.xz");
+    assert_eq!(cnn.recorded_peak_reserved_bytes, 2_009_071_616);
+    assert_eq!(cnn.recorded_segment_actions, 47);
+    let mlp = check_fidelity("torch/mlp_empty_cache.pickle.xz");
+    assert_eq!(mlp.recorded_peak_reserved_bytes, 2_145_386_496);
+    assert_eq!(mlp.recorded_segment_actions, 78 + 75);
+    let exp = check_fidelity("torch/mlp_expandable.pickle.xz");
+    assert_eq!(exp.recorded_peak_reserved_bytes, 2_770_337_792);
+    assert_eq!(exp.recorded_segment_actions, 19);
+}
+
+#[test]
+fn empty_cache_is_inferred_only_from_bursts_not_before_an_oom() {
+    let mlp = load("torch/mlp_empty_cache.pickle.xz");
+    assert_eq!(mlp.list.inferred_empty_cache, 3);
+    assert_eq!(mlp.list.explicit_empty_cache, 0);
+    let oom = load("oom.vtrace");
+    assert_eq!(oom.list.inferred_empty_cache, 0);
+    assert_eq!(oom.list.retry_bursts, 1);
+    assert_eq!(oom.list.recorded_ooms, 1);
+}
+
+#[test]
+fn the_oom_fixture_fails_at_the_recorded_request_on_1_gib_only() {
+    let e = load("oom.vtrace");
+    let config = recorded(&e);
+    let limited = simulate(
+        &e.list,
+        &config,
+        &SimOptions {
+            capacity: Some(1 << 30),
+            ..Default::default()
+        },
+    );
+    let oom = limited.first_oom.expect("an OOM on 1 GiB");
+    assert!(oom.recorded, "{oom:?}");
+    assert_eq!(limited.ooms, 1);
+    let unlimited = simulate(&e.list, &config, &SimOptions::default());
+    assert_eq!(unlimited.ooms, 0);
+    assert_eq!(unlimited.recorded_ooms_avoided, 1);
+}
+
+#[test]
+fn min_capacity_fits_and_one_step_less_does_not() {
+    let e = load("oom.vtrace");
+    let config = recorded(&e);
+    let peak = simulate(&e.list, &config, &SimOptions::default()).peak_reserved_bytes;
+    let min = min_capacity(&e.list, &config, peak);
+    let run = |c| {
+        simulate(
+            &e.list,
+            &config,
+            &SimOptions {
+                capacity: Some(c),
+                ..Default::default()
+            },
+        )
+        .ooms
+    };
+    assert_eq!(run(min.bytes), 0);
+    assert!(run(min.bytes - CAPACITY_STEP) > 0);
+    assert!(min.bytes > 1 << 30 && min.bytes <= peak.next_multiple_of(CAPACITY_STEP));
+}
+
+#[test]
+fn cross_stream_frees_complete_when_recorded() {
+    use crate::testing::TraceBuilder;
+    let mut t = TraceBuilder::new();
+    let s = t.site("step", "train.py", 1);
+    t.segment(0x1000_0000, 2 << 20)
+        .alloc(0x1000_0000, 1024, 1000, s)
+        .free_requested(0x1000_0000, 1024)
+        .alloc(0x1000_0400, 1024, 1000, s)
+        .free_completed(0x1000_0000, 1024)
+        .alloc(0x1000_0000, 1024, 1000, s);
+    let bytes = t.finish();
+    let mut reader = vramtrace_recorder::format::TraceReader::new(&bytes[..]).unwrap();
+    let e = extract(&mut reader, None).unwrap();
+    let ops: Vec<Op> = e.list.requests.iter().map(|r| r.op).collect();
+    assert_eq!(
+        ops,
+        [
+            Op::Alloc,
+            Op::FreeRequest,
+            Op::Alloc,
+            Op::FreeComplete,
+            Op::Alloc
+        ]
+    );
+    assert_eq!(e.list.cross_stream_frees, 1);
+    let f = fidelity(&e.list, &AllocatorConfig::default(), None);
+    assert!(f.exact, "{f:#?}");
+}
