@@ -81,9 +81,7 @@ pub struct OpenedInput {
     pub kind: InputKind,
     /// How it was compressed.
     pub compression: Compression,
-    /// For a snapshot, the import report (warnings, counts, end-state
-    /// check); `None` when this process had converted the file already (the
-    /// first open returned it).
+    /// For a snapshot, the import report (warnings, counts, end-state check).
     pub import_report: Option<ImportReport>,
 }
 
@@ -162,6 +160,7 @@ pub fn open_with_progress(
                     key,
                     trace: trace.clone(),
                     compression,
+                    report: (*report).clone(),
                 });
             }
             reader_over(trace, compression, Some(*report)).map_err(|e| e.at(path))
@@ -183,13 +182,17 @@ struct Converted {
     key: CacheKey,
     trace: std::sync::Arc<[u8]>,
     compression: Compression,
+    report: ImportReport,
 }
 
 fn cached(key: &CacheKey) -> Option<Result<OpenedInput, InputError>> {
     let converted = CONVERTED.lock().unwrap_or_else(|e| e.into_inner());
     let hit = converted.iter().find(|c| c.key == *key)?;
-    // The first open returned the import report; warnings are told once.
-    Some(reader_over(hit.trace.clone(), hit.compression, None))
+    Some(reader_over(
+        hit.trace.clone(),
+        hit.compression,
+        Some(hit.report.clone()),
+    ))
 }
 
 /// An opened reader over a converted snapshot's trace.
@@ -356,8 +359,14 @@ mod tests {
             .join("../fixtures/torch/mlp_expandable.pickle.xz");
         let first = open(&path).unwrap();
         let second = open(&path).unwrap();
-        assert!(first.import_report.is_some());
-        assert!(second.import_report.is_none(), "served from the cache");
+        assert_eq!(first.import_report, second.import_report);
+        assert!(
+            CONVERTED
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|c| path.canonicalize().unwrap() == c.key.0)
+        );
         assert_eq!(second.kind, InputKind::TorchSnapshot);
         assert_eq!(second.compression, Compression::Xz);
         assert_eq!(first.reader.header(), second.reader.header());

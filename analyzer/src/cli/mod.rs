@@ -178,7 +178,17 @@ pub(crate) fn open_input_with_report(path: &Path) -> anyhow::Result<input::Opene
     let bar = progress::bytes_bar(size, "reading");
     let opened = input::open_with_progress(path, &|bytes| bar.set_position(bytes))?;
     bar.finish_and_clear();
-    if let Some(report) = &opened.import_report {
+    // A command may open a snapshot twice (a second replay); warn once.
+    static WARNED: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let first_time = {
+        let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+        let new = !warned.iter().any(|p| p == path);
+        if new {
+            warned.push(path.to_path_buf());
+        }
+        new
+    };
+    if let (Some(report), true) = (&opened.import_report, first_time) {
         for warning in &report.warnings {
             warn(format_args!("{}: {warning}", path.display()));
         }
