@@ -9,7 +9,10 @@
 //! "current thread state, unchecked" getter; if any is missing, Python frames
 //! are simply never captured.
 //!
-//! Hot path (allocating thread, GIL held): walk the frames, keying each by
+//! Hot path (allocating thread): if the thread holds the GIL, or released
+//! it but has a Python thread state (PyTorch releases the GIL inside its
+//! operators, so `torch.empty` allocates without it; PyTorch's own capture
+//! takes it back the same way), walk the frames with the GIL held, keying each by
 //! its code object's address and its line; no strings. A code object seen
 //! for the first time is named once (`co_name`, `co_filename`) and kept
 //! alive by one reference for the life of the process, so its address can
@@ -35,6 +38,10 @@ struct Api {
     /// a thread that released the GIL, whatever sub-interpreters do to
     /// `PyGILState_Check`.
     current_thread_state: Option<NoArgs<Obj>>,
+    /// `Py_IsFinalizing` (3.13) or `_Py_IsFinalizing` (3.12 and before).
+    is_finalizing: Option<NoArgs<c_int>>,
+    gil_ensure: NoArgs<c_int>,
+    gil_release: unsafe extern "C" fn(c_int),
     thread_state_get_frame: OneArg<Obj>,
     frame_get_code: OneArg<Obj>,
     frame_get_back: OneArg<Obj>,
@@ -77,7 +84,14 @@ impl Api {
             .map(|p| unsafe {
                 std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> Obj>(p)
             });
+        let is_finalizing = symbol(c"Py_IsFinalizing")
+            .or_else(|| symbol(c"_Py_IsFinalizing"))
+            // SAFETY: both take nothing and return an int.
+            .map(|p| unsafe { std::mem::transmute::<*mut c_void, NoArgs<c_int>>(p) });
         Some(Api {
+            is_finalizing,
+            gil_ensure: lookup!(c"PyGILState_Ensure", NoArgs<c_int>),
+            gil_release: lookup!(c"PyGILState_Release", unsafe extern "C" fn(c_int)),
             is_initialized: lookup!(c"Py_IsInitialized", NoArgs<c_int>),
             gil_check: lookup!(c"PyGILState_Check", NoArgs<c_int>),
             this_thread_state: lookup!(c"PyGILState_GetThisThreadState", NoArgs<Obj>),
@@ -94,15 +108,15 @@ impl Api {
         })
     }
 
-    /// The calling thread's state if it holds the GIL, else NULL.
+    /// The thread state to walk if the calling thread holds the GIL, else
+    /// NULL.
     ///
     /// # Safety
-    /// The API's functions are CPython's.
+    /// The API's functions are CPython's; the interpreter is initialized.
     unsafe fn attached_thread_state(&self) -> Obj {
-        // SAFETY: each of these may be called on any thread, GIL or not,
-        // once the interpreter is initialized, which is checked first.
+        // SAFETY: each of these may be called on any thread, GIL or not.
         unsafe {
-            if (self.is_initialized)() == 0 || (self.gil_check)() == 0 {
+            if (self.gil_check)() == 0 {
                 return std::ptr::null_mut();
             }
             match self.current_thread_state {
@@ -225,22 +239,17 @@ impl PythonFrames {
     }
 }
 
-impl FrameSource for PythonFrames {
-    fn name(&self) -> &str {
-        "python"
-    }
-
-    fn capture(&self, sink: &mut FrameSink<'_>) {
+impl PythonFrames {
+    /// Pushes the frames of `tstate`, innermost first.
+    ///
+    /// # Safety
+    /// The calling thread holds the GIL and `tstate` is its thread state.
+    unsafe fn walk(&self, tstate: Obj, sink: &mut FrameSink<'_>) {
         let api = &self.api;
-        // SAFETY: the functions are CPython's; frames and codes are only
-        // touched on a thread that holds the GIL (checked first), each
-        // reference returned is released (frames) or kept by the code map
-        // (new codes), and a walk cut short releases the frame in hand.
+        // SAFETY: GIL held (caller); each reference returned is released
+        // (frames) or kept by the code map (new codes), and a walk cut short
+        // releases the frame in hand.
         unsafe {
-            let tstate = api.attached_thread_state();
-            if tstate.is_null() {
-                return;
-            }
             let mut frame = (api.thread_state_get_frame)(tstate);
             while !frame.is_null() {
                 let code = (api.frame_get_code)(frame);
@@ -258,6 +267,42 @@ impl FrameSource for PythonFrames {
                 };
                 (api.dec_ref)(frame);
                 frame = back;
+            }
+        }
+    }
+}
+
+impl FrameSource for PythonFrames {
+    fn name(&self) -> &str {
+        "python"
+    }
+
+    fn capture(&self, sink: &mut FrameSink<'_>) {
+        let api = &self.api;
+        // SAFETY: the functions are CPython's, called once the interpreter
+        // is up and not shutting down (taking the GIL while it finalizes can
+        // end the thread); the GIL is held for the walk, taken back if this
+        // thread has a thread state but released the GIL, and then released
+        // again, as PyTorch's own stack capture does.
+        unsafe {
+            if (api.is_initialized)() == 0 || api.is_finalizing.is_some_and(|f| f() != 0) {
+                return;
+            }
+            let tstate = api.attached_thread_state();
+            if !tstate.is_null() {
+                self.walk(tstate, sink);
+            } else if !(api.this_thread_state)().is_null() {
+                // PyTorch releases the GIL around its operators, so
+                // `torch.empty` reaches the allocator without it: take it
+                // back to read the frames the thread still has. A thread
+                // that never ran Python has no thread state and is left
+                // alone.
+                let gil = (api.gil_ensure)();
+                let tstate = api.attached_thread_state();
+                if !tstate.is_null() {
+                    self.walk(tstate, sink);
+                }
+                (api.gil_release)(gil);
             }
         }
     }

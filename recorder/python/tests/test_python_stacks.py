@@ -4,8 +4,8 @@
         python3 recorder/python/tests/test_python_stacks.py
 
 Calls the library's ``vramtrace_python_stack`` (the capture an allocation
-would make) from known lines, from a thread, and from a thread that
-released the GIL. Run by `cargo test -p vramtrace-recorder-ffi` when
+would make) from known lines, from a thread, and with the GIL released by
+the caller (as PyTorch's operators release it). Run by `cargo test -p vramtrace-recorder-ffi` when
 ``python3`` is on the PATH (recorder-ffi/tests/python_stacks.rs).
 """
 
@@ -66,16 +66,19 @@ class PythonStacks(unittest.TestCase):
         self.assertEqual(funcs[:3], ["python_stack", "inner", "outer"])
         self.assertIn("run", funcs)  # threading.Thread.run
 
-    def test_without_the_gil_no_frames(self):
-        # CDLL releases the GIL around the call, as the autograd engine's
-        # threads run without it.
+    def test_with_the_gil_released_by_the_caller(self):
+        # CDLL releases the GIL around the call, as PyTorch's operators do
+        # before they allocate: the library takes it back for the walk.
         lib = ctypes.CDLL(str(vramtrace.library_path()))
         fn = lib.vramtrace_python_stack
         fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         fn.restype = ctypes.c_int
         buf = ctypes.create_string_buffer(4096)
-        self.assertEqual(fn(buf, len(buf)), 0)
-        self.assertEqual(buf.value, b"")
+        n = fn(buf, len(buf))  # released-call
+        self.assertGreater(n, 0)
+        first = buf.value.decode().splitlines()[0].split("\t")
+        self.assertEqual(first, ["test_with_the_gil_released_by_the_caller", HERE,
+                                 str(line_of("released-call"))])
 
     def test_deep_recursion_is_cut(self):
         def down(n):
