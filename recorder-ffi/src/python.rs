@@ -46,6 +46,12 @@ struct Api {
     frame_get_code: OneArg<Obj>,
     frame_get_back: OneArg<Obj>,
     frame_get_line_number: OneArg<c_int>,
+    /// `PyFrame_GetLasti` and `PyCode_Addr2Line` (public C API since 3.11,
+    /// not in the limited API): a frame's line read through these is cached
+    /// per (code, instruction offset), where `PyFrame_GetLineNumber` scans
+    /// the function's line table from its start on every call (tens of
+    /// microseconds deep inside a long function).
+    lines: Option<(OneArg<c_int>, Addr2Line)>,
     get_attr_string: GetAttr,
     unicode_as_utf8_and_size: AsUtf8,
     err_fetch: ErrFetch,
@@ -69,6 +75,7 @@ macro_rules! lookup {
     }};
 }
 
+type Addr2Line = unsafe extern "C" fn(Obj, c_int) -> c_int;
 type GetAttr = unsafe extern "C" fn(Obj, *const c_char) -> Obj;
 type AsUtf8 = unsafe extern "C" fn(Obj, *mut isize) -> *const c_char;
 type ErrFetch = unsafe extern "C" fn(*mut Obj, *mut Obj, *mut Obj);
@@ -88,7 +95,17 @@ impl Api {
             .or_else(|| symbol(c"_Py_IsFinalizing"))
             // SAFETY: both take nothing and return an int.
             .map(|p| unsafe { std::mem::transmute::<*mut c_void, NoArgs<c_int>>(p) });
+        let lines = symbol(c"PyFrame_GetLasti")
+            .zip(symbol(c"PyCode_Addr2Line"))
+            // SAFETY: CPython's functions of these names and signatures.
+            .map(|(lasti, addr2line)| unsafe {
+                (
+                    std::mem::transmute::<*mut c_void, OneArg<c_int>>(lasti),
+                    std::mem::transmute::<*mut c_void, Addr2Line>(addr2line),
+                )
+            });
         Some(Api {
+            lines,
             is_finalizing,
             gil_ensure: lookup!(c"PyGILState_Ensure", NoArgs<c_int>),
             gil_release: lookup!(c"PyGILState_Release", unsafe extern "C" fn(c_int)),
@@ -164,6 +181,9 @@ thread_local! {
     /// Code objects this thread knows to be named already: most frames are
     /// checked here, without the shared lock.
     static SEEN: RefCell<FxHashSet<usize>> = RefCell::new(FxHashSet::default());
+    /// Lines by (code object, instruction offset), for codes in the map
+    /// (kept alive, so the key keeps its meaning).
+    static LINES: RefCell<FxHashMap<(usize, c_int), u32>> = RefCell::new(FxHashMap::default());
 }
 
 /// Python frames as a [`FrameSource`]; one per process ([`source`]).
@@ -257,9 +277,28 @@ impl PythonFrames {
                     (api.dec_ref)(frame);
                     break;
                 }
-                let line = (api.frame_get_line_number)(frame).max(0) as u32;
-                let more = sink.push(code as usize, line);
+                let lasti = api.lines.map(|(get_lasti, _)| get_lasti(frame));
+                let key = code as usize;
+                // Named (and kept alive) first: the line cache's key relies on it.
                 self.note_code(code);
+                let line = match (api.lines, lasti) {
+                    (Some((_, addr2line)), Some(lasti)) => {
+                        let cached = LINES
+                            .try_with(|l| l.try_borrow().ok()?.get(&(key, lasti)).copied())
+                            .ok()
+                            .flatten();
+                        cached.unwrap_or_else(|| {
+                            // `code` is alive: the map holds a reference.
+                            let line = addr2line(key as Obj, lasti).max(0) as u32;
+                            let _ = LINES.try_with(|l| {
+                                l.try_borrow_mut().map(|mut l| l.insert((key, lasti), line))
+                            });
+                            line
+                        })
+                    }
+                    _ => (api.frame_get_line_number)(frame).max(0) as u32,
+                };
+                let more = sink.push(key, line);
                 let back = if more {
                     (api.frame_get_back)(frame)
                 } else {

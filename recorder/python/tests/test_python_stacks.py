@@ -80,6 +80,19 @@ class PythonStacks(unittest.TestCase):
         self.assertEqual(first, ["test_with_the_gil_released_by_the_caller", HERE,
                                  str(line_of("released-call"))])
 
+    def test_lines_of_a_long_function(self):
+        # Lines are cached per instruction offset: two calls of one function
+        # from different lines, and calls far down a long function.
+        body = "".join(f"    x{i} = {i}\n" for i in range(3000))
+        src = ("def long():\n    a = cap()\n" + body + "    b = cap()\n"
+               "    return a, b\n")
+        env = {"cap": vramtrace.python_stack}
+        exec(compile(src, "<long>", "exec"), env)
+        for _ in range(2):
+            a, b = env["long"]()
+            self.assertEqual(a[1], ("long", "<long>", 2))
+            self.assertEqual(b[1], ("long", "<long>", 3003))
+
     def test_deep_recursion_is_cut(self):
         def down(n):
             return down(n - 1) if n else vramtrace.python_stack()
