@@ -19,7 +19,12 @@
 //!   `.dev<N>` before the extension.
 //! - `VRAMTRACE_ALLOC_CONF`, else `PYTORCH_CUDA_ALLOC_CONF`: the allocator
 //!   settings (`PYTORCH_CUDA_ALLOC_CONF` syntax).
-//! - `VRAMTRACE_STACKS`: `none` (default) or `native`.
+//! - `VRAMTRACE_STACKS`: which stacks each allocation gets. `python`
+//!   (default): the Python frames of the allocating thread when it holds the
+//!   GIL (function, file, line; see [`python`]); threads without it (the
+//!   autograd engine's) get none. `native`: native frames (C++, Rust),
+//!   symbolized in the trace. `all`: native frames, then Python frames
+//!   outside them. `none`.
 //! - `VRAMTRACE_OOM`: `raise` (default): an allocation that fails throws a
 //!   C++ exception, which PyTorch raises as a `RuntimeError` whose message
 //!   begins with `CUDA out of memory`; `null`: return NULL (PyTorch then
@@ -33,12 +38,15 @@
 
 use recorder::allocator::{AllocError, AllocatorConfig, CachingAllocator};
 use recorder::device::{CudaDevice, DeviceMemory};
-use recorder::recorder::{Recorder, RecorderOptions, StackMode};
+use recorder::recorder::{FrameSource, Recorder, RecorderOptions, StackMode};
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
+use std::time::Instant;
+
+pub mod python;
 
 /// Devices a process may record (CUDA ordinals below this).
 const MAX_DEVICES: usize = 64;
@@ -132,6 +140,20 @@ fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// Reads `VRAMTRACE_STACKS`: the native stack mode, and whether Python
+/// frames are wanted.
+fn stack_setting(value: Option<&str>) -> Result<(StackMode, bool), String> {
+    match value.map(str::trim) {
+        None | Some("python") => Ok((StackMode::None, true)),
+        Some("none") => Ok((StackMode::None, false)),
+        Some("native") => Ok((StackMode::Native, false)),
+        Some("all") => Ok((StackMode::Native, true)),
+        Some(other) => Err(format!(
+            "invalid VRAMTRACE_STACKS {other:?}: expected python, native, all or none"
+        )),
+    }
+}
+
 /// Creates the recorder of `device` from the environment.
 fn create(device: u32) -> Result<Arc<Rec>, String> {
     let (conf_var, conf) = match env_nonempty("VRAMTRACE_ALLOC_CONF") {
@@ -143,14 +165,12 @@ fn create(device: u32) -> Result<Arc<Rec>, String> {
     };
     let config =
         AllocatorConfig::parse(&conf).map_err(|e| format!("invalid {conf_var} {conf:?}: {e}"))?;
-    let stacks = match env_nonempty("VRAMTRACE_STACKS").as_deref().map(str::trim) {
-        None | Some("none") => StackMode::None,
-        Some("native") => StackMode::Native,
-        Some(other) => {
-            return Err(format!(
-                "invalid VRAMTRACE_STACKS {other:?}: expected none or native"
-            ));
-        }
+    let (stacks, with_python) = stack_setting(env_nonempty("VRAMTRACE_STACKS").as_deref())?;
+    let frame_source = if with_python {
+        // No Python in the process (a C host): no Python frames, not an error.
+        python::source().map(|s| s as Arc<dyn FrameSource>)
+    } else {
+        None
     };
     let dev = CudaDevice::new(device).map_err(|e| format!("CUDA device {device}: {e}"))?;
     let first = FIRST_DEVICE
@@ -161,6 +181,7 @@ fn create(device: u32) -> Result<Arc<Rec>, String> {
     let path = trace_path(&pattern, device, first, std::process::id(), rank.trim());
     let mut options = RecorderOptions {
         stacks,
+        frame_source,
         ..RecorderOptions::default()
     };
     options
@@ -263,6 +284,38 @@ fn malloc_impl(size: usize, device: c_int, stream: *mut c_void) -> Result<*mut c
     }
 }
 
+/// Whether [`vramtrace_malloc`] and [`vramtrace_free`] time themselves.
+static TIMING: AtomicBool = AtomicBool::new(false);
+
+/// Calls timed and their total nanoseconds: malloc, then free.
+static TIMED: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// Adds the time since `start` to the counters at `i` (0 malloc, 2 free).
+#[inline(never)]
+fn add_time(i: usize, start: Instant) {
+    TIMED[i].fetch_add(1, Ordering::Relaxed);
+    TIMED[i + 1].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// Self-timing, to tell the library's share of an allocation's cost from
+/// the host's (PyTorch's pluggable-allocator wrapper): writes the calls
+/// timed and their total nanoseconds since the last call to `out[0..4]`
+/// (malloc calls, malloc ns, free calls, free ns; `out` may be NULL), resets
+/// them, and turns timing on (`enable` != 0) or off. Off by default, and
+/// then the cost is one relaxed load per call.
+///
+/// # Safety
+/// `out` is NULL or points to 4 writable `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_timing(enable: c_int, out: *mut u64) {
+    let values = TIMED.each_ref().map(|c| c.swap(0, Ordering::Relaxed));
+    if !out.is_null() {
+        // SAFETY: the caller's contract: 4 writable values.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out, values.len()) };
+    }
+    TIMING.store(enable != 0, Ordering::Relaxed);
+}
+
 /// Allocates `size` bytes on CUDA device `device` for use on `stream`
 /// (NULL: the default stream), PyTorch's pluggable-allocator `malloc`.
 ///
@@ -274,7 +327,12 @@ pub extern "C-unwind" fn vramtrace_malloc(
     device: c_int,
     stream: *mut c_void,
 ) -> *mut c_void {
-    let message = match catch_unwind(AssertUnwindSafe(|| malloc_impl(size, device, stream))) {
+    let start = TIMING.load(Ordering::Relaxed).then(Instant::now);
+    let result = catch_unwind(AssertUnwindSafe(|| malloc_impl(size, device, stream)));
+    if let Some(start) = start {
+        add_time(0, start);
+    }
+    let message = match result {
         Ok(Ok(ptr)) => return ptr,
         Ok(Err(Failure::Null)) => return std::ptr::null_mut(),
         Ok(Err(Failure::Raise(msg))) => msg,
@@ -301,10 +359,14 @@ pub extern "C" fn vramtrace_free(
     if ptr.is_null() {
         return;
     }
+    let start = TIMING.load(Ordering::Relaxed).then(Instant::now);
     let r = catch_unwind(AssertUnwindSafe(|| {
         let rec = recorder(device)?;
         rec.free(ptr as u64).map_err(|e| e.to_string())
     }));
+    if let Some(start) = start {
+        add_time(2, start);
+    }
     match r {
         Ok(Ok(())) => {}
         Ok(Err(e)) => report(&format!("free on device {device}: {e}")),
@@ -466,6 +528,42 @@ pub extern "C" fn vramtrace_device_count() -> c_int {
     markers().recorders.len() as c_int
 }
 
+/// Writes the calling thread's Python frames, as the recorder would capture
+/// them for an allocation now, to `buf` as lines `function\tfile\tline`,
+/// innermost first, NUL-terminated (cut to fit `len`). Returns the number of
+/// frames, 0 when the thread does not hold the GIL, or -1 when the process
+/// has no Python or `buf` is NULL. For tests and diagnostics (call it through
+/// `ctypes.PyDLL`, which keeps the GIL, unlike `ctypes.CDLL`).
+///
+/// # Safety
+/// `buf` is NULL or points to `len` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_python_stack(buf: *mut c_char, len: usize) -> c_int {
+    if buf.is_null() || len == 0 {
+        return -1;
+    }
+    let text = catch_unwind(AssertUnwindSafe(|| {
+        let source = python::source()?;
+        let frames = recorder::recorder::capture_frames(&*source, 128);
+        let mut text = String::new();
+        for &(code, line) in &frames {
+            let info = source.describe(code).unwrap_or_default();
+            text.push_str(&format!("{}\t{}\t{line}\n", info.function, info.file));
+        }
+        Some((frames.len(), text))
+    }));
+    let Ok(Some((count, text))) = text else {
+        return -1;
+    };
+    let n = text.len().min(len - 1);
+    // SAFETY: the caller's contract: `len` writable bytes; n + 1 <= len.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+        *buf.add(n) = 0;
+    }
+    count as c_int
+}
+
 extern "C" fn finish_at_exit() {
     vramtrace_finish();
 }
@@ -609,6 +707,35 @@ mod tests {
         assert_eq!(p("t-%d.vtrace", 2, false), PathBuf::from("t-2.vtrace"));
         assert_eq!(p("trace", 2, false), PathBuf::from("trace.dev2"));
         assert_eq!(p("100%%-%x%", 0, true), PathBuf::from("100%-%x%"));
+    }
+
+    #[test]
+    fn stack_settings() {
+        assert_eq!(stack_setting(None), Ok((StackMode::None, true)));
+        assert_eq!(stack_setting(Some(" python")), Ok((StackMode::None, true)));
+        assert_eq!(stack_setting(Some("none")), Ok((StackMode::None, false)));
+        assert_eq!(
+            stack_setting(Some("native")),
+            Ok((StackMode::Native, false))
+        );
+        assert_eq!(stack_setting(Some("all")), Ok((StackMode::Native, true)));
+        assert!(
+            stack_setting(Some("pyhton"))
+                .unwrap_err()
+                .contains("python, native")
+        );
+    }
+
+    #[test]
+    fn without_python_there_is_no_python_source() {
+        // This test binary does not link libpython.
+        assert!(python::source().is_none());
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: a writable local buffer of its length.
+        assert_eq!(
+            unsafe { vramtrace_python_stack(buf.as_mut_ptr(), buf.len()) },
+            -1
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@ __all__ = [
     "flush",
     "finish",
     "memory_stats",
+    "python_stack",
     "VramtraceError",
 ]
 
@@ -102,7 +103,11 @@ def install(out: Optional[str] = None, alloc_conf: Optional[str] = None,
     docs/recording.md); default ``VRAMTRACE_OUT`` or ``vramtrace-<pid>.vtrace``.
     ``alloc_conf`` sets the allocator (``PYTORCH_CUDA_ALLOC_CONF`` syntax);
     default ``VRAMTRACE_ALLOC_CONF``, else ``PYTORCH_CUDA_ALLOC_CONF``.
-    ``stacks`` is ``"none"`` or ``"native"``.
+    ``stacks`` says which stacks each allocation gets: ``"python"`` (the
+    default: the allocating thread's Python frames, as
+    ``torch.cuda.memory._record_memory_history(stacks="python")``),
+    ``"native"`` (C++/Rust frames), ``"all"`` (both) or ``"none"``; default
+    ``VRAMTRACE_STACKS``, else ``"python"``.
 
     Must run before PyTorch's first CUDA allocation. Calling it again does
     nothing.
@@ -206,6 +211,26 @@ def memory_stats(device: int = 0) -> dict:
             "reserved_bytes.current", "reserved_bytes.peak",
             "requested_bytes.current", "num_ooms"]
     return dict(zip(keys, (int(v) for v in out)))
+
+
+def python_stack() -> list:
+    """The calling thread's Python frames as the recorder captures them for
+    an allocation made now: ``[(function, file, line), ...]``, innermost
+    first (for tests and diagnostics)."""
+    # PyDLL keeps the GIL during the call, as an allocation from Python does;
+    # CDLL would release it and the recorder would see no frames.
+    lib = ctypes.PyDLL(str(library_path()))
+    fn = lib.vramtrace_python_stack
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    buf = ctypes.create_string_buffer(1 << 16)
+    if fn(buf, len(buf)) < 0:
+        raise VramtraceError("the library found no Python API in this process")
+    frames = []
+    for line in buf.value.decode("utf-8", "replace").splitlines():
+        function, file, lineno = line.split("\t")
+        frames.append((function, file, int(lineno)))
+    return frames
 
 
 def finish() -> None:

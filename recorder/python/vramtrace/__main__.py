@@ -20,7 +20,7 @@ def main(argv=None) -> int:
     run.add_argument("--out", help="trace file (%%p pid, %%r RANK, %%d device)")
     run.add_argument("--alloc-conf", help="allocator settings "
                      "(PYTORCH_CUDA_ALLOC_CONF syntax)")
-    run.add_argument("--stacks", choices=["none", "native"])
+    run.add_argument("--stacks", choices=["python", "native", "all", "none"])
     run.add_argument("script")
     run.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)

@@ -3,11 +3,12 @@
 //!
 //! The hot path (an allocator call from any thread) does as little as
 //! possible: it captures raw instruction pointers (when native stacks are on)
-//! before taking the lock, then, under the allocator lock, runs the
+//! and, on allocations, the frames of a [`FrameSource`] (an interpreter's,
+//! as opaque code keys and lines) before taking the lock, then, under the allocator lock, runs the
 //! allocator, reads the clock (so event times are monotonic in trace order),
 //! interns the stack by its pointer list, and appends the stamped events to a
 //! buffer. A full buffer is handed over a bounded channel to a writer thread,
-//! which symbolizes new addresses (each once), encodes chunks and writes them.
+//! which symbolizes new addresses and names new codes (each once), encodes chunks and writes them.
 //!
 //! Recording never changes what the allocator decides: it only reads the
 //! events the allocator reports.
@@ -27,6 +28,7 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Mutex, MutexGuard};
@@ -34,7 +36,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use writer::{Batch, Msg, WriterSummary};
 
-pub use stacks::MAX_STACK_DEPTH;
+pub use stacks::{CodeInfo, FrameSink, FrameSource, MAX_STACK_DEPTH, capture_frames};
 
 /// The most events the recorder buffers before handing them to the writer
 /// thread.
@@ -56,9 +58,16 @@ pub enum StackMode {
 /// How a [`Recorder`] records.
 #[derive(Clone, Debug)]
 pub struct RecorderOptions {
-    /// Which stacks to capture.
+    /// Which native stacks to capture.
     pub stacks: StackMode,
-    /// The most frames kept per native stack (at most [`MAX_STACK_DEPTH`]).
+    /// Frames of an interpreter (Python's, from `libvramtrace_recorder`)
+    /// captured on each allocation, outside the native frames when those are
+    /// on. Frees, synchronizations and `empty_cache` get native frames only:
+    /// what allocated is the question stacks answer, and a source's walk
+    /// costs more than an unwinder's.
+    pub frame_source: Option<Arc<dyn FrameSource>>,
+    /// The most frames kept per native stack, and per source stack (each at
+    /// most [`MAX_STACK_DEPTH`]).
     pub max_stack_depth: usize,
     /// Events per chunk of the trace.
     pub chunk_events: usize,
@@ -82,6 +91,7 @@ impl Default for RecorderOptions {
     fn default() -> Self {
         RecorderOptions {
             stacks: StackMode::None,
+            frame_source: None,
             max_stack_depth: 64,
             chunk_events: 64 * 1024,
             chunk_interval: Some(Duration::from_secs(1)),
@@ -138,6 +148,8 @@ pub struct RecordingSummary {
     pub stacks: u64,
     /// Distinct instruction addresses symbolized.
     pub addresses: u64,
+    /// Distinct codes of the frame source named.
+    pub codes: u64,
     /// The allocator's statistics at the end.
     pub allocator: AllocatorStats,
 }
@@ -150,6 +162,7 @@ pub struct Recorder<D: DeviceMemory> {
     inner: Mutex<Inner<D>>,
     start: Instant,
     stacks: StackMode,
+    source: Option<Arc<dyn FrameSource>>,
     max_depth: usize,
     writer: Mutex<Option<JoinHandle<Result<WriterSummary, FormatError>>>>,
 }
@@ -220,12 +233,14 @@ impl<D: DeviceMemory> Recorder<D> {
         });
         let device = allocator.device();
         let mut metadata = options.metadata.clone();
-        metadata
-            .entry("stacks".into())
-            .or_insert_with(|| match options.stacks {
-                StackMode::None => "none".into(),
-                StackMode::Native => "native".into(),
-            });
+        metadata.entry("stacks".into()).or_insert_with(|| {
+            match (options.stacks, &options.frame_source) {
+                (StackMode::None, None) => "none".into(),
+                (StackMode::Native, None) => "native".into(),
+                (StackMode::None, Some(s)) => s.name().into(),
+                (StackMode::Native, Some(s)) => format!("native+{}", s.name()),
+            }
+        });
         let header = Header {
             producer: "vramtrace-recorder".into(),
             producer_version: env!("CARGO_PKG_VERSION").into(),
@@ -256,9 +271,10 @@ impl<D: DeviceMemory> Recorder<D> {
         let queue = options.queue_batches.max(1);
         let (tx, rx) = sync_channel(queue);
         let (spare_tx, spare_rx) = sync_channel(queue + 2);
+        let source = options.frame_source.clone();
         let handle = std::thread::Builder::new()
             .name("vramtrace-writer".into())
-            .spawn(move || writer::run(trace, rx, spare_tx))
+            .spawn(move || writer::run(trace, rx, spare_tx, source))
             .map_err(RecorderError::Spawn)?;
         // Events from before recording (a used allocator) belong to no trace.
         allocator.drain_events().for_each(drop);
@@ -283,6 +299,7 @@ impl<D: DeviceMemory> Recorder<D> {
             }),
             start,
             stacks: options.stacks,
+            source: options.frame_source,
             max_depth: options.max_stack_depth.min(MAX_STACK_DEPTH),
             writer: Mutex::new(Some(handle)),
         })
@@ -313,6 +330,10 @@ impl<D: DeviceMemory> Recorder<D> {
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
+        if let Some(source) = &self.source {
+            stack.capture_external(&**source, self.max_depth);
+        }
+        self.seal(&mut stack);
         let mut g = self.lock();
         let result = g.alloc.malloc(size, stream);
         self.stamp(&mut g, &stack);
@@ -326,6 +347,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
+        self.seal(&mut stack);
         let mut g = self.lock();
         let result = g.alloc.free(addr);
         self.stamp(&mut g, &stack);
@@ -345,6 +367,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
+        self.seal(&mut stack);
         let mut g = self.lock();
         g.alloc.synchronize_stream(stream);
         self.stamp(&mut g, &stack);
@@ -356,6 +379,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
+        self.seal(&mut stack);
         let mut g = self.lock();
         g.alloc.synchronize();
         self.stamp(&mut g, &stack);
@@ -368,6 +392,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
+        self.seal(&mut stack);
         let mut g = self.lock();
         g.alloc.empty_cache();
         self.stamp(&mut g, &stack);
@@ -470,6 +495,7 @@ impl<D: DeviceMemory> Recorder<D> {
             bytes: summary.bytes,
             stacks: summary.stacks,
             addresses: summary.addresses,
+            codes: summary.codes,
             allocator,
         })
     }
@@ -490,6 +516,14 @@ impl<D: DeviceMemory> Recorder<D> {
     fn capture(&self, marker: &u8, buf: &mut StackBuf) {
         if self.stacks == StackMode::Native {
             stacks::capture(marker as *const u8 as usize, self.max_depth, buf);
+        }
+    }
+
+    /// Ends the stack key in the layout the writer expects.
+    #[inline(always)]
+    fn seal(&self, buf: &mut StackBuf) {
+        if self.source.is_some() {
+            buf.seal();
         }
     }
 

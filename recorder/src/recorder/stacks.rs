@@ -1,28 +1,111 @@
-//! Native stack capture (hot path) and symbolization (writer thread).
+//! Stack capture (hot path) and symbolization (writer thread): native
+//! frames, and frames of a [`FrameSource`] (an interpreter's).
 
-use crate::format::{Frame, FrameId, TraceWriter};
+use crate::format::{Frame, FrameId, StringId, TraceWriter};
 use rustc_hash::FxHashMap;
 use std::ffi::c_void;
 use std::io::Write;
 use std::mem::MaybeUninit;
 
-/// The most frames a native stack keeps.
+/// The most frames a native stack keeps, and the most frames a
+/// [`FrameSource`] may add to it.
 pub const MAX_STACK_DEPTH: usize = 128;
 
-/// Instruction pointers of one stack, innermost first, on the stack (no heap
-/// allocation on the hot path). Left uninitialized past `len`: zeroing 1 KiB
-/// per call showed up in profiles of recording without stacks.
+/// Words of a stack key: native addresses, then two words per source frame
+/// (code, line), then the count of native addresses (only when the recorder
+/// has a frame source, so that the writer can tell the two parts apart).
+const KEY_WORDS: usize = MAX_STACK_DEPTH * 3 + 1;
+
+/// The code and file of a source frame's function (see
+/// [`FrameSource::describe`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CodeInfo {
+    /// The function's name.
+    pub function: String,
+    /// Its source file.
+    pub file: String,
+}
+
+/// Frames of an interpreted language (Python, say) that a [`Recorder`]
+/// captures on each allocation, after (outside) the native frames if those
+/// are on.
+///
+/// The recorder knows nothing of the language: a frame is an opaque *code*
+/// key and a line. The hot path interns stacks by these keys alone; the names
+/// behind a code key are asked for once, on the writer thread.
+///
+/// [`Recorder`]: super::Recorder
+pub trait FrameSource: Send + Sync + 'static {
+    /// A short name for the trace header's `stacks` entry (`python`).
+    fn name(&self) -> &str;
+
+    /// Pushes the calling thread's frames, innermost first, until the sink is
+    /// full. Pushes nothing where the thread runs no such code. Runs on the
+    /// allocating thread, before the allocator lock is taken: it must be
+    /// cheap, and it must not allocate through the recorder it serves.
+    fn capture(&self, frames: &mut FrameSink<'_>);
+
+    /// The function and file of a code key that [`capture`](Self::capture)
+    /// pushed; called on the writer thread, once per distinct key. A key
+    /// must keep meaning the same code for the life of the recorder.
+    fn describe(&self, code: usize) -> Option<CodeInfo>;
+}
+
+impl std::fmt::Debug for dyn FrameSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FrameSource({})", self.name())
+    }
+}
+
+/// Where a [`FrameSource`] puts the frames it captures.
+pub struct FrameSink<'a> {
+    buf: &'a mut StackBuf,
+    end: usize,
+}
+
+impl FrameSink<'_> {
+    /// Adds a frame (outer to the ones pushed before). Returns `false` once
+    /// the sink is full: further frames are dropped, so stop walking.
+    #[inline]
+    pub fn push(&mut self, code: usize, line: u32) -> bool {
+        if self.buf.len + 2 > self.end {
+            return false;
+        }
+        self.buf.words[self.buf.len] = MaybeUninit::new(code);
+        self.buf.words[self.buf.len + 1] = MaybeUninit::new(line as usize);
+        self.buf.len += 2;
+        self.buf.len + 2 <= self.end
+    }
+}
+
+/// Runs `source.capture` as a recorder would and returns the frames it
+/// pushed as `(code, line)`, innermost first (for tests and diagnostics of
+/// a source; allocates).
+pub fn capture_frames(source: &dyn FrameSource, max_depth: usize) -> Vec<(usize, u32)> {
+    let mut buf = StackBuf::new();
+    buf.capture_external(source, max_depth);
+    buf.as_slice()
+        .chunks_exact(2)
+        .map(|w| (w[0], w[1] as u32))
+        .collect()
+}
+
+/// The key of one stack (see `KEY_WORDS`), on the stack: no heap allocation
+/// on the hot path. Left uninitialized past `len`: zeroing 1 KiB per call
+/// showed up in profiles of recording without stacks.
 pub(crate) struct StackBuf {
-    ips: [MaybeUninit<usize>; MAX_STACK_DEPTH],
+    words: [MaybeUninit<usize>; KEY_WORDS],
     len: usize,
+    native: usize,
 }
 
 impl StackBuf {
     #[inline(always)]
     pub fn new() -> Self {
         StackBuf {
-            ips: [const { MaybeUninit::uninit() }; MAX_STACK_DEPTH],
+            words: [const { MaybeUninit::uninit() }; KEY_WORDS],
             len: 0,
+            native: 0,
         }
     }
 
@@ -31,8 +114,35 @@ impl StackBuf {
     }
 
     pub fn as_slice(&self) -> &[usize] {
-        // SAFETY: the first `len` entries were written by `capture`.
-        unsafe { std::slice::from_raw_parts(self.ips.as_ptr().cast::<usize>(), self.len) }
+        // SAFETY: the first `len` entries were written by the captures.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<usize>(), self.len) }
+    }
+
+    /// Appends up to `depth` frames of `source`; after any native capture.
+    #[inline]
+    pub fn capture_external(&mut self, source: &dyn FrameSource, depth: usize) {
+        let end = (self.len + 2 * depth.min(MAX_STACK_DEPTH)).min(KEY_WORDS - 1);
+        source.capture(&mut FrameSink { buf: self, end });
+    }
+
+    /// Ends the key of a recorder with a frame source: appends the count of
+    /// native addresses. An empty stack stays empty ([`StackId::NONE`]).
+    ///
+    /// [`StackId::NONE`]: crate::format::StackId::NONE
+    #[inline]
+    pub fn seal(&mut self) {
+        if self.len > 0 {
+            self.words[self.len] = MaybeUninit::new(self.native);
+            self.len += 1;
+        }
+    }
+}
+
+/// A stack key split into its parts: native addresses and source frames.
+pub(crate) fn split_key(key: &[usize], sealed: bool) -> (&[usize], &[usize]) {
+    match key.split_last() {
+        Some((&native, rest)) if sealed && native <= rest.len() => rest.split_at(native),
+        _ => (key, &[]),
     }
 }
 
@@ -59,8 +169,9 @@ pub(crate) fn capture(marker: usize, depth: usize, buf: &mut StackBuf) {
             if ip == 0 {
                 return false;
             }
-            buf.ips[buf.len] = MaybeUninit::new(ip);
+            buf.words[buf.len] = MaybeUninit::new(ip);
             buf.len += 1;
+            buf.native = buf.len;
             buf.len < depth
         });
     }
@@ -147,4 +258,64 @@ fn module_of(ip: usize) -> Option<(String, u64)> {
 #[cfg(not(unix))]
 fn module_of(_ip: usize) -> Option<(String, u64)> {
     None
+}
+
+/// Turns a [`FrameSource`]'s `(code, line)` frames into interned frames, on
+/// the writer thread: each code's names asked for once, each frame built once.
+pub(crate) struct SourceFrames {
+    source: std::sync::Arc<dyn FrameSource>,
+    codes: FxHashMap<usize, (StringId, StringId)>,
+    frames: FxHashMap<(usize, u32), FrameId>,
+}
+
+impl SourceFrames {
+    pub fn new(source: std::sync::Arc<dyn FrameSource>) -> Self {
+        SourceFrames {
+            source,
+            codes: FxHashMap::default(),
+            frames: FxHashMap::default(),
+        }
+    }
+
+    /// Appends the frames of `words` (pairs of code and line) to `out`.
+    pub fn extend<W: Write>(
+        &mut self,
+        words: &[usize],
+        trace: &mut TraceWriter<W>,
+        out: &mut Vec<FrameId>,
+    ) {
+        for pair in words.chunks_exact(2) {
+            let (code, line) = (pair[0], pair[1] as u32);
+            if let Some(&id) = self.frames.get(&(code, line)) {
+                out.push(id);
+                continue;
+            }
+            let source = &self.source;
+            let &mut (function, file) = self.codes.entry(code).or_insert_with(|| {
+                // A code the source cannot name still gets a frame, so the
+                // stack keeps its depth; "?" is what the analyzer shows for
+                // unknown names.
+                let info = source.describe(code).unwrap_or_else(|| CodeInfo {
+                    function: "?".into(),
+                    file: "?".into(),
+                });
+                (
+                    trace.intern_string(&info.function),
+                    trace.intern_string(&info.file),
+                )
+            });
+            let id = trace.intern_frame(Frame::Symbol {
+                function,
+                file,
+                line,
+            });
+            self.frames.insert((code, line), id);
+            out.push(id);
+        }
+    }
+
+    /// Distinct codes described so far.
+    pub fn codes(&self) -> u64 {
+        self.codes.len() as u64
+    }
 }

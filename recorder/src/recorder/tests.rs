@@ -424,3 +424,178 @@ fn the_writer_thread_error_surfaces_at_finish() {
     assert!(r.flush().is_err());
     assert!(matches!(r.finish(), Err(RecorderError::Format(_))));
 }
+
+/// A frame source without an interpreter: each thread's "interpreter stack"
+/// is whatever the test sets, and naming a code is counted.
+#[derive(Default)]
+struct FakeFrames {
+    described: Mutex<HashMap<usize, usize>>,
+}
+
+thread_local! {
+    static FAKE_STACK: std::cell::RefCell<Vec<(usize, u32)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn set_fake_stack(frames: &[(usize, u32)]) {
+    FAKE_STACK.with(|s| *s.borrow_mut() = frames.to_vec());
+}
+
+impl FrameSource for FakeFrames {
+    fn name(&self) -> &str {
+        "fake"
+    }
+    fn capture(&self, sink: &mut FrameSink<'_>) {
+        FAKE_STACK.with(|s| {
+            for &(code, line) in s.borrow().iter() {
+                if !sink.push(code, line) {
+                    break;
+                }
+            }
+        });
+    }
+    fn describe(&self, code: usize) -> Option<CodeInfo> {
+        *self.described.lock().unwrap().entry(code).or_default() += 1;
+        (code != 0xbad).then(|| CodeInfo {
+            function: format!("fn{code:x}"),
+            file: format!("file{code:x}.py"),
+        })
+    }
+}
+
+fn alloc_stacks(events: &[Event]) -> Vec<StackId> {
+    events
+        .iter()
+        .filter_map(|e| match e.data {
+            EventData::Alloc(b) => Some(b.stack),
+            _ => None,
+        })
+        .collect()
+}
+
+fn symbol_frames(sym: &crate::format::SymbolTable, stack: StackId) -> Vec<(String, String, u32)> {
+    sym.stack(stack)
+        .iter()
+        .filter_map(|&f| match sym.frame(f) {
+            Some(crate::format::Frame::Symbol {
+                function,
+                file,
+                line,
+            }) => Some((
+                sym.string_or_unknown(*function).to_string(),
+                sym.string_or_unknown(*file).to_string(),
+                *line,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn source_frames_are_interned_by_code_and_line_and_named_once() {
+    let source = Arc::new(FakeFrames::default());
+    let (r, out) = recorder(RecorderOptions {
+        frame_source: Some(source.clone()),
+        ..RecorderOptions::default()
+    });
+    let mut live = Vec::new();
+    // Innermost first: code 0x20 at line 7 called from code 0x10 at line 3.
+    set_fake_stack(&[(0x20, 7), (0x10, 3)]);
+    live.push(r.malloc(1000, 0).unwrap());
+    live.push(r.malloc(2000, 0).unwrap());
+    // Another line of the same outer code: a new stack, no new naming.
+    set_fake_stack(&[(0x20, 9), (0x10, 3)]);
+    live.push(r.malloc(3000, 0).unwrap());
+    // A code the source cannot name still counts as a frame.
+    set_fake_stack(&[(0xbad, 1)]);
+    live.push(r.malloc(4000, 0).unwrap());
+    // No interpreter frames (a thread without the GIL): no stack.
+    set_fake_stack(&[]);
+    live.push(r.malloc(5000, 0).unwrap());
+    set_fake_stack(&[(0x20, 7), (0x10, 3)]);
+    for a in &live {
+        r.free(a.addr).unwrap();
+    }
+    let summary = r.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    assert_eq!(reader.header().metadata.get("stacks").unwrap(), "fake");
+    let sym = reader.symbols();
+    let stacks = alloc_stacks(&events);
+    assert_eq!(stacks.len(), 5);
+    assert_eq!(stacks[0], stacks[1]);
+    assert_ne!(stacks[0], stacks[2]);
+    assert_eq!(stacks[4], StackId::NONE);
+    let s = |f: &str, l| (format!("fn{f}"), format!("file{f}.py"), l);
+    assert_eq!(symbol_frames(sym, stacks[0]), vec![s("20", 7), s("10", 3)]);
+    assert_eq!(symbol_frames(sym, stacks[2]), vec![s("20", 9), s("10", 3)]);
+    assert_eq!(
+        symbol_frames(sym, stacks[3]),
+        vec![("?".into(), "?".into(), 1)]
+    );
+    // The outer frame (0x10, 3) is one frame shared by both stacks.
+    assert_eq!(sym.stack(stacks[0])[1], sym.stack(stacks[2])[1]);
+    // Frees are not walked for source frames (nor native ones here).
+    assert!(events.iter().all(|e| match e.data {
+        EventData::FreeRequested(b) | EventData::FreeCompleted(b) => b.stack == StackId::NONE,
+        _ => true,
+    }));
+    let described = source.described.lock().unwrap();
+    assert_eq!(described.len(), 3);
+    assert!(described.values().all(|&n| n == 1), "{described:?}");
+    assert_eq!(summary.codes, 3);
+    assert_eq!(summary.stacks, 3);
+}
+
+#[test]
+fn source_frames_go_outside_native_frames() {
+    let source = Arc::new(FakeFrames::default());
+    let (r, out) = recorder(RecorderOptions {
+        stacks: StackMode::Native,
+        frame_source: Some(source),
+        ..RecorderOptions::default()
+    });
+    set_fake_stack(&[(0x30, 12)]);
+    let a = native_caller(&r);
+    r.free(a.addr).unwrap();
+    r.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    assert_eq!(
+        reader.header().metadata.get("stacks").unwrap(),
+        "native+fake"
+    );
+    let sym = reader.symbols();
+    let stack = alloc_stacks(&events)[0];
+    let frames: Vec<String> = sym
+        .stack(stack)
+        .iter()
+        .map(|&f| sym.describe_frame(f))
+        .collect();
+    assert!(frames[0].contains("native_caller"), "{:?}", &frames[..2]);
+    assert_eq!(
+        symbol_frames(sym, stack).last().unwrap(),
+        &("fn30".into(), "file30.py".into(), 12)
+    );
+    // The free has its native stack, without the source's frame.
+    let free = events
+        .iter()
+        .find_map(|e| match e.data {
+            EventData::FreeRequested(b) => Some(b.stack),
+            _ => None,
+        })
+        .unwrap();
+    assert_ne!(free, StackId::NONE);
+    assert!(!sym.stack(free).is_empty());
+    assert!(!symbol_frames(sym, free).iter().any(|(f, _, _)| f == "fn30"));
+}
+
+#[test]
+fn source_stacks_are_cut_at_the_depth_limit() {
+    let source = FakeFrames::default();
+    let deep: Vec<(usize, u32)> = (0..1000).map(|i| (0x1000 + i, i as u32)).collect();
+    set_fake_stack(&deep);
+    assert_eq!(capture_frames(&source, 5), deep[..5].to_vec());
+    assert_eq!(capture_frames(&source, 10_000).len(), MAX_STACK_DEPTH);
+    set_fake_stack(&[]);
+    assert!(capture_frames(&source, 5).is_empty());
+}

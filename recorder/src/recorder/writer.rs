@@ -1,9 +1,12 @@
 //! The writer thread: maps recorder-local ids to the trace's, symbolizes new
 //! stacks, encodes and writes.
 
-use super::stacks::Symbolizer;
-use crate::format::{Event, EventData, FormatError, KindCounts, StackId, StringId, TraceWriter};
+use super::stacks::{FrameSource, SourceFrames, Symbolizer, split_key};
+use crate::format::{
+    Event, EventData, FormatError, FrameId, KindCounts, StackId, StringId, TraceWriter,
+};
 use std::io::{self, Write};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender};
 
 /// Events stamped by the recorder, with the strings and stacks first used in
@@ -27,6 +30,7 @@ pub(crate) struct WriterSummary {
     pub bytes: u64,
     pub stacks: u64,
     pub addresses: u64,
+    pub codes: u64,
 }
 
 /// A writer that counts the bytes through it.
@@ -56,17 +60,23 @@ struct State {
     strings: Vec<StringId>,
     stacks: Vec<StackId>,
     symbolizer: Symbolizer,
+    /// Present when the recorder has a frame source: its keys are sealed.
+    source: Option<SourceFrames>,
+    scratch: Vec<FrameId>,
 }
 
 pub(crate) fn run<W: Write>(
     mut trace: TraceWriter<Counting<W>>,
     rx: Receiver<Msg>,
     spare: SyncSender<Vec<Event>>,
+    source: Option<Arc<dyn FrameSource>>,
 ) -> Result<WriterSummary, FormatError> {
     let mut state = State {
         strings: vec![StringId::EMPTY],
         stacks: vec![StackId::NONE],
         symbolizer: Symbolizer::default(),
+        source: source.map(SourceFrames::new),
+        scratch: Vec::new(),
     };
     let mut failed: Option<FormatError> = None;
     // Keep receiving after a failure so that the recorder never blocks on a
@@ -105,6 +115,7 @@ pub(crate) fn run<W: Write>(
         bytes: out.bytes,
         stacks: state.stacks.len() as u64 - 1,
         addresses: state.symbolizer.addresses(),
+        codes: state.source.as_ref().map_or(0, SourceFrames::codes),
     })
 }
 
@@ -117,9 +128,16 @@ fn write_batch<W: Write>(
         let id = trace.intern_string(s);
         state.strings.push(id);
     }
-    for ips in &batch.stacks {
-        let frames = state.symbolizer.stack(ips, trace);
-        let id = trace.intern_stack(&frames);
+    for key in &batch.stacks {
+        let (ips, external) = split_key(key, state.source.is_some());
+        state.scratch.clear();
+        state
+            .scratch
+            .extend_from_slice(&state.symbolizer.stack(ips, trace));
+        if let Some(source) = &mut state.source {
+            source.extend(external, trace, &mut state.scratch);
+        }
+        let id = trace.intern_stack(&state.scratch);
         state.stacks.push(id);
     }
     for event in &mut batch.events {

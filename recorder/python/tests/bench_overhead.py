@@ -1,0 +1,325 @@
+"""Recording overhead on a GPU (see docs/performance.md, "Recording overhead
+on a GPU"): one command, every configuration in its own process.
+
+    VRAMTRACE_LIB=$PWD/libvramtrace_recorder.so PYTHONPATH=$PWD/python \
+        python3 bench_overhead.py --bin . --out "$OUT"
+
+Needs a CUDA GPU and PyTorch; not part of `cargo test` (CI has no GPU).
+
+1. Allocation pairs: one ``torch.empty`` (sizes log-uniform from 512 B to
+   40 MiB, fixed seed) replacing one of 32 live tensors, so one allocation
+   and one free per pair, timed per pair (median of 7 runs) under
+   (a) PyTorch's allocator; (b) (a) with
+   ``torch.cuda.memory._record_memory_history(stacks="python")``;
+   (c) vramtrace without stacks; (d) vramtrace with Python stacks;
+   (e) vramtrace with native stacks. Each at a Python depth of 4 frames and
+   of 34 (the loop called 30 calls deep, as in a model's ``forward``). For
+   vramtrace, the library's own time per call (``vramtrace_timing``) too.
+2. Training steps of a small transformer under (a), (b) and (d); each step
+   also keeps a 256 KiB tensor alive at a known line (``# LEAK-LINE``), and
+   ``vramtrace leaks --json`` of (d)'s trace must name that file and line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import datetime
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+PAIR_CONFIGS = {
+    "a": "PyTorch allocator",
+    "b": "PyTorch + _record_memory_history(stacks='python')",
+    "c": "vramtrace, no stacks",
+    "d": "vramtrace, Python stacks",
+    "e": "vramtrace, native stacks",
+}
+VRAMTRACE_STACKS = {"c": "none", "d": "python", "e": "native"}
+TRAIN_CONFIGS = ["a", "b", "d"]
+LIVE = 32
+REPS = 7
+WARM_STEPS, TIMED_STEPS = 5, 30
+
+
+def setup(config: str, trace: str):
+    """Switches the allocator for `config`; returns the vramtrace module or None."""
+    import torch
+
+    if config in VRAMTRACE_STACKS:
+        import vramtrace
+
+        vramtrace.install(trace, stacks=VRAMTRACE_STACKS[config])
+        return vramtrace
+    torch.cuda.init()
+    if config == "b":
+        torch.cuda.memory._record_memory_history(stacks="python")
+    return None
+
+
+def at_depth(n: int, fn, *args):
+    """Calls fn(*args) n Python calls deep."""
+    if n <= 0:
+        return fn(*args)
+    return at_depth(n - 1, fn, *args)
+
+
+def child_pairs(config: str, trace: str) -> dict:
+    import torch
+
+    vt = setup(config, trace)
+    dev = torch.device("cuda", 0)
+    rng = random.Random(1234)
+    lo, hi = math.log(512), math.log(40 << 20)
+    sizes = [int(math.exp(rng.uniform(lo, hi))) for _ in range(4096)]
+    live = [None] * LIVE
+    state = {"k": 0}
+
+    def run(n: int) -> float:
+        empty, u8 = torch.empty, torch.uint8
+        k0 = state["k"]
+        t = time.perf_counter_ns()
+        for k in range(k0, k0 + n):
+            i = k % LIVE
+            live[i] = None
+            live[i] = empty(sizes[k & 4095], dtype=u8, device=dev)
+        elapsed = time.perf_counter_ns() - t
+        state["k"] = k0 + n
+        return elapsed / n
+
+    result = {"config": config}
+    run(5000)
+    per = run(1000)
+    n = max(2000, min(200_000, int(0.2e9 / max(per, 1.0))))
+    result["pairs_per_run"] = n
+    for depth in (0, 30):
+        runs = [at_depth(depth, run, n) for _ in range(REPS)]
+        result[f"depth{depth}"] = {"median_ns": statistics.median(runs), "min_ns": min(runs)}
+    if vt is not None:
+        lib = ctypes.CDLL(str(vt.library_path()))
+        lib.vramtrace_timing.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]
+        lib.vramtrace_timing.restype = None
+        out = (ctypes.c_uint64 * 4)()
+        for depth in (0, 30):
+            lib.vramtrace_timing(1, None)
+            at_depth(depth, run, n)
+            lib.vramtrace_timing(0, out)
+            result[f"lib_depth{depth}"] = {
+                "malloc_ns": out[1] / max(out[0], 1),
+                "free_ns": out[3] / max(out[2], 1),
+                "calls": [int(out[0]), int(out[2])],
+            }
+        live[:] = [None] * LIVE
+        vt.finish()
+    return result
+
+
+def child_train(config: str, trace: str) -> dict:
+    import torch
+
+    vt = setup(config, trace)
+    torch.manual_seed(0)
+    dev = torch.device("cuda", 0)
+    vocab, d, seq, batch = 1000, 256, 128, 16
+    layer = torch.nn.TransformerEncoderLayer(d, 8, 4 * d, dropout=0.1, batch_first=True)
+    model = torch.nn.Sequential(
+        torch.nn.Embedding(vocab, d),
+        torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False),
+        torch.nn.Linear(d, vocab),
+    ).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    data = [(torch.randint(0, vocab, (batch, seq), generator=gen),
+             torch.randint(0, vocab, (batch, seq), generator=gen))
+            for _ in range(WARM_STEPS + TIMED_STEPS)]
+    retained = []
+
+    def step(x, y):
+        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        retained.append(torch.empty(256 << 10, dtype=torch.uint8, device=dev))  # LEAK-LINE
+        return loss
+
+    t0 = 0
+    for s, (x, y) in enumerate(data):
+        if s == WARM_STEPS:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter_ns()
+        with vt.phase("step") if vt else contextlib.nullcontext():
+            loss = step(x, y)
+    torch.cuda.synchronize()
+    per_step = (time.perf_counter_ns() - t0) / TIMED_STEPS
+    result = {"config": config, "step_ms": per_step / 1e6, "loss": float(loss.item())}
+    if vt:
+        vt.finish()
+    return result
+
+
+# ------------------------------------------------------------------ parent
+
+
+def leak_line() -> int:
+    for n, text in enumerate(HERE.read_text().splitlines(), 1):
+        if text.rstrip().endswith("# LEAK-LINE") and "retained.append" in text:
+            return n
+    raise AssertionError("no LEAK-LINE")
+
+
+def spawn(kind: str, config: str, trace: Path) -> dict:
+    cmd = [sys.executable, str(HERE), "--child", kind, "--config", config, "--trace", str(trace)]
+    t = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    if p.returncode != 0:
+        return {"config": config, "error": (p.stderr or p.stdout)[-2000:],
+                "wall_s": time.time() - t}
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out["wall_s"] = round(time.time() - t, 1)
+    if p.stderr.strip():
+        out["stderr"] = p.stderr.strip()[-500:]
+    return out
+
+
+def cli(binary: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=120)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child")
+    ap.add_argument("--config")
+    ap.add_argument("--trace")
+    ap.add_argument("--bin", default=".")
+    ap.add_argument("--out", default="/tmp/vramtrace-bench")
+    ns = ap.parse_args()
+    if ns.child:
+        fn = child_pairs if ns.child == "pairs" else child_train
+        print(json.dumps(fn(ns.config, ns.trace)))
+        return 0
+
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/vramtrace-bench")
+    work.mkdir(parents=True, exist_ok=True)
+    binary = Path(ns.bin).resolve() / "vramtrace"
+    import torch
+
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                          "--format=csv,noheader"], capture_output=True, text=True).stdout
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"GPU (nvidia-smi: name, driver, memory): {smi.strip()}")
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+          f"Python {sys.version.split()[0]}, CPU cores {os.cpu_count()}")
+    print()
+    failures = 0
+    pairs = {}
+    for config in PAIR_CONFIGS:
+        pairs[config] = spawn("pairs", config, work / f"pairs-{config}.vtrace")
+        print("pairs", json.dumps(pairs[config]), flush=True)
+    print()
+    print("| config | us per pair, depth 4 | vs (a) | us per pair, depth 34 | vs (a) "
+          "| in library: malloc / free ns (depth 4) | (depth 34) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    base = {dep: pairs["a"].get(f"depth{dep}", {}).get("median_ns") for dep in (0, 30)}
+    for config, name in PAIR_CONFIGS.items():
+        r = pairs[config]
+        if "error" in r:
+            print(f"| ({config}) {name} | FAILED | | | | | |")
+            failures += 1
+            continue
+        cells = []
+        for dep in (0, 30):
+            m = r[f"depth{dep}"]["median_ns"]
+            cells += [f"{m / 1000:.2f}", f"{m / base[dep]:.2f}x" if base[dep] else ""]
+        for dep in (0, 30):
+            lib = r.get(f"lib_depth{dep}")
+            cells.append(f"{lib['malloc_ns']:.0f} / {lib['free_ns']:.0f}" if lib else "")
+        print(f"| ({config}) {name} | " + " | ".join(cells) + " |")
+    print()
+    for dep in (0, 30):
+        try:
+            a, b = base[dep], pairs["b"][f"depth{dep}"]["median_ns"]
+            c = pairs["c"][f"depth{dep}"]["median_ns"]
+            d = pairs["d"][f"depth{dep}"]["median_ns"]
+            a / b / c / d  # noqa: B018 - a missing (None) figure skips the line
+        except (KeyError, TypeError, ZeroDivisionError):
+            continue
+        ok_c, ok_d = c <= 1.15 * a, d <= b
+        failures += (not ok_c) + (not ok_d)
+        print(f"budget depth {dep + 4}: (c) <= 1.15 (a): {'PASS' if ok_c else 'FAIL'} "
+              f"({c / a:.3f}); (d) <= (b): {'PASS' if ok_d else 'FAIL'} ({d / b:.3f})")
+    print()
+
+    train = {}
+    for config in TRAIN_CONFIGS:
+        train[config] = spawn("train", config, work / f"train-{config}.vtrace")
+        print("train", json.dumps(train[config]), flush=True)
+    print()
+    print("| config | ms per training step | vs (a) | last loss |")
+    print("| --- | --- | --- | --- |")
+    for config in TRAIN_CONFIGS:
+        r = train[config]
+        if "error" in r:
+            print(f"| ({config}) {PAIR_CONFIGS[config]} | FAILED | | |")
+            failures += 1
+            continue
+        ratio = r["step_ms"] / train["a"]["step_ms"] if "step_ms" in train["a"] else 0
+        print(f"| ({config}) {PAIR_CONFIGS[config]} | {r['step_ms']:.2f} | {ratio:.2f}x "
+              f"| {r['loss']:.4f} |")
+    print()
+
+    # Site names of the recorded training run.
+    trace = work / "train-d.vtrace"
+    want = f"{HERE}:{leak_line()}"
+    if trace.is_file() and binary.is_file():
+        leaks = cli(binary, "leaks", "--json", str(trace))
+        (out / "leaks.json").write_text(leaks.stdout + leaks.stderr)
+        summary = cli(binary, "summary", str(trace))
+        (out / "summary.txt").write_text(summary.stdout + summary.stderr)
+        print("vramtrace summary (head):")
+        print("\n".join(summary.stdout.splitlines()[:30]))
+        print()
+        try:
+            report = json.loads(leaks.stdout)
+            report = report[0] if isinstance(report, list) else report
+            growth = [(g["phase"], g["growing"], g["bytes_per_repetition"],
+                       [s["site"] for s in g["sites"][:3]]) for g in report["growth"]]
+            never = [(s["site"], s["bytes"], s["count"]) for s in report["never_freed"][:8]]
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            growth, never = [], []
+            print(f"cannot read leaks --json: {e}: {leaks.stdout[:500]} {leaks.stderr[:500]}")
+        print(f"expected leak site: {want}")
+        print(f"leaks growth: {json.dumps(growth, indent=1)}")
+        print(f"leaks never_freed (top 8): {json.dumps(never, indent=1)}")
+        ok_growth = any(sites and sites[0].endswith(f"({want})") for _, _, _, sites in growth)
+        # Parameters and optimizer state are never freed either (the trace
+        # ends with the program): the retained tensors are one site of them.
+        ok_never = any(site.endswith(f"({want})") and count == WARM_STEPS + TIMED_STEPS
+                       for site, _, count in never)
+        print(f"{'PASS' if ok_growth else 'FAIL'}: leaks growth names {want}")
+        print(f"{'PASS' if ok_never else 'FAIL'}: a never-freed site is {want} "
+              f"with {WARM_STEPS + TIMED_STEPS} blocks")
+        failures += (not ok_growth) + (not ok_never)
+        info = cli(binary, "info", "--json", str(trace))
+        (out / "info.json").write_text(info.stdout + info.stderr)
+    else:
+        print(f"FAIL: no trace {trace} or no binary {binary}")
+        failures += 1
+    print()
+    print(f"{failures} failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
