@@ -115,6 +115,31 @@ impl Prepared {
     }
 }
 
+/// Analyzes every trace of `common` in turn: each result is printed as text
+/// as soon as it is ready (a blank line between traces), or, with `--json`,
+/// all of them at the end as one object or an array.
+pub fn for_each_trace<T: serde::Serialize>(
+    common: &CommonArgs,
+    mut analyze: impl FnMut(&Path) -> anyhow::Result<T>,
+    render: impl Fn(&T) -> String,
+) -> anyhow::Result<()> {
+    let mut outputs = Vec::new();
+    for path in &common.traces {
+        let output = analyze(path)?;
+        if !common.json {
+            if !outputs.is_empty() {
+                emit("\n")?;
+            }
+            emit(&render(&output))?;
+        }
+        outputs.push(output);
+    }
+    if common.json {
+        print_reports(&outputs)?;
+    }
+    Ok(())
+}
+
 /// Prints reports as JSON: one object for one trace, an array for several.
 pub fn print_reports<T: serde::Serialize>(reports: &[T]) -> anyhow::Result<()> {
     let mut text = if reports.len() == 1 {

@@ -1,6 +1,6 @@
 //! `vramtrace fragmentation`: cached and fragmented memory over time.
 
-use super::analyze::{CommonArgs, emit, print_reports};
+use super::analyze::{CommonArgs, for_each_trace};
 use super::open_input;
 use crate::analysis::fragmentation::{Fragmentation, FragmentationReport};
 use crate::analysis::window::Window;
@@ -39,44 +39,38 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.output.is_some() && args.common.traces.len() > 1 {
         anyhow::bail!("-o takes one trace; draw several traces one at a time");
     }
-    let mut outputs = Vec::new();
-    for path in &args.common.traces {
-        let mut prepared = args.common.prepare(path)?;
-        let buckets = args.buckets as usize;
-        let chart_span = span(path, &prepared.window)?;
-        let make = |n: usize| match chart_span {
-            Some((start, end)) => Fragmentation::with_span(n, start, end),
-            None => Fragmentation::new(n),
-        };
-        let mut analysis = make(buckets);
-        // The chart gets its own, finer buckets from the same pass.
-        let mut fine = make(CHART_BUCKETS);
-        if args.output.is_some() {
-            prepared.run(&mut [&mut analysis, &mut fine])?;
-        } else {
-            prepared.run(&mut [&mut analysis])?;
-        }
-        if let Some(svg_path) = &args.output {
-            let report = fine.into_report().unwrap_or_default();
-            let title = format!("Fragmentation: {}", super::timeline::file_name(path));
-            let svg = crate::render::fragmentation::render(&report, &title)?;
-            super::timeline::write_chart(svg_path, &svg)?;
-        }
-        let output = Output {
-            path: path.display().to_string(),
-            report: analysis.into_report().unwrap_or_default(),
-        };
-        if !args.common.json {
-            if !outputs.is_empty() {
-                emit("\n")?;
+    for_each_trace(
+        &args.common,
+        |path| {
+            let mut prepared = args.common.prepare(path)?;
+            let buckets = args.buckets as usize;
+            let chart_span = span(path, &prepared.window)?;
+            let make = |n: usize| match chart_span {
+                Some((start, end)) => Fragmentation::with_span(n, start, end),
+                None => Fragmentation::new(n),
+            };
+            let mut analysis = make(buckets);
+            // The chart gets its own, finer buckets from the same pass.
+            let mut fine = make(CHART_BUCKETS);
+            if args.output.is_some() {
+                prepared.run(&mut [&mut analysis, &mut fine])?;
+            } else {
+                prepared.run(&mut [&mut analysis])?;
             }
-            emit(&render(&output))?;
-        }
-        outputs.push(output);
-    }
-    if args.common.json {
-        print_reports(&outputs)?;
-    }
+            if let Some(svg_path) = &args.output {
+                let report = fine.into_report().unwrap_or_default();
+                let title = format!("Fragmentation: {}", super::timeline::file_name(path));
+                let svg = crate::render::fragmentation::render(&report, &title)?;
+                super::timeline::write_chart(svg_path, &svg)?;
+            }
+            let output = Output {
+                path: path.display().to_string(),
+                report: analysis.into_report().unwrap_or_default(),
+            };
+            Ok(output)
+        },
+        render,
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

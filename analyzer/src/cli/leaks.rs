@@ -1,7 +1,7 @@
 //! `vramtrace leaks`: memory retained by phases, growth across repetitions,
 //! and blocks never freed.
 
-use super::analyze::{CommonArgs, emit, full_stacks, print_reports, site_cell};
+use super::analyze::{CommonArgs, for_each_trace, full_stacks, site_cell};
 use crate::analysis::leaks::{Leaks, LeaksReport};
 use crate::table::{Align, Table};
 use crate::units;
@@ -34,37 +34,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.output.is_some() && args.common.traces.len() > 1 {
         anyhow::bail!("-o takes one trace; draw several traces one at a time");
     }
-    let mut outputs = Vec::new();
-    for path in &args.common.traces {
-        let mut prepared = args.common.prepare(path)?;
-        let mut analysis = Leaks::new();
-        prepared.run(&mut [&mut analysis])?;
-        let output = Output {
-            path: path.display().to_string(),
-            report: analysis.into_report().unwrap_or_default(),
-        };
-        if let Some(svg_path) = &args.output {
-            let phase = chart_phase(&output.report).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{}: no phase repeats three times or more: there is no growth to draw",
-                    path.display()
-                )
-            })?;
-            let svg =
-                crate::render::leaks::render(phase, &mut crate::render::palette::Palette::new())?;
-            super::timeline::write_chart(svg_path, &svg)?;
-        }
-        if !args.common.json {
-            if !outputs.is_empty() {
-                emit("\n")?;
+    for_each_trace(
+        &args.common,
+        |path| {
+            let mut prepared = args.common.prepare(path)?;
+            let mut analysis = Leaks::new();
+            prepared.run(&mut [&mut analysis])?;
+            let output = Output {
+                path: path.display().to_string(),
+                report: analysis.into_report().unwrap_or_default(),
+            };
+            if let Some(svg_path) = &args.output {
+                let phase = chart_phase(&output.report).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{}: no phase repeats three times or more: there is no growth to draw",
+                        path.display()
+                    )
+                })?;
+                let svg = crate::render::leaks::render(
+                    phase,
+                    &mut crate::render::palette::Palette::new(),
+                )?;
+                super::timeline::write_chart(svg_path, &svg)?;
             }
-            emit(&render(&output, args.top, args.common.full_stacks))?;
-        }
-        outputs.push(output);
-    }
-    if args.common.json {
-        print_reports(&outputs)?;
-    }
+            Ok(output)
+        },
+        |output| render(output, args.top, args.common.full_stacks),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,6 +1,6 @@
 //! `vramtrace summary`: the first thing to run on a trace.
 
-use super::analyze::{CommonArgs, emit, full_stacks, print_reports, site_cell};
+use super::analyze::{CommonArgs, for_each_trace, full_stacks, site_cell};
 use crate::analysis::summary::{Summary, SummaryReport, free_space_at};
 use crate::replay::ReplayState;
 use crate::table::{Align, Table};
@@ -27,38 +27,32 @@ struct Output {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     args.common.validate()?;
-    let mut outputs = Vec::new();
-    for path in &args.common.traces {
-        let mut prepared = args.common.prepare(path)?;
-        let mut summary = Summary::new(args.top);
-        prepared.run(&mut [&mut summary])?;
-        let mut report = summary.into_report().unwrap_or_default();
-        // The free space at the peak needs the exact state at the peak's
-        // event: a second replay that stops there.
-        if report.peak_allocated_bytes > 0 {
-            let mut input = super::open_input(path)?;
-            let space = free_space_at(
-                &mut input,
-                ReplayState::default(),
-                report.peak_allocated.replayed_events,
-            )?;
-            report.set_free_space_at_peak(space);
-        }
-        let output = Output {
-            path: path.display().to_string(),
-            report,
-        };
-        if !args.common.json {
-            if !outputs.is_empty() {
-                emit("\n")?;
+    for_each_trace(
+        &args.common,
+        |path| {
+            let mut prepared = args.common.prepare(path)?;
+            let mut summary = Summary::new(args.top);
+            prepared.run(&mut [&mut summary])?;
+            let mut report = summary.into_report().unwrap_or_default();
+            // The free space at the peak needs the exact state at the peak's
+            // event: a second replay that stops there.
+            if report.peak_allocated_bytes > 0 {
+                let mut input = super::open_input(path)?;
+                let space = free_space_at(
+                    &mut input,
+                    ReplayState::default(),
+                    report.peak_allocated.replayed_events,
+                )?;
+                report.set_free_space_at_peak(space);
             }
-            emit(&render(&output, args.common.full_stacks))?;
-        }
-        outputs.push(output);
-    }
-    if args.common.json {
-        print_reports(&outputs)?;
-    }
+            let output = Output {
+                path: path.display().to_string(),
+                report,
+            };
+            Ok(output)
+        },
+        |output| render(output, args.common.full_stacks),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
