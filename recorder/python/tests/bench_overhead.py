@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import ctypes
 import datetime
+import itertools
 import json
 import math
 import os
@@ -42,6 +43,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from small_model import small_transformer, token_batches
 
 HERE = Path(__file__).resolve()
 PAIR_CONFIGS = {
@@ -136,18 +139,8 @@ def child_train(config: str, trace: str) -> dict:
     vt = setup(config, trace)
     torch.manual_seed(0)
     dev = torch.device("cuda", 0)
-    vocab, d, seq, batch = 1000, 256, 128, 16
-    layer = torch.nn.TransformerEncoderLayer(d, 8, 4 * d, dropout=0.1, batch_first=True)
-    model = torch.nn.Sequential(
-        torch.nn.Embedding(vocab, d),
-        torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False),
-        torch.nn.Linear(d, vocab),
-    ).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    gen = torch.Generator(device="cpu").manual_seed(1)
-    data = [(torch.randint(0, vocab, (batch, seq), generator=gen),
-             torch.randint(0, vocab, (batch, seq), generator=gen))
-            for _ in range(WARM_STEPS + TIMED_STEPS)]
+    model, opt = small_transformer(dev)
+    data = list(itertools.islice(token_batches(), WARM_STEPS + TIMED_STEPS))
     retained = []
 
     def step(x, y):

@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from small_model import small_transformer, token_batches
+
 HERE = Path(__file__).resolve()
 STEPS = 12
 
@@ -52,15 +54,8 @@ def child_train(mode: str, trace: str, conf: str) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda", 0)
-    vocab, d, seq, batch = 1000, 256, 128, 16
-    layer = torch.nn.TransformerEncoderLayer(d, 8, 4 * d, dropout=0.1, batch_first=True)
-    model = torch.nn.Sequential(
-        torch.nn.Embedding(vocab, d),
-        torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False),
-        torch.nn.Linear(d, vocab),
-    ).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    gen = torch.Generator(device="cpu").manual_seed(1)
+    model, opt = small_transformer(dev)
+    batches = token_batches()
     losses = []
     ctx = None
     if mode == "vramtrace":
@@ -68,8 +63,7 @@ def child_train(mode: str, trace: str, conf: str) -> None:
 
         ctx = vramtrace
     for step in range(STEPS):
-        x = torch.randint(0, vocab, (batch, seq), generator=gen).to(dev)
-        y = torch.randint(0, vocab, (batch, seq), generator=gen).to(dev)
+        x, y = (t.to(dev) for t in next(batches))
         if ctx:
             ctx.annotate("step", step)
             with ctx.phase("forward"):
