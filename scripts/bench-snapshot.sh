@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Snapshot summary side by side with PyTorch's own tools, both pinned to two
+# cores: makes a 3-million-event snapshot (about 390 MB, standard-library
+# Python), then times `vramtrace summary` on it (RUNS times) and, where
+# torch is installed, `python3 -m torch.cuda._memory_viz stats` and a bare
+# `pickle.load` (once each: they take seconds and gigabytes).
+#
+# Usage: scripts/bench-snapshot.sh BIN_DIR [OUT_DIR]
+#   BIN_DIR holds a release build of vramtrace. RUNS (default 5) and
+#   EVENTS (default 3000000) come from the environment.
+set -euo pipefail
+bin=${1:?usage: scripts/bench-snapshot.sh BIN_DIR [OUT_DIR]}
+out=${2:-$(mktemp -d)}
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+here=$(cd "$(dirname "$0")/.." && pwd)
+two="taskset -c 0,1"
+export RAYON_NUM_THREADS=2
+snapshot="$work/big.pickle"
+
+measure() { # name, command...: wall s, user s, peak RSS MiB via /usr/bin/time
+  local name=$1; shift
+  /usr/bin/time -f "%e %U %M" -o "$out/$name.time" "$@" > "$out/$name.log" 2>&1
+  read -r wall user rss < "$out/$name.time"
+  printf '%-22s wall %6.2f s  user %6.2f s  peak RSS %6.0f MiB\n' \
+    "$name" "$wall" "$user" "$(awk "BEGIN{print $rss/1024}")" | tee -a "$out/table.txt"
+}
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC" | tee "$out/table.txt"
+python3 "$here/analyzer/benches/make_big_snapshot.py" "$snapshot" --events "${EVENTS:-3000000}"
+ls -l "$snapshot" | awk '{print "snapshot bytes:", $5}' | tee -a "$out/table.txt"
+cat "$snapshot" > /dev/null # in the page cache for every command alike
+for i in $(seq "${RUNS:-5}"); do
+  measure "vramtrace_summary_$i" $two "$bin/vramtrace" summary "$snapshot"
+done
+if python3 -c "import torch" 2> /dev/null; then
+  measure torch_memory_viz_stats $two python3 -m torch.cuda._memory_viz stats "$snapshot"
+  measure pickle_load $two python3 -c "import pickle, sys; pickle.load(open(sys.argv[1], 'rb'))" "$snapshot"
+else
+  echo "torch not installed: no side-by-side figures" | tee -a "$out/table.txt"
+fi
