@@ -156,6 +156,13 @@ pub(crate) fn split_key(key: &[usize], sealed: bool) -> (&[usize], &[usize]) {
 /// unlike a fixed count of frames to skip.
 #[inline(never)]
 pub(crate) fn capture(marker: usize, depth: usize, buf: &mut StackBuf) {
+    capture_libgcc(marker, depth, buf);
+}
+
+/// [`capture`] through libgcc's unwinder, which interprets each frame's
+/// unwind rules anew (about 200 ns a frame).
+#[inline(never)]
+pub(crate) fn capture_libgcc(marker: usize, depth: usize, buf: &mut StackBuf) {
     let depth = depth.min(MAX_STACK_DEPTH);
     // SAFETY: the callback neither panics nor calls back into the unwinder;
     // `trace_unsynchronized` is only unsafe where the platform's unwinder is
