@@ -114,3 +114,95 @@ fn walks_out_of_libc_callbacks() {
     assert!(cached.len() > 3, "{cached:x?}");
     assert_eq!(cached, libgcc);
 }
+
+thread_local! {
+    static FROM_ZLIB: std::cell::RefCell<Option<(Vec<usize>, Vec<usize>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// zlib's `z_stream` (x86_64 layout), for its allocator callbacks.
+#[repr(C)]
+struct ZStream {
+    next_in: *const u8,
+    avail_in: u32,
+    total_in: u64,
+    next_out: *mut u8,
+    avail_out: u32,
+    total_out: u64,
+    msg: *const std::ffi::c_char,
+    state: *mut c_void,
+    zalloc: extern "C" fn(*mut c_void, u32, u32) -> *mut c_void,
+    zfree: extern "C" fn(*mut c_void, *mut c_void),
+    opaque: *mut c_void,
+    data_type: std::ffi::c_int,
+    adler: u64,
+    reserved: u64,
+}
+
+#[test]
+fn finds_modules_loaded_after_the_first_capture() {
+    extern "C" fn zalloc(_: *mut c_void, items: u32, size: u32) -> *mut c_void {
+        FROM_ZLIB.with(|stacks| {
+            let mut stacks = stacks.borrow_mut();
+            if stacks.is_none() {
+                *stacks = Some(capture_both(MAX_STACK_DEPTH));
+            }
+        });
+        // SAFETY: plain allocation, freed by `zfree`.
+        unsafe { libc::calloc(items as usize, size as usize) }
+    }
+    extern "C" fn zfree(_: *mut c_void, p: *mut c_void) {
+        // SAFETY: `p` came from `zalloc`.
+        unsafe { libc::free(p) }
+    }
+    // The module list exists before zlib is loaded.
+    drop(capture_both(8));
+    // SAFETY: loads zlib (no constructors of note); looks up two symbols
+    // whose C types are those given to them below.
+    let (init, end) = unsafe {
+        let lib = libc::dlopen(c"libz.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if lib.is_null() {
+            eprintln!("libz.so.1 not found: skipped");
+            return;
+        }
+        let version = libc::dlsym(lib, c"zlibVersion".as_ptr());
+        let init = libc::dlsym(lib, c"deflateInit_".as_ptr());
+        let end = libc::dlsym(lib, c"deflateEnd".as_ptr());
+        assert!(!version.is_null() && !init.is_null() && !end.is_null());
+        let version: extern "C" fn() -> *const std::ffi::c_char = std::mem::transmute(version);
+        let init: extern "C" fn(
+            *mut ZStream,
+            std::ffi::c_int,
+            *const std::ffi::c_char,
+            std::ffi::c_int,
+        ) -> std::ffi::c_int = std::mem::transmute(init);
+        let end: extern "C" fn(*mut ZStream) -> std::ffi::c_int = std::mem::transmute(end);
+        (
+            move |s: *mut ZStream| init(s, 6, version(), size_of::<ZStream>() as std::ffi::c_int),
+            end,
+        )
+    };
+    let mut stream = ZStream {
+        next_in: std::ptr::null(),
+        avail_in: 0,
+        total_in: 0,
+        next_out: std::ptr::null_mut(),
+        avail_out: 0,
+        total_out: 0,
+        msg: std::ptr::null(),
+        state: std::ptr::null_mut(),
+        zalloc,
+        zfree,
+        opaque: std::ptr::null_mut(),
+        data_type: 0,
+        adler: 0,
+        reserved: 0,
+    };
+    // deflateInit_ calls `zalloc` from inside zlib: its frame is in a module
+    // the list did not have.
+    assert_eq!(init(&mut stream), 0);
+    assert_eq!(end(&mut stream), 0);
+    let (cached, libgcc) = FROM_ZLIB.with(|s| s.borrow_mut().take()).unwrap();
+    assert!(cached.len() > 3, "{cached:x?}");
+    assert_eq!(cached, libgcc);
+}
