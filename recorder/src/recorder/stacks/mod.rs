@@ -166,6 +166,10 @@ pub(crate) fn split_key(key: &[usize], sealed: bool) -> (&[usize], &[usize]) {
 #[inline(never)]
 pub(crate) fn capture(marker: usize, depth: usize, buf: &mut StackBuf) {
     let depth = depth.min(MAX_STACK_DEPTH);
+    // Both unwinders push a frame before checking the depth.
+    if depth == 0 {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     if unwind::capture(marker, depth, buf) {
         return;

@@ -71,6 +71,9 @@ fn agrees_with_libgcc_up_to_the_depth_limit() {
         assert_eq!(cached.len(), 7);
         assert_eq!(cached, libgcc);
     }
+    let mut none = StackBuf::new();
+    capture(0, 0, &mut none);
+    assert!(none.is_empty());
 }
 
 #[test]
