@@ -7,6 +7,12 @@ use std::ffi::c_void;
 use std::io::Write;
 use std::mem::MaybeUninit;
 
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod unwind;
+
+#[cfg(all(test, target_os = "linux", target_arch = "x86_64"))]
+mod tests;
+
 /// The most frames a native stack keeps, and the most frames a
 /// [`FrameSource`] may add to it.
 pub const MAX_STACK_DEPTH: usize = 128;
@@ -154,8 +160,27 @@ pub(crate) fn split_key(key: &[usize], sealed: bool) -> (&[usize], &[usize]) {
 /// the entry point's own lie at or below `marker`, a local of the entry
 /// point; its callers' lie above. This holds whatever the optimizer inlined,
 /// unlike a fixed count of frames to skip.
+///
+/// Uses the caching unwinder where it can run (see [`unwind`]), else
+/// libgcc's.
 #[inline(never)]
 pub(crate) fn capture(marker: usize, depth: usize, buf: &mut StackBuf) {
+    let depth = depth.min(MAX_STACK_DEPTH);
+    // Both unwinders push a frame before checking the depth.
+    if depth == 0 {
+        return;
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if unwind::capture(marker, depth, buf) {
+        return;
+    }
+    capture_libgcc(marker, depth, buf);
+}
+
+/// [`capture`] through libgcc's unwinder, which interprets each frame's
+/// unwind rules anew (about 200 ns a frame).
+#[inline(never)]
+pub(crate) fn capture_libgcc(marker: usize, depth: usize, buf: &mut StackBuf) {
     let depth = depth.min(MAX_STACK_DEPTH);
     // SAFETY: the callback neither panics nor calls back into the unwinder;
     // `trace_unsynchronized` is only unsafe where the platform's unwinder is
