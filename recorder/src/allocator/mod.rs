@@ -5,6 +5,7 @@
 //! every action as an [`EventData`]. See `docs/allocator.md` for the policy.
 
 mod config;
+mod index;
 mod pool;
 mod stats;
 
@@ -385,11 +386,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
-        let mut iter = pool
-            .blocks
-            .range((stream, size, 0)..)
-            .take_while(|(k, _)| k.0 == stream);
-        let (mut key, mut id) = iter.next().map(|(k, v)| (*k, *v))?;
+        let mut iter = pool.blocks.range_from(stream, size);
+        let (mut key, mut id) = iter.next()?;
         if slab[id].segment != NONE {
             if expandable_on {
                 // Best fit counts an expandable block as the size it can grow
@@ -403,9 +401,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                             0
                         }
                 };
-                for (k, &next) in iter {
+                for (k, next) in iter {
                     if slab[id].segment != NONE && expandable_size(next) < expandable_size(id) {
-                        key = *k;
+                        key = k;
                         id = next;
                     } else {
                         break;
@@ -413,9 +411,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 }
             } else {
                 // Expandable segments were turned off: skip their blocks.
-                let (k, v) = iter.find(|(_, v)| slab[**v].segment == NONE)?;
-                key = *k;
-                id = *v;
+                (key, id) = iter.find(|&(_, v)| slab[v].segment == NONE)?;
             }
         }
         let block_size = slab[id].size;
@@ -738,13 +734,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
         // No single block is large enough: free oversize blocks of the
         // stream, largest first, until enough is released.
-        let candidates: Vec<BlockId> = pool
+        let mut candidates: Vec<BlockId> = pool
             .blocks
-            .range(..(stream, key_size, 0))
-            .rev()
-            .take_while(|(k, _)| k.0 == stream && k.1 >= max_split)
-            .map(|(_, &id)| id)
+            .range_from(stream, max_split)
+            .take_while(|(k, _)| k.1 < key_size)
+            .map(|(_, id)| id)
             .collect();
+        candidates.reverse();
         let mut released = 0;
         for id in candidates {
             if released >= key_size {
@@ -770,7 +766,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     fn release_blocks(&mut self, small: bool) {
         let pool = if small { &self.small } else { &self.large };
-        let ids: Vec<BlockId> = pool.blocks.values().copied().collect();
+        let ids: Vec<BlockId> = pool.blocks.iter().map(|(_, id)| id).collect();
         let mut to_unmap = Vec::new();
         for id in ids {
             let b = &self.slab[id];
@@ -905,7 +901,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let freeable = |b: &Block| !b.is_split() && b.segment == NONE;
         let mut total_age = 0u64;
         let mut count = 0u64;
-        for &id in self.large.blocks.values() {
+        for (_, id) in self.large.blocks.iter() {
             let b = &self.slab[id];
             if freeable(b) {
                 total_age += age(b);
@@ -917,7 +913,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         while reclaimed < target && freed_one && count > 0 {
             let age_threshold = total_age as f64 / count as f64;
             freed_one = false;
-            let ids: Vec<BlockId> = self.large.blocks.values().copied().collect();
+            let ids: Vec<BlockId> = self.large.blocks.iter().map(|(_, id)| id).collect();
             for id in ids {
                 let b = &self.slab[id];
                 if freeable(b) && age(b) as f64 >= age_threshold {
