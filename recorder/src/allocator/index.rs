@@ -90,13 +90,15 @@ impl StreamIndex {
         }
     }
 
-    /// The blocks of at least `size` bytes, in order.
+    /// The blocks of at least `size` bytes, in order; `index` is this
+    /// stream's place in [`SizeIndex::streams`].
     #[inline]
-    fn iter_from(&self, size: u64) -> Iter<'_> {
+    fn iter_from(&self, index: usize, size: u64) -> Iter<'_> {
         let class = size_class(size);
         let pos = self.classes[class].partition_point(|e| e.size < size);
         Iter {
             stream: Some(self),
+            index,
             class,
             pos,
         }
@@ -171,9 +173,10 @@ impl SizeIndex {
     #[inline]
     pub fn range_from(&self, stream: u64, size: u64) -> Iter<'_> {
         match self.position(stream) {
-            Ok(i) => self.streams[i].iter_from(size),
+            Ok(i) => self.streams[i].iter_from(i, size),
             Err(_) => Iter {
                 stream: None,
+                index: 0,
                 class: 0,
                 pos: 0,
             },
@@ -182,7 +185,26 @@ impl SizeIndex {
 
     /// Every block, in order.
     pub fn iter(&self) -> impl Iterator<Item = (SizeKey, BlockId)> + '_ {
-        self.streams.iter().flat_map(|s| s.iter_from(0))
+        self.streams
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.iter_from(i, 0))
+    }
+
+    /// Removes the block at `slot`, found under `key` by an iterator since
+    /// which the index did not change: best fit takes the block it found
+    /// without searching for it again.
+    #[inline]
+    pub fn remove_at(&mut self, slot: Slot, key: &SizeKey) -> BlockId {
+        let s = &mut self.streams[slot.stream];
+        let bucket = &mut s.classes[slot.class];
+        let e = bucket.remove(slot.pos);
+        debug_assert_eq!(e.key(s.stream), *key, "stale slot");
+        if bucket.is_empty() {
+            s.nonempty[slot.class / 64] &= !(1 << (slot.class % 64));
+        }
+        self.len -= 1;
+        e.id
     }
 }
 
@@ -192,11 +214,35 @@ fn find(bucket: &[Entry], size: u64, addr: u64) -> Result<usize, usize> {
     bucket.binary_search_by(|e| (e.size, e.addr).cmp(&(size, addr)))
 }
 
-/// Blocks of one stream in order, from a lower bound on.
-pub(crate) struct Iter<'a> {
-    stream: Option<&'a StreamIndex>,
+/// Where a block is in a [`SizeIndex`], valid until the index changes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot {
+    stream: usize,
     class: usize,
     pos: usize,
+}
+
+/// Blocks of one stream in order, from a lower bound on.
+pub(crate) struct Iter<'a> {
+    /// None once exhausted.
+    stream: Option<&'a StreamIndex>,
+    index: usize,
+    class: usize,
+    /// The next block's place in its class.
+    pos: usize,
+}
+
+impl Iter<'_> {
+    /// The slot of the block `next` returned last (only after it returned one).
+    #[inline]
+    pub fn slot(&self) -> Slot {
+        debug_assert!(self.pos > 0);
+        Slot {
+            stream: self.index,
+            class: self.class,
+            pos: self.pos - 1,
+        }
+    }
 }
 
 impl Iterator for Iter<'_> {
@@ -251,6 +297,7 @@ mod tests {
         Insert(SizeKey),
         Remove(SizeKey),
         Query(u64, u64),
+        TakeFirst(u64, u64),
     }
 
     // Few streams and sizes, so that keys collide, classes share blocks and
@@ -275,6 +322,7 @@ mod tests {
             3 => key().prop_map(Op::Insert),
             2 => key().prop_map(Op::Remove),
             2 => key().prop_map(|(stream, size, _)| Op::Query(stream, size)),
+            1 => key().prop_map(|(stream, size, _)| Op::TakeFirst(stream, size)),
         ]
     }
 
@@ -308,6 +356,20 @@ mod tests {
                             .map(|(k, v)| (*k, *v))
                             .collect();
                         prop_assert_eq!(got, want);
+                    }
+                    Op::TakeFirst(stream, size) => {
+                        let mut iter = index.range_from(stream, size);
+                        let got = iter.next().map(|(k, id)| (k, id, iter.slot()));
+                        let want = model
+                            .range((stream, size, 0)..)
+                            .next()
+                            .filter(|(k, _)| k.0 == stream)
+                            .map(|(k, v)| (*k, *v));
+                        prop_assert_eq!(got.map(|(k, id, _)| (k, id)), want);
+                        if let Some((k, id, slot)) = got {
+                            prop_assert_eq!(index.remove_at(slot, &k), id);
+                            model.remove(&k);
+                        }
                     }
                 }
                 prop_assert_eq!(index.len(), model.len());

@@ -108,6 +108,10 @@ pub struct CachingAllocator<D: DeviceMemory> {
     large: BlockPool,
     /// Allocated blocks by address.
     active: AddrMap<BlockId>,
+    /// Streams recorded with `record_stream`, by allocated block address.
+    /// Kept out of `Block` so that blocks stay small and plain on the hot
+    /// path; most programs never record a stream.
+    stream_uses: AddrMap<Vec<u64>>,
     /// Freed blocks waiting for work on other streams: (stream, block).
     pending: Vec<(u64, BlockId)>,
     expandable: Vec<Option<ExpandableSegment>>,
@@ -132,6 +136,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             small: BlockPool::default(),
             large: BlockPool::default(),
             active: AddrMap::default(),
+            stream_uses: AddrMap::default(),
             pending: Vec::new(),
             expandable: Vec::new(),
             stats: AllocatorStats::default(),
@@ -234,13 +239,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.stats.allocated_bytes.decrease(small, size);
         let ev = self.block_event(id);
         self.emit(EventData::FreeRequested(ev));
-        let b = &mut self.slab[id];
-        if b.stream_uses.is_empty() {
-            self.free_block(id);
+        let uses = if self.stream_uses.is_empty() {
+            None
         } else {
-            let uses = std::mem::take(&mut b.stream_uses);
-            b.pending_uses = uses.len() as u32;
-            self.pending.extend(uses.into_iter().map(|s| (s, id)));
+            self.stream_uses.remove(&addr)
+        };
+        match uses {
+            None => self.free_block(id),
+            Some(uses) => {
+                self.slab[id].pending_uses = uses.len() as u32;
+                self.pending.extend(uses.into_iter().map(|s| (s, id)));
+            }
         }
         Ok(())
     }
@@ -252,9 +261,11 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             .active
             .get(&addr)
             .ok_or(AllocError::UnknownAddress(addr))?;
-        let b = &mut self.slab[id];
-        if stream != b.stream && !b.stream_uses.contains(&stream) {
-            b.stream_uses.push(stream);
+        if stream != self.slab[id].stream {
+            let uses = self.stream_uses.entry(addr).or_default();
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
         }
         Ok(())
     }
@@ -359,7 +370,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             return false;
         }
         let b = &self.slab[id];
-        !b.allocated && b.pending_uses == 0 && b.stream_uses.is_empty()
+        // Only allocated blocks have recorded stream uses.
+        !b.allocated && b.pending_uses == 0
     }
 
     fn should_split(&self, id: BlockId, size: u64) -> bool {
@@ -388,6 +400,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
         let mut iter = pool.blocks.range_from(stream, size);
         let (mut key, mut id) = iter.next()?;
+        let mut slot = iter.slot();
         if slab[id].segment != NONE {
             if expandable_on {
                 // Best fit counts an expandable block as the size it can grow
@@ -401,10 +414,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                             0
                         }
                 };
-                for (k, next) in iter {
+                while let Some((k, next)) = iter.next() {
                     if slab[id].segment != NONE && expandable_size(next) < expandable_size(id) {
-                        key = k;
-                        id = next;
+                        (key, id, slot) = (k, next, iter.slot());
                     } else {
                         break;
                     }
@@ -412,6 +424,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             } else {
                 // Expandable segments were turned off: skip their blocks.
                 (key, id) = iter.find(|&(_, v)| slab[v].segment == NONE)?;
+                slot = iter.slot();
             }
         }
         let block_size = slab[id].size;
@@ -421,7 +434,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if size >= max_split && block_size >= size.saturating_add(max_rounding) {
             return None;
         }
-        pool.blocks.remove(&key);
+        pool.blocks.remove_at(slot, &key);
         Some(id)
     }
 

@@ -29,8 +29,6 @@ pub(crate) struct Block {
     /// Streams (other than its own) whose pending work still uses the block
     /// once it is freed.
     pub pending_uses: u32,
-    /// Streams recorded with `record_stream` while allocated.
-    pub stream_uses: Vec<u64>,
     /// The pool's free-block search count when the block was cached (for GC age).
     pub gc_count_base: u64,
 }
@@ -50,7 +48,6 @@ impl Block {
             allocated: false,
             mapped: true,
             pending_uses: 0,
-            stream_uses: Vec::new(),
             gc_count_base: 0,
         }
     }
@@ -96,8 +93,6 @@ impl Slab {
 
     #[inline]
     pub fn remove(&mut self, id: BlockId) {
-        let b = &mut self.blocks[id as usize];
-        b.stream_uses = Vec::new();
         self.free.push(id);
     }
 
