@@ -125,6 +125,14 @@ impl SizeIndex {
         }
     }
 
+    // Out of line: a stream is added once, and its setup would bloat `insert`.
+    #[cold]
+    #[inline(never)]
+    fn add_stream(&mut self, i: usize, stream: u64) -> usize {
+        self.streams.insert(i, StreamIndex::new(stream));
+        i
+    }
+
     /// The number of blocks.
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn len(&self) -> usize {
@@ -136,10 +144,9 @@ impl SizeIndex {
     #[inline]
     pub fn insert(&mut self, key: SizeKey, id: BlockId) -> bool {
         let (stream, size, addr) = key;
-        let i = self.position(stream).unwrap_or_else(|i| {
-            self.streams.insert(i, StreamIndex::new(stream));
-            i
-        });
+        let i = self
+            .position(stream)
+            .unwrap_or_else(|i| self.add_stream(i, stream));
         let s = &mut self.streams[i];
         let class = size_class(size);
         let bucket = &mut s.classes[class];

@@ -365,6 +365,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.allowed_maximum.is_some() && self.config.garbage_collection_threshold > 0.0
     }
 
+    #[inline]
     fn allocatable(&self, id: BlockId) -> bool {
         if id == NONE {
             return false;
@@ -618,10 +619,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     // PyTorch's try_merge_blocks: `dst` absorbs its neighbour `src` if free
     // and of the same mapping state. Returns the bytes absorbed.
+    #[inline]
     fn try_merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
         if src == NONE || !self.allocatable(src) || self.slab[dst].mapped != self.slab[src].mapped {
             return 0;
         }
+        self.merge_blocks(dst, src)
+    }
+
+    // The merge itself, out of line: most neighbours fail the check above.
+    #[inline(never)]
+    fn merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
         let s = self.slab[src].clone_links();
         if self.slab[dst].prev == src {
             self.slab[dst].addr = s.addr;
