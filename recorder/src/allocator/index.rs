@@ -7,10 +7,10 @@
 //! two, as in TLSF) with a bitmap of the non-empty ones. A class holds its
 //! blocks in a `Vec` sorted by (size, address); classes are ordered, so the
 //! first block at or above a size is either in that size's class or the first
-//! block of the next non-empty class, found with a bit scan. Classes stay
-//! small unless many free blocks share a size range, where a `Vec` insert or
-//! remove costs a `memmove` of the class (still cheaper than a tree node up
-//! to a few hundred blocks).
+//! block of the next non-empty class, found with a bit scan. Classes usually
+//! hold zero to a few blocks; an insert or remove in a class `memmove`s the
+//! blocks after it, so thousands of free blocks of one stream in one size
+//! range (one eighth of a power of two) would cost more than a tree.
 
 use super::pool::{BlockId, SizeKey};
 
@@ -111,7 +111,6 @@ impl StreamIndex {
 pub(crate) struct SizeIndex {
     /// By stream; streams are few, and stay once seen.
     streams: Vec<StreamIndex>,
-    len: usize,
 }
 
 impl SizeIndex {
@@ -133,12 +132,6 @@ impl SizeIndex {
         i
     }
 
-    /// The number of blocks.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
     /// Adds a block under `key`; returns false (and changes nothing) if the
     /// key is there already.
     #[inline]
@@ -155,7 +148,6 @@ impl SizeIndex {
         };
         bucket.insert(pos, Entry { size, addr, id });
         s.nonempty[class / 64] |= 1 << (class % 64);
-        self.len += 1;
         true
     }
 
@@ -172,7 +164,6 @@ impl SizeIndex {
         if bucket.is_empty() {
             s.nonempty[class / 64] &= !(1 << (class % 64));
         }
-        self.len -= 1;
         Some(id)
     }
 
@@ -198,9 +189,9 @@ impl SizeIndex {
             .flat_map(|(i, s)| s.iter_from(i, 0))
     }
 
-    /// Removes the block at `slot`, found under `key` by an iterator since
-    /// which the index did not change: best fit takes the block it found
-    /// without searching for it again.
+    /// Removes the block at `slot`, which an iterator over this index
+    /// returned under `key` with no change to the index since: best fit takes
+    /// the block it found without searching for it again.
     #[inline]
     pub fn remove_at(&mut self, slot: Slot, key: &SizeKey) -> BlockId {
         let s = &mut self.streams[slot.stream];
@@ -210,7 +201,6 @@ impl SizeIndex {
         if bucket.is_empty() {
             s.nonempty[slot.class / 64] &= !(1 << (slot.class % 64));
         }
-        self.len -= 1;
         e.id
     }
 }
@@ -305,6 +295,7 @@ mod tests {
         Remove(SizeKey),
         Query(u64, u64),
         TakeFirst(u64, u64),
+        Below(u64, u64, u64),
     }
 
     // Few streams and sizes, so that keys collide, classes share blocks and
@@ -330,6 +321,9 @@ mod tests {
             2 => key().prop_map(Op::Remove),
             2 => key().prop_map(|(stream, size, _)| Op::Query(stream, size)),
             1 => key().prop_map(|(stream, size, _)| Op::TakeFirst(stream, size)),
+            1 => (key(), any::<u64>()).prop_map(|((stream, a, _), b)| {
+                Op::Below(stream, a.min(b), a.max(b))
+            }),
         ]
     }
 
@@ -364,6 +358,22 @@ mod tests {
                             .collect();
                         prop_assert_eq!(got, want);
                     }
+                    // How release_available_cached_blocks lists its
+                    // candidates: sizes in [lo, hi), largest first.
+                    Op::Below(stream, lo, hi) => {
+                        let mut got: Vec<_> = index
+                            .range_from(stream, lo)
+                            .take_while(|(k, _)| k.1 < hi)
+                            .collect();
+                        got.reverse();
+                        let want: Vec<_> = model
+                            .range(..(stream, hi, 0))
+                            .rev()
+                            .take_while(|(k, _)| k.0 == stream && k.1 >= lo)
+                            .map(|(k, v)| (*k, *v))
+                            .collect();
+                        prop_assert_eq!(got, want);
+                    }
                     Op::TakeFirst(stream, size) => {
                         let mut iter = index.range_from(stream, size);
                         let got = iter.next().map(|(k, id)| (k, id, iter.slot()));
@@ -379,7 +389,7 @@ mod tests {
                         }
                     }
                 }
-                prop_assert_eq!(index.len(), model.len());
+                prop_assert_eq!(index.iter().count(), model.len());
             }
             let all: Vec<_> = index.iter().collect();
             let want: Vec<_> = model.into_iter().collect();
