@@ -8,9 +8,11 @@
 //! blocks in a `Vec` sorted by (size, address); classes are ordered, so the
 //! first block at or above a size is either in that size's class or the first
 //! block of the next non-empty class, found with a bit scan. Classes usually
-//! hold zero to a few blocks; an insert or remove in a class `memmove`s the
-//! blocks after it, so thousands of free blocks of one stream in one size
-//! range (one eighth of a power of two) would cost more than a tree.
+//! hold zero to a few blocks. An insert or remove `memmove`s the rest of its
+//! class, so one class holding a huge number of free blocks (one stream, one
+//! eighth of a power of two) costs more than a tree: with 10,000 free blocks
+//! of one size an alloc+free pair still took less time than with the
+//! `BTreeMap`, with 50,000 about five times more.
 
 use super::pool::{BlockId, SizeKey};
 
