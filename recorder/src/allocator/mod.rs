@@ -5,6 +5,7 @@
 //! every action as an [`EventData`]. See `docs/allocator.md` for the policy.
 
 mod config;
+mod index;
 mod pool;
 mod stats;
 
@@ -107,6 +108,10 @@ pub struct CachingAllocator<D: DeviceMemory> {
     large: BlockPool,
     /// Allocated blocks by address.
     active: AddrMap<BlockId>,
+    /// Streams recorded with `record_stream`, by allocated block address.
+    /// Kept out of `Block` so that blocks stay small and plain on the hot
+    /// path; most programs never record a stream.
+    stream_uses: AddrMap<Vec<u64>>,
     /// Freed blocks waiting for work on other streams: (stream, block).
     pending: Vec<(u64, BlockId)>,
     expandable: Vec<Option<ExpandableSegment>>,
@@ -131,6 +136,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             small: BlockPool::default(),
             large: BlockPool::default(),
             active: AddrMap::default(),
+            stream_uses: AddrMap::default(),
             pending: Vec::new(),
             expandable: Vec::new(),
             stats: AllocatorStats::default(),
@@ -233,13 +239,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.stats.allocated_bytes.decrease(small, size);
         let ev = self.block_event(id);
         self.emit(EventData::FreeRequested(ev));
-        let b = &mut self.slab[id];
-        if b.stream_uses.is_empty() {
-            self.free_block(id);
+        let uses = if self.stream_uses.is_empty() {
+            None
         } else {
-            let uses = std::mem::take(&mut b.stream_uses);
-            b.pending_uses = uses.len() as u32;
-            self.pending.extend(uses.into_iter().map(|s| (s, id)));
+            self.stream_uses.remove(&addr)
+        };
+        match uses {
+            None => self.free_block(id),
+            Some(uses) => {
+                self.slab[id].pending_uses = uses.len() as u32;
+                self.pending.extend(uses.into_iter().map(|s| (s, id)));
+            }
         }
         Ok(())
     }
@@ -251,9 +261,11 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             .active
             .get(&addr)
             .ok_or(AllocError::UnknownAddress(addr))?;
-        let b = &mut self.slab[id];
-        if stream != b.stream && !b.stream_uses.contains(&stream) {
-            b.stream_uses.push(stream);
+        if stream != self.slab[id].stream {
+            let uses = self.stream_uses.entry(addr).or_default();
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
         }
         Ok(())
     }
@@ -353,12 +365,14 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.allowed_maximum.is_some() && self.config.garbage_collection_threshold > 0.0
     }
 
+    #[inline]
     fn allocatable(&self, id: BlockId) -> bool {
         if id == NONE {
             return false;
         }
         let b = &self.slab[id];
-        !b.allocated && b.pending_uses == 0 && b.stream_uses.is_empty()
+        // Only allocated blocks have recorded stream uses.
+        !b.allocated && b.pending_uses == 0
     }
 
     fn should_split(&self, id: BlockId, size: u64) -> bool {
@@ -385,11 +399,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
-        let mut iter = pool
-            .blocks
-            .range((stream, size, 0)..)
-            .take_while(|(k, _)| k.0 == stream);
-        let (mut key, mut id) = iter.next().map(|(k, v)| (*k, *v))?;
+        let mut iter = pool.blocks.range_from(stream, size);
+        let (mut key, mut id) = iter.next()?;
+        let mut slot = iter.slot();
         if slab[id].segment != NONE {
             if expandable_on {
                 // Best fit counts an expandable block as the size it can grow
@@ -403,19 +415,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                             0
                         }
                 };
-                for (k, &next) in iter {
+                while let Some((k, next)) = iter.next() {
                     if slab[id].segment != NONE && expandable_size(next) < expandable_size(id) {
-                        key = *k;
-                        id = next;
+                        (key, id, slot) = (k, next, iter.slot());
                     } else {
                         break;
                     }
                 }
             } else {
                 // Expandable segments were turned off: skip their blocks.
-                let (k, v) = iter.find(|(_, v)| slab[**v].segment == NONE)?;
-                key = *k;
-                id = *v;
+                (key, id) = iter.find(|&(_, v)| slab[v].segment == NONE)?;
+                slot = iter.slot();
             }
         }
         let block_size = slab[id].size;
@@ -425,7 +435,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if size >= max_split && block_size >= size.saturating_add(max_rounding) {
             return None;
         }
-        pool.blocks.remove(&key);
+        pool.blocks.remove_at(slot, &key);
         Some(id)
     }
 
@@ -609,10 +619,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     // PyTorch's try_merge_blocks: `dst` absorbs its neighbour `src` if free
     // and of the same mapping state. Returns the bytes absorbed.
+    #[inline]
     fn try_merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
         if src == NONE || !self.allocatable(src) || self.slab[dst].mapped != self.slab[src].mapped {
             return 0;
         }
+        self.merge_blocks(dst, src)
+    }
+
+    // The merge itself, out of line: most neighbours fail the check above.
+    #[inline(never)]
+    fn merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
         let s = self.slab[src].clone_links();
         if self.slab[dst].prev == src {
             self.slab[dst].addr = s.addr;
@@ -738,13 +755,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
         // No single block is large enough: free oversize blocks of the
         // stream, largest first, until enough is released.
-        let candidates: Vec<BlockId> = pool
+        let mut candidates: Vec<BlockId> = pool
             .blocks
-            .range(..(stream, key_size, 0))
-            .rev()
-            .take_while(|(k, _)| k.0 == stream && k.1 >= max_split)
-            .map(|(_, &id)| id)
+            .range_from(stream, max_split)
+            .take_while(|(k, _)| k.1 < key_size)
+            .map(|(_, id)| id)
             .collect();
+        candidates.reverse();
         let mut released = 0;
         for id in candidates {
             if released >= key_size {
@@ -770,7 +787,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     fn release_blocks(&mut self, small: bool) {
         let pool = if small { &self.small } else { &self.large };
-        let ids: Vec<BlockId> = pool.blocks.values().copied().collect();
+        let ids: Vec<BlockId> = pool.blocks.iter().map(|(_, id)| id).collect();
         let mut to_unmap = Vec::new();
         for id in ids {
             let b = &self.slab[id];
@@ -905,7 +922,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let freeable = |b: &Block| !b.is_split() && b.segment == NONE;
         let mut total_age = 0u64;
         let mut count = 0u64;
-        for &id in self.large.blocks.values() {
+        for (_, id) in self.large.blocks.iter() {
             let b = &self.slab[id];
             if freeable(b) {
                 total_age += age(b);
@@ -917,7 +934,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         while reclaimed < target && freed_one && count > 0 {
             let age_threshold = total_age as f64 / count as f64;
             freed_one = false;
-            let ids: Vec<BlockId> = self.large.blocks.values().copied().collect();
+            let ids: Vec<BlockId> = self.large.blocks.iter().map(|(_, id)| id).collect();
             for id in ids {
                 let b = &self.slab[id];
                 if freeable(b) && age(b) as f64 >= age_threshold {

@@ -1,9 +1,10 @@
 //! Blocks and the pools of free blocks, with PyTorch's orderings.
 //!
 //! Blocks live in a slab and link to their segment neighbours by index, so an
-//! allocation reuses slots instead of boxing a node, and the pools' ordered
-//! maps hold plain `(stream, size, address)` keys.
+//! allocation reuses slots instead of boxing a node, and the pools' indexes
+//! hold plain `(stream, size, address)` keys.
 
+use super::index::SizeIndex;
 use std::collections::BTreeMap;
 
 /// Index of a block in the slab.
@@ -28,8 +29,6 @@ pub(crate) struct Block {
     /// Streams (other than its own) whose pending work still uses the block
     /// once it is freed.
     pub pending_uses: u32,
-    /// Streams recorded with `record_stream` while allocated.
-    pub stream_uses: Vec<u64>,
     /// The pool's free-block search count when the block was cached (for GC age).
     pub gc_count_base: u64,
 }
@@ -49,7 +48,6 @@ impl Block {
             allocated: false,
             mapped: true,
             pending_uses: 0,
-            stream_uses: Vec::new(),
             gc_count_base: 0,
         }
     }
@@ -95,8 +93,6 @@ impl Slab {
 
     #[inline]
     pub fn remove(&mut self, id: BlockId) {
-        let b = &mut self.blocks[id as usize];
-        b.stream_uses = Vec::new();
         self.free.push(id);
     }
 
@@ -125,7 +121,7 @@ impl std::ops::IndexMut<BlockId> for Slab {
 #[derive(Debug, Default)]
 pub(crate) struct BlockPool {
     /// Free mapped blocks, by (stream, size, address).
-    pub blocks: BTreeMap<SizeKey, BlockId>,
+    pub blocks: SizeIndex,
     /// Unmapped ranges of expandable segments, by (stream, address).
     pub unmapped: BTreeMap<AddrKey, BlockId>,
     /// Free-block searches so far (only counted while GC is active).
@@ -138,17 +134,13 @@ impl BlockPool {
     pub fn insert(&mut self, slab: &mut Slab, id: BlockId) {
         let b = &mut slab[id];
         b.gc_count_base = self.get_free_blocks_call_count;
-        let previous = self.blocks.insert(b.size_key(), id);
-        debug_assert!(previous.is_none(), "block cached twice");
+        let fresh = self.blocks.insert(b.size_key(), id);
+        debug_assert!(fresh, "block cached twice");
     }
 
     /// The smallest free block of `stream` with at least `size` bytes.
     pub fn lower_bound(&self, stream: u64, size: u64) -> Option<(SizeKey, BlockId)> {
-        self.blocks
-            .range((stream, size, 0)..)
-            .next()
-            .filter(|(k, _)| k.0 == stream)
-            .map(|(k, v)| (*k, *v))
+        self.blocks.range_from(stream, size).next()
     }
 }
 
