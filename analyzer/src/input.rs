@@ -173,8 +173,9 @@ pub fn open_with_progress(
 type CacheKey = (PathBuf, u64, Option<std::time::SystemTime>);
 
 /// Snapshots converted in this process, so a command that reads one twice
-/// (the summary replays up to its peak again; the report does too) converts
-/// it once. The traces are compact: about 10 bytes per event.
+/// (a window bounded by phases, found by a first pass; a summary whose free
+/// space at the peak needs a second replay) converts it once. The traces are
+/// compact: about 10 bytes per event.
 static CONVERTED: std::sync::Mutex<Vec<Converted>> = std::sync::Mutex::new(Vec::new());
 
 /// A snapshot converted by this process.

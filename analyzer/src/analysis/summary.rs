@@ -5,22 +5,37 @@
 //! reached the analysis only marks it, and copies the (small) per-site table
 //! at the first decrease after it, adding back the block whose free ended
 //! the increasing run; so one copy is made per increasing run, not per event.
-//! The free space at the peak needs a sweep over the live blocks; it is
-//! computed by [`free_space_at`], a replay that stops at the peak's event.
+//!
+//! The free space at the peak needs a sweep over the live blocks, sorted.
+//! What it needs is likewise copied lazily, unsorted: just before the first
+//! event after a new peak that changes the blocks or segments (not an
+//! allocation that makes a newer peak), and swept once, at the end. A trace
+//! whose peak keeps moving (a leak) makes a copy per step; should the copies
+//! exceed [`COPIED_BLOCKS_PER_EVENT`] blocks per event, they stop, and the
+//! report leaves the free space out for [`free_space_at`], a replay that
+//! stops at the peak's event, to fill in.
 
 use super::window::Window;
 use super::{Analysis, Step, run_pass};
 use crate::analysis::sites::{SiteDescription, SiteId};
 use crate::replay::{
-    Applied, FreeSpace, Inconsistency, InconsistencyKind, PhaseId, ReplayState, SiteLive, Totals,
+    Applied, FreeSpace, Inconsistency, InconsistencyKind, Occupancy, PhaseId, ReplayState,
+    SiteLive, Totals,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Read;
-use vramtrace_recorder::format::{EventData, FormatError, KindCounts, SymbolTable, TraceReader};
+use vramtrace_recorder::format::{
+    Event, EventData, FormatError, KindCounts, SymbolTable, TraceReader,
+};
 
 /// The most OOM events kept with their context.
 pub const MAX_OOMS: usize = 100;
+
+/// The blocks the summary may copy per event for the free space at the
+/// peak. Copying a block costs about a fiftieth of replaying an event, so
+/// at this rate the copies stay well below the second replay they save.
+pub const COPIED_BLOCKS_PER_EVENT: u64 = 8;
 
 /// Computes a [`SummaryReport`].
 #[derive(Clone, Debug)]
@@ -36,9 +51,26 @@ pub struct Summary {
     at_peak: PeakState,
     pending: bool,
     sites_at_peak: Vec<(SiteId, SiteLive)>,
+    // Where the blocks and segments at the allocated peak are.
+    peak_space: PeakSpace,
+    // Their copy, when `peak_space` is `Copied`.
+    peak_occupancy: Occupancy,
+    // Blocks copied so far.
+    copied: u64,
     ooms: Vec<OomReport>,
     oom_count: u64,
     report: Option<SummaryReport>,
+}
+
+/// Where the summary finds the free space at the allocated peak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PeakSpace {
+    /// In the replay state: nothing has changed blocks or segments since.
+    Live,
+    /// In `Summary::peak_occupancy`.
+    Copied,
+    /// Nowhere: copying it would have cost too much.
+    Unknown,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -109,10 +141,18 @@ pub struct PeakState {
     pub cached_free_bytes: u64,
     /// Internal fragmentation: block sizes minus requested sizes of live blocks.
     pub internal_fragmentation_bytes: u64,
-    /// The largest free range (when computed; see [`free_space_at`]).
+    /// The largest free range: `None` without allocations, or when the
+    /// summary left it to [`free_space_at`] (see the module's doc).
     pub largest_free_block: Option<u64>,
-    /// `1 - largest free block / free bytes` (when computed).
+    /// `1 - largest free block / free bytes` (when the largest free range is known).
     pub external_fragmentation: Option<f64>,
+}
+
+impl PeakState {
+    fn set_free_space(&mut self, space: FreeSpace) {
+        self.largest_free_block = Some(space.largest_free_block);
+        self.external_fragmentation = Some(space.external_fragmentation());
+    }
 }
 
 /// A site's share of the allocated peak.
@@ -252,6 +292,9 @@ impl Summary {
             at_peak: PeakState::default(),
             pending: false,
             sites_at_peak: Vec::new(),
+            peak_space: PeakSpace::Unknown,
+            peak_occupancy: Occupancy::default(),
+            copied: 0,
             ooms: Vec::new(),
             oom_count: 0,
             report: None,
@@ -321,6 +364,45 @@ impl Summary {
         }
         self.pending = false;
     }
+
+    /// Copies the blocks and segments of the peak out of the state, unless
+    /// the copies would exceed their budget.
+    fn copy_peak_space(&mut self, state: &ReplayState) {
+        let blocks = state.totals().live_blocks;
+        self.peak_space = if self.copied + blocks <= COPIED_BLOCKS_PER_EVENT * self.counts.total() {
+            self.copied += blocks;
+            state.copy_occupancy(&mut self.peak_occupancy);
+            PeakSpace::Copied
+        } else {
+            PeakSpace::Unknown
+        };
+    }
+
+    /// Whether `event` can change the free space and so ends the state of a
+    /// pending peak. An allocation that will raise allocated bytes above the
+    /// peak does not: it makes a new peak instead, and sweeping before each
+    /// allocation of a growing run would cost a sweep per event.
+    fn ends_peak_state(&self, event: &Event, state: &ReplayState) -> bool {
+        match &event.data {
+            EventData::Alloc(b) => {
+                state.live_at(b.addr).is_some()
+                    || state.totals().allocated.saturating_add(b.size) <= self.allocated.bytes
+            }
+            EventData::FreeCompleted(_)
+            | EventData::SegmentAlloc(_)
+            | EventData::SegmentFree(_)
+            | EventData::SegmentMap(_)
+            | EventData::SegmentUnmap(_) => true,
+            // A block freed by the caller stays in its segment until its
+            // free completes; phases and annotations touch no memory.
+            EventData::FreeRequested(_)
+            | EventData::PhaseBegin { .. }
+            | EventData::PhaseEnd { .. }
+            | EventData::Oom(_)
+            | EventData::EmptyCache(_)
+            | EventData::Annotation { .. } => false,
+        }
+    }
 }
 
 impl Analysis for Summary {
@@ -339,6 +421,18 @@ impl Analysis for Summary {
         self.active_peak = t.active;
         self.capture_peak_state(state);
         self.pending = true;
+        self.peak_space = PeakSpace::Live;
+    }
+
+    fn wants_before(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn before(&mut self, _index: u64, event: &Event, state: &ReplayState) {
+        if self.peak_space == PeakSpace::Live && self.ends_peak_state(event, state) {
+            self.copy_peak_space(state);
+        }
     }
 
     #[inline]
@@ -352,6 +446,7 @@ impl Analysis for Summary {
                 if self.allocated.update(t.allocated, step, state) {
                     self.pending = true;
                     self.capture_peak_state(state);
+                    self.peak_space = PeakSpace::Live;
                 } else if self.pending {
                     // Allocated bytes can also fall when a block replaces a
                     // larger live one (an inconsistent trace): undo both.
@@ -397,6 +492,16 @@ impl Analysis for Summary {
     fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
         if self.pending {
             self.snapshot_sites(state, None, None);
+        }
+        // Without an allocation there is no peak to describe.
+        if self.allocated.bytes > 0 {
+            match self.peak_space {
+                PeakSpace::Live => self.at_peak.set_free_space(state.free_space()),
+                PeakSpace::Copied => self
+                    .at_peak
+                    .set_free_space(self.peak_occupancy.free_space()),
+                PeakSpace::Unknown => {}
+            }
         }
         let mut sites = std::mem::take(&mut self.sites_at_peak);
         sites.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
@@ -449,8 +554,7 @@ impl Analysis for Summary {
 impl SummaryReport {
     /// Fills in the free space at the peak (from [`free_space_at`]).
     pub fn set_free_space_at_peak(&mut self, space: FreeSpace) {
-        self.at_peak.largest_free_block = Some(space.largest_free_block);
-        self.at_peak.external_fragmentation = Some(space.external_fragmentation());
+        self.at_peak.set_free_space(space);
     }
 }
 
@@ -543,6 +647,49 @@ mod tests {
         assert_eq!(space.free_bytes, 800);
         assert_eq!(space.largest_free_block, 600);
         assert_eq!(space.free_ranges, 2);
+    }
+
+    #[test]
+    fn free_space_at_the_peak_in_the_pass() {
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        b.segment(0, 1000)
+            .alloc(0, 100, 100, s)
+            .alloc(300, 100, 100, s);
+        // Freed by the caller, the block still holds its range.
+        b.free_requested(300, 100).alloc(600, 50, 50, s);
+        b.free_completed(300, 100).free(0, 100);
+        let r = summarize(&b.finish(), Window::ALL);
+        assert_eq!(r.peak_allocated.index, 2);
+        assert_eq!(r.at_peak.largest_free_block, Some(600));
+        assert_eq!(r.at_peak.external_fragmentation, Some(0.25));
+    }
+
+    #[test]
+    fn a_peak_that_keeps_moving_leaves_the_free_space_to_a_replay() {
+        // Each step makes a new peak and then frees a block: a copy of all
+        // 10,000 live blocks per 3 events, past the budget after a few.
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        b.segment(0, 1 << 30);
+        for i in 1..=10_000 {
+            b.alloc(4096 * i, 16, 16, s);
+        }
+        for i in 0..50 {
+            b.alloc(0, 1024 + i, 1024 + i, s).free(0, 1024 + i);
+        }
+        let bytes = b.finish();
+        let r = summarize(&bytes, Window::ALL);
+        assert_eq!(r.peak_allocated_bytes, 10_000 * 16 + 1024 + 49);
+        assert_eq!(r.at_peak.largest_free_block, None);
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let space = free_space_at(
+            &mut reader,
+            ReplayState::default(),
+            r.peak_allocated.replayed_events,
+        )
+        .unwrap();
+        assert_eq!(space.largest_free_block, (1 << 30) - 10_000 * 4096 - 16);
     }
 
     #[test]
@@ -640,6 +787,51 @@ mod random {
                 .collect();
             got.sort();
             prop_assert_eq!(got, best.1);
+        }
+
+        /// The free space swept in the pass is the one a replay up to the
+        /// peak finds, whatever blocks and segments change after the peak.
+        #[test]
+        fn free_space_at_peak_matches_a_replay(
+            ops in proptest::collection::vec((0u8..6, 0u64..12, 0u64..5000), 1..150),
+            from in 0u64..20,
+        ) {
+            let mut b = TraceBuilder::new();
+            let s = b.site("a", "a.py", 1);
+            b.segment(0, 1 << 30);
+            for (op, slot, size) in ops {
+                let addr = slot << 20;
+                match op {
+                    0 | 1 => b.alloc(addr, size, size, s),
+                    2 => b.free_requested(addr, 0),
+                    3 => b.free_completed(addr, 0),
+                    4 => b.segment((64 + slot) << 30, size << 20),
+                    _ => b.segment_free((64 + slot) << 30, size << 20),
+                };
+            }
+            let bytes = b.finish();
+            let window = Window { from_index: Some(from), ..Window::ALL };
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let mut summary = Summary::new(10);
+            run_pass(&mut reader, &mut ReplayState::default(), &mut [&mut summary], &window, None)
+                .unwrap();
+            let r = summary.into_report().unwrap();
+            if r.peak_allocated_bytes == 0 {
+                prop_assert_eq!(r.at_peak.largest_free_block, None);
+            } else if let Some(largest) = r.at_peak.largest_free_block {
+                let mut reader = TraceReader::new(&bytes[..]).unwrap();
+                let space = free_space_at(
+                    &mut reader,
+                    ReplayState::default(),
+                    r.peak_allocated.replayed_events,
+                )
+                .unwrap();
+                prop_assert_eq!(largest, space.largest_free_block);
+                prop_assert_eq!(
+                    r.at_peak.external_fragmentation,
+                    Some(space.external_fragmentation())
+                );
+            }
         }
     }
 }

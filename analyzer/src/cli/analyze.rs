@@ -3,6 +3,7 @@
 
 use super::{Input, open_input, warn};
 use crate::analysis::sites::{FoldRules, SiteDescription, SiteFolder};
+use crate::analysis::summary::{SummaryReport, free_space_at};
 use crate::analysis::window::{Window, WindowSpec};
 use crate::analysis::{Analysis, PassInfo, run_pass};
 use crate::progress;
@@ -187,4 +188,19 @@ pub fn full_stacks<'a>(
         }
     }
     text
+}
+
+/// Fills in the free space at the peak when the summary left it out (see
+/// [`crate::analysis::summary`]): a second replay, up to the peak.
+pub fn add_free_space(summary: &mut SummaryReport, path: &Path) -> anyhow::Result<()> {
+    if summary.peak_allocated_bytes > 0 && summary.at_peak.largest_free_block.is_none() {
+        let mut input = open_input(path)?;
+        let space = free_space_at(
+            &mut input,
+            ReplayState::default(),
+            summary.peak_allocated.replayed_events,
+        )?;
+        summary.set_free_space_at_peak(space);
+    }
+    Ok(())
 }

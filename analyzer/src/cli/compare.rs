@@ -13,13 +13,12 @@ use crate::analysis::leaks::Leaks;
 use crate::analysis::phase_totals::PhaseTotals;
 use crate::analysis::site_totals::SiteTotals;
 use crate::analysis::sites::SiteDescription;
-use crate::analysis::summary::{Summary, free_space_at};
+use crate::analysis::summary::Summary;
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
 use crate::render::diff::{
     self, AlignBy, DiffRun, format_delta, format_percent, format_value, repetitions,
 };
 use crate::render::labels;
-use crate::replay::ReplayState;
 use crate::table::{Align, Table};
 use crate::units;
 use serde::Serialize;
@@ -134,7 +133,7 @@ pub fn measure(common: &CommonArgs, path: &Path) -> anyhow::Result<Measured> {
         &mut timeline,
     ])?;
     let mut summary = summary.into_report().unwrap_or_default();
-    add_free_space(&mut summary, path)?;
+    super::analyze::add_free_space(&mut summary, path)?;
     Ok(Measured {
         figures: RunFigures {
             name: file_name(path),
@@ -145,23 +144,6 @@ pub fn measure(common: &CommonArgs, path: &Path) -> anyhow::Result<Measured> {
         },
         timeline: timeline.into_timeline(),
     })
-}
-
-/// Fills in the fragmentation at the peak: a second replay up to it.
-pub fn add_free_space(
-    summary: &mut crate::analysis::summary::SummaryReport,
-    path: &Path,
-) -> anyhow::Result<()> {
-    if summary.peak_allocated_bytes > 0 {
-        let mut input = super::open_input(path)?;
-        let space = free_space_at(
-            &mut input,
-            ReplayState::default(),
-            summary.peak_allocated.replayed_events,
-        )?;
-        summary.set_free_space_at_peak(space);
-    }
-    Ok(())
 }
 
 #[derive(Serialize)]

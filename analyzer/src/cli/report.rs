@@ -2,7 +2,8 @@
 //! page.
 
 use super::analyze::CommonArgs;
-use super::compare::{add_free_space, measure};
+use super::analyze::add_free_space;
+use super::compare::measure;
 use super::timeline::{file_name, write_chart};
 use crate::analysis::Analysis;
 use crate::analysis::compare::{CompareOptions, RunFigures, compare};

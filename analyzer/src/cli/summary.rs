@@ -1,8 +1,7 @@
 //! `vramtrace summary`: the first thing to run on a trace.
 
-use super::analyze::{CommonArgs, for_each_trace, full_stacks, site_cell};
-use crate::analysis::summary::{Summary, SummaryReport, free_space_at};
-use crate::replay::ReplayState;
+use super::analyze::{CommonArgs, add_free_space, for_each_trace, full_stacks, site_cell};
+use crate::analysis::summary::{Summary, SummaryReport};
 use crate::table::{Align, Table};
 use crate::units;
 use serde::Serialize;
@@ -34,17 +33,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let mut summary = Summary::new(args.top);
             prepared.run(&mut [&mut summary])?;
             let mut report = summary.into_report().unwrap_or_default();
-            // The free space at the peak needs the exact state at the peak's
-            // event: a second replay that stops there.
-            if report.peak_allocated_bytes > 0 {
-                let mut input = super::open_input(path)?;
-                let space = free_space_at(
-                    &mut input,
-                    ReplayState::default(),
-                    report.peak_allocated.replayed_events,
-                )?;
-                report.set_free_space_at_peak(space);
-            }
+            add_free_space(&mut report, path)?;
             let output = Output {
                 path: path.display().to_string(),
                 report,

@@ -813,46 +813,72 @@ impl ReplayState {
     /// The free space of the segments now: a sweep over the live blocks,
     /// `O(live log live)`, so call it at sample points, not per event.
     pub fn free_space(&self) -> FreeSpace {
+        let mut occupancy = Occupancy::default();
+        self.copy_occupancy(&mut occupancy);
+        occupancy.free_space()
+    }
+
+    /// Copies what the free space now depends on into `out`, reusing its
+    /// buffers: `O(live)`, without the sort of [`free_space`](Self::free_space).
+    pub fn copy_occupancy(&self, out: &mut Occupancy) {
+        out.reserved = self.totals.reserved;
+        out.segments.clone_from(&self.segments);
+        out.busy.clear();
+        if self.segments.iter().any(|s| s.live_blocks > 0) {
+            out.busy.extend(
+                self.live
+                    .values()
+                    .map(|a| (a.addr, a.addr.saturating_add(a.size))),
+            );
+        }
+    }
+}
+
+/// The segments and the address ranges of the live blocks at one moment,
+/// copied out of a [`ReplayState`] to compute its [`FreeSpace`] later.
+#[derive(Clone, Debug, Default)]
+pub struct Occupancy {
+    reserved: u64,
+    segments: Vec<Segment>,
+    // Live block ranges, unsorted; left empty when no segment holds a block.
+    busy: Vec<(u64, u64)>,
+}
+
+impl Occupancy {
+    /// The free space of the segments: a sweep, `O(live log live)`.
+    pub fn free_space(&mut self) -> FreeSpace {
         let mut space = FreeSpace {
             free_bytes: self
-                .totals
                 .reserved
                 .saturating_sub(self.segments.iter().map(|s| s.live_bytes).sum::<u64>()),
             ..Default::default()
         };
-        let mut busy: Vec<(u64, u64)> = Vec::new();
         for s in &self.segments {
             if s.live_blocks == 0 {
                 space.largest_free_block = space.largest_free_block.max(s.size());
                 space.free_ranges += 1;
             }
         }
-        if self.segments.iter().any(|s| s.live_blocks > 0) {
-            busy.extend(
-                self.live
-                    .values()
-                    .map(|a| (a.addr, a.addr.saturating_add(a.size))),
-            );
-            busy.sort_unstable();
-            let mut b = 0;
-            for s in self.segments.iter().filter(|s| s.live_blocks > 0) {
-                while b < busy.len() && busy[b].0 < s.start {
-                    b += 1;
-                }
-                let mut cursor = s.start;
-                while b < busy.len() && busy[b].0 < s.end {
-                    let (start, end) = busy[b];
-                    if start > cursor {
-                        space.largest_free_block = space.largest_free_block.max(start - cursor);
-                        space.free_ranges += 1;
-                    }
-                    cursor = cursor.max(end.min(s.end));
-                    b += 1;
-                }
-                if s.end > cursor {
-                    space.largest_free_block = space.largest_free_block.max(s.end - cursor);
+        let busy = &mut self.busy;
+        busy.sort_unstable();
+        let mut b = 0;
+        for s in self.segments.iter().filter(|s| s.live_blocks > 0) {
+            while b < busy.len() && busy[b].0 < s.start {
+                b += 1;
+            }
+            let mut cursor = s.start;
+            while b < busy.len() && busy[b].0 < s.end {
+                let (start, end) = busy[b];
+                if start > cursor {
+                    space.largest_free_block = space.largest_free_block.max(start - cursor);
                     space.free_ranges += 1;
                 }
+                cursor = cursor.max(end.min(s.end));
+                b += 1;
+            }
+            if s.end > cursor {
+                space.largest_free_block = space.largest_free_block.max(s.end - cursor);
+                space.free_ranges += 1;
             }
         }
         space

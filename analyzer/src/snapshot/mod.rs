@@ -15,8 +15,10 @@ mod rebuild;
 use convert::{Action, Collector, LogEntry};
 use pickle::{FxMap, Heap, ObjKind, PickleError, StrId, Val};
 use rebuild::{DeviceReplay, EndBlock, EndSegment};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::sync::mpsc;
 use vramtrace_recorder::allocator::AllocatorConfig;
 use vramtrace_recorder::format::{
     BlockEvent, BlockState, BlockStatus, DeviceInfo, Event, EventData, FormatError, Frame, FrameId,
@@ -556,75 +558,112 @@ fn convert_to_trace(
             Some((d, r.first_index, it, next))
         })
         .collect();
-    let mut phase_i = 0;
-    let mut last_ns = 0u64;
-    let mut clamped = 0u64;
-    let to_ns = |t: i64| (t.saturating_sub(t0).max(0) as u64).saturating_mul(1000);
-    loop {
-        // The run whose next entry comes first (k is the number of devices: tiny).
-        let best = cursors
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, (_, index, _, e))| (e.time_us.unwrap_or(i64::MAX), *index))
-            .map(|(i, _)| i);
-        let next_time = best.and_then(|i| cursors[i].3.time_us);
-        // Phases starting at an event's time come before it, ends after it.
-        while let Some(&(t, begin, name)) = phase_names.get(phase_i) {
-            let due = match (best, next_time) {
-                (None, _) => true,
-                (Some(_), Some(nt)) => t < nt || (t == nt && begin),
-                (Some(_), None) => false,
+    // The writer's chunk encoding, most of the conversion's cost, runs on a
+    // thread of its own while this one merges the devices' logs.
+    let (to_writer, batches) = mpsc::sync_channel::<Vec<Outgoing<'_>>>(4);
+    let (recycle, emptied) = mpsc::sync_channel::<Vec<Outgoing<'_>>>(4);
+    let (written, clamped) = std::thread::scope(|scope| {
+        let writer = scope.spawn(move || -> Result<_, FormatError> {
+            for mut batch in batches {
+                for item in batch.drain(..) {
+                    let event = item.into_event(&mut w);
+                    w.push(event)?;
+                }
+                // Reused: a fresh batch would cost page faults.
+                let _ = recycle.try_send(batch);
+            }
+            Ok(w)
+        });
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut send = |item| {
+            batch.push(item);
+            if batch.len() < BATCH {
+                return true;
+            }
+            let next = emptied
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(BATCH));
+            // A send fails only once the writer has failed; its error is
+            // the one to report.
+            to_writer.send(std::mem::replace(&mut batch, next)).is_ok()
+        };
+        let mut phase_i = 0;
+        let mut last_ns = 0u64;
+        let mut clamped = 0u64;
+        let to_ns = |t: i64| (t.saturating_sub(t0).max(0) as u64).saturating_mul(1000);
+        'merge: loop {
+            // The run whose next entry comes first (k is the number of devices: tiny).
+            let best = cursors
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, (_, index, _, e))| (e.time_us.unwrap_or(i64::MAX), *index))
+                .map(|(i, _)| i);
+            let next_time = best.and_then(|i| cursors[i].3.time_us);
+            // Phases starting at an event's time come before it, ends after it.
+            while let Some(&(t, begin, name)) = phase_names.get(phase_i) {
+                let due = match (best, next_time) {
+                    (None, _) => true,
+                    (Some(_), Some(nt)) => t < nt || (t == nt && begin),
+                    (Some(_), None) => false,
+                };
+                if !due {
+                    break;
+                }
+                let ns = to_ns(t).max(last_ns);
+                last_ns = ns;
+                let data = if begin {
+                    EventData::PhaseBegin { name }
+                } else {
+                    EventData::PhaseEnd { name }
+                };
+                report.phase_events += 1;
+                phase_i += 1;
+                if !send(Outgoing::Event(Event { time_ns: ns, data })) {
+                    break 'merge;
+                }
+            }
+            let Some(i) = best else { break };
+            let (d, index, it, e) = &mut cursors[i];
+            let (device, idx, entry) = (*d, *index, *e);
+            *index += 1;
+            match it.next() {
+                Some(n) => *e = n,
+                None => {
+                    cursors.swap_remove(i);
+                }
+            }
+            let ns = match entry.time_us {
+                Some(t) => to_ns(t),
+                None => idx,
             };
-            if !due {
+            if ns < last_ns {
+                clamped += 1;
+            }
+            last_ns = ns.max(last_ns);
+            let Some(item) = outgoing(
+                device,
+                idx,
+                last_ns,
+                &entry,
+                &stacks,
+                &live_sizes,
+                &mut sizes,
+                heap,
+                &config,
+            ) else {
+                continue;
+            };
+            if !send(item) {
                 break;
             }
-            let ns = to_ns(t).max(last_ns);
-            last_ns = ns;
-            let data = if begin {
-                EventData::PhaseBegin { name }
-            } else {
-                EventData::PhaseEnd { name }
-            };
-            w.push(Event { time_ns: ns, data })?;
-            report.phase_events += 1;
-            phase_i += 1;
         }
-        let Some(i) = best else { break };
-        let (d, index, it, e) = &mut cursors[i];
-        let (device, idx, entry) = (*d, *index, *e);
-        *index += 1;
-        match it.next() {
-            Some(n) => *e = n,
-            None => {
-                cursors.swap_remove(i);
-            }
+        if !batch.is_empty() {
+            let _ = to_writer.send(batch);
         }
-        let ns = match entry.time_us {
-            Some(t) => to_ns(t),
-            None => idx,
-        };
-        if ns < last_ns {
-            clamped += 1;
-        }
-        last_ns = ns.max(last_ns);
-        let Some(data) = event_data(
-            device,
-            idx,
-            &entry,
-            &stacks,
-            &live_sizes,
-            &mut sizes,
-            heap,
-            &config,
-            &mut w,
-        ) else {
-            continue;
-        };
-        w.push(Event {
-            time_ns: last_ns,
-            data,
-        })?;
-    }
+        drop(to_writer);
+        (writer.join(), clamped)
+    });
+    let w = written.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
     if clamped > 0 {
         report.warnings.push(format!(
             "{clamped} events were earlier than the event before them; their times were raised to keep the trace ordered"
@@ -632,6 +671,39 @@ fn convert_to_trace(
     }
     report.event_counts = *w.counts();
     Ok(w.finish()?)
+}
+
+/// Events handed to the writer's thread at a time.
+const BATCH: usize = 4096;
+
+/// An event on its way to the writer's thread. Annotations carry their text:
+/// strings are interned by the writer, which only that thread holds.
+enum Outgoing<'h> {
+    Event(Event),
+    Annotation {
+        time_ns: u64,
+        key: &'static str,
+        value: Cow<'h, str>,
+    },
+}
+
+impl Outgoing<'_> {
+    fn into_event(self, w: &mut TraceWriter<Vec<u8>>) -> Event {
+        match self {
+            Outgoing::Event(e) => e,
+            Outgoing::Annotation {
+                time_ns,
+                key,
+                value,
+            } => Event {
+                time_ns,
+                data: EventData::Annotation {
+                    key: w.intern_string(key),
+                    value: w.intern_string(&value),
+                },
+            },
+        }
+    }
 }
 
 fn free_block(addr: u64, size: u64) -> BlockState {
@@ -645,17 +717,17 @@ fn free_block(addr: u64, size: u64) -> BlockState {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn event_data(
+fn outgoing<'h>(
     device: u32,
     index: u64,
+    time_ns: u64,
     e: &LogEntry,
     stacks: &[StackId],
     live_sizes: &FxMap<u64, u64>,
     sizes: &mut FxMap<(u32, u64), u64>,
-    heap: &Heap,
+    heap: &'h Heap,
     config: &AllocatorConfig,
-    w: &mut TraceWriter<Vec<u8>>,
-) -> Option<EventData> {
+) -> Option<Outgoing<'h>> {
     let round_size = |requested| config.round_size(requested);
     let stack = stacks
         .get(e.stack as usize)
@@ -678,7 +750,7 @@ fn event_data(
         stack,
         thread: 0,
     };
-    Some(match e.action {
+    let data = match e.action {
         Action::Alloc => {
             let size = live_sizes
                 .get(&index)
@@ -712,17 +784,24 @@ fn event_data(
             stack,
             thread: 0,
         }),
-        Action::Snapshot => EventData::Annotation {
-            key: w.intern_string("torch.snapshot"),
-            value: w.intern_string(&format!("device {device}")),
-        },
-        Action::UserDefined => EventData::Annotation {
-            key: w.intern_string("torch.user_defined"),
-            value: if e.size == 0 {
-                w.intern_string("")
-            } else {
-                w.intern_string(&heap.str(e.size as StrId))
-            },
-        },
-    })
+        Action::Snapshot => {
+            return Some(Outgoing::Annotation {
+                time_ns,
+                key: "torch.snapshot",
+                value: Cow::Owned(format!("device {device}")),
+            });
+        }
+        Action::UserDefined => {
+            return Some(Outgoing::Annotation {
+                time_ns,
+                key: "torch.user_defined",
+                value: if e.size == 0 {
+                    Cow::Borrowed("")
+                } else {
+                    heap.str(e.size as StrId)
+                },
+            });
+        }
+    };
+    Some(Outgoing::Event(Event { time_ns, data }))
 }

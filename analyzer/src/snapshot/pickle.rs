@@ -152,6 +152,8 @@ pub struct Obj {
 pub struct Heap {
     strings: Vec<Box<[u8]>>,
     string_ids: HashMap<Box<[u8]>, StrId, FxBuild>,
+    // The string interned last: see `intern`.
+    last_string: StrId,
     bytes: Vec<Vec<u8>>,
     big_ints: Vec<i128>,
     objs: Vec<Obj>,
@@ -165,12 +167,24 @@ pub struct Heap {
 impl Heap {
     /// Interns a string by content.
     pub fn intern(&mut self, s: &[u8]) -> StrId {
-        if let Some(&id) = self.string_ids.get(s) {
-            return id;
+        // Every trace entry holds a fresh copy of the same `compile_context` str
+        // (`N/A`), usually the string interned last: comparing with it first costs
+        // a fraction of hashing.
+        if let Some(last) = self.strings.get(self.last_string as usize)
+            && **last == *s
+        {
+            return self.last_string;
         }
-        let id = self.strings.len() as StrId;
-        self.strings.push(s.into());
-        self.string_ids.insert(s.into(), id);
+        let id = match self.string_ids.get(s) {
+            Some(&id) => id,
+            None => {
+                let id = self.strings.len() as StrId;
+                self.strings.push(s.into());
+                self.string_ids.insert(s.into(), id);
+                id
+            }
+        };
+        self.last_string = id;
         id
     }
 
