@@ -7,7 +7,8 @@
 #
 # Usage: scripts/bench-snapshot.sh BIN_DIR [OUT_DIR]
 #   BIN_DIR holds a release build of vramtrace. RUNS (default 5) and
-#   EVENTS (default 3000000) come from the environment.
+#   EVENTS (default 3000000) come from the environment; BASELINE=DIR names
+#   another build (an older commit's) to time alternately with it.
 set -euo pipefail
 bin=${1:?usage: scripts/bench-snapshot.sh BIN_DIR [OUT_DIR]}
 out=${2:-$(mktemp -d)}
@@ -33,6 +34,9 @@ ls -l "$snapshot" | awk '{print "snapshot bytes:", $5}' | tee -a "$out/table.txt
 cat "$snapshot" > /dev/null # in the page cache for every command alike
 for i in $(seq "${RUNS:-5}"); do
   measure "vramtrace_summary_$i" $two "$bin/vramtrace" summary "$snapshot"
+  if [ -n "${BASELINE:-}" ]; then
+    measure "baseline_summary_$i" $two "$BASELINE/vramtrace" summary "$snapshot"
+  fi
 done
 if python3 -c "import torch" 2> /dev/null; then
   measure torch_memory_viz_stats $two python3 -m torch.cuda._memory_viz stats "$snapshot"
