@@ -16,7 +16,9 @@ pub use config::{
 pub use stats::{AllocatorStats, Stat, StatArray};
 
 use crate::device::{DeviceError, DeviceMemory};
-use crate::format::{BlockEvent, EmptyCacheEvent, EventData, OomEvent, SegmentEvent, StackId};
+use crate::format::{
+    BlockEvent, EmptyCacheEvent, Event, EventData, OomEvent, SegmentEvent, StackId,
+};
 use pool::{Block, BlockId, BlockPool, NONE, Slab};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -121,7 +123,22 @@ pub struct CachingAllocator<D: DeviceMemory> {
     /// Set by [`set_memory_fraction`](Self::set_memory_fraction).
     allowed_maximum: Option<u64>,
     log: bool,
-    events: Vec<EventData>,
+    /// Stamped on the events of the calls that follow.
+    origin: EventOrigin,
+    events: Vec<Event>,
+}
+
+/// When, where and on which thread the allocator's next events happen: the
+/// caller knows, the allocator does not. A recorder sets it before each call
+/// so that events come out finished, with nothing to patch on the hot path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventOrigin {
+    /// The events' time.
+    pub time_ns: u64,
+    /// The stack of the call ([`StackId::NONE`] when not captured).
+    pub stack: StackId,
+    /// The calling thread, as the caller numbers threads.
+    pub thread: u32,
 }
 
 impl<D: DeviceMemory> CachingAllocator<D> {
@@ -143,6 +160,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             total_reserved: 0,
             allowed_maximum: None,
             log: true,
+            origin: EventOrigin::default(),
             events: Vec::new(),
         }
     }
@@ -171,9 +189,23 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
+    /// Sets the time, stack and thread of the events of the calls that
+    /// follow (all zero and [`StackId::NONE`] until set).
+    #[inline]
+    pub fn set_event_origin(&mut self, origin: EventOrigin) {
+        self.origin = origin;
+    }
+
     /// Takes the events buffered since the last call, oldest first.
     pub fn drain_events(&mut self) -> impl Iterator<Item = EventData> + '_ {
-        self.events.drain(..)
+        self.events.drain(..).map(|e| e.data)
+    }
+
+    /// Moves the events buffered since the last call, oldest first, to the
+    /// end of `out`, with their origin.
+    #[inline]
+    pub fn append_events(&mut self, out: &mut Vec<Event>) {
+        out.append(&mut self.events);
     }
 
     /// Limits the memory this allocator may reserve to `fraction` of the
@@ -212,8 +244,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 free_bytes,
                 stream,
                 device: self.device_index,
-                stack: StackId::NONE,
-                thread: 0,
+                stack: self.origin.stack,
+                thread: self.origin.thread,
             }));
             return Err(AllocError::OutOfMemory {
                 requested,
@@ -296,8 +328,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     pub fn empty_cache(&mut self) {
         self.emit(EventData::EmptyCache(EmptyCacheEvent {
             device: self.device_index,
-            stack: StackId::NONE,
-            thread: 0,
+            stack: self.origin.stack,
+            thread: self.origin.thread,
         }));
         self.release_cached_blocks();
     }
@@ -323,9 +355,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
-    fn emit(&mut self, event: EventData) {
+    fn emit(&mut self, data: EventData) {
         if self.log {
-            self.events.push(event);
+            self.events.push(Event {
+                time_ns: self.origin.time_ns,
+                data,
+            });
         }
     }
 
@@ -337,8 +372,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             requested: b.requested,
             stream: b.stream,
             device: self.device_index,
-            stack: StackId::NONE,
-            thread: 0,
+            stack: self.origin.stack,
+            thread: self.origin.thread,
         }
     }
 
@@ -348,8 +383,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             size,
             stream,
             device: self.device_index,
-            stack: StackId::NONE,
-            thread: 0,
+            stack: self.origin.stack,
+            thread: self.origin.thread,
         }
     }
 

@@ -337,3 +337,50 @@ fn random_workload_keeps_books_consistent() {
         assert_eq!(a.slab.live(), 0, "{conf:?}");
     }
 }
+
+#[test]
+fn events_carry_the_origin_set_before_the_call() {
+    let mut a = alloc("");
+    let origin = EventOrigin {
+        time_ns: 42,
+        stack: StackId(7),
+        thread: 3,
+    };
+    a.set_event_origin(origin);
+    let x = a.malloc(1 << 20, 0).unwrap();
+    a.set_event_origin(EventOrigin {
+        time_ns: 50,
+        ..origin
+    });
+    a.free(x.addr).unwrap();
+    a.empty_cache();
+    let mut events = Vec::new();
+    a.append_events(&mut events);
+    let seen: Vec<_> = events
+        .iter()
+        .map(|e| {
+            let (stack, thread) = match &e.data {
+                EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
+                    (b.stack, b.thread)
+                }
+                EventData::SegmentAlloc(s) | EventData::SegmentFree(s) => (s.stack, s.thread),
+                EventData::EmptyCache(c) => (c.stack, c.thread),
+                other => panic!("unexpected {other:?}"),
+            };
+            (e.data.kind(), e.time_ns, stack, thread)
+        })
+        .collect();
+    let s = StackId(7);
+    assert_eq!(
+        seen,
+        vec![
+            (EventKind::SegmentAlloc, 42, s, 3),
+            (EventKind::Alloc, 42, s, 3),
+            (EventKind::FreeRequested, 50, s, 3),
+            (EventKind::FreeCompleted, 50, s, 3),
+            (EventKind::EmptyCache, 50, s, 3),
+            (EventKind::SegmentFree, 50, s, 3),
+        ]
+    );
+    assert_eq!(a.drain_events().count(), 0);
+}
