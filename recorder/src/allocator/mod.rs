@@ -201,11 +201,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.events.drain(..).map(|e| e.data)
     }
 
-    /// Moves the events buffered since the last call, oldest first, to the
-    /// end of `out`, with their origin.
+    /// The event log itself, oldest first, with each event's origin. A
+    /// recorder makes it its buffer: it appends its own events (phases,
+    /// annotations) in order and takes the log whole, so that no event is
+    /// copied on the hot path.
     #[inline]
-    pub fn append_events(&mut self, out: &mut Vec<Event>) {
-        out.append(&mut self.events);
+    pub fn event_log_mut(&mut self) -> &mut Vec<Event> {
+        &mut self.events
     }
 
     /// Limits the memory this allocator may reserve to `fraction` of the

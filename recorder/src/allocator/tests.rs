@@ -354,8 +354,7 @@ fn events_carry_the_origin_set_before_the_call() {
     });
     a.free(x.addr).unwrap();
     a.empty_cache();
-    let mut events = Vec::new();
-    a.append_events(&mut events);
+    let events = std::mem::take(a.event_log_mut());
     let seen: Vec<_> = events
         .iter()
         .map(|e| {

@@ -172,10 +172,9 @@ pub struct Recorder<D: DeviceMemory> {
 struct Inner<D: DeviceMemory> {
     alloc: CachingAllocator<D>,
     recording: bool,
-    buf: Vec<Event>,
     batch_events: usize,
     interval_ns: u64,
-    /// Time of the first event of `buf`.
+    /// Time of the first event of the buffer (the allocator's event log).
     buf_start_ns: Option<u64>,
     /// Recorder-local ids: the writer thread maps them to the trace's, since
     /// symbolization interns strings of its own there.
@@ -279,13 +278,13 @@ impl<D: DeviceMemory> Recorder<D> {
             .spawn(move || writer::run(trace, rx, spare_tx, source))
             .map_err(RecorderError::Spawn)?;
         // Events from before recording (a used allocator) belong to no trace.
-        allocator.drain_events().for_each(drop);
+        // The allocator's event log is the recorder's buffer (see `call`).
+        *allocator.event_log_mut() = Vec::with_capacity(batch_events);
         allocator.set_event_log(true);
         Ok(Recorder {
             inner: Mutex::new(Inner {
                 alloc: allocator,
                 recording: true,
-                buf: Vec::with_capacity(batch_events),
                 batch_events,
                 interval_ns: options
                     .chunk_interval
@@ -518,8 +517,8 @@ impl<D: DeviceMemory> Recorder<D> {
     }
 
     /// Calls the allocator under the lock with its events' origin set (the
-    /// time the call began, the calling thread, `stack`), and buffers the
-    /// events it reports, which come out of the allocator finished.
+    /// time the call began, the calling thread, `stack`). The events land
+    /// finished in the allocator's log, which is this recorder's buffer.
     #[inline(always)]
     fn call<R>(&self, stack: &StackBuf, f: impl FnOnce(&mut CachingAllocator<D>) -> R) -> R {
         let mut g = self.lock();
@@ -538,9 +537,7 @@ impl<D: DeviceMemory> Recorder<D> {
             thread: thread_id(),
         });
         let result = f(&mut g.alloc);
-        let inner = &mut *g;
-        inner.alloc.append_events(&mut inner.buf);
-        inner.after_push(time_ns);
+        g.after_push(time_ns);
         result
     }
 
@@ -549,7 +546,7 @@ impl<D: DeviceMemory> Recorder<D> {
             return;
         }
         let time_ns = self.now_ns();
-        g.buf.push(Event { time_ns, data });
+        g.alloc.event_log_mut().push(Event { time_ns, data });
         g.after_push(time_ns);
     }
 
@@ -598,7 +595,7 @@ impl<D: DeviceMemory> Inner<D> {
     #[inline]
     fn after_push(&mut self, time_ns: u64) {
         let start = *self.buf_start_ns.get_or_insert(time_ns);
-        if self.buf.len() >= self.batch_events {
+        if self.alloc.event_log_mut().len() >= self.batch_events {
             self.handoff(false);
         } else if time_ns - start >= self.interval_ns {
             self.handoff(true);
@@ -609,10 +606,13 @@ impl<D: DeviceMemory> Inner<D> {
     fn handoff(&mut self, flush: bool) {
         self.buf_start_ns = None;
         let Some(tx) = &self.tx else {
-            self.buf.clear();
+            self.alloc.event_log_mut().clear();
             return;
         };
-        if self.buf.is_empty() && self.new_strings.is_empty() && self.new_stacks.is_empty() {
+        if self.alloc.event_log_mut().is_empty()
+            && self.new_strings.is_empty()
+            && self.new_stacks.is_empty()
+        {
             return;
         }
         let fresh = self
@@ -622,7 +622,7 @@ impl<D: DeviceMemory> Inner<D> {
         let batch = Batch {
             strings: std::mem::take(&mut self.new_strings),
             stacks: std::mem::take(&mut self.new_stacks),
-            events: std::mem::replace(&mut self.buf, fresh),
+            events: std::mem::replace(self.alloc.event_log_mut(), fresh),
             flush,
         };
         if tx.send(Msg::Batch(batch)).is_err() {
