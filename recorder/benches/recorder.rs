@@ -2,6 +2,8 @@
 //! thread, mixed sizes (512 B .. 40 MiB), 32 live tensors, fixed seed:
 //!
 //! - `raw`: the caching allocator alone, event log off;
+//! - `raw_locked`: the same behind a `Mutex`, as a thread-safe program
+//!   (and the recorder) uses it;
 //! - `record_no_stacks`: through a `Recorder` without stacks;
 //! - `record_native_stacks`: through a `Recorder` capturing native stacks of
 //!   up to 32 frames (the pair runs 40 calls deep).
@@ -146,6 +148,24 @@ fn pairs<M: Measurement>(c: &mut Criterion<M>, name: &str) {
             i += 1;
             a.free(live[slot]).unwrap();
             live[slot] = a.malloc(size, 0).unwrap().addr;
+        });
+    });
+
+    // What any thread-safe use of the allocator pays without recording:
+    // the lock the recorder takes per call, the clock and the log aside.
+    group.bench_function("raw_locked", |b| {
+        let mut a = allocator();
+        a.set_event_log(false);
+        let a = std::sync::Mutex::new(a);
+        let mut live: Vec<u64> = (0..LIVE)
+            .map(|_| a.lock().unwrap().malloc(512, 0).unwrap().addr)
+            .collect();
+        let mut i = 0;
+        b.iter(|| {
+            let (slot, size) = steps[i % STEPS];
+            i += 1;
+            a.lock().unwrap().free(live[slot]).unwrap();
+            live[slot] = a.lock().unwrap().malloc(size, 0).unwrap().addr;
         });
     });
 
