@@ -684,6 +684,42 @@ impl<'a> OpReader<'a> {
         Some(())
     }
 
+    /// Reads the memo references of a list's MARK batch through its APPENDS, pushing
+    /// the id of each: all must name [`Val::Custom`] values of `kind` (0 to 2), else
+    /// `None`.
+    #[inline]
+    pub fn custom_refs(&mut self, kind: u8, out: &mut Vec<u32>) -> Option<()> {
+        // A stack's frames are a third of a snapshot's opcodes: their memo slots are
+        // checked by tag, with no `Val` built, and each reference is read with one
+        // bounds check (for its longest form: near the buffer's end the decoder gives
+        // up anyway).
+        let tag = T_CUSTOM0 + kind as u32;
+        let slots = &self.heap.memo.slots;
+        loop {
+            let w: [u8; 5] = self.buf.get(self.pos..self.pos + 5)?.try_into().ok()?;
+            let idx = match w[0] {
+                op::BINGET => {
+                    self.pos += 2;
+                    w[1] as usize
+                }
+                op::LONG_BINGET => {
+                    self.pos += 5;
+                    u32::from_le_bytes([w[1], w[2], w[3], w[4]]) as usize
+                }
+                op::APPENDS => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            };
+            let slot = *slots.get(idx)?;
+            if slot >> TAG_SHIFT != tag {
+                return None;
+            }
+            out.push(slot & PAYLOAD);
+        }
+    }
+
     /// Reads the argument of `opcode` if it is a one-opcode value: an int, a float,
     /// None, a bool, a str (with the memo store after it), or a memo reference. `None`
     /// for anything else, containers included.
