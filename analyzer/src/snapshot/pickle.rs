@@ -720,6 +720,26 @@ impl<'a> OpReader<'a> {
         }
     }
 
+    /// Reads a str as [`OpReader::atom`] does (a memo reference or a new str): `None`
+    /// for any other value.
+    #[inline(always)]
+    pub fn str_atom(&mut self, opcode: u8) -> Option<StrId> {
+        // Dict keys are memo references after their first use: the slot is tested for
+        // a str by its tag, with no `Val` built.
+        let idx = match opcode {
+            op::BINGET => self.u8()? as usize,
+            op::LONG_BINGET => u32::from_le_bytes(self.array()?) as usize,
+            _ => {
+                return match self.atom_rare(opcode)? {
+                    Val::Str(s) => Some(s),
+                    _ => None,
+                };
+            }
+        };
+        let slot = *self.heap.memo.slots.get(idx)?;
+        (slot >> TAG_SHIFT == T_STR).then_some(slot & PAYLOAD)
+    }
+
     /// Reads the argument of `opcode` if it is a one-opcode value: an int, a float,
     /// None, a bool, a str (with the memo store after it), or a memo reference. `None`
     /// for anything else, containers included.

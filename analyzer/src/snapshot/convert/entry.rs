@@ -33,10 +33,7 @@ pub(super) fn decode(
         if opcode == op::SETITEMS {
             break;
         }
-        let Val::Str(key) = ops.atom(opcode)? else {
-            return None;
-        };
-        let field = c.field(key);
+        let field = c.field(ops.str_atom(opcode)?);
         if !known && field != F_ACTION {
             return None;
         }
