@@ -510,6 +510,9 @@ const T_CONSUMED: u32 = 4;
 const T_CUSTOM0: u32 = 5; // kinds 0..=2 use tags 5..=7
 
 impl Memo {
+    // Inlined, so that a store of a known kind (every trace entry stores a str and
+    // a consumed dict) folds to a few instructions.
+    #[inline(always)]
     fn encode(&mut self, v: Val) -> u32 {
         let compact = |tag: u32, id: u32| (id <= PAYLOAD).then_some((tag << TAG_SHIFT) | id);
         let packed = match v {
@@ -519,10 +522,16 @@ impl Memo {
             Val::Custom { kind, id } if kind <= 2 => compact(T_CUSTOM0 + kind as u32, id),
             _ => None,
         };
-        packed.unwrap_or_else(|| {
-            self.side.push(v);
-            (T_SIDE << TAG_SHIFT) | (self.side.len() as u32 - 1).min(PAYLOAD)
-        })
+        match packed {
+            Some(slot) => slot,
+            None => self.encode_side(v),
+        }
+    }
+
+    #[cold]
+    fn encode_side(&mut self, v: Val) -> u32 {
+        self.side.push(v);
+        (T_SIDE << TAG_SHIFT) | (self.side.len() as u32 - 1).min(PAYLOAD)
     }
 
     #[inline(always)]
@@ -649,7 +658,7 @@ impl<'a> OpReader<'a> {
     /// Reads the memo store that may follow a value and stores `v` there. `Some(true)`:
     /// stored; `Some(false)`: no memo store follows; `None`: one that does not append
     /// to the memo (CPython numbers slots in order, so this is not a common layout).
-    #[inline]
+    #[inline(always)]
     pub fn memo_store(&mut self, v: Val) -> Option<bool> {
         let idx = match self.peek() {
             Some(op::MEMOIZE) => {
@@ -696,7 +705,7 @@ impl<'a> OpReader<'a> {
         let tag = T_CUSTOM0 + kind as u32;
         let slots = &self.heap.memo.slots;
         loop {
-            let w: [u8; 5] = self.buf.get(self.pos..self.pos + 5)?.try_into().ok()?;
+            let w: &[u8; 5] = self.buf.get(self.pos..self.pos + 5)?.try_into().ok()?;
             let idx = match w[0] {
                 op::BINGET => {
                     self.pos += 2;
@@ -704,7 +713,7 @@ impl<'a> OpReader<'a> {
                 }
                 op::LONG_BINGET => {
                     self.pos += 5;
-                    u32::from_le_bytes([w[1], w[2], w[3], w[4]]) as usize
+                    u32::from_le_bytes(*w.last_chunk()?) as usize
                 }
                 op::APPENDS => {
                     self.pos += 1;
