@@ -827,7 +827,10 @@ struct Source<'p, R> {
     progress: &'p dyn Fn(u64),
 }
 
-const BUF_SIZE: usize = 1 << 20;
+// Over twice the `BufReader` that `input::decompress` puts in front of a file, so
+// that each read asks for more than its capacity and goes around it, straight into
+// this buffer, instead of being copied through it.
+const BUF_SIZE: usize = 4 << 20;
 // Bytes kept buffered ahead of a dict offered to `Hook::decode_dict`: trace entries
 // are a few hundred bytes at most.
 const LOOKAHEAD: usize = 1 << 16;
