@@ -510,6 +510,9 @@ const T_CONSUMED: u32 = 4;
 const T_CUSTOM0: u32 = 5; // kinds 0..=2 use tags 5..=7
 
 impl Memo {
+    // Inlined, so that a store of a known kind (every trace entry stores a str and
+    // a consumed dict) folds to a few instructions.
+    #[inline(always)]
     fn encode(&mut self, v: Val) -> u32 {
         let compact = |tag: u32, id: u32| (id <= PAYLOAD).then_some((tag << TAG_SHIFT) | id);
         let packed = match v {
@@ -519,10 +522,16 @@ impl Memo {
             Val::Custom { kind, id } if kind <= 2 => compact(T_CUSTOM0 + kind as u32, id),
             _ => None,
         };
-        packed.unwrap_or_else(|| {
-            self.side.push(v);
-            (T_SIDE << TAG_SHIFT) | (self.side.len() as u32 - 1).min(PAYLOAD)
-        })
+        match packed {
+            Some(slot) => slot,
+            None => self.encode_side(v),
+        }
+    }
+
+    #[cold]
+    fn encode_side(&mut self, v: Val) -> u32 {
+        self.side.push(v);
+        (T_SIDE << TAG_SHIFT) | (self.side.len() as u32 - 1).min(PAYLOAD)
     }
 
     #[inline(always)]
@@ -649,7 +658,7 @@ impl<'a> OpReader<'a> {
     /// Reads the memo store that may follow a value and stores `v` there. `Some(true)`:
     /// stored; `Some(false)`: no memo store follows; `None`: one that does not append
     /// to the memo (CPython numbers slots in order, so this is not a common layout).
-    #[inline]
+    #[inline(always)]
     pub fn memo_store(&mut self, v: Val) -> Option<bool> {
         let idx = match self.peek() {
             Some(op::MEMOIZE) => {
@@ -682,6 +691,62 @@ impl<'a> OpReader<'a> {
         let slot = self.heap.memo.encode(v);
         self.heap.memo.slots[idx] = slot;
         Some(())
+    }
+
+    /// Reads the memo references of a list's MARK batch through its APPENDS, pushing
+    /// the id of each: all must name [`Val::Custom`] values of `kind` (0 to 2), else
+    /// `None`.
+    #[inline]
+    pub fn custom_refs(&mut self, kind: u8, out: &mut Vec<u32>) -> Option<()> {
+        // A stack's frames are a third of a snapshot's opcodes: their memo slots are
+        // checked by tag, with no `Val` built, and each reference is read with one
+        // bounds check (for its longest form: near the buffer's end the decoder gives
+        // up anyway).
+        let tag = T_CUSTOM0 + kind as u32;
+        let slots = &self.heap.memo.slots;
+        loop {
+            let w: &[u8; 5] = self.buf.get(self.pos..self.pos + 5)?.try_into().ok()?;
+            let idx = match w[0] {
+                op::BINGET => {
+                    self.pos += 2;
+                    w[1] as usize
+                }
+                op::LONG_BINGET => {
+                    self.pos += 5;
+                    u32::from_le_bytes(*w.last_chunk()?) as usize
+                }
+                op::APPENDS => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            };
+            let slot = *slots.get(idx)?;
+            if slot >> TAG_SHIFT != tag {
+                return None;
+            }
+            out.push(slot & PAYLOAD);
+        }
+    }
+
+    /// Reads a str as [`OpReader::atom`] does (a memo reference or a new str): `None`
+    /// for any other value.
+    #[inline(always)]
+    pub fn str_atom(&mut self, opcode: u8) -> Option<StrId> {
+        // Dict keys are memo references after their first use: the slot is tested for
+        // a str by its tag, with no `Val` built.
+        let idx = match opcode {
+            op::BINGET => self.u8()? as usize,
+            op::LONG_BINGET => u32::from_le_bytes(self.array()?) as usize,
+            _ => {
+                return match self.atom_rare(opcode)? {
+                    Val::Str(s) => Some(s),
+                    _ => None,
+                };
+            }
+        };
+        let slot = *self.heap.memo.slots.get(idx)?;
+        (slot >> TAG_SHIFT == T_STR).then_some(slot & PAYLOAD)
     }
 
     /// Reads the argument of `opcode` if it is a one-opcode value: an int, a float,
@@ -762,7 +827,10 @@ struct Source<'p, R> {
     progress: &'p dyn Fn(u64),
 }
 
-const BUF_SIZE: usize = 1 << 20;
+// Over twice the `BufReader` that `input::decompress` puts in front of a file, so
+// that each read asks for more than its capacity and goes around it, straight into
+// this buffer, instead of being copied through it.
+const BUF_SIZE: usize = 4 << 20;
 // Bytes kept buffered ahead of a dict offered to `Hook::decode_dict`: trace entries
 // are a few hundred bytes at most.
 const LOOKAHEAD: usize = 1 << 16;

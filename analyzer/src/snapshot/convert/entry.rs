@@ -33,10 +33,7 @@ pub(super) fn decode(
         if opcode == op::SETITEMS {
             break;
         }
-        let Val::Str(key) = ops.atom(opcode)? else {
-            return None;
-        };
-        let field = c.field(key);
+        let field = c.field(ops.str_atom(opcode)?);
         if !known && field != F_ACTION {
             return None;
         }
@@ -83,16 +80,7 @@ fn frames_list(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<Val> {
         match ops.peek()? {
             op::MARK => {
                 ops.u8();
-                loop {
-                    let opcode = ops.u8()?;
-                    if opcode == op::APPENDS {
-                        break;
-                    }
-                    if opcode != op::BINGET && opcode != op::LONG_BINGET {
-                        return None;
-                    }
-                    c.scratch.push(frame(ops.atom(opcode)?)?);
-                }
+                ops.custom_refs(CUSTOM_FRAME, &mut c.scratch)?;
             }
             opcode @ (op::BINGET | op::LONG_BINGET) => {
                 // One item and APPEND, or (an empty list) the entry's next key.
