@@ -9,6 +9,7 @@
 #   BIN_DIR holds a release build of vramtrace. RUNS (default 5) and
 #   EVENTS (default 3000000) come from the environment; BASELINE=DIR names
 #   another build (an older commit's) to time alternately with it.
+#   CORES (default 0,1) names the two cores.
 set -euo pipefail
 bin=${1:?usage: scripts/bench-snapshot.sh BIN_DIR [OUT_DIR]}
 out=${2:-$(mktemp -d)}
@@ -16,7 +17,7 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 here=$(cd "$(dirname "$0")/.." && pwd)
-two="taskset -c 0,1"
+two="taskset -c ${CORES:-0,1}"
 export RAYON_NUM_THREADS=2
 snapshot="$work/big.pickle"
 
