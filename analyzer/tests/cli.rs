@@ -1,7 +1,7 @@
 //! End-to-end tests of the replaying commands: the built binary on traces
 //! written here.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use vramtrace_recorder::format::{
     BlockEvent, Event, EventData, Header, SegmentEvent, StackId, TraceWriter, WriterOptions,
@@ -17,7 +17,7 @@ fn vramtrace(args: &[&str]) -> Output {
 }
 
 fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramtrace-cli-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("vramtrace-cli");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }

@@ -14,7 +14,7 @@ fn repo_root() -> PathBuf {
 fn every_fixture_regenerates_byte_for_byte() {
     let root = repo_root();
     let readme = std::fs::read_to_string(root.join("fixtures/README.md")).unwrap();
-    let out_dir = std::env::temp_dir().join(format!("vramtrace-fixtures-{}", std::process::id()));
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("vramtrace-fixtures");
     std::fs::create_dir_all(&out_dir).unwrap();
     let mut checked = Vec::new();
     for line in readme.lines().filter_map(|l| l.trim().strip_prefix(PREFIX)) {

@@ -116,9 +116,15 @@ where
     }
 }
 
-/// A fresh scratch directory for one test.
+/// A fresh scratch directory for one test, under the build's `target/tmp`
+/// (where cargo puts integration tests' files): emptied when the test runs
+/// again, left for a look after a failure, gone with `cargo clean`.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramtrace-e2e-{}-{name}", std::process::id()));
+    let target = binary()
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/vramtrace");
+    let dir = target.join("tmp").join("vramtrace-e2e").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
