@@ -1,5 +1,8 @@
-//! Building small traces in memory for unit tests.
+//! Building small traces in memory for unit tests, and replaying them.
 
+use crate::analysis::window::Window;
+use crate::analysis::{Analysis, run_pass};
+use crate::replay::ReplayState;
 use vramtrace_recorder::format::{
     BlockEvent, Event, EventData, Header, InitialState, OomEvent, SegmentEvent, StackId,
     SymbolTable, TraceReader, TraceWriter, WriterOptions,
@@ -177,4 +180,18 @@ impl Default for TraceBuilder {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Replays the trace `bytes` from its start through `analyses`, in one pass
+/// over `window`: what a command does, without the file.
+pub fn replay_trace(bytes: &[u8], analyses: &mut [&mut dyn Analysis], window: &Window) {
+    let mut reader = TraceReader::new(bytes).unwrap();
+    run_pass(
+        &mut reader,
+        &mut ReplayState::default(),
+        analyses,
+        window,
+        None,
+    )
+    .unwrap();
 }

@@ -251,16 +251,13 @@ impl Analysis for Fragmentation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::run_pass;
+
     use crate::analysis::window::Window;
-    use crate::testing::TraceBuilder;
-    use vramtrace_recorder::format::TraceReader;
+    use crate::testing::{TraceBuilder, replay_trace};
 
     fn series(bytes: &[u8], n: usize) -> FragmentationReport {
-        let mut reader = TraceReader::new(bytes).unwrap();
-        let mut state = ReplayState::default();
         let mut f = Fragmentation::new(n);
-        run_pass(&mut reader, &mut state, &mut [&mut f], &Window::ALL, None).unwrap();
+        replay_trace(bytes, &mut [&mut f], &Window::ALL);
         f.into_report().unwrap()
     }
 
@@ -273,10 +270,8 @@ mod tests {
             b.at(i * 1_000_000).alloc(i * 4096, 4096, 4096, s);
         }
         let bytes = b.finish();
-        let mut reader = TraceReader::new(&bytes[..]).unwrap();
-        let mut state = ReplayState::default();
         let mut f = Fragmentation::with_span(7, 0, 99_000_000);
-        run_pass(&mut reader, &mut state, &mut [&mut f], &Window::ALL, None).unwrap();
+        replay_trace(&bytes, &mut [&mut f], &Window::ALL);
         let r = f.into_report().unwrap();
         assert_eq!(r.buckets.len(), 7);
         assert_eq!(r.buckets.iter().map(|b| b.events).sum::<u64>(), 101);
@@ -339,9 +334,9 @@ mod tests {
 #[cfg(test)]
 mod random {
     use super::*;
-    use crate::analysis::run_pass;
+
     use crate::analysis::window::Window;
-    use crate::testing::TraceBuilder;
+    use crate::testing::{TraceBuilder, replay_trace};
     use proptest::prelude::*;
     use vramtrace_recorder::format::{Event, TraceReader};
 
@@ -369,10 +364,8 @@ mod random {
                 }
             }
             let bytes = b.finish();
-            let mut reader = TraceReader::new(&bytes[..]).unwrap();
-            let mut state = ReplayState::default();
             let mut f = Fragmentation::new(n);
-            run_pass(&mut reader, &mut state, &mut [&mut f], &Window::ALL, None).unwrap();
+            replay_trace(&bytes, &mut [&mut f], &Window::ALL);
             let r = f.into_report().unwrap();
             prop_assert!(r.buckets.len() < 2 * n);
             prop_assert_eq!(r.buckets.iter().map(|b| b.events).sum::<u64>(), gaps.len() as u64 + 1);

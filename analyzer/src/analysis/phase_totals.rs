@@ -148,10 +148,9 @@ impl Analysis for PhaseTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::run_pass;
+
     use crate::analysis::window::Window;
-    use crate::testing::TraceBuilder;
-    use vramtrace_recorder::format::TraceReader;
+    use crate::testing::{TraceBuilder, replay_trace};
 
     #[test]
     fn peaks_and_retention_per_normalized_phase() {
@@ -167,17 +166,8 @@ mod tests {
             b.end(&format!("iter{i}"));
         }
         let bytes = b.finish();
-        let mut reader = TraceReader::new(&bytes[..]).unwrap();
-        let mut state = ReplayState::default();
         let mut totals = PhaseTotals::new();
-        run_pass(
-            &mut reader,
-            &mut state,
-            &mut [&mut totals],
-            &Window::ALL,
-            None,
-        )
-        .unwrap();
+        replay_trace(&bytes, &mut [&mut totals], &Window::ALL);
         let r = totals.into_report().unwrap();
         let names: Vec<&str> = r.phases.iter().map(|p| p.phase.as_str()).collect();
         assert_eq!(names, ["iter#", "iter#/forward"]);

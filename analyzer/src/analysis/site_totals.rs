@@ -85,10 +85,9 @@ impl Analysis for SiteTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::run_pass;
+
     use crate::analysis::window::Window;
-    use crate::testing::TraceBuilder;
-    use vramtrace_recorder::format::TraceReader;
+    use crate::testing::{TraceBuilder, replay_trace};
 
     #[test]
     fn counts_every_allocation_of_each_site() {
@@ -99,17 +98,8 @@ mod tests {
         b.alloc(0, 100, 90, a).free(0, 100).alloc(0, 200, 200, a);
         b.alloc(1000, 50, 50, c);
         let bytes = b.finish();
-        let mut reader = TraceReader::new(&bytes[..]).unwrap();
-        let mut state = ReplayState::default();
         let mut totals = SiteTotals::new();
-        run_pass(
-            &mut reader,
-            &mut state,
-            &mut [&mut totals],
-            &Window::ALL,
-            None,
-        )
-        .unwrap();
+        replay_trace(&bytes, &mut [&mut totals], &Window::ALL);
         let r = totals.into_report().unwrap();
         assert_eq!(r.sites.len(), 2);
         assert_eq!(r.sites[0].site.site, "a (a.py:1)");

@@ -582,14 +582,12 @@ pub fn free_space_at<R: Read>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::TraceBuilder;
+    use crate::testing::{TraceBuilder, replay_trace};
     use vramtrace_recorder::format::TraceReader;
 
-    fn summarize(bytes: &[u8], window: Window) -> SummaryReport {
-        let mut reader = TraceReader::new(bytes).unwrap();
-        let mut state = ReplayState::default();
+    pub(super) fn summarize(bytes: &[u8], window: Window) -> SummaryReport {
         let mut summary = Summary::new(10);
-        run_pass(&mut reader, &mut state, &mut [&mut summary], &window, None).unwrap();
+        replay_trace(bytes, &mut [&mut summary], &window);
         summary.into_report().unwrap()
     }
 
@@ -731,6 +729,7 @@ mod tests {
 
 #[cfg(test)]
 mod random {
+    use super::tests::summarize;
     use super::*;
     use crate::testing::TraceBuilder;
     use proptest::prelude::*;
@@ -755,11 +754,7 @@ mod random {
                 }
             }
             let bytes = b.finish();
-            let mut reader = TraceReader::new(&bytes[..]).unwrap();
-            let mut state = ReplayState::default();
-            let mut summary = Summary::new(10);
-            run_pass(&mut reader, &mut state, &mut [&mut summary], &Window::ALL, None).unwrap();
-            let r = summary.into_report().unwrap();
+            let r = summarize(&bytes, Window::ALL);
 
             let mut reader = TraceReader::new(&bytes[..]).unwrap();
             let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
@@ -811,11 +806,7 @@ mod random {
             }
             let bytes = b.finish();
             let window = Window { from_index: Some(from), ..Window::ALL };
-            let mut reader = TraceReader::new(&bytes[..]).unwrap();
-            let mut summary = Summary::new(10);
-            run_pass(&mut reader, &mut ReplayState::default(), &mut [&mut summary], &window, None)
-                .unwrap();
-            let r = summary.into_report().unwrap();
+            let r = summarize(&bytes, window);
             if r.peak_allocated_bytes == 0 {
                 prop_assert_eq!(r.at_peak.largest_free_block, None);
             } else if let Some(largest) = r.at_peak.largest_free_block {

@@ -1,7 +1,6 @@
 use super::*;
-use crate::analysis::run_pass;
 use crate::analysis::window::Window;
-use crate::testing::TraceBuilder;
+use crate::testing::{TraceBuilder, replay_trace};
 use vramtrace_recorder::format::TraceReader;
 
 const MIB: u64 = 1 << 20;
@@ -59,10 +58,8 @@ fn training_with(iterations: u64, leak: bool, noise: bool) -> Vec<u8> {
 }
 
 fn leaks(bytes: &[u8], window: Window) -> LeaksReport {
-    let mut reader = TraceReader::new(bytes).unwrap();
-    let mut state = ReplayState::default();
     let mut leaks = Leaks::new();
-    run_pass(&mut reader, &mut state, &mut [&mut leaks], &window, None).unwrap();
+    replay_trace(bytes, &mut [&mut leaks], &window);
     leaks.into_report().unwrap()
 }
 
