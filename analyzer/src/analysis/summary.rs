@@ -585,6 +585,17 @@ mod tests {
     use crate::testing::{TraceBuilder, replay_trace};
     use vramtrace_recorder::format::TraceReader;
 
+    /// The free space at the peak by the fallback: a replay up to it.
+    fn replayed_free_space(bytes: &[u8], r: &SummaryReport) -> FreeSpace {
+        let mut reader = TraceReader::new(bytes).unwrap();
+        free_space_at(
+            &mut reader,
+            ReplayState::default(),
+            r.peak_allocated.replayed_events,
+        )
+        .unwrap()
+    }
+
     pub(super) fn summarize(bytes: &[u8], window: Window) -> SummaryReport {
         let mut summary = Summary::new(10);
         replay_trace(bytes, &mut [&mut summary], &window);
@@ -635,13 +646,7 @@ mod tests {
         b.free(300, 100).free(0, 100);
         let bytes = b.finish();
         let r = summarize(&bytes, Window::ALL);
-        let mut reader = TraceReader::new(&bytes[..]).unwrap();
-        let space = free_space_at(
-            &mut reader,
-            ReplayState::default(),
-            r.peak_allocated.replayed_events,
-        )
-        .unwrap();
+        let space = replayed_free_space(&bytes, &r);
         assert_eq!(space.free_bytes, 800);
         assert_eq!(space.largest_free_block, 600);
         assert_eq!(space.free_ranges, 2);
@@ -680,13 +685,7 @@ mod tests {
         let r = summarize(&bytes, Window::ALL);
         assert_eq!(r.peak_allocated_bytes, 10_000 * 16 + 1024 + 49);
         assert_eq!(r.at_peak.largest_free_block, None);
-        let mut reader = TraceReader::new(&bytes[..]).unwrap();
-        let space = free_space_at(
-            &mut reader,
-            ReplayState::default(),
-            r.peak_allocated.replayed_events,
-        )
-        .unwrap();
+        let space = replayed_free_space(&bytes, &r);
         assert_eq!(space.largest_free_block, (1 << 30) - 10_000 * 4096 - 16);
     }
 
