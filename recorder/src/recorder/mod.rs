@@ -690,34 +690,5 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Sets the stack and thread of an allocator event (the allocator reports
-/// neither).
-pub(crate) fn set_origin(data: &mut EventData, stack: StackId, thread: u32) {
-    match data {
-        EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
-            b.stack = stack;
-            b.thread = thread;
-        }
-        EventData::SegmentAlloc(s)
-        | EventData::SegmentFree(s)
-        | EventData::SegmentMap(s)
-        | EventData::SegmentUnmap(s) => {
-            s.stack = stack;
-            s.thread = thread;
-        }
-        EventData::Oom(o) => {
-            o.stack = stack;
-            o.thread = thread;
-        }
-        EventData::EmptyCache(e) => {
-            e.stack = stack;
-            e.thread = thread;
-        }
-        EventData::PhaseBegin { .. }
-        | EventData::PhaseEnd { .. }
-        | EventData::Annotation { .. } => {}
-    }
-}
-
 #[cfg(test)]
 mod tests;

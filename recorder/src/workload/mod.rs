@@ -22,13 +22,12 @@
 
 mod sites;
 
-use crate::allocator::{AllocError, AllocatorConfig, CachingAllocator};
+use crate::allocator::{AllocError, AllocatorConfig, CachingAllocator, EventOrigin};
 use crate::device::{DeviceMemory, SimulatedDevice};
 use crate::format::{
     DeviceInfo, Event, EventData, FormatError, Header, KindCounts, StackId, StringId, TraceWriter,
     WriterOptions,
 };
-use crate::recorder::set_origin;
 use rustc_hash::FxHashSet;
 use sites::Sites;
 use std::collections::BTreeMap;
@@ -360,13 +359,23 @@ impl<W: Write> Gen<'_, W> {
         self.time_ns += 1_500 + bytes / 512 + jitter;
     }
 
-    fn emit(&mut self, stack: StackId) -> Result<(), WorkloadError> {
-        let (time_ns, thread) = (self.time_ns, self.thread);
-        for mut data in self.alloc.drain_events() {
-            set_origin(&mut data, stack, thread);
-            self.w.push(Event { time_ns, data })?;
+    /// Calls the allocator with its events' origin set (the simulated
+    /// clock, this thread, `stack`) and writes the events it reports.
+    fn call<R>(
+        &mut self,
+        stack: StackId,
+        f: impl FnOnce(&mut CachingAllocator<SimulatedDevice>) -> R,
+    ) -> Result<R, WorkloadError> {
+        self.alloc.set_event_origin(EventOrigin {
+            time_ns: self.time_ns,
+            stack,
+            thread: self.thread,
+        });
+        let result = f(&mut self.alloc);
+        for event in self.alloc.event_log_mut().drain(..) {
+            self.w.push(event)?;
         }
-        Ok(())
+        Ok(result)
     }
 
     fn marker(&mut self, data: EventData) -> Result<(), WorkloadError> {
@@ -387,8 +396,7 @@ impl<W: Write> Gen<'_, W> {
         stack: StackId,
     ) -> Result<Result<u64, OutOfMemory>, WorkloadError> {
         self.tick(bytes);
-        let result = self.alloc.malloc(bytes, stream);
-        self.emit(stack)?;
+        let result = self.call(stack, |a| a.malloc(bytes, stream))?;
         match result {
             Ok(a) => Ok(Ok(a.addr)),
             Err(AllocError::OutOfMemory {
@@ -422,8 +430,8 @@ impl<W: Write> Gen<'_, W> {
     fn free(&mut self, addr: u64, stack: StackId) -> Result<(), WorkloadError> {
         self.iter_live.remove(&addr);
         self.time_ns += 300 + self.next() % 128;
-        self.alloc.free(addr).map_err(WorkloadError::Alloc)?;
-        self.emit(stack)
+        self.call(stack, |a| a.free(addr))?
+            .map_err(WorkloadError::Alloc)
     }
 
     fn run(&mut self) -> Result<u64, WorkloadError> {
@@ -465,8 +473,7 @@ impl<W: Write> Gen<'_, W> {
         for addr in live.into_iter().rev() {
             self.free(addr, stack)?;
         }
-        self.alloc.synchronize();
-        self.emit(stack)?;
+        self.call(stack, |a| a.synchronize())?;
         while let Some(name) = open.pop() {
             self.marker(EventData::PhaseEnd { name })?;
         }
@@ -636,15 +643,13 @@ impl<W: Write> Gen<'_, W> {
         if cfg.streams == 2 {
             // The compute stream's work is done: the input's free completes.
             self.time_ns += 1_000;
-            self.alloc.synchronize_stream(0);
-            self.emit(s.data_free)?;
+            self.call(s.data_free, |a| a.synchronize_stream(0))?;
         }
         if let Some(k) = cfg.empty_cache_every
             && (self.iteration + 1) % k == 0
         {
             self.time_ns += 1_000;
-            self.alloc.empty_cache();
-            self.emit(s.empty_cache)?;
+            self.call(s.empty_cache, |a| a.empty_cache())?;
         }
         debug_assert!(self.iter_live.is_empty());
         Ok(Ok(()))
