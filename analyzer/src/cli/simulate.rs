@@ -263,7 +263,7 @@ fn notes(e: &Extracted) -> Vec<String> {
     let mut notes = Vec::new();
     if l.inferred_empty_cache > 0 {
         notes.push(format!(
-            "{} empty_cache() calls inferred from bursts of segment frees (the trace records none)",
+            "{} empty_cache() calls inferred from bursts of segment frees not followed by an OOM (the trace records none)",
             l.inferred_empty_cache
         ));
     }

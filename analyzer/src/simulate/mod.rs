@@ -551,12 +551,6 @@ pub fn fidelity(list: &RequestList, config: &AllocatorConfig, capacity: Option<u
             list.unmatched_frees
         ));
     }
-    if list.inferred_empty_cache > 0 {
-        caveats.push(format!(
-            "{} empty_cache() calls were inferred from bursts of segment frees not followed by an OOM",
-            list.inferred_empty_cache
-        ));
-    }
     Fidelity {
         exact: first_difference.is_none() && sim.peak_reserved_bytes == list.recorded_peak_reserved,
         recorded_segment_actions: list.recorded_segments.len(),
