@@ -100,13 +100,7 @@ pub fn render(report: &FragmentationReport, title: &str) -> anyhow::Result<Strin
         .map_err(svg::draw_error)?
         .label("external fragmentation (right axis)")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], palette::ALERT.stroke_width(1)));
-        ctx.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FONT, 12))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(svg::draw_error)?;
+        svg::draw_legend(&mut ctx)?;
 
         let (_, y_range) = ctx.plotting_area().get_pixel_range();
         let mut last_x = i32::MIN;

@@ -142,13 +142,7 @@ pub fn render(series: &[Series<'_>], capacity: Option<u64>, title: &str) -> anyh
                 markers.push((x, y, text.clone()));
             }
         }
-        ctx.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FONT, 12))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(svg::draw_error)?;
+        svg::draw_legend(&mut ctx)?;
 
         // Tooltips with every policy's values, one per few pixels.
         let (_, y_range) = ctx.plotting_area().get_pixel_range();

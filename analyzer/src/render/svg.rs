@@ -152,6 +152,27 @@ pub fn draw_time_bytes_mesh(
         .map_err(draw_error)
 }
 
+/// Draws a chart's series legend in the upper left, in the style every
+/// chart shares.
+pub fn draw_legend<'a, DB, CT>(
+    ctx: &mut plotters::chart::ChartContext<'a, DB, CT>,
+) -> anyhow::Result<()>
+where
+    DB: plotters::backend::DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: plotters::coord::CoordTranslate,
+{
+    use plotters::chart::SeriesLabelPosition;
+    use plotters::style::{Color, RGBColor, WHITE};
+    ctx.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 12))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .draw()
+        .map_err(draw_error)
+}
+
 /// Turns a plotters error into a message (they carry backend types).
 pub fn draw_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("cannot draw the chart: {e:?}")
