@@ -8,6 +8,8 @@ mod entry;
 use super::pickle::{Attach, FxBuild, Heap, Hook, ObjId, ObjKind, OpReader, StrId, Val};
 use super::rebuild::DeviceReplay;
 use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
 
 /// [`Val::Custom`] kind of a frame dict turned into a local frame.
 pub(crate) const CUSTOM_FRAME: u8 = 0;
@@ -386,6 +388,7 @@ pub(crate) struct Collector {
     k: Keys,
     pub frames: Vec<LocalFrame>,
     pub stacks: LocalStacks,
+    /// The entries, filled by [`Collector::finish_parsing`].
     pub log: EventLog,
     /// Counts of every `action` seen, known or not, by heap string id.
     pub action_counts: HashMap<StrId, u64, FxBuild>,
@@ -409,8 +412,12 @@ pub(crate) struct Collector {
     pending: Vec<Option<EntryFields>>,
     /// Entries read by the direct decoder (`entry`); the others took the generic path.
     pub direct_entries: u64,
+    // Logs the entries while parsing goes on; its log and replays are taken over by
+    // `finish_parsing`.
+    logger: Logger,
     /// The replay of each list's entries (see `rebuild`), done as they are logged so
-    /// that the log is decoded only once, to write the trace.
+    /// that the log is decoded only once, to write the trace. Filled by
+    /// [`Collector::finish_parsing`].
     pub replays: Vec<(ObjId, DeviceReplay)>,
 }
 
@@ -471,11 +478,15 @@ impl Collector {
             pending: Vec::new(),
             replays: Vec::new(),
             direct_entries: 0,
+            logger: Logger::start(),
         }
     }
 
-    /// Frees what only parsing needed.
+    /// Takes over the log and the replays, and frees what only parsing needed.
     pub fn finish_parsing(&mut self) {
+        let logged = self.logger.finish();
+        self.log = logged.log;
+        self.replays = logged.replays;
         for (i, &n) in self.known_counts.iter().enumerate() {
             if n > 0 {
                 *self.action_counts.entry(self.k.actions[i]).or_insert(0) += n;
@@ -528,17 +539,7 @@ impl Collector {
         if !f.has_frames {
             self.entries_without_frames += 1;
         }
-        let index = self.log.len();
-        self.log.push(&e);
-        // Lists come one after another: the last replay is nearly always the one.
-        let i = match self.replays.iter().rposition(|r| r.0 == list) {
-            Some(i) => i,
-            None => {
-                self.replays.push((list, DeviceReplay::default()));
-                self.replays.len() - 1
-            }
-        };
-        self.replays[i].1.apply(index, &e);
+        self.logger.push(e);
         Some(Attach::Consume)
     }
 
@@ -565,6 +566,100 @@ impl Collector {
             kind: CUSTOM_FRAME,
             id: (self.frames.len() - 1) as u32,
         }))
+    }
+}
+
+/// The log and the replays of the entries logged so far.
+#[derive(Default)]
+struct Logged {
+    log: EventLog,
+    replays: Vec<(ObjId, DeviceReplay)>,
+}
+
+impl Logged {
+    fn record(&mut self, e: &LogEntry) {
+        let index = self.log.len();
+        self.log.push(e);
+        // Lists come one after another: the last replay is nearly always the one.
+        let i = match self.replays.iter().rposition(|r| r.0 == e.list) {
+            Some(i) => i,
+            None => {
+                self.replays.push((e.list, DeviceReplay::default()));
+                self.replays.len() - 1
+            }
+        };
+        self.replays[i].1.apply(index, e);
+    }
+}
+
+/// Entries handed to the logging thread at a time.
+const LOG_BATCH: usize = 8192;
+
+/// Logs entries on a thread of its own. Coding the log and replaying the entries is
+/// a fifth of the parse, and parsing (one thread: the pickle is one stream) is most
+/// of an import; this way the two run side by side.
+struct Logger {
+    batch: Vec<LogEntry>,
+    to_thread: Option<SyncSender<Vec<LogEntry>>>,
+    emptied: Receiver<Vec<LogEntry>>,
+    thread: Option<JoinHandle<Logged>>,
+}
+
+impl Logger {
+    fn start() -> Logger {
+        let (to_thread, batches) = sync_channel::<Vec<LogEntry>>(4);
+        let (recycle, emptied) = sync_channel(4);
+        let thread = std::thread::spawn(move || {
+            let mut logged = Logged::default();
+            for mut batch in batches {
+                for e in batch.drain(..) {
+                    logged.record(&e);
+                }
+                // Reused: a fresh batch would cost page faults.
+                let _ = recycle.try_send(batch);
+            }
+            logged
+        });
+        Logger {
+            batch: Vec::with_capacity(LOG_BATCH),
+            to_thread: Some(to_thread),
+            emptied,
+            thread: Some(thread),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, e: LogEntry) {
+        self.batch.push(e);
+        if self.batch.len() >= LOG_BATCH {
+            self.send();
+        }
+    }
+
+    fn send(&mut self) {
+        let next = self
+            .emptied
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(LOG_BATCH));
+        let batch = std::mem::replace(&mut self.batch, next);
+        if let Some(to_thread) = &self.to_thread {
+            // The thread stops only by panicking, which `finish` passes on.
+            let _ = to_thread.send(batch);
+        }
+    }
+
+    /// Waits for the entries pushed so far to be logged, and takes the result; after
+    /// that the logger is empty.
+    fn finish(&mut self) -> Logged {
+        if !self.batch.is_empty() {
+            self.send();
+        }
+        self.to_thread = None;
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(logged)) => logged,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            None => Logged::default(),
+        }
     }
 }
 
@@ -722,6 +817,7 @@ mod tests {
                 parser.run(&mut g).unwrap();
                 c = g.0;
             }
+            c.finish_parsing();
             // List ids differ (the generic path recycles its dicts): compare the rest.
             let entries: Vec<_> = c.log.iter().map(|e| LogEntry { list: 0, ..e }).collect();
             let runs: Vec<_> = c.log.runs.iter().map(|r| r.len).collect();
