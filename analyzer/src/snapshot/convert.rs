@@ -13,7 +13,9 @@ use std::thread::JoinHandle;
 
 /// [`Val::Custom`] kind of a frame dict turned into a local frame.
 pub(crate) const CUSTOM_FRAME: u8 = 0;
-/// [`Val::Custom`] kind of a frames list turned into a local stack.
+/// [`Val::Custom`] kind of a frames list turned into a local stack. While parsing, the
+/// id is a stack handle (see [`Collector::stack_handle`]); [`Collector::stack_id`]
+/// turns it into a stack id afterwards.
 pub(crate) const CUSTOM_STACK: u8 = 1;
 /// [`Val::Custom`] kind of a trace entry decoded straight from the opcodes, waiting
 /// for its list's APPENDS (the id indexes `Collector::pending`).
@@ -387,7 +389,10 @@ struct Keys {
 pub(crate) struct Collector {
     k: Keys,
     pub frames: Vec<LocalFrame>,
+    /// The stacks, filled by [`Collector::finish_parsing`].
     pub stacks: LocalStacks,
+    // Stack ids by handle, filled by `finish_parsing`.
+    stack_of_handle: Vec<u32>,
     /// The entries, filled by [`Collector::finish_parsing`].
     pub log: EventLog,
     /// Counts of every `action` seen, known or not, by heap string id.
@@ -469,6 +474,7 @@ impl Collector {
             k,
             frames: Vec::new(),
             stacks: LocalStacks::new(),
+            stack_of_handle: Vec::new(),
             log: EventLog::default(),
             action_counts: HashMap::default(),
             entries_without_time: 0,
@@ -482,20 +488,39 @@ impl Collector {
         }
     }
 
-    /// Takes over the log and the replays, and frees what only parsing needed.
+    /// Takes over the log, the replays and the stacks, and frees what only parsing
+    /// needed.
     pub fn finish_parsing(&mut self) {
         let logged = self.logger.finish();
         self.log = logged.log;
         self.replays = logged.replays;
+        self.stacks = logged.stacks;
+        self.stack_of_handle = logged.stack_of_handle;
         for (i, &n) in self.known_counts.iter().enumerate() {
             if n > 0 {
                 *self.action_counts.entry(self.k.actions[i]).or_insert(0) += n;
             }
         }
         self.known_counts = [0; 10];
-        self.stacks.shrink();
         self.scratch = Vec::new();
         self.pending = Vec::new();
+    }
+
+    /// A handle for the stack of a frames list whose local frame ids are in `scratch`:
+    /// the stack is interned on the logging thread (the hash lookups cost the parse
+    /// as much as reading the entries' other fields).
+    #[inline]
+    fn scratch_stack_handle(&mut self) -> u32 {
+        self.logger.stack(&self.scratch)
+    }
+
+    /// The stack id of a handle, once parsing is finished (0, the empty stack, for an
+    /// unknown handle).
+    pub fn stack_id(&self, handle: u32) -> u32 {
+        self.stack_of_handle
+            .get(handle as usize)
+            .copied()
+            .unwrap_or(0)
     }
 
     // The entry field a dict key fills.
@@ -569,14 +594,47 @@ impl Collector {
     }
 }
 
-/// The log and the replays of the entries logged so far.
-#[derive(Default)]
+/// The log, the replays and the stacks of the entries logged so far.
 struct Logged {
     log: EventLog,
     replays: Vec<(ObjId, DeviceReplay)>,
+    stacks: LocalStacks,
+    stack_of_handle: Vec<u32>,
+}
+
+impl Default for Logged {
+    fn default() -> Self {
+        Logged {
+            log: EventLog::default(),
+            replays: Vec::new(),
+            stacks: LocalStacks::new(),
+            // Handle 0: no frames list (the empty stack).
+            stack_of_handle: vec![0],
+        }
+    }
 }
 
 impl Logged {
+    fn take(&mut self, batch: &mut LogBatch) {
+        // Stacks first: the batch's entries may use them.
+        let mut at = 0;
+        for &len in &batch.stack_lens {
+            let frames = &batch.stack_frames[at..at + len as usize];
+            at += len as usize;
+            let id = self.stacks.intern(frames);
+            self.stack_of_handle.push(id);
+        }
+        for e in &mut batch.entries {
+            e.stack = self
+                .stack_of_handle
+                .get(e.stack as usize)
+                .copied()
+                .unwrap_or(0);
+            self.record(e);
+        }
+        batch.clear();
+    }
+
     fn record(&mut self, e: &LogEntry) {
         let index = self.log.len();
         self.log.push(e);
@@ -592,36 +650,73 @@ impl Logged {
     }
 }
 
-/// Entries handed to the logging thread at a time.
+/// Entries (or stack frames) handed to the logging thread at a time.
 const LOG_BATCH: usize = 8192;
 
-/// Logs entries on a thread of its own. Coding the log and replaying the entries is
-/// a fifth of the parse, and parsing (one thread: the pickle is one stream) is most
-/// of an import; this way the two run side by side.
+/// Entries, with their stacks' frames, on their way to the logging thread.
+#[derive(Default)]
+struct LogBatch {
+    /// Entries whose `stack` is a stack handle.
+    entries: Vec<LogEntry>,
+    /// The frames of the stacks whose handles this batch creates, in handle order.
+    stack_frames: Vec<u32>,
+    stack_lens: Vec<u32>,
+}
+
+impl LogBatch {
+    fn with_capacity() -> LogBatch {
+        LogBatch {
+            entries: Vec::with_capacity(LOG_BATCH),
+            stack_frames: Vec::with_capacity(LOG_BATCH),
+            stack_lens: Vec::new(),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.entries.len() >= LOG_BATCH || self.stack_frames.len() >= LOG_BATCH
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.stack_lens.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.stack_frames.clear();
+        self.stack_lens.clear();
+    }
+}
+
+/// Logs entries and interns stacks on a thread of its own. Coding the log, replaying
+/// the entries and interning their stacks took a third of the parse, and parsing (one
+/// thread: the pickle is one stream) is most of an import; this way they run side by
+/// side. Stacks are known by handles until then: numbers given out in order, which
+/// the logging thread maps to stack ids.
 struct Logger {
-    batch: Vec<LogEntry>,
-    to_thread: Option<SyncSender<Vec<LogEntry>>>,
-    emptied: Receiver<Vec<LogEntry>>,
+    batch: LogBatch,
+    next_handle: u32,
+    to_thread: Option<SyncSender<LogBatch>>,
+    emptied: Receiver<LogBatch>,
     thread: Option<JoinHandle<Logged>>,
 }
 
 impl Logger {
     fn start() -> Logger {
-        let (to_thread, batches) = sync_channel::<Vec<LogEntry>>(4);
+        let (to_thread, batches) = sync_channel::<LogBatch>(4);
         let (recycle, emptied) = sync_channel(4);
         let thread = std::thread::spawn(move || {
             let mut logged = Logged::default();
             for mut batch in batches {
-                for e in batch.drain(..) {
-                    logged.record(&e);
-                }
+                logged.take(&mut batch);
                 // Reused: a fresh batch would cost page faults.
                 let _ = recycle.try_send(batch);
             }
+            logged.stacks.shrink();
             logged
         });
         Logger {
-            batch: Vec::with_capacity(LOG_BATCH),
+            batch: LogBatch::with_capacity(),
+            next_handle: 1,
             to_thread: Some(to_thread),
             emptied,
             thread: Some(thread),
@@ -630,17 +725,30 @@ impl Logger {
 
     #[inline]
     fn push(&mut self, e: LogEntry) {
-        self.batch.push(e);
-        if self.batch.len() >= LOG_BATCH {
+        self.batch.entries.push(e);
+        if self.batch.is_full() {
             self.send();
         }
+    }
+
+    // The handle of a new stack (interned by content on the logging thread).
+    #[inline]
+    fn stack(&mut self, frames: &[u32]) -> u32 {
+        self.batch.stack_frames.extend_from_slice(frames);
+        self.batch.stack_lens.push(frames.len() as u32);
+        let handle = self.next_handle;
+        self.next_handle += 1;
+        if self.batch.is_full() {
+            self.send();
+        }
+        handle
     }
 
     fn send(&mut self) {
         let next = self
             .emptied
             .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(LOG_BATCH));
+            .unwrap_or_else(|_| LogBatch::with_capacity());
         let batch = std::mem::replace(&mut self.batch, next);
         if let Some(to_thread) = &self.to_thread {
             // The thread stops only by panicking, which `finish` passes on.
@@ -731,7 +839,7 @@ impl Hook for Collector {
                 _ => return Ok(Attach::Keep),
             }
         }
-        let id = self.stacks.intern(&self.scratch);
+        let id = self.scratch_stack_handle();
         Ok(Attach::Replace(Val::Custom {
             kind: CUSTOM_STACK,
             id,

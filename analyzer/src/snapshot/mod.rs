@@ -90,7 +90,7 @@ pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapsho
     let mut heap = parser.into_heap();
     heap.release_memo();
     collector.finish_parsing();
-    let snapshot = Snapshot::read(&heap, root)?;
+    let snapshot = Snapshot::read(&heap, &collector, root)?;
     let mut report = ImportReport {
         pickle_protocol: protocol,
         pickle_bytes,
@@ -123,7 +123,7 @@ fn int(heap: &Heap, v: Option<Val>) -> Option<i128> {
 }
 
 impl Snapshot {
-    fn read(heap: &Heap, root: Val) -> Result<Snapshot, ImportError> {
+    fn read(heap: &Heap, c: &Collector, root: Val) -> Result<Snapshot, ImportError> {
         let Val::Obj(root) = root else {
             return Err(ImportError::NotASnapshot(
                 "the top-level value is not a dict".into(),
@@ -184,7 +184,7 @@ impl Snapshot {
         match segments {
             Some(Val::Obj(l)) => {
                 for &seg in &heap.obj(l).items {
-                    s.read_segment(heap, seg)?;
+                    s.read_segment(heap, c, seg)?;
                 }
             }
             Some(_) => return Err(ImportError::NotASnapshot("`segments` is not a list".into())),
@@ -236,7 +236,7 @@ impl Snapshot {
         Ok(s)
     }
 
-    fn read_segment(&mut self, heap: &Heap, seg: Val) -> Result<(), ImportError> {
+    fn read_segment(&mut self, heap: &Heap, c: &Collector, seg: Val) -> Result<(), ImportError> {
         let bad = |what: &str| ImportError::NotASnapshot(format!("a segment {what}"));
         let Val::Obj(seg) = seg else {
             return Err(bad("is not a dict"));
@@ -279,7 +279,7 @@ impl Snapshot {
                 Some(Val::Custom {
                     kind: convert::CUSTOM_STACK,
                     id,
-                }) => id,
+                }) => c.stack_id(id),
                 _ => 0,
             };
             self.end_blocks[device as usize].insert(

@@ -60,7 +60,7 @@ pub(super) fn decode(
     }
 }
 
-// A frames list whose EMPTY_LIST was just read, as a local stack (interned by the
+// A frames list whose EMPTY_LIST was just read, as a local stack's handle (of the
 // frames' memo identities, which the generic path turned into local frames).
 fn frames_list(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<Val> {
     let slot = ops.memo_len();
@@ -99,7 +99,7 @@ fn frames_list(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<Val> {
     }
     let stack = Val::Custom {
         kind: CUSTOM_STACK,
-        id: c.stacks.intern(&c.scratch),
+        id: c.scratch_stack_handle(),
     };
     if memoized {
         ops.memo_replace(slot, stack)?;
