@@ -356,3 +356,39 @@ fn malformed_inputs_are_errors_with_offsets() {
         assert!(e.contains(needle), "{name}: {e}");
     }
 }
+
+#[test]
+fn entries_out_of_time_order_are_raised_with_a_warning() {
+    let imp = import(&synthetic("out_of_order_p4.pickle"));
+    assert!(imp.report.end_state_matches, "{:#?}", imp.report.warnings);
+    let w = imp.report.warnings.join("\n");
+    assert!(
+        w.contains("1 events were earlier than an event before them on their device"),
+        "{w}"
+    );
+    // Devices merged by time; device 0's free_requested (8 µs) raised to its alloc (10 µs).
+    let seen: Vec<(u64, u32, EventKind)> = imp
+        .events
+        .iter()
+        .map(|e| {
+            let device = match e.data {
+                EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
+                    b.device
+                }
+                EventData::SegmentAlloc(s) => s.device,
+                _ => u32::MAX,
+            };
+            (e.time_ns, device, e.kind())
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (0, 0, EventKind::SegmentAlloc),
+            (9_000, 1, EventKind::SegmentAlloc),
+            (10_000, 0, EventKind::Alloc),
+            (10_000, 0, EventKind::FreeRequested),
+            (12_000, 0, EventKind::FreeCompleted),
+        ]
+    );
+}

@@ -401,6 +401,9 @@ pub(crate) struct Collector {
     pub entries_without_time: u64,
     /// Entries without `frames`.
     pub entries_without_frames: u64,
+    /// Entries earlier than an entry before them in their list (device), filled by
+    /// [`Collector::finish_parsing`].
+    pub entries_out_of_order: u64,
     scratch: Vec<u32>,
     // By heap string id: the entry field a key fills, and the action a string names
     // (u8::MAX: none). The strings were interned first, so their ids are small and
@@ -479,6 +482,7 @@ impl Collector {
             action_counts: HashMap::default(),
             entries_without_time: 0,
             entries_without_frames: 0,
+            entries_out_of_order: 0,
             scratch: Vec::new(),
             trace_lists: Vec::new(),
             pending: Vec::new(),
@@ -495,6 +499,7 @@ impl Collector {
         self.log = logged.log;
         self.replays = logged.replays;
         self.stacks = logged.stacks;
+        self.entries_out_of_order = logged.out_of_order;
         self.stack_of_handle = logged.stack_of_handle;
         for (i, &n) in self.known_counts.iter().enumerate() {
             if n > 0 {
@@ -598,6 +603,9 @@ impl Collector {
 struct Logged {
     log: EventLog,
     replays: Vec<(ObjId, DeviceReplay)>,
+    // The latest time of each list's entries so far, as `replays`.
+    latest: Vec<i64>,
+    out_of_order: u64,
     stacks: LocalStacks,
     stack_of_handle: Vec<u32>,
 }
@@ -607,6 +615,8 @@ impl Default for Logged {
         Logged {
             log: EventLog::default(),
             replays: Vec::new(),
+            latest: Vec::new(),
+            out_of_order: 0,
             stacks: LocalStacks::new(),
             // Handle 0: no frames list (the empty stack).
             stack_of_handle: vec![0],
@@ -643,10 +653,17 @@ impl Logged {
             Some(i) => i,
             None => {
                 self.replays.push((e.list, DeviceReplay::default()));
+                self.latest.push(i64::MIN);
                 self.replays.len() - 1
             }
         };
         self.replays[i].1.apply(index, e);
+        if let Some(t) = e.time_us {
+            if t < self.latest[i] {
+                self.out_of_order += 1;
+            }
+            self.latest[i] = self.latest[i].max(t);
+        }
     }
 }
 

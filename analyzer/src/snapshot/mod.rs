@@ -82,6 +82,14 @@ pub struct ImportReport {
 /// Imports a snapshot pickle (uncompressed: see [`crate::input`] for compressed files).
 /// `progress` is called with the number of pickle bytes read so far, every MiB or so.
 pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapshot, ImportError> {
+    let (trace, report) = parse(read, progress)?.write_trace(Vec::new())?;
+    Ok(ImportedSnapshot { trace, report })
+}
+
+/// Reads a snapshot pickle (see [`import`]) and works out the trace it makes, short of
+/// writing it: a caller may start reading the trace while [`ParsedSnapshot::write_trace`]
+/// writes it.
+pub fn parse(read: impl Read, progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, ImportError> {
     let mut parser = pickle::Parser::new(read, progress);
     let mut collector = Collector::new(parser.heap_mut());
     let root = parser.run(&mut collector)?;
@@ -99,8 +107,56 @@ pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapsho
         ..Default::default()
     };
     let list_replays = std::mem::take(&mut collector.replays);
-    let trace = convert_to_trace(&heap, &collector, list_replays, &snapshot, &mut report)?;
-    Ok(ImportedSnapshot { trace, report })
+    let plan = Plan::new(&heap, &collector, list_replays, &snapshot, &mut report);
+    Ok(ParsedSnapshot {
+        heap,
+        collector,
+        snapshot,
+        plan,
+        report,
+    })
+}
+
+/// A snapshot read and checked, with its trace still to write.
+pub struct ParsedSnapshot {
+    heap: Heap,
+    collector: Collector,
+    snapshot: Snapshot,
+    plan: Plan,
+    report: ImportReport,
+}
+
+impl std::fmt::Debug for ParsedSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParsedSnapshot")
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ParsedSnapshot {
+    /// What the import found: all of it but the counts of what the trace holds
+    /// (`event_counts`, `phase_events`), which [`ParsedSnapshot::write_trace`] adds.
+    pub fn report(&self) -> &ImportReport {
+        &self.report
+    }
+
+    /// Writes the trace to `out`; returns the output and the complete report.
+    pub fn write_trace<W: std::io::Write + Send>(
+        self,
+        out: W,
+    ) -> Result<(W, ImportReport), ImportError> {
+        let mut report = self.report;
+        let trace = write_trace(
+            &self.heap,
+            &self.collector,
+            &self.snapshot,
+            self.plan,
+            &mut report,
+            out,
+        )?;
+        Ok((trace, report))
+    }
 }
 
 // The parts of the snapshot other than the trace entries.
@@ -322,118 +378,176 @@ fn setting_text(v: &pickle::Value) -> String {
     }
 }
 
-fn convert_to_trace(
-    heap: &Heap,
-    c: &Collector,
-    list_replays: Vec<(u32, DeviceReplay)>,
-    s: &Snapshot,
-    report: &mut ImportReport,
-) -> Result<Vec<u8>, ImportError> {
-    report.warnings.extend(s.warnings.iter().cloned());
-    report.entries_per_device = s.entries_per_device.clone();
-    let mut unknown = Vec::new();
-    for (&action, &n) in &c.action_counts {
-        let name = heap.str(action).into_owned();
-        if !Action::is_known(&name) {
-            unknown.push(format!("{name} ({n})"));
+/// What writing the trace needs beyond the snapshot: the state at the first event, the
+/// sizes of blocks, the time base.
+struct Plan {
+    config: AllocatorConfig,
+    // Device index by the list object of its entries.
+    device_of: FxMap<u32, u32>,
+    devices: usize,
+    // Per device.
+    start: Vec<Vec<rebuild::StartSegment>>,
+    // Block sizes of allocs still live at the end, by log index.
+    live_sizes: FxMap<u64, u64>,
+    mismatches: u64,
+    // The time (in µs) that becomes 0, and whether it is since the epoch.
+    t0: i64,
+    epoch_based: bool,
+}
+
+impl Plan {
+    /// Rebuilds the start state, checks the end state and reports what it finds.
+    fn new(
+        heap: &Heap,
+        c: &Collector,
+        list_replays: Vec<(u32, DeviceReplay)>,
+        s: &Snapshot,
+        report: &mut ImportReport,
+    ) -> Plan {
+        report.warnings.extend(s.warnings.iter().cloned());
+        report.entries_per_device = s.entries_per_device.clone();
+        let mut unknown = Vec::new();
+        for (&action, &n) in &c.action_counts {
+            let name = heap.str(action).into_owned();
+            if !Action::is_known(&name) {
+                unknown.push(format!("{name} ({n})"));
+            }
+            report.counts_by_action.insert(name, n);
         }
-        report.counts_by_action.insert(name, n);
-    }
-    if !unknown.is_empty() {
-        report.warnings.push(format!(
-            "unknown trace actions skipped: {}",
-            unknown.join(", ")
-        ));
-    }
-    if c.entries_without_time > 0 {
-        report.warnings.push(format!(
+        if !unknown.is_empty() {
+            report.warnings.push(format!(
+                "unknown trace actions skipped: {}",
+                unknown.join(", ")
+            ));
+        }
+        if c.entries_without_time > 0 {
+            report.warnings.push(format!(
             "{} trace entries have no `time_us` (PyTorch before 2.2?): their times are sequence numbers, in ns",
             c.entries_without_time
         ));
-    }
-    if c.entries_without_frames > 0 {
-        report.warnings.push(format!(
-            "{} trace entries have no `frames` (recorded without context?): they have no stack",
-            c.entries_without_frames
-        ));
-    }
-
-    // Block sizes follow the allocator's rounding, which the snapshot's settings
-    // (roundup_power2_divisions) change; the end state only gives the sizes of the
-    // blocks still live.
-    let config = match AllocatorConfig::from_settings(&s.settings) {
-        Ok((config, _ignored)) => config,
-        Err(e) => {
+        }
+        if c.entries_without_frames > 0 {
             report.warnings.push(format!(
+                "{} trace entries have no `frames` (recorded without context?): they have no stack",
+                c.entries_without_frames
+            ));
+        }
+        if c.entries_out_of_order > 0 {
+            report.warnings.push(format!(
+            "{} events were earlier than an event before them on their device; their times were raised to keep the trace ordered",
+            c.entries_out_of_order
+        ));
+        }
+
+        // Block sizes follow the allocator's rounding, which the snapshot's settings
+        // (roundup_power2_divisions) change; the end state only gives the sizes of the
+        // blocks still live.
+        let config = match AllocatorConfig::from_settings(&s.settings) {
+            Ok((config, _ignored)) => config,
+            Err(e) => {
+                report.warnings.push(format!(
                 "allocator_settings could not be read ({e}): block sizes use the default rounding"
             ));
-            AllocatorConfig::default()
-        }
-    };
-    let round_size = |requested| config.round_size(requested);
+                AllocatorConfig::default()
+            }
+        };
+        let round_size = |requested| config.round_size(requested);
 
-    // Devices: the position in device_traces.
-    let device_of: FxMap<u32, u32> = s
-        .device_lists
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| (l, i as u32))
-        .collect();
-    let devices = s.device_lists.len().max(s.end_blocks.len());
-    let mut replays: Vec<DeviceReplay> = (0..devices).map(|_| DeviceReplay::default()).collect();
-    let empty_blocks = FxMap::default();
-    let end_blocks = |d: usize| s.end_blocks.get(d).unwrap_or(&empty_blocks);
-    let end_segments = |d: usize| -> Vec<EndSegment> {
-        s.end_segments
+        // Devices: the position in device_traces.
+        let device_of: FxMap<u32, u32> = s
+            .device_lists
             .iter()
-            .filter(|x| x.device as usize == d)
-            .cloned()
-            .collect()
-    };
+            .enumerate()
+            .map(|(i, &l)| (l, i as u32))
+            .collect();
+        let devices = s.device_lists.len().max(s.end_blocks.len());
+        let mut replays: Vec<DeviceReplay> =
+            (0..devices).map(|_| DeviceReplay::default()).collect();
+        let empty_blocks = FxMap::default();
+        let end_blocks = |d: usize| s.end_blocks.get(d).unwrap_or(&empty_blocks);
+        let end_segments = |d: usize| -> Vec<EndSegment> {
+            s.end_segments
+                .iter()
+                .filter(|x| x.device as usize == d)
+                .cloned()
+                .collect()
+        };
 
-    // The replays (done while parsing) find the first touches and check the end.
-    for (list, r) in list_replays {
-        if let Some(&d) = device_of.get(&list) {
-            replays[d as usize] = r;
+        // The replays (done while parsing) find the first touches and check the end.
+        for (list, r) in list_replays {
+            if let Some(&d) = device_of.get(&list) {
+                replays[d as usize] = r;
+            }
         }
-    }
-    let mut live_sizes: FxMap<u64, u64> = FxMap::default();
-    let mut start = Vec::new();
-    for (d, r) in replays.iter_mut().enumerate() {
-        let segs = end_segments(d);
-        if s.has_segments {
-            live_sizes.extend(r.check_end(d as u32, end_blocks(d), &segs));
+        let mut live_sizes: FxMap<u64, u64> = FxMap::default();
+        let mut start = Vec::new();
+        for (d, r) in replays.iter_mut().enumerate() {
+            let segs = end_segments(d);
+            if s.has_segments {
+                live_sizes.extend(r.check_end(d as u32, end_blocks(d), &segs));
+            }
+            start.push(r.start_state(d as u32, end_blocks(d), &segs, &round_size));
         }
-        start.push(r.start_state(d as u32, end_blocks(d), &segs, &round_size));
-    }
-    let mut mismatches = 0;
-    for (d, r) in replays.iter().enumerate() {
-        mismatches += r.inconsistency_count;
-        for m in &r.inconsistencies {
-            report.warnings.push(format!("device {d}: {m}"));
+        let mut mismatches = 0;
+        for (d, r) in replays.iter().enumerate() {
+            mismatches += r.inconsistency_count;
+            for m in &r.inconsistencies {
+                report.warnings.push(format!("device {d}: {m}"));
+            }
+            if r.inconsistency_count > r.inconsistencies.len() as u64 {
+                report.warnings.push(format!(
+                    "device {d}: {} more inconsistencies not listed",
+                    r.inconsistency_count - r.inconsistencies.len() as u64
+                ));
+            }
         }
-        if r.inconsistency_count > r.inconsistencies.len() as u64 {
-            report.warnings.push(format!(
-                "device {d}: {} more inconsistencies not listed",
-                r.inconsistency_count - r.inconsistencies.len() as u64
-            ));
-        }
-    }
-    report.end_state_matches = s.has_segments && mismatches == 0;
+        report.end_state_matches = s.has_segments && mismatches == 0;
 
-    // Times: relative to the first event or annotation.
-    let first_times = c
-        .log
-        .runs
-        .iter()
-        .filter_map(|r| c.log.run(r).next().and_then(|e| e.time_us));
+        // Times: relative to the first event or annotation.
+        let first_times = c
+            .log
+            .runs
+            .iter()
+            .filter_map(|r| c.log.run(r).next().and_then(|e| e.time_us));
+        let annotations = s.annotations.as_deref().unwrap_or(&[]);
+        let t0 = first_times
+            .chain(annotations.first().map(|a| a.0))
+            .min()
+            .unwrap_or(0);
+        // Microseconds since the epoch after 2001 are epoch times; smaller ones are not.
+        let epoch_based = t0 > 1_000_000_000_000_000;
+        Plan {
+            config,
+            device_of,
+            devices,
+            start,
+            live_sizes,
+            mismatches,
+            t0,
+            epoch_based,
+        }
+    }
+}
+
+fn write_trace<W: std::io::Write + Send>(
+    heap: &Heap,
+    c: &Collector,
+    s: &Snapshot,
+    plan: Plan,
+    report: &mut ImportReport,
+    out: W,
+) -> Result<W, ImportError> {
+    let Plan {
+        config,
+        device_of,
+        devices,
+        start,
+        live_sizes,
+        mismatches,
+        t0,
+        epoch_based,
+    } = plan;
     let annotations = s.annotations.as_deref().unwrap_or(&[]);
-    let t0 = first_times
-        .chain(annotations.first().map(|a| a.0))
-        .min()
-        .unwrap_or(0);
-    // Microseconds since the epoch after 2001 are epoch times; smaller ones are not.
-    let epoch_based = t0 > 1_000_000_000_000_000;
 
     let mut header = Header {
         producer: "vramtrace import".into(),
@@ -474,11 +588,11 @@ fn convert_to_trace(
         chunk_interval: None,
         ..WriterOptions::default()
     };
-    let mut w = TraceWriter::with_options(Vec::new(), header, options)?;
+    let mut w = TraceWriter::with_options(out, header, options)?;
 
     // Symbols: local frames and stacks to the writer's ids.
     let mut strings = FxMap::default();
-    let mut string = |w: &mut TraceWriter<Vec<u8>>, id: StrId| {
+    let mut string = |w: &mut TraceWriter<W>, id: StrId| {
         *strings
             .entry(id)
             .or_insert_with(|| w.intern_string(&heap.str(id)))
@@ -562,7 +676,7 @@ fn convert_to_trace(
     // thread of its own while this one merges the devices' logs.
     let (to_writer, batches) = mpsc::sync_channel::<Vec<Outgoing<'_>>>(4);
     let (recycle, emptied) = mpsc::sync_channel::<Vec<Outgoing<'_>>>(4);
-    let (written, clamped) = std::thread::scope(|scope| {
+    let written = std::thread::scope(|scope| {
         let writer = scope.spawn(move || -> Result<_, FormatError> {
             for mut batch in batches {
                 for item in batch.drain(..) {
@@ -589,7 +703,6 @@ fn convert_to_trace(
         };
         let mut phase_i = 0;
         let mut last_ns = 0u64;
-        let mut clamped = 0u64;
         let to_ns = |t: i64| (t.saturating_sub(t0).max(0) as u64).saturating_mul(1000);
         'merge: loop {
             // The run whose next entry comes first (k is the number of devices: tiny).
@@ -636,9 +749,7 @@ fn convert_to_trace(
                 Some(t) => to_ns(t),
                 None => idx,
             };
-            if ns < last_ns {
-                clamped += 1;
-            }
+            // Out of order (counted while logging): raised.
             last_ns = ns.max(last_ns);
             let Some(item) = outgoing(
                 device,
@@ -661,14 +772,9 @@ fn convert_to_trace(
             let _ = to_writer.send(batch);
         }
         drop(to_writer);
-        (writer.join(), clamped)
+        writer.join()
     });
     let w = written.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-    if clamped > 0 {
-        report.warnings.push(format!(
-            "{clamped} events were earlier than the event before them; their times were raised to keep the trace ordered"
-        ));
-    }
     report.event_counts = *w.counts();
     Ok(w.finish()?)
 }
@@ -688,7 +794,7 @@ enum Outgoing<'h> {
 }
 
 impl Outgoing<'_> {
-    fn into_event(self, w: &mut TraceWriter<Vec<u8>>) -> Event {
+    fn into_event<W: std::io::Write>(self, w: &mut TraceWriter<W>) -> Event {
         match self {
             Outgoing::Event(e) => e,
             Outgoing::Annotation {
