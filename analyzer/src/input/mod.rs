@@ -2,10 +2,14 @@
 //! plain or compressed with gzip, xz or zstd. Formats are told apart by content, never
 //! by file name: snapshots are routinely renamed and re-compressed by hand.
 
+mod growing;
+
 use crate::snapshot::{self, ImportError, ImportReport};
+use growing::GrowingBuffer;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use vramtrace_recorder::format::{FormatError, MAGIC, TraceReader};
 
 /// A compression wrapper found on an input.
@@ -124,9 +128,10 @@ pub fn decompress(read: impl Read + Send + 'static) -> io::Result<(InputStream, 
     Ok((s, c))
 }
 
-/// Opens a trace or snapshot file, compressed or not; a snapshot is imported into an
-/// in-memory trace first. `progress` receives the snapshot bytes parsed so far (of
-/// the decompressed pickle).
+/// Opens a trace or snapshot file, compressed or not. A snapshot is parsed first, then
+/// converted into an in-memory trace on a thread of its own while the returned reader
+/// reads it; its import report lacks the counts of events written. `progress`
+/// receives the snapshot bytes parsed so far (of the decompressed pickle).
 pub fn open_with_progress(
     path: impl AsRef<Path>,
     progress: &dyn Fn(u64),
@@ -181,7 +186,7 @@ static CONVERTED: std::sync::Mutex<Vec<Converted>> = std::sync::Mutex::new(Vec::
 /// A snapshot converted by this process.
 struct Converted {
     key: CacheKey,
-    trace: std::sync::Arc<[u8]>,
+    trace: Arc<GrowingBuffer>,
     compression: Compression,
     report: ImportReport,
 }
@@ -196,19 +201,35 @@ fn cached(key: &CacheKey) -> Option<Result<OpenedInput, InputError>> {
     ))
 }
 
+/// Writes a parsed snapshot's trace on a thread of its own, so that the analyses read
+/// it while it is written.
+fn convert_in_background(parsed: snapshot::ParsedSnapshot) -> Arc<GrowingBuffer> {
+    // About 13 bytes per event: room for all, so the buffer is not copied as it grows.
+    let capacity = parsed.report().entries_per_device.iter().sum::<u64>() as usize * 16;
+    let (trace, writer) = GrowingBuffer::new(capacity);
+    std::thread::spawn(move || {
+        let mut writer = writer;
+        // A panic drops the writer, which ends the trace with an error for its readers.
+        match parsed.write_trace(&mut writer) {
+            Ok(_) => writer.finish(),
+            Err(e) => writer.fail(format!("converting the snapshot: {e}")),
+        }
+    });
+    trace
+}
+
 /// An opened reader over a converted snapshot's trace.
 fn reader_over(
-    trace: std::sync::Arc<[u8]>,
+    trace: Arc<GrowingBuffer>,
     compression: Compression,
     import_report: Option<ImportReport>,
 ) -> Result<OpenedInput, InputError> {
     let reader =
-        TraceReader::new(Box::new(Cursor::new(trace)) as InputStream).map_err(|source| {
-            InputError::Trace {
+        TraceReader::new(Box::new(BufReader::with_capacity(BUF, trace.reader())) as InputStream)
+            .map_err(|source| InputError::Trace {
                 path: PathBuf::from("-"),
                 source,
-            }
-        })?;
+            })?;
     Ok(OpenedInput {
         reader,
         kind: InputKind::TorchSnapshot,
@@ -241,7 +262,7 @@ pub fn from_reader(
 enum Opened {
     Trace(Box<OpenedInput>),
     Snapshot {
-        trace: std::sync::Arc<[u8]>,
+        trace: Arc<GrowingBuffer>,
         compression: Compression,
         report: Box<ImportReport>,
     },
@@ -279,15 +300,15 @@ fn open_stream(
         })));
     }
     if start.first() == Some(&0x80) {
-        let imported =
-            snapshot::import(stream, progress).map_err(|source| InputError::Snapshot {
-                path: path.clone(),
-                source,
-            })?;
+        let parsed = snapshot::parse(stream, progress).map_err(|source| InputError::Snapshot {
+            path: path.clone(),
+            source,
+        })?;
+        let report = Box::new(parsed.report().clone());
         return Ok(Opened::Snapshot {
-            trace: imported.trace.into(),
+            trace: convert_in_background(parsed),
             compression,
-            report: Box::new(imported.report),
+            report,
         });
     }
     let start: String = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
