@@ -203,6 +203,7 @@ impl<D: DeviceMemory> Drop for PhaseGuard<'_, D> {
 
 /// A small id for the calling OS thread, the same for every recorder of the
 /// process (so traces of several devices agree), assigned on first use.
+#[inline]
 pub fn thread_id() -> u32 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     thread_local! {
