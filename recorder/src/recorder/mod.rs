@@ -330,6 +330,10 @@ impl<D: DeviceMemory> Recorder<D> {
     /// `Alloc` (and any segment or `Oom`) event.
     #[inline(never)]
     pub fn malloc(&self, size: u64, stream: u64) -> Result<Allocation, AllocError> {
+        if self.stacks == StackMode::None && self.source.is_none() {
+            // Nothing to capture: the most common call skips the stack buffer.
+            return self.call(&[], |a| a.malloc(size, stream));
+        }
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
@@ -337,18 +341,22 @@ impl<D: DeviceMemory> Recorder<D> {
             stack.capture_external(&**source, self.max_depth);
         }
         self.seal(&mut stack);
-        self.call(&stack, |a| a.malloc(size, stream))
+        self.call(stack.as_slice(), |a| a.malloc(size, stream))
     }
 
     /// Frees the block at `addr`, recording `FreeRequested` (and
     /// `FreeCompleted` unless other streams still use it).
     #[inline(never)]
     pub fn free(&self, addr: u64) -> Result<(), AllocError> {
+        if self.stacks == StackMode::None {
+            // Frees get native stacks only: nothing to capture.
+            return self.call(&[], |a| a.free(addr));
+        }
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
         self.seal(&mut stack);
-        self.call(&stack, |a| a.free(addr))
+        self.call(stack.as_slice(), |a| a.free(addr))
     }
 
     /// Notes that the block at `addr` is used on `stream` too (nothing is
@@ -365,7 +373,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
         self.seal(&mut stack);
-        self.call(&stack, |a| a.synchronize_stream(stream));
+        self.call(stack.as_slice(), |a| a.synchronize_stream(stream));
     }
 
     /// Marks every stream's work complete (`torch.cuda.synchronize()`).
@@ -375,7 +383,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
         self.seal(&mut stack);
-        self.call(&stack, |a| a.synchronize());
+        self.call(stack.as_slice(), |a| a.synchronize());
     }
 
     /// Returns the cache to the device, recording `EmptyCache` then the
@@ -386,7 +394,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
         self.seal(&mut stack);
-        self.call(&stack, |a| a.empty_cache());
+        self.call(stack.as_slice(), |a| a.empty_cache());
     }
 
     /// Begins a phase that ends when the returned guard is dropped. Phases nest.
@@ -515,10 +523,11 @@ impl<D: DeviceMemory> Recorder<D> {
     }
 
     /// Calls the allocator under the lock with its events' origin set (the
-    /// time the call began, the calling thread, `stack`). The events land
+    /// time the call began, the calling thread, the stack of the key `stack`,
+    /// none if empty). The events land
     /// finished in the allocator's log, which is this recorder's buffer.
     #[inline(always)]
-    fn call<R>(&self, stack: &StackBuf, f: impl FnOnce(&mut CachingAllocator<D>) -> R) -> R {
+    fn call<R>(&self, stack: &[usize], f: impl FnOnce(&mut CachingAllocator<D>) -> R) -> R {
         let mut g = self.lock();
         if !g.recording {
             return f(&mut g.alloc);
@@ -527,7 +536,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let stack = if stack.is_empty() {
             StackId::NONE
         } else {
-            g.stack_id(stack.as_slice())
+            g.stack_id(stack)
         };
         g.alloc.set_event_origin(EventOrigin {
             time_ns,
