@@ -106,9 +106,12 @@ mod tsc {
     /// Cycles between re-anchorings of the line: about 11 ms at 3 GHz.
     const REFIT_CYCLES: u64 = 1 << 25;
     /// A pair of readings (counter, `CLOCK_MONOTONIC`, counter) further apart
-    /// than this (about 5 µs at 3 GHz) was interrupted (preempted, or moved
-    /// to another CPU) and is not trusted for the fit.
-    const MAX_PAIR_CYCLES: u64 = 1 << 14;
+    /// than this (about 1.4 µs at 3 GHz; a vDSO read takes 100 to 300 cycles)
+    /// was interrupted (preempted, or moved to another CPU) and is not
+    /// trusted for the fit. A trusted pair is known to within half of this,
+    /// so a rate over `MIN_BASELINE_CYCLES` is within 1/1024 of the truth,
+    /// and a rate that moves by more than 1/256 means the clocks parted.
+    const MAX_PAIR_CYCLES: u64 = 1 << 12;
 
     /// Whether the kernel keeps time with the TSC. The kernel picks the `tsc`
     /// clocksource only once it has found the counter invariant (constant
@@ -186,10 +189,19 @@ mod tsc {
             match cycles.checked_sub(first_cycles) {
                 Some(baseline) if baseline >= MIN_BASELINE_CYCLES => {
                     let rate = (u128::from(ns - first_ns.min(ns)) << 32) / u128::from(baseline);
-                    // A rate of 16 ns per cycle or more (a counter below
-                    // 62.5 MHz) is no TSC: keep reading the clock.
-                    if rate < 1 << 36 {
-                        self.rate = rate as u64;
+                    let rate = u64::try_from(rate).unwrap_or(u64::MAX);
+                    if self.rate != 0 && rate.abs_diff(self.rate) > self.rate / 256 {
+                        // The rate moved: the two clocks parted (a suspend
+                        // the counter ran through, a clocksource change).
+                        // Measure again from here, reading the clock meanwhile.
+                        *self = Fit {
+                            first: Some((cycles, ns)),
+                            ..Fit::default()
+                        };
+                    } else if rate < 1 << 36 {
+                        // (A rate of 16 ns per cycle or more, a counter below
+                        // 62.5 MHz, is no TSC: keep reading the clock.)
+                        self.rate = rate;
                         self.anchor_cycles = cycles;
                         self.anchor_ns = ns;
                         self.span = REFIT_CYCLES;
