@@ -13,6 +13,7 @@
 //! Recording never changes what the allocator decides: it only reads the
 //! events the allocator reports.
 
+mod clock;
 mod stacks;
 mod writer;
 
@@ -22,6 +23,7 @@ use crate::format::{
     DeviceInfo, Event, EventData, FormatError, Header, KindCounts, ProcessInfo, StackId, StringId,
     TraceWriter, WriterOptions,
 };
+use clock::Clock;
 use rustc_hash::FxHashMap;
 use stacks::StackBuf;
 use std::cell::Cell;
@@ -33,8 +35,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
-#[cfg(not(unix))]
-use std::time::Instant;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use writer::{Batch, Msg, WriterSummary};
 
@@ -162,7 +162,6 @@ pub struct RecordingSummary {
 /// an `Arc`, a static) between the threads that allocate.
 pub struct Recorder<D: DeviceMemory> {
     inner: Mutex<Inner<D>>,
-    clock: MonotonicClock,
     stacks: StackMode,
     source: Option<Arc<dyn FrameSource>>,
     max_depth: usize,
@@ -171,6 +170,8 @@ pub struct Recorder<D: DeviceMemory> {
 
 struct Inner<D: DeviceMemory> {
     alloc: CachingAllocator<D>,
+    /// Read under the lock, so that event times are monotonic in trace order.
+    clock: Clock,
     recording: bool,
     batch_events: usize,
     interval_ns: u64,
@@ -202,6 +203,7 @@ impl<D: DeviceMemory> Drop for PhaseGuard<'_, D> {
 
 /// A small id for the calling OS thread, the same for every recorder of the
 /// process (so traces of several devices agree), assigned on first use.
+#[inline]
 pub fn thread_id() -> u32 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     thread_local! {
@@ -226,7 +228,7 @@ impl<D: DeviceMemory> Recorder<D> {
         out: impl Write + Send + 'static,
         options: RecorderOptions,
     ) -> Result<Self, RecorderError> {
-        let clock = MonotonicClock::start();
+        let clock = Clock::start();
         let start_unix_ns = options.start_unix_ns.unwrap_or_else(|| {
             SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -284,6 +286,7 @@ impl<D: DeviceMemory> Recorder<D> {
         Ok(Recorder {
             inner: Mutex::new(Inner {
                 alloc: allocator,
+                clock,
                 recording: true,
                 batch_events,
                 interval_ns: options
@@ -298,7 +301,6 @@ impl<D: DeviceMemory> Recorder<D> {
                 tx: Some(tx),
                 spare: spare_rx,
             }),
-            clock,
             stacks: options.stacks,
             source: options.frame_source,
             max_depth: options.max_stack_depth.min(MAX_STACK_DEPTH),
@@ -328,6 +330,10 @@ impl<D: DeviceMemory> Recorder<D> {
     /// `Alloc` (and any segment or `Oom`) event.
     #[inline(never)]
     pub fn malloc(&self, size: u64, stream: u64) -> Result<Allocation, AllocError> {
+        if self.stacks == StackMode::None && self.source.is_none() {
+            // Nothing to capture: the most common call skips the stack buffer.
+            return self.call(&[], |a| a.malloc(size, stream));
+        }
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
@@ -335,18 +341,22 @@ impl<D: DeviceMemory> Recorder<D> {
             stack.capture_external(&**source, self.max_depth);
         }
         self.seal(&mut stack);
-        self.call(&stack, |a| a.malloc(size, stream))
+        self.call(stack.as_slice(), |a| a.malloc(size, stream))
     }
 
     /// Frees the block at `addr`, recording `FreeRequested` (and
     /// `FreeCompleted` unless other streams still use it).
     #[inline(never)]
     pub fn free(&self, addr: u64) -> Result<(), AllocError> {
+        if self.stacks == StackMode::None {
+            // Frees get native stacks only: nothing to capture.
+            return self.call(&[], |a| a.free(addr));
+        }
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
         self.seal(&mut stack);
-        self.call(&stack, |a| a.free(addr))
+        self.call(stack.as_slice(), |a| a.free(addr))
     }
 
     /// Notes that the block at `addr` is used on `stream` too (nothing is
@@ -363,7 +373,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
         self.seal(&mut stack);
-        self.call(&stack, |a| a.synchronize_stream(stream));
+        self.call(stack.as_slice(), |a| a.synchronize_stream(stream));
     }
 
     /// Marks every stream's work complete (`torch.cuda.synchronize()`).
@@ -373,7 +383,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
         self.seal(&mut stack);
-        self.call(&stack, |a| a.synchronize());
+        self.call(stack.as_slice(), |a| a.synchronize());
     }
 
     /// Returns the cache to the device, recording `EmptyCache` then the
@@ -384,7 +394,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let mut stack = StackBuf::new();
         self.capture(&marker, &mut stack);
         self.seal(&mut stack);
-        self.call(&stack, |a| a.empty_cache());
+        self.call(stack.as_slice(), |a| a.empty_cache());
     }
 
     /// Begins a phase that ends when the returned guard is dropped. Phases nest.
@@ -495,10 +505,6 @@ impl<D: DeviceMemory> Recorder<D> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn now_ns(&self) -> u64 {
-        self.clock.now_ns()
-    }
-
     /// Captures the caller's native stack, if on. `marker` is a local of the
     /// public entry point: frames below it are the recorder's own.
     #[inline(always)]
@@ -517,19 +523,20 @@ impl<D: DeviceMemory> Recorder<D> {
     }
 
     /// Calls the allocator under the lock with its events' origin set (the
-    /// time the call began, the calling thread, `stack`). The events land
+    /// time the call began, the calling thread, the stack of the key `stack`,
+    /// none if empty). The events land
     /// finished in the allocator's log, which is this recorder's buffer.
     #[inline(always)]
-    fn call<R>(&self, stack: &StackBuf, f: impl FnOnce(&mut CachingAllocator<D>) -> R) -> R {
+    fn call<R>(&self, stack: &[usize], f: impl FnOnce(&mut CachingAllocator<D>) -> R) -> R {
         let mut g = self.lock();
         if !g.recording {
             return f(&mut g.alloc);
         }
-        let time_ns = self.now_ns();
+        let time_ns = g.clock.now_ns();
         let stack = if stack.is_empty() {
             StackId::NONE
         } else {
-            g.stack_id(stack.as_slice())
+            g.stack_id(stack)
         };
         g.alloc.set_event_origin(EventOrigin {
             time_ns,
@@ -545,7 +552,7 @@ impl<D: DeviceMemory> Recorder<D> {
         if !g.recording {
             return;
         }
-        let time_ns = self.now_ns();
+        let time_ns = g.clock.now_ns();
         g.alloc.event_log_mut().push(Event { time_ns, data });
         g.after_push(time_ns);
     }
@@ -639,55 +646,6 @@ impl<D: DeviceMemory> Drop for Recorder<D> {
         // trace with a footer.
         let _ = self.finish();
     }
-}
-
-/// Nanoseconds since the recorder started, read on every event.
-///
-/// `Instant::elapsed` builds a `Duration` from two `timespec`s and
-/// normalizes it: about 90 instructions a call, half of the clock cost of
-/// recording without stacks. Here the monotonic clock (the one `Instant`
-/// reads, through the vDSO) becomes plain nanoseconds at once.
-#[derive(Debug)]
-struct MonotonicClock {
-    #[cfg(unix)]
-    origin_ns: u64,
-    #[cfg(not(unix))]
-    origin: Instant,
-}
-
-impl MonotonicClock {
-    fn start() -> Self {
-        #[cfg(unix)]
-        return MonotonicClock {
-            origin_ns: monotonic_ns(),
-        };
-        #[cfg(not(unix))]
-        return MonotonicClock {
-            origin: Instant::now(),
-        };
-    }
-
-    #[inline]
-    fn now_ns(&self) -> u64 {
-        #[cfg(unix)]
-        return monotonic_ns().saturating_sub(self.origin_ns);
-        #[cfg(not(unix))]
-        return self.origin.elapsed().as_nanos() as u64;
-    }
-}
-
-#[cfg(unix)]
-#[inline]
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a valid out-pointer; CLOCK_MONOTONIC
-    // cannot fail on a supported system, and a zero reading would only
-    // stamp an event at the start.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]

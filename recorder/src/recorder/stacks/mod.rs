@@ -115,10 +115,6 @@ impl StackBuf {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     pub fn as_slice(&self) -> &[usize] {
         // SAFETY: the first `len` entries were written by the captures.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<usize>(), self.len) }
