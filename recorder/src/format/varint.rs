@@ -4,6 +4,16 @@
 /// Appends `v` as an unsigned LEB128 varint.
 #[inline]
 pub fn put(out: &mut Vec<u8>, mut v: u64) {
+    // Dictionary indices and stack ids are mostly one or two bytes: those get
+    // a single capacity check rather than one per byte.
+    if v < 1 << 7 {
+        out.push(v as u8);
+        return;
+    }
+    if v < 1 << 14 {
+        out.extend_from_slice(&[(v as u8) | 0x80, (v >> 7) as u8]);
+        return;
+    }
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
