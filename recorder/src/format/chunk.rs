@@ -255,11 +255,17 @@ pub fn encode(events: &[Event], out: &mut Vec<u8>) {
     // written from those ids once the sort has given each its rank. Every
     // dictionary lookup thus happens once per event.
     let mut present = [false; EventKind::COUNT];
-    let mut addr_index: HashMap<u64, u32> = HashMap::default();
-    let mut addrs: Vec<u64> = Vec::new();
+    // Room for the thousands of distinct addresses and sizes of a large
+    // model's chunk, so the dictionaries do not grow by rehashing; a chunk
+    // of fewer events cannot have more.
+    let distinct = events.len().min(8192);
+    let mut addr_index: HashMap<u64, u32> =
+        HashMap::with_capacity_and_hasher(distinct, Default::default());
+    let mut addrs: Vec<u64> = Vec::with_capacity(distinct);
     let mut first_seen_addr: Vec<u32> = Vec::with_capacity(events.len());
-    let mut size_index: HashMap<(u64, u64), u32> = HashMap::default();
-    let mut sizes: Vec<(u64, u64)> = Vec::new();
+    let mut size_index: HashMap<(u64, u64), u32> =
+        HashMap::with_capacity_and_hasher(distinct, Default::default());
+    let mut sizes: Vec<(u64, u64)> = Vec::with_capacity(distinct);
 
     let first_time = events.first().map_or(0, |e| e.time_ns);
     let last_time = events.last().map_or(0, |e| e.time_ns);
