@@ -125,6 +125,24 @@ mod tests {
             prop_assert!(cur.is_empty());
         }
 
+        // Values of every length, so that each byte count is read both as a
+        // word and, near the end of the data, a byte at a time.
+        #[test]
+        fn varints_of_every_length_round_trip(
+            values in proptest::collection::vec((any::<u64>(), 0u32..64), 0..50)
+        ) {
+            let values: Vec<u64> = values.into_iter().map(|(v, shift)| v >> shift).collect();
+            let mut buf = Vec::new();
+            for &v in &values {
+                put(&mut buf, v);
+            }
+            let mut cur = Cursor::new(&buf);
+            for &v in &values {
+                prop_assert_eq!(cur.varint(), Ok(v));
+            }
+            prop_assert!(cur.is_empty());
+        }
+
         #[test]
         fn zigzag_round_trips(v in any::<i64>()) {
             prop_assert_eq!(unzigzag(zigzag(v)), v);
