@@ -61,16 +61,21 @@ impl<'a> Cursor<'a> {
 
     #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, OutOfData> {
-        // One-byte values dominate (indices into small dictionaries, short
-        // time deltas), so they get a branch of their own.
-        match self.data.get(self.pos..self.pos + 2) {
-            Some(&[b, _]) if b < 0x80 => {
+        // Values of up to three bytes are nearly all there are (indices into
+        // dictionaries of thousands, stack ids, time deltas of up to a
+        // millisecond), so they get branches of their own.
+        match self.data.get(self.pos..self.pos + 3) {
+            Some(&[b, _, _]) if b < 0x80 => {
                 self.pos += 1;
                 Ok(b as u64)
             }
-            Some(&[b0, b1]) if b1 < 0x80 => {
+            Some(&[b0, b1, _]) if b1 < 0x80 => {
                 self.pos += 2;
                 Ok((b0 & 0x7f) as u64 | (b1 as u64) << 7)
+            }
+            Some(&[b0, b1, b2]) if b2 < 0x80 => {
+                self.pos += 3;
+                Ok((b0 & 0x7f) as u64 | ((b1 & 0x7f) as u64) << 7 | (b2 as u64) << 14)
             }
             _ => self.varint_slow(),
         }
