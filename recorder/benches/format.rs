@@ -1,5 +1,6 @@
 //! Encode and decode throughput and bytes per event of the trace format on a
-//! 10-million-event training-like stream.
+//! 10-million-event training-like stream, and encode throughput on a stream
+//! shaped like a converted PyTorch snapshot.
 //!
 //! `cargo bench -p vramtrace-recorder --bench format`
 
@@ -74,6 +75,82 @@ fn training_stream(writer: &mut TraceWriter<Vec<u8>>) -> Vec<Event> {
     events
 }
 
+const SNAPSHOT_EVENTS: usize = 3_000_000;
+
+/// A deterministic stream with the variety of a large model's snapshot,
+/// which the training stream lacks: thousands of distinct addresses, sizes
+/// and stacks in every chunk, blocks freed in no particular order, time
+/// gaps of up to 50 µs, and an occasional segment.
+fn snapshot_stream() -> Vec<Event> {
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let addrs: Vec<u64> = (0..6000)
+        .map(|_| 0x7f00_0000_0000 + (next() % (1 << 22)) * 512)
+        .collect();
+    let sizes: Vec<(u64, u64)> = (0..3000)
+        .map(|_| {
+            let requested = 1 + next() % (64 << 20);
+            (requested.div_ceil(512) * 512, requested)
+        })
+        .collect();
+    let mut pick = |n: usize| (next() % n as u64) as usize;
+    let mut events = Vec::with_capacity(SNAPSHOT_EVENTS);
+    let mut live: Vec<BlockEvent> = Vec::new();
+    let mut time = 0u64;
+    while events.len() < SNAPSHOT_EVENTS {
+        time += 100 + pick(50_000) as u64;
+        let roll = pick(1000);
+        if roll < 2 {
+            let segment = SegmentEvent {
+                addr: addrs[pick(addrs.len())],
+                size: (2 + pick(20) as u64) << 20,
+                stream: 0,
+                device: 0,
+                stack: StackId(pick(4000) as u32),
+                thread: 0,
+            };
+            events.push(Event {
+                time_ns: time,
+                data: EventData::SegmentAlloc(segment),
+            });
+        } else if live.len() < 100 || (live.len() < 4000 && roll % 2 == 0) {
+            let (size, requested) = sizes[pick(sizes.len())];
+            let block = BlockEvent {
+                addr: addrs[pick(addrs.len())],
+                size,
+                requested,
+                stream: if roll % 64 == 1 { 7 } else { 0 },
+                device: 0,
+                stack: StackId(pick(4000) as u32),
+                thread: 0,
+            };
+            live.push(block);
+            events.push(Event {
+                time_ns: time,
+                data: EventData::Alloc(block),
+            });
+        } else {
+            let block = live.swap_remove(pick(live.len()));
+            for data in [
+                EventData::FreeRequested(block),
+                EventData::FreeCompleted(block),
+            ] {
+                events.push(Event {
+                    time_ns: time,
+                    data,
+                });
+            }
+        }
+    }
+    events.truncate(SNAPSHOT_EVENTS);
+    events
+}
+
 fn encode(events: &[Event]) -> Vec<u8> {
     let mut writer =
         TraceWriter::new(Vec::with_capacity(events.len() * 8), Header::default()).expect("header");
@@ -125,6 +202,21 @@ fn bench_format(c: &mut Criterion) {
                 .for_each_batch(|events, _| n += events.len())
                 .expect("read");
             black_box(n)
+        })
+    });
+    group.finish();
+
+    let events = snapshot_stream();
+    let mut group = c.benchmark_group("format");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(events.len() as u64));
+    group.bench_function("encode_many_addresses", |b| {
+        b.iter(|| {
+            let mut writer =
+                TraceWriter::new(Vec::with_capacity(events.len() * 10), Header::default())
+                    .expect("header");
+            writer.push_all(events.iter().copied()).expect("push");
+            black_box(writer.finish().expect("finish"))
         })
     });
     group.finish();

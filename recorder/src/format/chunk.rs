@@ -249,62 +249,28 @@ impl<'a> RunLengthReader<'a> {
 
 /// Encodes `events` (in time order) as a chunk payload, appended to `out`.
 pub fn encode(events: &[Event], out: &mut Vec<u8>) {
+    // One pass over the events builds every column but the address one: the
+    // address dictionary is sorted only once all addresses are known, so the
+    // pass records each address's id in first-seen order, and the column is
+    // written from those ids once the sort has given each its rank. Every
+    // dictionary lookup thus happens once per event.
     let mut present = [false; EventKind::COUNT];
-    let mut addr_index: HashMap<u64, u32> = HashMap::default();
-    let mut size_index: HashMap<(u64, u64), u32> = HashMap::default();
-    let mut sizes: Vec<(u64, u64)> = Vec::new();
-    for e in events {
-        let kind = e.kind();
-        present[kind as usize] = true;
-        let mask = fields_of(kind);
-        let f = Fields::of(&e.data);
-        if mask & ADDR != 0 {
-            let next = addr_index.len() as u32;
-            addr_index.entry(f.addr).or_insert(next);
-        }
-        if mask & SIZE != 0 {
-            size_index.entry((f.size, f.requested)).or_insert_with(|| {
-                sizes.push((f.size, f.requested));
-                (sizes.len() - 1) as u32
-            });
-        }
-    }
-    // Addresses sorted, so the dictionary itself is small ascending deltas.
-    let mut addrs: Vec<u64> = addr_index.keys().copied().collect();
-    addrs.sort_unstable();
-    for (i, a) in addrs.iter().enumerate() {
-        *addr_index.get_mut(a).expect("collected above") = i as u32;
-    }
+    // Room for the thousands of distinct addresses and sizes of a large
+    // model's chunk, so the dictionaries do not grow by rehashing; a chunk
+    // of fewer events cannot have more.
+    let distinct = events.len().min(8192);
+    let mut addr_index: HashMap<u64, u32> =
+        HashMap::with_capacity_and_hasher(distinct, Default::default());
+    let mut addrs: Vec<u64> = Vec::with_capacity(distinct);
+    let mut first_seen_addr: Vec<u32> = Vec::with_capacity(events.len());
+    let mut size_index: HashMap<(u64, u64), u32> =
+        HashMap::with_capacity_and_hasher(distinct, Default::default());
+    let mut sizes: Vec<(u64, u64)> = Vec::with_capacity(distinct);
 
     let first_time = events.first().map_or(0, |e| e.time_ns);
     let last_time = events.last().map_or(0, |e| e.time_ns);
-    varint::put(out, events.len() as u64);
-    varint::put(out, first_time);
-    varint::put(out, last_time.wrapping_sub(first_time));
-    let kinds: Vec<EventKind> = EventKind::ALL
-        .into_iter()
-        .filter(|k| present[*k as usize])
-        .collect();
-    out.push(kinds.len() as u8);
-    for k in &kinds {
-        out.push(k.code());
-        out.push(fields_of(*k));
-    }
-    varint::put(out, addrs.len() as u64);
-    let mut prev = 0u64;
-    for &a in &addrs {
-        varint::put(out, a - prev);
-        prev = a;
-    }
-    varint::put(out, sizes.len() as u64);
-    for &(size, requested) in &sizes {
-        varint::put(out, size);
-        varint::put(out, varint::zigzag(size.wrapping_sub(requested) as i64));
-    }
-
     let mut kind_col = Vec::with_capacity(events.len());
     let mut time_col = Vec::with_capacity(events.len() * 2);
-    let mut addr_col = Vec::with_capacity(events.len() * 2);
     let mut size_col = Vec::with_capacity(events.len() * 2);
     let mut stack_col = Vec::with_capacity(events.len());
     let mut extra_col = Vec::new();
@@ -314,6 +280,7 @@ pub fn encode(events: &[Event], out: &mut Vec<u8>) {
     let mut prev_time = first_time;
     for e in events {
         let kind = e.kind();
+        present[kind as usize] = true;
         let mask = fields_of(kind);
         let f = Fields::of(&e.data);
         kind_col.push(kind.code());
@@ -323,10 +290,18 @@ pub fn encode(events: &[Event], out: &mut Vec<u8>) {
         );
         prev_time = e.time_ns;
         if mask & ADDR != 0 {
-            varint::put(&mut addr_col, addr_index[&f.addr] as u64);
+            let id = *addr_index.entry(f.addr).or_insert_with(|| {
+                addrs.push(f.addr);
+                (addrs.len() - 1) as u32
+            });
+            first_seen_addr.push(id);
         }
         if mask & SIZE != 0 {
-            varint::put(&mut size_col, size_index[&(f.size, f.requested)] as u64);
+            let id = *size_index.entry((f.size, f.requested)).or_insert_with(|| {
+                sizes.push((f.size, f.requested));
+                (sizes.len() - 1) as u32
+            });
+            varint::put(&mut size_col, id as u64);
         }
         if mask & STREAM != 0 {
             stream_col.push(f.stream);
@@ -346,6 +321,42 @@ pub fn encode(events: &[Event], out: &mut Vec<u8>) {
         if mask & EXTRA2 != 0 {
             varint::put(&mut extra_col, f.extra2);
         }
+    }
+
+    // Addresses sorted, so the dictionary itself is small ascending deltas.
+    let mut by_addr: Vec<(u64, u32)> = addrs.iter().zip(0..).map(|(&a, id)| (a, id)).collect();
+    by_addr.sort_unstable();
+    let mut rank = vec![0u32; addrs.len()];
+    for (r, &(_, id)) in by_addr.iter().enumerate() {
+        rank[id as usize] = r as u32;
+    }
+    let mut addr_col = Vec::with_capacity(first_seen_addr.len() * 2);
+    for &id in &first_seen_addr {
+        varint::put(&mut addr_col, rank[id as usize] as u64);
+    }
+
+    varint::put(out, events.len() as u64);
+    varint::put(out, first_time);
+    varint::put(out, last_time.wrapping_sub(first_time));
+    let kinds: Vec<EventKind> = EventKind::ALL
+        .into_iter()
+        .filter(|k| present[*k as usize])
+        .collect();
+    out.push(kinds.len() as u8);
+    for k in &kinds {
+        out.push(k.code());
+        out.push(fields_of(*k));
+    }
+    varint::put(out, by_addr.len() as u64);
+    let mut prev = 0u64;
+    for &(a, _) in &by_addr {
+        varint::put(out, a - prev);
+        prev = a;
+    }
+    varint::put(out, sizes.len() as u64);
+    for &(size, requested) in &sizes {
+        varint::put(out, size);
+        varint::put(out, varint::zigzag(size.wrapping_sub(requested) as i64));
     }
     for col in [
         &kind_col,

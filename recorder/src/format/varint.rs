@@ -4,6 +4,16 @@
 /// Appends `v` as an unsigned LEB128 varint.
 #[inline]
 pub fn put(out: &mut Vec<u8>, mut v: u64) {
+    // Dictionary indices and stack ids are mostly one or two bytes: those get
+    // a single capacity check rather than one per byte.
+    if v < 1 << 7 {
+        out.push(v as u8);
+        return;
+    }
+    if v < 1 << 14 {
+        out.extend_from_slice(&[(v as u8) | 0x80, (v >> 7) as u8]);
+        return;
+    }
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -51,16 +61,21 @@ impl<'a> Cursor<'a> {
 
     #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, OutOfData> {
-        // One-byte values dominate (indices into small dictionaries, short
-        // time deltas), so they get a branch of their own.
-        match self.data.get(self.pos..self.pos + 2) {
-            Some(&[b, _]) if b < 0x80 => {
+        // Values of up to three bytes are nearly all there are (indices into
+        // dictionaries of thousands, stack ids, time deltas of up to a
+        // millisecond), so they get branches of their own.
+        match self.data.get(self.pos..self.pos + 3) {
+            Some(&[b, _, _]) if b < 0x80 => {
                 self.pos += 1;
                 Ok(b as u64)
             }
-            Some(&[b0, b1]) if b1 < 0x80 => {
+            Some(&[b0, b1, _]) if b1 < 0x80 => {
                 self.pos += 2;
                 Ok((b0 & 0x7f) as u64 | (b1 as u64) << 7)
+            }
+            Some(&[b0, b1, b2]) if b2 < 0x80 => {
+                self.pos += 3;
+                Ok((b0 & 0x7f) as u64 | ((b1 & 0x7f) as u64) << 7 | (b2 as u64) << 14)
             }
             _ => self.varint_slow(),
         }
@@ -104,6 +119,24 @@ mod tests {
     proptest! {
         #[test]
         fn varints_round_trip(values in proptest::collection::vec(any::<u64>(), 0..50)) {
+            let mut buf = Vec::new();
+            for &v in &values {
+                put(&mut buf, v);
+            }
+            let mut cur = Cursor::new(&buf);
+            for &v in &values {
+                prop_assert_eq!(cur.varint(), Ok(v));
+            }
+            prop_assert!(cur.is_empty());
+        }
+
+        // Values of every length, so that each byte count is read both as a
+        // word and, near the end of the data, a byte at a time.
+        #[test]
+        fn varints_of_every_length_round_trip(
+            values in proptest::collection::vec((any::<u64>(), 0u32..64), 0..50)
+        ) {
+            let values: Vec<u64> = values.into_iter().map(|(v, shift)| v >> shift).collect();
             let mut buf = Vec::new();
             for &v in &values {
                 put(&mut buf, v);
