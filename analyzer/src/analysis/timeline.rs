@@ -152,7 +152,9 @@ pub struct TimelineAnalysis {
     options: TimelineOptions,
     // Allocated bytes by category id.
     bytes: Vec<u64>,
-    // Category of each phase instance, by PhaseId (for --by phase).
+    // Category of each phase instance (for --by phase), by PhaseId + 1: index 0 is
+    // "no phase", whose id is u32::MAX (indexed by the id itself, one allocation
+    // outside any phase made this table 16 GiB).
     phase_category: Vec<u32>,
     phase_names: std::collections::HashMap<String, u32>,
     tracked: [u32; TRACKED],
@@ -205,7 +207,7 @@ impl TimelineAnalysis {
             GroupBy::None => 0,
             GroupBy::Site => alloc.site.0,
             GroupBy::Phase => {
-                let index = alloc.phase.0 as usize;
+                let index = alloc.phase.0.wrapping_add(1) as usize;
                 if let Some(&c) = self.phase_category.get(index).filter(|&&c| c != u32::MAX) {
                     return c;
                 }
@@ -495,5 +497,32 @@ impl Analysis for TimelineAnalysis {
 
     fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
         self.result = self.build(state, symbols);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::window::Window;
+    use crate::testing::{TraceBuilder, replay_trace};
+
+    #[test]
+    fn by_phase_splits_allocations_inside_and_outside_phases() {
+        let mut b = TraceBuilder::new();
+        let site = b.site("f", "a.py", 1);
+        b.at(1).alloc(0x1000, 512, 512, site);
+        b.at(2).begin("forward").alloc(0x2000, 1024, 1024, site);
+        b.at(3).end("forward").free(0x2000, 1024);
+        let trace = b.finish();
+        let mut timeline = TimelineAnalysis::new(TimelineOptions {
+            group_by: GroupBy::Phase,
+            ..TimelineOptions::default()
+        });
+        replay_trace(&trace, &mut [&mut timeline], &Window::default());
+        let mut names: Vec<_> = timeline.phase_names.keys().cloned().collect();
+        names.sort();
+        assert_eq!(names, ["(no phase)", "forward"]);
+        // One slot per phase instance, and one for "no phase".
+        assert_eq!(timeline.phase_category.len(), 2);
     }
 }
