@@ -10,6 +10,7 @@ use super::rebuild::DeviceReplay;
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
+use vramtrace_recorder::format::varint::{self, Cursor};
 
 /// [`Val::Custom`] kind of a frame dict turned into a local frame.
 pub(crate) const CUSTOM_FRAME: u8 = 0;
@@ -160,22 +161,6 @@ pub(crate) struct Run {
     prev_addr: u64,
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
 impl EventLog {
     fn push(&mut self, e: &LogEntry) {
         if self.runs.last().is_none_or(|r| r.list != e.list) {
@@ -191,16 +176,19 @@ impl EventLog {
         self.runs.last_mut().unwrap().len += 1;
         let b = &mut self.bytes;
         b.push(e.action as u8 | if e.time_us.is_some() { 0x80 } else { 0 });
-        put_varint(b, e.list as u64);
+        varint::put(b, e.list as u64);
         if let Some(t) = e.time_us {
-            put_varint(b, zigzag(t.wrapping_sub(self.prev_time)));
+            varint::put(b, varint::zigzag(t.wrapping_sub(self.prev_time)));
             self.prev_time = t;
         }
-        put_varint(b, zigzag(e.addr.wrapping_sub(self.prev_addr) as i64));
+        varint::put(
+            b,
+            varint::zigzag(e.addr.wrapping_sub(self.prev_addr) as i64),
+        );
         self.prev_addr = e.addr;
-        put_varint(b, e.size);
-        put_varint(b, e.stream);
-        put_varint(b, e.stack as u64);
+        varint::put(b, e.size);
+        varint::put(b, e.stream);
+        varint::put(b, e.stack as u64);
         self.len += 1;
     }
 
@@ -211,8 +199,7 @@ impl EventLog {
     #[cfg(test)]
     pub fn iter(&self) -> LogIter<'_> {
         LogIter {
-            data: &self.bytes,
-            pos: 0,
+            cur: Cursor::new(&self.bytes),
             prev_time: 0,
             prev_addr: 0,
             left: u64::MAX,
@@ -222,8 +209,7 @@ impl EventLog {
     /// The entries of one run.
     pub fn run(&self, run: &Run) -> LogIter<'_> {
         LogIter {
-            data: &self.bytes,
-            pos: run.pos,
+            cur: Cursor::new(&self.bytes[run.pos..]),
             prev_time: run.prev_time,
             prev_addr: run.prev_addr,
             left: run.len,
@@ -232,8 +218,7 @@ impl EventLog {
 }
 
 pub(crate) struct LogIter<'a> {
-    data: &'a [u8],
-    pos: usize,
+    cur: Cursor<'a>,
     prev_time: i64,
     prev_addr: u64,
     left: u64,
@@ -241,17 +226,9 @@ pub(crate) struct LogIter<'a> {
 
 impl LogIter<'_> {
     fn varint(&mut self) -> u64 {
-        let mut v = 0u64;
-        let mut shift = 0;
-        loop {
-            let b = self.data[self.pos];
-            self.pos += 1;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b < 0x80 {
-                return v;
-            }
-            shift += 7;
-        }
+        self.cur
+            .varint()
+            .expect("EventLog::push wrote whole entries")
     }
 }
 
@@ -259,21 +236,22 @@ impl Iterator for LogIter<'_> {
     type Item = LogEntry;
 
     fn next(&mut self) -> Option<LogEntry> {
-        if self.pos >= self.data.len() || self.left == 0 {
+        if self.cur.is_empty() || self.left == 0 {
             return None;
         }
         self.left -= 1;
-        let tag = self.data[self.pos];
-        self.pos += 1;
+        let tag = self.cur.byte().expect("not empty");
         let action = Action::ALL[(tag & 0x7f) as usize];
         let list = self.varint() as ObjId;
         let time_us = if tag & 0x80 != 0 {
-            self.prev_time = self.prev_time.wrapping_add(unzigzag(self.varint()));
+            self.prev_time = self.prev_time.wrapping_add(varint::unzigzag(self.varint()));
             Some(self.prev_time)
         } else {
             None
         };
-        self.prev_addr = self.prev_addr.wrapping_add(unzigzag(self.varint()) as u64);
+        self.prev_addr = self
+            .prev_addr
+            .wrapping_add(varint::unzigzag(self.varint()) as u64);
         Some(LogEntry {
             action,
             list,

@@ -24,7 +24,7 @@ mod header;
 mod reader;
 mod record;
 mod symbols;
-mod varint;
+pub mod varint;
 mod writer;
 
 pub use chunk::RawChunk;

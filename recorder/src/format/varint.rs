@@ -1,5 +1,6 @@
 //! LEB128 varints with zigzag for signed deltas, and a bounds-checked cursor
-//! that never panics on damaged input.
+//! that never panics on damaged input: the codec of the event chunks, public
+//! for other compact logs of events (the snapshot importer's).
 
 /// Appends `v` as an unsigned LEB128 varint.
 #[inline]
@@ -45,6 +46,7 @@ pub struct Cursor<'a> {
 pub struct OutOfData;
 
 impl<'a> Cursor<'a> {
+    /// A cursor at the start of `data`.
     pub fn new(data: &'a [u8]) -> Self {
         Cursor { data, pos: 0 }
     }
@@ -54,11 +56,12 @@ impl<'a> Cursor<'a> {
         self.pos
     }
 
-    #[cfg(test)]
+    /// Whether every byte has been read.
     pub fn is_empty(&self) -> bool {
         self.pos >= self.data.len()
     }
 
+    /// Reads an unsigned LEB128 varint.
     #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, OutOfData> {
         // Values of up to three bytes are nearly all there are (indices into
@@ -95,6 +98,7 @@ impl<'a> Cursor<'a> {
         Err(OutOfData)
     }
 
+    /// Reads one byte.
     #[inline(always)]
     pub fn byte(&mut self) -> Result<u8, OutOfData> {
         let b = *self.data.get(self.pos).ok_or(OutOfData)?;
@@ -116,36 +120,34 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn round_trip(values: &[u64]) -> Result<(), TestCaseError> {
+        let mut buf = Vec::new();
+        for &v in values {
+            put(&mut buf, v);
+        }
+        let mut cur = Cursor::new(&buf);
+        for &v in values {
+            prop_assert_eq!(cur.varint(), Ok(v));
+        }
+        prop_assert!(cur.is_empty());
+        Ok(())
+    }
+
     proptest! {
         #[test]
         fn varints_round_trip(values in proptest::collection::vec(any::<u64>(), 0..50)) {
-            let mut buf = Vec::new();
-            for &v in &values {
-                put(&mut buf, v);
-            }
-            let mut cur = Cursor::new(&buf);
-            for &v in &values {
-                prop_assert_eq!(cur.varint(), Ok(v));
-            }
-            prop_assert!(cur.is_empty());
+            round_trip(&values)?;
         }
 
-        // Values of every length, so that each byte count is read both as a
-        // word and, near the end of the data, a byte at a time.
+        // Values of every length (random u64s are nearly all 10 bytes long), so
+        // that each of the reader's inline branches is taken, also near the end
+        // of the data, where they fall back to the byte-at-a-time loop.
         #[test]
         fn varints_of_every_length_round_trip(
             values in proptest::collection::vec((any::<u64>(), 0u32..64), 0..50)
         ) {
             let values: Vec<u64> = values.into_iter().map(|(v, shift)| v >> shift).collect();
-            let mut buf = Vec::new();
-            for &v in &values {
-                put(&mut buf, v);
-            }
-            let mut cur = Cursor::new(&buf);
-            for &v in &values {
-                prop_assert_eq!(cur.varint(), Ok(v));
-            }
-            prop_assert!(cur.is_empty());
+            round_trip(&values)?;
         }
 
         #[test]
