@@ -51,6 +51,7 @@ impl<'a> Cursor<'a> {
         Cursor { data, pos: 0 }
     }
 
+    /// Bytes read so far.
     #[cfg(test)]
     pub fn position(&self) -> usize {
         self.pos
