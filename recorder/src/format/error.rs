@@ -37,6 +37,10 @@ pub enum FormatError {
         /// What is wrong.
         reason: String,
     },
+    /// The producer of a trace sent through a channel stopped before the
+    /// trace's end (it failed or panicked); the events it sent were read.
+    #[error("the trace stopped short: its producer failed before the end")]
+    ProducerStopped,
     /// The writer was used out of order (e.g. an initial state after events).
     #[error("invalid use of the trace writer: {0}")]
     InvalidUse(&'static str),

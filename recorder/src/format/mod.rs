@@ -17,6 +17,7 @@
 //! events, detects corruption at the record it happens in, and tells a file
 //! cut short (a killed process) from a damaged one.
 
+mod channel;
 mod chunk;
 mod error;
 mod event;
@@ -27,6 +28,7 @@ mod symbols;
 pub mod varint;
 mod writer;
 
+pub use channel::{ReceiverGone, TraceChannel, TraceReceiver, TraceSender};
 pub use chunk::RawChunk;
 pub use error::FormatError;
 
