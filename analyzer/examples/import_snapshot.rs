@@ -2,6 +2,7 @@
 //! import path. `cargo run --release -p vramtrace --example import_snapshot -- FILE`
 
 use std::time::Instant;
+use vramtrace::source::EventSource;
 
 fn peak_rss_mib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -19,7 +20,7 @@ fn main() -> anyhow::Result<()> {
     let opened_in = started.elapsed();
     let mut events = 0u64;
     opened
-        .reader
+        .input
         .for_each_batch(|batch, _| events += batch.len() as u64)?;
     let total = started.elapsed();
     if let Some(r) = &opened.import_report {

@@ -7,6 +7,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use vramtrace::input::{self, Compression, InputKind};
 use vramtrace::snapshot::pickle::{self, Value};
+use vramtrace::source::EventSource;
 use vramtrace_recorder::format::{BlockStatus, Event, EventData, EventKind, TraceReader};
 
 fn fixture(name: &str) -> PathBuf {
@@ -31,22 +32,37 @@ fn int(v: &Value, k: &str) -> i128 {
 
 struct Imported {
     events: Vec<Event>,
-    reader: TraceReader<input::InputStream>,
+    reader: input::Input,
     report: vramtrace::snapshot::ImportReport,
 }
 
+/// The snapshot's events as analyses read them (streamed from the conversion),
+/// checked against the trace file `vramtrace import` writes.
 fn import(path: &PathBuf) -> Imported {
     let mut opened = input::open(path).unwrap();
     assert_eq!(opened.kind, InputKind::TorchSnapshot);
-    let events = opened
-        .reader
-        .events()
-        .collect::<Result<Vec<_>, _>>()
+    let mut events = Vec::new();
+    opened
+        .input
+        .for_each_batch(|batch, _| events.extend_from_slice(batch))
         .unwrap();
+    assert!(opened.input.is_complete());
+
+    let file = std::fs::File::open(path).unwrap();
+    let (stream, _) = input::decompress(file).unwrap();
+    let imported = vramtrace::snapshot::import(stream, &|_| {}).unwrap();
+    let mut written = TraceReader::new(&imported.trace[..]).unwrap();
+    let written_events = written.events().collect::<Result<Vec<_>, _>>().unwrap();
+    assert_eq!(written_events, events);
+    assert_eq!(written.symbols(), opened.input.symbols());
+    assert_eq!(written.initial_state(), opened.input.initial_state());
+    assert_eq!(written.header(), opened.input.header());
+    assert_eq!(imported.report.event_counts.total(), events.len() as u64);
+
     Imported {
         events,
         report: opened.import_report.take().unwrap(),
-        reader: opened.reader,
+        reader: opened.input,
     }
 }
 

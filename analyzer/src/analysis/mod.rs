@@ -19,12 +19,9 @@ pub mod timeline;
 pub mod window;
 
 use crate::replay::{Applied, ReplayState};
+use crate::source::EventSource;
 use indicatif::ProgressBar;
-use rayon::prelude::*;
-use std::io::Read;
-use vramtrace_recorder::format::{
-    Event, FormatError, RawChunk, SymbolTable, TraceReader, Truncation,
-};
+use vramtrace_recorder::format::{Event, FormatError, SymbolTable, Truncation};
 use window::Window;
 
 /// One replayed event, as analyses see it.
@@ -98,9 +95,10 @@ impl PassInfo {
 /// Replays a trace from its start (loading its initial state), feeding the
 /// events inside `window` to every analysis, and stops after the window.
 ///
-/// Chunks are decoded on all cores while the previous batch is replayed.
-pub fn run_pass<R: Read>(
-    reader: &mut TraceReader<R>,
+/// Events are decoded (on all cores, for a trace file) while the previous batch is
+/// replayed.
+pub fn run_pass<S: EventSource>(
+    reader: &mut S,
     state: &mut ReplayState,
     analyses: &mut [&mut dyn Analysis],
     window: &Window,
@@ -114,17 +112,24 @@ pub fn run_pass<R: Read>(
     let mut index = 0u64;
     let any_before = analyses.iter().any(|a| a.wants_before());
     let bounds = window.bounds();
-    let batch = rayon::current_num_threads().max(1) * 2;
     // Decoded events go to buffers reused from batch to batch: allocating
     // them afresh costs page faults on every batch.
     let mut current: Vec<Vec<Event>> = Vec::new();
     let mut next: Vec<Vec<Event>> = Vec::new();
-    decode_into(&reader.next_chunks(batch)?, &mut current)?;
+    if let Some(first) = reader.read(&mut next)? {
+        S::decode(first, &mut current)?;
+    }
     while !current.is_empty() {
-        let raw = reader.next_chunks(batch)?;
+        let pending = reader.read(&mut next)?;
         let symbols = reader.symbols();
         let (decoded, stop) = rayon::join(
-            || decode_into(&raw, &mut next),
+            || match pending {
+                Some(p) => S::decode(p, &mut next),
+                None => {
+                    next.clear();
+                    Ok(())
+                }
+            },
             || {
                 for events in &current {
                     for event in events {
@@ -165,7 +170,7 @@ pub fn run_pass<R: Read>(
             },
         );
         if let Some(bar) = progress {
-            bar.set_position(reader.bytes_read());
+            bar.set_position(reader.position());
         }
         if stop {
             info.stopped_early = true;
@@ -185,22 +190,8 @@ pub fn run_pass<R: Read>(
     }
     info.events_replayed = index;
     info.truncation = reader.truncation().copied();
-    info.complete = reader.footer().is_some();
+    info.complete = reader.is_complete();
     Ok(info)
-}
-
-/// Decodes chunks on all cores into `out`, one buffer per chunk, reusing
-/// the buffers `out` already holds.
-fn decode_into(chunks: &[RawChunk], out: &mut Vec<Vec<Event>>) -> Result<(), FormatError> {
-    out.resize_with(chunks.len(), Vec::new);
-    out.truncate(chunks.len());
-    chunks
-        .par_iter()
-        .zip(out.par_iter_mut())
-        .try_for_each(|(chunk, buf)| {
-            buf.clear();
-            chunk.decode_into(buf).map(|_| ())
-        })
 }
 
 #[cfg(test)]

@@ -22,12 +22,10 @@ use crate::replay::{
     Applied, FreeSpace, Inconsistency, InconsistencyKind, Occupancy, PhaseId, ReplayState,
     SiteLive, Totals,
 };
+use crate::source::EventSource;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::Read;
-use vramtrace_recorder::format::{
-    Event, EventData, FormatError, KindCounts, SymbolTable, TraceReader,
-};
+use vramtrace_recorder::format::{Event, EventData, FormatError, KindCounts, SymbolTable};
 
 /// The most OOM events kept with their context.
 pub const MAX_OOMS: usize = 100;
@@ -560,8 +558,8 @@ impl SummaryReport {
 
 /// Replays the first `events` events of a trace (after its initial state)
 /// and returns the free space of its segments then; `state` comes fresh.
-pub fn free_space_at<R: Read>(
-    reader: &mut TraceReader<R>,
+pub fn free_space_at<S: EventSource>(
+    reader: &mut S,
     mut state: ReplayState,
     events: u64,
 ) -> Result<FreeSpace, FormatError> {

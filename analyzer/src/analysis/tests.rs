@@ -1,5 +1,6 @@
 use super::*;
 use crate::testing::TraceBuilder;
+use vramtrace_recorder::format::TraceReader;
 
 struct Recorder(Vec<u64>, u64);
 

@@ -8,9 +8,9 @@
 //! so the state at the window's start is exact.
 
 use crate::analysis::phases::normalize_name;
+use crate::source::EventSource;
 use crate::units;
-use std::io::Read;
-use vramtrace_recorder::format::{EventData, FormatError, TraceReader};
+use vramtrace_recorder::format::{EventData, FormatError};
 
 /// One end of a window as given on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,9 +71,9 @@ impl WindowSpec {
 
     /// Resolves the bounds against a trace. `reader` is consumed only when a
     /// bound is a phase name; otherwise pass `None`.
-    pub fn resolve<R: Read>(
+    pub fn resolve<S: EventSource>(
         &self,
-        reader: Option<&mut TraceReader<R>>,
+        reader: Option<&mut S>,
     ) -> Result<Result<Window, String>, FormatError> {
         let mut window = Window::default();
         if let Some(BoundSpec::Time(t)) = self.from {

@@ -72,7 +72,7 @@ impl CommonArgs {
                 Err(e) => bail!("{}: {e}", path.display()),
             }
         } else {
-            spec.resolve::<&[u8]>(None)?.map_err(anyhow::Error::msg)?
+            spec.resolve::<Input>(None)?.map_err(anyhow::Error::msg)?
         };
         Ok(Prepared {
             path: path.to_path_buf(),
@@ -87,8 +87,7 @@ impl Prepared {
     /// Runs one pass with these analyses, with a progress bar on a terminal,
     /// and warns about a truncated or unfinished trace.
     pub fn run(&mut self, analyses: &mut [&mut dyn Analysis]) -> anyhow::Result<PassInfo> {
-        let total = std::fs::metadata(&self.path).ok().map(|m| m.len());
-        let bar = progress::bytes_bar(total, "replaying");
+        let bar = progress::replay_bar(&self.input, &self.path);
         let info = run_pass(
             &mut self.input,
             &mut self.state,

@@ -81,14 +81,9 @@ fn span(path: &std::path::Path, window: &Window) -> anyhow::Result<Option<(u64, 
     if window.from_index.is_some() || window.to_index.is_some() {
         return Ok(None);
     }
-    let mut input = open_input(path)?;
-    let mut first = None;
-    let mut last = 0u64;
-    while let Some(chunk) = input.next_chunk()? {
-        first.get_or_insert(chunk.first_time_ns());
-        last = last.max(chunk.last_time_ns());
-    }
-    let Some(first) = first else { return Ok(None) };
+    let Some((first, last)) = open_input(path)?.scan()?.times else {
+        return Ok(None);
+    };
     let start = first.max(window.from_ns.unwrap_or(0));
     let end = last.min(window.to_ns.unwrap_or(u64::MAX));
     Ok((start <= end).then_some((start, end)))

@@ -1,11 +1,13 @@
 //! `vramtrace info`: what a trace holds, without replaying it.
 
-use super::{open_input, print_json, warn};
+use super::{open_input_with_report, print_json, warn};
+use crate::input::Input;
+use crate::source::EventSource;
 use crate::units;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace_recorder::format::{EventKind, KindCounts};
+use vramtrace_recorder::format::EventKind;
 
 /// Arguments of `vramtrace info`.
 #[derive(clap::Args)]
@@ -18,19 +20,17 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut input = open_input(&args.trace)?;
-    let mut counts = KindCounts::default();
-    let mut chunks = 0u64;
-    let mut first_time = None;
-    let mut last_time = 0u64;
-    while let Some(chunk) = input.next_chunk()? {
-        counts.merge(&chunk.count_kinds()?);
-        chunks += 1;
-        first_time.get_or_insert(chunk.first_time_ns());
-        last_time = last_time.max(chunk.last_time_ns());
-    }
-    let duration = last_time.saturating_sub(first_time.unwrap_or(0));
-    let bytes = input.bytes_read();
+    let opened = open_input_with_report(&args.trace)?;
+    let mut input = opened.input;
+    let scan = input.scan()?;
+    let counts = scan.counts;
+    let (first_time, last_time) = scan.times.unwrap_or((0, 0));
+    let duration = last_time - first_time;
+    // The trace's bytes, or the snapshot's pickle.
+    let bytes = match (&input, &opened.import_report) {
+        (Input::Trace(r), _) => r.bytes_read(),
+        (Input::Snapshot(_), report) => report.as_ref().map_or(0, |r| r.pickle_bytes),
+    };
     let events = counts.total();
     let bytes_per_event = if events > 0 {
         bytes as f64 / events as f64
@@ -40,13 +40,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let header = input.header();
     let symbols = input.symbols();
     let initial = input.initial_state();
-    let status = match (input.truncation(), input.footer()) {
+    let status = match (input.truncation(), input.is_complete()) {
         (Some(t), _) => {
             warn(t);
             "truncated"
         }
-        (None, Some(_)) => "complete",
-        (None, None) => {
+        (None, true) => "complete",
+        (None, false) => {
             warn("the trace has no footer: the recording process did not close it (killed?)");
             "unfinished"
         }
@@ -78,7 +78,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "duration_ns": duration,
             "events": events,
             "counts": counts_json,
-            "chunks": chunks,
+            "chunks": scan.chunks,
             "bytes": bytes,
             "bytes_per_event": bytes_per_event,
             "strings": symbols.string_count(),
@@ -133,14 +133,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         lines.push(("note", format!("{k} = {v}")));
     }
     lines.push(("duration", units::duration_ns(duration)));
+    let stored = match scan.chunks {
+        Some(chunks) => format!(
+            "in {} chunks, {}",
+            units::count(chunks),
+            units::bytes(bytes)
+        ),
+        None => format!("from {} of pickle", units::bytes(bytes)),
+    };
     lines.push((
         "events",
         format!(
-            "{} in {} chunks, {} ({:.1} bytes per event)",
+            "{} {stored} ({bytes_per_event:.1} bytes per event)",
             units::count(events),
-            units::count(chunks),
-            units::bytes(bytes),
-            bytes_per_event
         ),
     ));
     for kind in EventKind::ALL {

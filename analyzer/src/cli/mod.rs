@@ -18,12 +18,11 @@ mod summary;
 mod synth;
 mod timeline;
 
-use crate::input::{self, InputStream};
+use crate::input::{self, Input};
 use crate::progress;
 use clap::{Parser, Subcommand};
 use std::path::Path;
 use std::process::ExitCode;
-use vramtrace_recorder::format::TraceReader;
 
 /// Exit code for usage errors and unreadable input.
 pub const EXIT_USAGE: u8 = 2;
@@ -161,15 +160,12 @@ pub(crate) fn warn(message: impl std::fmt::Display) {
     eprintln!("warning: {message}");
 }
 
-/// An input, opened for reading: a trace, or a snapshot converted to one.
-pub(crate) type Input = TraceReader<InputStream>;
-
 /// Opens a trace or a PyTorch snapshot (compressed or not), with a progress
 /// bar while a snapshot is converted, and warns about what the conversion
 /// found.
 pub(crate) fn open_input(path: &Path) -> anyhow::Result<Input> {
     let opened = open_input_with_report(path)?;
-    Ok(opened.reader)
+    Ok(opened.input)
 }
 
 /// Like [`open_input`], keeping the import report of a snapshot.

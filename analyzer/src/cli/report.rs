@@ -17,6 +17,7 @@ use crate::render::diff::{AlignBy, DiffRun};
 use crate::render::palette::Palette;
 use crate::render::report::{Charts, ReportInput, Section};
 use crate::render::{self};
+use crate::source::EventSource;
 use crate::units;
 use anyhow::bail;
 use std::path::PathBuf;

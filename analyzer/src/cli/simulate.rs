@@ -5,6 +5,7 @@ use super::analyze::emit;
 use super::{open_input_with_report, warn};
 use crate::progress;
 use crate::simulate::{self, Extracted, Fidelity, Scenario, ScenarioResult, SimOptions};
+use crate::source::EventSource;
 use crate::table::{Align, Table};
 use crate::units;
 use anyhow::{Context, bail};
@@ -66,9 +67,8 @@ fn parse_confs(confs: &[String]) -> anyhow::Result<Vec<Scenario>> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let requested = parse_confs(&args.alloc_conf)?;
     let opened = open_input_with_report(&args.trace)?;
-    let mut reader = opened.reader;
-    let total = std::fs::metadata(&args.trace).ok().map(|m| m.len());
-    let bar = progress::bytes_bar(total, "replaying");
+    let mut reader = opened.input;
+    let bar = progress::replay_bar(&reader, &args.trace);
     let started = std::time::Instant::now();
     let extracted = simulate::extract(&mut reader, Some(&bar))
         .with_context(|| format!("cannot read {}", args.trace.display()))?;

@@ -2,15 +2,16 @@
 //! plain or compressed with gzip, xz or zstd. Formats are told apart by content, never
 //! by file name: snapshots are routinely renamed and re-compressed by hand.
 
-mod growing;
-
-use crate::snapshot::{self, ImportError, ImportReport};
-use growing::GrowingBuffer;
+use crate::snapshot::{self, ImportError, ImportReport, ParsedSnapshot};
+use crate::source::EventSource;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use vramtrace_recorder::format::{FormatError, MAGIC, TraceReader};
+use vramtrace_recorder::format::{
+    Event, FormatError, Header, InitialState, KindCounts, MAGIC, RawChunk, SymbolTable,
+    TraceReader, TraceReceiver, Truncation,
+};
 
 /// A compression wrapper found on an input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,29 +75,155 @@ pub enum InputError {
     },
 }
 
-/// A boxed byte stream: the decompressed input, or the converted trace.
+/// A boxed byte stream: the decompressed input.
 pub type InputStream = Box<dyn Read + Send>;
 
+/// An input's events: a trace file's, or a snapshot's, converted as they are read.
+pub enum Input {
+    /// A trace file, read and decoded.
+    Trace(TraceReader<InputStream>),
+    /// A snapshot's events, from the thread converting it.
+    Snapshot(TraceReceiver),
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Input::Trace(_) => f.write_str("Input::Trace"),
+            Input::Snapshot(rx) => f.debug_tuple("Input::Snapshot").field(rx).finish(),
+        }
+    }
+}
+
+/// What [`Input::scan`] finds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Events by kind.
+    pub counts: KindCounts,
+    /// Event chunks of a trace file (none for a snapshot).
+    pub chunks: Option<u64>,
+    /// The first event's time and the last (latest) event time.
+    pub times: Option<(u64, u64)>,
+}
+
+impl Input {
+    /// Reads the rest of the input without replaying it: counts events by kind and
+    /// finds their time span, from the chunk headers of a trace file (nothing is
+    /// decoded) or from the events of a snapshot.
+    pub fn scan(&mut self) -> Result<Scan, FormatError> {
+        let mut times: Option<(u64, u64)> = None;
+        let mut span = |first: u64, last: u64| {
+            let (_, end) = times.get_or_insert((first, last));
+            *end = (*end).max(last);
+        };
+        let (counts, chunks) = match self {
+            Input::Trace(r) => {
+                let mut chunks = 0;
+                let mut counts = KindCounts::default();
+                while let Some(chunk) = r.next_chunk()? {
+                    counts.merge(&chunk.count_kinds()?);
+                    chunks += 1;
+                    span(chunk.first_time_ns(), chunk.last_time_ns());
+                }
+                (counts, Some(chunks))
+            }
+            Input::Snapshot(r) => {
+                while let Some(events) = r.next_batch()? {
+                    if let (Some(first), Some(last)) = (events.first(), events.last()) {
+                        span(first.time_ns, last.time_ns);
+                    }
+                    r.recycle(events);
+                }
+                (*r.counts(), None)
+            }
+        };
+        Ok(Scan {
+            counts,
+            chunks,
+            times,
+        })
+    }
+}
+
+/// Events an [`Input`] has read, not yet decoded.
+pub enum PendingEvents {
+    /// A trace file's chunks.
+    Chunks(Vec<RawChunk>),
+    /// A snapshot's events (decoded already).
+    Events(Vec<Event>),
+}
+
+impl EventSource for Input {
+    type Pending = PendingEvents;
+
+    fn header(&self) -> &Header {
+        match self {
+            Input::Trace(r) => r.header(),
+            Input::Snapshot(r) => r.header(),
+        }
+    }
+
+    fn symbols(&self) -> &SymbolTable {
+        match self {
+            Input::Trace(r) => r.symbols(),
+            Input::Snapshot(r) => r.symbols(),
+        }
+    }
+
+    fn initial_state(&self) -> Option<&InitialState> {
+        match self {
+            Input::Trace(r) => r.initial_state(),
+            Input::Snapshot(r) => r.initial_state(),
+        }
+    }
+
+    fn read(&mut self, spent: &mut Vec<Vec<Event>>) -> Result<Option<PendingEvents>, FormatError> {
+        Ok(match self {
+            Input::Trace(r) => EventSource::read(r, spent)?.map(PendingEvents::Chunks),
+            Input::Snapshot(r) => r.read(spent)?.map(PendingEvents::Events),
+        })
+    }
+
+    fn decode(pending: PendingEvents, out: &mut Vec<Vec<Event>>) -> Result<(), FormatError> {
+        match pending {
+            PendingEvents::Chunks(c) => TraceReader::<InputStream>::decode(c, out),
+            PendingEvents::Events(e) => TraceReceiver::decode(e, out),
+        }
+    }
+
+    fn position(&self) -> u64 {
+        match self {
+            Input::Trace(r) => r.position(),
+            Input::Snapshot(r) => r.position(),
+        }
+    }
+
+    fn truncation(&self) -> Option<&Truncation> {
+        match self {
+            Input::Trace(r) => EventSource::truncation(r),
+            Input::Snapshot(r) => EventSource::truncation(r),
+        }
+    }
+
+    fn is_complete(&self) -> bool {
+        match self {
+            Input::Trace(r) => EventSource::is_complete(r),
+            Input::Snapshot(r) => EventSource::is_complete(r),
+        }
+    }
+}
+
 /// An opened input, ready for analysis.
+#[derive(Debug)]
 pub struct OpenedInput {
-    /// The trace reader, positioned after the header, symbols and initial state.
-    pub reader: TraceReader<InputStream>,
+    /// The events, after the header, symbols and initial state.
+    pub input: Input,
     /// What the file held.
     pub kind: InputKind,
     /// How it was compressed.
     pub compression: Compression,
     /// For a snapshot, the import report (warnings, counts, end-state check).
     pub import_report: Option<ImportReport>,
-}
-
-impl std::fmt::Debug for OpenedInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenedInput")
-            .field("kind", &self.kind)
-            .field("compression", &self.compression)
-            .field("import_report", &self.import_report)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Detects compression from the first bytes.
@@ -128,10 +255,11 @@ pub fn decompress(read: impl Read + Send + 'static) -> io::Result<(InputStream, 
     Ok((s, c))
 }
 
-/// Opens a trace or snapshot file, compressed or not. A snapshot is parsed first, then
-/// converted into an in-memory trace on a thread of its own while the returned reader
-/// reads it; its import report lacks the counts of events written. `progress`
-/// receives the snapshot bytes parsed so far (of the decompressed pickle).
+/// Opens a trace or snapshot file, compressed or not. A snapshot is parsed first; its
+/// events are then made on a thread of their own while the returned input reads them,
+/// with no trace encoded in between. Its import report lacks the counts of events
+/// (`event_counts`). `progress` receives the snapshot bytes parsed so far (of the
+/// decompressed pickle).
 pub fn open_with_progress(
     path: impl AsRef<Path>,
     progress: &dyn Fn(u64),
@@ -150,92 +278,57 @@ pub fn open_with_progress(
         )
     });
     if let Some(hit) = key.as_ref().and_then(cached) {
-        return hit.map_err(|e| e.at(path));
+        return Ok(hit);
     }
     match open_stream(file, progress).map_err(|e| e.at(path))? {
         Opened::Trace(opened) => Ok(*opened),
         Opened::Snapshot {
-            trace,
+            parsed,
             compression,
-            report,
         } => {
             if let Some(key) = key {
-                let mut converted = CONVERTED.lock().unwrap_or_else(|e| e.into_inner());
-                converted.push(Converted {
+                let mut parsed_before = PARSED.lock().unwrap_or_else(|e| e.into_inner());
+                parsed_before.push(Parsed {
                     key,
-                    trace: trace.clone(),
+                    snapshot: parsed.clone(),
                     compression,
-                    report: (*report).clone(),
                 });
             }
-            reader_over(trace, compression, Some(*report)).map_err(|e| e.at(path))
+            Ok(snapshot_input(&parsed, compression))
         }
     }
 }
 
-/// Identifies a file's content for the conversion cache: its path, size and
+/// Identifies a file's content for the cache of parsed snapshots: its path, size and
 /// modification time.
 type CacheKey = (PathBuf, u64, Option<std::time::SystemTime>);
 
-/// Snapshots converted in this process, so a command that reads one twice
-/// (a window bounded by phases, found by a first pass; a summary whose free
-/// space at the peak needs a second replay) converts it once. The traces are
-/// compact: about 10 bytes per event.
-static CONVERTED: std::sync::Mutex<Vec<Converted>> = std::sync::Mutex::new(Vec::new());
+/// Snapshots parsed in this process, so a command that reads one twice (a window
+/// bounded by phases, found by a first pass; a summary whose free space at the peak
+/// needs a second replay) parses it once: each read streams its events again.
+static PARSED: std::sync::Mutex<Vec<Parsed>> = std::sync::Mutex::new(Vec::new());
 
-/// A snapshot converted by this process.
-struct Converted {
+/// A snapshot parsed by this process.
+struct Parsed {
     key: CacheKey,
-    trace: Arc<GrowingBuffer>,
+    snapshot: Arc<ParsedSnapshot>,
     compression: Compression,
-    report: ImportReport,
 }
 
-fn cached(key: &CacheKey) -> Option<Result<OpenedInput, InputError>> {
-    let converted = CONVERTED.lock().unwrap_or_else(|e| e.into_inner());
-    let hit = converted.iter().find(|c| c.key == *key)?;
-    Some(reader_over(
-        hit.trace.clone(),
-        hit.compression,
-        Some(hit.report.clone()),
-    ))
+fn cached(key: &CacheKey) -> Option<OpenedInput> {
+    let parsed = PARSED.lock().unwrap_or_else(|e| e.into_inner());
+    let hit = parsed.iter().find(|c| c.key == *key)?;
+    Some(snapshot_input(&hit.snapshot, hit.compression))
 }
 
-/// Writes a parsed snapshot's trace on a thread of its own, so that the analyses read
-/// it while it is written.
-fn convert_in_background(parsed: snapshot::ParsedSnapshot) -> Arc<GrowingBuffer> {
-    // About 13 bytes per event: room for all, so the buffer is not copied as it grows.
-    let capacity = parsed.report().entries_per_device.iter().sum::<u64>() as usize * 16;
-    let (trace, writer) = GrowingBuffer::new(capacity);
-    std::thread::spawn(move || {
-        let mut writer = writer;
-        // A panic drops the writer, which ends the trace with an error for its readers.
-        match parsed.write_trace(&mut writer) {
-            Ok(_) => writer.finish(),
-            Err(e) => writer.fail(format!("converting the snapshot: {e}")),
-        }
-    });
-    trace
-}
-
-/// An opened reader over a converted snapshot's trace.
-fn reader_over(
-    trace: Arc<GrowingBuffer>,
-    compression: Compression,
-    import_report: Option<ImportReport>,
-) -> Result<OpenedInput, InputError> {
-    let reader =
-        TraceReader::new(Box::new(BufReader::with_capacity(BUF, trace.reader())) as InputStream)
-            .map_err(|source| InputError::Trace {
-                path: PathBuf::from("-"),
-                source,
-            })?;
-    Ok(OpenedInput {
-        reader,
+/// An input streaming a parsed snapshot's events.
+fn snapshot_input(parsed: &Arc<ParsedSnapshot>, compression: Compression) -> OpenedInput {
+    OpenedInput {
+        input: Input::Snapshot(parsed.stream()),
         kind: InputKind::TorchSnapshot,
         compression,
-        import_report,
-    })
+        import_report: Some(parsed.report().clone()),
+    }
 }
 
 /// Opens a trace or snapshot file (see [`open_with_progress`]).
@@ -251,20 +344,18 @@ pub fn from_reader(
     match open_stream(read, progress)? {
         Opened::Trace(opened) => Ok(*opened),
         Opened::Snapshot {
-            trace,
+            parsed,
             compression,
-            report,
-        } => reader_over(trace, compression, Some(*report)),
+        } => Ok(snapshot_input(&parsed, compression)),
     }
 }
 
-/// A trace ready to read, or a snapshot converted to trace bytes.
+/// A trace ready to read, or a parsed snapshot.
 enum Opened {
     Trace(Box<OpenedInput>),
     Snapshot {
-        trace: Arc<GrowingBuffer>,
+        parsed: Arc<ParsedSnapshot>,
         compression: Compression,
-        report: Box<ImportReport>,
     },
 }
 
@@ -293,7 +384,7 @@ fn open_stream(
                     source,
                 })?;
         return Ok(Opened::Trace(Box::new(OpenedInput {
-            reader,
+            input: Input::Trace(reader),
             kind: InputKind::Trace,
             compression,
             import_report: None,
@@ -304,11 +395,9 @@ fn open_stream(
             path: path.clone(),
             source,
         })?;
-        let report = Box::new(parsed.report().clone());
         return Ok(Opened::Snapshot {
-            trace: convert_in_background(parsed),
+            parsed: Arc::new(parsed),
             compression,
-            report,
         });
     }
     let start: String = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
@@ -376,14 +465,14 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_opened_twice_is_converted_once() {
+    fn a_snapshot_opened_twice_is_parsed_once_and_streamed_twice() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../fixtures/torch/mlp_expandable.pickle.xz");
-        let first = open(&path).unwrap();
-        let second = open(&path).unwrap();
+        let mut first = open(&path).unwrap();
+        let mut second = open(&path).unwrap();
         assert_eq!(first.import_report, second.import_report);
         assert!(
-            CONVERTED
+            PARSED
                 .lock()
                 .unwrap()
                 .iter()
@@ -391,7 +480,18 @@ mod tests {
         );
         assert_eq!(second.kind, InputKind::TorchSnapshot);
         assert_eq!(second.compression, Compression::Xz);
-        assert_eq!(first.reader.header(), second.reader.header());
+        assert_eq!(first.input.header(), second.input.header());
+        let events = |input: &mut Input| {
+            let mut all = Vec::new();
+            input
+                .for_each_batch(|events, _| all.extend_from_slice(events))
+                .unwrap();
+            assert!(input.is_complete());
+            all
+        };
+        let a = events(&mut first.input);
+        assert!(!a.is_empty());
+        assert_eq!(a, events(&mut second.input));
     }
 
     #[test]

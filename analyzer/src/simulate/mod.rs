@@ -579,8 +579,8 @@ pub struct Extracted {
 }
 
 /// Decodes and replays a trace once into its [`RequestList`].
-pub fn extract<R: std::io::Read>(
-    reader: &mut vramtrace_recorder::format::TraceReader<R>,
+pub fn extract<S: crate::source::EventSource>(
+    reader: &mut S,
     progress: Option<&indicatif::ProgressBar>,
 ) -> Result<Extracted, vramtrace_recorder::format::FormatError> {
     let header = reader.header();

@@ -10,7 +10,7 @@ fn fixture(name: &str) -> PathBuf {
 
 fn load(name: &str) -> Extracted {
     let mut opened = input::open(fixture(name)).unwrap();
-    extract(&mut opened.reader, None).unwrap()
+    extract(&mut opened.input, None).unwrap()
 }
 
 fn recorded(e: &Extracted) -> AllocatorConfig {

@@ -363,6 +363,14 @@ struct Keys {
     actions: [StrId; 10],
 }
 
+/// What a [`Collector`] leaves once parsing is done: the log and the symbol tables
+/// that writing the trace reads.
+pub(crate) struct Collected {
+    pub frames: Vec<LocalFrame>,
+    pub stacks: LocalStacks,
+    pub log: EventLog,
+}
+
 /// The [`Hook`] that turns a snapshot's pickle into the log and symbol tables.
 pub(crate) struct Collector {
     k: Keys,
@@ -487,6 +495,15 @@ impl Collector {
         self.known_counts = [0; 10];
         self.scratch = Vec::new();
         self.pending = Vec::new();
+    }
+
+    /// The log and symbol tables, once [`Collector::finish_parsing`] filled them.
+    pub fn into_collected(self) -> Collected {
+        Collected {
+            frames: self.frames,
+            stacks: self.stacks,
+            log: self.log,
+        }
     }
 
     /// A handle for the stack of a frames list whose local frame ids are in `scratch`:

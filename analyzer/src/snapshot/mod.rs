@@ -12,18 +12,17 @@ mod convert;
 pub mod pickle;
 mod rebuild;
 
-use convert::{Action, Collector, LogEntry};
+use convert::{Action, Collected, Collector, LogEntry};
 use pickle::{FxMap, Heap, ObjKind, PickleError, StrId, Val};
 use rebuild::{DeviceReplay, EndBlock, EndSegment};
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::sync::mpsc;
+use std::sync::Arc;
 use vramtrace_recorder::allocator::AllocatorConfig;
 use vramtrace_recorder::format::{
     BlockEvent, BlockState, BlockStatus, DeviceInfo, Event, EventData, FormatError, Frame, FrameId,
-    Header, InitialState, KindCounts, OomEvent, SegmentEvent, SegmentState, StackId, TraceWriter,
-    WriterOptions,
+    Header, InitialState, KindCounts, OomEvent, ReceiverGone, SegmentEvent, SegmentState, StackId,
+    StringId, TraceChannel, TraceReceiver, TraceSender, TraceWriter, WriterOptions,
 };
 
 /// Why a snapshot could not be imported.
@@ -110,7 +109,7 @@ pub fn parse(read: impl Read, progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, 
     let plan = Plan::new(&heap, &collector, list_replays, &snapshot, &mut report);
     Ok(ParsedSnapshot {
         heap,
-        collector,
+        collected: collector.into_collected(),
         snapshot,
         plan,
         report,
@@ -120,7 +119,7 @@ pub fn parse(read: impl Read, progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, 
 /// A snapshot read and checked, with its trace still to write.
 pub struct ParsedSnapshot {
     heap: Heap,
-    collector: Collector,
+    collected: Collected,
     snapshot: Snapshot,
     plan: Plan,
     report: ImportReport,
@@ -135,27 +134,41 @@ impl std::fmt::Debug for ParsedSnapshot {
 }
 
 impl ParsedSnapshot {
-    /// What the import found: all of it but the counts of what the trace holds
-    /// (`event_counts`, `phase_events`), which [`ParsedSnapshot::write_trace`] adds.
+    /// What the import found: all of it but the counts of events the trace holds
+    /// (`event_counts`), which [`ParsedSnapshot::write_trace`] adds.
     pub fn report(&self) -> &ImportReport {
         &self.report
     }
 
+    /// Sends the trace through a channel: a thread of its own merges the devices'
+    /// logs into events while the receiver reads them, with no encoding in between.
+    /// The snapshot stays shared, so it can be streamed again.
+    pub fn stream(self: &Arc<Self>) -> TraceReceiver {
+        let (channel, begun) = self.begin();
+        let (mut tx, rx) = channel.open(QUEUE_BATCHES);
+        let parsed = Arc::clone(self);
+        std::thread::spawn(move || {
+            // A receiver gone early (a pass that stopped at its window) is not an
+            // error; a panic drops `tx` unfinished, which the receiver reports.
+            if parsed.send_events(begun, &mut tx).is_ok() {
+                tx.finish();
+            }
+        });
+        rx
+    }
+
     /// Writes the trace to `out`; returns the output and the complete report.
-    pub fn write_trace<W: std::io::Write + Send>(
-        self,
-        out: W,
-    ) -> Result<(W, ImportReport), ImportError> {
-        let mut report = self.report;
-        let trace = write_trace(
-            &self.heap,
-            &self.collector,
-            &self.snapshot,
-            self.plan,
-            &mut report,
-            out,
-        )?;
-        Ok((trace, report))
+    pub fn write_trace<W: std::io::Write>(self, out: W) -> Result<(W, ImportReport), ImportError> {
+        let mut report = self.report.clone();
+        let rx = Arc::new(self).stream();
+        let options = WriterOptions {
+            chunk_interval: None,
+            ..WriterOptions::default()
+        };
+        let mut w = TraceWriter::with_options(out, rx.header().clone(), options)?;
+        rx.write_to(&mut w)?;
+        report.event_counts = *w.counts();
+        Ok((w.finish()?, report))
     }
 }
 
@@ -502,6 +515,9 @@ impl Plan {
             }
         }
         report.end_state_matches = s.has_segments && mismatches == 0;
+        report.initial_segments = start.iter().map(Vec::len).sum();
+        report.initial_blocks = start.iter().flatten().map(|seg| seg.blocks.len()).sum();
+        report.phase_events = s.annotations.as_ref().map_or(0, Vec::len);
 
         // Times: relative to the first event or annotation.
         let first_times = c
@@ -529,182 +545,170 @@ impl Plan {
     }
 }
 
-fn write_trace<W: std::io::Write + Send>(
-    heap: &Heap,
-    c: &Collector,
-    s: &Snapshot,
-    plan: Plan,
-    report: &mut ImportReport,
-    out: W,
-) -> Result<W, ImportError> {
-    let Plan {
-        config,
-        device_of,
-        devices,
-        start,
-        live_sizes,
-        mismatches,
-        t0,
-        epoch_based,
-    } = plan;
-    let annotations = s.annotations.as_deref().unwrap_or(&[]);
+/// Batches of events that may wait for the reader of a streamed snapshot.
+const QUEUE_BATCHES: usize = 8;
 
-    let mut header = Header {
-        producer: "vramtrace import".into(),
-        producer_version: env!("CARGO_PKG_VERSION").into(),
-        start_unix_ns: if epoch_based { t0 as u64 * 1000 } else { 0 },
-        devices: (0..devices)
-            .map(|i| DeviceInfo {
-                index: i as u32,
-                name: format!("cuda:{i}"),
-                total_memory: 0,
-            })
-            .collect(),
-        allocator_settings: s.settings.clone(),
-        ..Header::default()
-    };
-    let m = &mut header.metadata;
-    m.insert("source".into(), "torch-snapshot".into());
-    m.insert(
-        "torch.pickle_protocol".into(),
-        report.pickle_protocol.to_string(),
-    );
-    m.insert("torch.trace_entries".into(), c.log.len().to_string());
-    m.insert(
-        "torch.time_base".into(),
-        if epoch_based { "epoch" } else { "relative" }.into(),
-    );
-    m.insert(
-        "torch.end_state_check".into(),
-        if report.end_state_matches {
-            "ok".into()
-        } else if !s.has_segments {
-            "no segments".into()
-        } else {
-            format!("{mismatches} differences")
-        },
-    );
-    let options = WriterOptions {
-        chunk_interval: None,
-        ..WriterOptions::default()
-    };
-    let mut w = TraceWriter::with_options(out, header, options)?;
+/// What the events of a trace being streamed need from its beginning.
+struct Begun {
+    /// Trace stack ids by the collector's stack ids.
+    stacks: Vec<StackId>,
+    /// Block sizes by (device, address) of the blocks live at the start.
+    sizes: FxMap<(u32, u64), u64>,
+    /// The annotations: (time_us, is START, name).
+    phases: Vec<(i64, bool, StringId)>,
+}
 
-    // Symbols: local frames and stacks to the writer's ids.
-    let mut strings = FxMap::default();
-    let mut string = |w: &mut TraceWriter<W>, id: StrId| {
-        *strings
-            .entry(id)
-            .or_insert_with(|| w.intern_string(&heap.str(id)))
-    };
-    let frames: Vec<FrameId> = c
-        .frames
-        .iter()
-        .map(|f| {
-            let frame = Frame::Symbol {
-                function: string(&mut w, f.name),
-                file: string(&mut w, f.file),
-                line: f.line,
-            };
-            w.intern_frame(frame)
-        })
-        .collect();
-    let mut buf = Vec::new();
-    let stacks: Vec<StackId> = (0..c.stacks.len() as u32)
-        .map(|i| {
-            buf.clear();
-            buf.extend(c.stacks.get(i).iter().map(|&f| frames[f as usize]));
-            w.intern_stack(&buf)
-        })
-        .collect();
-
-    // The initial state, and the block sizes the events will need.
-    let mut sizes: FxMap<(u32, u64), u64> = FxMap::default();
-    let mut initial = InitialState::default();
-    for (d, segs) in start.iter().enumerate() {
-        for seg in segs {
-            let mut blocks = Vec::new();
-            let mut at = seg.addr;
-            for &(addr, b) in &seg.blocks {
-                if addr > at {
-                    blocks.push(free_block(at, addr - at));
-                }
-                sizes.insert((d as u32, addr), b.size);
-                blocks.push(BlockState {
-                    addr,
-                    size: b.size,
-                    requested: b.requested,
-                    status: b.status,
-                    stack: stacks[b.stack as usize],
-                });
-                at = addr + b.size;
-            }
-            if at < seg.addr + seg.size {
-                blocks.push(free_block(at, seg.addr + seg.size - at));
-            }
-            report.initial_blocks += seg.blocks.len();
-            initial.segments.push(SegmentState {
-                device: d as u32,
-                addr: seg.addr,
-                size: seg.size,
-                stream: seg.stream,
-                expandable: seg.expandable,
-                blocks,
-            });
-        }
-    }
-    report.initial_segments = initial.segments.len();
-    w.write_initial_state(&initial)?;
-
-    // Pass 2: the events, devices merged by time, with the phases.
-    let phase_names: Vec<_> = annotations
-        .iter()
-        .map(|a| (a.0, a.1, w.intern_string(&a.2)))
-        .collect();
-    let mut cursors: Vec<_> = c
-        .log
-        .runs
-        .iter()
-        .filter_map(|r| {
-            let d = *device_of.get(&r.list)?;
-            let mut it = c.log.run(r);
-            let next = it.next()?;
-            Some((d, r.first_index, it, next))
-        })
-        .collect();
-    // The writer's chunk encoding, most of the conversion's cost, runs on a
-    // thread of its own while this one merges the devices' logs.
-    let (to_writer, batches) = mpsc::sync_channel::<Vec<Outgoing<'_>>>(4);
-    let (recycle, emptied) = mpsc::sync_channel::<Vec<Outgoing<'_>>>(4);
-    let written = std::thread::scope(|scope| {
-        let writer = scope.spawn(move || -> Result<_, FormatError> {
-            for mut batch in batches {
-                for item in batch.drain(..) {
-                    let event = item.into_event(&mut w);
-                    w.push(event)?;
-                }
-                // Reused: a fresh batch would cost page faults.
-                let _ = recycle.try_send(batch);
-            }
-            Ok(w)
-        });
-        let mut batch = Vec::with_capacity(BATCH);
-        let mut send = |item| {
-            batch.push(item);
-            if batch.len() < BATCH {
-                return true;
-            }
-            let next = emptied
-                .try_recv()
-                .unwrap_or_else(|_| Vec::with_capacity(BATCH));
-            // A send fails only once the writer has failed; its error is
-            // the one to report.
-            to_writer.send(std::mem::replace(&mut batch, next)).is_ok()
+impl ParsedSnapshot {
+    /// The trace's header, symbols and initial state, in a channel to open.
+    fn begin(&self) -> (TraceChannel, Begun) {
+        let (heap, c, s, plan) = (&self.heap, &self.collected, &self.snapshot, &self.plan);
+        let report = &self.report;
+        let mut header = Header {
+            producer: "vramtrace import".into(),
+            producer_version: env!("CARGO_PKG_VERSION").into(),
+            start_unix_ns: if plan.epoch_based {
+                plan.t0 as u64 * 1000
+            } else {
+                0
+            },
+            devices: (0..plan.devices)
+                .map(|i| DeviceInfo {
+                    index: i as u32,
+                    name: format!("cuda:{i}"),
+                    total_memory: 0,
+                })
+                .collect(),
+            allocator_settings: s.settings.clone(),
+            ..Header::default()
         };
+        let m = &mut header.metadata;
+        m.insert("source".into(), "torch-snapshot".into());
+        m.insert(
+            "torch.pickle_protocol".into(),
+            report.pickle_protocol.to_string(),
+        );
+        m.insert("torch.trace_entries".into(), c.log.len().to_string());
+        m.insert(
+            "torch.time_base".into(),
+            if plan.epoch_based {
+                "epoch"
+            } else {
+                "relative"
+            }
+            .into(),
+        );
+        m.insert(
+            "torch.end_state_check".into(),
+            if report.end_state_matches {
+                "ok".into()
+            } else if !s.has_segments {
+                "no segments".into()
+            } else {
+                format!("{} differences", plan.mismatches)
+            },
+        );
+        let mut channel = TraceChannel::new(header);
+
+        // Symbols: local frames and stacks to the trace's ids.
+        let mut strings = FxMap::default();
+        let mut string = |ch: &mut TraceChannel, id: StrId| {
+            *strings
+                .entry(id)
+                .or_insert_with(|| ch.intern_string(&heap.str(id)))
+        };
+        let frames: Vec<FrameId> = c
+            .frames
+            .iter()
+            .map(|f| {
+                let frame = Frame::Symbol {
+                    function: string(&mut channel, f.name),
+                    file: string(&mut channel, f.file),
+                    line: f.line,
+                };
+                channel.intern_frame(frame)
+            })
+            .collect();
+        let mut buf = Vec::new();
+        let stacks: Vec<StackId> = (0..c.stacks.len() as u32)
+            .map(|i| {
+                buf.clear();
+                buf.extend(c.stacks.get(i).iter().map(|&f| frames[f as usize]));
+                channel.intern_stack(&buf)
+            })
+            .collect();
+
+        // The initial state, and the block sizes the events will need.
+        let mut sizes: FxMap<(u32, u64), u64> = FxMap::default();
+        let mut initial = InitialState::default();
+        for (d, segs) in plan.start.iter().enumerate() {
+            for seg in segs {
+                let mut blocks = Vec::new();
+                let mut at = seg.addr;
+                for &(addr, b) in &seg.blocks {
+                    if addr > at {
+                        blocks.push(free_block(at, addr - at));
+                    }
+                    sizes.insert((d as u32, addr), b.size);
+                    blocks.push(BlockState {
+                        addr,
+                        size: b.size,
+                        requested: b.requested,
+                        status: b.status,
+                        stack: stacks[b.stack as usize],
+                    });
+                    at = addr + b.size;
+                }
+                if at < seg.addr + seg.size {
+                    blocks.push(free_block(at, seg.addr + seg.size - at));
+                }
+                initial.segments.push(SegmentState {
+                    device: d as u32,
+                    addr: seg.addr,
+                    size: seg.size,
+                    stream: seg.stream,
+                    expandable: seg.expandable,
+                    blocks,
+                });
+            }
+        }
+        channel.set_initial_state(initial);
+        let phases = s
+            .annotations
+            .as_deref()
+            .unwrap_or(&[])
+            .iter()
+            .map(|a| (a.0, a.1, channel.intern_string(&a.2)))
+            .collect();
+        (
+            channel,
+            Begun {
+                stacks,
+                sizes,
+                phases,
+            },
+        )
+    }
+
+    /// Sends the events: the devices' logs merged by time, with the phases.
+    /// Stops early, without an error, once the receiver is gone.
+    fn send_events(&self, mut begun: Begun, tx: &mut TraceSender) -> Result<(), ReceiverGone> {
+        let (heap, c, plan) = (&self.heap, &self.collected, &self.plan);
+        let mut cursors: Vec<_> = c
+            .log
+            .runs
+            .iter()
+            .filter_map(|r| {
+                let d = *plan.device_of.get(&r.list)?;
+                let mut it = c.log.run(r);
+                let next = it.next()?;
+                Some((d, r.first_index, it, next))
+            })
+            .collect();
         let mut phase_i = 0;
         let mut last_ns = 0u64;
+        let t0 = plan.t0;
         let to_ns = |t: i64| (t.saturating_sub(t0).max(0) as u64).saturating_mul(1000);
-        'merge: loop {
+        loop {
             // The run whose next entry comes first (k is the number of devices: tiny).
             let best = cursors
                 .iter()
@@ -713,7 +717,7 @@ fn write_trace<W: std::io::Write + Send>(
                 .map(|(i, _)| i);
             let next_time = best.and_then(|i| cursors[i].3.time_us);
             // Phases starting at an event's time come before it, ends after it.
-            while let Some(&(t, begin, name)) = phase_names.get(phase_i) {
+            while let Some(&(t, begin, name)) = begun.phases.get(phase_i) {
                 let due = match (best, next_time) {
                     (None, _) => true,
                     (Some(_), Some(nt)) => t < nt || (t == nt && begin),
@@ -729,11 +733,8 @@ fn write_trace<W: std::io::Write + Send>(
                 } else {
                     EventData::PhaseEnd { name }
                 };
-                report.phase_events += 1;
                 phase_i += 1;
-                if !send(Outgoing::Event(Event { time_ns: ns, data })) {
-                    break 'merge;
-                }
+                tx.push(Event { time_ns: ns, data })?;
             }
             let Some(i) = best else { break };
             let (d, index, it, e) = &mut cursors[i];
@@ -751,64 +752,21 @@ fn write_trace<W: std::io::Write + Send>(
             };
             // Out of order (counted while logging): raised.
             last_ns = ns.max(last_ns);
-            let Some(item) = outgoing(
+            let event = to_event(
                 device,
                 idx,
                 last_ns,
                 &entry,
-                &stacks,
-                &live_sizes,
-                &mut sizes,
+                &begun.stacks,
+                &plan.live_sizes,
+                &mut begun.sizes,
                 heap,
-                &config,
-            ) else {
-                continue;
-            };
-            if !send(item) {
-                break;
-            }
+                &plan.config,
+                tx,
+            );
+            tx.push(event)?;
         }
-        if !batch.is_empty() {
-            let _ = to_writer.send(batch);
-        }
-        drop(to_writer);
-        writer.join()
-    });
-    let w = written.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-    report.event_counts = *w.counts();
-    Ok(w.finish()?)
-}
-
-/// Events handed to the writer's thread at a time.
-const BATCH: usize = 4096;
-
-/// An event on its way to the writer's thread. Annotations carry their text:
-/// strings are interned by the writer, which only that thread holds.
-enum Outgoing<'h> {
-    Event(Event),
-    Annotation {
-        time_ns: u64,
-        key: &'static str,
-        value: Cow<'h, str>,
-    },
-}
-
-impl Outgoing<'_> {
-    fn into_event<W: std::io::Write>(self, w: &mut TraceWriter<W>) -> Event {
-        match self {
-            Outgoing::Event(e) => e,
-            Outgoing::Annotation {
-                time_ns,
-                key,
-                value,
-            } => Event {
-                time_ns,
-                data: EventData::Annotation {
-                    key: w.intern_string(key),
-                    value: w.intern_string(&value),
-                },
-            },
-        }
+        Ok(())
     }
 }
 
@@ -823,7 +781,7 @@ fn free_block(addr: u64, size: u64) -> BlockState {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn outgoing<'h>(
+fn to_event(
     device: u32,
     index: u64,
     time_ns: u64,
@@ -831,9 +789,10 @@ fn outgoing<'h>(
     stacks: &[StackId],
     live_sizes: &FxMap<u64, u64>,
     sizes: &mut FxMap<(u32, u64), u64>,
-    heap: &'h Heap,
+    heap: &Heap,
     config: &AllocatorConfig,
-) -> Option<Outgoing<'h>> {
+    tx: &mut TraceSender,
+) -> Event {
     let round_size = |requested| config.round_size(requested);
     let stack = stacks
         .get(e.stack as usize)
@@ -890,24 +849,18 @@ fn outgoing<'h>(
             stack,
             thread: 0,
         }),
-        Action::Snapshot => {
-            return Some(Outgoing::Annotation {
-                time_ns,
-                key: "torch.snapshot",
-                value: Cow::Owned(format!("device {device}")),
-            });
-        }
-        Action::UserDefined => {
-            return Some(Outgoing::Annotation {
-                time_ns,
-                key: "torch.user_defined",
-                value: if e.size == 0 {
-                    Cow::Borrowed("")
-                } else {
-                    heap.str(e.size as StrId)
-                },
-            });
-        }
+        Action::Snapshot => EventData::Annotation {
+            key: tx.intern_string("torch.snapshot"),
+            value: tx.intern_string(&format!("device {device}")),
+        },
+        Action::UserDefined => EventData::Annotation {
+            key: tx.intern_string("torch.user_defined"),
+            value: if e.size == 0 {
+                StringId::EMPTY
+            } else {
+                tx.intern_string(&heap.str(e.size as StrId))
+            },
+        },
     };
-    Some(Outgoing::Event(Event { time_ns, data }))
+    Event { time_ns, data }
 }
