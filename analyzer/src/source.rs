@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 use std::io::Read;
+use std::ops::ControlFlow;
 use vramtrace_recorder::format::{
     Event, FormatError, Header, InitialState, RawChunk, SymbolTable, TraceReader, TraceReceiver,
     Truncation,
@@ -54,15 +55,33 @@ pub trait EventSource {
     where
         F: FnMut(&[Event], &SymbolTable) + Send,
     {
+        self.try_for_each_batch(|events, symbols, _| {
+            f(events, symbols);
+            ControlFlow::Continue(())
+        })
+        .map(drop)
+    }
+
+    /// Like [`for_each_batch`](Self::for_each_batch), stopping early when `f`
+    /// breaks. `f` also gets the [`position`](Self::position) reading had
+    /// reached once its batch was read, for progress bars.
+    fn try_for_each_batch<F>(&mut self, mut f: F) -> Result<ControlFlow<()>, FormatError>
+    where
+        F: FnMut(&[Event], &SymbolTable, u64) -> ControlFlow<()> + Send,
+    {
+        // Decoded events go to buffers reused from batch to batch: allocating
+        // them afresh costs page faults on every batch.
         let mut current = Vec::new();
         let mut next = Vec::new();
         if let Some(first) = self.read(&mut next)? {
             Self::decode(first, &mut current)?;
         }
+        let mut position = self.position();
         while !current.is_empty() {
             let pending = self.read(&mut next)?;
+            let next_position = self.position();
             let symbols = self.symbols();
-            let (decoded, ()) = rayon::join(
+            let (decoded, flow) = rayon::join(
                 || match pending {
                     Some(p) => Self::decode(p, &mut next),
                     None => {
@@ -71,15 +90,19 @@ pub trait EventSource {
                     }
                 },
                 || {
-                    for events in &current {
-                        f(events, symbols);
-                    }
+                    current
+                        .iter()
+                        .try_for_each(|events| f(events, symbols, position))
                 },
             );
+            if flow.is_break() {
+                return Ok(flow);
+            }
             decoded?;
+            position = next_position;
             std::mem::swap(&mut current, &mut next);
         }
-        Ok(())
+        Ok(ControlFlow::Continue(()))
     }
 }
 

@@ -21,6 +21,7 @@ pub mod window;
 use crate::replay::{Applied, ReplayState};
 use crate::source::EventSource;
 use indicatif::ProgressBar;
+use std::ops::ControlFlow;
 use vramtrace_recorder::format::{Event, FormatError, SymbolTable, Truncation};
 use window::Window;
 
@@ -95,8 +96,8 @@ impl PassInfo {
 /// Replays a trace from its start (loading its initial state), feeding the
 /// events inside `window` to every analysis, and stops after the window.
 ///
-/// Events are decoded (on all cores, for a trace file) while the previous batch is
-/// replayed.
+/// Events are decoded (on all cores, for a trace file) while the batch before is
+/// replayed: see [`EventSource::try_for_each_batch`].
 pub fn run_pass<S: EventSource>(
     reader: &mut S,
     state: &mut ReplayState,
@@ -112,73 +113,46 @@ pub fn run_pass<S: EventSource>(
     let mut index = 0u64;
     let any_before = analyses.iter().any(|a| a.wants_before());
     let bounds = window.bounds();
-    // Decoded events go to buffers reused from batch to batch: allocating
-    // them afresh costs page faults on every batch.
-    let mut current: Vec<Vec<Event>> = Vec::new();
-    let mut next: Vec<Vec<Event>> = Vec::new();
-    if let Some(first) = reader.read(&mut next)? {
-        S::decode(first, &mut current)?;
-    }
-    while !current.is_empty() {
-        let pending = reader.read(&mut next)?;
-        let symbols = reader.symbols();
-        let (decoded, stop) = rayon::join(
-            || match pending {
-                Some(p) => S::decode(p, &mut next),
-                None => {
-                    next.clear();
-                    Ok(())
+    let flow = reader.try_for_each_batch(|events, symbols, position| {
+        for event in events {
+            if bounds.is_after(index, event.time_ns) {
+                return ControlFlow::Break(());
+            }
+            let inside = bounds.started(index, event.time_ns);
+            if inside && !started {
+                started = true;
+                info.first_time_ns = Some(event.time_ns);
+                for a in analyses.iter_mut() {
+                    a.begin(state, symbols);
                 }
-            },
-            || {
-                for events in &current {
-                    for event in events {
-                        if bounds.is_after(index, event.time_ns) {
-                            return true;
-                        }
-                        let inside = bounds.started(index, event.time_ns);
-                        if inside && !started {
-                            started = true;
-                            info.first_time_ns = Some(event.time_ns);
-                            for a in analyses.iter_mut() {
-                                a.begin(state, symbols);
-                            }
-                        }
-                        if inside && any_before {
-                            for a in analyses.iter_mut() {
-                                a.before(index, event, state);
-                            }
-                        }
-                        let applied = state.apply(index, event, symbols);
-                        if inside {
-                            info.events_in_window += 1;
-                            info.last_time_ns = event.time_ns;
-                            let step = Step {
-                                index,
-                                event,
-                                applied,
-                                symbols,
-                            };
-                            for a in analyses.iter_mut() {
-                                a.event(&step, state);
-                            }
-                        }
-                        index += 1;
-                    }
+            }
+            if inside && any_before {
+                for a in analyses.iter_mut() {
+                    a.before(index, event, state);
                 }
-                false
-            },
-        );
+            }
+            let applied = state.apply(index, event, symbols);
+            if inside {
+                info.events_in_window += 1;
+                info.last_time_ns = event.time_ns;
+                let step = Step {
+                    index,
+                    event,
+                    applied,
+                    symbols,
+                };
+                for a in analyses.iter_mut() {
+                    a.event(&step, state);
+                }
+            }
+            index += 1;
+        }
         if let Some(bar) = progress {
-            bar.set_position(reader.position());
+            bar.set_position(position);
         }
-        if stop {
-            info.stopped_early = true;
-            break;
-        }
-        decoded?;
-        std::mem::swap(&mut current, &mut next);
-    }
+        ControlFlow::Continue(())
+    })?;
+    info.stopped_early = flow.is_break();
     let symbols = reader.symbols();
     if !started {
         for a in analyses.iter_mut() {

@@ -25,7 +25,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let scan = input.scan()?;
     let counts = scan.counts;
     let (first_time, last_time) = scan.times.unwrap_or((0, 0));
-    let duration = last_time - first_time;
+    let duration = last_time.saturating_sub(first_time);
     // The trace's bytes, or the snapshot's pickle.
     let bytes = match (&input, &opened.import_report) {
         (Input::Trace(r), _) => r.bytes_read(),
