@@ -1,5 +1,6 @@
 //! Importing PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`) as
-//! vramtrace traces, so that every analysis reads one format.
+//! vramtrace traces, so that every analysis reads one data model: the events go
+//! straight to an analysis through a [`TraceReceiver`], or into a trace file.
 //!
 //! The pickle is read as a stream ([`pickle`]): trace entries become events as they
 //! are read, frames are interned by their memo identity, and peak memory stays far
@@ -86,8 +87,8 @@ pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapsho
 }
 
 /// Reads a snapshot pickle (see [`import`]) and works out the trace it makes, short of
-/// writing it: a caller may start reading the trace while [`ParsedSnapshot::write_trace`]
-/// writes it.
+/// making its events: [`ParsedSnapshot::stream`] sends them to a reader as they are
+/// made, and [`ParsedSnapshot::write_trace`] writes them to a file.
 pub fn parse(read: impl Read, progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, ImportError> {
     let mut parser = pickle::Parser::new(read, progress);
     let mut collector = Collector::new(parser.heap_mut());
@@ -116,7 +117,7 @@ pub fn parse(read: impl Read, progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, 
     })
 }
 
-/// A snapshot read and checked, with its trace still to write.
+/// A snapshot read and checked, with its events still to make.
 pub struct ParsedSnapshot {
     heap: Heap,
     collected: Collected,
