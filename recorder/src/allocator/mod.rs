@@ -6,6 +6,7 @@
 
 mod config;
 mod index;
+pub mod log;
 mod pool;
 mod stats;
 
@@ -13,6 +14,7 @@ pub use config::{
     AllocatorConfig, ConfigError, IgnoredKeys, LARGE_BUFFER, MIB, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC,
     ROUND_LARGE, ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
 };
+pub use log::EventLog;
 pub use stats::{AllocatorStats, Stat, StatArray};
 
 use crate::device::{DeviceError, DeviceMemory};
@@ -125,7 +127,7 @@ pub struct CachingAllocator<D: DeviceMemory> {
     log: bool,
     /// Stamped on the events of the calls that follow.
     origin: EventOrigin,
-    events: Vec<Event>,
+    events: EventLog,
 }
 
 /// When, where and on which thread the allocator's next events happen: the
@@ -161,7 +163,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             allowed_maximum: None,
             log: true,
             origin: EventOrigin::default(),
-            events: Vec::new(),
+            events: EventLog::default(),
         }
     }
 
@@ -198,7 +200,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     /// Takes the events buffered since the last call, oldest first.
     pub fn drain_events(&mut self) -> impl Iterator<Item = EventData> + '_ {
-        self.events.drain(..).map(|e| e.data)
+        self.events.drain().map(|e| e.data)
     }
 
     /// The event log itself, oldest first, with each event's origin. A
@@ -206,7 +208,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// annotations) in order and takes the log whole, so that no event is
     /// copied on the hot path.
     #[inline]
-    pub fn event_log_mut(&mut self) -> &mut Vec<Event> {
+    pub fn event_log_mut(&mut self) -> &mut EventLog {
         &mut self.events
     }
 

@@ -17,7 +17,9 @@ mod clock;
 mod stacks;
 mod writer;
 
-use crate::allocator::{AllocError, Allocation, AllocatorStats, CachingAllocator, EventOrigin};
+use crate::allocator::{
+    AllocError, Allocation, AllocatorStats, CachingAllocator, EventLog, EventOrigin,
+};
 use crate::device::DeviceMemory;
 use crate::format::{
     DeviceInfo, Event, EventData, FormatError, Header, KindCounts, ProcessInfo, StackId, StringId,
@@ -40,9 +42,9 @@ use writer::{Batch, Msg, WriterSummary};
 
 pub use stacks::{CodeInfo, FrameSink, FrameSource, MAX_STACK_DEPTH, capture_frames};
 
-/// The most events the recorder buffers before handing them to the writer
-/// thread.
-const BATCH_EVENTS: usize = 4096;
+/// The most [`EventLog`] slots (of 32 bytes, about one per block event) the
+/// recorder buffers before handing them to the writer thread.
+const BATCH_SLOTS: usize = 4096;
 
 /// Which stacks the recorder captures for allocator events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,7 +79,7 @@ pub struct RecorderOptions {
     /// span this long, so a killed process loses at most about this much.
     /// Checked when an event is recorded.
     pub chunk_interval: Option<Duration>,
-    /// Batches (of up to 4096 events) that may wait for the writer thread
+    /// Batches (of up to about 4096 events) that may wait for the writer thread
     /// before recording blocks: backpressure rather than unbounded memory or
     /// lost events.
     pub queue_batches: usize,
@@ -173,7 +175,8 @@ struct Inner<D: DeviceMemory> {
     /// Read under the lock, so that event times are monotonic in trace order.
     clock: Clock,
     recording: bool,
-    batch_events: usize,
+    /// Slots of the buffer that make it full.
+    batch_slots: usize,
     interval_ns: u64,
     /// Time of the first event of the buffer (the allocator's event log).
     buf_start_ns: Option<u64>,
@@ -185,7 +188,7 @@ struct Inner<D: DeviceMemory> {
     new_stacks: Vec<Box<[usize]>>,
     open_phases: Vec<StringId>,
     tx: Option<SyncSender<Msg>>,
-    spare: Receiver<Vec<Event>>,
+    spare: Receiver<EventLog>,
 }
 
 /// Ends its phase when dropped. See [`Recorder::phase`].
@@ -261,7 +264,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let chunk_events = options.chunk_events.max(1);
         // Buffers handed to the writer stay small enough to be cache-resident:
         // a 64k-event buffer made each push a cache miss.
-        let batch_events = chunk_events.min(BATCH_EVENTS);
+        let batch_slots = chunk_events.min(BATCH_SLOTS);
         let trace = TraceWriter::with_options(
             writer::Counting::new(out),
             header,
@@ -281,14 +284,14 @@ impl<D: DeviceMemory> Recorder<D> {
             .map_err(RecorderError::Spawn)?;
         // Events from before recording (a used allocator) belong to no trace.
         // The allocator's event log is the recorder's buffer (see `call`).
-        *allocator.event_log_mut() = Vec::with_capacity(batch_events);
+        *allocator.event_log_mut() = EventLog::with_capacity(batch_slots);
         allocator.set_event_log(true);
         Ok(Recorder {
             inner: Mutex::new(Inner {
                 alloc: allocator,
                 clock,
                 recording: true,
-                batch_events,
+                batch_slots,
                 interval_ns: options
                     .chunk_interval
                     .map_or(u64::MAX, |d| d.as_nanos().min(u64::MAX as u128) as u64),
@@ -602,7 +605,7 @@ impl<D: DeviceMemory> Inner<D> {
     #[inline]
     fn after_push(&mut self, time_ns: u64) {
         let start = *self.buf_start_ns.get_or_insert(time_ns);
-        if self.alloc.event_log_mut().len() >= self.batch_events {
+        if self.alloc.event_log_mut().slots() >= self.batch_slots {
             self.handoff(false);
         } else if time_ns - start >= self.interval_ns {
             self.handoff(true);
@@ -625,7 +628,7 @@ impl<D: DeviceMemory> Inner<D> {
         let fresh = self
             .spare
             .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(self.batch_events));
+            .unwrap_or_else(|_| EventLog::with_capacity(self.batch_slots));
         let batch = Batch {
             strings: std::mem::take(&mut self.new_strings),
             stacks: std::mem::take(&mut self.new_stacks),
