@@ -6,7 +6,6 @@
 
 mod config;
 mod index;
-pub mod log;
 mod pool;
 mod stats;
 
@@ -14,7 +13,6 @@ pub use config::{
     AllocatorConfig, ConfigError, IgnoredKeys, LARGE_BUFFER, MIB, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC,
     ROUND_LARGE, ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
 };
-pub use log::EventLog;
 pub use stats::{AllocatorStats, Stat, StatArray};
 
 use crate::device::{DeviceError, DeviceMemory};
@@ -127,7 +125,7 @@ pub struct CachingAllocator<D: DeviceMemory> {
     log: bool,
     /// Stamped on the events of the calls that follow.
     origin: EventOrigin,
-    events: EventLog,
+    events: Vec<Event>,
 }
 
 /// When, where and on which thread the allocator's next events happen: the
@@ -163,7 +161,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             allowed_maximum: None,
             log: true,
             origin: EventOrigin::default(),
-            events: EventLog::default(),
+            events: Vec::new(),
         }
     }
 
@@ -200,7 +198,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     /// Takes the events buffered since the last call, oldest first.
     pub fn drain_events(&mut self) -> impl Iterator<Item = EventData> + '_ {
-        self.events.drain().map(|e| e.data)
+        self.events.drain(..).map(|e| e.data)
     }
 
     /// The event log itself, oldest first, with each event's origin. A
@@ -208,7 +206,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// annotations) in order and takes the log whole, so that no event is
     /// copied on the hot path.
     #[inline]
-    pub fn event_log_mut(&mut self) -> &mut EventLog {
+    pub fn event_log_mut(&mut self) -> &mut Vec<Event> {
         &mut self.events
     }
 

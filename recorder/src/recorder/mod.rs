@@ -17,9 +17,7 @@ mod clock;
 mod stacks;
 mod writer;
 
-use crate::allocator::{
-    AllocError, Allocation, AllocatorStats, CachingAllocator, EventLog, EventOrigin,
-};
+use crate::allocator::{AllocError, Allocation, AllocatorStats, CachingAllocator, EventOrigin};
 use crate::device::DeviceMemory;
 use crate::format::{
     DeviceInfo, Event, EventData, FormatError, Header, KindCounts, ProcessInfo, StackId, StringId,
@@ -42,9 +40,9 @@ use writer::{Batch, Msg, WriterSummary};
 
 pub use stacks::{CodeInfo, FrameSink, FrameSource, MAX_STACK_DEPTH, capture_frames};
 
-/// The most [`EventLog`] slots (of 32 bytes, about one per block event) the
-/// recorder buffers before handing them to the writer thread.
-const BATCH_SLOTS: usize = 4096;
+/// The most events the recorder buffers before handing them to the writer
+/// thread.
+const BATCH_EVENTS: usize = 4096;
 
 /// Which stacks the recorder captures for allocator events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,7 +77,7 @@ pub struct RecorderOptions {
     /// span this long, so a killed process loses at most about this much.
     /// Checked when an event is recorded.
     pub chunk_interval: Option<Duration>,
-    /// Batches (of up to about 4096 events) that may wait for the writer thread
+    /// Batches (of up to 4096 events) that may wait for the writer thread
     /// before recording blocks: backpressure rather than unbounded memory or
     /// lost events.
     pub queue_batches: usize,
@@ -175,8 +173,7 @@ struct Inner<D: DeviceMemory> {
     /// Read under the lock, so that event times are monotonic in trace order.
     clock: Clock,
     recording: bool,
-    /// Slots of the buffer that make it full.
-    batch_slots: usize,
+    batch_events: usize,
     interval_ns: u64,
     /// Time of the first event of the buffer (the allocator's event log).
     buf_start_ns: Option<u64>,
@@ -188,7 +185,7 @@ struct Inner<D: DeviceMemory> {
     new_stacks: Vec<Box<[usize]>>,
     open_phases: Vec<StringId>,
     tx: Option<SyncSender<Msg>>,
-    spare: Receiver<EventLog>,
+    spare: Receiver<Vec<Event>>,
 }
 
 /// Ends its phase when dropped. See [`Recorder::phase`].
@@ -264,7 +261,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let chunk_events = options.chunk_events.max(1);
         // Buffers handed to the writer stay small enough to be cache-resident:
         // a 64k-event buffer made each push a cache miss.
-        let batch_slots = chunk_events.min(BATCH_SLOTS);
+        let batch_events = chunk_events.min(BATCH_EVENTS);
         let trace = TraceWriter::with_options(
             writer::Counting::new(out),
             header,
@@ -284,14 +281,14 @@ impl<D: DeviceMemory> Recorder<D> {
             .map_err(RecorderError::Spawn)?;
         // Events from before recording (a used allocator) belong to no trace.
         // The allocator's event log is the recorder's buffer (see `call`).
-        *allocator.event_log_mut() = EventLog::with_capacity(batch_slots);
+        *allocator.event_log_mut() = Vec::with_capacity(batch_events);
         allocator.set_event_log(true);
         Ok(Recorder {
             inner: Mutex::new(Inner {
                 alloc: allocator,
                 clock,
                 recording: true,
-                batch_slots,
+                batch_events,
                 interval_ns: options
                     .chunk_interval
                     .map_or(u64::MAX, |d| d.as_nanos().min(u64::MAX as u128) as u64),
@@ -605,7 +602,7 @@ impl<D: DeviceMemory> Inner<D> {
     #[inline]
     fn after_push(&mut self, time_ns: u64) {
         let start = *self.buf_start_ns.get_or_insert(time_ns);
-        if self.alloc.event_log_mut().slots() >= self.batch_slots {
+        if self.alloc.event_log_mut().len() >= self.batch_events {
             self.handoff(false);
         } else if time_ns - start >= self.interval_ns {
             self.handoff(true);
@@ -628,7 +625,7 @@ impl<D: DeviceMemory> Inner<D> {
         let fresh = self
             .spare
             .try_recv()
-            .unwrap_or_else(|_| EventLog::with_capacity(self.batch_slots));
+            .unwrap_or_else(|_| Vec::with_capacity(self.batch_events));
         let batch = Batch {
             strings: std::mem::take(&mut self.new_strings),
             stacks: std::mem::take(&mut self.new_stacks),

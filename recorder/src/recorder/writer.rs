@@ -2,8 +2,9 @@
 //! stacks, encodes and writes.
 
 use super::stacks::{FrameSource, SourceFrames, Symbolizer, split_key};
-use crate::allocator::EventLog;
-use crate::format::{EventData, FormatError, FrameId, KindCounts, StackId, StringId, TraceWriter};
+use crate::format::{
+    Event, EventData, FormatError, FrameId, KindCounts, StackId, StringId, TraceWriter,
+};
 use std::io::{self, Write};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender};
@@ -13,7 +14,7 @@ use std::sync::mpsc::{Receiver, SyncSender};
 pub(crate) struct Batch {
     pub strings: Vec<Box<str>>,
     pub stacks: Vec<Box<[usize]>>,
-    pub events: EventLog,
+    pub events: Vec<Event>,
     /// Write a chunk and flush the output after this batch.
     pub flush: bool,
 }
@@ -72,7 +73,7 @@ struct State {
 pub(crate) fn run<W: Write>(
     mut trace: TraceWriter<Counting<W>>,
     rx: Receiver<Msg>,
-    spare: SyncSender<EventLog>,
+    spare: SyncSender<Vec<Event>>,
     source: Option<Arc<dyn FrameSource>>,
 ) -> Result<WriterSummary, FormatError> {
     let mut state = State {
@@ -147,11 +148,11 @@ fn write_batch<W: Write>(
         state.identity &= id.0 as usize == state.stacks.len();
         state.stacks.push(id);
     }
-    for mut event in &batch.events {
+    for event in &mut batch.events {
         if !state.identity {
             remap(&mut event.data, state);
         }
-        trace.push(event)?;
+        trace.push(*event)?;
     }
     if batch.flush {
         trace.flush()?;

@@ -372,7 +372,7 @@ impl<W: Write> Gen<'_, W> {
             thread: self.thread,
         });
         let result = f(&mut self.alloc);
-        for event in self.alloc.event_log_mut().drain() {
+        for event in self.alloc.event_log_mut().drain(..) {
             self.w.push(event)?;
         }
         Ok(result)
