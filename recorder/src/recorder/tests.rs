@@ -599,3 +599,23 @@ fn source_stacks_are_cut_at_the_depth_limit() {
     set_fake_stack(&[]);
     assert!(capture_frames(&source, 5).is_empty());
 }
+
+#[test]
+fn buffers_are_not_reallocated_by_the_call_that_fills_them() {
+    let (r, _out) = recorder(RecorderOptions {
+        chunk_interval: None,
+        ..RecorderOptions::default()
+    });
+    let capacity = r.lock().alloc.event_log_mut().capacity();
+    // Frees write two events each, so some call crosses the handoff line
+    // one event early; neither the buffer written then nor a recycled one
+    // grows.
+    let mut live: Vec<u64> = (0..32).map(|_| r.malloc(512, 0).unwrap().addr).collect();
+    for i in 0..20_000u64 {
+        let slot = (i % 32) as usize;
+        r.free(live[slot]).unwrap();
+        live[slot] = r.malloc(512 + (i % 7) * 4096, 0).unwrap().addr;
+        assert_eq!(r.lock().alloc.event_log_mut().capacity(), capacity);
+    }
+    r.finish().unwrap();
+}
