@@ -65,8 +65,14 @@ fn a_snapshot_imports_to_a_trace_with_the_same_counts() {
         .success()
         .json();
     assert_eq!(from_trace["counts"], from_snapshot["counts"]);
+    assert_eq!(from_trace["duration_ns"], from_snapshot["duration_ns"]);
     assert_eq!(from_trace["counts"]["free_completed"], 3397);
     assert_eq!(from_trace["status"], "complete");
+    assert_eq!(from_snapshot["status"], "complete");
+    // A snapshot is not stored in chunks: its bytes are the pickle's.
+    assert_eq!(from_trace["chunks"], 1);
+    assert!(from_snapshot["chunks"].is_null());
+    assert_eq!(from_snapshot["bytes"], report["pickle_bytes"]);
 }
 
 #[test]

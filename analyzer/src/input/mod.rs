@@ -495,6 +495,23 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_scans_like_its_imported_trace() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/torch/cnn_eval_accumulate.pickle.xz");
+        let streamed = open(&path).unwrap().input.scan().unwrap();
+        let (stream, _) = decompress(File::open(&path).unwrap()).unwrap();
+        let imported = snapshot::import(stream, &|_| {}).unwrap();
+        let reader = TraceReader::new(Box::new(Cursor::new(imported.trace)) as InputStream);
+        let written = Input::Trace(reader.unwrap()).scan().unwrap();
+        assert_eq!(streamed.counts, written.counts);
+        assert_eq!(streamed.counts, imported.report.event_counts);
+        assert_eq!(streamed.times, written.times);
+        assert!(streamed.times.is_some_and(|(a, b)| a < b));
+        assert_eq!(streamed.chunks, None);
+        assert_eq!(written.chunks, Some(1));
+    }
+
+    #[test]
     fn unknown_content_is_an_error() {
         let e = from_reader(Cursor::new(b"hello world".to_vec()), &|_| {}).unwrap_err();
         assert!(matches!(e, InputError::UnknownFormat { .. }), "{e}");
