@@ -105,7 +105,6 @@ impl TraceChannel {
             events: Vec::with_capacity(BATCH_EVENTS),
             tx,
             spare: spare_rx,
-            counts: KindCounts::default(),
             receiver_gone: false,
         };
         let receiver = TraceReceiver {
@@ -141,7 +140,6 @@ pub struct TraceSender {
     events: Vec<Event>,
     tx: SyncSender<Message>,
     spare: Receiver<Vec<Event>>,
-    counts: KindCounts,
     receiver_gone: bool,
 }
 
@@ -162,17 +160,11 @@ impl TraceSender {
     /// happens when its reader stopped early: the producer should stop too.
     #[inline]
     pub fn push(&mut self, event: Event) -> Result<(), ReceiverGone> {
-        self.counts.add(event.data.kind());
         self.events.push(event);
         if self.events.len() >= BATCH_EVENTS {
             self.send_batch()?;
         }
         Ok(())
-    }
-
-    /// Events pushed so far, by kind.
-    pub fn counts(&self) -> &KindCounts {
-        &self.counts
     }
 
     /// Sends the last events and marks the trace complete.
