@@ -6,8 +6,6 @@
 //!
 //! - [`input`]: opens traces and snapshots alike, decompressing on the fly.
 //! - [`snapshot`]: reads PyTorch memory snapshots (our own pickle reader).
-//! - [`source`]: where a pass's events come from: a trace file's chunks,
-//!   decoded on all cores, or a snapshot's events, streamed as it is converted.
 //! - [`render`]: SVG charts and the HTML report.
 //! - [`replay`]: the allocator's state reconstructed event by event.
 //! - [`analysis`]: analyses fed by one replay pass (summary, fragmentation,
@@ -27,7 +25,6 @@ pub mod render;
 pub mod replay;
 pub mod simulate;
 pub mod snapshot;
-pub mod source;
 pub mod table;
 #[cfg(test)]
 pub(crate) mod testing;

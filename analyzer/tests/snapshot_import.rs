@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use vramtrace::input::{self, Compression, InputKind};
 use vramtrace::snapshot::pickle::{self, Value};
-use vramtrace::source::EventSource;
+use vramtrace_recorder::format::EventSource;
 use vramtrace_recorder::format::{BlockStatus, Event, EventData, EventKind, TraceReader};
 
 fn fixture(name: &str) -> PathBuf {

@@ -19,9 +19,9 @@ pub mod timeline;
 pub mod window;
 
 use crate::replay::{Applied, ReplayState};
-use crate::source::EventSource;
 use indicatif::ProgressBar;
 use std::ops::ControlFlow;
+use vramtrace_recorder::format::EventSource;
 use vramtrace_recorder::format::{Event, FormatError, SymbolTable, Truncation};
 use window::Window;
 

@@ -22,9 +22,9 @@ use crate::replay::{
     Applied, FreeSpace, Inconsistency, InconsistencyKind, Occupancy, PhaseId, ReplayState,
     SiteLive, Totals,
 };
-use crate::source::EventSource;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use vramtrace_recorder::format::EventSource;
 use vramtrace_recorder::format::{Event, EventData, FormatError, KindCounts, SymbolTable};
 
 /// The most OOM events kept with their context.

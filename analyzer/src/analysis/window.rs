@@ -8,8 +8,8 @@
 //! so the state at the window's start is exact.
 
 use crate::analysis::phases::normalize_name;
-use crate::source::EventSource;
 use crate::units;
+use vramtrace_recorder::format::EventSource;
 use vramtrace_recorder::format::{EventData, FormatError};
 
 /// One end of a window as given on the command line.

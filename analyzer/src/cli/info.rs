@@ -2,12 +2,12 @@
 
 use super::{open_input_with_report, print_json, warn};
 use crate::input::Input;
-use crate::source::EventSource;
 use crate::units;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace_recorder::format::EventKind;
+use vramtrace_recorder::format::EventSource;
 
 /// Arguments of `vramtrace info`.
 #[derive(clap::Args)]

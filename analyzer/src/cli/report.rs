@@ -17,11 +17,11 @@ use crate::render::diff::{AlignBy, DiffRun};
 use crate::render::palette::Palette;
 use crate::render::report::{Charts, ReportInput, Section};
 use crate::render::{self};
-use crate::source::EventSource;
 use crate::units;
 use anyhow::bail;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use vramtrace_recorder::format::EventSource;
 
 /// Arguments of `vramtrace report`.
 #[derive(clap::Args)]

@@ -5,7 +5,6 @@ use super::analyze::emit;
 use super::{open_input_with_report, warn};
 use crate::progress;
 use crate::simulate::{self, Extracted, Fidelity, Scenario, ScenarioResult, SimOptions};
-use crate::source::EventSource;
 use crate::table::{Align, Table};
 use crate::units;
 use anyhow::{Context, bail};
@@ -13,6 +12,7 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace_recorder::allocator::AllocatorConfig;
+use vramtrace_recorder::format::EventSource;
 
 /// Arguments of `vramtrace simulate`.
 #[derive(clap::Args)]

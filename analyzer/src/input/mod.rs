@@ -3,11 +3,11 @@
 //! by file name: snapshots are routinely renamed and re-compressed by hand.
 
 use crate::snapshot::{self, ImportError, ImportReport, ParsedSnapshot};
-use crate::source::EventSource;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use vramtrace_recorder::format::EventSource;
 use vramtrace_recorder::format::{
     Event, FormatError, Header, InitialState, KindCounts, MAGIC, RawChunk, SymbolTable,
     TraceReader, TraceReceiver, Truncation,
@@ -128,13 +128,17 @@ impl Input {
                 (counts, Some(chunks))
             }
             Input::Snapshot(r) => {
+                let mut counts = KindCounts::default();
                 while let Some(events) = r.next_batch()? {
                     if let (Some(first), Some(last)) = (events.first(), events.last()) {
                         span(first.time_ns, last.time_ns);
                     }
+                    for e in &events {
+                        counts.add(e.data.kind());
+                    }
                     r.recycle(events);
                 }
-                (*r.counts(), None)
+                (counts, None)
             }
         };
         Ok(Scan {

@@ -579,7 +579,7 @@ pub struct Extracted {
 }
 
 /// Decodes and replays a trace once into its [`RequestList`].
-pub fn extract<S: crate::source::EventSource>(
+pub fn extract<S: vramtrace_recorder::format::EventSource>(
     reader: &mut S,
     progress: Option<&indicatif::ProgressBar>,
 ) -> Result<Extracted, vramtrace_recorder::format::FormatError> {

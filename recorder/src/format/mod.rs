@@ -24,6 +24,7 @@ mod event;
 mod header;
 mod reader;
 mod record;
+mod source;
 mod symbols;
 pub mod varint;
 mod writer;
@@ -38,7 +39,8 @@ pub use event::{
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,
 };
-pub use reader::{Events, TraceReader, Truncation, decode_chunks};
+pub use reader::{Events, TraceReader, Truncation};
+pub use source::EventSource;
 pub use symbols::{Frame, FrameId, StackId, StringId, SymbolTable};
 pub use writer::{TraceWriter, WriterOptions};
 

@@ -7,7 +7,6 @@ use super::header::{Footer, Header, InitialState};
 use super::record::{RECORD_OVERHEAD, ReadRecord, RecordType, read_full, read_record};
 use super::symbols::{SymbolDefinitions, SymbolTable};
 use super::{MAGIC, VERSION_MAJOR};
-use rayon::prelude::*;
 use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -211,30 +210,6 @@ impl<R: Read> TraceReader<R> {
         }
     }
 
-    /// Calls `f` on every remaining event in order, in batches, decoding the
-    /// next batch on all cores while `f` works on the current one.
-    pub fn for_each_batch<F>(&mut self, mut f: F) -> Result<(), FormatError>
-    where
-        F: FnMut(&[Event], &SymbolTable) + Send,
-    {
-        let batch_chunks = rayon::current_num_threads().max(1) * 2;
-        let mut current = decode_chunks(&self.next_chunks(batch_chunks)?)?;
-        while !current.is_empty() {
-            let raw = self.next_chunks(batch_chunks)?;
-            let symbols = &self.symbols;
-            let (next, ()) = rayon::join(
-                || decode_chunks(&raw),
-                || {
-                    for events in &current {
-                        f(events, symbols);
-                    }
-                },
-            );
-            current = next?;
-        }
-        Ok(())
-    }
-
     /// Reads the rest of the trace and counts events by kind without building
     /// them: the footer's counts when the trace was closed cleanly.
     pub fn count_remaining(&mut self) -> Result<KindCounts, FormatError> {
@@ -303,11 +278,6 @@ impl<R: Read> TraceReader<R> {
         }
         Ok(None)
     }
-}
-
-/// Decodes chunks on all cores, keeping their order.
-pub fn decode_chunks(chunks: &[RawChunk]) -> Result<Vec<Vec<Event>>, FormatError> {
-    chunks.par_iter().map(RawChunk::decode).collect()
 }
 
 /// Reads the `[major, minor]` MessagePack array after the signature.

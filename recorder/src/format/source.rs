@@ -1,19 +1,23 @@
-//! Where a replay pass's events come from: a trace file's chunks, decoded on
-//! all cores, or a [`TraceReceiver`] whose producer (a snapshot being
-//! converted) hands over events already decoded.
+//! [`EventSource`]: a trace's events read in order, whether from a file's
+//! chunks ([`TraceReader`], decoded on all cores) or from a
+//! [`TraceReceiver`], whose producer (the analyzer's snapshot import) hands
+//! over events already decoded.
 //!
-//! A pass reads in two steps so that decoding runs beside the replay of the
-//! events before: [`EventSource::read`] takes the next events off the input
-//! (in order, with the symbols they use), and [`EventSource::decode`], which
-//! needs nothing of the source, turns them into events.
+//! Reading takes two steps so that decoding runs beside the consumer's work
+//! on the events before: [`EventSource::read`] takes the next events off the
+//! input (in order, with the symbols they use), and [`EventSource::decode`],
+//! which needs nothing of the source, turns them into events.
 
+use super::channel::TraceReceiver;
+use super::chunk::RawChunk;
+use super::error::FormatError;
+use super::event::Event;
+use super::header::{Header, InitialState};
+use super::reader::{TraceReader, Truncation};
+use super::symbols::SymbolTable;
 use rayon::prelude::*;
 use std::io::Read;
 use std::ops::ControlFlow;
-use vramtrace_recorder::format::{
-    Event, FormatError, Header, InitialState, RawChunk, SymbolTable, TraceReader, TraceReceiver,
-    Truncation,
-};
 
 /// A trace's events, read in order.
 pub trait EventSource {
@@ -186,7 +190,7 @@ impl EventSource for TraceReceiver {
     }
 
     fn position(&self) -> u64 {
-        self.counts().total()
+        self.events_received()
     }
 
     fn truncation(&self) -> Option<&Truncation> {
