@@ -10,9 +10,15 @@
 //! buffer. A full buffer is handed over a bounded channel to a writer thread,
 //! which symbolizes new addresses and names new codes (each once), encodes chunks and writes them.
 //!
+//! The lock is a `BiasedMutex` (`biased.rs`): the thread that takes it most
+//! (in practice the one allocating) enters without an atomic
+//! read-modify-write, which on the machines we measured was the difference
+//! between a time-stamp counter read of a few ns and one of 20 to 60.
+//!
 //! Recording never changes what the allocator decides: it only reads the
 //! events the allocator reports.
 
+mod biased;
 mod clock;
 mod stacks;
 mod writer;
@@ -23,6 +29,7 @@ use crate::format::{
     DeviceInfo, Event, EventData, FormatError, Header, KindCounts, ProcessInfo, StackId, StringId,
     TraceWriter, WriterOptions,
 };
+use biased::{BiasedGuard, BiasedMutex};
 use clock::Clock;
 use rustc_hash::FxHashMap;
 use stacks::StackBuf;
@@ -30,10 +37,9 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use writer::{Batch, Msg, WriterSummary};
@@ -170,7 +176,7 @@ pub struct RecordingSummary {
 /// `Recorder` is `Send + Sync` when the device is `Send`: share it (`&self`,
 /// an `Arc`, a static) between the threads that allocate.
 pub struct Recorder<D: DeviceMemory> {
-    inner: Mutex<Inner<D>>,
+    inner: BiasedMutex<Inner<D>>,
     stacks: StackMode,
     source: Option<Arc<dyn FrameSource>>,
     max_depth: usize,
@@ -293,7 +299,7 @@ impl<D: DeviceMemory> Recorder<D> {
         *allocator.event_log_mut() = Vec::with_capacity(batch_events + CALL_EVENTS);
         allocator.set_event_log(true);
         Ok(Recorder {
-            inner: Mutex::new(Inner {
+            inner: BiasedMutex::new(Inner {
                 alloc: allocator,
                 clock,
                 recording: true,
@@ -508,10 +514,11 @@ impl<D: DeviceMemory> Recorder<D> {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner<D>> {
+    #[inline(always)]
+    fn lock(&self) -> BiasedGuard<'_, Inner<D>> {
         // A panic elsewhere while holding the lock leaves consistent-enough
-        // state for recording to go on; poisoning would only add a panic.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        // state for recording to go on: the lock does not poison.
+        self.inner.lock()
     }
 
     /// Captures the caller's native stack, if on. `marker` is a local of the
