@@ -18,38 +18,13 @@
 //!
 //! `cargo bench -p vramtrace-recorder --bench recorder`
 
+mod common;
+
+use common::{LIVE, STEPS, allocator, workload};
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
-use vramtrace_recorder::device::SimulatedDevice;
 use vramtrace_recorder::recorder::{Recorder, RecorderOptions, StackMode};
-
-const LIVE: usize = 32;
-const STEPS: usize = 4096;
-
-/// (slot, size) per step: log-uniform sizes from 512 B to 40 MiB.
-fn workload() -> Vec<(usize, u64)> {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let (lo, hi) = ((512f64).ln(), ((40u64 << 20) as f64).ln());
-    (0..STEPS)
-        .map(|_| {
-            let slot = (next() % LIVE as u64) as usize;
-            let u = (next() >> 11) as f64 / (1u64 << 53) as f64;
-            (slot, (lo + u * (hi - lo)).exp() as u64)
-        })
-        .collect()
-}
-
-fn allocator() -> CachingAllocator<SimulatedDevice> {
-    CachingAllocator::new(SimulatedDevice::unlimited(), AllocatorConfig::default())
-}
 
 /// Runs `f` `depth` calls deeper than the caller, so stacks have frames to walk.
 #[inline(never)]
