@@ -6,9 +6,9 @@
 //! instructions per call (the compare-exchange that takes it and the exchange
 //! that releases it), which are cheap on their own but wait for every earlier
 //! instruction, the time-stamp counter read among them: on the KVM hosts we
-//! measured, a `RDTSC` costs 1 to 29 ns with no locked instruction near it and
-//! 21 to 60 ns with one (`docs/performance.md`, recorder section). Two of
-//! each per pair were more than the recording budget on their own.
+//! measured, a `RDTSC` costs 1 to 30 ns with no locked instruction near it and
+//! 20 to 60 ns with one (`docs/performance.md`, recorder section). Two of
+//! each per pair took most of the recording budget.
 //!
 //! How: once one thread has taken the lock [`BIAS_AFTER`] times in a row, the
 //! lock is *biased* to it. The owner then enters by announcing itself in a
