@@ -11,9 +11,9 @@
 //! each per pair took most of the recording budget.
 //!
 //! How: once one thread has taken the lock [`BIAS_AFTER`] times in a row, the
-//! lock is *biased* to it. The owner then enters by announcing itself in a
-//! flag of its own ([`Slot::inside`]) and checking that the lock is still
-//! biased to it: two plain stores and two loads, no fence. Any other thread
+//! lock is *biased* to it. The owner then enters by writing the lock's
+//! address in a word of its own ([`Slot::inside`]) and checking that the lock
+//! is still biased to it: plain stores and loads, no fence. Any other thread
 //! takes the inner mutex and *revokes* the bias first: it clears the bias,
 //! then issues `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which runs a
 //! full memory barrier on every CPU running a thread of this process, so
@@ -34,7 +34,7 @@
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering, compiler_fence, fence};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, compiler_fence, fence};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Slow-path acquisitions in a row by one thread before the lock is biased
@@ -47,12 +47,16 @@ const MAX_BIAS_AFTER: u32 = 1 << 16;
 /// nanoseconds saved per entry).
 const BREAK_EVEN_ENTRIES: u64 = 1024;
 
-/// A thread's mark, shared by every biased lock it uses: whether it is
-/// inside one through the fast path, and how often it entered that way.
+/// A thread's mark, shared by every biased lock it uses: which one it is
+/// inside through the fast path, and how often it entered that way.
 #[derive(Debug, Default)]
 struct Slot {
-    /// Set by the owner for as long as it holds a lock through the fast path.
-    inside: AtomicBool,
+    /// The address of the lock the thread holds through the fast path, 0
+    /// when none. Only one at a time: a thread inside one biased lock takes
+    /// any other through the slow path, so that a revoker waits for the
+    /// owner to leave its own lock only, never for a lock the owner might
+    /// be waiting on.
+    inside: AtomicUsize,
     /// Fast-path entries so far (written by the owning thread only).
     entries: AtomicU64,
 }
@@ -132,7 +136,9 @@ impl<T> BiasedMutex<T> {
         }
     }
 
-    /// Takes the lock, waiting for it if another thread holds it.
+    /// Takes the lock, waiting for it if another thread holds it. Not
+    /// reentrant: a thread that holds it and takes it again deadlocks, as
+    /// with a `Mutex`.
     #[inline]
     pub fn lock(&self) -> BiasedGuard<'_, T> {
         // During thread teardown the slot may be gone: take the slow path.
@@ -140,23 +146,40 @@ impl<T> BiasedMutex<T> {
         if !slot.is_null() && ptr::eq(self.bias.load(Ordering::Relaxed), slot) {
             // SAFETY: `slot` is this thread's own, alive while it runs.
             let s = unsafe { &*slot };
-            s.inside.store(true, Ordering::Relaxed);
-            // The light half of the asymmetric fence: the revoker's
-            // membarrier orders this store before the load below as seen
-            // from its side; only the compiler must not reorder them here.
-            compiler_fence(Ordering::SeqCst);
-            if ptr::eq(self.bias.load(Ordering::Relaxed), slot) {
-                s.entries
-                    .store(s.entries.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-                return BiasedGuard {
-                    lock: self,
-                    fast: Some(s),
-                    _slow: None,
-                };
+            if s.inside.load(Ordering::Relaxed) == 0 {
+                if let Some(guard) = self.enter_fast(s, slot) {
+                    return guard;
+                }
             }
-            s.inside.store(false, Ordering::Release);
         }
         self.lock_slow(slot)
+    }
+
+    /// The owner's way in: announce, then check the bias again.
+    #[inline(always)]
+    fn enter_fast<'a>(&'a self, s: &'a Slot, slot: *const Slot) -> Option<BiasedGuard<'a, T>> {
+        s.inside.store(self.addr(), Ordering::Relaxed);
+        // The light half of the asymmetric fence: the revoker's
+        // membarrier orders this store before the load below as seen
+        // from its side; only the compiler must not reorder them here.
+        compiler_fence(Ordering::SeqCst);
+        if ptr::eq(self.bias.load(Ordering::Relaxed), slot) {
+            s.entries
+                .store(s.entries.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            return Some(BiasedGuard {
+                lock: self,
+                fast: Some(s),
+                _slow: None,
+            });
+        }
+        s.inside.store(0, Ordering::Release);
+        None
+    }
+
+    /// This lock's identity in [`Slot::inside`].
+    #[inline(always)]
+    fn addr(&self) -> usize {
+        self as *const Self as usize
     }
 
     #[cold]
@@ -209,7 +232,7 @@ impl<T> BiasedMutex<T> {
         membarrier::private_expedited();
         fence(Ordering::SeqCst);
         let mut spins = 0u32;
-        while owner.inside.load(Ordering::Acquire) {
+        while owner.inside.load(Ordering::Acquire) == self.addr() {
             // The owner is inside for the length of one allocator call,
             // unless it was preempted there.
             spins += 1;
@@ -234,7 +257,7 @@ impl<T> Drop for BiasedGuard<'_, T> {
         if let Some(s) = self.fast {
             // Pairs with the revoker's acquire load: what was done inside
             // is visible to it.
-            s.inside.store(false, Ordering::Release);
+            s.inside.store(0, Ordering::Release);
         }
         // A slow-path guard releases the inner mutex as `_slow` drops.
     }
@@ -350,6 +373,32 @@ mod tests {
         });
         assert!(!m.biased_to_me());
         assert_eq!(m.lock().last(), Some(&u32::MAX));
+    }
+
+    /// A thread inside one biased lock that takes another (biased to it too)
+    /// and leaves it still holds the first: a third thread waits for it.
+    #[test]
+    fn leaving_a_nested_lock_keeps_the_outer_one_held() {
+        use std::sync::atomic::AtomicBool;
+        let (a, b) = (BiasedMutex::new(0u32), BiasedMutex::new(0u32));
+        for _ in 0..BIAS_AFTER + 1 {
+            *a.lock() += 1;
+            *b.lock() += 1;
+        }
+        let entered = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let mut outer = a.lock();
+            *b.lock() += 1;
+            s.spawn(|| {
+                *a.lock() += 1;
+                entered.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!entered.load(Ordering::SeqCst), "another thread got in");
+            *outer += 1;
+        });
+        assert!(entered.load(Ordering::SeqCst));
+        assert_eq!(*a.lock(), BIAS_AFTER + 3);
     }
 
     /// Threads take turns in bursts of varying length (so the lock is biased
