@@ -100,6 +100,8 @@ fn main() {
             _ => {}
         }
     }
+    let rounds = rounds.max(1);
+    let pairs = pairs.max(1);
     let steps = workload();
     let names = ["raw", "raw_locked", "record_no_stacks"];
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
@@ -115,8 +117,9 @@ fn main() {
         times[2].push(time_pairs(&mut rec, &steps, pairs));
         rec.0.finish().unwrap();
     }
-    // Within a round the cases ran seconds apart: their difference is less
-    // exposed to the machine's slow spells than the cases' own spreads.
+    // Within a round the cases ran a fraction of a second apart: their
+    // difference is less exposed to the machine's slow spells than the
+    // cases' own spreads.
     let mut paired: Vec<f64> = times[2].iter().zip(&times[0]).map(|(r, a)| r - a).collect();
     paired.sort_by(f64::total_cmp);
     let stats: Vec<[f64; 3]> = times
