@@ -20,64 +20,21 @@ use common::{LIVE, STEPS, allocator, workload};
 use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::Instant;
-use vramtrace_recorder::allocator::CachingAllocator;
-use vramtrace_recorder::device::SimulatedDevice;
 use vramtrace_recorder::recorder::{Recorder, RecorderOptions};
 
-/// An allocator under test, however it is reached.
-trait Target {
-    fn malloc(&mut self, size: u64) -> u64;
-    fn free(&mut self, addr: u64);
-}
-
-struct Raw(CachingAllocator<SimulatedDevice>);
-
-impl Target for Raw {
-    #[inline]
-    fn malloc(&mut self, size: u64) -> u64 {
-        self.0.malloc(size, 0).unwrap().addr
-    }
-    #[inline]
-    fn free(&mut self, addr: u64) {
-        self.0.free(addr).unwrap();
-    }
-}
-
-struct Locked(Mutex<CachingAllocator<SimulatedDevice>>);
-
-impl Target for Locked {
-    #[inline]
-    fn malloc(&mut self, size: u64) -> u64 {
-        self.0.lock().unwrap().malloc(size, 0).unwrap().addr
-    }
-    #[inline]
-    fn free(&mut self, addr: u64) {
-        self.0.lock().unwrap().free(addr).unwrap();
-    }
-}
-
-struct Recording(Recorder<SimulatedDevice>);
-
-impl Target for Recording {
-    #[inline]
-    fn malloc(&mut self, size: u64) -> u64 {
-        self.0.malloc(size, 0).unwrap().addr
-    }
-    #[inline]
-    fn free(&mut self, addr: u64) {
-        self.0.free(addr).unwrap();
-    }
-}
-
 /// Nanoseconds per pair over `pairs` pairs, after a quarter as many to warm
-/// up (caches, the recorder's buffers, the lock's bias).
-fn time_pairs(target: &mut impl Target, steps: &[(usize, u64)], pairs: usize) -> f64 {
-    let mut live: Vec<u64> = (0..LIVE).map(|_| target.malloc(512)).collect();
+/// up (caches, the recorder's buffers, the lock's bias). `pair(old, size)`
+/// frees `old` (if any) and returns the address of a new block of `size`.
+fn time_pairs(
+    mut pair: impl FnMut(Option<u64>, u64) -> u64,
+    steps: &[(usize, u64)],
+    pairs: usize,
+) -> f64 {
+    let mut live: Vec<u64> = (0..LIVE).map(|_| pair(None, 512)).collect();
     let mut run = |n: usize| {
         for i in 0..n {
             let (slot, size) = steps[i % STEPS];
-            target.free(live[slot]);
-            live[slot] = target.malloc(size);
+            live[slot] = pair(Some(live[slot]), size);
         }
     };
     run(pairs / 4);
@@ -108,14 +65,32 @@ fn main() {
     for _ in 0..rounds {
         let mut a = allocator();
         a.set_event_log(false);
-        times[0].push(time_pairs(&mut Raw(a), &steps, pairs));
+        let raw = |old: Option<u64>, size| {
+            if let Some(addr) = old {
+                a.free(addr).unwrap();
+            }
+            a.malloc(size, 0).unwrap().addr
+        };
+        times[0].push(time_pairs(raw, &steps, pairs));
         let mut a = allocator();
         a.set_event_log(false);
-        times[1].push(time_pairs(&mut Locked(Mutex::new(a)), &steps, pairs));
+        let a = Mutex::new(a);
+        let locked = |old: Option<u64>, size| {
+            if let Some(addr) = old {
+                a.lock().unwrap().free(addr).unwrap();
+            }
+            a.lock().unwrap().malloc(size, 0).unwrap().addr
+        };
+        times[1].push(time_pairs(locked, &steps, pairs));
         let r = Recorder::new(allocator(), std::io::sink(), RecorderOptions::default()).unwrap();
-        let mut rec = Recording(r);
-        times[2].push(time_pairs(&mut rec, &steps, pairs));
-        rec.0.finish().unwrap();
+        let recording = |old: Option<u64>, size| {
+            if let Some(addr) = old {
+                r.free(addr).unwrap();
+            }
+            r.malloc(size, 0).unwrap().addr
+        };
+        times[2].push(time_pairs(recording, &steps, pairs));
+        r.finish().unwrap();
     }
     // Within a round the cases ran a fraction of a second apart: their
     // difference is less exposed to the machine's slow spells than the

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Slow-path acquisitions in a row by one thread before the lock is biased
 /// to it.
-pub(crate) const BIAS_AFTER: u32 = 256;
+const BIAS_AFTER: u32 = 256;
 /// The longest streak asked for after unprofitable biases.
 const MAX_BIAS_AFTER: u32 = 1 << 16;
 /// A bias that served at least this many fast entries paid for its
