@@ -220,6 +220,24 @@ impl AllocatorConfig {
         }
     }
 
+    /// Whether a free block of `block_size` bytes handed out for a request
+    /// rounded to `size` is split, leaving the rest cached (PyTorch's
+    /// `should_split`). `small` says whether the request is for the small
+    /// pool (`size` at most [`SMALL_SIZE`]). Small blocks, and every block
+    /// under expandable segments, are split whenever at least
+    /// [`MIN_BLOCK_SIZE`] remains; large ones only below `max_split_size` and
+    /// when more than [`SMALL_SIZE`] remains, so a slightly larger cached
+    /// block is handed out whole.
+    #[inline]
+    pub fn should_split(&self, small: bool, block_size: u64, size: u64) -> bool {
+        let remaining = block_size - size;
+        if small || self.expandable_segments {
+            remaining >= MIN_BLOCK_SIZE
+        } else {
+            size < self.max_split_size && remaining > SMALL_SIZE
+        }
+    }
+
     /// The number of divisions `roundup_power2_divisions` sets for this size.
     #[inline]
     pub fn divisions_for(&self, size: u64) -> u64 {

@@ -6,6 +6,7 @@
 
 mod config;
 mod index;
+mod observed;
 mod pool;
 mod stats;
 
@@ -13,6 +14,7 @@ pub use config::{
     AllocatorConfig, ConfigError, IgnoredKeys, LARGE_BUFFER, MIB, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC,
     ROUND_LARGE, ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
 };
+pub use observed::ObservedBlocks;
 pub use stats::{AllocatorStats, Stat, StatArray};
 
 use crate::device::{DeviceError, DeviceMemory};
@@ -414,12 +416,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     fn should_split(&self, id: BlockId, size: u64) -> bool {
         let b = &self.slab[id];
-        let remaining = b.size - size;
-        if b.small || self.config.expandable_segments {
-            remaining >= MIN_BLOCK_SIZE
-        } else {
-            size < self.config.max_split_size && remaining > SMALL_SIZE
-        }
+        self.config.should_split(b.small, b.size, size)
     }
 
     // PyTorch's get_free_block: best fit in the pool, with the oversize rules.

@@ -1,9 +1,10 @@
 use super::*;
 use crate::allocator::AllocatorConfig;
 use crate::device::SimulatedDevice;
+use crate::format::{EventData, StackId};
 use crate::format::{EventKind, TraceReader};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// An output the test can read while (and after) the recorder writes it.
 #[derive(Clone, Default)]
@@ -606,7 +607,7 @@ fn buffers_are_not_reallocated_by_the_call_that_fills_them() {
         chunk_interval: None,
         ..RecorderOptions::default()
     });
-    let capacity = r.lock().alloc.event_log_mut().capacity();
+    let capacity = r.rec.lock().subject.event_log_mut().capacity();
     // Frees write two events each, so some call crosses the handoff line
     // one event early; neither the buffer written then nor a recycled one
     // grows.
@@ -615,7 +616,288 @@ fn buffers_are_not_reallocated_by_the_call_that_fills_them() {
         let slot = (i % 32) as usize;
         r.free(live[slot]).unwrap();
         live[slot] = r.malloc(512 + (i % 7) * 4096, 0).unwrap().addr;
-        assert_eq!(r.lock().alloc.event_log_mut().capacity(), capacity);
+        assert_eq!(r.rec.lock().subject.event_log_mut().capacity(), capacity);
     }
     r.finish().unwrap();
+}
+
+// ---------------------------------------------------------------- Observer
+
+use crate::format::{BlockState, BlockStatus, DeviceInfo, InitialState, SegmentState};
+
+fn observer(start: StartState, options: RecorderOptions) -> (Observer, SharedBuf) {
+    let out = SharedBuf::default();
+    let setup = ObserverSetup {
+        device: DeviceInfo {
+            index: 3,
+            name: "observed".into(),
+            total_memory: 1 << 40,
+        },
+        allocator: AllocatorConfig::default(),
+        start,
+    };
+    (Observer::new(out.clone(), setup, options).unwrap(), out)
+}
+
+/// What an observed allocator would report for one of vramtrace's own
+/// allocator's events: the requested size, no block size.
+fn as_observed(data: &EventData) -> Option<ObservedEvent> {
+    let (kind, addr, size, stream) = match *data {
+        EventData::Alloc(b) => (EventKind::Alloc, b.addr, b.requested, b.stream),
+        EventData::FreeRequested(b) => (EventKind::FreeRequested, b.addr, b.requested, b.stream),
+        EventData::FreeCompleted(b) => (EventKind::FreeCompleted, b.addr, b.requested, b.stream),
+        EventData::SegmentAlloc(s) => (EventKind::SegmentAlloc, s.addr, s.size, s.stream),
+        EventData::SegmentFree(s) => (EventKind::SegmentFree, s.addr, s.size, s.stream),
+        EventData::SegmentMap(s) => (EventKind::SegmentMap, s.addr, s.size, s.stream),
+        EventData::SegmentUnmap(s) => (EventKind::SegmentUnmap, s.addr, s.size, s.stream),
+        _ => return None,
+    };
+    Some(ObservedEvent {
+        kind,
+        addr,
+        size,
+        stream,
+    })
+}
+
+/// The block events' (kind, addr, block size, requested size), and segment
+/// events' (kind, addr, size, 0), with device and thread dropped.
+fn shapes(events: impl IntoIterator<Item = EventData>) -> Vec<(EventKind, u64, u64, u64)> {
+    events
+        .into_iter()
+        .filter_map(|d| match d {
+            EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
+                Some((d.kind(), b.addr, b.size, b.requested))
+            }
+            EventData::SegmentAlloc(s)
+            | EventData::SegmentFree(s)
+            | EventData::SegmentMap(s)
+            | EventData::SegmentUnmap(s) => Some((d.kind(), s.addr, s.size, 0)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_observed_allocator_is_recorded_with_its_block_sizes() {
+    // vramtrace's allocator stands for PyTorch's: same policy, and its own
+    // events say what the block sizes were.
+    let mut alloc = allocator(1 << 40);
+    let (obs, out) = observer(StartState::Empty, RecorderOptions::default());
+    let mut live = Vec::new();
+    let mut expected = Vec::new();
+    for (is_alloc, size, pick) in ops(7, 3000) {
+        if is_alloc || live.is_empty() {
+            live.push(alloc.malloc(size, 0).unwrap().addr);
+        } else {
+            alloc.free(live.swap_remove(pick % live.len())).unwrap();
+        }
+        for data in alloc.drain_events() {
+            obs.record(as_observed(&data).unwrap(), None);
+            expected.push(data);
+        }
+    }
+    let summary = obs.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    assert_eq!(reader.header().devices[0].index, 3);
+    assert!(reader.header().metadata.contains_key("block_sizes"));
+    assert_eq!(summary.events, events.len() as u64);
+    assert!(events.iter().all(|e| match e.data {
+        EventData::Alloc(b) => b.device == 3 && b.thread == thread_id(),
+        _ => true,
+    }));
+    assert_eq!(shapes(events.iter().map(|e| e.data)), shapes(expected));
+    // Handed out whole somewhere, or the test shows nothing.
+    assert!(events.iter().any(|e| matches!(e.data,
+        EventData::Alloc(b) if b.size != AllocatorConfig::default().round_size(b.requested))));
+}
+
+#[test]
+fn a_pending_start_state_comes_first_and_sizes_its_blocks() {
+    let (obs, out) = observer(StartState::Pending, RecorderOptions::default());
+    let seg = |addr| SegmentState {
+        device: 0,
+        addr,
+        size: 20 << 20,
+        stream: 0,
+        expandable: false,
+        blocks: vec![
+            BlockState {
+                addr,
+                size: 4 << 20,
+                requested: 3 << 20,
+                status: BlockStatus::Allocated,
+                stack: StackId::NONE,
+            },
+            BlockState {
+                addr: addr + (4 << 20),
+                size: 16 << 20,
+                requested: 0,
+                status: BlockStatus::Free,
+                stack: StackId::NONE,
+            },
+        ],
+    };
+    let ev = |kind, addr, size| ObservedEvent {
+        kind,
+        addr,
+        size,
+        stream: 0,
+    };
+    // Reported before the state is known: held back, then sized with it.
+    obs.record(ev(EventKind::Alloc, 4 << 20, 15 << 20), None);
+    obs.record(ev(EventKind::FreeRequested, 0, 3 << 20), None);
+    obs.phase_begin("late");
+    obs.set_initial_state(InitialState {
+        segments: vec![seg(0)],
+    })
+    .unwrap();
+    // A second state is ignored.
+    obs.set_initial_state(InitialState::default()).unwrap();
+    obs.record(ev(EventKind::FreeCompleted, 0, 3 << 20), None);
+    obs.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    let initial = reader.initial_state().expect("an initial state");
+    assert_eq!(initial.segments.len(), 1);
+    assert_eq!(initial.segments[0].device, 3, "the observed device's");
+    use EventKind::*;
+    assert_eq!(
+        shapes(events.iter().map(|e| e.data)),
+        vec![
+            // 15 MiB of the free 16 MiB leave under 1 MiB: handed out whole.
+            (Alloc, 4 << 20, 16 << 20, 15 << 20),
+            (FreeRequested, 0, 4 << 20, 3 << 20),
+            (FreeCompleted, 0, 4 << 20, 3 << 20),
+        ]
+    );
+    assert_eq!(events[2].kind(), PhaseBegin);
+}
+
+#[test]
+fn observed_allocations_get_source_frames_or_a_context_label() {
+    #[derive(Default)]
+    struct Labelled(FakeFrames, Mutex<Vec<String>>);
+    impl FrameSource for Labelled {
+        fn name(&self) -> &str {
+            "fake"
+        }
+        fn capture(&self, sink: &mut FrameSink<'_>) {
+            self.0.capture(sink)
+        }
+        fn describe(&self, code: usize) -> Option<CodeInfo> {
+            if code >= 1 << 40 {
+                let labels = self.1.lock().unwrap();
+                return Some(CodeInfo {
+                    function: labels[code - (1 << 40)].clone(),
+                    file: String::new(),
+                });
+            }
+            self.0.describe(code)
+        }
+        fn label(&self, label: &str) -> Option<usize> {
+            let mut labels = self.1.lock().unwrap();
+            labels.push(label.to_string());
+            Some((1 << 40) + labels.len() - 1)
+        }
+    }
+    let (obs, out) = observer(
+        StartState::Empty,
+        RecorderOptions {
+            frame_source: Some(Arc::new(Labelled::default())),
+            ..RecorderOptions::default()
+        },
+    );
+    let ev = |kind, addr| ObservedEvent {
+        kind,
+        addr,
+        size: 512,
+        stream: 0,
+    };
+    obs.record(ev(EventKind::SegmentAlloc, 0), None);
+    set_fake_stack(&[(0x10, 5), (0x20, 9)]);
+    obs.record(ev(EventKind::Alloc, 0), Some("ignored: frames were found"));
+    set_fake_stack(&[]);
+    obs.record(ev(EventKind::Alloc, 512), Some("MmBackward0"));
+    obs.record(ev(EventKind::Alloc, 1024), None);
+    obs.record(
+        ev(EventKind::FreeRequested, 0),
+        Some("frees get no source frames"),
+    );
+    obs.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    let sym = reader.symbols();
+    let stacks: Vec<Vec<(String, String, u32)>> = alloc_stacks(&events)
+        .into_iter()
+        .map(|s| symbol_frames(sym, s))
+        .collect();
+    assert_eq!(
+        stacks[0],
+        [
+            ("fn10".into(), "file10.py".into(), 5),
+            ("fn20".into(), "file20.py".into(), 9)
+        ]
+    );
+    assert_eq!(stacks[1], [("MmBackward0".into(), String::new(), 0)]);
+    assert!(stacks[2].is_empty());
+    let free = events
+        .iter()
+        .find(|e| e.kind() == EventKind::FreeRequested)
+        .unwrap();
+    assert_eq!(free.data.stack(), Some(StackId::NONE));
+}
+
+#[test]
+fn named_phase_ends_leave_inner_phases_open_and_finish_is_final() {
+    let (obs, out) = observer(StartState::Empty, RecorderOptions::default());
+    obs.phase_begin("iter");
+    obs.phase_begin("train");
+    assert!(obs.phase_end_named("iter"));
+    assert!(!obs.phase_end_named("iter"));
+    assert!(!obs.phase_end_named("never begun"));
+    obs.phase_begin("iter");
+    {
+        let _guard = obs.phase("guarded");
+    }
+    obs.annotate("k", "v");
+    obs.finish().unwrap();
+    assert!(matches!(obs.finish(), Err(RecorderError::Finished)));
+    // Ignored after the end.
+    obs.record(
+        ObservedEvent {
+            kind: EventKind::SegmentAlloc,
+            addr: 0,
+            size: 1 << 20,
+            stream: 0,
+        },
+        None,
+    );
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    let sym = reader.symbols();
+    let marks: Vec<(EventKind, &str)> = events
+        .iter()
+        .map(|e| match e.data {
+            EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => {
+                (e.kind(), sym.string(name).unwrap_or(""))
+            }
+            EventData::Annotation { key, .. } => (e.kind(), sym.string(key).unwrap_or("")),
+            _ => (e.kind(), ""),
+        })
+        .collect();
+    use EventKind::*;
+    assert_eq!(
+        marks,
+        [
+            (PhaseBegin, "iter"),
+            (PhaseBegin, "train"),
+            (PhaseEnd, "iter"),
+            (PhaseBegin, "iter"),
+            (PhaseBegin, "guarded"),
+            (PhaseEnd, "guarded"),
+            (Annotation, "k"),
+        ]
+    );
 }

@@ -1,9 +1,12 @@
 //! The writer thread: maps recorder-local ids to the trace's, symbolizes new
-//! stacks, encodes and writes.
+//! stacks, works out the block sizes of observed allocations, encodes and
+//! writes.
 
 use super::stacks::{FrameSource, SourceFrames, Symbolizer, split_key};
+use crate::allocator::ObservedBlocks;
 use crate::format::{
-    Event, EventData, FormatError, FrameId, KindCounts, StackId, StringId, TraceWriter,
+    Event, EventData, FormatError, FrameId, InitialState, KindCounts, StackId, StringId,
+    TraceWriter,
 };
 use std::io::{self, Write};
 use std::sync::Arc;
@@ -21,15 +24,43 @@ pub(crate) struct Batch {
 
 pub(crate) enum Msg {
     Batch(Batch),
+    /// The state the trace starts from, for a writer set up to wait for it.
+    InitialState(Box<InitialState>),
     /// Acknowledge once everything before this message is written and flushed.
     Sync(SyncSender<Result<(), String>>),
 }
 
-pub(crate) struct WriterSummary {
+/// What the writer thread needs beyond the trace: set by an observer.
+#[derive(Default)]
+pub(crate) struct WriterSetup {
+    /// Hold events back until [`Msg::InitialState`] arrives (the state is
+    /// known only once the observed allocator has been asked for it, while
+    /// its events already flow).
+    pub await_initial_state: bool,
+    /// Fill in the block sizes of block events, which an observed allocator
+    /// does not report.
+    pub blocks: Option<ObservedBlocks>,
+}
+
+/// The most events held back waiting for an initial state: past it, the
+/// state is given up on and events are written without it, rather than
+/// kept without bound.
+const MAX_HELD_EVENTS: usize = 1 << 20;
+
+/// What a finished trace holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceSummary {
+    /// Events written, all kinds.
+    pub events: u64,
+    /// Events by kind.
     pub counts: KindCounts,
+    /// Bytes written.
     pub bytes: u64,
+    /// Distinct stacks recorded.
     pub stacks: u64,
+    /// Distinct instruction addresses symbolized.
     pub addresses: u64,
+    /// Distinct codes of the frame source named.
     pub codes: u64,
 }
 
@@ -68,6 +99,7 @@ struct State {
     /// trace as they are, without [`remap`] (a tenth of this thread's work
     /// per event).
     identity: bool,
+    blocks: Option<ObservedBlocks>,
 }
 
 pub(crate) fn run<W: Write>(
@@ -75,7 +107,8 @@ pub(crate) fn run<W: Write>(
     rx: Receiver<Msg>,
     spare: SyncSender<Vec<Event>>,
     source: Option<Arc<dyn FrameSource>>,
-) -> Result<WriterSummary, FormatError> {
+    setup: WriterSetup,
+) -> Result<TraceSummary, FormatError> {
     let mut state = State {
         strings: vec![StringId::EMPTY],
         stacks: vec![StackId::NONE],
@@ -83,20 +116,56 @@ pub(crate) fn run<W: Write>(
         source: source.map(SourceFrames::new),
         scratch: Vec::new(),
         identity: true,
+        blocks: setup.blocks,
     };
     let mut failed: Option<FormatError> = None;
+    // Batches waiting for the initial state, while one is awaited.
+    let mut held: Option<Vec<Batch>> = setup.await_initial_state.then(Vec::new);
+    let mut held_events = 0usize;
+    let write = |trace: &mut TraceWriter<Counting<W>>,
+                 state: &mut State,
+                 failed: &mut Option<FormatError>,
+                 mut batch: Batch| {
+        if failed.is_none()
+            && let Err(e) = write_batch(trace, state, &mut batch)
+        {
+            *failed = Some(e);
+        }
+        batch.events.clear();
+        let _ = spare.try_send(batch.events);
+    };
     // Keep receiving after a failure so that the recorder never blocks on a
     // full channel; its events are dropped.
     for msg in rx {
         match msg {
-            Msg::Batch(mut batch) => {
-                if failed.is_none()
-                    && let Err(e) = write_batch(&mut trace, &mut state, &mut batch)
-                {
-                    failed = Some(e);
+            Msg::Batch(batch) => match &mut held {
+                Some(waiting) if held_events + batch.events.len() <= MAX_HELD_EVENTS => {
+                    held_events += batch.events.len();
+                    waiting.push(batch);
                 }
-                batch.events.clear();
-                let _ = spare.try_send(batch.events);
+                Some(_) => {
+                    for b in held.take().into_iter().flatten() {
+                        write(&mut trace, &mut state, &mut failed, b);
+                    }
+                    write(&mut trace, &mut state, &mut failed, batch);
+                }
+                None => write(&mut trace, &mut state, &mut failed, batch),
+            },
+            Msg::InitialState(initial) => {
+                // Only the first state counts, and only before any event.
+                if let Some(waiting) = held.take() {
+                    if let Some(blocks) = &mut state.blocks {
+                        blocks.load(&initial);
+                    }
+                    if failed.is_none()
+                        && let Err(e) = trace.write_initial_state(&initial)
+                    {
+                        failed = Some(e);
+                    }
+                    for b in waiting {
+                        write(&mut trace, &mut state, &mut failed, b);
+                    }
+                }
             }
             Msg::Sync(ack) => {
                 let result = match &failed {
@@ -111,12 +180,17 @@ pub(crate) fn run<W: Write>(
             }
         }
     }
+    // An initial state that never came: the events are written all the same.
+    for b in held.take().into_iter().flatten() {
+        write(&mut trace, &mut state, &mut failed, b);
+    }
     if let Some(e) = failed {
         return Err(e);
     }
     let counts = *trace.counts();
     let out = trace.finish()?;
-    Ok(WriterSummary {
+    Ok(TraceSummary {
+        events: counts.total(),
         counts,
         bytes: out.bytes,
         stacks: state.stacks.len() as u64 - 1,
@@ -152,12 +226,38 @@ fn write_batch<W: Write>(
         if !state.identity {
             remap(&mut event.data, state);
         }
+        if let Some(blocks) = &mut state.blocks {
+            size_blocks(&mut event.data, blocks);
+        }
         trace.push(*event)?;
     }
     if batch.flush {
         trace.flush()?;
     }
     Ok(())
+}
+
+/// Fills in the block sizes of an observed allocator's block events (which
+/// carry requested sizes only) and follows its segments.
+fn size_blocks(data: &mut EventData, blocks: &mut ObservedBlocks) {
+    let fallback = |blocks: &ObservedBlocks, requested| blocks.config().round_size(requested);
+    match data {
+        EventData::Alloc(b) => b.size = blocks.alloc(b.addr, b.requested),
+        EventData::FreeRequested(b) => {
+            b.size = blocks
+                .size(b.addr)
+                .unwrap_or_else(|| fallback(blocks, b.requested))
+        }
+        EventData::FreeCompleted(b) => {
+            b.size = blocks
+                .free(b.addr)
+                .unwrap_or_else(|| fallback(blocks, b.requested))
+        }
+        EventData::SegmentAlloc(s) => blocks.reserve(s.addr, s.size, false),
+        EventData::SegmentMap(s) => blocks.reserve(s.addr, s.size, true),
+        EventData::SegmentFree(s) | EventData::SegmentUnmap(s) => blocks.release(s.addr, s.size),
+        _ => {}
+    }
 }
 
 fn remap(data: &mut EventData, state: &State) {

@@ -55,6 +55,16 @@ pub trait FrameSource: Send + Sync + 'static {
     /// pushed; called on the writer thread, once per distinct key. A key
     /// must keep meaning the same code for the life of the recorder.
     fn describe(&self, code: usize) -> Option<CodeInfo>;
+
+    /// A code key for a frame that is only a name, `label` (no file, no
+    /// line): it stands for the stack of an event whose thread runs no code
+    /// of this source but whose context is known, such as the autograd node
+    /// a backward thread is running. [`describe`](Self::describe) names it.
+    /// `None` (the default) where the source makes no such frames.
+    fn label(&self, label: &str) -> Option<usize> {
+        let _ = label;
+        None
+    }
 }
 
 impl std::fmt::Debug for dyn FrameSource {
@@ -125,6 +135,13 @@ impl StackBuf {
     pub fn capture_external(&mut self, source: &dyn FrameSource, depth: usize) {
         let end = (self.len + 2 * depth.min(MAX_STACK_DEPTH)).min(KEY_WORDS - 1);
         source.capture(&mut FrameSink { buf: self, end });
+    }
+
+    /// Appends one source frame, as a [`FrameSource`] would.
+    #[inline]
+    pub fn push_external(&mut self, code: usize, line: u32) {
+        let end = KEY_WORDS - 1;
+        FrameSink { buf: self, end }.push(code, line);
     }
 
     /// Ends the key of a recorder with a frame source: appends the count of

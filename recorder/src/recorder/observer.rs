@@ -1,0 +1,300 @@
+//! [`Observer`]: records the events another allocator reports, as it
+//! reports them: PyTorch's own caching allocator, through its trace-tracker
+//! hook, so that the program runs exactly as without vramtrace.
+//!
+//! The observed allocator says which block it handed out, where, and for how
+//! many bytes the caller asked; not the block's size. The writer thread works
+//! that out from the segments and blocks seen so far and the allocator's
+//! policy ([`ObservedBlocks`]), so the trace's block sizes, and the peaks
+//! built on them, are the allocator's own.
+//!
+//! An observer may start while the allocator already holds memory: it is
+//! then given the allocator's state at a point of its event stream
+//! ([`StartState::Pending`], then [`Observer::set_initial_state`]), and the
+//! events before that point are left out, being part of the state.
+
+use super::recording::{Recording, Stamp};
+use super::stacks::StackBuf;
+use super::writer::WriterSetup;
+use super::{
+    PhaseGuard, RecorderError, RecorderOptions, StackMode, TraceSummary, create_file,
+    stacks_metadata, start_unix_ns,
+};
+use crate::allocator::{AllocatorConfig, ObservedBlocks};
+use crate::format::{
+    BlockEvent, DeviceInfo, EmptyCacheEvent, Event, EventData, EventKind, Header, InitialState,
+    OomEvent, ProcessInfo, SegmentEvent,
+};
+use std::io::Write;
+use std::path::Path;
+
+/// An event the observed allocator reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObservedEvent {
+    /// What happened: a block or segment action, an `Oom`, or `EmptyCache`
+    /// (phases and annotations have methods of their own).
+    pub kind: EventKind,
+    /// The block's or range's address; for an `Oom`, the device's free
+    /// bytes, as PyTorch reports them.
+    pub addr: u64,
+    /// For a block, the size the caller asked for; for a segment, the
+    /// range's size; for an `Oom`, the request.
+    pub size: u64,
+    /// The stream.
+    pub stream: u64,
+}
+
+/// What the observed allocator held when the observer started.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum StartState {
+    /// Nothing: the allocator was just set up.
+    #[default]
+    Empty,
+    /// This state.
+    Known(InitialState),
+    /// A state given later with [`Observer::set_initial_state`]; events
+    /// recorded until then are held back.
+    Pending,
+}
+
+/// Who and what an observer watches.
+#[derive(Clone, Debug, Default)]
+pub struct ObserverSetup {
+    /// The device (index, name, total memory) whose allocator it is.
+    pub device: DeviceInfo,
+    /// The observed allocator's settings: block sizes follow its policy.
+    pub allocator: AllocatorConfig,
+    /// Where the trace starts.
+    pub start: StartState,
+}
+
+/// Records another allocator's events. See the [module docs](self).
+///
+/// `Observer` is `Send + Sync`: the observed allocator may report from any
+/// thread, in its own order (PyTorch reports under its allocator lock, so
+/// one device's events come one at a time).
+pub struct Observer {
+    rec: Recording<Vec<Event>>,
+    device: u32,
+}
+
+impl Observer {
+    /// Starts a trace of `setup.device`'s allocator on `out`: writes the
+    /// header and starts the writer thread.
+    pub fn new(
+        out: impl Write + Send + 'static,
+        setup: ObserverSetup,
+        options: RecorderOptions,
+    ) -> Result<Self, RecorderError> {
+        let mut metadata = options.metadata.clone();
+        metadata
+            .entry("stacks".into())
+            .or_insert_with(|| stacks_metadata(&options));
+        metadata
+            .entry("block_sizes".into())
+            .or_insert_with(|| "inferred from the observed events".into());
+        let header = Header {
+            producer: "vramtrace-recorder".into(),
+            producer_version: env!("CARGO_PKG_VERSION").into(),
+            start_unix_ns: start_unix_ns(&options),
+            process: options.process.clone().unwrap_or_else(ProcessInfo::current),
+            devices: vec![setup.device.clone()],
+            allocator_settings: setup.allocator.to_settings(),
+            metadata,
+            ..Header::default()
+        };
+        let mut blocks = ObservedBlocks::new(setup.allocator);
+        let pending = setup.start == StartState::Pending;
+        let known = match setup.start {
+            StartState::Known(state) => Some(state),
+            StartState::Empty | StartState::Pending => None,
+        };
+        if let Some(state) = &known {
+            blocks.load(state);
+        }
+        let writer = WriterSetup {
+            // A known state goes through the same message as a later one.
+            await_initial_state: pending || known.is_some(),
+            blocks: Some(blocks),
+        };
+        let rec = Recording::new(Vec::new(), out, header, &options, writer)?;
+        let observer = Observer {
+            rec,
+            device: setup.device.index,
+        };
+        if let Some(state) = known {
+            observer.send_state(state)?;
+        }
+        Ok(observer)
+    }
+
+    /// Starts a trace in a new file at `path`.
+    pub fn create(
+        path: impl AsRef<Path>,
+        setup: ObserverSetup,
+        options: RecorderOptions,
+    ) -> Result<Self, RecorderError> {
+        Self::new(create_file(path.as_ref())?, setup, options)
+    }
+
+    /// The index of the observed device.
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
+    /// Gives the state the trace starts from, for an observer set up with
+    /// [`StartState::Pending`]; events recorded so far follow it. A second
+    /// state is ignored.
+    pub fn set_initial_state(&self, state: InitialState) -> Result<(), RecorderError> {
+        self.send_state(state)
+    }
+
+    fn send_state(&self, mut state: InitialState) -> Result<(), RecorderError> {
+        // The trace is one device's: the state's segments are said to be it.
+        for segment in &mut state.segments {
+            segment.device = self.device;
+        }
+        self.rec.send_initial_state(state)
+    }
+
+    /// Records `event`, reported now by the calling thread. An allocation
+    /// gets the thread's stack (the frame source's frames and, if on, native
+    /// frames); where the frame source finds no frame, a single frame named
+    /// `context` stands for the stack if given (the autograd node a backward
+    /// thread runs, say). Other events get native frames only.
+    #[inline(never)]
+    pub fn record(&self, event: ObservedEvent, context: Option<&str>) {
+        let with_source = event.kind == EventKind::Alloc && self.rec.source.is_some();
+        if self.rec.stacks == StackMode::None && !with_source {
+            return self.push(&[], event);
+        }
+        let marker = 0u8;
+        let mut stack = StackBuf::new();
+        self.rec.capture(&marker, &mut stack);
+        if with_source {
+            let before = stack.as_slice().len();
+            self.rec.capture_source(&mut stack);
+            if stack.as_slice().len() == before
+                && let (Some(label), Some(source)) = (context, &self.rec.source)
+                && let Some(code) = source.label(label)
+            {
+                stack.push_external(code, 0);
+            }
+        }
+        self.rec.seal(&mut stack);
+        self.push(stack.as_slice(), event);
+    }
+
+    #[inline(always)]
+    fn push(&self, stack: &[usize], event: ObservedEvent) {
+        let device = self.device;
+        self.rec.call(stack, |events, stamp| {
+            if let Some(stamp) = stamp
+                && let Some(data) = event_data(&event, device, &stamp)
+            {
+                events.push(Event {
+                    time_ns: stamp.time_ns,
+                    data,
+                });
+            }
+        });
+    }
+
+    /// Begins a phase that ends when the returned guard is dropped. Phases
+    /// nest.
+    pub fn phase(&self, name: &str) -> PhaseGuard<'_> {
+        PhaseGuard {
+            name: self.rec.begin_phase(name),
+            recording: &self.rec,
+        }
+    }
+
+    /// Begins a phase, to be ended by [`phase_end`](Self::phase_end) or
+    /// [`phase_end_named`](Self::phase_end_named).
+    pub fn phase_begin(&self, name: &str) {
+        self.rec.begin_phase(name);
+    }
+
+    /// Ends the innermost open phase.
+    pub fn phase_end(&self) -> Result<(), RecorderError> {
+        self.rec.end_innermost_phase()
+    }
+
+    /// Ends the innermost open phase named `name`, leaving phases opened
+    /// inside it open (a phase that another source of phases interleaves
+    /// with, such as an iteration that ends inside a user's phase). Returns
+    /// whether such a phase was open.
+    pub fn phase_end_named(&self, name: &str) -> bool {
+        self.rec.end_phase_named(name)
+    }
+
+    /// Records a key/value note.
+    pub fn annotate(&self, key: &str, value: &str) {
+        self.rec.annotate(key, value);
+    }
+
+    /// Writes everything recorded so far to the output and flushes it.
+    pub fn flush(&self) -> Result<(), RecorderError> {
+        self.rec.flush()
+    }
+
+    /// Ends the trace: writes the remaining events and the footer. Events
+    /// reported afterwards are ignored. A second call returns
+    /// [`RecorderError::Finished`].
+    pub fn finish(&self) -> Result<TraceSummary, RecorderError> {
+        Ok(self.rec.finish(|_| ())?.0)
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        // Best effort: an observer dropped without finish() still closes
+        // the trace with a footer.
+        let _ = self.finish();
+    }
+}
+
+/// The trace event of an observed one. Block sizes are left 0 for the
+/// writer thread to fill in.
+fn event_data(e: &ObservedEvent, device: u32, stamp: &Stamp) -> Option<EventData> {
+    let block = BlockEvent {
+        addr: e.addr,
+        size: 0,
+        requested: e.size,
+        stream: e.stream,
+        device,
+        stack: stamp.stack,
+        thread: stamp.thread,
+    };
+    let segment = SegmentEvent {
+        addr: e.addr,
+        size: e.size,
+        stream: e.stream,
+        device,
+        stack: stamp.stack,
+        thread: stamp.thread,
+    };
+    Some(match e.kind {
+        EventKind::Alloc => EventData::Alloc(block),
+        EventKind::FreeRequested => EventData::FreeRequested(block),
+        EventKind::FreeCompleted => EventData::FreeCompleted(block),
+        EventKind::SegmentAlloc => EventData::SegmentAlloc(segment),
+        EventKind::SegmentFree => EventData::SegmentFree(segment),
+        EventKind::SegmentMap => EventData::SegmentMap(segment),
+        EventKind::SegmentUnmap => EventData::SegmentUnmap(segment),
+        EventKind::Oom => EventData::Oom(OomEvent {
+            requested: e.size,
+            free_bytes: e.addr,
+            stream: e.stream,
+            device,
+            stack: stamp.stack,
+            thread: stamp.thread,
+        }),
+        EventKind::EmptyCache => EventData::EmptyCache(EmptyCacheEvent {
+            device,
+            stack: stamp.stack,
+            thread: stamp.thread,
+        }),
+        EventKind::PhaseBegin | EventKind::PhaseEnd | EventKind::Annotation => return None,
+    })
+}

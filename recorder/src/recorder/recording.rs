@@ -1,0 +1,403 @@
+//! [`Recording`]: what every recording keeps besides the events it is
+//! about: the lock, the clock, interned strings and stacks, the open phases,
+//! and the hand-off of event buffers to the writer thread. A [`Recorder`]
+//! records its own allocator through it, an [`Observer`] another's.
+//!
+//! [`Recorder`]: super::Recorder
+//! [`Observer`]: super::Observer
+
+use super::biased::{BiasedGuard, BiasedMutex};
+use super::clock::Clock;
+use super::stacks::{self, FrameSource, StackBuf};
+use super::writer::{self, Batch, Msg, TraceSummary, WriterSetup};
+use super::{CALL_EVENTS, RecorderError, RecorderOptions, StackMode, thread_id};
+use crate::format::{
+    Event, EventData, FormatError, Header, InitialState, StackId, StringId, TraceWriter,
+    WriterOptions,
+};
+use rustc_hash::FxHashMap;
+use std::io::Write;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// The most events a recording buffers before handing them to the writer
+/// thread: buffers this small stay in cache (a 64k-event buffer made each
+/// push a cache miss).
+const BATCH_EVENTS: usize = 4096;
+
+/// Where a recording's events wait for the writer thread: a recorder's
+/// allocator logs them itself (its event log is the buffer, so no event is
+/// copied on the hot path); an observer has a plain vector.
+pub(crate) trait EventBuffer {
+    fn events(&mut self) -> &mut Vec<Event>;
+}
+
+impl EventBuffer for Vec<Event> {
+    #[inline]
+    fn events(&mut self) -> &mut Vec<Event> {
+        self
+    }
+}
+
+/// When, on which thread and with which stack a call's events happen.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stamp {
+    pub time_ns: u64,
+    pub stack: StackId,
+    pub thread: u32,
+}
+
+/// A recording of the events of `B`. See the [module docs](self).
+pub(crate) struct Recording<B: EventBuffer> {
+    inner: BiasedMutex<Inner<B>>,
+    pub stacks: StackMode,
+    pub source: Option<Arc<dyn FrameSource>>,
+    pub max_depth: usize,
+    writer: Mutex<Option<JoinHandle<Result<TraceSummary, FormatError>>>>,
+}
+
+/// What the lock guards: the subject of the recording (the allocator, or
+/// the observer's buffer) and the bookkeeping of the recording itself.
+pub(crate) struct Inner<B> {
+    pub subject: B,
+    pub log: Log,
+}
+
+pub(crate) struct Log {
+    /// Read under the lock, so that event times are monotonic in trace order.
+    clock: Clock,
+    pub recording: bool,
+    batch_events: usize,
+    interval_ns: u64,
+    /// Time of the first event of the buffer.
+    buf_start_ns: Option<u64>,
+    /// Recording-local ids: the writer thread maps them to the trace's, since
+    /// symbolization interns strings of its own there.
+    strings: FxHashMap<Box<str>, StringId>,
+    new_strings: Vec<Box<str>>,
+    stack_ids: FxHashMap<Box<[usize]>, StackId>,
+    new_stacks: Vec<Box<[usize]>>,
+    open_phases: Vec<StringId>,
+    tx: Option<SyncSender<Msg>>,
+    spare: Receiver<Vec<Event>>,
+}
+
+impl<B: EventBuffer> Recording<B> {
+    /// Starts recording `subject` to `out`: writes `header` and starts the
+    /// writer thread. The subject's buffer is emptied first: events from
+    /// before belong to no trace.
+    pub fn new(
+        mut subject: B,
+        out: impl Write + Send + 'static,
+        header: Header,
+        options: &RecorderOptions,
+        setup: WriterSetup,
+    ) -> Result<Self, RecorderError> {
+        let clock = Clock::start();
+        let chunk_events = options.chunk_events.max(1);
+        let batch_events = chunk_events.min(BATCH_EVENTS);
+        let trace = TraceWriter::with_options(
+            writer::Counting::new(out),
+            header,
+            WriterOptions {
+                chunk_events,
+                // The recording hands buffers over on its own interval.
+                chunk_interval: None,
+            },
+        )?;
+        let queue = options.queue_batches.max(1);
+        let (tx, rx) = sync_channel(queue);
+        let (spare_tx, spare_rx) = sync_channel(queue + 2);
+        let source = options.frame_source.clone();
+        let handle = std::thread::Builder::new()
+            .name("vramtrace-writer".into())
+            .spawn(move || writer::run(trace, rx, spare_tx, source, setup))
+            .map_err(RecorderError::Spawn)?;
+        *subject.events() = Vec::with_capacity(batch_events + CALL_EVENTS);
+        Ok(Recording {
+            inner: BiasedMutex::new(Inner {
+                subject,
+                log: Log {
+                    clock,
+                    recording: true,
+                    batch_events,
+                    interval_ns: options
+                        .chunk_interval
+                        .map_or(u64::MAX, |d| d.as_nanos().min(u64::MAX as u128) as u64),
+                    buf_start_ns: None,
+                    strings: FxHashMap::default(),
+                    new_strings: Vec::new(),
+                    stack_ids: FxHashMap::default(),
+                    new_stacks: Vec::new(),
+                    open_phases: Vec::new(),
+                    tx: Some(tx),
+                    spare: spare_rx,
+                },
+            }),
+            stacks: options.stacks,
+            source: options.frame_source.clone(),
+            max_depth: options.max_stack_depth.min(stacks::MAX_STACK_DEPTH),
+            writer: Mutex::new(Some(handle)),
+        })
+    }
+
+    #[inline(always)]
+    pub fn lock(&self) -> BiasedGuard<'_, Inner<B>> {
+        // A panic elsewhere while holding the lock leaves consistent-enough
+        // state for recording to go on: the lock does not poison.
+        self.inner.lock()
+    }
+
+    /// Captures the caller's native stack, if on. `marker` is a local of the
+    /// public entry point: frames below it are the recorder's own.
+    #[inline(always)]
+    pub fn capture(&self, marker: &u8, buf: &mut StackBuf) {
+        if self.stacks == StackMode::Native {
+            stacks::capture(marker as *const u8 as usize, self.max_depth, buf);
+        }
+    }
+
+    /// Appends the frame source's frames of the calling thread, if there is
+    /// a source.
+    #[inline(always)]
+    pub fn capture_source(&self, buf: &mut StackBuf) {
+        if let Some(source) = &self.source {
+            buf.capture_external(&**source, self.max_depth);
+        }
+    }
+
+    /// Ends the stack key in the layout the writer expects.
+    #[inline(always)]
+    pub fn seal(&self, buf: &mut StackBuf) {
+        if self.source.is_some() {
+            buf.seal();
+        }
+    }
+
+    /// Runs `f` on the subject under the lock with the call's stamp (the
+    /// time the call began, the calling thread, the stack of the key
+    /// `stack`, none if empty), or `None` once the recording is over; then
+    /// hands the buffer over if it is full or old enough.
+    #[inline(always)]
+    pub fn call<R>(&self, stack: &[usize], f: impl FnOnce(&mut B, Option<Stamp>) -> R) -> R {
+        let mut g = self.lock();
+        let Inner { subject, log } = &mut *g;
+        if !log.recording {
+            return f(subject, None);
+        }
+        let time_ns = log.clock.now_ns();
+        let stack = if stack.is_empty() {
+            StackId::NONE
+        } else {
+            log.stack_id(stack)
+        };
+        let result = f(
+            subject,
+            Some(Stamp {
+                time_ns,
+                stack,
+                thread: thread_id(),
+            }),
+        );
+        log.after_push(subject.events(), time_ns);
+        result
+    }
+
+    /// Records a phase begin, end or annotation.
+    fn push_marker(g: &mut Inner<B>, data: impl FnOnce(&mut Log) -> EventData) {
+        let Inner { subject, log } = g;
+        if !log.recording {
+            return;
+        }
+        let data = data(log);
+        let time_ns = log.clock.now_ns();
+        subject.events().push(Event { time_ns, data });
+        log.after_push(subject.events(), time_ns);
+    }
+
+    /// Begins a phase; phases nest.
+    pub fn begin_phase(&self, name: &str) -> StringId {
+        let mut g = self.lock();
+        let name = g.log.intern(name);
+        g.log.open_phases.push(name);
+        Self::push_marker(&mut g, |_| EventData::PhaseBegin { name });
+        name
+    }
+
+    /// Ends the innermost open phase.
+    pub fn end_innermost_phase(&self) -> Result<(), RecorderError> {
+        let mut g = self.lock();
+        let name = g.log.open_phases.pop().ok_or(RecorderError::NoOpenPhase)?;
+        Self::push_marker(&mut g, |_| EventData::PhaseEnd { name });
+        Ok(())
+    }
+
+    /// Ends the innermost open phase named `name`, wherever it is in the
+    /// nesting (phases opened inside it stay open). Returns whether one was.
+    pub fn end_phase(&self, name: StringId) -> bool {
+        let mut g = self.lock();
+        Self::end_open_phase(&mut g, name)
+    }
+
+    /// [`end_phase`](Self::end_phase) by the phase's text.
+    pub fn end_phase_named(&self, name: &str) -> bool {
+        let mut g = self.lock();
+        match g.log.strings.get(name).copied() {
+            Some(id) => Self::end_open_phase(&mut g, id),
+            None => false,
+        }
+    }
+
+    fn end_open_phase(g: &mut Inner<B>, name: StringId) -> bool {
+        let Some(i) = g.log.open_phases.iter().rposition(|&n| n == name) else {
+            return false;
+        };
+        g.log.open_phases.remove(i);
+        Self::push_marker(g, |_| EventData::PhaseEnd { name });
+        true
+    }
+
+    /// Records a key/value note.
+    pub fn annotate(&self, key: &str, value: &str) {
+        let mut g = self.lock();
+        Self::push_marker(&mut g, |log| EventData::Annotation {
+            key: log.intern(key),
+            value: log.intern(value),
+        });
+    }
+
+    /// Gives the writer thread the state the trace starts from, for a writer
+    /// set up to wait for one.
+    pub fn send_initial_state(&self, state: InitialState) -> Result<(), RecorderError> {
+        let tx = self.lock().log.tx.clone().ok_or(RecorderError::Finished)?;
+        tx.send(Msg::InitialState(Box::new(state)))
+            .map_err(|_| RecorderError::WriterStopped("the writer thread is gone".into()))
+    }
+
+    /// Writes everything recorded so far to the output and flushes it; waits
+    /// for the writer thread (without holding the lock).
+    pub fn flush(&self) -> Result<(), RecorderError> {
+        let tx = {
+            let mut g = self.lock();
+            let Inner { subject, log } = &mut *g;
+            log.handoff(subject.events(), true);
+            log.tx.clone()
+        };
+        let tx = tx.ok_or(RecorderError::Finished)?;
+        let (ack_tx, ack_rx) = sync_channel(1);
+        tx.send(Msg::Sync(ack_tx))
+            .map_err(|_| RecorderError::WriterStopped("the writer thread is gone".into()))?;
+        match ack_rx.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(RecorderError::WriterStopped(e)),
+            Err(_) => Err(RecorderError::WriterStopped(
+                "the writer thread is gone".into(),
+            )),
+        }
+    }
+
+    /// Ends the recording: hands over the last events, runs `close` on the
+    /// subject under the lock (a recorder stops its allocator's log there),
+    /// then lets the writer write the footer and joins it. A second call
+    /// returns [`RecorderError::Finished`].
+    pub fn finish<T>(
+        &self,
+        close: impl FnOnce(&mut B) -> T,
+    ) -> Result<(TraceSummary, T), RecorderError> {
+        let closed = {
+            let mut g = self.lock();
+            let Inner { subject, log } = &mut *g;
+            if !log.recording {
+                return Err(RecorderError::Finished);
+            }
+            log.handoff(subject.events(), false);
+            log.recording = false;
+            // Closing the channel tells the writer thread to finish.
+            log.tx = None;
+            close(subject)
+        };
+        let handle = self
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or(RecorderError::Finished)?;
+        let summary = handle.join().map_err(|_| RecorderError::WriterPanicked)??;
+        Ok((summary, closed))
+    }
+}
+
+/// What a [`PhaseGuard`](super::PhaseGuard) ends its phase through, whatever
+/// the recording's subject.
+pub(crate) trait EndPhase {
+    fn end_phase(&self, name: StringId) -> bool;
+}
+
+impl<B: EventBuffer> EndPhase for Recording<B> {
+    fn end_phase(&self, name: StringId) -> bool {
+        Recording::end_phase(self, name)
+    }
+}
+
+impl Log {
+    fn intern(&mut self, s: &str) -> StringId {
+        if s.is_empty() {
+            return StringId::EMPTY;
+        }
+        if let Some(&id) = self.strings.get(s) {
+            return id;
+        }
+        let id = StringId(self.strings.len() as u32 + 1);
+        self.strings.insert(s.into(), id);
+        self.new_strings.push(s.into());
+        id
+    }
+
+    fn stack_id(&mut self, ips: &[usize]) -> StackId {
+        if let Some(&id) = self.stack_ids.get(ips) {
+            return id;
+        }
+        let id = StackId(self.stack_ids.len() as u32 + 1);
+        self.stack_ids.insert(ips.into(), id);
+        self.new_stacks.push(ips.into());
+        id
+    }
+
+    #[inline]
+    fn after_push(&mut self, events: &mut Vec<Event>, time_ns: u64) {
+        let start = *self.buf_start_ns.get_or_insert(time_ns);
+        if events.len() >= self.batch_events {
+            self.handoff(events, false);
+        } else if time_ns - start >= self.interval_ns {
+            self.handoff(events, true);
+        }
+    }
+
+    /// Sends the buffer (and the symbols it needs) to the writer thread.
+    fn handoff(&mut self, events: &mut Vec<Event>, flush: bool) {
+        self.buf_start_ns = None;
+        let Some(tx) = &self.tx else {
+            events.clear();
+            return;
+        };
+        if events.is_empty() && self.new_strings.is_empty() && self.new_stacks.is_empty() {
+            return;
+        }
+        let fresh = self
+            .spare
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(self.batch_events + CALL_EVENTS));
+        let batch = Batch {
+            strings: std::mem::take(&mut self.new_strings),
+            stacks: std::mem::take(&mut self.new_stacks),
+            events: std::mem::replace(events, fresh),
+            flush,
+        };
+        if tx.send(Msg::Batch(batch)).is_err() {
+            // The writer thread is gone (it panicked): keep going, stop
+            // recording; finish() reports it.
+            self.tx = None;
+        }
+    }
+}
