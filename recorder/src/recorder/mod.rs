@@ -371,6 +371,12 @@ impl<D: DeviceMemory> Recorder<D> {
         self.rec.end_innermost_phase()
     }
 
+    /// Ends the innermost open phase named `name`, leaving phases opened
+    /// inside it open. Returns whether such a phase was open.
+    pub fn phase_end_named(&self, name: &str) -> bool {
+        self.rec.end_phase_named(name)
+    }
+
     /// Records a key/value note (a step number, a config value).
     pub fn annotate(&self, key: &str, value: &str) {
         self.rec.annotate(key, value);

@@ -315,6 +315,12 @@ impl<B: EventBuffer> Recording<B> {
             log.recording = false;
             // Closing the channel tells the writer thread to finish.
             log.tx = None;
+            // A finished recording may be kept (an observer is never freed):
+            // it keeps nothing it no longer needs.
+            log.strings = FxHashMap::default();
+            log.stack_ids = FxHashMap::default();
+            log.open_phases = Vec::new();
+            *subject.events() = Vec::new();
             close(subject)
         };
         let handle = self

@@ -1,4 +1,4 @@
-//! Python frames of the allocating thread, for the recorder's
+//! Python frames of the allocating thread, taking the GIL, for the recorder's
 //! [`FrameSource`]: what `torch.cuda.memory._record_memory_history(stacks=
 //! "python")` records, function, file and line of each frame.
 //!
@@ -187,7 +187,7 @@ thread_local! {
 }
 
 /// Python frames as a [`FrameSource`]; one per process ([`source`]).
-pub struct PythonFrames {
+pub struct GilFrames {
     api: Api,
     /// Names of every code object met, by address; each holds a reference.
     codes: Mutex<FxHashMap<usize, Arc<CodeInfo>>>,
@@ -196,18 +196,18 @@ pub struct PythonFrames {
 // SAFETY: the raw function pointers are process-global and callable from any
 // thread; the code objects behind the map's keys are only touched with the
 // GIL held.
-unsafe impl Send for PythonFrames {}
+unsafe impl Send for GilFrames {}
 // SAFETY: as above.
-unsafe impl Sync for PythonFrames {}
+unsafe impl Sync for GilFrames {}
 
 /// The process's Python frame source, or `None` where no Python runs in the
 /// process (the library loaded by a C or Rust program).
-pub fn source() -> Option<Arc<PythonFrames>> {
-    static SOURCE: OnceLock<Option<Arc<PythonFrames>>> = OnceLock::new();
+pub fn source() -> Option<Arc<GilFrames>> {
+    static SOURCE: OnceLock<Option<Arc<GilFrames>>> = OnceLock::new();
     SOURCE
         .get_or_init(|| {
             Api::find().map(|api| {
-                Arc::new(PythonFrames {
+                Arc::new(GilFrames {
                     api,
                     codes: Mutex::new(FxHashMap::default()),
                 })
@@ -216,7 +216,7 @@ pub fn source() -> Option<Arc<PythonFrames>> {
         .clone()
 }
 
-impl PythonFrames {
+impl GilFrames {
     /// Makes sure `code` (a new reference, which this takes over) is named,
     /// keeping the reference if it is new to the process.
     ///
@@ -259,7 +259,7 @@ impl PythonFrames {
     }
 }
 
-impl PythonFrames {
+impl GilFrames {
     /// Pushes the frames of `tstate`, innermost first.
     ///
     /// # Safety
@@ -311,7 +311,7 @@ impl PythonFrames {
     }
 }
 
-impl FrameSource for PythonFrames {
+impl FrameSource for GilFrames {
     fn name(&self) -> &str {
         "python"
     }

@@ -1,0 +1,801 @@
+//! Observer mode: PyTorch's own caching allocator runs unchanged and
+//! vramtrace records what it reports.
+//!
+//! The C++ shim that ships with the Python package
+//! (`vramtrace/shim/torch_observer.cpp`, built against the installed torch)
+//! attaches an allocator trace tracker and calls the functions of
+//! [`vramtrace_torch_sink`] for each trace entry, with PyTorch's allocator
+//! lock held. Each device gets an [`Observer`], created at its first event,
+//! writing its own trace file; the hot path is one atomic load to find it.
+//!
+//! Starting mid-run: [`vramtrace_observe_start`] with `state=pending` arms
+//! every device; the shim then takes the allocator's snapshot, which emits
+//! a marker into each device's event stream, under the same lock as the
+//! state it reads. Events before a device's marker are part of the state and
+//! are left out; events after it follow the state, which the shim delivers
+//! segment by segment ([`TorchSink::segment`], then
+//! [`TorchSink::snapshot_done`]).
+//!
+//! Observers are never freed (a few hundred bytes each once finished: their
+//! buffers and tables are released): the hot path reads a raw pointer to
+//! one without any reference count, so it must stay valid after
+//! [`vramtrace_observe_stop`].
+
+use crate::python::nogil;
+use crate::{MAX_DEVICES, c_str, report, stack_setting, trace_path, traces};
+use recorder::allocator::AllocatorConfig;
+use recorder::format::{
+    BlockState, BlockStatus, DeviceInfo, EventKind, InitialState, SegmentState, StackId,
+};
+use recorder::recorder::{
+    FrameSource, ObservedEvent, Observer, ObserverSetup, RecorderOptions, StartState,
+    capture_frames,
+};
+use std::collections::BTreeMap;
+use std::ffi::{CStr, c_char, c_int};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The version of [`TorchSink`] and the structures it passes; the shim
+/// refuses a sink of another version.
+pub const SINK_ABI: u32 = 1;
+
+/// [`TorchEvent::kind`] of the snapshot marker; other kinds are
+/// [`EventKind`] codes.
+pub const KIND_SNAPSHOT: u32 = 100;
+
+/// One trace entry of PyTorch's allocator, as the shim passes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TorchEvent {
+    /// An [`EventKind`] code (block, segment and `oom` kinds), or
+    /// [`KIND_SNAPSHOT`].
+    pub kind: u32,
+    /// The CUDA device index.
+    pub device: i32,
+    /// The address; for `oom`, the device's free bytes.
+    pub addr: u64,
+    /// The requested size (blocks), the range's size (segments), the
+    /// request (`oom`).
+    pub size: u64,
+    /// The stream (`cudaStream_t` as an integer).
+    pub stream: u64,
+    /// NULL, or the name of the autograd node the calling thread is running
+    /// (for allocations of threads without Python frames).
+    pub context: *const c_char,
+}
+
+/// A block of a [`TorchSegment`], in address order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TorchBlock {
+    pub size: u64,
+    pub requested: u64,
+    /// 0 free, 1 allocated, 2 freed but in use on another stream.
+    pub state: u32,
+    pub reserved: u32,
+}
+
+/// A segment of the allocator's snapshot, with its blocks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TorchSegment {
+    pub device: i32,
+    /// Non-zero for an expandable segment (`size` is then its mapped size).
+    pub expandable: u32,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub blocks: *const TorchBlock,
+    pub block_count: u64,
+}
+
+/// The functions the shim calls. See the [module docs](self).
+#[repr(C)]
+pub struct TorchSink {
+    /// [`SINK_ABI`].
+    pub abi: u32,
+    /// A trace entry (called under PyTorch's allocator lock).
+    pub event: extern "C" fn(*const TorchEvent),
+    /// A segment of the snapshot taken at start.
+    pub segment: extern "C" fn(*const TorchSegment),
+    /// The snapshot's segments are all given.
+    pub snapshot_done: extern "C" fn(),
+    /// A `record_function` range began (`begin` 1) or ended (0).
+    pub phase: extern "C" fn(c_int, *const c_char),
+}
+
+static SINK: TorchSink = TorchSink {
+    abi: SINK_ABI,
+    event: on_event,
+    segment: on_segment,
+    snapshot_done: on_snapshot_done,
+    phase: on_phase,
+};
+
+/// The sink for the shim's `vramtrace_shim_attach`.
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_torch_sink() -> *const TorchSink {
+    &SINK
+}
+
+/// What a recording is set up with ([`vramtrace_observe_start`]).
+struct Config {
+    pattern: String,
+    options: RecorderOptions,
+    allocator: AllocatorConfig,
+    devices: BTreeMap<u32, DeviceInfo>,
+}
+
+/// The recording in progress, if any.
+struct Session {
+    config: Arc<Config>,
+    first_device: Option<u32>,
+    /// The snapshot's segments as they arrive, by device.
+    snapshot: BTreeMap<u32, InitialState>,
+}
+
+static SESSION: Mutex<Option<Session>> = Mutex::new(None);
+
+fn session() -> MutexGuard<'static, Option<Session>> {
+    SESSION.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where a device's events go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// Nowhere: no recording.
+    Idle,
+    /// Nowhere yet: the snapshot's marker has not come, so events are
+    /// part of the state it will give.
+    AwaitingMarker,
+    /// To the device's observer, created at the first event;
+    /// `state_known` says whether its initial state is known by then.
+    Live { state_known: bool },
+}
+
+struct Slot {
+    /// The device's observer while recording (hot path: one load).
+    observer: AtomicPtr<Observer>,
+    route: Mutex<Route>,
+}
+
+static SLOTS: [Slot; MAX_DEVICES] = [const {
+    Slot {
+        observer: AtomicPtr::new(std::ptr::null_mut()),
+        route: Mutex::new(Route::Idle),
+    }
+}; MAX_DEVICES];
+
+/// Every observer ever created: they must outlive any pointer to them.
+static OBSERVERS: Mutex<Vec<Arc<Observer>>> = Mutex::new(Vec::new());
+
+impl Slot {
+    fn route(&self) -> MutexGuard<'_, Route> {
+        self.route.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn observed(e: &TorchEvent, kind: EventKind) -> ObservedEvent {
+    ObservedEvent {
+        kind,
+        addr: e.addr,
+        size: e.size,
+        stream: e.stream,
+    }
+}
+
+extern "C" fn on_event(e: *const TorchEvent) {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the shim passes a valid event for the call's duration.
+        let e = unsafe { &*e };
+        let Some(slot) = usize::try_from(e.device).ok().and_then(|d| SLOTS.get(d)) else {
+            return;
+        };
+        let kind = u8::try_from(e.kind).ok().and_then(EventKind::from_code);
+        let obs = slot.observer.load(Ordering::Acquire);
+        if !obs.is_null() {
+            if let Some(kind) = kind {
+                // SAFETY: observers are never freed (see the module docs).
+                unsafe { &*obs }.record(observed(e, kind), context(e, kind));
+            }
+            return;
+        }
+        route_slowly(slot, e.device as u32, e, kind);
+    }));
+    if r.is_err() {
+        report("internal error (panic) recording an allocator event");
+    }
+}
+
+/// The autograd node's name, for allocations.
+fn context(e: &TorchEvent, kind: EventKind) -> Option<&str> {
+    if kind != EventKind::Alloc || e.context.is_null() {
+        return None;
+    }
+    // SAFETY: the shim passes NULL or a NUL-terminated name valid during the
+    // call.
+    unsafe { CStr::from_ptr(e.context) }.to_str().ok()
+}
+
+/// An event for a device without an observer: the marker, an event that is
+/// part of the state to come, or the first event of a device.
+#[cold]
+fn route_slowly(slot: &Slot, device: u32, e: &TorchEvent, kind: Option<EventKind>) {
+    let mut route = slot.route();
+    match (*route, kind) {
+        (Route::Idle, _) => {}
+        (Route::AwaitingMarker, _) => {
+            if e.kind == KIND_SNAPSHOT {
+                *route = Route::Live { state_known: false };
+            }
+        }
+        (Route::Live { .. }, None) => {}
+        (Route::Live { state_known }, Some(kind)) => {
+            // Another thread may have created it while this one waited.
+            let mut obs = slot.observer.load(Ordering::Acquire);
+            if obs.is_null() {
+                let start = if state_known {
+                    StartState::Empty
+                } else {
+                    StartState::Pending
+                };
+                match create(device, start) {
+                    Ok(o) => {
+                        obs = Arc::as_ptr(&o).cast_mut();
+                        slot.observer.store(obs, Ordering::Release);
+                    }
+                    Err(msg) => {
+                        report(&msg);
+                        *route = Route::Idle;
+                        return;
+                    }
+                }
+            }
+            // SAFETY: observers are never freed.
+            unsafe { &*obs }.record(observed(e, kind), context(e, kind));
+        }
+    }
+}
+
+/// Creates the observer of `device` for the recording in progress.
+fn create(device: u32, start: StartState) -> Result<Arc<Observer>, String> {
+    let (config, first) = {
+        let mut s = session();
+        let s = s.as_mut().ok_or("no recording in progress")?;
+        let first = *s.first_device.get_or_insert(device) == device;
+        (s.config.clone(), first)
+    };
+    let rank = crate::env_nonempty("RANK").unwrap_or_else(|| "0".into());
+    let path = trace_path(
+        &config.pattern,
+        device,
+        first,
+        std::process::id(),
+        rank.trim(),
+    );
+    let setup = ObserverSetup {
+        device: config.devices.get(&device).cloned().unwrap_or(DeviceInfo {
+            index: device,
+            ..DeviceInfo::default()
+        }),
+        allocator: config.allocator.clone(),
+        start,
+    };
+    let observer = Observer::create(&path, setup, config.options.clone())
+        .map_err(|e| format!("cannot record device {device}: {e}"))?;
+    let observer = Arc::new(observer);
+    lock(&OBSERVERS).push(observer.clone());
+    traces::register(observer.clone());
+    Ok(observer)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+extern "C" fn on_segment(s: *const TorchSegment) {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the shim passes a valid segment and `block_count` blocks
+        // for the call's duration.
+        let s = unsafe { &*s };
+        let blocks = if s.blocks.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: as above.
+            unsafe { std::slice::from_raw_parts(s.blocks, s.block_count as usize) }
+        };
+        let Ok(device) = u32::try_from(s.device) else {
+            return;
+        };
+        let mut addr = s.addr;
+        let blocks = blocks
+            .iter()
+            .map(|b| {
+                let block = BlockState {
+                    addr,
+                    size: b.size,
+                    requested: b.requested,
+                    status: match b.state {
+                        1 => BlockStatus::Allocated,
+                        2 => BlockStatus::PendingFree,
+                        _ => BlockStatus::Free,
+                    },
+                    stack: StackId::NONE,
+                };
+                addr += b.size;
+                block
+            })
+            .collect();
+        let mut session = session();
+        if let Some(session) = session.as_mut() {
+            session
+                .snapshot
+                .entry(device)
+                .or_default()
+                .segments
+                .push(SegmentState {
+                    device,
+                    addr: s.addr,
+                    size: s.size,
+                    stream: s.stream,
+                    expandable: s.expandable != 0,
+                    blocks,
+                });
+        }
+    }));
+    if r.is_err() {
+        report("internal error (panic) reading the allocator's snapshot");
+    }
+}
+
+/// Gives each device's observer the state of the snapshot, creating one for
+/// a device that holds memory and has none yet.
+extern "C" fn on_snapshot_done() {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let mut states = match session().as_mut() {
+            Some(s) => std::mem::take(&mut s.snapshot),
+            None => return,
+        };
+        for (device, slot) in SLOTS.iter().enumerate() {
+            let state = states.remove(&(device as u32)).unwrap_or_default();
+            let mut route = slot.route();
+            let (Route::Live { state_known: false } | Route::AwaitingMarker) = *route else {
+                continue;
+            };
+            // A device without a marker had no allocator to snapshot, or a
+            // torch that emits none: its state is what the snapshot says.
+            *route = Route::Live { state_known: true };
+            let obs = slot.observer.load(Ordering::Acquire);
+            let result = if !obs.is_null() {
+                // SAFETY: observers are never freed.
+                unsafe { &*obs }
+                    .set_initial_state(state)
+                    .map_err(|e| e.to_string())
+            } else if !state.segments.is_empty() {
+                create(device as u32, StartState::Known(state)).map(|o| {
+                    slot.observer
+                        .store(Arc::as_ptr(&o).cast_mut(), Ordering::Release)
+                })
+            } else {
+                Ok(())
+            };
+            if let Err(e) = result {
+                report(&format!("device {device}: {e}"));
+            }
+        }
+    }));
+    if r.is_err() {
+        report("internal error (panic) delivering the allocator's snapshot");
+    }
+}
+
+extern "C" fn on_phase(begin: c_int, name: *const c_char) {
+    // SAFETY: the shim passes a NUL-terminated name.
+    unsafe {
+        if begin != 0 {
+            traces::vramtrace_phase_begin(name);
+        } else {
+            traces::vramtrace_phase_end_named(name);
+        }
+    }
+}
+
+/// What [`vramtrace_observe_start`]'s text says.
+struct StartRequest {
+    config: Config,
+    pending_state: bool,
+}
+
+/// Parses the start configuration: `key=value` lines (see
+/// [`vramtrace_observe_start`]).
+fn parse_start(text: &str) -> Result<StartRequest, String> {
+    let mut pattern = "vramtrace-%p.vtrace".to_string();
+    let mut stacks = None;
+    let mut pending_state = false;
+    let mut settings = BTreeMap::new();
+    let mut devices = BTreeMap::new();
+    let mut metadata = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| format!("invalid configuration line {line:?}"))?;
+        match key {
+            "out" => pattern = value.to_string(),
+            "stacks" => stacks = Some(value.to_string()),
+            "state" => {
+                pending_state = match value {
+                    "pending" => true,
+                    "empty" => false,
+                    _ => return Err(format!("invalid state {value:?}")),
+                }
+            }
+            "device" => {
+                let mut parts = value.splitn(3, '\t');
+                let index = parts.next().and_then(|v| v.parse().ok());
+                let total = parts.next().and_then(|v| v.parse().ok());
+                let name = parts.next().unwrap_or("").to_string();
+                let (Some(index), Some(total_memory)) = (index, total) else {
+                    return Err(format!("invalid device {value:?}"));
+                };
+                devices.insert(
+                    index,
+                    DeviceInfo {
+                        index,
+                        name,
+                        total_memory,
+                    },
+                );
+            }
+            _ => {
+                if let Some(k) = key.strip_prefix("setting.") {
+                    settings.insert(k.to_string(), value.to_string());
+                } else if let Some(k) = key.strip_prefix("meta.") {
+                    metadata.insert(k.to_string(), value.to_string());
+                } else {
+                    return Err(format!("unknown configuration key {key:?}"));
+                }
+            }
+        }
+    }
+    let allocator = match AllocatorConfig::from_settings(&settings) {
+        Ok((config, _ignored)) => config,
+        Err(e) => {
+            report(&format!(
+                "PyTorch's allocator settings could not be read ({e}): block sizes assume the defaults"
+            ));
+            AllocatorConfig::default()
+        }
+    };
+    let (native, python) = stack_setting(stacks.as_deref())?;
+    let frame_source = if python {
+        match nogil::source() {
+            Ok(s) => Some(s as Arc<dyn FrameSource>),
+            Err(e) => {
+                report(&format!("no Python stacks: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    metadata.insert("recorded_by".into(), "libvramtrace_recorder".into());
+    metadata.insert("mode".into(), "observe".into());
+    let options = RecorderOptions {
+        stacks: native,
+        frame_source,
+        metadata,
+        ..RecorderOptions::default()
+    };
+    Ok(StartRequest {
+        config: Config {
+            pattern,
+            options,
+            allocator,
+            devices,
+        },
+        pending_state,
+    })
+}
+
+/// Starts recording what the shim reports. `config` is `key=value` lines:
+///
+/// - `out=PATTERN`: the trace file pattern (`%p`, `%r`, `%d`, as in
+///   replacement mode; see [`trace_path`](crate::trace_path));
+/// - `stacks=python|native|all|none` (default `python`, read without the
+///   GIL: [`nogil`]);
+/// - `state=empty` (default: the allocator holds nothing yet) or
+///   `state=pending` (the shim's snapshot will give the state);
+/// - `device=INDEX<TAB>TOTAL_BYTES<TAB>NAME`, for each device, for the
+///   trace headers;
+/// - `setting.KEY=VALUE`: PyTorch's allocator settings, as a snapshot's
+///   `allocator_settings` gives them (block sizes follow them);
+/// - `meta.KEY=VALUE`: header metadata.
+///
+/// Returns 0, or -1 when the configuration is invalid or a recording is in
+/// progress (reported on standard error).
+///
+/// # Safety
+/// `config` is NULL or a valid NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_observe_start(config: *const c_char) -> c_int {
+    // SAFETY: forwarded contract.
+    let text = unsafe { c_str(config) };
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let request = parse_start(&text)?;
+        {
+            let mut s = session();
+            if s.is_some() {
+                return Err("a recording is already in progress".to_string());
+            }
+            *s = Some(Session {
+                config: Arc::new(request.config),
+                first_device: None,
+                snapshot: BTreeMap::new(),
+            });
+        }
+        for slot in &SLOTS {
+            *slot.route() = if request.pending_state {
+                Route::AwaitingMarker
+            } else {
+                Route::Live { state_known: true }
+            };
+        }
+        Ok(())
+    }));
+    match r {
+        Ok(Ok(())) => 0,
+        Ok(Err(msg)) => {
+            report(&msg);
+            -1
+        }
+        Err(_) => {
+            report("internal error (panic) in vramtrace_observe_start");
+            -1
+        }
+    }
+}
+
+/// Stops the recording: every observer's trace is finished, and events are
+/// ignored until the next start. Returns 0, or -1 if a trace could not be
+/// finished (reported on standard error).
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_observe_stop() -> c_int {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let mut stopped: Vec<*const Observer> = Vec::new();
+        for slot in &SLOTS {
+            *slot.route() = Route::Idle;
+            let obs = slot.observer.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !obs.is_null() {
+                stopped.push(obs);
+            }
+        }
+        *session() = None;
+        let finished: Vec<Arc<Observer>> = lock(&OBSERVERS)
+            .iter()
+            .filter(|o| stopped.contains(&Arc::as_ptr(o)))
+            .cloned()
+            .collect();
+        let mut status = 0;
+        for o in &finished {
+            match o.finish() {
+                Ok(_) | Err(recorder::recorder::RecorderError::Finished) => {}
+                Err(e) => {
+                    report(&format!("finishing device {}: {e}", o.device()));
+                    status = -1;
+                }
+            }
+        }
+        let finished: Vec<Arc<dyn traces::Trace>> = finished
+            .into_iter()
+            .map(|o| o as Arc<dyn traces::Trace>)
+            .collect();
+        traces::unregister(&finished);
+        status
+    }));
+    r.unwrap_or_else(|_| {
+        report("internal error (panic) in vramtrace_observe_stop");
+        -1
+    })
+}
+
+/// Records that `torch.cuda.empty_cache()` is about to run, on every device
+/// being recorded (the segment frees it causes follow as events).
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_observe_empty_cache() {
+    for slot in &SLOTS {
+        let obs = slot.observer.load(Ordering::Acquire);
+        if !obs.is_null() {
+            let event = ObservedEvent {
+                kind: EventKind::EmptyCache,
+                addr: 0,
+                size: 0,
+                stream: 0,
+            };
+            // SAFETY: observers are never freed.
+            if catch_unwind(AssertUnwindSafe(|| unsafe { &*obs }.record(event, None))).is_err() {
+                report("internal error (panic) in vramtrace_observe_empty_cache");
+            }
+        }
+    }
+}
+
+/// Whether a recording is in progress (1) or not (0).
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_observe_active() -> c_int {
+    session().is_some() as c_int
+}
+
+/// Writes the calling thread's Python frames, as an observed allocation
+/// would record them now (read without the GIL), to `buf` as lines
+/// `function\tfile\tline`, innermost first, NUL-terminated (cut to fit
+/// `len`). Returns the number of frames, or -1 when frames cannot be read
+/// in this process (the reason is written to `buf`). The Python package
+/// checks these against the interpreter's own before it relies on them.
+///
+/// # Safety
+/// `buf` is NULL or points to `len` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_observe_python_stack(buf: *mut c_char, len: usize) -> c_int {
+    if buf.is_null() || len == 0 {
+        return -1;
+    }
+    let r = catch_unwind(AssertUnwindSafe(|| match nogil::source() {
+        Ok(source) => {
+            let frames = capture_frames(&*source as &dyn FrameSource, 128);
+            let mut text = String::new();
+            for &(code, line) in &frames {
+                let info = source.describe(code).unwrap_or_default();
+                text.push_str(&format!("{}\t{}\t{line}\n", info.function, info.file));
+            }
+            (frames.len() as c_int, text)
+        }
+        Err(e) => (-1, e.to_string()),
+    }));
+    let (count, text) = r.unwrap_or_else(|_| (-1, "internal error (panic)".into()));
+    let n = text.len().min(len - 1);
+    // SAFETY: the caller's contract: `len` writable bytes; n + 1 <= len.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+        *buf.add(n) = 0;
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_configuration() {
+        let r = parse_start(
+            "out=run-%d.vtrace\nstacks=none\nstate=pending\n\
+             device=1\t85899345920\tNVIDIA H100 80GB HBM3\n\
+             setting.max_split_size=-1\nsetting.expandable_segments=True\n\
+             setting.roundup_power2_divisions=[1:0,2:0]\nmeta.torch=2.11.0\n",
+        )
+        .unwrap();
+        assert!(r.pending_state);
+        assert_eq!(r.config.pattern, "run-%d.vtrace");
+        assert!(r.config.allocator.expandable_segments);
+        assert!(r.config.options.frame_source.is_none());
+        assert_eq!(r.config.devices[&1].name, "NVIDIA H100 80GB HBM3");
+        assert_eq!(r.config.devices[&1].total_memory, 85899345920);
+        assert_eq!(r.config.options.metadata["torch"], "2.11.0");
+        assert_eq!(r.config.options.metadata["mode"], "observe");
+        assert!(parse_start("state=later").is_err());
+        assert!(parse_start("colour=blue").is_err());
+        assert!(parse_start("stacks=pyhton").is_err());
+        assert!(parse_start("device=x\ty\tz").is_err());
+    }
+
+    /// Feeds events as the shim would and reads the trace back.
+    #[test]
+    fn events_route_through_marker_snapshot_and_stop() {
+        let _globals = crate::tests::GLOBALS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("vt-observe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pattern = dir.join("t-%d.vtrace");
+        let config = format!("out={}\nstacks=none\nstate=pending\n", pattern.display());
+        let config = std::ffi::CString::new(config).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { vramtrace_observe_start(config.as_ptr()) }, 0);
+        assert_eq!(unsafe { vramtrace_observe_start(config.as_ptr()) }, -1);
+        let ev = |kind: u32, device, addr, size| TorchEvent {
+            kind,
+            device,
+            addr,
+            size,
+            stream: 0,
+            context: std::ptr::null(),
+        };
+        let alloc = EventKind::Alloc.code() as u32;
+        let free = EventKind::FreeRequested.code() as u32;
+        let freed = EventKind::FreeCompleted.code() as u32;
+        // Before the marker: part of the snapshot, left out.
+        on_event(&ev(alloc, 5, 0x1000, 100));
+        on_event(&ev(KIND_SNAPSHOT, 5, 0, 0));
+        // After it: recorded, held until the state comes.
+        on_event(&ev(free, 5, 0x1000, 100));
+        on_event(&ev(freed, 5, 0x1000, 100));
+        let blocks = [
+            TorchBlock {
+                size: 512,
+                requested: 100,
+                state: 1,
+                reserved: 0,
+            },
+            TorchBlock {
+                size: (2 << 20) - 512,
+                requested: 0,
+                state: 0,
+                reserved: 0,
+            },
+        ];
+        on_segment(&TorchSegment {
+            device: 5,
+            expandable: 0,
+            addr: 0x1000,
+            size: 2 << 20,
+            stream: 0,
+            blocks: blocks.as_ptr(),
+            block_count: 2,
+        });
+        // A device that holds memory but reported nothing since.
+        on_segment(&TorchSegment {
+            device: 6,
+            expandable: 0,
+            addr: 0x100000,
+            size: 2 << 20,
+            stream: 0,
+            blocks: std::ptr::null(),
+            block_count: 0,
+        });
+        on_snapshot_done();
+        on_event(&ev(alloc, 5, 0x1000, 300));
+        // Device 7 was never marked: its first event comes after the state.
+        on_event(&ev(KIND_SNAPSHOT, 7, 0, 0));
+        assert_eq!(vramtrace_observe_active(), 1);
+        assert_eq!(vramtrace_observe_stop(), 0);
+        assert_eq!(vramtrace_observe_active(), 0);
+        // Ignored once stopped.
+        on_event(&ev(alloc, 5, 0x2000, 300));
+
+        let read = |device: u32| {
+            let path = dir.join(format!("t-{device}.vtrace"));
+            let bytes = std::fs::read(&path).unwrap();
+            let mut r = recorder::format::TraceReader::new(&bytes[..]).unwrap();
+            let events: Vec<_> = r.events().collect::<Result<_, _>>().unwrap();
+            (r.initial_state().cloned(), events, r.footer().is_some())
+        };
+        let (state, events, complete) = read(5);
+        assert!(complete);
+        let state = state.unwrap();
+        assert_eq!(state.segments[0].blocks[1].addr, 0x1000 + 512);
+        let shapes: Vec<(EventKind, u64)> = events
+            .iter()
+            .map(|e| match e.data {
+                recorder::format::EventData::Alloc(b)
+                | recorder::format::EventData::FreeRequested(b)
+                | recorder::format::EventData::FreeCompleted(b) => (e.kind(), b.size),
+                _ => (e.kind(), 0),
+            })
+            .collect();
+        assert_eq!(
+            shapes,
+            [
+                (EventKind::FreeRequested, 512),
+                (EventKind::FreeCompleted, 512),
+                (EventKind::Alloc, 512),
+            ]
+        );
+        let (state, events, _) = read(6);
+        assert_eq!(state.unwrap().segments.len(), 1);
+        assert!(events.is_empty());
+        assert!(!dir.join("t-7.vtrace").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,431 @@
+//! Python frames of the allocating thread read in place, without the GIL:
+//! the frame source of observer mode.
+//!
+//! PyTorch calls its allocator's trace trackers with its allocator lock
+//! held, and documents that taking the GIL there can deadlock (a thread
+//! holding the GIL may be waiting for that lock). So this source never takes
+//! it. It does not need to: the frames it reads are the calling thread's
+//! own, and that thread is stopped inside native code (PyTorch releases the
+//! GIL around its operators, or the thread holds the GIL and is in the
+//! allocator), so nothing changes them while they are read, and every code
+//! object on them is alive. What is read (frame links, code objects, their
+//! names and line tables) is immutable or only changed by the thread itself;
+//! no reference count is touched and nothing is allocated through Python.
+//!
+//! Per frame: the code object's address, checked against the
+//! thread's cache of codes seen (by the address and the addresses of its
+//! name, file name and line table, so that a code object freed and another
+//! made at its address is told apart), and the line, from
+//! `PyCode_Addr2Line` (a pure function of the code object's line table)
+//! cached per instruction offset. A code met for the first time is named
+//! once, its strings read in place, and given an id: the key the recorder
+//! stores, valid for the life of the process.
+//!
+//! The structures read are CPython's internal ones, at the offsets of
+//! [`layout`](super::layout); a layout is used only for its version, and
+//! `vramtrace` checks it against the running interpreter first.
+
+use super::layout::{
+    self, Current, FRAME_OWNED_BY_CSTACK, Lasti, Layout, OB_TYPE, UNICODE_LENGTH, UNICODE_STATE,
+};
+use recorder::recorder::{CodeInfo, FrameSink, FrameSource};
+use rustc_hash::FxHashMap;
+use std::cell::RefCell;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+type Obj = *mut c_void;
+
+/// The addresses that identify a code object beyond its own: a code object
+/// made at the address of a freed one has other strings.
+type Check = [usize; 3];
+
+/// The CPython functions and types used, found in the running process.
+struct Api {
+    is_initialized: unsafe extern "C" fn() -> c_int,
+    is_finalizing: Option<unsafe extern "C" fn() -> c_int>,
+    this_thread_state: unsafe extern "C" fn() -> Obj,
+    addr2line: unsafe extern "C" fn(Obj, c_int) -> c_int,
+    code_type: usize,
+    unicode_type: usize,
+}
+
+fn symbol(name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: dlsym only reads the loader's tables; `name` is NUL-terminated.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
+/// Why there is no source of Python frames without the GIL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unavailable {
+    /// No Python interpreter in the process.
+    NoPython,
+    /// A Python version whose frames this build cannot read.
+    Version(String),
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unavailable::NoPython => f.write_str("no Python interpreter in this process"),
+            Unavailable::Version(v) => write!(
+                f,
+                "Python {v}: Python stacks without the GIL are read for CPython {} only",
+                layout::known_versions()
+            ),
+        }
+    }
+}
+
+impl Api {
+    fn find() -> Result<(Api, &'static Layout), Unavailable> {
+        // SAFETY: each symbol is CPython's function or type object of that
+        // name, with the signature given.
+        unsafe {
+            let get_version = symbol(c"Py_GetVersion").ok_or(Unavailable::NoPython)?;
+            let get_version: unsafe extern "C" fn() -> *const c_char =
+                std::mem::transmute(get_version);
+            let text = CStr::from_ptr(get_version()).to_string_lossy().into_owned();
+            let version = text.split_whitespace().next().unwrap_or("?").to_string();
+            let layout = layout::parse_version(&text)
+                .and_then(|(major, minor)| layout::for_version(major, minor))
+                .ok_or_else(|| Unavailable::Version(version.clone()))?;
+            let f = |name: &CStr| symbol(name).ok_or(Unavailable::Version(version.clone()));
+            let api = Api {
+                is_initialized: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(
+                    f(c"Py_IsInitialized")?,
+                ),
+                is_finalizing: symbol(c"Py_IsFinalizing")
+                    .or_else(|| symbol(c"_Py_IsFinalizing"))
+                    .map(|p| {
+                        std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(p)
+                    }),
+                this_thread_state: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> Obj>(
+                    f(c"PyGILState_GetThisThreadState")?,
+                ),
+                addr2line: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(Obj, c_int) -> c_int,
+                >(f(c"PyCode_Addr2Line")?),
+                code_type: f(c"PyCode_Type")? as usize,
+                unicode_type: f(c"PyUnicode_Type")? as usize,
+            };
+            Ok((api, layout))
+        }
+    }
+}
+
+/// Reads a `T` at `addr`.
+///
+/// # Safety
+/// `addr` points into live memory holding a `T`.
+#[inline(always)]
+unsafe fn read<T: Copy>(addr: usize) -> T {
+    // SAFETY: the caller's contract; CPython's structures are not packed,
+    // but a misaligned address is no reason to fault.
+    unsafe { std::ptr::read_unaligned(addr as *const T) }
+}
+
+/// The registry of codes and labels: ids, and what they are called.
+#[derive(Default)]
+struct Registry {
+    codes: FxHashMap<(usize, Check), usize>,
+    labels: FxHashMap<String, usize>,
+    /// By id; id 0 is never given.
+    names: Vec<Arc<CodeInfo>>,
+}
+
+impl Registry {
+    fn add(&mut self, info: CodeInfo) -> usize {
+        self.names.push(Arc::new(info));
+        self.names.len()
+    }
+}
+
+thread_local! {
+    /// Codes this thread has met: address -> (check, id).
+    static CODES: RefCell<FxHashMap<usize, (Check, usize)>> = RefCell::new(FxHashMap::default());
+    /// Lines by (code id, instruction offset).
+    static LINES: RefCell<FxHashMap<(usize, c_int), u32>> = RefCell::new(FxHashMap::default());
+    /// Labels this thread has used: text -> id.
+    static LABELS: RefCell<FxHashMap<Box<str>, usize>> = RefCell::new(FxHashMap::default());
+}
+
+/// Python frames read without the GIL. See the [module docs](self).
+pub struct NoGilFrames {
+    api: Api,
+    layout: &'static Layout,
+    registry: Mutex<Registry>,
+}
+
+// SAFETY: the function pointers are process-global and callable from any
+// thread; the registry is behind a mutex; nothing else is shared.
+unsafe impl Send for NoGilFrames {}
+// SAFETY: as above.
+unsafe impl Sync for NoGilFrames {}
+
+/// The process's source, or why there is none.
+pub fn source() -> Result<Arc<NoGilFrames>, Unavailable> {
+    static SOURCE: OnceLock<Result<Arc<NoGilFrames>, Unavailable>> = OnceLock::new();
+    SOURCE
+        .get_or_init(|| {
+            Api::find().map(|(api, layout)| {
+                Arc::new(NoGilFrames {
+                    api,
+                    layout,
+                    registry: Mutex::new(Registry::default()),
+                })
+            })
+        })
+        .clone()
+}
+
+impl NoGilFrames {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The innermost frame of the thread state `tstate`, or 0.
+    ///
+    /// # Safety
+    /// `tstate` is a live thread state of this layout's interpreter.
+    unsafe fn current_frame(&self, tstate: usize) -> usize {
+        // SAFETY: the caller's contract; a thread state's frame pointers are
+        // set while it is alive (the C frame is the root one outside the
+        // evaluation loop).
+        unsafe {
+            match self.layout.current {
+                Current::Direct(offset) => read(tstate + offset),
+                Current::ThroughCFrame {
+                    cframe,
+                    current_frame,
+                } => {
+                    let c: usize = read(tstate + cframe);
+                    if c == 0 { 0 } else { read(c + current_frame) }
+                }
+            }
+        }
+    }
+
+    /// A string object's text, read in place; `None` unless it is a compact
+    /// `str` of sane length.
+    ///
+    /// # Safety
+    /// `obj` is 0 or a live object.
+    unsafe fn text(&self, obj: usize) -> Option<String> {
+        if obj == 0 {
+            return None;
+        }
+        // SAFETY: a live object has its type at OB_TYPE; a str's fields are
+        // at the layout's offsets and its text is immutable.
+        unsafe {
+            if read::<usize>(obj + OB_TYPE) != self.api.unicode_type {
+                return None;
+            }
+            let len: isize = read(obj + UNICODE_LENGTH);
+            if !(0..=1 << 20).contains(&len) {
+                return None;
+            }
+            let len = len as usize;
+            let state: u32 = read(obj + UNICODE_STATE);
+            let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
+            if compact == 0 {
+                return None;
+            }
+            if ascii == 1 {
+                let bytes =
+                    std::slice::from_raw_parts((obj + self.layout.ascii_size) as *const u8, len);
+                return Some(String::from_utf8_lossy(bytes).into_owned());
+            }
+            let data = obj + self.layout.compact_size;
+            let char_at = |i: usize| -> u32 {
+                match kind {
+                    1 => read::<u8>(data + i) as u32,
+                    2 => read::<u16>(data + 2 * i) as u32,
+                    _ => read::<u32>(data + 4 * i),
+                }
+            };
+            if !matches!(kind, 1 | 2 | 4) {
+                return None;
+            }
+            Some(
+                (0..len)
+                    .map(|i| char::from_u32(char_at(i)).unwrap_or(char::REPLACEMENT_CHARACTER))
+                    .collect(),
+            )
+        }
+    }
+
+    /// The id of the code object at `code`, naming it if it is new.
+    ///
+    /// # Safety
+    /// `code` is a live code object.
+    unsafe fn code_id(&self, code: usize) -> usize {
+        let l = self.layout;
+        // SAFETY: a code object's name, file name and line table pointers.
+        let check: Check = unsafe {
+            [
+                read(code + l.code_name),
+                read(code + l.code_filename),
+                read(code + l.code_linetable),
+            ]
+        };
+        let cached = CODES
+            .try_with(|c| {
+                c.try_borrow()
+                    .ok()?
+                    .get(&code)
+                    .filter(|(known, _)| *known == check)
+                    .map(|&(_, id)| id)
+            })
+            .ok()
+            .flatten();
+        if let Some(id) = cached {
+            return id;
+        }
+        let id = {
+            let mut r = self.registry();
+            match r.codes.get(&(code, check)) {
+                Some(&id) => id,
+                None => {
+                    // SAFETY: the code's strings are alive with it.
+                    let (function, file) = unsafe { (self.text(check[0]), self.text(check[1])) };
+                    let id = r.add(CodeInfo {
+                        function: function.unwrap_or_else(|| "?".into()),
+                        file: file.unwrap_or_else(|| "?".into()),
+                    });
+                    r.codes.insert((code, check), id);
+                    id
+                }
+            }
+        };
+        let _ = CODES.try_with(|c| c.try_borrow_mut().map(|mut c| c.insert(code, (check, id))));
+        id
+    }
+
+    /// The line of instruction offset `lasti` (code units) of the code at
+    /// `code`, whose id is `id`.
+    ///
+    /// # Safety
+    /// `code` is a live code object.
+    unsafe fn line(&self, code: usize, id: usize, lasti: c_int) -> u32 {
+        let cached = LINES
+            .try_with(|l| l.try_borrow().ok()?.get(&(id, lasti)).copied())
+            .ok()
+            .flatten();
+        if let Some(line) = cached {
+            return line;
+        }
+        // SAFETY: PyCode_Addr2Line only reads the live code object's line
+        // table (a negative offset gives its first line).
+        let line =
+            unsafe { (self.api.addr2line)(code as Obj, lasti.saturating_mul(2)) }.max(0) as u32;
+        let _ = LINES.try_with(|l| l.try_borrow_mut().map(|mut l| l.insert((id, lasti), line)));
+        line
+    }
+
+    /// Pushes the frames of the thread state `tstate`, innermost first.
+    ///
+    /// # Safety
+    /// `tstate` is the calling thread's thread state, and the thread runs
+    /// no Python code meanwhile (it is in this call).
+    unsafe fn walk(&self, tstate: usize, sink: &mut FrameSink<'_>) {
+        let l = self.layout;
+        // SAFETY: the frames of the calling thread, which only it changes,
+        // are read while it is here; each is checked to hold a code object
+        // before anything of the code is read.
+        unsafe {
+            let mut frame = self.current_frame(tstate);
+            // A bound on the walk whatever the links say.
+            let mut budget = 4096;
+            while frame != 0 && budget > 0 {
+                budget -= 1;
+                let previous: usize = read(frame + l.frame_previous);
+                if let Some(owner) = l.frame_owner
+                    && read::<u8>(frame + owner) == FRAME_OWNED_BY_CSTACK
+                {
+                    frame = previous;
+                    continue;
+                }
+                let code: usize = read(frame + l.frame_code);
+                if code == 0 || read::<usize>(code + OB_TYPE) != self.api.code_type {
+                    frame = previous;
+                    continue;
+                }
+                let lasti: c_int = match l.frame_lasti {
+                    Lasti::Field(offset) => read(frame + offset),
+                    Lasti::Pointer {
+                        offset,
+                        code_adaptive,
+                    } => {
+                        let ip: usize = read(frame + offset);
+                        let start = code + code_adaptive;
+                        (ip as isize - start as isize)
+                            .div_euclid(2)
+                            .clamp(-1, c_int::MAX as isize) as c_int
+                    }
+                };
+                let id = self.code_id(code);
+                if !sink.push(id, self.line(code, id, lasti)) {
+                    return;
+                }
+                frame = previous;
+            }
+        }
+    }
+}
+
+impl FrameSource for NoGilFrames {
+    fn name(&self) -> &str {
+        "python"
+    }
+
+    fn capture(&self, sink: &mut FrameSink<'_>) {
+        let api = &self.api;
+        // SAFETY: these may be called from any thread, GIL or not; the walk
+        // runs only once the interpreter is up, not shutting down, and on a
+        // thread that has a thread state.
+        unsafe {
+            if (api.is_initialized)() == 0 || api.is_finalizing.is_some_and(|f| f() != 0) {
+                return;
+            }
+            let tstate = (api.this_thread_state)() as usize;
+            if tstate != 0 {
+                self.walk(tstate, sink);
+            }
+        }
+    }
+
+    fn describe(&self, code: usize) -> Option<CodeInfo> {
+        let r = self.registry();
+        let info = r.names.get(code.checked_sub(1)?)?;
+        Some(CodeInfo::clone(info))
+    }
+
+    fn label(&self, label: &str) -> Option<usize> {
+        let cached = LABELS
+            .try_with(|l| l.try_borrow().ok()?.get(label).copied())
+            .ok()
+            .flatten();
+        if cached.is_some() {
+            return cached;
+        }
+        let id = {
+            let mut r = self.registry();
+            match r.labels.get(label) {
+                Some(&id) => id,
+                None => {
+                    let id = r.add(CodeInfo {
+                        function: label.to_string(),
+                        file: String::new(),
+                    });
+                    r.labels.insert(label.to_string(), id);
+                    id
+                }
+            }
+        };
+        let _ = LABELS.try_with(|l| l.try_borrow_mut().map(|mut l| l.insert(label.into(), id)));
+        Some(id)
+    }
+}

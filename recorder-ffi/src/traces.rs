@@ -1,0 +1,336 @@
+//! Every trace the process writes, in either mode: phases and annotations
+//! broadcast to all of them (and replayed into traces begun later), flush,
+//! finish, and finishing at exit or on a fatal signal.
+
+use crate::{c_str, report};
+use recorder::device::CudaDevice;
+use recorder::recorder::{Observer, Recorder, RecorderError};
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
+
+/// What the process-wide calls do to a trace, whichever mode writes it.
+pub(crate) trait Trace: Send + Sync {
+    fn phase_begin(&self, name: &str);
+    fn phase_end(&self) -> Result<(), RecorderError>;
+    fn phase_end_named(&self, name: &str) -> bool;
+    fn annotate(&self, key: &str, value: &str);
+    fn flush(&self) -> Result<(), RecorderError>;
+    fn finish(&self) -> Result<(), RecorderError>;
+}
+
+macro_rules! impl_trace {
+    ($t:ty) => {
+        impl Trace for $t {
+            fn phase_begin(&self, name: &str) {
+                <$t>::phase_begin(self, name)
+            }
+            fn phase_end(&self) -> Result<(), RecorderError> {
+                <$t>::phase_end(self)
+            }
+            fn phase_end_named(&self, name: &str) -> bool {
+                <$t>::phase_end_named(self, name)
+            }
+            fn annotate(&self, key: &str, value: &str) {
+                <$t>::annotate(self, key, value)
+            }
+            fn flush(&self) -> Result<(), RecorderError> {
+                <$t>::flush(self)
+            }
+            fn finish(&self) -> Result<(), RecorderError> {
+                <$t>::finish(self).map(|_| ())
+            }
+        }
+    };
+}
+
+impl_trace!(Recorder<CudaDevice>);
+impl_trace!(Observer);
+
+/// Process-wide markers: phases open now and annotations so far, replayed
+/// into a trace begun later, plus every trace being written (to broadcast
+/// markers to). One lock, so a trace being begun cannot miss a marker.
+pub(crate) struct Markers {
+    open_phases: Vec<String>,
+    annotations: Vec<(String, String)>,
+    traces: Vec<Arc<dyn Trace>>,
+}
+
+static MARKERS: Mutex<Markers> = Mutex::new(Markers {
+    open_phases: Vec::new(),
+    annotations: Vec::new(),
+    traces: Vec::new(),
+});
+
+fn markers() -> MutexGuard<'static, Markers> {
+    MARKERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Adds a trace just begun: the open phases and the annotations so far are
+/// replayed into it, and markers reach it from now on. Installs the exit
+/// hooks on first use.
+pub(crate) fn register(trace: Arc<dyn Trace>) {
+    let mut m = markers();
+    for (k, v) in &m.annotations {
+        trace.annotate(k, v);
+    }
+    for name in &m.open_phases {
+        trace.phase_begin(name);
+    }
+    m.traces.push(trace);
+    drop(m);
+    install_exit_hooks();
+}
+
+/// Removes finished traces (by identity) from the broadcast list.
+pub(crate) fn unregister(finished: &[Arc<dyn Trace>]) {
+    markers()
+        .traces
+        .retain(|t| !finished.iter().any(|f| Arc::ptr_eq(f, t)));
+}
+
+/// Runs `f` on the markers, under their lock, and reports a panic instead
+/// of letting it out.
+fn broadcast(what: &str, f: impl FnOnce(&mut Markers)) {
+    if catch_unwind(AssertUnwindSafe(|| f(&mut markers()))).is_err() {
+        report(&format!("internal error (panic) in {what}"));
+    }
+}
+
+/// Begins a phase named `name` on every device (phases nest).
+///
+/// # Safety
+/// `name` is NULL or a valid NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_phase_begin(name: *const c_char) {
+    // SAFETY: forwarded contract.
+    let name = unsafe { c_str(name) };
+    broadcast("vramtrace_phase_begin", |m| {
+        for r in &m.traces {
+            r.phase_begin(&name);
+        }
+        m.open_phases.push(name);
+    });
+}
+
+/// Ends the innermost open phase. Returns 0, or -1 when no phase is open.
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_phase_end() -> c_int {
+    let mut status = -1;
+    broadcast("vramtrace_phase_end", |m| {
+        if m.open_phases.pop().is_some() {
+            status = 0;
+            for r in &m.traces {
+                let _ = r.phase_end();
+            }
+        }
+    });
+    status
+}
+
+/// Records a key/value annotation on every device.
+///
+/// # Safety
+/// `key` and `value` are NULL or valid NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_annotate(key: *const c_char, value: *const c_char) {
+    // SAFETY: forwarded contract.
+    let (key, value) = unsafe { (c_str(key), c_str(value)) };
+    broadcast("vramtrace_annotate", |m| {
+        for r in &m.traces {
+            r.annotate(&key, &value);
+        }
+        m.annotations.push((key, value));
+    });
+}
+
+/// Ends the innermost open phase named `name` on every device, leaving the
+/// phases opened inside it open (for phases that interleave with others,
+/// such as the iterations vramtrace marks at each optimizer step). Returns
+/// 0, or -1 when no phase of that name is open.
+///
+/// # Safety
+/// `name` is NULL or a valid NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_phase_end_named(name: *const c_char) -> c_int {
+    // SAFETY: forwarded contract.
+    let name = unsafe { c_str(name) };
+    let mut status = -1;
+    broadcast("vramtrace_phase_end_named", |m| {
+        if let Some(i) = m.open_phases.iter().rposition(|p| *p == name) {
+            m.open_phases.remove(i);
+            status = 0;
+            for r in &m.traces {
+                r.phase_end_named(&name);
+            }
+        }
+    });
+    status
+}
+
+/// Writes everything recorded so far to the trace files. Returns 0, or -1
+/// if a trace could not be written (reported on standard error).
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_flush() -> c_int {
+    let mut status = 0;
+    broadcast("vramtrace_flush", |m| {
+        for r in &m.traces {
+            if let Err(e) = r.flush() {
+                report(&format!("flush: {e}"));
+                status = -1;
+            }
+        }
+    });
+    status
+}
+
+/// Finishes every trace (footer written, file complete); allocation goes on
+/// unrecorded. Called at exit and on a fatal SIGTERM/SIGINT; a second call
+/// does nothing. Returns 0, or -1 if a trace could not be finished.
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_finish() -> c_int {
+    let mut status = 0;
+    broadcast("vramtrace_finish", |m| {
+        for r in &m.traces {
+            match r.finish() {
+                Ok(()) | Err(RecorderError::Finished) => {}
+                Err(e) => {
+                    report(&format!("finish: {e}"));
+                    status = -1;
+                }
+            }
+        }
+    });
+    status
+}
+
+/// The number of traces being written (for tests and the Python side).
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_device_count() -> c_int {
+    markers().traces.len() as c_int
+}
+
+extern "C" fn finish_at_exit() {
+    vramtrace_finish();
+}
+
+/// Signals whose default action kills the process without running atexit.
+const SIGNALS: [c_int; 2] = [libc::SIGTERM, libc::SIGINT];
+
+/// The dispositions our handlers replaced, by index into [`SIGNALS`].
+static PREVIOUS: [OnceLock<libc::sigaction>; 2] = [const { OnceLock::new() }; 2];
+
+/// Write end of the pipe to the thread that finishes traces on a signal
+/// (a signal handler may only do async-signal-safe things such as write()).
+static SIGNAL_PIPE: AtomicI64 = AtomicI64::new(-1);
+
+extern "C" fn on_signal(sig: c_int) {
+    let Some(i) = SIGNALS.iter().position(|&s| s == sig) else {
+        return;
+    };
+    let Some(prev) = PREVIOUS[i].get() else {
+        return;
+    };
+    match prev.sa_sigaction {
+        libc::SIG_IGN => {}
+        libc::SIG_DFL => {
+            // The process is about to die: let the finishing thread write the
+            // footers, then re-raise with the default action.
+            let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+            if fd >= 0 {
+                let byte = sig as u8;
+                // SAFETY: write() is async-signal-safe; one byte from a local.
+                unsafe { libc::write(fd as c_int, (&byte as *const u8).cast(), 1) };
+            }
+        }
+        handler => {
+            // The program handles this signal (Python's SIGINT handler raises
+            // KeyboardInterrupt): pass it on; the process is not dying, and
+            // exit will finish the traces.
+            if prev.sa_flags & libc::SA_SIGINFO != 0 {
+                // SAFETY: the previous handler was installed as a three-argument
+                // one; it gets no siginfo from us, which it must tolerate
+                // (as for a raise()d signal it may read fields of NULL...):
+                // rare, since Python and most runtimes install one-argument ones.
+                let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+                    unsafe { std::mem::transmute(handler) };
+                f(sig, std::ptr::null_mut(), std::ptr::null_mut());
+            } else {
+                // SAFETY: a one-argument handler was installed at this address.
+                let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(handler) };
+                f(sig);
+            }
+        }
+    }
+}
+
+/// Registers the exit hook and the signal handlers, once per process.
+fn install_exit_hooks() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain function with no captured state.
+        if unsafe { libc::atexit(finish_at_exit) } != 0 {
+            report("cannot register the exit hook: traces may lack their footer");
+        }
+        if let Err(e) = install_signal_handlers() {
+            report(&format!("cannot install signal handlers: {e}"));
+        }
+    });
+}
+
+fn install_signal_handlers() -> std::io::Result<()> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let read_fd = fds[0];
+    SIGNAL_PIPE.store(fds[1] as i64, Ordering::Relaxed);
+    std::thread::Builder::new()
+        .name("vramtrace-signals".into())
+        .spawn(move || {
+            loop {
+                let mut byte = 0u8;
+                // SAFETY: reads one byte into a local from our own pipe.
+                let n = unsafe { libc::read(read_fd, (&mut byte as *mut u8).cast(), 1) };
+                if n == 1 {
+                    let sig = byte as c_int;
+                    vramtrace_finish();
+                    // SAFETY: restores the default action, then re-raises to
+                    // die of the signal as the process would have.
+                    unsafe {
+                        libc::signal(sig, libc::SIG_DFL);
+                        libc::raise(sig);
+                    }
+                } else if n == 0
+                    || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+                {
+                    return;
+                }
+            }
+        })?;
+    for (i, &sig) in SIGNALS.iter().enumerate() {
+        // SAFETY: all-zero is a valid sigaction (empty mask, no flags).
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = on_signal as extern "C" fn(c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        // SAFETY: valid pointers to a local action and an out-parameter.
+        let mut prev: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above: the mask is a valid sigset_t.
+        unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        // PREVIOUS must be set before the handler can run: install in two
+        // steps, reading the old action first.
+        // SAFETY: valid out-pointer; a NULL new action only reads.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut prev) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let _ = PREVIOUS[i].set(prev);
+        // SAFETY: installs our handler; `on_signal` only does
+        // async-signal-safe work or calls the previous handler.
+        if unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
