@@ -34,7 +34,7 @@ use recorder::recorder::{
 use std::collections::BTreeMap;
 use std::ffi::{CStr, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The version of [`TorchSink`] and the structures it passes; the shim
@@ -187,6 +187,9 @@ fn observed(e: &TorchEvent, kind: EventKind) -> ObservedEvent {
 }
 
 extern "C" fn on_event(e: *const TorchEvent) {
+    if traces::forked_child() {
+        return;
+    }
     let r = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the shim passes a valid event for the call's duration.
         let e = unsafe { &*e };
@@ -398,7 +401,45 @@ extern "C" fn on_phase(begin: c_int, name: *const c_char) {
             traces::vramtrace_phase_begin(name);
         } else {
             traces::vramtrace_phase_end_named(name);
+            if ITERATION_PENDING.load(Ordering::Relaxed)
+                && CStr::from_ptr(name).to_bytes().starts_with(OPTIMIZER_STEP)
+                && ITERATION_PENDING.swap(false, Ordering::Relaxed)
+            {
+                next_iteration();
+            }
         }
+    }
+}
+
+/// The phase each training iteration is: from the end of one optimizer step
+/// to the end of the next.
+const ITERATION: &CStr = c"iter";
+
+/// The start of the `record_function` name PyTorch gives an optimizer's
+/// `step` (`Optimizer.step#AdamW.step`).
+const OPTIMIZER_STEP: &[u8] = b"Optimizer.step#";
+
+/// An iteration ends when the step's `record_function` range does.
+static ITERATION_PENDING: AtomicBool = AtomicBool::new(false);
+
+fn next_iteration() {
+    // SAFETY: a valid C string.
+    unsafe {
+        traces::vramtrace_phase_end_named(ITERATION.as_ptr());
+        traces::vramtrace_phase_begin(ITERATION.as_ptr());
+    }
+}
+
+/// An optimizer step of the training loop ended (called from torch's
+/// global optimizer-step hook): the current `iter` phase ends and the next
+/// begins. With `deferred`, that happens when the step's `record_function`
+/// range ends, which encloses the hook (so that the phases nest); else now.
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_iteration_end(deferred: c_int) {
+    if deferred != 0 {
+        ITERATION_PENDING.store(true, Ordering::Relaxed);
+    } else if catch_unwind(next_iteration).is_err() {
+        report("internal error (panic) in vramtrace_iteration_end");
     }
 }
 
@@ -417,6 +458,7 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
     let mut settings = BTreeMap::new();
     let mut devices = BTreeMap::new();
     let mut metadata = BTreeMap::new();
+    let mut hidden = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let (key, value) = line
             .split_once('=')
@@ -424,6 +466,7 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
         match key {
             "out" => pattern = value.to_string(),
             "stacks" => stacks = Some(value.to_string()),
+            "hide" => hidden.push(value.to_string()),
             "state" => {
                 pending_state = match value {
                     "pending" => true,
@@ -471,7 +514,12 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
     let (native, python) = stack_setting(stacks.as_deref())?;
     let frame_source = if python {
         match nogil::source() {
-            Ok(s) => Some(s as Arc<dyn FrameSource>),
+            Ok(s) => {
+                for prefix in &hidden {
+                    s.hide(prefix);
+                }
+                Some(s as Arc<dyn FrameSource>)
+            }
             Err(e) => {
                 report(&format!("no Python stacks: {e}"));
                 None
@@ -511,7 +559,9 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
 ///   trace headers;
 /// - `setting.KEY=VALUE`: PyTorch's allocator settings, as a snapshot's
 ///   `allocator_settings` gives them (block sizes follow them);
-/// - `meta.KEY=VALUE`: header metadata.
+/// - `meta.KEY=VALUE`: header metadata;
+/// - `hide=PREFIX`: Python frames of files under `PREFIX` are left out
+///   (vramtrace's own package; `runpy`'s always are).
 ///
 /// Returns 0, or -1 when the configuration is invalid or a recording is in
 /// progress (reported on standard error).
@@ -563,6 +613,9 @@ pub unsafe extern "C" fn vramtrace_observe_start(config: *const c_char) -> c_int
 #[unsafe(no_mangle)]
 pub extern "C" fn vramtrace_observe_stop() -> c_int {
     let r = catch_unwind(AssertUnwindSafe(|| {
+        ITERATION_PENDING.store(false, Ordering::Relaxed);
+        // SAFETY: a valid C string.
+        unsafe { traces::vramtrace_phase_end_named(ITERATION.as_ptr()) };
         let mut stopped: Vec<*const Observer> = Vec::new();
         for slot in &SLOTS {
             *slot.route() = Route::Idle;

@@ -7,7 +7,7 @@ use recorder::device::CudaDevice;
 use recorder::recorder::{Observer, Recorder, RecorderError};
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
 
 /// What the process-wide calls do to a trace, whichever mode writes it.
@@ -93,6 +93,9 @@ pub(crate) fn unregister(finished: &[Arc<dyn Trace>]) {
 /// Runs `f` on the markers, under their lock, and reports a panic instead
 /// of letting it out.
 fn broadcast(what: &str, f: impl FnOnce(&mut Markers)) {
+    if forked_child() {
+        return;
+    }
     if catch_unwind(AssertUnwindSafe(|| f(&mut markers()))).is_err() {
         report(&format!("internal error (panic) in {what}"));
     }
@@ -215,6 +218,21 @@ extern "C" fn finish_at_exit() {
     vramtrace_finish();
 }
 
+/// Set in a child process made by fork(): the traces, their writer threads
+/// and the locks around them are the parent's (a DataLoader worker is such
+/// a child), so the child records nothing and finishes nothing.
+static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn in_forked_child() {
+    FORKED_CHILD.store(true, Ordering::Relaxed);
+}
+
+/// Whether this process is a fork of the one that began the traces.
+#[inline]
+pub(crate) fn forked_child() -> bool {
+    FORKED_CHILD.load(Ordering::Relaxed)
+}
+
 /// Signals whose default action kills the process without running atexit.
 const SIGNALS: [c_int; 2] = [libc::SIGTERM, libc::SIGINT];
 
@@ -272,6 +290,10 @@ fn install_exit_hooks() {
         // SAFETY: registers a plain function with no captured state.
         if unsafe { libc::atexit(finish_at_exit) } != 0 {
             report("cannot register the exit hook: traces may lack their footer");
+        }
+        // SAFETY: registers a plain function, run in the child after fork().
+        if unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) } != 0 {
+            report("cannot register the fork hook: a forked child could write to the traces");
         }
         if let Err(e) = install_signal_handlers() {
             report(&format!("cannot install signal handlers: {e}"));

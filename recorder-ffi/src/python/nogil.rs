@@ -130,10 +130,13 @@ unsafe fn read<T: Copy>(addr: usize) -> T {
 /// The registry of codes and labels: ids, and what they are called.
 #[derive(Default)]
 struct Registry {
-    codes: FxHashMap<(usize, Check), usize>,
+    /// Code (address, check) -> (id, hidden).
+    codes: FxHashMap<(usize, Check), (usize, bool)>,
     labels: FxHashMap<String, usize>,
     /// By id; id 0 is never given.
     names: Vec<Arc<CodeInfo>>,
+    /// Files whose frames are left out: those starting with one of these.
+    hidden: Vec<String>,
 }
 
 impl Registry {
@@ -144,8 +147,9 @@ impl Registry {
 }
 
 thread_local! {
-    /// Codes this thread has met: address -> (check, id).
-    static CODES: RefCell<FxHashMap<usize, (Check, usize)>> = RefCell::new(FxHashMap::default());
+    /// Codes this thread has met: address -> (check, id, hidden).
+    static CODES: RefCell<FxHashMap<usize, (Check, usize, bool)>> =
+        RefCell::new(FxHashMap::default());
     /// Lines by (code id, instruction offset).
     static LINES: RefCell<FxHashMap<(usize, c_int), u32>> = RefCell::new(FxHashMap::default());
     /// Labels this thread has used: text -> id.
@@ -257,11 +261,12 @@ impl NoGilFrames {
         }
     }
 
-    /// The id of the code object at `code`, naming it if it is new.
+    /// The id of the code object at `code`, naming it if it is new, and
+    /// whether its frames are hidden.
     ///
     /// # Safety
     /// `code` is a live code object.
-    unsafe fn code_id(&self, code: usize) -> usize {
+    unsafe fn code_id(&self, code: usize) -> (usize, bool) {
         let l = self.layout;
         // SAFETY: a code object's name, file name and line table pointers.
         let check: Check = unsafe {
@@ -276,32 +281,48 @@ impl NoGilFrames {
                 c.try_borrow()
                     .ok()?
                     .get(&code)
-                    .filter(|(known, _)| *known == check)
-                    .map(|&(_, id)| id)
+                    .filter(|(known, ..)| *known == check)
+                    .map(|&(_, id, hidden)| (id, hidden))
             })
             .ok()
             .flatten();
-        if let Some(id) = cached {
-            return id;
+        if let Some(known) = cached {
+            return known;
         }
-        let id = {
+        let (id, hidden) = {
             let mut r = self.registry();
             match r.codes.get(&(code, check)) {
-                Some(&id) => id,
+                Some(&known) => known,
                 None => {
                     // SAFETY: the code's strings are alive with it.
                     let (function, file) = unsafe { (self.text(check[0]), self.text(check[1])) };
+                    let file = file.unwrap_or_else(|| "?".into());
+                    let hidden = r.hidden.iter().any(|h| file.starts_with(h.as_str()))
+                        || file.ends_with("/runpy.py")
+                        || file == "<frozen runpy>";
                     let id = r.add(CodeInfo {
                         function: function.unwrap_or_else(|| "?".into()),
-                        file: file.unwrap_or_else(|| "?".into()),
+                        file,
                     });
-                    r.codes.insert((code, check), id);
-                    id
+                    r.codes.insert((code, check), (id, hidden));
+                    (id, hidden)
                 }
             }
         };
-        let _ = CODES.try_with(|c| c.try_borrow_mut().map(|mut c| c.insert(code, (check, id))));
-        id
+        let _ = CODES.try_with(|c| {
+            c.try_borrow_mut()
+                .map(|mut c| c.insert(code, (check, id, hidden)))
+        });
+        (id, hidden)
+    }
+
+    /// Leaves out, from now on, the frames of files whose path starts with
+    /// `prefix` (vramtrace's own package), as it leaves out `runpy`'s.
+    pub fn hide(&self, prefix: &str) {
+        let mut r = self.registry();
+        if !r.hidden.iter().any(|h| h == prefix) {
+            r.hidden.push(prefix.to_string());
+        }
     }
 
     /// The line of instruction offset `lasti` (code units) of the code at
@@ -366,8 +387,8 @@ impl NoGilFrames {
                             .clamp(-1, c_int::MAX as isize) as c_int
                     }
                 };
-                let id = self.code_id(code);
-                if !sink.push(id, self.line(code, id, lasti)) {
+                let (id, hidden) = self.code_id(code);
+                if !hidden && !sink.push(id, self.line(code, id, lasti)) {
                     return;
                 }
                 frame = previous;

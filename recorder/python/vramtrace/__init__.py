@@ -1,15 +1,21 @@
 """Record a PyTorch program's GPU memory with vramtrace.
 
     import vramtrace
-    vramtrace.install("run.vtrace")        # before the first CUDA allocation
+    vramtrace.start("run.vtrace")          # anywhere in the program
+    ...
+    vramtrace.stop()                        # or at exit
 
-    with vramtrace.phase("forward"):
+    with vramtrace.recording("run.vtrace"):
         ...
 
-switches PyTorch to vramtrace's caching allocator (PyTorch's policy, run by
-``libvramtrace_recorder.so`` through ``torch.cuda.memory.CUDAPluggableAllocator``),
-which records every allocator event to the trace file. ``python -m vramtrace
-run script.py`` does the same for an unmodified script.
+or ``python -m vramtrace run train.py`` for an unmodified script. By default
+vramtrace *observes* PyTorch's own CUDA caching allocator (observer mode):
+the program runs exactly as without it. ``mode="replace"`` runs the program
+on vramtrace's caching allocator instead (see ``install``).
+
+``phase(name)`` and ``annotate(key, value)`` mark the trace; ``record_function``
+ranges and optimizer steps are marked without asking (an ``iter`` phase per
+step). Then ``vramtrace summary run.vtrace``, ``vramtrace report ...``.
 
 The library is found through ``VRAMTRACE_LIB``, else next to this package,
 else in a ``target/release/`` of the source tree this package sits in.
@@ -17,16 +23,21 @@ else in a ``target/release/`` of the source tree this package sits in.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
-import os
-from pathlib import Path
 from typing import Optional
 
+from . import _observer, _replace
+from ._library import VramtraceError, library_path
+from ._library import load as _load
+
 __all__ = [
+    "start",
+    "stop",
+    "recording",
     "install",
     "installed",
-    "library_path",
     "phase",
     "annotate",
     "empty_cache",
@@ -34,128 +45,94 @@ __all__ = [
     "finish",
     "memory_stats",
     "python_stack",
+    "library_path",
     "VramtraceError",
 ]
 
-LIBRARY_NAME = "libvramtrace_recorder.so"
 
-_lib: Optional[ctypes.CDLL] = None
-_installed = False
+def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bool = True,
+          backward_names: bool = True, iterations: bool = True,
+          strict: Optional[bool] = None) -> bool:
+    """Starts recording PyTorch's CUDA caching allocator, unchanged.
 
+    ``out`` names the trace file (``%p`` pid, ``%r`` the ``RANK`` variable,
+    ``%d`` the device; a process using several devices writes one file per
+    device); default ``VRAMTRACE_OUT`` or ``vramtrace-<pid>.vtrace``.
+    ``stacks``: ``"python"`` (default, ``VRAMTRACE_STACKS``): each allocation
+    carries its thread's Python frames, read without taking the GIL;
+    ``"native"``, ``"all"`` or ``"none"``. ``phases``: ``record_function``
+    ranges (and ``torch.profiler``'s steps) become phases. ``backward_names``:
+    allocations of the autograd engine's threads, which have no Python
+    frames, are named after the backward node that made them.
+    ``iterations``: an ``iter`` phase from each optimizer step to the next.
 
-class VramtraceError(RuntimeError):
-    """vramtrace could not be set up."""
+    Before CUDA is initialized, recording begins when the program
+    initializes it; afterwards, at once, with the memory already in use
+    taken from the allocator's own snapshot.
 
-
-def library_path() -> Path:
-    """The path of ``libvramtrace_recorder.so`` this package would load."""
-    env = os.environ.get("VRAMTRACE_LIB")
-    if env:
-        path = Path(env)
-        if not path.is_file():
-            raise VramtraceError(f"VRAMTRACE_LIB={env} is not a file")
-        return path
-    here = Path(__file__).resolve().parent
-    candidates = [here / LIBRARY_NAME, here.parent / LIBRARY_NAME]
-    # A source checkout: recorder/python/vramtrace -> <workspace>/target/release.
-    for parent in here.parents:
-        candidates.append(parent / "target" / "release" / LIBRARY_NAME)
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise VramtraceError(
-        f"{LIBRARY_NAME} not found: set VRAMTRACE_LIB, put it next to the "
-        "vramtrace package, or build it with `cargo build --release -p "
-        "vramtrace-recorder-ffi`"
-    )
+    If recording cannot start (no CUDA device, no compiler to build the
+    shim, an unsupported torch), one line on standard error says why and
+    what to do, and the program runs unrecorded; returns False. With
+    ``strict`` (default ``VRAMTRACE_STRICT``) that raises ``VramtraceError``.
+    """
+    return _observer.start(out, stacks, phases=phases, backward_names=backward_names,
+                           iterations=iterations, strict=strict)
 
 
-def _load() -> ctypes.CDLL:
-    global _lib
-    if _lib is None:
-        lib = ctypes.CDLL(str(library_path()))
-        lib.vramtrace_phase_begin.argtypes = [ctypes.c_char_p]
-        lib.vramtrace_phase_begin.restype = None
-        lib.vramtrace_phase_end.argtypes = []
-        lib.vramtrace_phase_end.restype = ctypes.c_int
-        lib.vramtrace_annotate.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-        lib.vramtrace_annotate.restype = None
-        lib.vramtrace_empty_cache.argtypes = []
-        lib.vramtrace_empty_cache.restype = None
-        lib.vramtrace_flush.argtypes = []
-        lib.vramtrace_flush.restype = ctypes.c_int
-        lib.vramtrace_finish.argtypes = []
-        lib.vramtrace_finish.restype = ctypes.c_int
-        lib.vramtrace_device_count.argtypes = []
-        lib.vramtrace_device_count.restype = ctypes.c_int
-        lib.vramtrace_memory_stats.argtypes = [
-            ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]
-        lib.vramtrace_memory_stats.restype = ctypes.c_int
-        _lib = lib
-    return _lib
+def stop() -> None:
+    """Stops recording: every trace file is complete. PyTorch cannot detach
+    its trace tracker: it stays, and does nothing until the next ``start``.
+    Exit stops recording too."""
+    _observer.stop()
+
+
+class recording:
+    """``with vramtrace.recording("run.vtrace"): ...`` records the block (the
+    arguments are ``start``'s)."""
+
+    def __init__(self, out: Optional[str] = None, **options) -> None:
+        self.out = out
+        self.options = options
+
+    def __enter__(self) -> "recording":
+        start(self.out, **self.options)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stop()
 
 
 def install(out: Optional[str] = None, alloc_conf: Optional[str] = None,
-            stacks: Optional[str] = None) -> None:
-    """Makes PyTorch allocate CUDA memory through vramtrace's recorder.
+            stacks: Optional[str] = None, mode: str = "observe",
+            strict: Optional[bool] = None) -> None:
+    """Records the program from now on, in one of two modes.
 
-    ``out`` names the trace file (``%p`` pid, ``%r`` RANK, ``%d`` device; see
-    docs/recording.md); default ``VRAMTRACE_OUT`` or ``vramtrace-<pid>.vtrace``.
-    ``alloc_conf`` sets the allocator (``PYTORCH_CUDA_ALLOC_CONF`` syntax);
-    default ``VRAMTRACE_ALLOC_CONF``, else ``PYTORCH_CUDA_ALLOC_CONF``.
-    ``stacks`` says which stacks each allocation gets: ``"python"`` (the
-    default: the allocating thread's Python frames, as
-    ``torch.cuda.memory._record_memory_history(stacks="python")``),
-    ``"native"`` (C++/Rust frames), ``"all"`` (both) or ``"none"``; default
-    ``VRAMTRACE_STACKS``, else ``"python"``.
+    ``mode="observe"`` (the default) is ``start(out, stacks=stacks)``.
 
-    Must run before PyTorch's first CUDA allocation. Calling it again does
-    nothing.
+    ``mode="replace"`` makes vramtrace's own caching allocator (PyTorch's
+    policy) PyTorch's allocator, through ``CUDAPluggableAllocator``: for
+    running a program under another allocator setting for real
+    (``alloc_conf``, ``PYTORCH_CUDA_ALLOC_CONF`` syntax; default
+    ``VRAMTRACE_ALLOC_CONF``, else ``PYTORCH_CUDA_ALLOC_CONF``). It must come
+    before the first CUDA allocation, and it changes PyTorch: its memory
+    statistics, CUDA graphs and snapshots stop working, and an
+    out-of-memory error becomes a ``RuntimeError`` (see docs/recording.md).
     """
-    global _installed
-    if _installed:
-        return
-    import torch
-
-    if out is not None:
-        os.environ["VRAMTRACE_OUT"] = os.fspath(out)
-    if alloc_conf is not None:
-        os.environ["VRAMTRACE_ALLOC_CONF"] = alloc_conf
-    if stacks is not None:
-        os.environ["VRAMTRACE_STACKS"] = stacks
-    path = str(library_path())
-    _load()
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(
-        path, "vramtrace_malloc", "vramtrace_free")
-    try:
-        torch.cuda.memory.change_current_allocator(allocator)
-    except RuntimeError as e:
-        if "already initialized" in str(e):
+    if mode == "observe":
+        if alloc_conf is not None:
             raise VramtraceError(
-                "vramtrace.install() came too late: PyTorch's CUDA allocator is "
-                "already in use (a tensor was put on the GPU, or CUDA was "
-                "initialized). Call vramtrace.install() at the very start of "
-                "the program, before any CUDA work, or use `python -m "
-                "vramtrace run script.py`."
-            ) from e
-        raise
-    # The pluggable allocator does not pass torch.cuda.empty_cache() on to a
-    # library allocator: route it to ours.
-    original = torch.cuda.empty_cache
-
-    @functools.wraps(original)
-    def _empty_cache() -> None:
-        original()
-        empty_cache()
-
-    torch.cuda.empty_cache = _empty_cache
-    torch.cuda.memory.empty_cache = _empty_cache
-    _installed = True
+                "alloc_conf applies to mode='replace': an observed PyTorch uses its own "
+                "settings (PYTORCH_CUDA_ALLOC_CONF)")
+        start(out, stacks=stacks, strict=strict)
+    elif mode == "replace":
+        _replace.install(out, alloc_conf, stacks)
+    else:
+        raise VramtraceError(f"invalid mode {mode!r}: expected 'observe' or 'replace'")
 
 
 def installed() -> bool:
-    """Whether :func:`install` switched PyTorch to the recorder."""
-    return _installed
+    """Whether vramtrace records (or will at CUDA's start), in either mode."""
+    return _observer.active() or _replace.installed()
 
 
 class phase:
@@ -173,7 +150,7 @@ class phase:
         return self
 
     def __exit__(self, *exc) -> None:
-        _load().vramtrace_phase_end()
+        _load().vramtrace_phase_end_named(self.name.encode())
 
     def __call__(self, fn):
         @functools.wraps(fn)
@@ -190,8 +167,15 @@ def annotate(key: str, value) -> None:
 
 
 def empty_cache() -> None:
-    """Returns the recorder's cached memory to the driver (recorded)."""
-    _load().vramtrace_empty_cache()
+    """Returns the cached memory to the driver (recorded):
+    ``torch.cuda.empty_cache()``, or the recorder's own cache under
+    ``mode="replace"``."""
+    if _replace.installed():
+        _load().vramtrace_empty_cache()
+    else:
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def flush() -> None:
@@ -200,32 +184,49 @@ def flush() -> None:
         raise VramtraceError("flushing a trace failed (see standard error)")
 
 
+def finish() -> None:
+    """Completes the trace files now (exit does it otherwise)."""
+    stop()
+    if _load().vramtrace_finish() != 0:
+        raise VramtraceError("finishing a trace failed (see standard error)")
+
+
 def memory_stats(device: int = 0) -> dict:
-    """The recorder's allocator statistics for ``device`` (what
-    ``torch.cuda.memory_stats()`` would say of PyTorch's own), or ``{}``
-    before the device's first allocation."""
-    out = (ctypes.c_uint64 * 6)()
-    if _load().vramtrace_memory_stats(device, out) != 0:
-        return {}
-    keys = ["allocated_bytes.current", "allocated_bytes.peak",
-            "reserved_bytes.current", "reserved_bytes.peak",
-            "requested_bytes.current", "num_ooms"]
-    return dict(zip(keys, (int(v) for v in out)))
+    """Allocated and reserved bytes (current, peak), requested bytes and OOMs
+    of ``device``: PyTorch's own (``torch.cuda.memory_stats``) in observer
+    mode, the recorder's allocator's under ``mode="replace"`` (where
+    PyTorch's are not available); ``{}`` before the device's first
+    allocation there."""
+    if _replace.installed():
+        return _replace.memory_stats(device)
+    import torch
+
+    stats = torch.cuda.memory_stats(device)
+    keys = ["allocated_bytes.all.current", "allocated_bytes.all.peak",
+            "reserved_bytes.all.current", "reserved_bytes.all.peak",
+            "requested_bytes.all.current", "num_ooms"]
+    return {k.replace(".all", ""): int(stats.get(k, 0)) for k in keys}
 
 
-def python_stack() -> list:
+def python_stack(observer: bool = False) -> list:
     """The calling thread's Python frames as the recorder captures them for
     an allocation made now: ``[(function, file, line), ...]``, innermost
-    first (for tests and diagnostics)."""
-    # PyDLL keeps the GIL during the call, as an allocation from Python does;
-    # CDLL would release it and the recorder would see no frames.
-    lib = ctypes.PyDLL(str(library_path()))
-    fn = lib.vramtrace_python_stack
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    fn.restype = ctypes.c_int
+    first (for tests and diagnostics). ``observer``: as observer mode reads
+    them (without the GIL, vramtrace's own frames left out), else as
+    ``mode="replace"`` does."""
+    if observer:
+        fn = _load().vramtrace_observe_python_stack
+    else:
+        # PyDLL keeps the GIL during the call, as an allocation from Python
+        # does; CDLL would release it and the recorder would see no frames.
+        lib = ctypes.PyDLL(str(library_path()))
+        fn = lib.vramtrace_python_stack
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        fn.restype = ctypes.c_int
     buf = ctypes.create_string_buffer(1 << 16)
     if fn(buf, len(buf)) < 0:
-        raise VramtraceError("the library found no Python API in this process")
+        raise VramtraceError(buf.value.decode("utf-8", "replace")
+                             or "the library found no Python API in this process")
     frames = []
     for line in buf.value.decode("utf-8", "replace").splitlines():
         function, file, lineno = line.split("\t")
@@ -233,8 +234,12 @@ def python_stack() -> list:
     return frames
 
 
-def finish() -> None:
-    """Completes the trace files now (exit does it otherwise); allocation goes
-    on, unrecorded."""
-    if _load().vramtrace_finish() != 0:
-        raise VramtraceError("finishing a trace failed (see standard error)")
+@atexit.register
+def _stop_at_exit() -> None:
+    # While Python is still up: the iteration ends and the traces complete.
+    # (The library finishes them at exit in any case.)
+    try:
+        _observer.stop()
+    except Exception:  # noqa: BLE001 - exit must go on
+        pass
+

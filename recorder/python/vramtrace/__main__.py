@@ -1,5 +1,9 @@
-"""``python -m vramtrace run [--out FILE] [--alloc-conf CONF] [--stacks MODE]
-script.py args...``: runs an unmodified script under the recorder."""
+"""``python -m vramtrace run [options] script.py args...``: runs an unmodified
+script with its GPU memory recorded.
+
+By default PyTorch's own allocator is observed (the script runs exactly as
+without vramtrace); ``--mode replace`` runs it on vramtrace's allocator,
+under ``--alloc-conf`` settings."""
 
 from __future__ import annotations
 
@@ -11,20 +15,45 @@ import sys
 import vramtrace
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
         prog="python -m vramtrace",
         description="Record a PyTorch program's GPU memory with vramtrace.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a script under the recorder")
-    run.add_argument("--out", help="trace file (%%p pid, %%r RANK, %%d device)")
-    run.add_argument("--alloc-conf", help="allocator settings "
-                     "(PYTORCH_CUDA_ALLOC_CONF syntax)")
-    run.add_argument("--stacks", choices=["python", "native", "all", "none"])
-    run.add_argument("script")
-    run.add_argument("args", nargs=argparse.REMAINDER)
-    ns = parser.parse_args(argv)
-    vramtrace.install(ns.out, alloc_conf=ns.alloc_conf, stacks=ns.stacks)
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a script with its GPU memory recorded",
+                         description="Run SCRIPT with its GPU memory recorded, then "
+                         "`vramtrace summary TRACE` or `vramtrace report TRACE`.")
+    run.add_argument("--out", metavar="FILE",
+                     help="trace file (%%p pid, %%r RANK, %%d device; default vramtrace-%%p.vtrace)")
+    run.add_argument("--mode", choices=["observe", "replace"], default="observe",
+                     help="observe PyTorch's allocator (default), or replace it with vramtrace's")
+    run.add_argument("--stacks", choices=["python", "native", "all", "none"],
+                     help="stacks recorded per allocation (default python)")
+    run.add_argument("--alloc-conf", metavar="CONF",
+                     help="allocator settings, PYTORCH_CUDA_ALLOC_CONF syntax (--mode replace)")
+    run.add_argument("--no-phases", action="store_true",
+                     help="do not turn record_function ranges into phases")
+    run.add_argument("--no-iterations", action="store_true",
+                     help="do not mark an iter phase per optimizer step")
+    run.add_argument("--strict", action="store_true",
+                     help="fail instead of running unrecorded when recording cannot start")
+    run.add_argument("script", help="the Python script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    return p
+
+
+def main(argv=None) -> int:
+    ns = parser().parse_args(argv)
+    if ns.alloc_conf is not None and ns.mode != "replace":
+        parser().error("--alloc-conf needs --mode replace (an observed PyTorch uses "
+                       "PYTORCH_CUDA_ALLOC_CONF)")
+    if not os.path.isfile(ns.script):
+        parser().error(f"no such script: {ns.script}")
+    if ns.mode == "replace":
+        vramtrace.install(ns.out, alloc_conf=ns.alloc_conf, stacks=ns.stacks, mode="replace")
+    else:
+        vramtrace.start(ns.out, stacks=ns.stacks, phases=not ns.no_phases,
+                        iterations=not ns.no_iterations, strict=ns.strict or None)
     sys.argv = [ns.script, *ns.args]
     # As `python script.py` would: the script's folder first on the path.
     sys.path.insert(0, os.path.dirname(os.path.abspath(ns.script)))

@@ -1,0 +1,76 @@
+"""Finding and loading ``libvramtrace_recorder.so``, with the C signatures of
+the functions the package calls (recorder-ffi/src)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from typing import Optional
+
+LIBRARY_NAME = "libvramtrace_recorder.so"
+
+_lib: Optional[ctypes.CDLL] = None
+
+
+class VramtraceError(RuntimeError):
+    """vramtrace could not be set up."""
+
+
+def library_path() -> Path:
+    """The path of ``libvramtrace_recorder.so`` this package would load."""
+    env = os.environ.get("VRAMTRACE_LIB")
+    if env:
+        path = Path(env)
+        if not path.is_file():
+            raise VramtraceError(f"VRAMTRACE_LIB={env} is not a file")
+        return path
+    here = Path(__file__).resolve().parent
+    candidates = [here / LIBRARY_NAME, here.parent / LIBRARY_NAME]
+    # A source checkout: recorder/python/vramtrace -> <workspace>/target/release.
+    for parent in here.parents:
+        candidates.append(parent / "target" / "release" / LIBRARY_NAME)
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise VramtraceError(
+        f"{LIBRARY_NAME} not found: set VRAMTRACE_LIB, put it next to the "
+        "vramtrace package, or build it with `cargo build --release -p "
+        "vramtrace-recorder-ffi`"
+    )
+
+
+_SIGNATURES = {
+    # traces.rs: both modes
+    "vramtrace_phase_begin": ([ctypes.c_char_p], None),
+    "vramtrace_phase_end": ([], ctypes.c_int),
+    "vramtrace_phase_end_named": ([ctypes.c_char_p], ctypes.c_int),
+    "vramtrace_annotate": ([ctypes.c_char_p, ctypes.c_char_p], None),
+    "vramtrace_flush": ([], ctypes.c_int),
+    "vramtrace_finish": ([], ctypes.c_int),
+    "vramtrace_device_count": ([], ctypes.c_int),
+    # replace.rs
+    "vramtrace_empty_cache": ([], None),
+    "vramtrace_memory_stats": ([ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
+    # observe.rs
+    "vramtrace_torch_sink": ([], ctypes.c_void_p),
+    "vramtrace_observe_start": ([ctypes.c_char_p], ctypes.c_int),
+    "vramtrace_observe_stop": ([], ctypes.c_int),
+    "vramtrace_observe_active": ([], ctypes.c_int),
+    "vramtrace_observe_empty_cache": ([], None),
+    "vramtrace_observe_python_stack": ([ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+    "vramtrace_iteration_end": ([ctypes.c_int], None),
+}
+
+
+def load() -> ctypes.CDLL:
+    """The library, loaded once, its functions typed."""
+    global _lib
+    if _lib is None:
+        lib = ctypes.CDLL(str(library_path()))
+        for name, (args, result) in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes = args
+            fn.restype = result
+        _lib = lib
+    return _lib

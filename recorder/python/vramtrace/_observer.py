@@ -1,0 +1,257 @@
+"""Observer mode: PyTorch's own caching allocator, recorded as it runs.
+
+PyTorch calls every trace tracker attached to its CUDA caching allocator for
+each allocation, free and segment event. The shim (``shim/``, built against
+the installed torch on first use) attaches one and forwards the events to
+``libvramtrace_recorder.so``, which writes one trace per device. Nothing
+about PyTorch changes: its allocator, statistics, CUDA graphs and
+``torch.compile`` behave as without vramtrace.
+
+Recording starts when CUDA is initialized (or at once, if it is already:
+then the allocator's snapshot gives the memory already in use), and records
+phases from ``record_function`` ranges, an ``iter`` phase per optimizer step,
+and, for allocations of the autograd engine's threads, the backward node
+that made them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import sys
+import threading
+import weakref
+from pathlib import Path
+from typing import Optional
+
+from . import _library, _shim
+from ._library import VramtraceError
+
+PACKAGE_DIR = str(Path(__file__).resolve().parent) + os.sep
+
+_lock = threading.RLock()
+_active = False
+_pending_start: Optional[dict] = None
+_hooks_installed = False
+_step_hook = None
+_first_optimizer: Optional[weakref.ref] = None
+_python_frames: Optional[tuple] = None  # (usable, reason), checked once
+
+
+def message(text: str) -> None:
+    print(f"vramtrace: {text}", file=sys.stderr, flush=True)
+
+
+def _settings_text(value) -> str:
+    """An allocator setting as the library reads it (PyTorch's snapshot
+    values: bools, numbers, and a dict for roundup_power2_divisions)."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, dict):
+        return "[" + ",".join(f"{k}:{_settings_text(v)}" for k, v in value.items()) + "]"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_settings_text(v) for v in value) + "]"
+    return str(value)
+
+
+def allocator_settings(torch) -> dict:
+    """PyTorch's allocator settings now, as its snapshot reports them."""
+    try:
+        settings = torch.cuda.memory._snapshot().get("allocator_settings", {})
+    except Exception:  # noqa: BLE001 - an older torch: the library assumes the defaults
+        return {}
+    return {str(k): _settings_text(v) for k, v in settings.items()}
+
+
+def python_frames_usable(lib) -> tuple:
+    """Whether the library reads this interpreter's frames right without the
+    GIL: the frames it reads here must be the interpreter's own."""
+    global _python_frames
+    if _python_frames is None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        count = lib.vramtrace_observe_python_stack(buf, len(buf))  # check-call
+        here = sys._getframe(0)
+        text = buf.value.decode("utf-8", "replace")
+        if count < 0:
+            _python_frames = (False, text)
+        else:
+            got = [tuple(line.split("\t")) for line in text.splitlines()]
+            expected = []
+            frame = here
+            while frame is not None and len(expected) < 8:
+                expected.append((frame.f_code.co_name, frame.f_code.co_filename, str(frame.f_lineno)))
+                frame = frame.f_back
+            # The innermost frame's line is the call's, not this one's.
+            ok = (len(got) >= len(expected) and got[0][:2] == expected[0][:2]
+                  and got[1:len(expected)] == expected[1:])
+            _python_frames = (ok, "" if ok else
+                              "this interpreter's frames are laid out differently than expected")
+    return _python_frames
+
+
+def _config(torch, out: Optional[str], stacks: str, pending: bool) -> str:
+    lines = [f"state={'pending' if pending else 'empty'}", f"stacks={stacks}", f"hide={PACKAGE_DIR}"]
+    if out:
+        lines.append(f"out={out}")
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        lines.append(f"device={i}\t{p.total_memory}\t{p.name}")
+    for key, value in allocator_settings(torch).items():
+        lines.append(f"setting.{key}={value}")
+    lines.append(f"meta.torch={torch.__version__}")
+    lines.append(f"meta.python={sys.version.split()[0]}")
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    if conf:
+        lines.append(f"meta.PYTORCH_CUDA_ALLOC_CONF={conf}")
+    if any("\n" in line[:-1] or "\r" in line for line in lines):
+        raise VramtraceError("a setting holds a line break: cannot pass it to the recorder")
+    return "\n".join(lines) + "\n"
+
+
+def _begin(torch, out, stacks, phases, backward_names, iterations, pending) -> None:
+    """Starts recording; CUDA is initialized."""
+    global _active
+    lib = _library.load()
+    shim = _shim.load(torch)
+    if stacks in ("python", "all"):
+        ok, reason = python_frames_usable(lib)
+        if not ok:
+            message(f"recording without Python stacks: {reason}")
+            stacks = "native" if stacks == "all" else "none"
+    if lib.vramtrace_observe_start(_config(torch, out, stacks, pending).encode()) != 0:
+        raise VramtraceError("the recorder refused to start (see the message above)")
+    status = shim.vramtrace_shim_attach(lib.vramtrace_torch_sink(), int(phases), int(backward_names))
+    if status != 0:
+        lib.vramtrace_observe_stop()
+        raise VramtraceError(f"cannot observe PyTorch's allocator: {_shim.error(shim)}")
+    if pending and shim.vramtrace_shim_snapshot() != 0:
+        message(f"the allocator's state at start could not be read ({_shim.error(shim)}): "
+                "memory in use before now is missing from the trace")
+    _install_hooks(torch, lib, iterations, deferred=phases)
+    _active = True
+
+
+def _install_hooks(torch, lib, iterations: bool, deferred: bool) -> None:
+    """The optimizer-step hook (iterations) and the empty_cache wrapper, once
+    per process; both do nothing while not recording."""
+    global _hooks_installed, _step_hook, _first_optimizer
+    _first_optimizer = None
+    if iterations and _step_hook is None:
+        register = getattr(getattr(torch.optim, "optimizer", None),
+                           "register_optimizer_step_post_hook", None)
+        if register is not None:
+            # Optimizer.step runs inside a record_function range; with
+            # phases on, the iteration ends when that range does.
+            wraps_step = deferred and hasattr(torch.optim.Optimizer, "profile_hook_step")
+
+            def after_step(optimizer, args, kwargs):
+                global _first_optimizer
+                if not _active:
+                    return
+                # One iteration per step of the first optimizer to step (a
+                # GAN's second optimizer does not cut iterations in two).
+                if _first_optimizer is None or _first_optimizer() is None:
+                    _first_optimizer = weakref.ref(optimizer)
+                if _first_optimizer() is optimizer:
+                    lib.vramtrace_iteration_end(int(wraps_step))
+
+            _step_hook = register(after_step)
+    if not _hooks_installed:
+        original = torch.cuda.empty_cache
+
+        @functools.wraps(original)
+        def empty_cache() -> None:
+            if _active:
+                lib.vramtrace_observe_empty_cache()
+            original()
+
+        torch.cuda.empty_cache = empty_cache
+        torch.cuda.memory.empty_cache = empty_cache
+        _hooks_installed = True
+
+
+def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations=True,
+          strict=None) -> bool:
+    """Starts recording PyTorch's CUDA allocator. See ``vramtrace.start``."""
+    global _pending_start
+    strict = _strict(strict)
+    stacks = stacks or os.environ.get("VRAMTRACE_STACKS") or "python"
+    if stacks not in ("python", "native", "all", "none"):
+        raise VramtraceError(f"invalid stacks {stacks!r}: expected python, native, all or none")
+    out = os.fspath(out) if out is not None else os.environ.get("VRAMTRACE_OUT")
+    with _lock:
+        if _active or _pending_start is not None:
+            raise VramtraceError("vramtrace is already recording: call vramtrace.stop() first")
+        try:
+            import torch
+        except ImportError as e:
+            return _give_up("PyTorch is not installed: running without recording", strict, e)
+        if not torch.cuda.is_available():
+            return _give_up("no CUDA device is available: running without recording", strict)
+        try:
+            # Build (or find) the shim now, not inside CUDA's initialization.
+            _shim.load(torch)
+            _library.load()
+        except VramtraceError as e:
+            return _give_up(f"{e}: running without recording", strict, e)
+        args = dict(out=out, stacks=stacks, phases=phases, backward_names=backward_names,
+                    iterations=iterations)
+        if torch.cuda.is_initialized():
+            _begin_or_report(torch, args, pending=True, strict=strict)
+        else:
+            # A tracker attached before CUDA's initialization is lost, and
+            # initializing CUDA here would change the program (its device
+            # and allocator settings are read then): start at its own.
+            _pending_start = args
+            torch.cuda._lazy_call(functools.partial(_start_at_init, torch, args, strict))
+    return True
+
+
+def _start_at_init(torch, args, strict) -> None:
+    global _pending_start
+    with _lock:
+        if _pending_start is not args:
+            return  # stopped before CUDA started
+        _pending_start = None
+        _begin_or_report(torch, args, pending=False, strict=strict)
+
+
+def _begin_or_report(torch, args, pending: bool, strict: bool) -> None:
+    try:
+        _begin(torch, **args, pending=pending)
+    except VramtraceError as e:
+        _give_up(f"{e}: running without recording", strict, e)
+
+
+def _give_up(text: str, strict: bool, cause: Optional[BaseException] = None) -> bool:
+    if strict:
+        raise VramtraceError(text) from cause
+    message(text)
+    return False
+
+
+def _strict(strict) -> bool:
+    if strict is not None:
+        return bool(strict)
+    return os.environ.get("VRAMTRACE_STRICT", "") not in ("", "0", "false", "False")
+
+
+def stop() -> None:
+    """Stops recording: the traces are complete. See ``vramtrace.stop``."""
+    global _active, _pending_start
+    with _lock:
+        _pending_start = None
+        if not _active:
+            return
+        _active = False
+        lib = _library.load()
+        shim = _shim.load(sys.modules["torch"])
+        shim.vramtrace_shim_detach()
+        if lib.vramtrace_observe_stop() != 0:
+            raise VramtraceError("finishing a trace failed (see standard error)")
+
+
+def active() -> bool:
+    """Whether observer mode is recording now (or will at CUDA's start)."""
+    return _active or _pending_start is not None

@@ -1,0 +1,260 @@
+// vramtrace's observer shim for PyTorch.
+//
+// Built by the vramtrace Python package against the installed torch (see
+// vramtrace/_shim.py), loaded with ctypes, and handed the sink of
+// libvramtrace_recorder (recorder-ffi/src/observe.rs). It changes nothing in
+// PyTorch: it attaches a trace tracker to PyTorch's own CUDA caching
+// allocator and forwards every entry, and a RecordFunction callback that
+// turns record_function ranges into phases and tells which autograd node a
+// backward thread runs. The tracker runs under the allocator's lock, so
+// nothing here takes the GIL or calls into Python.
+//
+// The ABI with the library is plain C (the structures below mirror
+// observe.rs, version kSinkAbi); the ABI with torch is whatever the headers
+// it is compiled against say, which is why it is compiled on the user's
+// machine.
+
+#include <ATen/record_function.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace CCA = c10::cuda::CUDACachingAllocator;
+
+extern "C" {
+
+struct vt_event {
+  uint32_t kind;
+  int32_t device;
+  uint64_t addr;
+  uint64_t size;
+  uint64_t stream;
+  const char* context;
+};
+
+struct vt_block {
+  uint64_t size;
+  uint64_t requested;
+  uint32_t state;
+  uint32_t reserved;
+};
+
+struct vt_segment {
+  int32_t device;
+  uint32_t expandable;
+  uint64_t addr;
+  uint64_t size;
+  uint64_t stream;
+  const vt_block* blocks;
+  uint64_t block_count;
+};
+
+struct vt_sink {
+  uint32_t abi;
+  void (*event)(const vt_event*);
+  void (*segment)(const vt_segment*);
+  void (*snapshot_done)();
+  void (*phase)(int begin, const char* name);
+};
+
+}  // extern "C"
+
+namespace {
+
+constexpr uint32_t kSinkAbi = 1;
+constexpr uint32_t kSnapshot = 100;
+constexpr uint32_t kIgnored = UINT32_MAX;
+constexpr int kMaxNodes = 64;
+
+std::atomic<const vt_sink*> g_sink{nullptr};
+std::atomic<bool> g_phases{false};
+std::atomic<bool> g_nodes{false};
+std::once_flag g_tracker_once;
+std::mutex g_callback_mutex;
+bool g_callback_added = false;
+at::CallbackHandle g_callback = 0;
+std::string g_error;
+
+// The autograd nodes this thread is running, innermost last.
+thread_local const char* t_nodes[kMaxNodes];
+thread_local int t_depth = 0;
+
+// The event kinds of libvramtrace_recorder (format::EventKind codes).
+uint32_t kind_of(CCA::TraceEntry::Action action) {
+  switch (action) {
+    case CCA::TraceEntry::ALLOC:
+      return 0;
+    case CCA::TraceEntry::FREE_REQUESTED:
+      return 1;
+    case CCA::TraceEntry::FREE_COMPLETED:
+      return 2;
+    case CCA::TraceEntry::SEGMENT_ALLOC:
+      return 3;
+    case CCA::TraceEntry::SEGMENT_FREE:
+      return 4;
+    case CCA::TraceEntry::SEGMENT_MAP:
+      return 5;
+    case CCA::TraceEntry::SEGMENT_UNMAP:
+      return 6;
+    case CCA::TraceEntry::OOM:
+      return 7;
+    case CCA::TraceEntry::SNAPSHOT:
+      return kSnapshot;
+    default:
+      return kIgnored;
+  }
+}
+
+void on_entry(const CCA::TraceEntry& te) {
+  const vt_sink* sink = g_sink.load(std::memory_order_acquire);
+  if (sink == nullptr) {
+    return;
+  }
+  const uint32_t kind = kind_of(te.action_);
+  if (kind == kIgnored) {
+    return;
+  }
+  const int depth = t_depth;
+  vt_event e{kind,
+             static_cast<int32_t>(te.device_),
+             static_cast<uint64_t>(te.addr_),
+             static_cast<uint64_t>(te.size_),
+             static_cast<uint64_t>(reinterpret_cast<uintptr_t>(te.stream_)),
+             depth > 0 && depth <= kMaxNodes ? t_nodes[depth - 1] : nullptr};
+  sink->event(&e);
+}
+
+std::unique_ptr<at::ObserverContext> on_range_start(const at::RecordFunction& fn) {
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    if (g_nodes.load(std::memory_order_relaxed)) {
+      if (t_depth < kMaxNodes) {
+        t_nodes[t_depth] = fn.name();
+      }
+      t_depth++;
+    }
+  } else if (g_phases.load(std::memory_order_relaxed)) {
+    const vt_sink* sink = g_sink.load(std::memory_order_acquire);
+    if (sink != nullptr) {
+      sink->phase(1, fn.name());
+    }
+  }
+  return nullptr;
+}
+
+void on_range_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+    if (g_nodes.load(std::memory_order_relaxed) && t_depth > 0) {
+      t_depth--;
+    }
+  } else if (g_phases.load(std::memory_order_relaxed)) {
+    const vt_sink* sink = g_sink.load(std::memory_order_acquire);
+    if (sink != nullptr) {
+      sink->phase(0, fn.name());
+    }
+  }
+}
+
+int fail(const std::exception& e) {
+  g_error = e.what();
+  return -1;
+}
+
+}  // namespace
+
+extern "C" {
+
+// The sink ABI this shim speaks.
+uint32_t vramtrace_shim_abi() { return kSinkAbi; }
+
+// The message of the last failed call.
+const char* vramtrace_shim_error() { return g_error.c_str(); }
+
+// Starts forwarding to `sink`: attaches the trace tracker (once per
+// process: trackers cannot be detached) and, when `phases` or
+// `backward_names` is set, the RecordFunction callback. CUDA must be
+// initialised. Returns 0; -2 for a sink of another ABI; -1 on a torch error
+// (see vramtrace_shim_error).
+int vramtrace_shim_attach(const vt_sink* sink, int phases, int backward_names) {
+  if (sink == nullptr || sink->abi != kSinkAbi) {
+    g_error = "libvramtrace_recorder's sink has another ABI than this shim";
+    return -2;
+  }
+  try {
+    g_sink.store(sink, std::memory_order_release);
+    std::call_once(g_tracker_once, [] { CCA::attachAllocatorTraceTracker(&on_entry); });
+    g_phases.store(phases != 0, std::memory_order_relaxed);
+    g_nodes.store(backward_names != 0, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> guard(g_callback_mutex);
+    if ((phases != 0 || backward_names != 0) && !g_callback_added) {
+      g_callback = at::addGlobalCallback(
+          at::RecordFunctionCallback(on_range_start, on_range_end)
+              .scopes({at::RecordScope::USER_SCOPE, at::RecordScope::BACKWARD_FUNCTION}));
+      g_callback_added = true;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    g_sink.store(nullptr, std::memory_order_release);
+    return fail(e);
+  }
+}
+
+// Stops forwarding. The tracker stays attached (torch cannot detach one) and
+// does nothing; the RecordFunction callback is removed.
+void vramtrace_shim_detach() {
+  g_sink.store(nullptr, std::memory_order_release);
+  g_phases.store(false, std::memory_order_relaxed);
+  g_nodes.store(false, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> guard(g_callback_mutex);
+  if (g_callback_added) {
+    try {
+      at::removeCallback(g_callback);
+    } catch (const std::exception&) {
+    }
+    g_callback_added = false;
+  }
+}
+
+// Takes the allocator's snapshot and gives its segments to the sink, then
+// calls its snapshot_done. Taking it puts a snapshot marker into each
+// device's event stream, under the lock it reads that device's state with,
+// which is how the library knows which events the state already holds.
+// Returns 0, or -1 (see vramtrace_shim_error).
+int vramtrace_shim_snapshot() {
+  const vt_sink* sink = g_sink.load(std::memory_order_acquire);
+  if (sink == nullptr) {
+    g_error = "not attached";
+    return -1;
+  }
+  try {
+    const CCA::SnapshotInfo info = CCA::snapshot();
+    std::vector<vt_block> blocks;
+    for (const auto& segment : info.segments) {
+      blocks.clear();
+      for (const auto& b : segment.blocks) {
+        blocks.push_back(vt_block{static_cast<uint64_t>(b.size),
+                                  static_cast<uint64_t>(b.requested_size),
+                                  b.allocated ? 1u : (b.active ? 2u : 0u), 0});
+      }
+      vt_segment s{static_cast<int32_t>(segment.device),
+                   segment.is_expandable ? 1u : 0u,
+                   static_cast<uint64_t>(segment.address),
+                   static_cast<uint64_t>(segment.total_size),
+                   static_cast<uint64_t>(reinterpret_cast<uintptr_t>(segment.stream)),
+                   blocks.data(),
+                   blocks.size()};
+      sink->segment(&s);
+    }
+    sink->snapshot_done();
+    return 0;
+  } catch (const std::exception& e) {
+    sink->snapshot_done();
+    return fail(e);
+  }
+}
+
+}  // extern "C"
