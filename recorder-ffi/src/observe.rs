@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The version of [`TorchSink`] and the structures it passes; the shim
 /// refuses a sink of another version.
-pub const SINK_ABI: u32 = 1;
+pub const SINK_ABI: u32 = 2;
 
 /// [`TorchEvent::kind`] of the snapshot marker; other kinds are
 /// [`EventKind`] codes.
@@ -61,6 +61,9 @@ pub struct TorchEvent {
     pub size: u64,
     /// The stream (`cudaStream_t` as an integer).
     pub stream: u64,
+    /// The CPU's time-stamp counter when PyTorch made the entry, or 0 (see
+    /// [`ObservedEvent::counter`]).
+    pub counter: u64,
     /// NULL, or the name of the autograd node the calling thread is running
     /// (for allocations of threads without Python frames).
     pub context: *const c_char,
@@ -183,6 +186,7 @@ fn observed(e: &TorchEvent, kind: EventKind) -> ObservedEvent {
         addr: e.addr,
         size: e.size,
         stream: e.stream,
+        counter: e.counter,
     }
 }
 
@@ -665,6 +669,7 @@ pub extern "C" fn vramtrace_observe_empty_cache() {
                 addr: 0,
                 size: 0,
                 stream: 0,
+                counter: 0,
             };
             // SAFETY: observers are never freed.
             if catch_unwind(AssertUnwindSafe(|| unsafe { &*obs }.record(event, None))).is_err() {
@@ -763,6 +768,7 @@ mod tests {
             addr,
             size,
             stream: 0,
+            counter: 0,
             context: std::ptr::null(),
         };
         let alloc = EventKind::Alloc.code() as u32;

@@ -146,14 +146,20 @@ impl Registry {
     }
 }
 
-thread_local! {
-    /// Codes this thread has met: address -> (check, id, hidden).
-    static CODES: RefCell<FxHashMap<usize, (Check, usize, bool)>> =
-        RefCell::new(FxHashMap::default());
+/// What a thread remembers of the codes it met, so that most frames cost
+/// two lookups in maps of its own.
+#[derive(Default)]
+struct Caches {
+    /// Code address -> (check, id, hidden).
+    codes: FxHashMap<usize, (Check, usize, bool)>,
     /// Lines by (code id, instruction offset).
-    static LINES: RefCell<FxHashMap<(usize, c_int), u32>> = RefCell::new(FxHashMap::default());
-    /// Labels this thread has used: text -> id.
-    static LABELS: RefCell<FxHashMap<Box<str>, usize>> = RefCell::new(FxHashMap::default());
+    lines: FxHashMap<(usize, c_int), u32>,
+    /// Label text -> id.
+    labels: FxHashMap<Box<str>, usize>,
+}
+
+thread_local! {
+    static CACHES: RefCell<Caches> = RefCell::new(Caches::default());
 }
 
 /// Python frames read without the GIL. See the [module docs](self).
@@ -266,7 +272,7 @@ impl NoGilFrames {
     ///
     /// # Safety
     /// `code` is a live code object.
-    unsafe fn code_id(&self, code: usize) -> (usize, bool) {
+    unsafe fn code_id(&self, caches: &mut Caches, code: usize) -> (usize, bool) {
         let l = self.layout;
         // SAFETY: a code object's name, file name and line table pointers.
         let check: Check = unsafe {
@@ -276,18 +282,10 @@ impl NoGilFrames {
                 read(code + l.code_linetable),
             ]
         };
-        let cached = CODES
-            .try_with(|c| {
-                c.try_borrow()
-                    .ok()?
-                    .get(&code)
-                    .filter(|(known, ..)| *known == check)
-                    .map(|&(_, id, hidden)| (id, hidden))
-            })
-            .ok()
-            .flatten();
-        if let Some(known) = cached {
-            return known;
+        if let Some(&(known, id, hidden)) = caches.codes.get(&code)
+            && known == check
+        {
+            return (id, hidden);
         }
         let (id, hidden) = {
             let mut r = self.registry();
@@ -309,10 +307,7 @@ impl NoGilFrames {
                 }
             }
         };
-        let _ = CODES.try_with(|c| {
-            c.try_borrow_mut()
-                .map(|mut c| c.insert(code, (check, id, hidden)))
-        });
+        caches.codes.insert(code, (check, id, hidden));
         (id, hidden)
     }
 
@@ -330,20 +325,12 @@ impl NoGilFrames {
     ///
     /// # Safety
     /// `code` is a live code object.
-    unsafe fn line(&self, code: usize, id: usize, lasti: c_int) -> u32 {
-        let cached = LINES
-            .try_with(|l| l.try_borrow().ok()?.get(&(id, lasti)).copied())
-            .ok()
-            .flatten();
-        if let Some(line) = cached {
-            return line;
-        }
-        // SAFETY: PyCode_Addr2Line only reads the live code object's line
-        // table (a negative offset gives its first line).
-        let line =
-            unsafe { (self.api.addr2line)(code as Obj, lasti.saturating_mul(2)) }.max(0) as u32;
-        let _ = LINES.try_with(|l| l.try_borrow_mut().map(|mut l| l.insert((id, lasti), line)));
-        line
+    unsafe fn line(&self, caches: &mut Caches, code: usize, id: usize, lasti: c_int) -> u32 {
+        *caches.lines.entry((id, lasti)).or_insert_with(|| {
+            // SAFETY: PyCode_Addr2Line only reads the live code object's
+            // line table (a negative offset gives its first line).
+            unsafe { (self.api.addr2line)(code as Obj, lasti.saturating_mul(2)) }.max(0) as u32
+        })
     }
 
     /// Pushes the frames of the thread state `tstate`, innermost first.
@@ -351,7 +338,7 @@ impl NoGilFrames {
     /// # Safety
     /// `tstate` is the calling thread's thread state, and the thread runs
     /// no Python code meanwhile (it is in this call).
-    unsafe fn walk(&self, tstate: usize, sink: &mut FrameSink<'_>) {
+    unsafe fn walk(&self, tstate: usize, sink: &mut FrameSink<'_>, caches: &mut Caches) {
         let l = self.layout;
         // SAFETY: the frames of the calling thread, which only it changes,
         // are read while it is here; each is checked to hold a code object
@@ -387,8 +374,8 @@ impl NoGilFrames {
                             .clamp(-1, c_int::MAX as isize) as c_int
                     }
                 };
-                let (id, hidden) = self.code_id(code);
-                if !hidden && !sink.push(id, self.line(code, id, lasti)) {
+                let (id, hidden) = self.code_id(caches, code);
+                if !hidden && !sink.push(id, self.line(caches, code, id, lasti)) {
                     return;
                 }
                 frame = previous;
@@ -413,7 +400,11 @@ impl FrameSource for NoGilFrames {
             }
             let tstate = (api.this_thread_state)() as usize;
             if tstate != 0 {
-                self.walk(tstate, sink);
+                let _ = CACHES.try_with(|c| {
+                    if let Ok(mut caches) = c.try_borrow_mut() {
+                        self.walk(tstate, sink, &mut caches);
+                    }
+                });
             }
         }
     }
@@ -425,8 +416,8 @@ impl FrameSource for NoGilFrames {
     }
 
     fn label(&self, label: &str) -> Option<usize> {
-        let cached = LABELS
-            .try_with(|l| l.try_borrow().ok()?.get(label).copied())
+        let cached = CACHES
+            .try_with(|c| c.try_borrow().ok()?.labels.get(label).copied())
             .ok()
             .flatten();
         if cached.is_some() {
@@ -446,7 +437,10 @@ impl FrameSource for NoGilFrames {
                 }
             }
         };
-        let _ = LABELS.try_with(|l| l.try_borrow_mut().map(|mut l| l.insert(label.into(), id)));
+        let _ = CACHES.try_with(|c| {
+            c.try_borrow_mut()
+                .map(|mut c| c.labels.insert(label.into(), id))
+        });
         Some(id)
     }
 }

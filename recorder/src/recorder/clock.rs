@@ -75,6 +75,26 @@ impl Clock {
         self.last_ns
     }
 
+    /// Nanoseconds since the start at the moment the CPU's time-stamp
+    /// counter read `counter` (a reading someone else took moments ago, so
+    /// that this recording need not read the clock again), at least the
+    /// previous reading. Where the clock does not run on the counter, or
+    /// `counter` is far from its last anchoring (not a reading of this
+    /// counter at all), it reads the clock now instead.
+    #[inline]
+    pub fn counter_ns(&mut self, counter: u64) -> u64 {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        if let Some(fit) = &mut self.tsc {
+            let t = fit.convert(counter, self.origin_ns);
+            if t > self.last_ns {
+                self.last_ns = t;
+            }
+            return self.last_ns;
+        }
+        let _ = counter;
+        self.now_ns()
+    }
+
     #[inline]
     fn read(&mut self) -> u64 {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -156,7 +176,15 @@ mod tsc {
     impl Fit {
         #[inline(always)]
         pub fn read(&mut self, origin_ns: u64) -> u64 {
-            let elapsed = rdtsc().wrapping_sub(self.anchor_cycles);
+            self.convert(rdtsc(), origin_ns)
+        }
+
+        /// Converts a counter reading; one outside the span of the line (or
+        /// any, before the rate is known) takes [`refit`](Self::refit), which
+        /// reads the clock now.
+        #[inline(always)]
+        pub fn convert(&mut self, counter: u64, origin_ns: u64) -> u64 {
+            let elapsed = counter.wrapping_sub(self.anchor_cycles);
             if elapsed < self.span {
                 // elapsed < 2^25 and rate < 2^36 (below 16 ns per cycle):
                 // the product fits in 64 bits.
@@ -267,6 +295,28 @@ mod tests {
         }
         // Generous for a loaded test machine; typically tens of ns.
         assert!(worst < 200_000, "{worst} ns from CLOCK_MONOTONIC");
+    }
+
+    #[test]
+    fn counter_readings_taken_elsewhere_convert_like_the_clocks_own() {
+        let mut clock = Clock::start();
+        let end = std::time::Instant::now() + Duration::from_millis(30);
+        while std::time::Instant::now() < end {
+            let _ = clock.now_ns();
+        }
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        // SAFETY: reads the counter, as the clock does.
+        let counter = unsafe { core::arch::x86_64::_rdtsc() };
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        let counter = 0;
+        let own = clock.now_ns();
+        let given = clock.counter_ns(counter);
+        // Never below the last reading; close to it (it was read just before).
+        assert!(given >= own);
+        assert!(given - own < 5_000_000, "{given} vs {own}");
+        // Not a counter reading at all: the clock is read instead.
+        let later = clock.counter_ns(u64::MAX / 3);
+        assert!(later >= given && later - given < 1_000_000_000);
     }
 
     #[test]

@@ -420,7 +420,7 @@ impl<D: DeviceMemory> Recorder<D> {
     /// buffer.
     #[inline(always)]
     fn call<R>(&self, stack: &[usize], f: impl FnOnce(&mut CachingAllocator<D>) -> R) -> R {
-        self.rec.call(stack, |a, stamp| {
+        self.rec.call(stack, 0, |a, stamp| {
             if let Some(s) = stamp {
                 a.set_event_origin(EventOrigin {
                     time_ns: s.time_ns,

@@ -179,14 +179,26 @@ impl<B: EventBuffer> Recording<B> {
     /// time the call began, the calling thread, the stack of the key
     /// `stack`, none if empty), or `None` once the recording is over; then
     /// hands the buffer over if it is full or old enough.
+    ///
+    /// `counter`: the CPU's time-stamp counter when the call happened, if
+    /// the caller has it (0: the clock is read now).
     #[inline(always)]
-    pub fn call<R>(&self, stack: &[usize], f: impl FnOnce(&mut B, Option<Stamp>) -> R) -> R {
+    pub fn call<R>(
+        &self,
+        stack: &[usize],
+        counter: u64,
+        f: impl FnOnce(&mut B, Option<Stamp>) -> R,
+    ) -> R {
         let mut g = self.lock();
         let Inner { subject, log } = &mut *g;
         if !log.recording {
             return f(subject, None);
         }
-        let time_ns = log.clock.now_ns();
+        let time_ns = if counter == 0 {
+            log.clock.now_ns()
+        } else {
+            log.clock.counter_ns(counter)
+        };
         let stack = if stack.is_empty() {
             StackId::NONE
         } else {

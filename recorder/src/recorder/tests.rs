@@ -657,6 +657,7 @@ fn as_observed(data: &EventData) -> Option<ObservedEvent> {
         addr,
         size,
         stream,
+        counter: 0,
     })
 }
 
@@ -744,6 +745,7 @@ fn a_pending_start_state_comes_first_and_sizes_its_blocks() {
         addr,
         size,
         stream: 0,
+        counter: 0,
     };
     // Reported before the state is known: held back, then sized with it.
     obs.record(ev(EventKind::Alloc, 4 << 20, 15 << 20), None);
@@ -814,6 +816,7 @@ fn observed_allocations_get_source_frames_or_a_context_label() {
         addr,
         size: 512,
         stream: 0,
+        counter: 0,
     };
     obs.record(ev(EventKind::SegmentAlloc, 0), None);
     set_fake_stack(&[(0x10, 5), (0x20, 9)]);
@@ -871,6 +874,7 @@ fn named_phase_ends_leave_inner_phases_open_and_finish_is_final() {
             addr: 0,
             size: 1 << 20,
             stream: 0,
+            counter: 0,
         },
         None,
     );

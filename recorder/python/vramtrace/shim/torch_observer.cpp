@@ -16,12 +16,18 @@
 
 #include <ATen/record_function.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#if __has_include(<c10/util/ApproximateClock.h>)
+#include <c10/util/ApproximateClock.h>
+#endif
 
 #include <atomic>
 #include <cstdint>
 #include <exception>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace CCA = c10::cuda::CUDACachingAllocator;
@@ -34,6 +40,7 @@ struct vt_event {
   uint64_t addr;
   uint64_t size;
   uint64_t stream;
+  uint64_t counter;
   const char* context;
 };
 
@@ -66,7 +73,7 @@ struct vt_sink {
 
 namespace {
 
-constexpr uint32_t kSinkAbi = 1;
+constexpr uint32_t kSinkAbi = 2;
 constexpr uint32_t kSnapshot = 100;
 constexpr uint32_t kIgnored = UINT32_MAX;
 constexpr int kMaxNodes = 64;
@@ -76,7 +83,9 @@ std::atomic<bool> g_phases{false};
 std::atomic<bool> g_nodes{false};
 std::once_flag g_tracker_once;
 std::mutex g_callback_mutex;
-bool g_callback_added = false;
+// The scopes the RecordFunction callback is registered for (bit 0: user
+// ranges, bit 1: backward nodes), 0 when none is.
+int g_callback_scopes = 0;
 at::CallbackHandle g_callback = 0;
 std::string g_error;
 
@@ -110,6 +119,26 @@ uint32_t kind_of(CCA::TraceEntry::Action action) {
   }
 }
 
+// The time-stamp counter reading PyTorch stamped the entry with, where its
+// approximate clock is that counter (then the library converts it instead
+// of reading a clock again); 0 otherwise.
+template <typename T, typename = void>
+struct has_counter_time : std::false_type {};
+template <typename T>
+struct has_counter_time<T, std::void_t<decltype(std::declval<const T&>().time_.approx_t_)>>
+    : std::true_type {};
+
+template <typename T>
+uint64_t counter_of(const T& te) {
+#if defined(C10_RDTSC)
+  if constexpr (has_counter_time<T>::value) {
+    return static_cast<uint64_t>(te.time_.approx_t_);
+  }
+#endif
+  (void)te;
+  return 0;
+}
+
 void on_entry(const CCA::TraceEntry& te) {
   const vt_sink* sink = g_sink.load(std::memory_order_acquire);
   if (sink == nullptr) {
@@ -125,6 +154,7 @@ void on_entry(const CCA::TraceEntry& te) {
              static_cast<uint64_t>(te.addr_),
              static_cast<uint64_t>(te.size_),
              static_cast<uint64_t>(reinterpret_cast<uintptr_t>(te.stream_)),
+             counter_of(te),
              depth > 0 && depth <= kMaxNodes ? t_nodes[depth - 1] : nullptr};
   sink->event(&e);
 }
@@ -164,6 +194,47 @@ int fail(const std::exception& e) {
   return -1;
 }
 
+// The sink ABI this shim speaks.
+uint32_t vramtrace_shim_abi() { return kSinkAbi; }
+
+// 1 if events carry PyTorch's time-stamp counter readings (see counter_of).
+int vramtrace_shim_counter_time() {
+#if defined(C10_RDTSC)
+  return has_counter_time<CCA::TraceEntry>::value ? 1 : 0;
+#else
+  return 0;
+#endif
+}
+
+// The message of the last failed call.
+const char* vramtrace_shim_error() { return g_error.c_str(); }
+
+// Registers the RecordFunction callback for exactly the scopes asked for:
+// any global callback makes every operator check for callbacks, so none is
+// registered when neither is wanted.
+void set_callback_scopes(int scopes) {
+  std::lock_guard<std::mutex> guard(g_callback_mutex);
+  if (scopes == g_callback_scopes) {
+    return;
+  }
+  if (g_callback_scopes != 0) {
+    at::removeCallback(g_callback);
+    g_callback_scopes = 0;
+  }
+  if (scopes != 0) {
+    std::unordered_set<at::RecordScope, std::hash<at::RecordScope>> wanted;
+    if (scopes & 1) {
+      wanted.insert(at::RecordScope::USER_SCOPE);
+    }
+    if (scopes & 2) {
+      wanted.insert(at::RecordScope::BACKWARD_FUNCTION);
+    }
+    g_callback = at::addGlobalCallback(
+        at::RecordFunctionCallback(on_range_start, on_range_end).scopes(wanted));
+    g_callback_scopes = scopes;
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -171,31 +242,34 @@ extern "C" {
 // The sink ABI this shim speaks.
 uint32_t vramtrace_shim_abi() { return kSinkAbi; }
 
+// 1 if events carry PyTorch's time-stamp counter readings (see counter_of).
+int vramtrace_shim_counter_time() {
+#if defined(C10_RDTSC)
+  return has_counter_time<CCA::TraceEntry>::value ? 1 : 0;
+#else
+  return 0;
+#endif
+}
+
 // The message of the last failed call.
 const char* vramtrace_shim_error() { return g_error.c_str(); }
 
 // Starts forwarding to `sink`: attaches the trace tracker (once per
-// process: trackers cannot be detached) and, when `phases` or
-// `backward_names` is set, the RecordFunction callback. CUDA must be
-// initialised. Returns 0; -2 for a sink of another ABI; -1 on a torch error
-// (see vramtrace_shim_error).
+// process: trackers cannot be detached) and the RecordFunction callback for
+// record_function ranges (`phases`) and backward nodes (`backward_names`).
+// CUDA must be initialised. Returns 0; -2 for a sink of another ABI; -1 on
+// a torch error (see vramtrace_shim_error).
 int vramtrace_shim_attach(const vt_sink* sink, int phases, int backward_names) {
   if (sink == nullptr || sink->abi != kSinkAbi) {
     g_error = "libvramtrace_recorder's sink has another ABI than this shim";
     return -2;
   }
   try {
-    g_sink.store(sink, std::memory_order_release);
-    std::call_once(g_tracker_once, [] { CCA::attachAllocatorTraceTracker(&on_entry); });
     g_phases.store(phases != 0, std::memory_order_relaxed);
     g_nodes.store(backward_names != 0, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> guard(g_callback_mutex);
-    if ((phases != 0 || backward_names != 0) && !g_callback_added) {
-      g_callback = at::addGlobalCallback(
-          at::RecordFunctionCallback(on_range_start, on_range_end)
-              .scopes({at::RecordScope::USER_SCOPE, at::RecordScope::BACKWARD_FUNCTION}));
-      g_callback_added = true;
-    }
+    set_callback_scopes((phases != 0 ? 1 : 0) | (backward_names != 0 ? 2 : 0));
+    g_sink.store(sink, std::memory_order_release);
+    std::call_once(g_tracker_once, [] { CCA::attachAllocatorTraceTracker(&on_entry); });
     return 0;
   } catch (const std::exception& e) {
     g_sink.store(nullptr, std::memory_order_release);
@@ -209,13 +283,9 @@ void vramtrace_shim_detach() {
   g_sink.store(nullptr, std::memory_order_release);
   g_phases.store(false, std::memory_order_relaxed);
   g_nodes.store(false, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> guard(g_callback_mutex);
-  if (g_callback_added) {
-    try {
-      at::removeCallback(g_callback);
-    } catch (const std::exception&) {
-    }
-    g_callback_added = false;
+  try {
+    set_callback_scopes(0);
+  } catch (const std::exception&) {
   }
 }
 
