@@ -100,6 +100,16 @@ def test_window_bounds_by_phase_and_time():
     assert by_time == cli_json("summary", "--from", "0.002s", "--to", "5ms", os.fspath(LEAK))["events"]
 
 
+def test_site_options():
+    run = vramtrace.load(LEAK)
+    top = run.summary().top_sites_at_peak[0].site
+    assert top.startswith("_init_group ")
+    # Skipping the frames that name it folds its stacks to their callers.
+    folded = run.summary(skip_frames=["^_init_group ", r"^step \("]).top_sites_at_peak[0]
+    assert folded.site == "wrapper (torch/optim/optimizer.py:493)"
+    assert run.summary(skip_frames="^_init_group ").top_sites_at_peak[0].site != top
+
+
 def test_fragmentation_over_buckets():
     frag = vramtrace.load(FRAGMENTING).fragmentation(buckets=5)
     assert len(frag.buckets) == 5
@@ -117,6 +127,9 @@ def test_compare_names_what_grew_and_gates():
     relaxed = vramtrace.load(CLEAN).compare(LEAK, fail_on=["peak_allocated:+50%", "ooms:+1"])
     assert relaxed.gate.passed is True
     assert relaxed.headline == result.headline
+    assert (result.ignore_lines, result.per_iteration) == (False, False)
+    options = vramtrace.compare(CLEAN, LEAK, ignore_lines=True, per_iteration=True)
+    assert (options.ignore_lines, options.per_iteration) == (True, True)
 
 
 def test_simulate_a_smaller_gpu():

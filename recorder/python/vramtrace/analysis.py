@@ -190,13 +190,22 @@ def _window(start: Bound, end: Bound, full_stacks: bool, skip_frames: Sequence[s
         args += ["--from", _bound(start)]
     if end is not None:
         args += ["--to", _bound(end)]
-    if full_stacks:
-        args.append("--full-stacks")
-    if isinstance(skip_frames, str):
-        skip_frames = [skip_frames]
-    for pattern in skip_frames:
-        args += ["--skip-frames", pattern]
-    return args
+    return [*args, *_switches(full_stacks=full_stacks), *_repeated("--skip-frames", skip_frames)]
+
+
+def _repeated(flag: str, values: Union[None, str, Sequence[str]]) -> List[str]:
+    """``FLAG VALUE`` for one value, or for each of a list."""
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    return [arg for value in values for arg in (flag, value)]
+
+
+def _switches(**switches: bool) -> List[str]:
+    """``--name`` for each keyword that is true (``full_stacks`` gives
+    ``--full-stacks``)."""
+    return ["--" + name.replace("_", "-") for name, on in switches.items() if on]
 
 
 def _size(value: Union[int, str]) -> str:
@@ -314,17 +323,11 @@ class Trace:
         settings; ``min_capacity`` finds each one's smallest capacity
         without an OOM; ``chart`` draws each one's memory over time.
         """
-        options = []
-        if capacity is not None:
-            options += ["--capacity", _size(capacity)]
-        if isinstance(alloc_conf, str):
-            alloc_conf = [alloc_conf]
-        for conf in alloc_conf or ():
-            options += ["--alloc-conf", conf]
-        if compare_policies:
-            options.append("--compare-policies")
-        if min_capacity:
-            options.append("--min-capacity")
+        options = [
+            *(["--capacity", _size(capacity)] if capacity is not None else []),
+            *_repeated("--alloc-conf", alloc_conf),
+            *_switches(compare_policies=compare_policies, min_capacity=min_capacity),
+        ]
         return _json("simulate", options, [self.path], chart=chart)
 
     def compare(self, new: PathLike, **options) -> Result:
@@ -374,16 +377,11 @@ def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence
     both timelines and the sites that changed most, on a time axis or
     ``align="repetition"``.
     """
-    options = ["--top", str(top), *_window(start, end, full_stacks, skip_frames)]
-    if isinstance(fail_on, str):
-        fail_on = [fail_on]
-    for threshold in fail_on or ():
-        options += ["--fail-on", threshold]
-    if ignore_lines:
-        options.append("--ignore-lines")
-    if per_iteration:
-        options.append("--per-iteration")
-    if chart:
-        options += ["--align", align]
+    options = [
+        "--top", str(top), *_window(start, end, full_stacks, skip_frames),
+        *_repeated("--fail-on", fail_on),
+        *_switches(ignore_lines=ignore_lines, per_iteration=per_iteration),
+        *(["--align", align] if chart else []),
+    ]
     # Exit code 1 is the gate's verdict, which the result carries.
     return _json("compare", options, [base, new], chart=chart, ok_codes=(0, 1))
