@@ -94,7 +94,7 @@ fn main() {
     let mut i = 0u64;
     while w.counts().total() < events {
         let epoch = epoch_names[((i / iters_per_epoch) % 100) as usize];
-        if i % iters_per_epoch == 0 {
+        if i.is_multiple_of(iters_per_epoch) {
             push(&mut w, EventData::PhaseBegin { name: epoch });
         }
         let iter_name = w.intern_string(&format!("iter{}", i % iters_per_epoch));
@@ -150,7 +150,7 @@ fn main() {
         }
         push(&mut w, EventData::PhaseEnd { name: iter_name });
         i += 1;
-        if i % iters_per_epoch == 0 {
+        if i.is_multiple_of(iters_per_epoch) {
             push(&mut w, EventData::PhaseEnd { name: epoch });
         }
     }

@@ -487,10 +487,12 @@ pub fn site_key(site: &SiteDescription, full_stacks: bool, ignore_lines: bool) -
 /// `function (file:line)` without its line: `function (file)`. A frame of
 /// another shape (a native `module+0x1f`) is kept whole.
 pub fn without_line(frame: &str) -> String {
-    if let Some((head, line)) = frame.strip_suffix(')').and_then(|f| f.rsplit_once(':')) {
-        if !line.is_empty() && line.bytes().all(|c| c.is_ascii_digit()) && head.contains(" (") {
-            return format!("{head})");
-        }
+    if let Some((head, line)) = frame.strip_suffix(')').and_then(|f| f.rsplit_once(':'))
+        && !line.is_empty()
+        && line.bytes().all(|c| c.is_ascii_digit())
+        && head.contains(" (")
+    {
+        return format!("{head})");
     }
     frame.to_string()
 }

@@ -260,7 +260,7 @@ impl Leaks {
         });
         let repetition = group.repetitions;
         group.repetitions += 1;
-        if repetition % group.stride != 0 {
+        if !repetition.is_multiple_of(group.stride) {
             return;
         }
         group.samples.push(Sample {

@@ -51,14 +51,14 @@ impl WindowSpec {
             from: from.map(BoundSpec::parse).transpose()?,
             to: to.map(BoundSpec::parse).transpose()?,
         };
-        if let (Some(BoundSpec::Time(a)), Some(BoundSpec::Time(b))) = (&spec.from, &spec.to) {
-            if a > b {
-                return Err(format!(
-                    "--from ({}) is after --to ({})",
-                    units::duration_ns(*a),
-                    units::duration_ns(*b)
-                ));
-            }
+        if let (Some(BoundSpec::Time(a)), Some(BoundSpec::Time(b))) = (&spec.from, &spec.to)
+            && a > b
+        {
+            return Err(format!(
+                "--from ({}) is after --to ({})",
+                units::duration_ns(*a),
+                units::duration_ns(*b)
+            ));
         }
         Ok(spec)
     }
@@ -134,12 +134,12 @@ impl WindowSpec {
                 None => return Ok(Err(format!("--to: phase '{name}' never ends in the trace"))),
             }
         }
-        if let (Some(a), Some(b)) = (window.from_index, window.to_index) {
-            if a > b {
-                return Ok(Err(
-                    "--from's phase begins after --to's phase ends".to_string()
-                ));
-            }
+        if let (Some(a), Some(b)) = (window.from_index, window.to_index)
+            && a > b
+        {
+            return Ok(Err(
+                "--from's phase begins after --to's phase ends".to_string()
+            ));
         }
         Ok(Ok(window))
     }

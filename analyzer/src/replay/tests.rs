@@ -203,7 +203,7 @@ mod random {
             6 => EventData::SegmentMap(segment),
             7 => EventData::SegmentUnmap(segment),
             _ => {
-                if size % 2 == 0 {
+                if size.is_multiple_of(2) {
                     EventData::PhaseBegin {
                         name: StringId(slot as u32 % 3),
                     }

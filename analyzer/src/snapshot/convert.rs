@@ -325,10 +325,10 @@ impl EntryFields {
                 }
             }
             _ => {
-                if let Val::Str(s) = v {
-                    if !heap.str_bytes(s).is_empty() {
-                        self.text = s;
-                    }
+                if let Val::Str(s) = v
+                    && !heap.str_bytes(s).is_empty()
+                {
+                    self.text = s;
                 }
             }
         }

@@ -1177,10 +1177,10 @@ impl<'p, R: Read> Parser<'p, R> {
         }
         for i in from..self.stack.len() {
             let mut item = self.stack[i];
-            if let Val::Obj(o) = item {
-                if let Some(v) = self.heap.objs[o as usize].replaced {
-                    item = v;
-                }
+            if let Val::Obj(o) = item
+                && let Some(v) = self.heap.objs[o as usize].replaced
+            {
+                item = v;
             }
             let stored = match item {
                 Val::Obj(o) => match hook
@@ -1229,7 +1229,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 "SETITEM(S) on a container that is not a dict",
             ));
         }
-        if (self.stack.len() - from) % 2 != 0 {
+        if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(malformed(at, "SETITEMS with an odd number of items"));
         }
         // Str keys with small ids (the keys of snapshot dicts are interned early) are
@@ -1241,10 +1241,10 @@ impl<'p, R: Read> Parser<'p, R> {
         while i < self.stack.len() {
             let key = self.stack[i];
             let mut value = self.stack[i + 1];
-            if let Val::Obj(o) = value {
-                if let Some(v) = self.heap.objs[o as usize].replaced {
-                    value = v;
-                }
+            if let Val::Obj(o) = value
+                && let Some(v) = self.heap.objs[o as usize].replaced
+            {
+                value = v;
             }
             if let Val::Obj(o) = value {
                 match hook
@@ -1394,11 +1394,11 @@ impl<'p, R: Read> Parser<'p, R> {
             }
             op::MARK => self.marks.push(self.stack.len()),
             op::EMPTY_DICT => {
-                if let Some(list) = self.batch_list() {
-                    if let Some(v) = self.offer_dict(list, hook)? {
-                        self.stack.push(v);
-                        return Ok(true);
-                    }
+                if let Some(list) = self.batch_list()
+                    && let Some(v) = self.offer_dict(list, hook)?
+                {
+                    self.stack.push(v);
+                    return Ok(true);
                 }
                 let id = self.heap.new_obj(ObjKind::Dict);
                 self.stack.push(Val::Obj(id));

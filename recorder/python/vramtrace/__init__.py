@@ -31,6 +31,8 @@ from typing import Optional
 from . import _observer, _replace
 from ._library import VramtraceError, library_path
 from ._library import load as _load
+from .analysis import (AnalyzerError, AnalyzerWarning, Chart, Result, Trace,
+                       analyzer_path, compare, load)
 
 __all__ = [
     "start",
@@ -47,6 +49,15 @@ __all__ = [
     "python_stack",
     "library_path",
     "VramtraceError",
+    # Analysis (vramtrace/analysis.py)
+    "load",
+    "compare",
+    "analyzer_path",
+    "Trace",
+    "Result",
+    "Chart",
+    "AnalyzerError",
+    "AnalyzerWarning",
 ]
 
 

@@ -18,7 +18,9 @@ class VramtraceError(RuntimeError):
 
 
 def library_path() -> Path:
-    """The path of ``libvramtrace_recorder.so`` this package would load."""
+    """The path of ``libvramtrace_recorder.so`` this package would load:
+    ``VRAMTRACE_LIB`` if set, else the one installed inside this package
+    (``pip install``), else one built in the source tree it sits in."""
     env = os.environ.get("VRAMTRACE_LIB")
     if env:
         path = Path(env)
@@ -34,9 +36,9 @@ def library_path() -> Path:
         if path.is_file():
             return path
     raise VramtraceError(
-        f"{LIBRARY_NAME} not found: set VRAMTRACE_LIB, put it next to the "
-        "vramtrace package, or build it with `cargo build --release -p "
-        "vramtrace-recorder-ffi`"
+        f"{LIBRARY_NAME} not found: install vramtrace with `pip install .` "
+        "from its source tree, or build it with `cargo build --release -p "
+        "vramtrace-recorder-ffi`, or set VRAMTRACE_LIB to its path"
     )
 
 

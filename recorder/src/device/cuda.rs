@@ -376,7 +376,10 @@ impl DeviceMemory for CudaDevice {
     }
 
     fn map_pages(&mut self, addr: u64, size: u64, page_size: u64) -> Result<(), DeviceError> {
-        if page_size == 0 || page_size % self.granularity.max(1) != 0 || size % page_size != 0 {
+        if page_size == 0
+            || !page_size.is_multiple_of(self.granularity.max(1))
+            || !size.is_multiple_of(page_size)
+        {
             return Err(DeviceError::Driver(format!(
                 "page size {page_size} is not a multiple of the granularity {}",
                 self.granularity

@@ -146,10 +146,10 @@ impl<T> BiasedMutex<T> {
         if !slot.is_null() && ptr::eq(self.bias.load(Ordering::Relaxed), slot) {
             // SAFETY: `slot` is this thread's own, alive while it runs.
             let s = unsafe { &*slot };
-            if s.inside.load(Ordering::Relaxed) == 0 {
-                if let Some(guard) = self.enter_fast(s, slot) {
-                    return guard;
-                }
+            if s.inside.load(Ordering::Relaxed) == 0
+                && let Some(guard) = self.enter_fast(s, slot)
+            {
+                return guard;
             }
         }
         self.lock_slow(slot)

@@ -289,7 +289,7 @@ mod tests {
                 worst = worst.max(off);
             }
             i += 1;
-            if i % 64 == 0 {
+            if i.is_multiple_of(64) {
                 std::thread::yield_now();
             }
         }

@@ -646,7 +646,7 @@ impl<W: Write> Gen<'_, W> {
             self.call(s.data_free, |a| a.synchronize_stream(0))?;
         }
         if let Some(k) = cfg.empty_cache_every
-            && (self.iteration + 1) % k == 0
+            && (self.iteration + 1).is_multiple_of(k)
         {
             self.time_ns += 1_000;
             self.call(s.empty_cache, |a| a.empty_cache())?;

@@ -204,7 +204,7 @@ fn walk(
 ) -> bool {
     let top = local.stack.end;
     let mut read_stack = |address: u64| {
-        if address >= sp && address <= top - 8 && address % 8 == 0 {
+        if address >= sp && address <= top - 8 && address.is_multiple_of(8) {
             // SAFETY: an aligned word of this thread's stack, between the
             // live stack pointer and the stack's top: mapped and readable.
             Ok(unsafe { std::ptr::read_volatile(address as *const u64) })
@@ -264,10 +264,10 @@ impl Local {
     /// Takes up the current module list if another thread replaced it.
     #[inline(always)]
     fn update(&mut self) {
-        if GENERATION.load(Ordering::Acquire) != self.modules.generation {
-            if let Some(modules) = current_modules() {
-                self.modules = modules;
-            }
+        if GENERATION.load(Ordering::Acquire) != self.modules.generation
+            && let Some(modules) = current_modules()
+        {
+            self.modules = modules;
         }
     }
 }

@@ -1,0 +1,387 @@
+"""Analyze traces from Python, in a notebook or a script.
+
+    import vramtrace
+
+    run = vramtrace.load("run.vtrace")      # a trace, or a PyTorch snapshot
+    run.summary().peak_allocated_bytes
+    run.leaks().growth[0].sites[0].site
+    run.timeline()                          # the chart, drawn inline by Jupyter
+    vramtrace.compare("base.vtrace", run, fail_on="peak_allocated:+5%").gate.passed
+
+Each method runs the ``vramtrace`` analyzer on the trace with ``--json`` and
+returns what it printed as a :class:`Result`, a ``dict`` whose fields are
+exactly those of the command's JSON (docs/analysis.md, docs/compare.md,
+docs/simulate.md), readable as attributes too. The analyzer is the
+``vramtrace`` command installed with this package; ``VRAMTRACE_BIN`` names
+another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence, Union
+
+__all__ = [
+    "load",
+    "compare",
+    "analyzer_path",
+    "Trace",
+    "Result",
+    "Chart",
+    "AnalyzerError",
+    "AnalyzerWarning",
+]
+
+ANALYZER_NAME = "vramtrace"
+
+PathLike = Union[str, "os.PathLike[str]"]
+# A bound of the analyzed window: seconds since the trace start, a time with
+# its unit ("1.5s", "300ms") or a phase name.
+Bound = Union[None, int, float, str]
+
+
+class AnalyzerError(RuntimeError):
+    """The analyzer could not be run, or refused its input (the message is
+    its one-line error)."""
+
+
+class AnalyzerWarning(UserWarning):
+    """The analyzer read its input with a warning (a trace cut short: the
+    result covers what could be read)."""
+
+
+class Result(dict):
+    """One command's result: its JSON object, as a ``dict``.
+
+    Fields also read as attributes (``summary.peak_allocated_bytes``), and so
+    do those of nested objects. A field that shares its name with a ``dict``
+    method (``values``, ``items``, ``keys``) reads by key only:
+    ``sample["values"]``.
+
+    :attr:`chart` is the command's chart where one was asked for; Jupyter
+    then shows the result as that chart.
+    """
+
+    chart: Optional["Chart"] = None
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(
+                f"this result has no field {name!r} (fields: {', '.join(self)})"
+            ) from None
+
+    def __dir__(self) -> List[str]:
+        return sorted(set(super().__dir__()) | {k for k in self if k.isidentifier()})
+
+    def _repr_svg_(self) -> Optional[str]:
+        return self.chart.svg if self.chart is not None else None
+
+
+class Chart:
+    """An SVG chart drawn by the analyzer; Jupyter shows it inline."""
+
+    def __init__(self, svg: str) -> None:
+        self.svg = svg
+
+    def _repr_svg_(self) -> str:
+        return self.svg
+
+    def save(self, path: PathLike) -> Path:
+        """Writes the chart to ``path`` (an ``.svg`` file) and returns it."""
+        path = Path(path)
+        path.write_text(self.svg, encoding="utf-8")
+        return path
+
+    def __repr__(self) -> str:
+        return f"<vramtrace.Chart: SVG, {len(self.svg):,} characters>"
+
+
+def analyzer_path() -> Path:
+    """The ``vramtrace`` analyzer that this module runs.
+
+    ``VRAMTRACE_BIN`` if set; else the command installed with this package
+    (in the scripts folder of this interpreter's environment, which a
+    notebook kernel may not have on its ``PATH``); else ``vramtrace`` on the
+    ``PATH``; else one built in the source tree this package sits in.
+    """
+    env = os.environ.get("VRAMTRACE_BIN")
+    if env:
+        path = Path(env)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise AnalyzerError(f"VRAMTRACE_BIN={env} is not an executable file")
+        return path
+    candidates = [Path(sysconfig.get_path("scripts")) / ANALYZER_NAME]
+    try:  # pip install --user
+        candidates.append(Path(sysconfig.get_path("scripts", f"{os.name}_user")) / ANALYZER_NAME)
+    except KeyError:  # no such scheme here
+        pass
+    on_path = shutil.which(ANALYZER_NAME)
+    if on_path:
+        candidates.append(Path(on_path))
+    # A source checkout: recorder/python/vramtrace -> <workspace>/target/release.
+    here = Path(__file__).resolve().parent
+    candidates += [parent / "target" / "release" / ANALYZER_NAME for parent in here.parents]
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise AnalyzerError(
+        "the vramtrace analyzer was not found: install vramtrace with `pip "
+        "install .` from its source tree, or build it with `cargo build "
+        "--release -p vramtrace`, or set VRAMTRACE_BIN to its path"
+    )
+
+
+def _run(args: Sequence[str], ok_codes: Iterable[int] = (0,)) -> str:
+    """Runs the analyzer and returns its standard output; its warnings
+    become :class:`AnalyzerWarning` and its errors :class:`AnalyzerError`."""
+    command = [os.fspath(analyzer_path()), *args]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace")
+    except OSError as e:
+        raise AnalyzerError(f"cannot run {command[0]}: {e.strerror or e}") from None
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("warning: "):
+            warnings.warn(line[len("warning: "):], AnalyzerWarning,
+                          stacklevel=_caller_stacklevel())
+    if done.returncode in ok_codes:
+        return done.stdout
+    errors = [line[len("error: "):] for line in lines if line.startswith("error: ")]
+    if errors:
+        raise AnalyzerError(errors[-1])
+    if done.returncode < 0:
+        raise AnalyzerError(f"`vramtrace {args[0]}` was killed by signal {-done.returncode}")
+    last = lines[-1] if lines else "no message"
+    raise AnalyzerError(f"`vramtrace {args[0]}` failed (exit code {done.returncode}): {last}")
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside this module, for
+    warnings that name the caller's line (Python 3.12's
+    ``skip_file_prefixes``, on every version)."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+def _bound(value: Bound) -> str:
+    if isinstance(value, bool):
+        raise TypeError("a window bound is a time in seconds, a time with its unit or a phase name")
+    if isinstance(value, (int, float)):
+        return f"{value}s"
+    return value
+
+
+def _window(start: Bound, end: Bound, full_stacks: bool, skip_frames: Sequence[str]) -> List[str]:
+    """The options every replaying command shares."""
+    args = []
+    if start is not None:
+        args += ["--from", _bound(start)]
+    if end is not None:
+        args += ["--to", _bound(end)]
+    return [*args, *_switches(full_stacks=full_stacks), *_repeated("--skip-frames", skip_frames)]
+
+
+def _repeated(flag: str, values: Union[None, str, Sequence[str]]) -> List[str]:
+    """``FLAG VALUE`` for one value, or for each of a list."""
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    return [arg for value in values for arg in (flag, value)]
+
+
+def _switches(**switches: bool) -> List[str]:
+    """``--name`` for each keyword that is true (``full_stacks`` gives
+    ``--full-stacks``)."""
+    return ["--" + name.replace("_", "-") for name, on in switches.items() if on]
+
+
+def _size(value: Union[int, str]) -> str:
+    if isinstance(value, bool):
+        raise TypeError("a size is a number of bytes or a string such as '24GiB'")
+    return f"{value}B" if isinstance(value, int) else value
+
+
+def _decode(text: str, command: str) -> Result:
+    try:
+        value = json.loads(text, object_hook=Result)
+    except json.JSONDecodeError as e:
+        raise AnalyzerError(f"`vramtrace {command} --json` printed no JSON: {e}") from None
+    if not isinstance(value, Result):
+        raise AnalyzerError(f"`vramtrace {command} --json` printed no JSON object")
+    return value
+
+
+def _json(command: str, options: Sequence[str], inputs: Sequence[PathLike],
+          chart: bool = False, ok_codes: Iterable[int] = (0,)) -> Result:
+    """``vramtrace COMMAND --json OPTIONS -- INPUTS``, with its chart
+    (``-o``) when ``chart``."""
+    paths = [os.fspath(p) for p in inputs]
+    if not chart:
+        return _decode(_run([command, "--json", *options, "--", *paths], ok_codes), command)
+    with tempfile.TemporaryDirectory(prefix="vramtrace-") as tmp:
+        svg = os.path.join(tmp, "chart.svg")
+        out = _run([command, "--json", "-o", svg, *options, "--", *paths], ok_codes)
+        result = _decode(out, command)
+        try:
+            result.chart = Chart(Path(svg).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            # The command had nothing to draw (no repeated phase, say).
+            result.chart = None
+    return result
+
+
+class Trace:
+    """A trace or PyTorch memory snapshot to analyze (see :func:`load`).
+
+    ``start`` and ``end`` bound the analyzed window: seconds since the trace
+    start (``1.5``), a time with its unit (``"300ms"``), or a phase name
+    (its first begin, its last end). ``full_stacks`` shows whole stacks
+    instead of folding each to its most telling frame; ``skip_frames`` are
+    regular expressions of frames also skipped when folding.
+    """
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = Path(path)
+        self._info: Optional[Result] = None
+
+    def __repr__(self) -> str:
+        return f"vramtrace.Trace({os.fspath(self.path)!r})"
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def info(self) -> Result:
+        """Header, duration, event counts and encoding (``vramtrace info``)."""
+        if self._info is None:
+            self._info = _json("info", [], [self.path])
+        return self._info
+
+    def summary(self, *, top: int = 10, start: Bound = None, end: Bound = None,
+                full_stacks: bool = False, skip_frames: Sequence[str] = ()) -> Result:
+        """Peaks with their phase, the top sites at the peak, OOMs, and the
+        allocator's state at the peak (``vramtrace summary``)."""
+        options = ["--top", str(top), *_window(start, end, full_stacks, skip_frames)]
+        return _json("summary", options, [self.path])
+
+    def leaks(self, *, top: int = 10, chart: bool = False, start: Bound = None,
+              end: Bound = None, full_stacks: bool = False,
+              skip_frames: Sequence[str] = ()) -> Result:
+        """Memory retained per phase and per repetition, and the sites that
+        leak (``vramtrace leaks``). ``chart`` also draws the growth of the
+        leaking (or else the most repeated) phase."""
+        options = ["--top", str(top), *_window(start, end, full_stacks, skip_frames)]
+        return _json("leaks", options, [self.path], chart=chart)
+
+    def fragmentation(self, *, buckets: int = 20, chart: bool = False,
+                      start: Bound = None, end: Bound = None,
+                      full_stacks: bool = False,
+                      skip_frames: Sequence[str] = ()) -> Result:
+        """Cached free memory, largest free block and fragmentation over
+        ``buckets`` spans of time (``vramtrace fragmentation``); ``chart``
+        also draws them."""
+        options = ["--buckets", str(buckets), *_window(start, end, full_stacks, skip_frames)]
+        return _json("fragmentation", options, [self.path], chart=chart)
+
+    def timeline(self, *, by: str = "site", top: int = 8, start: Bound = None,
+                 end: Bound = None, full_stacks: bool = False,
+                 skip_frames: Sequence[str] = ()) -> Result:
+        """Memory over time, stacked by ``by`` (``"site"``, ``"phase"`` or
+        ``"none"``) with the ``top`` largest named (``vramtrace timeline``).
+
+        The result holds the samples (``categories``, ``samples``) and the
+        chart, which Jupyter draws inline; ``.chart.save("timeline.svg")``
+        writes it.
+        """
+        options = ["--by", by, "--top", str(top), *_window(start, end, full_stacks, skip_frames)]
+        return _json("timeline", options, [self.path], chart=True)
+
+    def simulate(self, *, capacity: Union[None, int, str] = None,
+                 alloc_conf: Union[None, str, Sequence[str]] = None,
+                 compare_policies: bool = False, min_capacity: bool = False,
+                 chart: bool = False) -> Result:
+        """Replays the run's requests on another GPU size or allocator
+        setting (``vramtrace simulate``): peaks, retries, where it runs out
+        of memory.
+
+        ``capacity`` is the device's memory in bytes or with a unit
+        (``"24GiB"``), unlimited if ``None``; ``alloc_conf`` one setting or a
+        list of settings in ``PYTORCH_CUDA_ALLOC_CONF`` syntax, each
+        simulated; ``compare_policies`` adds PyTorch's default and common
+        settings; ``min_capacity`` finds each one's smallest capacity
+        without an OOM; ``chart`` draws each one's memory over time.
+        """
+        options = [
+            *(["--capacity", _size(capacity)] if capacity is not None else []),
+            *_repeated("--alloc-conf", alloc_conf),
+            *_switches(compare_policies=compare_policies, min_capacity=min_capacity),
+        ]
+        return _json("simulate", options, [self.path], chart=chart)
+
+    def compare(self, new: PathLike, **options) -> Result:
+        """This run as the baseline of ``new``: see :func:`compare`."""
+        return compare(self, new, **options)
+
+    def report(self, output: PathLike, *, baseline: Optional[PathLike] = None,
+               top: int = 10, start: Bound = None, end: Bound = None,
+               full_stacks: bool = False, skip_frames: Sequence[str] = ()) -> Path:
+        """Writes every analysis into one self-contained HTML page at
+        ``output`` (``vramtrace report``), with a comparison against
+        ``baseline`` if given; returns its path."""
+        output = Path(output)
+        args = ["report", "-o", os.fspath(output), "--top", str(top),
+                *_window(start, end, full_stacks, skip_frames)]
+        if baseline is not None:
+            args += ["--baseline", os.fspath(baseline)]
+        _run([*args, "--", os.fspath(self.path)])
+        return output
+
+
+def load(path: PathLike) -> Trace:
+    """Opens a vramtrace trace or a PyTorch memory snapshot (a pickle from
+    ``torch.cuda.memory._dump_snapshot``, plain or gzip/xz/zstd) for
+    analysis.
+
+    Reads its header at once (:meth:`Trace.info`), so that a missing file or
+    one of another format fails here, with :class:`AnalyzerError`.
+    """
+    trace = Trace(path)
+    trace.info()
+    return trace
+
+
+def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence[str]] = None,
+            ignore_lines: bool = False, per_iteration: bool = False, top: int = 15,
+            chart: bool = False, align: str = "time", start: Bound = None,
+            end: Bound = None, full_stacks: bool = False,
+            skip_frames: Sequence[str] = ()) -> Result:
+    """What grew between two runs, and where (``vramtrace compare``).
+
+    ``fail_on`` are gate thresholds (``"peak_allocated:+5%"``, see
+    docs/compare.md); a crossed threshold is no error: ``result.gate.passed``
+    is then false and ``result.gate.failed`` lists it. ``ignore_lines``
+    matches sites by function and file only; ``per_iteration`` compares
+    figures per repetition of each run's most repeated phase; ``chart`` draws
+    both timelines and the sites that changed most, on a time axis or
+    ``align="repetition"``.
+    """
+    options = [
+        "--top", str(top), *_window(start, end, full_stacks, skip_frames),
+        *_repeated("--fail-on", fail_on),
+        *_switches(ignore_lines=ignore_lines, per_iteration=per_iteration),
+        *(["--align", align] if chart else []),
+    ]
+    # Exit code 1 is the gate's verdict, which the result carries.
+    return _json("compare", options, [base, new], chart=chart, ok_codes=(0, 1))
