@@ -462,7 +462,6 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
     let mut settings = BTreeMap::new();
     let mut devices = BTreeMap::new();
     let mut metadata = BTreeMap::new();
-    let mut hidden = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let (key, value) = line
             .split_once('=')
@@ -470,7 +469,6 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
         match key {
             "out" => pattern = value.to_string(),
             "stacks" => stacks = Some(value.to_string()),
-            "hide" => hidden.push(value.to_string()),
             "state" => {
                 pending_state = match value {
                     "pending" => true,
@@ -518,12 +516,7 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
     let (native, python) = stack_setting(stacks.as_deref())?;
     let frame_source = if python {
         match nogil::source() {
-            Ok(s) => {
-                for prefix in &hidden {
-                    s.hide(prefix);
-                }
-                Some(s as Arc<dyn FrameSource>)
-            }
+            Ok(s) => Some(s as Arc<dyn FrameSource>),
             Err(e) => {
                 report(&format!("no Python stacks: {e}"));
                 None
@@ -563,9 +556,7 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
 ///   trace headers;
 /// - `setting.KEY=VALUE`: PyTorch's allocator settings, as a snapshot's
 ///   `allocator_settings` gives them (block sizes follow them);
-/// - `meta.KEY=VALUE`: header metadata;
-/// - `hide=PREFIX`: Python frames of files under `PREFIX` are left out
-///   (vramtrace's own package; `runpy`'s always are).
+/// - `meta.KEY=VALUE`: header metadata.
 ///
 /// Returns 0, or -1 when the configuration is invalid or a recording is in
 /// progress (reported on standard error).
@@ -676,6 +667,24 @@ pub extern "C" fn vramtrace_observe_empty_cache() {
                 report("internal error (panic) in vramtrace_observe_empty_cache");
             }
         }
+    }
+}
+
+/// Leaves out the Python frames of files whose path starts with `prefix`
+/// (vramtrace's own package; `runpy`'s always are), from allocations and
+/// from [`vramtrace_observe_python_stack`]. Call it before any frame is
+/// read: a code already met keeps whether it was hidden.
+///
+/// # Safety
+/// `prefix` is NULL or a valid NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_observe_hide(prefix: *const c_char) {
+    // SAFETY: forwarded contract.
+    let prefix = unsafe { c_str(prefix) };
+    if !prefix.is_empty()
+        && let Ok(source) = nogil::source()
+    {
+        source.hide(&prefix);
     }
 }
 

@@ -68,7 +68,7 @@ def setup(config: str, trace: str):
     if config in VRAMTRACE_STACKS:
         import vramtrace
 
-        vramtrace.install(trace, stacks=VRAMTRACE_STACKS[config])
+        vramtrace.install(trace, stacks=VRAMTRACE_STACKS[config], mode="replace")
         return vramtrace
     torch.cuda.init()
     if config == "b":

@@ -1,4 +1,4 @@
-"""One GPU run that checks the recorder end to end (see docs/gpu-check.md).
+"""One GPU run that checks replacement mode (vramtrace's allocator as PyTorch's, `mode="replace"`) end to end (see docs/gpu-check.md).
 
     VRAMTRACE_LIB=carry/libvramtrace_recorder.so PYTHONPATH=recorder/python \
         python3 recorder/python/tests/gpu_check.py --bin carry --out "$OUT"
@@ -46,7 +46,7 @@ def child_train(mode: str, trace: str, conf: str) -> None:
     if mode == "vramtrace":
         import vramtrace
 
-        vramtrace.install(trace, alloc_conf=conf)
+        vramtrace.install(trace, alloc_conf=conf, mode="replace")
     elif conf:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
     torch.manual_seed(0)
@@ -93,7 +93,7 @@ def child_oom(trace: str) -> None:
     import torch
     import vramtrace
 
-    vramtrace.install(trace)
+    vramtrace.install(trace, mode="replace")
     a = torch.ones(1 << 20, device="cuda")
     total = torch.cuda.get_device_properties(0).total_memory
     result = {"raised": None}
@@ -117,7 +117,7 @@ def child_sigterm(trace: str) -> None:
     import torch
     import vramtrace
 
-    vramtrace.install(trace)
+    vramtrace.install(trace, mode="replace")
     x = torch.ones(1 << 22, device="cuda")
     with vramtrace.phase("waiting"):
         vramtrace.flush()
@@ -132,7 +132,7 @@ def child_late(trace: str) -> None:
 
     torch.ones(1, device="cuda")
     try:
-        vramtrace.install(trace)
+        vramtrace.install(trace, mode="replace")
     except vramtrace.VramtraceError as e:
         print(json.dumps({"error": str(e)}))
         return
@@ -327,7 +327,7 @@ def main() -> int:
     script = work / "script.py"
     script.write_text(RUN_SCRIPT)
     trace = work / "run-%p.vtrace"
-    p = run([sys.executable, "-m", "vramtrace", "run", "--out", str(trace), str(script), "a", "b"],
+    p = run([sys.executable, "-m", "vramtrace", "run", "--mode", "replace", "--out", str(trace), str(script), "a", "b"],
             env=env)
     made = sorted(work.glob("run-*.vtrace"))
     ok = p.returncode == 0 and "args ['a', 'b'] True" in p.stdout and len(made) == 1

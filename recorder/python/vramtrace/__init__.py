@@ -226,18 +226,16 @@ def python_stack(observer: bool = False) -> list:
     them (without the GIL, vramtrace's own frames left out), else as
     ``mode="replace"`` does."""
     if observer:
-        fn = _load().vramtrace_observe_python_stack
-    else:
-        # PyDLL keeps the GIL during the call, as an allocation from Python
-        # does; CDLL would release it and the recorder would see no frames.
-        lib = ctypes.PyDLL(str(library_path()))
-        fn = lib.vramtrace_python_stack
-        fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-        fn.restype = ctypes.c_int
+        return _observer.frames_read_without_the_gil(_load())
+    # PyDLL keeps the GIL during the call, as an allocation from Python
+    # does; CDLL would release it and the recorder would see no frames.
+    lib = ctypes.PyDLL(str(library_path()))
+    fn = lib.vramtrace_python_stack
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    fn.restype = ctypes.c_int
     buf = ctypes.create_string_buffer(1 << 16)
     if fn(buf, len(buf)) < 0:
-        raise VramtraceError(buf.value.decode("utf-8", "replace")
-                             or "the library found no Python API in this process")
+        raise VramtraceError("the library found no Python API in this process")
     frames = []
     for line in buf.value.decode("utf-8", "replace").splitlines():
         function, file, lineno = line.split("\t")

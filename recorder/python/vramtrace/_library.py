@@ -61,6 +61,7 @@ _SIGNATURES = {
     "vramtrace_observe_active": ([], ctypes.c_int),
     "vramtrace_observe_empty_cache": ([], None),
     "vramtrace_observe_python_stack": ([ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+    "vramtrace_observe_hide": ([ctypes.c_char_p], None),
     "vramtrace_iteration_end": ([ctypes.c_int], None),
 }
 

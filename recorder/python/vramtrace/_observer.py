@@ -37,6 +37,7 @@ _hooks_installed = False
 _step_hook = None
 _first_optimizer: Optional[weakref.ref] = None
 _python_frames: Optional[tuple] = None  # (usable, reason), checked once
+_hidden = False
 
 
 def message(text: str) -> None:
@@ -64,34 +65,61 @@ def allocator_settings(torch) -> dict:
     return {str(k): _settings_text(v) for k, v in settings.items()}
 
 
+def hide_own_frames(lib) -> None:
+    """Leaves this package's frames out of recorded stacks (before any frame
+    is read: a code already met keeps whether it was hidden)."""
+    global _hidden
+    if not _hidden:
+        lib.vramtrace_observe_hide(PACKAGE_DIR.encode())
+        _hidden = True
+
+
+def frames_read_without_the_gil(lib) -> list:
+    """The calling thread's frames as an observed allocation would record
+    them: ``[(function, file, line), ...]``, innermost first."""
+    hide_own_frames(lib)
+    buf = ctypes.create_string_buffer(1 << 16)
+    if lib.vramtrace_observe_python_stack(buf, len(buf)) < 0:
+        raise VramtraceError(buf.value.decode("utf-8", "replace"))
+    frames = []
+    for line in buf.value.decode("utf-8", "replace").splitlines():
+        function, file, lineno = line.split("\t")
+        frames.append((function, file, int(lineno)))
+    return frames
+
+
+# Compiled outside the package, so that its frame is one the check can see.
+_CHECK_SOURCE = "def check(capture, lib):\n    return capture(lib)\n"
+
+
 def python_frames_usable(lib) -> tuple:
     """Whether the library reads this interpreter's frames right without the
-    GIL: the frames it reads here must be the interpreter's own."""
+    GIL: the frames it reads must be the interpreter's own."""
     global _python_frames
     if _python_frames is None:
-        buf = ctypes.create_string_buffer(1 << 16)
-        count = lib.vramtrace_observe_python_stack(buf, len(buf))  # check-call
-        here = sys._getframe(0)
-        text = buf.value.decode("utf-8", "replace")
-        if count < 0:
-            _python_frames = (False, text)
-        else:
-            got = [tuple(line.split("\t")) for line in text.splitlines()]
-            expected = []
-            frame = here
-            while frame is not None and len(expected) < 8:
-                expected.append((frame.f_code.co_name, frame.f_code.co_filename, str(frame.f_lineno)))
-                frame = frame.f_back
-            # The innermost frame's line is the call's, not this one's.
-            ok = (len(got) >= len(expected) and got[0][:2] == expected[0][:2]
-                  and got[1:len(expected)] == expected[1:])
-            _python_frames = (ok, "" if ok else
-                              "this interpreter's frames are laid out differently than expected")
+        namespace: dict = {}
+        exec(compile(_CHECK_SOURCE, "<vramtrace frame check>", "exec"), namespace)
+        try:
+            got = namespace["check"](frames_read_without_the_gil, lib)
+        except VramtraceError as e:
+            _python_frames = (False, str(e))
+            return _python_frames
+        expected = [("check", "<vramtrace frame check>", 2)]
+        frame = sys._getframe(0)
+        while frame is not None and len(expected) < 8:
+            code = frame.f_code
+            if not code.co_filename.startswith(PACKAGE_DIR) and not code.co_filename.endswith(
+                    ("runpy.py", "<frozen runpy>")):
+                expected.append((code.co_name, code.co_filename, frame.f_lineno))
+            frame = frame.f_back
+        ok = got[:len(expected)] == expected
+        _python_frames = (ok, "" if ok else
+                          "this interpreter's frames are laid out differently than expected")
     return _python_frames
 
 
 def _config(torch, out: Optional[str], stacks: str, pending: bool) -> str:
-    lines = [f"state={'pending' if pending else 'empty'}", f"stacks={stacks}", f"hide={PACKAGE_DIR}"]
+    lines = [f"state={'pending' if pending else 'empty'}", f"stacks={stacks}"]
     if out:
         lines.append(f"out={out}")
     for i in range(torch.cuda.device_count()):
@@ -114,6 +142,7 @@ def _begin(torch, out, stacks, phases, backward_names, iterations, pending) -> N
     global _active
     lib = _library.load()
     shim = _shim.load(torch)
+    hide_own_frames(lib)
     if stacks in ("python", "all"):
         ok, reason = python_frames_usable(lib)
         if not ok:
@@ -220,7 +249,7 @@ def _start_at_init(torch, args, strict) -> None:
 def _begin_or_report(torch, args, pending: bool, strict: bool) -> None:
     try:
         _begin(torch, **args, pending=pending)
-    except VramtraceError as e:
+    except Exception as e:  # noqa: BLE001 - recording must never break the program
         _give_up(f"{e}: running without recording", strict, e)
 
 

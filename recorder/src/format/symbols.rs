@@ -128,19 +128,24 @@ impl SymbolTable {
         self.stack_starts.len() - 1
     }
 
-    /// Renders a frame as `function (file:line)` or `module+0xoffset`.
+    /// Renders a frame as `function (file:line)` or `module+0xoffset`; a
+    /// frame that is only a name (no file, line 0, such as the autograd node
+    /// an observed backward allocation is named after) as `function`.
     pub fn describe_frame(&self, id: FrameId) -> String {
         match self.frame(id) {
             Some(Frame::Symbol {
                 function,
                 file,
                 line,
-            }) => format!(
-                "{} ({}:{})",
-                self.string_or_unknown(*function),
-                self.string_or_unknown(*file),
-                line
-            ),
+            }) => {
+                let function = self.string_or_unknown(*function);
+                let file = self.string_or_unknown(*file);
+                if file.is_empty() && *line == 0 {
+                    function.to_string()
+                } else {
+                    format!("{function} ({file}:{line})")
+                }
+            }
             Some(Frame::Native {
                 address,
                 module,

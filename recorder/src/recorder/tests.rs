@@ -844,6 +844,8 @@ fn observed_allocations_get_source_frames_or_a_context_label() {
         ]
     );
     assert_eq!(stacks[1], [("MmBackward0".into(), String::new(), 0)]);
+    let label_frame = sym.stack(alloc_stacks(&events)[1])[0];
+    assert_eq!(sym.describe_frame(label_frame), "MmBackward0");
     assert!(stacks[2].is_empty());
     let free = events
         .iter()
