@@ -29,7 +29,8 @@ use super::layout::{
     self, Current, FRAME_OWNED_BY_CSTACK, Lasti, Layout, OB_TYPE, UNICODE_LENGTH, UNICODE_STATE,
 };
 use recorder::recorder::{CodeInfo, FrameSink, FrameSource};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHasher};
+use std::hash::Hasher;
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -146,10 +147,28 @@ impl Registry {
     }
 }
 
-/// What a thread remembers of the codes it met, so that most frames cost
-/// two lookups in maps of its own.
+/// The most frames of a walk remembered as one [`Chain`]; deeper walks are
+/// resolved frame by frame.
+const MAX_CACHED_FRAMES: usize = 256;
+
+/// The most walks a thread remembers (it forgets them all past this).
+const MAX_CHAINS: usize = 4096;
+
+/// A walk remembered: its raw frames, the checks of their codes, and the
+/// frames it gave (hidden ones left out).
+struct Chain {
+    raw: Box<[(usize, c_int)]>,
+    checks: Box<[Check]>,
+    frames: Box<[(usize, u32)]>,
+}
+
+/// What a thread remembers of the codes and walks it met, so that a walk
+/// seen before costs one lookup, and other frames two lookups in maps of
+/// its own.
 #[derive(Default)]
 struct Caches {
+    /// Walks by the hash of their raw frames.
+    chains: FxHashMap<u64, Chain>,
     /// Code address -> (check, id, hidden).
     codes: FxHashMap<usize, (Check, usize, bool)>,
     /// Lines by (code id, instruction offset).
@@ -273,15 +292,8 @@ impl NoGilFrames {
     /// # Safety
     /// `code` is a live code object.
     unsafe fn code_id(&self, caches: &mut Caches, code: usize) -> (usize, bool) {
-        let l = self.layout;
-        // SAFETY: a code object's name, file name and line table pointers.
-        let check: Check = unsafe {
-            [
-                read(code + l.code_name),
-                read(code + l.code_filename),
-                read(code + l.code_linetable),
-            ]
-        };
+        // SAFETY: the caller's contract.
+        let check = unsafe { self.check_of(code) };
         if let Some(&(known, id, hidden)) = caches.codes.get(&code)
             && known == check
         {
@@ -339,6 +351,86 @@ impl NoGilFrames {
     /// `tstate` is the calling thread's thread state, and the thread runs
     /// no Python code meanwhile (it is in this call).
     unsafe fn walk(&self, tstate: usize, sink: &mut FrameSink<'_>, caches: &mut Caches) {
+        // The raw frames first: code addresses and instruction offsets, and
+        // their hash. A walk seen before (allocations repeat along the same
+        // paths) then costs one lookup, not two per frame.
+        let mut raw = [(0usize, 0 as c_int); MAX_CACHED_FRAMES];
+        let mut n = 0;
+        let mut deep = false;
+        let mut hasher = FxHasher::default();
+        // SAFETY: the calling thread's frames (the caller's contract).
+        unsafe {
+            self.for_each_frame(tstate, |code, lasti| {
+                if n == MAX_CACHED_FRAMES {
+                    deep = true;
+                    return false;
+                }
+                raw[n] = (code, lasti);
+                n += 1;
+                hasher.write_usize(code);
+                hasher.write_i32(lasti);
+                true
+            });
+            if deep {
+                // Too deep to remember: resolve the frames one by one.
+                self.for_each_frame(tstate, |code, lasti| {
+                    let (id, hidden) = self.code_id(caches, code);
+                    hidden || sink.push(id, self.line(caches, code, id, lasti))
+                });
+                return;
+            }
+            let raw = &raw[..n];
+            let hash = hasher.finish();
+            if let Some(chain) = caches.chains.get(&hash)
+                && *chain.raw == *raw
+                && raw
+                    .iter()
+                    .zip(chain.checks.iter())
+                    .all(|(&(code, _), check)| self.check_of(code) == *check)
+            {
+                for &(id, line) in chain.frames.iter() {
+                    if !sink.push(id, line) {
+                        return;
+                    }
+                }
+                return;
+            }
+            let mut frames = Vec::with_capacity(n);
+            let mut checks = Vec::with_capacity(n);
+            for &(code, lasti) in raw {
+                let (id, hidden) = self.code_id(caches, code);
+                checks.push(self.check_of(code));
+                if !hidden {
+                    frames.push((id, self.line(caches, code, id, lasti)));
+                }
+            }
+            for &(id, line) in &frames {
+                if !sink.push(id, line) {
+                    break;
+                }
+            }
+            if caches.chains.len() >= MAX_CHAINS {
+                caches.chains.clear();
+            }
+            caches.chains.insert(
+                hash,
+                Chain {
+                    raw: raw.into(),
+                    checks: checks.into(),
+                    frames: frames.into(),
+                },
+            );
+        }
+    }
+
+    /// Calls `f(code, lasti)` for each frame of `tstate` that runs a code
+    /// object, innermost first, while it returns true: the code's address and
+    /// the instruction offset in code units.
+    ///
+    /// # Safety
+    /// As [`walk`](Self::walk).
+    #[inline(always)]
+    unsafe fn for_each_frame(&self, tstate: usize, mut f: impl FnMut(usize, c_int) -> bool) {
         let l = self.layout;
         // SAFETY: the frames of the calling thread, which only it changes,
         // are read while it is here; each is checked to hold a code object
@@ -350,36 +442,46 @@ impl NoGilFrames {
             while frame != 0 && budget > 0 {
                 budget -= 1;
                 let previous: usize = read(frame + l.frame_previous);
-                if let Some(owner) = l.frame_owner
-                    && read::<u8>(frame + owner) == FRAME_OWNED_BY_CSTACK
-                {
-                    frame = previous;
-                    continue;
-                }
-                let code: usize = read(frame + l.frame_code);
-                if code == 0 || read::<usize>(code + OB_TYPE) != self.api.code_type {
-                    frame = previous;
-                    continue;
-                }
-                let lasti: c_int = match l.frame_lasti {
-                    Lasti::Field(offset) => read(frame + offset),
-                    Lasti::Pointer {
-                        offset,
-                        code_adaptive,
-                    } => {
-                        let ip: usize = read(frame + offset);
-                        let start = code + code_adaptive;
-                        (ip as isize - start as isize)
-                            .div_euclid(2)
-                            .clamp(-1, c_int::MAX as isize) as c_int
+                let owned_by_c = l
+                    .frame_owner
+                    .is_some_and(|owner| read::<u8>(frame + owner) == FRAME_OWNED_BY_CSTACK);
+                let code: usize = if owned_by_c { 0 } else { read(frame + l.frame_code) };
+                if code != 0 && read::<usize>(code + OB_TYPE) == self.api.code_type {
+                    let lasti: c_int = match l.frame_lasti {
+                        Lasti::Field(offset) => read(frame + offset),
+                        Lasti::Pointer {
+                            offset,
+                            code_adaptive,
+                        } => {
+                            let ip: usize = read(frame + offset);
+                            (ip as isize - (code + code_adaptive) as isize)
+                                .div_euclid(2)
+                                .clamp(-1, c_int::MAX as isize) as c_int
+                        }
+                    };
+                    if !f(code, lasti) {
+                        return;
                     }
-                };
-                let (id, hidden) = self.code_id(caches, code);
-                if !hidden && !sink.push(id, self.line(caches, code, id, lasti)) {
-                    return;
                 }
                 frame = previous;
             }
+        }
+    }
+
+    /// The check of the code object at `code` (see [`Check`]).
+    ///
+    /// # Safety
+    /// `code` is a live code object.
+    #[inline(always)]
+    unsafe fn check_of(&self, code: usize) -> Check {
+        let l = self.layout;
+        // SAFETY: the caller's contract.
+        unsafe {
+            [
+                read(code + l.code_name),
+                read(code + l.code_filename),
+                read(code + l.code_linetable),
+            ]
         }
     }
 }

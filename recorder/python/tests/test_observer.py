@@ -56,6 +56,16 @@ def test_frames_innermost_first_with_lines():
     assert frames[3][0] == "test_frames_innermost_first_with_lines"
 
 
+def test_a_walk_seen_before_gives_the_same_frames_and_a_new_line_its_own():
+    for _ in range(3):
+        a = inner()  # first-site
+        b = inner()  # second-site
+        assert a[2] == ("test_a_walk_seen_before_gives_the_same_frames_and_a_new_line_its_own",
+                        HERE, line_of("first-site"))
+        assert b[2][2] == line_of("second-site")
+        assert a[:2] == b[:2]
+
+
 def test_vramtraces_own_frames_are_left_out():
     # python_stack itself lives in the vramtrace package.
     assert all(not f[1].startswith(PACKAGE_DIR) for f in released_capture())

@@ -194,21 +194,6 @@ int fail(const std::exception& e) {
   return -1;
 }
 
-// The sink ABI this shim speaks.
-uint32_t vramtrace_shim_abi() { return kSinkAbi; }
-
-// 1 if events carry PyTorch's time-stamp counter readings (see counter_of).
-int vramtrace_shim_counter_time() {
-#if defined(C10_RDTSC)
-  return has_counter_time<CCA::TraceEntry>::value ? 1 : 0;
-#else
-  return 0;
-#endif
-}
-
-// The message of the last failed call.
-const char* vramtrace_shim_error() { return g_error.c_str(); }
-
 // Registers the RecordFunction callback for exactly the scopes asked for:
 // any global callback makes every operator check for callbacks, so none is
 // registered when neither is wanted.
