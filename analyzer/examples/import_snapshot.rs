@@ -2,7 +2,7 @@
 //! import path. `cargo run --release -p vramtrace --example import_snapshot -- FILE`
 
 use std::time::Instant;
-use vramtrace_recorder::format::EventSource;
+use vramtrace_format::EventSource;
 
 fn peak_rss_mib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

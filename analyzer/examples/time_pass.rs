@@ -19,7 +19,7 @@ use vramtrace::analysis::summary::Summary;
 use vramtrace::analysis::window::Window;
 use vramtrace::analysis::{Analysis, Step};
 use vramtrace::replay::ReplayState;
-use vramtrace_recorder::format::{Event, TraceReader};
+use vramtrace_format::{Event, TraceReader};
 
 fn main() {
     let path = std::env::args().nth(1).expect("usage: time_pass TRACE");

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use vramtrace_recorder::format::{
+use vramtrace_format::{
     BlockEvent, Event, EventData, Header, SegmentEvent, StackId, TraceWriter, WriterOptions,
 };
 

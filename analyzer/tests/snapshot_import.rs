@@ -7,8 +7,8 @@ use std::io::Read;
 use std::path::PathBuf;
 use vramtrace::input::{self, Compression, InputKind};
 use vramtrace::snapshot::pickle::{self, Value};
-use vramtrace_recorder::format::EventSource;
-use vramtrace_recorder::format::{BlockStatus, Event, EventData, EventKind, TraceReader};
+use vramtrace_format::EventSource;
+use vramtrace_format::{BlockStatus, Event, EventData, EventKind, TraceReader};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -11,7 +11,7 @@
 use super::{Analysis, Step};
 use crate::replay::{FreeSpace, ReplayState};
 use serde::Serialize;
-use vramtrace_recorder::format::{Event, SymbolTable};
+use vramtrace_format::{Event, SymbolTable};
 
 /// The narrowest bucket.
 pub const INITIAL_BUCKET_NS: u64 = 1_000;
@@ -338,7 +338,7 @@ mod random {
     use crate::analysis::window::Window;
     use crate::testing::{TraceBuilder, replay_trace};
     use proptest::prelude::*;
-    use vramtrace_recorder::format::{Event, TraceReader};
+    use vramtrace_format::{Event, TraceReader};
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]

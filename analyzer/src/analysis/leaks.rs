@@ -21,7 +21,7 @@ use crate::replay::{Applied, LiveAlloc, PhaseId, ReplayState, SiteLive};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use vramtrace_recorder::format::SymbolTable;
+use vramtrace_format::SymbolTable;
 
 /// Phase instances kept with their per-site detail: the ones retaining the
 /// most bytes (a long trace has more instances than anyone reads).

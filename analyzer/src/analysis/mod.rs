@@ -21,8 +21,8 @@ pub mod window;
 use crate::replay::{Applied, ReplayState};
 use indicatif::ProgressBar;
 use std::ops::ControlFlow;
-use vramtrace_recorder::format::EventSource;
-use vramtrace_recorder::format::{Event, FormatError, SymbolTable, Truncation};
+use vramtrace_format::EventSource;
+use vramtrace_format::{Event, FormatError, SymbolTable, Truncation};
 use window::Window;
 
 /// One replayed event, as analyses see it.

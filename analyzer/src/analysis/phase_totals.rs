@@ -9,7 +9,7 @@ use super::{Analysis, Step};
 use crate::replay::{Applied, LiveAlloc, PhaseId, ReplayState};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use vramtrace_recorder::format::SymbolTable;
+use vramtrace_format::SymbolTable;
 
 /// The figures of one phase, over all its instances.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]

@@ -7,7 +7,7 @@ use super::sites::{SiteDescription, SiteId};
 use super::{Analysis, Step};
 use crate::replay::{Applied, ReplayState};
 use serde::Serialize;
-use vramtrace_recorder::format::SymbolTable;
+use vramtrace_format::SymbolTable;
 
 /// A site's allocations over the window.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -9,7 +9,7 @@
 
 use regex::Regex;
 use serde::Serialize;
-use vramtrace_recorder::format::{Frame, FrameId, StackId, SymbolTable};
+use vramtrace_format::{Frame, FrameId, StackId, SymbolTable};
 
 /// A site's index in a [`SiteFolder`]; [`SiteId::UNKNOWN`] for allocations
 /// without a captured stack.
@@ -141,7 +141,6 @@ impl FoldRules {
     /// Whether a frame is machinery that folding looks past.
     pub fn skips(&self, symbols: &SymbolTable, id: FrameId) -> bool {
         match symbols.frame(id) {
-            None | Some(Frame::Native { .. }) => true,
             Some(Frame::Symbol { function, file, .. }) => {
                 let function = symbols.string_or_unknown(*function);
                 let file = symbols.string_or_unknown(*file);
@@ -152,6 +151,9 @@ impl FoldRules {
                         self.extra.iter().any(|r| r.is_match(&text))
                     })
             }
+            // Native frames carry no name to judge by; neither does a frame
+            // of a kind this version does not know.
+            _ => true,
         }
     }
 }

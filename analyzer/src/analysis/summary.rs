@@ -24,8 +24,8 @@ use crate::replay::{
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
-use vramtrace_recorder::format::EventSource;
-use vramtrace_recorder::format::{Event, EventData, FormatError, KindCounts, SymbolTable};
+use vramtrace_format::EventSource;
+use vramtrace_format::{Event, EventData, FormatError, KindCounts, SymbolTable};
 
 /// The most OOM events kept with their context.
 pub const MAX_OOMS: usize = 100;
@@ -581,7 +581,7 @@ pub fn free_space_at<S: EventSource>(
 mod tests {
     use super::*;
     use crate::testing::{TraceBuilder, replay_trace};
-    use vramtrace_recorder::format::TraceReader;
+    use vramtrace_format::TraceReader;
 
     /// The free space at the peak by the fallback: a replay up to it.
     fn replayed_free_space(bytes: &[u8], r: &SummaryReport) -> FreeSpace {
@@ -730,7 +730,7 @@ mod random {
     use super::*;
     use crate::testing::TraceBuilder;
     use proptest::prelude::*;
-    use vramtrace_recorder::format::{Event, TraceReader};
+    use vramtrace_format::{Event, TraceReader};
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]

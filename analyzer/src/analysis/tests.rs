@@ -1,6 +1,6 @@
 use super::*;
 use crate::testing::TraceBuilder;
-use vramtrace_recorder::format::TraceReader;
+use vramtrace_format::TraceReader;
 
 struct Recorder(Vec<u64>, u64);
 

@@ -10,7 +10,7 @@ use super::phases::normalize_name;
 use super::{Analysis, Step};
 use crate::replay::{Applied, LiveAlloc, ReplayState};
 use serde::Serialize;
-use vramtrace_recorder::format::{EventData, SymbolTable};
+use vramtrace_format::{EventData, SymbolTable};
 
 /// What the stacked areas are split by.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -9,8 +9,8 @@
 
 use crate::analysis::phases::normalize_name;
 use crate::units;
-use vramtrace_recorder::format::EventSource;
-use vramtrace_recorder::format::{EventData, FormatError};
+use vramtrace_format::EventSource;
+use vramtrace_format::{EventData, FormatError};
 
 /// One end of a window as given on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace_recorder::format::{EventKind, MAGIC};
+use vramtrace_format::{EventKind, MAGIC};
 
 /// Arguments of `vramtrace import`.
 #[derive(clap::Args)]

@@ -6,8 +6,8 @@ use crate::units;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace_recorder::format::EventKind;
-use vramtrace_recorder::format::EventSource;
+use vramtrace_format::EventKind;
+use vramtrace_format::EventSource;
 
 /// Arguments of `vramtrace info`.
 #[derive(clap::Args)]

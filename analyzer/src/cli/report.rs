@@ -21,7 +21,7 @@ use crate::units;
 use anyhow::bail;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace_recorder::format::EventSource;
+use vramtrace_format::EventSource;
 
 /// Arguments of `vramtrace report`.
 #[derive(clap::Args)]

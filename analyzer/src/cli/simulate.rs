@@ -11,8 +11,8 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use vramtrace_format::EventSource;
 use vramtrace_recorder::allocator::AllocatorConfig;
-use vramtrace_recorder::format::EventSource;
 
 /// Arguments of `vramtrace simulate`.
 #[derive(clap::Args)]

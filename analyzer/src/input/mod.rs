@@ -7,8 +7,8 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use vramtrace_recorder::format::EventSource;
-use vramtrace_recorder::format::{
+use vramtrace_format::EventSource;
+use vramtrace_format::{
     Event, FormatError, Header, InitialState, KindCounts, MAGIC, RawChunk, SymbolTable,
     TraceReader, TraceReceiver, Truncation,
 };

@@ -9,7 +9,7 @@ use crate::analysis::summary::SummaryReport;
 use crate::analysis::timeline::Timeline;
 use crate::units;
 use std::fmt::Write as _;
-use vramtrace_recorder::format::Header;
+use vramtrace_format::Header;
 
 /// Everything one report shows about one trace.
 pub struct ReportInput<'a> {

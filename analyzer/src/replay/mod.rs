@@ -25,7 +25,7 @@
 use crate::analysis::sites::{SiteFolder, SiteId};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use vramtrace_recorder::format::{
+use vramtrace_format::{
     BlockEvent, BlockStatus, Event, EventData, InitialState, SegmentEvent, StackId, StringId,
     SymbolTable,
 };

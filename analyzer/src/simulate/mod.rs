@@ -579,10 +579,10 @@ pub struct Extracted {
 }
 
 /// Decodes and replays a trace once into its [`RequestList`].
-pub fn extract<S: vramtrace_recorder::format::EventSource>(
+pub fn extract<S: vramtrace_format::EventSource>(
     reader: &mut S,
     progress: Option<&indicatif::ProgressBar>,
-) -> Result<Extracted, vramtrace_recorder::format::FormatError> {
+) -> Result<Extracted, vramtrace_format::FormatError> {
     let header = reader.header();
     let recorded_capacity = header
         .devices

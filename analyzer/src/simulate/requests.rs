@@ -13,7 +13,7 @@ use crate::analysis::{Analysis, Step};
 use crate::replay::{Applied, PhaseId, ReplayState};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use vramtrace_recorder::format::{EventData, EventKind, SymbolTable};
+use vramtrace_format::{EventData, EventKind, SymbolTable};
 
 /// What a [`Request`] asks of the allocator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

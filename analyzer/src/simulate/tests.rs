@@ -123,7 +123,7 @@ fn cross_stream_frees_complete_when_recorded() {
         .free_completed(0x1000_0000, 1024)
         .alloc(0x1000_0000, 1024, 1000, s);
     let bytes = t.finish();
-    let mut reader = vramtrace_recorder::format::TraceReader::new(&bytes[..]).unwrap();
+    let mut reader = vramtrace_format::TraceReader::new(&bytes[..]).unwrap();
     let e = extract(&mut reader, None).unwrap();
     let ops: Vec<Op> = e.list.requests.iter().map(|r| r.op).collect();
     assert_eq!(

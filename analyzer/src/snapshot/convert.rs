@@ -10,7 +10,7 @@ use super::rebuild::DeviceReplay;
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
-use vramtrace_recorder::format::varint::{self, Cursor};
+use vramtrace_format::varint::{self, Cursor};
 
 /// [`Val::Custom`] kind of a frame dict turned into a local frame.
 pub(crate) const CUSTOM_FRAME: u8 = 0;

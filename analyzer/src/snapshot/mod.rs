@@ -19,12 +19,12 @@ use rebuild::{DeviceReplay, EndBlock, EndSegment};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
-use vramtrace_recorder::allocator::AllocatorConfig;
-use vramtrace_recorder::format::{
+use vramtrace_format::{
     BlockEvent, BlockState, BlockStatus, DeviceInfo, Event, EventData, FormatError, Frame, FrameId,
     Header, InitialState, KindCounts, OomEvent, ReceiverGone, SegmentEvent, SegmentState, StackId,
     StringId, TraceChannel, TraceReceiver, TraceSender, TraceWriter, WriterOptions,
 };
+use vramtrace_recorder::allocator::AllocatorConfig;
 
 /// Why a snapshot could not be imported.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@
 use super::convert::{Action, LogEntry};
 use super::pickle::{FxMap, FxSet};
 use std::collections::BTreeMap;
-use vramtrace_recorder::format::BlockStatus;
+use vramtrace_format::BlockStatus;
 
 /// A block of the end state (`segments[].blocks[]`), not free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

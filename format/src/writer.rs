@@ -38,7 +38,7 @@ impl Default for WriterOptions {
 /// readable (without a footer).
 ///
 /// ```
-/// use vramtrace_recorder::format::*;
+/// use vramtrace_format::*;
 /// let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
 /// let name = w.intern_string("forward");
 /// w.push(Event { time_ns: 0, data: EventData::PhaseBegin { name } }).unwrap();

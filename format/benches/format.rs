@@ -2,11 +2,11 @@
 //! 10-million-event training-like stream, and encode throughput on a stream
 //! shaped like a converted PyTorch snapshot.
 //!
-//! `cargo bench -p vramtrace-recorder --bench format`
+//! `cargo bench -p vramtrace-format --bench format`
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use vramtrace_recorder::format::*;
+use vramtrace_format::*;
 
 const EVENTS: usize = 10_000_000;
 

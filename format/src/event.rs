@@ -122,6 +122,7 @@ pub struct EmptyCacheEvent {
 /// used on disk and must never change within a major format version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum EventKind {
     /// See [`EventData::Alloc`].
     Alloc = 0,

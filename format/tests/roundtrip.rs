@@ -1,7 +1,7 @@
 //! Round trips, damage and truncation of whole traces through the writer and reader.
 
 use proptest::prelude::*;
-use vramtrace_recorder::format::*;
+use vramtrace_format::*;
 
 fn header() -> Header {
     Header {

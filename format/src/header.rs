@@ -33,6 +33,7 @@ pub struct Header {
 /// The recorded process.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct ProcessInfo {
     /// Process id (0 when unknown).
     pub pid: u32,
@@ -127,6 +128,7 @@ pub struct BlockState {
 
 /// The state of a block.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum BlockStatus {
     /// Cached, free for reuse.
     #[default]
@@ -140,6 +142,7 @@ pub enum BlockStatus {
 /// Totals written when a trace is closed cleanly.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct Footer {
     /// Number of events, all kinds.
     pub events: u64,

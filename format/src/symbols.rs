@@ -41,6 +41,7 @@ impl StackId {
 
 /// One frame of a stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Frame {
     /// A symbolized frame: a function in a source file.
     Symbol {

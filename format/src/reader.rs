@@ -14,6 +14,7 @@ use std::path::Path;
 
 /// Where a trace was cut short, and how much of it was lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Truncation {
     /// The offset of the incomplete record.
     pub offset: u64,

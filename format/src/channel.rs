@@ -10,7 +10,7 @@
 //! received trace into a file.
 //!
 //! ```
-//! use vramtrace_recorder::format::*;
+//! use vramtrace_format::*;
 //! let mut channel = TraceChannel::new(Header::default());
 //! let name = channel.intern_string("forward");
 //! let (mut tx, mut rx) = channel.open(4);
@@ -348,7 +348,7 @@ impl Copied {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{BlockEvent, EventData, TraceReader};
+    use crate::{BlockEvent, EventData, TraceReader};
 
     fn alloc(time_ns: u64, addr: u64, stack: StackId) -> Event {
         Event {

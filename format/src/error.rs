@@ -4,6 +4,7 @@ use std::io;
 
 /// Why a trace could not be read or written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FormatError {
     /// The underlying reader or writer failed.
     #[error("{0}")]
