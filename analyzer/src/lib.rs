@@ -24,6 +24,7 @@ pub mod progress;
 pub mod render;
 pub mod replay;
 pub mod simulate;
+pub mod sites;
 pub mod snapshot;
 pub mod table;
 #[cfg(test)]

@@ -21,8 +21,8 @@
 use super::leaks::LeaksReport;
 use super::phase_totals::PhaseTotalsReport;
 use super::site_totals::SiteTotalsReport;
-use super::sites::SiteDescription;
 use super::summary::SummaryReport;
+use crate::sites::SiteDescription;
 use crate::units;
 use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, BTreeSet};

@@ -15,9 +15,9 @@
 //! 3. **Never freed**: blocks still live at the window's end, by site.
 
 use super::phases::normalized_path;
-use super::sites::{SiteDescription, SiteId};
 use super::{Analysis, Step};
 use crate::replay::{Applied, LiveAlloc, PhaseId, ReplayState, SiteLive};
+use crate::sites::{SiteDescription, SiteId};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;

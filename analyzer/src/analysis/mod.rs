@@ -13,7 +13,6 @@ pub mod leaks;
 pub mod phase_totals;
 pub mod phases;
 pub mod site_totals;
-pub mod sites;
 pub mod summary;
 pub mod timeline;
 pub mod window;

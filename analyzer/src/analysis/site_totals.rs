@@ -3,9 +3,9 @@
 //! peak; these say how much it churns, which is what changes when a
 //! regression adds a temporary copy that never reaches the peak.
 
-use super::sites::{SiteDescription, SiteId};
 use super::{Analysis, Step};
 use crate::replay::{Applied, ReplayState};
+use crate::sites::{SiteDescription, SiteId};
 use serde::Serialize;
 use vramtrace_format::SymbolTable;
 

@@ -17,11 +17,11 @@
 
 use super::window::Window;
 use super::{Analysis, Step, run_pass};
-use crate::analysis::sites::{SiteDescription, SiteId};
 use crate::replay::{
     Applied, FreeSpace, Inconsistency, InconsistencyKind, Occupancy, PhaseId, ReplayState,
     SiteLive, Totals,
 };
+use crate::sites::{SiteDescription, SiteId};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vramtrace_format::EventSource;

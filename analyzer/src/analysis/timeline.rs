@@ -156,7 +156,7 @@ pub struct TimelineAnalysis {
     // "no phase", whose id is u32::MAX (indexed by the id itself, one allocation
     // outside any phase made this table 16 GiB).
     phase_category: Vec<u32>,
-    phase_names: std::collections::HashMap<String, u32>,
+    phase_names: rustc_hash::FxHashMap<String, u32>,
     tracked: [u32; TRACKED],
     columns: Vec<Column>,
     origin_ns: Option<u64>,
@@ -328,9 +328,7 @@ impl TimelineAnalysis {
     fn category_name(&self, c: u32, state: &ReplayState, symbols: &SymbolTable) -> String {
         match self.options.group_by {
             GroupBy::None => "allocated".into(),
-            GroupBy::Site => state
-                .sites()
-                .name(crate::analysis::sites::SiteId(c), symbols),
+            GroupBy::Site => state.sites().name(crate::sites::SiteId(c), symbols),
             GroupBy::Phase => self
                 .phase_names
                 .iter()
@@ -342,7 +340,7 @@ impl TimelineAnalysis {
 
     fn build(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Timeline {
         // Which categories to name: the largest seen at any kept moment.
-        let mut largest: std::collections::HashMap<u32, u64> = Default::default();
+        let mut largest: rustc_hash::FxHashMap<u32, u64> = Default::default();
         let samples: Vec<Sample> = self
             .columns
             .iter()

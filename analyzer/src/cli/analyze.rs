@@ -2,12 +2,12 @@
 //! their common flags, opening and windowing a trace, and running one pass.
 
 use super::{Input, open_input, warn};
-use crate::analysis::sites::{FoldRules, SiteDescription, SiteFolder};
 use crate::analysis::summary::{SummaryReport, free_space_at};
 use crate::analysis::window::{Window, WindowSpec};
 use crate::analysis::{Analysis, PassInfo, run_pass};
 use crate::progress;
 use crate::replay::ReplayState;
+use crate::sites::{FoldRules, SiteDescription, SiteFolder};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 

@@ -12,13 +12,13 @@ use crate::analysis::compare::{
 use crate::analysis::leaks::Leaks;
 use crate::analysis::phase_totals::PhaseTotals;
 use crate::analysis::site_totals::SiteTotals;
-use crate::analysis::sites::SiteDescription;
 use crate::analysis::summary::Summary;
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
 use crate::render::diff::{
     self, AlignBy, DiffRun, format_delta, format_percent, format_value, repetitions,
 };
 use crate::render::labels;
+use crate::sites::SiteDescription;
 use crate::table::{Align, Table};
 use crate::units;
 use serde::Serialize;

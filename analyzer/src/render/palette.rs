@@ -2,7 +2,7 @@
 //! colour wherever it appears.
 
 use plotters::style::RGBColor;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Colours for categories, distinguishable by most colour-blind readers
 /// (Okabe–Ito, extended with Tableau tones).

@@ -22,7 +22,7 @@
 //! done. Per-site live bytes follow `allocated`.
 //! | `reserved` (segment sizes) | `SegmentAlloc`, `SegmentMap` | `SegmentFree`, `SegmentUnmap` |
 
-use crate::analysis::sites::{SiteFolder, SiteId};
+use crate::sites::{SiteFolder, SiteId};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use vramtrace_format::{

@@ -14,8 +14,8 @@ pub mod requests;
 #[cfg(test)]
 mod tests;
 
-use crate::analysis::sites::SiteId;
 use crate::replay::PhaseId;
+use crate::sites::SiteId;
 use rayon::prelude::*;
 pub use requests::{
     AllocInfo, Op, Request, RequestExtractor, RequestList, SegmentAction, SegmentKind,

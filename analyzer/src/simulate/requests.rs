@@ -8,9 +8,9 @@
 //! allocator produce the second. The reactions are kept apart, as
 //! [`SegmentAction`]s, to check that the recorded settings reproduce them.
 
-use crate::analysis::sites::SiteId;
 use crate::analysis::{Analysis, Step};
 use crate::replay::{Applied, PhaseId, ReplayState};
+use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use vramtrace_format::{EventData, EventKind, SymbolTable};

@@ -10,12 +10,15 @@
 //! [`ImportReport`].
 
 mod convert;
+mod log;
 pub mod pickle;
 mod rebuild;
 
-use convert::{Action, Collected, Collector, LogEntry};
-use pickle::{FxMap, Heap, ObjKind, PickleError, StrId, Val};
+use convert::{Collected, Collector};
+use log::{Action, LogEntry};
+use pickle::{Heap, ObjKind, PickleError, StrId, Val};
 use rebuild::{DeviceReplay, EndBlock, EndSegment};
+use rustc_hash::FxHashMap as FxMap;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;

@@ -10,8 +10,10 @@
 //! moment they are attached to their parent: the snapshot converter turns trace entries
 //! into events there and drops them, so memory stays proportional to what is kept.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+// FxHash throughout: the keys (short strings, small ints, addresses) come from files
+// we read, not from an adversary that could exploit collisions cheaply enough to
+// matter, and SipHash would cost a good share of the parse time.
+use rustc_hash::FxHashMap;
 use std::io::{self, Read};
 
 /// An error reading a pickle: always names the byte offset where it happened.
@@ -151,7 +153,7 @@ pub struct Obj {
 #[derive(Default)]
 pub struct Heap {
     strings: Vec<Box<[u8]>>,
-    string_ids: HashMap<Box<[u8]>, StrId, FxBuild>,
+    string_ids: FxHashMap<Box<[u8]>, StrId>,
     // The string interned last: see `intern`.
     last_string: StrId,
     bytes: Vec<Vec<u8>>,
@@ -497,7 +499,7 @@ pub fn load(read: impl Read) -> Result<Value, PickleError> {
 struct Memo {
     slots: Vec<u32>,
     side: Vec<Val>,
-    sparse: HashMap<u64, Val, FxBuild>,
+    sparse: FxHashMap<u64, Val>,
 }
 
 const TAG_SHIFT: u32 = 29;
@@ -1632,71 +1634,6 @@ fn malformed(offset: u64, message: impl Into<String>) -> PickleError {
         message: message.into(),
     }
 }
-
-/// FxHash (rustc's hasher): the keys here (short strings, small ints) come from files
-/// we read, not from an adversary that could exploit collisions cheaply enough to
-/// matter, and SipHash would cost a good share of the parse time.
-#[derive(Default, Clone, Copy)]
-pub struct FxHasher {
-    hash: u64,
-}
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    #[inline(always)]
-    fn add(&mut self, w: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ w).wrapping_mul(FX_SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().unwrap()));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(b));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        // The last multiply leaves the low bits weakest, and hashbrown picks buckets
-        // by the low bits: device addresses (multiples of 512 or more) would all land
-        // in a few buckets. The rotation brings the well-mixed high bits down.
-        self.hash.rotate_left(26)
-    }
-}
-
-/// A `BuildHasher` for [`FxHasher`].
-pub type FxBuild = BuildHasherDefault<FxHasher>;
-
-/// A `HashMap` with [`FxHasher`].
-pub type FxMap<K, V> = HashMap<K, V, FxBuild>;
-
-/// A `HashSet` with [`FxHasher`].
-pub type FxSet<K> = std::collections::HashSet<K, FxBuild>;
 
 #[cfg(test)]
 mod tests {

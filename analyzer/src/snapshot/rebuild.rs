@@ -8,8 +8,8 @@
 //! as the end state says. The forward form needs no reversed copy of the log and
 //! checks consistency on the way: replaying forward must land on `segments`.
 
-use super::convert::{Action, LogEntry};
-use super::pickle::{FxMap, FxSet};
+use super::log::{Action, LogEntry};
+use rustc_hash::{FxHashMap as FxMap, FxHashSet as FxSet};
 use std::collections::BTreeMap;
 use vramtrace_format::BlockStatus;
 
