@@ -56,11 +56,13 @@ fn main() {
                 applied,
                 symbols: reader.symbols(),
             };
-            summary.event(&step, &state);
+            summary
+                .event(&step, &state)
+                .expect("the summary takes any event");
             index += 1;
         }
     }
-    summary.finish(&state, reader.symbols());
+    summary.finish(&state, reader.symbols()).expect("finished");
     let both = cpu_seconds(clock) - started;
     let replay = both - decode;
     let m = events as f64 / 1e6;

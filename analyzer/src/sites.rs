@@ -105,15 +105,29 @@ fn compile(patterns: &[&str]) -> Vec<Regex> {
         .collect()
 }
 
+/// A frame pattern that is not a regular expression.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("bad frame pattern '{pattern}': {source}")]
+pub struct PatternError {
+    /// The pattern as given.
+    pub pattern: String,
+    /// Why it does not compile.
+    #[source]
+    pub source: regex::Error,
+}
+
 impl FoldRules {
-    /// The default rules plus user patterns (`--skip-frames`), each matched
-    /// against a frame's rendering `function (file:line)`.
-    pub fn with_extra(patterns: &[String]) -> Result<Self, String> {
+    /// The default rules plus user patterns, each matched against a frame's
+    /// rendering `function (file:line)`.
+    pub fn with_extra(patterns: &[String]) -> Result<Self, PatternError> {
         let mut rules = FoldRules::default();
         for p in patterns {
             rules
                 .extra
-                .push(Regex::new(p).map_err(|e| format!("bad --skip-frames pattern '{p}': {e}"))?);
+                .push(Regex::new(p).map_err(|source| PatternError {
+                    pattern: p.clone(),
+                    source,
+                })?);
         }
         Ok(rules)
     }

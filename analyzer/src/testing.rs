@@ -191,7 +191,7 @@ pub fn replay_trace(bytes: &[u8], analyses: &mut [&mut dyn Analysis], window: &W
         &mut ReplayState::default(),
         analyses,
         window,
-        None,
+        &crate::progress::NoProgress,
     )
     .unwrap();
 }

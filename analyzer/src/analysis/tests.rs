@@ -1,4 +1,5 @@
 use super::*;
+use crate::progress::NoProgress;
 use crate::testing::TraceBuilder;
 use vramtrace_format::TraceReader;
 
@@ -8,8 +9,9 @@ impl Analysis for Recorder {
     fn begin(&mut self, state: &ReplayState, _: &SymbolTable) {
         self.1 = state.totals().allocated;
     }
-    fn event(&mut self, step: &Step<'_>, _: &ReplayState) {
+    fn event(&mut self, step: &Step<'_>, _: &ReplayState) -> Result<Flow, AnalysisError> {
         self.0.push(step.index);
+        Ok(Flow::Continue)
     }
 }
 
@@ -25,7 +27,14 @@ fn windows_restrict_the_events_analyses_see() {
         let mut reader = TraceReader::new(&bytes[..]).unwrap();
         let mut state = ReplayState::default();
         let mut rec = Recorder(Vec::new(), 0);
-        let info = run_pass(&mut reader, &mut state, &mut [&mut rec], &window, None).unwrap();
+        let info = run_pass(
+            &mut reader,
+            &mut state,
+            &mut [&mut rec],
+            &window,
+            &NoProgress,
+        )
+        .unwrap();
         (rec, info, state.totals().allocated)
     };
     let (rec, info, _) = run(Window::ALL);
@@ -44,13 +53,16 @@ fn windows_restrict_the_events_analyses_see() {
 
     let spec = window::WindowSpec::parse(Some("phase"), Some("phase")).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
-    let w = spec.resolve(Some(&mut reader)).unwrap().unwrap();
+    let w = spec.resolve(&mut reader).unwrap();
     assert_eq!((w.from_index, w.to_index), (Some(1), Some(3)));
     let (rec, _, _) = run(w);
     assert_eq!(rec.0, vec![1, 2, 3]);
     let spec = window::WindowSpec::parse(Some("nope"), None).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
-    assert!(spec.resolve(Some(&mut reader)).unwrap().is_err());
+    assert!(matches!(
+        spec.resolve(&mut reader),
+        Err(window::WindowError::NoSuchPhase(name)) if name == "nope"
+    ));
 }
 
 #[test]
@@ -65,6 +77,6 @@ fn phase_bounds_with_hash_match_every_number() {
     let bytes = b.finish();
     let spec = window::WindowSpec::parse(Some("step#"), Some("step#")).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
-    let w = spec.resolve(Some(&mut reader)).unwrap().unwrap();
+    let w = spec.resolve(&mut reader).unwrap();
     assert_eq!((w.from_index, w.to_index), (Some(2), Some(7)));
 }

@@ -7,13 +7,13 @@
 //! whenever the trace outgrows them: one pass, memory independent of length.
 
 use super::phases::normalize_name;
-use super::{Analysis, Step};
+use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{Applied, LiveAlloc, ReplayState};
 use serde::Serialize;
 use vramtrace_format::{EventData, SymbolTable};
 
 /// What the stacked areas are split by.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GroupBy {
     /// Allocation sites (the most telling frame of the allocating stack).
     #[default]
@@ -165,7 +165,7 @@ pub struct TimelineAnalysis {
     peak: Option<(Sample, u64)>,
     ooms: Vec<TimelinePoint>,
     last_time_ns: u64,
-    result: Timeline,
+    report: Option<Timeline>,
 }
 
 impl TimelineAnalysis {
@@ -188,18 +188,13 @@ impl TimelineAnalysis {
             peak: None,
             ooms: Vec::new(),
             last_time_ns: 0,
-            result: Timeline::default(),
+            report: None,
         }
     }
 
-    /// The result, once the pass has finished.
-    pub fn timeline(&self) -> &Timeline {
-        &self.result
-    }
-
-    /// Takes the result, once the pass has finished.
-    pub fn into_timeline(self) -> Timeline {
-        self.result
+    /// Takes the timeline, once the pass is over: an error if it did not finish.
+    pub fn into_report(self) -> Result<Timeline, AnalysisError> {
+        self.report.ok_or(AnalysisError::NoResult("timeline"))
     }
 
     fn category(&mut self, alloc: &LiveAlloc, state: &ReplayState, symbols: &SymbolTable) -> u32 {
@@ -464,7 +459,7 @@ impl Analysis for TimelineAnalysis {
         self.retrack();
     }
 
-    fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         match step.applied {
             Applied::Alloc(alloc) => {
                 let c = self.category(&alloc, state, step.symbols);
@@ -491,10 +486,12 @@ impl Analysis for TimelineAnalysis {
             _ => {}
         }
         self.observe(step.event.time_ns, state);
+        Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
-        self.result = self.build(state, symbols);
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        self.report = Some(self.build(state, symbols));
+        Ok(())
     }
 }
 

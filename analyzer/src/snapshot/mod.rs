@@ -85,7 +85,7 @@ pub struct ImportReport {
 /// Imports a snapshot pickle (uncompressed: see [`crate::input`] for compressed files).
 /// `progress` is called with the number of pickle bytes read so far, every MiB or so.
 pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapshot, ImportError> {
-    let (trace, report) = parse(read, progress)?.write_trace(Vec::new())?;
+    let (trace, report) = Arc::new(parse(read, progress)?).write_trace(Vec::new())?;
     Ok(ImportedSnapshot { trace, report })
 }
 
@@ -162,9 +162,12 @@ impl ParsedSnapshot {
     }
 
     /// Writes the trace to `out`; returns the output and the complete report.
-    pub fn write_trace<W: std::io::Write>(self, out: W) -> Result<(W, ImportReport), ImportError> {
+    pub fn write_trace<W: std::io::Write>(
+        self: &Arc<Self>,
+        out: W,
+    ) -> Result<(W, ImportReport), ImportError> {
         let mut report = self.report.clone();
-        let rx = Arc::new(self).stream();
+        let rx = self.stream();
         let options = WriterOptions {
             chunk_interval: None,
             ..WriterOptions::default()

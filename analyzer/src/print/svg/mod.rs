@@ -1,6 +1,17 @@
-//! What every chart shares: size, fonts, axis labels in human units, and the
-//! hover tooltips plotters cannot draw.
+//! The SVG printers: charts of the analyses' reports, drawn with plotters.
+//! They take plain data and never read traces.
+//!
+//! This module holds what every chart shares: size, fonts, axis labels in
+//! human units, and the hover tooltips plotters cannot draw.
 
+pub mod diff;
+pub mod fragmentation;
+pub mod leaks;
+pub mod palette;
+pub mod simulate;
+pub mod timeline;
+
+use super::ChartError;
 use crate::units;
 use std::fmt::Write as _;
 
@@ -139,7 +150,7 @@ pub type TimeBytesChart<'a, 'b> = plotters::chart::ChartContext<
 pub fn draw_time_bytes_mesh(
     ctx: &mut TimeBytesChart<'_, '_>,
     scale: ByteScale,
-) -> anyhow::Result<()> {
+) -> Result<(), ChartError> {
     use plotters::style::RGBColor;
     ctx.configure_mesh()
         .x_label_formatter(&time_label)
@@ -156,7 +167,7 @@ pub fn draw_time_bytes_mesh(
 /// chart shares.
 pub fn draw_legend<'a, DB, CT>(
     ctx: &mut plotters::chart::ChartContext<'a, DB, CT>,
-) -> anyhow::Result<()>
+) -> Result<(), ChartError>
 where
     DB: plotters::backend::DrawingBackend + 'a,
     DB::ErrorType: 'static,
@@ -174,8 +185,8 @@ where
 }
 
 /// Turns a plotters error into a message (they carry backend types).
-pub fn draw_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow::anyhow!("cannot draw the chart: {e:?}")
+pub fn draw_error<E: std::fmt::Debug>(e: E) -> ChartError {
+    ChartError::Draw(format!("{e:?}"))
 }
 
 /// Writes a rendered chart into `$VRAMTRACE_REVIEW_DIR` when it is set, so

@@ -1,18 +1,89 @@
 //! The HTML report: one self-contained page (inline CSS and SVG, no script,
 //! font or anything else fetched) that opens anywhere, offline.
 
+mod compare;
+
+use super::ChartError;
 use super::labels::site_label;
+use super::svg::diff::{AlignBy, DiffRun};
 use super::svg::escape;
+use super::svg::{self, palette::Palette};
 use crate::analysis::fragmentation::FragmentationReport;
-use crate::analysis::leaks::{LeaksReport, PhaseGrowth};
+use crate::analysis::leaks::LeaksReport;
 use crate::analysis::summary::SummaryReport;
-use crate::analysis::timeline::Timeline;
+use crate::command::Warning;
+use crate::command::report::ReportResult;
 use crate::units;
 use std::fmt::Write as _;
 use vramtrace_format::Header;
 
+/// The report page of a [`ReportResult`], its charts drawn inline with `top`
+/// sites named.
+pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
+    let mut extra_sections = Vec::new();
+    if let (Some(comparison), Some(base_timeline)) = (&r.comparison, &r.base_timeline) {
+        let chart = svg::diff::render(
+            &DiffRun {
+                name: &comparison.base.name,
+                timeline: base_timeline,
+                iterations: comparison.base.iterations.as_ref(),
+            },
+            &DiffRun {
+                name: &comparison.new.name,
+                timeline: &r.timeline,
+                iterations: comparison.new.iterations.as_ref(),
+            },
+            comparison,
+            AlignBy::Time,
+            top,
+        )?;
+        extra_sections.push(Section {
+            id: "comparison".into(),
+            title: format!("Compared with {}", comparison.base.name),
+            html: compare::section(comparison, &chart, top),
+        });
+    }
+    // One palette for every chart: a site keeps its colour throughout.
+    let mut palette = Palette::new();
+    let charts = Charts {
+        timeline: svg::timeline::render(
+            &r.timeline,
+            &format!("Memory over time: {}", r.name),
+            &mut palette,
+        )?,
+        fragmentation: svg::fragmentation::render(
+            &r.fragmentation,
+            &format!("Fragmentation: {}", r.name),
+        )?,
+        leaks: r
+            .leaks
+            .chart_phase()
+            .map(|phase| svg::leaks::render(phase, &mut palette))
+            .transpose()?,
+    };
+    let warnings = r
+        .warnings
+        .iter()
+        .filter_map(|w| match w {
+            Warning::Truncated(t) => Some(format!("This trace was cut short: {t}.")),
+            Warning::Unfinished => Some("This trace has no footer: the recording process did not close it, so its last events may be missing.".into()),
+            _ => None,
+        })
+        .collect();
+    Ok(render(&ReportInput {
+        name: &r.name,
+        header: &r.header,
+        summary: &r.summary,
+        fragmentation: &r.fragmentation,
+        leaks: &r.leaks,
+        charts,
+        warnings,
+        extra_sections,
+    }))
+}
+
 /// Everything one report shows about one trace.
-pub struct ReportInput<'a> {
+struct ReportInput<'a> {
     /// The trace's file name, as the title shows it.
     pub name: &'a str,
     /// The trace's header.
@@ -23,8 +94,6 @@ pub struct ReportInput<'a> {
     pub fragmentation: &'a FragmentationReport,
     /// The leak analysis.
     pub leaks: &'a LeaksReport,
-    /// The timeline.
-    pub timeline: &'a Timeline,
     /// The rendered charts.
     pub charts: Charts,
     /// Warnings met while reading (truncation, import notes).
@@ -35,7 +104,7 @@ pub struct ReportInput<'a> {
 
 /// The SVG charts of a report.
 #[derive(Default)]
-pub struct Charts {
+struct Charts {
     /// Memory over time.
     pub timeline: String,
     /// Fragmentation over time.
@@ -45,7 +114,7 @@ pub struct Charts {
 }
 
 /// A section of the report: an anchor, a heading and HTML content.
-pub struct Section {
+struct Section {
     /// The anchor (letters, digits and dashes).
     pub id: String,
     /// The heading.
@@ -92,7 +161,7 @@ footer { color: var(--muted); font-size: 12px; text-align: center; padding: 16px
 "#;
 
 /// Renders the report page.
-pub fn render(input: &ReportInput<'_>) -> String {
+fn render(input: &ReportInput<'_>) -> String {
     let s = input.summary;
     let mut html = String::with_capacity(256 * 1024);
     let title = format!("vramtrace report: {}", input.name);
@@ -248,7 +317,7 @@ fn findings(input: &ReportInput<'_>) -> String {
         "sizes as the program asked",
         "",
     ));
-    let distinct = distinct_leaks(leaks);
+    let distinct = leaks.distinct_leaks();
     let leak_bytes: i64 = distinct
         .iter()
         .map(|g| g.bytes_per_repetition)
@@ -309,7 +378,7 @@ fn findings(input: &ReportInput<'_>) -> String {
             ),
         ));
     }
-    for g in distinct_leaks(leaks) {
+    for g in leaks.distinct_leaks() {
         let site = g
             .sites
             .first()
@@ -420,23 +489,6 @@ fn findings(input: &ReportInput<'_>) -> String {
     }
     html.push_str("</ul>");
     html
-}
-
-/// The leaking phases, leaving out a phase nested in a leaking phase listed
-/// before it when both grow by the same site: `iter#/forward` repeats what
-/// `iter#` already says.
-pub fn distinct_leaks(leaks: &LeaksReport) -> Vec<&PhaseGrowth> {
-    let top_site = |g: &PhaseGrowth| g.sites.first().map(|s| s.site.site.clone());
-    let mut kept: Vec<&PhaseGrowth> = Vec::new();
-    for g in &leaks.growth {
-        let nested_repeat = kept
-            .iter()
-            .any(|k| g.phase.starts_with(&format!("{}/", k.phase)) && top_site(k) == top_site(g));
-        if !nested_repeat {
-            kept.push(g);
-        }
-    }
-    kept
 }
 
 fn phase_or_none(phase: &str) -> &str {

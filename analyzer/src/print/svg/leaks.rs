@@ -2,19 +2,19 @@
 //! phase with the fitted growth line, and the growing sites as bars.
 
 use super::palette::{self, Palette};
-use super::svg::{self, ByteScale, FONT, HEIGHT, Tooltips, WIDTH};
 use super::timeline::short;
+use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
 use crate::analysis::leaks::PhaseGrowth;
 use crate::units;
 use plotters::prelude::*;
 
 /// Renders one repeated phase's growth as an SVG document.
-pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<String> {
+pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, ChartError> {
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
         let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(svg::draw_error)?;
+        root.fill(&WHITE).map_err(super::draw_error)?;
         let title = format!(
             "{}: {} per repetition over {} repetitions",
             growth.phase,
@@ -24,7 +24,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
         let (title_area, body) = root.split_vertically(36);
         title_area
             .titled(&title, (FONT, 20))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         let (left, right) = body.split_horizontally(WIDTH * 3 / 5);
 
         // Left: live bytes at each repetition's end, and the fitted line.
@@ -38,7 +38,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
             .x_label_area_size(40)
             .y_label_area_size(90)
             .build_cartesian_2d(-0.5..x_max + 0.5, 0.0..scale.scale(max) * 1.2)
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         ctx.configure_mesh()
             .x_desc("repetition")
             .y_desc("allocated at the repetition's end")
@@ -47,7 +47,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
             .label_style((FONT, 13))
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         let points: Vec<(f64, f64)> = reps
             .iter()
             .zip(live)
@@ -57,7 +57,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
             points.clone(),
             RGBColor(0, 114, 178).stroke_width(1),
         ))
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
         // The fit: the slope found, through the median of the fitted part.
         let fitted: Vec<(f64, f64)> = points
             .iter()
@@ -78,7 +78,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
                 RGBColor(120, 120, 120)
             };
             ctx.draw_series(DashedLineSeries::new(line, 8, 4, colour.stroke_width(2)))
-                .map_err(svg::draw_error)?;
+                .map_err(super::draw_error)?;
             let (px, py) = ctx.backend_coord(&line[1]);
             left.draw(&Text::new(
                 format!(
@@ -88,7 +88,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
                 (px - 190, py - 14),
                 (FONT, 14).into_font().color(&colour),
             ))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         }
         for (&r, &b) in reps.iter().zip(live) {
             let (px, py) = ctx.backend_coord(&(r as f64, scale.scale(b)));
@@ -128,7 +128,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
             .y_label_area_size(10)
             .caption("growing sites (bytes per repetition)", (FONT, 14))
             .build_cartesian_2d(0.0..bar_scale.scale(bar_max) * 1.15, 0.0..n as f64)
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         bars.configure_mesh()
             .disable_y_mesh()
             .disable_y_axis()
@@ -137,7 +137,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
             .label_style((FONT, 12))
             .light_line_style(RGBColor(240, 240, 240))
             .draw()
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         for (i, site) in sites.iter().enumerate() {
             let y0 = (n - 1 - i) as f64 + 0.15;
             let y1 = y0 + 0.7;
@@ -147,7 +147,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
                 [(0.0, y0), (w, y1)],
                 colour.mix(0.85).filled(),
             )])
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
             let (lx, ly) = bars.backend_coord(&(0.0, y1));
             right
                 .draw(&Text::new(
@@ -158,7 +158,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
                     ),
                     (FONT, 12).into_font(),
                 ))
-                .map_err(svg::draw_error)?;
+                .map_err(super::draw_error)?;
             let (x0, py0) = bars.backend_coord(&(0.0, y1));
             let (x1, py1) = bars.backend_coord(&(w, y0));
             tips.rect(
@@ -183,9 +183,9 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> anyhow::Result<Str
                     (w as i32 / 2 - 50, h as i32 / 2),
                     (FONT, 14).into_font(),
                 ))
-                .map_err(svg::draw_error)?;
+                .map_err(super::draw_error)?;
         }
-        root.present().map_err(svg::draw_error)?;
+        root.present().map_err(super::draw_error)?;
     }
     tips.insert_into(&mut out);
     Ok(out)

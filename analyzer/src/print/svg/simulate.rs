@@ -3,7 +3,7 @@
 //! policy's first OOM.
 
 use super::palette::{self, Palette};
-use super::svg::{self, ByteScale, FONT, HEIGHT, Tooltips, WIDTH};
+use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
 use crate::simulate::Sample;
 use crate::units;
 use plotters::prelude::*;
@@ -20,12 +20,16 @@ pub struct Series<'a> {
 
 /// Renders the policies' curves as an SVG document; `capacity` draws the
 /// simulated device's size as a line.
-pub fn render(series: &[Series<'_>], capacity: Option<u64>, title: &str) -> anyhow::Result<String> {
+pub fn render(
+    series: &[Series<'_>],
+    capacity: Option<u64>,
+    title: &str,
+) -> Result<String, ChartError> {
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
         let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(svg::draw_error)?;
+        root.fill(&WHITE).map_err(super::draw_error)?;
         let samples = series.iter().flat_map(|s| s.samples.iter());
         let t0 = samples.clone().map(|b| b.start_ns).min().unwrap_or(0) as f64;
         let t1 = (samples.clone().map(|b| b.end_ns).max().unwrap_or(1) as f64).max(t0 + 1.0);
@@ -44,16 +48,16 @@ pub fn render(series: &[Series<'_>], capacity: Option<u64>, title: &str) -> anyh
             .x_label_area_size(40)
             .y_label_area_size(90)
             .build_cartesian_2d(t0..t1, 0.0..top)
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         ctx.configure_mesh()
-            .x_label_formatter(&svg::time_label)
+            .x_label_formatter(&super::time_label)
             .y_label_formatter(&|v| scale.label(v))
             .x_desc("time")
             .y_desc("memory")
             .label_style((FONT, 13))
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
 
         if let Some(c) = capacity {
             let y = scale.scale(c);
@@ -63,7 +67,7 @@ pub fn render(series: &[Series<'_>], capacity: Option<u64>, title: &str) -> anyh
                 4,
                 palette::ALERT.stroke_width(1),
             ))
-            .map_err(svg::draw_error)?
+            .map_err(super::draw_error)?
             .label(format!("capacity {}", units::bytes(c)))
             .legend(|(x, y)| {
                 PathElement::new([(x, y), (x + 12, y)], palette::ALERT.stroke_width(1))
@@ -100,7 +104,7 @@ pub fn render(series: &[Series<'_>], capacity: Option<u64>, title: &str) -> anyh
                 0.0,
                 grey.mix(0.3),
             ))
-            .map_err(svg::draw_error)?
+            .map_err(super::draw_error)?
             .label("allocated (every policy)")
             .legend(move |(x, y)| {
                 Rectangle::new([(x, y - 6), (x + 12, y + 6)], grey.mix(0.3).filled())
@@ -118,7 +122,7 @@ pub fn render(series: &[Series<'_>], capacity: Option<u64>, title: &str) -> anyh
                     3,
                     colour.stroke_width(1),
                 ))
-                .map_err(svg::draw_error)?
+                .map_err(super::draw_error)?
                 .label(format!("{}: allocated", s.name))
                 .legend(move |(x, y)| {
                     PathElement::new([(x, y), (x + 12, y)], colour.stroke_width(1))
@@ -128,7 +132,7 @@ pub fn render(series: &[Series<'_>], capacity: Option<u64>, title: &str) -> anyh
                 steps(s.samples, &|b| b.reserved_bytes),
                 colour.mix(0.85).stroke_width(width),
             ))
-            .map_err(svg::draw_error)?
+            .map_err(super::draw_error)?
             .label(format!("{}: reserved", s.name))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], colour.stroke_width(3)));
             if let Some((time, text)) = &s.oom {
@@ -142,7 +146,7 @@ pub fn render(series: &[Series<'_>], capacity: Option<u64>, title: &str) -> anyh
                 markers.push((x, y, text.clone()));
             }
         }
-        svg::draw_legend(&mut ctx)?;
+        super::draw_legend(&mut ctx)?;
 
         // Tooltips with every policy's values, one per few pixels.
         let (_, y_range) = ctx.plotting_area().get_pixel_range();
@@ -182,7 +186,7 @@ pub fn render(series: &[Series<'_>], capacity: Option<u64>, title: &str) -> anyh
         for (x, y, text) in markers {
             tips.circle(x, y, 6, &palette::hex(palette::ALERT), &text);
         }
-        root.present().map_err(svg::draw_error)?;
+        root.present().map_err(super::draw_error)?;
     }
     tips.insert_into(&mut out);
     Ok(out)

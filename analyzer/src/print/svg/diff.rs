@@ -3,15 +3,13 @@
 //! repetitions of each run's loop); below, the sites whose memory changed
 //! most, as bars diverging from zero (growth to the right, in red).
 
-use super::labels;
 use super::palette;
-use super::svg::{self, ByteScale, FONT, HEIGHT, Tooltips, WIDTH, escape};
 use super::timeline::short;
-use crate::analysis::compare::{
-    Change, Comparison, Iterations, PhaseDelta, Presence, SiteDelta, Unit,
-};
+use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use crate::analysis::compare::{Change, Comparison, Iterations, Presence, SiteDelta};
 use crate::analysis::phases::normalize_name;
 use crate::analysis::timeline::Timeline;
+use crate::print::labels;
 use crate::units;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -29,7 +27,7 @@ const ROW_PX: u32 = 26;
 const LABEL_PX: u32 = 380;
 
 /// How the two timelines share the horizontal axis.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AlignBy {
     /// Time since each run's first event.
     #[default]
@@ -57,7 +55,7 @@ pub fn render(
     comparison: &Comparison,
     align: AlignBy,
     top: usize,
-) -> anyhow::Result<String> {
+) -> Result<String, ChartError> {
     let sites: Vec<&SiteDelta> = comparison
         .sites
         .iter()
@@ -68,13 +66,13 @@ pub fn render(
     let axes = [base, new]
         .map(|run| Axis::new(run, align))
         .into_iter()
-        .collect::<anyhow::Result<Vec<Axis>>>()?;
+        .collect::<Result<Vec<Axis>, ChartError>>()?;
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
         let full = SVGBackend::with_string(&mut out, (WIDTH + LEGEND_WIDTH, HEIGHT + bars_height))
             .into_drawing_area();
-        full.fill(&WHITE).map_err(svg::draw_error)?;
+        full.fill(&WHITE).map_err(super::draw_error)?;
         let (upper, lower) = full.split_vertically(HEIGHT);
         let (plot, legend) = upper.split_horizontally(WIDTH);
         let title = format!(
@@ -85,7 +83,7 @@ pub fn render(
         draw_timelines(&plot, &legend, &title, [base, new], &axes, &mut tips)?;
         let (bars, _) = lower.split_horizontally(WIDTH + LEGEND_WIDTH - 40);
         draw_bars(&full, &bars, &sites, &mut tips)?;
-        full.present().map_err(svg::draw_error)?;
+        full.present().map_err(super::draw_error)?;
     }
     tips.insert_into(&mut out);
     Ok(out)
@@ -102,17 +100,14 @@ struct Axis {
 }
 
 impl Axis {
-    fn new(run: &DiffRun<'_>, align: AlignBy) -> anyhow::Result<Self> {
+    fn new(run: &DiffRun<'_>, align: AlignBy) -> Result<Self, ChartError> {
         let t = run.timeline;
         let origin_ns = t.samples.first().map_or(0, |s| s.time_ns);
         let end_ns = t.samples.last().map_or(origin_ns, |s| s.time_ns);
         let mut spans = Vec::new();
         if align == AlignBy::Repetition {
             let Some(iterations) = run.iterations else {
-                anyhow::bail!(
-                    "--align repetition needs a phase repeated three times or more in both runs; {} has none",
-                    run.name
-                );
+                return Err(ChartError::NoRepetitions(run.name.to_string()));
             };
             let depth = iterations.phase.matches('/').count();
             let leaf = iterations.phase.rsplit('/').next().unwrap_or("");
@@ -175,7 +170,7 @@ fn draw_timelines(
     runs: [&DiffRun<'_>; 2],
     axes: &[Axis],
     tips: &mut Tooltips,
-) -> anyhow::Result<()> {
+) -> Result<(), ChartError> {
     let repetitions = !axes[0].spans.is_empty();
     let (x0, x1) = axes
         .iter()
@@ -200,12 +195,12 @@ fn draw_timelines(
         .x_label_area_size(40)
         .y_label_area_size(90)
         .build_cartesian_2d(x0..x1, 0.0..top)
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
     let x_desc = match runs[0].iterations {
         Some(it) if repetitions => format!("repetition of {}", it.phase),
         _ => "time since the run's start".to_string(),
     };
-    let time_label = |v: &f64| svg::time_label(v);
+    let time_label = |v: &f64| super::time_label(v);
     let rep_label = |v: &f64| format!("{v:.0}");
     let x_label: &dyn Fn(&f64) -> String = if repetitions { &rep_label } else { &time_label };
     ctx.configure_mesh()
@@ -216,7 +211,7 @@ fn draw_timelines(
         .label_style((FONT, 13))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
 
     // (label, colour, dashed) in legend order.
     let mut entries: Vec<(String, RGBColor, bool)> = Vec::new();
@@ -234,19 +229,19 @@ fn draw_timelines(
             4,
             colour.mix(0.8).stroke_width(1),
         ))
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
         let allocated: Vec<(f64, f64)> = samples
             .iter()
             .map(|s| (axis.x(s.time_ns), scale.scale(s.allocated)))
             .collect();
         ctx.draw_series(LineSeries::new(allocated, colour.stroke_width(2)))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         entries.push((format!("{role}: {}", short(run.name, 30)), colour, false));
         entries.push((format!("{role} reserved"), colour, true));
         if let Some(peak) = &run.timeline.peak {
             let (px, py) = ctx.backend_coord(&(axis.x(peak.time_ns), scale.scale(peak.bytes)));
             plot.draw(&Circle::new((px, py), 5, colour.filled()))
-                .map_err(svg::draw_error)?;
+                .map_err(super::draw_error)?;
             tips.circle(
                 px,
                 py,
@@ -266,14 +261,14 @@ fn draw_timelines(
                 [(x, 0.0), (x, top)],
                 colour.stroke_width(2),
             ))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
             let (px, py) = ctx.backend_coord(&(x, top * 0.97));
             plot.draw(&Text::new(
                 "OOM",
                 (px + 4, py),
                 (FONT, 13).into_font().color(&colour),
             ))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         }
     }
     let (_, plot_y) = ctx.plotting_area().get_pixel_range();
@@ -284,7 +279,7 @@ fn draw_legend(
     area: &Area<'_>,
     top: i32,
     entries: &[(String, RGBColor, bool)],
-) -> anyhow::Result<()> {
+) -> Result<(), ChartError> {
     const ROW: i32 = 18;
     for (i, (label, colour, dashed)) in entries.iter().enumerate() {
         let y = top + 6 + ROW * i as i32;
@@ -294,21 +289,21 @@ fn draw_legend(
                     [(x, y + 6), (x + 5, y + 6)],
                     colour.stroke_width(1),
                 ))
-                .map_err(svg::draw_error)?;
+                .map_err(super::draw_error)?;
             }
         } else {
             area.draw(&PathElement::new(
                 [(4, y + 6), (18, y + 6)],
                 colour.stroke_width(3),
             ))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         }
         area.draw(&Text::new(
             short(label, 42),
             (24, y),
             (FONT, 12).into_font(),
         ))
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
     }
     Ok(())
 }
@@ -320,17 +315,17 @@ fn draw_bars(
     area: &Area<'_>,
     sites: &[&SiteDelta],
     tips: &mut Tooltips,
-) -> anyhow::Result<()> {
+) -> Result<(), ChartError> {
     let caption = "Sites that changed most (bytes live at the peak, or retained at the end if that moved more)";
     if sites.is_empty() {
         area.draw(&Text::new(caption, (20, 20), (FONT, 18).into_font()))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         area.draw(&Text::new(
             "No site's memory changed.",
             (20, 56),
             (FONT, 14).into_font(),
         ))
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
         return Ok(());
     }
     let max = sites
@@ -347,7 +342,7 @@ fn draw_bars(
         .x_label_area_size(36)
         .y_label_area_size(LABEL_PX)
         .build_cartesian_2d(-reach..reach, rows..0.0)
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
     ctx.configure_mesh()
         .disable_y_mesh()
         .disable_y_axis()
@@ -365,12 +360,12 @@ fn draw_bars(
         .label_style((FONT, 13))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
     ctx.draw_series(LineSeries::new(
         [(0.0, 0.0), (0.0, rows)],
         RGBColor(90, 90, 90).stroke_width(1),
     ))
-    .map_err(svg::draw_error)?;
+    .map_err(super::draw_error)?;
     let (plot_x, _) = ctx.plotting_area().get_pixel_range();
     for (i, site) in sites.iter().enumerate() {
         let delta = site.rank_delta();
@@ -381,7 +376,7 @@ fn draw_bars(
             [(0.0, y + 0.2), (value, y + 0.8)],
             colour.mix(0.85).filled(),
         )))
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
         let (bx, by) = ctx.backend_coord(&(value, y + 0.5));
         let (zx, _) = ctx.backend_coord(&(0.0, y + 0.5));
         let text = units::bytes_delta(delta as i128);
@@ -392,7 +387,7 @@ fn draw_bars(
         };
         let style = TextStyle::from((FONT, 12).into_font()).pos(Pos::new(h, VPos::Center));
         root.draw(&Text::new(text, (tx, by), style))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         let marker = match site.presence {
             Presence::New => " [new]",
             Presence::Gone => " [gone]",
@@ -408,7 +403,7 @@ fn draw_bars(
                 .color(&RGBColor(30, 30, 30))
                 .pos(Pos::new(HPos::Right, VPos::Center)),
         ))
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
         let (left, right) = (bx.min(zx), bx.max(zx));
         tips.rect(
             left,
@@ -441,192 +436,10 @@ fn site_tooltip(site: &SiteDelta) -> String {
     text
 }
 
-/// A value in its unit, for tables: `412.1 MiB`, `1,234`, `1.25 s`, `12.3%`.
-/// Per-iteration counts keep one decimal.
-pub fn format_value(unit: Unit, v: f64) -> String {
-    match unit {
-        Unit::Bytes => units::bytes(v.max(0.0).round() as u64),
-        Unit::Count => count(v),
-        Unit::Nanoseconds => units::duration_ns(v.max(0.0).round() as u64),
-        Unit::Ratio => units::percent(v),
-    }
-}
-
-/// A change in its unit, always signed unless zero: `+10.0 MiB`, `-3`,
-/// `+20.0 ms`, and percentage points for ratios (`+1.7 pp`).
-pub fn format_delta(unit: Unit, d: f64) -> String {
-    let sign = if d > 0.0 {
-        "+"
-    } else if d < 0.0 {
-        "-"
-    } else {
-        ""
-    };
-    match unit {
-        Unit::Bytes => units::bytes_delta(d.round() as i128),
-        Unit::Ratio => format!("{sign}{:.1} pp", d.abs() * 100.0),
-        _ => format!("{sign}{}", format_value(unit, d.abs())),
-    }
-}
-
-/// The relative change: `+2.4%`, `0.0%`, or `new` for a rise from zero.
-pub fn format_percent(change: &Change) -> String {
-    match change.percent {
-        Some(0.0) => "0.0%".into(),
-        Some(p) => format!("{p:+.1}%"),
-        None => "new".into(),
-    }
-}
-
-fn count(v: f64) -> String {
-    let whole = v.round();
-    if (v - whole).abs() < 0.05 {
-        units::count(whole.max(0.0) as u64)
-    } else {
-        format!(
-            "{}.{}",
-            units::count(v.trunc() as u64),
-            ((v.fract() * 10.0).round() as u64).min(9)
-        )
-    }
-}
-
-/// The comparison as an HTML section for the report: the chart inline, the
-/// headline figures, and the sites and phases that changed most.
-pub fn html_section(comparison: &Comparison, chart: &str, top: usize) -> String {
-    use std::fmt::Write as _;
-    let mut html = String::new();
-    let _ = write!(
-        html,
-        "<p>Baseline <code>{}</code> against this run, <code>{}</code>{}.</p>",
-        escape(&comparison.base.name),
-        escape(&comparison.new.name),
-        if comparison.per_iteration {
-            ", per iteration"
-        } else {
-            ""
-        }
-    );
-    let _ = write!(
-        html,
-        "<figure>{chart}<figcaption>Above: allocated memory of both runs (solid) and reserved memory (dashed), the peaks marked. Below: the sites whose memory changed most; red grew, green shrank. Hover for exact values.</figcaption></figure>"
-    );
-    html.push_str("<table><tr><th>figure</th><th class=\"num\">baseline</th><th class=\"num\">this run</th><th class=\"num\">change</th><th class=\"num\">%</th></tr>");
-    for m in &comparison.headline {
-        let c = &m.change;
-        let style =
-            if c.delta > 0.0 && m.unit != Unit::Nanoseconds && !m.metric.starts_with("events") {
-                " style=\"color: var(--alert)\""
-            } else {
-                ""
-            };
-        // Event kinds sit under the event total.
-        let indent = if m.metric.starts_with("events.") {
-            " style=\"padding-left: 28px\""
-        } else {
-            ""
-        };
-        let _ = write!(
-            html,
-            "<tr><td{indent}>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\"{style}>{}</td><td class=\"num\">{}</td></tr>",
-            escape(m.label.trim()),
-            format_value(m.unit, c.base),
-            format_value(m.unit, c.new),
-            format_delta(m.unit, c.delta),
-            if m.unit == Unit::Ratio {
-                String::new()
-            } else {
-                format_percent(c)
-            }
-        );
-    }
-    html.push_str("</table>");
-    let changed: Vec<&SiteDelta> = comparison.sites.iter().filter(|s| s.changed()).collect();
-    let _ = write!(
-        html,
-        "<h3>Sites</h3><p class=\"muted\">{} of {} sites changed; the {} that changed most, by bytes live at the peak (or retained at the end if that moved more).</p>",
-        changed.len(),
-        comparison.sites.len(),
-        changed.len().min(top)
-    );
-    if !changed.is_empty() {
-        html.push_str("<table><tr><th class=\"num\">at peak: change</th><th class=\"num\">%</th><th class=\"num\">retained: change</th><th class=\"num\">allocations: change</th><th>site</th></tr>");
-        for s in changed.iter().take(top) {
-            let marker = match s.presence {
-                Presence::New => "<strong>new</strong> ",
-                Presence::Gone => "<strong>gone</strong> ",
-                Presence::Both => "",
-            };
-            let _ = write!(
-                html,
-                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{marker}<details><summary><code>{}</code></summary><pre>{}</pre></details></td></tr>",
-                format_delta(Unit::Bytes, s.at_peak.delta),
-                format_percent(&s.at_peak),
-                format_delta(Unit::Bytes, s.retained.delta),
-                format_delta(Unit::Count, s.allocations.delta),
-                escape(&s.site),
-                escape(&s.frames.join("\n"))
-            );
-        }
-        html.push_str("</table>");
-    }
-    let phases: Vec<&PhaseDelta> = comparison.phases.iter().filter(|p| p.changed()).collect();
-    if !phases.is_empty() {
-        let _ = write!(
-            html,
-            "<h3>Phases</h3><table><tr><th class=\"num\">peak: change</th><th class=\"num\">%</th><th class=\"num\">retained: change</th><th class=\"num\">leak per repetition: change</th><th class=\"num\">repetitions</th><th>phase</th></tr>"
-        );
-        for p in phases.iter().take(top) {
-            let _ = write!(
-                html,
-                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code>{}</td></tr>",
-                format_delta(Unit::Bytes, p.peak.delta),
-                format_percent(&p.peak),
-                format_delta(Unit::Bytes, p.retained.delta),
-                format_delta(Unit::Bytes, p.leak_per_repetition.delta),
-                repetitions(&p.repetitions),
-                escape(&p.phase),
-                match p.presence {
-                    Presence::New => " (new)",
-                    Presence::Gone => " (gone)",
-                    Presence::Both => "",
-                }
-            );
-        }
-        html.push_str("</table>");
-    }
-    html
-}
-
-/// `10`, or `10 → 12` when the runs differ.
-pub fn repetitions(c: &Change) -> String {
-    if c.is_zero() {
-        format_value(Unit::Count, c.new)
-    } else {
-        format!(
-            "{} → {}",
-            format_value(Unit::Count, c.base),
-            format_value(Unit::Count, c.new)
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::analysis::timeline::PhaseSpan;
-
-    #[test]
-    fn values_and_changes_read_well() {
-        assert_eq!(format_delta(Unit::Bytes, (1 << 20) as f64), "+1.0 MiB");
-        assert_eq!(format_delta(Unit::Count, -3.0), "-3");
-        assert_eq!(format_delta(Unit::Nanoseconds, 20e6), "+20.00 ms");
-        assert_eq!(format_delta(Unit::Ratio, -0.127), "-12.7 pp");
-        assert_eq!(format_value(Unit::Count, 1234.5), "1,234.5");
-        assert_eq!(format_percent(&Change::of(100.0, 102.4)), "+2.4%");
-        assert_eq!(format_percent(&Change::of(0.0, 1.0)), "new");
-        assert_eq!(format_percent(&Change::of(5.0, 5.0)), "0.0%");
-    }
 
     #[test]
     fn times_map_to_repetitions() {

@@ -3,19 +3,19 @@
 //! second axis.
 
 use super::palette;
-use super::svg::{self, ByteScale, FONT, HEIGHT, Tooltips, WIDTH};
+use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
 use crate::analysis::fragmentation::FragmentationReport;
 use crate::units;
 use plotters::prelude::*;
 
 /// Renders the report's buckets as an SVG document.
-pub fn render(report: &FragmentationReport, title: &str) -> anyhow::Result<String> {
+pub fn render(report: &FragmentationReport, title: &str) -> Result<String, ChartError> {
     let buckets = &report.buckets;
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
         let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(svg::draw_error)?;
+        root.fill(&WHITE).map_err(super::draw_error)?;
         let t0 = buckets.first().map_or(0, |b| b.start_ns) as f64;
         let t1 = (buckets.last().map_or(1, |b| b.end_ns) as f64).max(t0 + 1.0);
         let max = buckets
@@ -33,15 +33,15 @@ pub fn render(report: &FragmentationReport, title: &str) -> anyhow::Result<Strin
             .y_label_area_size(90)
             .right_y_label_area_size(60)
             .build_cartesian_2d(t0..t1, 0.0..top)
-            .map_err(svg::draw_error)?
+            .map_err(super::draw_error)?
             .set_secondary_coord(t0..t1, 0.0..1.05);
-        svg::draw_time_bytes_mesh(&mut ctx, scale)?;
+        super::draw_time_bytes_mesh(&mut ctx, scale)?;
         ctx.configure_secondary_axes()
             .y_desc("external fragmentation")
             .y_label_formatter(&|v| format!("{:.0}%", v * 100.0))
             .label_style((FONT, 13))
             .draw()
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
 
         // Each bucket's value is drawn as a step over its span.
         let steps =
@@ -65,7 +65,7 @@ pub fn render(report: &FragmentationReport, title: &str) -> anyhow::Result<Strin
             0.0,
             allocated_colour.mix(0.35),
         ))
-        .map_err(svg::draw_error)?
+        .map_err(super::draw_error)?
         .label("allocated")
         .legend(move |(x, y)| {
             Rectangle::new(
@@ -74,19 +74,19 @@ pub fn render(report: &FragmentationReport, title: &str) -> anyhow::Result<Strin
             )
         });
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
-            .map_err(svg::draw_error)?
+            .map_err(super::draw_error)?
             .label("reserved")
             .legend(|(x, y)| {
                 PathElement::new([(x, y), (x + 12, y)], palette::RESERVED.stroke_width(2))
             });
         ctx.draw_series(LineSeries::new(free, free_colour.stroke_width(2)))
-            .map_err(svg::draw_error)?
+            .map_err(super::draw_error)?
             .label("cached free (reserved - allocated)")
             .legend(move |(x, y)| {
                 PathElement::new([(x, y), (x + 12, y)], free_colour.stroke_width(2))
             });
         ctx.draw_series(LineSeries::new(largest, largest_colour.stroke_width(2)))
-            .map_err(svg::draw_error)?
+            .map_err(super::draw_error)?
             .label("largest free block")
             .legend(move |(x, y)| {
                 PathElement::new([(x, y), (x + 12, y)], largest_colour.stroke_width(2))
@@ -97,10 +97,10 @@ pub fn render(report: &FragmentationReport, title: &str) -> anyhow::Result<Strin
             4,
             palette::ALERT.stroke_width(1),
         ))
-        .map_err(svg::draw_error)?
+        .map_err(super::draw_error)?
         .label("external fragmentation (right axis)")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], palette::ALERT.stroke_width(1)));
-        svg::draw_legend(&mut ctx)?;
+        super::draw_legend(&mut ctx)?;
 
         let (_, y_range) = ctx.plotting_area().get_pixel_range();
         let mut last_x = i32::MIN;
@@ -130,7 +130,7 @@ pub fn render(report: &FragmentationReport, title: &str) -> anyhow::Result<Strin
                 ),
             );
         }
-        root.present().map_err(svg::draw_error)?;
+        root.present().map_err(super::draw_error)?;
     }
     tips.insert_into(&mut out);
     Ok(out)

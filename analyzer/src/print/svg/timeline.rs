@@ -2,9 +2,9 @@
 //! reserved bytes as a line over them, phases as bands, the peak and OOMs
 //! marked.
 
-use super::labels;
 use super::palette::{self, Palette};
-use super::svg::{self, FONT, HEIGHT, Tooltips, WIDTH};
+use super::{ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use crate::print::labels;
 
 /// Room to the right of the plot for the legend: site names are long, and
 /// a legend inside the plot would hide the data under it.
@@ -19,13 +19,13 @@ const MIN_BAND_PX: i32 = 2;
 const BAND_HEIGHTS: [i32; 3] = [18, 12, 8];
 
 /// Renders a timeline as an SVG document titled `title`.
-pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::Result<String> {
+pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> Result<String, ChartError> {
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
         let full =
             SVGBackend::with_string(&mut out, (WIDTH + LEGEND_WIDTH, HEIGHT)).into_drawing_area();
-        full.fill(&WHITE).map_err(svg::draw_error)?;
+        full.fill(&WHITE).map_err(super::draw_error)?;
         let (root, legend_area) = full.split_horizontally(WIDTH);
         let (t0, t1) = time_range(chart);
         let max_bytes = chart
@@ -36,7 +36,7 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
             .max()
             .unwrap_or(0)
             .max(1024);
-        let scale = svg::ByteScale::for_max(max_bytes as f64);
+        let scale = super::ByteScale::for_max(max_bytes as f64);
         // Headroom above the data for the phase strip, the legend and the
         // peak label.
         let top = scale.scale(max_bytes) * if chart.phases.is_empty() { 1.15 } else { 1.3 };
@@ -46,8 +46,8 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
             .x_label_area_size(40)
             .y_label_area_size(90)
             .build_cartesian_2d(t0..t1, 0.0..top)
-            .map_err(svg::draw_error)?;
-        svg::draw_time_bytes_mesh(&mut ctx, scale)?;
+            .map_err(super::draw_error)?;
+        super::draw_time_bytes_mesh(&mut ctx, scale)?;
 
         let strip_bottom = draw_phase_bands(&root, &ctx, chart, top)?;
 
@@ -67,7 +67,7 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
                 })
                 .collect();
             ctx.draw_series(AreaSeries::new(points, 0.0, colour.mix(0.85)))
-                .map_err(svg::draw_error)?;
+                .map_err(super::draw_error)?;
             legend.push((labels::site_label(&chart.categories[k]), colour, false));
         }
         let reserved: Vec<(f64, f64)> = chart
@@ -76,7 +76,7 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
             .map(|s| (s.time_ns as f64, scale.scale(s.reserved)))
             .collect();
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         legend.insert(0, ("reserved".to_string(), palette::RESERVED, true));
 
         for oom in &chart.ooms {
@@ -85,14 +85,14 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
                 [(x, 0.0), (x, top)],
                 palette::ALERT.stroke_width(2),
             ))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
             let (px, py) = ctx.backend_coord(&(x, top * 0.97));
             root.draw(&Text::new(
                 "OOM",
                 (px + 4, py),
                 (FONT, 13).into_font().color(&palette::ALERT),
             ))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
             let (_, py0) = ctx.backend_coord(&(x, 0.0));
             let text = format!(
                 "out of memory at {}: {} requested\n{}",
@@ -106,7 +106,7 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
         if let Some(peak) = &chart.peak {
             let (px, py) = ctx.backend_coord(&(peak.time_ns as f64, scale.scale(peak.bytes)));
             root.draw(&Circle::new((px, py), 5, palette::ALERT.filled()))
-                .map_err(svg::draw_error)?;
+                .map_err(super::draw_error)?;
             let text = format!("peak {}", units::bytes(peak.bytes));
             let detail = if peak.category.is_empty() {
                 String::new()
@@ -129,9 +129,9 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
             };
             let style = (FONT, 14).into_font().color(&palette::ALERT);
             root.draw(&Text::new(text.clone(), (lx, py - 22), style.clone()))
-                .map_err(svg::draw_error)?;
+                .map_err(super::draw_error)?;
             root.draw(&Text::new(detail, (lx, py - 6), (FONT, 12).into_font()))
-                .map_err(svg::draw_error)?;
+                .map_err(super::draw_error)?;
             tips.circle(
                 px,
                 py,
@@ -150,7 +150,7 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> anyhow::R
         draw_legend(&legend_area, plot_y.start + strip_bottom, &legend)?;
 
         add_sample_tooltips(&mut tips, &ctx, chart, top);
-        root.present().map_err(svg::draw_error)?;
+        root.present().map_err(super::draw_error)?;
     }
     tips.insert_into(&mut out);
     Ok(out)
@@ -187,7 +187,7 @@ fn draw_legend(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     top: i32,
     entries: &[(String, RGBColor, bool)],
-) -> anyhow::Result<()> {
+) -> Result<(), ChartError> {
     const ROW: i32 = 18;
     // The area's own coordinates start at its left edge.
     let x0 = 0;
@@ -204,13 +204,13 @@ fn draw_legend(
                 colour.mix(0.85).filled(),
             ))
         }
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
         area.draw(&Text::new(
             short(label, 42),
             (x0 + 24, y),
             (FONT, 12).into_font(),
         ))
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
     }
     Ok(())
 }
@@ -222,7 +222,7 @@ fn draw_phase_bands(
     ctx: &Ctx<'_, '_>,
     chart: &Timeline,
     top: f64,
-) -> anyhow::Result<i32> {
+) -> Result<i32, ChartError> {
     let area = ctx.plotting_area();
     let (_, y_range) = area.get_pixel_range();
     let mut labels: Vec<(String, (i32, i32))> = Vec::new();
@@ -258,7 +258,7 @@ fn draw_phase_bands(
                 [(x0, y_range.start), (x1, y_range.end)],
                 colour.mix(0.45).filled(),
             ))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
         }
         root.draw(&Rectangle::new(
             [(x0, y0), (x1, y0 + h)],
@@ -266,12 +266,12 @@ fn draw_phase_bands(
                 .mix(if phase.depth == 0 { 1.0 } else { 0.9 })
                 .filled(),
         ))
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
         root.draw(&Rectangle::new(
             [(x0, y0), (x1, y0 + h)],
             RGBColor(170, 170, 170).stroke_width(1),
         ))
-        .map_err(svg::draw_error)?;
+        .map_err(super::draw_error)?;
         let width_px = x1 - x0;
         let text = short(&phase.name, 40);
         if width_px > 7 * text.len() as i32 + 6 && h >= 12 {
@@ -280,7 +280,7 @@ fn draw_phase_bands(
     }
     for (text, pos) in labels {
         root.draw(&Text::new(text, pos, (FONT, 11).into_font()))
-            .map_err(svg::draw_error)?;
+            .map_err(super::draw_error)?;
     }
     Ok(if chart.phases.is_empty() {
         0
@@ -407,7 +407,7 @@ mod tests {
     #[test]
     fn the_svg_holds_labels_peak_phases_and_tooltips() {
         let svg = render(&chart(), "memory over time", &mut Palette::new()).unwrap();
-        crate::render::svg::dump_for_review("timeline-unit.svg", &svg);
+        crate::print::svg::dump_for_review("timeline-unit.svg", &svg);
         assert!(svg.starts_with("<svg"));
         for expected in [
             "memory over time",
