@@ -4,7 +4,6 @@ use crate::analysis::AnalysisError;
 use crate::analysis::compare::CompareError;
 use crate::analysis::window::WindowError;
 use crate::input::InputError;
-use crate::print::ChartError;
 use crate::simulate::SimulateError;
 use std::path::PathBuf;
 use vramtrace_format::FormatError;
@@ -56,7 +55,4 @@ pub enum Error {
         #[source]
         source: SimulateError,
     },
-    /// A chart cannot be drawn.
-    #[error(transparent)]
-    Chart(#[from] ChartError),
 }

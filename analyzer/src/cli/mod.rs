@@ -148,7 +148,6 @@ fn in_flag_terms(e: &anyhow::Error) -> Option<String> {
                 window_in_flag_terms(source).map(|t| in_input(path, t))
             }
             Error::Compare(e) => compare_in_flag_terms(e),
-            Error::Chart(e) => chart_in_flag_terms(e),
             Error::Simulate {
                 path,
                 source: SimulateError::NoSettings(_),

@@ -625,30 +625,24 @@ impl Hook for Collector {
     }
 
     #[inline]
-    fn on_append(&mut self, heap: &mut Heap, list: ObjId, item: ObjId) -> Result<Attach, String> {
+    fn on_append(&mut self, heap: &mut Heap, list: ObjId, item: ObjId) -> Attach {
         if heap.obj(item).kind != ObjKind::Dict {
-            return Ok(Attach::Keep);
+            return Attach::Keep;
         }
         if let Some(a) = self.entry(heap, list, item) {
-            return Ok(a);
+            return a;
         }
-        Ok(self.frame(heap, item).unwrap_or(Attach::Keep))
+        self.frame(heap, item).unwrap_or(Attach::Keep)
     }
 
     #[inline]
-    fn on_set(
-        &mut self,
-        heap: &mut Heap,
-        _dict: ObjId,
-        key: Val,
-        value: ObjId,
-    ) -> Result<Attach, String> {
+    fn on_set(&mut self, heap: &mut Heap, _dict: ObjId, key: Val, value: ObjId) -> Attach {
         if key != Val::Str(self.k.frames) {
-            return Ok(Attach::Keep);
+            return Attach::Keep;
         }
         let o = heap.obj(value);
         if o.kind != ObjKind::List {
-            return Ok(Attach::Keep);
+            return Attach::Keep;
         }
         self.scratch.clear();
         for v in &o.items {
@@ -657,14 +651,14 @@ impl Hook for Collector {
                     kind: CUSTOM_FRAME,
                     id,
                 } => self.scratch.push(id),
-                _ => return Ok(Attach::Keep),
+                _ => return Attach::Keep,
             }
         }
         let id = self.scratch_stack_handle();
-        Ok(Attach::Replace(Val::Custom {
+        Attach::Replace(Val::Custom {
             kind: CUSTOM_STACK,
             id,
-        }))
+        })
     }
 }
 
@@ -723,16 +717,10 @@ mod tests {
         // The collector with the direct decoder turned off.
         struct Generic(Collector);
         impl Hook for Generic {
-            fn on_append(&mut self, h: &mut Heap, l: ObjId, i: ObjId) -> Result<Attach, String> {
+            fn on_append(&mut self, h: &mut Heap, l: ObjId, i: ObjId) -> Attach {
                 self.0.on_append(h, l, i)
             }
-            fn on_set(
-                &mut self,
-                h: &mut Heap,
-                d: ObjId,
-                k: Val,
-                v: ObjId,
-            ) -> Result<Attach, String> {
+            fn on_set(&mut self, h: &mut Heap, d: ObjId, k: Val, v: ObjId) -> Attach {
                 self.0.on_set(h, d, k, v)
             }
         }

@@ -272,8 +272,12 @@ impl Snapshot {
         if let Some(Val::Obj(d)) = get("allocator_settings") {
             let items = &heap.obj(d).items;
             for kv in items.chunks_exact(2) {
-                let key = heap.to_value(kv[0]).map_err(ImportError::NotASnapshot)?;
-                let value = heap.to_value(kv[1]).map_err(ImportError::NotASnapshot)?;
+                let key = heap
+                    .to_value(kv[0])
+                    .map_err(|e| ImportError::NotASnapshot(e.to_string()))?;
+                let value = heap
+                    .to_value(kv[1])
+                    .map_err(|e| ImportError::NotASnapshot(e.to_string()))?;
                 s.settings.insert(setting_text(&key), setting_text(&value));
             }
         }

@@ -251,14 +251,14 @@ impl Heap {
     }
 
     /// Converts a value into an owned tree (for small parts of a pickle and for tests).
-    pub fn to_value(&self, v: Val) -> Result<Value, String> {
+    pub fn to_value(&self, v: Val) -> Result<Value, TooDeep> {
         self.to_value_depth(v, 0)
     }
 
-    fn to_value_depth(&self, v: Val, depth: usize) -> Result<Value, String> {
+    fn to_value_depth(&self, v: Val, depth: usize) -> Result<Value, TooDeep> {
         // A memo reference can make a container contain itself.
-        if depth > 200 {
-            return Err("value nested more than 200 deep (a cycle?)".into());
+        if depth > MAX_DEPTH {
+            return Err(TooDeep);
         }
         Ok(match v {
             Val::None => Value::None,
@@ -436,18 +436,21 @@ pub enum Attach {
     Consume,
 }
 
+/// The deepest nesting [`Heap::to_value`] follows.
+pub const MAX_DEPTH: usize = 200;
+
+/// A value nested deeper than [`MAX_DEPTH`]: a container that holds itself,
+/// through a memo reference, most likely.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("value nested more than {MAX_DEPTH} deep (a cycle?)")]
+pub struct TooDeep;
+
 /// Sees every container as it is attached to a parent, and may replace or consume it.
 pub trait Hook {
     /// `item` (a container) is being appended to the list or set `list`.
-    fn on_append(&mut self, heap: &mut Heap, list: ObjId, item: ObjId) -> Result<Attach, String>;
+    fn on_append(&mut self, heap: &mut Heap, list: ObjId, item: ObjId) -> Attach;
     /// `value` (a container) is being stored under `key` in `dict`.
-    fn on_set(
-        &mut self,
-        heap: &mut Heap,
-        dict: ObjId,
-        key: Val,
-        value: ObjId,
-    ) -> Result<Attach, String>;
+    fn on_set(&mut self, heap: &mut Heap, dict: ObjId, key: Val, value: ObjId) -> Attach;
 
     /// `item` (a [`Val::Custom`] value, e.g. one [`Hook::decode_dict`] returned) is
     /// being appended to the list or set `list`. Keeps it by default.
@@ -471,11 +474,11 @@ pub trait Hook {
 pub struct KeepAll;
 
 impl Hook for KeepAll {
-    fn on_append(&mut self, _: &mut Heap, _: ObjId, _: ObjId) -> Result<Attach, String> {
-        Ok(Attach::Keep)
+    fn on_append(&mut self, _: &mut Heap, _: ObjId, _: ObjId) -> Attach {
+        Attach::Keep
     }
-    fn on_set(&mut self, _: &mut Heap, _: ObjId, _: Val, _: ObjId) -> Result<Attach, String> {
-        Ok(Attach::Keep)
+    fn on_set(&mut self, _: &mut Heap, _: ObjId, _: Val, _: ObjId) -> Attach {
+        Attach::Keep
     }
 }
 
@@ -486,9 +489,9 @@ pub fn load(read: impl Read) -> Result<Value, PickleError> {
     parser
         .heap()
         .to_value(root)
-        .map_err(|message| PickleError::Malformed {
+        .map_err(|e| PickleError::Malformed {
             offset: parser.offset(),
-            message,
+            message: e.to_string(),
         })
 }
 
@@ -1185,10 +1188,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 }
             }
             let stored = match item {
-                Val::Obj(o) => match hook
-                    .on_append(&mut self.heap, target, o)
-                    .map_err(|m| malformed(at, m))?
-                {
+                Val::Obj(o) => match hook.on_append(&mut self.heap, target, o) {
                     Attach::Keep => Some(item),
                     Attach::Replace(v) => {
                         self.heap.retire(o, v);
@@ -1249,10 +1249,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 }
             }
             if let Val::Obj(o) = value {
-                match hook
-                    .on_set(&mut self.heap, target, key, o)
-                    .map_err(|m| malformed(at, m))?
-                {
+                match hook.on_set(&mut self.heap, target, key, o) {
                     Attach::Keep => {}
                     Attach::Replace(v) => {
                         self.heap.retire(o, v);
