@@ -9,6 +9,7 @@
 //! parsed pickle.
 
 mod file;
+mod read_ahead;
 
 use crate::progress::{Progress, ProgressUnit, Work};
 use crate::snapshot::{self, ImportError, ImportReport, ParsedSnapshot};
@@ -184,6 +185,9 @@ impl Input {
                 total,
                 unit: ProgressUnit::Bytes,
             });
+            // The file is read and decompressed on a thread of its own, off the
+            // parser's critical path.
+            let stream = read_ahead::ReadAhead::new(stream);
             let parsed =
                 snapshot::parse(stream, &|bytes| meter.update(bytes)).map_err(|source| {
                     InputError::Snapshot {
