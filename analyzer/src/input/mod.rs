@@ -185,9 +185,12 @@ impl Input {
                 total,
                 unit: ProgressUnit::Bytes,
             });
-            // The file is read and decompressed on a thread of its own, off the
+            // A compressed file is inflated on a thread of its own, off the
             // parser's critical path.
-            let stream = read_ahead::ReadAhead::new(stream);
+            let stream: InputStream = match compression {
+                Compression::None => stream,
+                _ => Box::new(read_ahead::ReadAhead::new(stream)),
+            };
             let parsed =
                 snapshot::parse(stream, &|bytes| meter.update(bytes)).map_err(|source| {
                     InputError::Snapshot {

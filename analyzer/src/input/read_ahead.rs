@@ -1,7 +1,7 @@
-//! Reading (and decompressing) an input on a thread of its own, ahead of the
-//! thread that parses it: the snapshot parser is the critical path of a
-//! snapshot's analysis, and reading a file or inflating xz, gzip or zstd
-//! need not be on it.
+//! Decompressing an input on a thread of its own, ahead of the thread that
+//! parses it: the snapshot parser is the critical path of a snapshot's
+//! analysis, and inflating xz, gzip or zstd need not be on it. (A plain file
+//! is read directly: the copy a block costs here is what reading it costs.)
 
 use std::io::{self, Read};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -14,11 +14,18 @@ const BLOCK: usize = 2 << 20;
 /// (a decompressor), few enough to bound the memory.
 const AHEAD: usize = 2;
 
+/// A buffer of `BLOCK` bytes, its first `len` filled. Its bytes stay
+/// initialized from one use to the next.
+struct Block {
+    bytes: Vec<u8>,
+    len: usize,
+}
+
 /// A reader whose bytes are read by a thread of its own, a few blocks ahead.
 pub struct ReadAhead {
-    blocks: Receiver<io::Result<Vec<u8>>>,
-    spare: SyncSender<Vec<u8>>,
-    block: Vec<u8>,
+    blocks: Receiver<io::Result<Block>>,
+    spare: SyncSender<Block>,
+    block: Block,
     pos: usize,
     reader: Option<JoinHandle<()>>,
     done: bool,
@@ -30,35 +37,49 @@ impl ReadAhead {
         let (tx, blocks) = sync_channel(AHEAD);
         // Blocks the parser is done with come back to be filled again, so the
         // memory is touched once rather than once per block.
-        let (spare, spares) = sync_channel::<Vec<u8>>(AHEAD + 1);
+        let (spare, spares) = sync_channel::<Block>(AHEAD + 1);
         let reader = std::thread::spawn(move || {
             loop {
-                let mut block = spares
-                    .try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(BLOCK));
-                block.clear();
-                match (&mut inner).take(BLOCK as u64).read_to_end(&mut block) {
-                    Ok(0) => return,
-                    Ok(_) => {
-                        if tx.send(Ok(block)).is_err() {
-                            return; // The parser stopped early.
+                let mut block = spares.try_recv().unwrap_or_else(|_| Block {
+                    bytes: vec![0; BLOCK],
+                    len: 0,
+                });
+                block.bytes.resize(BLOCK, 0);
+                block.len = 0;
+                let failure = loop {
+                    match inner.read(&mut block.bytes[block.len..]) {
+                        Ok(0) => break None,
+                        Ok(n) => {
+                            block.len += n;
+                            if block.len == BLOCK {
+                                break None;
+                            }
                         }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => break Some(e),
                     }
-                    Err(e) => {
-                        // What was read before the error is the input's too.
-                        if !block.is_empty() {
-                            let _ = tx.send(Ok(block));
-                        }
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
+                };
+                // What was read before an error is the input's too.
+                let end = block.len < BLOCK;
+                if block.len > 0 && tx.send(Ok(block)).is_err() {
+                    return; // The parser stopped early.
+                }
+                if let Some(e) = failure {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+                if end {
+                    return;
                 }
             }
         });
         ReadAhead {
             blocks,
             spare,
-            block: Vec::new(),
+            block: Block {
+                bytes: Vec::new(),
+                len: 0,
+            },
             pos: 0,
             reader: Some(reader),
             done: false,
@@ -93,13 +114,13 @@ impl ReadAhead {
 
 impl Read for ReadAhead {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.pos == self.block.len() {
+        while self.pos == self.block.len {
             if self.done || !self.next_block()? {
                 return Ok(0);
             }
         }
-        let n = buf.len().min(self.block.len() - self.pos);
-        buf[..n].copy_from_slice(&self.block[self.pos..self.pos + n]);
+        let n = buf.len().min(self.block.len - self.pos);
+        buf[..n].copy_from_slice(&self.block.bytes[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
     }
