@@ -8,9 +8,7 @@
 //! iteration also keeps a tensor of that size from its own stack.
 
 use std::io::BufWriter;
-use vramtrace_recorder::format::{
-    BlockEvent, Event, EventData, Header, SegmentEvent, StackId, TraceWriter,
-};
+use vramtrace_format::{BlockEvent, Event, EventData, Header, SegmentEvent, StackId, TraceWriter};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -2,7 +2,7 @@
 //! import path. `cargo run --release -p vramtrace --example import_snapshot -- FILE`
 
 use std::time::Instant;
-use vramtrace_recorder::format::EventSource;
+use vramtrace_format::EventSource;
 
 fn peak_rss_mib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -16,14 +16,14 @@ fn main() -> anyhow::Result<()> {
         .nth(1)
         .expect("usage: import_snapshot FILE");
     let started = Instant::now();
-    let mut opened = vramtrace::input::open(&path)?;
+    let opened = vramtrace::input::Input::open(&path, &vramtrace::progress::NoProgress)?;
     let opened_in = started.elapsed();
     let mut events = 0u64;
     opened
-        .input
+        .events()?
         .for_each_batch(|batch, _| events += batch.len() as u64)?;
     let total = started.elapsed();
-    if let Some(r) = &opened.import_report {
+    if let Some(r) = opened.import_report() {
         println!("pickle bytes: {}", r.pickle_bytes);
         println!("actions: {:?}", r.counts_by_action);
         println!("frames: {}, stacks: {}", r.frames, r.stacks);

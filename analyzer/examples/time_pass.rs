@@ -19,7 +19,7 @@ use vramtrace::analysis::summary::Summary;
 use vramtrace::analysis::window::Window;
 use vramtrace::analysis::{Analysis, Step};
 use vramtrace::replay::ReplayState;
-use vramtrace_recorder::format::{Event, TraceReader};
+use vramtrace_format::{Event, TraceReader};
 
 fn main() {
     let path = std::env::args().nth(1).expect("usage: time_pass TRACE");
@@ -56,11 +56,13 @@ fn main() {
                 applied,
                 symbols: reader.symbols(),
             };
-            summary.event(&step, &state);
+            summary
+                .event(&step, &state)
+                .expect("the summary takes any event");
             index += 1;
         }
     }
-    summary.finish(&state, reader.symbols());
+    summary.finish(&state, reader.symbols()).expect("finished");
     let both = cpu_seconds(clock) - started;
     let replay = both - decode;
     let m = events as f64 / 1e6;

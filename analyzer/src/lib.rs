@@ -1,31 +1,55 @@
 //! # vramtrace
 //!
-//! Offline analysis of GPU caching-allocator traces: the data flows one way,
-//! from a trace file (or a PyTorch snapshot) through the decoder and the
-//! replay engine to analyses, and from analyses to tables, JSON and charts.
+//! Offline analysis of GPU caching-allocator traces and PyTorch memory
+//! snapshots, as a library; the `vramtrace` binary is a thin command line
+//! over it. Data flows one way: an [opened input](input::Input) streams its
+//! events, the [replay engine](replay) rebuilds the allocator's state event
+//! by event, [analyses](analysis) fed by one pass compute their reports, a
+//! [command](command) gathers them into one typed result, and a
+//! [printer](print) turns that into text, JSON, SVG or HTML.
 //!
-//! - [`input`]: opens traces and snapshots alike, decompressing on the fly.
+//! - [`input`]: opens traces and snapshots alike, decompressing on the fly;
+//!   an opened input streams its events again for each pass.
 //! - [`snapshot`]: reads PyTorch memory snapshots (our own pickle reader).
-//! - [`render`]: SVG charts and the HTML report.
+//! - [`sites`]: stacks folded to the frame that tells where memory went.
 //! - [`replay`]: the allocator's state reconstructed event by event.
 //! - [`analysis`]: analyses fed by one replay pass (summary, fragmentation,
-//!   leaks), site folding, phases and `--from`/`--to` windows.
+//!   leaks, timeline, totals), windows, phases, and run comparison.
 //! - [`simulate`]: what-if replays of a trace's requests under another
 //!   device capacity or allocator setting.
-//! - [`units`], [`table`]: human output.
-//! - [`cli`]: the `vramtrace` command line, one module per command.
+//! - [`command`]: one function per command, returning its typed result.
+//! - [`print`]: the results as text, JSON, SVG charts and the HTML report.
+//! - [`progress`]: how long work reports its progress; [`units`]: human units.
+//!
+//! The trace format itself is the `vramtrace-format` crate.
+//!
+//! ```no_run
+//! use vramtrace::command::summary::{SummaryOptions, summary};
+//! use vramtrace::input::Input;
+//! use vramtrace::progress::NoProgress;
+//!
+//! let input = Input::open("run.vtrace", &NoProgress)?;
+//! let options = SummaryOptions { top: 5, ..SummaryOptions::default() };
+//! let result = summary(&input, &options, &NoProgress)?;
+//! println!("peak allocated: {} bytes", result.summary.peak_allocated_bytes);
+//! print!("{}", vramtrace::print::text::summary(&result, false));
+//! # Ok::<(), vramtrace::Error>(())
+//! ```
 
 #![warn(missing_docs)]
 
 pub mod analysis;
-pub mod cli;
+pub mod command;
+mod error;
 pub mod input;
+pub mod print;
 pub mod progress;
-pub mod render;
 pub mod replay;
 pub mod simulate;
+pub mod sites;
 pub mod snapshot;
-pub mod table;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod units;
+
+pub use error::Error;

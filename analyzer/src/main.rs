@@ -1,5 +1,9 @@
-use std::process::ExitCode;
+//! The `vramtrace` command line: parses arguments, calls the library, and
+//! picks a printer. Everything it computes comes from the `vramtrace`
+//! library; see `cli/` for the commands.
 
-fn main() -> ExitCode {
-    vramtrace::cli::main()
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
 }

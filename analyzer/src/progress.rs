@@ -1,57 +1,51 @@
-//! Progress bars for long work, shown only when stderr is a terminal.
+//! How long work reports how far it got, without the library knowing who
+//! shows it: the `vramtrace` binary draws progress bars on a terminal,
+//! tests and library users pass [`NoProgress`].
 
-use crate::input::Input;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::io::IsTerminal;
-use std::path::Path;
-
-/// A byte-based progress bar over reading an input of `total` bytes (unknown
-/// for a compressed input); hidden when stderr is not a terminal (pipes, CI
-/// logs, tests).
-pub fn bytes_bar(total: Option<u64>, message: &str) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(total, draw_target());
-    let template = if total.is_some() {
-        "{msg:>10} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})"
-    } else {
-        "{msg:>10} {spinner} {bytes} ({bytes_per_sec})"
-    };
-    bar.set_style(
-        ProgressStyle::with_template(template)
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_message(message.to_string());
-    bar
+/// What a [`Meter`] counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressUnit {
+    /// Bytes of an input read (of a decompressed pickle, or of a trace file).
+    Bytes,
+    /// Events replayed.
+    Events,
 }
 
-/// A progress bar over replaying `input`, read from the file at `path`: in bytes
-/// of a trace file, or in events of a snapshot (the pickle's entry count is their
-/// total, near enough). Hidden when stderr is not a terminal.
-pub fn replay_bar(input: &Input, path: &Path) -> ProgressBar {
-    match input {
-        Input::Trace(_) => bytes_bar(std::fs::metadata(path).ok().map(|m| m.len()), "replaying"),
-        Input::Snapshot(rx) => {
-            let total = rx
-                .header()
-                .metadata
-                .get("torch.trace_entries")
-                .and_then(|n| n.parse().ok());
-            let bar = ProgressBar::with_draw_target(total, draw_target());
-            bar.set_style(
-                ProgressStyle::with_template("{msg:>10} [{bar:30}] {human_pos}/{human_len} events")
-                    .expect("valid template")
-                    .progress_chars("=> "),
-            );
-            bar.set_message("replaying");
-            bar
-        }
+/// A piece of long work, as it begins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Work {
+    /// What is being done, one word: `reading`, `importing`, `replaying`.
+    pub label: &'static str,
+    /// How many units the work has in all, when known.
+    pub total: Option<u64>,
+    /// What the counts are in.
+    pub unit: ProgressUnit,
+}
+
+/// Receives progress reports. Shared by passes running side by side (the
+/// two runs of a comparison), so it is `Sync`.
+pub trait Progress: Sync {
+    /// Work begins; the returned meter hears how far it got, and is dropped
+    /// when the work ends.
+    fn begin(&self, work: Work) -> Box<dyn Meter + '_>;
+}
+
+/// The progress of one piece of work.
+pub trait Meter: Send + Sync {
+    /// `done` units of the work are done (a running total, not an increment).
+    fn update(&self, done: u64);
+}
+
+/// Progress reported to no one.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn begin(&self, _work: Work) -> Box<dyn Meter + '_> {
+        Box::new(NoProgress)
     }
 }
 
-fn draw_target() -> ProgressDrawTarget {
-    if std::io::stderr().is_terminal() {
-        ProgressDrawTarget::stderr()
-    } else {
-        ProgressDrawTarget::hidden()
-    }
+impl Meter for NoProgress {
+    fn update(&self, _done: u64) {}
 }

@@ -3,7 +3,7 @@
 use crate::analysis::window::Window;
 use crate::analysis::{Analysis, run_pass};
 use crate::replay::ReplayState;
-use vramtrace_recorder::format::{
+use vramtrace_format::{
     BlockEvent, Event, EventData, Header, InitialState, OomEvent, SegmentEvent, StackId,
     SymbolTable, TraceReader, TraceWriter, WriterOptions,
 };
@@ -191,7 +191,7 @@ pub fn replay_trace(bytes: &[u8], analyses: &mut [&mut dyn Analysis], window: &W
         &mut ReplayState::default(),
         analyses,
         window,
-        None,
+        &crate::progress::NoProgress,
     )
     .unwrap();
 }

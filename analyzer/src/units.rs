@@ -1,5 +1,44 @@
 //! Human units: sizes in KiB/MiB/GiB, durations in us/ms/s, and the parsing
-//! of sizes given on the command line.
+//! of sizes, durations and counts as people write them.
+
+/// Why a size, time or count cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UnitError {
+    /// Not a number with a unit.
+    #[error("'{text}' is not a {what} (examples: {examples})")]
+    NotANumber {
+        /// The text.
+        text: String,
+        /// What it should be: `size`, `time`, `count`.
+        what: &'static str,
+        /// Examples of the right form.
+        examples: &'static str,
+    },
+    /// A unit this parser does not know.
+    #[error("unknown {what} unit '{unit}' in '{text}'{hint}")]
+    UnknownUnit {
+        /// The unit.
+        unit: String,
+        /// The whole text.
+        text: String,
+        /// `size` or `time`.
+        what: &'static str,
+        /// The units known, as a parenthesized hint (or nothing).
+        hint: &'static str,
+    },
+    /// A value too large, negative, or not finite.
+    #[error("{what} '{text}' is out of range")]
+    OutOfRange {
+        /// The text.
+        text: String,
+        /// `size` or `count`.
+        what: &'static str,
+    },
+    /// A range whose bounds are not positive or out of order.
+    #[error("'{0}': the range must be positive with MIN <= MAX")]
+    BadRange(String),
+}
 
 /// Formats a byte count with a binary unit: `512 B`, `1.5 KiB`, `23.4 GiB`.
 pub fn bytes(n: u64) -> String {
@@ -65,7 +104,7 @@ pub fn percent(ratio: f64) -> String {
 /// Parses a size: a number with an optional unit, binary (`KiB`, `MiB`,
 /// `GiB`, `TiB`, or `K`/`M`/`G`/`T`) or decimal (`KB`, `MB`, `GB`, `TB`),
 /// case-insensitive; a bare number is bytes. `1.5GiB`, `24 GB`, `512`.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
@@ -74,7 +113,11 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let number: f64 = number
         .replace('_', "")
         .parse()
-        .map_err(|_| format!("'{text}' is not a size (examples: 512, 64MiB, 24GiB, 1.5GB)"))?;
+        .map_err(|_| UnitError::NotANumber {
+            text: text.to_string(),
+            what: "size",
+            examples: "512, 64MiB, 24GiB, 1.5GB",
+        })?;
     let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kib" => 1024.0,
@@ -86,29 +129,37 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "gb" => 1e9,
         "tb" => 1e12,
         other => {
-            return Err(format!(
-                "unknown size unit '{other}' in '{text}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
-            ));
+            return Err(UnitError::UnknownUnit {
+                unit: other.to_string(),
+                text: text.to_string(),
+                what: "size",
+                hint: " (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)",
+            });
         }
     };
     let value = number * multiplier;
     if !value.is_finite() || value < 0.0 || value > u64::MAX as f64 {
-        return Err(format!("size '{text}' is out of range"));
+        return Err(UnitError::OutOfRange {
+            text: text.to_string(),
+            what: "size",
+        });
     }
     Ok(value.round() as u64)
 }
 
 /// Parses a duration: a number with a unit `ns`, `us`, `ms`, `s`, `m`, `h`
 /// (a bare number is seconds). Returns nanoseconds.
-pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
+pub fn parse_duration_ns(text: &str) -> Result<u64, UnitError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a time (examples: 1.5s, 300ms, 2m)"))?;
+    let number: f64 = number.parse().map_err(|_| UnitError::NotANumber {
+        text: text.to_string(),
+        what: "time",
+        examples: "1.5s, 300ms, 2m",
+    })?;
     let scale = match unit.trim() {
         "ns" => 1.0,
         "us" | "µs" => 1e3,
@@ -116,9 +167,63 @@ pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
         "" | "s" => 1e9,
         "m" | "min" => 60e9,
         "h" => 3600e9,
-        other => return Err(format!("unknown time unit '{other}' in '{text}'")),
+        other => {
+            return Err(UnitError::UnknownUnit {
+                unit: other.to_string(),
+                text: text.to_string(),
+                what: "time",
+                hint: "",
+            });
+        }
     };
     Ok((number * scale).round() as u64)
+}
+
+/// Parses a count with an optional decimal suffix: `5000`, `100k`, `100M`,
+/// `2G`, `1e8`; at least 1.
+pub fn parse_count(text: &str) -> Result<u64, UnitError> {
+    let t = text.trim().replace('_', "");
+    let (number, scale) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1e3),
+        Some((i, 'M')) => (&t[..i], 1e6),
+        Some((i, 'G' | 'B')) => (&t[..i], 1e9),
+        _ => (t.as_str(), 1.0),
+    };
+    let value: f64 = number.parse().map_err(|_| UnitError::NotANumber {
+        text: text.to_string(),
+        what: "count",
+        examples: "5000, 100M, 1e8",
+    })?;
+    let value = value * scale;
+    if !value.is_finite() || value < 1.0 || value > u64::MAX as f64 {
+        return Err(UnitError::OutOfRange {
+            text: text.to_string(),
+            what: "count",
+        });
+    }
+    Ok(value.round() as u64)
+}
+
+/// Parses `N` or a range `MIN:MAX` of positive whole numbers.
+pub fn parse_range(text: &str) -> Result<(u64, u64), UnitError> {
+    let number = |s: &str| {
+        s.trim().parse::<u64>().map_err(|_| UnitError::NotANumber {
+            text: text.to_string(),
+            what: "number or a range MIN:MAX",
+            examples: "8, 64:1024",
+        })
+    };
+    let (lo, hi) = match text.split_once(':') {
+        Some((a, b)) => (number(a)?, number(b)?),
+        None => {
+            let n = number(text)?;
+            (n, n)
+        }
+    };
+    if lo == 0 || lo > hi {
+        return Err(UnitError::BadRange(text.to_string()));
+    }
+    Ok((lo, hi))
 }
 
 /// Formats Unix-epoch nanoseconds as a UTC date and time.
@@ -179,6 +284,21 @@ mod tests {
         assert!(parse_bytes("3 parsecs").is_err());
         assert_eq!(parse_duration_ns("1.5s"), Ok(1_500_000_000));
         assert_eq!(parse_duration_ns("300ms"), Ok(300_000_000));
+        let e = parse_bytes("3 parsecs").unwrap_err().to_string();
+        assert!(e.contains("'parsecs'") && e.contains("MiB"), "{e}");
+    }
+
+    #[test]
+    fn counts_and_ranges_parse() {
+        assert_eq!(parse_count("100M"), Ok(100_000_000));
+        assert_eq!(parse_count("1e8"), Ok(100_000_000));
+        assert_eq!(parse_count("5_000"), Ok(5000));
+        assert!(parse_count("lots").is_err());
+        assert!(parse_count("0").is_err());
+        assert_eq!(parse_range("256"), Ok((256, 256)));
+        assert_eq!(parse_range("64:1024"), Ok((64, 1024)));
+        assert!(parse_range("9:3").is_err());
+        assert!(parse_range("0").is_err());
     }
 
     #[test]

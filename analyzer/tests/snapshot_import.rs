@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::PathBuf;
-use vramtrace::input::{self, Compression, InputKind};
+use vramtrace::input::{self, Compression, Input, InputKind};
+use vramtrace::progress::NoProgress;
 use vramtrace::snapshot::pickle::{self, Value};
-use vramtrace_recorder::format::EventSource;
-use vramtrace_recorder::format::{BlockStatus, Event, EventData, EventKind, TraceReader};
+use vramtrace_format::EventSource;
+use vramtrace_format::{BlockStatus, Event, EventData, EventKind, TraceReader};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -32,21 +33,21 @@ fn int(v: &Value, k: &str) -> i128 {
 
 struct Imported {
     events: Vec<Event>,
-    reader: input::Input,
+    reader: input::EventStream,
     report: vramtrace::snapshot::ImportReport,
 }
 
 /// The snapshot's events as analyses read them (streamed from the conversion),
 /// checked against the trace file `vramtrace import` writes.
 fn import(path: &PathBuf) -> Imported {
-    let mut opened = input::open(path).unwrap();
-    assert_eq!(opened.kind, InputKind::TorchSnapshot);
+    let opened = Input::open(path, &NoProgress).unwrap();
+    assert_eq!(opened.kind(), InputKind::TorchSnapshot);
+    let mut streamed = opened.events().unwrap();
     let mut events = Vec::new();
-    opened
-        .input
+    streamed
         .for_each_batch(|batch, _| events.extend_from_slice(batch))
         .unwrap();
-    assert!(opened.input.is_complete());
+    assert!(streamed.is_complete());
 
     let file = std::fs::File::open(path).unwrap();
     let (stream, _) = input::decompress(file).unwrap();
@@ -54,15 +55,15 @@ fn import(path: &PathBuf) -> Imported {
     let mut written = TraceReader::new(&imported.trace[..]).unwrap();
     let written_events = written.events().collect::<Result<Vec<_>, _>>().unwrap();
     assert_eq!(written_events, events);
-    assert_eq!(written.symbols(), opened.input.symbols());
-    assert_eq!(written.initial_state(), opened.input.initial_state());
-    assert_eq!(written.header(), opened.input.header());
+    assert_eq!(written.symbols(), streamed.symbols());
+    assert_eq!(written.initial_state(), streamed.initial_state());
+    assert_eq!(written.header(), streamed.header());
     assert_eq!(imported.report.event_counts.total(), events.len() as u64);
 
     Imported {
         events,
-        report: opened.import_report.take().unwrap(),
-        reader: opened.input,
+        report: opened.import_report().unwrap().clone(),
+        reader: streamed,
     }
 }
 
@@ -250,8 +251,8 @@ fn mlp_expandable() {
 
 #[test]
 fn compression_is_detected_by_content() {
-    let opened = input::open(fixture("mlp_empty_cache.pickle.xz")).unwrap();
-    assert_eq!(opened.compression, Compression::Xz);
+    let opened = Input::open(fixture("mlp_empty_cache.pickle.xz"), &NoProgress).unwrap();
+    assert_eq!(opened.compression(), Compression::Xz);
 }
 
 fn synthetic(name: &str) -> PathBuf {
@@ -368,7 +369,9 @@ fn malformed_inputs_are_errors_with_offsets() {
             "unknown pickle opcode 0xff at byte 3",
         ),
     ] {
-        let e = input::open(synthetic(name)).unwrap_err().to_string();
+        let e = Input::open(synthetic(name), &NoProgress)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(needle), "{name}: {e}");
     }
 }

@@ -1,10 +1,8 @@
 //! # vramtrace-recorder
 //!
-//! The recording half of vramtrace:
+//! The recording half of vramtrace, above the trace format
+//! ([`vramtrace_format`], re-exported here as [`format`]):
 //!
-//! - [`format`]: the trace file format (MessagePack records, columnar event
-//!   chunks), with [`format::TraceWriter`] and [`format::TraceReader`]. The
-//!   analyzer depends on this module alone.
 //! - [`allocator`]: a caching allocator with PyTorch's policy, generic over
 //!   the device it carves memory from. It serves recording and offline
 //!   simulation alike.
@@ -14,11 +12,17 @@
 //!   with time, thread and stack, to a trace file.
 //! - [`workload`]: a deterministic synthetic training loop on a simulated
 //!   device, for fixtures, tests and benchmarks.
+//!
+//! A program that only reads or writes traces needs `vramtrace-format`
+//! alone: this crate adds the stack unwinder and the devices.
 
 #![warn(missing_docs)]
 
 pub mod allocator;
 pub mod device;
-pub mod format;
 pub mod recorder;
 pub mod workload;
+
+/// The trace format, from its own crate: code that says `format::TraceWriter`
+/// keeps working.
+pub use vramtrace_format as format;

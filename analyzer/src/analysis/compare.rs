@@ -21,9 +21,9 @@
 use super::leaks::LeaksReport;
 use super::phase_totals::PhaseTotalsReport;
 use super::site_totals::SiteTotalsReport;
-use super::sites::SiteDescription;
 use super::summary::SummaryReport;
-use crate::units;
+use crate::sites::SiteDescription;
+use crate::units::{self, UnitError};
 use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -330,12 +330,16 @@ impl Comparison {
 
 /// Why two runs cannot be compared as asked.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CompareError {
-    /// `per_iteration` with a run that repeats no phase.
+    /// A comparison per iteration, with a run that repeats no phase.
     #[error(
-        "--per-iteration needs a phase repeated three times or more in both runs; {0} has none"
+        "a comparison per iteration needs a phase repeated three times or more in both runs; {0} has none"
     )]
     NoIterations(String),
+    /// A threshold's metric is not among the comparison's figures.
+    #[error("the comparison has no figure '{0}' to check")]
+    MissingMetric(&'static str),
 }
 
 /// Compares two runs.
@@ -377,89 +381,28 @@ fn headline(
     base: &RunFigures,
     new: &RunFigures,
     per_iteration: bool,
-    (db, dn): (f64, f64),
+    divisors: (f64, f64),
 ) -> Vec<MetricDelta> {
-    let (b, n) = (&base.summary, &new.summary);
-    let mut out = Vec::new();
-    let mut push = |metric: &str, label: &str, unit: Unit, change: Change| {
-        out.push(MetricDelta {
-            metric: metric.to_string(),
-            label: label.to_string(),
-            unit,
-            change,
+    let mut out: Vec<MetricDelta> = GateMetric::ALL
+        .into_iter()
+        .map(|metric| MetricDelta {
+            metric: metric.name().to_string(),
+            label: metric.label(per_iteration),
+            unit: metric.unit(),
+            change: metric.change(base, new, divisors),
         })
-    };
-    push(
-        "peak_allocated",
-        "peak allocated",
-        Unit::Bytes,
-        Change::of_u64(b.peak_allocated_bytes, n.peak_allocated_bytes),
-    );
-    push(
-        "peak_reserved",
-        "peak reserved",
-        Unit::Bytes,
-        Change::of_u64(b.peak_reserved_bytes, n.peak_reserved_bytes),
-    );
-    push(
-        "peak_requested",
-        "peak requested",
-        Unit::Bytes,
-        Change::of_u64(b.peak_requested_bytes, n.peak_requested_bytes),
-    );
-    push(
-        "cached_free",
-        "cached free at the peak",
-        Unit::Bytes,
-        Change::of_u64(b.at_peak.cached_free_bytes, n.at_peak.cached_free_bytes),
-    );
-    push(
-        "fragmentation",
-        "external fragmentation at the peak",
-        Unit::Ratio,
-        Change::of(
-            b.at_peak.external_fragmentation.unwrap_or(0.0),
-            n.at_peak.external_fragmentation.unwrap_or(0.0),
-        ),
-    );
-    push(
-        "leak",
-        "leak growth per repetition",
-        Unit::Bytes,
-        Change::of(
-            base.leak_per_repetition() as f64,
-            new.leak_per_repetition() as f64,
-        ),
-    );
-    push(
-        "ooms",
-        "out-of-memory events",
-        Unit::Count,
-        Change::of_u64(b.oom_count, n.oom_count),
-    );
-    let suffix = if per_iteration { " per iteration" } else { "" };
-    let per = |base: u64, new: u64| Change::of(base as f64 / db, new as f64 / dn);
-    push(
-        "duration",
-        &format!("duration{suffix}"),
-        Unit::Nanoseconds,
-        per(b.duration_ns, n.duration_ns),
-    );
-    push(
-        "events",
-        &format!("events{suffix}"),
-        Unit::Count,
-        per(b.events, n.events),
-    );
+        .collect();
+    let (b, n) = (&base.summary, &new.summary);
+    let (db, dn) = divisors;
     let kinds: BTreeSet<&String> = b.counts.keys().chain(n.counts.keys()).collect();
     for kind in kinds {
         let count = |r: &SummaryReport| r.counts.get(kind).copied().unwrap_or(0);
-        push(
-            &format!("events.{kind}"),
-            &format!("  {kind}"),
-            Unit::Count,
-            per(count(b), count(n)),
-        );
+        out.push(MetricDelta {
+            metric: format!("events.{kind}"),
+            label: format!("  {kind}"),
+            unit: Unit::Count,
+            change: Change::of(count(b) as f64 / db, count(n) as f64 / dn),
+        });
     }
     out
 }
@@ -679,7 +622,8 @@ impl GateMetric {
         GateMetric::Events,
     ];
 
-    /// Its name in `--fail-on`, which is also its headline key.
+    /// Its name in thresholds, and its key among the comparison's headline
+    /// figures (which are made from [`GateMetric::ALL`]).
     pub fn name(self) -> &'static str {
         match self {
             GateMetric::PeakAllocated => "peak_allocated",
@@ -691,6 +635,54 @@ impl GateMetric {
             GateMetric::Ooms => "ooms",
             GateMetric::Duration => "duration",
             GateMetric::Events => "events",
+        }
+    }
+
+    /// Its label in tables: `peak allocated`, `duration per iteration`.
+    pub fn label(self, per_iteration: bool) -> String {
+        let suffix = if per_iteration { " per iteration" } else { "" };
+        match self {
+            GateMetric::PeakAllocated => "peak allocated".into(),
+            GateMetric::PeakReserved => "peak reserved".into(),
+            GateMetric::PeakRequested => "peak requested".into(),
+            GateMetric::CachedFree => "cached free at the peak".into(),
+            GateMetric::Fragmentation => "external fragmentation at the peak".into(),
+            GateMetric::Leak => "leak growth per repetition".into(),
+            GateMetric::Ooms => "out-of-memory events".into(),
+            GateMetric::Duration => format!("duration{suffix}"),
+            GateMetric::Events => format!("events{suffix}"),
+        }
+    }
+
+    /// Its change from `base` to `new`; cumulative figures are divided by
+    /// each run's `divisors` (their iterations, or 1).
+    pub fn change(self, base: &RunFigures, new: &RunFigures, (db, dn): (f64, f64)) -> Change {
+        let (b, n) = (&base.summary, &new.summary);
+        let per = |base: u64, new: u64| Change::of(base as f64 / db, new as f64 / dn);
+        match self {
+            GateMetric::PeakAllocated => {
+                Change::of_u64(b.peak_allocated_bytes, n.peak_allocated_bytes)
+            }
+            GateMetric::PeakReserved => {
+                Change::of_u64(b.peak_reserved_bytes, n.peak_reserved_bytes)
+            }
+            GateMetric::PeakRequested => {
+                Change::of_u64(b.peak_requested_bytes, n.peak_requested_bytes)
+            }
+            GateMetric::CachedFree => {
+                Change::of_u64(b.at_peak.cached_free_bytes, n.at_peak.cached_free_bytes)
+            }
+            GateMetric::Fragmentation => Change::of(
+                b.at_peak.external_fragmentation.unwrap_or(0.0),
+                n.at_peak.external_fragmentation.unwrap_or(0.0),
+            ),
+            GateMetric::Leak => Change::of(
+                base.leak_per_repetition() as f64,
+                new.leak_per_repetition() as f64,
+            ),
+            GateMetric::Ooms => Change::of_u64(b.oom_count, n.oom_count),
+            GateMetric::Duration => per(b.duration_ns, n.duration_ns),
+            GateMetric::Events => per(b.events, n.events),
         }
     }
 
@@ -742,41 +734,71 @@ impl fmt::Display for Threshold {
     }
 }
 
-impl FromStr for Threshold {
-    type Err = String;
+/// A threshold that cannot be read.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("bad threshold '{text}': {problem}")]
+pub struct ThresholdError {
+    /// The threshold as written.
+    pub text: String,
+    /// What is wrong with it.
+    pub problem: ThresholdProblem,
+}
 
-    fn from_str(text: &str) -> Result<Self, String> {
+/// What is wrong with a threshold.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ThresholdProblem {
+    /// Not `METRIC:CHANGE`.
+    #[error("write METRIC:CHANGE, e.g. peak_allocated:+5%")]
+    Form,
+    /// A metric no [`GateMetric`] names.
+    #[error("unknown metric '{0}' (one of {names})", names = GateMetric::ALL.map(GateMetric::name).join(", "))]
+    UnknownMetric(String),
+    /// A change without `+` or `-`.
+    #[error("the change '{0}' needs a sign: +{0} catches an increase, -{0} a decrease")]
+    NoSign(String),
+    /// A percentage or count that is not a non-negative number.
+    #[error("'{0}' is not a number")]
+    NotANumber(String),
+    /// An amount that is not a size or a time.
+    #[error(transparent)]
+    Amount(#[from] UnitError),
+    /// A fragmentation amount without `pp`.
+    #[error("fragmentation takes percentage points ('{0}pp') or a percentage")]
+    PercentagePoints(String),
+    /// An empty item in a list.
+    #[error("empty threshold")]
+    Empty,
+}
+
+impl FromStr for Threshold {
+    type Err = ThresholdError;
+
+    fn from_str(text: &str) -> Result<Self, ThresholdError> {
         let text = text.trim();
-        let bad = |why: String| format!("bad threshold '{text}': {why}");
+        let bad = |problem: ThresholdProblem| ThresholdError {
+            text: text.to_string(),
+            problem,
+        };
         let (name, value) = text
             .split_once(':')
-            .ok_or_else(|| bad("write METRIC:CHANGE, e.g. peak_allocated:+5%".into()))?;
+            .ok_or_else(|| bad(ThresholdProblem::Form))?;
         let name = name.trim();
         let metric = GateMetric::ALL
             .into_iter()
             .find(|m| m.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = GateMetric::ALL.iter().map(|m| m.name()).collect();
-                bad(format!(
-                    "unknown metric '{name}' (one of {})",
-                    names.join(", ")
-                ))
-            })?;
+            .ok_or_else(|| bad(ThresholdProblem::UnknownMetric(name.to_string())))?;
         let value = value.trim();
         let (decrease, magnitude) = match value.as_bytes().first() {
             Some(b'+') => (false, &value[1..]),
             Some(b'-') => (true, &value[1..]),
-            _ => {
-                return Err(bad(format!(
-                    "the change '{value}' needs a sign: +{value} catches an increase, -{value} a decrease"
-                )));
-            }
+            _ => return Err(bad(ThresholdProblem::NoSign(value.to_string()))),
         };
         let magnitude = magnitude.trim();
         let limit = if let Some(number) = magnitude.strip_suffix('%') {
-            Limit::Percent(parse_number(number).map_err(|e| bad(format!("'{value}': {e}")))?)
+            Limit::Percent(parse_number(number).map_err(bad)?)
         } else {
-            Limit::Amount(parse_amount(metric.unit(), magnitude).map_err(&bad)?)
+            Limit::Amount(parse_amount(metric.unit(), magnitude).map_err(bad)?)
         };
         let signed = |v: f64| if decrease { -v } else { v };
         Ok(Threshold {
@@ -791,33 +813,34 @@ impl FromStr for Threshold {
     }
 }
 
-fn parse_number(text: &str) -> Result<f64, String> {
+fn parse_number(text: &str) -> Result<f64, ThresholdProblem> {
     match text.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("'{text}' is not a number")),
+        _ => Err(ThresholdProblem::NotANumber(text.trim().to_string())),
     }
 }
 
-fn parse_amount(unit: Unit, text: &str) -> Result<f64, String> {
+fn parse_amount(unit: Unit, text: &str) -> Result<f64, ThresholdProblem> {
     match unit {
-        Unit::Bytes => units::parse_bytes(text).map(|b| b as f64),
+        Unit::Bytes => Ok(units::parse_bytes(text)? as f64),
         Unit::Count => parse_number(text),
-        Unit::Nanoseconds => units::parse_duration_ns(text).map(|ns| ns as f64),
+        Unit::Nanoseconds => Ok(units::parse_duration_ns(text)? as f64),
         Unit::Ratio => text
             .strip_suffix("pp")
-            .ok_or_else(|| {
-                format!("fragmentation takes percentage points ('{text}pp') or a percentage")
-            })
+            .ok_or_else(|| ThresholdProblem::PercentagePoints(text.to_string()))
             .and_then(parse_number)
             .map(|pp| pp / 100.0),
     }
 }
 
 /// Parses a comma-separated list of thresholds.
-pub fn parse_thresholds(list: &str) -> Result<Vec<Threshold>, String> {
+pub fn parse_thresholds(list: &str) -> Result<Vec<Threshold>, ThresholdError> {
     let parts: Vec<&str> = list.split(',').map(str::trim).collect();
     if parts.iter().any(|p| p.is_empty()) {
-        return Err(format!("empty threshold in '{list}'"));
+        return Err(ThresholdError {
+            text: list.to_string(),
+            problem: ThresholdProblem::Empty,
+        });
     }
     parts.into_iter().map(str::parse).collect()
 }
@@ -846,8 +869,9 @@ pub struct GateResult {
     pub checks: Vec<GateCheck>,
 }
 
-/// Checks a comparison against thresholds.
-pub fn gate(comparison: &Comparison, thresholds: &[Threshold]) -> GateResult {
+/// Checks a comparison against thresholds: an error, never a pass, when a
+/// threshold's metric is missing from the comparison.
+pub fn gate(comparison: &Comparison, thresholds: &[Threshold]) -> Result<GateResult, CompareError> {
     // Percentages are computed in floating point: 5% of a round number may
     // come out a hair below 5.
     const EPSILON: f64 = 1e-9;
@@ -856,7 +880,8 @@ pub fn gate(comparison: &Comparison, thresholds: &[Threshold]) -> GateResult {
         .map(|t| {
             let change = comparison
                 .metric(t.metric.name())
-                .map_or_else(Change::default, |m| m.change);
+                .ok_or(CompareError::MissingMetric(t.metric.name()))?
+                .change;
             let (observed, limit) = match t.limit {
                 // An increase from 0 is infinite.
                 Limit::Percent(p) => (
@@ -872,24 +897,24 @@ pub fn gate(comparison: &Comparison, thresholds: &[Threshold]) -> GateResult {
             } else {
                 observed > 0.0 && observed >= limit - limit.abs() * EPSILON
             };
-            GateCheck {
+            Ok(GateCheck {
                 threshold: t.text.clone(),
                 metric: t.metric,
                 failed,
                 change,
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_, CompareError>>()?;
     let failed: Vec<String> = checks
         .iter()
         .filter(|c| c.failed)
         .map(|c| c.threshold.clone())
         .collect();
-    GateResult {
+    Ok(GateResult {
         passed: failed.is_empty(),
         failed,
         checks,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -975,7 +1000,7 @@ mod tests {
         assert!(c.sites.iter().all(|s| !s.changed()));
         assert!(c.phases.iter().all(|p| !p.changed()));
         let thresholds = parse_thresholds("peak_allocated:+0%,leak:+0,ooms:+0").unwrap();
-        assert!(gate(&c, &thresholds).passed);
+        assert!(gate(&c, &thresholds).unwrap().passed);
     }
 
     #[test]
@@ -1083,7 +1108,7 @@ mod tests {
         let a = run("a", 1000, 0, &[]);
         let b = run("b", 1050, 1 << 20, &[]);
         let c = compare(&a, &b, CompareOptions::default()).unwrap();
-        let check = |spec: &str| gate(&c, &parse_thresholds(spec).unwrap());
+        let check = |spec: &str| gate(&c, &parse_thresholds(spec).unwrap()).unwrap();
         assert!(check("peak_allocated:+5%").failed == ["peak_allocated:+5%"]);
         assert!(check("peak_allocated:+5.1%").passed);
         assert!(check("peak_allocated:+50").failed.len() == 1);
@@ -1096,7 +1121,7 @@ mod tests {
         assert_eq!(r.failed, ["leak:+1MiB", "peak_allocated:+1%"]);
         assert!(!r.passed);
 
-        let err = |spec: &str| parse_thresholds(spec).unwrap_err();
+        let err = |spec: &str| parse_thresholds(spec).unwrap_err().to_string();
         assert!(err("peak:+5%").contains("unknown metric 'peak'"));
         assert!(err("leak:1MiB").contains("needs a sign"));
         assert!(err("leak+1MiB").contains("METRIC:CHANGE"));
@@ -1111,6 +1136,22 @@ mod tests {
         assert_eq!(
             parse_thresholds("duration:-2s").unwrap()[0].limit,
             Limit::Amount(-2e9)
+        );
+    }
+
+    #[test]
+    fn every_gate_metric_is_a_headline_figure() {
+        let a = run("a", 1000, 0, &[]);
+        let c = compare(&a, &a, CompareOptions::default()).unwrap();
+        for metric in GateMetric::ALL {
+            assert!(c.metric(metric.name()).is_some(), "{}", metric.name());
+        }
+        let mut drifted = c.clone();
+        drifted.headline.retain(|m| m.metric != "leak");
+        let leak = parse_thresholds("leak:+1MiB").unwrap();
+        assert_eq!(
+            gate(&drifted, &leak),
+            Err(CompareError::MissingMetric("leak"))
         );
     }
 

@@ -8,10 +8,10 @@
 //! its cost is bounded by the number of buckets ever closed, not by the
 //! number of events.
 
-use super::{Analysis, Step};
+use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{FreeSpace, ReplayState};
 use serde::Serialize;
-use vramtrace_recorder::format::{Event, SymbolTable};
+use vramtrace_format::{Event, SymbolTable};
 
 /// The narrowest bucket.
 pub const INITIAL_BUCKET_NS: u64 = 1_000;
@@ -106,14 +106,9 @@ impl Fragmentation {
         }
     }
 
-    /// The report, once the pass is over.
-    pub fn report(&self) -> Option<&FragmentationReport> {
-        self.report.as_ref()
-    }
-
-    /// Takes the report, once the pass is over.
-    pub fn into_report(self) -> Option<FragmentationReport> {
-        self.report
+    /// Takes the report, once the pass is over: an error if it did not finish.
+    pub fn into_report(self) -> Result<FragmentationReport, AnalysisError> {
+        self.report.ok_or(AnalysisError::NoResult("fragmentation"))
     }
 
     fn close(&mut self, state: &ReplayState) {
@@ -208,14 +203,15 @@ impl Analysis for Fragmentation {
     }
 
     #[inline]
-    fn event(&mut self, _step: &Step<'_>, state: &ReplayState) {
+    fn event(&mut self, _step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         let t = state.totals();
         self.open.events += 1;
         self.open.max_reserved = self.open.max_reserved.max(t.reserved);
         self.open.max_allocated = self.open.max_allocated.max(t.allocated);
+        Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
+    fn finish(&mut self, state: &ReplayState, _symbols: &SymbolTable) -> Result<(), AnalysisError> {
         let origin = self.origin.unwrap_or(state.time_ns());
         self.close(state);
         if self.closed.len() >= 2 * self.target {
@@ -245,6 +241,7 @@ impl Analysis for Fragmentation {
             worst_cached_free,
             worst_external,
         });
+        Ok(())
     }
 }
 
@@ -338,7 +335,7 @@ mod random {
     use crate::analysis::window::Window;
     use crate::testing::{TraceBuilder, replay_trace};
     use proptest::prelude::*;
-    use vramtrace_recorder::format::{Event, TraceReader};
+    use vramtrace_format::{Event, TraceReader};
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]

@@ -15,13 +15,13 @@
 //! 3. **Never freed**: blocks still live at the window's end, by site.
 
 use super::phases::normalized_path;
-use super::sites::{SiteDescription, SiteId};
-use super::{Analysis, Step};
+use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{Applied, LiveAlloc, PhaseId, ReplayState, SiteLive};
+use crate::sites::{SiteDescription, SiteId};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use vramtrace_recorder::format::SymbolTable;
+use vramtrace_format::SymbolTable;
 
 /// Phase instances kept with their per-site detail: the ones retaining the
 /// most bytes (a long trace has more instances than anyone reads).
@@ -178,6 +178,33 @@ pub struct LeaksReport {
     pub never_freed_blocks: u64,
 }
 
+impl LeaksReport {
+    /// The phase a chart of growth shows: the fastest-growing leak, else the
+    /// most repeated phase; `None` when no phase repeats.
+    pub fn chart_phase(&self) -> Option<&PhaseGrowth> {
+        self.growth
+            .first()
+            .or_else(|| self.repeated_phases.iter().max_by_key(|p| p.repetitions))
+    }
+
+    /// The leaking phases, leaving out a phase nested in a leaking phase listed
+    /// before it when both grow by the same site: `iter#/forward` repeats what
+    /// `iter#` already says.
+    pub fn distinct_leaks(&self) -> Vec<&PhaseGrowth> {
+        let top_site = |g: &PhaseGrowth| g.sites.first().map(|s| s.site.site.clone());
+        let mut kept: Vec<&PhaseGrowth> = Vec::new();
+        for g in &self.growth {
+            let nested_repeat = kept.iter().any(|k| {
+                g.phase.starts_with(&format!("{}/", k.phase)) && top_site(k) == top_site(g)
+            });
+            if !nested_repeat {
+                kept.push(g);
+            }
+        }
+        kept
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct Sample {
     repetition: u64,
@@ -219,14 +246,9 @@ impl Leaks {
         Self::default()
     }
 
-    /// The report, once the pass is over.
-    pub fn report(&self) -> Option<&LeaksReport> {
-        self.report.as_ref()
-    }
-
-    /// Takes the report, once the pass is over.
-    pub fn into_report(self) -> Option<LeaksReport> {
-        self.report
+    /// Takes the report, once the pass is over: an error if it did not finish.
+    pub fn into_report(self) -> Result<LeaksReport, AnalysisError> {
+        self.report.ok_or(AnalysisError::NoResult("leaks"))
     }
 
     fn phase_ended(&mut self, id: PhaseId, state: &ReplayState, symbols: &SymbolTable) {
@@ -396,7 +418,7 @@ impl Analysis for Leaks {
     }
 
     #[inline]
-    fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         match step.applied {
             Applied::Alloc(a) => {
                 if let Some(old) = state.replaced_by(step.index) {
@@ -419,9 +441,10 @@ impl Analysis for Leaks {
             Applied::PhaseEnd(id) => self.phase_ended(id, state, step.symbols),
             _ => {}
         }
+        Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
         self.prune_instances();
         let retained_by_phase = self
             .instances
@@ -485,6 +508,7 @@ impl Analysis for Leaks {
                 })
                 .collect(),
         });
+        Ok(())
     }
 }
 

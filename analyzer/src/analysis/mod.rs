@@ -4,8 +4,13 @@
 //! engine](crate::replay), and each event, with what it did to the state, to
 //! every [`Analysis`] of the pass. Several analyses share one pass: a command
 //! builds the ones it needs and calls [`run_pass`] once. Results are plain
-//! `serde::Serialize` values, rendered as text by `cli` and as charts or
-//! JSON by whoever needs them.
+//! `serde::Serialize` values, which the [printers](crate::print) turn into
+//! text, JSON, charts and pages.
+//!
+//! An analysis can end its part of a pass early ([`Flow::Done`]) or fail it
+//! ([`AnalysisError`]); one whose pass did not finish has no result, and
+//! asking for it is an error ([`AnalysisError::NoResult`]), never a report of
+//! zeros.
 
 pub mod compare;
 pub mod fragmentation;
@@ -13,16 +18,15 @@ pub mod leaks;
 pub mod phase_totals;
 pub mod phases;
 pub mod site_totals;
-pub mod sites;
 pub mod summary;
 pub mod timeline;
 pub mod window;
 
+use crate::progress::Meter;
 use crate::replay::{Applied, ReplayState};
-use indicatif::ProgressBar;
 use std::ops::ControlFlow;
-use vramtrace_recorder::format::EventSource;
-use vramtrace_recorder::format::{Event, FormatError, SymbolTable, Truncation};
+use vramtrace_format::EventSource;
+use vramtrace_format::{Event, FormatError, SymbolTable, Truncation};
 use window::Window;
 
 /// One replayed event, as analyses see it.
@@ -36,6 +40,39 @@ pub struct Step<'a> {
     pub applied: Applied,
     /// The trace's symbols, complete for every id this event uses.
     pub symbols: &'a SymbolTable,
+}
+
+/// What an analysis tells the pass after an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Send the next event.
+    Continue,
+    /// This analysis needs no more events. The pass ends when every analysis
+    /// of it is done (or its window ends); each is still [finished](Analysis::finish).
+    Done,
+}
+
+/// Why an analysis failed, or has no result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnalysisError {
+    /// The result was asked for before the analysis's pass finished.
+    #[error("the {0} analysis has no result: its pass did not run to its end")]
+    NoResult(&'static str),
+    /// The trace holds something the analysis cannot take.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Why a pass stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    /// The events could not be read.
+    #[error(transparent)]
+    Read(#[from] FormatError),
+    /// An analysis failed.
+    #[error(transparent)]
+    Analysis(#[from] AnalysisError),
 }
 
 /// An analysis fed by a replay pass.
@@ -57,12 +94,15 @@ pub trait Analysis: Send {
         let _ = (index, event, state);
     }
 
-    /// An event inside the window, after the replay applied it.
-    fn event(&mut self, step: &Step<'_>, state: &ReplayState);
+    /// An event inside the window, after the replay applied it. An error ends
+    /// the pass.
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError>;
 
-    /// The window closed (or the trace ended): `state` is the final state.
-    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+    /// The window closed (or the trace ended, or every analysis was done):
+    /// `state` is the final state.
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
         let _ = (state, symbols);
+        Ok(())
     }
 }
 
@@ -81,7 +121,8 @@ pub struct PassInfo {
     pub truncation: Option<Truncation>,
     /// Whether the trace has its footer (it was closed cleanly).
     pub complete: bool,
-    /// Whether the pass stopped at the window's end, before the trace's.
+    /// Whether the pass stopped before the trace's end: at the window's end,
+    /// or with every analysis done.
     pub stopped_early: bool,
 }
 
@@ -94,7 +135,9 @@ impl PassInfo {
 }
 
 /// Replays a trace from its start (loading its initial state), feeding the
-/// events inside `window` to every analysis, and stops after the window.
+/// events inside `window` to every analysis, and stops after the window, or
+/// once every analysis is [done](Flow::Done). `meter` hears the source's
+/// position after each batch.
 ///
 /// Events are decoded (on all cores, for a trace file) while the batch before is
 /// replayed: see [`EventSource::try_for_each_batch`].
@@ -103,8 +146,8 @@ pub fn run_pass<S: EventSource>(
     state: &mut ReplayState,
     analyses: &mut [&mut dyn Analysis],
     window: &Window,
-    progress: Option<&ProgressBar>,
-) -> Result<PassInfo, FormatError> {
+    meter: &dyn Meter,
+) -> Result<PassInfo, PassError> {
     if let Some(initial) = reader.initial_state() {
         state.load_initial(initial, reader.symbols());
     }
@@ -113,6 +156,10 @@ pub fn run_pass<S: EventSource>(
     let mut index = 0u64;
     let any_before = analyses.iter().any(|a| a.wants_before());
     let bounds = window.bounds();
+    // Which analyses still want events; a pass without analyses replays its window.
+    let mut done = vec![false; analyses.len()];
+    let mut busy = analyses.len();
+    let mut failure = None;
     let flow = reader.try_for_each_batch(|events, symbols, position| {
         for event in events {
             if bounds.is_after(index, event.time_ns) {
@@ -127,31 +174,48 @@ pub fn run_pass<S: EventSource>(
                 }
             }
             if inside && any_before {
-                for a in analyses.iter_mut() {
+                for (a, _) in analyses.iter_mut().zip(&done).filter(|(_, d)| !**d) {
                     a.before(index, event, state);
                 }
             }
             let applied = state.apply(index, event, symbols);
+            index += 1;
             if inside {
                 info.events_in_window += 1;
                 info.last_time_ns = event.time_ns;
                 let step = Step {
-                    index,
+                    index: index - 1,
                     event,
                     applied,
                     symbols,
                 };
-                for a in analyses.iter_mut() {
-                    a.event(&step, state);
+                for (a, done) in analyses.iter_mut().zip(done.iter_mut()) {
+                    if *done {
+                        continue;
+                    }
+                    match a.event(&step, state) {
+                        Ok(Flow::Continue) => {}
+                        Ok(Flow::Done) => {
+                            *done = true;
+                            busy -= 1;
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            return ControlFlow::Break(());
+                        }
+                    }
+                }
+                if busy == 0 && !done.is_empty() {
+                    return ControlFlow::Break(());
                 }
             }
-            index += 1;
         }
-        if let Some(bar) = progress {
-            bar.set_position(position);
-        }
+        meter.update(position);
         ControlFlow::Continue(())
     })?;
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
     info.stopped_early = flow.is_break();
     let symbols = reader.symbols();
     if !started {
@@ -160,7 +224,7 @@ pub fn run_pass<S: EventSource>(
         }
     }
     for a in analyses.iter_mut() {
-        a.finish(state, symbols);
+        a.finish(state, symbols)?;
     }
     info.events_replayed = index;
     info.truncation = reader.truncation().copied();

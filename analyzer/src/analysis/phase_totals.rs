@@ -5,11 +5,11 @@
 //! keeps only the instances retaining the most, so it cannot give totals.
 
 use super::phases::normalized_path;
-use super::{Analysis, Step};
+use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{Applied, LiveAlloc, PhaseId, ReplayState};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use vramtrace_recorder::format::SymbolTable;
+use vramtrace_format::SymbolTable;
 
 /// The figures of one phase, over all its instances.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -58,9 +58,9 @@ impl PhaseTotals {
         Self::default()
     }
 
-    /// Takes the report, once the pass is over.
-    pub fn into_report(self) -> Option<PhaseTotalsReport> {
-        self.report
+    /// Takes the report, once the pass is over: an error if it did not finish.
+    pub fn into_report(self) -> Result<PhaseTotalsReport, AnalysisError> {
+        self.report.ok_or(AnalysisError::NoResult("phase totals"))
     }
 
     /// A block stopped counting as allocated: the open instances it was
@@ -98,7 +98,7 @@ impl PhaseTotals {
 
 impl Analysis for PhaseTotals {
     #[inline]
-    fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         match step.applied {
             Applied::Alloc(a) => {
                 if let Some(old) = state.replaced_by(step.index) {
@@ -136,12 +136,18 @@ impl Analysis for PhaseTotals {
             }
             _ => {}
         }
+        Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, _state: &ReplayState, _symbols: &SymbolTable) {
+    fn finish(
+        &mut self,
+        _state: &ReplayState,
+        _symbols: &SymbolTable,
+    ) -> Result<(), AnalysisError> {
         self.report = Some(PhaseTotalsReport {
             phases: std::mem::take(&mut self.groups).into_values().collect(),
         });
+        Ok(())
     }
 }
 

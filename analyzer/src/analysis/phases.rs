@@ -5,7 +5,7 @@
 //! `#` (`iter12` → `iter#`, `epoch3/step17` → `epoch#/step#`).
 
 use crate::replay::{PhaseId, ReplayState};
-use vramtrace_recorder::format::SymbolTable;
+use vramtrace_format::SymbolTable;
 
 /// A phase name with every run of ASCII digits replaced by `#`.
 pub fn normalize_name(name: &str) -> String {

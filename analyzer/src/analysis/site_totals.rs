@@ -3,11 +3,11 @@
 //! peak; these say how much it churns, which is what changes when a
 //! regression adds a temporary copy that never reaches the peak.
 
-use super::sites::{SiteDescription, SiteId};
-use super::{Analysis, Step};
+use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{Applied, ReplayState};
+use crate::sites::{SiteDescription, SiteId};
 use serde::Serialize;
-use vramtrace_recorder::format::SymbolTable;
+use vramtrace_format::SymbolTable;
 
 /// A site's allocations over the window.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -42,15 +42,15 @@ impl SiteTotals {
         Self::default()
     }
 
-    /// Takes the report, once the pass is over.
-    pub fn into_report(self) -> Option<SiteTotalsReport> {
-        self.report
+    /// Takes the report, once the pass is over: an error if it did not finish.
+    pub fn into_report(self) -> Result<SiteTotalsReport, AnalysisError> {
+        self.report.ok_or(AnalysisError::NoResult("site totals"))
     }
 }
 
 impl Analysis for SiteTotals {
     #[inline]
-    fn event(&mut self, step: &Step<'_>, _state: &ReplayState) {
+    fn event(&mut self, step: &Step<'_>, _state: &ReplayState) -> Result<Flow, AnalysisError> {
         if let Applied::Alloc(a) = step.applied {
             let i = a.site.0 as usize;
             if self.totals.len() <= i {
@@ -59,9 +59,10 @@ impl Analysis for SiteTotals {
             self.totals[i].0 += 1;
             self.totals[i].1 += a.size;
         }
+        Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
         let mut sites: Vec<SiteTotal> = self
             .totals
             .iter()
@@ -79,6 +80,7 @@ impl Analysis for SiteTotals {
                 .then_with(|| a.site.site.cmp(&b.site.site))
         });
         self.report = Some(SiteTotalsReport { sites });
+        Ok(())
     }
 }
 

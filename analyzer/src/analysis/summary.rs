@@ -6,34 +6,38 @@
 //! at the first decrease after it, adding back the block whose free ended
 //! the increasing run; so one copy is made per increasing run, not per event.
 //!
-//! The free space at the peak needs a sweep over the live blocks, sorted.
-//! What it needs is likewise copied lazily, unsorted: just before the first
-//! event after a new peak that changes the blocks or segments (not an
-//! allocation that makes a newer peak), and swept once, at the end. A trace
-//! whose peak keeps moving (a leak) makes a copy per step; should the copies
-//! exceed [`COPIED_BLOCKS_PER_EVENT`] blocks per event, they stop, and the
-//! report leaves the free space out for [`free_space_at`], a replay that
-//! stops at the peak's event, to fill in.
+//! The free space at the peak needs a sweep over the blocks and segments of
+//! that moment, sorted, and is computed once, at the end, in the same pass.
+//! Nothing is copied at the peak: from the first event after it that changes
+//! blocks or segments (not an allocation that makes a newer peak), the
+//! summary logs each block added or removed, and saves the segments before
+//! their first change. At the end, the blocks of the peak are the final ones
+//! with the log undone. A newer peak clears the log, so a trace whose peak
+//! keeps moving (a leak) costs a push per event, not a copy per peak; a log
+//! grown past [`UNDO_BUDGET`] times the blocks of the peak is undone then,
+//! once, into a copy, which bounds its memory by the state's.
 
-use super::window::Window;
-use super::{Analysis, Step, run_pass};
-use crate::analysis::sites::{SiteDescription, SiteId};
+use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{
-    Applied, FreeSpace, Inconsistency, InconsistencyKind, Occupancy, PhaseId, ReplayState,
+    Applied, FreeSpace, Inconsistency, InconsistencyKind, Occupancy, PhaseId, ReplayState, Segment,
     SiteLive, Totals,
 };
+use crate::sites::{SiteDescription, SiteId};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use vramtrace_recorder::format::EventSource;
-use vramtrace_recorder::format::{Event, EventData, FormatError, KindCounts, SymbolTable};
+use vramtrace_format::{Event, EventData, KindCounts, SymbolTable};
 
 /// The most OOM events kept with their context.
 pub const MAX_OOMS: usize = 100;
 
-/// The blocks the summary may copy per event for the free space at the
-/// peak. Copying a block costs about a fiftieth of replaying an event, so
-/// at this rate the copies stay well below the second replay they save.
-pub const COPIED_BLOCKS_PER_EVENT: u64 = 8;
+/// How long the log of changes since the allocated peak may grow, in blocks
+/// live at the peak (but at least [`UNDO_MIN`]), before it is undone into a
+/// copy of the peak's blocks: the copy costs what the log's entries did.
+pub const UNDO_BUDGET: usize = 2;
+
+/// The shortest log of changes since the peak that is undone into a copy.
+pub const UNDO_MIN: usize = 4096;
 
 /// Computes a [`SummaryReport`].
 #[derive(Clone, Debug)]
@@ -51,10 +55,12 @@ pub struct Summary {
     sites_at_peak: Vec<(SiteId, SiteLive)>,
     // Where the blocks and segments at the allocated peak are.
     peak_space: PeakSpace,
+    // What changed them since the peak, when `peak_space` is `Logged`.
+    since_peak: SincePeak,
     // Their copy, when `peak_space` is `Copied`.
     peak_occupancy: Occupancy,
-    // Blocks copied so far.
-    copied: u64,
+    // The shortest log undone into a copy ([`UNDO_MIN`]; less in tests).
+    undo_min: usize,
     ooms: Vec<OomReport>,
     oom_count: u64,
     report: Option<SummaryReport>,
@@ -65,10 +71,45 @@ pub struct Summary {
 enum PeakSpace {
     /// In the replay state: nothing has changed blocks or segments since.
     Live,
+    /// In the replay state with `Summary::since_peak` undone.
+    Logged,
     /// In `Summary::peak_occupancy`.
     Copied,
-    /// Nowhere: copying it would have cost too much.
-    Unknown,
+}
+
+/// The blocks and segments changed since the allocated peak, to undo.
+#[derive(Clone, Debug, Default)]
+struct SincePeak {
+    /// Blocks added to (`true`) or removed from the segments, in order:
+    /// `(address, size, added)`.
+    blocks: Vec<(u64, u64, bool)>,
+    /// The segments and reserved bytes at the peak, saved before their first
+    /// change after it.
+    segments: Option<(Vec<Segment>, u64)>,
+}
+
+impl SincePeak {
+    fn clear(&mut self) {
+        self.blocks.clear();
+        self.segments = None;
+    }
+
+    /// The blocks and segments at the peak: `state`'s, with the log undone.
+    fn undo(&self, state: &ReplayState) -> Occupancy {
+        let mut blocks: FxHashMap<u64, u64> = state.live().map(|a| (a.addr, a.size)).collect();
+        for &(addr, size, added) in self.blocks.iter().rev() {
+            if added {
+                blocks.remove(&addr);
+            } else {
+                blocks.insert(addr, size);
+            }
+        }
+        let (segments, reserved) = match &self.segments {
+            Some((segments, reserved)) => (segments.clone(), *reserved),
+            None => (state.segments().to_vec(), state.totals().reserved),
+        };
+        Occupancy::of_blocks(reserved, segments, blocks)
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -139,8 +180,7 @@ pub struct PeakState {
     pub cached_free_bytes: u64,
     /// Internal fragmentation: block sizes minus requested sizes of live blocks.
     pub internal_fragmentation_bytes: u64,
-    /// The largest free range: `None` without allocations, or when the
-    /// summary left it to [`free_space_at`] (see the module's doc).
+    /// The largest free range: `None` without allocations.
     pub largest_free_block: Option<u64>,
     /// `1 - largest free block / free bytes` (when the largest free range is known).
     pub external_fragmentation: Option<f64>,
@@ -290,23 +330,19 @@ impl Summary {
             at_peak: PeakState::default(),
             pending: false,
             sites_at_peak: Vec::new(),
-            peak_space: PeakSpace::Unknown,
+            peak_space: PeakSpace::Live,
+            since_peak: SincePeak::default(),
             peak_occupancy: Occupancy::default(),
-            copied: 0,
+            undo_min: UNDO_MIN,
             ooms: Vec::new(),
             oom_count: 0,
             report: None,
         }
     }
 
-    /// The report, once the pass is over.
-    pub fn report(&self) -> Option<&SummaryReport> {
-        self.report.as_ref()
-    }
-
-    /// Takes the report, once the pass is over.
-    pub fn into_report(self) -> Option<SummaryReport> {
-        self.report
+    /// Takes the report, once the pass is over: an error if it did not finish.
+    pub fn into_report(self) -> Result<SummaryReport, AnalysisError> {
+        self.report.ok_or(AnalysisError::NoResult("summary"))
     }
 
     fn capture_peak_state(&mut self, state: &ReplayState) {
@@ -363,17 +399,26 @@ impl Summary {
         self.pending = false;
     }
 
-    /// Copies the blocks and segments of the peak out of the state, unless
-    /// the copies would exceed their budget.
-    fn copy_peak_space(&mut self, state: &ReplayState) {
-        let blocks = state.totals().live_blocks;
-        self.peak_space = if self.copied + blocks <= COPIED_BLOCKS_PER_EVENT * self.counts.total() {
-            self.copied += blocks;
-            state.copy_occupancy(&mut self.peak_occupancy);
-            PeakSpace::Copied
-        } else {
-            PeakSpace::Unknown
-        };
+    /// Logs what a replayed event did to the blocks since the peak, and undoes
+    /// the log into a copy once it has grown past its budget.
+    fn log_since_peak(&mut self, step: &Step<'_>, state: &ReplayState) {
+        let log = &mut self.since_peak.blocks;
+        match step.applied {
+            Applied::Alloc(a) => {
+                if let Some(old) = state.replaced_by(step.index) {
+                    log.push((old.addr, old.size, false));
+                }
+                log.push((a.addr, a.size, true));
+            }
+            Applied::FreeCompleted(a) => log.push((a.addr, a.size, false)),
+            _ => return,
+        }
+        let budget = (UNDO_BUDGET * self.at_peak.live_blocks as usize).max(self.undo_min);
+        if log.len() > budget {
+            self.peak_occupancy = self.since_peak.undo(state);
+            self.since_peak.clear();
+            self.peak_space = PeakSpace::Copied;
+        }
     }
 
     /// Whether `event` can change the free space and so ends the state of a
@@ -429,15 +474,31 @@ impl Analysis for Summary {
     #[inline]
     fn before(&mut self, _index: u64, event: &Event, state: &ReplayState) {
         if self.peak_space == PeakSpace::Live && self.ends_peak_state(event, state) {
-            self.copy_peak_space(state);
+            self.since_peak.clear();
+            self.peak_space = PeakSpace::Logged;
+        }
+        if self.peak_space == PeakSpace::Logged
+            && self.since_peak.segments.is_none()
+            && matches!(
+                event.data,
+                EventData::SegmentAlloc(_)
+                    | EventData::SegmentFree(_)
+                    | EventData::SegmentMap(_)
+                    | EventData::SegmentUnmap(_)
+            )
+        {
+            self.since_peak.segments = Some((state.segments().to_vec(), state.totals().reserved));
         }
     }
 
     #[inline]
-    fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         self.counts.add(step.event.kind());
         self.first_time_ns.get_or_insert(step.event.time_ns);
         self.last_time_ns = step.event.time_ns;
+        if self.peak_space == PeakSpace::Logged {
+            self.log_since_peak(step, state);
+        }
         let t = state.totals();
         match step.applied {
             Applied::Alloc(a) => {
@@ -485,21 +546,21 @@ impl Analysis for Summary {
             }
             _ => {}
         }
+        Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
         if self.pending {
             self.snapshot_sites(state, None, None);
         }
         // Without an allocation there is no peak to describe.
         if self.allocated.bytes > 0 {
-            match self.peak_space {
-                PeakSpace::Live => self.at_peak.set_free_space(state.free_space()),
-                PeakSpace::Copied => self
-                    .at_peak
-                    .set_free_space(self.peak_occupancy.free_space()),
-                PeakSpace::Unknown => {}
-            }
+            let space = match self.peak_space {
+                PeakSpace::Live => state.free_space(),
+                PeakSpace::Logged => self.since_peak.undo(state).free_space(),
+                PeakSpace::Copied => self.peak_occupancy.free_space(),
+            };
+            self.at_peak.set_free_space(space);
         }
         let mut sites = std::mem::take(&mut self.sites_at_peak);
         sites.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
@@ -546,56 +607,53 @@ impl Analysis for Summary {
             end: *state.totals(),
             inconsistencies: InconsistencyReport::of(state),
         });
+        Ok(())
     }
-}
-
-impl SummaryReport {
-    /// Fills in the free space at the peak (from [`free_space_at`]).
-    pub fn set_free_space_at_peak(&mut self, space: FreeSpace) {
-        self.at_peak.set_free_space(space);
-    }
-}
-
-/// Replays the first `events` events of a trace (after its initial state)
-/// and returns the free space of its segments then; `state` comes fresh.
-pub fn free_space_at<S: EventSource>(
-    reader: &mut S,
-    mut state: ReplayState,
-    events: u64,
-) -> Result<FreeSpace, FormatError> {
-    if events == 0 {
-        if let Some(initial) = reader.initial_state() {
-            state.load_initial(initial, reader.symbols());
-        }
-    } else {
-        let window = Window {
-            to_index: Some(events - 1),
-            ..Window::ALL
-        };
-        run_pass(reader, &mut state, &mut [], &window, None)?;
-    }
-    Ok(state.free_space())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::run_pass;
+    use crate::analysis::window::Window;
+    use crate::progress::NoProgress;
     use crate::testing::{TraceBuilder, replay_trace};
-    use vramtrace_recorder::format::TraceReader;
+    use vramtrace_format::{EventSource, TraceReader};
 
-    /// The free space at the peak by the fallback: a replay up to it.
+    /// Replays the first `events` events of a trace (after its initial state)
+    /// and returns the free space of its segments then: what the summary
+    /// finds at the peak in its own pass, found the slow way.
+    pub(super) fn free_space_at<S: EventSource>(reader: &mut S, events: u64) -> FreeSpace {
+        let mut state = ReplayState::default();
+        if events == 0 {
+            if let Some(initial) = reader.initial_state() {
+                state.load_initial(initial, reader.symbols());
+            }
+        } else {
+            let window = Window {
+                to_index: Some(events - 1),
+                ..Window::ALL
+            };
+            run_pass(reader, &mut state, &mut [], &window, &NoProgress).unwrap();
+        }
+        state.free_space()
+    }
+
+    /// The free space at the peak, the slow way: a replay up to it.
     fn replayed_free_space(bytes: &[u8], r: &SummaryReport) -> FreeSpace {
         let mut reader = TraceReader::new(bytes).unwrap();
-        free_space_at(
-            &mut reader,
-            ReplayState::default(),
-            r.peak_allocated.replayed_events,
-        )
-        .unwrap()
+        free_space_at(&mut reader, r.peak_allocated.replayed_events)
     }
 
     pub(super) fn summarize(bytes: &[u8], window: Window) -> SummaryReport {
+        summarize_with(bytes, window, UNDO_MIN)
+    }
+
+    /// A summary whose log since the peak is undone into a copy once it is
+    /// longer than `undo_min` entries (and twice the peak's blocks).
+    pub(super) fn summarize_with(bytes: &[u8], window: Window, undo_min: usize) -> SummaryReport {
         let mut summary = Summary::new(10);
+        summary.undo_min = undo_min;
         replay_trace(bytes, &mut [&mut summary], &window);
         summary.into_report().unwrap()
     }
@@ -667,9 +725,9 @@ mod tests {
     }
 
     #[test]
-    fn a_peak_that_keeps_moving_leaves_the_free_space_to_a_replay() {
+    fn a_peak_that_keeps_moving_costs_no_copy_and_no_second_replay() {
         // Each step makes a new peak and then frees a block: a copy of all
-        // 10,000 live blocks per 3 events, past the budget after a few.
+        // 10,000 live blocks per step would cost 10,000 times the events.
         let mut b = TraceBuilder::new();
         let s = b.site("f", "a.py", 1);
         b.segment(0, 1 << 30);
@@ -682,9 +740,36 @@ mod tests {
         let bytes = b.finish();
         let r = summarize(&bytes, Window::ALL);
         assert_eq!(r.peak_allocated_bytes, 10_000 * 16 + 1024 + 49);
-        assert_eq!(r.at_peak.largest_free_block, None);
-        let space = replayed_free_space(&bytes, &r);
-        assert_eq!(space.largest_free_block, (1 << 30) - 10_000 * 4096 - 16);
+        let largest = (1 << 30) - 10_000 * 4096 - 16;
+        assert_eq!(r.at_peak.largest_free_block, Some(largest));
+        assert_eq!(replayed_free_space(&bytes, &r).largest_free_block, largest);
+        // Undone into a copy once the log outgrows its budget: the same.
+        let copied = summarize_with(&bytes, Window::ALL, 0);
+        assert_eq!(copied.at_peak, r.at_peak);
+    }
+
+    #[test]
+    fn a_log_since_the_peak_undoes_segment_changes() {
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        b.segment(0, 1000)
+            .alloc(0, 100, 100, s)
+            .alloc(500, 100, 100, s);
+        // After the peak: a block freed, a segment added, the first one's
+        // blocks gone and the segment returned, a new one mapped.
+        b.free(500, 100)
+            .segment(4096, 300)
+            .free(0, 100)
+            .segment_free(0, 1000);
+        b.map(8192, 2048).alloc(8192, 50, 50, s);
+        let bytes = b.finish();
+        for undo_min in [0, 1, 3, UNDO_MIN] {
+            let r = summarize_with(&bytes, Window::ALL, undo_min);
+            assert_eq!(r.peak_allocated.index, 2);
+            assert_eq!(r.at_peak.largest_free_block, Some(400), "{undo_min}");
+            assert_eq!(r.at_peak.external_fragmentation, Some(0.5));
+            assert_eq!(replayed_free_space(&bytes, &r).largest_free_block, 400);
+        }
     }
 
     #[test]
@@ -726,11 +811,12 @@ mod tests {
 
 #[cfg(test)]
 mod random {
-    use super::tests::summarize;
+    use super::tests::{free_space_at, summarize, summarize_with};
     use super::*;
+    use crate::analysis::window::Window;
     use crate::testing::TraceBuilder;
     use proptest::prelude::*;
-    use vramtrace_recorder::format::{Event, TraceReader};
+    use vramtrace_format::{Event, TraceReader};
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
@@ -782,11 +868,13 @@ mod random {
         }
 
         /// The free space swept in the pass is the one a replay up to the
-        /// peak finds, whatever blocks and segments change after the peak.
+        /// peak finds, whatever blocks and segments change after the peak,
+        /// and however soon the log since the peak is undone into a copy.
         #[test]
         fn free_space_at_peak_matches_a_replay(
-            ops in proptest::collection::vec((0u8..6, 0u64..12, 0u64..5000), 1..150),
+            ops in proptest::collection::vec((0u8..10, 0u64..12, 0u64..5000), 1..150),
             from in 0u64..20,
+            undo_min in 0usize..12,
         ) {
             let mut b = TraceBuilder::new();
             let s = b.site("a", "a.py", 1);
@@ -798,22 +886,23 @@ mod random {
                     2 => b.free_requested(addr, 0),
                     3 => b.free_completed(addr, 0),
                     4 => b.segment((64 + slot) << 30, size << 20),
-                    _ => b.segment_free((64 + slot) << 30, size << 20),
+                    5 => b.segment_free((64 + slot) << 30, size << 20),
+                    // Segments holding blocks: returned with their blocks
+                    // live (inconsistent), reserved again, mapped and unmapped.
+                    6 => b.segment_free(0, 1 << 30),
+                    7 => b.segment(0, 1 << 30),
+                    8 => b.map(slot << 20, 1 << 20),
+                    _ => b.unmap(slot << 20, 1 << 20),
                 };
             }
             let bytes = b.finish();
             let window = Window { from_index: Some(from), ..Window::ALL };
-            let r = summarize(&bytes, window);
+            let r = summarize_with(&bytes, window, undo_min);
             if r.peak_allocated_bytes == 0 {
                 prop_assert_eq!(r.at_peak.largest_free_block, None);
             } else if let Some(largest) = r.at_peak.largest_free_block {
                 let mut reader = TraceReader::new(&bytes[..]).unwrap();
-                let space = free_space_at(
-                    &mut reader,
-                    ReplayState::default(),
-                    r.peak_allocated.replayed_events,
-                )
-                .unwrap();
+                let space = free_space_at(&mut reader, r.peak_allocated.replayed_events);
                 prop_assert_eq!(largest, space.largest_free_block);
                 prop_assert_eq!(
                     r.at_peak.external_fragmentation,

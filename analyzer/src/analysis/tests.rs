@@ -1,6 +1,7 @@
 use super::*;
+use crate::progress::NoProgress;
 use crate::testing::TraceBuilder;
-use vramtrace_recorder::format::TraceReader;
+use vramtrace_format::TraceReader;
 
 struct Recorder(Vec<u64>, u64);
 
@@ -8,8 +9,9 @@ impl Analysis for Recorder {
     fn begin(&mut self, state: &ReplayState, _: &SymbolTable) {
         self.1 = state.totals().allocated;
     }
-    fn event(&mut self, step: &Step<'_>, _: &ReplayState) {
+    fn event(&mut self, step: &Step<'_>, _: &ReplayState) -> Result<Flow, AnalysisError> {
         self.0.push(step.index);
+        Ok(Flow::Continue)
     }
 }
 
@@ -25,7 +27,14 @@ fn windows_restrict_the_events_analyses_see() {
         let mut reader = TraceReader::new(&bytes[..]).unwrap();
         let mut state = ReplayState::default();
         let mut rec = Recorder(Vec::new(), 0);
-        let info = run_pass(&mut reader, &mut state, &mut [&mut rec], &window, None).unwrap();
+        let info = run_pass(
+            &mut reader,
+            &mut state,
+            &mut [&mut rec],
+            &window,
+            &NoProgress,
+        )
+        .unwrap();
         (rec, info, state.totals().allocated)
     };
     let (rec, info, _) = run(Window::ALL);
@@ -44,13 +53,16 @@ fn windows_restrict_the_events_analyses_see() {
 
     let spec = window::WindowSpec::parse(Some("phase"), Some("phase")).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
-    let w = spec.resolve(Some(&mut reader)).unwrap().unwrap();
+    let w = spec.resolve(&mut reader).unwrap();
     assert_eq!((w.from_index, w.to_index), (Some(1), Some(3)));
     let (rec, _, _) = run(w);
     assert_eq!(rec.0, vec![1, 2, 3]);
     let spec = window::WindowSpec::parse(Some("nope"), None).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
-    assert!(spec.resolve(Some(&mut reader)).unwrap().is_err());
+    assert!(matches!(
+        spec.resolve(&mut reader),
+        Err(window::WindowError::NoSuchPhase(name)) if name == "nope"
+    ));
 }
 
 #[test]
@@ -65,6 +77,81 @@ fn phase_bounds_with_hash_match_every_number() {
     let bytes = b.finish();
     let spec = window::WindowSpec::parse(Some("step#"), Some("step#")).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
-    let w = spec.resolve(Some(&mut reader)).unwrap().unwrap();
+    let w = spec.resolve(&mut reader).unwrap();
     assert_eq!((w.from_index, w.to_index), (Some(2), Some(7)));
+}
+
+/// Counts events, and is done, or fails, after `limit` of them.
+struct Limited {
+    seen: u64,
+    limit: u64,
+    fail: bool,
+    finished: bool,
+}
+
+impl Analysis for Limited {
+    fn event(&mut self, _: &Step<'_>, _: &ReplayState) -> Result<Flow, AnalysisError> {
+        self.seen += 1;
+        match (self.seen >= self.limit, self.fail) {
+            (false, _) => Ok(Flow::Continue),
+            (true, false) => Ok(Flow::Done),
+            (true, true) => Err(AnalysisError::Unsupported("too much".into())),
+        }
+    }
+    fn finish(&mut self, _: &ReplayState, _: &SymbolTable) -> Result<(), AnalysisError> {
+        self.finished = true;
+        Ok(())
+    }
+}
+
+fn limited(limit: u64, fail: bool) -> Limited {
+    Limited {
+        seen: 0,
+        limit,
+        fail,
+        finished: false,
+    }
+}
+
+#[test]
+fn a_pass_ends_once_every_analysis_is_done_or_one_fails() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.segment(0, 1 << 20);
+    for i in 0..100 {
+        b.alloc(i * 512, 512, 512, s).free(i * 512, 512);
+    }
+    let bytes = b.finish();
+    let pass = |analyses: &mut [&mut dyn Analysis]| {
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        let mut state = ReplayState::default();
+        run_pass(&mut reader, &mut state, analyses, &Window::ALL, &NoProgress)
+    };
+    // One analysis done after 10 events, another after 50: the pass stops
+    // at the 50th, and the first saw no more than its 10.
+    let (mut early, mut late) = (limited(10, false), limited(50, false));
+    let info = pass(&mut [&mut early, &mut late]).unwrap();
+    assert_eq!((early.seen, late.seen), (10, 50));
+    assert_eq!(info.events_replayed, 50);
+    assert!(info.stopped_early);
+    assert!(early.finished && late.finished);
+    // A failure ends the pass with the analysis's error.
+    let mut failing = limited(7, true);
+    let e = pass(&mut [&mut failing]).unwrap_err();
+    assert!(
+        matches!(e, PassError::Analysis(AnalysisError::Unsupported(_))),
+        "{e}"
+    );
+    assert!(!failing.finished);
+}
+
+#[test]
+fn a_report_of_an_unfinished_pass_is_an_error_not_zeros() {
+    use crate::analysis::summary::Summary;
+    assert_eq!(
+        Summary::new(10).into_report().unwrap_err(),
+        AnalysisError::NoResult("summary")
+    );
+    assert!(leaks::Leaks::new().into_report().is_err());
+    assert!(fragmentation::Fragmentation::new(4).into_report().is_err());
 }

@@ -7,13 +7,13 @@
 //! whenever the trace outgrows them: one pass, memory independent of length.
 
 use super::phases::normalize_name;
-use super::{Analysis, Step};
+use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{Applied, LiveAlloc, ReplayState};
 use serde::Serialize;
-use vramtrace_recorder::format::{EventData, SymbolTable};
+use vramtrace_format::{EventData, SymbolTable};
 
 /// What the stacked areas are split by.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GroupBy {
     /// Allocation sites (the most telling frame of the allocating stack).
     #[default]
@@ -156,7 +156,7 @@ pub struct TimelineAnalysis {
     // "no phase", whose id is u32::MAX (indexed by the id itself, one allocation
     // outside any phase made this table 16 GiB).
     phase_category: Vec<u32>,
-    phase_names: std::collections::HashMap<String, u32>,
+    phase_names: rustc_hash::FxHashMap<String, u32>,
     tracked: [u32; TRACKED],
     columns: Vec<Column>,
     origin_ns: Option<u64>,
@@ -165,7 +165,7 @@ pub struct TimelineAnalysis {
     peak: Option<(Sample, u64)>,
     ooms: Vec<TimelinePoint>,
     last_time_ns: u64,
-    result: Timeline,
+    report: Option<Timeline>,
 }
 
 impl TimelineAnalysis {
@@ -188,18 +188,13 @@ impl TimelineAnalysis {
             peak: None,
             ooms: Vec::new(),
             last_time_ns: 0,
-            result: Timeline::default(),
+            report: None,
         }
     }
 
-    /// The result, once the pass has finished.
-    pub fn timeline(&self) -> &Timeline {
-        &self.result
-    }
-
-    /// Takes the result, once the pass has finished.
-    pub fn into_timeline(self) -> Timeline {
-        self.result
+    /// Takes the timeline, once the pass is over: an error if it did not finish.
+    pub fn into_report(self) -> Result<Timeline, AnalysisError> {
+        self.report.ok_or(AnalysisError::NoResult("timeline"))
     }
 
     fn category(&mut self, alloc: &LiveAlloc, state: &ReplayState, symbols: &SymbolTable) -> u32 {
@@ -328,9 +323,7 @@ impl TimelineAnalysis {
     fn category_name(&self, c: u32, state: &ReplayState, symbols: &SymbolTable) -> String {
         match self.options.group_by {
             GroupBy::None => "allocated".into(),
-            GroupBy::Site => state
-                .sites()
-                .name(crate::analysis::sites::SiteId(c), symbols),
+            GroupBy::Site => state.sites().name(crate::sites::SiteId(c), symbols),
             GroupBy::Phase => self
                 .phase_names
                 .iter()
@@ -342,7 +335,7 @@ impl TimelineAnalysis {
 
     fn build(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Timeline {
         // Which categories to name: the largest seen at any kept moment.
-        let mut largest: std::collections::HashMap<u32, u64> = Default::default();
+        let mut largest: rustc_hash::FxHashMap<u32, u64> = Default::default();
         let samples: Vec<Sample> = self
             .columns
             .iter()
@@ -466,7 +459,7 @@ impl Analysis for TimelineAnalysis {
         self.retrack();
     }
 
-    fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         match step.applied {
             Applied::Alloc(alloc) => {
                 let c = self.category(&alloc, state, step.symbols);
@@ -493,10 +486,12 @@ impl Analysis for TimelineAnalysis {
             _ => {}
         }
         self.observe(step.event.time_ns, state);
+        Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) {
-        self.result = self.build(state, symbols);
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        self.report = Some(self.build(state, symbols));
+        Ok(())
     }
 }
 

@@ -1,16 +1,50 @@
-//! `--from` / `--to`: restricting an analysis to part of a trace.
+//! Windows: restricting an analysis to part of a trace (the CLI's `--from`
+//! and `--to`).
 //!
 //! A bound is a time since the trace start (`1.5s`, `300ms`) or a phase
-//! name: `--from NAME` starts at the phase's first begin, `--to NAME` ends
-//! at its last end; a name with `#` stands for every number (`iter#`: from
+//! name: a start named by a phase is the phase's first begin, an end its
+//! last end; a name with `#` stands for every number (`iter#`: from
 //! the first `iterN` to begin to the last to end). Phase names are resolved
-//! to event indices by a first, decode-only pass; the replay itself always starts at the trace's start,
-//! so the state at the window's start is exact.
+//! to event indices by a first, decode-only pass over the same opened input;
+//! the replay itself always starts at the trace's start, so the state at the
+//! window's start is exact.
 
 use crate::analysis::phases::normalize_name;
-use crate::units;
-use vramtrace_recorder::format::EventSource;
-use vramtrace_recorder::format::{EventData, FormatError};
+use crate::units::{self, UnitError};
+use vramtrace_format::EventSource;
+use vramtrace_format::{EventData, FormatError};
+
+/// Why a window cannot be made or found in a trace.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WindowError {
+    /// A bound is empty.
+    #[error("an empty window bound")]
+    EmptyBound,
+    /// A bound that starts like a time is not one.
+    #[error(transparent)]
+    BadTime(#[from] UnitError),
+    /// The start's time is after the end's.
+    #[error("the window's start ({}) is after its end ({})", units::duration_ns(*from_ns), units::duration_ns(*to_ns))]
+    StartAfterEnd {
+        /// The start.
+        from_ns: u64,
+        /// The end.
+        to_ns: u64,
+    },
+    /// The start names a phase the trace never begins.
+    #[error("no phase named '{0}' in the trace")]
+    NoSuchPhase(String),
+    /// The end names a phase the trace never ends.
+    #[error("phase '{0}' never ends in the trace")]
+    PhaseNeverEnds(String),
+    /// The start's phase begins after the end's phase ends.
+    #[error("the start's phase begins after the end's phase ends")]
+    PhasesOutOfOrder,
+    /// The trace could not be read while looking for the phases.
+    #[error(transparent)]
+    Read(#[from] FormatError),
+}
 
 /// One end of a window as given on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,13 +57,13 @@ pub enum BoundSpec {
 
 impl BoundSpec {
     /// Parses a time (`1.5s`, `300ms`, `2m`) or, failing that, a phase name.
-    pub fn parse(text: &str) -> Result<BoundSpec, String> {
+    pub fn parse(text: &str) -> Result<BoundSpec, WindowError> {
         let t = text.trim();
         if t.is_empty() {
-            return Err("an empty --from/--to bound".to_string());
+            return Err(WindowError::EmptyBound);
         }
         if t.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
-            return units::parse_duration_ns(t).map(BoundSpec::Time);
+            return Ok(BoundSpec::Time(units::parse_duration_ns(t)?));
         }
         Ok(BoundSpec::Phase(t.to_string()))
     }
@@ -45,8 +79,8 @@ pub struct WindowSpec {
 }
 
 impl WindowSpec {
-    /// Parses `--from` and `--to`.
-    pub fn parse(from: Option<&str>, to: Option<&str>) -> Result<WindowSpec, String> {
+    /// Parses a start and an end, each a time or a phase name.
+    pub fn parse(from: Option<&str>, to: Option<&str>) -> Result<WindowSpec, WindowError> {
         let spec = WindowSpec {
             from: from.map(BoundSpec::parse).transpose()?,
             to: to.map(BoundSpec::parse).transpose()?,
@@ -54,11 +88,10 @@ impl WindowSpec {
         if let (Some(BoundSpec::Time(a)), Some(BoundSpec::Time(b))) = (&spec.from, &spec.to)
             && a > b
         {
-            return Err(format!(
-                "--from ({}) is after --to ({})",
-                units::duration_ns(*a),
-                units::duration_ns(*b)
-            ));
+            return Err(WindowError::StartAfterEnd {
+                from_ns: *a,
+                to_ns: *b,
+            });
         }
         Ok(spec)
     }
@@ -69,12 +102,26 @@ impl WindowSpec {
             || matches!(self.to, Some(BoundSpec::Phase(_)))
     }
 
-    /// Resolves the bounds against a trace. `reader` is consumed only when a
-    /// bound is a phase name; otherwise pass `None`.
-    pub fn resolve<S: EventSource>(
-        &self,
-        reader: Option<&mut S>,
-    ) -> Result<Result<Window, String>, FormatError> {
+    /// The window of time bounds alone; `None` when a bound is a phase
+    /// (see [`resolve`](Self::resolve)).
+    pub fn times(&self) -> Option<Window> {
+        if self.needs_phases() {
+            return None;
+        }
+        let time = |b: &Option<BoundSpec>| match b {
+            Some(BoundSpec::Time(t)) => Some(*t),
+            _ => None,
+        };
+        Some(Window {
+            from_ns: time(&self.from),
+            to_ns: time(&self.to),
+            ..Window::ALL
+        })
+    }
+
+    /// Resolves the bounds against a trace, reading `source` to its end when a
+    /// bound is a phase name (decoding only: nothing is replayed).
+    pub fn resolve<S: EventSource>(&self, source: &mut S) -> Result<Window, WindowError> {
         let mut window = Window::default();
         if let Some(BoundSpec::Time(t)) = self.from {
             window.from_ns = Some(t);
@@ -83,11 +130,8 @@ impl WindowSpec {
             window.to_ns = Some(t);
         }
         if !self.needs_phases() {
-            return Ok(Ok(window));
+            return Ok(window);
         }
-        let Some(reader) = reader else {
-            return Ok(Err("phase bounds need the trace".to_string()));
-        };
         let from_name = match &self.from {
             Some(BoundSpec::Phase(n)) => Some(n.as_str()),
             _ => None,
@@ -106,7 +150,7 @@ impl WindowSpec {
             (Some(w), Some(n)) => w == n,
             _ => false,
         };
-        reader.for_each_batch(|events, symbols| {
+        source.for_each_batch(|events, symbols| {
             for e in events {
                 match e.data {
                     EventData::PhaseBegin { name }
@@ -125,23 +169,21 @@ impl WindowSpec {
         if let Some(name) = from_name {
             match first_begin {
                 Some(i) => window.from_index = Some(i),
-                None => return Ok(Err(format!("--from: no phase named '{name}' in the trace"))),
+                None => return Err(WindowError::NoSuchPhase(name.to_string())),
             }
         }
         if let Some(name) = to_name {
             match last_end {
                 Some(i) => window.to_index = Some(i),
-                None => return Ok(Err(format!("--to: phase '{name}' never ends in the trace"))),
+                None => return Err(WindowError::PhaseNeverEnds(name.to_string())),
             }
         }
         if let (Some(a), Some(b)) = (window.from_index, window.to_index)
             && a > b
         {
-            return Ok(Err(
-                "--from's phase begins after --to's phase ends".to_string()
-            ));
+            return Err(WindowError::PhasesOutOfOrder);
         }
-        Ok(Ok(window))
+        Ok(window)
     }
 }
 
@@ -232,14 +274,27 @@ mod tests {
 
     #[test]
     fn parses_bounds() {
-        assert_eq!(BoundSpec::parse("1.5s"), Ok(BoundSpec::Time(1_500_000_000)));
-        assert_eq!(BoundSpec::parse("300ms"), Ok(BoundSpec::Time(300_000_000)));
         assert_eq!(
-            BoundSpec::parse("train_epoch1"),
-            Ok(BoundSpec::Phase("train_epoch1".into()))
+            BoundSpec::parse("1.5s").unwrap(),
+            BoundSpec::Time(1_500_000_000)
         );
+        assert_eq!(
+            BoundSpec::parse("300ms").unwrap(),
+            BoundSpec::Time(300_000_000)
+        );
+        assert_eq!(
+            BoundSpec::parse("train_epoch1").unwrap(),
+            BoundSpec::Phase("train_epoch1".into())
+        );
+        assert!(matches!(
+            BoundSpec::parse(" "),
+            Err(WindowError::EmptyBound)
+        ));
         assert!(BoundSpec::parse("1.5 fortnights").is_err());
-        assert!(WindowSpec::parse(Some("2s"), Some("1s")).is_err());
+        assert!(matches!(
+            WindowSpec::parse(Some("2s"), Some("1s")),
+            Err(WindowError::StartAfterEnd { .. })
+        ));
     }
 
     #[test]

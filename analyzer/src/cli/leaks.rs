@@ -1,12 +1,11 @@
 //! `vramtrace leaks`: memory retained by phases, growth across repetitions,
 //! and blocks never freed.
 
-use super::analyze::{CommonArgs, for_each_trace, full_stacks, site_cell};
-use crate::analysis::leaks::{Leaks, LeaksReport};
-use crate::table::{Align, Table};
-use crate::units;
-use serde::Serialize;
+use super::common::{CommonArgs, for_each_trace};
+use super::{warn_about, write_file};
 use std::process::ExitCode;
+use vramtrace::command::leaks::leaks;
+use vramtrace::print::{self, ChartError, svg::palette::Palette};
 
 /// Arguments of `vramtrace leaks`.
 #[derive(clap::Args)]
@@ -22,167 +21,29 @@ pub struct Args {
     output: Option<std::path::PathBuf>,
 }
 
-#[derive(Serialize)]
-struct Output {
-    path: String,
-    #[serde(flatten)]
-    report: LeaksReport,
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    args.common.validate()?;
-    if args.output.is_some() && args.common.traces.len() > 1 {
-        anyhow::bail!("-o takes one trace; draw several traces one at a time");
-    }
+    let options = args.common.replay.options()?;
+    args.common.check_one_chart(args.output.as_deref())?;
     for_each_trace(
-        &args.common,
-        |path| {
-            let mut prepared = args.common.prepare(path)?;
-            let mut analysis = Leaks::new();
-            prepared.run(&mut [&mut analysis])?;
-            let output = Output {
-                path: path.display().to_string(),
-                report: analysis.into_report().unwrap_or_default(),
-            };
+        &args.common.traces,
+        args.common.json,
+        |input, progress| {
+            let result = leaks(input, &options, progress)?;
+            warn_about(input.path(), &result.warnings);
             if let Some(svg_path) = &args.output {
-                let phase = chart_phase(&output.report).ok_or_else(|| {
+                let phase = result.report.chart_phase().ok_or_else(|| {
                     anyhow::anyhow!(
-                        "{}: no phase repeats three times or more: there is no growth to draw",
-                        path.display()
+                        "{}: {}",
+                        input.path().display(),
+                        ChartError::NoRepeatedPhase
                     )
                 })?;
-                let svg = crate::render::leaks::render(
-                    phase,
-                    &mut crate::render::palette::Palette::new(),
-                )?;
-                super::timeline::write_chart(svg_path, &svg)?;
+                let svg = print::svg::leaks::render(phase, &mut Palette::new())?;
+                write_file(svg_path, svg.as_bytes())?;
             }
-            Ok(output)
+            Ok(result)
         },
-        |output| render(output, args.top, args.common.full_stacks),
+        |result| print::text::leaks(result, args.top, options.full_stacks),
     )?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The phase a chart shows: the fastest-growing leak, else the most
-/// repeated phase.
-fn chart_phase(report: &LeaksReport) -> Option<&crate::analysis::leaks::PhaseGrowth> {
-    report
-        .growth
-        .first()
-        .or_else(|| report.repeated_phases.iter().max_by_key(|p| p.repetitions))
-}
-
-fn render(out: &Output, top: usize, full: bool) -> String {
-    let r = &out.report;
-    let mut text = format!("trace     {}\n", out.path);
-
-    text.push_str("\ngrowth across repetitions of a phase:\n");
-    if r.repeated_phases.is_empty() {
-        text.push_str("  no phase repeats three times or more\n");
-    } else {
-        let mut t = Table::new(&[
-            ("phase", Align::Left),
-            ("reps", Align::Right),
-            ("warm-up", Align::Right),
-            ("growth/rep", Align::Right),
-            ("steady", Align::Right),
-            ("live at last end", Align::Right),
-            ("verdict", Align::Left),
-        ]);
-        for g in &r.repeated_phases {
-            t.row([
-                g.phase.clone(),
-                units::count(g.repetitions),
-                units::count(g.warmup_repetitions),
-                units::bytes_delta(g.bytes_per_repetition as i128),
-                units::percent(g.steadiness),
-                units::bytes(g.live_bytes_at_end.last().copied().unwrap_or(0)),
-                if g.growing { "LEAK" } else { "steady" }.to_string(),
-            ]);
-        }
-        text.push_str(&t.render(2));
-    }
-    for g in &r.growth {
-        text.push_str(&format!(
-            "\n  {} grows by {} per repetition; growing sites:\n",
-            g.phase,
-            units::bytes_delta(g.bytes_per_repetition as i128)
-        ));
-        let mut t = Table::new(&[
-            ("growth/rep", Align::Right),
-            ("live at last end", Align::Right),
-            ("site", Align::Left),
-        ]);
-        for s in g.sites.iter().take(top) {
-            t.row([
-                units::bytes_delta(s.bytes_per_repetition as i128),
-                units::bytes(s.live_bytes_at_last_end),
-                site_cell(&s.site, full),
-            ]);
-        }
-        if t.is_empty() {
-            text.push_str("    (no single site grows steadily)\n");
-        } else {
-            text.push_str(&t.render(4));
-            if full {
-                text.push_str(&full_stacks(g.sites.iter().take(top).map(|s| &s.site), 4));
-            }
-        }
-    }
-
-    text.push_str(&format!(
-        "\nretained at the end of a phase instance ({} instances ended):\n",
-        units::count(r.phase_instances)
-    ));
-    if r.retained_by_phase.is_empty() {
-        text.push_str("  none\n");
-    } else {
-        let mut t = Table::new(&[
-            ("phase", Align::Left),
-            ("retained", Align::Right),
-            ("blocks", Align::Right),
-            ("top site", Align::Left),
-        ]);
-        for p in r.retained_by_phase.iter().take(top) {
-            t.row([
-                p.phase.clone(),
-                units::bytes(p.retained_bytes),
-                units::count(p.retained_blocks),
-                p.sites.first().map_or(String::new(), |s| {
-                    format!("{} ({})", s.site.site, units::bytes(s.bytes))
-                }),
-            ]);
-        }
-        text.push_str(&t.render(2));
-    }
-
-    text.push_str(&format!(
-        "\nnever freed by the end: {} in {} blocks\n",
-        units::bytes(r.never_freed_bytes),
-        units::count(r.never_freed_blocks)
-    ));
-    if !r.never_freed.is_empty() {
-        let mut t = Table::new(&[
-            ("bytes", Align::Right),
-            ("blocks", Align::Right),
-            ("site", Align::Left),
-        ]);
-        for s in r.never_freed.iter().take(top) {
-            t.row([
-                units::bytes(s.bytes),
-                units::count(s.count),
-                site_cell(&s.site, full),
-            ]);
-        }
-        text.push_str(&t.render(2));
-        if full {
-            text.push_str("\n  stacks:\n");
-            text.push_str(&full_stacks(
-                r.never_freed.iter().take(top).map(|s| &s.site),
-                4,
-            ));
-        }
-    }
-    text
 }

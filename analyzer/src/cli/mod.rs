@@ -1,28 +1,35 @@
-//! The `vramtrace` command line: one module per command, sharing the input
-//! and output conventions below.
+//! The `vramtrace` command line: one module per command, each parsing its
+//! arguments, calling the library's command and picking a printer.
 //!
-//! - Every command prints a table for people, or one JSON object with `--json`.
+//! - Every command prints text for people, or JSON with `--json`.
 //! - Bad input or usage: one line on stderr and exit code 2; never a panic.
 //! - Recoverable damage (a truncated trace): a `warning:` line, the analysis
 //!   of what could be read, exit code 0.
 
-mod analyze;
+mod common;
 mod compare;
 mod fragmentation;
 mod import;
 mod info;
 mod leaks;
+mod progress;
 mod report;
 mod simulate;
 mod summary;
 mod synth;
 mod timeline;
 
-use crate::input::{self, Input};
-use crate::progress;
 use clap::{Parser, Subcommand};
 use std::path::Path;
 use std::process::ExitCode;
+use vramtrace::Error;
+use vramtrace::analysis::compare::CompareError;
+use vramtrace::analysis::window::WindowError;
+use vramtrace::command::Warning;
+use vramtrace::print::ChartError;
+use vramtrace::simulate::SimulateError;
+use vramtrace::sites::PatternError;
+use vramtrace::units;
 
 /// Exit code for usage errors and unreadable input.
 pub const EXIT_USAGE: u8 = 2;
@@ -111,8 +118,12 @@ pub fn main() -> ExitCode {
 }
 
 /// An error and its causes on one line: `cannot open x: No such file`.
-/// A cause whose text the message already holds is not repeated.
+/// A cause whose text the message already holds is not repeated. Errors of
+/// the library that concern a flag are told in the flag's terms.
 fn one_line(e: &anyhow::Error) -> String {
+    if let Some(text) = in_flag_terms(e) {
+        return text.replace('\n', " ");
+    }
     let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
@@ -125,6 +136,79 @@ fn one_line(e: &anyhow::Error) -> String {
         line.push_str(&text);
     }
     line.replace('\n', " ")
+}
+
+/// A library error about what a flag asked for, told with the flag's name
+/// (the library's own messages name no flags).
+fn in_flag_terms(e: &anyhow::Error) -> Option<String> {
+    let in_input = |path: &Path, text: String| format!("{}: {text}", path.display());
+    if let Some(e) = e.downcast_ref::<Error>() {
+        return match e {
+            Error::Window { path, source } => {
+                window_in_flag_terms(source).map(|t| in_input(path, t))
+            }
+            Error::Compare(e) => compare_in_flag_terms(e),
+            Error::Simulate {
+                path,
+                source: SimulateError::NoSettings(_),
+            } => Some(in_input(
+                path,
+                "no usable recorded settings; give --alloc-conf".into(),
+            )),
+            _ => None,
+        };
+    }
+    if let Some(e) = e.downcast_ref::<WindowError>() {
+        return window_in_flag_terms(e);
+    }
+    if let Some(e) = e.downcast_ref::<PatternError>() {
+        return Some(format!(
+            "bad --skip-frames pattern '{}': {}",
+            e.pattern, e.source
+        ));
+    }
+    if let Some(e) = e.downcast_ref::<CompareError>() {
+        return compare_in_flag_terms(e);
+    }
+    if let Some(e) = e.downcast_ref::<ChartError>() {
+        return chart_in_flag_terms(e);
+    }
+    None
+}
+
+fn window_in_flag_terms(e: &WindowError) -> Option<String> {
+    Some(match e {
+        WindowError::EmptyBound => "an empty --from/--to bound".into(),
+        WindowError::StartAfterEnd { from_ns, to_ns } => format!(
+            "--from ({}) is after --to ({})",
+            units::duration_ns(*from_ns),
+            units::duration_ns(*to_ns)
+        ),
+        WindowError::NoSuchPhase(name) => format!("--from: no phase named '{name}' in the trace"),
+        WindowError::PhaseNeverEnds(name) => {
+            format!("--to: phase '{name}' never ends in the trace")
+        }
+        WindowError::PhasesOutOfOrder => "--from's phase begins after --to's phase ends".into(),
+        _ => return None,
+    })
+}
+
+fn compare_in_flag_terms(e: &CompareError) -> Option<String> {
+    match e {
+        CompareError::NoIterations(name) => Some(format!(
+            "--per-iteration needs a phase repeated three times or more in both runs; {name} has none"
+        )),
+        _ => None,
+    }
+}
+
+fn chart_in_flag_terms(e: &ChartError) -> Option<String> {
+    match e {
+        ChartError::NoRepetitions(name) => Some(format!(
+            "--align repetition needs a phase repeated three times or more in both runs; {name} has none"
+        )),
+        _ => None,
+    }
 }
 
 /// `vramtrace summary x | head` should end quietly when `head` exits, as
@@ -156,46 +240,36 @@ fn install_panic_hook() {
 }
 
 /// Prints a warning line on stderr.
-pub(crate) fn warn(message: impl std::fmt::Display) {
+fn warn(message: impl std::fmt::Display) {
     eprintln!("warning: {message}");
 }
 
-/// Opens a trace or a PyTorch snapshot (compressed or not), with a progress
-/// bar while a snapshot is converted, and warns about what the conversion
-/// found.
-pub(crate) fn open_input(path: &Path) -> anyhow::Result<Input> {
-    let opened = open_input_with_report(path)?;
-    Ok(opened.input)
-}
-
-/// Like [`open_input`], keeping the import report of a snapshot.
-pub(crate) fn open_input_with_report(path: &Path) -> anyhow::Result<input::OpenedInput> {
-    let size = std::fs::metadata(path).map(|m| m.len()).ok();
-    let bar = progress::bytes_bar(size, "reading");
-    let opened = input::open_with_progress(path, &|bytes| bar.set_position(bytes))?;
-    bar.finish_and_clear();
-    // A command may open a snapshot twice (a second replay); warn once.
-    static WARNED: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
-    let first_time = {
-        let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
-        let new = !warned.iter().any(|p| p == path);
-        if new {
-            warned.push(path.to_path_buf());
-        }
-        new
-    };
-    if let (Some(report), true) = (&opened.import_report, first_time) {
-        for warning in &report.warnings {
-            warn(format_args!("{}: {warning}", path.display()));
+/// Prints a pass's warnings about an input, in the CLI's terms.
+fn warn_about(path: &Path, warnings: &[Warning]) {
+    for w in warnings {
+        match w {
+            Warning::EmptyWindow => warn(format_args!(
+                "{}: no event lies inside --from/--to",
+                path.display()
+            )),
+            w => warn(format_args!("{}: {w}", path.display())),
         }
     }
-    Ok(opened)
 }
 
-/// Prints a value as pretty JSON on stdout.
-pub(crate) fn print_json(value: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).expect("JSON values serialize")
-    );
+/// Writes text to stdout. A closed pipe (`| head`) is not an error: the
+/// reader has what it wanted.
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Writes a chart or page, naming the file in the error.
+fn write_file(path: &Path, content: &[u8]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::write(path, content).with_context(|| format!("cannot write {}", path.display()))
 }

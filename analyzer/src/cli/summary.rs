@@ -1,11 +1,10 @@
 //! `vramtrace summary`: the first thing to run on a trace.
 
-use super::analyze::{CommonArgs, add_free_space, for_each_trace, full_stacks, site_cell};
-use crate::analysis::summary::{Summary, SummaryReport};
-use crate::table::{Align, Table};
-use crate::units;
-use serde::Serialize;
+use super::common::{CommonArgs, for_each_trace};
+use super::warn_about;
 use std::process::ExitCode;
+use vramtrace::command::summary::{SummaryOptions, summary};
+use vramtrace::print;
 
 /// Arguments of `vramtrace summary`.
 #[derive(clap::Args)]
@@ -17,184 +16,21 @@ pub struct Args {
     top: usize,
 }
 
-#[derive(Serialize)]
-struct Output {
-    path: String,
-    #[serde(flatten)]
-    report: SummaryReport,
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    args.common.validate()?;
+    let options = SummaryOptions {
+        replay: args.common.replay.options()?,
+        top: args.top,
+    };
+    let full = options.replay.full_stacks;
     for_each_trace(
-        &args.common,
-        |path| {
-            let mut prepared = args.common.prepare(path)?;
-            let mut summary = Summary::new(args.top);
-            prepared.run(&mut [&mut summary])?;
-            let mut report = summary.into_report().unwrap_or_default();
-            add_free_space(&mut report, path)?;
-            let output = Output {
-                path: path.display().to_string(),
-                report,
-            };
-            Ok(output)
+        &args.common.traces,
+        args.common.json,
+        |input, progress| {
+            let result = summary(input, &options, progress)?;
+            warn_about(input.path(), &result.warnings);
+            Ok(result)
         },
-        |output| render(output, args.common.full_stacks),
+        |result| print::text::summary(result, full),
     )?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn at(time_ns: u64, phase: &str) -> String {
-    if phase.is_empty() {
-        format!("at {}", units::duration_ns(time_ns))
-    } else {
-        format!("at {} in {phase}", units::duration_ns(time_ns))
-    }
-}
-
-fn render(out: &Output, full: bool) -> String {
-    let r = &out.report;
-    let mut lines: Vec<(&str, String)> = vec![("trace", out.path.clone())];
-    lines.push((
-        "duration",
-        format!(
-            "{} ({} to {})",
-            units::duration_ns(r.duration_ns),
-            units::duration_ns(r.first_time_ns),
-            units::duration_ns(r.last_time_ns)
-        ),
-    ));
-    let kinds: Vec<String> = r
-        .counts
-        .iter()
-        .map(|(k, n)| format!("{k} {}", units::count(*n)))
-        .collect();
-    lines.push((
-        "events",
-        if kinds.is_empty() {
-            units::count(r.events)
-        } else {
-            format!("{} ({})", units::count(r.events), kinds.join(", "))
-        },
-    ));
-    let mut peaks = Table::new(&[("", Align::Left), ("", Align::Right), ("", Align::Left)]);
-    for (name, peak) in [
-        ("allocated", &r.peak_allocated),
-        ("reserved", &r.peak_reserved),
-        ("requested", &r.peak_requested),
-    ] {
-        peaks.row([
-            name.to_string(),
-            units::bytes(peak.bytes),
-            at(peak.time_ns, &peak.phase),
-        ]);
-    }
-    let mut text = String::new();
-    for (label, value) in lines {
-        text.push_str(&format!("{label:<10}{value}\n"));
-    }
-    // The header row of this table is blank: drop it.
-    let peak_lines = peaks.render(0);
-    for (i, line) in peak_lines.lines().skip(1).enumerate() {
-        let label = if i == 0 { "peaks" } else { "" };
-        text.push_str(&format!("{label:<10}{line}\n"));
-    }
-    let p = &r.at_peak;
-    let mut at_peak = format!(
-        "{} segments, {} reserved, {} cached free",
-        units::count(p.segments),
-        units::bytes(p.reserved_bytes),
-        units::bytes(p.cached_free_bytes)
-    );
-    if let (Some(largest), Some(ext)) = (p.largest_free_block, p.external_fragmentation) {
-        at_peak.push_str(&format!(
-            " (largest free block {}, external fragmentation {})",
-            units::bytes(largest),
-            units::percent(ext)
-        ));
-    }
-    at_peak.push_str(&format!(
-        ", internal fragmentation {}",
-        units::bytes(p.internal_fragmentation_bytes)
-    ));
-    text.push_str(&format!("{:<10}{at_peak}\n", "at peak"));
-    text.push_str(&format!(
-        "{:<10}{} allocated, {} reserved, {} live blocks\n",
-        "at end",
-        units::bytes(r.end.allocated),
-        units::bytes(r.end.reserved),
-        units::count(r.end.live_blocks)
-    ));
-
-    text.push_str("\ntop sites live at the allocated peak:\n");
-    if r.top_sites_at_peak.is_empty() {
-        text.push_str("  none\n");
-    } else {
-        let mut t = Table::new(&[
-            ("bytes", Align::Right),
-            ("blocks", Align::Right),
-            ("share", Align::Right),
-            ("site", Align::Left),
-        ]);
-        for s in &r.top_sites_at_peak {
-            t.row([
-                units::bytes(s.bytes),
-                units::count(s.count),
-                units::percent(s.share),
-                site_cell(&s.site, full),
-            ]);
-        }
-        text.push_str(&t.render(2));
-        if full {
-            text.push_str("\n  stacks:\n");
-            text.push_str(&full_stacks(r.top_sites_at_peak.iter().map(|s| &s.site), 4));
-        }
-    }
-
-    text.push_str(&format!(
-        "\nout-of-memory events: {}\n",
-        units::count(r.oom_count)
-    ));
-    if !r.ooms.is_empty() {
-        let mut t = Table::new(&[
-            ("time", Align::Right),
-            ("requested", Align::Right),
-            ("allocated", Align::Right),
-            ("reserved", Align::Right),
-            ("phase", Align::Left),
-            ("site", Align::Left),
-        ]);
-        for o in &r.ooms {
-            t.row([
-                units::duration_ns(o.time_ns),
-                units::bytes(o.requested_bytes),
-                units::bytes(o.allocated_bytes),
-                units::bytes(o.reserved_bytes),
-                o.phase.clone(),
-                o.site.site.clone(),
-            ]);
-        }
-        text.push_str(&t.render(2));
-    }
-
-    let inc = &r.inconsistencies;
-    text.push_str(&format!("\ninconsistencies: {}\n", units::count(inc.total)));
-    if inc.total > 0 {
-        let mut t = Table::new(&[
-            ("count", Align::Right),
-            ("kind", Align::Left),
-            ("first at event", Align::Right),
-        ]);
-        for k in &inc.by_kind {
-            let first = inc
-                .examples
-                .iter()
-                .find(|e| e.kind == k.kind)
-                .map_or(String::new(), |e| units::count(e.index));
-            t.row([units::count(k.count), k.description.to_string(), first]);
-        }
-        text.push_str(&t.render(2));
-    }
-    text
 }

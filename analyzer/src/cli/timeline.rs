@@ -1,12 +1,15 @@
 //! `vramtrace timeline`: memory over time as an SVG chart.
 
-use super::analyze::{CommonArgs, print_reports};
-use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
-use crate::render::{self, palette::Palette};
-use crate::units;
-use anyhow::{Context, bail};
-use std::path::{Path, PathBuf};
+use super::common::{CommonArgs, file_name, open, print_json};
+use super::progress::Bars;
+use super::{warn_about, write_file};
+use anyhow::bail;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use vramtrace::analysis::timeline::GroupBy;
+use vramtrace::command::timeline::{TimelineCommandOptions, timeline};
+use vramtrace::print::{self, svg::palette::Palette};
+use vramtrace::units;
 
 /// Arguments of `vramtrace timeline`.
 #[derive(clap::Args)]
@@ -17,76 +20,72 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE.svg")]
     output: Option<PathBuf>,
     /// What the stacked areas are split by.
-    #[arg(long, value_enum, default_value_t = GroupBy::Site)]
-    by: GroupBy,
+    #[arg(long, value_enum, default_value_t = By::Site)]
+    by: By,
     /// Categories shown by name; the rest are summed as "other".
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=24))]
     top: u32,
 }
 
+/// What the stacked areas are split by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum By {
+    /// Allocation sites (the most telling frame of the allocating stack).
+    Site,
+    /// The phase the allocation was made in, numbers normalized (`iter#/forward`).
+    Phase,
+    /// No split: one area of allocated memory.
+    None,
+}
+
+impl From<By> for GroupBy {
+    fn from(by: By) -> GroupBy {
+        match by {
+            By::Site => GroupBy::Site,
+            By::Phase => GroupBy::Phase,
+            By::None => GroupBy::None,
+        }
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    args.common.validate()?;
+    let options = TimelineCommandOptions {
+        replay: args.common.replay.options()?,
+        group_by: args.by.into(),
+        top: args.top as usize,
+    };
     if args.output.is_none() && !args.common.json {
         bail!("say where to write the chart with -o FILE.svg, or ask for --json");
     }
-    if args.output.is_some() && args.common.traces.len() > 1 {
-        bail!("-o takes one trace; draw several traces one at a time");
-    }
-    let mut timelines = Vec::new();
+    args.common.check_one_chart(args.output.as_deref())?;
+    let progress = Bars::new();
+    let mut results = Vec::new();
     for path in &args.common.traces {
-        let timeline = compute(&args.common, path, args.by, args.top as usize)?;
+        let input = open(path, &progress)?;
+        let result = timeline(&input, &options, &progress)?;
+        warn_about(input.path(), &result.warnings);
         if let Some(output) = &args.output {
             let title = format!("Memory over time: {}", file_name(path));
-            let svg = render::timeline::render(&timeline, &title, &mut Palette::new())?;
-            write_chart(output, &svg)?;
+            let svg = print::svg::timeline::render(&result.timeline, &title, &mut Palette::new())?;
+            write_file(output, svg.as_bytes())?;
             if !args.common.json {
+                let t = &result.timeline;
                 println!(
                     "wrote {} ({}): {} samples, {} categories, peak {}",
                     output.display(),
                     units::bytes(svg.len() as u64),
-                    timeline.samples.len(),
-                    timeline.categories.len(),
-                    timeline
-                        .peak
+                    t.samples.len(),
+                    t.categories.len(),
+                    t.peak
                         .as_ref()
                         .map_or("none".into(), |p| units::bytes(p.bytes))
                 );
             }
         }
-        timelines.push(timeline);
+        results.push(result);
     }
     if args.common.json {
-        print_reports(&timelines)?;
+        print_json(&results)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Replays one trace into a timeline.
-pub fn compute(
-    common: &CommonArgs,
-    path: &Path,
-    by: GroupBy,
-    top: usize,
-) -> anyhow::Result<Timeline> {
-    let mut prepared = common.prepare(path)?;
-    let mut analysis = TimelineAnalysis::new(TimelineOptions {
-        group_by: by,
-        top,
-        ..TimelineOptions::default()
-    });
-    prepared.run(&mut [&mut analysis])?;
-    Ok(analysis.into_timeline())
-}
-
-/// The last component of a path, for chart titles.
-pub fn file_name(path: &Path) -> String {
-    path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
-}
-
-/// Writes a chart, naming the file in the error.
-pub fn write_chart(path: &Path, svg: &str) -> anyhow::Result<()> {
-    std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))
 }

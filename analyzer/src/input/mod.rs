@@ -1,14 +1,25 @@
 //! Opening any input file: a vramtrace trace or a PyTorch snapshot pickle, either one
 //! plain or compressed with gzip, xz or zstd. Formats are told apart by content, never
 //! by file name: snapshots are routinely renamed and re-compressed by hand.
+//!
+//! An [`Input`] is opened once per command and can stream its events again: each
+//! [`Input::events`] starts a fresh pass from the first event. A trace file is read
+//! again from the opened file (no pass disturbs another's position); a snapshot is
+//! parsed once, when it is opened, and each pass makes its events anew from the
+//! parsed pickle.
 
+mod file;
+mod read_ahead;
+
+use crate::progress::{Progress, ProgressUnit, Work};
 use crate::snapshot::{self, ImportError, ImportReport, ParsedSnapshot};
+use file::Source;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use vramtrace_recorder::format::EventSource;
-use vramtrace_recorder::format::{
+use vramtrace_format::EventSource;
+use vramtrace_format::{
     Event, FormatError, Header, InitialState, KindCounts, MAGIC, RawChunk, SymbolTable,
     TraceReader, TraceReceiver, Truncation,
 };
@@ -26,6 +37,18 @@ pub enum Compression {
     Zstd,
 }
 
+impl Compression {
+    /// Its name in lower case: `none`, `gzip`, `xz`, `zstd`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Xz => "xz",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
 /// What the (decompressed) input holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InputKind {
@@ -35,7 +58,7 @@ pub enum InputKind {
     TorchSnapshot,
 }
 
-/// Why an input could not be opened.
+/// Why an input could not be opened or read.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
     /// The file could not be opened or read.
@@ -64,6 +87,12 @@ pub enum InputError {
         #[source]
         source: FormatError,
     },
+    /// A trace was given where a snapshot was expected.
+    #[error("{path} is already a vramtrace trace (or not a snapshot): nothing to import")]
+    NotASnapshot {
+        /// The input.
+        path: PathBuf,
+    },
     /// The snapshot could not be imported.
     #[error("{path}: {source}")]
     Snapshot {
@@ -78,24 +107,235 @@ pub enum InputError {
 /// A boxed byte stream: the decompressed input.
 pub type InputStream = Box<dyn Read + Send>;
 
-/// An input's events: a trace file's, or a snapshot's, converted as they are read.
-pub enum Input {
+/// An opened input: a trace file, or a parsed snapshot. Open it once per
+/// command; every [`events`](Input::events) is a fresh pass over it.
+pub struct Input {
+    path: PathBuf,
+    kind: InputKind,
+    compression: Compression,
+    content: Content,
+}
+
+enum Content {
+    /// A trace: its bytes, read again for each pass.
+    Trace(Source),
+    /// A snapshot: parsed once, its events made again for each pass.
+    Snapshot(Arc<ParsedSnapshot>),
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Input")
+            .field("path", &self.path)
+            .field("kind", &self.kind)
+            .field("compression", &self.compression)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Input {
+    /// Opens a trace or snapshot file, compressed or not. A snapshot is parsed here,
+    /// with `progress` hearing the pickle bytes read.
+    pub fn open(path: impl AsRef<Path>, progress: &dyn Progress) -> Result<Input, InputError> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|source| InputError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Input::from_source(path, Source::file(file), progress)
+    }
+
+    /// Opens a trace or snapshot held in memory; errors and results name it `-`.
+    pub fn from_bytes(
+        bytes: impl Into<Arc<[u8]>>,
+        progress: &dyn Progress,
+    ) -> Result<Input, InputError> {
+        Input::from_source(Path::new("-"), Source::Bytes(bytes.into()), progress)
+    }
+
+    fn from_source(
+        path: &Path,
+        source: Source,
+        progress: &dyn Progress,
+    ) -> Result<Input, InputError> {
+        let io_err = |source| InputError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let (stream, compression) = decompress(source.reader()).map_err(io_err)?;
+        let (start, stream) = peek(stream, MAGIC.len()).map_err(io_err)?;
+        if start.starts_with(MAGIC) {
+            // Read the header now, so that a damaged one is an error of opening.
+            trace_reader(stream).map_err(|source| InputError::Trace {
+                path: path.to_owned(),
+                source,
+            })?;
+            return Ok(Input {
+                path: path.to_owned(),
+                kind: InputKind::Trace,
+                compression,
+                content: Content::Trace(source),
+            });
+        }
+        if start.first() == Some(&0x80) {
+            // A compressed file's size says nothing of the pickle's.
+            let total = source.len().filter(|_| compression == Compression::None);
+            let meter = progress.begin(Work {
+                label: "reading",
+                total,
+                unit: ProgressUnit::Bytes,
+            });
+            // A compressed file is inflated on a thread of its own, off the
+            // parser's critical path.
+            let stream: InputStream = match compression {
+                Compression::None => stream,
+                _ => Box::new(read_ahead::ReadAhead::new(stream)),
+            };
+            let parsed =
+                snapshot::parse(stream, &|bytes| meter.update(bytes)).map_err(|source| {
+                    InputError::Snapshot {
+                        path: path.to_owned(),
+                        source,
+                    }
+                })?;
+            return Ok(Input {
+                path: path.to_owned(),
+                kind: InputKind::TorchSnapshot,
+                compression,
+                content: Content::Snapshot(Arc::new(parsed)),
+            });
+        }
+        let start: String = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        Err(InputError::UnknownFormat {
+            path: path.to_owned(),
+            start: if start.is_empty() {
+                "nothing: it is empty".into()
+            } else {
+                format!("0x{start}")
+            },
+        })
+    }
+
+    /// The path it was opened from (`-` for bytes in memory).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What it holds.
+    pub fn kind(&self) -> InputKind {
+        self.kind
+    }
+
+    /// How it was compressed.
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    /// For a snapshot, what the import found (warnings, counts, the end-state
+    /// check); its `event_counts` stay empty, since no trace was written.
+    pub fn import_report(&self) -> Option<&ImportReport> {
+        match &self.content {
+            Content::Trace(_) => None,
+            Content::Snapshot(parsed) => Some(parsed.report()),
+        }
+    }
+
+    /// A fresh pass over the events, from the first: the header, symbols and
+    /// initial state come first, then the events in batches.
+    pub fn events(&self) -> Result<EventStream, InputError> {
+        match &self.content {
+            Content::Trace(source) => {
+                let err = |e: FormatError| InputError::Trace {
+                    path: self.path.clone(),
+                    source: e,
+                };
+                let (stream, _) = decompress(source.reader()).map_err(|e| err(e.into()))?;
+                Ok(EventStream::Trace(trace_reader(stream).map_err(err)?))
+            }
+            Content::Snapshot(parsed) => Ok(EventStream::Snapshot(parsed.stream())),
+        }
+    }
+
+    /// Writes a snapshot's events as a trace to `out`; returns `out` and the
+    /// complete import report (its event counts included).
+    pub fn write_trace<W: std::io::Write>(&self, out: W) -> Result<(W, ImportReport), InputError> {
+        match &self.content {
+            Content::Trace(_) => Err(InputError::NotASnapshot {
+                path: self.path.clone(),
+            }),
+            Content::Snapshot(parsed) => {
+                parsed
+                    .write_trace(out)
+                    .map_err(|source| InputError::Snapshot {
+                        path: self.path.clone(),
+                        source,
+                    })
+            }
+        }
+    }
+
+    /// Reads every event without replaying it (see [`EventStream::scan`]).
+    pub fn scan(&self) -> Result<Scan, InputError> {
+        self.events()?.scan().map_err(|source| InputError::Trace {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// The work of a pass, for progress reports: bytes of a trace file, events
+    /// of a snapshot (its pickle's entry count, near enough).
+    pub fn pass_work(&self, stream: &EventStream) -> Work {
+        match &self.content {
+            Content::Trace(source) => Work {
+                label: "replaying",
+                total: source.len(),
+                unit: ProgressUnit::Bytes,
+            },
+            Content::Snapshot(_) => Work {
+                label: "replaying",
+                total: stream
+                    .header()
+                    .metadata
+                    .get("torch.trace_entries")
+                    .and_then(|n| n.parse().ok()),
+                unit: ProgressUnit::Events,
+            },
+        }
+    }
+}
+
+/// A trace reader over a decompressed stream that starts with the magic.
+fn trace_reader(stream: InputStream) -> Result<TraceReader<InputStream>, FormatError> {
+    TraceReader::new(Box::new(BufReader::with_capacity(BUF, stream)) as InputStream)
+}
+
+/// The first `n` bytes of a stream, and the stream with them put back in front.
+fn peek(mut stream: InputStream, n: usize) -> io::Result<(Vec<u8>, InputStream)> {
+    let mut start = Vec::with_capacity(n);
+    (&mut stream).take(n as u64).read_to_end(&mut start)?;
+    let rest: InputStream = Box::new(Cursor::new(start.clone()).chain(stream));
+    Ok((start, rest))
+}
+
+/// One pass over an input's events: a trace file's, or a snapshot's, converted as
+/// they are read.
+pub enum EventStream {
     /// A trace file, read and decoded.
     Trace(TraceReader<InputStream>),
     /// A snapshot's events, from the thread converting it.
     Snapshot(TraceReceiver),
 }
 
-impl std::fmt::Debug for Input {
+impl std::fmt::Debug for EventStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Input::Trace(_) => f.write_str("Input::Trace"),
-            Input::Snapshot(rx) => f.debug_tuple("Input::Snapshot").field(rx).finish(),
+            EventStream::Trace(_) => f.write_str("EventStream::Trace"),
+            EventStream::Snapshot(rx) => f.debug_tuple("EventStream::Snapshot").field(rx).finish(),
         }
     }
 }
 
-/// What [`Input::scan`] finds.
+/// What [`EventStream::scan`] finds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Scan {
     /// Events by kind.
@@ -104,20 +344,22 @@ pub struct Scan {
     pub chunks: Option<u64>,
     /// The first event's time and the last (latest) event time.
     pub times: Option<(u64, u64)>,
+    /// Bytes of the trace read (none for a snapshot).
+    pub bytes: Option<u64>,
 }
 
-impl Input {
-    /// Reads the rest of the input without replaying it: counts events by kind and
-    /// finds their time span, from the chunk headers of a trace file (nothing is
-    /// decoded) or from the events of a snapshot.
+impl EventStream {
+    /// Reads the rest of the events without replaying them: counts events by kind
+    /// and finds their time span, from the chunk headers of a trace file (nothing
+    /// is decoded) or from the events of a snapshot.
     pub fn scan(&mut self) -> Result<Scan, FormatError> {
         let mut times: Option<(u64, u64)> = None;
         let mut span = |first: u64, last: u64| {
             let (_, end) = times.get_or_insert((first, last));
             *end = (*end).max(last);
         };
-        let (counts, chunks) = match self {
-            Input::Trace(r) => {
+        let (counts, chunks, bytes) = match self {
+            EventStream::Trace(r) => {
                 let mut chunks = 0;
                 let mut counts = KindCounts::default();
                 while let Some(chunk) = r.next_chunk()? {
@@ -125,9 +367,9 @@ impl Input {
                     chunks += 1;
                     span(chunk.first_time_ns(), chunk.last_time_ns());
                 }
-                (counts, Some(chunks))
+                (counts, Some(chunks), Some(r.bytes_read()))
             }
-            Input::Snapshot(r) => {
+            EventStream::Snapshot(r) => {
                 let mut counts = KindCounts::default();
                 while let Some(events) = r.next_batch()? {
                     if let (Some(first), Some(last)) = (events.first(), events.last()) {
@@ -138,18 +380,19 @@ impl Input {
                     }
                     r.recycle(events);
                 }
-                (counts, None)
+                (counts, None, None)
             }
         };
         Ok(Scan {
             counts,
             chunks,
             times,
+            bytes,
         })
     }
 }
 
-/// Events an [`Input`] has read, not yet decoded.
+/// Events an [`EventStream`] has read, not yet decoded.
 pub enum PendingEvents {
     /// A trace file's chunks.
     Chunks(Vec<RawChunk>),
@@ -157,34 +400,34 @@ pub enum PendingEvents {
     Events(Vec<Event>),
 }
 
-impl EventSource for Input {
+impl EventSource for EventStream {
     type Pending = PendingEvents;
 
     fn header(&self) -> &Header {
         match self {
-            Input::Trace(r) => r.header(),
-            Input::Snapshot(r) => r.header(),
+            EventStream::Trace(r) => r.header(),
+            EventStream::Snapshot(r) => r.header(),
         }
     }
 
     fn symbols(&self) -> &SymbolTable {
         match self {
-            Input::Trace(r) => r.symbols(),
-            Input::Snapshot(r) => r.symbols(),
+            EventStream::Trace(r) => r.symbols(),
+            EventStream::Snapshot(r) => r.symbols(),
         }
     }
 
     fn initial_state(&self) -> Option<&InitialState> {
         match self {
-            Input::Trace(r) => r.initial_state(),
-            Input::Snapshot(r) => r.initial_state(),
+            EventStream::Trace(r) => r.initial_state(),
+            EventStream::Snapshot(r) => r.initial_state(),
         }
     }
 
     fn read(&mut self, spent: &mut Vec<Vec<Event>>) -> Result<Option<PendingEvents>, FormatError> {
         Ok(match self {
-            Input::Trace(r) => EventSource::read(r, spent)?.map(PendingEvents::Chunks),
-            Input::Snapshot(r) => r.read(spent)?.map(PendingEvents::Events),
+            EventStream::Trace(r) => EventSource::read(r, spent)?.map(PendingEvents::Chunks),
+            EventStream::Snapshot(r) => r.read(spent)?.map(PendingEvents::Events),
         })
     }
 
@@ -197,37 +440,24 @@ impl EventSource for Input {
 
     fn position(&self) -> u64 {
         match self {
-            Input::Trace(r) => r.position(),
-            Input::Snapshot(r) => r.position(),
+            EventStream::Trace(r) => r.position(),
+            EventStream::Snapshot(r) => r.position(),
         }
     }
 
     fn truncation(&self) -> Option<&Truncation> {
         match self {
-            Input::Trace(r) => EventSource::truncation(r),
-            Input::Snapshot(r) => EventSource::truncation(r),
+            EventStream::Trace(r) => EventSource::truncation(r),
+            EventStream::Snapshot(r) => EventSource::truncation(r),
         }
     }
 
     fn is_complete(&self) -> bool {
         match self {
-            Input::Trace(r) => EventSource::is_complete(r),
-            Input::Snapshot(r) => EventSource::is_complete(r),
+            EventStream::Trace(r) => EventSource::is_complete(r),
+            EventStream::Snapshot(r) => EventSource::is_complete(r),
         }
     }
-}
-
-/// An opened input, ready for analysis.
-#[derive(Debug)]
-pub struct OpenedInput {
-    /// The events, after the header, symbols and initial state.
-    pub input: Input,
-    /// What the file held.
-    pub kind: InputKind,
-    /// How it was compressed.
-    pub compression: Compression,
-    /// For a snapshot, the import report (warnings, counts, end-state check).
-    pub import_report: Option<ImportReport>,
 }
 
 /// Detects compression from the first bytes.
@@ -259,267 +489,5 @@ pub fn decompress(read: impl Read + Send + 'static) -> io::Result<(InputStream, 
     Ok((s, c))
 }
 
-/// Opens a trace or snapshot file, compressed or not. A snapshot is parsed first; its
-/// events are then made on a thread of their own while the returned input reads them,
-/// with no trace encoded in between. Its import report lacks the counts of events
-/// (`event_counts`). `progress` receives the snapshot bytes parsed so far (of the
-/// decompressed pickle).
-pub fn open_with_progress(
-    path: impl AsRef<Path>,
-    progress: &dyn Fn(u64),
-) -> Result<OpenedInput, InputError> {
-    let path = path.as_ref();
-    let io_err = |source| InputError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let file = File::open(path).map_err(io_err)?;
-    let key = file.metadata().ok().map(|m| {
-        (
-            path.canonicalize().unwrap_or_else(|_| path.to_owned()),
-            m.len(),
-            m.modified().ok(),
-        )
-    });
-    if let Some(hit) = key.as_ref().and_then(cached) {
-        return Ok(hit);
-    }
-    match open_stream(file, progress).map_err(|e| e.at(path))? {
-        Opened::Trace(opened) => Ok(*opened),
-        Opened::Snapshot {
-            parsed,
-            compression,
-        } => {
-            if let Some(key) = key {
-                let mut parsed_before = PARSED.lock().unwrap_or_else(|e| e.into_inner());
-                parsed_before.push(Parsed {
-                    key,
-                    snapshot: parsed.clone(),
-                    compression,
-                });
-            }
-            Ok(snapshot_input(&parsed, compression))
-        }
-    }
-}
-
-/// Identifies a file's content for the cache of parsed snapshots: its path, size and
-/// modification time.
-type CacheKey = (PathBuf, u64, Option<std::time::SystemTime>);
-
-/// Snapshots parsed in this process, so a command that reads one twice (a window
-/// bounded by phases, found by a first pass; a summary whose free space at the peak
-/// needs a second replay) parses it once: each read streams its events again.
-static PARSED: std::sync::Mutex<Vec<Parsed>> = std::sync::Mutex::new(Vec::new());
-
-/// A snapshot parsed by this process.
-struct Parsed {
-    key: CacheKey,
-    snapshot: Arc<ParsedSnapshot>,
-    compression: Compression,
-}
-
-fn cached(key: &CacheKey) -> Option<OpenedInput> {
-    let parsed = PARSED.lock().unwrap_or_else(|e| e.into_inner());
-    let hit = parsed.iter().find(|c| c.key == *key)?;
-    Some(snapshot_input(&hit.snapshot, hit.compression))
-}
-
-/// An input streaming a parsed snapshot's events.
-fn snapshot_input(parsed: &Arc<ParsedSnapshot>, compression: Compression) -> OpenedInput {
-    OpenedInput {
-        input: Input::Snapshot(parsed.stream()),
-        kind: InputKind::TorchSnapshot,
-        compression,
-        import_report: Some(parsed.report().clone()),
-    }
-}
-
-/// Opens a trace or snapshot file (see [`open_with_progress`]).
-pub fn open(path: impl AsRef<Path>) -> Result<OpenedInput, InputError> {
-    open_with_progress(path, &|_| {})
-}
-
-/// Like [`open_with_progress`], from any reader; errors name the path `-`.
-pub fn from_reader(
-    read: impl Read + Send + 'static,
-    progress: &dyn Fn(u64),
-) -> Result<OpenedInput, InputError> {
-    match open_stream(read, progress)? {
-        Opened::Trace(opened) => Ok(*opened),
-        Opened::Snapshot {
-            parsed,
-            compression,
-        } => Ok(snapshot_input(&parsed, compression)),
-    }
-}
-
-/// A trace ready to read, or a parsed snapshot.
-enum Opened {
-    Trace(Box<OpenedInput>),
-    Snapshot {
-        parsed: Arc<ParsedSnapshot>,
-        compression: Compression,
-    },
-}
-
-fn open_stream(
-    read: impl Read + Send + 'static,
-    progress: &dyn Fn(u64),
-) -> Result<Opened, InputError> {
-    let path = PathBuf::from("-");
-    let io_err = |source| InputError::Io {
-        path: path.clone(),
-        source,
-    };
-    let (mut stream, compression) = decompress(read).map_err(io_err)?;
-    // Peek at the first bytes by reading them and putting them back in front.
-    let mut start = Vec::with_capacity(MAGIC.len());
-    (&mut stream)
-        .take(MAGIC.len() as u64)
-        .read_to_end(&mut start)
-        .map_err(io_err)?;
-    let stream = Cursor::new(start.clone()).chain(stream);
-    if start.starts_with(MAGIC) {
-        let reader =
-            TraceReader::new(Box::new(BufReader::with_capacity(BUF, stream)) as InputStream)
-                .map_err(|source| InputError::Trace {
-                    path: path.clone(),
-                    source,
-                })?;
-        return Ok(Opened::Trace(Box::new(OpenedInput {
-            input: Input::Trace(reader),
-            kind: InputKind::Trace,
-            compression,
-            import_report: None,
-        })));
-    }
-    if start.first() == Some(&0x80) {
-        let parsed = snapshot::parse(stream, progress).map_err(|source| InputError::Snapshot {
-            path: path.clone(),
-            source,
-        })?;
-        return Ok(Opened::Snapshot {
-            parsed: Arc::new(parsed),
-            compression,
-        });
-    }
-    let start: String = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    Err(InputError::UnknownFormat {
-        path,
-        start: if start.is_empty() {
-            "nothing: it is empty".into()
-        } else {
-            format!("0x{start}")
-        },
-    })
-}
-
-impl InputError {
-    fn at(self, path: &Path) -> InputError {
-        let path = path.to_owned();
-        match self {
-            InputError::Io { source, .. } => InputError::Io { path, source },
-            InputError::UnknownFormat { start, .. } => InputError::UnknownFormat { path, start },
-            InputError::Trace { source, .. } => InputError::Trace { path, source },
-            InputError::Snapshot { source, .. } => InputError::Snapshot { path, source },
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-
-    #[test]
-    fn detects_compression_by_content() {
-        assert_eq!(detect_compression(&[0x1f, 0x8b, 8]), Compression::Gzip);
-        assert_eq!(detect_compression(b"\xfd7zXZ\x00\x00"), Compression::Xz);
-        assert_eq!(
-            detect_compression(&[0x28, 0xb5, 0x2f, 0xfd]),
-            Compression::Zstd
-        );
-        assert_eq!(detect_compression(b"\x80\x04"), Compression::None);
-        assert_eq!(detect_compression(b""), Compression::None);
-    }
-
-    #[test]
-    fn decompresses_transparently() {
-        let data = b"\x80\x04hello".repeat(1000);
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(&data).unwrap();
-        let gz = gz.finish().unwrap();
-        let zs = zstd::encode_all(&data[..], 1).unwrap();
-        let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 1);
-        xz.write_all(&data).unwrap();
-        let xz = xz.finish().unwrap();
-        for (bytes, kind) in [
-            (gz, Compression::Gzip),
-            (zs, Compression::Zstd),
-            (xz, Compression::Xz),
-            (data.clone(), Compression::None),
-        ] {
-            let (mut s, c) = decompress(Cursor::new(bytes)).unwrap();
-            assert_eq!(c, kind);
-            let mut out = Vec::new();
-            s.read_to_end(&mut out).unwrap();
-            assert_eq!(out, data);
-        }
-    }
-
-    #[test]
-    fn a_snapshot_opened_twice_is_parsed_once_and_streamed_twice() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fixtures/torch/mlp_expandable.pickle.xz");
-        let mut first = open(&path).unwrap();
-        let mut second = open(&path).unwrap();
-        assert_eq!(first.import_report, second.import_report);
-        assert!(
-            PARSED
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|c| path.canonicalize().unwrap() == c.key.0)
-        );
-        assert_eq!(second.kind, InputKind::TorchSnapshot);
-        assert_eq!(second.compression, Compression::Xz);
-        assert_eq!(first.input.header(), second.input.header());
-        let events = |input: &mut Input| {
-            let mut all = Vec::new();
-            input
-                .for_each_batch(|events, _| all.extend_from_slice(events))
-                .unwrap();
-            assert!(input.is_complete());
-            all
-        };
-        let a = events(&mut first.input);
-        assert!(!a.is_empty());
-        assert_eq!(a, events(&mut second.input));
-    }
-
-    #[test]
-    fn a_snapshot_scans_like_its_imported_trace() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fixtures/torch/cnn_eval_accumulate.pickle.xz");
-        let streamed = open(&path).unwrap().input.scan().unwrap();
-        let (stream, _) = decompress(File::open(&path).unwrap()).unwrap();
-        let imported = snapshot::import(stream, &|_| {}).unwrap();
-        let reader = TraceReader::new(Box::new(Cursor::new(imported.trace)) as InputStream);
-        let written = Input::Trace(reader.unwrap()).scan().unwrap();
-        assert_eq!(streamed.counts, written.counts);
-        assert_eq!(streamed.counts, imported.report.event_counts);
-        assert_eq!(streamed.times, written.times);
-        assert!(streamed.times.is_some_and(|(a, b)| a < b));
-        assert_eq!(streamed.chunks, None);
-        assert_eq!(written.chunks, Some(1));
-    }
-
-    #[test]
-    fn unknown_content_is_an_error() {
-        let e = from_reader(Cursor::new(b"hello world".to_vec()), &|_| {}).unwrap_err();
-        assert!(matches!(e, InputError::UnknownFormat { .. }), "{e}");
-        let e = from_reader(Cursor::new(Vec::new()), &|_| {}).unwrap_err();
-        assert!(e.to_string().contains("empty"), "{e}");
-    }
-}
+mod tests;

@@ -22,10 +22,10 @@
 //! done. Per-site live bytes follow `allocated`.
 //! | `reserved` (segment sizes) | `SegmentAlloc`, `SegmentMap` | `SegmentFree`, `SegmentUnmap` |
 
-use crate::analysis::sites::{SiteFolder, SiteId};
+use crate::sites::{SiteFolder, SiteId};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use vramtrace_recorder::format::{
+use vramtrace_format::{
     BlockEvent, BlockStatus, Event, EventData, InitialState, SegmentEvent, StackId, StringId,
     SymbolTable,
 };
@@ -845,6 +845,39 @@ pub struct Occupancy {
 }
 
 impl Occupancy {
+    /// The occupancy of these segments by these blocks, `(address, size)`, in
+    /// any order: each segment's live blocks and bytes are counted again from
+    /// the blocks, those that start inside it (as the replay counts them).
+    pub fn of_blocks(
+        reserved: u64,
+        mut segments: Vec<Segment>,
+        blocks: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Occupancy {
+        let mut blocks: Vec<(u64, u64)> = blocks.into_iter().collect();
+        blocks.sort_unstable();
+        let mut b = 0;
+        for s in &mut segments {
+            while b < blocks.len() && blocks[b].0 < s.start {
+                b += 1;
+            }
+            let first = b;
+            while b < blocks.len() && blocks[b].0 < s.end {
+                b += 1;
+            }
+            s.live_blocks = (b - first) as u64;
+            s.live_bytes = blocks[first..b].iter().map(|&(_, size)| size).sum();
+        }
+        let busy = blocks
+            .into_iter()
+            .map(|(addr, size)| (addr, addr.saturating_add(size)))
+            .collect();
+        Occupancy {
+            reserved,
+            segments,
+            busy,
+        }
+    }
+
     /// The free space of the segments: a sweep, `O(live log live)`.
     pub fn free_space(&mut self) -> FreeSpace {
         let mut space = FreeSpace {

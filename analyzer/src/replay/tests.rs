@@ -1,6 +1,6 @@
 use super::*;
 use crate::testing::TraceBuilder;
-use vramtrace_recorder::format::{BlockState, SegmentState, TraceReader};
+use vramtrace_format::{BlockState, SegmentState, TraceReader};
 
 fn replay(bytes: &[u8]) -> (ReplayState, Vec<Applied>) {
     let mut reader = TraceReader::new(bytes).unwrap();
@@ -180,7 +180,7 @@ fn phases_nest_and_blocks_remember_theirs() {
 mod random {
     use super::*;
     use proptest::prelude::*;
-    use vramtrace_recorder::format::SegmentEvent;
+    use vramtrace_format::SegmentEvent;
 
     fn event(op: u8, slot: u64, size: u64) -> EventData {
         let block = BlockEvent {

@@ -14,15 +14,15 @@ pub mod requests;
 #[cfg(test)]
 mod tests;
 
-use crate::analysis::sites::SiteId;
 use crate::replay::PhaseId;
+use crate::sites::SiteId;
 use rayon::prelude::*;
 pub use requests::{
     AllocInfo, Op, Request, RequestExtractor, RequestList, SegmentAction, SegmentKind,
 };
 use serde::Serialize;
 use vramtrace_recorder::allocator::{
-    AllocError, AllocatorConfig, CachingAllocator, MIB, allocation_size,
+    AllocError, AllocatorConfig, CachingAllocator, ConfigError, MIB, allocation_size,
 };
 use vramtrace_recorder::device::{DeviceMemory, SimulatedDevice};
 
@@ -123,7 +123,8 @@ pub struct SimResult {
     pub device_frees: u64,
     /// Allocations that ran out of memory.
     pub ooms: u64,
-    /// The first of them.
+    /// The first of them (described with its site and phase in results).
+    #[serde(skip)]
     pub first_oom: Option<OomAt>,
     /// Allocations that failed in the recorded run but fit here.
     pub recorded_ooms_avoided: u64,
@@ -362,8 +363,8 @@ impl Scenario {
         }
     }
 
-    /// The variants `--compare-policies` sets side by side: PyTorch's
-    /// default, expandable segments, and two `max_split_size_mb` limits.
+    /// The standard policies set side by side: PyTorch's default,
+    /// expandable segments, and two `max_split_size_mb` limits.
     pub fn standard() -> Vec<Scenario> {
         [
             "",
@@ -375,6 +376,52 @@ impl Scenario {
         .map(|s| Scenario::new(AllocatorConfig::parse(s).expect("built-in settings parse")))
         .collect()
     }
+}
+
+/// Why a simulation cannot run as asked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimulateError {
+    /// No settings were named and the recorded ones cannot be read (why).
+    #[error(
+        "the recorded allocator settings cannot be read ({0}), and no other settings are named"
+    )]
+    NoSettings(String),
+}
+
+/// The scenarios a simulation runs, in order, each settings once: the
+/// recorded settings (when no others are named, or beside the standard
+/// ones), the named ones, then with `standard`, [`Scenario::standard`].
+pub fn scenarios(
+    recorded: &Result<AllocatorConfig, ConfigError>,
+    named: Vec<AllocatorConfig>,
+    standard: bool,
+) -> Result<Vec<Scenario>, SimulateError> {
+    let mut scenarios = Vec::new();
+    if named.is_empty() || standard {
+        match recorded {
+            Ok(config) => {
+                let mut s = Scenario::new(config.clone());
+                s.name = format!("recorded ({})", s.name);
+                scenarios.push(s);
+            }
+            Err(e) if named.is_empty() && !standard => {
+                return Err(SimulateError::NoSettings(e.to_string()));
+            }
+            Err(_) => {}
+        }
+    }
+    let extra = named.into_iter().map(Scenario::new).chain(if standard {
+        Scenario::standard()
+    } else {
+        Vec::new()
+    });
+    for s in extra {
+        if !scenarios.iter().any(|x| x.config == s.config) {
+            scenarios.push(s);
+        }
+    }
+    Ok(scenarios)
 }
 
 /// The smallest capacity that runs without an OOM, to [`CAPACITY_STEP`].
@@ -571,7 +618,7 @@ pub struct Extracted {
     pub state: crate::replay::ReplayState,
     /// The recorded allocator settings (`Err` when the header's cannot be
     /// read), with the keys ignored as not affecting the policy.
-    pub recorded_config: Result<(AllocatorConfig, Vec<String>), String>,
+    pub recorded_config: Result<(AllocatorConfig, Vec<String>), ConfigError>,
     /// The recorded device's memory, when the header gives a usable one.
     pub recorded_capacity: Option<u64>,
     /// What the pass read.
@@ -579,17 +626,16 @@ pub struct Extracted {
 }
 
 /// Decodes and replays a trace once into its [`RequestList`].
-pub fn extract<S: vramtrace_recorder::format::EventSource>(
+pub fn extract<S: vramtrace_format::EventSource>(
     reader: &mut S,
-    progress: Option<&indicatif::ProgressBar>,
-) -> Result<Extracted, vramtrace_recorder::format::FormatError> {
+    meter: &dyn crate::progress::Meter,
+) -> Result<Extracted, crate::analysis::PassError> {
     let header = reader.header();
     let recorded_capacity = header
         .devices
         .first()
         .and_then(|d| recorded_capacity(d.total_memory));
-    let recorded_config =
-        AllocatorConfig::from_settings(&header.allocator_settings).map_err(|e| e.to_string());
+    let recorded_config = AllocatorConfig::from_settings(&header.allocator_settings);
     let mut extractor = RequestExtractor::new(recorded_capacity);
     let mut state = crate::replay::ReplayState::default();
     let info = crate::analysis::run_pass(
@@ -597,10 +643,10 @@ pub fn extract<S: vramtrace_recorder::format::EventSource>(
         &mut state,
         &mut [&mut extractor],
         &crate::analysis::window::Window::ALL,
-        progress,
+        meter,
     )?;
     Ok(Extracted {
-        list: extractor.into_list(),
+        list: extractor.into_list()?,
         state,
         recorded_config,
         recorded_capacity,

@@ -8,12 +8,12 @@
 //! allocator produce the second. The reactions are kept apart, as
 //! [`SegmentAction`]s, to check that the recorded settings reproduce them.
 
-use crate::analysis::sites::SiteId;
-use crate::analysis::{Analysis, Step};
+use crate::analysis::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{Applied, PhaseId, ReplayState};
+use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use vramtrace_recorder::format::{EventData, EventKind, SymbolTable};
+use vramtrace_format::{EventData, EventKind, SymbolTable};
 
 /// What a [`Request`] asks of the allocator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,8 +161,6 @@ pub struct RequestList {
     pub first_time_ns: u64,
     /// Time of the last event.
     pub last_time_ns: u64,
-    /// Why the list could not be built, if it could not (too many streams).
-    pub error: Option<String>,
 }
 
 impl RequestList {
@@ -202,6 +200,9 @@ pub struct RequestExtractor {
     burst: Option<Burst>,
     device_capacity: Option<u64>,
     started: bool,
+    // More streams than a request can name were met: the pass fails.
+    too_many_streams: bool,
+    finished: bool,
 }
 
 impl RequestExtractor {
@@ -215,9 +216,13 @@ impl RequestExtractor {
         }
     }
 
-    /// The list, once the pass is over.
-    pub fn into_list(self) -> RequestList {
-        self.list
+    /// The list, once the pass is over: an error if it did not finish.
+    pub fn into_list(self) -> Result<RequestList, AnalysisError> {
+        if self.finished {
+            Ok(self.list)
+        } else {
+            Err(AnalysisError::NoResult("request extraction"))
+        }
     }
 
     fn stream(&mut self, stream: u64) -> u8 {
@@ -225,9 +230,7 @@ impl RequestExtractor {
             return s;
         }
         if self.list.streams.len() >= MAX_STREAMS {
-            self.list.error.get_or_insert_with(|| {
-                format!("the trace uses more than {MAX_STREAMS} streams; the simulator takes at most {MAX_STREAMS}")
-            });
+            self.too_many_streams = true;
             return 0;
         }
         let s = self.list.streams.len() as u8;
@@ -316,7 +319,7 @@ impl Analysis for RequestExtractor {
         }
     }
 
-    fn event(&mut self, step: &Step<'_>, state: &ReplayState) {
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         let index = step.index;
         let time = step.event.time_ns;
         if self.list.events == 0 {
@@ -410,11 +413,23 @@ impl Analysis for RequestExtractor {
         self.list.recorded_peak_reserved = self.list.recorded_peak_reserved.max(totals.reserved);
         self.list.recorded_peak_allocated = self.list.recorded_peak_allocated.max(totals.allocated);
         self.prev_kind = Some(kind);
+        if self.too_many_streams {
+            return Err(AnalysisError::Unsupported(format!(
+                "the trace uses more than {MAX_STREAMS} streams; the simulator takes at most {MAX_STREAMS}"
+            )));
+        }
+        Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, _state: &ReplayState, _symbols: &SymbolTable) {
+    fn finish(
+        &mut self,
+        _state: &ReplayState,
+        _symbols: &SymbolTable,
+    ) -> Result<(), AnalysisError> {
         // A trace ending inside a burst: nothing follows it, so it was not
         // an allocation's retry.
         self.burst = None;
+        self.finished = true;
+        Ok(())
     }
 }

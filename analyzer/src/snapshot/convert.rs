@@ -5,12 +5,12 @@
 
 mod entry;
 
-use super::pickle::{Attach, FxBuild, Heap, Hook, ObjId, ObjKind, OpReader, StrId, Val};
+use super::log::{Action, EventLog, LogEntry};
+use super::pickle::{Attach, Heap, Hook, ObjId, ObjKind, OpReader, StrId, Val};
 use super::rebuild::DeviceReplay;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
-use vramtrace_recorder::format::varint::{self, Cursor};
 
 /// [`Val::Custom`] kind of a frame dict turned into a local frame.
 pub(crate) const CUSTOM_FRAME: u8 = 0;
@@ -33,7 +33,7 @@ pub(crate) struct LocalFrame {
 /// Stacks interned by their local frame ids; stack 0 is the empty stack.
 #[derive(Default)]
 pub(crate) struct LocalStacks {
-    map: HashMap<Box<[u32]>, u32, FxBuild>,
+    map: FxHashMap<Box<[u32]>, u32>,
     pub starts: Vec<u32>,
     pub flat: Vec<u32>,
 }
@@ -69,198 +69,7 @@ impl LocalStacks {
 
     /// Drops the lookup map once parsing is over: only the tables are needed then.
     fn shrink(&mut self) {
-        self.map = HashMap::default();
-    }
-}
-
-/// What a trace entry's `action` says, as stored in the log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum Action {
-    Alloc = 0,
-    FreeRequested = 1,
-    FreeCompleted = 2,
-    SegmentAlloc = 3,
-    SegmentFree = 4,
-    SegmentMap = 5,
-    SegmentUnmap = 6,
-    Oom = 7,
-    Snapshot = 8,
-    UserDefined = 9,
-}
-
-impl Action {
-    const ALL: [Action; 10] = [
-        Action::Alloc,
-        Action::FreeRequested,
-        Action::FreeCompleted,
-        Action::SegmentAlloc,
-        Action::SegmentFree,
-        Action::SegmentMap,
-        Action::SegmentUnmap,
-        Action::Oom,
-        Action::Snapshot,
-        Action::UserDefined,
-    ];
-
-    pub fn is_known(name: &str) -> bool {
-        Action::ALL.iter().any(|a| a.name() == name)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Action::Alloc => "alloc",
-            Action::FreeRequested => "free_requested",
-            Action::FreeCompleted => "free_completed",
-            Action::SegmentAlloc => "segment_alloc",
-            Action::SegmentFree => "segment_free",
-            Action::SegmentMap => "segment_map",
-            Action::SegmentUnmap => "segment_unmap",
-            Action::Oom => "oom",
-            Action::Snapshot => "snapshot",
-            Action::UserDefined => "user_defined",
-        }
-    }
-}
-
-/// One logged trace entry. For `Oom`, `addr` is the device's free memory; for
-/// `UserDefined`, `size` is the heap string id of its text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct LogEntry {
-    pub action: Action,
-    /// The list (in the pickle) the entry was appended to: mapped to a device later.
-    pub list: ObjId,
-    pub time_us: Option<i64>,
-    pub addr: u64,
-    pub size: u64,
-    pub stream: u64,
-    pub stack: u32,
-}
-
-/// The event log: varint-coded entries (about 15 bytes each instead of 56 for the
-/// struct), since every event must be kept until the initial state is known.
-#[derive(Default)]
-pub(crate) struct EventLog {
-    bytes: Vec<u8>,
-    len: u64,
-    prev_time: i64,
-    prev_addr: u64,
-    /// Stretches of entries appended to one list (one device), so that devices can be
-    /// read side by side and merged by time.
-    pub runs: Vec<Run>,
-}
-
-/// A stretch of the log from one list, with the decoder state at its start.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Run {
-    pub list: ObjId,
-    pub first_index: u64,
-    pub len: u64,
-    pos: usize,
-    prev_time: i64,
-    prev_addr: u64,
-}
-
-impl EventLog {
-    fn push(&mut self, e: &LogEntry) {
-        if self.runs.last().is_none_or(|r| r.list != e.list) {
-            self.runs.push(Run {
-                list: e.list,
-                first_index: self.len,
-                len: 0,
-                pos: self.bytes.len(),
-                prev_time: self.prev_time,
-                prev_addr: self.prev_addr,
-            });
-        }
-        self.runs.last_mut().unwrap().len += 1;
-        let b = &mut self.bytes;
-        b.push(e.action as u8 | if e.time_us.is_some() { 0x80 } else { 0 });
-        varint::put(b, e.list as u64);
-        if let Some(t) = e.time_us {
-            varint::put(b, varint::zigzag(t.wrapping_sub(self.prev_time)));
-            self.prev_time = t;
-        }
-        varint::put(
-            b,
-            varint::zigzag(e.addr.wrapping_sub(self.prev_addr) as i64),
-        );
-        self.prev_addr = e.addr;
-        varint::put(b, e.size);
-        varint::put(b, e.stream);
-        varint::put(b, e.stack as u64);
-        self.len += 1;
-    }
-
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    #[cfg(test)]
-    pub fn iter(&self) -> LogIter<'_> {
-        LogIter {
-            cur: Cursor::new(&self.bytes),
-            prev_time: 0,
-            prev_addr: 0,
-            left: u64::MAX,
-        }
-    }
-
-    /// The entries of one run.
-    pub fn run(&self, run: &Run) -> LogIter<'_> {
-        LogIter {
-            cur: Cursor::new(&self.bytes[run.pos..]),
-            prev_time: run.prev_time,
-            prev_addr: run.prev_addr,
-            left: run.len,
-        }
-    }
-}
-
-pub(crate) struct LogIter<'a> {
-    cur: Cursor<'a>,
-    prev_time: i64,
-    prev_addr: u64,
-    left: u64,
-}
-
-impl LogIter<'_> {
-    fn varint(&mut self) -> u64 {
-        self.cur
-            .varint()
-            .expect("EventLog::push wrote whole entries")
-    }
-}
-
-impl Iterator for LogIter<'_> {
-    type Item = LogEntry;
-
-    fn next(&mut self) -> Option<LogEntry> {
-        if self.cur.is_empty() || self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
-        let tag = self.cur.byte().expect("not empty");
-        let action = Action::ALL[(tag & 0x7f) as usize];
-        let list = self.varint() as ObjId;
-        let time_us = if tag & 0x80 != 0 {
-            self.prev_time = self.prev_time.wrapping_add(varint::unzigzag(self.varint()));
-            Some(self.prev_time)
-        } else {
-            None
-        };
-        self.prev_addr = self
-            .prev_addr
-            .wrapping_add(varint::unzigzag(self.varint()) as u64);
-        Some(LogEntry {
-            action,
-            list,
-            time_us,
-            addr: self.prev_addr,
-            size: self.varint(),
-            stream: self.varint(),
-            stack: self.varint() as u32,
-        })
+        self.map = FxHashMap::default();
     }
 }
 
@@ -382,7 +191,7 @@ pub(crate) struct Collector {
     /// The entries, filled by [`Collector::finish_parsing`].
     pub log: EventLog,
     /// Counts of every `action` seen, known or not, by heap string id.
-    pub action_counts: HashMap<StrId, u64, FxBuild>,
+    pub action_counts: FxHashMap<StrId, u64>,
     /// Entries without `time_us` (snapshots before PyTorch 2.2).
     pub entries_without_time: u64,
     /// Entries without `frames`.
@@ -465,7 +274,7 @@ impl Collector {
             stacks: LocalStacks::new(),
             stack_of_handle: Vec::new(),
             log: EventLog::default(),
-            action_counts: HashMap::default(),
+            action_counts: FxHashMap::default(),
             entries_without_time: 0,
             entries_without_frames: 0,
             entries_out_of_order: 0,
@@ -816,30 +625,24 @@ impl Hook for Collector {
     }
 
     #[inline]
-    fn on_append(&mut self, heap: &mut Heap, list: ObjId, item: ObjId) -> Result<Attach, String> {
+    fn on_append(&mut self, heap: &mut Heap, list: ObjId, item: ObjId) -> Attach {
         if heap.obj(item).kind != ObjKind::Dict {
-            return Ok(Attach::Keep);
+            return Attach::Keep;
         }
         if let Some(a) = self.entry(heap, list, item) {
-            return Ok(a);
+            return a;
         }
-        Ok(self.frame(heap, item).unwrap_or(Attach::Keep))
+        self.frame(heap, item).unwrap_or(Attach::Keep)
     }
 
     #[inline]
-    fn on_set(
-        &mut self,
-        heap: &mut Heap,
-        _dict: ObjId,
-        key: Val,
-        value: ObjId,
-    ) -> Result<Attach, String> {
+    fn on_set(&mut self, heap: &mut Heap, _dict: ObjId, key: Val, value: ObjId) -> Attach {
         if key != Val::Str(self.k.frames) {
-            return Ok(Attach::Keep);
+            return Attach::Keep;
         }
         let o = heap.obj(value);
         if o.kind != ObjKind::List {
-            return Ok(Attach::Keep);
+            return Attach::Keep;
         }
         self.scratch.clear();
         for v in &o.items {
@@ -848,14 +651,14 @@ impl Hook for Collector {
                     kind: CUSTOM_FRAME,
                     id,
                 } => self.scratch.push(id),
-                _ => return Ok(Attach::Keep),
+                _ => return Attach::Keep,
             }
         }
         let id = self.scratch_stack_handle();
-        Ok(Attach::Replace(Val::Custom {
+        Attach::Replace(Val::Custom {
             kind: CUSTOM_STACK,
             id,
-        }))
+        })
     }
 }
 
@@ -914,16 +717,10 @@ mod tests {
         // The collector with the direct decoder turned off.
         struct Generic(Collector);
         impl Hook for Generic {
-            fn on_append(&mut self, h: &mut Heap, l: ObjId, i: ObjId) -> Result<Attach, String> {
+            fn on_append(&mut self, h: &mut Heap, l: ObjId, i: ObjId) -> Attach {
                 self.0.on_append(h, l, i)
             }
-            fn on_set(
-                &mut self,
-                h: &mut Heap,
-                d: ObjId,
-                k: Val,
-                v: ObjId,
-            ) -> Result<Attach, String> {
+            fn on_set(&mut self, h: &mut Heap, d: ObjId, k: Val, v: ObjId) -> Attach {
                 self.0.on_set(h, d, k, v)
             }
         }

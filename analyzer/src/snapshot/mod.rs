@@ -10,21 +10,24 @@
 //! [`ImportReport`].
 
 mod convert;
+mod log;
 pub mod pickle;
 mod rebuild;
 
-use convert::{Action, Collected, Collector, LogEntry};
-use pickle::{FxMap, Heap, ObjKind, PickleError, StrId, Val};
+use convert::{Collected, Collector};
+use log::{Action, LogEntry};
+use pickle::{Heap, ObjKind, PickleError, StrId, Val};
 use rebuild::{DeviceReplay, EndBlock, EndSegment};
+use rustc_hash::FxHashMap as FxMap;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
-use vramtrace_recorder::allocator::AllocatorConfig;
-use vramtrace_recorder::format::{
+use vramtrace_format::{
     BlockEvent, BlockState, BlockStatus, DeviceInfo, Event, EventData, FormatError, Frame, FrameId,
     Header, InitialState, KindCounts, OomEvent, ReceiverGone, SegmentEvent, SegmentState, StackId,
     StringId, TraceChannel, TraceReceiver, TraceSender, TraceWriter, WriterOptions,
 };
+use vramtrace_recorder::allocator::AllocatorConfig;
 
 /// Why a snapshot could not be imported.
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +85,7 @@ pub struct ImportReport {
 /// Imports a snapshot pickle (uncompressed: see [`crate::input`] for compressed files).
 /// `progress` is called with the number of pickle bytes read so far, every MiB or so.
 pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapshot, ImportError> {
-    let (trace, report) = parse(read, progress)?.write_trace(Vec::new())?;
+    let (trace, report) = Arc::new(parse(read, progress)?).write_trace(Vec::new())?;
     Ok(ImportedSnapshot { trace, report })
 }
 
@@ -159,9 +162,12 @@ impl ParsedSnapshot {
     }
 
     /// Writes the trace to `out`; returns the output and the complete report.
-    pub fn write_trace<W: std::io::Write>(self, out: W) -> Result<(W, ImportReport), ImportError> {
+    pub fn write_trace<W: std::io::Write>(
+        self: &Arc<Self>,
+        out: W,
+    ) -> Result<(W, ImportReport), ImportError> {
         let mut report = self.report.clone();
-        let rx = Arc::new(self).stream();
+        let rx = self.stream();
         let options = WriterOptions {
             chunk_interval: None,
             ..WriterOptions::default()
@@ -266,8 +272,12 @@ impl Snapshot {
         if let Some(Val::Obj(d)) = get("allocator_settings") {
             let items = &heap.obj(d).items;
             for kv in items.chunks_exact(2) {
-                let key = heap.to_value(kv[0]).map_err(ImportError::NotASnapshot)?;
-                let value = heap.to_value(kv[1]).map_err(ImportError::NotASnapshot)?;
+                let key = heap
+                    .to_value(kv[0])
+                    .map_err(|e| ImportError::NotASnapshot(e.to_string()))?;
+                let value = heap
+                    .to_value(kv[1])
+                    .map_err(|e| ImportError::NotASnapshot(e.to_string()))?;
                 s.settings.insert(setting_text(&key), setting_text(&value));
             }
         }

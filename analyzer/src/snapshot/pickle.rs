@@ -10,8 +10,10 @@
 //! moment they are attached to their parent: the snapshot converter turns trace entries
 //! into events there and drops them, so memory stays proportional to what is kept.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+// FxHash throughout: the keys (short strings, small ints, addresses) come from files
+// we read, not from an adversary that could exploit collisions cheaply enough to
+// matter, and SipHash would cost a good share of the parse time.
+use rustc_hash::FxHashMap;
 use std::io::{self, Read};
 
 /// An error reading a pickle: always names the byte offset where it happened.
@@ -151,7 +153,7 @@ pub struct Obj {
 #[derive(Default)]
 pub struct Heap {
     strings: Vec<Box<[u8]>>,
-    string_ids: HashMap<Box<[u8]>, StrId, FxBuild>,
+    string_ids: FxHashMap<Box<[u8]>, StrId>,
     // The string interned last: see `intern`.
     last_string: StrId,
     bytes: Vec<Vec<u8>>,
@@ -249,14 +251,14 @@ impl Heap {
     }
 
     /// Converts a value into an owned tree (for small parts of a pickle and for tests).
-    pub fn to_value(&self, v: Val) -> Result<Value, String> {
+    pub fn to_value(&self, v: Val) -> Result<Value, TooDeep> {
         self.to_value_depth(v, 0)
     }
 
-    fn to_value_depth(&self, v: Val, depth: usize) -> Result<Value, String> {
+    fn to_value_depth(&self, v: Val, depth: usize) -> Result<Value, TooDeep> {
         // A memo reference can make a container contain itself.
-        if depth > 200 {
-            return Err("value nested more than 200 deep (a cycle?)".into());
+        if depth > MAX_DEPTH {
+            return Err(TooDeep);
         }
         Ok(match v {
             Val::None => Value::None,
@@ -434,18 +436,21 @@ pub enum Attach {
     Consume,
 }
 
+/// The deepest nesting [`Heap::to_value`] follows.
+pub const MAX_DEPTH: usize = 200;
+
+/// A value nested deeper than [`MAX_DEPTH`]: a container that holds itself,
+/// through a memo reference, most likely.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("value nested more than {MAX_DEPTH} deep (a cycle?)")]
+pub struct TooDeep;
+
 /// Sees every container as it is attached to a parent, and may replace or consume it.
 pub trait Hook {
     /// `item` (a container) is being appended to the list or set `list`.
-    fn on_append(&mut self, heap: &mut Heap, list: ObjId, item: ObjId) -> Result<Attach, String>;
+    fn on_append(&mut self, heap: &mut Heap, list: ObjId, item: ObjId) -> Attach;
     /// `value` (a container) is being stored under `key` in `dict`.
-    fn on_set(
-        &mut self,
-        heap: &mut Heap,
-        dict: ObjId,
-        key: Val,
-        value: ObjId,
-    ) -> Result<Attach, String>;
+    fn on_set(&mut self, heap: &mut Heap, dict: ObjId, key: Val, value: ObjId) -> Attach;
 
     /// `item` (a [`Val::Custom`] value, e.g. one [`Hook::decode_dict`] returned) is
     /// being appended to the list or set `list`. Keeps it by default.
@@ -469,11 +474,11 @@ pub trait Hook {
 pub struct KeepAll;
 
 impl Hook for KeepAll {
-    fn on_append(&mut self, _: &mut Heap, _: ObjId, _: ObjId) -> Result<Attach, String> {
-        Ok(Attach::Keep)
+    fn on_append(&mut self, _: &mut Heap, _: ObjId, _: ObjId) -> Attach {
+        Attach::Keep
     }
-    fn on_set(&mut self, _: &mut Heap, _: ObjId, _: Val, _: ObjId) -> Result<Attach, String> {
-        Ok(Attach::Keep)
+    fn on_set(&mut self, _: &mut Heap, _: ObjId, _: Val, _: ObjId) -> Attach {
+        Attach::Keep
     }
 }
 
@@ -484,9 +489,9 @@ pub fn load(read: impl Read) -> Result<Value, PickleError> {
     parser
         .heap()
         .to_value(root)
-        .map_err(|message| PickleError::Malformed {
+        .map_err(|e| PickleError::Malformed {
             offset: parser.offset(),
-            message,
+            message: e.to_string(),
         })
 }
 
@@ -497,7 +502,7 @@ pub fn load(read: impl Read) -> Result<Value, PickleError> {
 struct Memo {
     slots: Vec<u32>,
     side: Vec<Val>,
-    sparse: HashMap<u64, Val, FxBuild>,
+    sparse: FxHashMap<u64, Val>,
 }
 
 const TAG_SHIFT: u32 = 29;
@@ -1183,10 +1188,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 item = v;
             }
             let stored = match item {
-                Val::Obj(o) => match hook
-                    .on_append(&mut self.heap, target, o)
-                    .map_err(|m| malformed(at, m))?
-                {
+                Val::Obj(o) => match hook.on_append(&mut self.heap, target, o) {
                     Attach::Keep => Some(item),
                     Attach::Replace(v) => {
                         self.heap.retire(o, v);
@@ -1247,10 +1249,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 value = v;
             }
             if let Val::Obj(o) = value {
-                match hook
-                    .on_set(&mut self.heap, target, key, o)
-                    .map_err(|m| malformed(at, m))?
-                {
+                match hook.on_set(&mut self.heap, target, key, o) {
                     Attach::Keep => {}
                     Attach::Replace(v) => {
                         self.heap.retire(o, v);
@@ -1632,71 +1631,6 @@ fn malformed(offset: u64, message: impl Into<String>) -> PickleError {
         message: message.into(),
     }
 }
-
-/// FxHash (rustc's hasher): the keys here (short strings, small ints) come from files
-/// we read, not from an adversary that could exploit collisions cheaply enough to
-/// matter, and SipHash would cost a good share of the parse time.
-#[derive(Default, Clone, Copy)]
-pub struct FxHasher {
-    hash: u64,
-}
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    #[inline(always)]
-    fn add(&mut self, w: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ w).wrapping_mul(FX_SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().unwrap()));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(b));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        // The last multiply leaves the low bits weakest, and hashbrown picks buckets
-        // by the low bits: device addresses (multiples of 512 or more) would all land
-        // in a few buckets. The rotation brings the well-mixed high bits down.
-        self.hash.rotate_left(26)
-    }
-}
-
-/// A `BuildHasher` for [`FxHasher`].
-pub type FxBuild = BuildHasherDefault<FxHasher>;
-
-/// A `HashMap` with [`FxHasher`].
-pub type FxMap<K, V> = HashMap<K, V, FxBuild>;
-
-/// A `HashSet` with [`FxHasher`].
-pub type FxSet<K> = std::collections::HashSet<K, FxBuild>;
 
 #[cfg(test)]
 mod tests {

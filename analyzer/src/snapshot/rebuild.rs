@@ -8,10 +8,10 @@
 //! as the end state says. The forward form needs no reversed copy of the log and
 //! checks consistency on the way: replaying forward must land on `segments`.
 
-use super::convert::{Action, LogEntry};
-use super::pickle::{FxMap, FxSet};
+use super::log::{Action, LogEntry};
+use rustc_hash::{FxHashMap as FxMap, FxHashSet as FxSet};
 use std::collections::BTreeMap;
-use vramtrace_recorder::format::BlockStatus;
+use vramtrace_format::BlockStatus;
 
 /// A block of the end state (`segments[].blocks[]`), not free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -30,9 +30,9 @@ use super::layout::{
 };
 use recorder::recorder::{CodeInfo, FrameSink, FrameSource};
 use rustc_hash::{FxHashMap, FxHasher};
-use std::hash::Hasher;
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::hash::Hasher;
 use std::sync::{Arc, Mutex, OnceLock};
 
 type Obj = *mut c_void;
@@ -445,7 +445,11 @@ impl NoGilFrames {
                 let owned_by_c = l
                     .frame_owner
                     .is_some_and(|owner| read::<u8>(frame + owner) == FRAME_OWNED_BY_CSTACK);
-                let code: usize = if owned_by_c { 0 } else { read(frame + l.frame_code) };
+                let code: usize = if owned_by_c {
+                    0
+                } else {
+                    read(frame + l.frame_code)
+                };
                 if code != 0 && read::<usize>(code + OB_TYPE) == self.api.code_type {
                     let lasti: c_int = match l.frame_lasti {
                         Lasti::Field(offset) => read(frame + offset),

@@ -21,7 +21,11 @@
 //! operation: the bench's `raw` workload went from 1,048 to 1,085
 //! instructions per pair.
 
-use super::pool::{BlockId, SizeKey};
+/// Index of a block in the pool's slab: what the index finds.
+pub(crate) type BlockId = u32;
+/// PyTorch's `BlockComparatorSize`: stream, then size, then address; what
+/// the index orders by.
+pub(crate) type SizeKey = (u64, u64, u64);
 
 /// Sizes are counted in 512-byte units (the allocator's rounding unit), so
 /// the first classes are exact.

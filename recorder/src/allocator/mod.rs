@@ -22,8 +22,7 @@ use crate::format::{
     BlockEvent, EmptyCacheEvent, Event, EventData, OomEvent, SegmentEvent, StackId,
 };
 use pool::{Block, BlockId, BlockPool, NONE, Slab};
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use rustc_hash::FxHashMap;
 use thiserror::Error;
 
 /// A block handed to the caller.
@@ -62,27 +61,10 @@ pub enum AllocError {
     Device(DeviceError),
 }
 
-// Block addresses are multiples of 512: a multiplicative hash folded so the
-// low bits (the bucket index) depend on all of them. SipHash would double the
-// cost of a free.
-#[derive(Default, Clone, Copy)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 29)
-    }
-}
-
-type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+// Block addresses are multiples of 512: FxHash multiplies and rotates, so the
+// bucket index depends on the high bits too. SipHash would double the cost of
+// a free.
+type AddrMap<V> = FxHashMap<u64, V>;
 
 /// An expandable segment: a reserved virtual range whose pages are mapped on
 /// demand.

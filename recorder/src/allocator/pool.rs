@@ -5,10 +5,9 @@
 //! hold plain `(stream, size, address)` keys.
 
 use super::index::SizeIndex;
+pub(crate) use super::index::{BlockId, SizeKey};
 use std::collections::BTreeMap;
 
-/// Index of a block in the slab.
-pub(crate) type BlockId = u32;
 /// No block (end of a segment's chain, or no expandable segment).
 pub(crate) const NONE: u32 = u32::MAX;
 
@@ -67,8 +66,6 @@ impl Block {
     }
 }
 
-/// PyTorch's `BlockComparatorSize`: stream, then size, then address.
-pub(crate) type SizeKey = (u64, u64, u64);
 /// PyTorch's `BlockComparatorAddress`: stream, then address.
 pub(crate) type AddrKey = (u64, u64);
 

@@ -1,7 +1,7 @@
 use super::*;
 use crate::analysis::window::Window;
 use crate::testing::{TraceBuilder, replay_trace};
-use vramtrace_recorder::format::TraceReader;
+use vramtrace_format::TraceReader;
 
 const MIB: u64 = 1 << 20;
 
@@ -168,7 +168,7 @@ fn robust_fit() {
 mod random {
     use super::*;
     use proptest::prelude::*;
-    use vramtrace_recorder::format::Event;
+    use vramtrace_format::Event;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]

@@ -1,0 +1,119 @@
+//! What the replaying commands share: their common flags, opening inputs,
+//! and printing one result per input.
+
+use super::progress::Bars;
+use super::{emit, warn};
+use std::path::{Path, PathBuf};
+use vramtrace::analysis::window::WindowSpec;
+use vramtrace::command::ReplayOptions;
+use vramtrace::input::Input;
+use vramtrace::sites::FoldRules;
+
+/// Flags shared by the replaying commands.
+#[derive(clap::Args, Clone, Debug)]
+pub struct CommonArgs {
+    /// The traces to analyze (each is analyzed on its own).
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+    /// Print JSON instead of tables (an array with several traces).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub replay: ReplayArgs,
+}
+
+impl CommonArgs {
+    /// A chart (`-o`) draws one trace: asking for one with several is a
+    /// usage error.
+    pub fn check_one_chart(&self, output: Option<&Path>) -> anyhow::Result<()> {
+        if output.is_some() && self.traces.len() > 1 {
+            anyhow::bail!("-o takes one trace; draw several traces one at a time");
+        }
+        Ok(())
+    }
+}
+
+/// How the traces are replayed: the window and site folding.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ReplayArgs {
+    /// Start of the analysis: a time since the trace start (1.5s, 300ms) or
+    /// a phase name (its first begin).
+    #[arg(long, value_name = "TIME|PHASE")]
+    pub from: Option<String>,
+    /// End of the analysis: a time since the trace start or a phase name
+    /// (its last end).
+    #[arg(long, value_name = "TIME|PHASE")]
+    pub to: Option<String>,
+    /// Show sites as whole stacks instead of folding them to their most
+    /// telling frame.
+    #[arg(long)]
+    pub full_stacks: bool,
+    /// Also skip frames matching this regular expression when folding
+    /// stacks to sites (matched against `function (file:line)`); repeatable.
+    #[arg(long, value_name = "REGEX")]
+    pub skip_frames: Vec<String>,
+}
+
+impl ReplayArgs {
+    /// The library's options; a bad window or pattern is a usage error.
+    pub fn options(&self) -> anyhow::Result<ReplayOptions> {
+        Ok(ReplayOptions {
+            window: WindowSpec::parse(self.from.as_deref(), self.to.as_deref())?,
+            fold: FoldRules::with_extra(&self.skip_frames)?,
+            full_stacks: self.full_stacks,
+        })
+    }
+}
+
+/// Opens an input once for the command, with a progress bar while a snapshot
+/// is parsed, and warns about what its conversion found.
+pub fn open(path: &Path, progress: &Bars) -> anyhow::Result<Input> {
+    let input = Input::open(path, progress)?;
+    if let Some(report) = input.import_report() {
+        for warning in &report.warnings {
+            warn(format_args!("{}: {warning}", path.display()));
+        }
+    }
+    Ok(input)
+}
+
+/// Analyzes every trace in turn: each result is printed as text as soon as
+/// it is ready (a blank line between traces), or, with `json`, all of them
+/// at the end as one object or an array.
+pub fn for_each_trace<T: serde::Serialize>(
+    traces: &[PathBuf],
+    json: bool,
+    mut analyze: impl FnMut(&Input, &Bars) -> anyhow::Result<T>,
+    text: impl Fn(&T) -> String,
+) -> anyhow::Result<()> {
+    let progress = Bars::new();
+    let mut results = Vec::new();
+    for path in traces {
+        let input = open(path, &progress)?;
+        let result = analyze(&input, &progress)?;
+        if !json {
+            if !results.is_empty() {
+                emit("\n")?;
+            }
+            emit(&text(&result))?;
+        }
+        results.push(result);
+    }
+    if json {
+        print_json(&results)?;
+    }
+    Ok(())
+}
+
+/// Prints results as JSON: one object for one input, an array for several.
+pub fn print_json<T: serde::Serialize>(results: &[T]) -> anyhow::Result<()> {
+    match results {
+        [one] => emit(&vramtrace::print::json(one)),
+        all => emit(&vramtrace::print::json(all)),
+    }
+}
+
+/// The last component of a path, for chart titles.
+pub fn file_name(path: &Path) -> String {
+    vramtrace::command::file_name(path)
+}

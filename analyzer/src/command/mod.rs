@@ -1,0 +1,190 @@
+//! The commands of the `vramtrace` CLI, as library functions: each takes
+//! opened [inputs](crate::input::Input) and its options, runs the passes it
+//! needs, and returns one serializable result. None of them prints or
+//! writes a file: the [printers](crate::print) turn results into text,
+//! JSON, SVG and HTML, and the binary picks one.
+//!
+//! Each input is read once per command: `summary`, `leaks`, `timeline`,
+//! `report` and `compare` make one replay pass over it. Two things add a
+//! decode-only scan of the same opened input before the pass: a window
+//! bounded by a phase name (whose events are unknown until read), and the
+//! time span `fragmentation` cuts its buckets from.
+
+pub mod compare;
+pub mod fragmentation;
+pub mod import;
+pub mod info;
+pub mod leaks;
+pub mod report;
+pub mod simulate;
+pub mod summary;
+pub mod synth;
+pub mod timeline;
+
+use crate::Error;
+use crate::analysis::window::{Window, WindowSpec};
+use crate::analysis::{Analysis, AnalysisError, PassError, PassInfo, run_pass};
+use crate::input::Input;
+use crate::progress::Progress;
+use crate::replay::ReplayState;
+use crate::sites::{FoldRules, SiteFolder};
+use std::fmt;
+use std::path::Path;
+use vramtrace_format::{EventSource, Header, Truncation};
+
+/// How a command replays its inputs: the window, and how stacks fold to sites.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayOptions {
+    /// The part of each input analyzed.
+    pub window: WindowSpec,
+    /// The frames site folding looks past.
+    pub fold: FoldRules,
+    /// Sites are whole stacks instead of their most telling frame.
+    pub full_stacks: bool,
+}
+
+/// Something worth telling about a pass, short of an error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Warning {
+    /// The trace was cut short: its readable part was analyzed.
+    Truncated(Truncation),
+    /// The trace has no footer: the process that recorded it did not close it.
+    Unfinished,
+    /// No event lies inside the window.
+    EmptyWindow,
+    /// The recorded allocator settings cannot be read (the reason).
+    UnreadableSettings(String),
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::Truncated(t) => write!(f, "{t}"),
+            Warning::Unfinished => f.write_str(
+                "the trace has no footer: the recording process did not close it (killed?)",
+            ),
+            Warning::EmptyWindow => f.write_str("no event lies inside the window"),
+            Warning::UnreadableSettings(why) => {
+                write!(f, "the recorded allocator settings cannot be read ({why})")
+            }
+        }
+    }
+}
+
+impl Warning {
+    /// What a pass's end says about the trace and the window.
+    fn of_pass(info: &PassInfo, window: &Window) -> Vec<Warning> {
+        let mut warnings = Vec::new();
+        if let Some(t) = info.truncation {
+            warnings.push(Warning::Truncated(t));
+        } else if !info.complete && !info.stopped_early {
+            warnings.push(Warning::Unfinished);
+        }
+        if info.events_in_window == 0 && !window.is_all() {
+            warnings.push(Warning::EmptyWindow);
+        }
+        warnings
+    }
+}
+
+/// An opened input with its window resolved, ready for replay passes.
+pub struct Replay<'a> {
+    input: &'a Input,
+    options: &'a ReplayOptions,
+    window: Window,
+    progress: &'a dyn Progress,
+}
+
+/// What a replay pass read, and what it found worth a warning.
+#[derive(Clone, Debug)]
+pub struct Pass {
+    /// What the pass read.
+    pub info: PassInfo,
+    /// The input's header.
+    pub header: Header,
+    /// Truncation, a missing footer, an empty window.
+    pub warnings: Vec<Warning>,
+}
+
+impl<'a> Replay<'a> {
+    /// Resolves the window against the input: a decode-only scan when a bound
+    /// is a phase name.
+    pub fn new(
+        input: &'a Input,
+        options: &'a ReplayOptions,
+        progress: &'a dyn Progress,
+    ) -> Result<Self, Error> {
+        let window = match options.window.times() {
+            Some(window) => window,
+            None => options
+                .window
+                .resolve(&mut input.events()?)
+                .map_err(|source| Error::Window {
+                    path: input.path().to_owned(),
+                    source,
+                })?,
+        };
+        Ok(Replay {
+            input,
+            options,
+            window,
+            progress,
+        })
+    }
+
+    /// The input.
+    pub fn input(&self) -> &'a Input {
+        self.input
+    }
+
+    /// The resolved window.
+    pub fn window(&self) -> &Window {
+        &self.window
+    }
+
+    /// Replays the input from its start, feeding the window's events to these
+    /// analyses.
+    pub fn run(&self, analyses: &mut [&mut dyn Analysis]) -> Result<Pass, Error> {
+        let mut events = self.input.events()?;
+        let meter = self.progress.begin(self.input.pass_work(&events));
+        let folder = SiteFolder::new(self.options.fold.clone(), self.options.full_stacks);
+        let mut state = ReplayState::new(folder);
+        let info = run_pass(&mut events, &mut state, analyses, &self.window, &*meter)
+            .map_err(|e| pass_error(self.input.path(), e))?;
+        Ok(Pass {
+            warnings: Warning::of_pass(&info, &self.window),
+            header: events.header().clone(),
+            info,
+        })
+    }
+
+    /// An analysis's result, or the error naming this input.
+    pub fn result<T>(&self, result: Result<T, AnalysisError>) -> Result<T, Error> {
+        result.map_err(|source| Error::Analysis {
+            path: self.input.path().to_owned(),
+            source,
+        })
+    }
+}
+
+/// A pass's failure as the library's error, naming the input.
+fn pass_error(path: &Path, e: PassError) -> Error {
+    match e {
+        PassError::Read(source) => Error::Read {
+            path: path.to_owned(),
+            source,
+        },
+        PassError::Analysis(source) => Error::Analysis {
+            path: path.to_owned(),
+            source,
+        },
+    }
+}
+
+/// The last component of a path, as titles and comparisons name a run.
+pub fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}

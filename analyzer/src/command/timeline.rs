@@ -1,0 +1,53 @@
+//! `timeline`: memory over time, stacked by site or phase.
+
+use super::{Replay, ReplayOptions, Warning};
+use crate::Error;
+use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
+use crate::input::Input;
+use crate::progress::Progress;
+use serde::Serialize;
+
+/// What `timeline` computes.
+#[derive(Clone, Debug, Default)]
+pub struct TimelineCommandOptions {
+    /// The window and site folding.
+    pub replay: ReplayOptions,
+    /// What the stacked areas are split by.
+    pub group_by: GroupBy,
+    /// Categories shown by name; the rest are summed as `other`.
+    pub top: usize,
+}
+
+/// The timeline of one input.
+#[derive(Clone, Debug, Serialize)]
+pub struct TimelineResult {
+    /// The input's path.
+    #[serde(skip)]
+    pub path: String,
+    /// The timeline.
+    #[serde(flatten)]
+    pub timeline: Timeline,
+    /// What the pass found worth a warning.
+    #[serde(skip)]
+    pub warnings: Vec<Warning>,
+}
+
+/// Replays an input into its timeline.
+pub fn timeline(
+    input: &Input,
+    options: &TimelineCommandOptions,
+    progress: &dyn Progress,
+) -> Result<TimelineResult, Error> {
+    let replay = Replay::new(input, &options.replay, progress)?;
+    let mut analysis = TimelineAnalysis::new(TimelineOptions {
+        group_by: options.group_by,
+        top: options.top,
+        ..TimelineOptions::default()
+    });
+    let pass = replay.run(&mut [&mut analysis])?;
+    Ok(TimelineResult {
+        path: input.path().display().to_string(),
+        timeline: replay.result(analysis.into_report())?,
+        warnings: pass.warnings,
+    })
+}

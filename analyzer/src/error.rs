@@ -1,0 +1,58 @@
+//! The library's error: what went wrong, and with which input.
+
+use crate::analysis::AnalysisError;
+use crate::analysis::compare::CompareError;
+use crate::analysis::window::WindowError;
+use crate::input::InputError;
+use crate::simulate::SimulateError;
+use std::path::PathBuf;
+use vramtrace_format::FormatError;
+
+/// Why a command of the library could not give its result.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An input could not be opened.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// An input could not be read to its end (a truncated trace is not an
+    /// error: its readable part is analyzed, with a warning).
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The input.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: FormatError,
+    },
+    /// An analysis failed on an input.
+    #[error("{path}: {source}")]
+    Analysis {
+        /// The input.
+        path: PathBuf,
+        /// Why the analysis failed.
+        #[source]
+        source: AnalysisError,
+    },
+    /// A window's phases are not in an input.
+    #[error("{path}: {source}")]
+    Window {
+        /// The input.
+        path: PathBuf,
+        /// What is missing.
+        #[source]
+        source: WindowError,
+    },
+    /// Two runs cannot be compared as asked.
+    #[error(transparent)]
+    Compare(#[from] CompareError),
+    /// A simulation cannot be run as asked.
+    #[error("{path}: {source}")]
+    Simulate {
+        /// The input.
+        path: PathBuf,
+        /// What is missing.
+        #[source]
+        source: SimulateError,
+    },
+}

@@ -1,0 +1,687 @@
+//! The HTML report: one self-contained page (inline CSS and SVG, no script,
+//! font or anything else fetched) that opens anywhere, offline.
+
+mod compare;
+
+use super::ChartError;
+use super::labels::site_label;
+use super::svg::diff::{AlignBy, DiffRun};
+use super::svg::escape;
+use super::svg::{self, palette::Palette};
+use crate::analysis::fragmentation::FragmentationReport;
+use crate::analysis::leaks::LeaksReport;
+use crate::analysis::summary::SummaryReport;
+use crate::command::Warning;
+use crate::command::report::ReportResult;
+use crate::units;
+use std::fmt::Write as _;
+use vramtrace_format::Header;
+
+/// The report page of a [`ReportResult`], its charts drawn inline with `top`
+/// sites named.
+pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
+    let mut extra_sections = Vec::new();
+    if let (Some(comparison), Some(base_timeline)) = (&r.comparison, &r.base_timeline) {
+        let chart = svg::diff::render(
+            &DiffRun {
+                name: &comparison.base.name,
+                timeline: base_timeline,
+                iterations: comparison.base.iterations.as_ref(),
+            },
+            &DiffRun {
+                name: &comparison.new.name,
+                timeline: &r.timeline,
+                iterations: comparison.new.iterations.as_ref(),
+            },
+            comparison,
+            AlignBy::Time,
+            top,
+        )?;
+        extra_sections.push(Section {
+            id: "comparison".into(),
+            title: format!("Compared with {}", comparison.base.name),
+            html: compare::section(comparison, &chart, top),
+        });
+    }
+    // One palette for every chart: a site keeps its colour throughout.
+    let mut palette = Palette::new();
+    let charts = Charts {
+        timeline: svg::timeline::render(
+            &r.timeline,
+            &format!("Memory over time: {}", r.name),
+            &mut palette,
+        )?,
+        fragmentation: svg::fragmentation::render(
+            &r.fragmentation,
+            &format!("Fragmentation: {}", r.name),
+        )?,
+        leaks: r
+            .leaks
+            .chart_phase()
+            .map(|phase| svg::leaks::render(phase, &mut palette))
+            .transpose()?,
+    };
+    let warnings = r
+        .warnings
+        .iter()
+        .filter_map(|w| match w {
+            Warning::Truncated(t) => Some(format!("This trace was cut short: {t}.")),
+            Warning::Unfinished => Some("This trace has no footer: the recording process did not close it, so its last events may be missing.".into()),
+            _ => None,
+        })
+        .collect();
+    Ok(render(&ReportInput {
+        name: &r.name,
+        header: &r.header,
+        summary: &r.summary,
+        fragmentation: &r.fragmentation,
+        leaks: &r.leaks,
+        charts,
+        warnings,
+        extra_sections,
+    }))
+}
+
+/// Everything one report shows about one trace.
+struct ReportInput<'a> {
+    /// The trace's file name, as the title shows it.
+    pub name: &'a str,
+    /// The trace's header.
+    pub header: &'a Header,
+    /// The summary analysis.
+    pub summary: &'a SummaryReport,
+    /// The fragmentation analysis (chart resolution).
+    pub fragmentation: &'a FragmentationReport,
+    /// The leak analysis.
+    pub leaks: &'a LeaksReport,
+    /// The rendered charts.
+    pub charts: Charts,
+    /// Warnings met while reading (truncation, import notes).
+    pub warnings: Vec<String>,
+    /// Extra sections (e.g. a comparison with a baseline), as HTML.
+    pub extra_sections: Vec<Section>,
+}
+
+/// The SVG charts of a report.
+#[derive(Default)]
+struct Charts {
+    /// Memory over time.
+    pub timeline: String,
+    /// Fragmentation over time.
+    pub fragmentation: String,
+    /// Growth of the leaking (or most repeated) phase, if any phase repeats.
+    pub leaks: Option<String>,
+}
+
+/// A section of the report: an anchor, a heading and HTML content.
+struct Section {
+    /// The anchor (letters, digits and dashes).
+    pub id: String,
+    /// The heading.
+    pub title: String,
+    /// The content, as HTML.
+    pub html: String,
+}
+
+const STYLE: &str = r#"
+:root { --fg: #1d2433; --muted: #5b6475; --line: #dde1e8; --bg: #f6f7f9; --alert: #c81e1e; --ok: #1b7f3b; --accent: #0072b2; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.5 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: var(--fg); background: var(--bg); }
+header { background: #1d2433; color: #fff; padding: 20px 32px; }
+header h1 { margin: 0 0 4px; font-size: 22px; font-weight: 600; }
+header .meta { color: #c3c9d4; font-size: 13px; }
+nav { background: #fff; border-bottom: 1px solid var(--line); padding: 8px 32px; position: sticky; top: 0; z-index: 1; }
+nav a { color: var(--accent); text-decoration: none; margin-right: 18px; font-size: 14px; }
+main { max-width: 1180px; margin: 0 auto; padding: 16px 32px 48px; }
+section { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 16px 24px; margin: 18px 0; }
+h2 { font-size: 18px; margin: 0 0 12px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(170px, 1fr)); gap: 12px; }
+.card { border: 1px solid var(--line); border-radius: 6px; padding: 10px 14px; background: #fbfcfd; }
+.card .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.card .value { font-size: 22px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.card .note { color: var(--muted); font-size: 12px; }
+.card.bad .value { color: var(--alert); }
+.card.good .value { color: var(--ok); }
+ul.findings { padding-left: 20px; margin: 0; }
+ul.findings li { margin: 6px 0; }
+li.bad::marker { color: var(--alert); }
+figure { margin: 8px 0; overflow-x: auto; }
+figure svg { max-width: 100%; height: auto; }
+figcaption { color: var(--muted); font-size: 13px; }
+table { border-collapse: collapse; width: 100%; font-size: 14px; }
+th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
+th { color: var(--muted); font-weight: 600; font-size: 12px; text-transform: uppercase; letter-spacing: .03em; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+details summary { cursor: pointer; }
+details pre { margin: 6px 0 2px; padding: 8px; background: var(--bg); border-radius: 4px; font-size: 12px; overflow-x: auto; }
+code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.muted { color: var(--muted); }
+.warning { border-left: 4px solid #e6a000; background: #fff8e6; padding: 8px 12px; margin: 8px 0; border-radius: 4px; }
+footer { color: var(--muted); font-size: 12px; text-align: center; padding: 16px; }
+"#;
+
+/// Renders the report page.
+fn render(input: &ReportInput<'_>) -> String {
+    let s = input.summary;
+    let mut html = String::with_capacity(256 * 1024);
+    let title = format!("vramtrace report: {}", input.name);
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+        escape(&title)
+    );
+    let _ = writeln!(
+        html,
+        "<header><h1>{}</h1><div class=\"meta\">{}</div></header>",
+        escape(&title),
+        escape(&header_line(input.header, s))
+    );
+    let mut sections: Vec<(&str, &str)> = vec![
+        ("findings", "Findings"),
+        ("timeline", "Memory over time"),
+        ("sites", "Top sites at the peak"),
+        ("leaks", "Leaks"),
+        ("fragmentation", "Fragmentation"),
+    ];
+    if s.oom_count > 0 {
+        sections.push(("ooms", "Out of memory"));
+    }
+    sections.push(("consistency", "Trace consistency"));
+    html.push_str("<nav>");
+    for (id, name) in &sections {
+        let _ = write!(html, "<a href=\"#{id}\">{name}</a>");
+    }
+    for extra in &input.extra_sections {
+        let _ = write!(
+            html,
+            "<a href=\"#{}\">{}</a>",
+            escape(&extra.id),
+            escape(&extra.title)
+        );
+    }
+    html.push_str("</nav>\n<main>\n");
+
+    for w in &input.warnings {
+        let _ = writeln!(html, "<div class=\"warning\">{}</div>", escape(w));
+    }
+    for extra in &input.extra_sections {
+        section(&mut html, &extra.id, &extra.title, &extra.html);
+    }
+    section(&mut html, "findings", "Findings", &findings(input));
+    section(
+        &mut html,
+        "timeline",
+        "Memory over time",
+        &format!(
+            "<figure>{}<figcaption>Allocated memory stacked by allocation site, reserved memory as the black line, phases along the top. Each pixel column keeps its lowest and highest moment, so short spikes stay visible. Hover for exact values.</figcaption></figure>",
+            input.charts.timeline
+        ),
+    );
+    section(&mut html, "sites", "Top sites at the peak", &sites_table(s));
+    section(&mut html, "leaks", "Leaks", &leaks_section(input));
+    section(
+        &mut html,
+        "fragmentation",
+        "Fragmentation",
+        &fragmentation_section(input),
+    );
+    if s.oom_count > 0 {
+        section(&mut html, "ooms", "Out of memory", &ooms_section(s));
+    }
+    section(
+        &mut html,
+        "consistency",
+        "Trace consistency",
+        &consistency_section(s),
+    );
+    let _ = write!(
+        html,
+        "</main>\n<footer>Made by vramtrace {} from {}. Self-contained: this page loads nothing from anywhere.</footer>\n</body>\n</html>\n",
+        env!("CARGO_PKG_VERSION"),
+        escape(input.name)
+    );
+    html
+}
+
+fn section(html: &mut String, id: &str, title: &str, body: &str) {
+    let _ = write!(
+        html,
+        "<section id=\"{}\"><h2>{}</h2>\n{body}\n</section>\n",
+        escape(id),
+        escape(title)
+    );
+}
+
+fn header_line(header: &Header, s: &SummaryReport) -> String {
+    let mut parts = Vec::new();
+    if header.start_unix_ns > 0 {
+        parts.push(units::utc_datetime(header.start_unix_ns));
+    }
+    for d in &header.devices {
+        if d.total_memory > 0 {
+            parts.push(format!("{} ({})", d.name, units::bytes(d.total_memory)));
+        } else {
+            parts.push(d.name.clone());
+        }
+    }
+    if !header.process.hostname.is_empty() {
+        parts.push(format!(
+            "{} pid {}",
+            header.process.hostname, header.process.pid
+        ));
+    }
+    parts.push(format!(
+        "{} events over {}",
+        units::count(s.events),
+        units::duration_ns(s.duration_ns)
+    ));
+    parts.push(format!(
+        "recorded by {} {}",
+        header.producer, header.producer_version
+    ));
+    parts.join(" · ")
+}
+
+fn card(label: &str, value: &str, note: &str, class: &str) -> String {
+    format!(
+        "<div class=\"card {class}\"><div class=\"label\">{}</div><div class=\"value\">{}</div><div class=\"note\">{}</div></div>",
+        escape(label),
+        escape(value),
+        escape(note)
+    )
+}
+
+fn findings(input: &ReportInput<'_>) -> String {
+    let s = input.summary;
+    let leaks = input.leaks;
+    let mut html = String::from("<div class=\"cards\">");
+    html.push_str(&card(
+        "peak allocated",
+        &units::bytes(s.peak_allocated_bytes),
+        &format!(
+            "at {} in {}",
+            units::duration_ns(s.peak_time_ns),
+            phase_or_none(&s.peak_phase)
+        ),
+        "",
+    ));
+    html.push_str(&card(
+        "peak reserved",
+        &units::bytes(s.peak_reserved_bytes),
+        &format!("at {}", units::duration_ns(s.peak_reserved.time_ns)),
+        "",
+    ));
+    html.push_str(&card(
+        "peak requested",
+        &units::bytes(s.peak_requested_bytes),
+        "sizes as the program asked",
+        "",
+    ));
+    let distinct = leaks.distinct_leaks();
+    let leak_bytes: i64 = distinct
+        .iter()
+        .map(|g| g.bytes_per_repetition)
+        .max()
+        .unwrap_or(0);
+    html.push_str(&if distinct.is_empty() {
+        card("leaks", "none", "no repeated phase grows", "good")
+    } else {
+        card(
+            "leaks",
+            &format!("{}/rep", units::bytes_delta(leak_bytes as i128)),
+            &match distinct.len() {
+                1 => format!("in {}", distinct[0].phase),
+                n => format!("{n} leaking phases"),
+            },
+            "bad",
+        )
+    });
+    html.push_str(&card(
+        "out of memory",
+        &s.oom_count.to_string(),
+        if s.oom_count == 0 {
+            "no allocation failed"
+        } else {
+            "allocations failed"
+        },
+        if s.oom_count == 0 { "good" } else { "bad" },
+    ));
+    let frag = s.at_peak.external_fragmentation.unwrap_or(0.0);
+    html.push_str(&card(
+        "cached free at peak",
+        &units::bytes(s.at_peak.cached_free_bytes),
+        &format!("external fragmentation {}", units::percent(frag)),
+        "",
+    ));
+    html.push_str("</div>\n<ul class=\"findings\">");
+
+    let mut items: Vec<(bool, String)> = Vec::new();
+    items.push((
+        false,
+        format!(
+            "Allocated memory peaked at <b>{}</b> at {} in <code>{}</code>; reserved memory peaked at <b>{}</b>.",
+            units::bytes(s.peak_allocated_bytes),
+            units::duration_ns(s.peak_time_ns),
+            escape(phase_or_none(&s.peak_phase)),
+            units::bytes(s.peak_reserved_bytes)
+        ),
+    ));
+    if let Some(top) = s.top_sites_at_peak.first() {
+        items.push((
+            false,
+            format!(
+                "The largest allocation site at the peak is <code>{}</code>: {} in {} blocks ({} of allocated memory).",
+                escape(&site_label(&top.site.site)),
+                units::bytes(top.bytes),
+                units::count(top.count),
+                units::percent(top.share)
+            ),
+        ));
+    }
+    for g in leaks.distinct_leaks() {
+        let site = g
+            .sites
+            .first()
+            .map(|site| {
+                format!(
+                    ", allocated at <code>{}</code> ({} per repetition)",
+                    escape(&site_label(&site.site.site)),
+                    units::bytes_delta(site.bytes_per_repetition as i128)
+                )
+            })
+            .unwrap_or_default();
+        items.push((
+            true,
+            format!(
+                "<b>Leak:</b> <code>{}</code> retains <b>{} per repetition</b> over {} repetitions (steady in {} of them, {} warm-up repetitions left out){site}.",
+                escape(&g.phase),
+                units::bytes_delta(g.bytes_per_repetition as i128),
+                g.repetitions,
+                units::percent(g.steadiness),
+                g.warmup_repetitions
+            ),
+        ));
+    }
+    if leaks.growth.is_empty() && !leaks.repeated_phases.is_empty() {
+        let names: Vec<String> = leaks
+            .repeated_phases
+            .iter()
+            .take(3)
+            .map(|p| format!("<code>{}</code> ({}×)", escape(&p.phase), p.repetitions))
+            .collect();
+        items.push((
+            false,
+            format!(
+                "No leak: memory is steady across the repetitions of {}.",
+                names.join(", ")
+            ),
+        ));
+    }
+    if s.peak_reserved_bytes > 0 {
+        let cached = s.at_peak.cached_free_bytes;
+        let share = cached as f64 / s.at_peak.reserved_bytes.max(1) as f64;
+        if share > 0.25 {
+            items.push((
+                true,
+                format!(
+                    "At the allocated peak, <b>{}</b> of the {} reserved ({}) was cached but free{}. The caching allocator could not reuse it for the requests that came; <code>expandable_segments:True</code> often helps.",
+                    units::bytes(cached),
+                    units::bytes(s.at_peak.reserved_bytes),
+                    units::percent(share),
+                    s.at_peak
+                        .largest_free_block
+                        .map(|b| format!(", its largest free block only {}", units::bytes(b)))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    if let Some(o) = s.ooms.first() {
+        items.push((
+            true,
+            format!(
+                "<b>Out of memory</b> {} time(s): first at {} in <code>{}</code>, requesting {} at <code>{}</code> with {} free on the device.",
+                s.oom_count,
+                units::duration_ns(o.time_ns),
+                escape(phase_or_none(&o.phase)),
+                units::bytes(o.requested_bytes),
+                escape(&site_label(&o.site.site)),
+                units::bytes(o.device_free_bytes)
+            ),
+        ));
+    }
+    if leaks.never_freed_blocks > 0 {
+        let top = leaks
+            .never_freed
+            .first()
+            .map(|b| {
+                format!(
+                    ", most from <code>{}</code> ({})",
+                    escape(&site_label(&b.site.site)),
+                    units::bytes(b.bytes)
+                )
+            })
+            .unwrap_or_default();
+        items.push((
+            false,
+            format!(
+                "{} blocks ({}) were still allocated when the trace ended{top}.",
+                units::count(leaks.never_freed_blocks),
+                units::bytes(leaks.never_freed_bytes)
+            ),
+        ));
+    }
+    if s.inconsistencies.total > 0 {
+        items.push((
+            true,
+            format!(
+                "The trace contradicts itself {} time(s) (see <a href=\"#consistency\">consistency</a>): figures may be off.",
+                units::count(s.inconsistencies.total)
+            ),
+        ));
+    }
+    for (bad, text) in items {
+        let _ = write!(
+            html,
+            "<li{}>{text}</li>",
+            if bad { " class=\"bad\"" } else { "" }
+        );
+    }
+    html.push_str("</ul>");
+    html
+}
+
+fn phase_or_none(phase: &str) -> &str {
+    if phase.is_empty() {
+        "(no phase)"
+    } else {
+        phase
+    }
+}
+
+fn stack_details(site: &str, frames: &[String]) -> String {
+    format!(
+        "<details><summary><code>{}</code></summary><pre>{}</pre></details>",
+        escape(&site_label(site)),
+        escape(&frames.join("\n"))
+    )
+}
+
+fn sites_table(s: &SummaryReport) -> String {
+    if s.top_sites_at_peak.is_empty() {
+        return "<p class=\"muted\">Nothing was allocated.</p>".into();
+    }
+    let mut html = String::from(
+        "<table><tr><th class=\"num\">bytes</th><th class=\"num\">blocks</th><th class=\"num\">share</th><th>site (click for the stack)</th></tr>",
+    );
+    for site in &s.top_sites_at_peak {
+        let _ = write!(
+            html,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            units::bytes(site.bytes),
+            units::count(site.count),
+            units::percent(site.share),
+            stack_details(&site.site.site, &site.site.frames)
+        );
+    }
+    html.push_str("</table>");
+    html
+}
+
+fn leaks_section(input: &ReportInput<'_>) -> String {
+    let leaks = input.leaks;
+    let mut html = String::new();
+    if let Some(chart) = &input.charts.leaks {
+        let _ = write!(
+            html,
+            "<figure>{chart}<figcaption>Allocated memory at the end of each repetition; the dashed line is the robust fit of its growth (warm-up repetitions, grey, are left out). Bars: the sites whose retained memory grows.</figcaption></figure>"
+        );
+    }
+    if leaks.repeated_phases.is_empty() {
+        html.push_str("<p class=\"muted\">No phase repeats three times or more, so growth across repetitions cannot be measured. Mark loop iterations as phases (<code>iter0</code>, <code>iter1</code>, …) to get it.</p>");
+    } else {
+        html.push_str("<table><tr><th>repeated phase</th><th class=\"num\">repetitions</th><th class=\"num\">growth per repetition</th><th class=\"num\">steadiness</th><th>verdict</th></tr>");
+        for p in &leaks.repeated_phases {
+            let _ = write!(
+                html,
+                "<tr><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                escape(&p.phase),
+                p.repetitions,
+                units::bytes_delta(p.bytes_per_repetition as i128),
+                units::percent(p.steadiness),
+                if p.growing {
+                    "<b style=\"color:var(--alert)\">leaks</b>"
+                } else {
+                    "steady"
+                }
+            );
+        }
+        html.push_str("</table>");
+    }
+    for g in &leaks.growth {
+        if g.sites.is_empty() {
+            continue;
+        }
+        let _ = write!(
+            html,
+            "<h3>Growing sites in <code>{}</code></h3><table><tr><th class=\"num\">per repetition</th><th class=\"num\">live at last end</th><th>site</th></tr>",
+            escape(&g.phase)
+        );
+        for site in g.sites.iter().take(10) {
+            let _ = write!(
+                html,
+                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                units::bytes_delta(site.bytes_per_repetition as i128),
+                units::bytes(site.live_bytes_at_last_end),
+                stack_details(&site.site.site, &site.site.frames)
+            );
+        }
+        html.push_str("</table>");
+    }
+    if !leaks.never_freed.is_empty() {
+        let _ = write!(
+            html,
+            "<h3>Never freed</h3><p>{} blocks, {}, were still allocated when the trace ended (model weights and optimizer state are expected here).</p><table><tr><th class=\"num\">bytes</th><th class=\"num\">blocks</th><th>site</th></tr>",
+            units::count(leaks.never_freed_blocks),
+            units::bytes(leaks.never_freed_bytes)
+        );
+        for b in leaks.never_freed.iter().take(10) {
+            let _ = write!(
+                html,
+                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                units::bytes(b.bytes),
+                units::count(b.count),
+                stack_details(&b.site.site, &b.site.frames)
+            );
+        }
+        html.push_str("</table>");
+    }
+    html
+}
+
+fn fragmentation_section(input: &ReportInput<'_>) -> String {
+    let s = input.summary;
+    let f = input.fragmentation;
+    let mut html = format!(
+        "<figure>{}<figcaption>Reserved against allocated memory; cached free memory is what the caching allocator holds but nothing uses, and external fragmentation (dashed, right axis) says how scattered it is: 1 − largest free block / free memory.</figcaption></figure>",
+        input.charts.fragmentation
+    );
+    let _ = write!(
+        html,
+        "<p>At the allocated peak: {} segments, {} reserved, {} cached free{}, internal fragmentation (block sizes beyond the requested sizes) {}.</p>",
+        units::count(s.at_peak.segments),
+        units::bytes(s.at_peak.reserved_bytes),
+        units::bytes(s.at_peak.cached_free_bytes),
+        s.at_peak
+            .largest_free_block
+            .map(|b| format!(
+                " (largest free block {}, external fragmentation {})",
+                units::bytes(b),
+                units::percent(s.at_peak.external_fragmentation.unwrap_or(0.0))
+            ))
+            .unwrap_or_default(),
+        units::bytes(s.at_peak.internal_fragmentation_bytes)
+    );
+    if let Some(i) = f.worst_cached_free.and_then(|i| f.buckets.get(i)) {
+        let _ = write!(
+            html,
+            "<p>The most memory cached but free was {} at {}.</p>",
+            units::bytes(i.cached_free_bytes),
+            units::duration_ns(i.start_ns)
+        );
+    }
+    html
+}
+
+fn ooms_section(s: &SummaryReport) -> String {
+    let mut html = String::from(
+        "<table><tr><th class=\"num\">time</th><th class=\"num\">requested</th><th class=\"num\">free on device</th><th class=\"num\">allocated</th><th class=\"num\">reserved</th><th>phase</th><th>site</th></tr>",
+    );
+    for o in &s.ooms {
+        let _ = write!(
+            html,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code></td><td>{}</td></tr>",
+            units::duration_ns(o.time_ns),
+            units::bytes(o.requested_bytes),
+            units::bytes(o.device_free_bytes),
+            units::bytes(o.allocated_bytes),
+            units::bytes(o.reserved_bytes),
+            escape(phase_or_none(&o.phase)),
+            stack_details(&o.site.site, &o.site.frames)
+        );
+    }
+    html.push_str("</table>");
+    html
+}
+
+fn consistency_section(s: &SummaryReport) -> String {
+    let i = &s.inconsistencies;
+    if i.total == 0 {
+        return "<p>The trace is consistent: every free matches an allocation, no segment overlaps another, and no segment was released while in use.</p>".into();
+    }
+    let mut html = format!(
+        "<p>{} inconsistencies; the events involved were skipped.</p><table><tr><th>kind</th><th class=\"num\">count</th></tr>",
+        units::count(i.total)
+    );
+    for k in &i.by_kind {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td class=\"num\">{}</td></tr>",
+            escape(k.description),
+            units::count(k.count)
+        );
+    }
+    html.push_str("</table><h3>First examples</h3><table><tr><th class=\"num\">event</th><th class=\"num\">time</th><th>kind</th><th>address</th></tr>");
+    for e in i.examples.iter().take(20) {
+        let _ = write!(
+            html,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td><code>{:#x}</code></td></tr>",
+            units::count(e.index),
+            units::duration_ns(e.time_ns),
+            escape(e.kind.describe()),
+            e.addr
+        );
+    }
+    html.push_str("</table>");
+    html
+}

@@ -1,0 +1,137 @@
+//! The fragmentation chart: reserved against allocated memory, the cached
+//! free memory and its largest block, and external fragmentation on a
+//! second axis.
+
+use super::palette;
+use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use crate::analysis::fragmentation::FragmentationReport;
+use crate::units;
+use plotters::prelude::*;
+
+/// Renders the report's buckets as an SVG document.
+pub fn render(report: &FragmentationReport, title: &str) -> Result<String, ChartError> {
+    let buckets = &report.buckets;
+    let mut out = String::new();
+    let mut tips = Tooltips::default();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(super::draw_error)?;
+        let t0 = buckets.first().map_or(0, |b| b.start_ns) as f64;
+        let t1 = (buckets.last().map_or(1, |b| b.end_ns) as f64).max(t0 + 1.0);
+        let max = buckets
+            .iter()
+            .map(|b| b.max_reserved_bytes.max(b.reserved_bytes))
+            .max()
+            .unwrap_or(0)
+            .max(1024);
+        let scale = ByteScale::for_max(max as f64);
+        let top = scale.scale(max) * 1.25;
+        let mut ctx = ChartBuilder::on(&root)
+            .caption(title, (FONT, 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(90)
+            .right_y_label_area_size(60)
+            .build_cartesian_2d(t0..t1, 0.0..top)
+            .map_err(super::draw_error)?
+            .set_secondary_coord(t0..t1, 0.0..1.05);
+        super::draw_time_bytes_mesh(&mut ctx, scale)?;
+        ctx.configure_secondary_axes()
+            .y_desc("external fragmentation")
+            .y_label_formatter(&|v| format!("{:.0}%", v * 100.0))
+            .label_style((FONT, 13))
+            .draw()
+            .map_err(super::draw_error)?;
+
+        // Each bucket's value is drawn as a step over its span.
+        let steps =
+            |value: &dyn Fn(&crate::analysis::fragmentation::FragmentationBucket) -> f64| {
+                buckets
+                    .iter()
+                    .flat_map(|b| [(b.start_ns as f64, value(b)), (b.end_ns as f64, value(b))])
+                    .collect::<Vec<_>>()
+            };
+        let reserved = steps(&|b| scale.scale(b.reserved_bytes));
+        let allocated = steps(&|b| scale.scale(b.allocated_bytes));
+        let free = steps(&|b| scale.scale(b.cached_free_bytes));
+        let largest = steps(&|b| scale.scale(b.largest_free_block));
+        let ratio = steps(&|b| b.external_fragmentation);
+
+        let allocated_colour = RGBColor(0, 114, 178);
+        let free_colour = RGBColor(230, 159, 0);
+        let largest_colour = RGBColor(0, 158, 115);
+        ctx.draw_series(AreaSeries::new(
+            allocated.clone(),
+            0.0,
+            allocated_colour.mix(0.35),
+        ))
+        .map_err(super::draw_error)?
+        .label("allocated")
+        .legend(move |(x, y)| {
+            Rectangle::new(
+                [(x, y - 6), (x + 12, y + 6)],
+                allocated_colour.mix(0.35).filled(),
+            )
+        });
+        ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
+            .map_err(super::draw_error)?
+            .label("reserved")
+            .legend(|(x, y)| {
+                PathElement::new([(x, y), (x + 12, y)], palette::RESERVED.stroke_width(2))
+            });
+        ctx.draw_series(LineSeries::new(free, free_colour.stroke_width(2)))
+            .map_err(super::draw_error)?
+            .label("cached free (reserved - allocated)")
+            .legend(move |(x, y)| {
+                PathElement::new([(x, y), (x + 12, y)], free_colour.stroke_width(2))
+            });
+        ctx.draw_series(LineSeries::new(largest, largest_colour.stroke_width(2)))
+            .map_err(super::draw_error)?
+            .label("largest free block")
+            .legend(move |(x, y)| {
+                PathElement::new([(x, y), (x + 12, y)], largest_colour.stroke_width(2))
+            });
+        ctx.draw_secondary_series(DashedLineSeries::new(
+            ratio,
+            6,
+            4,
+            palette::ALERT.stroke_width(1),
+        ))
+        .map_err(super::draw_error)?
+        .label("external fragmentation (right axis)")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], palette::ALERT.stroke_width(1)));
+        super::draw_legend(&mut ctx)?;
+
+        let (_, y_range) = ctx.plotting_area().get_pixel_range();
+        let mut last_x = i32::MIN;
+        for b in buckets {
+            let (x0, _) = ctx.backend_coord(&(b.start_ns as f64, 0.0));
+            let (x1, _) = ctx.backend_coord(&(b.end_ns as f64, 0.0));
+            if x1 < last_x + 3 {
+                continue;
+            }
+            last_x = x1;
+            tips.rect(
+                x0,
+                y_range.start,
+                (x1 - x0).max(3),
+                y_range.end - y_range.start,
+                &format!(
+                    "{} – {}\nreserved {}\nallocated {}\ncached free {}\nlargest free block {}\nexternal fragmentation {}\ninternal fragmentation {}\nsegments {}",
+                    units::duration_ns(b.start_ns),
+                    units::duration_ns(b.end_ns),
+                    units::bytes(b.reserved_bytes),
+                    units::bytes(b.allocated_bytes),
+                    units::bytes(b.cached_free_bytes),
+                    units::bytes(b.largest_free_block),
+                    units::percent(b.external_fragmentation),
+                    units::bytes(b.internal_fragmentation_bytes),
+                    b.segments
+                ),
+            );
+        }
+        root.present().map_err(super::draw_error)?;
+    }
+    tips.insert_into(&mut out);
+    Ok(out)
+}

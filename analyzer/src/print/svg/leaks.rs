@@ -1,0 +1,203 @@
+//! The leak chart: live memory at the end of each repetition of a repeated
+//! phase with the fitted growth line, and the growing sites as bars.
+
+use super::palette::{self, Palette};
+use super::timeline::short;
+use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use crate::analysis::leaks::PhaseGrowth;
+use crate::units;
+use plotters::prelude::*;
+
+/// Renders one repeated phase's growth as an SVG document.
+pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, ChartError> {
+    let mut out = String::new();
+    let mut tips = Tooltips::default();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(super::draw_error)?;
+        let title = format!(
+            "{}: {} per repetition over {} repetitions",
+            growth.phase,
+            units::bytes_delta(growth.bytes_per_repetition as i128),
+            growth.repetitions
+        );
+        let (title_area, body) = root.split_vertically(36);
+        title_area
+            .titled(&title, (FONT, 20))
+            .map_err(super::draw_error)?;
+        let (left, right) = body.split_horizontally(WIDTH * 3 / 5);
+
+        // Left: live bytes at each repetition's end, and the fitted line.
+        let reps = &growth.sampled_repetitions;
+        let live = &growth.live_bytes_at_end;
+        let max = live.iter().copied().max().unwrap_or(0).max(1024);
+        let scale = ByteScale::for_max(max as f64);
+        let x_max = reps.last().copied().unwrap_or(1).max(1) as f64;
+        let mut ctx = ChartBuilder::on(&left)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(90)
+            .build_cartesian_2d(-0.5..x_max + 0.5, 0.0..scale.scale(max) * 1.2)
+            .map_err(super::draw_error)?;
+        ctx.configure_mesh()
+            .x_desc("repetition")
+            .y_desc("allocated at the repetition's end")
+            .y_label_formatter(&|v| scale.label(v))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .label_style((FONT, 13))
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(super::draw_error)?;
+        let points: Vec<(f64, f64)> = reps
+            .iter()
+            .zip(live)
+            .map(|(&r, &b)| (r as f64, scale.scale(b)))
+            .collect();
+        ctx.draw_series(LineSeries::new(
+            points.clone(),
+            RGBColor(0, 114, 178).stroke_width(1),
+        ))
+        .map_err(super::draw_error)?;
+        // The fit: the slope found, through the median of the fitted part.
+        let fitted: Vec<(f64, f64)> = points
+            .iter()
+            .copied()
+            .filter(|&(r, _)| r >= growth.warmup_repetitions as f64)
+            .collect();
+        if let Some(anchor) = median_point(&fitted) {
+            let slope = scale.scale(growth.bytes_per_repetition.unsigned_abs())
+                * growth.bytes_per_repetition.signum() as f64;
+            let x0 = growth.warmup_repetitions as f64;
+            let line = [
+                (x0, anchor.1 + (x0 - anchor.0) * slope),
+                (x_max, anchor.1 + (x_max - anchor.0) * slope),
+            ];
+            let colour = if growth.growing {
+                palette::ALERT
+            } else {
+                RGBColor(120, 120, 120)
+            };
+            ctx.draw_series(DashedLineSeries::new(line, 8, 4, colour.stroke_width(2)))
+                .map_err(super::draw_error)?;
+            let (px, py) = ctx.backend_coord(&line[1]);
+            left.draw(&Text::new(
+                format!(
+                    "{} / repetition",
+                    units::bytes_delta(growth.bytes_per_repetition as i128)
+                ),
+                (px - 190, py - 14),
+                (FONT, 14).into_font().color(&colour),
+            ))
+            .map_err(super::draw_error)?;
+        }
+        for (&r, &b) in reps.iter().zip(live) {
+            let (px, py) = ctx.backend_coord(&(r as f64, scale.scale(b)));
+            let warm = r < growth.warmup_repetitions;
+            tips.circle(
+                px,
+                py,
+                4,
+                if warm { "#bbbbbb" } else { "#0072b2" },
+                &format!(
+                    "repetition {r}{}: {} allocated at its end",
+                    if warm { " (warm-up, not fitted)" } else { "" },
+                    units::bytes(b)
+                ),
+            );
+        }
+
+        // Right: the sites that grow, as bars of bytes per repetition.
+        let sites: Vec<_> = growth
+            .sites
+            .iter()
+            .filter(|s| s.bytes_per_repetition > 0)
+            .take(8)
+            .collect();
+        let bar_max = sites
+            .iter()
+            .map(|s| s.bytes_per_repetition as u64)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let bar_scale = ByteScale::for_max(bar_max as f64);
+        // At least six slots, so one growing site is a bar, not a wall.
+        let n = sites.len().max(6);
+        let mut bars = ChartBuilder::on(&right)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(10)
+            .caption("growing sites (bytes per repetition)", (FONT, 14))
+            .build_cartesian_2d(0.0..bar_scale.scale(bar_max) * 1.15, 0.0..n as f64)
+            .map_err(super::draw_error)?;
+        bars.configure_mesh()
+            .disable_y_mesh()
+            .disable_y_axis()
+            .x_label_formatter(&|v| bar_scale.label(v))
+            .x_labels(4)
+            .label_style((FONT, 12))
+            .light_line_style(RGBColor(240, 240, 240))
+            .draw()
+            .map_err(super::draw_error)?;
+        for (i, site) in sites.iter().enumerate() {
+            let y0 = (n - 1 - i) as f64 + 0.15;
+            let y1 = y0 + 0.7;
+            let colour = palette.colour(&site.site.site);
+            let w = bar_scale.scale(site.bytes_per_repetition as u64);
+            bars.draw_series([Rectangle::new(
+                [(0.0, y0), (w, y1)],
+                colour.mix(0.85).filled(),
+            )])
+            .map_err(super::draw_error)?;
+            let (lx, ly) = bars.backend_coord(&(0.0, y1));
+            right
+                .draw(&Text::new(
+                    short(&site.site.site, 48),
+                    (
+                        lx + 4 - right.get_base_pixel().0,
+                        ly - 14 - right.get_base_pixel().1,
+                    ),
+                    (FONT, 12).into_font(),
+                ))
+                .map_err(super::draw_error)?;
+            let (x0, py0) = bars.backend_coord(&(0.0, y1));
+            let (x1, py1) = bars.backend_coord(&(w, y0));
+            tips.rect(
+                x0,
+                py0,
+                x1 - x0,
+                py1 - py0,
+                &format!(
+                    "{}\n{} per repetition, {} live at the last repetition's end\n{}",
+                    site.site.site,
+                    units::bytes_delta(site.bytes_per_repetition as i128),
+                    units::bytes(site.live_bytes_at_last_end),
+                    site.site.frames.join("\n")
+                ),
+            );
+        }
+        if sites.is_empty() {
+            let (w, h) = right.dim_in_pixel();
+            right
+                .draw(&Text::new(
+                    "no site grows",
+                    (w as i32 / 2 - 50, h as i32 / 2),
+                    (FONT, 14).into_font(),
+                ))
+                .map_err(super::draw_error)?;
+        }
+        root.present().map_err(super::draw_error)?;
+    }
+    tips.insert_into(&mut out);
+    Ok(out)
+}
+
+fn median_point(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    if points.is_empty() {
+        return None;
+    }
+    let mut xs: Vec<f64> = points.iter().map(|p| p.0).collect();
+    let mut ys: Vec<f64> = points.iter().map(|p| p.1).collect();
+    xs.sort_by(f64::total_cmp);
+    ys.sort_by(f64::total_cmp);
+    Some((xs[xs.len() / 2], ys[ys.len() / 2]))
+}

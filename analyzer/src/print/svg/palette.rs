@@ -1,0 +1,78 @@
+//! One palette for every chart of a report: the same site gets the same
+//! colour wherever it appears.
+
+use plotters::style::RGBColor;
+use rustc_hash::FxHashMap as HashMap;
+
+/// Colours for categories, distinguishable by most colour-blind readers
+/// (Okabe–Ito, extended with Tableau tones).
+const COLOURS: [RGBColor; 12] = [
+    RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(213, 94, 0),
+    RGBColor(240, 228, 66),
+    RGBColor(121, 94, 168),
+    RGBColor(140, 86, 75),
+    RGBColor(23, 190, 207),
+    RGBColor(188, 189, 34),
+    RGBColor(127, 127, 127),
+];
+
+/// The colour of "other": everything outside the top categories.
+pub const OTHER: RGBColor = RGBColor(190, 190, 190);
+/// Reserved memory, drawn as a line over the allocated areas.
+pub const RESERVED: RGBColor = RGBColor(40, 40, 40);
+/// Markers of trouble: peaks, OOMs, leaks.
+pub const ALERT: RGBColor = RGBColor(200, 30, 30);
+/// Phase bands, alternating.
+pub const BANDS: [RGBColor; 2] = [RGBColor(236, 240, 247), RGBColor(247, 243, 232)];
+
+/// Assigns colours to category names in order of first request.
+#[derive(Clone, Debug, Default)]
+pub struct Palette {
+    assigned: HashMap<String, RGBColor>,
+}
+
+impl Palette {
+    /// An empty palette.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The colour of `name`, assigning the next free one on first use;
+    /// `"other"` is always grey.
+    pub fn colour(&mut self, name: &str) -> RGBColor {
+        if name == "other" {
+            return OTHER;
+        }
+        let next = self.assigned.len();
+        *self
+            .assigned
+            .entry(name.to_string())
+            .or_insert(COLOURS[next % COLOURS.len()])
+    }
+}
+
+/// `#rrggbb` for a colour, for HTML next to the charts.
+pub fn hex(c: RGBColor) -> String {
+    format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_name_keeps_its_colour() {
+        let mut p = Palette::new();
+        let a = p.colour("forward (model.py:41)");
+        let b = p.colour("backward (model.py:60)");
+        assert_ne!(a, b);
+        assert_eq!(p.colour("forward (model.py:41)"), a);
+        assert_eq!(p.colour("other"), OTHER);
+        assert_eq!(hex(a), "#0072b2");
+    }
+}

@@ -1,0 +1,193 @@
+//! The what-if chart: reserved and allocated memory over time for each
+//! simulated policy on one chart, with the device's capacity and each
+//! policy's first OOM.
+
+use super::palette::{self, Palette};
+use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use crate::simulate::Sample;
+use crate::units;
+use plotters::prelude::*;
+
+/// One policy's curves.
+pub struct Series<'a> {
+    /// The policy's name, for the legend.
+    pub name: &'a str,
+    /// Memory over time, in time buckets.
+    pub samples: &'a [Sample],
+    /// The first OOM: its time, and a description for the tooltip.
+    pub oom: Option<(u64, String)>,
+}
+
+/// Renders the policies' curves as an SVG document; `capacity` draws the
+/// simulated device's size as a line.
+pub fn render(
+    series: &[Series<'_>],
+    capacity: Option<u64>,
+    title: &str,
+) -> Result<String, ChartError> {
+    let mut out = String::new();
+    let mut tips = Tooltips::default();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(super::draw_error)?;
+        let samples = series.iter().flat_map(|s| s.samples.iter());
+        let t0 = samples.clone().map(|b| b.start_ns).min().unwrap_or(0) as f64;
+        let t1 = (samples.clone().map(|b| b.end_ns).max().unwrap_or(1) as f64).max(t0 + 1.0);
+        let max = samples
+            .map(|b| b.reserved_bytes.max(b.allocated_bytes))
+            .chain(capacity)
+            .max()
+            .unwrap_or(0)
+            .max(1024);
+        let scale = ByteScale::for_max(max as f64);
+        // Headroom above the curves holds the legend.
+        let top = scale.scale(max) * (1.25 + 0.06 * series.len() as f64);
+        let mut ctx = ChartBuilder::on(&root)
+            .caption(title, (FONT, 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(90)
+            .build_cartesian_2d(t0..t1, 0.0..top)
+            .map_err(super::draw_error)?;
+        ctx.configure_mesh()
+            .x_label_formatter(&super::time_label)
+            .y_label_formatter(&|v| scale.label(v))
+            .x_desc("time")
+            .y_desc("memory")
+            .label_style((FONT, 13))
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(super::draw_error)?;
+
+        if let Some(c) = capacity {
+            let y = scale.scale(c);
+            ctx.draw_series(DashedLineSeries::new(
+                [(t0, y), (t1, y)],
+                8,
+                4,
+                palette::ALERT.stroke_width(1),
+            ))
+            .map_err(super::draw_error)?
+            .label(format!("capacity {}", units::bytes(c)))
+            .legend(|(x, y)| {
+                PathElement::new([(x, y), (x + 12, y)], palette::ALERT.stroke_width(1))
+            });
+        }
+
+        let mut colours = Palette::new();
+        let colour_of: Vec<RGBColor> = series.iter().map(|s| colours.colour(s.name)).collect();
+        // Markers go in after the hover areas, so they stay hoverable.
+        let mut markers = Vec::new();
+        let steps = |samples: &[Sample], value: &dyn Fn(&Sample) -> u64| {
+            samples
+                .iter()
+                .flat_map(|b| {
+                    let v = scale.scale(value(b));
+                    [(b.start_ns as f64, v), (b.end_ns as f64, v)]
+                })
+                .collect::<Vec<_>>()
+        };
+        // Allocated memory is the program's, the same under every policy
+        // until one runs out of memory: one area then, not a line each.
+        let same_allocated = series.windows(2).all(|w| {
+            w[0].samples.len() == w[1].samples.len()
+                && w[0]
+                    .samples
+                    .iter()
+                    .zip(w[1].samples)
+                    .all(|(a, b)| a.allocated_bytes == b.allocated_bytes)
+        });
+        if same_allocated && let Some(first) = series.first() {
+            let grey = RGBColor(150, 150, 150);
+            ctx.draw_series(AreaSeries::new(
+                steps(first.samples, &|b| b.allocated_bytes),
+                0.0,
+                grey.mix(0.3),
+            ))
+            .map_err(super::draw_error)?
+            .label("allocated (every policy)")
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 6), (x + 12, y + 6)], grey.mix(0.3).filled())
+            });
+        }
+        // Each policy is drawn narrower than the one before, on top of it,
+        // so that policies whose curves coincide all stay visible.
+        for (i, s) in series.iter().enumerate() {
+            let colour = colour_of[i];
+            let width = 2 + 2 * (series.len() - 1 - i) as u32;
+            if !same_allocated {
+                ctx.draw_series(DashedLineSeries::new(
+                    steps(s.samples, &|b| b.allocated_bytes),
+                    5,
+                    3,
+                    colour.stroke_width(1),
+                ))
+                .map_err(super::draw_error)?
+                .label(format!("{}: allocated", s.name))
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 12, y)], colour.stroke_width(1))
+                });
+            }
+            ctx.draw_series(LineSeries::new(
+                steps(s.samples, &|b| b.reserved_bytes),
+                colour.mix(0.85).stroke_width(width),
+            ))
+            .map_err(super::draw_error)?
+            .label(format!("{}: reserved", s.name))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], colour.stroke_width(3)));
+            if let Some((time, text)) = &s.oom {
+                let at = s
+                    .samples
+                    .iter()
+                    .find(|b| b.end_ns >= *time)
+                    .or(s.samples.last())
+                    .map_or(0, |b| b.reserved_bytes);
+                let (x, y) = ctx.backend_coord(&(*time as f64, scale.scale(at)));
+                markers.push((x, y, text.clone()));
+            }
+        }
+        super::draw_legend(&mut ctx)?;
+
+        // Tooltips with every policy's values, one per few pixels.
+        let (_, y_range) = ctx.plotting_area().get_pixel_range();
+        if let Some(first) = series.first() {
+            let mut last_x = i32::MIN;
+            for (i, b) in first.samples.iter().enumerate() {
+                let (x0, _) = ctx.backend_coord(&(b.start_ns as f64, 0.0));
+                let (x1, _) = ctx.backend_coord(&(b.end_ns as f64, 0.0));
+                if x1 < last_x + 3 {
+                    continue;
+                }
+                last_x = x1;
+                let mut text = format!(
+                    "{} – {}",
+                    units::duration_ns(b.start_ns),
+                    units::duration_ns(b.end_ns)
+                );
+                for s in series {
+                    if let Some(b) = s.samples.get(i) {
+                        text.push_str(&format!(
+                            "\n{}: reserved {}, allocated {}",
+                            s.name,
+                            units::bytes(b.reserved_bytes),
+                            units::bytes(b.allocated_bytes)
+                        ));
+                    }
+                }
+                tips.rect(
+                    x0,
+                    y_range.start,
+                    (x1 - x0).max(3),
+                    y_range.end - y_range.start,
+                    &text,
+                );
+            }
+        }
+        for (x, y, text) in markers {
+            tips.circle(x, y, 6, &palette::hex(palette::ALERT), &text);
+        }
+        root.present().map_err(super::draw_error)?;
+    }
+    tips.insert_into(&mut out);
+    Ok(out)
+}

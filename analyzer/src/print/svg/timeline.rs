@@ -1,0 +1,431 @@
+//! The memory timeline: allocated bytes stacked by category over time,
+//! reserved bytes as a line over them, phases as bands, the peak and OOMs
+//! marked.
+
+use super::palette::{self, Palette};
+use super::{ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use crate::print::labels;
+
+/// Room to the right of the plot for the legend: site names are long, and
+/// a legend inside the plot would hide the data under it.
+const LEGEND_WIDTH: u32 = 300;
+use crate::analysis::timeline::Timeline;
+use crate::units;
+use plotters::prelude::*;
+
+/// Bands narrower than this many pixels are not drawn: they would be
+/// invisible, and a long run has hundreds of thousands of them.
+const MIN_BAND_PX: i32 = 2;
+const BAND_HEIGHTS: [i32; 3] = [18, 12, 8];
+
+/// Renders a timeline as an SVG document titled `title`.
+pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> Result<String, ChartError> {
+    let mut out = String::new();
+    let mut tips = Tooltips::default();
+    {
+        let full =
+            SVGBackend::with_string(&mut out, (WIDTH + LEGEND_WIDTH, HEIGHT)).into_drawing_area();
+        full.fill(&WHITE).map_err(super::draw_error)?;
+        let (root, legend_area) = full.split_horizontally(WIDTH);
+        let (t0, t1) = time_range(chart);
+        let max_bytes = chart
+            .samples
+            .iter()
+            .map(|s| s.allocated.max(s.reserved))
+            .chain(chart.peak.iter().map(|p| p.bytes))
+            .max()
+            .unwrap_or(0)
+            .max(1024);
+        let scale = super::ByteScale::for_max(max_bytes as f64);
+        // Headroom above the data for the phase strip, the legend and the
+        // peak label.
+        let top = scale.scale(max_bytes) * if chart.phases.is_empty() { 1.15 } else { 1.3 };
+        let mut ctx = ChartBuilder::on(&root)
+            .caption(title, (FONT, 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(90)
+            .build_cartesian_2d(t0..t1, 0.0..top)
+            .map_err(super::draw_error)?;
+        super::draw_time_bytes_mesh(&mut ctx, scale)?;
+
+        let strip_bottom = draw_phase_bands(&root, &ctx, chart, top)?;
+
+        // (label, colour, drawn as a line) in legend order, top entry first.
+        let mut legend: Vec<(String, RGBColor, bool)> = Vec::new();
+        // Stacked areas: draw each cumulative sum from the top category
+        // down, so lower categories paint over the upper ones' bases.
+        let n = chart.categories.len();
+        for k in (0..n).rev() {
+            let colour = palette.colour(&chart.categories[k]);
+            let points: Vec<(f64, f64)> = chart
+                .samples
+                .iter()
+                .map(|s| {
+                    let cumulative: u64 = s.values.iter().take(k + 1).sum();
+                    (s.time_ns as f64, scale.scale(cumulative))
+                })
+                .collect();
+            ctx.draw_series(AreaSeries::new(points, 0.0, colour.mix(0.85)))
+                .map_err(super::draw_error)?;
+            legend.push((labels::site_label(&chart.categories[k]), colour, false));
+        }
+        let reserved: Vec<(f64, f64)> = chart
+            .samples
+            .iter()
+            .map(|s| (s.time_ns as f64, scale.scale(s.reserved)))
+            .collect();
+        ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
+            .map_err(super::draw_error)?;
+        legend.insert(0, ("reserved".to_string(), palette::RESERVED, true));
+
+        for oom in &chart.ooms {
+            let x = oom.time_ns as f64;
+            ctx.draw_series(LineSeries::new(
+                [(x, 0.0), (x, top)],
+                palette::ALERT.stroke_width(2),
+            ))
+            .map_err(super::draw_error)?;
+            let (px, py) = ctx.backend_coord(&(x, top * 0.97));
+            root.draw(&Text::new(
+                "OOM",
+                (px + 4, py),
+                (FONT, 13).into_font().color(&palette::ALERT),
+            ))
+            .map_err(super::draw_error)?;
+            let (_, py0) = ctx.backend_coord(&(x, 0.0));
+            let text = format!(
+                "out of memory at {}: {} requested\n{}",
+                units::duration_ns(oom.time_ns),
+                units::bytes(oom.bytes),
+                oom.category
+            );
+            tips.rect(px - 3, py, 7, py0 - py, &text);
+        }
+
+        if let Some(peak) = &chart.peak {
+            let (px, py) = ctx.backend_coord(&(peak.time_ns as f64, scale.scale(peak.bytes)));
+            root.draw(&Circle::new((px, py), 5, palette::ALERT.filled()))
+                .map_err(super::draw_error)?;
+            let text = format!("peak {}", units::bytes(peak.bytes));
+            let detail = if peak.category.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "largest: {} ({})",
+                    short(&labels::site_label(&peak.category), 50),
+                    units::bytes(peak.category_bytes)
+                )
+            };
+            // Keep the label inside the plot: to the left of the point when
+            // the peak sits in the right half.
+            let (plot_x, _) = ctx.plotting_area().get_pixel_range();
+            let left_side = px > (plot_x.start + plot_x.end) / 2;
+            let estimated_width = 7 * text.len().max(detail.chars().count()) as i32;
+            let lx = if left_side {
+                px - 10 - estimated_width
+            } else {
+                px + 10
+            };
+            let style = (FONT, 14).into_font().color(&palette::ALERT);
+            root.draw(&Text::new(text.clone(), (lx, py - 22), style.clone()))
+                .map_err(super::draw_error)?;
+            root.draw(&Text::new(detail, (lx, py - 6), (FONT, 12).into_font()))
+                .map_err(super::draw_error)?;
+            tips.circle(
+                px,
+                py,
+                6,
+                &palette::hex(palette::ALERT),
+                &format!(
+                    "{text} at {}\nlargest: {} ({})",
+                    units::duration_ns(peak.time_ns),
+                    peak.category,
+                    units::bytes(peak.category_bytes)
+                ),
+            );
+        }
+
+        let (_, plot_y) = ctx.plotting_area().get_pixel_range();
+        draw_legend(&legend_area, plot_y.start + strip_bottom, &legend)?;
+
+        add_sample_tooltips(&mut tips, &ctx, chart, top);
+        root.present().map_err(super::draw_error)?;
+    }
+    tips.insert_into(&mut out);
+    Ok(out)
+}
+
+type Ctx<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+fn time_range(chart: &Timeline) -> (f64, f64) {
+    let first = chart.samples.first().map_or(0, |s| s.time_ns);
+    let last = chart
+        .samples
+        .last()
+        .map_or(0, |s| s.time_ns)
+        .max(chart.phases.iter().map(|p| p.end_ns).max().unwrap_or(0));
+    let first = first.min(
+        chart
+            .phases
+            .iter()
+            .map(|p| p.start_ns)
+            .min()
+            .unwrap_or(first),
+    );
+    let (a, b) = (first as f64, last as f64);
+    if b > a { (a, b) } else { (a, a + 1.0) }
+}
+
+/// Draws the legend in its column, from `top` down: a swatch (or a line)
+/// and the label, cut to fit.
+fn draw_legend(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    top: i32,
+    entries: &[(String, RGBColor, bool)],
+) -> Result<(), ChartError> {
+    const ROW: i32 = 18;
+    // The area's own coordinates start at its left edge.
+    let x0 = 0;
+    for (i, (label, colour, line)) in entries.iter().enumerate() {
+        let y = top + 6 + ROW * i as i32;
+        if *line {
+            area.draw(&PathElement::new(
+                [(x0 + 4, y + 6), (x0 + 18, y + 6)],
+                colour.stroke_width(2),
+            ))
+        } else {
+            area.draw(&Rectangle::new(
+                [(x0 + 4, y), (x0 + 18, y + 12)],
+                colour.mix(0.85).filled(),
+            ))
+        }
+        .map_err(super::draw_error)?;
+        area.draw(&Text::new(
+            short(label, 42),
+            (x0 + 24, y),
+            (FONT, 12).into_font(),
+        ))
+        .map_err(super::draw_error)?;
+    }
+    Ok(())
+}
+
+/// Draws the phase strip at the top of the plot; returns its bottom edge,
+/// relative to the plotting area.
+fn draw_phase_bands(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    ctx: &Ctx<'_, '_>,
+    chart: &Timeline,
+    top: f64,
+) -> Result<i32, ChartError> {
+    let area = ctx.plotting_area();
+    let (_, y_range) = area.get_pixel_range();
+    let mut labels: Vec<(String, (i32, i32))> = Vec::new();
+    let mut band_top = y_range.start;
+    let max_depth = chart
+        .phases
+        .iter()
+        .map(|p| p.depth)
+        .max()
+        .unwrap_or(0)
+        .min(BAND_HEIGHTS.len() - 1);
+    let mut depth_tops = Vec::new();
+    for height in &BAND_HEIGHTS[..=max_depth] {
+        depth_tops.push(band_top);
+        band_top += height + 1;
+    }
+    for (i, phase) in chart.phases.iter().enumerate() {
+        if phase.depth > max_depth {
+            continue;
+        }
+        let (x0, _) = ctx.backend_coord(&(phase.start_ns as f64, top));
+        let (x1, _) = ctx.backend_coord(&(phase.end_ns as f64, top));
+        if x1 - x0 < MIN_BAND_PX {
+            continue;
+        }
+        let colour = palette::BANDS[i % 2];
+        let y0 = depth_tops[phase.depth];
+        let h = BAND_HEIGHTS[phase.depth];
+        if phase.depth == 0 {
+            // Top-level phases also shade the plot faintly, so the eye can
+            // follow them down to the areas.
+            root.draw(&Rectangle::new(
+                [(x0, y_range.start), (x1, y_range.end)],
+                colour.mix(0.45).filled(),
+            ))
+            .map_err(super::draw_error)?;
+        }
+        root.draw(&Rectangle::new(
+            [(x0, y0), (x1, y0 + h)],
+            colour
+                .mix(if phase.depth == 0 { 1.0 } else { 0.9 })
+                .filled(),
+        ))
+        .map_err(super::draw_error)?;
+        root.draw(&Rectangle::new(
+            [(x0, y0), (x1, y0 + h)],
+            RGBColor(170, 170, 170).stroke_width(1),
+        ))
+        .map_err(super::draw_error)?;
+        let width_px = x1 - x0;
+        let text = short(&phase.name, 40);
+        if width_px > 7 * text.len() as i32 + 6 && h >= 12 {
+            labels.push((text, (x0 + 3, y0 + h - 4)));
+        }
+    }
+    for (text, pos) in labels {
+        root.draw(&Text::new(text, pos, (FONT, 11).into_font()))
+            .map_err(super::draw_error)?;
+    }
+    Ok(if chart.phases.is_empty() {
+        0
+    } else {
+        band_top - y_range.start
+    })
+}
+
+fn add_sample_tooltips(tips: &mut Tooltips, ctx: &Ctx<'_, '_>, chart: &Timeline, top: f64) {
+    let (_, y_range) = ctx.plotting_area().get_pixel_range();
+    // One hover column per few pixels: finer would bloat the file and no
+    // pointer is that precise.
+    const COLUMN_PX: i32 = 4;
+    let mut last_x = i32::MIN;
+    for (i, s) in chart.samples.iter().enumerate() {
+        let (x, _) = ctx.backend_coord(&(s.time_ns as f64, top));
+        if x < last_x + COLUMN_PX {
+            continue;
+        }
+        last_x = x;
+        let total = s.allocated;
+        let mut text = format!(
+            "{}\nallocated {}\nreserved {}",
+            units::duration_ns(s.time_ns),
+            units::bytes(total),
+            units::bytes(s.reserved)
+        );
+        let mut parts: Vec<(usize, u64)> = s
+            .values
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(_, v)| v > 0)
+            .collect();
+        parts.sort_by_key(|&(_, v)| std::cmp::Reverse(v));
+        for (k, v) in parts.into_iter().take(5) {
+            text.push_str(&format!(
+                "\n  {}: {}",
+                short(&chart.categories[k], 60),
+                units::bytes(v)
+            ));
+        }
+        let next_x = chart
+            .samples
+            .get(i + 1)
+            .map(|n| ctx.backend_coord(&(n.time_ns as f64, top)).0)
+            .unwrap_or(x + COLUMN_PX);
+        tips.rect(
+            x,
+            y_range.start,
+            (next_x - x).clamp(1, COLUMN_PX * 4),
+            y_range.end - y_range.start,
+            &text,
+        );
+    }
+}
+
+/// Shortens a label to at most `max` characters, keeping its end (the
+/// file:line part of a site is the most telling).
+pub fn short(text: &str, max: usize) -> String {
+    let n = text.chars().count();
+    if n <= max {
+        return text.to_string();
+    }
+    let tail: String = text.chars().skip(n - (max - 1)).collect();
+    format!("…{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::analysis::timeline::{PhaseSpan, TimelinePoint, TimelineSample};
+
+    fn chart() -> Timeline {
+        let samples = (0..200u64)
+            .map(|i| {
+                let values = vec![
+                    (i % 50) << 20,
+                    10 << 20,
+                    if i == 120 { 300 << 20 } else { 0 },
+                ];
+                TimelineSample {
+                    time_ns: i * 1_000_000,
+                    allocated: values.iter().sum(),
+                    reserved: 400 << 20,
+                    values,
+                }
+            })
+            .collect();
+        let span = |name: &str, start_ns, end_ns, depth| PhaseSpan {
+            name: name.into(),
+            start_ns,
+            end_ns,
+            depth,
+        };
+        Timeline {
+            categories: vec![
+                "forward (model.py:41)".into(),
+                "step (optim.py:9)".into(),
+                "other".into(),
+            ],
+            samples,
+            phases: vec![
+                span("iter0", 0, 100_000_000, 0),
+                span("forward", 0, 40_000_000, 1),
+                span("iter1", 100_000_000, 199_000_000, 0),
+            ],
+            peak: Some(TimelinePoint {
+                time_ns: 120_000_000,
+                bytes: 330 << 20,
+                category: "leak (train.py:120)".into(),
+                category_bytes: 300 << 20,
+            }),
+            ooms: vec![TimelinePoint {
+                time_ns: 150_000_000,
+                bytes: 2 << 30,
+                category: "grow (train.py:7)".into(),
+                category_bytes: 0,
+            }],
+        }
+    }
+
+    #[test]
+    fn the_svg_holds_labels_peak_phases_and_tooltips() {
+        let svg = render(&chart(), "memory over time", &mut Palette::new()).unwrap();
+        crate::print::svg::dump_for_review("timeline-unit.svg", &svg);
+        assert!(svg.starts_with("<svg"));
+        for expected in [
+            "memory over time",
+            "peak 330.0 MiB",
+            "iter0",
+            "iter1",
+            "forward (model.py:41)",
+            "reserved",
+            "OOM",
+            "<title>",
+        ] {
+            assert!(svg.contains(expected), "missing {expected}");
+        }
+    }
+
+    #[test]
+    fn short_keeps_the_end() {
+        assert_eq!(short("abcdef", 4), "…def");
+        assert_eq!(short("abc", 4), "abc");
+    }
+}

@@ -1,0 +1,227 @@
+//! The comparison of two runs as text.
+
+use super::full_stacks;
+use crate::analysis::compare::{Comparison, Presence, RunInfo, Unit};
+use crate::command::compare::CompareResult;
+use crate::print::labels::{self, format_delta, format_percent, format_value, repetitions};
+use crate::print::table::{Align, Table};
+use crate::sites::SiteDescription;
+use crate::units;
+
+fn run_line(role: &str, run: &RunInfo, c: &Comparison) -> String {
+    let duration = c
+        .metric("duration")
+        .map(|m| {
+            if role == "baseline" {
+                m.change.base
+            } else {
+                m.change.new
+            }
+        })
+        .unwrap_or(0.0);
+    let iterations = match &run.iterations {
+        Some(it) => format!(", {} repetitions of {}", units::count(it.count), it.phase),
+        None => String::new(),
+    };
+    let per = if c.per_iteration {
+        " per iteration"
+    } else {
+        ""
+    };
+    // Both names padded alike, so the details line up.
+    let width = c.base.name.chars().count().max(c.new.name.chars().count());
+    format!(
+        "{role:<10}{:<width$}  ({}{per}{iterations})\n",
+        run.name,
+        format_value(Unit::Nanoseconds, duration)
+    )
+}
+
+/// The comparison and its gate as text, `top` sites and phases; `full`:
+/// sites are whole stacks, listed below the table.
+pub fn compare(result: &CompareResult, top: usize, full: bool) -> String {
+    let (c, gate) = (&result.comparison, &result.gate);
+    let mut text = run_line("baseline", &c.base, c);
+    text.push_str(&run_line("new", &c.new, c));
+    text.push('\n');
+
+    let mut t = Table::new(&[
+        ("", Align::Left),
+        ("baseline", Align::Right),
+        ("new", Align::Right),
+        ("change", Align::Right),
+        ("%", Align::Right),
+    ]);
+    for m in &c.headline {
+        let ch = &m.change;
+        t.row([
+            m.label.clone(),
+            format_value(m.unit, ch.base),
+            format_value(m.unit, ch.new),
+            format_delta(m.unit, ch.delta),
+            if m.unit == Unit::Ratio {
+                String::new()
+            } else {
+                format_percent(ch)
+            },
+        ]);
+    }
+    text.push_str(&t.render(0));
+
+    let changed: Vec<_> = c.sites.iter().filter(|s| s.changed()).collect();
+    let matched_by = match (c.ignore_lines, full) {
+        (false, false) => "function, file and line",
+        (true, false) => "function and file",
+        (false, true) => "whole stack",
+        (true, true) => "whole stack without lines",
+    };
+    text.push_str(&format!(
+        "\nsites (matched by {matched_by}): {} of {} changed{}\n",
+        units::count(changed.len() as u64),
+        units::count(c.sites.len() as u64),
+        if changed.is_empty() {
+            ""
+        } else {
+            ", largest change at the peak or at the end first"
+        }
+    ));
+    if !changed.is_empty() {
+        let per = if c.per_iteration { "/iter" } else { "" };
+        let allocs = format!("allocs{per}");
+        let allocated = format!("allocated{per}");
+        let mut t = Table::new(&[
+            ("at peak", Align::Right),
+            ("change", Align::Right),
+            ("%", Align::Right),
+            ("retained", Align::Right),
+            (allocs.as_str(), Align::Right),
+            (allocated.as_str(), Align::Right),
+            ("site", Align::Left),
+        ]);
+        for s in changed.iter().take(top) {
+            let marker = match s.presence {
+                Presence::New => "[new] ",
+                Presence::Gone => "[gone] ",
+                Presence::Both => "",
+            };
+            t.row([
+                format_value(Unit::Bytes, s.at_peak.new),
+                format_delta(Unit::Bytes, s.at_peak.delta),
+                format_percent(&s.at_peak),
+                format_delta(Unit::Bytes, s.retained.delta),
+                format_delta(Unit::Count, s.allocations.delta),
+                format_delta(Unit::Bytes, s.allocated_bytes.delta),
+                format!("{marker}{}", labels::site_label(&s.site)),
+            ]);
+        }
+        text.push_str(&t.render(2));
+        more(&mut text, changed.len(), top);
+        if full {
+            text.push_str("\n  stacks:\n");
+            let sites: Vec<SiteDescription> = changed
+                .iter()
+                .take(top)
+                .map(|s| SiteDescription {
+                    site: s.site.clone(),
+                    frames: s.frames.clone(),
+                })
+                .collect();
+            text.push_str(&full_stacks(&sites, 4));
+        }
+    }
+
+    let phases: Vec<_> = c.phases.iter().filter(|p| p.changed()).collect();
+    if !c.phases.is_empty() {
+        text.push_str(&format!(
+            "\nphases: {} of {} changed\n",
+            units::count(phases.len() as u64),
+            units::count(c.phases.len() as u64)
+        ));
+    }
+    if !phases.is_empty() {
+        let retained = if c.per_iteration {
+            "retained/rep"
+        } else {
+            "retained"
+        };
+        let mut t = Table::new(&[
+            ("peak", Align::Right),
+            ("change", Align::Right),
+            ("%", Align::Right),
+            (retained, Align::Right),
+            ("leak/rep", Align::Right),
+            ("repetitions", Align::Right),
+            ("phase", Align::Left),
+        ]);
+        for p in phases.iter().take(top) {
+            let marker = match p.presence {
+                Presence::New => "[new] ",
+                Presence::Gone => "[gone] ",
+                Presence::Both => "",
+            };
+            t.row([
+                format_value(Unit::Bytes, p.peak.new),
+                format_delta(Unit::Bytes, p.peak.delta),
+                format_percent(&p.peak),
+                format_delta(Unit::Bytes, p.retained.delta),
+                format_delta(Unit::Bytes, p.leak_per_repetition.delta),
+                repetitions(&p.repetitions),
+                format!("{marker}{}", p.phase),
+            ]);
+        }
+        text.push_str(&t.render(2));
+        more(&mut text, phases.len(), top);
+    }
+
+    if !gate.checks.is_empty() {
+        let failed = gate.failed.len();
+        text.push_str(&format!(
+            "\ngate: {} ({} of {} thresholds crossed)\n",
+            if gate.passed { "passed" } else { "FAILED" },
+            failed,
+            gate.checks.len()
+        ));
+        let mut t = Table::new(&[
+            ("", Align::Left),
+            ("threshold", Align::Left),
+            ("change", Align::Right),
+            ("%", Align::Right),
+            ("", Align::Left),
+        ]);
+        for check in &gate.checks {
+            let metric = c.metric(check.metric.name());
+            let (unit, label) = metric.map_or((Unit::Count, ""), |m| (m.unit, m.label.as_str()));
+            let ch = &check.change;
+            t.row([
+                if check.failed { "FAILED" } else { "ok" }.to_string(),
+                check.threshold.clone(),
+                format_delta(unit, ch.delta),
+                if unit == Unit::Ratio {
+                    String::new()
+                } else {
+                    format_percent(ch)
+                },
+                format!(
+                    "{label}: {} -> {}",
+                    format_value(unit, ch.base),
+                    format_value(unit, ch.new)
+                ),
+            ]);
+        }
+        // The header row of this table says nothing the rows do not.
+        for line in t.render(2).lines().skip(1) {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    text
+}
+
+fn more(text: &mut String, changed: usize, top: usize) {
+    if changed > top {
+        text.push_str(&format!(
+            "  ... {} more (--top shows more, --json lists all)\n",
+            units::count((changed - top) as u64)
+        ));
+    }
+}

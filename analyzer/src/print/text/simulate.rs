@@ -1,0 +1,114 @@
+//! The what-if simulation as text.
+
+use crate::command::simulate::SimulateResult;
+use crate::print::table::{Align, Table};
+use crate::units;
+
+/// The simulation of every policy as text: the recorded run, the fidelity of
+/// its settings, a table of policies, and where each ran out of memory.
+pub fn simulate(r: &SimulateResult) -> String {
+    let mut text = format!(
+        "trace      {}: {} events, {} requests\n",
+        r.path,
+        units::count(r.events),
+        units::count(r.requests as u64)
+    );
+    text.push_str(&format!(
+        "recorded   peak reserved {}, peak allocated {}, {} OOMs\n",
+        units::bytes(r.recorded.peak_reserved_bytes),
+        units::bytes(r.recorded.peak_allocated_bytes),
+        r.recorded.ooms
+    ));
+    if let Some(f) = &r.fidelity {
+        let on = f.capacity_bytes.map_or_else(
+            || "a device without limit".into(),
+            |c| format!("the recorded {}", units::bytes(c)),
+        );
+        if f.exact {
+            text.push_str(&format!(
+                "fidelity   exact: the recorded settings on {on} reproduce all {} device actions and the peak reserved {}\n",
+                f.recorded_segment_actions,
+                units::bytes(f.recorded_peak_reserved_bytes)
+            ));
+        } else {
+            text.push_str(&format!(
+                "fidelity   not exact: with the recorded settings on {on}, {} device actions against {} recorded (first difference at action {}), peak reserved {} against {}\n",
+                f.simulated_segment_actions,
+                f.recorded_segment_actions,
+                f.first_difference.map_or_else(|| "none".into(), |i| i.to_string()),
+                units::bytes(f.simulated_peak_reserved_bytes),
+                units::bytes(f.recorded_peak_reserved_bytes)
+            ));
+        }
+        for c in &f.caveats {
+            text.push_str(&format!("           {c}\n"));
+        }
+    }
+    text.push_str(&format!(
+        "capacity   {}\n\n",
+        r.capacity_bytes
+            .map_or_else(|| "unlimited".into(), units::bytes)
+    ));
+    let mut t = Table::new(&[
+        ("policy", Align::Left),
+        ("peak reserved", Align::Right),
+        ("peak allocated", Align::Right),
+        ("cached at peak", Align::Right),
+        ("retries", Align::Right),
+        ("flushes", Align::Right),
+        ("OOMs", Align::Right),
+        ("min capacity", Align::Right),
+    ]);
+    for p in &r.policies {
+        let s = &p.scenario.result;
+        t.row([
+            p.scenario.policy.clone(),
+            units::bytes(s.peak_reserved_bytes),
+            units::bytes(s.peak_allocated_bytes),
+            format!(
+                "{} ({})",
+                units::bytes(s.cached_at_peak_bytes),
+                units::percent(s.fragmentation)
+            ),
+            units::count(s.alloc_retries),
+            units::count(s.cache_flushes),
+            units::count(s.ooms),
+            p.min_capacity_bytes
+                .map_or_else(|| "-".into(), units::bytes),
+        ]);
+    }
+    text.push_str(&t.render(0));
+    text.push_str(
+        "\ncached at peak: reserved memory holding no allocation at the peak of reserved memory\n",
+    );
+    for p in &r.policies {
+        let Some(o) = &p.oom else {
+            continue;
+        };
+        text.push_str(&format!(
+            "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free after flushing the cache; needed at least {} more{}\n",
+            p.scenario.policy,
+            units::count(o.event_index),
+            units::duration_ns(o.time_ns),
+            if o.phase.is_empty() { String::new() } else { format!(" in {}", o.phase) },
+            o.site,
+            units::bytes(o.requested_bytes),
+            units::bytes(o.free_bytes),
+            units::bytes(o.shortfall_bytes),
+            if o.recorded { " (the recorded run ran out of memory here too)" } else { "" }
+        ));
+        if p.scenario.result.ooms > 1 {
+            text.push_str(&format!(
+                "  {} OOMs in all; the run was replayed on as recorded, skipping the frees of failed allocations\n",
+                p.scenario.result.ooms
+            ));
+        }
+    }
+    if !r.notes.is_empty() {
+        text.push('\n');
+        for n in &r.notes {
+            text.push_str(&format!("note: {n}\n"));
+        }
+    }
+    text
+}

@@ -1,0 +1,300 @@
+//! Events: one record for every allocator action, plus the user context
+//! (phases and annotations) that gives them meaning.
+
+use super::symbols::{StackId, StringId};
+
+/// One allocator action or user-context marker, at a time since the trace start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Nanoseconds since the trace start (the header's `start_unix_ns`).
+    pub time_ns: u64,
+    /// What happened.
+    pub data: EventData,
+}
+
+/// The payload of an [`Event`], one variant per [`EventKind`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventData {
+    /// A block was handed to the caller.
+    Alloc(BlockEvent),
+    /// The caller freed a block; it may still be in use on other streams.
+    FreeRequested(BlockEvent),
+    /// The block's last use finished and it returned to the allocator's cache.
+    FreeCompleted(BlockEvent),
+    /// A segment was reserved from the device (cudaMalloc).
+    SegmentAlloc(SegmentEvent),
+    /// A segment was returned to the device (cudaFree).
+    SegmentFree(SegmentEvent),
+    /// Pages were mapped into an expandable segment.
+    SegmentMap(SegmentEvent),
+    /// Pages were unmapped from an expandable segment.
+    SegmentUnmap(SegmentEvent),
+    /// An allocation failed after the cache was flushed and retried.
+    Oom(OomEvent),
+    /// The cache was emptied (`empty_cache()`): the caller asked for it, so a
+    /// replay can ask for it too.
+    EmptyCache(EmptyCacheEvent),
+    /// A named phase began; phases nest.
+    PhaseBegin {
+        /// The phase's name.
+        name: StringId,
+    },
+    /// The innermost open phase ended.
+    PhaseEnd {
+        /// The phase's name, as given to the matching [`EventData::PhaseBegin`].
+        name: StringId,
+    },
+    /// A key/value note from the user (a step number, a config value).
+    Annotation {
+        /// The note's key.
+        key: StringId,
+        /// The note's value.
+        value: StringId,
+    },
+}
+
+/// A block-level action: an allocation or one of the two steps of its free.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BlockEvent {
+    /// The block's device address.
+    pub addr: u64,
+    /// The block's size: the requested size after the allocator's rounding
+    /// (and larger when a cached block was handed out whole).
+    pub size: u64,
+    /// The size the caller asked for.
+    pub requested: u64,
+    /// The stream the block belongs to (0 for the default stream).
+    pub stream: u64,
+    /// The device index.
+    pub device: u32,
+    /// The stack that performed the action ([`StackId::NONE`] when not captured).
+    pub stack: StackId,
+    /// The recording thread's id, as numbered by the producer.
+    pub thread: u32,
+}
+
+/// A segment-level action: memory reserved from or returned to the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SegmentEvent {
+    /// The segment's (or the mapped range's) start address.
+    pub addr: u64,
+    /// The segment's (or the mapped range's) size in bytes.
+    pub size: u64,
+    /// The stream whose pool owns the segment.
+    pub stream: u64,
+    /// The device index.
+    pub device: u32,
+    /// The stack that caused the action ([`StackId::NONE`] when not captured).
+    pub stack: StackId,
+    /// The recording thread's id.
+    pub thread: u32,
+}
+
+/// An allocation that failed for lack of device memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OomEvent {
+    /// The size the caller asked for.
+    pub requested: u64,
+    /// Free device memory at the time of the failure, as the driver reports it.
+    pub free_bytes: u64,
+    /// The stream of the failed request.
+    pub stream: u64,
+    /// The device index.
+    pub device: u32,
+    /// The stack of the failed request.
+    pub stack: StackId,
+    /// The recording thread's id.
+    pub thread: u32,
+}
+
+/// A request to return every wholly free cached segment to the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EmptyCacheEvent {
+    /// The device index.
+    pub device: u32,
+    /// The stack of the caller.
+    pub stack: StackId,
+    /// The recording thread's id.
+    pub thread: u32,
+}
+
+/// The kind of an event, without its data. The discriminants are the codes
+/// used on disk and must never change within a major format version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum EventKind {
+    /// See [`EventData::Alloc`].
+    Alloc = 0,
+    /// See [`EventData::FreeRequested`].
+    FreeRequested = 1,
+    /// See [`EventData::FreeCompleted`].
+    FreeCompleted = 2,
+    /// See [`EventData::SegmentAlloc`].
+    SegmentAlloc = 3,
+    /// See [`EventData::SegmentFree`].
+    SegmentFree = 4,
+    /// See [`EventData::SegmentMap`].
+    SegmentMap = 5,
+    /// See [`EventData::SegmentUnmap`].
+    SegmentUnmap = 6,
+    /// See [`EventData::Oom`].
+    Oom = 7,
+    /// See [`EventData::EmptyCache`].
+    EmptyCache = 8,
+    /// See [`EventData::PhaseBegin`].
+    PhaseBegin = 9,
+    /// See [`EventData::PhaseEnd`].
+    PhaseEnd = 10,
+    /// See [`EventData::Annotation`].
+    Annotation = 11,
+}
+
+impl EventKind {
+    /// Every kind, in code order.
+    pub const ALL: [EventKind; 12] = [
+        EventKind::Alloc,
+        EventKind::FreeRequested,
+        EventKind::FreeCompleted,
+        EventKind::SegmentAlloc,
+        EventKind::SegmentFree,
+        EventKind::SegmentMap,
+        EventKind::SegmentUnmap,
+        EventKind::Oom,
+        EventKind::EmptyCache,
+        EventKind::PhaseBegin,
+        EventKind::PhaseEnd,
+        EventKind::Annotation,
+    ];
+
+    /// The number of kinds this version knows.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The kind with this on-disk code, if this version knows it.
+    pub fn from_code(code: u8) -> Option<EventKind> {
+        Self::ALL.get(code as usize).copied()
+    }
+
+    /// The on-disk code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The snake_case name used in tables, JSON and PyTorch snapshots.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Alloc => "alloc",
+            EventKind::FreeRequested => "free_requested",
+            EventKind::FreeCompleted => "free_completed",
+            EventKind::SegmentAlloc => "segment_alloc",
+            EventKind::SegmentFree => "segment_free",
+            EventKind::SegmentMap => "segment_map",
+            EventKind::SegmentUnmap => "segment_unmap",
+            EventKind::Oom => "oom",
+            EventKind::EmptyCache => "empty_cache",
+            EventKind::PhaseBegin => "phase_begin",
+            EventKind::PhaseEnd => "phase_end",
+            EventKind::Annotation => "annotation",
+        }
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl EventData {
+    /// This event's kind.
+    pub fn kind(&self) -> EventKind {
+        match self {
+            EventData::Alloc(_) => EventKind::Alloc,
+            EventData::FreeRequested(_) => EventKind::FreeRequested,
+            EventData::FreeCompleted(_) => EventKind::FreeCompleted,
+            EventData::SegmentAlloc(_) => EventKind::SegmentAlloc,
+            EventData::SegmentFree(_) => EventKind::SegmentFree,
+            EventData::SegmentMap(_) => EventKind::SegmentMap,
+            EventData::SegmentUnmap(_) => EventKind::SegmentUnmap,
+            EventData::Oom(_) => EventKind::Oom,
+            EventData::EmptyCache(_) => EventKind::EmptyCache,
+            EventData::PhaseBegin { .. } => EventKind::PhaseBegin,
+            EventData::PhaseEnd { .. } => EventKind::PhaseEnd,
+            EventData::Annotation { .. } => EventKind::Annotation,
+        }
+    }
+
+    /// The stack that caused this event, for the kinds that carry one.
+    pub fn stack(&self) -> Option<StackId> {
+        match self {
+            EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
+                Some(b.stack)
+            }
+            EventData::SegmentAlloc(s)
+            | EventData::SegmentFree(s)
+            | EventData::SegmentMap(s)
+            | EventData::SegmentUnmap(s) => Some(s.stack),
+            EventData::Oom(o) => Some(o.stack),
+            EventData::EmptyCache(e) => Some(e.stack),
+            EventData::PhaseBegin { .. }
+            | EventData::PhaseEnd { .. }
+            | EventData::Annotation { .. } => None,
+        }
+    }
+}
+
+impl Event {
+    /// This event's kind.
+    pub fn kind(&self) -> EventKind {
+        self.data.kind()
+    }
+}
+
+/// Event counts by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindCounts(pub [u64; EventKind::COUNT]);
+
+impl KindCounts {
+    /// Counts one event of this kind.
+    pub fn add(&mut self, kind: EventKind) {
+        self.0[kind as usize] += 1;
+    }
+
+    /// The count for one kind.
+    pub fn get(&self, kind: EventKind) -> u64 {
+        self.0[kind as usize]
+    }
+
+    /// The total over all kinds.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// Adds another set of counts to this one.
+    pub fn merge(&mut self, other: &KindCounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a += b;
+        }
+    }
+
+    /// `(kind, count)` for every kind with a non-zero count.
+    pub fn nonzero(&self) -> impl Iterator<Item = (EventKind, u64)> + '_ {
+        EventKind::ALL
+            .iter()
+            .map(|&k| (k, self.get(k)))
+            .filter(|&(_, n)| n > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_codes_round_trip() {
+        for kind in EventKind::ALL {
+            assert_eq!(EventKind::from_code(kind.code()), Some(kind));
+        }
+        assert_eq!(EventKind::from_code(EventKind::COUNT as u8), None);
+    }
+}

@@ -1,0 +1,358 @@
+//! Round trips, damage and truncation of whole traces through the writer and reader.
+
+use proptest::prelude::*;
+use vramtrace_format::*;
+
+fn header() -> Header {
+    Header {
+        producer: "test".into(),
+        producer_version: "0".into(),
+        devices: vec![DeviceInfo {
+            index: 0,
+            name: "simulated".into(),
+            total_memory: 80 << 30,
+        }],
+        ..Header::default()
+    }
+}
+
+fn block(addr: u64, requested: u64, stack: StackId) -> BlockEvent {
+    BlockEvent {
+        addr,
+        size: requested.div_ceil(512) * 512,
+        requested,
+        stream: 0,
+        device: 0,
+        stack,
+        thread: 1,
+    }
+}
+
+/// A small trace with every record type: symbols, initial state, several chunks, footer.
+fn small_trace(chunk_events: usize) -> (Vec<u8>, Vec<Event>) {
+    let options = WriterOptions {
+        chunk_events,
+        chunk_interval: None,
+    };
+    let mut w = TraceWriter::with_options(Vec::new(), header(), options).unwrap();
+    let stack = w.intern_symbol_stack([("forward", "model.py", 41), ("main", "train.py", 7)]);
+    let iter = w.intern_string("iter0");
+    w.write_initial_state(&InitialState {
+        segments: vec![SegmentState {
+            addr: 1 << 30,
+            size: 2 << 20,
+            blocks: vec![BlockState {
+                addr: 1 << 30,
+                size: 2 << 20,
+                requested: 0,
+                status: BlockStatus::Free,
+                stack: StackId::NONE,
+            }],
+            ..SegmentState::default()
+        }],
+    })
+    .unwrap();
+    let mut events = vec![Event {
+        time_ns: 0,
+        data: EventData::PhaseBegin { name: iter },
+    }];
+    for i in 0..20u64 {
+        let b = block((1 << 30) + i * 4096, 1000 + i, stack);
+        events.push(Event {
+            time_ns: 10 * i + 1,
+            data: EventData::Alloc(b),
+        });
+        events.push(Event {
+            time_ns: 10 * i + 5,
+            data: EventData::FreeRequested(b),
+        });
+        events.push(Event {
+            time_ns: 10 * i + 5,
+            data: EventData::FreeCompleted(b),
+        });
+    }
+    events.push(Event {
+        time_ns: 500,
+        data: EventData::PhaseEnd { name: iter },
+    });
+    w.push_all(events.iter().copied()).unwrap();
+    (w.finish().unwrap(), events)
+}
+
+fn read_all(bytes: &[u8]) -> Result<(TraceReader<&[u8]>, Vec<Event>), FormatError> {
+    let mut r = TraceReader::new(bytes)?;
+    let events = r.events().collect::<Result<Vec<_>, _>>()?;
+    Ok((r, events))
+}
+
+#[test]
+fn every_record_round_trips() {
+    let (bytes, events) = small_trace(7);
+    let (r, read) = read_all(&bytes).unwrap();
+    assert_eq!(read, events);
+    assert_eq!(r.header().producer, "test");
+    assert_eq!(r.header().version_major, VERSION_MAJOR);
+    assert_eq!(r.initial_state().unwrap().segments.len(), 1);
+    let footer = r.footer().expect("closed cleanly");
+    assert_eq!(footer.events, events.len() as u64);
+    assert_eq!(footer.chunks, events.len().div_ceil(7) as u64);
+    assert_eq!(footer.counts["alloc"], 20);
+    assert!(r.truncation().is_none());
+    let stack = match read[1].data {
+        EventData::Alloc(b) => b.stack,
+        _ => unreachable!(),
+    };
+    let frames = r.symbols().stack(stack);
+    assert_eq!(frames.len(), 2);
+    assert_eq!(
+        r.symbols().describe_frame(frames[0]),
+        "forward (model.py:41)"
+    );
+}
+
+#[test]
+fn parallel_batches_see_every_event_in_order() {
+    let (bytes, events) = small_trace(3);
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    let mut seen = Vec::new();
+    r.for_each_batch(|batch, _| seen.extend_from_slice(batch))
+        .unwrap();
+    assert_eq!(seen, events);
+}
+
+#[test]
+fn truncation_at_every_byte_keeps_exactly_the_complete_chunks() {
+    let (bytes, events) = small_trace(4);
+    // Where each chunk ends, and how many events precede that point.
+    let full = {
+        let mut r = TraceReader::new(&bytes[..]).unwrap();
+        let mut ends = Vec::new();
+        let mut total = 0;
+        while let Some(c) = r.next_chunk().unwrap() {
+            total += c.event_count() as usize;
+            // A chunk record is 14 bytes of framing and its payload.
+            ends.push((c.offset() + 14 + c.encoded_len() as u64, total));
+        }
+        ends
+    };
+    let mut header_complete = false;
+    for cut in 0..bytes.len() {
+        let part = &bytes[..cut];
+        match read_all(part) {
+            Ok((r, read)) => {
+                header_complete = true;
+                let expected = full
+                    .iter()
+                    .rfind(|(end, _)| *end <= cut as u64)
+                    .map(|&(_, n)| n)
+                    .unwrap_or(0);
+                assert_eq!(read.len(), expected, "cut at {cut}");
+                assert_eq!(read[..], events[..expected]);
+                assert!(r.footer().is_none());
+                // A cut exactly between records is indistinguishable from a
+                // writer killed there: nothing to report as truncated.
+                if let Some(t) = r.truncation() {
+                    assert_eq!(t.offset + t.lost_bytes, cut as u64);
+                }
+            }
+            Err(FormatError::TruncatedHeader { .. }) | Err(FormatError::NotATrace) => {
+                assert!(
+                    !header_complete,
+                    "only a cut inside the header may fail (cut at {cut})"
+                );
+            }
+            Err(e) => panic!("cut at {cut}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn every_flipped_byte_is_an_error_naming_an_offset() {
+    let (bytes, _) = small_trace(4);
+    for i in 0..bytes.len() {
+        let mut bad = bytes.clone();
+        bad[i] ^= 0x01;
+        match read_all(&bad) {
+            Err(FormatError::Corrupt { offset, reason }) => {
+                assert!(
+                    offset <= i as u64,
+                    "flip at {i} reported at {offset}: {reason}"
+                );
+            }
+            Err(FormatError::NotATrace) | Err(FormatError::UnsupportedVersion { .. }) => {
+                assert!(i < 13, "flip at {i}")
+            }
+            Ok(_) => panic!("flip at byte {i} went unnoticed"),
+            Err(e) => panic!("flip at byte {i}: unexpected error {e}"),
+        }
+    }
+}
+
+#[test]
+fn unknown_major_version_is_rejected_naming_both() {
+    let (mut bytes, _) = small_trace(4);
+    assert_eq!(&bytes[..10], MAGIC);
+    assert_eq!(bytes[10], 0x92);
+    bytes[11] = 2;
+    let err = TraceReader::new(&bytes[..]).err().unwrap();
+    assert!(matches!(
+        err,
+        FormatError::UnsupportedVersion { found_major: 2, .. }
+    ));
+    let message = err.to_string();
+    assert!(
+        message.contains("2.0") && message.contains("1.x"),
+        "{message}"
+    );
+}
+
+#[test]
+fn not_a_trace_is_rejected() {
+    assert!(matches!(
+        TraceReader::new(&b"\x80\x04\x95 a pickle"[..]),
+        Err(FormatError::NotATrace)
+    ));
+    assert!(matches!(
+        TraceReader::new(&b""[..]),
+        Err(FormatError::NotATrace)
+    ));
+}
+
+#[test]
+fn unknown_record_types_are_skipped() {
+    let (bytes, events) = small_trace(100);
+    let mut spliced = bytes.clone();
+    let payload = b"from the future";
+    let len = (payload.len() as u32 + 8).to_be_bytes();
+    let mut record = vec![0xc9, len[0], len[1], len[2], len[3], 42];
+    let header_crc = crc32fast::hash(&record);
+    record.extend_from_slice(&header_crc.to_le_bytes());
+    record.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    record.extend_from_slice(payload);
+    spliced.extend_from_slice(&record);
+    let (r, read) = read_all(&spliced).unwrap();
+    assert_eq!(read, events);
+    assert_eq!(r.skipped_records(), 1);
+}
+
+#[test]
+fn a_writer_dropped_without_finish_leaves_a_readable_trace() {
+    let mut out = Vec::new();
+    {
+        let mut w = TraceWriter::new(&mut out, header()).unwrap();
+        let name = w.intern_string("step");
+        w.push(Event {
+            time_ns: 3,
+            data: EventData::PhaseBegin { name },
+        })
+        .unwrap();
+    }
+    let (r, read) = read_all(&out).unwrap();
+    assert_eq!(read.len(), 1);
+    assert!(r.footer().is_none());
+    assert_eq!(r.symbols().string(StringId(1)), Some("step"));
+}
+
+fn arb_event() -> impl Strategy<Value = EventData> {
+    let block = (
+        any::<u64>(),
+        any::<u64>(),
+        any::<u64>(),
+        0u64..4,
+        0u32..3,
+        0u32..50,
+        0u32..4,
+    )
+        .prop_map(
+            |(addr, size, requested, stream, device, stack, thread)| BlockEvent {
+                addr,
+                size,
+                requested,
+                stream,
+                device,
+                stack: StackId(stack),
+                thread,
+            },
+        );
+    let segment = (
+        any::<u64>(),
+        any::<u64>(),
+        0u64..4,
+        0u32..3,
+        0u32..50,
+        0u32..4,
+    )
+        .prop_map(|(addr, size, stream, device, stack, thread)| SegmentEvent {
+            addr,
+            size,
+            stream,
+            device,
+            stack: StackId(stack),
+            thread,
+        });
+    prop_oneof![
+        block.clone().prop_map(EventData::Alloc),
+        block.clone().prop_map(EventData::FreeRequested),
+        block.prop_map(EventData::FreeCompleted),
+        segment.clone().prop_map(EventData::SegmentAlloc),
+        segment.clone().prop_map(EventData::SegmentFree),
+        segment.clone().prop_map(EventData::SegmentMap),
+        segment.prop_map(EventData::SegmentUnmap),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>()
+        )
+            .prop_map(|(requested, free_bytes, stream, device, stack, thread)| {
+                EventData::Oom(OomEvent {
+                    requested,
+                    free_bytes,
+                    stream,
+                    device,
+                    stack: StackId(stack),
+                    thread,
+                })
+            }),
+        (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(device, stack, thread)| {
+            EventData::EmptyCache(EmptyCacheEvent {
+                device,
+                stack: StackId(stack),
+                thread,
+            })
+        }),
+        any::<u32>().prop_map(|n| EventData::PhaseBegin { name: StringId(n) }),
+        any::<u32>().prop_map(|n| EventData::PhaseEnd { name: StringId(n) }),
+        (any::<u32>(), any::<u32>()).prop_map(|(k, v)| EventData::Annotation {
+            key: StringId(k),
+            value: StringId(v)
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn arbitrary_event_sequences_round_trip(
+        data in proptest::collection::vec(arb_event(), 0..300),
+        times in proptest::collection::vec(any::<u64>(), 300),
+        chunk_events in 1usize..64,
+    ) {
+        // Times need not be monotonic: several threads may interleave.
+        let events: Vec<Event> = data
+            .into_iter()
+            .zip(times)
+            .map(|(data, time_ns)| Event { time_ns, data })
+            .collect();
+        let options = WriterOptions { chunk_events, chunk_interval: None };
+        let mut w = TraceWriter::with_options(Vec::new(), header(), options).unwrap();
+        w.push_all(events.iter().copied()).unwrap();
+        let bytes = w.finish().unwrap();
+        let (r, read) = read_all(&bytes).unwrap();
+        prop_assert_eq!(read, events.clone());
+        prop_assert_eq!(r.footer().unwrap().events, events.len() as u64);
+    }
+}
