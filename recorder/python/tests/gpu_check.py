@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpu_report import Report
 from small_model import small_transformer, token_batches
 
 HERE = Path(__file__).resolve()
@@ -147,23 +148,6 @@ print("args", sys.argv[1:], float((x @ x).sum().item()) != 0.0)
 
 
 # ---------------------------------------------------------------- parent
-
-
-class Report:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.failed = 0
-
-    def add(self, status: str, name: str, detail: str = "") -> None:
-        if status == "FAIL":
-            self.failed += 1
-        line = f"| {status} | {name} | {detail.replace('|', '/')} |"
-        self.lines.append(line)
-        print(line, flush=True)
-
-    def check(self, ok: bool, name: str, detail: str = "") -> bool:
-        self.add("PASS" if ok else "FAIL", name, detail)
-        return ok
 
 
 def run(cmd, env=None, timeout=300, **kw) -> subprocess.CompletedProcess:

@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from gpu_report import Report
+
 HERE = Path(__file__).resolve()
 GPT2_STEPS = 30
 
@@ -249,23 +251,6 @@ def child_midrun(trace: str) -> None:
 
 
 # ---------------------------------------------------------------- parent
-
-
-class Report:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.failed = 0
-
-    def add(self, status: str, name: str, detail: str = "") -> None:
-        if status == "FAIL":
-            self.failed += 1
-        line = f"| {status} | {name} | {detail.replace('|', '/')} |"
-        self.lines.append(line)
-        print(line, flush=True)
-
-    def check(self, ok: bool, name: str, detail: str = "") -> bool:
-        self.add("PASS" if ok else "FAIL", name, detail)
-        return ok
 
 
 def run(cmd, env=None, timeout=600) -> subprocess.CompletedProcess:
