@@ -23,7 +23,9 @@ written to OUT/observer-check.md too:
 4. the same with expandable segments, on a smaller model;
 5. recording started mid-run (`vramtrace.start()` with memory in use) and
    stopped: the trace's initial state and peaks are exact; the trace of a
-   second start/stop is complete too.
+   second start/stop is complete too;
+6. `torchrun` with DistributedDataParallel over NCCL, one rank per GPU of
+   the machine: each rank writes its own trace, with torch's peaks.
 """
 
 from __future__ import annotations
@@ -221,6 +223,35 @@ def child_gpt2(layers: int, history: bool) -> None:
     result(out)
 
 
+def child_ddp() -> None:
+    """One rank of a DistributedDataParallel run (torchrun starts it)."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),
+                            torch.nn.Linear(4096, 1024)).cuda(), device_ids=[rank])
+    opt = torch.optim.AdamW(model.parameters())
+    for _ in range(5):
+        loss = model(torch.randn(256, 1024, device="cuda")).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    stats = {"rank": rank, "max_allocated": torch.cuda.max_memory_allocated(),
+             "max_reserved": torch.cuda.max_memory_reserved(), "loss": loss.item()}
+    if under_vramtrace():
+        import vramtrace
+
+        vramtrace.stop()
+    dist.destroy_process_group()
+    result(stats)
+
+
 def child_midrun(trace: str) -> None:
     import torch
     import vramtrace
@@ -341,6 +372,8 @@ def main() -> int:
             child_gpt2(int(rest[2]), len(rest) > 3 and rest[3] == "history")
         elif kind == "midrun":
             child_midrun(rest[2])
+        elif kind == "ddp":
+            child_ddp()
         return 0
 
     import torch
@@ -408,6 +441,24 @@ def main() -> int:
         second = vt(binary, "info", trace + ".second")
         rep.check(second.get("counts", {}).get("alloc", 0) >= 1,
                   "a second start/stop writes a complete trace", json.dumps(second.get("counts")))
+
+    # 6. torchrun, one rank per GPU (as many as the machine has), NCCL.
+    ranks = torch.cuda.device_count()
+    pattern = str(out / "ddp-rank%r.vtrace")
+    p = run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+             "--no-python", sys.executable, "-m", "vramtrace", "run", "--out", pattern,
+             str(HERE), "child", "ddp"], env=env)
+    found = [json.loads(l[7:]) for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+    if rep.check(p.returncode == 0 and len(found) == ranks,
+                 f"torchrun, DDP over NCCL, {ranks} rank(s), recorded", "" if found else tail(p)):
+        for r in found:
+            trace = pattern.replace("%r", str(r["rank"]))
+            s = vt(binary, "summary", trace)
+            rep.check(s["peak_allocated_bytes"] == r["max_allocated"]
+                      and s["peak_reserved_bytes"] == r["max_reserved"],
+                      f"rank {r['rank']}: its own trace file, peaks = torch's",
+                      f"{Path(trace).name}: {s['peak_allocated_bytes']:,}/{s['peak_reserved_bytes']:,}"
+                      f" vs {r['max_allocated']:,}/{r['max_reserved']:,}")
 
     rep.add("INFO", "total time", f"{time.time() - started:.0f} s")
     header = (f"# observer_check.py, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
