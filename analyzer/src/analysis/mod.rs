@@ -13,6 +13,7 @@
 //! zeros.
 
 pub mod compare;
+pub mod explorer;
 pub mod fragmentation;
 pub mod leaks;
 pub mod phase_totals;
