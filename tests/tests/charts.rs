@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::process::Command;
-use vramtrace_e2e::{fixture, scratch, vramtrace};
+use vramtrace_e2e::{chromium, fixture, scratch, vramtrace};
 
 /// Budgets from the issue: a chart under 2 MB, a report under 5 MB.
 const SVG_BUDGET: u64 = 2 << 20;
@@ -211,27 +211,6 @@ fn the_report_of_a_snapshot_and_of_an_oom_run() {
     let (_, html) = report(&fixture("oom.vtrace"), "report-oom");
     assert!(html.contains("id=\"ooms\""));
     assert!(html.contains("<b>Out of memory</b>"));
-}
-
-/// Chromium, when installed (CI installs it; elsewhere the test says it
-/// was skipped, and fails under CI).
-fn chromium() -> Option<&'static str> {
-    let found = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|c| {
-            Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have chromium (.ci/run installs it)"
-        );
-        eprintln!("skipped: no chromium on this machine");
-    }
-    found
 }
 
 #[test]

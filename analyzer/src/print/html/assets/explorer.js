@@ -244,7 +244,8 @@
     const raw = max / 5;
     let u = 1;
     while (raw / u >= 1024) u *= 1024;
-    return niceStep(raw / u, [1, 2, 2.5, 5]) * u;
+    // 1000 of a unit reads better as 1 of the next.
+    return Math.min(1024, niceStep(raw / u, [1, 2, 2.5, 5])) * u;
   }
 
   let queued = false;
@@ -806,17 +807,19 @@
 
   // What the browser test and a curious reader can call.
   Object.assign(api, {
-    view, setView, setMode, resetView, zoomToEvents, showCheckpoint, pin,
+    first, view, setView, setMode, resetView, zoomToEvents, showCheckpoint, pin,
     X: (r) => X(view.mode, r), R: (x) => R(view.mode, x),
     geometry: () => geom, detail: () => detail,
     allocations: () => A, largest: () => { let best = -1; for (let k = 0; k < (A ? A.n : 0); k++) if (best < 0 || A.size[k] > A.size[best]) best = k; return best; },
-    // The chart position (page coordinates) of an allocation's middle, when drawn.
+    stackOf: (k) => stackText(A.stack[k]),
+    siteOf: (k) => D.sites[A.site[k]],
+    // Where an allocation's middle is drawn, in the window's coordinates.
     pointOf: (k) => {
       if (!detail || !detail.ok || !detail.verts.has(k)) return null;
       const vs = detail.verts.get(k), i = Math.floor((vs.length - 1) / 2), b = chart.getBoundingClientRect();
       const x = (geom.sx(Math.max(view.x0, vx(vs[i]))) + geom.sx(Math.min(view.x1, vx(vs[i + 1])))) / 2;
       const y = geom.sy(vs[i][2] + A.size[k] / 2);
-      return [b.left + x + window.scrollX, b.top + y + window.scrollY];
+      return [b.left + x, b.top + y];
     },
     checkpoint: () => checkpoint,
   });
