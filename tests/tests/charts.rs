@@ -279,3 +279,75 @@ fn the_report_renders_in_a_real_browser() {
         colours.len()
     );
 }
+
+#[test]
+fn a_window_sets_the_timeline_axis_and_the_axis_can_count_events_or_busy_time() {
+    let dir = scratch("timeline-axes");
+    let trace = fixture("leak.vtrace");
+    let draw = |name: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        let mut args: Vec<&std::ffi::OsStr> =
+            vec!["timeline".as_ref(), trace.as_os_str(), "-o".as_ref()];
+        args.push(out.as_os_str());
+        args.extend(extra.iter().map(|a| std::ffi::OsStr::new(a)));
+        vramtrace(args).success();
+        texts(&read_svg(&out))
+    };
+    let window = draw("window.svg", &["--from", "3ms", "--to", "6ms"]);
+    // The axis spans the window: its ticks read 3 to 6 ms, and the phases
+    // that ended before it are not drawn.
+    let ticks: Vec<f64> = window
+        .lines()
+        .filter_map(|l| l.strip_suffix(" ms"))
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    assert!(ticks.len() >= 3, "{window}");
+    assert!(
+        ticks.iter().all(|&t| (2.9..=6.1).contains(&t)),
+        "ticks outside the window: {ticks:?}"
+    );
+    assert!(
+        !window.contains("iter0") && window.contains("iter3"),
+        "{window}"
+    );
+
+    let events = draw("events.svg", &["--x", "events"]);
+    assert!(events.contains("event index"), "{events}");
+    assert!(
+        events.contains("1,000") || events.contains("2,000"),
+        "{events}"
+    );
+    let busy = draw("busy.svg", &["--x", "busy"]);
+    assert!(busy.contains("busy time (idle gaps cut)"), "{busy}");
+}
+
+#[test]
+fn legend_names_are_shortened_from_the_left_to_fit() {
+    let dir = scratch("timeline-legend");
+    let out = dir.join("gpt2.svg");
+    let trace = fixture("torch/gpt2_train.pickle.xz");
+    vramtrace([
+        "timeline".as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ])
+    .success();
+    let svg = read_svg(&out);
+    let shown = texts(&svg);
+    // GPT-2's sites live deep in transformers/: their ends (file:line) stay.
+    let shortened: Vec<&str> = shown.lines().filter(|l| l.starts_with('…')).collect();
+    assert!(!shortened.is_empty(), "{shown}");
+    for label in &shortened {
+        assert!(label.ends_with(')'), "cut at the end: {label}");
+        assert!(
+            label.chars().count() <= 32,
+            "too long for the legend: {label}"
+        );
+    }
+    // Tick labels are 16 px: readable when the chart is 1400 px wide.
+    assert!(
+        svg.contains("font-size=\"16") || svg.contains("font-size:16"),
+        "no 16 px labels"
+    );
+}

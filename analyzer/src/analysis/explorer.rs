@@ -22,27 +22,13 @@
 //! The x axis of every item is the event index; times ride along so that
 //! the page can draw against time, event index or busy time.
 
+use super::pauses::{IdleGaps, PauseTracker};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{Applied, FreeSpace, Occupancy, PhaseId, ReplayState, Segment};
 use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use vramtrace_format::{Event, EventData, StackId, SymbolTable};
-
-/// What a chart's x axis measures.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum XAxis {
-    /// Time since the first event.
-    #[default]
-    Time,
-    /// The event index, as PyTorch's viewer counts.
-    Events,
-    /// Time with idle gaps collapsed ([`IdleGaps`]).
-    Busy,
-}
 
 /// Bounds on what the explorer keeps.
 #[derive(Clone, Copy, Debug)]
@@ -74,7 +60,7 @@ impl Default for ExplorerOptions {
             checkpoint_blocks: 20_000,
             oom_checkpoints: 4,
             phase_budget: 10_000,
-            gap_budget: 4_096,
+            gap_budget: super::pauses::GAP_BUDGET,
         }
     }
 }
@@ -150,34 +136,6 @@ pub struct Series {
     /// The buckets, the last one possibly partial.
     pub buckets: Vec<SeriesBucket>,
 }
-
-/// A pause between two events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct IdleGap {
-    /// Its length.
-    pub gap_ns: u64,
-    /// The index of the event after it.
-    pub index: u64,
-}
-
-/// The pauses a busy-time axis collapses.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct IdleGaps {
-    /// A gap at least this long is idle; each is drawn this long.
-    pub threshold_ns: u64,
-    /// The idle gaps, by index (the longest [`ExplorerOptions::gap_budget`]).
-    pub gaps: Vec<IdleGap>,
-    /// Idle gaps longer than the threshold that were not kept (drawn at
-    /// their length).
-    pub left_out: u64,
-    /// The median gap between consecutive events.
-    pub median_ns: u64,
-}
-
-/// The shortest gap counted as idle, whatever the median.
-pub const MIN_IDLE_NS: u64 = 1_000_000;
-/// A gap this many times the median gap is idle.
-pub const IDLE_FACTOR: u64 = 100;
 
 /// A phase instance with its event indices.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -407,9 +365,7 @@ pub struct ExplorerAnalysis {
     // Series.
     bucket_events: u64,
     buckets: Vec<SeriesBucket>,
-    // Gaps: the longest, and a histogram of all by power of two.
-    gaps: BinaryHeap<Reverse<IdleGap>>,
-    gap_histogram: [u64; 65],
+    pauses: PauseTracker,
     // Allocations.
     kept: Vec<Kept>,
     next_seq: u64,
@@ -451,8 +407,7 @@ impl ExplorerAnalysis {
             last_ns: 0,
             bucket_events: 1,
             buckets: Vec::new(),
-            gaps: BinaryHeap::new(),
-            gap_histogram: [0; 65],
+            pauses: PauseTracker::new(options.gap_budget),
             kept: Vec::new(),
             next_seq: 0,
             threshold: 0,
@@ -511,17 +466,6 @@ impl ExplorerAnalysis {
             bucket.allocated.add(t.allocated);
             bucket.reserved.add(t.reserved);
             bucket.cached_free.add(cached_free);
-        }
-    }
-
-    fn gap(&mut self, index: u64, gap_ns: u64) {
-        self.gap_histogram[(64 - gap_ns.leading_zeros()) as usize] += 1;
-        let gap = IdleGap { gap_ns, index };
-        if self.gaps.len() < self.options.gap_budget {
-            self.gaps.push(Reverse(gap));
-        } else if self.gaps.peek().is_some_and(|Reverse(g)| *g < gap) {
-            self.gaps.pop();
-            self.gaps.push(Reverse(gap));
         }
     }
 
@@ -645,34 +589,7 @@ impl ExplorerAnalysis {
 
     fn build(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Explorer {
         let first_index = self.first_index.unwrap_or(state.events_applied());
-        // Idle gaps: the median from the histogram (to a power of two), the
-        // threshold from it.
-        let gaps_seen: u64 = self.gap_histogram.iter().sum();
-        let mut median_ns = 0;
-        let mut seen = 0;
-        for (bits, &n) in self.gap_histogram.iter().enumerate() {
-            seen += n;
-            if n > 0 && seen * 2 >= gaps_seen {
-                median_ns = if bits == 0 { 0 } else { 1u64 << (bits - 1) };
-                break;
-            }
-        }
-        let threshold_ns = MIN_IDLE_NS.max(median_ns.saturating_mul(IDLE_FACTOR));
-        let mut gaps: Vec<IdleGap> = std::mem::take(&mut self.gaps)
-            .into_iter()
-            .map(|Reverse(g)| g)
-            .filter(|g| g.gap_ns > threshold_ns)
-            .collect();
-        gaps.sort_unstable_by_key(|g| g.index);
-        let idle_over: u64 = self.gap_histogram[(64 - threshold_ns.leading_zeros()) as usize..]
-            .iter()
-            .sum();
-        let idle = IdleGaps {
-            threshold_ns,
-            left_out: idle_over.saturating_sub(gaps.len() as u64),
-            gaps,
-            median_ns,
-        };
+        let idle = self.pauses.finish();
 
         // Phases: the outermost first, up to the budget.
         let end_index = first_index + self.events.saturating_sub(1);
@@ -950,9 +867,8 @@ impl Analysis for ExplorerAnalysis {
         let first = *self.first_index.get_or_insert(index);
         if self.events == 0 {
             self.start_ns = time_ns;
-        } else {
-            self.gap(index, time_ns.saturating_sub(self.last_ns));
         }
+        self.pauses.event(index, time_ns);
         self.events += 1;
         self.last_ns = time_ns;
         match step.applied {

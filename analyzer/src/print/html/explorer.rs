@@ -6,7 +6,7 @@
 //! bent into, and the page must load nothing.
 
 use super::data;
-use crate::analysis::explorer::XAxis;
+use crate::analysis::pauses::XAxis;
 use crate::command::report::ReportResult;
 use serde_json::json;
 use std::fmt::Write as _;

@@ -49,6 +49,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             },
             comparison,
             align,
+            r.default_axis,
             top,
         )?;
         extra_sections.push(Section {
@@ -64,10 +65,12 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             &r.timeline,
             &format!("Memory over time: {}", r.name),
             &mut palette,
+            r.default_axis,
         )?,
         fragmentation: svg::fragmentation::render(
             &r.fragmentation,
             &format!("Fragmentation: {}", r.name),
+            r.default_axis,
         )?,
         leaks: r
             .leaks
