@@ -148,6 +148,19 @@ impl Page {
         std::thread::sleep(Duration::from_millis(50));
     }
 
+    /// Saves a screenshot of the window into `$VRAMTRACE_SCREENSHOTS/name`
+    /// when that is set (docs/report.md shows them).
+    fn keep_screenshot(&self, name: &str) {
+        let Some(dir) = std::env::var_os("VRAMTRACE_SCREENSHOTS") else {
+            return;
+        };
+        let png = self
+            .tab
+            .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
+            .unwrap();
+        std::fs::write(Path::new(&dir).join(name), png).unwrap();
+    }
+
     fn view(&self) -> (f64, f64) {
         let v = self.eval("[vtExplorer.view.x0, vtExplorer.view.x1]");
         (v[0].as_f64().unwrap(), v[1].as_f64().unwrap())
@@ -200,6 +213,7 @@ fn the_explorer_zooms_shows_stacks_and_the_allocator_state() {
     // The largest allocation of the fixture: 32 MiB.
     assert_eq!(size.as_f64(), Some(32.0 * 1024.0 * 1024.0));
     assert!(tip.contains("32.0 MiB"), "{tip}");
+    page.keep_screenshot("explorer-hover.png");
 
     // Dragging across the middle fifth of the plot zooms to it.
     let (left, top, right, bottom) = page.plot();
@@ -257,6 +271,10 @@ fn the_explorer_zooms_shows_stacks_and_the_allocator_state() {
         height.as_f64().unwrap() > 100.0,
         "no segment view: {height}"
     );
+    page.keep_screenshot("explorer-zoomed.png");
+    page.eval("document.getElementById('vt-checkpoint').scrollIntoView()");
+    page.settle();
+    page.keep_screenshot("explorer-segments.png");
 
     // The other axes draw too.
     for axis in ["events", "busy", "time"] {

@@ -690,7 +690,8 @@
         if (b.pending) ctx.fillStyle = "#f0a35e";
         else if (site >= 0 && siteOf !== site) ctx.fillStyle = "#c9ced6";
         else ctx.fillStyle = siteOf >= 0 ? siteColour(siteOf) : "#4a78a8";
-        ctx.fillRect(x, y + 2, bwid, rowH - 6);
+        // A hairline between neighbours, where there is room for one.
+        ctx.fillRect(x, y + 2, bwid > 3 ? bwid - 1 : bwid, rowH - 6);
         if (b.alloc >= 0 && b.alloc === pinned) { ctx.strokeStyle = "#c81e1e"; ctx.lineWidth = 2; ctx.strokeRect(x, y + 2, bwid, rowH - 6); ctx.lineWidth = 1; }
         segBoxes.push([x, x + bwid, y + 2, y + rowH - 4, s, b]);
       }
