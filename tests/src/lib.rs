@@ -150,3 +150,16 @@ pub fn chromium() -> Option<&'static str> {
     }
     found
 }
+
+/// Writes the HTML report of `trace` into `dir`; returns its path.
+pub fn write_report(trace: &Path, dir: &Path) -> PathBuf {
+    let out = dir.join("report.html");
+    vramtrace([
+        "report".as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ])
+    .success();
+    out
+}

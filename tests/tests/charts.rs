@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::process::Command;
-use vramtrace_e2e::{chromium, fixture, scratch, vramtrace};
+use vramtrace_e2e::{chromium, fixture, scratch, vramtrace, write_report};
 
 /// Budgets from the issue: a chart under 2 MB, a report under 5 MB.
 const SVG_BUDGET: u64 = 2 << 20;
@@ -159,15 +159,7 @@ fn a_leak_chart_of_a_trace_without_repeated_phases_is_refused() {
 }
 
 fn report(trace: &Path, name: &str) -> (std::path::PathBuf, String) {
-    let dir = scratch(name);
-    let out = dir.join("report.html");
-    vramtrace([
-        "report".as_ref(),
-        trace.as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ])
-    .success();
+    let out = write_report(trace, &scratch(name));
     let size = std::fs::metadata(&out).unwrap().len();
     assert!(size < REPORT_BUDGET, "report is {size} bytes");
     let html = std::fs::read_to_string(&out).unwrap();
@@ -199,6 +191,12 @@ fn the_report_is_self_contained_and_says_what_it_found() {
     assert!(html.contains("retains <b>+1.0 MiB per repetition</b>"));
     assert!(html.contains("log_metrics (train.py:120)"));
     assert!(html.contains("<details>"), "stacks are collapsible");
+    // The sections link to the explorer: sites highlight, repetitions zoom,
+    // and the what-if section simulates the recorded settings.
+    assert!(html.contains("<tr data-site=\"log_metrics (train.py:120)\""));
+    assert!(html.contains("data-phase-reps=\"iter#\""));
+    assert!(html.contains("id=\"what-if\"") && html.contains("smallest that fits"));
+    assert!(html.contains("id=\"vt-data\"") && html.contains("id=\"vt-bulk\""));
 }
 
 #[test]

@@ -14,7 +14,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use vramtrace_e2e::{chromium, fixture, scratch, vramtrace};
+use vramtrace_e2e::{chromium, fixture, scratch, write_report};
 
 /// The page open in a browser, with the script errors it raised.
 struct Page {
@@ -167,23 +167,11 @@ impl Page {
     }
 }
 
-fn report(trace: &Path, dir: &Path) -> PathBuf {
-    let out = dir.join("report.html");
-    vramtrace([
-        "report".as_ref(),
-        trace.as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ])
-    .success();
-    out
-}
-
 #[test]
 fn the_explorer_zooms_shows_stacks_and_the_allocator_state() {
     let Some(browser) = chromium() else { return };
     let dir = scratch("explorer");
-    let page = Page::open(browser, &report(&fixture("leak.vtrace"), &dir));
+    let page = Page::open(browser, &write_report(&fixture("leak.vtrace"), &dir));
     assert!(page.errors().is_empty(), "{:?}", page.errors());
 
     // Hovering the largest allocation shows its whole stack.

@@ -39,6 +39,11 @@ pub struct ReportOptions {
     pub what_if: bool,
 }
 
+/// Events past which a report leaves out its what-if section: the requests
+/// of a longer trace take more memory (about 8 bytes an event) and time
+/// than the rest of the report; `vramtrace simulate` runs them on its own.
+pub const WHAT_IF_MAX_EVENTS: u64 = 20_000_000;
+
 /// Everything the report shows about one trace.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReportResult {
@@ -64,6 +69,8 @@ pub struct ReportResult {
     pub default_axis: XAxis,
     /// The recorded settings at a range of capacities (not for a window).
     pub what_if: Option<WhatIf>,
+    /// Why there is no what-if section, when one was asked for.
+    pub what_if_left_out: Option<String>,
     /// The comparison with the baseline, when there is one.
     pub comparison: Option<Comparison>,
     /// The baseline's memory over time, for the comparison's chart.
@@ -112,8 +119,11 @@ pub fn report(
         .devices
         .first()
         .and_then(|d| crate::simulate::recorded_capacity(d.total_memory));
-    let mut requests = (options.what_if && replay.window().is_all())
-        .then(|| RequestExtractor::new(recorded_capacity));
+    let mut requests = (options.what_if && replay.window().is_all()).then(|| BoundedRequests {
+        extractor: RequestExtractor::new(recorded_capacity),
+        events: 0,
+        over: false,
+    });
     // The baseline replays on its own thread while this run does.
     let (pass, base) = rayon::join(
         || {
@@ -140,8 +150,21 @@ pub fn report(
         },
     );
     let (pass, base) = (pass?, base?);
+    let what_if_left_out = if !options.what_if {
+        None
+    } else if !replay.window().is_all() {
+        Some("a report of a window has none: the simulation replays the whole run".to_string())
+    } else if requests.as_ref().is_some_and(|r| r.over) {
+        Some(format!(
+            "the trace has more than {} events, too many to simulate within a report (vramtrace simulate --min-capacity runs it on its own)",
+            crate::units::count(WHAT_IF_MAX_EVENTS)
+        ))
+    } else {
+        None
+    };
     let what_if = requests
-        .map(|r| replay.result(r.into_list()))
+        .filter(|r| !r.over)
+        .map(|r| replay.result(r.extractor.into_list()))
         .transpose()?
         .map(|list| {
             let recorded = vramtrace_recorder::allocator::AllocatorConfig::from_settings(
@@ -188,9 +211,53 @@ pub fn report(
             InputKind::Trace => XAxis::Time,
         },
         what_if,
+        what_if_left_out,
         comparison,
         base_timeline,
         warnings: pass.warnings,
         baseline_warnings,
     })
+}
+
+/// The request extractor, given up (its requests dropped) past
+/// [`WHAT_IF_MAX_EVENTS`].
+struct BoundedRequests {
+    extractor: RequestExtractor,
+    events: u64,
+    over: bool,
+}
+
+impl Analysis for BoundedRequests {
+    fn begin(
+        &mut self,
+        state: &crate::replay::ReplayState,
+        symbols: &vramtrace_format::SymbolTable,
+    ) {
+        self.extractor.begin(state, symbols);
+    }
+
+    fn event(
+        &mut self,
+        step: &crate::analysis::Step<'_>,
+        state: &crate::replay::ReplayState,
+    ) -> Result<crate::analysis::Flow, crate::analysis::AnalysisError> {
+        self.events += 1;
+        if self.events > WHAT_IF_MAX_EVENTS {
+            self.over = true;
+            self.extractor = RequestExtractor::new(None);
+            return Ok(crate::analysis::Flow::Done);
+        }
+        self.extractor.event(step, state)
+    }
+
+    fn finish(
+        &mut self,
+        state: &crate::replay::ReplayState,
+        symbols: &vramtrace_format::SymbolTable,
+    ) -> Result<(), crate::analysis::AnalysisError> {
+        if self.over {
+            return Ok(());
+        }
+        self.extractor.finish(state, symbols)
+    }
 }

@@ -98,6 +98,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         extra_sections,
         explorer: explorer::section(r),
         what_if: r.what_if.as_ref(),
+        what_if_left_out: r.what_if_left_out.as_deref(),
     }))
 }
 
@@ -123,6 +124,8 @@ struct ReportInput<'a> {
     pub explorer: String,
     /// The recorded settings at a range of capacities.
     pub what_if: Option<&'a WhatIf>,
+    /// Why there is no what-if section, when one was asked for.
+    pub what_if_left_out: Option<&'a str>,
 }
 
 /// The SVG charts of a report.
@@ -212,7 +215,7 @@ fn render(input: &ReportInput<'_>) -> String {
         ("leaks", "Leaks"),
         ("fragmentation", "Fragmentation"),
     ];
-    if input.what_if.is_some() {
+    if input.what_if.is_some() || input.what_if_left_out.is_some() {
         sections.push(("what-if", "What if"));
     }
     if s.oom_count > 0 {
