@@ -287,7 +287,7 @@ fn a_window_sets_the_timeline_axis_and_the_axis_can_count_events_or_busy_time() 
         let mut args: Vec<&std::ffi::OsStr> =
             vec!["timeline".as_ref(), trace.as_os_str(), "-o".as_ref()];
         args.push(out.as_os_str());
-        args.extend(extra.iter().map(|a| std::ffi::OsStr::new(a)));
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
         vramtrace(args).success();
         texts(&read_svg(&out))
     };

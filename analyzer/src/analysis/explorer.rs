@@ -886,9 +886,15 @@ impl Analysis for ExplorerAnalysis {
                 if self.phase_end_index.len() < phases.len() {
                     self.phase_end_index.resize(phases.len(), u64::MAX);
                 }
-                for p in id.0 as usize..phases.len() {
-                    if phases[p].end_ns.is_some() && self.phase_end_index[p] == u64::MAX {
-                        self.phase_end_index[p] = index;
+                // Phases begun after this one are nested in it: those it
+                // closed end here too.
+                let start = id.0 as usize;
+                for (phase, end) in phases[start..]
+                    .iter()
+                    .zip(&mut self.phase_end_index[start..])
+                {
+                    if phase.end_ns.is_some() && *end == u64::MAX {
+                        *end = index;
                     }
                 }
             }
