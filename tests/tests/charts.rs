@@ -349,3 +349,25 @@ fn legend_names_are_shortened_from_the_left_to_fit() {
         "no 16 px labels"
     );
 }
+
+#[test]
+fn a_report_of_a_window_says_why_it_has_no_what_if() {
+    let dir = scratch("report-window");
+    let out = dir.join("report.html");
+    let trace = fixture("leak.vtrace");
+    vramtrace([
+        "report".as_ref(),
+        trace.as_os_str(),
+        "--from".as_ref(),
+        "2ms".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ])
+    .success();
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        html.contains("No simulation here: a report of a window has none"),
+        "no reason given"
+    );
+    assert!(!html.contains("smallest that fits"));
+}

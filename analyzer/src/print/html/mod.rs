@@ -267,6 +267,16 @@ fn render(input: &ReportInput<'_>) -> String {
             "What if the GPU were smaller?",
             &what_if::section(w),
         );
+    } else if let Some(why) = input.what_if_left_out {
+        section(
+            &mut html,
+            "what-if",
+            "What if the GPU were smaller?",
+            &format!(
+                "<p class=\"muted\">No simulation here: {}.</p>",
+                escape(why)
+            ),
+        );
     }
     if s.oom_count > 0 {
         section(&mut html, "ooms", "Out of memory", &ooms_section(s));

@@ -54,7 +54,10 @@
   const unzig = (v) => (v % 2 === 0 ? v / 2 : -(v + 1) / 2);
 
   // ---------- the model ----------
-  const N = D.events, first = D.first_index;
+  // Event indices and times are kept from the window's first event; the
+  // page shows them from the trace's start (T0: that event's time).
+  const N = D.events, first = D.first_index, T0 = D.start_ns;
+  const at = (t) => duration(t + T0);
   let S = [], KI, KX = {}, C, A, stacks, checkpoints, phases;
 
   function build(cols) {
@@ -257,7 +260,9 @@
     const r0 = R(view.mode, view.x0), r1 = R(view.mode, view.x1);
     $("vt-range").textContent = view.mode === "events"
       ? `events ${count(r0 + first)} – ${count(r1 + first)}`
-      : `${duration(view.x0)} – ${duration(view.x1)} (${view.mode === "busy" ? "busy time" : "time"}), events ${count(r0 + first)} – ${count(r1 + first)}`;
+      : view.mode === "busy"
+        ? `${duration(view.x0)} – ${duration(view.x1)} (busy time), events ${count(r0 + first)} – ${count(r1 + first)}`
+        : `${at(view.x0)} – ${at(view.x1)} (time), events ${count(r0 + first)} – ${count(r1 + first)}`;
   }
 
   function drawChart() {
@@ -359,9 +364,11 @@
     ctx.fillStyle = "#5b6475"; ctx.textAlign = "center"; ctx.textBaseline = "top"; ctx.strokeStyle = "#9aa3b2";
     const span = view.x1 - view.x0;
     const step = niceStep(span / Math.max(2, (px1 - px0) / 120), [1, 2, 2.5, 5]);
-    const fmt = view.mode === "events" ? (v) => count(v + first) : (v) => (v === 0 ? "0" : duration(v));
-    for (let v = Math.ceil(view.x0 / step) * step; v <= view.x1; v += step) {
-      const x = Math.round(sx(v)) + 0.5;
+    // Ticks fall on round values of what the labels read.
+    const off = view.mode === "events" ? first : view.mode === "time" ? T0 : 0;
+    const fmt = view.mode === "events" ? count : (v) => (v === 0 ? "0" : duration(v));
+    for (let v = Math.ceil((view.x0 + off) / step) * step; v <= view.x1 + off; v += step) {
+      const x = Math.round(sx(v - off)) + 0.5;
       ctx.beginPath(); ctx.moveTo(x, py1); ctx.lineTo(x, py1 + 5); ctx.stroke();
       ctx.fillText(fmt(v), x, py1 + 16);
     }
@@ -507,8 +514,8 @@
   function describe(k, full) {
     const phase = A.phase[k] > 0 ? D.phase_paths[A.phase[k] - 1] : "(no phase)";
     const req = A.size[k] - unzig(A.slack[k]);
-    const made = A.initial[k] ? "live before the first event" : `${duration(A.t0[k])} (event ${count(A.start[k] + first)})`;
-    const freed = A.freed[k] ? `${duration(A.t1[k])} (event ${count(A.end[k] + first)}), after ${duration(A.t1[k] - A.t0[k])}` : "never (live at the end)";
+    const made = A.initial[k] ? "live before the first event" : `${at(A.t0[k])} (event ${count(A.start[k] + first)})`;
+    const freed = A.freed[k] ? `${at(A.t1[k])} (event ${count(A.end[k] + first)}), after ${duration(A.t1[k] - A.t0[k])}` : "never (live at the end)";
     return `<b>${bytes(A.size[k])}</b>${req !== A.size[k] ? ` (requested ${bytes(req)})` : ""} · <code>${esc(D.sites[A.site[k]])}</code>
 <div>phase <code>${esc(phase)}</code></div><div>allocated at ${made}</div><div>freed at ${freed}</div>
 <pre class="vt-stack">${esc(stackText(A.stack[k], full ? 0 : 14))}</pre>`;
@@ -618,7 +625,7 @@
     const where = L.w > 1 ? `events ${count(b * L.w + first)} – ${count(Math.min(N, (b + 1) * L.w) - 1 + first)}` : `event ${count(r + first)}`;
     let phase = "";
     for (const p of phases) if (p.begin <= r && p.end >= r) phase = p.path;
-    showTip(mx, my, `${where} at ${duration(T(r))}${phase ? ` in <code>${esc(phase)}</code>` : ""}
+    showTip(mx, my, `${where} at ${at(T(r))}${phase ? ` in <code>${esc(phase)}</code>` : ""}
 <div><span class="vt-key" style="background:#1d2433"></span>reserved ${range("r")}</div>
 <div><span class="vt-key" style="background:#0072b2"></span>allocated ${range("a")}</div>
 <div><span class="vt-key" style="background:#e69f00"></span>cached free ${range("c")}</div><div class="muted">Click for the allocator's state here; drag to zoom.</div>`);
@@ -652,7 +659,7 @@
   // ---------- the allocator's state at a checkpoint ----------
   const KIND_NAMES = { allocated_peak: "allocated peak", reserved_peak: "reserved peak", oom: "out of memory", end: "end", even: "evenly spaced" };
   function checkpointName(c) {
-    return `${c.kinds.map((k) => KIND_NAMES[k]).join(", ")} at event ${count(c.index)}, ${duration(c.time)}`;
+    return `${c.kinds.map((k) => KIND_NAMES[k]).join(", ")} at event ${count(c.index)}, ${at(c.time)}`;
   }
   const segCanvas = $("vt-segments"), segTip = $("vt-seg-tip");
   let segBoxes = [];
