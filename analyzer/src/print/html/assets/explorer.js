@@ -834,6 +834,11 @@
 
   inflate($("vt-bulk").textContent.trim())
     .then((u8) => {
+      if (N === 0) {
+        $("vt-loading").textContent = "No event lies inside the window: nothing to draw.";
+        api.ready = true;
+        return;
+      }
       build(readColumns(u8, D.columns));
       wire();
       setMode(view.mode);
