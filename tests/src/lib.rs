@@ -129,3 +129,37 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
 }
+
+/// Chromium, when installed (CI installs it; elsewhere a test that needs it
+/// says it was skipped, and fails under CI).
+pub fn chromium() -> Option<&'static str> {
+    let found = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have chromium (.ci/run installs it)"
+        );
+        eprintln!("skipped: no chromium on this machine");
+    }
+    found
+}
+
+/// Writes the HTML report of `trace` into `dir`; returns its path.
+pub fn write_report(trace: &Path, dir: &Path) -> PathBuf {
+    let out = dir.join("report.html");
+    vramtrace([
+        "report".as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ])
+    .success();
+    out
+}

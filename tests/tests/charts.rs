@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::process::Command;
-use vramtrace_e2e::{fixture, scratch, vramtrace};
+use vramtrace_e2e::{chromium, fixture, scratch, vramtrace, write_report};
 
 /// Budgets from the issue: a chart under 2 MB, a report under 5 MB.
 const SVG_BUDGET: u64 = 2 << 20;
@@ -159,15 +159,7 @@ fn a_leak_chart_of_a_trace_without_repeated_phases_is_refused() {
 }
 
 fn report(trace: &Path, name: &str) -> (std::path::PathBuf, String) {
-    let dir = scratch(name);
-    let out = dir.join("report.html");
-    vramtrace([
-        "report".as_ref(),
-        trace.as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ])
-    .success();
+    let out = write_report(trace, &scratch(name));
     let size = std::fs::metadata(&out).unwrap().len();
     assert!(size < REPORT_BUDGET, "report is {size} bytes");
     let html = std::fs::read_to_string(&out).unwrap();
@@ -199,6 +191,12 @@ fn the_report_is_self_contained_and_says_what_it_found() {
     assert!(html.contains("retains <b>+1.0 MiB per repetition</b>"));
     assert!(html.contains("log_metrics (train.py:120)"));
     assert!(html.contains("<details>"), "stacks are collapsible");
+    // The sections link to the explorer: sites highlight, repetitions zoom,
+    // and the what-if section simulates the recorded settings.
+    assert!(html.contains("<tr data-site=\"log_metrics (train.py:120)\""));
+    assert!(html.contains("data-phase-reps=\"iter#\""));
+    assert!(html.contains("id=\"what-if\"") && html.contains("smallest that fits"));
+    assert!(html.contains("id=\"vt-data\"") && html.contains("id=\"vt-bulk\""));
 }
 
 #[test]
@@ -211,27 +209,6 @@ fn the_report_of_a_snapshot_and_of_an_oom_run() {
     let (_, html) = report(&fixture("oom.vtrace"), "report-oom");
     assert!(html.contains("id=\"ooms\""));
     assert!(html.contains("<b>Out of memory</b>"));
-}
-
-/// Chromium, when installed (CI installs it; elsewhere the test says it
-/// was skipped, and fails under CI).
-fn chromium() -> Option<&'static str> {
-    let found = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|c| {
-            Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have chromium (.ci/run installs it)"
-        );
-        eprintln!("skipped: no chromium on this machine");
-    }
-    found
 }
 
 #[test]
@@ -299,4 +276,98 @@ fn the_report_renders_in_a_real_browser() {
         "the screenshot looks blank: {} colours",
         colours.len()
     );
+}
+
+#[test]
+fn a_window_sets_the_timeline_axis_and_the_axis_can_count_events_or_busy_time() {
+    let dir = scratch("timeline-axes");
+    let trace = fixture("leak.vtrace");
+    let draw = |name: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        let mut args: Vec<&std::ffi::OsStr> =
+            vec!["timeline".as_ref(), trace.as_os_str(), "-o".as_ref()];
+        args.push(out.as_os_str());
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        vramtrace(args).success();
+        texts(&read_svg(&out))
+    };
+    let window = draw("window.svg", &["--from", "3ms", "--to", "6ms"]);
+    // The axis spans the window: its ticks read 3 to 6 ms, and the phases
+    // that ended before it are not drawn.
+    let ticks: Vec<f64> = window
+        .lines()
+        .filter_map(|l| l.strip_suffix(" ms"))
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    assert!(ticks.len() >= 3, "{window}");
+    assert!(
+        ticks.iter().all(|&t| (2.9..=6.1).contains(&t)),
+        "ticks outside the window: {ticks:?}"
+    );
+    assert!(
+        !window.contains("iter0") && window.contains("iter3"),
+        "{window}"
+    );
+
+    let events = draw("events.svg", &["--x", "events"]);
+    assert!(events.contains("event index"), "{events}");
+    assert!(
+        events.contains("1,000") || events.contains("2,000"),
+        "{events}"
+    );
+    let busy = draw("busy.svg", &["--x", "busy"]);
+    assert!(busy.contains("busy time (idle gaps cut)"), "{busy}");
+}
+
+#[test]
+fn legend_names_are_shortened_from_the_left_to_fit() {
+    let dir = scratch("timeline-legend");
+    let out = dir.join("gpt2.svg");
+    let trace = fixture("torch/gpt2_train.pickle.xz");
+    vramtrace([
+        "timeline".as_ref(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ])
+    .success();
+    let svg = read_svg(&out);
+    let shown = texts(&svg);
+    // GPT-2's sites live deep in transformers/: their ends (file:line) stay.
+    let shortened: Vec<&str> = shown.lines().filter(|l| l.starts_with('…')).collect();
+    assert!(!shortened.is_empty(), "{shown}");
+    for label in &shortened {
+        assert!(label.ends_with(')'), "cut at the end: {label}");
+        assert!(
+            label.chars().count() <= 32,
+            "too long for the legend: {label}"
+        );
+    }
+    // Tick labels are 16 px: readable when the chart is 1400 px wide.
+    assert!(
+        svg.contains("font-size=\"16") || svg.contains("font-size:16"),
+        "no 16 px labels"
+    );
+}
+
+#[test]
+fn a_report_of_a_window_says_why_it_has_no_what_if() {
+    let dir = scratch("report-window");
+    let out = dir.join("report.html");
+    let trace = fixture("leak.vtrace");
+    vramtrace([
+        "report".as_ref(),
+        trace.as_os_str(),
+        "--from".as_ref(),
+        "2ms".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ])
+    .success();
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        html.contains("No simulation here: a report of a window has none"),
+        "no reason given"
+    );
+    assert!(!html.contains("smallest that fits"));
 }

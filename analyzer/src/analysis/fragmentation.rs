@@ -8,6 +8,7 @@
 //! its cost is bounded by the number of buckets ever closed, not by the
 //! number of events.
 
+use super::pauses::{GAP_BUDGET, IdleGaps, PauseTracker};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{FreeSpace, ReplayState};
 use serde::Serialize;
@@ -58,6 +59,11 @@ pub struct FragmentationReport {
     pub worst_cached_free: Option<usize>,
     /// The bucket with the highest external fragmentation at its end.
     pub worst_external: Option<usize>,
+    /// The index of the window's first event (the buckets' event counts
+    /// follow from it).
+    pub first_index: u64,
+    /// The pauses, for an axis of busy time.
+    pub idle: IdleGaps,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -76,6 +82,8 @@ pub struct Fragmentation {
     closed: Vec<FragmentationBucket>,
     open_index: u64,
     open: Open,
+    first_index: Option<u64>,
+    pauses: PauseTracker,
     report: Option<FragmentationReport>,
 }
 
@@ -89,6 +97,8 @@ impl Fragmentation {
             closed: Vec::new(),
             open_index: 0,
             open: Open::default(),
+            first_index: None,
+            pauses: PauseTracker::new(GAP_BUDGET),
             report: None,
         }
     }
@@ -203,7 +213,9 @@ impl Analysis for Fragmentation {
     }
 
     #[inline]
-    fn event(&mut self, _step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
+        self.first_index.get_or_insert(step.index);
+        self.pauses.event(step.index, step.event.time_ns);
         let t = state.totals();
         self.open.events += 1;
         self.open.max_reserved = self.open.max_reserved.max(t.reserved);
@@ -240,6 +252,8 @@ impl Analysis for Fragmentation {
             buckets: std::mem::take(&mut self.closed),
             worst_cached_free,
             worst_external,
+            first_index: self.first_index.unwrap_or(state.events_applied()),
+            idle: self.pauses.finish(),
         });
         Ok(())
     }

@@ -13,8 +13,10 @@
 //! zeros.
 
 pub mod compare;
+pub mod explorer;
 pub mod fragmentation;
 pub mod leaks;
+pub mod pauses;
 pub mod phase_totals;
 pub mod phases;
 pub mod site_totals;

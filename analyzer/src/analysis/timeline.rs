@@ -6,6 +6,7 @@
 //! and pairs of them merge (keeping the lower minimum and the higher maximum)
 //! whenever the trace outgrows them: one pass, memory independent of length.
 
+use super::pauses::{GAP_BUDGET, IdleGaps, PauseTracker};
 use super::phases::normalize_name;
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{Applied, LiveAlloc, ReplayState};
@@ -50,6 +51,8 @@ impl Default for TimelineOptions {
 pub struct TimelineSample {
     /// Time since the trace start.
     pub time_ns: u64,
+    /// The index of the event after which it was taken.
+    pub index: u64,
     /// Allocated bytes (block sizes of live blocks).
     pub allocated: u64,
     /// Reserved bytes (the column's extreme on the same side: the maximum
@@ -98,6 +101,8 @@ pub struct Timeline {
     pub peak: Option<TimelinePoint>,
     /// Out-of-memory events.
     pub ooms: Vec<TimelinePoint>,
+    /// The pauses, for an axis of busy time.
+    pub idle: IdleGaps,
 }
 
 /// Categories whose bytes each sample keeps by name; more would cost more
@@ -107,6 +112,7 @@ const TRACKED: usize = 12;
 #[derive(Clone, Copy, Debug)]
 struct Sample {
     time_ns: u64,
+    index: u64,
     allocated: u64,
     // (category, bytes); category u32::MAX marks an unused slot.
     tracked: [(u32, u64); TRACKED],
@@ -165,6 +171,7 @@ pub struct TimelineAnalysis {
     peak: Option<(Sample, u64)>,
     ooms: Vec<TimelinePoint>,
     last_time_ns: u64,
+    pauses: PauseTracker,
     report: Option<Timeline>,
 }
 
@@ -188,6 +195,7 @@ impl TimelineAnalysis {
             peak: None,
             ooms: Vec::new(),
             last_time_ns: 0,
+            pauses: PauseTracker::new(GAP_BUDGET),
             report: None,
         }
     }
@@ -230,7 +238,7 @@ impl TimelineAnalysis {
         self.bytes[i] = (self.bytes[i] as i128 + delta).max(0) as u64;
     }
 
-    fn sample(&self, time_ns: u64, allocated: u64) -> Sample {
+    fn sample(&self, index: u64, time_ns: u64, allocated: u64) -> Sample {
         let mut tracked = [(u32::MAX, 0); TRACKED];
         for (slot, &c) in tracked.iter_mut().zip(&self.tracked) {
             if c != u32::MAX {
@@ -239,6 +247,7 @@ impl TimelineAnalysis {
         }
         Sample {
             time_ns,
+            index,
             allocated,
             tracked,
         }
@@ -285,7 +294,7 @@ impl TimelineAnalysis {
         (offset / self.width_ns) as usize
     }
 
-    fn observe(&mut self, time_ns: u64, state: &ReplayState) {
+    fn observe(&mut self, index: u64, time_ns: u64, state: &ReplayState) {
         let column = self.column_for(time_ns);
         if column != self.current {
             self.current = column;
@@ -297,7 +306,7 @@ impl TimelineAnalysis {
         let new_max = col.max.is_none_or(|m| allocated > m.allocated);
         let new_min = col.min.is_none_or(|m| allocated < m.allocated);
         if new_max || new_min {
-            let s = self.sample(time_ns, allocated);
+            let s = self.sample(index, time_ns, allocated);
             let col = &mut self.columns[column];
             if new_max {
                 col.max = Some(s);
@@ -315,7 +324,7 @@ impl TimelineAnalysis {
             col.reserved_max = col.reserved_max.max(totals.reserved);
         }
         if self.peak.is_none_or(|(p, _)| allocated > p.allocated) {
-            self.peak = Some((self.sample(time_ns, allocated), totals.reserved));
+            self.peak = Some((self.sample(index, time_ns, allocated), totals.reserved));
         }
         self.last_time_ns = time_ns;
     }
@@ -399,6 +408,7 @@ impl TimelineAnalysis {
                 values[other_index] = s.allocated.saturating_sub(named);
                 out.push(TimelineSample {
                     time_ns: s.time_ns,
+                    index: s.index,
                     allocated: s.allocated,
                     reserved: reserved_of(column, &s),
                     values,
@@ -412,14 +422,18 @@ impl TimelineAnalysis {
             }
         }
 
+        // Phases inside the window, cut to it: a window's chart spans the
+        // window, not the phases that began before it.
         let end = self.last_time_ns;
+        let start = self.origin_ns.unwrap_or(end);
         let phases = state
             .phases()
             .iter()
+            .filter(|p| p.end_ns.is_none_or(|e| e >= start) && p.begin_ns <= end)
             .map(|p| PhaseSpan {
                 name: symbols.string_or_unknown(p.name).to_string(),
-                start_ns: p.begin_ns,
-                end_ns: p.end_ns.unwrap_or(end),
+                start_ns: p.begin_ns.max(start),
+                end_ns: p.end_ns.unwrap_or(end).min(end),
                 depth: p.depth as usize,
             })
             .collect();
@@ -444,6 +458,7 @@ impl TimelineAnalysis {
             phases,
             peak,
             ooms: std::mem::take(&mut self.ooms),
+            idle: self.pauses.finish(),
         }
     }
 }
@@ -485,7 +500,8 @@ impl Analysis for TimelineAnalysis {
             }
             _ => {}
         }
-        self.observe(step.event.time_ns, state);
+        self.pauses.event(step.index, step.event.time_ns);
+        self.observe(step.index, step.event.time_ns, state);
         Ok(Flow::Continue)
     }
 

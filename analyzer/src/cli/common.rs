@@ -117,3 +117,26 @@ pub fn print_json<T: serde::Serialize>(results: &[T]) -> anyhow::Result<()> {
 pub fn file_name(path: &Path) -> String {
     vramtrace::command::file_name(path)
 }
+
+/// What a chart's x axis measures (`--x`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XArg {
+    /// Time since the first event.
+    #[default]
+    Time,
+    /// The event index, as PyTorch's viewer counts.
+    Events,
+    /// Time with idle gaps cut short.
+    Busy,
+}
+
+impl From<XArg> for vramtrace::analysis::pauses::XAxis {
+    fn from(x: XArg) -> Self {
+        use vramtrace::analysis::pauses::XAxis;
+        match x {
+            XArg::Time => XAxis::Time,
+            XArg::Events => XAxis::Events,
+            XArg::Busy => XAxis::Busy,
+        }
+    }
+}

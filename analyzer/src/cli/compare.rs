@@ -1,7 +1,7 @@
 //! `vramtrace compare BASE NEW`: did a change make memory worse, where, and
 //! by how much; a CI gate with `--fail-on`.
 
-use super::common::{ReplayArgs, open};
+use super::common::{ReplayArgs, XArg, open};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
@@ -49,6 +49,10 @@ pub struct Args {
     /// The chart's horizontal axis.
     #[arg(long, value_enum, default_value_t, requires = "output")]
     align: Align,
+    /// What the chart's x axis measures when it is aligned by time: time,
+    /// the event index, or busy time (idle gaps cut short).
+    #[arg(long = "x", value_enum, default_value_t, requires = "output")]
+    x: XArg,
     /// Sites and phases listed (and drawn).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=1000))]
     top: u32,
@@ -115,6 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
             comparison,
             align,
+            args.x.into(),
             args.top as usize,
         )?;
         write_file(output, svg.as_bytes())?;

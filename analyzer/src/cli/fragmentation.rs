@@ -1,6 +1,6 @@
 //! `vramtrace fragmentation`: cached and fragmented memory over time.
 
-use super::common::{CommonArgs, file_name, for_each_trace};
+use super::common::{CommonArgs, XArg, file_name, for_each_trace};
 use super::{warn_about, write_file};
 use std::process::ExitCode;
 use vramtrace::command::fragmentation::{FragmentationOptions, fragmentation};
@@ -19,6 +19,10 @@ pub struct Args {
     /// time as an SVG chart (with finer buckets than the table).
     #[arg(short, long, value_name = "FILE.svg")]
     output: Option<std::path::PathBuf>,
+    /// What the chart's x axis measures: time, the event index, or busy
+    /// time (idle gaps cut short).
+    #[arg(long = "x", value_enum, default_value_t, requires = "output")]
+    x: XArg,
 }
 
 /// Buckets of the chart: about one per two pixels of its width.
@@ -39,7 +43,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             warn_about(input.path(), &result.warnings);
             if let (Some(svg_path), Some(chart)) = (&args.output, &result.chart) {
                 let title = format!("Fragmentation: {}", file_name(input.path()));
-                let svg = print::svg::fragmentation::render(chart, &title)?;
+                let svg = print::svg::fragmentation::render(chart, &title, args.x.into())?;
                 write_file(svg_path, svg.as_bytes())?;
             }
             Ok(result)

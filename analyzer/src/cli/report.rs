@@ -26,12 +26,18 @@ pub struct Args {
     /// comparison section, as `vramtrace compare` shows it.
     #[arg(long, value_name = "BASE")]
     baseline: Option<PathBuf>,
+    /// Leave out the what-if section (the recorded settings simulated at a
+    /// range of capacities), which costs a few simulations of the trace.
+    #[arg(long)]
+    no_what_if: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = ReportOptions {
         replay: args.common.replay.options()?,
         top: args.top as usize,
+        explorer: Default::default(),
+        what_if: !args.no_what_if,
     };
     if args.common.traces.len() != 1 {
         bail!("report takes one trace (compare it with another one with --baseline BASE)");

@@ -1,6 +1,6 @@
 //! `vramtrace timeline`: memory over time as an SVG chart.
 
-use super::common::{CommonArgs, file_name, open, print_json};
+use super::common::{CommonArgs, XArg, file_name, open, print_json};
 use super::progress::Bars;
 use super::{warn_about, write_file};
 use anyhow::bail;
@@ -25,6 +25,10 @@ pub struct Args {
     /// Categories shown by name; the rest are summed as "other".
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=24))]
     top: u32,
+    /// What the chart's x axis measures: time, the event index, or busy
+    /// time (idle gaps cut short).
+    #[arg(long = "x", value_enum, default_value_t)]
+    x: XArg,
 }
 
 /// What the stacked areas are split by.
@@ -66,7 +70,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         warn_about(input.path(), &result.warnings);
         if let Some(output) = &args.output {
             let title = format!("Memory over time: {}", file_name(path));
-            let svg = print::svg::timeline::render(&result.timeline, &title, &mut Palette::new())?;
+            let svg = print::svg::timeline::render(
+                &result.timeline,
+                &title,
+                &mut Palette::new(),
+                args.x.into(),
+            )?;
             write_file(output, svg.as_bytes())?;
             if !args.common.json {
                 let t = &result.timeline;

@@ -8,16 +8,20 @@ use super::{Replay, ReplayOptions, Warning, file_name};
 use crate::Error;
 use crate::analysis::Analysis;
 use crate::analysis::compare::{CompareOptions, Comparison, RunFigures, compare};
+use crate::analysis::explorer::{Explorer, ExplorerAnalysis, ExplorerOptions};
 use crate::analysis::fragmentation::{Fragmentation, FragmentationReport};
 use crate::analysis::leaks::{Leaks, LeaksReport};
+use crate::analysis::pauses::XAxis;
 use crate::analysis::phase_totals::PhaseTotals;
 use crate::analysis::site_totals::SiteTotals;
 use crate::analysis::summary::{Summary, SummaryReport};
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
-use crate::input::Input;
+use crate::input::{Input, InputKind};
 use crate::progress::Progress;
+use crate::simulate::RequestExtractor;
+use crate::simulate::what_if::{WhatIf, what_if};
 use serde::Serialize;
-use vramtrace_format::Header;
+use vramtrace_format::{EventSource, Header};
 
 /// Buckets of the fragmentation chart: about one per two pixels.
 pub const CHART_BUCKETS: usize = 400;
@@ -29,7 +33,16 @@ pub struct ReportOptions {
     pub replay: ReplayOptions,
     /// Sites shown by name in the timeline and the tables.
     pub top: usize,
+    /// What the explorer keeps (its bounds on the page's size).
+    pub explorer: ExplorerOptions,
+    /// Simulate the recorded settings at a range of capacities.
+    pub what_if: bool,
 }
+
+/// Events past which a report leaves out its what-if section: the requests
+/// of a longer trace take more memory (about 8 bytes an event) and time
+/// than the rest of the report; `vramtrace simulate` runs them on its own.
+pub const WHAT_IF_MAX_EVENTS: u64 = 20_000_000;
 
 /// Everything the report shows about one trace.
 #[derive(Clone, Debug, Serialize)]
@@ -48,6 +61,16 @@ pub struct ReportResult {
     pub leaks: LeaksReport,
     /// Memory over time by site.
     pub timeline: Timeline,
+    /// What the page's explorer draws (too large for JSON).
+    #[serde(skip)]
+    pub explorer: Explorer,
+    /// The x axis the page opens with: busy time for a snapshot (whose
+    /// history holds long pauses), time for a trace.
+    pub default_axis: XAxis,
+    /// The recorded settings at a range of capacities (not for a window).
+    pub what_if: Option<WhatIf>,
+    /// Why there is no what-if section, when one was asked for.
+    pub what_if_left_out: Option<String>,
     /// The comparison with the baseline, when there is one.
     pub comparison: Option<Comparison>,
     /// The baseline's memory over time, for the comparison's chart.
@@ -86,11 +109,34 @@ pub fn report(
         top: options.top,
         ..TimelineOptions::default()
     });
+    let mut explorer = ExplorerAnalysis::new(options.explorer);
+    // What-if runs the whole trace's requests: not for a window. The
+    // request extractor needs the recorded device's size before the pass:
+    // a stream's header comes first, and a stream dropped early is no error.
+    let recorded_capacity = input
+        .events()?
+        .header()
+        .devices
+        .first()
+        .and_then(|d| crate::simulate::recorded_capacity(d.total_memory));
+    let mut requests = (options.what_if && replay.window().is_all()).then(|| BoundedRequests {
+        extractor: RequestExtractor::new(recorded_capacity),
+        events: 0,
+        over: false,
+    });
     // The baseline replays on its own thread while this run does.
     let (pass, base) = rayon::join(
         || {
-            let mut analyses: Vec<&mut dyn Analysis> =
-                vec![&mut summary, &mut fragmentation, &mut leaks, &mut timeline];
+            let mut analyses: Vec<&mut dyn Analysis> = vec![
+                &mut summary,
+                &mut fragmentation,
+                &mut leaks,
+                &mut timeline,
+                &mut explorer,
+            ];
+            if let Some(requests) = requests.as_mut() {
+                analyses.push(requests);
+            }
             if baseline.is_some() {
                 analyses.push(&mut site_totals);
                 analyses.push(&mut phase_totals);
@@ -104,6 +150,32 @@ pub fn report(
         },
     );
     let (pass, base) = (pass?, base?);
+    let what_if_left_out = if !options.what_if {
+        None
+    } else if !replay.window().is_all() {
+        Some("a report of a window has none: the simulation replays the whole run".to_string())
+    } else if requests.as_ref().is_some_and(|r| r.over) {
+        Some(format!(
+            "the trace has more than {} events, too many to simulate within a report (vramtrace simulate --min-capacity runs it on its own)",
+            crate::units::count(WHAT_IF_MAX_EVENTS)
+        ))
+    } else {
+        None
+    };
+    let what_if = requests
+        .filter(|r| !r.over)
+        .map(|r| replay.result(r.extractor.into_list()))
+        .transpose()?
+        .map(|list| {
+            let recorded = vramtrace_recorder::allocator::AllocatorConfig::from_settings(
+                &pass.header.allocator_settings,
+            );
+            let (config, recorded_settings) = match recorded {
+                Ok((config, _)) => (config, true),
+                Err(_) => (Default::default(), false),
+            };
+            what_if(&list, &config, recorded_settings, recorded_capacity)
+        });
     let mut summary = replay.result(summary.into_report())?;
     let leaks = replay.result(leaks.into_report())?;
     let (comparison, base_timeline, baseline_warnings) = match base {
@@ -133,9 +205,59 @@ pub fn report(
         fragmentation: replay.result(fragmentation.into_report())?,
         leaks,
         timeline: replay.result(timeline.into_report())?,
+        explorer: replay.result(explorer.into_report())?,
+        default_axis: match input.kind() {
+            InputKind::TorchSnapshot => XAxis::Busy,
+            InputKind::Trace => XAxis::Time,
+        },
+        what_if,
+        what_if_left_out,
         comparison,
         base_timeline,
         warnings: pass.warnings,
         baseline_warnings,
     })
+}
+
+/// The request extractor, given up (its requests dropped) past
+/// [`WHAT_IF_MAX_EVENTS`].
+struct BoundedRequests {
+    extractor: RequestExtractor,
+    events: u64,
+    over: bool,
+}
+
+impl Analysis for BoundedRequests {
+    fn begin(
+        &mut self,
+        state: &crate::replay::ReplayState,
+        symbols: &vramtrace_format::SymbolTable,
+    ) {
+        self.extractor.begin(state, symbols);
+    }
+
+    fn event(
+        &mut self,
+        step: &crate::analysis::Step<'_>,
+        state: &crate::replay::ReplayState,
+    ) -> Result<crate::analysis::Flow, crate::analysis::AnalysisError> {
+        self.events += 1;
+        if self.events > WHAT_IF_MAX_EVENTS {
+            self.over = true;
+            self.extractor = RequestExtractor::new(None);
+            return Ok(crate::analysis::Flow::Done);
+        }
+        self.extractor.event(step, state)
+    }
+
+    fn finish(
+        &mut self,
+        state: &crate::replay::ReplayState,
+        symbols: &vramtrace_format::SymbolTable,
+    ) -> Result<(), crate::analysis::AnalysisError> {
+        if self.over {
+            return Ok(());
+        }
+        self.extractor.finish(state, symbols)
+    }
 }

@@ -10,6 +10,7 @@
 //! the recorded device actions. See `docs/simulate.md`.
 
 pub mod requests;
+pub mod what_if;
 
 #[cfg(test)]
 mod tests;

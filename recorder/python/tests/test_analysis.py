@@ -186,11 +186,21 @@ def test_charts_on_request(tmp_path):
     assert saved.read_text().startswith("<svg")
 
 
+def test_charts_along_events_or_busy_time():
+    run = vramtrace.load(LEAK)
+    assert "event index" in run.timeline(x="events").chart.svg
+    assert "busy time" in run.fragmentation(chart=True, x="busy").chart.svg
+    assert "event index" in run.compare(CLEAN, chart=True, x="events").chart.svg
+
+
 def test_report_writes_html(tmp_path):
     out = vramtrace.load(LEAK).report(tmp_path / "report.html", baseline=CLEAN)
     text = out.read_text()
     assert text.lstrip().lower().startswith("<!doctype html")
     assert LEAK_SITE.split(" ")[0] in text
+    assert 'id="vt-chart"' in text and "smallest that fits" in text
+    quick = vramtrace.load(LEAK).report(tmp_path / "quick.html", what_if=False)
+    assert "smallest that fits" not in quick.read_text()
 
 
 # ---------------------------------------------------------------- errors

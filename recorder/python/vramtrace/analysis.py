@@ -286,26 +286,29 @@ class Trace:
         return _json("leaks", options, [self.path], chart=chart)
 
     def fragmentation(self, *, buckets: int = 20, chart: bool = False,
-                      start: Bound = None, end: Bound = None,
+                      x: str = "time", start: Bound = None, end: Bound = None,
                       full_stacks: bool = False,
                       skip_frames: Sequence[str] = ()) -> Result:
         """Cached free memory, largest free block and fragmentation over
         ``buckets`` spans of time (``vramtrace fragmentation``); ``chart``
-        also draws them."""
-        options = ["--buckets", str(buckets), *_window(start, end, full_stacks, skip_frames)]
+        also draws them, along ``x`` (as :meth:`timeline`)."""
+        options = ["--buckets", str(buckets), *_window(start, end, full_stacks, skip_frames),
+                   *(["--x", x] if chart else [])]
         return _json("fragmentation", options, [self.path], chart=chart)
 
-    def timeline(self, *, by: str = "site", top: int = 8, start: Bound = None,
-                 end: Bound = None, full_stacks: bool = False,
+    def timeline(self, *, by: str = "site", top: int = 8, x: str = "time",
+                 start: Bound = None, end: Bound = None, full_stacks: bool = False,
                  skip_frames: Sequence[str] = ()) -> Result:
         """Memory over time, stacked by ``by`` (``"site"``, ``"phase"`` or
         ``"none"``) with the ``top`` largest named (``vramtrace timeline``).
 
         The result holds the samples (``categories``, ``samples``) and the
         chart, which Jupyter draws inline; ``.chart.save("timeline.svg")``
-        writes it.
+        writes it. Its x axis is ``x``: ``"time"``, ``"events"`` (the event
+        index) or ``"busy"`` (time with idle gaps cut short).
         """
-        options = ["--by", by, "--top", str(top), *_window(start, end, full_stacks, skip_frames)]
+        options = ["--by", by, "--top", str(top), "--x", x,
+                   *_window(start, end, full_stacks, skip_frames)]
         return _json("timeline", options, [self.path], chart=True)
 
     def simulate(self, *, capacity: Union[None, int, str] = None,
@@ -335,14 +338,18 @@ class Trace:
         return compare(self, new, **options)
 
     def report(self, output: PathLike, *, baseline: Optional[PathLike] = None,
-               top: int = 10, start: Bound = None, end: Bound = None,
-               full_stacks: bool = False, skip_frames: Sequence[str] = ()) -> Path:
+               top: int = 10, what_if: bool = True, start: Bound = None,
+               end: Bound = None, full_stacks: bool = False,
+               skip_frames: Sequence[str] = ()) -> Path:
         """Writes every analysis into one self-contained HTML page at
-        ``output`` (``vramtrace report``), with a comparison against
-        ``baseline`` if given; returns its path."""
+        ``output`` (``vramtrace report``), with its explorer, a comparison
+        against ``baseline`` if given, and unless ``what_if`` is false, the
+        recorded settings simulated at a range of GPU sizes; returns its
+        path."""
         output = Path(output)
         args = ["report", "-o", os.fspath(output), "--top", str(top),
-                *_window(start, end, full_stacks, skip_frames)]
+                *_window(start, end, full_stacks, skip_frames),
+                *_switches(no_what_if=not what_if)]
         if baseline is not None:
             args += ["--baseline", os.fspath(baseline)]
         _run([*args, "--", os.fspath(self.path)])
@@ -364,7 +371,8 @@ def load(path: PathLike) -> Trace:
 
 def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence[str]] = None,
             ignore_lines: bool = False, per_iteration: bool = False, top: int = 15,
-            chart: bool = False, align: str = "time", start: Bound = None,
+            chart: bool = False, align: str = "time", x: str = "time",
+            start: Bound = None,
             end: Bound = None, full_stacks: bool = False,
             skip_frames: Sequence[str] = ()) -> Result:
     """What grew between two runs, and where (``vramtrace compare``).
@@ -375,13 +383,14 @@ def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence
     matches sites by function and file only; ``per_iteration`` compares
     figures per repetition of each run's most repeated phase; ``chart`` draws
     both timelines and the sites that changed most, on a time axis or
-    ``align="repetition"``.
+    ``align="repetition"``; aligned by time, its x axis is ``x`` (as
+    :meth:`Trace.timeline`).
     """
     options = [
         "--top", str(top), *_window(start, end, full_stacks, skip_frames),
         *_repeated("--fail-on", fail_on),
         *_switches(ignore_lines=ignore_lines, per_iteration=per_iteration),
-        *(["--align", align] if chart else []),
+        *(["--align", align, "--x", x] if chart else []),
     ]
     # Exit code 1 is the gate's verdict, which the result carries.
     return _json("compare", options, [base, new], chart=chart, ok_codes=(0, 1))

@@ -1,7 +1,13 @@
-//! The HTML report: one self-contained page (inline CSS and SVG, no script,
-//! font or anything else fetched) that opens anywhere, offline.
+//! The HTML report: one self-contained page (inline CSS, SVG and script,
+//! no font or anything else fetched) that opens anywhere, offline. Its
+//! explorer ([`explorer`]) draws on canvas from data embedded in the page
+//! ([`data`]); every other section is plain HTML and SVG, readable without
+//! JavaScript.
 
 mod compare;
+mod data;
+mod explorer;
+mod what_if;
 
 use super::ChartError;
 use super::labels::site_label;
@@ -13,6 +19,7 @@ use crate::analysis::leaks::LeaksReport;
 use crate::analysis::summary::SummaryReport;
 use crate::command::Warning;
 use crate::command::report::ReportResult;
+use crate::simulate::what_if::WhatIf;
 use crate::units;
 use std::fmt::Write as _;
 use vramtrace_format::Header;
@@ -22,6 +29,13 @@ use vramtrace_format::Header;
 pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
     let mut extra_sections = Vec::new();
     if let (Some(comparison), Some(base_timeline)) = (&r.comparison, &r.base_timeline) {
+        // Runs that repeat a phase line up repetition by repetition; others
+        // by time since their first event.
+        let align = if comparison.base.iterations.is_some() && comparison.new.iterations.is_some() {
+            AlignBy::Repetition
+        } else {
+            AlignBy::Time
+        };
         let chart = svg::diff::render(
             &DiffRun {
                 name: &comparison.base.name,
@@ -34,7 +48,8 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
                 iterations: comparison.new.iterations.as_ref(),
             },
             comparison,
-            AlignBy::Time,
+            align,
+            r.default_axis,
             top,
         )?;
         extra_sections.push(Section {
@@ -50,10 +65,12 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             &r.timeline,
             &format!("Memory over time: {}", r.name),
             &mut palette,
+            r.default_axis,
         )?,
         fragmentation: svg::fragmentation::render(
             &r.fragmentation,
             &format!("Fragmentation: {}", r.name),
+            r.default_axis,
         )?,
         leaks: r
             .leaks
@@ -79,6 +96,9 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         charts,
         warnings,
         extra_sections,
+        explorer: explorer::section(r),
+        what_if: r.what_if.as_ref(),
+        what_if_left_out: r.what_if_left_out.as_deref(),
     }))
 }
 
@@ -100,6 +120,12 @@ struct ReportInput<'a> {
     pub warnings: Vec<String>,
     /// Extra sections (e.g. a comparison with a baseline), as HTML.
     pub extra_sections: Vec<Section>,
+    /// The explorer section, as HTML with its data and script.
+    pub explorer: String,
+    /// The recorded settings at a range of capacities.
+    pub what_if: Option<&'a WhatIf>,
+    /// Why there is no what-if section, when one was asked for.
+    pub what_if_left_out: Option<&'a str>,
 }
 
 /// The SVG charts of a report.
@@ -160,6 +186,11 @@ code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospac
 footer { color: var(--muted); font-size: 12px; text-align: center; padding: 16px; }
 "#;
 
+/// The page's styles: the report's, then the explorer's.
+fn style() -> String {
+    format!("{STYLE}{}", explorer::STYLE)
+}
+
 /// Renders the report page.
 fn render(input: &ReportInput<'_>) -> String {
     let s = input.summary;
@@ -167,8 +198,9 @@ fn render(input: &ReportInput<'_>) -> String {
     let title = format!("vramtrace report: {}", input.name);
     let _ = write!(
         html,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
-        escape(&title)
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{}</style>\n</head>\n<body>\n",
+        escape(&title),
+        style()
     );
     let _ = writeln!(
         html,
@@ -178,11 +210,14 @@ fn render(input: &ReportInput<'_>) -> String {
     );
     let mut sections: Vec<(&str, &str)> = vec![
         ("findings", "Findings"),
-        ("timeline", "Memory over time"),
+        ("explorer", "Explorer"),
         ("sites", "Top sites at the peak"),
         ("leaks", "Leaks"),
         ("fragmentation", "Fragmentation"),
     ];
+    if input.what_if.is_some() || input.what_if_left_out.is_some() {
+        sections.push(("what-if", "What if"));
+    }
     if s.oom_count > 0 {
         sections.push(("ooms", "Out of memory"));
     }
@@ -210,11 +245,11 @@ fn render(input: &ReportInput<'_>) -> String {
     section(&mut html, "findings", "Findings", &findings(input));
     section(
         &mut html,
-        "timeline",
-        "Memory over time",
+        "explorer",
+        "Memory explorer",
         &format!(
-            "<figure>{}<figcaption>Allocated memory stacked by allocation site, reserved memory as the black line, phases along the top. Each pixel column keeps its lowest and highest moment, so short spikes stay visible. Hover for exact values.</figcaption></figure>",
-            input.charts.timeline
+            "{}<details class=\"static\"><summary>Allocated memory by site, as a static chart</summary><figure>{}<figcaption>Allocated memory stacked by allocation site, reserved memory as the black line, phases along the top. Each pixel column keeps its lowest and highest moment, so short spikes stay visible. Hover for exact values.</figcaption></figure></details>",
+            input.explorer, input.charts.timeline
         ),
     );
     section(&mut html, "sites", "Top sites at the peak", &sites_table(s));
@@ -225,6 +260,24 @@ fn render(input: &ReportInput<'_>) -> String {
         "Fragmentation",
         &fragmentation_section(input),
     );
+    if let Some(w) = input.what_if {
+        section(
+            &mut html,
+            "what-if",
+            "What if the GPU were smaller?",
+            &what_if::section(w),
+        );
+    } else if let Some(why) = input.what_if_left_out {
+        section(
+            &mut html,
+            "what-if",
+            "What if the GPU were smaller?",
+            &format!(
+                "<p class=\"muted\">No simulation here: {}.</p>",
+                escape(why)
+            ),
+        );
+    }
     if s.oom_count > 0 {
         section(&mut html, "ooms", "Out of memory", &ooms_section(s));
     }
@@ -512,12 +565,13 @@ fn sites_table(s: &SummaryReport) -> String {
         return "<p class=\"muted\">Nothing was allocated.</p>".into();
     }
     let mut html = String::from(
-        "<table><tr><th class=\"num\">bytes</th><th class=\"num\">blocks</th><th class=\"num\">share</th><th>site (click for the stack)</th></tr>",
+        "<p class=\"muted\">Click a row to highlight the site's allocations in the explorer.</p><table><tr><th class=\"num\">bytes</th><th class=\"num\">blocks</th><th class=\"num\">share</th><th>site (click for the stack)</th></tr>",
     );
     for site in &s.top_sites_at_peak {
         let _ = write!(
             html,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            "<tr data-site=\"{}\"><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            escape(&site.site.site),
             units::bytes(site.bytes),
             units::count(site.count),
             units::percent(site.share),
@@ -557,6 +611,14 @@ fn leaks_section(input: &ReportInput<'_>) -> String {
             );
         }
         html.push_str("</table>");
+        for p in &leaks.repeated_phases {
+            let _ = write!(
+                html,
+                "<p class=\"vt-reps\" data-phase-reps=\"{}\"><code>{}</code>: </p>",
+                escape(&p.phase),
+                escape(&p.phase)
+            );
+        }
     }
     for g in &leaks.growth {
         if g.sites.is_empty() {
@@ -640,7 +702,8 @@ fn ooms_section(s: &SummaryReport) -> String {
     for o in &s.ooms {
         let _ = write!(
             html,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code></td><td>{}</td></tr>",
+            "<tr><td class=\"num\"><a href=\"#explorer\" data-event=\"{}\" title=\"show in the explorer\">{}</a></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code></td><td>{}</td></tr>",
+            o.index,
             units::duration_ns(o.time_ns),
             units::bytes(o.requested_bytes),
             units::bytes(o.device_free_bytes),

@@ -3,10 +3,12 @@
 //! repetitions of each run's loop); below, the sites whose memory changed
 //! most, as bars diverging from zero (growth to the right, in red).
 
+use super::axis::{XScale, steps};
 use super::palette;
 use super::timeline::short;
-use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use super::{ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, Tooltips, WIDTH};
 use crate::analysis::compare::{Change, Comparison, Iterations, Presence, SiteDelta};
+use crate::analysis::pauses::XAxis;
 use crate::analysis::phases::normalize_name;
 use crate::analysis::timeline::Timeline;
 use crate::print::labels;
@@ -15,7 +17,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// Room to the right of the plots for the legend, as in the timeline chart.
-const LEGEND_WIDTH: u32 = 300;
+const LEGEND_WIDTH: u32 = 320;
 /// The baseline's colour (blue) and the new run's (vermillion): the
 /// Okabe–Ito pair that stays apart for colour-blind readers.
 const BASE: RGBColor = RGBColor(0, 114, 178);
@@ -24,7 +26,7 @@ const NEW: RGBColor = RGBColor(213, 94, 0);
 const BETTER: RGBColor = RGBColor(0, 158, 115);
 /// Height of one bar's row, and the room for the site labels left of the bars.
 const ROW_PX: u32 = 26;
-const LABEL_PX: u32 = 380;
+const BAR_LABELS_PX: u32 = 380;
 
 /// How the two timelines share the horizontal axis.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,12 +50,14 @@ pub struct DiffRun<'a> {
 }
 
 /// Renders the comparison of two runs as an SVG document, with the `top`
-/// sites that changed most.
+/// sites that changed most. Aligned by time, each run is drawn along `x`
+/// from its own first event.
 pub fn render(
     base: &DiffRun<'_>,
     new: &DiffRun<'_>,
     comparison: &Comparison,
     align: AlignBy,
+    x: XAxis,
     top: usize,
 ) -> Result<String, ChartError> {
     let sites: Vec<&SiteDelta> = comparison
@@ -64,7 +68,7 @@ pub fn render(
         .collect();
     let bars_height = 90 + ROW_PX * sites.len().max(2) as u32;
     let axes = [base, new]
-        .map(|run| Axis::new(run, align))
+        .map(|run| Axis::new(run, align, x))
         .into_iter()
         .collect::<Result<Vec<Axis>, ChartError>>()?;
     let mut out = String::new();
@@ -95,13 +99,16 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 struct Axis {
     origin_ns: u64,
     end_ns: u64,
+    // Where a moment goes without repetitions.
+    scale: XScale,
     // Repetition spans (begin, end), in time order; empty for time.
     spans: Vec<(u64, u64)>,
 }
 
 impl Axis {
-    fn new(run: &DiffRun<'_>, align: AlignBy) -> Result<Self, ChartError> {
+    fn new(run: &DiffRun<'_>, align: AlignBy, x: XAxis) -> Result<Self, ChartError> {
         let t = run.timeline;
+        let scale = XScale::new(x, t.samples.iter().map(|s| (s.index, s.time_ns)), &t.idle);
         let origin_ns = t.samples.first().map_or(0, |s| s.time_ns);
         let end_ns = t.samples.last().map_or(origin_ns, |s| s.time_ns);
         let mut spans = Vec::new();
@@ -122,6 +129,7 @@ impl Axis {
         Ok(Axis {
             origin_ns,
             end_ns,
+            scale,
             spans,
         })
     }
@@ -132,7 +140,7 @@ impl Axis {
     /// into half a repetition on either side.
     fn x(&self, time_ns: u64) -> f64 {
         let Some(&(first, _)) = self.spans.first() else {
-            return time_ns.saturating_sub(self.origin_ns) as f64;
+            return self.scale.x(time_ns) - self.scale.x(self.origin_ns);
         };
         let last_end = self.spans.last().map_or(first, |s| s.1);
         let n = self.spans.len() as f64;
@@ -192,23 +200,25 @@ fn draw_timelines(
     let mut ctx = ChartBuilder::on(plot)
         .caption(title, (FONT, 20))
         .margin(12)
-        .x_label_area_size(40)
+        .x_label_area_size(48)
         .y_label_area_size(90)
         .build_cartesian_2d(x0..x1, 0.0..top)
         .map_err(super::draw_error)?;
     let x_desc = match runs[0].iterations {
         Some(it) if repetitions => format!("repetition of {}", it.phase),
-        _ => "time since the run's start".to_string(),
+        _ => format!("{} since the run's start", axes[0].scale.description()),
     };
-    let time_label = |v: &f64| super::time_label(v);
+    let along = |v: &f64| axes[0].scale.label(v);
     let rep_label = |v: &f64| format!("{v:.0}");
-    let x_label: &dyn Fn(&f64) -> String = if repetitions { &rep_label } else { &time_label };
+    let x_label: &dyn Fn(&f64) -> String = if repetitions { &rep_label } else { &along };
     ctx.configure_mesh()
         .x_label_formatter(x_label)
         .y_label_formatter(&|v| scale.label(v))
         .x_desc(x_desc)
         .y_desc("memory")
-        .label_style((FONT, 13))
+        .x_labels(8)
+        .label_style((FONT, super::font_size(LABEL_PX)))
+        .axis_desc_style((FONT, super::font_size(LABEL_PX)))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(super::draw_error)?;
@@ -219,10 +229,11 @@ fn draw_timelines(
         let colour = if k == 0 { BASE } else { NEW };
         let role = if k == 0 { "baseline" } else { "new" };
         let samples = &run.timeline.samples;
-        let reserved: Vec<(f64, f64)> = samples
-            .iter()
-            .map(|s| (axis.x(s.time_ns), scale.scale(s.reserved)))
-            .collect();
+        let reserved = steps(
+            samples
+                .iter()
+                .map(|s| (axis.x(s.time_ns), scale.scale(s.reserved))),
+        );
         ctx.draw_series(DashedLineSeries::new(
             reserved,
             6,
@@ -230,10 +241,11 @@ fn draw_timelines(
             colour.mix(0.8).stroke_width(1),
         ))
         .map_err(super::draw_error)?;
-        let allocated: Vec<(f64, f64)> = samples
-            .iter()
-            .map(|s| (axis.x(s.time_ns), scale.scale(s.allocated)))
-            .collect();
+        let allocated = steps(
+            samples
+                .iter()
+                .map(|s| (axis.x(s.time_ns), scale.scale(s.allocated))),
+        );
         ctx.draw_series(LineSeries::new(allocated, colour.stroke_width(2)))
             .map_err(super::draw_error)?;
         entries.push((format!("{role}: {}", short(run.name, 30)), colour, false));
@@ -266,7 +278,9 @@ fn draw_timelines(
             plot.draw(&Text::new(
                 "OOM",
                 (px + 4, py),
-                (FONT, 13).into_font().color(&colour),
+                (FONT, super::font_size(LABEL_PX))
+                    .into_font()
+                    .color(&colour),
             ))
             .map_err(super::draw_error)?;
         }
@@ -280,7 +294,9 @@ fn draw_legend(
     top: i32,
     entries: &[(String, RGBColor, bool)],
 ) -> Result<(), ChartError> {
-    const ROW: i32 = 18;
+    const ROW: i32 = 22;
+    // Characters that fit beside the swatch, at about 0.55 em each.
+    let fit = ((LEGEND_WIDTH as i32 - 30) * 100 / (LABEL_PX as i32 * 55)).max(8) as usize;
     for (i, (label, colour, dashed)) in entries.iter().enumerate() {
         let y = top + 6 + ROW * i as i32;
         if *dashed {
@@ -299,9 +315,9 @@ fn draw_legend(
             .map_err(super::draw_error)?;
         }
         area.draw(&Text::new(
-            short(label, 42),
-            (24, y),
-            (FONT, 12).into_font(),
+            short(label, fit),
+            (24, y - 1),
+            (FONT, super::font_size(LABEL_PX - 1)).into_font(),
         ))
         .map_err(super::draw_error)?;
     }
@@ -318,12 +334,16 @@ fn draw_bars(
 ) -> Result<(), ChartError> {
     let caption = "Sites that changed most (bytes live at the peak, or retained at the end if that moved more)";
     if sites.is_empty() {
-        area.draw(&Text::new(caption, (20, 20), (FONT, 18).into_font()))
-            .map_err(super::draw_error)?;
+        area.draw(&Text::new(
+            caption,
+            (20, 20),
+            (FONT, super::font_size(18)).into_font(),
+        ))
+        .map_err(super::draw_error)?;
         area.draw(&Text::new(
             "No site's memory changed.",
             (20, 56),
-            (FONT, 14).into_font(),
+            (FONT, super::font_size(14)).into_font(),
         ))
         .map_err(super::draw_error)?;
         return Ok(());
@@ -337,10 +357,10 @@ fn draw_bars(
     let reach = scale.scale(max as u64) * 1.25;
     let rows = sites.len() as f64;
     let mut ctx = ChartBuilder::on(area)
-        .caption(caption, (FONT, 18))
+        .caption(caption, (FONT, super::font_size(18)))
         .margin(12)
         .x_label_area_size(36)
-        .y_label_area_size(LABEL_PX)
+        .y_label_area_size(BAR_LABELS_PX)
         .build_cartesian_2d(-reach..reach, rows..0.0)
         .map_err(super::draw_error)?;
     ctx.configure_mesh()
@@ -357,7 +377,7 @@ fn draw_bars(
             }
         })
         .x_desc("change from the baseline")
-        .label_style((FONT, 13))
+        .label_style((FONT, super::font_size(LABEL_PX - 1)))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(super::draw_error)?;
@@ -385,7 +405,8 @@ fn draw_bars(
         } else {
             (bx - 6, HPos::Right)
         };
-        let style = TextStyle::from((FONT, 12).into_font()).pos(Pos::new(h, VPos::Center));
+        let style = TextStyle::from((FONT, super::font_size(LABEL_PX - 2)).into_font())
+            .pos(Pos::new(h, VPos::Center));
         root.draw(&Text::new(text, (tx, by), style))
             .map_err(super::draw_error)?;
         let marker = match site.presence {
@@ -393,12 +414,14 @@ fn draw_bars(
             Presence::Gone => " [gone]",
             Presence::Both => "",
         };
-        let label = format!("{}{marker}", short(&labels::site_label(&site.site), 52));
+        // Shortened from the left to fit the label column at 14 px.
+        let fit = (BAR_LABELS_PX as usize - 20) * 100 / (14 * 55) - marker.len();
+        let label = format!("{}{marker}", short(&labels::site_label(&site.site), fit));
         // Right-aligned against the plot, so each label sits by its bar.
         root.draw(&Text::new(
             label,
             (plot_x.start - 10, by),
-            (FONT, 12)
+            (FONT, super::font_size(14))
                 .into_font()
                 .color(&RGBColor(30, 30, 30))
                 .pos(Pos::new(HPos::Right, VPos::Center)),
@@ -453,6 +476,7 @@ mod tests {
             samples: [0u64, 400]
                 .map(|time_ns| crate::analysis::timeline::TimelineSample {
                     time_ns,
+                    index: time_ns / 100,
                     allocated: 0,
                     reserved: 0,
                     values: vec![],
@@ -470,13 +494,13 @@ mod tests {
             timeline: &timeline,
             iterations: Some(&iterations),
         };
-        let axis = Axis::new(&run, AlignBy::Repetition).unwrap();
+        let axis = Axis::new(&run, AlignBy::Repetition, XAxis::Time).unwrap();
         assert_eq!(axis.x(150), 0.5);
         assert_eq!(axis.x(225), 1.0, "between repetitions");
         assert_eq!(axis.x(300), 1.5);
         assert_eq!(axis.x(0), -0.5, "the lead-in is half a repetition");
         assert_eq!(axis.x(400), 2.5);
-        let by_time = Axis::new(&run, AlignBy::Time).unwrap();
+        let by_time = Axis::new(&run, AlignBy::Time, XAxis::Time).unwrap();
         assert_eq!(by_time.x(150), 150.0);
     }
 }

@@ -2,22 +2,39 @@
 //! free memory and its largest block, and external fragmentation on a
 //! second axis.
 
+use super::axis::XScale;
 use super::palette;
-use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use super::{ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, Tooltips, WIDTH};
 use crate::analysis::fragmentation::FragmentationReport;
+use crate::analysis::pauses::XAxis;
 use crate::units;
 use plotters::prelude::*;
 
-/// Renders the report's buckets as an SVG document.
-pub fn render(report: &FragmentationReport, title: &str) -> Result<String, ChartError> {
+/// Renders the report's buckets as an SVG document, along `axis`.
+pub fn render(
+    report: &FragmentationReport,
+    title: &str,
+    axis: XAxis,
+) -> Result<String, ChartError> {
     let buckets = &report.buckets;
+    // Each bucket starts at the event after the ones before it.
+    let mut index = report.first_index;
+    let knots: Vec<(u64, u64)> = buckets
+        .iter()
+        .flat_map(|b| {
+            let start = (index, b.start_ns);
+            index += b.events;
+            [start, (index, b.end_ns)]
+        })
+        .collect();
+    let xs = XScale::new(axis, knots, &report.idle);
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
         let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(super::draw_error)?;
-        let t0 = buckets.first().map_or(0, |b| b.start_ns) as f64;
-        let t1 = (buckets.last().map_or(1, |b| b.end_ns) as f64).max(t0 + 1.0);
+        let t0 = xs.x(buckets.first().map_or(0, |b| b.start_ns));
+        let t1 = xs.x(buckets.last().map_or(1, |b| b.end_ns)).max(t0 + 1.0);
         let max = buckets
             .iter()
             .map(|b| b.max_reserved_bytes.max(b.reserved_bytes))
@@ -27,19 +44,20 @@ pub fn render(report: &FragmentationReport, title: &str) -> Result<String, Chart
         let scale = ByteScale::for_max(max as f64);
         let top = scale.scale(max) * 1.25;
         let mut ctx = ChartBuilder::on(&root)
-            .caption(title, (FONT, 20))
+            .caption(title, (FONT, super::font_size(20)))
             .margin(12)
-            .x_label_area_size(40)
+            .x_label_area_size(48)
             .y_label_area_size(90)
-            .right_y_label_area_size(60)
+            .right_y_label_area_size(70)
             .build_cartesian_2d(t0..t1, 0.0..top)
             .map_err(super::draw_error)?
             .set_secondary_coord(t0..t1, 0.0..1.05);
-        super::draw_time_bytes_mesh(&mut ctx, scale)?;
+        super::draw_time_bytes_mesh(&mut ctx, scale, &xs)?;
         ctx.configure_secondary_axes()
             .y_desc("external fragmentation")
             .y_label_formatter(&|v| format!("{:.0}%", v * 100.0))
-            .label_style((FONT, 13))
+            .label_style((FONT, super::font_size(LABEL_PX)))
+            .axis_desc_style((FONT, super::font_size(LABEL_PX)))
             .draw()
             .map_err(super::draw_error)?;
 
@@ -48,7 +66,7 @@ pub fn render(report: &FragmentationReport, title: &str) -> Result<String, Chart
             |value: &dyn Fn(&crate::analysis::fragmentation::FragmentationBucket) -> f64| {
                 buckets
                     .iter()
-                    .flat_map(|b| [(b.start_ns as f64, value(b)), (b.end_ns as f64, value(b))])
+                    .flat_map(|b| [(xs.x(b.start_ns), value(b)), (xs.x(b.end_ns), value(b))])
                     .collect::<Vec<_>>()
             };
         let reserved = steps(&|b| scale.scale(b.reserved_bytes));
@@ -105,8 +123,8 @@ pub fn render(report: &FragmentationReport, title: &str) -> Result<String, Chart
         let (_, y_range) = ctx.plotting_area().get_pixel_range();
         let mut last_x = i32::MIN;
         for b in buckets {
-            let (x0, _) = ctx.backend_coord(&(b.start_ns as f64, 0.0));
-            let (x1, _) = ctx.backend_coord(&(b.end_ns as f64, 0.0));
+            let (x0, _) = ctx.backend_coord(&(xs.x(b.start_ns), 0.0));
+            let (x1, _) = ctx.backend_coord(&(xs.x(b.end_ns), 0.0));
             if x1 < last_x + 3 {
                 continue;
             }

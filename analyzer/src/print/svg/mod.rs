@@ -4,6 +4,7 @@
 //! This module holds what every chart shares: size, fonts, axis labels in
 //! human units, and the hover tooltips plotters cannot draw.
 
+pub mod axis;
 pub mod diff;
 pub mod fragmentation;
 pub mod leaks;
@@ -17,6 +18,15 @@ use std::fmt::Write as _;
 
 /// Chart width in pixels: wide enough for a slide, readable at 100% zoom.
 pub const WIDTH: u32 = 1100;
+/// Tick labels and legends, in pixels: readable when a chart is shown 1400
+/// px wide (a chart with its legend column is that wide).
+pub const LABEL_PX: u32 = 16;
+
+/// The size to ask plotters for to get a font `px` pixels high: its SVG
+/// backend writes a font of size `s` as `s / 1.24` px.
+pub fn font_size(px: u32) -> f64 {
+    px as f64 * 1.24
+}
 /// Chart height in pixels.
 pub const HEIGHT: u32 = 520;
 /// The font family of every label; SVG viewers fall back to their sans-serif.
@@ -145,19 +155,23 @@ pub type TimeBytesChart<'a, 'b> = plotters::chart::ChartContext<
     >,
 >;
 
-/// Draws the grid and both axes of a time-by-memory chart, labelled in
-/// human units, in the style every chart shares.
+/// Draws the grid and both axes of a chart of memory along `x` (time, event
+/// index or busy time), labelled in human units, in the style every chart
+/// shares.
 pub fn draw_time_bytes_mesh(
     ctx: &mut TimeBytesChart<'_, '_>,
     scale: ByteScale,
+    x: &axis::XScale,
 ) -> Result<(), ChartError> {
     use plotters::style::RGBColor;
     ctx.configure_mesh()
-        .x_label_formatter(&time_label)
+        .x_label_formatter(&|v| x.label(v))
         .y_label_formatter(&|v| scale.label(v))
-        .x_desc("time")
+        .x_desc(x.description())
         .y_desc("memory")
-        .label_style((FONT, 13))
+        .x_labels(8)
+        .label_style((FONT, font_size(LABEL_PX)))
+        .axis_desc_style((FONT, font_size(LABEL_PX)))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(draw_error)
@@ -177,7 +191,7 @@ where
     use plotters::style::{Color, RGBColor, WHITE};
     ctx.configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 12))
+        .label_font((FONT, font_size(LABEL_PX - 1)))
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(200, 200, 200))
         .draw()

@@ -2,14 +2,16 @@
 //! reserved bytes as a line over them, phases as bands, the peak and OOMs
 //! marked.
 
+use super::axis::{XScale, steps};
 use super::palette::{self, Palette};
-use super::{ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use super::{ChartError, FONT, HEIGHT, LABEL_PX, Tooltips, WIDTH};
+use crate::analysis::pauses::XAxis;
 use crate::print::labels;
 
 /// Room to the right of the plot for the legend: site names are long, and
 /// a legend inside the plot would hide the data under it.
-const LEGEND_WIDTH: u32 = 300;
-use crate::analysis::timeline::Timeline;
+const LEGEND_WIDTH: u32 = 320;
+use crate::analysis::timeline::{Timeline, TimelineSample};
 use crate::units;
 use plotters::prelude::*;
 
@@ -18,8 +20,18 @@ use plotters::prelude::*;
 const MIN_BAND_PX: i32 = 2;
 const BAND_HEIGHTS: [i32; 3] = [18, 12, 8];
 
-/// Renders a timeline as an SVG document titled `title`.
-pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> Result<String, ChartError> {
+/// Renders a timeline as an SVG document titled `title`, along `axis`.
+pub fn render(
+    chart: &Timeline,
+    title: &str,
+    palette: &mut Palette,
+    axis: XAxis,
+) -> Result<String, ChartError> {
+    let xs = XScale::new(
+        axis,
+        chart.samples.iter().map(|s| (s.index, s.time_ns)),
+        &chart.idle,
+    );
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
@@ -27,7 +39,7 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> Result<St
             SVGBackend::with_string(&mut out, (WIDTH + LEGEND_WIDTH, HEIGHT)).into_drawing_area();
         full.fill(&WHITE).map_err(super::draw_error)?;
         let (root, legend_area) = full.split_horizontally(WIDTH);
-        let (t0, t1) = time_range(chart);
+        let (t0, t1) = x_range(chart, &xs);
         let max_bytes = chart
             .samples
             .iter()
@@ -41,16 +53,25 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> Result<St
         // peak label.
         let top = scale.scale(max_bytes) * if chart.phases.is_empty() { 1.15 } else { 1.3 };
         let mut ctx = ChartBuilder::on(&root)
-            .caption(title, (FONT, 20))
+            .caption(title, (FONT, super::font_size(20)))
             .margin(12)
-            .x_label_area_size(40)
+            .x_label_area_size(48)
             .y_label_area_size(90)
             .build_cartesian_2d(t0..t1, 0.0..top)
             .map_err(super::draw_error)?;
-        super::draw_time_bytes_mesh(&mut ctx, scale)?;
+        super::draw_time_bytes_mesh(&mut ctx, scale, &xs)?;
 
-        let strip_bottom = draw_phase_bands(&root, &ctx, chart, top)?;
+        let strip_bottom = draw_phase_bands(&root, &ctx, chart, top, &xs)?;
 
+        // One sample per pixel column, the highest: a step one event wide
+        // stays a pixel wide instead of vanishing between its neighbours.
+        let (plot_x, _) = ctx.plotting_area().get_pixel_range();
+        let shown = envelope(
+            &chart.samples,
+            &xs,
+            (t0, t1),
+            (plot_x.end - plot_x.start).max(1),
+        );
         // (label, colour, drawn as a line) in legend order, top entry first.
         let mut legend: Vec<(String, RGBColor, bool)> = Vec::new();
         // Stacked areas: draw each cumulative sum from the top category
@@ -58,29 +79,21 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> Result<St
         let n = chart.categories.len();
         for k in (0..n).rev() {
             let colour = palette.colour(&chart.categories[k]);
-            let points: Vec<(f64, f64)> = chart
-                .samples
-                .iter()
-                .map(|s| {
-                    let cumulative: u64 = s.values.iter().take(k + 1).sum();
-                    (s.time_ns as f64, scale.scale(cumulative))
-                })
-                .collect();
+            let points = steps(shown.iter().map(|&(x, s)| {
+                let cumulative: u64 = s.values.iter().take(k + 1).sum();
+                (x, scale.scale(cumulative))
+            }));
             ctx.draw_series(AreaSeries::new(points, 0.0, colour.mix(0.85)))
                 .map_err(super::draw_error)?;
             legend.push((labels::site_label(&chart.categories[k]), colour, false));
         }
-        let reserved: Vec<(f64, f64)> = chart
-            .samples
-            .iter()
-            .map(|s| (s.time_ns as f64, scale.scale(s.reserved)))
-            .collect();
+        let reserved = steps(shown.iter().map(|&(x, s)| (x, scale.scale(s.reserved))));
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
             .map_err(super::draw_error)?;
         legend.insert(0, ("reserved".to_string(), palette::RESERVED, true));
 
         for oom in &chart.ooms {
-            let x = oom.time_ns as f64;
+            let x = xs.x(oom.time_ns);
             ctx.draw_series(LineSeries::new(
                 [(x, 0.0), (x, top)],
                 palette::ALERT.stroke_width(2),
@@ -90,7 +103,9 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> Result<St
             root.draw(&Text::new(
                 "OOM",
                 (px + 4, py),
-                (FONT, 13).into_font().color(&palette::ALERT),
+                (FONT, super::font_size(LABEL_PX))
+                    .into_font()
+                    .color(&palette::ALERT),
             ))
             .map_err(super::draw_error)?;
             let (_, py0) = ctx.backend_coord(&(x, 0.0));
@@ -104,7 +119,7 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> Result<St
         }
 
         if let Some(peak) = &chart.peak {
-            let (px, py) = ctx.backend_coord(&(peak.time_ns as f64, scale.scale(peak.bytes)));
+            let (px, py) = ctx.backend_coord(&(xs.x(peak.time_ns), scale.scale(peak.bytes)));
             root.draw(&Circle::new((px, py), 5, palette::ALERT.filled()))
                 .map_err(super::draw_error)?;
             let text = format!("peak {}", units::bytes(peak.bytes));
@@ -121,17 +136,23 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> Result<St
             // the peak sits in the right half.
             let (plot_x, _) = ctx.plotting_area().get_pixel_range();
             let left_side = px > (plot_x.start + plot_x.end) / 2;
-            let estimated_width = 7 * text.len().max(detail.chars().count()) as i32;
+            let estimated_width = 8 * text.len().max(detail.chars().count()) as i32;
             let lx = if left_side {
                 px - 10 - estimated_width
             } else {
                 px + 10
             };
-            let style = (FONT, 14).into_font().color(&palette::ALERT);
-            root.draw(&Text::new(text.clone(), (lx, py - 22), style.clone()))
+            let style = (FONT, super::font_size(LABEL_PX))
+                .into_font()
+                .color(&palette::ALERT);
+            root.draw(&Text::new(text.clone(), (lx, py - 26), style.clone()))
                 .map_err(super::draw_error)?;
-            root.draw(&Text::new(detail, (lx, py - 6), (FONT, 12).into_font()))
-                .map_err(super::draw_error)?;
+            root.draw(&Text::new(
+                detail,
+                (lx, py - 8),
+                (FONT, super::font_size(LABEL_PX - 2)).into_font(),
+            ))
+            .map_err(super::draw_error)?;
             tips.circle(
                 px,
                 py,
@@ -149,7 +170,7 @@ pub fn render(chart: &Timeline, title: &str, palette: &mut Palette) -> Result<St
         let (_, plot_y) = ctx.plotting_area().get_pixel_range();
         draw_legend(&legend_area, plot_y.start + strip_bottom, &legend)?;
 
-        add_sample_tooltips(&mut tips, &ctx, chart, top);
+        add_sample_tooltips(&mut tips, &ctx, chart, top, &xs);
         root.present().map_err(super::draw_error)?;
     }
     tips.insert_into(&mut out);
@@ -162,33 +183,55 @@ type Ctx<'a, 'b> = ChartContext<
     Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
 >;
 
-fn time_range(chart: &Timeline) -> (f64, f64) {
+/// The samples drawn: in each of `columns` pixel columns, the one with the
+/// most allocated memory, from where the column's first sample is.
+fn envelope<'a>(
+    samples: &'a [TimelineSample],
+    xs: &XScale,
+    (x0, x1): (f64, f64),
+    columns: i32,
+) -> Vec<(f64, &'a TimelineSample)> {
+    let mut out: Vec<(i64, f64, &TimelineSample)> = Vec::new();
+    for s in samples {
+        let x = xs.x(s.time_ns);
+        let column = ((x - x0) / (x1 - x0) * columns as f64).floor() as i64;
+        match out.last_mut() {
+            Some(last) if last.0 == column => {
+                if s.allocated > last.2.allocated {
+                    last.2 = s;
+                }
+            }
+            _ => out.push((column, x, s)),
+        }
+    }
+    // The last sample holds to the end of the axis.
+    if let (Some(&(_, _, last)), Some(s)) = (out.last(), samples.last())
+        && !std::ptr::eq(last, s)
+    {
+        out.push((i64::MAX, xs.x(s.time_ns), s));
+    }
+    out.into_iter().map(|(_, x, s)| (x, s)).collect()
+}
+
+/// The axis spans the samples: the window's events (phases are cut to it).
+fn x_range(chart: &Timeline, xs: &XScale) -> (f64, f64) {
     let first = chart.samples.first().map_or(0, |s| s.time_ns);
-    let last = chart
-        .samples
-        .last()
-        .map_or(0, |s| s.time_ns)
-        .max(chart.phases.iter().map(|p| p.end_ns).max().unwrap_or(0));
-    let first = first.min(
-        chart
-            .phases
-            .iter()
-            .map(|p| p.start_ns)
-            .min()
-            .unwrap_or(first),
-    );
-    let (a, b) = (first as f64, last as f64);
+    let last = chart.samples.last().map_or(0, |s| s.time_ns);
+    let (a, b) = (xs.x(first), xs.x(last));
     if b > a { (a, b) } else { (a, a + 1.0) }
 }
 
 /// Draws the legend in its column, from `top` down: a swatch (or a line)
-/// and the label, cut to fit.
+/// and the label, shortened from the left to fit (the end of a site, its
+/// file and line, tells most).
 fn draw_legend(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     top: i32,
     entries: &[(String, RGBColor, bool)],
 ) -> Result<(), ChartError> {
-    const ROW: i32 = 18;
+    const ROW: i32 = 22;
+    // Characters that fit beside the swatch, at about 0.55 em each.
+    let fit = ((LEGEND_WIDTH as i32 - 30) * 100 / (LABEL_PX as i32 * 55)).max(8) as usize;
     // The area's own coordinates start at its left edge.
     let x0 = 0;
     for (i, (label, colour, line)) in entries.iter().enumerate() {
@@ -206,9 +249,9 @@ fn draw_legend(
         }
         .map_err(super::draw_error)?;
         area.draw(&Text::new(
-            short(label, 42),
-            (x0 + 24, y),
-            (FONT, 12).into_font(),
+            short(label, fit),
+            (x0 + 24, y - 1),
+            (FONT, super::font_size(LABEL_PX - 1)).into_font(),
         ))
         .map_err(super::draw_error)?;
     }
@@ -222,6 +265,7 @@ fn draw_phase_bands(
     ctx: &Ctx<'_, '_>,
     chart: &Timeline,
     top: f64,
+    xs: &XScale,
 ) -> Result<i32, ChartError> {
     let area = ctx.plotting_area();
     let (_, y_range) = area.get_pixel_range();
@@ -243,8 +287,8 @@ fn draw_phase_bands(
         if phase.depth > max_depth {
             continue;
         }
-        let (x0, _) = ctx.backend_coord(&(phase.start_ns as f64, top));
-        let (x1, _) = ctx.backend_coord(&(phase.end_ns as f64, top));
+        let (x0, _) = ctx.backend_coord(&(xs.x(phase.start_ns), top));
+        let (x1, _) = ctx.backend_coord(&(xs.x(phase.end_ns), top));
         if x1 - x0 < MIN_BAND_PX {
             continue;
         }
@@ -274,13 +318,17 @@ fn draw_phase_bands(
         .map_err(super::draw_error)?;
         let width_px = x1 - x0;
         let text = short(&phase.name, 40);
-        if width_px > 7 * text.len() as i32 + 6 && h >= 12 {
+        if width_px > 8 * text.len() as i32 + 6 && h >= 12 {
             labels.push((text, (x0 + 3, y0 + h - 4)));
         }
     }
     for (text, pos) in labels {
-        root.draw(&Text::new(text, pos, (FONT, 11).into_font()))
-            .map_err(super::draw_error)?;
+        root.draw(&Text::new(
+            text,
+            pos,
+            (FONT, super::font_size(12)).into_font(),
+        ))
+        .map_err(super::draw_error)?;
     }
     Ok(if chart.phases.is_empty() {
         0
@@ -289,22 +337,29 @@ fn draw_phase_bands(
     })
 }
 
-fn add_sample_tooltips(tips: &mut Tooltips, ctx: &Ctx<'_, '_>, chart: &Timeline, top: f64) {
+fn add_sample_tooltips(
+    tips: &mut Tooltips,
+    ctx: &Ctx<'_, '_>,
+    chart: &Timeline,
+    top: f64,
+    xs: &XScale,
+) {
     let (_, y_range) = ctx.plotting_area().get_pixel_range();
     // One hover column per few pixels: finer would bloat the file and no
     // pointer is that precise.
     const COLUMN_PX: i32 = 4;
     let mut last_x = i32::MIN;
     for (i, s) in chart.samples.iter().enumerate() {
-        let (x, _) = ctx.backend_coord(&(s.time_ns as f64, top));
+        let (x, _) = ctx.backend_coord(&(xs.x(s.time_ns), top));
         if x < last_x + COLUMN_PX {
             continue;
         }
         last_x = x;
         let total = s.allocated;
         let mut text = format!(
-            "{}\nallocated {}\nreserved {}",
+            "{} (event {})\nallocated {}\nreserved {}",
             units::duration_ns(s.time_ns),
+            units::count(s.index),
             units::bytes(total),
             units::bytes(s.reserved)
         );
@@ -326,7 +381,7 @@ fn add_sample_tooltips(tips: &mut Tooltips, ctx: &Ctx<'_, '_>, chart: &Timeline,
         let next_x = chart
             .samples
             .get(i + 1)
-            .map(|n| ctx.backend_coord(&(n.time_ns as f64, top)).0)
+            .map(|n| ctx.backend_coord(&(xs.x(n.time_ns), top)).0)
             .unwrap_or(x + COLUMN_PX);
         tips.rect(
             x,
@@ -365,6 +420,7 @@ mod tests {
                 ];
                 TimelineSample {
                     time_ns: i * 1_000_000,
+                    index: i,
                     allocated: values.iter().sum(),
                     reserved: 400 << 20,
                     values,
@@ -401,12 +457,19 @@ mod tests {
                 category: "grow (train.py:7)".into(),
                 category_bytes: 0,
             }],
+            idle: Default::default(),
         }
     }
 
     #[test]
     fn the_svg_holds_labels_peak_phases_and_tooltips() {
-        let svg = render(&chart(), "memory over time", &mut Palette::new()).unwrap();
+        let svg = render(
+            &chart(),
+            "memory over time",
+            &mut Palette::new(),
+            XAxis::Time,
+        )
+        .unwrap();
         crate::print::svg::dump_for_review("timeline-unit.svg", &svg);
         assert!(svg.starts_with("<svg"));
         for expected in [

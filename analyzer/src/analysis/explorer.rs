@@ -1,0 +1,947 @@
+//! What the report's explorer draws, gathered in one pass with bounded
+//! memory:
+//!
+//! - **Series**: allocated, reserved and cached-free memory per bucket of
+//!   events (the lowest, highest and last value in each), at the finest
+//!   resolution that fits [`ExplorerOptions::series_buckets`]: buckets start
+//!   one event wide and pairs merge whenever the trace outgrows them, so a
+//!   spike one event wide survives at every zoom level. Coarser levels are
+//!   derived from it by the page.
+//! - **Allocations**, one by one: every allocation of at least
+//!   [`Explorer::allocation_threshold`] bytes, with its stack, phase and
+//!   alloc and free moments. The threshold starts at 0 and rises (dropping
+//!   the records below it) whenever more than
+//!   [`ExplorerOptions::allocation_budget`] are kept, so the kept set is
+//!   always exactly "every allocation of at least the threshold".
+//! - **Checkpoints**: the allocator's segments and blocks at the allocated
+//!   and reserved peaks, at each OOM, at the end, and at evenly spaced
+//!   moments.
+//! - **Idle gaps**, for an x axis of busy time, and the **phase** instances
+//!   with their event indices.
+//!
+//! The x axis of every item is the event index; times ride along so that
+//! the page can draw against time, event index or busy time.
+
+use super::pauses::{IdleGaps, PauseTracker};
+use super::{Analysis, AnalysisError, Flow, Step};
+use crate::replay::{Applied, FreeSpace, Occupancy, PhaseId, ReplayState, Segment};
+use crate::sites::SiteId;
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use vramtrace_format::{Event, EventData, StackId, SymbolTable};
+
+/// Bounds on what the explorer keeps.
+#[derive(Clone, Copy, Debug)]
+pub struct ExplorerOptions {
+    /// Buckets of the finest series at most (it ends with between half this
+    /// and this many).
+    pub series_buckets: usize,
+    /// Allocations kept one by one at most.
+    pub allocation_budget: usize,
+    /// Evenly spaced checkpoints (at least this many and at most twice).
+    pub even_checkpoints: usize,
+    /// Blocks a checkpoint keeps one by one (the largest); the rest are
+    /// counted per segment.
+    pub checkpoint_blocks: usize,
+    /// OOM checkpoints at most (the first ones).
+    pub oom_checkpoints: usize,
+    /// Phase instances kept at most, the outermost first.
+    pub phase_budget: usize,
+    /// Idle gaps kept at most (the longest).
+    pub gap_budget: usize,
+}
+
+impl Default for ExplorerOptions {
+    fn default() -> Self {
+        ExplorerOptions {
+            series_buckets: 1 << 16,
+            allocation_budget: 250_000,
+            even_checkpoints: 16,
+            checkpoint_blocks: 20_000,
+            oom_checkpoints: 4,
+            phase_budget: 10_000,
+            gap_budget: super::pauses::GAP_BUDGET,
+        }
+    }
+}
+
+/// The lowest, highest and last value of a quantity in a bucket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Extent {
+    /// The lowest value after an event of the bucket.
+    pub min: u64,
+    /// The highest.
+    pub max: u64,
+    /// The value after the bucket's last event.
+    pub last: u64,
+}
+
+impl Extent {
+    fn of(v: u64) -> Self {
+        Extent {
+            min: v,
+            max: v,
+            last: v,
+        }
+    }
+
+    fn add(&mut self, v: u64) {
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.last = v;
+    }
+
+    fn merge(a: Extent, b: Extent) -> Extent {
+        Extent {
+            min: a.min.min(b.min),
+            max: a.max.max(b.max),
+            last: b.last,
+        }
+    }
+}
+
+/// One bucket of consecutive events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SeriesBucket {
+    /// The time of its first event.
+    pub start_ns: u64,
+    /// The time of its last event.
+    pub end_ns: u64,
+    /// Allocated bytes (blocks the program holds).
+    pub allocated: Extent,
+    /// Reserved bytes (segments).
+    pub reserved: Extent,
+    /// Reserved bytes in no block in use: what the cache holds free.
+    pub cached_free: Extent,
+}
+
+impl SeriesBucket {
+    fn merge(a: &SeriesBucket, b: &SeriesBucket) -> SeriesBucket {
+        SeriesBucket {
+            start_ns: a.start_ns,
+            end_ns: b.end_ns,
+            allocated: Extent::merge(a.allocated, b.allocated),
+            reserved: Extent::merge(a.reserved, b.reserved),
+            cached_free: Extent::merge(a.cached_free, b.cached_free),
+        }
+    }
+}
+
+/// Memory over the events, at one resolution.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Series {
+    /// Events per bucket (a power of two); bucket `b` holds the window's
+    /// events `b × bucket_events` to `(b + 1) × bucket_events - 1`.
+    pub bucket_events: u64,
+    /// The buckets, the last one possibly partial.
+    pub buckets: Vec<SeriesBucket>,
+}
+
+/// A phase instance with its event indices.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PhaseMark {
+    /// The phase's own name.
+    pub name: String,
+    /// Nesting depth (0 for a top-level phase).
+    pub depth: u32,
+    /// The index of its begin event.
+    pub begin_index: u64,
+    /// The index of its end event (the last event when it never ended).
+    pub end_index: u64,
+    /// When it began.
+    pub begin_ns: u64,
+    /// When it ended (the last event's time when it never did).
+    pub end_ns: u64,
+}
+
+/// One allocation, from the moment it was made to the moment the program
+/// freed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AllocationRecord {
+    /// The index of its allocation event (the window's first event when it
+    /// was live before the window opened).
+    pub alloc_index: u64,
+    /// Whether it was live before the window opened (its allocation is not
+    /// in the window, or not in the trace).
+    pub initial: bool,
+    /// The time of it.
+    pub alloc_ns: u64,
+    /// The index of the event that freed it (the caller's free), if any.
+    pub free_index: Option<u64>,
+    /// The time of it.
+    pub free_ns: Option<u64>,
+    /// Block size.
+    pub size: u64,
+    /// The size asked for.
+    pub requested: u64,
+    /// Its device address.
+    pub addr: u64,
+    /// Its stack, an index into [`Explorer::stacks`].
+    pub stack: u32,
+    /// Its site, an index into [`Explorer::sites`].
+    pub site: u32,
+    /// The phase path it was made in, an index into
+    /// [`Explorer::phase_paths`], if any.
+    pub phase: Option<u32>,
+}
+
+/// Why a moment is a checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    /// The most allocated memory.
+    AllocatedPeak,
+    /// The most reserved memory.
+    ReservedPeak,
+    /// An out-of-memory event.
+    Oom,
+    /// The last event.
+    End,
+    /// One of the evenly spaced moments.
+    Even,
+}
+
+/// A block of a segment at a checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckpointBlock {
+    /// Its offset in the segment.
+    pub offset: u64,
+    /// Its size.
+    pub size: u64,
+    /// Freed by the program, waiting for another stream's work before the
+    /// cache may reuse it (PyTorch's `active_pending_free`).
+    pub pending_free: bool,
+    /// Its stack, an index into [`Explorer::stacks`].
+    pub stack: u32,
+    /// Its record in [`Explorer::allocations`], when kept.
+    pub allocation: Option<u32>,
+}
+
+/// A segment at a checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckpointSegment {
+    /// Its address.
+    pub addr: u64,
+    /// Its size.
+    pub size: u64,
+    /// Whether it is (part of) an expandable segment.
+    pub expandable: bool,
+    /// Bytes of blocks in use (allocated or pending free).
+    pub used_bytes: u64,
+    /// Blocks in use.
+    pub used_blocks: u64,
+    /// The largest free range inside it.
+    pub largest_free: u64,
+    /// The blocks kept one by one, by offset.
+    pub blocks: Vec<CheckpointBlock>,
+}
+
+/// The allocator's state at one moment.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Checkpoint {
+    /// Why this moment was kept (several reasons may meet).
+    pub kinds: Vec<CheckpointKind>,
+    /// The index of the event after which the state is taken.
+    pub index: u64,
+    /// Its time.
+    pub time_ns: u64,
+    /// Allocated bytes.
+    pub allocated: u64,
+    /// Bytes freed by the program but not yet back in the cache.
+    pub pending_free: u64,
+    /// Reserved bytes.
+    pub reserved: u64,
+    /// The free space of the segments.
+    pub free: FreeSpace,
+    /// `1 - largest free block / free bytes`.
+    pub external_fragmentation: f64,
+    /// The segments, by address.
+    pub segments: Vec<CheckpointSegment>,
+    /// Blocks in use not kept one by one (the smallest, past the budget).
+    pub blocks_left_out: u64,
+}
+
+/// Everything the explorer draws.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Explorer {
+    /// The index of the window's first event.
+    pub first_index: u64,
+    /// Events in the window.
+    pub events: u64,
+    /// The time of the first event.
+    pub start_ns: u64,
+    /// The time of the last event.
+    pub end_ns: u64,
+    /// Memory over the events.
+    pub series: Series,
+    /// Pauses, for a busy-time axis.
+    pub idle: IdleGaps,
+    /// Phase instances (at most the budget, the outermost first).
+    pub phases: Vec<PhaseMark>,
+    /// Phase instances left out past the budget.
+    pub phases_left_out: u64,
+    /// The allocations kept one by one, by allocation index.
+    pub allocations: Vec<AllocationRecord>,
+    /// Every allocation of at least this many bytes is kept.
+    pub allocation_threshold: u64,
+    /// Allocations in the window, kept or not.
+    pub allocations_total: u64,
+    /// Stacks, innermost frame first, from the site's telling frame on:
+    /// indices into [`frames`](Self::frames).
+    pub stacks: Vec<Vec<u32>>,
+    /// Frames, `function (file:line)`.
+    pub frames: Vec<String>,
+    /// Site names.
+    pub sites: Vec<String>,
+    /// Phase paths (`iter3/forward`) that allocations were made in.
+    pub phase_paths: Vec<String>,
+    /// Allocator states, by index.
+    pub checkpoints: Vec<Checkpoint>,
+}
+
+impl Explorer {
+    /// The busy time of an event: its time since the first event, less
+    /// what the idle gaps up to it were collapsed by.
+    pub fn busy_ns(&self, index: u64, time_ns: u64) -> u64 {
+        let collapsed: u64 = self
+            .idle
+            .gaps
+            .iter()
+            .take_while(|g| g.index <= index)
+            .map(|g| g.gap_ns - self.idle.threshold_ns)
+            .sum();
+        time_ns
+            .saturating_sub(self.start_ns)
+            .saturating_sub(collapsed)
+    }
+}
+
+// A checkpoint as captured, before stacks and records are resolved.
+#[derive(Clone, Debug)]
+struct RawCheckpoint {
+    kinds: Vec<CheckpointKind>,
+    index: u64,
+    time_ns: u64,
+    allocated: u64,
+    active: u64,
+    reserved: u64,
+    segments: Vec<Segment>,
+    blocks: Vec<RawBlock>,
+    blocks_left_out: u64,
+    // Bytes and blocks in use per segment, all blocks counted.
+    used: Vec<(u64, u64)>,
+    free: FreeSpace,
+    largest_free: Vec<u64>,
+}
+
+// A block at a checkpoint: address, size, pending free, stack, sequence
+// number of its record, site.
+type RawBlock = (u64, u64, bool, StackId, Option<u64>, SiteId);
+
+// A record as kept during the pass: the stack and site raw, and a sequence
+// number (its key: blocks live when the window opened share an index).
+#[derive(Clone, Copy, Debug)]
+struct Kept {
+    seq: u64,
+    initial: bool,
+    alloc_index: u64,
+    alloc_ns: u64,
+    free: Option<(u64, u64)>,
+    size: u64,
+    requested: u64,
+    addr: u64,
+    stack: StackId,
+    site: SiteId,
+    phase: PhaseId,
+}
+
+/// Gathers an [`Explorer`] in one pass.
+pub struct ExplorerAnalysis {
+    options: ExplorerOptions,
+    first_index: Option<u64>,
+    events: u64,
+    start_ns: u64,
+    last_ns: u64,
+    // Series.
+    bucket_events: u64,
+    buckets: Vec<SeriesBucket>,
+    pauses: PauseTracker,
+    // Allocations.
+    kept: Vec<Kept>,
+    next_seq: u64,
+    threshold: u64,
+    allocations_total: u64,
+    // Kept records of live blocks, by address: positions in `kept` shift
+    // when records are dropped, so the sequence number is the key.
+    live_kept: FxHashMap<u64, u64>,
+    // Phase ends by phase id.
+    phase_end_index: Vec<u64>,
+    // Checkpoints.
+    even_every: u64,
+    even: Vec<RawCheckpoint>,
+    ooms: Vec<RawCheckpoint>,
+    allocated_peak: Option<RawCheckpoint>,
+    reserved_peak: Option<RawCheckpoint>,
+    peak_allocated: u64,
+    peak_reserved: u64,
+    // A new peak was reached and not captured yet: the state is captured
+    // before the first event that may lower it (see `before`).
+    allocated_peak_pending: Option<(u64, u64)>,
+    reserved_peak_pending: Option<(u64, u64)>,
+    report: Option<Explorer>,
+}
+
+impl ExplorerAnalysis {
+    /// An explorer within these bounds.
+    pub fn new(options: ExplorerOptions) -> Self {
+        ExplorerAnalysis {
+            options: ExplorerOptions {
+                series_buckets: options.series_buckets.max(2),
+                allocation_budget: options.allocation_budget.max(1),
+                even_checkpoints: options.even_checkpoints.max(1),
+                ..options
+            },
+            first_index: None,
+            events: 0,
+            start_ns: 0,
+            last_ns: 0,
+            bucket_events: 1,
+            buckets: Vec::new(),
+            pauses: PauseTracker::new(options.gap_budget),
+            kept: Vec::new(),
+            next_seq: 0,
+            threshold: 0,
+            allocations_total: 0,
+            live_kept: FxHashMap::default(),
+            phase_end_index: Vec::new(),
+            even_every: 1,
+            even: Vec::new(),
+            ooms: Vec::new(),
+            allocated_peak: None,
+            reserved_peak: None,
+            peak_allocated: 0,
+            peak_reserved: 0,
+            allocated_peak_pending: None,
+            reserved_peak_pending: None,
+            report: None,
+        }
+    }
+
+    /// Takes the explorer's data, once the pass is over: an error if it did
+    /// not finish.
+    pub fn into_report(self) -> Result<Explorer, AnalysisError> {
+        self.report.ok_or(AnalysisError::NoResult("explorer"))
+    }
+
+    fn observe(&mut self, offset: u64, time_ns: u64, state: &ReplayState) {
+        let t = state.totals();
+        let cached_free = t.reserved.saturating_sub(t.active);
+        let b = (offset / self.bucket_events) as usize;
+        if b >= self.options.series_buckets {
+            // Outgrown: halve the resolution, keeping each pair's extremes.
+            let merged: Vec<SeriesBucket> = self
+                .buckets
+                .chunks(2)
+                .map(|pair| match pair {
+                    [a, b] => SeriesBucket::merge(a, b),
+                    [a] => *a,
+                    _ => unreachable!("chunks of two"),
+                })
+                .collect();
+            self.buckets = merged;
+            self.bucket_events *= 2;
+        }
+        let b = (offset / self.bucket_events) as usize;
+        if b == self.buckets.len() {
+            self.buckets.push(SeriesBucket {
+                start_ns: time_ns,
+                end_ns: time_ns,
+                allocated: Extent::of(t.allocated),
+                reserved: Extent::of(t.reserved),
+                cached_free: Extent::of(cached_free),
+            });
+        } else {
+            let bucket = &mut self.buckets[b];
+            bucket.end_ns = time_ns;
+            bucket.allocated.add(t.allocated);
+            bucket.reserved.add(t.reserved);
+            bucket.cached_free.add(cached_free);
+        }
+    }
+
+    fn keep(&mut self, index: u64, time_ns: u64, alloc: &crate::replay::LiveAlloc, initial: bool) {
+        self.allocations_total += 1;
+        if alloc.size < self.threshold {
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.kept.push(Kept {
+            seq,
+            initial,
+            alloc_index: index,
+            alloc_ns: time_ns,
+            free: None,
+            size: alloc.size,
+            requested: alloc.requested,
+            addr: alloc.addr,
+            stack: alloc.stack,
+            site: alloc.site,
+            phase: alloc.phase,
+        });
+        self.live_kept.insert(alloc.addr, seq);
+        if self.kept.len() > self.options.allocation_budget {
+            self.raise_threshold();
+        }
+    }
+
+    /// Raises the threshold to the smallest size that keeps at most the
+    /// budget's three quarters, and drops the records below it.
+    fn raise_threshold(&mut self) {
+        let target = self.options.allocation_budget * 3 / 4;
+        let mut sizes: Vec<u64> = self.kept.iter().map(|k| k.size).collect();
+        let cut = sizes.len() - target.max(1);
+        sizes.select_nth_unstable(cut);
+        // Every size equal to the cut goes too, so the kept set stays "at
+        // least the threshold" (one more than the cut's size).
+        self.threshold = sizes[cut].saturating_add(1).max(self.threshold);
+        let threshold = self.threshold;
+        self.kept.retain(|k| k.size >= threshold);
+        let kept = &self.kept;
+        self.live_kept
+            .retain(|_, seq| kept.binary_search_by_key(seq, |k| k.seq).is_ok());
+    }
+
+    fn freed(&mut self, index: u64, time_ns: u64, addr: u64) {
+        let Some(seq) = self.live_kept.remove(&addr) else {
+            return;
+        };
+        if let Ok(i) = self.kept.binary_search_by_key(&seq, |k| k.seq) {
+            self.kept[i].free = Some((index, time_ns));
+        }
+    }
+
+    fn capture(&self, kind: CheckpointKind, state: &ReplayState) -> RawCheckpoint {
+        let t = state.totals();
+        let segments = state.segments().to_vec();
+        let mut blocks: Vec<RawBlock> = state
+            .live()
+            .map(|a| {
+                let record = self
+                    .live_kept
+                    .get(&a.addr)
+                    .copied()
+                    .filter(|_| a.size >= self.threshold);
+                (a.addr, a.size, a.free_requested, a.stack, record, a.site)
+            })
+            .collect();
+        let mut occupancy = Occupancy::of_blocks(
+            t.reserved,
+            segments.clone(),
+            blocks.iter().map(|b| (b.0, b.1)),
+        );
+        let free = occupancy.free_space();
+        blocks.sort_unstable_by_key(|b| b.0);
+        // Per segment: bytes and blocks in use, and the largest free range.
+        let mut used = Vec::with_capacity(segments.len());
+        let mut largest_free = Vec::with_capacity(segments.len());
+        let mut i = 0;
+        for s in &segments {
+            while i < blocks.len() && blocks[i].0 < s.start {
+                i += 1;
+            }
+            let (mut bytes, mut count, mut cursor, mut largest) = (0, 0, s.start, 0);
+            while i < blocks.len() && blocks[i].0 < s.end {
+                let (addr, size) = (blocks[i].0, blocks[i].1);
+                bytes += size;
+                count += 1;
+                largest = largest.max(addr.saturating_sub(cursor));
+                cursor = cursor.max(addr.saturating_add(size).min(s.end));
+                i += 1;
+            }
+            largest = largest.max(s.end.saturating_sub(cursor));
+            used.push((bytes, count));
+            largest_free.push(largest);
+        }
+        let mut blocks_left_out = 0;
+        let cap = self.options.checkpoint_blocks;
+        if blocks.len() > cap {
+            blocks_left_out = (blocks.len() - cap) as u64;
+            blocks.select_nth_unstable_by(cap, |a, b| b.1.cmp(&a.1));
+            blocks.truncate(cap);
+            blocks.sort_unstable_by_key(|b| b.0);
+        }
+        RawCheckpoint {
+            kinds: vec![kind],
+            index: state.events_applied().saturating_sub(1),
+            time_ns: state.time_ns(),
+            allocated: t.allocated,
+            active: t.active,
+            reserved: t.reserved,
+            segments,
+            blocks,
+            blocks_left_out,
+            used,
+            free,
+            largest_free,
+        }
+    }
+
+    fn build(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Explorer {
+        let first_index = self.first_index.unwrap_or(state.events_applied());
+        let idle = self.pauses.finish();
+
+        // Phases: the outermost first, up to the budget.
+        let end_index = first_index + self.events.saturating_sub(1);
+        let instances = state.phases();
+        let mut order: Vec<usize> = (0..instances.len())
+            .filter(|&p| instances[p].begin_index >= first_index)
+            .collect();
+        order.sort_by_key(|&p| (instances[p].depth, p));
+        let phases_left_out = order.len().saturating_sub(self.options.phase_budget) as u64;
+        order.truncate(self.options.phase_budget);
+        order.sort_unstable();
+        let phases = order
+            .iter()
+            .map(|&p| {
+                let inst = &instances[p];
+                let end = self
+                    .phase_end_index
+                    .get(p)
+                    .copied()
+                    .filter(|&e| e != u64::MAX)
+                    .unwrap_or(end_index);
+                PhaseMark {
+                    name: symbols.string_or_unknown(inst.name).to_string(),
+                    depth: inst.depth,
+                    begin_index: inst.begin_index,
+                    end_index: end,
+                    begin_ns: inst.begin_ns,
+                    end_ns: inst.end_ns.unwrap_or(self.last_ns),
+                }
+            })
+            .collect();
+
+        // Interning of stacks, frames, sites and phase paths.
+        let mut interner = Interner::default();
+        let allocations: Vec<AllocationRecord> = self
+            .kept
+            .iter()
+            .map(|k| AllocationRecord {
+                alloc_index: k.alloc_index,
+                initial: k.initial,
+                alloc_ns: k.alloc_ns,
+                free_index: k.free.map(|f| f.0),
+                free_ns: k.free.map(|f| f.1),
+                size: k.size,
+                requested: k.requested,
+                addr: k.addr,
+                stack: interner.stack(k.stack, k.site, state, symbols),
+                site: interner.site(k.site, state, symbols),
+                phase: interner.phase(k.phase, state, symbols),
+            })
+            .collect();
+
+        // Checkpoints, merged where two reasons meet at one event.
+        let mut raw: Vec<RawCheckpoint> = Vec::new();
+        raw.extend(self.allocated_peak.take());
+        raw.extend(self.reserved_peak.take());
+        raw.append(&mut self.ooms);
+        raw.append(&mut self.even);
+        if self.events > 0 {
+            raw.push(self.capture(CheckpointKind::End, state));
+        }
+        raw.sort_by_key(|c| c.index);
+        let mut merged: Vec<RawCheckpoint> = Vec::new();
+        for c in raw {
+            match merged.last_mut() {
+                Some(last) if last.index == c.index => {
+                    last.kinds.extend(c.kinds);
+                    last.kinds.sort_unstable();
+                    last.kinds.dedup();
+                }
+                _ => merged.push(c),
+            }
+        }
+        let kept = &self.kept;
+        let record_of = |seq: u64| {
+            kept.binary_search_by_key(&seq, |k| k.seq)
+                .ok()
+                .map(|i| i as u32)
+        };
+        let checkpoints = merged
+            .into_iter()
+            .map(|c| {
+                let mut blocks = c.blocks.iter().peekable();
+                let segments = c
+                    .segments
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        while blocks.peek().is_some_and(|b| b.0 < s.start) {
+                            blocks.next();
+                        }
+                        let mut kept = Vec::new();
+                        while let Some(b) = blocks.peek().filter(|b| b.0 < s.end) {
+                            kept.push(CheckpointBlock {
+                                offset: b.0 - s.start,
+                                size: b.1,
+                                pending_free: b.2,
+                                stack: interner.stack(b.3, b.5, state, symbols),
+                                allocation: b.4.and_then(record_of),
+                            });
+                            blocks.next();
+                        }
+                        CheckpointSegment {
+                            addr: s.start,
+                            size: s.size(),
+                            expandable: s.expandable,
+                            used_bytes: c.used[i].0,
+                            used_blocks: c.used[i].1,
+                            largest_free: c.largest_free[i],
+                            blocks: kept,
+                        }
+                    })
+                    .collect();
+                Checkpoint {
+                    kinds: c.kinds,
+                    index: c.index,
+                    time_ns: c.time_ns,
+                    allocated: c.allocated,
+                    pending_free: c.active.saturating_sub(c.allocated),
+                    reserved: c.reserved,
+                    external_fragmentation: c.free.external_fragmentation(),
+                    free: c.free,
+                    segments,
+                    blocks_left_out: c.blocks_left_out,
+                }
+            })
+            .collect();
+
+        Explorer {
+            first_index,
+            events: self.events,
+            start_ns: self.start_ns,
+            end_ns: self.last_ns,
+            series: Series {
+                bucket_events: self.bucket_events,
+                buckets: std::mem::take(&mut self.buckets),
+            },
+            idle,
+            phases,
+            phases_left_out,
+            allocations,
+            allocation_threshold: self.threshold,
+            allocations_total: self.allocations_total,
+            stacks: interner.stacks,
+            frames: interner.frames,
+            sites: interner.sites,
+            phase_paths: interner.phase_paths,
+            checkpoints,
+        }
+    }
+}
+
+/// Gives stacks, frames, sites and phase paths small indices, in order of
+/// first use.
+#[derive(Default)]
+struct Interner {
+    stack_ids: FxHashMap<StackId, u32>,
+    stacks: Vec<Vec<u32>>,
+    frame_ids: FxHashMap<u32, u32>,
+    frames: Vec<String>,
+    site_ids: FxHashMap<SiteId, u32>,
+    sites: Vec<String>,
+    phase_ids: FxHashMap<PhaseId, Option<u32>>,
+    path_ids: FxHashMap<String, u32>,
+    phase_paths: Vec<String>,
+}
+
+impl Interner {
+    fn stack(
+        &mut self,
+        stack: StackId,
+        site: SiteId,
+        state: &ReplayState,
+        symbols: &SymbolTable,
+    ) -> u32 {
+        if let Some(&i) = self.stack_ids.get(&stack) {
+            return i;
+        }
+        // The frames inside the allocator (before the site's telling frame)
+        // are left out: they are the same for every allocation.
+        let all = symbols.stack(stack);
+        let skip = state
+            .sites()
+            .info(site)
+            .frame
+            .and_then(|telling| all.iter().position(|&f| f == telling))
+            .unwrap_or(0);
+        let frames = all
+            .iter()
+            .skip(skip)
+            .map(|&f| {
+                let next = self.frames.len() as u32;
+                *self.frame_ids.entry(f.0).or_insert_with(|| {
+                    self.frames.push(symbols.describe_frame(f));
+                    next
+                })
+            })
+            .collect();
+        let i = self.stacks.len() as u32;
+        self.stacks.push(frames);
+        self.stack_ids.insert(stack, i);
+        i
+    }
+
+    fn site(&mut self, site: SiteId, state: &ReplayState, symbols: &SymbolTable) -> u32 {
+        let next = self.sites.len() as u32;
+        *self.site_ids.entry(site).or_insert_with(|| {
+            self.sites.push(state.sites().name(site, symbols));
+            next
+        })
+    }
+
+    fn phase(&mut self, phase: PhaseId, state: &ReplayState, symbols: &SymbolTable) -> Option<u32> {
+        if phase.is_none() {
+            return None;
+        }
+        if let Some(&i) = self.phase_ids.get(&phase) {
+            return i;
+        }
+        let path = state.phase_path(phase, symbols);
+        let next = self.phase_paths.len() as u32;
+        let i = *self.path_ids.entry(path.clone()).or_insert_with(|| {
+            self.phase_paths.push(path);
+            next
+        });
+        self.phase_ids.insert(phase, Some(i));
+        Some(i)
+    }
+}
+
+impl Analysis for ExplorerAnalysis {
+    fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
+        let first = state.events_applied();
+        self.first_index = Some(first);
+        self.peak_allocated = state.totals().allocated;
+        self.peak_reserved = state.totals().reserved;
+        // Blocks live when the window opens are drawn from its start.
+        let mut live: Vec<crate::replay::LiveAlloc> = state
+            .live()
+            .filter(|a| !a.free_requested)
+            .copied()
+            .collect();
+        live.sort_unstable_by_key(|a| a.addr);
+        for a in &live {
+            self.keep(first, state.time_ns(), a, true);
+        }
+    }
+
+    fn wants_before(&self) -> bool {
+        true
+    }
+
+    fn before(&mut self, _index: u64, event: &Event, state: &ReplayState) {
+        // A peak is captured just before the first event that may lower it:
+        // the state then is the peak's. Allocations only raise allocated
+        // memory, segment reservations only raise reserved memory.
+        if self.allocated_peak_pending.is_some() && !matches!(event.data, EventData::Alloc(_)) {
+            self.allocated_peak_pending = None;
+            self.allocated_peak = Some(self.capture(CheckpointKind::AllocatedPeak, state));
+        }
+        if self.reserved_peak_pending.is_some()
+            && !matches!(
+                event.data,
+                EventData::SegmentAlloc(_) | EventData::SegmentMap(_)
+            )
+        {
+            self.reserved_peak_pending = None;
+            self.reserved_peak = Some(self.capture(CheckpointKind::ReservedPeak, state));
+        }
+    }
+
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
+        let index = step.index;
+        let time_ns = step.event.time_ns;
+        let first = *self.first_index.get_or_insert(index);
+        if self.events == 0 {
+            self.start_ns = time_ns;
+        }
+        self.pauses.event(index, time_ns);
+        self.events += 1;
+        self.last_ns = time_ns;
+        match step.applied {
+            Applied::Alloc(alloc) => {
+                if let Some(old) = state.replaced_by(index) {
+                    let addr = old.addr;
+                    self.freed(index, time_ns, addr);
+                }
+                self.keep(index, time_ns, &alloc, false);
+            }
+            Applied::FreeRequested(a) => self.freed(index, time_ns, a.addr),
+            Applied::FreeCompleted(a) if !a.free_requested => self.freed(index, time_ns, a.addr),
+            Applied::PhaseEnd(id) => {
+                let phases = state.phases();
+                if self.phase_end_index.len() < phases.len() {
+                    self.phase_end_index.resize(phases.len(), u64::MAX);
+                }
+                // Phases begun after this one are nested in it: those it
+                // closed end here too.
+                let start = id.0 as usize;
+                for (phase, end) in phases[start..]
+                    .iter()
+                    .zip(&mut self.phase_end_index[start..])
+                {
+                    if phase.end_ns.is_some() && *end == u64::MAX {
+                        *end = index;
+                    }
+                }
+            }
+            Applied::Oom(_) if self.ooms.len() < self.options.oom_checkpoints => {
+                self.ooms.push(self.capture(CheckpointKind::Oom, state));
+            }
+            _ => {}
+        }
+        self.observe(index - first, time_ns, state);
+        let t = state.totals();
+        if t.allocated > self.peak_allocated {
+            self.peak_allocated = t.allocated;
+            self.allocated_peak_pending = Some((index, time_ns));
+        }
+        if t.reserved > self.peak_reserved {
+            self.peak_reserved = t.reserved;
+            self.reserved_peak_pending = Some((index, time_ns));
+        }
+        // Evenly spaced checkpoints: every `even_every` events, halving
+        // their number (and doubling the spacing) when there are too many.
+        let offset = index - first + 1;
+        if offset.is_multiple_of(self.even_every) {
+            self.even.push(self.capture(CheckpointKind::Even, state));
+            if self.even.len() >= 2 * self.options.even_checkpoints {
+                let mut k = 0;
+                self.even.retain(|_| {
+                    k += 1;
+                    k % 2 == 0
+                });
+                self.even_every *= 2;
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        // A peak still pending holds at the end.
+        if self.allocated_peak_pending.take().is_some() {
+            self.allocated_peak = Some(self.capture(CheckpointKind::AllocatedPeak, state));
+        }
+        if self.reserved_peak_pending.take().is_some() {
+            self.reserved_peak = Some(self.capture(CheckpointKind::ReservedPeak, state));
+        }
+        self.report = Some(self.build(state, symbols));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

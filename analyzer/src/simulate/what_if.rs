@@ -1,0 +1,119 @@
+//! What-if by capacity, for the report: the recorded settings simulated on
+//! devices of a range of sizes around the smallest one that fits, so a
+//! reader can pick a capacity and see the reserved peak and the first OOM.
+
+use super::{CAPACITY_STEP, RequestList, SimOptions, min_capacity, simulate};
+use rayon::prelude::*;
+use serde::Serialize;
+use vramtrace_recorder::allocator::AllocatorConfig;
+
+/// The first OOM of a simulated run, where the page can point at it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WhatIfOom {
+    /// The index of the trace event that made the failed request.
+    pub event_index: u64,
+    /// Its time since the trace start.
+    pub time_ns: u64,
+    /// The size asked for.
+    pub requested_bytes: u64,
+    /// Reserved bytes then.
+    pub reserved_bytes: u64,
+}
+
+/// One capacity simulated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WhatIfPoint {
+    /// The device memory simulated.
+    pub capacity_bytes: u64,
+    /// The highest reserved memory (up to the first OOM when there is one).
+    pub peak_reserved_bytes: u64,
+    /// The highest allocated memory (likewise).
+    pub peak_allocated_bytes: u64,
+    /// The first OOM, if the run does not fit.
+    pub first_oom: Option<WhatIfOom>,
+}
+
+/// The recorded settings at a range of capacities.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WhatIf {
+    /// The settings simulated, as `PYTORCH_CUDA_ALLOC_CONF` (empty for
+    /// PyTorch's defaults).
+    pub alloc_conf: String,
+    /// Whether those are the recorded settings (otherwise the recorded ones
+    /// could not be read, and PyTorch's defaults stand in).
+    pub recorded_settings: bool,
+    /// The reserved peak on a device that never runs out.
+    pub unlimited_peak_reserved_bytes: u64,
+    /// The smallest capacity without an OOM, to [`CAPACITY_STEP`].
+    pub min_capacity_bytes: u64,
+    /// The recorded device's memory, when known.
+    pub device_bytes: Option<u64>,
+    /// The capacities simulated, smallest first.
+    pub points: Vec<WhatIfPoint>,
+}
+
+/// Fractions of the smallest fitting capacity simulated below it.
+const BELOW: [f64; 5] = [0.5, 0.6, 0.7, 0.8, 0.9];
+/// Steps between the smallest fitting capacity and the unlimited peak.
+const BETWEEN: [f64; 3] = [0.25, 0.5, 0.75];
+
+/// Simulates `config` on devices from half the smallest fitting capacity up
+/// to the unlimited peak (and the recorded device, when known), in
+/// parallel. Runs below the smallest fitting capacity stop at their first
+/// OOM.
+pub fn what_if(
+    list: &RequestList,
+    config: &AllocatorConfig,
+    recorded_settings: bool,
+    device_bytes: Option<u64>,
+) -> WhatIf {
+    let unlimited = simulate(list, config, &SimOptions::default());
+    let peak = unlimited.peak_reserved_bytes;
+    let min = min_capacity(list, config, peak).bytes;
+    let round = |bytes: f64| ((bytes / CAPACITY_STEP as f64).round() as u64) * CAPACITY_STEP;
+    let mut capacities: Vec<u64> = BELOW.iter().map(|f| round(min as f64 * f)).collect();
+    capacities.push(min);
+    capacities.extend(
+        BETWEEN
+            .iter()
+            .map(|f| round(min as f64 + (peak.saturating_sub(min)) as f64 * f)),
+    );
+    capacities.push(peak.max(min));
+    capacities.extend(device_bytes);
+    capacities.retain(|&c| c > 0);
+    capacities.sort_unstable();
+    capacities.dedup();
+    let points = capacities
+        .par_iter()
+        .map(|&capacity| {
+            let r = simulate(
+                list,
+                config,
+                &SimOptions {
+                    capacity: Some(capacity),
+                    stop_at_first_oom: capacity < min,
+                    ..SimOptions::default()
+                },
+            );
+            WhatIfPoint {
+                capacity_bytes: capacity,
+                peak_reserved_bytes: r.peak_reserved_bytes,
+                peak_allocated_bytes: r.peak_allocated_bytes,
+                first_oom: r.first_oom.map(|o| WhatIfOom {
+                    event_index: o.event_index,
+                    time_ns: o.time_ns,
+                    requested_bytes: o.requested_bytes,
+                    reserved_bytes: o.reserved_bytes,
+                }),
+            }
+        })
+        .collect();
+    WhatIf {
+        alloc_conf: config.to_conf_string(),
+        recorded_settings,
+        unlimited_peak_reserved_bytes: peak,
+        min_capacity_bytes: min,
+        device_bytes,
+        points,
+    }
+}
