@@ -18,7 +18,7 @@
 //! exactly from the reported segments and blocks alone.
 
 use super::config::{AllocatorConfig, SMALL_SIZE};
-use crate::format::{BlockStatus, InitialState};
+use crate::format::{BlockStatus, InitialState, SegmentState};
 use std::collections::BTreeMap;
 
 /// A reserved range of device memory: a segment (`cudaMalloc`), or the
@@ -56,11 +56,17 @@ impl ObservedBlocks {
     /// mapped pages), its allocated and pending blocks in use.
     pub fn load(&mut self, state: &InitialState) {
         for segment in &state.segments {
-            self.reserve(segment.addr, segment.size, segment.expandable);
-            for block in &segment.blocks {
-                if block.status != BlockStatus::Free {
-                    self.blocks.insert(block.addr, block.size);
-                }
+            self.load_segment(segment);
+        }
+    }
+
+    /// Adds one segment of an initial state, with its blocks in use (see
+    /// [`load`](Self::load)).
+    pub fn load_segment(&mut self, segment: &SegmentState) {
+        self.reserve(segment.addr, segment.size, segment.expandable);
+        for block in &segment.blocks {
+            if block.status != BlockStatus::Free {
+                self.blocks.insert(block.addr, block.size);
             }
         }
     }
