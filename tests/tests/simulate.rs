@@ -24,6 +24,8 @@ fn every_fixture_and_snapshot_is_reproduced_exactly() {
         "torch/cnn_eval_accumulate.pickle.xz",
         "torch/mlp_empty_cache.pickle.xz",
         "torch/mlp_expandable.pickle.xz",
+        "torch/gpt2_train.pickle.xz",
+        "torch/gpt2_midrun.pickle.xz",
     ] {
         let v = simulate_json(&[&path(name)]);
         let f = &v["fidelity"];
@@ -36,6 +38,30 @@ fn every_fixture_and_snapshot_is_reproduced_exactly() {
             f["recorded_peak_reserved_bytes"], f["simulated_peak_reserved_bytes"],
             "{name}"
         );
+    }
+}
+
+#[test]
+fn summary_and_simulate_of_real_snapshots_give_torchs_own_peaks() {
+    // PyTorch's max_memory_allocated() and max_memory_reserved() in the
+    // recorded runs (the .json beside each snapshot).
+    for (name, allocated, reserved) in [
+        (
+            "torch/gpt2_train.pickle.xz",
+            7_722_708_480u64,
+            8_082_423_808u64,
+        ),
+        ("torch/gpt2_midrun.pickle.xz", 7_721_260_032, 8_082_423_808),
+    ] {
+        let summary = vramtrace(["summary", &path(name), "--json"])
+            .success()
+            .json();
+        assert_eq!(summary["peak_allocated_bytes"], allocated, "{name}");
+        assert_eq!(summary["peak_reserved_bytes"], reserved, "{name}");
+        let sim = simulate_json(&[&path(name)]);
+        assert_eq!(sim["peak_allocated_bytes"], allocated, "{name}");
+        assert_eq!(sim["peak_reserved_bytes"], reserved, "{name}");
+        assert_eq!(sim["recorded"]["peak_allocated_bytes"], allocated, "{name}");
     }
 }
 

@@ -271,9 +271,11 @@ fn notes(e: &Extracted) -> Vec<String> {
             l.recorded_ooms
         ));
     }
-    if l.initial_live_blocks > 0 {
+    if !l.initial_segments.is_empty() {
         notes.push(format!(
-            "the trace starts mid-run: {} live blocks ({}) are allocated first",
+            "the trace starts mid-run: the simulation starts from its {} segments ({} reserved) at their recorded sizes and layout, with {} live blocks ({})",
+            l.initial_segments.len(),
+            units::bytes(l.initial_reserved),
             l.initial_live_blocks,
             units::bytes(l.initial_live_bytes)
         ));

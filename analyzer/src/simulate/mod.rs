@@ -25,6 +25,7 @@ use vramtrace_recorder::allocator::{
     AllocError, AllocatorConfig, CachingAllocator, ConfigError, MIB, allocation_size,
 };
 use vramtrace_recorder::device::{DeviceMemory, SimulatedDevice};
+use vramtrace_recorder::format::BlockStatus;
 
 /// The precision of [`min_capacity`]: 2 MiB, the granularity of every
 /// segment the allocator reserves.
@@ -50,7 +51,7 @@ pub struct SimOptions {
 }
 
 /// Where a simulated run first ran out of memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct OomAt {
     /// The request's position in the list.
     pub request: usize,
@@ -200,12 +201,14 @@ pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptio
     let device = match options.capacity {
         Some(c) => SimulatedDevice::new(c),
         None => SimulatedDevice::unlimited(),
-    };
+    }
+    .with_recorded_addresses(list.recorded_allocations.clone());
     let mut alloc = CachingAllocator::new(device, config.clone());
     alloc.set_event_log(options.segments);
     let mut sampler = (options.samples > 0).then(|| Sampler::new(list, options.samples));
     let mut addrs = vec![FAILED; list.allocs.len()];
     let mut r = SimResult::default();
+    take_over_initial_segments(&mut alloc, list, &mut addrs, &mut r);
     let mut index = 0u64;
     let mut peak_reserved = 0u64;
     let mut cached_at_peak = 0u64;
@@ -227,25 +230,19 @@ pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptio
                         requested,
                         free_bytes,
                     }) => {
-                        r.ooms += 1;
-                        if r.first_oom.is_none() {
-                            let stats = alloc.stats();
-                            let needed = allocation_size(config.round_size(requested));
-                            r.first_oom = Some(OomAt {
-                                request: i,
-                                event_index: index,
-                                time_ns: req.time_ns,
-                                requested_bytes: requested,
-                                stream,
-                                phase: info.phase,
-                                site: info.site,
-                                free_bytes,
-                                reserved_bytes: stats.reserved_bytes.all.current,
-                                allocated_bytes: stats.allocated_bytes.all.current,
-                                shortfall_bytes: needed.saturating_sub(free_bytes),
-                                recorded: req.op == Op::FailedAlloc,
-                            });
-                        }
+                        let at = OomAt {
+                            request: i,
+                            event_index: index,
+                            time_ns: req.time_ns,
+                            requested_bytes: requested,
+                            stream,
+                            phase: info.phase,
+                            site: info.site,
+                            free_bytes,
+                            recorded: req.op == Op::FailedAlloc,
+                            ..OomAt::default()
+                        };
+                        r.out_of_memory(at, &alloc);
                         if options.stop_at_first_oom {
                             stopped_at = Some(i);
                         }
@@ -332,6 +329,71 @@ pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptio
         r.samples = s.finish(stop);
     }
     r
+}
+
+impl SimResult {
+    /// Counts an allocation that ran out of memory, described with the
+    /// allocator's state if it is the first.
+    fn out_of_memory<D: DeviceMemory>(&mut self, mut at: OomAt, alloc: &CachingAllocator<D>) {
+        self.ooms += 1;
+        if self.first_oom.is_none() {
+            let stats = alloc.stats();
+            let needed = allocation_size(alloc.config().round_size(at.requested_bytes));
+            at.reserved_bytes = stats.reserved_bytes.all.current;
+            at.allocated_bytes = stats.allocated_bytes.all.current;
+            at.shortfall_bytes = needed.saturating_sub(at.free_bytes);
+            self.first_oom = Some(at);
+        }
+    }
+}
+
+/// Starts the simulated allocator from the segments of a trace that begins
+/// mid-run, at their recorded sizes and layout. A segment it cannot take
+/// over (an expandable one; one the device cannot hold) has its blocks
+/// allocated instead, as requests made before the first event.
+fn take_over_initial_segments<D: DeviceMemory>(
+    alloc: &mut CachingAllocator<D>,
+    list: &RequestList,
+    addrs: &mut [u64],
+    r: &mut SimResult,
+) {
+    for seg in &list.initial_segments {
+        let in_use = seg
+            .blocks
+            .iter()
+            .filter(|b| b.status != BlockStatus::Free)
+            .filter_map(|b| Some((b, *list.initial_ids.get(&b.addr)? as usize)));
+        match alloc.load_segment(seg) {
+            Ok(base) => {
+                for (b, id) in in_use {
+                    addrs[id] = base + (b.addr - seg.addr);
+                }
+            }
+            Err(_) => {
+                for (_, id) in in_use {
+                    let info = &list.allocs[id];
+                    match alloc.malloc(info.requested, seg.stream) {
+                        Ok(a) => addrs[id] = a.addr,
+                        Err(AllocError::OutOfMemory {
+                            requested,
+                            free_bytes,
+                        }) => {
+                            let at = OomAt {
+                                requested_bytes: requested,
+                                stream: seg.stream,
+                                phase: info.phase,
+                                site: info.site,
+                                free_bytes,
+                                ..OomAt::default()
+                            };
+                            r.out_of_memory(at, alloc);
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A stream id no trace uses, one per block, for frees that wait on
@@ -573,11 +635,12 @@ pub fn fidelity(list: &RequestList, config: &AllocatorConfig, capacity: Option<u
                 .then(|| list.recorded_segments.len().min(sim.segments.len()))
         });
     let mut caveats = Vec::new();
-    if list.initial_live_blocks > 0 || list.initial_reserved > 0 {
+    let expandable = list.initial_segments.iter().filter(|s| s.expandable);
+    let (count, bytes) = expandable.fold((0, 0), |(n, b), s| (n + 1, b + s.size));
+    if count > 0 {
         caveats.push(format!(
-            "the trace starts mid-run with {} live blocks in {} reserved: they are allocated first, in address order, into fresh segments, so the simulated reserved memory does not carry the recorded layout of those segments",
-            list.initial_live_blocks,
-            crate::units::bytes(list.initial_reserved)
+            "the trace starts mid-run with {count} mapped ranges of expandable segments ({}): the simulation does not take those over, and allocates their blocks first into segments of its own",
+            crate::units::bytes(bytes)
         ));
     }
     if list.cross_stream_frees > 0 {
@@ -636,7 +699,8 @@ pub fn extract<S: vramtrace_format::EventSource>(
         .first()
         .and_then(|d| recorded_capacity(d.total_memory));
     let recorded_config = AllocatorConfig::from_settings(&header.allocator_settings);
-    let mut extractor = RequestExtractor::new(recorded_capacity);
+    let mut extractor =
+        RequestExtractor::new(recorded_capacity).starting_from(reader.initial_state());
     let mut state = crate::replay::ReplayState::default();
     let info = crate::analysis::run_pass(
         reader,
