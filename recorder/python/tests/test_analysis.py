@@ -79,16 +79,16 @@ def test_result_fields_as_attributes():
 
 def test_leaks_find_the_leaking_site():
     leaks = vramtrace.load(LEAK).leaks()
-    growing = [g for g in leaks.growth if g.growing]
-    assert growing, "leak.vtrace grows every iteration"
-    sites = [s for g in growing for s in g.sites]
-    assert sites[0].site == LEAK_SITE
-    assert sites[0].bytes_per_repetition == MIB
+    assert len(leaks.leaks) == 1, "leak.vtrace leaks from one site"
+    assert leaks.leaks[0].site == LEAK_SITE
+    assert leaks.leaks[0].bytes_per_repetition == MIB
+    assert leaks.leaks[0].phase == "iter#"
 
 
 def test_no_leak_in_the_clean_run():
     leaks = vramtrace.load(CLEAN).leaks()
-    assert not any(g.growing for g in leaks.growth)
+    assert not leaks.leaks
+    assert all(p.trend == "steady" for p in leaks.repeated_phases)
 
 
 def test_window_bounds_by_phase_and_time():

@@ -4,7 +4,7 @@
 
     run = vramtrace.load("run.vtrace")      # a trace, or a PyTorch snapshot
     run.summary().peak_allocated_bytes
-    run.leaks().growth[0].sites[0].site
+    run.leaks().leaks[0].site                # the fastest-leaking site
     run.timeline()                          # the chart, drawn inline by Jupyter
     vramtrace.compare("base.vtrace", run, fail_on="peak_allocated:+5%").gate.passed
 
