@@ -421,9 +421,24 @@ pub fn site_key(site: &SiteDescription, full_stacks: bool, ignore_lines: bool) -
         .join("\n")
 }
 
-/// `function (file:line)` without its line: `function (file)`. A frame of
-/// another shape (a native `module+0x1f`) is kept whole.
+/// `function (file:line)` without its line: `function (file)`; a site
+/// named `USER via LIBRARY` loses both lines. A frame of another shape (a
+/// native `module+0x1f`) is kept whole.
 pub fn without_line(frame: &str) -> String {
+    let via = format!("){}", crate::sites::VIA);
+    if let Some(at) = frame.find(&via) {
+        let (user, library) = (&frame[..=at], &frame[at + via.len()..]);
+        return format!(
+            "{}{}{}",
+            frame_without_line(user),
+            crate::sites::VIA,
+            frame_without_line(library)
+        );
+    }
+    frame_without_line(frame)
+}
+
+fn frame_without_line(frame: &str) -> String {
     if let Some((head, line)) = frame.strip_suffix(')').and_then(|f| f.rsplit_once(':'))
         && !line.is_empty()
         && line.bytes().all(|c| c.is_ascii_digit())
@@ -1074,6 +1089,10 @@ mod tests {
         assert!(!loose.sites[0].changed());
         assert_eq!(loose.sites[0].site, "f (a.py:5)");
         assert_eq!(without_line("f (a.py:12)"), "f (a.py)");
+        assert_eq!(
+            without_line("step (t.py:9) via forward (m.py:41)"),
+            "step (t.py) via forward (m.py)"
+        );
         assert_eq!(without_line("libtorch.so+0x1f"), "libtorch.so+0x1f");
         assert_eq!(
             without_line("operator() (x.cpp:7)"),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use vramtrace::analysis::window::WindowSpec;
 use vramtrace::command::ReplayOptions;
 use vramtrace::input::Input;
-use vramtrace::sites::FoldRules;
+use vramtrace::sites::{Attribution, FoldRules};
 
 /// Flags shared by the replaying commands.
 #[derive(clap::Args, Clone, Debug)]
@@ -52,6 +52,13 @@ pub struct ReplayArgs {
     /// stacks to sites (matched against `function (file:line)`); repeatable.
     #[arg(long, value_name = "REGEX")]
     pub skip_frames: Vec<String>,
+    /// Name each site by its innermost frame past the framework's
+    /// machinery, library code included. By default a site in library code
+    /// (site-packages, the standard library, C++) is named by the user's
+    /// own innermost line first: `train_step (train.py:90) via forward
+    /// (transformers/...:608)`.
+    #[arg(long)]
+    pub innermost: bool,
 }
 
 impl ReplayArgs {
@@ -59,7 +66,11 @@ impl ReplayArgs {
     pub fn options(&self) -> anyhow::Result<ReplayOptions> {
         Ok(ReplayOptions {
             window: WindowSpec::parse(self.from.as_deref(), self.to.as_deref())?,
-            fold: FoldRules::with_extra(&self.skip_frames)?,
+            fold: FoldRules::with_extra(&self.skip_frames)?.attributing(if self.innermost {
+                Attribution::Innermost
+            } else {
+                Attribution::User
+            }),
             full_stacks: self.full_stacks,
         })
     }

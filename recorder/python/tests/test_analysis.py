@@ -103,11 +103,13 @@ def test_window_bounds_by_phase_and_time():
 def test_site_options():
     run = vramtrace.load(LEAK)
     top = run.summary().top_sites_at_peak[0].site
-    assert top.startswith("_init_group ")
-    # Skipping the frames that name it folds its stacks to their callers.
-    folded = run.summary(skip_frames=["^_init_group ", r"^step \("]).top_sites_at_peak[0]
-    assert folded.site == "wrapper (torch/optim/optimizer.py:493)"
-    assert run.summary(skip_frames="^_init_group ").top_sites_at_peak[0].site != top
+    # The optimizer's state, named by the program's line that steps it
+    # (PyTorch's own frames are looked past).
+    assert top == "train_step (train.py:92)"
+    # Skipping the frame that names it folds its stacks to their callers.
+    folded = run.summary(skip_frames=[r"\(train\.py:92\)"]).top_sites_at_peak[0]
+    assert folded.site == "main (train.py:140)"
+    assert run.summary(skip_frames=r"train\.py:92").top_sites_at_peak[0].site != top
 
 
 def test_fragmentation_over_buckets():

@@ -3,6 +3,7 @@
 use super::{full_stacks, site_cell};
 use crate::analysis::leaks::Trend;
 use crate::command::leaks::LeaksResult;
+use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
 use crate::units;
 
@@ -31,7 +32,7 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
                 l.phase.clone(),
                 units::percent(g.steadiness),
                 units::bytes(g.retained_bytes),
-                site_cell(&g.site, full),
+                site_cell(&g.site),
             ]);
         }
         text.push_str(&t.render(2));
@@ -109,7 +110,7 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
                 units::bytes(p.retained_bytes),
                 units::count(p.retained_blocks),
                 p.sites.first().map_or(String::new(), |s| {
-                    format!("{} ({})", s.site.site, units::bytes(s.bytes))
+                    format!("{} ({})", site_label(&s.site.site), units::bytes(s.bytes))
                 }),
             ]);
         }
@@ -131,7 +132,7 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
             t.row([
                 units::bytes(s.bytes),
                 units::count(s.count),
-                site_cell(&s.site, full),
+                site_cell(&s.site),
             ]);
         }
         text.push_str(&t.render(2));
