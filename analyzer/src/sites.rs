@@ -476,6 +476,116 @@ pub struct SiteDescription {
     pub frames: Vec<String>,
 }
 
+// Readable names.
+
+/// Shortens a site `function (file:line)`: the file loses its directories up
+/// to `site-packages/` (or all but its last two components), a C++ function
+/// loses its namespaces, template and parameter lists and compiler clone
+/// suffixes, and an unknown file (`??:0`) is dropped. A site attributed to
+/// the user's line (`USER via LIBRARY`) has both parts shortened.
+///
+/// `forward (/opt/venv/lib/python3.12/site-packages/torchvision/models/resnet.py:97)`
+/// becomes `forward (torchvision/models/resnet.py:97)`.
+pub fn site_label(site: &str) -> String {
+    if let Some((user, library)) = split_via(site) {
+        return format!("{}{VIA}{}", frame_label(user), frame_label(library));
+    }
+    frame_label(site)
+}
+
+/// A site's name split at [`VIA`] into the user's line and the library
+/// frame, when it has both.
+fn split_via(site: &str) -> Option<(&str, &str)> {
+    let at = site.find(&format!("){VIA}"))?;
+    Some((&site[..=at], &site[at + 1 + VIA.len()..]))
+}
+
+/// One frame `function (file:line)`, shortened (see [`site_label`]).
+pub fn frame_label(frame: &str) -> String {
+    let (function, location) = match split_site(frame) {
+        Some(parts) => parts,
+        None => return simplify_function(frame),
+    };
+    let function = simplify_function(function);
+    let (file, line) = location.rsplit_once(':').unwrap_or((location, ""));
+    if file.is_empty() || file == "??" {
+        return function;
+    }
+    let file = shorten_path(file);
+    if line.is_empty() || line == "0" {
+        format!("{function} ({file})")
+    } else {
+        format!("{function} ({file}:{line})")
+    }
+}
+
+/// Splits `function (location)` at the parenthesis that opens the location:
+/// the last ` (` whose group runs to the end of the text.
+fn split_site(site: &str) -> Option<(&str, &str)> {
+    let inner = site.strip_suffix(')')?;
+    let open = inner.rfind(" (")?;
+    Some((&inner[..open], &inner[open + 2..]))
+}
+
+/// A file's path from its package: what follows `site-packages/`,
+/// `dist-packages/` or the standard library's `lib/pythonX.Y/`; other paths
+/// keep their last two components.
+fn shorten_path(file: &str) -> String {
+    for marker in ["site-packages/", "dist-packages/"] {
+        if let Some(i) = file.rfind(marker) {
+            return file[i + marker.len()..].to_string();
+        }
+    }
+    let parts: Vec<&str> = file.split('/').filter(|p| !p.is_empty()).collect();
+    let python_version = |p: &str| {
+        p.strip_prefix("python")
+            .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+    };
+    if let Some(i) = parts.iter().rposition(|p| python_version(p))
+        && i > 0
+        && parts[i - 1].starts_with("lib")
+        && i + 1 < parts.len()
+    {
+        return parts[i + 1..].join("/");
+    }
+    if parts.len() <= 2 {
+        file.to_string()
+    } else {
+        parts[parts.len() - 2..].join("/")
+    }
+}
+
+/// `torch::autograd::generated::ConvolutionBackward0::apply(std::vector<..>&&)`
+/// becomes `ConvolutionBackward0::apply`; GCC's clone suffixes
+/// (`[clone .isra.0]`, `[clone .cold]`) and the anonymous namespace go.
+fn simplify_function(function: &str) -> String {
+    let mut depth = 0usize;
+    let mut plain = String::with_capacity(function.len());
+    // Drop everything inside <...>, (...) and [...]: templates, parameters,
+    // clone suffixes, ABI tags.
+    for c in function.chars() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    // A qualifier after the parameters (`const`, `&&`) and a return type
+    // before the name are not the name.
+    let plain = plain.trim();
+    let plain = plain
+        .split(' ')
+        .rfind(|w| !w.is_empty() && !matches!(*w, "const" | "volatile" | "&" | "&&" | "noexcept"))
+        .unwrap_or(plain);
+    let parts: Vec<&str> = plain.split("::").filter(|p| !p.is_empty()).collect();
+    match parts.len() {
+        0 => function.trim().to_string(),
+        1 | 2 => parts.join("::"),
+        n => parts[n - 2..].join("::"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,6 +756,65 @@ mod tests {
         assert_eq!(
             folder.name(site, &symbols),
             "forward (/opt/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py:608)"
+        );
+    }
+
+    #[test]
+    fn python_sites_keep_function_package_path_and_line() {
+        assert_eq!(
+            site_label(
+                "forward (/opt/torch/.venv/lib/python3.12/site-packages/torchvision/models/resnet.py:97)"
+            ),
+            "forward (torchvision/models/resnet.py:97)"
+        );
+        assert_eq!(
+            site_label("<module> (/work/probes/train.py:33)"),
+            "<module> (probes/train.py:33)"
+        );
+        assert_eq!(site_label("step (optim.py:9)"), "step (optim.py:9)");
+    }
+
+    #[test]
+    fn cpp_sites_lose_namespaces_templates_and_parameters() {
+        assert_eq!(
+            site_label(
+                "torch::autograd::generated::ConvolutionBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&) (??:0)"
+            ),
+            "ConvolutionBackward0::apply"
+        );
+        assert_eq!(
+            site_label("c10::cuda::malloc(unsigned long)"),
+            "cuda::malloc"
+        );
+        // GCC clones and the anonymous namespace.
+        assert_eq!(
+            site_label(
+                "void at::native::(anonymous namespace)::launch_kernel<float>(at::TensorIterator&) [clone .isra.0] (Loss.cu:0)"
+            ),
+            "native::launch_kernel (Loss.cu)"
+        );
+        assert_eq!(
+            site_label("at::Tensor::to(c10::TensorOptions) const [clone .cold]"),
+            "Tensor::to"
+        );
+        assert_eq!(site_label("NllLossBackward0"), "NllLossBackward0");
+    }
+
+    #[test]
+    fn a_site_attributed_to_the_users_line_shows_it_first_both_shortened() {
+        assert_eq!(
+            site_label(
+                "steps (/work/gpt2/train.py:31) via forward (/opt/venv/lib/python3.12/site-packages/transformers/activations.py:66)"
+            ),
+            "steps (gpt2/train.py:31) via forward (transformers/activations.py:66)"
+        );
+        assert_eq!(
+            site_label("main (train.py:90) via AccumulateGrad"),
+            "main (train.py:90) via AccumulateGrad"
+        );
+        assert_eq!(
+            site_label("load (/usr/lib/python3.12/json/decoder.py:353)"),
+            "load (json/decoder.py:353)"
         );
     }
 }

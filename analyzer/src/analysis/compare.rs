@@ -1146,7 +1146,11 @@ mod tests {
         let check = |spec: &str| gate(&c, &parse_thresholds(spec).unwrap()).unwrap();
         assert!(check("peak_allocated:+5%").failed == ["peak_allocated:+5%"]);
         assert!(check("peak_allocated:+5.1%").passed);
-        assert!(check("peak_allocated:+50").failed.len() == 1);
+        assert!(check("peak_allocated:+50B").failed.len() == 1);
+        assert!(
+            parse_thresholds("peak_allocated:+50").is_err(),
+            "a size needs its unit"
+        );
         assert!(check("leak:+1MiB").failed == ["leak:+1MiB"]);
         assert!(check("leak:+2MiB").passed);
         assert!(check("leak:+100%").failed.len() == 1, "any growth from 0");

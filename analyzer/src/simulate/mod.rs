@@ -9,6 +9,7 @@
 //! dozen decodes. [`fidelity`] checks that the recorded settings reproduce
 //! the recorded device actions. See `docs/simulate.md`.
 
+pub mod gpus;
 pub mod requests;
 
 #[cfg(test)]
@@ -71,6 +72,11 @@ pub struct OomAt {
     pub site: SiteId,
     /// Free device memory after the allocator released its cache.
     pub free_bytes: u64,
+    /// Memory still cached free in segments then (split segments cannot be
+    /// returned to the device).
+    pub cached_free_bytes: u64,
+    /// The largest of those cached free blocks.
+    pub largest_free_block: u64,
     /// Reserved bytes at the failure.
     pub reserved_bytes: u64,
     /// Allocated bytes at the failure.
@@ -341,6 +347,7 @@ impl SimResult {
             let needed = allocation_size(alloc.config().round_size(at.requested_bytes));
             at.reserved_bytes = stats.reserved_bytes.all.current;
             at.allocated_bytes = stats.allocated_bytes.all.current;
+            (at.cached_free_bytes, at.largest_free_block) = alloc.cached_free();
             at.shortfall_bytes = needed.saturating_sub(at.free_bytes);
             self.first_oom = Some(at);
         }
@@ -402,6 +409,81 @@ fn pseudo_stream(id: usize) -> u64 {
     u64::MAX - id as u64
 }
 
+/// What a CUDA context takes of a device before the caching allocator has
+/// any: about 500 MiB with CUDA's lazy loading. PyTorch's out-of-memory
+/// messages show it as the memory a process has in use beyond what PyTorch
+/// reserved: 0.49 GiB on an RTX 4090, an L40 and an A100
+/// (github.com/3DTopia/Phidias-Diffusion/issues/8,
+/// github.com/QwenLM/Qwen3-VL/issues/2097,
+/// github.com/TianheWu/CoSeR/issues/10). An estimate: measure yours and
+/// state it (`--reserve`).
+pub const CUDA_CONTEXT_BYTES: u64 = 512 * MIB;
+
+/// What NCCL's communication buffers take, when a trace shows NCCL: an
+/// estimate, since they grow with channels and peers (and NVLink SHARP);
+/// measure yours (`nvidia-smi` after `init_process_group`) and state it.
+pub const NCCL_BYTES: u64 = 1024 * MIB;
+
+/// Memory a what-if keeps off the caching allocator's device: what the CUDA
+/// context (and NCCL) take at run time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Reserve {
+    /// Bytes in all.
+    pub bytes: u64,
+    /// Whether they were stated (`--reserve`) rather than estimated.
+    pub stated: bool,
+    /// Whether the trace shows NCCL (a distributed run).
+    pub nccl: bool,
+    /// What they cover, in words.
+    pub covers: String,
+}
+
+impl Reserve {
+    /// The estimate: [`CUDA_CONTEXT_BYTES`], and [`NCCL_BYTES`] when the
+    /// trace shows NCCL.
+    pub fn estimate(nccl: bool) -> Reserve {
+        Reserve {
+            bytes: CUDA_CONTEXT_BYTES + if nccl { NCCL_BYTES } else { 0 },
+            stated: false,
+            nccl,
+            covers: if nccl {
+                "for the CUDA context and NCCL's buffers (estimated)".into()
+            } else {
+                "for the CUDA context (estimated)".into()
+            },
+        }
+    }
+
+    /// A reserve of `bytes`, as stated.
+    pub fn stated(bytes: u64, nccl: bool) -> Reserve {
+        Reserve {
+            bytes,
+            stated: true,
+            nccl,
+            covers: "(stated)".into(),
+        }
+    }
+}
+
+/// Whether a trace shows NCCL: a launcher's `WORLD_SIZE` above 1, or a frame
+/// of NCCL or `torch.distributed`.
+pub fn shows_nccl(
+    header: &vramtrace_format::Header,
+    symbols: &vramtrace_format::SymbolTable,
+) -> bool {
+    if header.process.world_size.is_some_and(|n| n > 1) {
+        return true;
+    }
+    (0..symbols.string_count() as u32)
+        .filter_map(|i| symbols.string(vramtrace_format::StringId(i)))
+        .any(|s| {
+            s.contains("nccl")
+                || s.contains("NCCL")
+                || s.contains("torch/distributed/")
+                || s.contains("c10d::")
+        })
+}
+
 /// A policy and capacity to simulate.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
@@ -449,6 +531,18 @@ pub enum SimulateError {
         "the recorded allocator settings cannot be read ({0}), and no other settings are named"
     )]
     NoSettings(String),
+    /// The reserve leaves nothing of the device's memory to the allocator.
+    #[error(
+        "the reserve of {} leaves nothing of the device's {} to the allocator",
+        crate::units::capacity(*reserve),
+        crate::units::capacity(*device)
+    )]
+    ReserveExceedsDevice {
+        /// The reserve.
+        reserve: u64,
+        /// The device's memory.
+        device: u64,
+    },
 }
 
 /// The scenarios a simulation runs, in order, each settings once: the
@@ -536,6 +630,18 @@ pub fn min_capacity(
     }
 }
 
+/// [`min_capacity`], running the requests without a limit first unless
+/// their peak reserved without one is known.
+pub fn smallest_capacity(
+    list: &RequestList,
+    config: &AllocatorConfig,
+    unlimited_peak: Option<u64>,
+) -> MinCapacity {
+    let peak = unlimited_peak
+        .unwrap_or_else(|| simulate(list, config, &SimOptions::default()).peak_reserved_bytes);
+    min_capacity(list, config, peak)
+}
+
 /// One scenario's outcome in a [`sweep`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ScenarioResult {
@@ -563,16 +669,11 @@ pub fn sweep(
         .map(|s| {
             let result = simulate(list, &s.config, options);
             let min_capacity = find_min.then(|| {
-                let peak = if options.capacity.is_none() {
-                    result.peak_reserved_bytes
-                } else {
-                    let unlimited = SimOptions {
-                        capacity: None,
-                        ..Default::default()
-                    };
-                    simulate(list, &s.config, &unlimited).peak_reserved_bytes
-                };
-                min_capacity(list, &s.config, peak)
+                let unlimited_peak = options
+                    .capacity
+                    .is_none()
+                    .then_some(result.peak_reserved_bytes);
+                smallest_capacity(list, &s.config, unlimited_peak)
             });
             ScenarioResult {
                 policy: s.name.clone(),

@@ -214,3 +214,28 @@ fn cross_stream_frees_complete_when_recorded() {
     let f = fidelity(&e.list, &AllocatorConfig::default(), None);
     assert!(f.exact, "{f:#?}");
 }
+
+#[test]
+fn nccl_adds_to_the_reserve_where_a_trace_shows_it() {
+    use vramtrace_format::Header;
+    let mut header = Header::default();
+    let plain = crate::testing::TraceBuilder::new().finish_symbols().1;
+    assert!(!shows_nccl(&header, &plain));
+    header.process.world_size = Some(8);
+    assert!(shows_nccl(&header, &plain));
+    let mut b = crate::testing::TraceBuilder::new();
+    b.stack(&[(
+        "allreduce",
+        "/opt/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py",
+        2501,
+    )]);
+    let (_, symbols) = b.finish_symbols();
+    assert!(shows_nccl(&Header::default(), &symbols));
+    assert_eq!(Reserve::estimate(false).bytes, CUDA_CONTEXT_BYTES);
+    assert_eq!(
+        Reserve::estimate(true).bytes,
+        CUDA_CONTEXT_BYTES + NCCL_BYTES
+    );
+    let stated = Reserve::stated(0, true);
+    assert!(stated.stated && stated.nccl);
+}

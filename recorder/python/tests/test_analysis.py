@@ -139,10 +139,16 @@ def test_simulate_a_smaller_gpu():
     unlimited = run.simulate()
     assert unlimited.oom is None
     peak = unlimited.peak_reserved_bytes
-    small = run.simulate(capacity=peak // 2)
+    # The capacity is the device's; the allocator gets it less the reserve.
+    small = run.simulate(capacity=peak // 2, reserve=0)
     assert small.capacity_bytes == peak // 2
     assert small.oom is not None and small.oom.requested_bytes > 0
-    assert run.simulate(capacity=f"{peak // 2 // MIB}MiB").capacity_bytes == (peak // 2 // MIB) * MIB
+    assert small.verdict.outcome == "out_of_memory"
+    assert small.verdict.line.startswith("runs out of memory on ")
+    half = run.simulate(capacity=f"{peak // 2 // MIB}MiB", reserve="64MiB")
+    assert half.capacity_bytes == (peak // 2 // MIB - 64) * MIB
+    h100 = run.simulate(gpu="h100")
+    assert h100.verdict.outcome == "fits" and h100.device.name == "H100 80GB"
 
 
 def test_simulate_several_policies():
@@ -181,7 +187,7 @@ def test_timeline_by_phase():
 def test_charts_on_request(tmp_path):
     run = vramtrace.load(LEAK)
     for result in (run.leaks(chart=True), run.fragmentation(chart=True),
-                   run.simulate(capacity="300MiB", chart=True),
+                   run.simulate(capacity="300MiB", reserve=0, chart=True),
                    run.compare(CLEAN, chart=True, align="repetition")):
         svg_root(result.chart)
     saved = run.leaks(chart=True).chart.save(tmp_path / "leaks.svg")

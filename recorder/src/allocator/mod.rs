@@ -433,6 +433,18 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Ok(base)
     }
 
+    /// The memory cached free in segments (both pools, every stream): its
+    /// bytes, and the size of its largest block. What the device still has
+    /// is [`DeviceMemory::free_memory`].
+    pub fn cached_free(&self) -> (u64, u64) {
+        [&self.small, &self.large]
+            .iter()
+            .flat_map(|pool| pool.blocks.iter())
+            .fold((0, 0), |(total, largest), ((_, size, _), _)| {
+                (total + size, largest.max(size))
+            })
+    }
+
     /// The allocated block at `addr`, if any.
     pub fn allocation(&self, addr: u64) -> Option<Allocation> {
         self.active.get(&addr).map(|&id| {
