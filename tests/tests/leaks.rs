@@ -196,3 +196,41 @@ fn the_report_names_the_leaking_site_and_its_rate() {
     );
     assert!(!page.contains("173.1 MiB"), "a varying phase is no leak");
 }
+
+#[test]
+fn the_leak_chart_marks_whole_repetitions() {
+    let dir = scratch("leaks-ticks");
+    let svg = dir.join("oom-leaks.svg");
+    let path = fixture("oom.vtrace").display().to_string();
+    vramtrace(["leaks", &path, "-o", svg.to_str().unwrap()]).success();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
+    let labels: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
+    // Repetitions 0 to 3, whole: no "-0", no fractions.
+    assert!(!labels.contains(&"-0"), "{labels:?}");
+    for t in ["0", "1", "2", "3"] {
+        assert!(labels.contains(&t), "no tick {t}: {labels:?}");
+    }
+    let fraction = |l: &&str| l.contains('.') && l.parse::<f64>().is_ok();
+    assert!(!labels.iter().any(fraction), "{labels:?}");
+}
+
+#[test]
+fn report_says_it_takes_one_trace_and_refuses_two() {
+    let help = vramtrace(["report", "--help"]).success().stdout;
+    assert!(
+        help.contains("<TRACE>") && !help.contains("<TRACE>..."),
+        "{help}"
+    );
+    let dir = scratch("report-two");
+    let out = dir.join("r.html");
+    let a = fixture("clean.vtrace").display().to_string();
+    let b = fixture("leak.vtrace").display().to_string();
+    let run = vramtrace(["report", &a, &b, "-o", out.to_str().unwrap()]).fails_with(2);
+    assert!(run.stderr.contains("unexpected argument"), "{}", run.stderr);
+}

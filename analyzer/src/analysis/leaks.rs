@@ -322,7 +322,13 @@ impl LeaksReport {
                     .filter(|p| p.trend == Trend::Grows)
                     .max_by_key(|p| p.bytes_per_repetition)
             })
-            .or_else(|| self.repeated_phases.iter().max_by_key(|p| p.repetitions))
+            .or_else(|| {
+                // The most repeated; the first of them on a tie.
+                self.repeated_phases
+                    .iter()
+                    .rev()
+                    .max_by_key(|p| p.repetitions)
+            })
     }
 
     /// The fastest leak's growth per repetition (0 without a leak).

@@ -12,10 +12,12 @@ use vramtrace::sites::{Attribution, FoldRules};
 /// Flags shared by the replaying commands.
 #[derive(clap::Args, Clone, Debug)]
 pub struct CommonArgs {
-    /// The traces to analyze (each is analyzed on its own).
+    /// The traces (or PyTorch snapshots) to analyze, each on its own; a
+    /// chart (-o) draws one.
     #[arg(required = true, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
-    /// Print JSON instead of tables (an array with several traces).
+    /// Print JSON instead of text (one object, or an array with several
+    /// traces).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]

@@ -76,7 +76,8 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             .copied()
             .filter(|&(r, _)| r >= growth.warmup_repetitions as f64)
             .collect();
-        if let Some(anchor) = median_point(&fitted) {
+        let trending = matches!(growth.trend, Trend::Grows | Trend::Shrinks);
+        if let Some(anchor) = median_point(&fitted).filter(|_| trending) {
             let slope = scale.scale(growth.bytes_per_repetition.unsigned_abs())
                 * growth.bytes_per_repetition.signum() as f64;
             let x0 = growth.warmup_repetitions as f64;
@@ -148,15 +149,17 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             .caption("leaking sites (bytes per repetition)", (FONT, 14))
             .build_cartesian_2d(0.0..bar_scale.scale(bar_max) * 1.15, 0.0..n as f64)
             .map_err(super::draw_error)?;
-        bars.configure_mesh()
-            .disable_y_mesh()
-            .disable_y_axis()
-            .x_label_formatter(&|v| bar_scale.label(v))
-            .x_labels(4)
-            .label_style((FONT, 12))
-            .light_line_style(RGBColor(240, 240, 240))
-            .draw()
-            .map_err(super::draw_error)?;
+        if !sites.is_empty() {
+            bars.configure_mesh()
+                .disable_y_mesh()
+                .disable_y_axis()
+                .x_label_formatter(&|v| bar_scale.label(v))
+                .x_labels(4)
+                .label_style((FONT, 12))
+                .light_line_style(RGBColor(240, 240, 240))
+                .draw()
+                .map_err(super::draw_error)?;
+        }
         for (i, site) in sites.iter().enumerate() {
             let y0 = (n - 1 - i) as f64 + 0.15;
             let y1 = y0 + 0.7;
