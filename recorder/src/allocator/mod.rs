@@ -408,18 +408,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             }
             prev = id;
             match requested {
-                Some(requested) => {
-                    let b = &mut self.slab[id];
-                    b.allocated = true;
-                    b.requested = requested;
-                    self.active.insert(b.addr, id);
-                    let st = &mut self.stats;
-                    st.allocation.increase(small, 1);
-                    st.allocated_bytes.increase(small, size);
-                    st.active.increase(small, 1);
-                    st.active_bytes.increase(small, size);
-                    st.requested_bytes.increase(small, requested);
-                }
+                Some(requested) => self.hand_out(id, requested),
                 None => {
                     let pool = if small {
                         &mut self.small
@@ -832,17 +821,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             };
             pool.insert(&mut self.slab, rem);
         }
-        let b = &mut self.slab[id];
-        b.allocated = true;
-        b.requested = requested;
-        let (small, addr, bsize, stream) = (b.small, b.addr, b.size, b.stream);
-        self.active.insert(addr, id);
-        let st = &mut self.stats;
-        st.allocation.increase(small, 1);
-        st.allocated_bytes.increase(small, bsize);
-        st.active.increase(small, 1);
-        st.active_bytes.increase(small, bsize);
-        st.requested_bytes.increase(small, requested);
+        self.hand_out(id, requested);
+        let b = &self.slab[id];
+        let (addr, bsize, stream) = (b.addr, b.size, b.stream);
         let ev = self.block_event(id);
         self.emit(EventData::Alloc(ev));
         Allocation {
@@ -851,6 +832,22 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             requested,
             stream,
         }
+    }
+
+    // The block is the caller's now: in use, and counted.
+    #[inline]
+    fn hand_out(&mut self, id: BlockId, requested: u64) {
+        let b = &mut self.slab[id];
+        b.allocated = true;
+        b.requested = requested;
+        let (small, size) = (b.small, b.size);
+        self.active.insert(b.addr, id);
+        let st = &mut self.stats;
+        st.allocation.increase(small, 1);
+        st.allocated_bytes.increase(small, size);
+        st.active.increase(small, 1);
+        st.active_bytes.increase(small, size);
+        st.requested_bytes.increase(small, requested);
     }
 
     // PyTorch's free_block: cache the block, merged with free neighbours.
