@@ -82,10 +82,11 @@ pub const DEFAULT_SKIP_FILES: &[&str] = &[
 ];
 
 /// Files of the recorder itself, whose frames never show: the `vramtrace`
-/// package (`python -m vramtrace run` calls the program from it) and
-/// `runpy`, which runs both.
+/// package's modules (`python -m vramtrace run` calls the program from its
+/// `__main__.py`; a user's own file in a folder named `vramtrace` is not
+/// one of them) and `runpy`, which runs both.
 pub const HIDDEN_FILES: &[&str] = &[
-    r"(^|[/\\])vramtrace[/\\]([^/\\]+[/\\])*[^/\\]+\.py$",
+    r"(^|[/\\])vramtrace[/\\](__init__|__main__|analysis|_\w+)\.py$",
     r"(^|[/\\])runpy\.py$",
     r"^<frozen runpy>$",
 ];
@@ -693,6 +694,11 @@ mod tests {
             ("run_path", "<frozen runpy>", 287),
             ("main", &format!("{venv}/vramtrace/__main__.py"), 31),
             ("<module>", &format!("{venv}/vramtrace/__main__.py"), 36),
+            (
+                "start",
+                "/home/me/checkout/recorder/python/vramtrace/_observer.py",
+                40,
+            ),
             ("_run_module_as_main", "/usr/lib/python3.12/runpy.py", 198),
         ])
     }
@@ -701,7 +707,15 @@ mod tests {
     fn the_recorders_own_frames_never_show() {
         let mut b = TraceBuilder::new();
         let stack = recorded_stack(&mut b);
+        // A program of the user's in a folder that happens to be named so.
+        let users = b.stack(&[("train", "/home/me/vramtrace/train.py", 5)]);
         let (_, symbols) = b.finish_symbols();
+        let mut folder = SiteFolder::default();
+        let site = folder.site(users, &symbols);
+        assert_eq!(
+            folder.name(site, &symbols),
+            "train (/home/me/vramtrace/train.py:5)"
+        );
         for full in [false, true] {
             let mut folder = SiteFolder::new(FoldRules::default(), full);
             let site = folder.site(stack, &symbols);
