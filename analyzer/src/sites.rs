@@ -4,8 +4,14 @@
 //! own frames, the framework's C++ and Python internals, the interpreter.
 //! The site is the innermost frame that is none of these, so that the same
 //! line of user code is one site however deep the framework's frames below
-//! it are. Resolution happens once per stack id and is cached, so the hot
-//! path is an array lookup.
+//! it are. When that frame is library code (a package under `site-packages`,
+//! the standard library, C++), the site is attributed to the user's own
+//! innermost line too, named first: `train_step (train.py:90) via forward
+//! (transformers/.../modeling_gpt2.py:608)` ([`Attribution::User`]).
+//! The recorder's own frames (the `vramtrace` package, `runpy`, which
+//! `python -m vramtrace run` puts below the program) never show, in sites
+//! or in whole stacks. Resolution happens once per stack id and is cached,
+//! so the hot path is an array lookup.
 
 use regex::Regex;
 use serde::Serialize;
@@ -72,18 +78,57 @@ pub const FALLBACK_SKIP: &[&str] = &[
 pub const DEFAULT_SKIP_FILES: &[&str] = &[
     r"[/\\](site|dist)-packages[/\\]torch[/\\]",
     r"^<frozen ",
-    r"(^|[/\\])runpy\.py$",
     r"^\?\?$",
 ];
 
-/// Which frames site folding skips.
+/// Files of the recorder itself, whose frames never show: the `vramtrace`
+/// package's modules (`python -m vramtrace run` calls the program from its
+/// `__main__.py`; a user's own file in a folder named `vramtrace` is not
+/// one of them) and `runpy`, which runs both.
+pub const HIDDEN_FILES: &[&str] = &[
+    r"(^|[/\\])vramtrace[/\\](__init__|__main__|analysis|_\w+)\.py$",
+    r"(^|[/\\])runpy\.py$",
+    r"^<frozen runpy>$",
+];
+
+/// Functions of the recorder itself, whose frames never show.
+pub const HIDDEN_FUNCTIONS: &[&str] = &[r"^vramtrace_recorder(_ffi)?::"];
+
+/// Files of library code rather than the user's: installed packages, the
+/// standard library, frozen modules, and native sources.
+pub const LIBRARY_FILES: &[&str] = &[
+    r"[/\\](site|dist)-packages[/\\]",
+    r"[/\\]lib(64)?[/\\]python[0-9.]*[/\\]",
+    r"^<frozen ",
+    r"\.(c|cc|cpp|cxx|cu|cuh|h|hpp)$",
+    r"^\?\?$",
+    r"^$",
+];
+
+/// Whom a site in library code is attributed to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Attribution {
+    /// To the user's own innermost line as well, named first: one site per
+    /// library line and user line.
+    #[default]
+    User,
+    /// To the innermost telling frame alone, library code or not.
+    Innermost,
+}
+
+/// Which frames site folding skips, hides and takes for library code, and
+/// whom a site in library code is attributed to.
 #[derive(Clone, Debug)]
 pub struct FoldRules {
     functions: Vec<Regex>,
     files: Vec<Regex>,
     extra: Vec<Regex>,
+    hidden_functions: Vec<Regex>,
+    hidden_files: Vec<Regex>,
+    library_files: Vec<Regex>,
     fallback_preferred: Regex,
     fallback_skip: Vec<Regex>,
+    attribution: Attribution,
 }
 
 impl Default for FoldRules {
@@ -92,10 +137,25 @@ impl Default for FoldRules {
             functions: compile(DEFAULT_SKIP_FUNCTIONS),
             files: compile(DEFAULT_SKIP_FILES),
             extra: Vec::new(),
+            hidden_functions: compile(HIDDEN_FUNCTIONS),
+            hidden_files: compile(HIDDEN_FILES),
+            library_files: compile(LIBRARY_FILES),
             fallback_preferred: Regex::new(FALLBACK_PREFERRED).expect("valid pattern"),
             fallback_skip: compile(FALLBACK_SKIP),
+            attribution: Attribution::default(),
         }
     }
+}
+
+/// What a frame is to site folding, as [`FoldRules::classify`] finds it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameClass {
+    /// Machinery that folding looks past.
+    pub skipped: bool,
+    /// The recorder's own, never shown.
+    pub hidden: bool,
+    /// Library code rather than the user's.
+    pub library: bool,
 }
 
 fn compile(patterns: &[&str]) -> Vec<Regex> {
@@ -132,6 +192,18 @@ impl FoldRules {
         Ok(rules)
     }
 
+    /// The same rules, attributing sites in library code as `attribution`
+    /// says.
+    pub fn attributing(mut self, attribution: Attribution) -> Self {
+        self.attribution = attribution;
+        self
+    }
+
+    /// Whom sites in library code are attributed to.
+    pub fn attribution(&self) -> Attribution {
+        self.attribution
+    }
+
     /// The telling frame of a stack whose frames are all machinery: the
     /// autograd node, or the first frame past allocation and dispatch, or the
     /// innermost frame.
@@ -152,22 +224,40 @@ impl FoldRules {
             .unwrap_or(0)
     }
 
-    /// Whether a frame is machinery that folding looks past.
+    /// Whether a frame is machinery that folding looks past (the recorder's
+    /// hidden frames included).
     pub fn skips(&self, symbols: &SymbolTable, id: FrameId) -> bool {
+        self.classify(symbols, id).skipped
+    }
+
+    /// What a frame is: machinery, the recorder's own, library code.
+    pub fn classify(&self, symbols: &SymbolTable, id: FrameId) -> FrameClass {
         match symbols.frame(id) {
             Some(Frame::Symbol { function, file, .. }) => {
                 let function = symbols.string_or_unknown(*function);
                 let file = symbols.string_or_unknown(*file);
-                self.functions.iter().any(|r| r.is_match(function))
-                    || self.files.iter().any(|r| r.is_match(file))
+                let any = |rules: &[Regex], text: &str| rules.iter().any(|r| r.is_match(text));
+                let hidden = any(&self.hidden_functions, function) || any(&self.hidden_files, file);
+                let skipped = hidden
+                    || any(&self.functions, function)
+                    || any(&self.files, file)
                     || (!self.extra.is_empty() && {
                         let text = symbols.describe_frame(id);
-                        self.extra.iter().any(|r| r.is_match(&text))
-                    })
+                        any(&self.extra, &text)
+                    });
+                FrameClass {
+                    skipped,
+                    hidden,
+                    library: any(&self.library_files, file),
+                }
             }
             // Native frames carry no name to judge by; neither does a frame
             // of a kind this version does not know.
-            _ => true,
+            _ => FrameClass {
+                skipped: true,
+                hidden: false,
+                library: true,
+            },
         }
     }
 }
@@ -177,6 +267,9 @@ impl FoldRules {
 pub struct SiteInfo {
     /// The telling frame; `None` for [`SiteId::UNKNOWN`] or a stack with no frames.
     pub frame: Option<FrameId>,
+    /// The user's own innermost line beyond it, when the telling frame is
+    /// library code and sites are attributed to the user ([`Attribution::User`]).
+    pub user_frame: Option<FrameId>,
     /// The first stack seen for this site (all of them, with full stacks).
     pub stack: StackId,
     /// Position of `frame` in `stack` (innermost is 0).
@@ -189,8 +282,8 @@ pub struct SiteFolder {
     rules: FoldRules,
     full_stacks: bool,
     by_stack: Vec<u32>,
-    by_frame: rustc_hash::FxHashMap<FrameId, u32>,
-    skip_cache: Vec<u8>,
+    by_frame: rustc_hash::FxHashMap<(FrameId, Option<FrameId>), u32>,
+    class_cache: Vec<Option<FrameClass>>,
     sites: Vec<SiteInfo>,
 }
 
@@ -211,9 +304,10 @@ impl SiteFolder {
             full_stacks,
             by_stack: vec![SiteId::UNKNOWN.0],
             by_frame: Default::default(),
-            skip_cache: Vec::new(),
+            class_cache: Vec::new(),
             sites: vec![SiteInfo {
                 frame: None,
+                user_frame: None,
                 stack: StackId::NONE,
                 depth: 0,
             }],
@@ -242,15 +336,26 @@ impl SiteFolder {
         } else {
             // A stack that is machinery through and through still gets a
             // name of its own rather than being lumped with the others.
-            let depth = match frames.iter().position(|&f| !self.skip(symbols, f)) {
+            let depth = match frames.iter().position(|&f| !self.class(symbols, f).skipped) {
                 Some(d) => d,
                 None => self.rules.fallback(symbols, frames),
             };
             let frame = frames[depth];
+            let user_frame = if self.rules.attribution == Attribution::User
+                && self.class(symbols, frame).library
+            {
+                frames[depth + 1..].iter().copied().find(|&f| {
+                    let c = self.class(symbols, f);
+                    !c.skipped && !c.library
+                })
+            } else {
+                None
+            };
+            let key = (frame, user_frame);
             let existing = if self.full_stacks {
                 None
             } else {
-                self.by_frame.get(&frame).copied()
+                self.by_frame.get(&key).copied()
             };
             match existing {
                 Some(s) => SiteId(s),
@@ -258,11 +363,12 @@ impl SiteFolder {
                     let id = self.sites.len() as u32;
                     self.sites.push(SiteInfo {
                         frame: Some(frame),
+                        user_frame,
                         stack,
                         depth,
                     });
                     if !self.full_stacks {
-                        self.by_frame.insert(frame, id);
+                        self.by_frame.insert(key, id);
                     }
                     SiteId(id)
                 }
@@ -281,19 +387,12 @@ impl SiteFolder {
         site
     }
 
-    fn skip(&mut self, symbols: &SymbolTable, frame: FrameId) -> bool {
+    fn class(&mut self, symbols: &SymbolTable, frame: FrameId) -> FrameClass {
         let i = frame.0 as usize;
-        if self.skip_cache.len() <= i {
-            self.skip_cache.resize(i + 1, 0);
+        if self.class_cache.len() <= i {
+            self.class_cache.resize(i + 1, None);
         }
-        if self.skip_cache[i] == 0 {
-            self.skip_cache[i] = if self.rules.skips(symbols, frame) {
-                1
-            } else {
-                2
-            };
-        }
-        self.skip_cache[i] == 1
+        *self.class_cache[i].get_or_insert_with(|| self.rules.classify(symbols, frame))
     }
 
     /// The number of sites known so far, [`SiteId::UNKNOWN`] included.
@@ -311,17 +410,25 @@ impl SiteFolder {
         &self.sites[site.0 as usize]
     }
 
-    /// A site's name: its telling frame as `function (file:line)`.
+    /// A site's name: its telling frame as `function (file:line)`, after
+    /// the user's own line when the site is attributed to it
+    /// (`train_step (train.py:90) via forward (modeling_gpt2.py:608)`).
     pub fn name(&self, site: SiteId, symbols: &SymbolTable) -> String {
-        match self.info(site).frame {
-            Some(f) => symbols.describe_frame(f),
-            None => "<no stack captured>".to_string(),
+        let info = self.info(site);
+        match (info.frame, info.user_frame) {
+            (Some(f), Some(u)) => format!(
+                "{}{VIA}{}",
+                symbols.describe_frame(u),
+                symbols.describe_frame(f)
+            ),
+            (Some(f), None) => symbols.describe_frame(f),
+            (None, _) => "<no stack captured>".to_string(),
         }
     }
 
     /// The frames that describe a site, innermost first: the telling frame
     /// and up to `context` user frames that called it; with full stacks,
-    /// every frame of the stack.
+    /// every frame of the stack. The recorder's own frames are left out.
     pub fn frames(&self, site: SiteId, symbols: &SymbolTable, context: usize) -> Vec<String> {
         let info = self.info(site);
         let Some(frame) = info.frame else {
@@ -331,6 +438,7 @@ impl SiteFolder {
             return symbols
                 .stack(info.stack)
                 .iter()
+                .filter(|&&f| !self.rules.classify(symbols, f).hidden)
                 .map(|&f| symbols.describe_frame(f))
                 .collect();
         }
@@ -356,13 +464,127 @@ impl SiteFolder {
     }
 }
 
+/// What joins the user's line and the library frame in a site's name.
+pub const VIA: &str = " via ";
+
 /// A site as reports show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SiteDescription {
-    /// The telling frame, `function (file:line)`.
+    /// The site's name: its telling frame, `function (file:line)`, after
+    /// the user's own line when it is attributed to it (see [`SiteFolder::name`]).
     pub site: String,
     /// The telling frame and its callers (the whole stack with `--full-stacks`).
     pub frames: Vec<String>,
+}
+
+// Readable names.
+
+/// Shortens a site `function (file:line)`: the file loses its directories up
+/// to `site-packages/` (or all but its last two components), a C++ function
+/// loses its namespaces, template and parameter lists and compiler clone
+/// suffixes, and an unknown file (`??:0`) is dropped. A site attributed to
+/// the user's line (`USER via LIBRARY`) has both parts shortened.
+///
+/// `forward (/opt/venv/lib/python3.12/site-packages/torchvision/models/resnet.py:97)`
+/// becomes `forward (torchvision/models/resnet.py:97)`.
+pub fn site_label(site: &str) -> String {
+    if let Some((user, library)) = split_via(site) {
+        return format!("{}{VIA}{}", frame_label(user), frame_label(library));
+    }
+    frame_label(site)
+}
+
+/// A site's name split at [`VIA`] into the user's line and the library
+/// frame, when it has both.
+fn split_via(site: &str) -> Option<(&str, &str)> {
+    let at = site.find(&format!("){VIA}"))?;
+    Some((&site[..=at], &site[at + 1 + VIA.len()..]))
+}
+
+/// One frame `function (file:line)`, shortened (see [`site_label`]).
+pub fn frame_label(frame: &str) -> String {
+    let (function, location) = match split_site(frame) {
+        Some(parts) => parts,
+        None => return simplify_function(frame),
+    };
+    let function = simplify_function(function);
+    let (file, line) = location.rsplit_once(':').unwrap_or((location, ""));
+    if file.is_empty() || file == "??" {
+        return function;
+    }
+    let file = shorten_path(file);
+    if line.is_empty() || line == "0" {
+        format!("{function} ({file})")
+    } else {
+        format!("{function} ({file}:{line})")
+    }
+}
+
+/// Splits `function (location)` at the parenthesis that opens the location:
+/// the last ` (` whose group runs to the end of the text.
+fn split_site(site: &str) -> Option<(&str, &str)> {
+    let inner = site.strip_suffix(')')?;
+    let open = inner.rfind(" (")?;
+    Some((&inner[..open], &inner[open + 2..]))
+}
+
+/// A file's path from its package: what follows `site-packages/`,
+/// `dist-packages/` or the standard library's `lib/pythonX.Y/`; other paths
+/// keep their last two components.
+fn shorten_path(file: &str) -> String {
+    for marker in ["site-packages/", "dist-packages/"] {
+        if let Some(i) = file.rfind(marker) {
+            return file[i + marker.len()..].to_string();
+        }
+    }
+    let parts: Vec<&str> = file.split('/').filter(|p| !p.is_empty()).collect();
+    let python_version = |p: &str| {
+        p.strip_prefix("python")
+            .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+    };
+    if let Some(i) = parts.iter().rposition(|p| python_version(p))
+        && i > 0
+        && parts[i - 1].starts_with("lib")
+        && i + 1 < parts.len()
+    {
+        return parts[i + 1..].join("/");
+    }
+    if parts.len() <= 2 {
+        file.to_string()
+    } else {
+        parts[parts.len() - 2..].join("/")
+    }
+}
+
+/// `torch::autograd::generated::ConvolutionBackward0::apply(std::vector<..>&&)`
+/// becomes `ConvolutionBackward0::apply`; GCC's clone suffixes
+/// (`[clone .isra.0]`, `[clone .cold]`) and the anonymous namespace go.
+fn simplify_function(function: &str) -> String {
+    let mut depth = 0usize;
+    let mut plain = String::with_capacity(function.len());
+    // Drop everything inside <...>, (...) and [...]: templates, parameters,
+    // clone suffixes, ABI tags.
+    for c in function.chars() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            '>' | ')' | ']' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    // A qualifier after the parameters (`const`, `&&`) and a return type
+    // before the name are not the name.
+    let plain = plain.trim();
+    let plain = plain
+        .split(' ')
+        .rfind(|w| !w.is_empty() && !matches!(*w, "const" | "volatile" | "&" | "&&" | "noexcept"))
+        .unwrap_or(plain);
+    let parts: Vec<&str> = plain.split("::").filter(|p| !p.is_empty()).collect();
+    match parts.len() {
+        0 => function.trim().to_string(),
+        1 | 2 => parts.join("::"),
+        n => parts[n - 2..].join("::"),
+    }
 }
 
 #[cfg(test)]
@@ -450,5 +672,163 @@ mod tests {
         let site = folder.site(stack, &symbols);
         assert_eq!(folder.name(site, &symbols), "train_step (train.py:20)");
         assert!(FoldRules::with_extra(&["(".to_string()]).is_err());
+    }
+
+    /// A stack of `python -m vramtrace run train.py` calling into a library.
+    fn recorded_stack(b: &mut TraceBuilder) -> StackId {
+        let venv = "/opt/venv/lib/python3.12/site-packages";
+        b.stack(&[
+            (
+                "forward",
+                &format!("{venv}/torch/nn/modules/linear.py"),
+                125,
+            ),
+            (
+                "forward",
+                &format!("{venv}/transformers/models/gpt2/modeling_gpt2.py"),
+                608,
+            ),
+            ("train_step", "/home/me/train.py", 90),
+            ("<module>", "/home/me/train.py", 120),
+            ("_run_code", "<frozen runpy>", 88),
+            ("run_path", "<frozen runpy>", 287),
+            ("main", &format!("{venv}/vramtrace/__main__.py"), 31),
+            ("<module>", &format!("{venv}/vramtrace/__main__.py"), 36),
+            (
+                "start",
+                "/home/me/checkout/recorder/python/vramtrace/_observer.py",
+                40,
+            ),
+            ("_run_module_as_main", "/usr/lib/python3.12/runpy.py", 198),
+        ])
+    }
+
+    #[test]
+    fn the_recorders_own_frames_never_show() {
+        let mut b = TraceBuilder::new();
+        let stack = recorded_stack(&mut b);
+        // A program of the user's in a folder that happens to be named so.
+        let users = b.stack(&[("train", "/home/me/vramtrace/train.py", 5)]);
+        let (_, symbols) = b.finish_symbols();
+        let mut folder = SiteFolder::default();
+        let site = folder.site(users, &symbols);
+        assert_eq!(
+            folder.name(site, &symbols),
+            "train (/home/me/vramtrace/train.py:5)"
+        );
+        for full in [false, true] {
+            let mut folder = SiteFolder::new(FoldRules::default(), full);
+            let site = folder.site(stack, &symbols);
+            let frames = folder.frames(site, &symbols, 10);
+            assert!(
+                frames
+                    .iter()
+                    .all(|f| !f.contains("vramtrace/") && !f.contains("runpy")),
+                "{frames:?}"
+            );
+            assert_eq!(frames.last().unwrap(), "<module> (/home/me/train.py:120)");
+        }
+    }
+
+    #[test]
+    fn a_site_in_library_code_is_attributed_to_the_users_line_first() {
+        let mut b = TraceBuilder::new();
+        let stack = recorded_stack(&mut b);
+        let other_caller = b.stack(&[
+            (
+                "forward",
+                "/opt/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py",
+                608,
+            ),
+            ("evaluate", "/home/me/train.py", 140),
+        ]);
+        let autograd = b.stack(&[("NllLossBackward0", "", 0)]);
+        let (_, symbols) = b.finish_symbols();
+        let mut folder = SiteFolder::default();
+        let site = folder.site(stack, &symbols);
+        assert_eq!(
+            folder.name(site, &symbols),
+            "train_step (/home/me/train.py:90) via forward (/opt/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py:608)"
+        );
+        // The same library line reached from another line of the user's is
+        // another site.
+        let other = folder.site(other_caller, &symbols);
+        assert_ne!(other, site);
+        assert!(
+            folder
+                .name(other, &symbols)
+                .starts_with("evaluate (/home/me/train.py:140) via")
+        );
+        // No user frame to name: the autograd node alone.
+        let node = folder.site(autograd, &symbols);
+        assert_eq!(folder.name(node, &symbols), "NllLossBackward0");
+
+        let rules = FoldRules::default().attributing(Attribution::Innermost);
+        let mut folder = SiteFolder::new(rules, false);
+        let site = folder.site(stack, &symbols);
+        assert_eq!(folder.site(other_caller, &symbols), site);
+        assert_eq!(
+            folder.name(site, &symbols),
+            "forward (/opt/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py:608)"
+        );
+    }
+
+    #[test]
+    fn python_sites_keep_function_package_path_and_line() {
+        assert_eq!(
+            site_label(
+                "forward (/opt/torch/.venv/lib/python3.12/site-packages/torchvision/models/resnet.py:97)"
+            ),
+            "forward (torchvision/models/resnet.py:97)"
+        );
+        assert_eq!(
+            site_label("<module> (/work/probes/train.py:33)"),
+            "<module> (probes/train.py:33)"
+        );
+        assert_eq!(site_label("step (optim.py:9)"), "step (optim.py:9)");
+    }
+
+    #[test]
+    fn cpp_sites_lose_namespaces_templates_and_parameters() {
+        assert_eq!(
+            site_label(
+                "torch::autograd::generated::ConvolutionBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&) (??:0)"
+            ),
+            "ConvolutionBackward0::apply"
+        );
+        assert_eq!(
+            site_label("c10::cuda::malloc(unsigned long)"),
+            "cuda::malloc"
+        );
+        // GCC clones and the anonymous namespace.
+        assert_eq!(
+            site_label(
+                "void at::native::(anonymous namespace)::launch_kernel<float>(at::TensorIterator&) [clone .isra.0] (Loss.cu:0)"
+            ),
+            "native::launch_kernel (Loss.cu)"
+        );
+        assert_eq!(
+            site_label("at::Tensor::to(c10::TensorOptions) const [clone .cold]"),
+            "Tensor::to"
+        );
+        assert_eq!(site_label("NllLossBackward0"), "NllLossBackward0");
+    }
+
+    #[test]
+    fn a_site_attributed_to_the_users_line_shows_it_first_both_shortened() {
+        assert_eq!(
+            site_label(
+                "steps (/work/gpt2/train.py:31) via forward (/opt/venv/lib/python3.12/site-packages/transformers/activations.py:66)"
+            ),
+            "steps (gpt2/train.py:31) via forward (transformers/activations.py:66)"
+        );
+        assert_eq!(
+            site_label("main (train.py:90) via AccumulateGrad"),
+            "main (train.py:90) via AccumulateGrad"
+        );
+        assert_eq!(
+            site_label("load (/usr/lib/python3.12/json/decoder.py:353)"),
+            "load (json/decoder.py:353)"
+        );
     }
 }

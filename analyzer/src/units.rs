@@ -15,6 +15,14 @@ pub enum UnitError {
         /// Examples of the right form.
         examples: &'static str,
     },
+    /// A size given without a unit.
+    #[error(
+        "'{text}' has no unit: write {text}GiB (binary), {text}GB (decimal) or {text}B (bytes)"
+    )]
+    NoUnit {
+        /// The text.
+        text: String,
+    },
     /// A unit this parser does not know.
     #[error("unknown {what} unit '{unit}' in '{text}'{hint}")]
     UnknownUnit {
@@ -101,9 +109,11 @@ pub fn percent(ratio: f64) -> String {
     format!("{:.1}%", ratio * 100.0)
 }
 
-/// Parses a size: a number with an optional unit, binary (`KiB`, `MiB`,
-/// `GiB`, `TiB`, or `K`/`M`/`G`/`T`) or decimal (`KB`, `MB`, `GB`, `TB`),
-/// case-insensitive; a bare number is bytes. `1.5GiB`, `24 GB`, `512`.
+/// Parses a size: a number with a unit, binary (`KiB`, `MiB`, `GiB`,
+/// `TiB`, or their initials `K`, `M`, `G`, `T`) or decimal (`KB`, `MB`,
+/// `GB`, `TB`), case-insensitive, or `B` for bytes: `1.5GiB`, `24 GB`,
+/// `512B`. A number without a unit is an error (24 bytes is never what
+/// `--capacity 24` means), but for 0.
 pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
     let t = text.trim();
     let split = t
@@ -116,10 +126,16 @@ pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
         .map_err(|_| UnitError::NotANumber {
             text: text.to_string(),
             what: "size",
-            examples: "512, 64MiB, 24GiB, 1.5GB",
+            examples: "512B, 64MiB, 24GiB, 80GB",
         })?;
     let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
+        "" if number == 0.0 => 1.0,
+        "" => {
+            return Err(UnitError::NoUnit {
+                text: text.to_string(),
+            });
+        }
+        "b" => 1.0,
         "k" | "kib" => 1024.0,
         "m" | "mib" => 1024.0 * 1024.0,
         "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
@@ -145,6 +161,19 @@ pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
         });
     }
     Ok(value.round() as u64)
+}
+
+/// A device's memory: two decimals in GiB from 1 GiB (`79.18 GiB`), whole
+/// MiB below (`512 MiB`), so that a capacity found to 2 MiB reads as such.
+pub fn capacity(n: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    if n >= 1 << 30 {
+        format!("{:.2} GiB", n as f64 / (1u64 << 30) as f64)
+    } else if n >= MIB {
+        format!("{} MiB", count(n.div_ceil(MIB)))
+    } else {
+        bytes(n)
+    }
 }
 
 /// Parses a duration: a number with a unit `ns`, `us`, `ms`, `s`, `m`, `h`
@@ -262,6 +291,9 @@ mod tests {
         assert_eq!(bytes(80 << 30), "80.0 GiB");
         assert_eq!(bytes_delta(-(1 << 20)), "-1.0 MiB");
         assert_eq!(bytes_delta(0), "0 B");
+        assert_eq!(capacity(1066 << 20), "1.04 GiB");
+        assert_eq!(capacity(512 << 20), "512 MiB");
+        assert_eq!(capacity(85_020_000_000), "79.18 GiB");
     }
 
     #[test]
@@ -276,7 +308,15 @@ mod tests {
 
     #[test]
     fn parses_sizes() {
-        assert_eq!(parse_bytes("512"), Ok(512));
+        assert_eq!(parse_bytes("512B"), Ok(512));
+        assert_eq!(parse_bytes("0"), Ok(0));
+        let e = parse_bytes("24").unwrap_err().to_string();
+        assert!(
+            e.contains("no unit") && e.contains("24GiB") && e.contains("24GB"),
+            "{e}"
+        );
+        assert_eq!(parse_bytes("80GB"), Ok(80_000_000_000));
+        assert_eq!(parse_bytes("80GiB"), Ok(80 << 30));
         assert_eq!(parse_bytes("24GiB"), Ok(24 << 30));
         assert_eq!(parse_bytes("24 gb"), Ok(24_000_000_000));
         assert_eq!(parse_bytes("1.5M"), Ok(3 << 19));

@@ -155,6 +155,11 @@ fn report_json_is_the_report() {
     ]));
     assert_eq!(v["summary"]["peak_allocated_bytes"], 96 * MIB);
     assert_eq!(v["name"], "report.vtrace");
+    assert_eq!(v["wrote"]["path"], html.to_str().unwrap());
+    assert_eq!(
+        v["wrote"]["bytes"].as_u64(),
+        std::fs::metadata(&html).ok().map(|m| m.len())
+    );
     assert!(
         v["timeline"]["samples"]
             .as_array()
@@ -168,18 +173,26 @@ fn report_json_is_the_report() {
 fn leaks_finds_an_injected_leak_with_its_size() {
     let path = training_trace("leak.vtrace", 12, 3 * MIB);
     let v = json(&vramtrace(&["leaks", "--json", path.to_str().unwrap()]));
-    let growth = v["growth"].as_array().unwrap();
-    assert_eq!(growth.len(), 1, "{growth:?}");
-    assert_eq!(growth[0]["phase"], "iter#");
-    assert_eq!(growth[0]["repetitions"], 12);
-    assert_eq!(growth[0]["bytes_per_repetition"], 3 * MIB);
-    let site = &growth[0]["sites"][0];
-    assert_eq!(site["bytes_per_repetition"], 3 * MIB);
-    assert_eq!(site["frames"][0], "log_metrics (train.py:57)");
+    let leaks = v["leaks"].as_array().unwrap();
+    assert_eq!(leaks.len(), 1, "{leaks:?}");
+    assert_eq!(leaks[0]["phase"], "iter#");
+    assert_eq!(leaks[0]["bytes_per_repetition"], 3 * MIB);
+    assert_eq!(leaks[0]["repetitions"], 12);
+    assert_eq!(leaks[0]["site"], "log_metrics (train.py:57)");
+    let iter = &v["repeated_phases"][0];
+    assert_eq!(iter["phase"], "iter#");
+    assert_eq!(iter["repetitions"], 12);
+    assert_eq!(iter["trend"], "grows");
+    assert_eq!(iter["bytes_per_repetition"], 3 * MIB);
+    assert_eq!(
+        iter["leaking_sites"][0]["frames"][0],
+        "log_metrics (train.py:57)"
+    );
 
     let steady = training_trace("steady2.vtrace", 12, 0);
     let v = json(&vramtrace(&["leaks", "--json", steady.to_str().unwrap()]));
-    assert_eq!(v["growth"].as_array().map(Vec::len), Some(0));
+    assert_eq!(v["leaks"].as_array().map(Vec::len), Some(0));
+    assert_eq!(v["repeated_phases"][0]["trend"], "steady");
 
     // A window that stops before the leak has repeated enough.
     let v = json(&vramtrace(&[
@@ -189,7 +202,7 @@ fn leaks_finds_an_injected_leak_with_its_size() {
         "iter1",
         path.to_str().unwrap(),
     ]));
-    assert_eq!(v["growth"].as_array().map(Vec::len), Some(0));
+    assert_eq!(v["leaks"].as_array().map(Vec::len), Some(0));
 }
 
 #[test]

@@ -38,7 +38,7 @@ fn the_timeline_shows_phases_the_peak_and_the_leaking_site() {
         "timeline".as_ref(),
         trace.as_os_str(),
         "--top".as_ref(),
-        "10".as_ref(),
+        "16".as_ref(),
         "-o".as_ref(),
         out.as_os_str(),
     ])
@@ -130,7 +130,8 @@ fn fragmentation_and_leak_charts_are_drawn() {
         "{shown}"
     );
     let shown = texts(&read_svg(&leaks));
-    assert!(shown.contains("+1.0 MiB per repetition"), "{shown}");
+    assert!(shown.contains("grows by 1.0 MiB per repetition"), "{shown}");
+    assert!(shown.contains("+1.0 MiB / repetition"), "{shown}");
     assert!(shown.contains("log_metrics (train.py:120)"), "{shown}");
 }
 
@@ -188,7 +189,7 @@ fn the_report_is_self_contained_and_says_what_it_found() {
         3,
         "timeline, fragmentation and leak charts"
     );
-    assert!(html.contains("retains <b>+1.0 MiB per repetition</b>"));
+    assert!(html.contains("keeps <b>+1.0 MiB per iteration</b>"));
     assert!(html.contains("log_metrics (train.py:120)"));
     assert!(html.contains("<details>"), "stacks are collapsible");
     // The sections link to the explorer: sites highlight, repetitions zoom,
@@ -205,7 +206,7 @@ fn the_report_of_a_snapshot_and_of_an_oom_run() {
         &fixture("torch/cnn_eval_accumulate.pickle.xz"),
         "report-torch",
     );
-    assert!(html.contains("867.9 MiB"), "the snapshot's allocated peak");
+    assert!(html.contains("871.5 MiB"), "the snapshot's allocated peak");
     let (_, html) = report(&fixture("oom.vtrace"), "report-oom");
     assert!(html.contains("id=\"ooms\""));
     assert!(html.contains("<b>Out of memory</b>"));

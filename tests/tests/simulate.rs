@@ -24,6 +24,8 @@ fn every_fixture_and_snapshot_is_reproduced_exactly() {
         "torch/cnn_eval_accumulate.pickle.xz",
         "torch/mlp_empty_cache.pickle.xz",
         "torch/mlp_expandable.pickle.xz",
+        "torch/gpt2_train.pickle.xz",
+        "torch/gpt2_midrun.pickle.xz",
     ] {
         let v = simulate_json(&[&path(name)]);
         let f = &v["fidelity"];
@@ -40,8 +42,33 @@ fn every_fixture_and_snapshot_is_reproduced_exactly() {
 }
 
 #[test]
+fn summary_and_simulate_of_real_snapshots_give_torchs_own_peaks() {
+    // PyTorch's max_memory_allocated() and max_memory_reserved() in the
+    // recorded runs (the .json beside each snapshot).
+    for (name, allocated, reserved) in [
+        (
+            "torch/gpt2_train.pickle.xz",
+            7_722_708_480u64,
+            8_082_423_808u64,
+        ),
+        ("torch/gpt2_midrun.pickle.xz", 7_721_260_032, 8_082_423_808),
+    ] {
+        let summary = vramtrace(["summary", &path(name), "--json"])
+            .success()
+            .json();
+        assert_eq!(summary["peak_allocated_bytes"], allocated, "{name}");
+        assert_eq!(summary["peak_reserved_bytes"], reserved, "{name}");
+        let sim = simulate_json(&[&path(name)]);
+        assert_eq!(sim["peak_allocated_bytes"], allocated, "{name}");
+        assert_eq!(sim["peak_reserved_bytes"], reserved, "{name}");
+        assert_eq!(sim["recorded"]["peak_allocated_bytes"], allocated, "{name}");
+    }
+}
+
+#[test]
 fn the_oom_fixture_runs_out_at_the_recorded_request_on_1_gib() {
-    let v = simulate_json(&[&path("oom.vtrace"), "--capacity", "1GiB"]);
+    // The synthetic device had no CUDA context: nothing reserved.
+    let v = simulate_json(&[&path("oom.vtrace"), "--capacity", "1GiB", "--reserve", "0"]);
     let oom = &v["oom"];
     assert_eq!(oom["recorded"], true, "{oom:#}");
     assert_eq!(oom["requested_bytes"], 89_128_960);
@@ -63,7 +90,7 @@ fn min_capacity_fits_and_2_mib_less_does_not() {
     let v = simulate_json(&[&path("oom.vtrace"), "--min-capacity"]);
     let min = v["min_capacity_bytes"].as_u64().unwrap();
     assert_eq!(min % (2 << 20), 0);
-    let at = |c: u64| simulate_json(&[&path("oom.vtrace"), "--capacity", &c.to_string()]);
+    let at = |c: u64| simulate_json(&[&path("oom.vtrace"), "--capacity", &format!("{c}B")]);
     assert!(at(min)["oom"].is_null());
     assert!(!at(min - (2 << 20))["oom"].is_null());
 }
@@ -110,6 +137,8 @@ fn the_chart_is_well_formed_svg_with_every_policy() {
         &path("oom.vtrace"),
         "--capacity",
         "1GiB",
+        "--reserve",
+        "0",
         "--compare-policies",
         "-o",
         out.to_str().unwrap(),
@@ -138,4 +167,90 @@ fn the_chart_is_well_formed_svg_with_every_policy() {
             "no '{want}' in {labels:?}"
         );
     }
+}
+
+#[test]
+fn a_size_without_a_unit_is_refused_and_units_mean_what_they_say() {
+    let run = vramtrace(["simulate", &path("leak.vtrace"), "--capacity", "24"]).fails_with(2);
+    assert!(run.stderr.contains("no unit"), "{}", run.stderr);
+    let gb = simulate_json(&[&path("leak.vtrace"), "--capacity", "80GB", "--reserve", "0"]);
+    assert_eq!(gb["capacity_bytes"], 80_000_000_000u64);
+    let gib = simulate_json(&[
+        &path("leak.vtrace"),
+        "--capacity",
+        "80GiB",
+        "--reserve",
+        "0",
+    ]);
+    assert_eq!(gib["capacity_bytes"], 80u64 << 30);
+    let run = vramtrace(["simulate", &path("leak.vtrace"), "--gpu", "h1000"]).fails_with(2);
+    assert!(
+        run.stderr.contains("h100"),
+        "names the known GPUs: {}",
+        run.stderr
+    );
+}
+
+#[test]
+fn the_verdict_is_one_line_that_text_and_json_share() {
+    // GPT-2 on an H100: PyTorch's peak reserved, 8,082,423,808 bytes, on
+    // 79.18 GiB less 512 MiB for the CUDA context.
+    let args = [
+        path("torch/gpt2_train.pickle.xz"),
+        "--gpu".into(),
+        "h100".into(),
+    ];
+    let v = simulate_json(&[&args[0], &args[1], &args[2]]);
+    let verdict = &v["verdict"];
+    assert_eq!(verdict["outcome"], "fits");
+    assert_eq!(v["device"]["name"], "H100 80GB");
+    assert_eq!(v["reserve"]["bytes"], 512u64 << 20);
+    let spare = (81_080u64 << 20) - (512 << 20) - 8_082_423_808;
+    assert_eq!(verdict["spare_bytes"], spare);
+    let line = verdict["line"].as_str().unwrap();
+    assert_eq!(
+        line,
+        "fits on H100 80GB with 71.15 GiB to spare (512 MiB kept for the CUDA context)"
+    );
+    let text = vramtrace(["simulate", &args[0], &args[1], &args[2]])
+        .success()
+        .stdout;
+    assert!(text.contains(&format!("verdict    {line}\n")), "{text}");
+
+    // Fragmentation: the default policy runs out where expandable segments fit.
+    let v = simulate_json(&[&path("fragmenting.vtrace"), "--capacity", "2.7GiB"]);
+    let verdict = &v["verdict"];
+    assert_eq!(verdict["outcome"], "out_of_memory");
+    assert_eq!(verdict["fits_with"], "expandable_segments:True");
+    let line = verdict["line"].as_str().unwrap();
+    assert!(
+        line.starts_with("runs out of memory on 2.70 GiB at iter18/backward, at train_step (train.py:90) via LogSoftmaxBackward0, asking for 208.2 MiB with ")
+            && line.contains("free but fragmented (largest free block 76.9 MiB)")
+            && line.ends_with("; expandable_segments:True fits"),
+        "{line}"
+    );
+
+    // No device: what it needs, and the smallest GPU that has it.
+    let v = simulate_json(&[&path("torch/gpt2_train.pickle.xz")]);
+    assert_eq!(v["verdict"]["outcome"], "needs");
+    assert_eq!(v["verdict"]["needs_bytes"], 8_082_423_808u64 + (512 << 20));
+    assert!(
+        v["verdict"]["line"]
+            .as_str()
+            .unwrap()
+            .ends_with("fits on T4 16GB and larger"),
+        "{}",
+        v["verdict"]["line"]
+    );
+}
+
+#[test]
+fn min_capacity_reads_the_same_in_text_and_json() {
+    let v = simulate_json(&[&path("oom.vtrace"), "--min-capacity"]);
+    let min = v["min_capacity_bytes"].as_u64().unwrap();
+    let text = vramtrace(["simulate", &path("oom.vtrace"), "--min-capacity"])
+        .success()
+        .stdout;
+    let shown = format!("{:.2} GiB", min as f64 / (1u64 << 30) as f64);
+    assert!(text.contains(&shown), "{shown} in:\n{text}");
 }

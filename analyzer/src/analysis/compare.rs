@@ -74,16 +74,10 @@ impl RunFigures {
             })
     }
 
-    /// The leak: the fastest growth per repetition among the phases found
-    /// growing, 0 without one.
+    /// The leak: the growth per repetition of the fastest-leaking site, 0
+    /// without one.
     pub fn leak_per_repetition(&self) -> i64 {
-        self.leaks
-            .growth
-            .iter()
-            .map(|g| g.bytes_per_repetition)
-            .max()
-            .unwrap_or(0)
-            .max(0)
+        self.leaks.fastest_leak().max(0)
     }
 }
 
@@ -268,9 +262,9 @@ pub struct PhaseDelta {
     /// Bytes its instances left allocated at their ends, summed (the mean
     /// per repetition with `per_iteration`).
     pub retained: Change,
-    /// The leak: growth of allocated bytes per repetition where the leak
-    /// analysis found the phase growing, 0 otherwise (a slope that is not
-    /// steady is noise, not growth).
+    /// The leak: the growth per repetition of the leaking sites the leak
+    /// analysis reports under the phase, 0 without one (a total that varies
+    /// is not a leak).
     pub leak_per_repetition: Change,
 }
 
@@ -427,9 +421,24 @@ pub fn site_key(site: &SiteDescription, full_stacks: bool, ignore_lines: bool) -
         .join("\n")
 }
 
-/// `function (file:line)` without its line: `function (file)`. A frame of
-/// another shape (a native `module+0x1f`) is kept whole.
+/// `function (file:line)` without its line: `function (file)`; a site
+/// named `USER via LIBRARY` loses both lines. A frame of another shape (a
+/// native `module+0x1f`) is kept whole.
 pub fn without_line(frame: &str) -> String {
+    let via = format!("){}", crate::sites::VIA);
+    if let Some(at) = frame.find(&via) {
+        let (user, library) = (&frame[..=at], &frame[at + via.len()..]);
+        return format!(
+            "{}{}{}",
+            frame_without_line(user),
+            crate::sites::VIA,
+            frame_without_line(library)
+        );
+    }
+    frame_without_line(frame)
+}
+
+fn frame_without_line(frame: &str) -> String {
     if let Some((head, line)) = frame.strip_suffix(')').and_then(|f| f.rsplit_once(':'))
         && !line.is_empty()
         && line.bytes().all(|c| c.is_ascii_digit())
@@ -537,10 +546,13 @@ fn phases(base: &RunFigures, new: &RunFigures, per_iteration: bool) -> Vec<Phase
     };
     let growth = |r: &RunFigures| {
         r.leaks
-            .growth
+            .repeated_phases
             .iter()
-            .map(|g| (g.phase.clone(), g.bytes_per_repetition))
-            .collect::<BTreeMap<_, _>>()
+            .map(|g| {
+                let leaked = g.leaking_sites.iter().map(|s| s.bytes_per_repetition).sum();
+                (g.phase.clone(), leaked)
+            })
+            .collect::<BTreeMap<_, i64>>()
     };
     let (tb, tn) = (totals(base), totals(new));
     let (gb, gn) = (growth(base), growth(new));
@@ -920,7 +932,7 @@ pub fn gate(comparison: &Comparison, thresholds: &[Threshold]) -> Result<GateRes
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::leaks::{PhaseGrowth, SiteBytes};
+    use crate::analysis::leaks::{PhaseGrowth, SiteBytes, SiteGrowth, SiteLeak, Trend};
     use crate::analysis::phase_totals::PhaseTotal;
     use crate::analysis::site_totals::SiteTotal;
     use crate::analysis::summary::SiteShare;
@@ -967,21 +979,40 @@ mod tests {
             retained_bytes: leak.max(0) as u64 * 10,
             max_retained_bytes: leak.max(0) as u64,
         });
+        let leaking = SiteGrowth {
+            site: site("leak (a.py:9)"),
+            bytes_per_repetition: leak,
+            steadiness: 1.0,
+            repetitions: 10,
+            retained_bytes: leak.max(0) as u64 * 10,
+        };
         let growth = PhaseGrowth {
             phase: "iter#".into(),
             repetitions: 10,
-            warmup_repetitions: 2,
+            warmup_repetitions: 0,
+            cut_short_repetitions: vec![],
             bytes_per_repetition: leak,
             steadiness: 1.0,
-            growing: leak > 0,
+            trend: if leak > 0 {
+                Trend::Grows
+            } else {
+                Trend::Steady
+            },
             sampled_repetitions: vec![],
             live_bytes_at_end: vec![],
             end_ns: vec![],
-            sites: vec![],
+            leaking_sites: if leak > 0 {
+                vec![leaking.clone()]
+            } else {
+                vec![]
+            },
         };
-        r.leaks.repeated_phases.push(growth.clone());
+        r.leaks.repeated_phases.push(growth);
         if leak > 0 {
-            r.leaks.growth.push(growth);
+            r.leaks.leaks.push(SiteLeak {
+                phase: "iter#".into(),
+                growth: leaking,
+            });
         }
         r
     }
@@ -1058,6 +1089,10 @@ mod tests {
         assert!(!loose.sites[0].changed());
         assert_eq!(loose.sites[0].site, "f (a.py:5)");
         assert_eq!(without_line("f (a.py:12)"), "f (a.py)");
+        assert_eq!(
+            without_line("step (t.py:9) via forward (m.py:41)"),
+            "step (t.py) via forward (m.py)"
+        );
         assert_eq!(without_line("libtorch.so+0x1f"), "libtorch.so+0x1f");
         assert_eq!(
             without_line("operator() (x.cpp:7)"),
@@ -1111,7 +1146,11 @@ mod tests {
         let check = |spec: &str| gate(&c, &parse_thresholds(spec).unwrap()).unwrap();
         assert!(check("peak_allocated:+5%").failed == ["peak_allocated:+5%"]);
         assert!(check("peak_allocated:+5.1%").passed);
-        assert!(check("peak_allocated:+50").failed.len() == 1);
+        assert!(check("peak_allocated:+50B").failed.len() == 1);
+        assert!(
+            parse_thresholds("peak_allocated:+50").is_err(),
+            "a size needs its unit"
+        );
         assert!(check("leak:+1MiB").failed == ["leak:+1MiB"]);
         assert!(check("leak:+2MiB").passed);
         assert!(check("leak:+100%").failed.len() == 1, "any growth from 0");

@@ -1,18 +1,33 @@
-//! Leak reports: memory retained by phases, growth across repetitions of a
-//! phase, and allocations never freed.
+//! Leak reports: sites whose memory grows across repetitions of a phase,
+//! the trend of each repeated phase, memory retained by phase instances, and
+//! allocations never freed.
 //!
-//! 1. **Retained by a phase instance**: the bytes allocated while the
+//! 1. **Leaking sites.** Instances of a phase are grouped by their path with
+//!    numbers normalized (`train/iter12` → `train/iter#`). At the end of each
+//!    repetition the analysis records the allocated bytes, the live bytes of
+//!    every site, and the bytes of every site that the repetition itself
+//!    allocated and left live. A site *leaks* when its live bytes at the end
+//!    of successive repetitions grow consistently: a robust (Theil–Sen) slope
+//!    of at least one byte per repetition, over three repetitions or more, that
+//!    explains at least 90% of the series' variation ([`Fit`]). Repetitions
+//!    cut short by an out-of-memory error did not reach their end, and are
+//!    left out. A site leaking in several nested phases is reported once,
+//!    under the phase that best explains it: the innermost one whose
+//!    repetitions themselves allocate what the site keeps.
+//! 2. **Trends of repeated phases.** A phase's allocated bytes at the end of
+//!    its repetitions are *steady* (the same, within 1% or 1 MiB), *grow* or
+//!    *shrink* (consistently, as for a site), or *vary* (neither: batch or
+//!    sequence sizes that change from one repetition to the next). A varying
+//!    phase is never a leak; a leak is a site.
+//! 3. **Retained by a phase instance**: the bytes allocated while the
 //!    instance (or a phase nested in it) was open and still live when it
 //!    ended, by site. Kept per open phase with per-site counters, so the cost
 //!    is a few hash updates per event.
-//! 2. **Growth of a repeated phase**: instances are grouped by their path
-//!    with numbers normalized (`train/iter12` → `train/iter#`). At the end of
-//!    each repetition the analysis records the allocated bytes and the live
-//!    bytes of every site. The growth per repetition is a robust slope (see
-//!    [`robust_slope`]) over the repetitions after the warm-up ones (the
-//!    first fifth, at least one: optimizer state and caches appear there).
-//!    The sites whose live bytes grow the same way are the leaks.
-//! 3. **Never freed**: blocks still live at the window's end, by site.
+//! 4. **Never freed**: blocks still live at the window's end, by site.
+//!
+//! A fit first takes every repetition, then leaves the first fifth out as a
+//! warm-up (optimizer state and caches appear in the first repetitions), and
+//! keeps the first of the two that shows consistent growth.
 
 use super::phases::normalized_path;
 use super::{Analysis, AnalysisError, Flow, Step};
@@ -31,20 +46,38 @@ pub const KEPT_INSTANCES: usize = 1000;
 /// dropped and only every second later repetition is sampled.
 pub const MAX_SAMPLES: usize = 1024;
 
-/// A robust slope of `y` over `x`: the median of the slopes between points
-/// half the series apart (a Theil–Sen estimator restricted to one
-/// separation, linear in the number of points). `None` with fewer than two
-/// points.
+/// The least share of a series' variation a steady growth explains.
+pub const MIN_STEADINESS: f64 = 0.9;
+
+/// The fewest repetitions a growth is measured over.
+pub const MIN_REPETITIONS: usize = 3;
+
+/// Series longer than this are fitted by slopes between points half the
+/// series apart rather than between every pair.
+const PAIRWISE_MAX: usize = 64;
+
+/// A robust slope of `y` over `x` (Theil–Sen): the median of the slopes
+/// between every pair of points, or, in a long series, between the points
+/// half the series apart (linear in the number of points). `None` with fewer
+/// than two points.
 pub fn robust_slope(x: &[f64], y: &[f64]) -> Option<f64> {
     let m = x.len().min(y.len());
     if m < 2 {
         return None;
     }
-    let h = (m / 2).max(1);
-    let mut slopes: Vec<f64> = (0..m - h)
-        .filter(|&i| x[i + h] != x[i])
-        .map(|i| (y[i + h] - y[i]) / (x[i + h] - x[i]))
-        .collect();
+    let mut slopes: Vec<f64> = if m <= PAIRWISE_MAX {
+        (0..m)
+            .flat_map(|i| (i + 1..m).map(move |j| (i, j)))
+            .filter(|&(i, j)| x[j] != x[i])
+            .map(|(i, j)| (y[j] - y[i]) / (x[j] - x[i]))
+            .collect()
+    } else {
+        let h = m / 2;
+        (0..m - h)
+            .filter(|&i| x[i + h] != x[i])
+            .map(|i| (y[i + h] - y[i]) / (x[i + h] - x[i]))
+            .collect()
+    };
     median(&mut slopes)
 }
 
@@ -61,31 +94,109 @@ fn median(v: &mut [f64]) -> Option<f64> {
     })
 }
 
-/// The share of consecutive differences within 10% (and at least 1 KiB) of
-/// `slope`: 1 for a series growing by the same amount every time.
+/// How much of a series' variation the line of slope `slope` (through the
+/// median intercept) explains: 1 − residual / total sum of squares, at
+/// least 0; 1 for a series that does not vary.
 pub fn steadiness(x: &[f64], y: &[f64], slope: f64) -> f64 {
-    let tolerance = (slope.abs() * 0.1).max(1024.0);
-    let diffs: Vec<f64> = (1..x.len().min(y.len()))
-        .filter(|&i| x[i] != x[i - 1])
-        .map(|i| (y[i] - y[i - 1]) / (x[i] - x[i - 1]))
-        .collect();
-    if diffs.is_empty() {
-        return 0.0;
+    let n = x.len().min(y.len());
+    if n == 0 {
+        return 1.0;
     }
-    diffs
-        .iter()
-        .filter(|d| (*d - slope).abs() <= tolerance)
-        .count() as f64
-        / diffs.len() as f64
+    let mut intercepts: Vec<f64> = (0..n).map(|i| y[i] - slope * x[i]).collect();
+    let intercept = median(&mut intercepts).unwrap_or(0.0);
+    let mean = y[..n].iter().sum::<f64>() / n as f64;
+    let total: f64 = y[..n].iter().map(|v| (v - mean).powi(2)).sum();
+    if total == 0.0 {
+        return 1.0;
+    }
+    let residual: f64 = (0..n)
+        .map(|i| (y[i] - intercept - slope * x[i]).powi(2))
+        .sum();
+    (1.0 - residual / total).max(0.0)
 }
 
-/// How many leading repetitions are warm-up: a fifth, at least one once
-/// there are three.
+/// How many leading repetitions a second fit leaves out as warm-up: a
+/// fifth, at least one once there are three.
 pub fn warmup(repetitions: usize) -> usize {
     if repetitions < 3 {
         0
     } else {
         (repetitions / 5).max(1)
+    }
+}
+
+/// A straight-line fit of a series at the ends of repetitions.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Fit {
+    /// Leading points left out (warm-up).
+    pub skipped: usize,
+    /// Points fitted.
+    pub points: usize,
+    /// The robust slope, per repetition.
+    pub slope: f64,
+    /// The share of the variation the line explains (see [`steadiness`]).
+    pub steadiness: f64,
+}
+
+impl Fit {
+    /// Fits `y` over `x` from point `skipped` on.
+    pub fn of(x: &[f64], y: &[f64], skipped: usize) -> Fit {
+        let (x, y) = (&x[skipped.min(x.len())..], &y[skipped.min(y.len())..]);
+        let slope = robust_slope(x, y).unwrap_or(0.0);
+        Fit {
+            skipped,
+            points: x.len().min(y.len()),
+            slope,
+            steadiness: steadiness(x, y, slope),
+        }
+    }
+
+    /// Whether the series changes consistently: a slope of at least a byte,
+    /// up or down, over [`MIN_REPETITIONS`] points or more, explaining at
+    /// least [`MIN_STEADINESS`] of the variation.
+    pub fn is_consistent(&self) -> bool {
+        self.points >= MIN_REPETITIONS
+            && self.slope.round() != 0.0
+            && self.steadiness >= MIN_STEADINESS
+    }
+
+    /// The fit of every point if it shows consistent change (`up`: growth;
+    /// else a fall), or else of the points after the warm-up, whichever
+    /// first does; `None` if neither does.
+    pub fn consistent(x: &[f64], y: &[f64], up: bool) -> Option<Fit> {
+        let w = warmup(x.len());
+        let direction = |f: &Fit| (f.slope > 0.0) == up;
+        std::iter::once(0)
+            .chain((w > 0).then_some(w))
+            .map(|skip| Fit::of(x, y, skip))
+            .find(|f| f.is_consistent() && direction(f))
+    }
+}
+
+/// How a repeated phase's allocated bytes at its ends change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trend {
+    /// The same at every end, within 1% or 1 MiB (after the warm-up).
+    Steady,
+    /// Growing consistently (see [`Fit::is_consistent`]).
+    Grows,
+    /// Falling consistently.
+    Shrinks,
+    /// Neither: the bytes differ from one repetition to the next without a
+    /// steady direction (batch or sequence sizes that change).
+    Varies,
+}
+
+impl Trend {
+    /// The word tables print.
+    pub fn word(self) -> &'static str {
+        match self {
+            Trend::Steady => "steady",
+            Trend::Grows => "grows",
+            Trend::Shrinks => "shrinks",
+            Trend::Varies => "varies",
+        }
     }
 }
 
@@ -118,7 +229,7 @@ pub struct PhaseRetention {
     pub sites: Vec<SiteBytes>,
 }
 
-/// A site's growth per repetition.
+/// A site's growth across the repetitions of a phase.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SiteGrowth {
     /// The site.
@@ -126,44 +237,62 @@ pub struct SiteGrowth {
     pub site: SiteDescription,
     /// The robust growth of the site's live bytes per repetition.
     pub bytes_per_repetition: i64,
-    /// How steady that growth is (see [`steadiness`]).
+    /// How steady that growth is: the share of the variation it explains.
     pub steadiness: f64,
-    /// The site's live bytes at the last repetition's end.
-    pub live_bytes_at_last_end: u64,
+    /// Repetitions the growth was measured over (after the warm-up, without
+    /// those cut short).
+    pub repetitions: u64,
+    /// The site's live bytes at the end of the last repetition measured:
+    /// what it retains.
+    pub retained_bytes: u64,
 }
 
-/// The growth of a repeated phase.
+/// A leaking site, under the repeated phase that best explains it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SiteLeak {
+    /// The normalized phase path (`train/iter#`).
+    pub phase: String,
+    /// The growth.
+    #[serde(flatten)]
+    pub growth: SiteGrowth,
+}
+
+/// A repeated phase: its allocated bytes at the end of each repetition, and
+/// how they change.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PhaseGrowth {
     /// The normalized phase path (`train/iter#`).
     pub phase: String,
     /// The number of repetitions.
     pub repetitions: u64,
-    /// Leading repetitions left out of the fit.
+    /// Leading repetitions left out of the fit as warm-up.
     pub warmup_repetitions: u64,
-    /// The robust growth of allocated bytes per repetition.
+    /// Repetitions cut short by an out-of-memory error (left out of every
+    /// fit), by number.
+    pub cut_short_repetitions: Vec<u64>,
+    /// The robust growth of allocated bytes per repetition (meaningful when
+    /// the trend is `grows` or `shrinks`).
     pub bytes_per_repetition: i64,
-    /// The share of repetitions that grew by about that much.
+    /// The share of the variation that growth explains.
     pub steadiness: f64,
-    /// Whether this is a leak: positive growth, steady or driven by a
-    /// steadily growing site.
-    pub growing: bool,
+    /// How the allocated bytes at the ends change.
+    pub trend: Trend,
     /// The repetitions sampled (all, unless there were more than [`MAX_SAMPLES`]).
     pub sampled_repetitions: Vec<u64>,
     /// Allocated bytes at the end of each sampled repetition.
     pub live_bytes_at_end: Vec<u64>,
     /// The end time of each sampled repetition.
     pub end_ns: Vec<u64>,
-    /// Sites whose live bytes grow per repetition, fastest first.
-    pub sites: Vec<SiteGrowth>,
+    /// The leaking sites this phase best explains, fastest first.
+    pub leaking_sites: Vec<SiteGrowth>,
 }
 
 /// The leak report.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct LeaksReport {
-    /// Repeated phases that grow steadily: the leaks.
-    pub growth: Vec<PhaseGrowth>,
-    /// Every repeated phase (three repetitions or more), growing or not.
+    /// The leaking sites, each once, fastest first.
+    pub leaks: Vec<SiteLeak>,
+    /// Every repeated phase (three repetitions or more), with its trend.
     pub repeated_phases: Vec<PhaseGrowth>,
     /// Phase instances that left memory live at their end, most first
     /// (at most [`KEPT_INSTANCES`]).
@@ -179,29 +308,53 @@ pub struct LeaksReport {
 }
 
 impl LeaksReport {
-    /// The phase a chart of growth shows: the fastest-growing leak, else the
-    /// most repeated phase; `None` when no phase repeats.
+    /// The phase a chart of growth shows: the one of the fastest leak, else
+    /// the fastest-growing phase, else the most repeated one; `None` when no
+    /// phase repeats.
     pub fn chart_phase(&self) -> Option<&PhaseGrowth> {
-        self.growth
+        let named = |name: &str| self.repeated_phases.iter().find(|p| p.phase == name);
+        self.leaks
             .first()
-            .or_else(|| self.repeated_phases.iter().max_by_key(|p| p.repetitions))
+            .and_then(|l| named(&l.phase))
+            .or_else(|| {
+                self.repeated_phases
+                    .iter()
+                    .filter(|p| p.trend == Trend::Grows)
+                    .max_by_key(|p| p.bytes_per_repetition)
+            })
+            .or_else(|| {
+                // The most repeated; the first of them on a tie.
+                self.repeated_phases
+                    .iter()
+                    .rev()
+                    .max_by_key(|p| p.repetitions)
+            })
     }
 
-    /// The leaking phases, leaving out a phase nested in a leaking phase listed
-    /// before it when both grow by the same site: `iter#/forward` repeats what
-    /// `iter#` already says.
-    pub fn distinct_leaks(&self) -> Vec<&PhaseGrowth> {
-        let top_site = |g: &PhaseGrowth| g.sites.first().map(|s| s.site.site.clone());
-        let mut kept: Vec<&PhaseGrowth> = Vec::new();
-        for g in &self.growth {
-            let nested_repeat = kept.iter().any(|k| {
-                g.phase.starts_with(&format!("{}/", k.phase)) && top_site(k) == top_site(g)
-            });
-            if !nested_repeat {
-                kept.push(g);
-            }
-        }
-        kept
+    /// The fastest leak's growth per repetition (0 without a leak).
+    pub fn fastest_leak(&self) -> i64 {
+        self.leaks
+            .first()
+            .map_or(0, |l| l.growth.bytes_per_repetition)
+    }
+}
+
+/// How a repetition of a phase is named in a sentence: `iteration` for a
+/// phase named like one (`iter#`, `step#`, `batch#`, `epoch#`), else
+/// `repetition of PHASE`.
+pub fn repetition_noun(phase: &str) -> String {
+    let last = phase
+        .rsplit('/')
+        .next()
+        .unwrap_or(phase)
+        .to_ascii_lowercase();
+    let word = last.trim_end_matches('#').trim_end_matches(['_', '-', '.']);
+    match word {
+        "iter" | "iteration" | "it" => "iteration".into(),
+        "step" | "train_step" => "step".into(),
+        "batch" => "batch".into(),
+        "epoch" => "epoch".into(),
+        _ => format!("repetition of {phase}"),
     }
 }
 
@@ -210,7 +363,12 @@ struct Sample {
     repetition: u64,
     end_ns: u64,
     allocated: u64,
+    /// An out-of-memory error happened in the repetition.
+    cut_short: bool,
+    /// Live bytes by site, in site order.
     sites: Vec<(SiteId, u64)>,
+    /// Bytes the repetition allocated and left live, by site, in site order.
+    retained: Vec<(SiteId, u64)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -228,16 +386,40 @@ struct Instance {
     sites: Vec<(SiteId, SiteLive)>,
 }
 
+/// An open phase instance: the live bytes allocated inside it, by site, and
+/// whether an allocation failed in it.
+#[derive(Clone, Debug)]
+struct Open {
+    phase: PhaseId,
+    sites: FxHashMap<SiteId, SiteLive>,
+    oom: bool,
+}
+
+/// A site growing across the repetitions of one group, before attribution.
+struct Candidate {
+    site: SiteId,
+    group: usize,
+    growth: SiteGrowth,
+    /// Whether the group's repetitions themselves allocated what the site
+    /// keeps: a typical repetition left at least half the growth live.
+    allocated_there: bool,
+}
+
 /// Computes a [`LeaksReport`].
 #[derive(Clone, Debug, Default)]
 pub struct Leaks {
-    // Per open phase (by depth): live bytes allocated inside it, by site.
-    open: Vec<(PhaseId, FxHashMap<SiteId, SiteLive>)>,
+    // Per open phase, outermost first.
+    open: Vec<Open>,
     groups: BTreeMap<String, Group>,
     instances: Vec<Instance>,
     instance_count: u64,
     window_start_ns: Option<u64>,
     report: Option<LeaksReport>,
+}
+
+fn by_site(v: &[(SiteId, u64)], site: SiteId) -> u64 {
+    v.binary_search_by_key(&site, |(id, _)| *id)
+        .map_or(0, |i| v[i].1)
 }
 
 impl Leaks {
@@ -256,12 +438,23 @@ impl Leaks {
         let end_ns = inst.end_ns.unwrap_or(state.time_ns());
         // Phases begun before the window are not tracked; nested ones left
         // open by a mismatched end are closed with it.
-        if let Some(pos) = self.open.iter().position(|(p, _)| *p == id) {
-            let (_, sites) = self.open.swap_remove(pos);
+        let mut retained = Vec::new();
+        let mut cut_short = false;
+        if let Some(pos) = self.open.iter().position(|o| o.phase == id) {
+            let open = self.open.swap_remove(pos);
             self.open.truncate(pos);
             self.instance_count += 1;
-            let mut sites: Vec<(SiteId, SiteLive)> =
-                sites.into_iter().filter(|(_, s)| s.blocks > 0).collect();
+            cut_short = open.oom;
+            let mut sites: Vec<(SiteId, SiteLive)> = open
+                .sites
+                .into_iter()
+                .filter(|(_, s)| s.blocks > 0)
+                .collect();
+            retained = sites
+                .iter()
+                .map(|(site, live)| (*site, live.bytes))
+                .collect();
+            retained.sort_unstable();
             if !sites.is_empty() {
                 sites.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
                 self.instances.push(Instance {
@@ -289,6 +482,7 @@ impl Leaks {
             repetition,
             end_ns,
             allocated: state.totals().allocated,
+            cut_short,
             sites: state
                 .site_live()
                 .iter()
@@ -296,6 +490,7 @@ impl Leaks {
                 .filter(|(_, s)| s.blocks > 0)
                 .map(|(i, s)| (SiteId(i as u32), s.bytes))
                 .collect(),
+            retained,
         });
         if group.samples.len() >= MAX_SAMPLES {
             let mut keep = 0;
@@ -324,14 +519,14 @@ impl Leaks {
             p = inst.parent;
         }
         let Some(depth) = depth else { return };
-        for (open_id, sites) in self.open.iter_mut() {
+        for open in self.open.iter_mut() {
             if state
-                .phase(*open_id)
+                .phase(open.phase)
                 .is_none_or(|i| i.depth as usize > depth)
             {
                 break;
             }
-            if let Some(s) = sites.get_mut(&a.site) {
+            if let Some(s) = open.sites.get_mut(&a.site) {
                 s.bytes = s.bytes.saturating_sub(a.size);
                 s.blocks = s.blocks.saturating_sub(1);
             }
@@ -347,68 +542,146 @@ impl Leaks {
         self.instances.truncate(KEPT_INSTANCES);
     }
 
+    /// A group's trend, and the sites growing across its repetitions.
     fn growth(
         group_name: &str,
         g: &Group,
+        index: usize,
         state: &ReplayState,
         symbols: &SymbolTable,
-    ) -> PhaseGrowth {
-        let w = warmup(g.samples.len());
-        let fit: &[Sample] = &g.samples[w..];
-        let x: Vec<f64> = fit.iter().map(|s| s.repetition as f64).collect();
-        let y: Vec<f64> = fit.iter().map(|s| s.allocated as f64).collect();
-        let slope = robust_slope(&x, &y).unwrap_or(0.0);
-        let steady = steadiness(&x, &y, slope);
-        let mut site_ids: Vec<SiteId> = fit
+    ) -> (PhaseGrowth, Vec<Candidate>) {
+        let complete: Vec<&Sample> = g.samples.iter().filter(|s| !s.cut_short).collect();
+        let x: Vec<f64> = complete.iter().map(|s| s.repetition as f64).collect();
+        let y: Vec<f64> = complete.iter().map(|s| s.allocated as f64).collect();
+        let (trend, fit) = if let Some(f) = Fit::consistent(&x, &y, true) {
+            (Trend::Grows, f)
+        } else if let Some(f) = Fit::consistent(&x, &y, false) {
+            (Trend::Shrinks, f)
+        } else {
+            let f = Fit::of(&x, &y, warmup(x.len()));
+            let after = &y[f.skipped.min(y.len())..];
+            let (lo, hi) = after
+                .iter()
+                .fold((f64::MAX, 0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            let tolerance = (hi * 0.01).max(MIB);
+            let steady = after.is_empty() || hi - lo <= tolerance;
+            (if steady { Trend::Steady } else { Trend::Varies }, f)
+        };
+
+        let mut site_ids: Vec<SiteId> = complete
             .iter()
             .flat_map(|s| s.sites.iter().map(|(id, _)| *id))
             .collect();
         site_ids.sort_unstable();
         site_ids.dedup();
-        let mut sites: Vec<SiteGrowth> = site_ids
+        let candidates = site_ids
             .into_iter()
             .filter_map(|site| {
-                let ys: Vec<f64> = fit
+                let ys: Vec<f64> = complete
                     .iter()
-                    .map(|s| {
-                        s.sites
-                            .binary_search_by_key(&site, |(id, _)| *id)
-                            .map_or(0.0, |i| s.sites[i].1 as f64)
-                    })
+                    .map(|s| by_site(&s.sites, site) as f64)
                     .collect();
-                let slope = robust_slope(&x, &ys)?;
-                let steady = steadiness(&x, &ys, slope);
-                (slope.round() > 0.0 && steady >= 0.5).then(|| SiteGrowth {
-                    site: state.sites().describe(site, symbols),
-                    bytes_per_repetition: slope.round() as i64,
-                    steadiness: steady,
-                    live_bytes_at_last_end: ys.last().copied().unwrap_or(0.0) as u64,
+                // A site can only grow if it ends above where it began.
+                let last = *ys.last()?;
+                if ys.iter().all(|&v| v >= last) {
+                    return None;
+                }
+                let f = Fit::consistent(&x, &ys, true)?;
+                let mut kept: Vec<f64> = complete[f.skipped..]
+                    .iter()
+                    .map(|s| by_site(&s.retained, site) as f64)
+                    .collect();
+                let typical = median(&mut kept).unwrap_or(0.0);
+                Some(Candidate {
+                    site,
+                    group: index,
+                    allocated_there: typical >= f.slope / 2.0,
+                    growth: SiteGrowth {
+                        site: state.sites().describe(site, symbols),
+                        bytes_per_repetition: f.slope.round() as i64,
+                        steadiness: f.steadiness,
+                        repetitions: f.points as u64,
+                        retained_bytes: last as u64,
+                    },
                 })
             })
             .collect();
-        sites.sort_by(|a, b| {
-            b.bytes_per_repetition
-                .cmp(&a.bytes_per_repetition)
-                .then_with(|| a.site.site.cmp(&b.site.site))
-        });
-        let bytes_per_repetition = slope.round() as i64;
-        // Noise in what a repetition keeps (sequence lengths, caches) can
-        // make the total unsteady while one site grows like clockwork.
-        let growing = bytes_per_repetition > 0 && (steady >= 0.5 || !sites.is_empty());
-        PhaseGrowth {
+        let growth = PhaseGrowth {
             phase: group_name.to_string(),
             repetitions: g.repetitions,
-            warmup_repetitions: g.samples.get(w).map_or(0, |s| s.repetition),
-            bytes_per_repetition,
-            steadiness: steady,
-            growing,
+            warmup_repetitions: complete.get(fit.skipped).map_or(0, |s| s.repetition),
+            cut_short_repetitions: g
+                .samples
+                .iter()
+                .filter(|s| s.cut_short)
+                .map(|s| s.repetition)
+                .collect(),
+            bytes_per_repetition: fit.slope.round() as i64,
+            steadiness: fit.steadiness,
+            trend,
             sampled_repetitions: g.samples.iter().map(|s| s.repetition).collect(),
             live_bytes_at_end: g.samples.iter().map(|s| s.allocated).collect(),
             end_ns: g.samples.iter().map(|s| s.end_ns).collect(),
-            sites,
+            leaking_sites: Vec::new(),
+        };
+        (growth, candidates)
+    }
+
+    /// Reports each growing site once, under the phase that best explains it:
+    /// the innermost one whose repetitions allocated what it keeps; else
+    /// (allocated outside every repeated phase) the outermost one, the most
+    /// repeated first.
+    fn attribute(phases: &mut [PhaseGrowth], candidates: Vec<Candidate>) -> Vec<SiteLeak> {
+        let depths: Vec<usize> = phases
+            .iter()
+            .map(|p| p.phase.matches('/').count())
+            .collect();
+        let reps: Vec<u64> = phases.iter().map(|p| p.repetitions).collect();
+        let depth = |c: &Candidate| depths[c.group];
+        let mut by_site: BTreeMap<SiteId, Vec<Candidate>> = BTreeMap::new();
+        for c in candidates {
+            by_site.entry(c.site).or_default().push(c);
         }
+        let mut leaks = Vec::new();
+        for (_, mut cs) in by_site {
+            let steadier =
+                |a: &Candidate, b: &Candidate| a.growth.steadiness.total_cmp(&b.growth.steadiness);
+            let best = if cs.iter().any(|c| c.allocated_there) {
+                cs.retain(|c| c.allocated_there);
+                cs.iter()
+                    .enumerate()
+                    .max_by(|(_, a), (_, b)| depth(a).cmp(&depth(b)).then(steadier(a, b)))
+            } else {
+                cs.iter().enumerate().max_by(|(_, a), (_, b)| {
+                    depth(b)
+                        .cmp(&depth(a))
+                        .then(reps[a.group].cmp(&reps[b.group]))
+                        .then(steadier(a, b))
+                })
+            }
+            .map(|(i, _)| i);
+            let Some(best) = best else { continue };
+            let c = cs.swap_remove(best);
+            phases[c.group].leaking_sites.push(c.growth.clone());
+            leaks.push(SiteLeak {
+                phase: phases[c.group].phase.clone(),
+                growth: c.growth,
+            });
+        }
+        let fastest = |a: &SiteGrowth, b: &SiteGrowth| {
+            b.bytes_per_repetition
+                .cmp(&a.bytes_per_repetition)
+                .then_with(|| a.site.site.cmp(&b.site.site))
+        };
+        for p in phases.iter_mut() {
+            p.leaking_sites.sort_by(fastest);
+        }
+        leaks.sort_by(|a, b| fastest(&a.growth, &b.growth));
+        leaks
     }
 }
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 impl Analysis for Leaks {
     fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
@@ -424,8 +697,8 @@ impl Analysis for Leaks {
                 if let Some(old) = state.replaced_by(step.index) {
                     self.released(old, state);
                 }
-                for (_, sites) in &mut self.open {
-                    let s = sites.entry(a.site).or_default();
+                for open in &mut self.open {
+                    let s = open.sites.entry(a.site).or_default();
                     s.bytes += a.size;
                     s.blocks += 1;
                 }
@@ -436,9 +709,18 @@ impl Analysis for Leaks {
                 self.released(&a, state)
             }
             Applied::PhaseBegin(id) => {
-                self.open.push((id, FxHashMap::default()));
+                self.open.push(Open {
+                    phase: id,
+                    sites: FxHashMap::default(),
+                    oom: false,
+                });
             }
             Applied::PhaseEnd(id) => self.phase_ended(id, state, step.symbols),
+            Applied::Oom(_) => {
+                for open in &mut self.open {
+                    open.oom = true;
+                }
+            }
             _ => {}
         }
         Ok(Flow::Continue)
@@ -470,18 +752,14 @@ impl Analysis for Leaks {
                 }
             })
             .collect();
-        let repeated_phases: Vec<PhaseGrowth> = self
-            .groups
-            .iter()
-            .filter(|(_, g)| g.repetitions >= 3)
-            .map(|(name, g)| Self::growth(name, g, state, symbols))
-            .collect();
-        let mut growth: Vec<PhaseGrowth> = repeated_phases
-            .iter()
-            .filter(|g| g.growing)
-            .cloned()
-            .collect();
-        growth.sort_by_key(|g| std::cmp::Reverse(g.bytes_per_repetition));
+        let mut repeated_phases = Vec::new();
+        let mut candidates = Vec::new();
+        for (name, g) in self.groups.iter().filter(|(_, g)| g.repetitions >= 3) {
+            let (growth, mut found) = Self::growth(name, g, repeated_phases.len(), state, symbols);
+            repeated_phases.push(growth);
+            candidates.append(&mut found);
+        }
+        let leaks = Self::attribute(&mut repeated_phases, candidates);
         let mut never: FxHashMap<SiteId, SiteLive> = FxHashMap::default();
         for a in state.live() {
             if self.window_start_ns.is_none_or(|start| a.time_ns > start) {
@@ -493,7 +771,7 @@ impl Analysis for Leaks {
         let mut never: Vec<(SiteId, SiteLive)> = never.into_iter().collect();
         never.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
         self.report = Some(LeaksReport {
-            growth,
+            leaks,
             repeated_phases,
             retained_by_phase,
             phase_instances: self.instance_count,

@@ -7,15 +7,17 @@ use std::path::{Path, PathBuf};
 use vramtrace::analysis::window::WindowSpec;
 use vramtrace::command::ReplayOptions;
 use vramtrace::input::Input;
-use vramtrace::sites::FoldRules;
+use vramtrace::sites::{Attribution, FoldRules};
 
 /// Flags shared by the replaying commands.
 #[derive(clap::Args, Clone, Debug)]
 pub struct CommonArgs {
-    /// The traces to analyze (each is analyzed on its own).
+    /// The traces (or PyTorch snapshots) to analyze, each on its own; a
+    /// chart (-o) draws one.
     #[arg(required = true, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
-    /// Print JSON instead of tables (an array with several traces).
+    /// Print JSON instead of text (one object, or an array with several
+    /// traces).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -52,6 +54,13 @@ pub struct ReplayArgs {
     /// stacks to sites (matched against `function (file:line)`); repeatable.
     #[arg(long, value_name = "REGEX")]
     pub skip_frames: Vec<String>,
+    /// Name each site by its innermost frame past the framework's
+    /// machinery, library code included. By default a site in library code
+    /// (site-packages, the standard library, C++) is named by the user's
+    /// own innermost line first: `train_step (train.py:90) via forward
+    /// (transformers/...:608)`.
+    #[arg(long)]
+    pub innermost: bool,
 }
 
 impl ReplayArgs {
@@ -59,7 +68,11 @@ impl ReplayArgs {
     pub fn options(&self) -> anyhow::Result<ReplayOptions> {
         Ok(ReplayOptions {
             window: WindowSpec::parse(self.from.as_deref(), self.to.as_deref())?,
-            fold: FoldRules::with_extra(&self.skip_frames)?,
+            fold: FoldRules::with_extra(&self.skip_frames)?.attributing(if self.innermost {
+                Attribution::Innermost
+            } else {
+                Attribution::User
+            }),
             full_stacks: self.full_stacks,
         })
     }

@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     buckets: u32,
     /// Also draw reserved, allocated, free memory and fragmentation over
-    /// time as an SVG chart (with finer buckets than the table).
+    /// time as an SVG chart (with finer buckets than the table); one trace.
     #[arg(short, long, value_name = "FILE.svg")]
     output: Option<std::path::PathBuf>,
     /// What the chart's x axis measures: time, the event index, or busy

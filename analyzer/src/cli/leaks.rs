@@ -15,8 +15,8 @@ pub struct Args {
     /// How many rows each table shows.
     #[arg(long, default_value_t = 10)]
     top: usize,
-    /// Also draw the growth of the leaking (or else the most repeated) phase
-    /// as an SVG chart.
+    /// Also draw, as an SVG chart, the repeated phase of the fastest leak
+    /// (or else the fastest-growing or most repeated phase); one trace.
     #[arg(short, long, value_name = "FILE.svg")]
     output: Option<std::path::PathBuf>,
 }

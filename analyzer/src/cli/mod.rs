@@ -57,9 +57,9 @@ enum Command {
     Summary(summary::Args),
     /// Show cached and fragmented memory over time.
     Fragmentation(fragmentation::Args),
-    /// Find leaks: memory retained by phases, growth across repetitions.
+    /// Find leaks: sites whose memory grows across repetitions, and phase trends.
     Leaks(leaks::Args),
-    /// Draw memory over time as an SVG chart, stacked by site or phase.
+    /// Draw memory over time (SVG, or JSON), stacked by site or phase.
     Timeline(timeline::Args),
     /// Write every analysis of a trace into one self-contained HTML page.
     Report(report::Args),
@@ -67,7 +67,7 @@ enum Command {
     Synth(synth::Args),
     /// Compare two runs: what grew, where, and by how much; a CI gate with --fail-on.
     Compare(compare::Args),
-    /// Replay a trace under another GPU size or allocator setting: peaks, retries, OOMs.
+    /// What if: would the run fit on another GPU or allocator setting; if not, where.
     Simulate(simulate::Args),
 }
 

@@ -1,24 +1,28 @@
 //! `vramtrace report`: every analysis of a trace in one self-contained HTML
 //! page.
 
-use super::common::{CommonArgs, open};
+use super::common::{ReplayArgs, open};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
-use anyhow::bail;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace::command::report::{ReportOptions, report};
+use vramtrace::command::report::{ReportOptions, ReportWritten, WrittenFile, report};
 use vramtrace::print;
-use vramtrace::units;
 
 /// Arguments of `vramtrace report`.
 #[derive(clap::Args)]
 pub struct Args {
-    #[command(flatten)]
-    common: CommonArgs,
+    /// The trace (or PyTorch snapshot) to report on: one; compare it with
+    /// another run with --baseline.
+    #[arg(value_name = "TRACE")]
+    trace: PathBuf,
     /// Where to write the report (HTML).
     #[arg(short, long, value_name = "FILE.html")]
     output: PathBuf,
+    /// Print what was written and the findings as JSON instead of a line
+    /// of text.
+    #[arg(long)]
+    json: bool,
     /// Sites shown by name in the timeline and the tables.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=24))]
     top: u32,
@@ -30,22 +34,21 @@ pub struct Args {
     /// range of capacities), which costs a few simulations of the trace.
     #[arg(long)]
     no_what_if: bool,
+    #[command(flatten)]
+    replay: ReplayArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = ReportOptions {
-        replay: args.common.replay.options()?,
+        replay: args.replay.options()?,
         top: args.top as usize,
         explorer: Default::default(),
         what_if: !args.no_what_if,
     };
-    if args.common.traces.len() != 1 {
-        bail!("report takes one trace (compare it with another one with --baseline BASE)");
-    }
     let progress = Bars::new();
     // Snapshots are parsed side by side, as the passes then run.
     let (input, baseline) = rayon::join(
-        || open(&args.common.traces[0], &progress),
+        || open(&args.trace, &progress),
         || {
             args.baseline
                 .as_ref()
@@ -61,18 +64,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let html = print::html::report(&result, options.top)?;
     write_file(&args.output, html.as_bytes())?;
-    if args.common.json {
-        emit(&print::json(&result))?;
+    let written = ReportWritten {
+        wrote: WrittenFile {
+            path: args.output.display().to_string(),
+            bytes: html.len() as u64,
+        },
+        report: &result,
+    };
+    if args.json {
+        emit(&print::json(&written))?;
     } else {
-        println!(
-            "wrote {} ({}): peak allocated {}, reserved {}, {} leak(s), {} OOM(s)",
-            args.output.display(),
-            units::bytes(html.len() as u64),
-            units::bytes(result.summary.peak_allocated_bytes),
-            units::bytes(result.summary.peak_reserved_bytes),
-            result.leaks.distinct_leaks().len(),
-            result.summary.oom_count
-        );
+        emit(&print::text::report_written(&written))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::Error;
 use vramtrace::command::Warning;
-use vramtrace::command::simulate::{SimulateOptions, simulate};
+use vramtrace::command::simulate::{Device, SimulateOptions, simulate};
 use vramtrace::print::{self, svg::simulate::Series};
 use vramtrace::simulate::SimulateError;
+use vramtrace::simulate::gpus::{self, GpuPreset};
 use vramtrace::units;
 use vramtrace_recorder::allocator::AllocatorConfig;
 
@@ -20,9 +21,20 @@ pub struct Args {
     /// The trace (or PyTorch snapshot) whose requests to replay.
     #[arg(value_name = "TRACE")]
     trace: PathBuf,
-    /// Device memory to simulate (24GiB, 80GB, 1.5GiB); unlimited if not given.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
+    /// The device's memory, with its unit: GiB binary (24GiB), GB decimal
+    /// (80GB = 74.5 GiB); unlimited if neither this nor --gpu is given.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, conflicts_with = "gpu")]
     capacity: Option<u64>,
+    /// A GPU, by name, whose memory to simulate: h100, h200, a100-80gb,
+    /// a100-40gb, l40s, a30, a10, l4, rtx4090, rtx3090, v100-32gb, t4
+    /// (docs/simulate.md says where each figure comes from).
+    #[arg(long, value_name = "NAME", value_parser = parse_gpu)]
+    gpu: Option<&'static GpuPreset>,
+    /// Memory kept off the allocator for the CUDA context (and NCCL): the
+    /// device's memory less this is what the simulated allocator gets.
+    /// Default: an estimate, 512MiB, and 1GiB more when the trace shows NCCL.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
+    reserve: Option<u64>,
     /// Allocator settings to simulate, in PYTORCH_CUDA_ALLOC_CONF syntax
     /// (`expandable_segments:True,max_split_size_mb:128`); repeatable, one
     /// policy each. Default: the trace's recorded settings.
@@ -52,6 +64,11 @@ pub struct Args {
 /// Time buckets of the chart: about one per two pixels of its width.
 const CHART_BUCKETS: usize = 500;
 
+/// A `--gpu` name: a preset, or an error listing them.
+fn parse_gpu(name: &str) -> Result<&'static GpuPreset, String> {
+    gpus::find(name).ok_or_else(|| format!("unknown GPU '{name}' (known: {})", gpus::names()))
+}
+
 /// Parses the `--alloc-conf` values: a bad one is a usage error naming it.
 fn parse_confs(confs: &[String]) -> anyhow::Result<Vec<AllocatorConfig>> {
     confs
@@ -64,8 +81,14 @@ fn parse_confs(confs: &[String]) -> anyhow::Result<Vec<AllocatorConfig>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let device = match (args.gpu, args.capacity) {
+        (Some(gpu), _) => Some(Device::preset(gpu)),
+        (None, Some(bytes)) => Some(Device::of_size(bytes)),
+        (None, None) => None,
+    };
     let options = SimulateOptions {
-        capacity: args.capacity,
+        device,
+        reserve: args.reserve,
         settings: parse_confs(&args.alloc_conf)?,
         standard_policies: args.compare_policies,
         min_capacity: args.min_capacity,
@@ -123,11 +146,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }),
             })
             .collect();
-        let capacity = args
-            .capacity
-            .map_or_else(|| "unlimited".into(), units::bytes);
-        let title = format!("What-if: {} on {capacity}", file_name(&args.trace));
-        let svg = print::svg::simulate::render(&series, args.capacity, &title)?;
+        let on = result
+            .device
+            .as_ref()
+            .map_or_else(|| "a device without limit".into(), |d| d.name.clone());
+        let title = format!("What-if: {} on {on}", file_name(&args.trace));
+        let svg = print::svg::simulate::render(&series, result.capacity_bytes, &title)?;
         write_file(svg_path, svg.as_bytes())?;
     }
     if args.json {

@@ -16,7 +16,8 @@ use vramtrace::units;
 pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
-    /// Where to write the chart (SVG).
+    /// Where to write the chart (SVG) of the one trace given; without it,
+    /// --json prints the samples.
     #[arg(short, long, value_name = "FILE.svg")]
     output: Option<PathBuf>,
     /// What the stacked areas are split by.

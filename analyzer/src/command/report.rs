@@ -84,6 +84,25 @@ pub struct ReportResult {
     pub baseline_warnings: Vec<Warning>,
 }
 
+/// A file a command wrote.
+#[derive(Clone, Debug, Serialize)]
+pub struct WrittenFile {
+    /// Its path, as given.
+    pub path: String,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// What `report` wrote, and everything the report shows: `report --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReportWritten<'a> {
+    /// The page.
+    pub wrote: WrittenFile,
+    /// The findings.
+    #[serde(flatten)]
+    pub report: &'a ReportResult,
+}
+
 /// Runs every analysis of a trace in one pass, and with a baseline, measures
 /// it at the same time and compares the two.
 pub fn report(

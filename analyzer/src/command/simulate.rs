@@ -5,9 +5,12 @@ use super::Warning;
 use crate::Error;
 use crate::input::Input;
 use crate::progress::Progress;
+use crate::simulate::gpus::{self, GpuPreset};
 use crate::simulate::{
-    self, Extracted, Fidelity, ScenarioResult, SimOptions, extract, scenarios, sweep,
+    self, Extracted, Fidelity, Reserve, Scenario, ScenarioResult, SimOptions, SimulateError,
+    extract, scenarios, sweep,
 };
+use crate::sites::site_label;
 use crate::units;
 use serde::Serialize;
 use vramtrace_format::EventSource;
@@ -16,8 +19,11 @@ use vramtrace_recorder::allocator::AllocatorConfig;
 /// What `simulate` runs.
 #[derive(Clone, Debug, Default)]
 pub struct SimulateOptions {
-    /// Device memory; unlimited when `None`.
-    pub capacity: Option<u64>,
+    /// The device: its memory; unlimited when `None`.
+    pub device: Option<Device>,
+    /// Memory kept off the allocator's device (the CUDA context, NCCL);
+    /// estimated when `None` (see [`Reserve::estimate`]).
+    pub reserve: Option<u64>,
     /// Settings to simulate, besides (or, when none, instead of) the
     /// recorded ones.
     pub settings: Vec<AllocatorConfig>,
@@ -29,6 +35,66 @@ pub struct SimulateOptions {
     pub chart_buckets: usize,
 }
 
+/// The device a what-if runs on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Device {
+    /// Its name in verdicts: a preset's (`H100 80GB`), or its memory.
+    pub name: String,
+    /// Its memory, as a process sees it.
+    pub total_bytes: u64,
+    /// Where that figure comes from, for a preset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+impl Device {
+    /// A device of `total_bytes`, named by its memory.
+    pub fn of_size(total_bytes: u64) -> Device {
+        Device {
+            name: units::capacity(total_bytes),
+            total_bytes,
+            source: None,
+        }
+    }
+
+    /// A preset GPU.
+    pub fn preset(gpu: &GpuPreset) -> Device {
+        Device {
+            name: gpu.name.to_string(),
+            total_bytes: gpu.usable_bytes,
+            source: Some(gpu.source.to_string()),
+        }
+    }
+}
+
+/// How a what-if ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The run fits on the device.
+    Fits,
+    /// It runs out of memory there.
+    OutOfMemory,
+    /// No device was given: what it needs.
+    Needs,
+}
+
+/// The answer in one line, and the figures behind it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// How it ends.
+    pub outcome: Outcome,
+    /// The verdict as one line of text: the text printer prints exactly this.
+    pub line: String,
+    /// Device memory left over at the peak, when it fits.
+    pub spare_bytes: Option<u64>,
+    /// The device memory the run needs, the reserve included: its smallest
+    /// capacity when found, else (no device given) its peak reserved.
+    pub needs_bytes: Option<u64>,
+    /// The first other policy that fits where the first runs out.
+    pub fits_with: Option<String>,
+}
+
 /// Where a simulated run first ran out of memory, described.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct OomDescription {
@@ -38,6 +104,10 @@ pub struct OomDescription {
     pub event_index: u64,
     /// Free bytes after flushing the cache.
     pub free_bytes: u64,
+    /// Bytes still cached free in segments then.
+    pub cached_free_bytes: u64,
+    /// The largest of those cached free blocks.
+    pub largest_free_block: u64,
     /// The phase path open then.
     pub phase: String,
     /// Whether the recorded run ran out of memory here too.
@@ -64,7 +134,8 @@ pub struct PolicyResult {
     pub scenario: ScenarioResult,
     /// The first OOM, described.
     pub oom: Option<OomDescription>,
-    /// The smallest capacity that fits, when asked for.
+    /// The smallest device memory that fits, the reserve included, when
+    /// asked for.
     pub min_capacity_bytes: Option<u64>,
 }
 
@@ -90,8 +161,11 @@ pub struct SimulateResult {
     pub alloc_retries: u64,
     /// The first policy's cache flushes.
     pub cache_flushes: u64,
-    /// The device memory simulated (unlimited when absent).
+    /// The memory the allocator was given: the device's less the reserve
+    /// (unlimited when absent).
     pub capacity_bytes: Option<u64>,
+    /// The device (none: unlimited).
+    pub device: Option<Device>,
     /// Events read.
     pub events: u64,
     /// How exactly the recorded settings reproduce the recording, when they
@@ -99,7 +173,8 @@ pub struct SimulateResult {
     pub fidelity: Option<Fidelity>,
     /// The first policy's fragmentation at its peak.
     pub fragmentation: f64,
-    /// The first policy's smallest capacity, when asked for.
+    /// The first policy's smallest device memory, the reserve included,
+    /// when asked for.
     pub min_capacity_bytes: Option<u64>,
     /// What the reader should know about how the requests were read.
     pub notes: Vec<String>,
@@ -119,6 +194,10 @@ pub struct SimulateResult {
     pub recorded: Recorded,
     /// Requests replayed.
     pub requests: usize,
+    /// The memory kept off the allocator's device.
+    pub reserve: Reserve,
+    /// Does it fit, and if not, where it fails, in one line.
+    pub verdict: Verdict,
     /// What reading the input found worth a warning.
     #[serde(skip)]
     pub warnings: Vec<Warning>,
@@ -171,16 +250,35 @@ pub fn simulate(
         path: input.path().to_owned(),
         source,
     })?;
-    let sim = SimOptions {
-        capacity: options.capacity,
-        samples: options.chart_buckets,
-        ..Default::default()
-    };
     if let Err(e) = &recorded {
         warnings.push(Warning::UnreadableSettings(e.to_string()));
     }
     let recorded = recorded.ok();
     let list = &extracted.list;
+    let symbols = events.symbols();
+    let nccl = simulate::shows_nccl(events.header(), symbols);
+    let reserve = match options.reserve {
+        Some(bytes) => Reserve::stated(bytes, nccl),
+        None => Reserve::estimate(nccl),
+    };
+    let capacity = match &options.device {
+        Some(d) if d.total_bytes <= reserve.bytes => {
+            return Err(Error::Simulate {
+                path: input.path().to_owned(),
+                source: SimulateError::ReserveExceedsDevice {
+                    reserve: reserve.bytes,
+                    device: d.total_bytes,
+                },
+            });
+        }
+        Some(d) => Some(d.total_bytes - reserve.bytes),
+        None => None,
+    };
+    let sim = SimOptions {
+        capacity,
+        samples: options.chart_buckets,
+        ..Default::default()
+    };
     let read_s = started.elapsed().as_secs_f64();
     let started = std::time::Instant::now();
     let (results, fidelity) = rayon::join(
@@ -191,26 +289,54 @@ pub fn simulate(
                 .map(|c| simulate::fidelity(list, c, extracted.recorded_capacity))
         },
     );
+    // Where the first policy runs out of memory, the standard ones not run
+    // yet are tried at the same capacity, for the verdict to name one that
+    // fits.
+    let others = if results[0].result.ooms > 0 && !options.standard_policies {
+        let untried: Vec<Scenario> = Scenario::standard()
+            .into_iter()
+            .filter(|s| !scenarios.iter().any(|x| x.config == s.config))
+            .collect();
+        let plain = SimOptions {
+            capacity,
+            ..Default::default()
+        };
+        sweep(list, &untried, &plain, false)
+    } else {
+        Vec::new()
+    };
     let timing = Timing {
         read_s,
         simulate_s: started.elapsed().as_secs_f64(),
-        runs: scenarios.len() + usize::from(fidelity.is_some()),
+        runs: scenarios.len() + others.len() + usize::from(fidelity.is_some()),
         list_bytes: list.memory_bytes(),
     };
-    let symbols = events.symbols();
+    // Where no policy fits either, how much the first would need.
+    let needed = (results[0].result.ooms > 0
+        && results[0].min_capacity.is_none()
+        && !results.iter().chain(&others).any(|r| r.result.ooms == 0))
+    .then(|| simulate::smallest_capacity(list, &scenarios[0].config, None).bytes + reserve.bytes);
     let policies: Vec<PolicyResult> = results
         .into_iter()
         .map(|r| PolicyResult {
             oom: describe_oom(&r, &extracted, symbols),
-            min_capacity_bytes: r.min_capacity.map(|m| m.bytes),
+            min_capacity_bytes: r.min_capacity.map(|m| m.bytes + reserve.bytes),
             scenario: r,
         })
         .collect();
     let first = &policies[0];
+    let verdict = verdict(
+        options.device.as_ref(),
+        &reserve,
+        &policies,
+        &others,
+        needed,
+    );
     Ok(SimulateResult {
         alloc_retries: first.scenario.result.alloc_retries,
         cache_flushes: first.scenario.result.cache_flushes,
-        capacity_bytes: options.capacity,
+        capacity_bytes: capacity,
+        device: options.device.clone(),
         events: list.events,
         fidelity,
         fragmentation: first.scenario.result.fragmentation,
@@ -228,10 +354,118 @@ pub fn simulate(
             peak_reserved_bytes: list.recorded_peak_reserved,
         },
         requests: list.requests.len(),
+        reserve,
+        verdict,
         policies,
         warnings,
         timing,
     })
+}
+
+/// The verdict on the first policy: does it fit, and if not, where and why
+/// it fails, and which other policy fits.
+fn verdict(
+    device: Option<&Device>,
+    reserve: &Reserve,
+    policies: &[PolicyResult],
+    others: &[ScenarioResult],
+    needed: Option<u64>,
+) -> Verdict {
+    let first = &policies[0];
+    let peak_reserved = first.scenario.result.peak_reserved_bytes;
+    let min = first.min_capacity_bytes.or(needed);
+    let Some(device) = device else {
+        let needs = min.unwrap_or(peak_reserved + reserve.bytes);
+        let what = if min.is_some() {
+            format!("needs {} of device memory", units::capacity(needs))
+        } else {
+            format!(
+                "takes {} at its peak ({} reserved by the allocator, {} for {})",
+                units::capacity(needs),
+                units::capacity(peak_reserved),
+                units::capacity(reserve.bytes),
+                reserve_words(reserve)
+            )
+        };
+        let cards = match gpus::smallest_holding(needs) {
+            Some(g) => format!("fits on {} and larger", g.name),
+            None => "more than any GPU listed (--gpu)".into(),
+        };
+        return Verdict {
+            outcome: Outcome::Needs,
+            line: format!("{what}: {cards}"),
+            spare_bytes: None,
+            needs_bytes: Some(needs),
+            fits_with: None,
+        };
+    };
+    let capacity = device.total_bytes.saturating_sub(reserve.bytes);
+    let Some(oom) = &first.oom else {
+        let spare = capacity.saturating_sub(peak_reserved);
+        return Verdict {
+            outcome: Outcome::Fits,
+            line: format!(
+                "fits on {} with {} to spare ({} kept for {})",
+                device.name,
+                units::capacity(spare),
+                units::capacity(reserve.bytes),
+                reserve_words(reserve)
+            ),
+            spare_bytes: Some(spare),
+            needs_bytes: min,
+            fits_with: None,
+        };
+    };
+    let free = oom.free_bytes + oom.cached_free_bytes;
+    let why = if free >= oom.requested_bytes {
+        format!(
+            "with {} free but fragmented (largest free block {})",
+            units::bytes(free),
+            units::bytes(oom.largest_free_block)
+        )
+    } else {
+        format!("with {} free", units::bytes(free))
+    };
+    let fits_with = policies[1..]
+        .iter()
+        .map(|p| (&p.scenario.policy, p.scenario.result.ooms))
+        .chain(others.iter().map(|s| (&s.policy, s.result.ooms)))
+        .find(|(_, ooms)| *ooms == 0)
+        .map(|(name, _)| name.clone());
+    let remedy = match (&fits_with, min) {
+        (Some(policy), _) => format!("; {policy} fits"),
+        (None, Some(min)) => format!(
+            "; no other policy tried fits, and it needs {}",
+            units::capacity(min)
+        ),
+        (None, None) => "; no other policy tried fits".into(),
+    };
+    let phase = if oom.phase.is_empty() {
+        String::new()
+    } else {
+        format!(" at {}", oom.phase)
+    };
+    Verdict {
+        outcome: Outcome::OutOfMemory,
+        line: format!(
+            "runs out of memory on {}{phase}, at {}, asking for {} {why}{remedy}",
+            device.name,
+            site_label(&oom.site),
+            units::bytes(oom.requested_bytes)
+        ),
+        spare_bytes: None,
+        needs_bytes: min,
+        fits_with,
+    }
+}
+
+/// What a reserve covers, for a sentence: `the CUDA context`.
+fn reserve_words(reserve: &Reserve) -> &'static str {
+    match (reserve.stated, reserve.nccl) {
+        (true, _) => "the stated reserve",
+        (false, true) => "the CUDA context and NCCL",
+        (false, false) => "the CUDA context",
+    }
 }
 
 fn describe_oom(
@@ -244,6 +478,8 @@ fn describe_oom(
         allocated_bytes: o.allocated_bytes,
         event_index: o.event_index,
         free_bytes: o.free_bytes,
+        cached_free_bytes: o.cached_free_bytes,
+        largest_free_block: o.largest_free_block,
         phase: extracted.state.phase_path(o.phase, symbols),
         recorded: o.recorded,
         requested_bytes: o.requested_bytes,
@@ -271,9 +507,11 @@ fn notes(e: &Extracted) -> Vec<String> {
             l.recorded_ooms
         ));
     }
-    if l.initial_live_blocks > 0 {
+    if !l.initial_segments.is_empty() {
         notes.push(format!(
-            "the trace starts mid-run: {} live blocks ({}) are allocated first",
+            "the trace starts mid-run: the simulation starts from its {} segments ({} reserved) at their recorded sizes and layout, with {} live blocks ({})",
+            l.initial_segments.len(),
+            units::bytes(l.initial_reserved),
             l.initial_live_blocks,
             units::bytes(l.initial_live_bytes)
         ));

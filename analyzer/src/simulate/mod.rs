@@ -9,6 +9,7 @@
 //! dozen decodes. [`fidelity`] checks that the recorded settings reproduce
 //! the recorded device actions. See `docs/simulate.md`.
 
+pub mod gpus;
 pub mod requests;
 pub mod what_if;
 
@@ -26,6 +27,7 @@ use vramtrace_recorder::allocator::{
     AllocError, AllocatorConfig, CachingAllocator, ConfigError, MIB, allocation_size,
 };
 use vramtrace_recorder::device::{DeviceMemory, SimulatedDevice};
+use vramtrace_recorder::format::BlockStatus;
 
 /// The precision of [`min_capacity`]: 2 MiB, the granularity of every
 /// segment the allocator reserves.
@@ -51,7 +53,7 @@ pub struct SimOptions {
 }
 
 /// Where a simulated run first ran out of memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct OomAt {
     /// The request's position in the list.
     pub request: usize,
@@ -71,6 +73,11 @@ pub struct OomAt {
     pub site: SiteId,
     /// Free device memory after the allocator released its cache.
     pub free_bytes: u64,
+    /// Memory still cached free in segments then (split segments cannot be
+    /// returned to the device).
+    pub cached_free_bytes: u64,
+    /// The largest of those cached free blocks.
+    pub largest_free_block: u64,
     /// Reserved bytes at the failure.
     pub reserved_bytes: u64,
     /// Allocated bytes at the failure.
@@ -201,12 +208,14 @@ pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptio
     let device = match options.capacity {
         Some(c) => SimulatedDevice::new(c),
         None => SimulatedDevice::unlimited(),
-    };
+    }
+    .with_recorded_addresses(list.recorded_allocations.clone());
     let mut alloc = CachingAllocator::new(device, config.clone());
     alloc.set_event_log(options.segments);
     let mut sampler = (options.samples > 0).then(|| Sampler::new(list, options.samples));
     let mut addrs = vec![FAILED; list.allocs.len()];
     let mut r = SimResult::default();
+    take_over_initial_segments(&mut alloc, list, &mut addrs, &mut r);
     let mut index = 0u64;
     let mut peak_reserved = 0u64;
     let mut cached_at_peak = 0u64;
@@ -228,25 +237,19 @@ pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptio
                         requested,
                         free_bytes,
                     }) => {
-                        r.ooms += 1;
-                        if r.first_oom.is_none() {
-                            let stats = alloc.stats();
-                            let needed = allocation_size(config.round_size(requested));
-                            r.first_oom = Some(OomAt {
-                                request: i,
-                                event_index: index,
-                                time_ns: req.time_ns,
-                                requested_bytes: requested,
-                                stream,
-                                phase: info.phase,
-                                site: info.site,
-                                free_bytes,
-                                reserved_bytes: stats.reserved_bytes.all.current,
-                                allocated_bytes: stats.allocated_bytes.all.current,
-                                shortfall_bytes: needed.saturating_sub(free_bytes),
-                                recorded: req.op == Op::FailedAlloc,
-                            });
-                        }
+                        let at = OomAt {
+                            request: i,
+                            event_index: index,
+                            time_ns: req.time_ns,
+                            requested_bytes: requested,
+                            stream,
+                            phase: info.phase,
+                            site: info.site,
+                            free_bytes,
+                            recorded: req.op == Op::FailedAlloc,
+                            ..OomAt::default()
+                        };
+                        r.out_of_memory(at, &alloc);
                         if options.stop_at_first_oom {
                             stopped_at = Some(i);
                         }
@@ -335,10 +338,151 @@ pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptio
     r
 }
 
+impl SimResult {
+    /// Counts an allocation that ran out of memory, described with the
+    /// allocator's state if it is the first.
+    fn out_of_memory<D: DeviceMemory>(&mut self, mut at: OomAt, alloc: &CachingAllocator<D>) {
+        self.ooms += 1;
+        if self.first_oom.is_none() {
+            let stats = alloc.stats();
+            let needed = allocation_size(alloc.config().round_size(at.requested_bytes));
+            at.reserved_bytes = stats.reserved_bytes.all.current;
+            at.allocated_bytes = stats.allocated_bytes.all.current;
+            (at.cached_free_bytes, at.largest_free_block) = alloc.cached_free();
+            at.shortfall_bytes = needed.saturating_sub(at.free_bytes);
+            self.first_oom = Some(at);
+        }
+    }
+}
+
+/// Starts the simulated allocator from the segments of a trace that begins
+/// mid-run, at their recorded sizes and layout. A segment it cannot take
+/// over (an expandable one; one the device cannot hold) has its blocks
+/// allocated instead, as requests made before the first event.
+fn take_over_initial_segments<D: DeviceMemory>(
+    alloc: &mut CachingAllocator<D>,
+    list: &RequestList,
+    addrs: &mut [u64],
+    r: &mut SimResult,
+) {
+    for seg in &list.initial_segments {
+        let in_use = seg
+            .blocks
+            .iter()
+            .filter(|b| b.status != BlockStatus::Free)
+            .filter_map(|b| Some((b, *list.initial_ids.get(&b.addr)? as usize)));
+        match alloc.load_segment(seg) {
+            Ok(base) => {
+                for (b, id) in in_use {
+                    addrs[id] = base + (b.addr - seg.addr);
+                }
+            }
+            Err(_) => {
+                for (_, id) in in_use {
+                    let info = &list.allocs[id];
+                    match alloc.malloc(info.requested, seg.stream) {
+                        Ok(a) => addrs[id] = a.addr,
+                        Err(AllocError::OutOfMemory {
+                            requested,
+                            free_bytes,
+                        }) => {
+                            let at = OomAt {
+                                requested_bytes: requested,
+                                stream: seg.stream,
+                                phase: info.phase,
+                                site: info.site,
+                                free_bytes,
+                                ..OomAt::default()
+                            };
+                            r.out_of_memory(at, alloc);
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A stream id no trace uses, one per block, for frees that wait on
 /// another stream.
 fn pseudo_stream(id: usize) -> u64 {
     u64::MAX - id as u64
+}
+
+/// What a CUDA context takes of a device before the caching allocator has
+/// any: about 500 MiB with CUDA's lazy loading. PyTorch's out-of-memory
+/// messages show it as the memory a process has in use beyond what PyTorch
+/// reserved: 0.49 GiB on an RTX 4090, an L40 and an A100
+/// (github.com/3DTopia/Phidias-Diffusion/issues/8,
+/// github.com/QwenLM/Qwen3-VL/issues/2097,
+/// github.com/TianheWu/CoSeR/issues/10). An estimate: measure yours and
+/// state it (`--reserve`).
+pub const CUDA_CONTEXT_BYTES: u64 = 512 * MIB;
+
+/// What NCCL's communication buffers take, when a trace shows NCCL: an
+/// estimate, since they grow with channels and peers (and NVLink SHARP);
+/// measure yours (`nvidia-smi` after `init_process_group`) and state it.
+pub const NCCL_BYTES: u64 = 1024 * MIB;
+
+/// Memory a what-if keeps off the caching allocator's device: what the CUDA
+/// context (and NCCL) take at run time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Reserve {
+    /// Bytes in all.
+    pub bytes: u64,
+    /// Whether they were stated (`--reserve`) rather than estimated.
+    pub stated: bool,
+    /// Whether the trace shows NCCL (a distributed run).
+    pub nccl: bool,
+    /// What they cover, in words.
+    pub covers: String,
+}
+
+impl Reserve {
+    /// The estimate: [`CUDA_CONTEXT_BYTES`], and [`NCCL_BYTES`] when the
+    /// trace shows NCCL.
+    pub fn estimate(nccl: bool) -> Reserve {
+        Reserve {
+            bytes: CUDA_CONTEXT_BYTES + if nccl { NCCL_BYTES } else { 0 },
+            stated: false,
+            nccl,
+            covers: if nccl {
+                "for the CUDA context and NCCL's buffers (estimated)".into()
+            } else {
+                "for the CUDA context (estimated)".into()
+            },
+        }
+    }
+
+    /// A reserve of `bytes`, as stated.
+    pub fn stated(bytes: u64, nccl: bool) -> Reserve {
+        Reserve {
+            bytes,
+            stated: true,
+            nccl,
+            covers: "(stated)".into(),
+        }
+    }
+}
+
+/// Whether a trace shows NCCL: a launcher's `WORLD_SIZE` above 1, or a frame
+/// of NCCL or `torch.distributed`.
+pub fn shows_nccl(
+    header: &vramtrace_format::Header,
+    symbols: &vramtrace_format::SymbolTable,
+) -> bool {
+    if header.process.world_size.is_some_and(|n| n > 1) {
+        return true;
+    }
+    (0..symbols.string_count() as u32)
+        .filter_map(|i| symbols.string(vramtrace_format::StringId(i)))
+        .any(|s| {
+            s.contains("nccl")
+                || s.contains("NCCL")
+                || s.contains("torch/distributed/")
+                || s.contains("c10d::")
+        })
 }
 
 /// A policy and capacity to simulate.
@@ -388,6 +532,18 @@ pub enum SimulateError {
         "the recorded allocator settings cannot be read ({0}), and no other settings are named"
     )]
     NoSettings(String),
+    /// The reserve leaves nothing of the device's memory to the allocator.
+    #[error(
+        "the reserve of {} leaves nothing of the device's {} to the allocator",
+        crate::units::capacity(*reserve),
+        crate::units::capacity(*device)
+    )]
+    ReserveExceedsDevice {
+        /// The reserve.
+        reserve: u64,
+        /// The device's memory.
+        device: u64,
+    },
 }
 
 /// The scenarios a simulation runs, in order, each settings once: the
@@ -475,6 +631,18 @@ pub fn min_capacity(
     }
 }
 
+/// [`min_capacity`], running the requests without a limit first unless
+/// their peak reserved without one is known.
+pub fn smallest_capacity(
+    list: &RequestList,
+    config: &AllocatorConfig,
+    unlimited_peak: Option<u64>,
+) -> MinCapacity {
+    let peak = unlimited_peak
+        .unwrap_or_else(|| simulate(list, config, &SimOptions::default()).peak_reserved_bytes);
+    min_capacity(list, config, peak)
+}
+
 /// One scenario's outcome in a [`sweep`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ScenarioResult {
@@ -502,16 +670,11 @@ pub fn sweep(
         .map(|s| {
             let result = simulate(list, &s.config, options);
             let min_capacity = find_min.then(|| {
-                let peak = if options.capacity.is_none() {
-                    result.peak_reserved_bytes
-                } else {
-                    let unlimited = SimOptions {
-                        capacity: None,
-                        ..Default::default()
-                    };
-                    simulate(list, &s.config, &unlimited).peak_reserved_bytes
-                };
-                min_capacity(list, &s.config, peak)
+                let unlimited_peak = options
+                    .capacity
+                    .is_none()
+                    .then_some(result.peak_reserved_bytes);
+                smallest_capacity(list, &s.config, unlimited_peak)
             });
             ScenarioResult {
                 policy: s.name.clone(),
@@ -574,11 +737,12 @@ pub fn fidelity(list: &RequestList, config: &AllocatorConfig, capacity: Option<u
                 .then(|| list.recorded_segments.len().min(sim.segments.len()))
         });
     let mut caveats = Vec::new();
-    if list.initial_live_blocks > 0 || list.initial_reserved > 0 {
+    let expandable = list.initial_segments.iter().filter(|s| s.expandable);
+    let (count, bytes) = expandable.fold((0, 0), |(n, b), s| (n + 1, b + s.size));
+    if count > 0 {
         caveats.push(format!(
-            "the trace starts mid-run with {} live blocks in {} reserved: they are allocated first, in address order, into fresh segments, so the simulated reserved memory does not carry the recorded layout of those segments",
-            list.initial_live_blocks,
-            crate::units::bytes(list.initial_reserved)
+            "the trace starts mid-run with {count} mapped ranges of expandable segments ({}): the simulation does not take those over, and allocates their blocks first into segments of its own",
+            crate::units::bytes(bytes)
         ));
     }
     if list.cross_stream_frees > 0 {
@@ -637,7 +801,8 @@ pub fn extract<S: vramtrace_format::EventSource>(
         .first()
         .and_then(|d| recorded_capacity(d.total_memory));
     let recorded_config = AllocatorConfig::from_settings(&header.allocator_settings);
-    let mut extractor = RequestExtractor::new(recorded_capacity);
+    let mut extractor =
+        RequestExtractor::new(recorded_capacity).starting_from(reader.initial_state());
     let mut state = crate::replay::ReplayState::default();
     let info = crate::analysis::run_pass(
         reader,

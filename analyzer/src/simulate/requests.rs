@@ -13,7 +13,9 @@ use crate::replay::{Applied, PhaseId, ReplayState};
 use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use vramtrace_format::{EventData, EventKind, SymbolTable};
+use vramtrace_format::{
+    BlockStatus, EventData, EventKind, InitialState, SegmentState, SymbolTable,
+};
 
 /// What a [`Request`] asks of the allocator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,14 +133,25 @@ pub struct RequestList {
     pub streams: Vec<u64>,
     /// The recorded device actions, in order.
     pub recorded_segments: Vec<SegmentAction>,
+    /// The size and address of each segment the recording reserved
+    /// (`cudaMalloc`), in order: a simulation lays its segments out the
+    /// same way while it makes the same requests of the device.
+    pub recorded_allocations: Vec<(u64, u64)>,
     /// The recorded peak of reserved bytes.
     pub recorded_peak_reserved: u64,
     /// The recorded peak of allocated bytes.
     pub recorded_peak_allocated: u64,
     /// The recorded OOM events.
     pub recorded_ooms: u64,
-    /// Blocks live when recording began (a trace that starts mid-run),
-    /// loaded as the first allocations.
+    /// The segments reserved when recording began (a trace that starts
+    /// mid-run), with their blocks at their recorded addresses: a
+    /// simulation takes them over as they were
+    /// (`CachingAllocator::load_segment`).
+    pub initial_segments: Vec<SegmentState>,
+    /// The alloc id ([`Request::id`]) of each block in use in
+    /// [`initial_segments`](Self::initial_segments), by recorded address.
+    pub initial_ids: FxHashMap<u64, u32>,
+    /// Blocks live when recording began.
     pub initial_live_blocks: u64,
     /// Their bytes.
     pub initial_live_bytes: u64,
@@ -174,6 +187,7 @@ impl RequestList {
         self.requests.capacity() * size_of::<Request>()
             + self.allocs.capacity() * size_of::<AllocInfo>()
             + self.recorded_segments.capacity() * size_of::<SegmentAction>()
+            + self.recorded_allocations.capacity() * size_of::<(u64, u64)>()
     }
 }
 
@@ -199,6 +213,7 @@ pub struct RequestExtractor {
     prev_kind: Option<EventKind>,
     burst: Option<Burst>,
     device_capacity: Option<u64>,
+    initial: Option<InitialState>,
     started: bool,
     // More streams than a request can name were met: the pass fails.
     too_many_streams: bool,
@@ -214,6 +229,13 @@ impl RequestExtractor {
             device_capacity: device_capacity.filter(|&c| c > 0),
             ..Default::default()
         }
+    }
+
+    /// The same, for a trace that starts from `initial` (its segments and
+    /// blocks go to [`RequestList::initial_segments`]).
+    pub fn starting_from(mut self, initial: Option<&InitialState>) -> Self {
+        self.initial = initial.cloned();
+        self
     }
 
     /// The list, once the pass is over: an error if it did not finish.
@@ -304,19 +326,27 @@ impl Analysis for RequestExtractor {
         self.list.initial_reserved = state.totals().reserved;
         self.list.recorded_peak_reserved = state.totals().reserved;
         self.list.recorded_peak_allocated = state.totals().allocated;
-        // A trace that starts mid-run: its live blocks are allocated first,
-        // in address order, on the stream of no segment we know of (the
-        // initial state records streams per segment, not per block).
-        let mut live: Vec<_> = state.live().copied().collect();
-        live.sort_unstable_by_key(|a| a.addr);
-        let stream = self.stream(0);
-        for a in live {
-            let id = self.new_alloc(a.requested.max(1), PhaseId::NONE, a.site);
-            self.live.insert(a.addr, (id, false));
-            self.list.initial_live_blocks += 1;
-            self.list.initial_live_bytes += a.size;
-            self.push(0, 0, Op::Alloc, id, stream);
+        // A trace that starts mid-run: its segments, with the blocks in use
+        // in them, are where the simulated allocator starts from; they come
+        // first among the recorded segments' addresses.
+        let segments = self.initial.take().map_or_else(Vec::new, |i| i.segments);
+        for seg in &segments {
+            for b in seg.blocks.iter().filter(|b| b.status != BlockStatus::Free) {
+                let (site, phase) = state
+                    .live_at(b.addr)
+                    .map_or((SiteId::UNKNOWN, PhaseId::NONE), |a| (a.site, a.phase));
+                let id = self.new_alloc(b.requested.max(1), phase, site);
+                // A block waiting for other streams is freed when they are done.
+                self.live.insert(b.addr, (id, false));
+                self.list.initial_ids.insert(b.addr, id);
+                self.list.initial_live_blocks += 1;
+                self.list.initial_live_bytes += b.size;
+            }
+            if !seg.expandable {
+                self.list.recorded_allocations.push((seg.size, seg.addr));
+            }
         }
+        self.list.initial_segments = segments;
     }
 
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
@@ -408,6 +438,9 @@ impl Analysis for RequestExtractor {
                 });
             }
             self.list.recorded_segments.push(action);
+            if let EventData::SegmentAlloc(s) = data {
+                self.list.recorded_allocations.push((s.size, s.addr));
+            }
         }
         let totals = state.totals();
         self.list.recorded_peak_reserved = self.list.recorded_peak_reserved.max(totals.reserved);

@@ -27,7 +27,7 @@ use vramtrace_format::{
     Header, InitialState, KindCounts, OomEvent, ReceiverGone, SegmentEvent, SegmentState, StackId,
     StringId, TraceChannel, TraceReceiver, TraceSender, TraceWriter, WriterOptions,
 };
-use vramtrace_recorder::allocator::AllocatorConfig;
+use vramtrace_recorder::allocator::{AllocatorConfig, ObservedBlocks};
 
 /// Why a snapshot could not be imported.
 #[derive(Debug, thiserror::Error)]
@@ -463,19 +463,18 @@ impl Plan {
         ));
         }
 
-        // Block sizes follow the allocator's rounding, which the snapshot's settings
-        // (roundup_power2_divisions) change; the end state only gives the sizes of the
-        // blocks still live.
+        // Block sizes follow the allocator's policy (rounding, and whether a cached block
+        // is split or handed out whole), which the snapshot's settings change; the end
+        // state only gives the sizes of the blocks still live.
         let config = match AllocatorConfig::from_settings(&s.settings) {
             Ok((config, _ignored)) => config,
             Err(e) => {
                 report.warnings.push(format!(
-                "allocator_settings could not be read ({e}): block sizes use the default rounding"
+                "allocator_settings could not be read ({e}): block sizes follow the default policy, and may not be exact"
             ));
                 AllocatorConfig::default()
             }
         };
-        let round_size = |requested| config.round_size(requested);
 
         // Devices: the position in device_traces.
         let device_of: FxMap<u32, u32> = s
@@ -505,12 +504,22 @@ impl Plan {
         }
         let mut live_sizes: FxMap<u64, u64> = FxMap::default();
         let mut start = Vec::new();
+        let (mut uncertain_blocks, mut uncertain_bytes) = (0, 0);
         for (d, r) in replays.iter_mut().enumerate() {
             let segs = end_segments(d);
             if s.has_segments {
                 live_sizes.extend(r.check_end(d as u32, end_blocks(d), &segs));
             }
-            start.push(r.start_state(d as u32, end_blocks(d), &segs, &round_size));
+            let state = r.start_state(d as u32, end_blocks(d), &segs, &config);
+            uncertain_blocks += state.uncertain_blocks;
+            uncertain_bytes += state.uncertain_bytes;
+            start.push(state.segments);
+        }
+        if uncertain_blocks > 0 {
+            report.warnings.push(format!(
+                "{uncertain_blocks} blocks live when the history began and freed later may each have been handed out whole, larger than their requested size: allocated figures may be up to {} low while they were live",
+                crate::units::bytes(uncertain_bytes)
+            ));
         }
         let mut mismatches = 0;
         for (d, r) in replays.iter().enumerate() {
@@ -563,8 +572,10 @@ const QUEUE_BATCHES: usize = 8;
 struct Begun {
     /// Trace stack ids by the collector's stack ids.
     stacks: Vec<StackId>,
-    /// Block sizes by (device, address) of the blocks live at the start.
-    sizes: FxMap<(u32, u64), u64>,
+    /// Each device's segments and blocks in use, from the initial state on:
+    /// the size of each block allocated follows from them (see
+    /// [`ObservedBlocks`]), where the snapshot gives requested sizes only.
+    blocks: Vec<ObservedBlocks>,
     /// The annotations: (time_us, is START, name).
     phases: Vec<(i64, bool, StringId)>,
 }
@@ -648,19 +659,20 @@ impl ParsedSnapshot {
             })
             .collect();
 
-        // The initial state, and the block sizes the events will need.
-        let mut sizes: FxMap<(u32, u64), u64> = FxMap::default();
+        // The initial state, and each device's blocks seeded with it.
         let mut initial = InitialState::default();
+        let mut blocks: Vec<ObservedBlocks> = (0..plan.devices)
+            .map(|_| ObservedBlocks::new(plan.config.clone()))
+            .collect();
         for (d, segs) in plan.start.iter().enumerate() {
             for seg in segs {
-                let mut blocks = Vec::new();
+                let mut seg_blocks = Vec::new();
                 let mut at = seg.addr;
                 for &(addr, b) in &seg.blocks {
                     if addr > at {
-                        blocks.push(free_block(at, addr - at));
+                        seg_blocks.push(free_block(at, addr - at));
                     }
-                    sizes.insert((d as u32, addr), b.size);
-                    blocks.push(BlockState {
+                    seg_blocks.push(BlockState {
                         addr,
                         size: b.size,
                         requested: b.requested,
@@ -670,16 +682,18 @@ impl ParsedSnapshot {
                     at = addr + b.size;
                 }
                 if at < seg.addr + seg.size {
-                    blocks.push(free_block(at, seg.addr + seg.size - at));
+                    seg_blocks.push(free_block(at, seg.addr + seg.size - at));
                 }
-                initial.segments.push(SegmentState {
+                let segment = SegmentState {
                     device: d as u32,
                     addr: seg.addr,
                     size: seg.size,
                     stream: seg.stream,
                     expandable: seg.expandable,
-                    blocks,
-                });
+                    blocks: seg_blocks,
+                };
+                blocks[d].load_segment(&segment);
+                initial.segments.push(segment);
             }
         }
         channel.set_initial_state(initial);
@@ -694,7 +708,7 @@ impl ParsedSnapshot {
             channel,
             Begun {
                 stacks,
-                sizes,
+                blocks,
                 phases,
             },
         )
@@ -770,9 +784,8 @@ impl ParsedSnapshot {
                 &entry,
                 &begun.stacks,
                 &plan.live_sizes,
-                &mut begun.sizes,
+                &mut begun.blocks[device as usize],
                 heap,
-                &plan.config,
                 tx,
             );
             tx.push(event)?;
@@ -799,12 +812,11 @@ fn to_event(
     e: &LogEntry,
     stacks: &[StackId],
     live_sizes: &FxMap<u64, u64>,
-    sizes: &mut FxMap<(u32, u64), u64>,
+    blocks: &mut ObservedBlocks,
     heap: &Heap,
-    config: &AllocatorConfig,
     tx: &mut TraceSender,
 ) -> Event {
-    let round_size = |requested| config.round_size(requested);
+    let round_size = |blocks: &ObservedBlocks, requested| blocks.config().round_size(requested);
     let stack = stacks
         .get(e.stack as usize)
         .copied()
@@ -828,30 +840,39 @@ fn to_event(
     };
     let data = match e.action {
         Action::Alloc => {
-            let size = live_sizes
-                .get(&index)
-                .copied()
-                .unwrap_or_else(|| round_size(e.size));
-            sizes.insert((device, e.addr), size);
-            EventData::Alloc(block(size))
+            // The end state has the size of a block still live then: where it
+            // could differ from the inferred one, it is the record.
+            let inferred = blocks.alloc(e.addr, e.size);
+            EventData::Alloc(block(live_sizes.get(&index).copied().unwrap_or(inferred)))
         }
         Action::FreeRequested => {
-            let size = sizes
-                .get(&(device, e.addr))
-                .copied()
-                .unwrap_or_else(|| round_size(e.size));
+            let size = blocks
+                .size(e.addr)
+                .unwrap_or_else(|| round_size(blocks, e.size));
             EventData::FreeRequested(block(size))
         }
         Action::FreeCompleted => {
-            let size = sizes
-                .remove(&(device, e.addr))
-                .unwrap_or_else(|| round_size(e.size));
+            let size = blocks
+                .free(e.addr)
+                .unwrap_or_else(|| round_size(blocks, e.size));
             EventData::FreeCompleted(block(size))
         }
-        Action::SegmentAlloc => EventData::SegmentAlloc(segment),
-        Action::SegmentFree => EventData::SegmentFree(segment),
-        Action::SegmentMap => EventData::SegmentMap(segment),
-        Action::SegmentUnmap => EventData::SegmentUnmap(segment),
+        Action::SegmentAlloc => {
+            blocks.reserve(e.addr, e.size, false);
+            EventData::SegmentAlloc(segment)
+        }
+        Action::SegmentFree => {
+            blocks.release(e.addr, e.size);
+            EventData::SegmentFree(segment)
+        }
+        Action::SegmentMap => {
+            blocks.reserve(e.addr, e.size, true);
+            EventData::SegmentMap(segment)
+        }
+        Action::SegmentUnmap => {
+            blocks.release(e.addr, e.size);
+            EventData::SegmentUnmap(segment)
+        }
         Action::Oom => EventData::Oom(OomEvent {
             requested: e.size,
             free_bytes: e.addr,

@@ -11,7 +11,8 @@
 use super::log::{Action, LogEntry};
 use rustc_hash::{FxHashMap as FxMap, FxHashSet as FxSet};
 use std::collections::BTreeMap;
-use vramtrace_format::BlockStatus;
+use vramtrace_format::{BlockState, BlockStatus, SegmentState};
+use vramtrace_recorder::allocator::{AllocatorConfig, ObservedBlocks, SMALL_SIZE};
 
 /// A block of the end state (`segments[].blocks[]`), not free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -343,14 +344,20 @@ impl DeviceReplay {
     /// The state at the first event: what no event touched is as at the end, the rest
     /// is what the first touches imply. Blocks outside every segment are reported in
     /// `problems` and left out.
-    /// `round` gives a block's size from its requested size.
+    ///
+    /// The end state gives the size of each block it holds; a block live at the start
+    /// and freed before the end is known by its requested size only. Its size follows
+    /// from the free space after it under `config`'s policy ([`ObservedBlocks`]), as
+    /// if it were allocated now: exactly, unless free space follows a large block,
+    /// which then may have been handed out whole with some of that space (see
+    /// [`StartState::uncertain_blocks`]).
     pub fn start_state(
         &mut self,
         device: u32,
         end_blocks: &FxMap<u64, EndBlock>,
         end_segments: &[EndSegment],
-        round: &dyn Fn(u64) -> u64,
-    ) -> Vec<StartSegment> {
+        config: &AllocatorConfig,
+    ) -> StartState {
         let mut segs: BTreeMap<u64, StartSegment> = BTreeMap::new();
         for s in end_segments.iter().filter(|s| !s.expandable) {
             if !self.seg_touched.contains(&s.addr) {
@@ -377,10 +384,8 @@ impl DeviceReplay {
             .filter(|(a, _)| !self.touched.contains(a))
             .map(|(&a, &b)| (a, b))
             .collect();
-        blocks.extend(self.start_blocks.iter().map(|&(a, b)| {
-            let size = round(b.requested);
-            (a, EndBlock { size, ..b })
-        }));
+        let mut state = StartState::default();
+        blocks.extend(self.sized_start_blocks(&segs, &blocks, config, &mut state));
         blocks.sort_unstable_by_key(|b| b.0);
         for (addr, b) in blocks {
             let seg = segs
@@ -402,8 +407,83 @@ impl DeviceReplay {
                 }),
             }
         }
-        segs.into_values().collect()
+        state.segments = segs.into_values().collect();
+        state
     }
+
+    /// The start blocks with their sizes: each from the space up to the next block in
+    /// use (or the end of its segment), the last first, so that the blocks after it
+    /// are known when it is sized.
+    fn sized_start_blocks(
+        &self,
+        segs: &BTreeMap<u64, StartSegment>,
+        known: &[(u64, EndBlock)],
+        config: &AllocatorConfig,
+        state: &mut StartState,
+    ) -> Vec<(u64, EndBlock)> {
+        let mut observed = ObservedBlocks::new(config.clone());
+        for s in segs.values() {
+            let range = s.addr..s.addr + s.size;
+            observed.load_segment(&SegmentState {
+                addr: s.addr,
+                size: s.size,
+                stream: s.stream,
+                expandable: s.expandable,
+                blocks: known
+                    .iter()
+                    .filter(|(a, _)| range.contains(a))
+                    .map(|&(addr, b)| BlockState {
+                        addr,
+                        size: b.size,
+                        requested: b.requested,
+                        status: b.status,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            });
+        }
+        let mut starts: Vec<(u64, EndBlock)> = self.start_blocks.clone();
+        starts.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
+        let mut next_in_use: BTreeMap<u64, ()> = known.iter().map(|b| (b.0, ())).collect();
+        for (addr, b) in &mut starts {
+            b.size = observed.alloc(*addr, b.requested);
+            let seg = segs.range(..=*addr).next_back().map(|(_, s)| s);
+            let next = next_in_use
+                .range(*addr + 1..)
+                .next()
+                .map(|(&a, _)| a)
+                .into_iter()
+                .chain(seg.map(|s| s.addr + s.size))
+                .min();
+            next_in_use.insert(*addr, ());
+            // Free space after a large block of a fixed segment: the block may have
+            // been handed out whole with part of it (at most what the policy leaves
+            // unsplit), and which cannot be told.
+            let large = b.size > SMALL_SIZE && seg.is_some_and(|s| !s.expandable);
+            if large && next.is_some_and(|n| n > *addr + b.size) {
+                state.uncertain_blocks += 1;
+                state.uncertain_bytes += if b.size >= config.max_split_size {
+                    config.max_non_split_rounding_size
+                } else {
+                    SMALL_SIZE
+                };
+            }
+        }
+        starts
+    }
+}
+
+/// The state at the first event of one device.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StartState {
+    /// Its segments, with their blocks in use.
+    pub segments: Vec<StartSegment>,
+    /// Blocks live at the start, freed before the end, whose size the snapshot does not
+    /// determine: each may be larger than it is taken to be.
+    pub uncertain_blocks: u64,
+    /// By how much, in all, at most.
+    pub uncertain_bytes: u64,
 }
 
 fn start_segment(addr: u64, size: u64, stream: u64, expandable: bool) -> StartSegment {
@@ -450,8 +530,8 @@ mod tests {
         }
     }
 
-    fn round(n: u64) -> u64 {
-        n.max(1).div_ceil(512) * 512
+    fn config() -> AllocatorConfig {
+        AllocatorConfig::default()
     }
 
     #[test]
@@ -514,13 +594,62 @@ mod tests {
         let sizes = r.check_end(0, &end_blocks, &end_segments);
         assert_eq!(r.inconsistencies, Vec::<String>::new());
         assert_eq!(sizes, vec![(3, 2048)]);
-        let start = r.start_state(0, &end_blocks, &end_segments, &round);
+        let start = r
+            .start_state(0, &end_blocks, &end_segments, &config())
+            .segments;
         assert_eq!(start.len(), 1);
         assert_eq!(start[0].addr, 0x1000);
         let addrs: Vec<u64> = start[0].blocks.iter().map(|b| b.0).collect();
         assert_eq!(addrs, vec![0x1000, 0x1800]);
         assert_eq!(start[0].blocks[0].1.size, 1024);
         assert_eq!(start[0].blocks[1].1.stack, 3);
+    }
+
+    #[test]
+    fn start_blocks_are_sized_by_the_policy_and_doubts_are_counted() {
+        const MIB: u64 = 1 << 20;
+        // A 20 MiB segment before the trace: block A (requested 3.5 MiB) ends
+        // 0.5 MiB before block B, too little to have been split off: A was
+        // handed out whole. Block C (2 MiB) is followed by 12.5 MiB of free
+        // space: split, or whole with up to 1 MiB of it, cannot be told.
+        let (a, b, c) = (
+            0x100_0000,
+            0x100_0000 + 4 * MIB,
+            0x100_0000 + 5 * MIB + MIB / 2,
+        );
+        let log = [
+            e(Action::FreeRequested, a, 3 * MIB + MIB / 2),
+            e(Action::FreeCompleted, a, 3 * MIB + MIB / 2),
+            e(Action::FreeRequested, c, 2 * MIB),
+            e(Action::FreeCompleted, c, 2 * MIB),
+        ];
+        let end_segments = [EndSegment {
+            device: 0,
+            addr: a,
+            size: 20 * MIB,
+            stream: 0,
+            expandable: false,
+        }];
+        let kept = EndBlock {
+            size: 3 * MIB / 2,
+            requested: 3 * MIB / 2,
+            status: BlockStatus::Allocated,
+            stack: 0,
+        };
+        let end_blocks: FxMap<u64, EndBlock> = [(b, kept)].into_iter().collect();
+        let mut r = DeviceReplay::default();
+        for (i, x) in log.iter().enumerate() {
+            r.apply(i as u64, x);
+        }
+        let start = r.start_state(0, &end_blocks, &end_segments, &config());
+        let sizes: Vec<(u64, u64)> = start.segments[0]
+            .blocks
+            .iter()
+            .map(|(addr, b)| (*addr, b.size))
+            .collect();
+        assert_eq!(sizes, vec![(a, 4 * MIB), (b, 3 * MIB / 2), (c, 2 * MIB)]);
+        assert_eq!((start.uncertain_blocks, start.uncertain_bytes), (1, MIB));
+        assert_eq!(r.inconsistencies, Vec::<String>::new());
     }
 
     #[test]
@@ -548,7 +677,9 @@ mod tests {
         }];
         r.check_end(0, &FxMap::default(), &end);
         assert_eq!(r.inconsistencies, Vec::<String>::new());
-        let start = r.start_state(0, &FxMap::default(), &end, &round);
+        let start = r
+            .start_state(0, &FxMap::default(), &end, &config())
+            .segments;
         assert_eq!(start.len(), 1);
         assert_eq!((start[0].addr, start[0].size), (0, 100));
     }

@@ -4,7 +4,7 @@
 
     run = vramtrace.load("run.vtrace")      # a trace, or a PyTorch snapshot
     run.summary().peak_allocated_bytes
-    run.leaks().growth[0].sites[0].site
+    run.leaks().leaks[0].site                # the fastest-leaking site
     run.timeline()                          # the chart, drawn inline by Jupyter
     vramtrace.compare("base.vtrace", run, fail_on="peak_allocated:+5%").gate.passed
 
@@ -312,15 +312,19 @@ class Trace:
         return _json("timeline", options, [self.path], chart=True)
 
     def simulate(self, *, capacity: Union[None, int, str] = None,
+                 gpu: Optional[str] = None, reserve: Union[None, int, str] = None,
                  alloc_conf: Union[None, str, Sequence[str]] = None,
                  compare_policies: bool = False, min_capacity: bool = False,
                  chart: bool = False) -> Result:
         """Replays the run's requests on another GPU size or allocator
-        setting (``vramtrace simulate``): peaks, retries, where it runs out
-        of memory.
+        setting (``vramtrace simulate``): the verdict in one line
+        (``.verdict.line``), peaks, retries, where it runs out of memory.
 
         ``capacity`` is the device's memory in bytes or with a unit
-        (``"24GiB"``), unlimited if ``None``; ``alloc_conf`` one setting or a
+        (``"24GiB"`` binary, ``"80GB"`` decimal), or ``gpu`` names a card
+        (``"h100"``, ``"a100-40gb"``, ...); unlimited if neither.
+        ``reserve`` is the memory kept off the allocator for the CUDA
+        context (an estimate when ``None``); ``alloc_conf`` one setting or a
         list of settings in ``PYTORCH_CUDA_ALLOC_CONF`` syntax, each
         simulated; ``compare_policies`` adds PyTorch's default and common
         settings; ``min_capacity`` finds each one's smallest capacity
@@ -328,6 +332,8 @@ class Trace:
         """
         options = [
             *(["--capacity", _size(capacity)] if capacity is not None else []),
+            *(["--gpu", gpu] if gpu is not None else []),
+            *(["--reserve", _size(reserve)] if reserve is not None else []),
             *_repeated("--alloc-conf", alloc_conf),
             *_switches(compare_policies=compare_policies, min_capacity=min_capacity),
         ]

@@ -19,7 +19,8 @@ pub use stats::{AllocatorStats, Stat, StatArray};
 
 use crate::device::{DeviceError, DeviceMemory};
 use crate::format::{
-    BlockEvent, EmptyCacheEvent, Event, EventData, OomEvent, SegmentEvent, StackId,
+    BlockEvent, BlockStatus, EmptyCacheEvent, Event, EventData, OomEvent, SegmentEvent,
+    SegmentState, StackId,
 };
 use pool::{Block, BlockId, BlockPool, NONE, Slab};
 use rustc_hash::FxHashMap;
@@ -59,6 +60,15 @@ pub enum AllocError {
     /// The device failed for another reason than lack of memory.
     #[error(transparent)]
     Device(DeviceError),
+    /// A segment given to [`CachingAllocator::load_segment`] cannot be taken
+    /// over (why).
+    #[error("segment at {addr:#x} cannot be taken over: {why}")]
+    Unloadable {
+        /// The segment's address.
+        addr: u64,
+        /// Why.
+        why: &'static str,
+    },
 }
 
 // Block addresses are multiples of 512: FxHash multiplies and rotates, so the
@@ -318,6 +328,110 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             thread: self.origin.thread,
         }));
         self.release_cached_blocks();
+    }
+
+    /// Takes over a segment reserved before this allocator began, as a
+    /// recording that starts mid-run found it: reserves `segment.size` bytes
+    /// of the device and lays the segment's blocks out at the same offsets,
+    /// those allocated or waiting for other streams in use (allocated), the
+    /// rest cached (free space between blocks included). Returns the
+    /// segment's address here; a block's is that plus its offset in the
+    /// segment. A free of a block handed over this way is an ordinary
+    /// [`free`](Self::free).
+    ///
+    /// Like the state it rebuilds, this records no event and no device
+    /// allocation in the statistics; the bytes count as reserved and
+    /// allocated. The pool is the small one for a segment of
+    /// [`SMALL_BUFFER`] bytes, the only size it reserves. An expandable
+    /// segment, or blocks that overlap or leave the segment, are
+    /// [`AllocError::Unloadable`]; no memory is reserved then.
+    pub fn load_segment(&mut self, segment: &SegmentState) -> Result<u64, AllocError> {
+        let unloadable = |why| AllocError::Unloadable {
+            addr: segment.addr,
+            why,
+        };
+        if segment.expandable {
+            return Err(unloadable("expandable segments are not taken over"));
+        }
+        let seg_end = segment.addr.saturating_add(segment.size);
+        let mut at = segment.addr;
+        for b in &segment.blocks {
+            if b.addr < at || b.addr.saturating_add(b.size) > seg_end || b.size == 0 {
+                return Err(unloadable("its blocks overlap or leave it"));
+            }
+            at = b.addr + b.size;
+        }
+        let base = match self.device.allocate(segment.size) {
+            Ok(addr) => addr,
+            Err(DeviceError::OutOfMemory) => {
+                return Err(AllocError::OutOfMemory {
+                    requested: segment.size,
+                    free_bytes: self.device.free_memory(),
+                });
+            }
+            Err(e) => return Err(AllocError::Device(e)),
+        };
+        let small = segment.size <= SMALL_BUFFER;
+        let stream = segment.stream;
+        self.total_reserved += segment.size;
+        self.stats.segment.increase(small, 1);
+        self.stats.reserved_bytes.increase(small, segment.size);
+        // The segment's tiling: blocks in use as they are, free space between
+        // them merged into one free block, as the allocator keeps it.
+        let mut pieces: Vec<(u64, u64, Option<u64>)> = Vec::new();
+        let mut at = segment.addr;
+        let in_use = segment
+            .blocks
+            .iter()
+            .filter(|b| b.status != BlockStatus::Free);
+        for b in in_use {
+            if b.addr > at {
+                pieces.push((at, b.addr - at, None));
+            }
+            pieces.push((b.addr, b.size, Some(b.requested)));
+            at = b.addr + b.size;
+        }
+        if at < seg_end {
+            pieces.push((at, seg_end - at, None));
+        }
+        let mut prev = NONE;
+        for (addr, size, requested) in pieces {
+            let id = self.slab.insert(Block::new(
+                base + (addr - segment.addr),
+                size,
+                stream,
+                small,
+            ));
+            self.slab[id].prev = prev;
+            if prev != NONE {
+                self.slab[prev].next = id;
+            }
+            prev = id;
+            match requested {
+                Some(requested) => self.hand_out(id, requested),
+                None => {
+                    let pool = if small {
+                        &mut self.small
+                    } else {
+                        &mut self.large
+                    };
+                    pool.insert(&mut self.slab, id);
+                }
+            }
+        }
+        Ok(base)
+    }
+
+    /// The memory cached free in segments (both pools, every stream): its
+    /// bytes, and the size of its largest block. What the device still has
+    /// is [`DeviceMemory::free_memory`].
+    pub fn cached_free(&self) -> (u64, u64) {
+        [&self.small, &self.large]
+            .iter()
+            .flat_map(|pool| pool.blocks.iter())
+            .fold((0, 0), |(total, largest), ((_, size, _), _)| {
+                (total + size, largest.max(size))
+            })
     }
 
     /// The allocated block at `addr`, if any.
@@ -707,17 +821,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             };
             pool.insert(&mut self.slab, rem);
         }
-        let b = &mut self.slab[id];
-        b.allocated = true;
-        b.requested = requested;
-        let (small, addr, bsize, stream) = (b.small, b.addr, b.size, b.stream);
-        self.active.insert(addr, id);
-        let st = &mut self.stats;
-        st.allocation.increase(small, 1);
-        st.allocated_bytes.increase(small, bsize);
-        st.active.increase(small, 1);
-        st.active_bytes.increase(small, bsize);
-        st.requested_bytes.increase(small, requested);
+        self.hand_out(id, requested);
+        let b = &self.slab[id];
+        let (addr, bsize, stream) = (b.addr, b.size, b.stream);
         let ev = self.block_event(id);
         self.emit(EventData::Alloc(ev));
         Allocation {
@@ -726,6 +832,22 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             requested,
             stream,
         }
+    }
+
+    // The block is the caller's now: in use, and counted.
+    #[inline]
+    fn hand_out(&mut self, id: BlockId, requested: u64) {
+        let b = &mut self.slab[id];
+        b.allocated = true;
+        b.requested = requested;
+        let (small, size) = (b.small, b.size);
+        self.active.insert(b.addr, id);
+        let st = &mut self.stats;
+        st.allocation.increase(small, 1);
+        st.allocated_bytes.increase(small, size);
+        st.active.increase(small, 1);
+        st.active_bytes.increase(small, size);
+        st.requested_bytes.increase(small, requested);
     }
 
     // PyTorch's free_block: cache the block, merged with free neighbours.

@@ -16,9 +16,16 @@
 //! not free, and are kept here until their `free_completed`.) Whether it was
 //! split follows from that size and the policy, so the block size is known
 //! exactly from the reported segments and blocks alone.
+//!
+//! A block of the small pool (at most [`SMALL_SIZE`]) needs none of this: its
+//! rounded size is a multiple of 512 bytes, so what a free block has beyond it
+//! is a whole block, always split off; and small blocks lie in segments of
+//! their own. They are kept apart, in a hash map, which no free-space query
+//! reads.
 
 use super::config::{AllocatorConfig, SMALL_SIZE};
-use crate::format::{BlockStatus, InitialState};
+use crate::format::{BlockStatus, InitialState, SegmentState};
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 /// A reserved range of device memory: a segment (`cudaMalloc`), or the
@@ -37,9 +44,11 @@ pub struct ObservedBlocks {
     config: AllocatorConfig,
     /// Reserved ranges by start address.
     reserved: BTreeMap<u64, Reserved>,
-    /// Blocks not in the cache (allocated, or freed and waiting for other
-    /// streams) by start address, with their sizes.
+    /// Large blocks not in the cache (allocated, or freed and waiting for
+    /// other streams) by start address, with their sizes.
     blocks: BTreeMap<u64, u64>,
+    /// The same for small blocks, whose sizes are their rounded ones.
+    small: FxHashMap<u64, u64>,
 }
 
 impl ObservedBlocks {
@@ -49,6 +58,7 @@ impl ObservedBlocks {
             config,
             reserved: BTreeMap::new(),
             blocks: BTreeMap::new(),
+            small: FxHashMap::default(),
         }
     }
 
@@ -56,11 +66,17 @@ impl ObservedBlocks {
     /// mapped pages), its allocated and pending blocks in use.
     pub fn load(&mut self, state: &InitialState) {
         for segment in &state.segments {
-            self.reserve(segment.addr, segment.size, segment.expandable);
-            for block in &segment.blocks {
-                if block.status != BlockStatus::Free {
-                    self.blocks.insert(block.addr, block.size);
-                }
+            self.load_segment(segment);
+        }
+    }
+
+    /// Adds one segment of an initial state, with its blocks in use (see
+    /// [`load`](Self::load)).
+    pub fn load_segment(&mut self, segment: &SegmentState) {
+        self.reserve(segment.addr, segment.size, segment.expandable);
+        for block in &segment.blocks {
+            if block.status != BlockStatus::Free {
+                self.insert(block.addr, block.size);
             }
         }
     }
@@ -118,6 +134,10 @@ impl ObservedBlocks {
     /// is in use from now on.
     pub fn alloc(&mut self, addr: u64, requested: u64) -> u64 {
         let size = self.config.round_size(requested);
+        if size <= SMALL_SIZE {
+            self.small.insert(addr, size);
+            return size;
+        }
         let block = match self.free_at(addr) {
             Some(free) if free >= size => {
                 if self.config.should_split(size <= SMALL_SIZE, free, size) {
@@ -137,12 +157,25 @@ impl ObservedBlocks {
 
     /// The size of the block in use at `addr`, if any.
     pub fn size(&self, addr: u64) -> Option<u64> {
-        self.blocks.get(&addr).copied()
+        self.small
+            .get(&addr)
+            .or_else(|| self.blocks.get(&addr))
+            .copied()
     }
 
     /// The block at `addr` went back to the cache; its size, if it was known.
     pub fn free(&mut self, addr: u64) -> Option<u64> {
-        self.blocks.remove(&addr)
+        self.small
+            .remove(&addr)
+            .or_else(|| self.blocks.remove(&addr))
+    }
+
+    fn insert(&mut self, addr: u64, size: u64) {
+        if size <= SMALL_SIZE {
+            self.small.insert(addr, size);
+        } else {
+            self.blocks.insert(addr, size);
+        }
     }
 
     /// The free bytes from `addr` to the next block in use or the end of the

@@ -383,3 +383,69 @@ fn events_carry_the_origin_set_before_the_call() {
     );
     assert_eq!(a.drain_events().count(), 0);
 }
+
+#[test]
+fn a_loaded_segment_keeps_its_layout_and_serves_from_its_free_space() {
+    use crate::format::{BlockState, SegmentState};
+    let block = |addr, size, requested, status| BlockState {
+        addr,
+        size,
+        requested,
+        status,
+        stack: StackId::NONE,
+    };
+    // Recorded at 0x1000_0000: in use, 4 MiB free (given as two pieces), in
+    // use, then free to the end of the 20 MiB segment.
+    let base = 0x1000_0000;
+    let segment = SegmentState {
+        addr: base,
+        size: 20 * MIB,
+        stream: 7,
+        blocks: vec![
+            block(base, 2 * MIB, 2 * MIB - 100, BlockStatus::Allocated),
+            block(base + 2 * MIB, 3 * MIB, 0, BlockStatus::Free),
+            block(base + 5 * MIB, MIB, 0, BlockStatus::Free),
+            block(base + 6 * MIB, 4 * MIB, 4 * MIB, BlockStatus::PendingFree),
+        ],
+        ..Default::default()
+    };
+    let mut a = alloc("");
+    let at = a.load_segment(&segment).unwrap();
+    assert_eq!(a.drain_events().count(), 0, "taking over records no event");
+    let st = a.stats();
+    assert_eq!(st.reserved_bytes.all.current, 20 * MIB);
+    assert_eq!(st.allocated_bytes.all.current, 6 * MIB);
+    assert_eq!(st.num_device_alloc, 0);
+    // The 4 MiB gap, merged, is best fit for 4 MiB on the segment's stream.
+    let x = a.malloc(4 * MIB, 7).unwrap();
+    assert_eq!(x.addr, at + 2 * MIB);
+    assert_eq!(x.size, 4 * MIB);
+    // The blocks in use are ordinary blocks: freed, they merge back.
+    a.free(at).unwrap();
+    a.free(at + 6 * MIB).unwrap();
+    a.free(x.addr).unwrap();
+    a.empty_cache();
+    assert_eq!(a.stats().reserved_bytes.all.current, 0);
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![(EventKind::SegmentFree, 20 * MIB)]
+    );
+
+    let overlapping = SegmentState {
+        blocks: vec![
+            block(base, 2 * MIB, 1, BlockStatus::Allocated),
+            block(base + MIB, 2 * MIB, 1, BlockStatus::Allocated),
+        ],
+        ..segment.clone()
+    };
+    assert!(matches!(
+        a.load_segment(&overlapping),
+        Err(AllocError::Unloadable { .. })
+    ));
+    let expandable = SegmentState {
+        expandable: true,
+        ..segment
+    };
+    assert!(a.load_segment(&expandable).is_err());
+    assert_eq!(a.stats().reserved_bytes.all.current, 0);
+}

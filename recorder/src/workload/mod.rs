@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 /// The generator's own version, written as the trace's producer version: it
 /// changes whenever the same configuration would produce different bytes.
-pub const WORKLOAD_VERSION: &str = "1";
+pub const WORKLOAD_VERSION: &str = "2";
 
 /// What to generate. [`Default`] is a small, steady run.
 #[derive(Clone, Debug)]

@@ -1,18 +1,29 @@
 //! The workload's allocation sites: Python-like stacks, innermost first,
-//! one per kind of tensor so that analyses can tell them apart.
+//! one per kind of tensor so that analyses can tell them apart. PyTorch's
+//! frames lie where an installed torch has them (`site-packages/torch/`),
+//! the program's (`train.py`, `model.py`) in its own directory, and an
+//! autograd node is a frame of its name alone, as the observer records the
+//! allocations of the autograd thread.
 
 use crate::format::{StackId, TraceWriter};
 use std::io::Write;
 
 type F = (&'static str, &'static str, u32);
 
+/// Where PyTorch's Python files lie in the program's environment.
+macro_rules! torch {
+    ($path:literal) => {
+        concat!("/opt/venv/lib/python3.12/site-packages/torch/", $path)
+    };
+}
+
 const CALL: [F; 2] = [
-    ("_call_impl", "torch/nn/modules/module.py", 1762),
-    ("_wrapped_call_impl", "torch/nn/modules/module.py", 1751),
+    ("_call_impl", torch!("nn/modules/module.py"), 1762),
+    ("_wrapped_call_impl", torch!("nn/modules/module.py"), 1751),
 ];
 const MAIN: [F; 2] = [("main", "train.py", 140), ("<module>", "train.py", 152)];
 const TRAIN_STEP: F = ("train_step", "train.py", 88);
-const LINEAR: F = ("forward", "torch/nn/modules/linear.py", 125);
+const LINEAR: F = ("forward", torch!("nn/modules/linear.py"), 125);
 
 /// Stack ids of every site, interned once per trace.
 #[derive(Clone, Copy)]
@@ -60,13 +71,14 @@ fn forward(inner: &[F], module_lines: &[u32]) -> Vec<F> {
     frames
 }
 
-/// A backward-pass stack: an autograd function above `loss.backward()`.
+/// A backward-pass stack: an autograd node (named alone) above
+/// `loss.backward()`.
 fn backward(function: &'static str) -> Vec<F> {
-    let mut frames = vec![(function, "torch/csrc/autograd/generated/Functions.cpp", 0)];
+    let mut frames = vec![(function, "", 0)];
     frames.extend([
-        ("_engine_run_backward", "torch/autograd/graph.py", 825),
-        ("backward", "torch/autograd/__init__.py", 353),
-        ("backward", "torch/_tensor.py", 648),
+        ("_engine_run_backward", torch!("autograd/graph.py"), 825),
+        ("backward", torch!("autograd/__init__.py"), 353),
+        ("backward", torch!("_tensor.py"), 648),
         ("train_step", "train.py", 90),
     ]);
     frames.extend(MAIN);
@@ -87,27 +99,27 @@ impl Sites {
         let attention = [72, 115];
         Sites {
             param_init: i(outer(&[
-                ("__init__", "torch/nn/modules/linear.py", 106),
+                ("__init__", torch!("nn/modules/linear.py"), 106),
                 ("__init__", "model.py", 20),
                 ("build_model", "train.py", 60),
             ])),
             data_loader: i(outer(&[
-                ("pin_memory", "torch/utils/data/_utils/pin_memory.py", 73),
-                ("__next__", "torch/utils/data/dataloader.py", 708),
+                ("pin_memory", torch!("utils/data/_utils/pin_memory.py"), 73),
+                ("__next__", torch!("utils/data/dataloader.py"), 708),
                 ("prefetch", "train.py", 70),
             ])),
             data_free: i(outer(&[("train_loop", "train.py", 99)])),
             embedding: i(forward(
                 &[
-                    ("embedding", "torch/nn/functional.py", 2551),
-                    ("forward", "torch/nn/modules/sparse.py", 190),
+                    ("embedding", torch!("nn/functional.py"), 2551),
+                    ("forward", torch!("nn/modules/sparse.py"), 190),
                 ],
                 &[112],
             )),
             norm: i(forward(
                 &[
-                    ("layer_norm", "torch/nn/functional.py", 2910),
-                    ("forward", "torch/nn/modules/normalization.py", 217),
+                    ("layer_norm", torch!("nn/functional.py"), 2910),
+                    ("forward", torch!("nn/modules/normalization.py"), 217),
                 ],
                 &[71, 115],
             )),
@@ -115,7 +127,7 @@ impl Sites {
             attn_scores: i(forward(&[("forward", "model.py", 44)], &attention)),
             softmax: i(forward(
                 &[
-                    ("softmax", "torch/nn/functional.py", 2140),
+                    ("softmax", torch!("nn/functional.py"), 2140),
                     ("forward", "model.py", 45),
                 ],
                 &attention,
@@ -123,13 +135,13 @@ impl Sites {
             attn_out: i(forward(&[LINEAR], &[48, 72, 115])),
             mlp_up: i(forward(&[LINEAR], &[58, 73, 115])),
             gelu: i(forward(
-                &[("forward", "torch/nn/modules/activation.py", 734)],
+                &[("forward", torch!("nn/modules/activation.py"), 734)],
                 &[59, 73, 115],
             )),
             mlp_down: i(forward(&[LINEAR], &[60, 73, 115])),
             head: i(forward(&[LINEAR], &[118])),
             loss: i(outer(&[
-                ("cross_entropy", "torch/nn/functional.py", 3494),
+                ("cross_entropy", torch!("nn/functional.py"), 3494),
                 ("train_step", "train.py", 89),
             ])),
             grad_head: i(backward("LogSoftmaxBackward0")),
@@ -139,20 +151,20 @@ impl Sites {
             accumulate_grad: i(backward("AccumulateGrad")),
             autograd_free: i(backward("release_variables")),
             adam_init: i(outer(&[
-                ("_init_group", "torch/optim/adam.py", 167),
-                ("step", "torch/optim/adam.py", 223),
-                ("wrapper", "torch/optim/optimizer.py", 493),
+                ("_init_group", torch!("optim/adam.py"), 167),
+                ("step", torch!("optim/adam.py"), 223),
+                ("wrapper", torch!("optim/optimizer.py"), 493),
                 ("train_step", "train.py", 92),
             ])),
             adam_step: i(outer(&[
-                ("_multi_tensor_adam", "torch/optim/adam.py", 573),
-                ("adam", "torch/optim/adam.py", 840),
-                ("step", "torch/optim/adam.py", 247),
-                ("wrapper", "torch/optim/optimizer.py", 493),
+                ("_multi_tensor_adam", torch!("optim/adam.py"), 573),
+                ("adam", torch!("optim/adam.py"), 840),
+                ("step", torch!("optim/adam.py"), 247),
+                ("wrapper", torch!("optim/optimizer.py"), 493),
                 ("train_step", "train.py", 92),
             ])),
             zero_grad: i(outer(&[
-                ("zero_grad", "torch/optim/optimizer.py", 990),
+                ("zero_grad", torch!("optim/optimizer.py"), 990),
                 ("train_step", "train.py", 93),
             ])),
             leak: i(outer(&[
@@ -160,7 +172,7 @@ impl Sites {
                 ("train_step", "train.py", 95),
             ])),
             empty_cache: i(outer(&[
-                ("empty_cache", "torch/cuda/memory.py", 222),
+                ("empty_cache", torch!("cuda/memory.py"), 222),
                 ("train_loop", "train.py", 101),
             ])),
             oom_unwind: i(outer(&[("train_loop", "train.py", 97)])),

@@ -100,7 +100,10 @@ fn stacks_are_python_like_and_distinct_per_site() {
         .map(|&s| describe(s))
         .find(|f| f.get(3).map(String::as_str) == Some("forward (model.py:41)"))
         .unwrap();
-    assert_eq!(qkv[0], "forward (torch/nn/modules/linear.py:125)");
+    assert_eq!(
+        qkv[0],
+        "forward (/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py:125)"
+    );
     assert!(qkv.contains(&"train_step (train.py:88)".to_string()));
 }
 

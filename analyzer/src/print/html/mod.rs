@@ -15,7 +15,7 @@ use super::svg::diff::{AlignBy, DiffRun};
 use super::svg::escape;
 use super::svg::{self, palette::Palette};
 use crate::analysis::fragmentation::FragmentationReport;
-use crate::analysis::leaks::LeaksReport;
+use crate::analysis::leaks::{LeaksReport, Trend, repetition_noun};
 use crate::analysis::summary::SummaryReport;
 use crate::command::Warning;
 use crate::command::report::ReportResult;
@@ -370,24 +370,21 @@ fn findings(input: &ReportInput<'_>) -> String {
         "sizes as the program asked",
         "",
     ));
-    let distinct = leaks.distinct_leaks();
-    let leak_bytes: i64 = distinct
-        .iter()
-        .map(|g| g.bytes_per_repetition)
-        .max()
-        .unwrap_or(0);
-    html.push_str(&if distinct.is_empty() {
-        card("leaks", "none", "no repeated phase grows", "good")
-    } else {
-        card(
-            "leaks",
-            &format!("{}/rep", units::bytes_delta(leak_bytes as i128)),
-            &match distinct.len() {
-                1 => format!("in {}", distinct[0].phase),
-                n => format!("{n} leaking phases"),
+    html.push_str(&match leaks.leaks.as_slice() {
+        [] => card("leaks", "none", "no site grows across repetitions", "good"),
+        [first, rest @ ..] => card(
+            "leak",
+            &format!(
+                "{} per {}",
+                units::bytes_delta(first.growth.bytes_per_repetition as i128),
+                repetition_noun(&first.phase)
+            ),
+            &match rest.len() {
+                0 => site_label(&first.growth.site.site),
+                n => format!("{} and {n} more", site_label(&first.growth.site.site)),
             },
             "bad",
-        )
+        ),
     });
     html.push_str(&card(
         "out of memory",
@@ -431,41 +428,40 @@ fn findings(input: &ReportInput<'_>) -> String {
             ),
         ));
     }
-    for g in leaks.distinct_leaks() {
-        let site = g
-            .sites
-            .first()
-            .map(|site| {
-                format!(
-                    ", allocated at <code>{}</code> ({} per repetition)",
-                    escape(&site_label(&site.site.site)),
-                    units::bytes_delta(site.bytes_per_repetition as i128)
-                )
-            })
-            .unwrap_or_default();
+    for l in &leaks.leaks {
+        let g = &l.growth;
         items.push((
             true,
             format!(
-                "<b>Leak:</b> <code>{}</code> retains <b>{} per repetition</b> over {} repetitions (steady in {} of them, {} warm-up repetitions left out){site}.",
-                escape(&g.phase),
+                "<b>Leak:</b> <code>{}</code> keeps <b>{} per {}</b> (<code>{}</code>, {} repetitions, steadiness {}); {} retained at the last.",
+                escape(&site_label(&g.site.site)),
                 units::bytes_delta(g.bytes_per_repetition as i128),
+                escape(&repetition_noun(&l.phase)),
+                escape(&l.phase),
                 g.repetitions,
                 units::percent(g.steadiness),
-                g.warmup_repetitions
+                units::bytes(g.retained_bytes)
             ),
         ));
     }
-    if leaks.growth.is_empty() && !leaks.repeated_phases.is_empty() {
+    if leaks.leaks.is_empty() && !leaks.repeated_phases.is_empty() {
         let names: Vec<String> = leaks
             .repeated_phases
             .iter()
             .take(3)
-            .map(|p| format!("<code>{}</code> ({}×)", escape(&p.phase), p.repetitions))
+            .map(|p| {
+                format!(
+                    "<code>{}</code> ({}×, {})",
+                    escape(&p.phase),
+                    p.repetitions,
+                    p.trend.word()
+                )
+            })
             .collect();
         items.push((
             false,
             format!(
-                "No leak: memory is steady across the repetitions of {}.",
+                "No leak: no site's memory grows across the repetitions of {}.",
                 names.join(", ")
             ),
         ));
@@ -588,29 +584,32 @@ fn leaks_section(input: &ReportInput<'_>) -> String {
     if let Some(chart) = &input.charts.leaks {
         let _ = write!(
             html,
-            "<figure>{chart}<figcaption>Allocated memory at the end of each repetition; the dashed line is the robust fit of its growth (warm-up repetitions, grey, are left out). Bars: the sites whose retained memory grows.</figcaption></figure>"
+            "<figure>{chart}<figcaption>Allocated memory at the end of each repetition; the dashed line is the robust fit of its growth (warm-up repetitions, and repetitions cut short by an out-of-memory error, grey, are left out). Bars: the sites that leak.</figcaption></figure>"
         );
     }
     if leaks.repeated_phases.is_empty() {
         html.push_str("<p class=\"muted\">No phase repeats three times or more, so growth across repetitions cannot be measured. Mark loop iterations as phases (<code>iter0</code>, <code>iter1</code>, …) to get it.</p>");
     } else {
-        html.push_str("<table><tr><th>repeated phase</th><th class=\"num\">repetitions</th><th class=\"num\">growth per repetition</th><th class=\"num\">steadiness</th><th>verdict</th></tr>");
+        html.push_str("<table><tr><th>repeated phase</th><th class=\"num\">repetitions</th><th class=\"num\">growth per repetition</th><th class=\"num\">steadiness</th><th>trend</th></tr>");
         for p in &leaks.repeated_phases {
+            let growth = match p.trend {
+                Trend::Grows | Trend::Shrinks => units::bytes_delta(p.bytes_per_repetition as i128),
+                _ => "–".into(),
+            };
             let _ = write!(
                 html,
                 "<tr><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
                 escape(&p.phase),
                 p.repetitions,
-                units::bytes_delta(p.bytes_per_repetition as i128),
-                units::percent(p.steadiness),
-                if p.growing {
-                    "<b style=\"color:var(--alert)\">leaks</b>"
-                } else {
-                    "steady"
-                }
+                growth,
+                match p.trend {
+                    Trend::Grows | Trend::Shrinks => units::percent(p.steadiness),
+                    _ => "–".into(),
+                },
+                p.trend.word()
             );
         }
-        html.push_str("</table>");
+        html.push_str("</table><p class=\"muted\">steady: the same at every repetition's end; grows, shrinks: by about the same amount each time; varies: neither (batch or sequence sizes that change). A leak is a site, not a phase.</p>");
         for p in &leaks.repeated_phases {
             let _ = write!(
                 html,
@@ -620,22 +619,18 @@ fn leaks_section(input: &ReportInput<'_>) -> String {
             );
         }
     }
-    for g in &leaks.growth {
-        if g.sites.is_empty() {
-            continue;
-        }
-        let _ = write!(
-            html,
-            "<h3>Growing sites in <code>{}</code></h3><table><tr><th class=\"num\">per repetition</th><th class=\"num\">live at last end</th><th>site</th></tr>",
-            escape(&g.phase)
-        );
-        for site in g.sites.iter().take(10) {
+    if !leaks.leaks.is_empty() {
+        html.push_str("<h3>Leaking sites</h3><table><tr><th class=\"num\">per repetition</th><th>of</th><th class=\"num\">steadiness</th><th class=\"num\">retained</th><th>site</th></tr>");
+        for l in leaks.leaks.iter().take(10) {
+            let g = &l.growth;
             let _ = write!(
                 html,
-                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-                units::bytes_delta(site.bytes_per_repetition as i128),
-                units::bytes(site.live_bytes_at_last_end),
-                stack_details(&site.site.site, &site.site.frames)
+                "<tr><td class=\"num\">{}</td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                units::bytes_delta(g.bytes_per_repetition as i128),
+                escape(&l.phase),
+                units::percent(g.steadiness),
+                units::bytes(g.retained_bytes),
+                stack_details(&g.site.site, &g.site.frames)
             );
         }
         html.push_str("</table>");

@@ -448,7 +448,8 @@ fn site_tooltip(site: &SiteDelta) -> String {
             units::bytes_delta(c.delta as i128)
         )
     };
-    let mut text = site.frames.join("\n  <- ");
+    let frames: Vec<String> = site.frames.iter().map(|f| labels::frame_label(f)).collect();
+    let mut text = frames.join("\n  <- ");
     text.push_str(&line("at the peak", &site.at_peak));
     text.push_str(&line("retained at the end", &site.retained));
     text.push_str(&format!(

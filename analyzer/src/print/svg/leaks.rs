@@ -4,7 +4,8 @@
 use super::palette::{self, Palette};
 use super::timeline::short;
 use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
-use crate::analysis::leaks::PhaseGrowth;
+use crate::analysis::leaks::{PhaseGrowth, Trend};
+use crate::print::labels::site_label;
 use crate::units;
 use plotters::prelude::*;
 
@@ -15,12 +16,21 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
     {
         let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(super::draw_error)?;
-        let title = format!(
-            "{}: {} per repetition over {} repetitions",
-            growth.phase,
-            units::bytes_delta(growth.bytes_per_repetition as i128),
-            growth.repetitions
-        );
+        let title = match growth.trend {
+            Trend::Grows | Trend::Shrinks => format!(
+                "{}: {} by {} per repetition over {} repetitions",
+                growth.phase,
+                growth.trend.word(),
+                units::bytes(growth.bytes_per_repetition.unsigned_abs()),
+                growth.repetitions
+            ),
+            trend => format!(
+                "{}: {} over {} repetitions",
+                growth.phase,
+                trend.word(),
+                growth.repetitions
+            ),
+        };
         let (title_area, body) = root.split_vertically(36);
         title_area
             .titled(&title, (FONT, 20))
@@ -32,7 +42,8 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
         let live = &growth.live_bytes_at_end;
         let max = live.iter().copied().max().unwrap_or(0).max(1024);
         let scale = ByteScale::for_max(max as f64);
-        let x_max = reps.last().copied().unwrap_or(1).max(1) as f64;
+        let last = reps.last().copied().unwrap_or(1).max(1);
+        let x_max = last as f64;
         let mut ctx = ChartBuilder::on(&left)
             .margin(12)
             .x_label_area_size(40)
@@ -43,7 +54,8 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             .x_desc("repetition")
             .y_desc("allocated at the repetition's end")
             .y_label_formatter(&|v| scale.label(v))
-            .x_label_formatter(&|v| format!("{v:.0}"))
+            .x_labels(x_labels(last))
+            .x_label_formatter(&repetition_label)
             .label_style((FONT, 13))
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
@@ -64,7 +76,8 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             .copied()
             .filter(|&(r, _)| r >= growth.warmup_repetitions as f64)
             .collect();
-        if let Some(anchor) = median_point(&fitted) {
+        let trending = matches!(growth.trend, Trend::Grows | Trend::Shrinks);
+        if let Some(anchor) = median_point(&fitted).filter(|_| trending) {
             let slope = scale.scale(growth.bytes_per_repetition.unsigned_abs())
                 * growth.bytes_per_repetition.signum() as f64;
             let x0 = growth.warmup_repetitions as f64;
@@ -72,7 +85,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
                 (x0, anchor.1 + (x0 - anchor.0) * slope),
                 (x_max, anchor.1 + (x_max - anchor.0) * slope),
             ];
-            let colour = if growth.growing {
+            let colour = if growth.trend == Trend::Grows {
                 palette::ALERT
             } else {
                 RGBColor(120, 120, 120)
@@ -93,22 +106,29 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
         for (&r, &b) in reps.iter().zip(live) {
             let (px, py) = ctx.backend_coord(&(r as f64, scale.scale(b)));
             let warm = r < growth.warmup_repetitions;
+            let cut = growth.cut_short_repetitions.contains(&r);
             tips.circle(
                 px,
                 py,
                 4,
-                if warm { "#bbbbbb" } else { "#0072b2" },
+                if warm || cut { "#bbbbbb" } else { "#0072b2" },
                 &format!(
                     "repetition {r}{}: {} allocated at its end",
-                    if warm { " (warm-up, not fitted)" } else { "" },
+                    if cut {
+                        " (cut short by an out-of-memory error, not fitted)"
+                    } else if warm {
+                        " (warm-up, not fitted)"
+                    } else {
+                        ""
+                    },
                     units::bytes(b)
                 ),
             );
         }
 
-        // Right: the sites that grow, as bars of bytes per repetition.
+        // Right: the sites that leak, as bars of bytes per repetition.
         let sites: Vec<_> = growth
-            .sites
+            .leaking_sites
             .iter()
             .filter(|s| s.bytes_per_repetition > 0)
             .take(8)
@@ -126,18 +146,20 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(10)
-            .caption("growing sites (bytes per repetition)", (FONT, 14))
+            .caption("leaking sites (bytes per repetition)", (FONT, 14))
             .build_cartesian_2d(0.0..bar_scale.scale(bar_max) * 1.15, 0.0..n as f64)
             .map_err(super::draw_error)?;
-        bars.configure_mesh()
-            .disable_y_mesh()
-            .disable_y_axis()
-            .x_label_formatter(&|v| bar_scale.label(v))
-            .x_labels(4)
-            .label_style((FONT, 12))
-            .light_line_style(RGBColor(240, 240, 240))
-            .draw()
-            .map_err(super::draw_error)?;
+        if !sites.is_empty() {
+            bars.configure_mesh()
+                .disable_y_mesh()
+                .disable_y_axis()
+                .x_label_formatter(&|v| bar_scale.label(v))
+                .x_labels(4)
+                .label_style((FONT, 12))
+                .light_line_style(RGBColor(240, 240, 240))
+                .draw()
+                .map_err(super::draw_error)?;
+        }
         for (i, site) in sites.iter().enumerate() {
             let y0 = (n - 1 - i) as f64 + 0.15;
             let y1 = y0 + 0.7;
@@ -151,7 +173,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             let (lx, ly) = bars.backend_coord(&(0.0, y1));
             right
                 .draw(&Text::new(
-                    short(&site.site.site, 48),
+                    short(&site_label(&site.site.site), 48),
                     (
                         lx + 4 - right.get_base_pixel().0,
                         ly - 14 - right.get_base_pixel().1,
@@ -167,11 +189,16 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
                 x1 - x0,
                 py1 - py0,
                 &format!(
-                    "{}\n{} per repetition, {} live at the last repetition's end\n{}",
-                    site.site.site,
+                    "{}\n{} per repetition, {} retained at the last repetition's end\n{}",
+                    site_label(&site.site.site),
                     units::bytes_delta(site.bytes_per_repetition as i128),
-                    units::bytes(site.live_bytes_at_last_end),
-                    site.site.frames.join("\n")
+                    units::bytes(site.retained_bytes),
+                    site.site
+                        .frames
+                        .iter()
+                        .map(|f| site_label(f))
+                        .collect::<Vec<_>>()
+                        .join("\n")
                 ),
             );
         }
@@ -179,7 +206,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             let (w, h) = right.dim_in_pixel();
             right
                 .draw(&Text::new(
-                    "no site grows",
+                    "no site leaks",
                     (w as i32 / 2 - 50, h as i32 / 2),
                     (FONT, 14).into_font(),
                 ))
@@ -191,6 +218,21 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
     Ok(out)
 }
 
+/// How many labels the repetition axis asks for: at most one per
+/// repetition (so that every label is a whole one), and about ten.
+fn x_labels(last: u64) -> usize {
+    (last as usize + 1).min(11)
+}
+
+/// A repetition's label; none between repetitions.
+fn repetition_label(v: &f64) -> String {
+    if (v - v.round()).abs() < 1e-6 && *v >= 0.0 {
+        format!("{}", v.round() as u64)
+    } else {
+        String::new()
+    }
+}
+
 fn median_point(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     if points.is_empty() {
         return None;
@@ -200,4 +242,19 @@ fn median_point(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     xs.sort_by(f64::total_cmp);
     ys.sort_by(f64::total_cmp);
     Some((xs[xs.len() / 2], ys[ys.len() / 2]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_repetition_axis_labels_whole_repetitions_only() {
+        assert_eq!(x_labels(3), 4);
+        assert_eq!(x_labels(40), 11);
+        assert_eq!(repetition_label(&2.0), "2");
+        assert_eq!(repetition_label(&-0.0), "0");
+        assert_eq!(repetition_label(&0.5), "");
+        assert_eq!(repetition_label(&-0.5), "");
+    }
 }

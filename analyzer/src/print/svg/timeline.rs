@@ -113,7 +113,7 @@ pub fn render(
                 "out of memory at {}: {} requested\n{}",
                 units::duration_ns(oom.time_ns),
                 units::bytes(oom.bytes),
-                oom.category
+                labels::site_label(&oom.category)
             );
             tips.rect(px - 3, py, 7, py0 - py, &text);
         }
@@ -161,7 +161,7 @@ pub fn render(
                 &format!(
                     "{text} at {}\nlargest: {} ({})",
                     units::duration_ns(peak.time_ns),
-                    peak.category,
+                    labels::site_label(&peak.category),
                     units::bytes(peak.category_bytes)
                 ),
             );

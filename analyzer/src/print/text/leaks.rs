@@ -1,7 +1,9 @@
 //! The leaks as text.
 
 use super::{full_stacks, site_cell};
+use crate::analysis::leaks::Trend;
 use crate::command::leaks::LeaksResult;
+use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
 use crate::units;
 
@@ -10,7 +12,39 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
     let r = &out.report;
     let mut text = format!("trace     {}\n", out.path);
 
-    text.push_str("\ngrowth across repetitions of a phase:\n");
+    if r.leaks.is_empty() {
+        text.push_str(
+            "\nleaks: none (no site's live memory grows across the repetitions of a phase)\n",
+        );
+    } else {
+        text.push_str("\nleaks: sites whose live memory grows at the end of every repetition\n");
+        let mut t = Table::new(&[
+            ("growth/rep", Align::Right),
+            ("of", Align::Left),
+            ("steadiness", Align::Right),
+            ("retained", Align::Right),
+            ("site", Align::Left),
+        ]);
+        for l in r.leaks.iter().take(top) {
+            let g = &l.growth;
+            t.row([
+                units::bytes_delta(g.bytes_per_repetition as i128),
+                l.phase.clone(),
+                units::percent(g.steadiness),
+                units::bytes(g.retained_bytes),
+                site_cell(&g.site),
+            ]);
+        }
+        text.push_str(&t.render(2));
+        if full {
+            text.push_str(&full_stacks(
+                r.leaks.iter().take(top).map(|l| &l.growth.site),
+                4,
+            ));
+        }
+    }
+
+    text.push_str("\nrepeated phases: allocated memory at the end of each repetition\n");
     if r.repeated_phases.is_empty() {
         text.push_str("  no phase repeats three times or more\n");
     } else {
@@ -18,48 +52,41 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
             ("phase", Align::Left),
             ("reps", Align::Right),
             ("warm-up", Align::Right),
+            ("cut short", Align::Right),
             ("growth/rep", Align::Right),
-            ("steady", Align::Right),
-            ("live at last end", Align::Right),
-            ("verdict", Align::Left),
+            ("steadiness", Align::Right),
+            ("at last end", Align::Right),
+            ("trend", Align::Left),
         ]);
         for g in &r.repeated_phases {
             t.row([
                 g.phase.clone(),
                 units::count(g.repetitions),
                 units::count(g.warmup_repetitions),
-                units::bytes_delta(g.bytes_per_repetition as i128),
-                units::percent(g.steadiness),
+                units::count(g.cut_short_repetitions.len() as u64),
+                match g.trend {
+                    Trend::Grows | Trend::Shrinks => {
+                        units::bytes_delta(g.bytes_per_repetition as i128)
+                    }
+                    _ => "-".into(),
+                },
+                match g.trend {
+                    Trend::Grows | Trend::Shrinks => units::percent(g.steadiness),
+                    _ => "-".into(),
+                },
                 units::bytes(g.live_bytes_at_end.last().copied().unwrap_or(0)),
-                if g.growing { "LEAK" } else { "steady" }.to_string(),
+                g.trend.word().to_string(),
             ]);
         }
         text.push_str(&t.render(2));
-    }
-    for g in &r.growth {
-        text.push_str(&format!(
-            "\n  {} grows by {} per repetition; growing sites:\n",
-            g.phase,
-            units::bytes_delta(g.bytes_per_repetition as i128)
-        ));
-        let mut t = Table::new(&[
-            ("growth/rep", Align::Right),
-            ("live at last end", Align::Right),
-            ("site", Align::Left),
-        ]);
-        for s in g.sites.iter().take(top) {
-            t.row([
-                units::bytes_delta(s.bytes_per_repetition as i128),
-                units::bytes(s.live_bytes_at_last_end),
-                site_cell(&s.site, full),
-            ]);
-        }
-        if t.is_empty() {
-            text.push_str("    (no single site grows steadily)\n");
-        } else {
-            text.push_str(&t.render(4));
-            if full {
-                text.push_str(&full_stacks(g.sites.iter().take(top).map(|s| &s.site), 4));
+        text.push_str("  steady: the same at every end; grows, shrinks: by about the same amount each time;\n  varies: neither (batch or sequence sizes that change); cut short: by an out-of-memory error\n");
+        for g in &r.repeated_phases {
+            if g.trend == Trend::Grows && !r.leaks.iter().any(|l| nested(&l.phase, &g.phase)) {
+                text.push_str(&format!(
+                    "  {} grows by {} per repetition, but no single site grows steadily\n",
+                    g.phase,
+                    units::bytes(g.bytes_per_repetition.unsigned_abs())
+                ));
             }
         }
     }
@@ -83,7 +110,7 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
                 units::bytes(p.retained_bytes),
                 units::count(p.retained_blocks),
                 p.sites.first().map_or(String::new(), |s| {
-                    format!("{} ({})", s.site.site, units::bytes(s.bytes))
+                    format!("{} ({})", site_label(&s.site.site), units::bytes(s.bytes))
                 }),
             ]);
         }
@@ -105,7 +132,7 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
             t.row([
                 units::bytes(s.bytes),
                 units::count(s.count),
-                site_cell(&s.site, full),
+                site_cell(&s.site),
             ]);
         }
         text.push_str(&t.render(2));
@@ -118,4 +145,14 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
         }
     }
     text
+}
+
+/// Whether one phase path is the other or holds it.
+fn nested(a: &str, b: &str) -> bool {
+    let within = |inner: &str, outer: &str| {
+        inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    within(a, b) || within(b, a)
 }

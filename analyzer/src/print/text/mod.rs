@@ -6,6 +6,7 @@ mod fragmentation;
 mod import;
 mod info;
 mod leaks;
+mod report;
 mod simulate;
 mod summary;
 mod synth;
@@ -15,31 +16,29 @@ pub use fragmentation::fragmentation;
 pub use import::import;
 pub use info::info;
 pub use leaks::leaks;
+pub use report::report_written;
 pub use simulate::simulate;
 pub use summary::summary;
 pub use synth::synth;
 
+use crate::print::labels::{frame_label, site_label};
 use crate::sites::SiteDescription;
 
-/// A site's cell in a table: its frames joined by ` <- ` (the telling frame
-/// and a few callers), or with whole stacks (`full`) only the telling frame,
-/// whose stack [`full_stacks`] lists below the table.
-fn site_cell(site: &SiteDescription, full: bool) -> String {
-    if full {
-        site.site.clone()
-    } else {
-        site.frames.join(" <- ")
-    }
+/// A site's cell in a table: its name, shortened (the user's line first,
+/// paths from their package: see [`site_label`]). With whole stacks
+/// (`full`), [`full_stacks`] lists each one's frames below the table.
+fn site_cell(site: &SiteDescription) -> String {
+    site_label(&site.site)
 }
 
-/// The whole stacks of a table's sites.
+/// The whole stacks of a table's sites, their paths shortened.
 fn full_stacks<'a>(sites: impl IntoIterator<Item = &'a SiteDescription>, indent: usize) -> String {
     let pad = " ".repeat(indent);
     let mut text = String::new();
     for site in sites {
-        text.push_str(&format!("{pad}{}:\n", site.site));
+        text.push_str(&format!("{pad}{}:\n", site_label(&site.site)));
         for frame in &site.frames {
-            text.push_str(&format!("{pad}    {frame}\n"));
+            text.push_str(&format!("{pad}    {}\n", frame_label(frame)));
         }
     }
     text

@@ -1,6 +1,7 @@
 //! The what-if simulation as text.
 
 use crate::command::simulate::SimulateResult;
+use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
 use crate::units;
 
@@ -44,11 +45,25 @@ pub fn simulate(r: &SimulateResult) -> String {
             text.push_str(&format!("           {c}\n"));
         }
     }
-    text.push_str(&format!(
-        "capacity   {}\n\n",
-        r.capacity_bytes
-            .map_or_else(|| "unlimited".into(), units::bytes)
-    ));
+    match &r.device {
+        Some(d) => text.push_str(&format!(
+            "device     {}, less {} reserved {} = {} for the allocator\n",
+            if d.source.is_some() {
+                format!("{}: {}", d.name, units::capacity(d.total_bytes))
+            } else {
+                d.name.clone()
+            },
+            units::capacity(r.reserve.bytes),
+            r.reserve.covers,
+            units::capacity(r.capacity_bytes.unwrap_or(0))
+        )),
+        None => text.push_str(&format!(
+            "device     without limit; {} reserved {}\n",
+            units::capacity(r.reserve.bytes),
+            r.reserve.covers
+        )),
+    }
+    text.push_str(&format!("\nverdict    {}\n\n", r.verdict.line));
     let mut t = Table::new(&[
         ("policy", Align::Left),
         ("peak reserved", Align::Right),
@@ -74,26 +89,28 @@ pub fn simulate(r: &SimulateResult) -> String {
             units::count(s.cache_flushes),
             units::count(s.ooms),
             p.min_capacity_bytes
-                .map_or_else(|| "-".into(), units::bytes),
+                .map_or_else(|| "-".into(), units::capacity),
         ]);
     }
     text.push_str(&t.render(0));
     text.push_str(
-        "\ncached at peak: reserved memory holding no allocation at the peak of reserved memory\n",
+        "\ncached at peak: reserved memory holding no allocation at the peak of reserved memory\nmin capacity: the smallest device memory without an OOM, the reserve included\n",
     );
     for p in &r.policies {
         let Some(o) = &p.oom else {
             continue;
         };
         text.push_str(&format!(
-            "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free after flushing the cache; needed at least {} more{}\n",
+            "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free on the device after flushing the cache and {} cached free (largest block {}); needed at least {} more{}\n",
             p.scenario.policy,
             units::count(o.event_index),
             units::duration_ns(o.time_ns),
             if o.phase.is_empty() { String::new() } else { format!(" in {}", o.phase) },
-            o.site,
+            site_label(&o.site),
             units::bytes(o.requested_bytes),
             units::bytes(o.free_bytes),
+            units::bytes(o.cached_free_bytes),
+            units::bytes(o.largest_free_block),
             units::bytes(o.shortfall_bytes),
             if o.recorded { " (the recorded run ran out of memory here too)" } else { "" }
         ));

@@ -2,6 +2,7 @@
 
 use super::{full_stacks, site_cell};
 use crate::command::summary::SummaryResult;
+use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
 use crate::units;
 
@@ -103,7 +104,7 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
                 units::bytes(s.bytes),
                 units::count(s.count),
                 units::percent(s.share),
-                site_cell(&s.site, full),
+                site_cell(&s.site),
             ]);
         }
         text.push_str(&t.render(2));
@@ -133,7 +134,7 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
                 units::bytes(o.allocated_bytes),
                 units::bytes(o.reserved_bytes),
                 o.phase.clone(),
-                o.site.site.clone(),
+                site_label(&o.site.site),
             ]);
         }
         text.push_str(&t.render(2));

@@ -1,0 +1,33 @@
+//! What `report` wrote, as a line of text.
+
+use crate::analysis::leaks::repetition_noun;
+use crate::command::report::ReportWritten;
+use crate::print::labels::site_label;
+use crate::units;
+
+/// `wrote report.html (1.2 MiB): peak allocated ..., reserved ..., the
+/// leak, OOMs`.
+pub fn report_written(w: &ReportWritten<'_>) -> String {
+    let r = w.report;
+    let leak = match r.leaks.leaks.as_slice() {
+        [] => "no leak".to_string(),
+        [first, rest @ ..] => format!(
+            "leak: {} {} per {}{}",
+            site_label(&first.growth.site.site),
+            units::bytes_delta(first.growth.bytes_per_repetition as i128),
+            repetition_noun(&first.phase),
+            match rest.len() {
+                0 => String::new(),
+                n => format!(" (and {n} more)"),
+            }
+        ),
+    };
+    format!(
+        "wrote {} ({}): peak allocated {}, reserved {}; {leak}; {} OOM(s)\n",
+        w.wrote.path,
+        units::bytes(w.wrote.bytes),
+        units::bytes(r.summary.peak_allocated_bytes),
+        units::bytes(r.summary.peak_reserved_bytes),
+        r.summary.oom_count
+    )
+}
