@@ -22,7 +22,9 @@
 
 mod sites;
 
-use crate::allocator::{AllocError, AllocatorConfig, CachingAllocator, EventOrigin};
+use crate::allocator::{
+    AllocError, AllocatorConfig, CachingAllocator, EventOrigin, MAX_BLOCK_SIZE,
+};
 use crate::device::{DeviceMemory, SimulatedDevice};
 use crate::format::{
     DeviceInfo, Event, EventData, FormatError, Header, KindCounts, StackId, StringId, TraceWriter,
@@ -256,7 +258,43 @@ fn validate(c: &WorkloadConfig) -> Result<(), WorkloadError> {
     if c.events.is_none() && c.iters == 0 {
         return bad("iters must be positive");
     }
+    if c.leak_bytes > MAX_BLOCK_SIZE {
+        return bad("leak_bytes is larger than any block an allocator hands out (4 EiB)");
+    }
+    if largest_tensor(c).is_none_or(|bytes| bytes > MAX_BLOCK_SIZE) {
+        return bad(
+            "the largest tensor (batch × sequence length × hidden size, heads or vocabulary) is larger than any block an allocator hands out (4 EiB)",
+        );
+    }
     Ok(())
+}
+
+/// The bytes of the largest tensor an iteration allocates at the largest
+/// batch and sequence length, or `None` if it does not fit in 64 bits.
+fn largest_tensor(c: &WorkloadConfig) -> Option<u64> {
+    let seq = (c.seq_len.1 / 8).max(1).checked_mul(8)?;
+    let tokens = c.batch.1.checked_mul(seq)?;
+    let act = tokens.checked_mul(c.hidden)?.checked_mul(BF16)?;
+    let scores = c
+        .batch
+        .1
+        .checked_mul(c.heads)?
+        .checked_mul(seq)?
+        .checked_mul(seq)?
+        .checked_mul(BF16)?;
+    let logits = tokens.checked_mul(c.vocab)?.checked_mul(BF16)?;
+    let embedding = c.vocab.checked_mul(c.hidden)?.checked_mul(F32)?;
+    let weights = c.hidden.checked_mul(c.hidden)?.checked_mul(4 * F32)?;
+    [
+        tokens.checked_mul(8)?,
+        act.checked_mul(4)?,
+        scores,
+        logits,
+        embedding,
+        weights,
+    ]
+    .into_iter()
+    .max()
 }
 
 /// The configuration in one line, for the header's metadata.
