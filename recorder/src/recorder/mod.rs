@@ -53,6 +53,11 @@ pub use stacks::{CodeInfo, FrameSink, FrameSource, MAX_STACK_DEPTH, capture_fram
 /// `synchronize`) may still grow a buffer, once.
 const CALL_EVENTS: usize = 64;
 
+/// How often the writer thread flushes by default: with the time it takes
+/// to write, a process killed at any moment keeps every event recorded more
+/// than a second before (`docs/recording.md`, crash safety).
+pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Which stacks the recorder captures for allocator events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StackMode {
@@ -80,15 +85,19 @@ pub struct RecorderOptions {
     /// The most frames kept per native stack, and per source stack (each at
     /// most [`MAX_STACK_DEPTH`]).
     pub max_stack_depth: usize,
-    /// Events per chunk of the trace.
+    /// Events per chunk of the trace (at most: the writer thread also ends
+    /// a chunk when it flushes).
     pub chunk_events: usize,
-    /// A buffer is also handed over (and the file flushed) once its events
-    /// span this long, so a killed process loses at most about this much.
-    /// Checked when an event is recorded.
-    pub chunk_interval: Option<Duration>,
+    /// The writer thread's timer: every event is written and flushed to the
+    /// output at most about this long after it was recorded, whatever the
+    /// rate (an idle recording's buffer is taken by the writer thread), so a
+    /// process killed at any moment loses at most about this much, plus the
+    /// writer's backlog. `None`: only full buffers, [`Recorder::flush`] and
+    /// the end write events (for tests that count chunks).
+    pub flush_interval: Option<Duration>,
     /// Batches (of up to 4096 events) that may wait for the writer thread
-    /// before recording blocks: backpressure rather than unbounded memory or
-    /// lost events.
+    /// before recording waits for it: backpressure rather than unbounded
+    /// memory or lost events.
     pub queue_batches: usize,
     /// The header's start time; `None` reads the system clock.
     pub start_unix_ns: Option<u64>,
@@ -105,7 +114,7 @@ impl Default for RecorderOptions {
             frame_source: None,
             max_stack_depth: 64,
             chunk_events: 64 * 1024,
-            chunk_interval: Some(Duration::from_secs(1)),
+            flush_interval: Some(DEFAULT_FLUSH_INTERVAL),
             queue_batches: 64,
             start_unix_ns: None,
             process: None,
@@ -242,9 +251,10 @@ fn create_file(path: &Path) -> Result<impl Write + Send + 'static, RecorderError
     Ok(io::BufWriter::with_capacity(1 << 20, file))
 }
 
-impl<D: DeviceMemory> Recorder<D> {
-    /// Starts recording `allocator` to `out`: writes the header and starts the
-    /// writer thread.
+impl<D: DeviceMemory + Send + 'static> Recorder<D> {
+    /// Starts recording `allocator` to `out`: writes the header, flushes it,
+    /// and starts the writer thread (which takes the allocator's events from
+    /// under its lock when they wait too long: hence `Send + 'static`).
     pub fn new(
         mut allocator: CachingAllocator<D>,
         out: impl Write + Send + 'static,
@@ -282,7 +292,9 @@ impl<D: DeviceMemory> Recorder<D> {
     ) -> Result<Self, RecorderError> {
         Self::new(allocator, create_file(path.as_ref())?, options)
     }
+}
 
+impl<D: DeviceMemory> Recorder<D> {
     /// Allocates a block of at least `size` bytes for `stream`, recording the
     /// `Alloc` (and any segment or `Oom`) event.
     #[inline(never)]
