@@ -15,7 +15,7 @@
 //! let name = channel.intern_string("forward");
 //! let (mut tx, mut rx) = channel.open(4);
 //! let producer = std::thread::spawn(move || {
-//!     tx.push(Event { time_ns: 5, data: EventData::PhaseBegin { name } }).unwrap();
+//!     tx.push(Event { time_ns: 5, data: EventData::PhaseBegin { name, thread: 0 } }).unwrap();
 //!     tx.finish();
 //! });
 //! let mut events = Vec::new();
@@ -385,7 +385,7 @@ mod tests {
                     let name = tx.intern_string("late");
                     tx.push(Event {
                         time_ns: i,
-                        data: EventData::PhaseBegin { name },
+                        data: EventData::PhaseBegin { name, thread: 0 },
                     })
                     .unwrap();
                 }
@@ -403,7 +403,7 @@ mod tests {
         let mut times = Vec::new();
         while let Some(batch) = rx.next_batch().unwrap() {
             for e in &batch {
-                if let EventData::PhaseBegin { name } = e.data {
+                if let EventData::PhaseBegin { name, .. } = e.data {
                     assert_eq!(rx.symbols().string(name), Some("late"));
                 }
                 times.push(e.time_ns);

@@ -49,7 +49,10 @@ fn fields_of(kind: EventKind) -> u8 {
         | EventKind::SegmentUnmap => BLOCK_FIELDS,
         EventKind::Oom => SIZE | STREAM | DEVICE | THREAD | STACK | EXTRA1,
         EventKind::EmptyCache => DEVICE | THREAD | STACK,
-        EventKind::PhaseBegin | EventKind::PhaseEnd => EXTRA1,
+        // Format 1.1 added the thread: 1.0 readers skip it (they read the
+        // fields a chunk's mask names), and a 1.0 trace's phases read as
+        // the main thread's.
+        EventKind::PhaseBegin | EventKind::PhaseEnd => THREAD | EXTRA1,
         EventKind::Annotation => EXTRA1 | EXTRA2,
     }
 }
@@ -114,10 +117,13 @@ impl Fields {
                 stack: e.stack.0,
                 ..Fields::default()
             },
-            EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => Fields {
-                extra1: name.0 as u64,
-                ..Fields::default()
-            },
+            EventData::PhaseBegin { name, thread } | EventData::PhaseEnd { name, thread } => {
+                Fields {
+                    thread: *thread,
+                    extra1: name.0 as u64,
+                    ..Fields::default()
+                }
+            }
             EventData::Annotation { key, value } => Fields {
                 extra1: key.0 as u64,
                 extra2: value.0 as u64,
@@ -167,9 +173,11 @@ impl Fields {
             }),
             EventKind::PhaseBegin => EventData::PhaseBegin {
                 name: StringId(self.extra1 as u32),
+                thread: self.thread,
             },
             EventKind::PhaseEnd => EventData::PhaseEnd {
                 name: StringId(self.extra1 as u32),
+                thread: self.thread,
             },
             EventKind::Annotation => EventData::Annotation {
                 key: StringId(self.extra1 as u32),
@@ -763,7 +771,10 @@ mod tests {
         vec![
             Event {
                 time_ns: 5,
-                data: EventData::PhaseBegin { name: StringId(1) },
+                data: EventData::PhaseBegin {
+                    name: StringId(1),
+                    thread: 0,
+                },
             },
             Event {
                 time_ns: 10,
@@ -821,7 +832,10 @@ mod tests {
             },
             Event {
                 time_ns: 40,
-                data: EventData::PhaseEnd { name: StringId(1) },
+                data: EventData::PhaseEnd {
+                    name: StringId(1),
+                    thread: 3,
+                },
             },
         ]
     }

@@ -41,7 +41,7 @@ impl Default for WriterOptions {
 /// use vramtrace_format::*;
 /// let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
 /// let name = w.intern_string("forward");
-/// w.push(Event { time_ns: 0, data: EventData::PhaseBegin { name } }).unwrap();
+/// w.push(Event { time_ns: 0, data: EventData::PhaseBegin { name, thread: 0 } }).unwrap();
 /// let bytes = w.finish().unwrap();
 /// let mut r = TraceReader::new(&bytes[..]).unwrap();
 /// let events: Vec<Event> = r.events().collect::<Result<_, _>>().unwrap();

@@ -54,7 +54,10 @@ fn small_trace(chunk_events: usize) -> (Vec<u8>, Vec<Event>) {
     .unwrap();
     let mut events = vec![Event {
         time_ns: 0,
-        data: EventData::PhaseBegin { name: iter },
+        data: EventData::PhaseBegin {
+            name: iter,
+            thread: 0,
+        },
     }];
     for i in 0..20u64 {
         let b = block((1 << 30) + i * 4096, 1000 + i, stack);
@@ -73,7 +76,10 @@ fn small_trace(chunk_events: usize) -> (Vec<u8>, Vec<Event>) {
     }
     events.push(Event {
         time_ns: 500,
-        data: EventData::PhaseEnd { name: iter },
+        data: EventData::PhaseEnd {
+            name: iter,
+            thread: 0,
+        },
     });
     w.push_all(events.iter().copied()).unwrap();
     (w.finish().unwrap(), events)
@@ -194,6 +200,7 @@ fn unknown_major_version_is_rejected_naming_both() {
     assert_eq!(&bytes[..10], MAGIC);
     assert_eq!(bytes[10], 0x92);
     bytes[11] = 2;
+    bytes[12] = 0;
     let err = TraceReader::new(&bytes[..]).err().unwrap();
     assert!(matches!(
         err,
@@ -243,7 +250,7 @@ fn a_writer_dropped_without_finish_leaves_a_readable_trace() {
         let name = w.intern_string("step");
         w.push(Event {
             time_ns: 3,
-            data: EventData::PhaseBegin { name },
+            data: EventData::PhaseBegin { name, thread: 0 },
         })
         .unwrap();
     }
@@ -323,8 +330,14 @@ fn arb_event() -> impl Strategy<Value = EventData> {
                 thread,
             })
         }),
-        any::<u32>().prop_map(|n| EventData::PhaseBegin { name: StringId(n) }),
-        any::<u32>().prop_map(|n| EventData::PhaseEnd { name: StringId(n) }),
+        (any::<u32>(), any::<u32>()).prop_map(|(n, thread)| EventData::PhaseBegin {
+            name: StringId(n),
+            thread
+        }),
+        (any::<u32>(), any::<u32>()).prop_map(|(n, thread)| EventData::PhaseEnd {
+            name: StringId(n),
+            thread
+        }),
         (any::<u32>(), any::<u32>()).prop_map(|(k, v)| EventData::Annotation {
             key: StringId(k),
             value: StringId(v)
@@ -355,4 +368,27 @@ proptest! {
         prop_assert_eq!(read, events.clone());
         prop_assert_eq!(r.footer().unwrap().events, events.len() as u64);
     }
+}
+
+/// A trace of format 1.0 (the bundled fixtures) has no thread on its phase
+/// events: they read as the main thread's.
+#[test]
+fn phases_of_a_1_0_trace_read_as_the_main_threads() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/compat/leak-1.0.vtrace"
+    );
+    let mut r = TraceReader::open(path).unwrap();
+    assert_eq!((r.header().version_major, r.header().version_minor), (1, 0));
+    let mut phases = 0;
+    for e in r.events() {
+        match e.unwrap().data {
+            EventData::PhaseBegin { thread, .. } | EventData::PhaseEnd { thread, .. } => {
+                assert_eq!(thread, 0);
+                phases += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(phases > 0);
 }

@@ -133,7 +133,8 @@ fn crash_child() {
         } else {
             std::thread::sleep(Duration::from_millis(1));
         }
-        if done.is_multiple_of(64) || scenario.rate > 0 || scenario.burst.is_some_and(|b| done >= b) {
+        if done.is_multiple_of(64) || scenario.rate > 0 || scenario.burst.is_some_and(|b| done >= b)
+        {
             let now = Instant::now();
             if now - last_report >= Duration::from_millis(1) {
                 writeln!(report, "{done}").unwrap();

@@ -14,9 +14,8 @@
 //!    The sites whose live bytes grow the same way are the leaks.
 //! 3. **Never freed**: blocks still live at the window's end, by site.
 
-use super::phases::normalized_path;
 use super::{Analysis, AnalysisError, Flow, Step};
-use crate::replay::{Applied, LiveAlloc, PhaseId, ReplayState, SiteLive};
+use crate::replay::{Applied, LiveAlloc, PathId, PhaseId, ReplayState, SiteLive};
 use crate::sites::{SiteDescription, SiteId};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -233,7 +232,7 @@ struct Instance {
 pub struct Leaks {
     // Per open phase (by depth): live bytes allocated inside it, by site.
     open: Vec<(PhaseId, FxHashMap<SiteId, SiteLive>)>,
-    groups: BTreeMap<String, Group>,
+    groups: BTreeMap<PathId, Group>,
     instances: Vec<Instance>,
     instance_count: u64,
     window_start_ns: Option<u64>,
@@ -251,12 +250,12 @@ impl Leaks {
         self.report.ok_or(AnalysisError::NoResult("leaks"))
     }
 
-    fn phase_ended(&mut self, id: PhaseId, state: &ReplayState, symbols: &SymbolTable) {
+    fn phase_ended(&mut self, id: PhaseId, state: &ReplayState) {
         let Some(inst) = state.phase(id) else { return };
         let end_ns = inst.end_ns.unwrap_or(state.time_ns());
         // Phases begun before the window are not tracked; nested ones left
         // open by a mismatched end are closed with it.
-        if let Some(pos) = self.open.iter().position(|(p, _)| *p == id) {
+        if let Some(pos) = self.open.iter().rposition(|(p, _)| *p == id) {
             let (_, sites) = self.open.swap_remove(pos);
             self.open.truncate(pos);
             self.instance_count += 1;
@@ -275,8 +274,7 @@ impl Leaks {
                 }
             }
         }
-        let key = normalized_path(state, id, symbols);
-        let group = self.groups.entry(key).or_insert_with(|| Group {
+        let group = self.groups.entry(inst.path).or_insert_with(|| Group {
             stride: 1,
             ..Default::default()
         });
@@ -438,7 +436,7 @@ impl Analysis for Leaks {
             Applied::PhaseBegin(id) => {
                 self.open.push((id, FxHashMap::default()));
             }
-            Applied::PhaseEnd(id) => self.phase_ended(id, state, step.symbols),
+            Applied::PhaseEnd(id) => self.phase_ended(id, state),
             _ => {}
         }
         Ok(Flow::Continue)
@@ -470,12 +468,13 @@ impl Analysis for Leaks {
                 }
             })
             .collect();
-        let repeated_phases: Vec<PhaseGrowth> = self
+        let mut repeated_phases: Vec<PhaseGrowth> = self
             .groups
             .iter()
             .filter(|(_, g)| g.repetitions >= 3)
-            .map(|(name, g)| Self::growth(name, g, state, symbols))
+            .map(|(path, g)| Self::growth(&state.path_name(*path), g, state, symbols))
             .collect();
+        repeated_phases.sort_by(|a, b| a.phase.cmp(&b.phase));
         let mut growth: Vec<PhaseGrowth> = repeated_phases
             .iter()
             .filter(|g| g.growing)

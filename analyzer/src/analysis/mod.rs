@@ -124,6 +124,10 @@ pub struct PassInfo {
     /// Whether the pass stopped before the trace's end: at the window's end,
     /// or with every analysis done.
     pub stopped_early: bool,
+    /// The thread whose phases were replayed.
+    pub phase_thread: u32,
+    /// Phase begins of the other threads (not replayed), by thread.
+    pub other_thread_phases: Vec<(u32, u64)>,
 }
 
 impl PassInfo {
@@ -229,6 +233,12 @@ pub fn run_pass<S: EventSource>(
     info.events_replayed = index;
     info.truncation = reader.truncation().copied();
     info.complete = reader.is_complete();
+    info.phase_thread = state.phase_thread();
+    info.other_thread_phases = state
+        .other_thread_phases()
+        .iter()
+        .map(|(&t, &n)| (t, n))
+        .collect();
     Ok(info)
 }
 

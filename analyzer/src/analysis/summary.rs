@@ -106,7 +106,7 @@ impl SincePeak {
         }
         let (segments, reserved) = match &self.segments {
             Some((segments, reserved)) => (segments.clone(), *reserved),
-            None => (state.segments().to_vec(), state.totals().reserved),
+            None => (state.segments().copied().collect(), state.totals().reserved),
         };
         Occupancy::of_blocks(reserved, segments, blocks)
     }
@@ -487,7 +487,8 @@ impl Analysis for Summary {
                     | EventData::SegmentUnmap(_)
             )
         {
-            self.since_peak.segments = Some((state.segments().to_vec(), state.totals().reserved));
+            self.since_peak.segments =
+                Some((state.segments().copied().collect(), state.totals().reserved));
         }
     }
 

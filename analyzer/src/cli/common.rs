@@ -52,6 +52,10 @@ pub struct ReplayArgs {
     /// stacks to sites (matched against `function (file:line)`); repeatable.
     #[arg(long, value_name = "REGEX")]
     pub skip_frames: Vec<String>,
+    /// Show the phases of this thread (as the trace numbers threads; 0 is
+    /// the main thread). Each thread's phases nest among themselves.
+    #[arg(long, value_name = "THREAD", default_value_t = vramtrace::replay::MAIN_THREAD)]
+    pub phase_thread: u32,
 }
 
 impl ReplayArgs {
@@ -61,6 +65,7 @@ impl ReplayArgs {
             window: WindowSpec::parse(self.from.as_deref(), self.to.as_deref())?,
             fold: FoldRules::with_extra(&self.skip_frames)?,
             full_stacks: self.full_stacks,
+            phase_thread: self.phase_thread,
         })
     }
 }

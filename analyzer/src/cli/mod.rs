@@ -252,6 +252,10 @@ fn warn_about(path: &Path, warnings: &[Warning]) {
                 "{}: no event lies inside --from/--to",
                 path.display()
             )),
+            Warning::OtherThreadPhases { .. } => warn(format_args!(
+                "{}: {w} (--phase-thread shows another thread's)",
+                path.display()
+            )),
             w => warn(format_args!("{}: {w}", path.display())),
         }
     }

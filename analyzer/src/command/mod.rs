@@ -41,6 +41,9 @@ pub struct ReplayOptions {
     pub fold: FoldRules,
     /// Sites are whole stacks instead of their most telling frame.
     pub full_stacks: bool,
+    /// The thread whose phases are followed (each thread's phases nest
+    /// among themselves): [`MAIN_THREAD`](crate::replay::MAIN_THREAD) by default.
+    pub phase_thread: u32,
 }
 
 /// Something worth telling about a pass, short of an error.
@@ -54,6 +57,14 @@ pub enum Warning {
     EmptyWindow,
     /// The recorded allocator settings cannot be read (the reason).
     UnreadableSettings(String),
+    /// Other threads than the one followed began phases, which are not
+    /// shown: `(thread, phase begins)`, and the thread followed.
+    OtherThreadPhases {
+        /// The thread whose phases are shown.
+        shown: u32,
+        /// The other threads with phases, and how many each began.
+        others: Vec<(u32, u64)>,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -66,6 +77,17 @@ impl fmt::Display for Warning {
             Warning::EmptyWindow => f.write_str("no event lies inside the window"),
             Warning::UnreadableSettings(why) => {
                 write!(f, "the recorded allocator settings cannot be read ({why})")
+            }
+            Warning::OtherThreadPhases { shown, others } => {
+                let threads: Vec<String> = others
+                    .iter()
+                    .map(|(t, n)| format!("thread {t} ({n})"))
+                    .collect();
+                write!(
+                    f,
+                    "phases begun on other threads are not shown: {}; shown are thread {shown}'s",
+                    threads.join(", ")
+                )
             }
         }
     }
@@ -82,6 +104,12 @@ impl Warning {
         }
         if info.events_in_window == 0 && !window.is_all() {
             warnings.push(Warning::EmptyWindow);
+        }
+        if !info.other_thread_phases.is_empty() {
+            warnings.push(Warning::OtherThreadPhases {
+                shown: info.phase_thread,
+                others: info.other_thread_phases.clone(),
+            });
         }
         warnings
     }
@@ -118,7 +146,7 @@ impl<'a> Replay<'a> {
             Some(window) => window,
             None => options
                 .window
-                .resolve(&mut input.events()?)
+                .resolve(&mut input.events()?, options.phase_thread)
                 .map_err(|source| Error::Window {
                     path: input.path().to_owned(),
                     source,
@@ -148,7 +176,7 @@ impl<'a> Replay<'a> {
         let mut events = self.input.events()?;
         let meter = self.progress.begin(self.input.pass_work(&events));
         let folder = SiteFolder::new(self.options.fold.clone(), self.options.full_stacks);
-        let mut state = ReplayState::new(folder);
+        let mut state = ReplayState::new(folder).with_phase_thread(self.options.phase_thread);
         let info = run_pass(&mut events, &mut state, analyses, &self.window, &*meter)
             .map_err(|e| pass_error(self.input.path(), e))?;
         Ok(Pass {

@@ -739,10 +739,11 @@ impl ParsedSnapshot {
                 }
                 let ns = to_ns(t).max(last_ns);
                 last_ns = ns;
+                // A snapshot's phases are the program's: its main thread's.
                 let data = if begin {
-                    EventData::PhaseBegin { name }
+                    EventData::PhaseBegin { name, thread: 0 }
                 } else {
-                    EventData::PhaseEnd { name }
+                    EventData::PhaseEnd { name, thread: 0 }
                 };
                 phase_i += 1;
                 tx.push(Event { time_ns: ns, data })?;

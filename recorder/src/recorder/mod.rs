@@ -150,8 +150,8 @@ pub enum RecorderError {
     /// The recording was finished already.
     #[error("the recording is finished")]
     Finished,
-    /// [`Recorder::phase_end`] without an open phase.
-    #[error("no phase is open")]
+    /// [`Recorder::phase_end`] without an open phase on the calling thread.
+    #[error("no phase is open on this thread")]
     NoOpenPhase,
 }
 
@@ -189,26 +189,29 @@ impl<D: DeviceMemory> EventBuffer for CachingAllocator<D> {
     }
 }
 
-/// Ends its phase when dropped. See [`Recorder::phase`] and
-/// [`Observer::phase`].
+/// Ends its phase when dropped: the phase of the thread that began it,
+/// never another thread's. See [`Recorder::phase`] and [`Observer::phase`].
 #[must_use = "the phase ends when the guard is dropped"]
 pub struct PhaseGuard<'r> {
     recording: &'r dyn recording::EndPhase,
     name: StringId,
+    thread: u32,
 }
 
 impl Drop for PhaseGuard<'_> {
     fn drop(&mut self) {
         // A guard's phase may have been ended by phase_end() already.
-        self.recording.end_phase(self.name);
+        self.recording.end_phase(self.name, self.thread);
     }
 }
 
 /// A small id for the calling OS thread, the same for every recorder of the
 /// process (so traces of several devices agree), assigned on first use.
+/// The process's main thread is 0 (on Linux; elsewhere, the first thread
+/// that asks), so that analyses can show its phases by default.
 #[inline]
 pub fn thread_id() -> u32 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static NEXT: AtomicU32 = AtomicU32::new(1);
     thread_local! {
         static ID: Cell<u32> = const { Cell::new(u32::MAX) };
     }
@@ -217,10 +220,29 @@ pub fn thread_id() -> u32 {
         if v != u32::MAX {
             return v;
         }
-        let v = NEXT.fetch_add(1, Ordering::Relaxed);
+        let v = if is_main_thread() {
+            0
+        } else {
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        };
         id.set(v);
         v
     })
+}
+
+/// Whether the calling thread is the process's main thread.
+#[cfg(target_os = "linux")]
+fn is_main_thread() -> bool {
+    // SAFETY: gettid and getpid take no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t == libc::getpid() }
+}
+
+/// Whether the calling thread is the first to ask (standing for the main
+/// thread where there is no portable way to tell).
+#[cfg(not(target_os = "linux"))]
+fn is_main_thread() -> bool {
+    static CLAIMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    !CLAIMED.swap(true, Ordering::Relaxed)
 }
 
 /// The header's start time: the option's, else now.
@@ -364,29 +386,48 @@ impl<D: DeviceMemory> Recorder<D> {
         self.call(stack.as_slice(), |a| a.empty_cache());
     }
 
-    /// Begins a phase that ends when the returned guard is dropped. Phases nest.
+    /// Begins a phase of the calling thread that ends when the returned
+    /// guard is dropped. Each thread's phases nest, apart from other
+    /// threads'.
     pub fn phase(&self, name: &str) -> PhaseGuard<'_> {
+        let thread = thread_id();
         PhaseGuard {
-            name: self.rec.begin_phase(name),
+            name: self.rec.begin_phase(name, thread),
             recording: &self.rec,
+            thread,
         }
     }
 
-    /// Begins a phase, to be ended by [`phase_end`](Self::phase_end) (for
-    /// callers that cannot hold a guard, such as a C API).
+    /// Begins a phase of the calling thread, to be ended by
+    /// [`phase_end`](Self::phase_end) (for callers that cannot hold a
+    /// guard, such as a C API).
     pub fn phase_begin(&self, name: &str) {
-        self.rec.begin_phase(name);
+        self.rec.begin_phase(name, thread_id());
     }
 
-    /// Ends the innermost open phase.
+    /// Begins a phase of `thread` (a [`thread_id`]) rather than the
+    /// caller's: for a host that replays the phases open in its other
+    /// traces into one begun later.
+    pub fn phase_begin_for(&self, thread: u32, name: &str) {
+        self.rec.begin_phase(name, thread);
+    }
+
+    /// Ends the calling thread's innermost open phase.
     pub fn phase_end(&self) -> Result<(), RecorderError> {
-        self.rec.end_innermost_phase()
+        self.rec.end_innermost_phase(thread_id())
     }
 
-    /// Ends the innermost open phase named `name`, leaving phases opened
-    /// inside it open. Returns whether such a phase was open.
+    /// Ends the calling thread's innermost open phase named `name`, leaving
+    /// phases opened inside it open. Returns whether such a phase was open.
     pub fn phase_end_named(&self, name: &str) -> bool {
-        self.rec.end_phase_named(name)
+        self.rec.end_phase_named(name, thread_id())
+    }
+
+    /// Ends `thread`'s innermost open phase named `name` (see
+    /// [`phase_begin_for`](Self::phase_begin_for)). Returns whether such a
+    /// phase was open.
+    pub fn phase_end_named_for(&self, thread: u32, name: &str) -> bool {
+        self.rec.end_phase_named(name, thread)
     }
 
     /// Records a key/value note (a step number, a config value).

@@ -87,7 +87,9 @@ pub(crate) struct Log {
     new_strings: Vec<Box<str>>,
     stack_ids: FxHashMap<Box<[usize]>, StackId>,
     new_stacks: Vec<Box<[usize]>>,
-    open_phases: Vec<StringId>,
+    /// Each thread's open phases, innermost last: a thread's phases nest,
+    /// and no thread ends another's.
+    open_phases: FxHashMap<u32, Vec<StringId>>,
     tx: Option<Sender<Msg>>,
     spare: Receiver<Vec<Event>>,
     backlog: Arc<Backlog>,
@@ -132,7 +134,7 @@ impl<B: EventBuffer + Send + 'static> Recording<B> {
                 new_strings: Vec::new(),
                 stack_ids: FxHashMap::default(),
                 new_stacks: Vec::new(),
-                open_phases: Vec::new(),
+                open_phases: FxHashMap::default(),
                 tx: Some(tx),
                 spare: spare_rx,
                 backlog: backlog.clone(),
@@ -266,45 +268,63 @@ impl<B: EventBuffer> Recording<B> {
         }
     }
 
-    /// Begins a phase; phases nest.
-    pub fn begin_phase(&self, name: &str) -> StringId {
+    /// Begins a phase of `thread` (a [`thread_id`]); each thread's phases
+    /// nest.
+    pub fn begin_phase(&self, name: &str, thread: u32) -> StringId {
         let mut g = self.lock();
         let name = g.log.intern(name);
-        g.log.open_phases.push(name);
-        self.push_marker(g, |_| EventData::PhaseBegin { name });
+        g.log.open_phases.entry(thread).or_default().push(name);
+        self.push_marker(g, |_| EventData::PhaseBegin { name, thread });
         name
     }
 
-    /// Ends the innermost open phase.
-    pub fn end_innermost_phase(&self) -> Result<(), RecorderError> {
+    /// Ends the innermost open phase of `thread`.
+    pub fn end_innermost_phase(&self, thread: u32) -> Result<(), RecorderError> {
         let mut g = self.lock();
-        let name = g.log.open_phases.pop().ok_or(RecorderError::NoOpenPhase)?;
-        self.push_marker(g, |_| EventData::PhaseEnd { name });
+        let name = g
+            .log
+            .open_phases
+            .get_mut(&thread)
+            .and_then(Vec::pop)
+            .ok_or(RecorderError::NoOpenPhase)?;
+        self.push_marker(g, |_| EventData::PhaseEnd { name, thread });
         Ok(())
     }
 
-    /// Ends the innermost open phase named `name`, wherever it is in the
-    /// nesting (phases opened inside it stay open). Returns whether one was.
-    pub fn end_phase(&self, name: StringId) -> bool {
+    /// Ends the innermost open phase named `name` of `thread`, wherever it
+    /// is in the thread's nesting (phases opened inside it stay open).
+    /// Returns whether one was.
+    pub fn end_phase(&self, name: StringId, thread: u32) -> bool {
         let g = self.lock();
-        self.end_open_phase(g, name)
+        self.end_open_phase(g, name, thread)
     }
 
     /// [`end_phase`](Self::end_phase) by the phase's text.
-    pub fn end_phase_named(&self, name: &str) -> bool {
+    pub fn end_phase_named(&self, name: &str, thread: u32) -> bool {
         let g = self.lock();
         match g.log.strings.get(name).copied() {
-            Some(id) => self.end_open_phase(g, id),
+            Some(id) => self.end_open_phase(g, id, thread),
             None => false,
         }
     }
 
-    fn end_open_phase(&self, mut g: BiasedGuard<'_, Inner<B>>, name: StringId) -> bool {
-        let Some(i) = g.log.open_phases.iter().rposition(|&n| n == name) else {
+    fn end_open_phase(
+        &self,
+        mut g: BiasedGuard<'_, Inner<B>>,
+        name: StringId,
+        thread: u32,
+    ) -> bool {
+        let Some(open) = g.log.open_phases.get_mut(&thread) else {
             return false;
         };
-        g.log.open_phases.remove(i);
-        self.push_marker(g, |_| EventData::PhaseEnd { name });
+        let Some(i) = open.iter().rposition(|&n| n == name) else {
+            return false;
+        };
+        open.remove(i);
+        if open.is_empty() {
+            g.log.open_phases.remove(&thread);
+        }
+        self.push_marker(g, |_| EventData::PhaseEnd { name, thread });
         true
     }
 
@@ -369,7 +389,7 @@ impl<B: EventBuffer> Recording<B> {
             // it keeps nothing it no longer needs.
             log.strings = FxHashMap::default();
             log.stack_ids = FxHashMap::default();
-            log.open_phases = Vec::new();
+            log.open_phases = FxHashMap::default();
             *subject.events() = Vec::new();
             close(subject)
         };
@@ -387,12 +407,12 @@ impl<B: EventBuffer> Recording<B> {
 /// What a [`PhaseGuard`](super::PhaseGuard) ends its phase through, whatever
 /// the recording's subject.
 pub(crate) trait EndPhase {
-    fn end_phase(&self, name: StringId) -> bool;
+    fn end_phase(&self, name: StringId, thread: u32) -> bool;
 }
 
 impl<B: EventBuffer> EndPhase for Recording<B> {
-    fn end_phase(&self, name: StringId) -> bool {
-        Recording::end_phase(self, name)
+    fn end_phase(&self, name: StringId, thread: u32) -> bool {
+        Recording::end_phase(self, name, thread)
     }
 }
 

@@ -106,7 +106,10 @@ fn records_events_with_time_thread_phases_and_annotations() {
     let names: Vec<&str> = events
         .iter()
         .filter_map(|e| match e.data {
-            EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => sym.string(name),
+            EventData::PhaseBegin { name, thread } | EventData::PhaseEnd { name, thread } => {
+                assert_eq!(thread, thread_id());
+                sym.string(name)
+            }
             _ => None,
         })
         .collect();
@@ -1005,7 +1008,7 @@ fn named_phase_ends_leave_inner_phases_open_and_finish_is_final() {
     let marks: Vec<(EventKind, &str)> = events
         .iter()
         .map(|e| match e.data {
-            EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => {
+            EventData::PhaseBegin { name, .. } | EventData::PhaseEnd { name, .. } => {
                 (e.kind(), sym.string(name).unwrap_or(""))
             }
             EventData::Annotation { key, .. } => (e.kind(), sym.string(key).unwrap_or("")),
@@ -1025,4 +1028,82 @@ fn named_phase_ends_leave_inner_phases_open_and_finish_is_final() {
             (Annotation, "k"),
         ]
     );
+}
+
+/// Guards and explicit begins and ends on several threads at once: each
+/// thread's phases nest in its own stack, carry its id, and no thread ends
+/// another's (an end without a phase of its own is refused).
+#[test]
+fn each_thread_has_its_own_phases() {
+    const THREADS: usize = 8;
+    let (r, out) = recorder(RecorderOptions::default());
+    let main = thread_id();
+    r.phase_begin("main");
+    let ids: Vec<u32> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let r = &r;
+                s.spawn(move || {
+                    // Nothing of this thread is open: main's phase stays.
+                    assert!(matches!(r.phase_end(), Err(RecorderError::NoOpenPhase)));
+                    assert!(!r.phase_end_named("main"));
+                    for i in 0..2000 {
+                        let _outer = r.phase("outer");
+                        if i % 2 == 0 {
+                            r.phase_begin("explicit");
+                            let a = r.malloc(512 + t as u64 * 512, 0).unwrap();
+                            r.free(a.addr).unwrap();
+                            r.phase_end().unwrap();
+                        } else {
+                            let _inner = r.phase("inner");
+                            r.phase_begin("left open");
+                            // Ending a named phase leaves those inside open,
+                            // and the guard's end still finds its own.
+                            assert!(r.phase_end_named("inner"));
+                            r.phase_end().unwrap();
+                        }
+                    }
+                    thread_id()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(r.phase_end_named("main"));
+    r.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    let sym = reader.symbols();
+    // Replaying each thread's stack: every end closes its thread's innermost
+    // phase of that name, and every phase is closed.
+    let mut open: HashMap<u32, Vec<&str>> = HashMap::new();
+    let mut begins: HashMap<u32, usize> = HashMap::new();
+    for e in &events {
+        match e.data {
+            EventData::PhaseBegin { name, thread } => {
+                open.entry(thread)
+                    .or_default()
+                    .push(sym.string(name).unwrap());
+                *begins.entry(thread).or_default() += 1;
+            }
+            EventData::PhaseEnd { name, thread } => {
+                let stack = open
+                    .get_mut(&thread)
+                    .expect("an end on a thread with no phase");
+                let name = sym.string(name).unwrap();
+                let at = stack
+                    .iter()
+                    .rposition(|n| *n == name)
+                    .expect("an unmatched end");
+                stack.remove(at);
+            }
+            _ => {}
+        }
+    }
+    assert!(open.values().all(Vec::is_empty), "{open:?}");
+    assert_eq!(begins[&main], 1);
+    for id in ids {
+        assert_ne!(id, main);
+        assert_eq!(begins[&id], 2000 * 2 + 1000);
+    }
 }

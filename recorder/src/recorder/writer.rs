@@ -470,7 +470,7 @@ fn remap(data: &mut EventData, state: &State) {
         | EventData::SegmentUnmap(s) => stack(&mut s.stack),
         EventData::Oom(o) => stack(&mut o.stack),
         EventData::EmptyCache(e) => stack(&mut e.stack),
-        EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => string(name),
+        EventData::PhaseBegin { name, .. } | EventData::PhaseEnd { name, .. } => string(name),
         EventData::Annotation { key, value } => {
             string(key);
             string(value);

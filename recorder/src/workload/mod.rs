@@ -489,7 +489,7 @@ impl<W: Write> Gen<'_, W> {
             self.iteration = completed;
             let name = self.w.intern_string(&format!("iter{completed}"));
             let value = self.w.intern_string(&completed.to_string());
-            self.marker(EventData::PhaseBegin { name })?;
+            self.marker(EventData::PhaseBegin { name, thread: 0 })?;
             self.marker(EventData::Annotation { key: step, value })?;
             let mut open = vec![name];
             let ok = self.iteration_body(&mut open)?;
@@ -497,7 +497,7 @@ impl<W: Write> Gen<'_, W> {
                 self.unwind(&mut open)?;
                 break;
             }
-            self.marker(EventData::PhaseEnd { name })?;
+            self.marker(EventData::PhaseEnd { name, thread: 0 })?;
             completed += 1;
         }
         Ok(completed)
@@ -513,7 +513,7 @@ impl<W: Write> Gen<'_, W> {
         }
         self.call(stack, |a| a.synchronize())?;
         while let Some(name) = open.pop() {
-            self.marker(EventData::PhaseEnd { name })?;
+            self.marker(EventData::PhaseEnd { name, thread: 0 })?;
         }
         Ok(())
     }
@@ -592,7 +592,10 @@ impl<W: Write> Gen<'_, W> {
 
         // Forward: activations saved per layer for backward.
         let forward = self.w.intern_string("forward");
-        self.marker(EventData::PhaseBegin { name: forward })?;
+        self.marker(EventData::PhaseBegin {
+            name: forward,
+            thread: 0,
+        })?;
         open.push(forward);
         let embed_out = try_oom!(self.local(act, s.embedding));
         let mut saved: Vec<Vec<u64>> = Vec::with_capacity(cfg.layers as usize);
@@ -613,14 +616,20 @@ impl<W: Write> Gen<'_, W> {
         }
         let logits = try_oom!(self.local(tokens * cfg.vocab * BF16, s.head));
         let loss = try_oom!(self.local(F32, s.loss));
-        self.marker(EventData::PhaseEnd { name: forward })?;
+        self.marker(EventData::PhaseEnd {
+            name: forward,
+            thread: 0,
+        })?;
         open.pop();
 
         // Backward: gradients flow back layer by layer; saved activations are
         // released as their layer is done; parameter gradients stay until
         // zero_grad.
         let backward = self.w.intern_string("backward");
-        self.marker(EventData::PhaseBegin { name: backward })?;
+        self.marker(EventData::PhaseBegin {
+            name: backward,
+            thread: 0,
+        })?;
         open.push(backward);
         let grad_logits = try_oom!(self.local(tokens * cfg.vocab * BF16, s.grad_head));
         self.free(logits, s.autograd_free)?;
@@ -646,13 +655,19 @@ impl<W: Write> Gen<'_, W> {
         grads.push(try_oom!(self.local(cfg.vocab * h * F32, s.grad_embedding)));
         self.free(grad_out, s.autograd_free)?;
         self.free(embed_out, s.autograd_free)?;
-        self.marker(EventData::PhaseEnd { name: backward })?;
+        self.marker(EventData::PhaseEnd {
+            name: backward,
+            thread: 0,
+        })?;
         open.pop();
 
         // Optimizer: Adam state at the first step, per-layer temporaries, then
         // zero_grad frees the gradients.
         let optimizer = self.w.intern_string("optimizer");
-        self.marker(EventData::PhaseBegin { name: optimizer })?;
+        self.marker(EventData::PhaseBegin {
+            name: optimizer,
+            thread: 0,
+        })?;
         open.push(optimizer);
         if self.opt_state.is_empty() {
             for bytes in self.param_sizes() {
@@ -670,7 +685,10 @@ impl<W: Write> Gen<'_, W> {
         for g in grads {
             self.free(g, s.zero_grad)?;
         }
-        self.marker(EventData::PhaseEnd { name: optimizer })?;
+        self.marker(EventData::PhaseEnd {
+            name: optimizer,
+            thread: 0,
+        })?;
         open.pop();
 
         if cfg.leak_bytes > 0 {
