@@ -93,7 +93,7 @@ impl TraceChannel {
     pub fn open(mut self, queue_batches: usize) -> (TraceSender, TraceReceiver) {
         let mut symbols = SymbolTable::new();
         symbols
-            .extend(self.interner.take_pending())
+            .extend(self.interner.take_pending(), 0)
             .expect("an interner's definitions continue an empty table");
         let queue = queue_batches.max(1);
         let (tx, rx) = sync_channel(queue);
@@ -255,7 +255,7 @@ impl TraceReceiver {
             match self.rx.recv() {
                 Ok(Message::Batch { symbols, events }) => {
                     self.symbols
-                        .extend(symbols)
+                        .extend(symbols, 0)
                         .expect("the sender's definitions continue the receiver's table");
                     if events.is_empty() {
                         continue;

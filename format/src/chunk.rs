@@ -382,6 +382,11 @@ pub fn encode(events: &[Event], out: &mut Vec<u8>) {
     }
 }
 
+/// The most events a chunk may hold: writers cut chunks at this size, and
+/// a reader takes a chunk that claims more for damage (decoding one costs
+/// memory in proportion).
+pub const MAX_CHUNK_EVENTS: u64 = 1 << 22;
+
 /// An event chunk as read from a trace, not yet decoded.
 ///
 /// Chunks decode independently of each other (events carry only ids), so a
@@ -403,6 +408,12 @@ impl RawChunk {
         let events = cur.varint().map_err(bad)?;
         let first_time_ns = cur.varint().map_err(bad)?;
         let span = cur.varint().map_err(bad)?;
+        if events > MAX_CHUNK_EVENTS {
+            return Err(FormatError::corrupt(
+                offset,
+                format!("a chunk of {events} events, over the {MAX_CHUNK_EVENTS} a chunk may hold"),
+            ));
+        }
         Ok(RawChunk {
             offset,
             events,
@@ -435,6 +446,11 @@ impl RawChunk {
     /// The size of the encoded chunk in bytes.
     pub fn encoded_len(&self) -> usize {
         self.payload.len()
+    }
+
+    /// The size of the chunk's record in the trace, framing included.
+    pub fn record_len(&self) -> u64 {
+        (super::record::RECORD_OVERHEAD + self.payload.len()) as u64
     }
 
     /// Decodes the chunk's events.

@@ -69,7 +69,7 @@ pub mod varint;
 mod writer;
 
 pub use channel::{ReceiverGone, TraceChannel, TraceReceiver, TraceSender};
-pub use chunk::RawChunk;
+pub use chunk::{MAX_CHUNK_EVENTS, RawChunk};
 pub use error::FormatError;
 
 pub use event::{
@@ -78,7 +78,7 @@ pub use event::{
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,
 };
-pub use reader::{Events, TraceReader, Truncation};
+pub use reader::{Events, KEPT_DAMAGE, TraceDamage, TraceReader, Truncation};
 pub use source::EventSource;
 pub use symbols::{Frame, FrameId, StackId, StringId, SymbolTable};
 pub use writer::{TraceWriter, WriterOptions};

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 /// When the writer turns buffered events into a chunk.
 #[derive(Clone, Copy, Debug)]
 pub struct WriterOptions {
-    /// A chunk is written once this many events are buffered.
+    /// A chunk is written once this many events are buffered (at most
+    /// [`MAX_CHUNK_EVENTS`](crate::MAX_CHUNK_EVENTS)).
     pub chunk_events: usize,
     /// A chunk is written once its first event has waited this long, so a
     /// process killed mid-run loses at most this much (checked on `push`).
@@ -84,7 +85,9 @@ impl<W: Write> TraceWriter<W> {
         Ok(TraceWriter {
             out: Some(out),
             options: WriterOptions {
-                chunk_events: options.chunk_events.max(1),
+                chunk_events: options
+                    .chunk_events
+                    .clamp(1, super::chunk::MAX_CHUNK_EVENTS as usize),
                 ..options
             },
             interner: Interner::new(),

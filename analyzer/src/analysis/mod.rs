@@ -26,7 +26,7 @@ use crate::progress::Meter;
 use crate::replay::{Applied, ReplayState};
 use std::ops::ControlFlow;
 use vramtrace_format::EventSource;
-use vramtrace_format::{Event, FormatError, SymbolTable, Truncation};
+use vramtrace_format::{Event, FormatError, SymbolTable, TraceDamage, Truncation};
 use window::Window;
 
 /// One replayed event, as analyses see it.
@@ -128,6 +128,10 @@ pub struct PassInfo {
     pub phase_thread: u32,
     /// Phase begins of the other threads (not replayed), by thread.
     pub other_thread_phases: Vec<(u32, u64)>,
+    /// What was skipped as damaged, or found amiss (some of it).
+    pub damage: Vec<TraceDamage>,
+    /// How much damage there was, listed or not.
+    pub damage_count: u64,
 }
 
 impl PassInfo {
@@ -233,6 +237,8 @@ pub fn run_pass<S: EventSource>(
     info.events_replayed = index;
     info.truncation = reader.truncation().copied();
     info.complete = reader.is_complete();
+    info.damage = reader.damage().to_vec();
+    info.damage_count = reader.damage_count();
     info.phase_thread = state.phase_thread();
     info.other_thread_phases = state
         .other_thread_phases()

@@ -21,6 +21,12 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let input = open(&args.trace, &Bars::new())?;
     let result = info(&input)?;
+    for d in &result.damage {
+        warn(format_args!(
+            "{}: {d}; the rest was read",
+            args.trace.display()
+        ));
+    }
     match (&result.truncation, result.status) {
         (Some(t), _) => warn(t),
         (None, Status::Unfinished) => {

@@ -30,7 +30,7 @@ use crate::replay::ReplayState;
 use crate::sites::{FoldRules, SiteFolder};
 use std::fmt;
 use std::path::Path;
-use vramtrace_format::{EventSource, Header, Truncation};
+use vramtrace_format::{EventSource, Header, TraceDamage, Truncation};
 
 /// How a command replays its inputs: the window, and how stacks fold to sites.
 #[derive(Clone, Debug, Default)]
@@ -51,6 +51,11 @@ pub struct ReplayOptions {
 pub enum Warning {
     /// The trace was cut short: its readable part was analyzed.
     Truncated(Truncation),
+    /// Part of the trace was damaged and skipped (or found amiss): the rest
+    /// was analyzed.
+    Damaged(TraceDamage),
+    /// More damage than was listed.
+    MoreDamage(u64),
     /// The trace has no footer: the process that recorded it did not close it.
     Unfinished,
     /// No event lies inside the window.
@@ -71,6 +76,8 @@ impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Warning::Truncated(t) => write!(f, "{t}"),
+            Warning::Damaged(d) => write!(f, "{d}; the rest was read"),
+            Warning::MoreDamage(n) => write!(f, "{n} more damaged places were skipped"),
             Warning::Unfinished => f.write_str(
                 "the trace has no footer: the recording process did not close it (killed?)",
             ),
@@ -96,7 +103,13 @@ impl fmt::Display for Warning {
 impl Warning {
     /// What a pass's end says about the trace and the window.
     fn of_pass(info: &PassInfo, window: &Window) -> Vec<Warning> {
-        let mut warnings = Vec::new();
+        let mut warnings: Vec<Warning> =
+            info.damage.iter().cloned().map(Warning::Damaged).collect();
+        if info.damage_count > info.damage.len() as u64 {
+            warnings.push(Warning::MoreDamage(
+                info.damage_count - info.damage.len() as u64,
+            ));
+        }
         if let Some(t) = info.truncation {
             warnings.push(Warning::Truncated(t));
         } else if !info.complete && !info.stopped_early {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use vramtrace_format::EventSource;
 use vramtrace_format::{
     Event, FormatError, Header, InitialState, KindCounts, MAGIC, RawChunk, SymbolTable,
-    TraceReader, TraceReceiver, Truncation,
+    TraceDamage, TraceReader, TraceReceiver, Truncation,
 };
 
 /// A compression wrapper found on an input.
@@ -319,6 +319,8 @@ fn peek(mut stream: InputStream, n: usize) -> io::Result<(Vec<u8>, InputStream)>
 
 /// One pass over an input's events: a trace file's, or a snapshot's, converted as
 /// they are read.
+// One per pass: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum EventStream {
     /// A trace file, read and decoded.
     Trace(TraceReader<InputStream>),
@@ -363,7 +365,13 @@ impl EventStream {
                 let mut chunks = 0;
                 let mut counts = KindCounts::default();
                 while let Some(chunk) = r.next_chunk()? {
-                    counts.merge(&chunk.count_kinds()?);
+                    match chunk.count_kinds() {
+                        Ok(c) => counts.merge(&c),
+                        Err(e) => {
+                            r.note_undecodable(&chunk, e.to_string());
+                            continue;
+                        }
+                    }
                     chunks += 1;
                     span(chunk.first_time_ns(), chunk.last_time_ns());
                 }
@@ -431,10 +439,33 @@ impl EventSource for EventStream {
         })
     }
 
-    fn decode(pending: PendingEvents, out: &mut Vec<Vec<Event>>) -> Result<(), FormatError> {
+    fn decode(
+        pending: PendingEvents,
+        out: &mut Vec<Vec<Event>>,
+    ) -> Result<Vec<TraceDamage>, FormatError> {
         match pending {
             PendingEvents::Chunks(c) => TraceReader::<InputStream>::decode(c, out),
             PendingEvents::Events(e) => TraceReceiver::decode(e, out),
+        }
+    }
+
+    fn note_damage(&mut self, damage: TraceDamage) {
+        if let EventStream::Trace(r) = self {
+            r.note_damage(damage);
+        }
+    }
+
+    fn damage(&self) -> &[TraceDamage] {
+        match self {
+            EventStream::Trace(r) => r.damage(),
+            EventStream::Snapshot(_) => &[],
+        }
+    }
+
+    fn damage_count(&self) -> u64 {
+        match self {
+            EventStream::Trace(r) => r.damage_count(),
+            EventStream::Snapshot(_) => 0,
         }
     }
 
