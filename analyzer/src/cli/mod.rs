@@ -26,6 +26,7 @@ use vramtrace::Error;
 use vramtrace::analysis::compare::CompareError;
 use vramtrace::analysis::window::WindowError;
 use vramtrace::command::Warning;
+use vramtrace::input::ExpansionExceeded;
 use vramtrace::print::ChartError;
 use vramtrace::simulate::SimulateError;
 use vramtrace::sites::PatternError;
@@ -134,6 +135,15 @@ fn one_line(e: &anyhow::Error) -> String {
             line.push_str(": ");
         }
         line.push_str(&text);
+    }
+    let expansion = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(ExpansionExceeded::in_io)
+            .is_some()
+    });
+    if expansion {
+        line.push_str(" (--max-expansion RATIO, or none, raises the limit)");
     }
     line.replace('\n', " ")
 }
@@ -272,8 +282,35 @@ fn emit(text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Writes a chart or page, naming the file in the error.
+/// Writes a chart, page or trace whole or not at all: to a temporary file
+/// beside it, renamed over it once complete, so that a failure (a full disk,
+/// a kill) never leaves a partial file or destroys the one there.
 fn write_file(path: &Path, content: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    write_with(path, |out| out.write_all(content))
+}
+
+/// [`write_file`] for content written as it is made (`synth`).
+fn write_with(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
     use anyhow::Context;
-    std::fs::write(path, content).with_context(|| format!("cannot write {}", path.display()))
+    let context = || format!("cannot write {}", path.display());
+    let name = path.file_name().with_context(context)?;
+    let mut temporary_name = std::ffi::OsString::from(".");
+    temporary_name.push(name);
+    temporary_name.push(format!(".{}.tmp", std::process::id()));
+    let temporary = path.with_file_name(temporary_name);
+    let result = (|| {
+        let mut out =
+            std::io::BufWriter::with_capacity(4 << 20, std::fs::File::create(&temporary)?);
+        write(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    result.with_context(context)
 }

@@ -1,7 +1,7 @@
 //! `vramtrace report`: every analysis of a trace in one self-contained HTML
 //! page.
 
-use super::common::{CommonArgs, open};
+use super::common::{CommonArgs, check_outputs, open};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use anyhow::bail;
@@ -36,14 +36,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.common.traces.len() != 1 {
         bail!("report takes one trace (compare it with another one with --baseline BASE)");
     }
+    check_outputs(
+        [args.output.as_path()],
+        args.common
+            .traces
+            .iter()
+            .chain(args.baseline.as_ref())
+            .map(PathBuf::as_path),
+    )?;
     let progress = Bars::new();
     // Snapshots are parsed side by side, as the passes then run.
     let (input, baseline) = rayon::join(
-        || open(&args.common.traces[0], &progress),
+        || open(&args.common.traces[0], &args.common.input, &progress),
         || {
             args.baseline
                 .as_ref()
-                .map(|b| open(b, &progress))
+                .map(|b| open(b, &args.common.input, &progress))
                 .transpose()
         },
     );

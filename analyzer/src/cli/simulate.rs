@@ -1,7 +1,7 @@
 //! `vramtrace simulate`: a trace's requests replayed under another GPU size
 //! or allocator setting.
 
-use super::common::{file_name, open};
+use super::common::{InputArgs, check_outputs, file_name, open};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
@@ -20,6 +20,8 @@ pub struct Args {
     /// The trace (or PyTorch snapshot) whose requests to replay.
     #[arg(value_name = "TRACE")]
     trace: PathBuf,
+    #[command(flatten)]
+    input: InputArgs,
     /// Device memory to simulate (24GiB, 80GB, 1.5GiB); unlimited if not given.
     #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
     capacity: Option<u64>,
@@ -75,8 +77,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             0
         },
     };
+    check_outputs(args.output.as_deref(), [args.trace.as_path()])?;
     let progress = Bars::new();
-    let input = open(&args.trace, &progress)?;
+    let input = open(&args.trace, &args.input, &progress)?;
     let result = simulate(&input, &options, &progress).inspect_err(|e| {
         if let Error::Simulate {
             source: SimulateError::NoSettings(why),

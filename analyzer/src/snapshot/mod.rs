@@ -29,6 +29,14 @@ use vramtrace_format::{
 };
 use vramtrace_recorder::allocator::AllocatorConfig;
 
+/// Device indices a snapshot may use, from 0: tables are kept per device, so
+/// an index from a damaged or hostile file must not size them.
+pub const MAX_DEVICES: u32 = 1024;
+
+/// The most values one allocator setting (its key or value) may hold once
+/// built: settings are a few values each.
+const MAX_SETTING_VALUES: usize = 4096;
+
 /// Why a snapshot could not be imported.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -271,13 +279,13 @@ impl Snapshot {
         }
         if let Some(Val::Obj(d)) = get("allocator_settings") {
             let items = &heap.obj(d).items;
+            let setting = |v| {
+                heap.to_value(v, MAX_SETTING_VALUES)
+                    .map_err(|e| ImportError::NotASnapshot(format!("an allocator setting: {e}")))
+            };
             for kv in items.chunks_exact(2) {
-                let key = heap
-                    .to_value(kv[0])
-                    .map_err(|e| ImportError::NotASnapshot(e.to_string()))?;
-                let value = heap
-                    .to_value(kv[1])
-                    .map_err(|e| ImportError::NotASnapshot(e.to_string()))?;
+                let key = setting(kv[0])?;
+                let value = setting(kv[1])?;
                 s.settings.insert(setting_text(&key), setting_text(&value));
             }
         }
@@ -322,7 +330,16 @@ impl Snapshot {
             return Err(bad("is not a dict"));
         };
         let g = |k: &str| heap.dict_get_str(seg, k);
-        let device = int(heap, g("device")).unwrap_or(0) as u32;
+        let device = int(heap, g("device")).unwrap_or(0);
+        let device = u32::try_from(device)
+            .ok()
+            .filter(|&d| d < MAX_DEVICES)
+            .ok_or_else(|| {
+                bad(&format!(
+                    "is on device {device}, not one of 0 to {}",
+                    MAX_DEVICES - 1
+                ))
+            })?;
         let addr = int(heap, g("address")).ok_or_else(|| bad("has no `address`"))? as u64;
         let size = int(heap, g("total_size")).ok_or_else(|| bad("has no `total_size`"))? as u64;
         let stream = int(heap, g("stream")).unwrap_or(0) as u64;
