@@ -4,7 +4,7 @@
 use super::progress::Bars;
 use super::{emit, warn};
 use std::path::{Path, PathBuf};
-use vramtrace::analysis::window::WindowSpec;
+use vramtrace::analysis::window::{BoundSpec, WindowSpec};
 use vramtrace::command::ReplayOptions;
 use vramtrace::input::{Input, InputOptions};
 use vramtrace::sites::FoldRules;
@@ -94,6 +94,12 @@ pub struct ReplayArgs {
 impl ReplayArgs {
     /// The library's options; a bad window or pattern is a usage error.
     pub fn options(&self) -> anyhow::Result<ReplayOptions> {
+        // Each bound alone first, so that a bad one is named by its flag.
+        for (flag, bound) in [("--from", &self.from), ("--to", &self.to)] {
+            if let Some(b) = bound {
+                BoundSpec::parse(b).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+            }
+        }
         Ok(ReplayOptions {
             window: WindowSpec::parse(self.from.as_deref(), self.to.as_deref())?,
             fold: FoldRules::with_extra(&self.skip_frames)?,

@@ -76,7 +76,7 @@ enum Command {
 pub fn main() -> ExitCode {
     install_panic_hook();
     restore_default_sigpipe();
-    let cli = match Cli::try_parse() {
+    let cli = match parse_arguments() {
         Ok(cli) => cli,
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
@@ -88,12 +88,7 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            // clap's usage errors run over several lines (tips, usage); the
-            // first says what is wrong, and --help says the rest.
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("error: {first} (see 'vramtrace --help')");
+            eprintln!("error: {} (see 'vramtrace --help')", usage_error(&e));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -116,6 +111,41 @@ pub fn main() -> ExitCode {
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+/// Parses the command line. Every option that takes a value takes a
+/// negative one too (`--capacity -1`), so that its parser can say what is
+/// wrong with it, rather than clap calling it an unknown flag.
+fn parse_arguments() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let command = Cli::command().mut_subcommands(|sub| {
+        sub.mut_args(|arg| {
+            if arg.get_action().takes_values() {
+                arg.allow_negative_numbers(true)
+            } else {
+                arg
+            }
+        })
+    });
+    Cli::from_arg_matches(&command.try_get_matches()?)
+}
+
+/// A usage error on one line. clap's run over several (tips, usage): the
+/// first says what is wrong, and --help the rest; but a missing argument's
+/// name is on the lines after it.
+fn usage_error(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("invalid usage");
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    if e.kind() == clap::error::ErrorKind::MissingRequiredArgument {
+        let missing: Vec<&str> = lines
+            .take_while(|l| !l.trim().is_empty())
+            .map(str::trim)
+            .collect();
+        line = format!("{} {}", line.trim_end(), missing.join(", "));
+    }
+    line
 }
 
 /// An error and its causes on one line: `cannot open x: No such file`.

@@ -206,6 +206,14 @@ fn int(heap: &Heap, v: Option<Val>) -> Option<i128> {
     heap.int(v?)
 }
 
+/// ` (the container at byte N)` for a container, else nothing.
+fn at_byte(heap: &Heap, v: Val) -> String {
+    match v {
+        Val::Obj(o) => format!(" (the container at byte {})", heap.obj(o).offset()),
+        _ => String::new(),
+    }
+}
+
 impl Snapshot {
     fn read(heap: &Heap, c: &Collector, root: Val) -> Result<Snapshot, ImportError> {
         let Val::Obj(root) = root else {
@@ -240,9 +248,10 @@ impl Snapshot {
             Some(Val::Obj(t)) if heap.obj(t).kind == ObjKind::List => {
                 for v in &heap.obj(t).items {
                     let Val::Obj(l) = *v else {
-                        return Err(ImportError::NotASnapshot(
-                            "a `device_traces` item is not a list".into(),
-                        ));
+                        return Err(ImportError::NotASnapshot(format!(
+                            "an item of `device_traces` (the list at byte {}) is not a list",
+                            heap.obj(t).offset()
+                        )));
                     };
                     let o = heap.obj(l);
                     if !o.items.is_empty() {
@@ -256,10 +265,11 @@ impl Snapshot {
                     s.entries_per_device.push(o.consumed);
                 }
             }
-            Some(_) => {
-                return Err(ImportError::NotASnapshot(
-                    "`device_traces` is not a list".into(),
-                ));
+            Some(v) => {
+                return Err(ImportError::NotASnapshot(format!(
+                    "`device_traces` is not a list{}",
+                    at_byte(heap, v)
+                )));
             }
             None => s
                 .warnings
@@ -271,7 +281,12 @@ impl Snapshot {
                     s.read_segment(heap, c, seg)?;
                 }
             }
-            Some(_) => return Err(ImportError::NotASnapshot("`segments` is not a list".into())),
+            Some(v) => {
+                return Err(ImportError::NotASnapshot(format!(
+                    "`segments` is not a list{}",
+                    at_byte(heap, v)
+                )));
+            }
             None => s.warnings.push(
                 "no `segments`: the end state is unknown, so the initial state holds only what the events imply and cannot be checked"
                     .into(),
@@ -280,8 +295,12 @@ impl Snapshot {
         if let Some(Val::Obj(d)) = get("allocator_settings") {
             let items = &heap.obj(d).items;
             let setting = |v| {
-                heap.to_value(v, MAX_SETTING_VALUES)
-                    .map_err(|e| ImportError::NotASnapshot(format!("an allocator setting: {e}")))
+                heap.to_value(v, MAX_SETTING_VALUES).map_err(|e| {
+                    ImportError::NotASnapshot(format!(
+                        "an allocator setting (in the dict at byte {}): {e}",
+                        heap.obj(d).offset()
+                    ))
+                })
             };
             for kv in items.chunks_exact(2) {
                 let key = setting(kv[0])?;
@@ -325,9 +344,16 @@ impl Snapshot {
     }
 
     fn read_segment(&mut self, heap: &Heap, c: &Collector, seg: Val) -> Result<(), ImportError> {
-        let bad = |what: &str| ImportError::NotASnapshot(format!("a segment {what}"));
         let Val::Obj(seg) = seg else {
-            return Err(bad("is not a dict"));
+            return Err(ImportError::NotASnapshot(
+                "an item of `segments` is not a dict".into(),
+            ));
+        };
+        let bad = |what: &str| {
+            ImportError::NotASnapshot(format!(
+                "the segment at byte {} {what}",
+                heap.obj(seg).offset()
+            ))
         };
         let g = |k: &str| heap.dict_get_str(seg, k);
         let device = int(heap, g("device")).unwrap_or(0);

@@ -147,6 +147,16 @@ pub struct Obj {
     // The memo slot that refers to this container, so a hook's replacement can be
     // seen by later memo references (u32::MAX: none).
     memo: u32,
+    // The offset of the opcode that made it, for messages.
+    offset: u64,
+}
+
+impl Obj {
+    /// The byte offset of the opcode that made the container (for messages
+    /// about what it holds).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
 }
 
 /// Strings, byte strings, containers and the memo of one pickle.
@@ -298,7 +308,7 @@ impl Heap {
         })
     }
 
-    fn new_obj(&mut self, kind: ObjKind) -> ObjId {
+    fn new_obj(&mut self, kind: ObjKind, offset: u64) -> ObjId {
         if let Some(id) = self.free_objs.pop() {
             let o = &mut self.objs[id as usize];
             o.kind = kind;
@@ -306,6 +316,7 @@ impl Heap {
             o.consumed = 0;
             o.replaced = None;
             o.memo = u32::MAX;
+            o.offset = offset;
             id
         } else {
             self.objs.push(Obj {
@@ -314,6 +325,7 @@ impl Heap {
                 consumed: 0,
                 replaced: None,
                 memo: u32::MAX,
+                offset,
             });
             (self.objs.len() - 1) as ObjId
         }
@@ -1383,8 +1395,8 @@ impl<'p, R: Read> Parser<'p, R> {
         }
     }
 
-    fn new_container_from(&mut self, kind: ObjKind, from: usize) -> ObjId {
-        let id = self.heap.new_obj(kind);
+    fn new_container_from(&mut self, kind: ObjKind, from: usize, at: u64) -> ObjId {
+        let id = self.heap.new_obj(kind, at);
         let items = &mut self.heap.objs[id as usize].items;
         items.extend_from_slice(&self.stack[from..]);
         self.stack.truncate(from);
@@ -1442,19 +1454,19 @@ impl<'p, R: Read> Parser<'p, R> {
                     self.stack.push(v);
                     return Ok(true);
                 }
-                let id = self.heap.new_obj(ObjKind::Dict);
+                let id = self.heap.new_obj(ObjKind::Dict, at);
                 self.stack.push(Val::Obj(id));
             }
             op::EMPTY_LIST => {
-                let id = self.heap.new_obj(ObjKind::List);
+                let id = self.heap.new_obj(ObjKind::List, at);
                 self.stack.push(Val::Obj(id));
             }
             op::EMPTY_SET => {
-                let id = self.heap.new_obj(ObjKind::Set);
+                let id = self.heap.new_obj(ObjKind::Set, at);
                 self.stack.push(Val::Obj(id));
             }
             op::EMPTY_TUPLE => {
-                let id = self.heap.new_obj(ObjKind::Tuple);
+                let id = self.heap.new_obj(ObjKind::Tuple, at);
                 self.stack.push(Val::Obj(id));
             }
             op::SETITEMS => {
@@ -1583,7 +1595,7 @@ impl<'p, R: Read> Parser<'p, R> {
                     return Err(malformed(at, "stack underflow"));
                 }
                 let from = self.stack.len() - n;
-                let id = self.new_container_from(ObjKind::Tuple, from);
+                let id = self.new_container_from(ObjKind::Tuple, from, at);
                 self.stack.push(Val::Obj(id));
             }
             op::TUPLE | op::FROZENSET => {
@@ -1593,7 +1605,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 } else {
                     ObjKind::Set
                 };
-                let id = self.new_container_from(kind, from);
+                let id = self.new_container_from(kind, from, at);
                 self.stack.push(Val::Obj(id));
             }
             op::LIST | op::DICT => {
@@ -1603,7 +1615,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 } else {
                     ObjKind::Dict
                 };
-                let id = self.heap.new_obj(kind);
+                let id = self.heap.new_obj(kind, at);
                 // Route the items through the hook like APPENDS/SETITEMS would.
                 self.stack.insert(from, Val::Obj(id));
                 if kind == ObjKind::List {
