@@ -90,7 +90,7 @@ impl PhaseTotals {
         });
         group.instances += 1;
         group.peak_allocated_bytes = group.peak_allocated_bytes.max(open.peak);
-        group.retained_bytes += open.retained;
+        group.retained_bytes = group.retained_bytes.saturating_add(open.retained);
         group.max_retained_bytes = group.max_retained_bytes.max(open.retained);
     }
 }

@@ -377,7 +377,7 @@ impl Summary {
         if let Some((site, size)) = freed {
             match self.sites_at_peak.iter_mut().find(|(s, _)| *s == site) {
                 Some((_, live)) => {
-                    live.bytes += size;
+                    live.bytes = live.bytes.saturating_add(size);
                     live.blocks += 1;
                 }
                 None => self.sites_at_peak.push((

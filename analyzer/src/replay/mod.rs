@@ -179,11 +179,13 @@ pub enum InconsistencyKind {
     SegmentFreedWithLiveBlocks,
     /// A phase end that does not match the innermost open phase.
     UnmatchedPhaseEnd,
+    /// A block or segment so large that the totals would pass 2^64 bytes.
+    ImplausibleSize,
 }
 
 impl InconsistencyKind {
     /// Every kind, in report order.
-    pub const ALL: [InconsistencyKind; 9] = [
+    pub const ALL: [InconsistencyKind; 10] = [
         InconsistencyKind::UnknownFree,
         InconsistencyKind::DoubleFree,
         InconsistencyKind::AllocOverLive,
@@ -193,6 +195,7 @@ impl InconsistencyKind {
         InconsistencyKind::OverlappingSegment,
         InconsistencyKind::SegmentFreedWithLiveBlocks,
         InconsistencyKind::UnmatchedPhaseEnd,
+        InconsistencyKind::ImplausibleSize,
     ];
 
     /// A short description for reports.
@@ -207,6 +210,7 @@ impl InconsistencyKind {
             InconsistencyKind::OverlappingSegment => "segment overlapping another",
             InconsistencyKind::SegmentFreedWithLiveBlocks => "segment freed with live blocks",
             InconsistencyKind::UnmatchedPhaseEnd => "phase end without a matching begin",
+            InconsistencyKind::ImplausibleSize => "size past what 64 bits of totals hold",
         }
     }
 }
@@ -368,6 +372,10 @@ impl ReplayState {
         for seg in &state.segments {
             self.saw_segments = true;
             let end = seg.addr.saturating_add(seg.size);
+            if self.totals.reserved.checked_add(seg.size).is_none() {
+                self.inconsistent(InconsistencyKind::ImplausibleSize, seg.addr);
+                continue;
+            }
             if self.overlaps(seg.addr, end) {
                 self.inconsistent(InconsistencyKind::OverlappingSegment, seg.addr);
                 continue;
@@ -396,6 +404,10 @@ impl ReplayState {
                 };
                 if self.live.contains_key(&block.addr) {
                     self.inconsistent(InconsistencyKind::AllocOverLive, block.addr);
+                    continue;
+                }
+                if !self.fits(block.size, block.requested) {
+                    self.inconsistent(InconsistencyKind::ImplausibleSize, block.addr);
                     continue;
                 }
                 self.add_live(alloc);
@@ -489,6 +501,13 @@ impl ReplayState {
         Some(seg)
     }
 
+    /// Whether a block of this size (and request) can join the live ones
+    /// without a total passing 2^64 bytes (`active` bounds the others).
+    fn fits(&self, size: u64, requested: u64) -> bool {
+        self.totals.active.checked_add(size).is_some()
+            && self.totals.requested.checked_add(requested).is_some()
+    }
+
     fn add_live(&mut self, a: LiveAlloc) {
         self.live.insert(a.addr, a);
         self.count_live(&a);
@@ -549,6 +568,17 @@ impl ReplayState {
         b: &BlockEvent,
         symbols: &SymbolTable,
     ) -> Applied {
+        let replaced = self
+            .live
+            .get(&b.addr)
+            .map_or((0, 0), |o| (o.size, o.requested));
+        if !self.fits(
+            b.size.saturating_sub(replaced.0),
+            b.requested.saturating_sub(replaced.1),
+        ) {
+            self.record(InconsistencyKind::ImplausibleSize, index, time_ns, b.addr);
+            return Applied::Inconsistent;
+        }
         let site = self.sites.site(b.stack, symbols);
         let a = LiveAlloc {
             addr: b.addr,
@@ -610,6 +640,10 @@ impl ReplayState {
     ) -> Applied {
         self.saw_segments = true;
         let (start, end) = (s.addr, s.addr.saturating_add(s.size));
+        if self.totals.reserved.checked_add(s.size).is_none() {
+            self.record(InconsistencyKind::ImplausibleSize, index, time_ns, s.addr);
+            return Applied::Inconsistent;
+        }
         if self.overlaps(start, end) {
             self.record(
                 InconsistencyKind::OverlappingSegment,

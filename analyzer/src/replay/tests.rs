@@ -377,3 +377,28 @@ fn segments_in_any_order() {
         assert_eq!(state.totals().segments, 1);
     }
 }
+
+/// Sizes no allocator hands out (found by fuzzing): a block or segment that
+/// would take a total past 2^64 bytes is an inconsistency, skipped, and the
+/// totals stay exact.
+#[test]
+fn sizes_past_64_bits_of_totals_are_skipped() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.segment(0, u64::MAX).segment(1 << 62, u64::MAX);
+    b.alloc(0, u64::MAX - 10, 5, s)
+        .alloc(512, 512, 512, s)
+        .alloc(1024, 512, 512, s);
+    let (state, applied) = replay(&b.finish());
+    assert_eq!(
+        state.inconsistency_count(InconsistencyKind::ImplausibleSize),
+        3
+    );
+    assert!(matches!(applied[1], Applied::Inconsistent));
+    assert!(matches!(applied[2], Applied::Alloc(_)));
+    assert!(matches!(applied[3], Applied::Inconsistent));
+    assert!(matches!(applied[4], Applied::Inconsistent));
+    assert_eq!(state.totals().allocated, u64::MAX - 10);
+    assert_eq!(state.totals().requested, 5);
+    assert_eq!(state.totals().reserved, u64::MAX);
+}
