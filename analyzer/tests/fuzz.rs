@@ -220,27 +220,12 @@ fn fix_checksums(b: &mut [u8]) {
         if data < 8 || at + 6 + data > b.len() {
             return;
         }
-        let head = crc32(&b[at..at + 6]);
+        let head = crc32fast::hash(&b[at..at + 6]);
         b[at + 6..at + 10].copy_from_slice(&head.to_le_bytes());
-        let payload = crc32(&b[at + 14..at + 6 + data]);
+        let payload = crc32fast::hash(&b[at + 14..at + 6 + data]);
         b[at + 10..at + 14].copy_from_slice(&payload.to_le_bytes());
         at += 6 + data;
     }
-}
-
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &byte in bytes {
-        crc ^= byte as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xedb8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
 }
 
 /// Everything a command does with an opened input: every analysis in one

@@ -12,7 +12,6 @@ rates up to millions of events per second.
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys
@@ -30,26 +29,14 @@ BOUND = 1.0  # seconds
 CHILD = textwrap.dedent(r"""
     import ctypes, sys, time
 
+    sys.path.insert(0, sys.argv[5])
+    from torch_sink import ALLOC, FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, TorchEvent
+    import torch_sink
+
     lib = ctypes.CDLL(sys.argv[1])
     out, rate, burst = sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
-
-    class TorchEvent(ctypes.Structure):
-        _fields_ = [("kind", ctypes.c_uint32), ("device", ctypes.c_int32),
-                    ("addr", ctypes.c_uint64), ("size", ctypes.c_uint64),
-                    ("stream", ctypes.c_uint64), ("counter", ctypes.c_uint64),
-                    ("context", ctypes.c_char_p)]
-
-    EVENT = ctypes.CFUNCTYPE(None, ctypes.POINTER(TorchEvent))
-
-    class Sink(ctypes.Structure):
-        _fields_ = [("abi", ctypes.c_uint32), ("event", EVENT), ("segment", ctypes.c_void_p),
-                    ("snapshot_done", ctypes.c_void_p), ("phase", ctypes.c_void_p)]
-
-    lib.vramtrace_torch_sink.restype = ctypes.POINTER(Sink)
-    sink = lib.vramtrace_torch_sink().contents
-    config = f"out={out}\nstacks=none\nstate=empty\ndevice=0\t85899345920\tkill test\n"
-    assert lib.vramtrace_observe_start(config.encode()) == 0
-    ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC = 0, 1, 2, 3
+    sink = torch_sink.sink(lib)
+    torch_sink.start(lib, out)
     SEGMENT = 1 << 40
     event = TorchEvent(SEGMENT_ALLOC, 0, SEGMENT, 1 << 30, 0, 0, None)
     sink.event(ctypes.byref(event))
@@ -75,7 +62,7 @@ def kill_and_count(tmp_path: Path, rate: float, burst: int, kill_after: float):
     out = tmp_path / f"kill-{rate}-{burst}.vtrace"
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(vramtrace.library_path()), str(out), str(rate),
-         str(burst)],
+         str(burst), str(Path(__file__).parent)],
         stdout=subprocess.PIPE, text=True)
     reports = [(time.monotonic(), 0)]
 

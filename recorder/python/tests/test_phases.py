@@ -17,20 +17,7 @@ import threading
 import vramtrace
 from vramtrace import _library
 
-
-class TorchEvent(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_uint32), ("device", ctypes.c_int32),
-                ("addr", ctypes.c_uint64), ("size", ctypes.c_uint64),
-                ("stream", ctypes.c_uint64), ("counter", ctypes.c_uint64),
-                ("context", ctypes.c_char_p)]
-
-
-EVENT = ctypes.CFUNCTYPE(None, ctypes.POINTER(TorchEvent))
-
-
-class Sink(ctypes.Structure):
-    _fields_ = [("abi", ctypes.c_uint32), ("event", EVENT), ("segment", ctypes.c_void_p),
-                ("snapshot_done", ctypes.c_void_p), ("phase", ctypes.c_void_p)]
+import torch_sink
 
 
 def analyze(command: str, path, *flags: str) -> tuple[dict, str]:
@@ -42,15 +29,14 @@ def analyze(command: str, path, *flags: str) -> tuple[dict, str]:
 
 def test_threads_phases_nest_apart_and_the_main_threads_are_shown(tmp_path):
     lib = _library.load()
-    lib.vramtrace_torch_sink.restype = ctypes.POINTER(Sink)
     lib.vramtrace_iteration_end.argtypes = [ctypes.c_int]
-    sink = lib.vramtrace_torch_sink().contents
+    sink = torch_sink.sink(lib)
     out = tmp_path / "phases.vtrace"
-    config = f"out={out}\nstacks=none\nstate=empty\ndevice=0\t85899345920\tphase test\n"
-    assert lib.vramtrace_observe_start(config.encode()) == 0
+    torch_sink.start(lib, out)
     try:
         # The first event creates the device's trace.
-        sink.event(ctypes.byref(TorchEvent(3, 0, 1 << 40, 1 << 30, 0, 0, None)))
+        event = torch_sink.TorchEvent(torch_sink.SEGMENT_ALLOC, 0, 1 << 40, 1 << 30, 0, 0, None)
+        sink.event(ctypes.byref(event))
         workers_ready = threading.Barrier(9)
         iterations_done = threading.Event()
 
