@@ -109,6 +109,10 @@ impl fmt::Display for TraceDamage {
                 f,
                 "the record at byte {offset} ({bytes} bytes) is of type {code}, which this version does not read: skipped"
             ),
+            TraceDamage::TrailingBytes { offset, bytes: 1 } => write!(
+                f,
+                "1 byte after the footer, at byte {offset}, is not part of the trace: ignored"
+            ),
             TraceDamage::TrailingBytes { offset, bytes } => write!(
                 f,
                 "{bytes} bytes after the footer, from byte {offset}, are not part of the trace: ignored"

@@ -210,7 +210,7 @@ fn one_damaged_record_costs_only_itself() {
     let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
     assert_eq!(run.json()["events"].as_u64(), Some(total));
     assert!(
-        run.stderr.contains("1 bytes after the footer"),
+        run.stderr.contains("1 byte after the footer, at byte"),
         "{}",
         run.stderr
     );
