@@ -327,6 +327,13 @@ fn write_with(
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     let context = || format!("cannot write {}", path.display());
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        // A device or a pipe (`-o /dev/stdout`): there is nothing to replace.
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path).with_context(context)?);
+        return write(&mut out)
+            .and_then(|()| out.into_inner().map(drop).map_err(|e| e.into_error()))
+            .with_context(context);
+    }
     let name = path.file_name().with_context(context)?;
     let mut temporary_name = std::ffi::OsString::from(".");
     temporary_name.push(name);
