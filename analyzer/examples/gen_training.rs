@@ -93,10 +93,22 @@ fn main() {
     while w.counts().total() < events {
         let epoch = epoch_names[((i / iters_per_epoch) % 100) as usize];
         if i.is_multiple_of(iters_per_epoch) {
-            push(&mut w, EventData::PhaseBegin { name: epoch });
+            push(
+                &mut w,
+                EventData::PhaseBegin {
+                    name: epoch,
+                    thread: 0,
+                },
+            );
         }
         let iter_name = w.intern_string(&format!("iter{}", i % iters_per_epoch));
-        push(&mut w, EventData::PhaseBegin { name: iter_name });
+        push(
+            &mut w,
+            EventData::PhaseBegin {
+                name: iter_name,
+                thread: 0,
+            },
+        );
         for (k, &s) in acts.iter().enumerate() {
             let size = (1 << 20) * (1 + k as u64 % 7);
             push(
@@ -146,10 +158,22 @@ fn main() {
             );
             leak_addr += leak.next_multiple_of(512);
         }
-        push(&mut w, EventData::PhaseEnd { name: iter_name });
+        push(
+            &mut w,
+            EventData::PhaseEnd {
+                name: iter_name,
+                thread: 0,
+            },
+        );
         i += 1;
         if i.is_multiple_of(iters_per_epoch) {
-            push(&mut w, EventData::PhaseEnd { name: epoch });
+            push(
+                &mut w,
+                EventData::PhaseEnd {
+                    name: epoch,
+                    thread: 0,
+                },
+            );
         }
     }
     let n = w.counts().total();

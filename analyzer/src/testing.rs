@@ -149,16 +149,26 @@ impl TraceBuilder {
         }))
     }
 
-    /// Opens a phase.
+    /// Opens a phase of the main thread.
     pub fn begin(&mut self, name: &str) -> &mut Self {
-        let name = self.writer.intern_string(name);
-        self.push(EventData::PhaseBegin { name })
+        self.begin_on(0, name)
     }
 
-    /// Closes a phase.
+    /// Closes a phase of the main thread.
     pub fn end(&mut self, name: &str) -> &mut Self {
+        self.end_on(0, name)
+    }
+
+    /// Opens a phase of `thread`.
+    pub fn begin_on(&mut self, thread: u32, name: &str) -> &mut Self {
         let name = self.writer.intern_string(name);
-        self.push(EventData::PhaseEnd { name })
+        self.push(EventData::PhaseBegin { name, thread })
+    }
+
+    /// Closes a phase of `thread`.
+    pub fn end_on(&mut self, thread: u32, name: &str) -> &mut Self {
+        let name = self.writer.intern_string(name);
+        self.push(EventData::PhaseEnd { name, thread })
     }
 
     /// The finished trace's bytes.

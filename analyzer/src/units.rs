@@ -40,7 +40,7 @@ pub enum UnitError {
     OutOfRange {
         /// The text.
         text: String,
-        /// `size` or `count`.
+        /// `size`, `time` or `count`.
         what: &'static str,
     },
     /// A range whose bounds are not positive or out of order.
@@ -154,7 +154,8 @@ pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
         }
     };
     let value = number * multiplier;
-    if !value.is_finite() || value < 0.0 || value > u64::MAX as f64 {
+    // `u64::MAX as f64` rounds up to 2^64: compare with that, excluded.
+    if !value.is_finite() || !(0.0..TWO_TO_64).contains(&value) {
         return Err(UnitError::OutOfRange {
             text: text.to_string(),
             what: "size",
@@ -205,8 +206,18 @@ pub fn parse_duration_ns(text: &str) -> Result<u64, UnitError> {
             });
         }
     };
-    Ok((number * scale).round() as u64)
+    let value = (number * scale).round();
+    if !value.is_finite() || value >= TWO_TO_64 {
+        return Err(UnitError::OutOfRange {
+            text: text.to_string(),
+            what: "time",
+        });
+    }
+    Ok(value as u64)
 }
+
+/// 2^64: the first value a `u64` cannot hold.
+const TWO_TO_64: f64 = 18_446_744_073_709_551_616.0;
 
 /// Parses a count with an optional decimal suffix: `5000`, `100k`, `100M`,
 /// `2G`, `1e8`; at least 1.
@@ -224,7 +235,7 @@ pub fn parse_count(text: &str) -> Result<u64, UnitError> {
         examples: "5000, 100M, 1e8",
     })?;
     let value = value * scale;
-    if !value.is_finite() || value < 1.0 || value > u64::MAX as f64 {
+    if !value.is_finite() || !(1.0..TWO_TO_64).contains(&value) {
         return Err(UnitError::OutOfRange {
             text: text.to_string(),
             what: "count",
@@ -339,6 +350,34 @@ mod tests {
         assert_eq!(parse_range("64:1024"), Ok((64, 1024)));
         assert!(parse_range("9:3").is_err());
         assert!(parse_range("0").is_err());
+    }
+
+    /// 2^64 and more, in any unit, is out of range: not a value saturated
+    /// to 2^64 − 1.
+    #[test]
+    fn values_past_64_bits_are_out_of_range() {
+        assert_eq!(
+            parse_bytes("18446744073709549568B"),
+            Ok(18_446_744_073_709_549_568)
+        );
+        for text in [
+            "18446744073709551616B",
+            "16EiB",
+            "17179869184GiB",
+            "16777216TiB",
+        ] {
+            assert!(parse_bytes(text).is_err(), "{text}");
+        }
+        assert!(matches!(
+            parse_bytes("18446744073709551616B"),
+            Err(UnitError::OutOfRange { .. })
+        ));
+        for text in ["99999999999999h", "1e30s", "18446744074s"] {
+            assert!(parse_duration_ns(text).is_err(), "{text}");
+        }
+        assert!(parse_duration_ns("18446744073s").is_ok());
+        assert!(parse_count("18446744073709551616").is_err());
+        assert!(parse_count("20000000000G").is_err());
     }
 
     #[test]

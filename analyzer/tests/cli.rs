@@ -75,7 +75,7 @@ fn training_trace(name: &str, iterations: u64, leak: u64) -> PathBuf {
     let mut leak_addr = 1 << 33;
     for i in 0..iterations {
         let name = w.intern_string(&format!("iter{i}"));
-        push(&mut w, EventData::PhaseBegin { name });
+        push(&mut w, EventData::PhaseBegin { name, thread: 0 });
         push(&mut w, EventData::Alloc(block(0, 64 * MIB, act)));
         if i == 0 {
             push(&mut w, EventData::Alloc(block(1 << 32, 32 * MIB, optim)));
@@ -86,7 +86,7 @@ fn training_trace(name: &str, iterations: u64, leak: u64) -> PathBuf {
         }
         push(&mut w, EventData::FreeRequested(block(0, 64 * MIB, act)));
         push(&mut w, EventData::FreeCompleted(block(0, 64 * MIB, act)));
-        push(&mut w, EventData::PhaseEnd { name });
+        push(&mut w, EventData::PhaseEnd { name, thread: 0 });
     }
     let path = temp_path(name);
     std::fs::write(&path, w.finish().unwrap()).unwrap();

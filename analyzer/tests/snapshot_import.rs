@@ -118,10 +118,10 @@ fn replay(imp: &Imported) -> (Blocks, u64, Vec<(bool, String)>) {
                 peak = peak.max(reserved);
             }
             EventData::SegmentFree(s) | EventData::SegmentUnmap(s) => reserved -= s.size,
-            EventData::PhaseBegin { name } => {
+            EventData::PhaseBegin { name, .. } => {
                 phases.push((true, syms.string_or_unknown(name).into()))
             }
-            EventData::PhaseEnd { name } => {
+            EventData::PhaseEnd { name, .. } => {
                 phases.push((false, syms.string_or_unknown(name).into()))
             }
             _ => {}

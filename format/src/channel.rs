@@ -15,7 +15,7 @@
 //! let name = channel.intern_string("forward");
 //! let (mut tx, mut rx) = channel.open(4);
 //! let producer = std::thread::spawn(move || {
-//!     tx.push(Event { time_ns: 5, data: EventData::PhaseBegin { name } }).unwrap();
+//!     tx.push(Event { time_ns: 5, data: EventData::PhaseBegin { name, thread: 0 } }).unwrap();
 //!     tx.finish();
 //! });
 //! let mut events = Vec::new();
@@ -93,7 +93,7 @@ impl TraceChannel {
     pub fn open(mut self, queue_batches: usize) -> (TraceSender, TraceReceiver) {
         let mut symbols = SymbolTable::new();
         symbols
-            .extend(self.interner.take_pending())
+            .extend(self.interner.take_pending(), 0)
             .expect("an interner's definitions continue an empty table");
         let queue = queue_batches.max(1);
         let (tx, rx) = sync_channel(queue);
@@ -255,7 +255,7 @@ impl TraceReceiver {
             match self.rx.recv() {
                 Ok(Message::Batch { symbols, events }) => {
                     self.symbols
-                        .extend(symbols)
+                        .extend(symbols, 0)
                         .expect("the sender's definitions continue the receiver's table");
                     if events.is_empty() {
                         continue;
@@ -385,7 +385,7 @@ mod tests {
                     let name = tx.intern_string("late");
                     tx.push(Event {
                         time_ns: i,
-                        data: EventData::PhaseBegin { name },
+                        data: EventData::PhaseBegin { name, thread: 0 },
                     })
                     .unwrap();
                 }
@@ -403,7 +403,7 @@ mod tests {
         let mut times = Vec::new();
         while let Some(batch) = rx.next_batch().unwrap() {
             for e in &batch {
-                if let EventData::PhaseBegin { name } = e.data {
+                if let EventData::PhaseBegin { name, .. } = e.data {
                     assert_eq!(rx.symbols().string(name), Some("late"));
                 }
                 times.push(e.time_ns);

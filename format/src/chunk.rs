@@ -49,7 +49,10 @@ fn fields_of(kind: EventKind) -> u8 {
         | EventKind::SegmentUnmap => BLOCK_FIELDS,
         EventKind::Oom => SIZE | STREAM | DEVICE | THREAD | STACK | EXTRA1,
         EventKind::EmptyCache => DEVICE | THREAD | STACK,
-        EventKind::PhaseBegin | EventKind::PhaseEnd => EXTRA1,
+        // Format 1.1 added the thread: 1.0 readers skip it (they read the
+        // fields a chunk's mask names), and a 1.0 trace's phases read as
+        // the main thread's.
+        EventKind::PhaseBegin | EventKind::PhaseEnd => THREAD | EXTRA1,
         EventKind::Annotation => EXTRA1 | EXTRA2,
     }
 }
@@ -114,10 +117,13 @@ impl Fields {
                 stack: e.stack.0,
                 ..Fields::default()
             },
-            EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => Fields {
-                extra1: name.0 as u64,
-                ..Fields::default()
-            },
+            EventData::PhaseBegin { name, thread } | EventData::PhaseEnd { name, thread } => {
+                Fields {
+                    thread: *thread,
+                    extra1: name.0 as u64,
+                    ..Fields::default()
+                }
+            }
             EventData::Annotation { key, value } => Fields {
                 extra1: key.0 as u64,
                 extra2: value.0 as u64,
@@ -167,9 +173,11 @@ impl Fields {
             }),
             EventKind::PhaseBegin => EventData::PhaseBegin {
                 name: StringId(self.extra1 as u32),
+                thread: self.thread,
             },
             EventKind::PhaseEnd => EventData::PhaseEnd {
                 name: StringId(self.extra1 as u32),
+                thread: self.thread,
             },
             EventKind::Annotation => EventData::Annotation {
                 key: StringId(self.extra1 as u32),
@@ -374,6 +382,11 @@ pub fn encode(events: &[Event], out: &mut Vec<u8>) {
     }
 }
 
+/// The most events a chunk may hold: writers cut chunks at this size, and
+/// a reader takes a chunk that claims more for damage (decoding one costs
+/// memory in proportion).
+pub const MAX_CHUNK_EVENTS: u64 = 1 << 22;
+
 /// An event chunk as read from a trace, not yet decoded.
 ///
 /// Chunks decode independently of each other (events carry only ids), so a
@@ -395,6 +408,12 @@ impl RawChunk {
         let events = cur.varint().map_err(bad)?;
         let first_time_ns = cur.varint().map_err(bad)?;
         let span = cur.varint().map_err(bad)?;
+        if events > MAX_CHUNK_EVENTS {
+            return Err(FormatError::corrupt(
+                offset,
+                format!("a chunk of {events} events, over the {MAX_CHUNK_EVENTS} a chunk may hold"),
+            ));
+        }
         Ok(RawChunk {
             offset,
             events,
@@ -427,6 +446,11 @@ impl RawChunk {
     /// The size of the encoded chunk in bytes.
     pub fn encoded_len(&self) -> usize {
         self.payload.len()
+    }
+
+    /// The size of the chunk's record in the trace, framing included.
+    pub fn record_len(&self) -> u64 {
+        (super::record::RECORD_OVERHEAD + self.payload.len()) as u64
     }
 
     /// Decodes the chunk's events.
@@ -763,7 +787,10 @@ mod tests {
         vec![
             Event {
                 time_ns: 5,
-                data: EventData::PhaseBegin { name: StringId(1) },
+                data: EventData::PhaseBegin {
+                    name: StringId(1),
+                    thread: 0,
+                },
             },
             Event {
                 time_ns: 10,
@@ -821,7 +848,10 @@ mod tests {
             },
             Event {
                 time_ns: 40,
-                data: EventData::PhaseEnd { name: StringId(1) },
+                data: EventData::PhaseEnd {
+                    name: StringId(1),
+                    thread: 3,
+                },
             },
         ]
     }

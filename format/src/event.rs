@@ -34,15 +34,20 @@ pub enum EventData {
     /// The cache was emptied (`empty_cache()`): the caller asked for it, so a
     /// replay can ask for it too.
     EmptyCache(EmptyCacheEvent),
-    /// A named phase began; phases nest.
+    /// A named phase began on a thread; each thread's phases nest.
     PhaseBegin {
         /// The phase's name.
         name: StringId,
+        /// The thread whose phase it is (0: the main thread; traces of
+        /// format 1.0 have no thread on phases and read as 0).
+        thread: u32,
     },
-    /// The innermost open phase ended.
+    /// The innermost open phase of that name on the thread ended.
     PhaseEnd {
         /// The phase's name, as given to the matching [`EventData::PhaseBegin`].
         name: StringId,
+        /// The thread whose phase it is.
+        thread: u32,
     },
     /// A key/value note from the user (a step number, a config value).
     Annotation {

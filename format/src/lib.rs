@@ -69,7 +69,7 @@ pub mod varint;
 mod writer;
 
 pub use channel::{ReceiverGone, TraceChannel, TraceReceiver, TraceSender};
-pub use chunk::RawChunk;
+pub use chunk::{MAX_CHUNK_EVENTS, RawChunk};
 pub use error::FormatError;
 
 pub use event::{
@@ -78,7 +78,7 @@ pub use event::{
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,
 };
-pub use reader::{Events, TraceReader, Truncation};
+pub use reader::{Events, KEPT_DAMAGE, TraceDamage, TraceReader, Truncation};
 pub use source::EventSource;
 pub use symbols::{Frame, FrameId, StackId, StringId, SymbolTable};
 pub use writer::{TraceWriter, WriterOptions};
@@ -86,7 +86,7 @@ pub use writer::{TraceWriter, WriterOptions};
 /// The format's major version: readers reject any other.
 pub const VERSION_MAJOR: u16 = 1;
 /// The format's minor version: readers accept newer minors of their major.
-pub const VERSION_MINOR: u16 = 0;
+pub const VERSION_MINOR: u16 = 1;
 /// The first bytes of every trace: the MessagePack string `"vramtrace"`.
 pub const MAGIC: &[u8; 10] = b"\xa9vramtrace";
 /// The conventional file extension.

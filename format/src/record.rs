@@ -9,7 +9,6 @@
 //! that was cut short: only a record whose header checks out and whose data
 //! runs past the end of the input counts as truncation.
 
-use super::error::FormatError;
 use std::io::{self, Read, Write};
 
 /// MessagePack's `ext 32` marker.
@@ -62,29 +61,57 @@ pub fn write_record<W: Write>(out: &mut W, kind: RecordType, payload: &[u8]) -> 
 /// The outcome of reading one record.
 #[derive(Debug)]
 pub enum ReadRecord {
-    /// A complete, intact record. `kind` is `None` for a type this version does not know.
+    /// A complete, intact record. `kind` is `None` for a type this version
+    /// does not know; `code` is its type byte.
     Record {
         kind: Option<RecordType>,
+        code: u8,
         payload: Vec<u8>,
     },
     /// The input ended cleanly at a record boundary.
     End,
     /// The input ended inside a record: `present` bytes of it were there.
     Truncated { present: u64 },
+    /// The bytes at the offset are not a sound record. With `length`, its
+    /// header checked out and only its payload is damaged: the record's
+    /// `length` bytes were consumed, and the next record follows. Without,
+    /// the header itself is damaged (its length cannot be trusted): `read`
+    /// holds the bytes consumed, for the reader to look for the next record
+    /// in.
+    Damaged {
+        reason: &'static str,
+        length: Option<u64>,
+        read: Vec<u8>,
+    },
 }
 
-/// Reads the record starting at `offset` (used only for messages).
-pub fn read_record<R: Read>(input: &mut R, offset: u64) -> Result<ReadRecord, FormatError> {
+/// Whether `head` (at least 10 bytes) starts with a plausible record
+/// header: the marker, a length within bounds, and a header CRC that
+/// checks out (a chance of 2^-32 for bytes that are not one).
+pub fn is_record_header(head: &[u8]) -> bool {
+    head.len() >= 10
+        && head[0] == EXT32
+        && crc32fast::hash(&head[..6])
+            == u32::from_le_bytes(head[6..10].try_into().expect("4 bytes"))
+        && (8..=MAX_PAYLOAD + 8)
+            .contains(&(u32::from_be_bytes(head[1..5].try_into().expect("4 bytes")) as usize))
+}
+
+/// Reads the record starting here. Damage is an outcome, not an error:
+/// errors are the input's own.
+pub fn read_record<R: Read>(input: &mut R) -> io::Result<ReadRecord> {
     let mut head = [0u8; RECORD_OVERHEAD];
     let got = read_full(input, &mut head)?;
     if got == 0 {
         return Ok(ReadRecord::End);
     }
+    let damaged = |reason, head: &[u8]| ReadRecord::Damaged {
+        reason,
+        length: None,
+        read: head.to_vec(),
+    };
     if head[0] != EXT32 {
-        return Err(FormatError::corrupt(
-            offset,
-            "expected the start of a record",
-        ));
+        return Ok(damaged("expected the start of a record", &head[..got]));
     }
     if got < RECORD_OVERHEAD {
         // Too little is left to check the header: a cut, unless the bytes we
@@ -95,34 +122,33 @@ pub fn read_record<R: Read>(input: &mut R, offset: u64) -> Result<ReadRecord, Fo
     }
     let head_crc = u32::from_le_bytes(head[6..10].try_into().expect("4 bytes"));
     if crc32fast::hash(&head[..6]) != head_crc {
-        return Err(FormatError::corrupt(
-            offset,
-            "record header checksum mismatch",
-        ));
+        return Ok(damaged("record header checksum mismatch", &head));
     }
     let data_len = u32::from_be_bytes(head[1..5].try_into().expect("4 bytes")) as usize;
     if !(8..=MAX_PAYLOAD + 8).contains(&data_len) {
-        return Err(FormatError::corrupt(
-            offset,
-            format!("implausible record length {data_len}"),
-        ));
+        return Ok(damaged("implausible record length", &head));
     }
-    let mut payload = vec![0u8; data_len - 8];
-    let got_payload = read_full(input, &mut payload)?;
-    if got_payload < payload.len() {
+    // Read what is there rather than allocate what the length says: a
+    // length is believed only as far as the input bears it out.
+    let want = (data_len - 8) as u64;
+    let mut payload = Vec::with_capacity(want.min(1 << 16) as usize);
+    input.take(want).read_to_end(&mut payload)?;
+    if (payload.len() as u64) < want {
         return Ok(ReadRecord::Truncated {
-            present: (RECORD_OVERHEAD + got_payload) as u64,
+            present: (RECORD_OVERHEAD + payload.len()) as u64,
         });
     }
     let payload_crc = u32::from_le_bytes(head[10..14].try_into().expect("4 bytes"));
     if crc32fast::hash(&payload) != payload_crc {
-        return Err(FormatError::corrupt(
-            offset,
-            "record payload checksum mismatch",
-        ));
+        return Ok(ReadRecord::Damaged {
+            reason: "record payload checksum mismatch",
+            length: Some((RECORD_OVERHEAD + payload.len()) as u64),
+            read: Vec::new(),
+        });
     }
     Ok(ReadRecord::Record {
         kind: RecordType::from_code(head[5]),
+        code: head[5],
         payload,
     })
 }
@@ -149,8 +175,9 @@ mod tests {
     fn records_round_trip_and_cuts_are_truncation() {
         let mut buf = Vec::new();
         write_record(&mut buf, RecordType::Chunk, b"hello").unwrap();
-        match read_record(&mut &buf[..], 0).unwrap() {
-            ReadRecord::Record { kind, payload } => {
+        assert!(is_record_header(&buf));
+        match read_record(&mut &buf[..]).unwrap() {
+            ReadRecord::Record { kind, payload, .. } => {
                 assert_eq!(kind, Some(RecordType::Chunk));
                 assert_eq!(payload, b"hello");
             }
@@ -158,7 +185,7 @@ mod tests {
         }
         for cut in 1..buf.len() {
             assert!(matches!(
-                read_record(&mut &buf[..cut], 0).unwrap(),
+                read_record(&mut &buf[..cut]).unwrap(),
                 ReadRecord::Truncated { present } if present == cut as u64
             ));
         }
@@ -171,13 +198,31 @@ mod tests {
         for i in 0..buf.len() {
             let mut bad = buf.clone();
             bad[i] ^= 0x10;
-            assert!(
-                matches!(
-                    read_record(&mut &bad[..], 7),
-                    Err(FormatError::Corrupt { offset: 7, .. })
-                ),
-                "flip at {i} went unnoticed"
-            );
+            match read_record(&mut &bad[..]).unwrap() {
+                // A flip past the header CRC (in the payload CRC or the
+                // payload) leaves the length trusted.
+                ReadRecord::Damaged { length, .. } => {
+                    assert_eq!(length.is_some(), i >= 10, "flip at {i}");
+                }
+                other => panic!("flip at byte {i} went unnoticed: {other:?}"),
+            }
         }
+    }
+
+    /// A length the input does not hold is read as far as the input goes,
+    /// never allocated up front.
+    #[test]
+    fn a_huge_length_allocates_only_what_is_there() {
+        let mut head = vec![EXT32];
+        head.extend_from_slice(&((MAX_PAYLOAD + 8) as u32).to_be_bytes());
+        head.push(RecordType::Chunk as u8);
+        let crc = crc32fast::hash(&head);
+        head.extend_from_slice(&crc.to_le_bytes());
+        head.extend_from_slice(&[0; 4]);
+        head.extend_from_slice(b"short");
+        assert!(matches!(
+            read_record(&mut &head[..]).unwrap(),
+            ReadRecord::Truncated { present } if present == head.len() as u64
+        ));
     }
 }

@@ -13,7 +13,7 @@ use super::chunk::RawChunk;
 use super::error::FormatError;
 use super::event::Event;
 use super::header::{Header, InitialState};
-use super::reader::{TraceReader, Truncation};
+use super::reader::{TraceDamage, TraceReader, Truncation};
 use super::symbols::SymbolTable;
 use rayon::prelude::*;
 use std::io::Read;
@@ -39,8 +39,29 @@ pub trait EventSource {
     fn read(&mut self, spent: &mut Vec<Vec<Event>>) -> Result<Option<Self::Pending>, FormatError>;
 
     /// Decodes events read by [`read`](Self::read) into `out`, one buffer
-    /// per piece, reusing the buffers `out` holds.
-    fn decode(pending: Self::Pending, out: &mut Vec<Vec<Event>>) -> Result<(), FormatError>;
+    /// per piece, reusing the buffers `out` holds. A piece that does not
+    /// decode is left empty and returned as damage, for
+    /// [`note_damage`](Self::note_damage): the other pieces are read.
+    fn decode(
+        pending: Self::Pending,
+        out: &mut Vec<Vec<Event>>,
+    ) -> Result<Vec<TraceDamage>, FormatError>;
+
+    /// Takes note of damage [`decode`](Self::decode) found.
+    fn note_damage(&mut self, damage: TraceDamage) {
+        let _ = damage;
+    }
+
+    /// What was skipped or found amiss in the input so far (some of it, if
+    /// there was much: see [`damage_count`](Self::damage_count)).
+    fn damage(&self) -> &[TraceDamage] {
+        &[]
+    }
+
+    /// How much damage there was, listed or not.
+    fn damage_count(&self) -> u64 {
+        0
+    }
 
     /// How far reading has got, for progress bars: bytes of a trace file,
     /// events of a channel.
@@ -78,7 +99,9 @@ pub trait EventSource {
         let mut current = Vec::new();
         let mut next = Vec::new();
         if let Some(first) = self.read(&mut next)? {
-            Self::decode(first, &mut current)?;
+            for damage in Self::decode(first, &mut current)? {
+                self.note_damage(damage);
+            }
         }
         let mut position = self.position();
         while !current.is_empty() {
@@ -90,7 +113,7 @@ pub trait EventSource {
                     Some(p) => Self::decode(p, &mut next),
                     None => {
                         next.clear();
-                        Ok(())
+                        Ok(Vec::new())
                     }
                 },
                 || {
@@ -102,7 +125,9 @@ pub trait EventSource {
             if flow.is_break() {
                 return Ok(flow);
             }
-            decoded?;
+            for damage in decoded? {
+                self.note_damage(damage);
+            }
             position = next_position;
             std::mem::swap(&mut current, &mut next);
         }
@@ -114,6 +139,14 @@ pub trait EventSource {
 fn chunks_per_read() -> usize {
     rayon::current_num_threads().max(1) * 2
 }
+
+/// Bytes of chunks read at a time, at most (past the first chunk): with the
+/// batch decoded before, what reading holds in memory, whatever the chunks'
+/// sizes.
+const BYTES_PER_READ: usize = 64 << 20;
+
+/// Events of chunks read at a time, at most (past the first chunk).
+const EVENTS_PER_READ: u64 = 1 << 21;
 
 impl<R: Read> EventSource for TraceReader<R> {
     type Pending = Vec<RawChunk>;
@@ -132,20 +165,53 @@ impl<R: Read> EventSource for TraceReader<R> {
 
     fn read(&mut self, _spent: &mut Vec<Vec<Event>>) -> Result<Option<Vec<RawChunk>>, FormatError> {
         // `decode` reuses the spent buffers: they are its `out`.
-        let chunks = self.next_chunks(chunks_per_read())?;
+        let mut chunks: Vec<RawChunk> = Vec::new();
+        let (mut bytes, mut events) = (0usize, 0u64);
+        while chunks.len() < chunks_per_read() && bytes < BYTES_PER_READ && events < EVENTS_PER_READ
+        {
+            let Some(chunk) = self.next_chunk()? else {
+                break;
+            };
+            bytes += chunk.encoded_len();
+            events += chunk.event_count();
+            chunks.push(chunk);
+        }
         Ok((!chunks.is_empty()).then_some(chunks))
     }
 
-    fn decode(chunks: Vec<RawChunk>, out: &mut Vec<Vec<Event>>) -> Result<(), FormatError> {
+    fn decode(
+        chunks: Vec<RawChunk>,
+        out: &mut Vec<Vec<Event>>,
+    ) -> Result<Vec<TraceDamage>, FormatError> {
         out.resize_with(chunks.len(), Vec::new);
         out.truncate(chunks.len());
-        chunks
+        Ok(chunks
             .par_iter()
             .zip(out.par_iter_mut())
-            .try_for_each(|(chunk, buf)| {
+            .filter_map(|(chunk, buf)| {
                 buf.clear();
-                chunk.decode_into(buf).map(|_| ())
+                let reason = chunk.decode_into(buf).err()?;
+                buf.clear();
+                Some(TraceDamage::Skipped {
+                    offset: chunk.offset(),
+                    bytes: chunk.record_len(),
+                    reason: reason.to_string(),
+                    events: Some(chunk.event_count()),
+                })
             })
+            .collect())
+    }
+
+    fn note_damage(&mut self, damage: TraceDamage) {
+        self.note_damage(damage);
+    }
+
+    fn damage(&self) -> &[TraceDamage] {
+        TraceReader::damage(self)
+    }
+
+    fn damage_count(&self) -> u64 {
+        TraceReader::damage_count(self)
     }
 
     fn position(&self) -> u64 {
@@ -183,10 +249,13 @@ impl EventSource for TraceReceiver {
         self.next_batch()
     }
 
-    fn decode(events: Vec<Event>, out: &mut Vec<Vec<Event>>) -> Result<(), FormatError> {
+    fn decode(
+        events: Vec<Event>,
+        out: &mut Vec<Vec<Event>>,
+    ) -> Result<Vec<TraceDamage>, FormatError> {
         out.clear();
         out.push(events);
-        Ok(())
+        Ok(Vec::new())
     }
 
     fn position(&self) -> u64 {

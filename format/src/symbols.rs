@@ -141,7 +141,10 @@ impl SymbolTable {
             }) => {
                 let function = self.string_or_unknown(*function);
                 let file = self.string_or_unknown(*file);
-                if file.is_empty() && *line == 0 {
+                if function.is_empty() && file.is_empty() && *line == 0 {
+                    // A frame whose definition was lost to damage.
+                    "?".to_string()
+                } else if file.is_empty() && *line == 0 {
                     function.to_string()
                 } else {
                     format!("{function} ({file}:{line})")
@@ -160,8 +163,38 @@ impl SymbolTable {
     }
 
     /// Adds the definitions of a symbols record. The record must continue the
-    /// table exactly where it ends; `Err` names the mismatch otherwise.
-    pub(crate) fn extend(&mut self, defs: SymbolDefinitions) -> Result<(), String> {
+    /// table exactly where it ends; `Err` names the mismatch otherwise. After
+    /// damage (`damaged_bytes` skipped), it may start further on: the ids of
+    /// the lost definitions in between read as unknown (`?`, a frame named
+    /// `?`, the empty stack), at most as many as the bytes lost could hold.
+    pub(crate) fn extend(
+        &mut self,
+        defs: SymbolDefinitions,
+        damaged_bytes: u64,
+    ) -> Result<(), String> {
+        let gaps = [
+            (defs.first_string as u64).checked_sub(self.strings.len() as u64),
+            (defs.first_frame as u64).checked_sub(self.frames.len() as u64),
+            (defs.first_stack as u64).checked_sub(self.stack_count() as u64),
+        ];
+        if let [Some(strings), Some(frames), Some(stacks)] = gaps
+            && strings + frames + stacks > 0
+            && strings + frames + stacks <= damaged_bytes
+        {
+            self.strings
+                .extend(std::iter::repeat_n("?".to_string(), strings as usize));
+            self.frames.extend(std::iter::repeat_n(
+                Frame::Symbol {
+                    function: StringId::EMPTY,
+                    file: StringId::EMPTY,
+                    line: 0,
+                },
+                frames as usize,
+            ));
+            let end = self.stack_frames.len() as u32;
+            self.stack_starts
+                .extend(std::iter::repeat_n(end, stacks as usize));
+        }
         if defs.first_string as usize != self.strings.len()
             || defs.first_frame as usize != self.frames.len()
             || defs.first_stack as usize != self.stack_count()
@@ -314,14 +347,14 @@ mod tests {
         let st = interner.stack(&[fr, fr]);
         assert_eq!(interner.stack(&[fr, fr]), st);
         let mut table = SymbolTable::new();
-        table.extend(interner.take_pending()).unwrap();
+        table.extend(interner.take_pending(), 0).unwrap();
         assert_eq!(table.string(f), Some("forward"));
         assert_eq!(table.stack(st), &[fr, fr]);
         assert_eq!(table.stack(StackId::NONE), &[] as &[FrameId]);
         assert_eq!(table.describe_frame(fr), "forward (model.py:41)");
         // A second batch continues the first.
         let g = interner.string("backward");
-        table.extend(interner.take_pending()).unwrap();
+        table.extend(interner.take_pending(), 0).unwrap();
         assert_eq!(table.string(g), Some("backward"));
     }
 
@@ -333,6 +366,6 @@ mod tests {
             first_stack: 1,
             ..Default::default()
         };
-        assert!(table.extend(defs).is_err());
+        assert!(table.extend(defs, 0).is_err());
     }
 }

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 /// When the writer turns buffered events into a chunk.
 #[derive(Clone, Copy, Debug)]
 pub struct WriterOptions {
-    /// A chunk is written once this many events are buffered.
+    /// A chunk is written once this many events are buffered (at most
+    /// [`MAX_CHUNK_EVENTS`](crate::MAX_CHUNK_EVENTS)).
     pub chunk_events: usize,
     /// A chunk is written once its first event has waited this long, so a
     /// process killed mid-run loses at most this much (checked on `push`).
@@ -41,7 +42,7 @@ impl Default for WriterOptions {
 /// use vramtrace_format::*;
 /// let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
 /// let name = w.intern_string("forward");
-/// w.push(Event { time_ns: 0, data: EventData::PhaseBegin { name } }).unwrap();
+/// w.push(Event { time_ns: 0, data: EventData::PhaseBegin { name, thread: 0 } }).unwrap();
 /// let bytes = w.finish().unwrap();
 /// let mut r = TraceReader::new(&bytes[..]).unwrap();
 /// let events: Vec<Event> = r.events().collect::<Result<_, _>>().unwrap();
@@ -84,7 +85,9 @@ impl<W: Write> TraceWriter<W> {
         Ok(TraceWriter {
             out: Some(out),
             options: WriterOptions {
-                chunk_events: options.chunk_events.max(1),
+                chunk_events: options
+                    .chunk_events
+                    .clamp(1, super::chunk::MAX_CHUNK_EVENTS as usize),
                 ..options
             },
             interner: Interner::new(),

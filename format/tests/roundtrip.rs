@@ -54,7 +54,10 @@ fn small_trace(chunk_events: usize) -> (Vec<u8>, Vec<Event>) {
     .unwrap();
     let mut events = vec![Event {
         time_ns: 0,
-        data: EventData::PhaseBegin { name: iter },
+        data: EventData::PhaseBegin {
+            name: iter,
+            thread: 0,
+        },
     }];
     for i in 0..20u64 {
         let b = block((1 << 30) + i * 4096, 1000 + i, stack);
@@ -73,7 +76,10 @@ fn small_trace(chunk_events: usize) -> (Vec<u8>, Vec<Event>) {
     }
     events.push(Event {
         time_ns: 500,
-        data: EventData::PhaseEnd { name: iter },
+        data: EventData::PhaseEnd {
+            name: iter,
+            thread: 0,
+        },
     });
     w.push_all(events.iter().copied()).unwrap();
     (w.finish().unwrap(), events)
@@ -166,25 +172,153 @@ fn truncation_at_every_byte_keeps_exactly_the_complete_chunks() {
     }
 }
 
+/// The records of an intact trace: (offset, length, type byte), from the
+/// framing alone.
+fn records(bytes: &[u8]) -> Vec<(usize, usize, u8)> {
+    let mut at = MAGIC.len() + 3;
+    let mut out = Vec::new();
+    while at < bytes.len() {
+        let data = u32::from_be_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
+        out.push((at, 6 + data, bytes[at + 5]));
+        at += 6 + data;
+    }
+    out
+}
+
+const CHUNK: u8 = 4;
+
+/// A flipped bit anywhere past the header costs only the record it lands in:
+/// every other chunk's events are read, in order, and the damage is
+/// reported with its byte range (and the footer's count of what is missing).
 #[test]
-fn every_flipped_byte_is_an_error_naming_an_offset() {
-    let (bytes, _) = small_trace(4);
+fn every_flipped_byte_costs_only_its_record() {
+    let (bytes, events) = small_trace(4);
+    let records = records(&bytes);
+    let header_end = records[0].0 + records[0].1;
+    // Events per chunk, in order.
+    let per_chunk: Vec<usize> = {
+        let mut r = TraceReader::new(&bytes[..]).unwrap();
+        std::iter::from_fn(|| r.next_chunk().unwrap())
+            .map(|c| c.event_count() as usize)
+            .collect()
+    };
     for i in 0..bytes.len() {
         let mut bad = bytes.clone();
         bad[i] ^= 0x01;
-        match read_all(&bad) {
-            Err(FormatError::Corrupt { offset, reason }) => {
-                assert!(
-                    offset <= i as u64,
-                    "flip at {i} reported at {offset}: {reason}"
-                );
+        if i < header_end {
+            match read_all(&bad) {
+                Err(FormatError::Corrupt { offset, .. }) => assert!(offset <= i as u64),
+                Err(FormatError::NotATrace) | Err(FormatError::UnsupportedVersion { .. }) => {
+                    assert!(i < 13, "flip at {i}")
+                }
+                Ok(_) => panic!("flip at byte {i} went unnoticed"),
+                Err(e) => panic!("flip at byte {i}: unexpected error {e}"),
             }
-            Err(FormatError::NotATrace) | Err(FormatError::UnsupportedVersion { .. }) => {
-                assert!(i < 13, "flip at {i}")
-            }
-            Ok(_) => panic!("flip at byte {i} went unnoticed"),
-            Err(e) => panic!("flip at byte {i}: unexpected error {e}"),
+            continue;
         }
+        let (r, read) = read_all(&bad).unwrap_or_else(|e| panic!("flip at {i}: {e}"));
+        let &(at, len, kind) = records
+            .iter()
+            .find(|(at, len, _)| (*at..at + len).contains(&i))
+            .unwrap();
+        let skipped = r
+            .damage()
+            .iter()
+            .find_map(|d| match d {
+                TraceDamage::Skipped { offset, bytes, .. } => Some((*offset, *bytes)),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("flip at {i}: nothing reported"));
+        assert_eq!(skipped.0, at as u64, "flip at {i}");
+        assert!(
+            skipped.1 >= 1 && skipped.0 + skipped.1 <= (at + len) as u64 + 14,
+            "flip at {i}: {skipped:?}"
+        );
+        if kind == CHUNK {
+            let n = records[..records.iter().position(|r| r.0 == at).unwrap()]
+                .iter()
+                .filter(|r| r.2 == CHUNK)
+                .count();
+            let before: usize = per_chunk[..n].iter().sum();
+            let lost = per_chunk[n];
+            assert_eq!(read.len(), events.len() - lost, "flip at {i}");
+            assert_eq!(read[..before], events[..before]);
+            assert_eq!(read[before..], events[before + lost..]);
+            assert!(
+                r.damage().iter().any(|d| matches!(d, TraceDamage::CountMismatch { footer_events, read_events, .. }
+                    if *footer_events == events.len() as u64 && *read_events == (events.len() - lost) as u64)),
+                "flip at {i}: {:?}",
+                r.damage()
+            );
+        } else {
+            assert_eq!(read, events, "flip at {i}");
+        }
+    }
+}
+
+/// A zero byte after the footer, and a chunk re-typed as a record of an
+/// unknown type: the events are read and both are reported.
+#[test]
+fn trailing_bytes_and_unknown_records_are_reported() {
+    let (mut bytes, events) = small_trace(4);
+    bytes.push(0);
+    let (r, read) = read_all(&bytes).unwrap();
+    assert_eq!(read, events);
+    assert!(r.footer().is_some());
+    assert_eq!(
+        r.damage(),
+        [TraceDamage::TrailingBytes {
+            offset: bytes.len() as u64 - 1,
+            bytes: 1
+        }]
+    );
+    bytes.pop();
+    let (at, _, _) = records(&bytes).into_iter().find(|r| r.2 == CHUNK).unwrap();
+    bytes[at + 5] = 42;
+    let crc = crc32fast::hash(&bytes[at..at + 6]);
+    bytes[at + 6..at + 10].copy_from_slice(&crc.to_le_bytes());
+    let (r, read) = read_all(&bytes).unwrap();
+    assert_eq!(read.len(), events.len() - 4);
+    assert!(matches!(
+        r.damage()[0],
+        TraceDamage::UnknownRecord { code: 42, .. }
+    ));
+    assert!(matches!(
+        r.damage()[1],
+        TraceDamage::CountMismatch { footer_events, read_events, footer_chunks, read_chunks }
+            if footer_events == read_events + 4 && footer_chunks == read_chunks + 1
+    ));
+    assert!(r.damage()[1].to_string().contains("4 events are missing"));
+}
+
+/// Bytes that are no record at all, between two records: skipped up to the
+/// next record, whatever they hold.
+#[test]
+fn garbage_between_records_is_skipped_to_the_next_record() {
+    let (bytes, events) = small_trace(4);
+    let recs = records(&bytes);
+    let (at, _, _) = recs
+        .iter()
+        .copied()
+        .filter(|r| r.2 == CHUNK)
+        .nth(2)
+        .unwrap();
+    for garbage in [
+        vec![0u8],
+        vec![0xc9; 3],
+        (0..70_000u32).map(|i| (i * 7) as u8).collect(),
+    ] {
+        let mut bad = bytes[..at].to_vec();
+        bad.extend_from_slice(&garbage);
+        bad.extend_from_slice(&bytes[at..]);
+        let (r, read) = read_all(&bad).unwrap();
+        assert_eq!(read, events);
+        assert!(
+            matches!(&r.damage()[0], TraceDamage::Skipped { offset, bytes, events: None, .. }
+                if *offset == at as u64 && *bytes == garbage.len() as u64),
+            "{:?}",
+            r.damage()
+        );
     }
 }
 
@@ -194,6 +328,7 @@ fn unknown_major_version_is_rejected_naming_both() {
     assert_eq!(&bytes[..10], MAGIC);
     assert_eq!(bytes[10], 0x92);
     bytes[11] = 2;
+    bytes[12] = 0;
     let err = TraceReader::new(&bytes[..]).err().unwrap();
     assert!(matches!(
         err,
@@ -229,10 +364,16 @@ fn unknown_record_types_are_skipped() {
     record.extend_from_slice(&header_crc.to_le_bytes());
     record.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
     record.extend_from_slice(payload);
-    spliced.extend_from_slice(&record);
+    // Before the footer: after it, nothing is part of the trace.
+    let footer_at = records(&bytes).last().unwrap().0;
+    spliced.splice(footer_at..footer_at, record);
     let (r, read) = read_all(&spliced).unwrap();
     assert_eq!(read, events);
     assert_eq!(r.skipped_records(), 1);
+    assert!(matches!(
+        r.damage(),
+        [TraceDamage::UnknownRecord { code: 42, .. }]
+    ));
 }
 
 #[test]
@@ -243,7 +384,7 @@ fn a_writer_dropped_without_finish_leaves_a_readable_trace() {
         let name = w.intern_string("step");
         w.push(Event {
             time_ns: 3,
-            data: EventData::PhaseBegin { name },
+            data: EventData::PhaseBegin { name, thread: 0 },
         })
         .unwrap();
     }
@@ -323,8 +464,14 @@ fn arb_event() -> impl Strategy<Value = EventData> {
                 thread,
             })
         }),
-        any::<u32>().prop_map(|n| EventData::PhaseBegin { name: StringId(n) }),
-        any::<u32>().prop_map(|n| EventData::PhaseEnd { name: StringId(n) }),
+        (any::<u32>(), any::<u32>()).prop_map(|(n, thread)| EventData::PhaseBegin {
+            name: StringId(n),
+            thread
+        }),
+        (any::<u32>(), any::<u32>()).prop_map(|(n, thread)| EventData::PhaseEnd {
+            name: StringId(n),
+            thread
+        }),
         (any::<u32>(), any::<u32>()).prop_map(|(k, v)| EventData::Annotation {
             key: StringId(k),
             value: StringId(v)
@@ -355,4 +502,27 @@ proptest! {
         prop_assert_eq!(read, events.clone());
         prop_assert_eq!(r.footer().unwrap().events, events.len() as u64);
     }
+}
+
+/// A trace of format 1.0 (the bundled fixtures) has no thread on its phase
+/// events: they read as the main thread's.
+#[test]
+fn phases_of_a_1_0_trace_read_as_the_main_threads() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/compat/leak-1.0.vtrace"
+    );
+    let mut r = TraceReader::open(path).unwrap();
+    assert_eq!((r.header().version_major, r.header().version_minor), (1, 0));
+    let mut phases = 0;
+    for e in r.events() {
+        match e.unwrap().data {
+            EventData::PhaseBegin { thread, .. } | EventData::PhaseEnd { thread, .. } => {
+                assert_eq!(thread, 0);
+                phases += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(phases > 0);
 }

@@ -29,12 +29,12 @@ use recorder::format::{
 };
 use recorder::recorder::{
     FrameSource, ObservedEvent, Observer, ObserverSetup, RecorderOptions, StartState,
-    capture_frames,
+    capture_frames, thread_id,
 };
 use std::collections::BTreeMap;
 use std::ffi::{CStr, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The version of [`TorchSink`] and the structures it passes; the shim
@@ -426,12 +426,18 @@ const OPTIMIZER_STEP: &[u8] = b"Optimizer.step#";
 /// An iteration ends when the step's `record_function` range does.
 static ITERATION_PENDING: AtomicBool = AtomicBool::new(false);
 
+/// The thread whose `iter` phase is open (the thread that steps the
+/// optimizer), so that stopping ends it from any thread.
+static ITERATION_THREAD: AtomicU32 = AtomicU32::new(u32::MAX);
+
 fn next_iteration() {
+    let thread = thread_id();
     // SAFETY: a valid C string.
     unsafe {
         traces::vramtrace_phase_end_named(ITERATION.as_ptr());
         traces::vramtrace_phase_begin(ITERATION.as_ptr());
     }
+    ITERATION_THREAD.store(thread, Ordering::Relaxed);
 }
 
 /// An optimizer step of the training loop ended (called from torch's
@@ -609,8 +615,10 @@ pub unsafe extern "C" fn vramtrace_observe_start(config: *const c_char) -> c_int
 pub extern "C" fn vramtrace_observe_stop() -> c_int {
     let r = catch_unwind(AssertUnwindSafe(|| {
         ITERATION_PENDING.store(false, Ordering::Relaxed);
-        // SAFETY: a valid C string.
-        unsafe { traces::vramtrace_phase_end_named(ITERATION.as_ptr()) };
+        let iterating = ITERATION_THREAD.swap(u32::MAX, Ordering::Relaxed);
+        if iterating != u32::MAX {
+            traces::end_phase_of(iterating, ITERATION.to_str().unwrap_or("iter"));
+        }
         let mut stopped: Vec<*const Observer> = Vec::new();
         for slot in &SLOTS {
             *slot.route() = Route::Idle;

@@ -4,7 +4,7 @@
 
 use crate::{c_str, report};
 use recorder::device::CudaDevice;
-use recorder::recorder::{Observer, Recorder, RecorderError};
+use recorder::recorder::{Observer, Recorder, RecorderError, thread_id};
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
 /// What the process-wide calls do to a trace, whichever mode writes it.
 pub(crate) trait Trace: Send + Sync {
     fn phase_begin(&self, name: &str);
+    fn phase_begin_for(&self, thread: u32, name: &str);
     fn phase_end(&self) -> Result<(), RecorderError>;
-    fn phase_end_named(&self, name: &str) -> bool;
+    fn phase_end_named_for(&self, thread: u32, name: &str) -> bool;
     fn annotate(&self, key: &str, value: &str);
     fn flush(&self) -> Result<(), RecorderError>;
     fn finish(&self) -> Result<(), RecorderError>;
@@ -26,11 +27,14 @@ macro_rules! impl_trace {
             fn phase_begin(&self, name: &str) {
                 <$t>::phase_begin(self, name)
             }
+            fn phase_begin_for(&self, thread: u32, name: &str) {
+                <$t>::phase_begin_for(self, thread, name)
+            }
             fn phase_end(&self) -> Result<(), RecorderError> {
                 <$t>::phase_end(self)
             }
-            fn phase_end_named(&self, name: &str) -> bool {
-                <$t>::phase_end_named(self, name)
+            fn phase_end_named_for(&self, thread: u32, name: &str) -> bool {
+                <$t>::phase_end_named_for(self, thread, name)
             }
             fn annotate(&self, key: &str, value: &str) {
                 <$t>::annotate(self, key, value)
@@ -48,11 +52,12 @@ macro_rules! impl_trace {
 impl_trace!(Recorder<CudaDevice>);
 impl_trace!(Observer);
 
-/// Process-wide markers: phases open now and annotations so far, replayed
-/// into a trace begun later, plus every trace being written (to broadcast
-/// markers to). One lock, so a trace being begun cannot miss a marker.
+/// Process-wide markers: phases open now (each thread's, in the order they
+/// began) and annotations so far, replayed into a trace begun later, plus
+/// every trace being written (to broadcast markers to). One lock, so a
+/// trace being begun cannot miss a marker.
 pub(crate) struct Markers {
-    open_phases: Vec<String>,
+    open_phases: Vec<(u32, String)>,
     annotations: Vec<(String, String)>,
     traces: Vec<Arc<dyn Trace>>,
 }
@@ -75,8 +80,8 @@ pub(crate) fn register(trace: Arc<dyn Trace>) {
     for (k, v) in &m.annotations {
         trace.annotate(k, v);
     }
-    for name in &m.open_phases {
-        trace.phase_begin(name);
+    for (thread, name) in &m.open_phases {
+        trace.phase_begin_for(*thread, name);
     }
     m.traces.push(trace);
     drop(m);
@@ -101,7 +106,8 @@ fn broadcast(what: &str, f: impl FnOnce(&mut Markers)) {
     }
 }
 
-/// Begins a phase named `name` on every device (phases nest).
+/// Begins a phase named `name` of the calling thread on every device (each
+/// thread's phases nest, apart from other threads').
 ///
 /// # Safety
 /// `name` is NULL or a valid NUL-terminated string.
@@ -113,16 +119,19 @@ pub unsafe extern "C" fn vramtrace_phase_begin(name: *const c_char) {
         for r in &m.traces {
             r.phase_begin(&name);
         }
-        m.open_phases.push(name);
+        m.open_phases.push((thread_id(), name));
     });
 }
 
-/// Ends the innermost open phase. Returns 0, or -1 when no phase is open.
+/// Ends the calling thread's innermost open phase. Returns 0, or -1 when the
+/// thread has no open phase.
 #[unsafe(no_mangle)]
 pub extern "C" fn vramtrace_phase_end() -> c_int {
     let mut status = -1;
     broadcast("vramtrace_phase_end", |m| {
-        if m.open_phases.pop().is_some() {
+        let thread = thread_id();
+        if let Some(i) = m.open_phases.iter().rposition(|(t, _)| *t == thread) {
+            m.open_phases.remove(i);
             status = 0;
             for r in &m.traces {
                 let _ = r.phase_end();
@@ -148,10 +157,11 @@ pub unsafe extern "C" fn vramtrace_annotate(key: *const c_char, value: *const c_
     });
 }
 
-/// Ends the innermost open phase named `name` on every device, leaving the
-/// phases opened inside it open (for phases that interleave with others,
-/// such as the iterations vramtrace marks at each optimizer step). Returns
-/// 0, or -1 when no phase of that name is open.
+/// Ends the calling thread's innermost open phase named `name` on every
+/// device, leaving the phases opened inside it open (for phases that
+/// interleave with others, such as the iterations vramtrace marks at each
+/// optimizer step). Returns 0, or -1 when the thread has no open phase of
+/// that name. Another thread's phase of that name stays open.
 ///
 /// # Safety
 /// `name` is NULL or a valid NUL-terminated string.
@@ -159,13 +169,24 @@ pub unsafe extern "C" fn vramtrace_annotate(key: *const c_char, value: *const c_
 pub unsafe extern "C" fn vramtrace_phase_end_named(name: *const c_char) -> c_int {
     // SAFETY: forwarded contract.
     let name = unsafe { c_str(name) };
+    end_phase_of(thread_id(), &name)
+}
+
+/// Ends `thread`'s innermost open phase named `name` on every device: the
+/// calling thread's, or (for vramtrace's own `iter` phase, at stop) the
+/// thread that began it. Returns 0, or -1 when there is none.
+pub(crate) fn end_phase_of(thread: u32, name: &str) -> c_int {
     let mut status = -1;
     broadcast("vramtrace_phase_end_named", |m| {
-        if let Some(i) = m.open_phases.iter().rposition(|p| *p == name) {
+        if let Some(i) = m
+            .open_phases
+            .iter()
+            .rposition(|(t, p)| *t == thread && p == name)
+        {
             m.open_phases.remove(i);
             status = 0;
             for r in &m.traces {
-                r.phase_end_named(&name);
+                r.phase_end_named_for(thread, name);
             }
         }
     });

@@ -100,12 +100,34 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
+    let mut command = Command::new(binary());
+    command.args(args);
+    run(command)
+}
+
+/// Runs `vramtrace` with these arguments and at most `mib` MiB of address
+/// space (`ulimit -v`): an allocation past it fails, and the process dies
+/// of the abort that follows (no exit code), where bounded code goes on.
+pub fn vramtrace_within<I, S>(mib: u64, args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(format!("ulimit -v {} && exec \"$0\" \"$@\"", mib * 1024))
+        .arg(binary())
+        .args(args);
+    run(command)
+}
+
+fn run(mut command: Command) -> Run {
     let Output {
         status,
         stdout,
         stderr,
-    } = Command::new(binary())
-        .args(args)
+    } = command
         .env_remove("RUST_BACKTRACE")
         .output()
         .expect("run vramtrace");

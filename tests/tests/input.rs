@@ -122,7 +122,7 @@ fn a_truncated_trace_is_read_up_to_the_cut_with_a_warning() {
 }
 
 #[test]
-fn a_corrupt_trace_names_the_offset() {
+fn a_damaged_record_is_skipped_and_named_with_its_offset() {
     let dir = scratch("corrupt");
     let full = dir.join("full.vtrace");
     let snapshot = fixture("torch/mlp_empty_cache.pickle.xz");
@@ -137,9 +137,20 @@ fn a_corrupt_trace_names_the_offset() {
     let at = bytes.len() / 2;
     bytes[at] ^= 0x40;
     std::fs::write(&full, &bytes).unwrap();
+    let run = vramtrace(["info".as_ref(), full.as_os_str()]).success();
+    assert!(
+        run.stderr
+            .contains("are damaged (record payload checksum mismatch) and were skipped"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.contains("status    damaged"), "{}", run.stdout);
+    // A damaged header is beyond repair: an error naming its offset.
+    bytes[20] ^= 0x40;
+    std::fs::write(&full, &bytes).unwrap();
     let run = vramtrace(["info".as_ref(), full.as_os_str()]).fails_with(2);
     assert!(
-        run.stderr.contains("corrupt trace at byte"),
+        run.stderr.contains("corrupt trace at byte 13"),
         "{}",
         run.stderr
     );

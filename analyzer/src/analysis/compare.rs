@@ -470,16 +470,20 @@ fn site_figures(run: &RunFigures, options: CompareOptions) -> BTreeMap<String, S
         figures.description.get_or_insert_with(|| site.clone());
         figures
     }
+    // Sites that fold to one key add up: saturating, as the sums of a
+    // trace with absurd sizes may pass 2^64.
     for s in &run.summary.top_sites_at_peak {
-        entry(&mut map, &s.site, options).at_peak += s.bytes;
+        let f = entry(&mut map, &s.site, options);
+        f.at_peak = f.at_peak.saturating_add(s.bytes);
     }
     for s in &run.leaks.never_freed {
-        entry(&mut map, &s.site, options).retained += s.bytes;
+        let f = entry(&mut map, &s.site, options);
+        f.retained = f.retained.saturating_add(s.bytes);
     }
     for s in &run.sites.sites {
         let f = entry(&mut map, &s.site, options);
         f.allocations += s.allocations;
-        f.allocated_bytes += s.allocated_bytes;
+        f.allocated_bytes = f.allocated_bytes.saturating_add(s.allocated_bytes);
     }
     map
 }

@@ -523,7 +523,7 @@ impl ExplorerAnalysis {
 
     fn capture(&self, kind: CheckpointKind, state: &ReplayState) -> RawCheckpoint {
         let t = state.totals();
-        let segments = state.segments().to_vec();
+        let segments: Vec<_> = state.segments().cloned().collect();
         let mut blocks: Vec<RawBlock> = state
             .live()
             .map(|a| {

@@ -156,7 +156,7 @@ impl Fragmentation {
             self.open.max_allocated = self.open.max_allocated.max(c.max_allocated_bytes);
         }
         self.open_index /= 2;
-        self.width *= 2;
+        self.width = self.width.saturating_mul(2);
     }
 }
 
@@ -230,12 +230,13 @@ impl Analysis for Fragmentation {
             // The last bucket made 2N: one more doubling, with no open
             // bucket to carry into.
             self.closed = merge_pairs(&self.closed);
-            self.width *= 2;
+            self.width = self.width.saturating_mul(2);
         }
         let width = self.width;
         for (i, b) in self.closed.iter_mut().enumerate() {
-            b.start_ns = origin + i as u64 * width;
-            b.end_ns = b.start_ns + width;
+            // Saturating: a damaged trace may carry times near 2^64.
+            b.start_ns = origin.saturating_add((i as u64).saturating_mul(width));
+            b.end_ns = b.start_ns.saturating_add(width);
         }
         let argmax = |key: &dyn Fn(&FragmentationBucket) -> f64| {
             self.closed

@@ -29,9 +29,8 @@
 //! warm-up (optimizer state and caches appear in the first repetitions), and
 //! keeps the first of the two that shows consistent growth.
 
-use super::phases::normalized_path;
 use super::{Analysis, AnalysisError, Flow, Step};
-use crate::replay::{Applied, LiveAlloc, PhaseId, ReplayState, SiteLive};
+use crate::replay::{Applied, LiveAlloc, PathId, PhaseId, ReplayState, SiteLive};
 use crate::sites::{SiteDescription, SiteId};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -410,7 +409,7 @@ struct Candidate {
 pub struct Leaks {
     // Per open phase, outermost first.
     open: Vec<Open>,
-    groups: BTreeMap<String, Group>,
+    groups: BTreeMap<PathId, Group>,
     instances: Vec<Instance>,
     instance_count: u64,
     window_start_ns: Option<u64>,
@@ -433,14 +432,14 @@ impl Leaks {
         self.report.ok_or(AnalysisError::NoResult("leaks"))
     }
 
-    fn phase_ended(&mut self, id: PhaseId, state: &ReplayState, symbols: &SymbolTable) {
+    fn phase_ended(&mut self, id: PhaseId, state: &ReplayState) {
         let Some(inst) = state.phase(id) else { return };
         let end_ns = inst.end_ns.unwrap_or(state.time_ns());
         // Phases begun before the window are not tracked; nested ones left
         // open by a mismatched end are closed with it.
         let mut retained = Vec::new();
         let mut cut_short = false;
-        if let Some(pos) = self.open.iter().position(|o| o.phase == id) {
+        if let Some(pos) = self.open.iter().rposition(|o| o.phase == id) {
             let open = self.open.swap_remove(pos);
             self.open.truncate(pos);
             self.instance_count += 1;
@@ -468,8 +467,7 @@ impl Leaks {
                 }
             }
         }
-        let key = normalized_path(state, id, symbols);
-        let group = self.groups.entry(key).or_insert_with(|| Group {
+        let group = self.groups.entry(inst.path).or_insert_with(|| Group {
             stride: 1,
             ..Default::default()
         });
@@ -715,7 +713,7 @@ impl Analysis for Leaks {
                     oom: false,
                 });
             }
-            Applied::PhaseEnd(id) => self.phase_ended(id, state, step.symbols),
+            Applied::PhaseEnd(id) => self.phase_ended(id, state),
             Applied::Oom(_) => {
                 for open in &mut self.open {
                     open.oom = true;
@@ -754,7 +752,15 @@ impl Analysis for Leaks {
             .collect();
         let mut repeated_phases = Vec::new();
         let mut candidates = Vec::new();
-        for (name, g) in self.groups.iter().filter(|(_, g)| g.repetitions >= 3) {
+        // Repeated phases in the order of their paths' names.
+        let mut groups: Vec<(String, &Group)> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.repetitions >= 3)
+            .map(|(path, g)| (state.path_name(*path), g))
+            .collect();
+        groups.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, g) in &groups {
             let (growth, mut found) = Self::growth(name, g, repeated_phases.len(), state, symbols);
             repeated_phases.push(growth);
             candidates.append(&mut found);

@@ -28,7 +28,7 @@ use crate::progress::Meter;
 use crate::replay::{Applied, ReplayState};
 use std::ops::ControlFlow;
 use vramtrace_format::EventSource;
-use vramtrace_format::{Event, FormatError, SymbolTable, Truncation};
+use vramtrace_format::{Event, FormatError, SymbolTable, TraceDamage, Truncation};
 use window::Window;
 
 /// One replayed event, as analyses see it.
@@ -126,6 +126,14 @@ pub struct PassInfo {
     /// Whether the pass stopped before the trace's end: at the window's end,
     /// or with every analysis done.
     pub stopped_early: bool,
+    /// The thread whose phases were replayed.
+    pub phase_thread: u32,
+    /// Phase begins of the other threads (not replayed), by thread.
+    pub other_thread_phases: Vec<(u32, u64)>,
+    /// What was skipped as damaged, or found amiss (some of it).
+    pub damage: Vec<TraceDamage>,
+    /// How much damage there was, listed or not.
+    pub damage_count: u64,
 }
 
 impl PassInfo {
@@ -231,6 +239,14 @@ pub fn run_pass<S: EventSource>(
     info.events_replayed = index;
     info.truncation = reader.truncation().copied();
     info.complete = reader.is_complete();
+    info.damage = reader.damage().to_vec();
+    info.damage_count = reader.damage_count();
+    info.phase_thread = state.phase_thread();
+    info.other_thread_phases = state
+        .other_thread_phases()
+        .iter()
+        .map(|(&t, &n)| (t, n))
+        .collect();
     Ok(info)
 }
 

@@ -4,9 +4,8 @@
 //! what a comparison of two runs matches phase by phase; the leak analysis
 //! keeps only the instances retaining the most, so it cannot give totals.
 
-use super::phases::normalized_path;
 use super::{Analysis, AnalysisError, Flow, Step};
-use crate::replay::{Applied, LiveAlloc, PhaseId, ReplayState};
+use crate::replay::{Applied, LiveAlloc, PathId, PhaseId, ReplayState};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vramtrace_format::SymbolTable;
@@ -48,7 +47,7 @@ struct Open {
 pub struct PhaseTotals {
     // The open instances begun inside the window, outermost first.
     open: Vec<Open>,
-    groups: BTreeMap<String, PhaseTotal>,
+    groups: BTreeMap<PathId, PhaseTotal>,
     report: Option<PhaseTotalsReport>,
 }
 
@@ -83,15 +82,15 @@ impl PhaseTotals {
         }
     }
 
-    fn ended(&mut self, open: Open, state: &ReplayState, symbols: &SymbolTable) {
-        let key = normalized_path(state, open.id, symbols);
-        let group = self.groups.entry(key).or_insert_with_key(|key| PhaseTotal {
-            phase: key.clone(),
+    fn ended(&mut self, open: Open, state: &ReplayState) {
+        let path = state.phase(open.id).map_or(PathId::NONE, |p| p.path);
+        let group = self.groups.entry(path).or_insert_with(|| PhaseTotal {
+            phase: state.path_name(path),
             ..PhaseTotal::default()
         });
         group.instances += 1;
         group.peak_allocated_bytes = group.peak_allocated_bytes.max(open.peak);
-        group.retained_bytes += open.retained;
+        group.retained_bytes = group.retained_bytes.saturating_add(open.retained);
         group.max_retained_bytes = group.max_retained_bytes.max(open.retained);
     }
 }
@@ -127,10 +126,10 @@ impl Analysis for PhaseTotals {
             }
             Applied::PhaseEnd(id) => {
                 // A mismatched end closes the phases nested in it too.
-                if let Some(pos) = self.open.iter().position(|o| o.id == id) {
+                if let Some(pos) = self.open.iter().rposition(|o| o.id == id) {
                     let closed: Vec<Open> = self.open.drain(pos..).collect();
                     for open in closed.into_iter().rev() {
-                        self.ended(open, state, step.symbols);
+                        self.ended(open, state);
                     }
                 }
             }
@@ -144,9 +143,9 @@ impl Analysis for PhaseTotals {
         _state: &ReplayState,
         _symbols: &SymbolTable,
     ) -> Result<(), AnalysisError> {
-        self.report = Some(PhaseTotalsReport {
-            phases: std::mem::take(&mut self.groups).into_values().collect(),
-        });
+        let mut phases: Vec<PhaseTotal> = std::mem::take(&mut self.groups).into_values().collect();
+        phases.sort_by(|a, b| a.phase.cmp(&b.phase));
+        self.report = Some(PhaseTotalsReport { phases });
         Ok(())
     }
 }

@@ -4,31 +4,18 @@
 //! instances are grouped by the name with every run of digits replaced by
 //! `#` (`iter12` → `iter#`, `epoch3/step17` → `epoch#/step#`).
 
+pub use crate::replay::normalize_name;
 use crate::replay::{PhaseId, ReplayState};
-use vramtrace_format::SymbolTable;
-
-/// A phase name with every run of ASCII digits replaced by `#`.
-pub fn normalize_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut in_digits = false;
-    for c in name.chars() {
-        if c.is_ascii_digit() {
-            if !in_digits {
-                out.push('#');
-            }
-            in_digits = true;
-        } else {
-            out.push(c);
-            in_digits = false;
-        }
-    }
-    out
-}
 
 /// A phase instance's path with each name normalized: the key that groups
-/// repetitions of the same phase.
-pub fn normalized_path(state: &ReplayState, id: PhaseId, symbols: &SymbolTable) -> String {
-    normalize_name(&state.phase_path(id, symbols))
+/// repetitions of the same phase (interned: see [`ReplayState::path_name`]
+/// for its text).
+pub fn normalized_path(state: &ReplayState, id: PhaseId) -> String {
+    state.path_name(
+        state
+            .phase(id)
+            .map_or(crate::replay::PathId::NONE, |p| p.path),
+    )
 }
 
 #[cfg(test)]

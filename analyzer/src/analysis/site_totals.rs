@@ -57,7 +57,9 @@ impl Analysis for SiteTotals {
                 self.totals.resize(i + 1, (0, 0));
             }
             self.totals[i].0 += 1;
-            self.totals[i].1 += a.size;
+            // A sum over the whole run (bytes ever allocated): saturates
+            // rather than wraps on absurd sizes.
+            self.totals[i].1 = self.totals[i].1.saturating_add(a.size);
         }
         Ok(Flow::Continue)
     }

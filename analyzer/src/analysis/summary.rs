@@ -106,7 +106,7 @@ impl SincePeak {
         }
         let (segments, reserved) = match &self.segments {
             Some((segments, reserved)) => (segments.clone(), *reserved),
-            None => (state.segments().to_vec(), state.totals().reserved),
+            None => (state.segments().copied().collect(), state.totals().reserved),
         };
         Occupancy::of_blocks(reserved, segments, blocks)
     }
@@ -377,7 +377,7 @@ impl Summary {
         if let Some((site, size)) = freed {
             match self.sites_at_peak.iter_mut().find(|(s, _)| *s == site) {
                 Some((_, live)) => {
-                    live.bytes += size;
+                    live.bytes = live.bytes.saturating_add(size);
                     live.blocks += 1;
                 }
                 None => self.sites_at_peak.push((
@@ -487,7 +487,8 @@ impl Analysis for Summary {
                     | EventData::SegmentUnmap(_)
             )
         {
-            self.since_peak.segments = Some((state.segments().to_vec(), state.totals().reserved));
+            self.since_peak.segments =
+                Some((state.segments().copied().collect(), state.totals().reserved));
         }
     }
 

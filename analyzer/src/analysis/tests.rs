@@ -53,14 +53,14 @@ fn windows_restrict_the_events_analyses_see() {
 
     let spec = window::WindowSpec::parse(Some("phase"), Some("phase")).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
-    let w = spec.resolve(&mut reader).unwrap();
+    let w = spec.resolve(&mut reader, 0).unwrap();
     assert_eq!((w.from_index, w.to_index), (Some(1), Some(3)));
     let (rec, _, _) = run(w);
     assert_eq!(rec.0, vec![1, 2, 3]);
     let spec = window::WindowSpec::parse(Some("nope"), None).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
     assert!(matches!(
-        spec.resolve(&mut reader),
+        spec.resolve(&mut reader, 0),
         Err(window::WindowError::NoSuchPhase(name)) if name == "nope"
     ));
 }
@@ -77,7 +77,7 @@ fn phase_bounds_with_hash_match_every_number() {
     let bytes = b.finish();
     let spec = window::WindowSpec::parse(Some("step#"), Some("step#")).unwrap();
     let mut reader = TraceReader::new(&bytes[..]).unwrap();
-    let w = spec.resolve(&mut reader).unwrap();
+    let w = spec.resolve(&mut reader, 0).unwrap();
     assert_eq!((w.from_index, w.to_index), (Some(2), Some(7)));
 }
 

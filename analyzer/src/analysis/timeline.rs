@@ -7,7 +7,6 @@
 //! whenever the trace outgrows them: one pass, memory independent of length.
 
 use super::pauses::{GAP_BUDGET, IdleGaps, PauseTracker};
-use super::phases::normalize_name;
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{Applied, LiveAlloc, ReplayState};
 use serde::Serialize;
@@ -205,7 +204,7 @@ impl TimelineAnalysis {
         self.report.ok_or(AnalysisError::NoResult("timeline"))
     }
 
-    fn category(&mut self, alloc: &LiveAlloc, state: &ReplayState, symbols: &SymbolTable) -> u32 {
+    fn category(&mut self, alloc: &LiveAlloc, state: &ReplayState) -> u32 {
         match self.options.group_by {
             GroupBy::None => 0,
             GroupBy::Site => alloc.site.0,
@@ -214,10 +213,9 @@ impl TimelineAnalysis {
                 if let Some(&c) = self.phase_category.get(index).filter(|&&c| c != u32::MAX) {
                     return c;
                 }
-                let name = if alloc.phase.is_none() {
-                    "(no phase)".to_string()
-                } else {
-                    normalize_name(&state.phase_path(alloc.phase, symbols))
+                let name = match state.phase(alloc.phase) {
+                    None => "(no phase)".to_string(),
+                    Some(p) => state.path_name(p.path),
                 };
                 let next = self.phase_names.len() as u32;
                 let c = *self.phase_names.entry(name).or_insert(next);
@@ -464,11 +462,11 @@ impl TimelineAnalysis {
 }
 
 impl Analysis for TimelineAnalysis {
-    fn begin(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+    fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
         // Blocks live when the window opens count from its first moment.
         let live: Vec<LiveAlloc> = state.live().copied().collect();
         for alloc in &live {
-            let c = self.category(alloc, state, symbols);
+            let c = self.category(alloc, state);
             self.add(c, alloc.size as i128);
         }
         self.retrack();
@@ -477,12 +475,12 @@ impl Analysis for TimelineAnalysis {
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         match step.applied {
             Applied::Alloc(alloc) => {
-                let c = self.category(&alloc, state, step.symbols);
+                let c = self.category(&alloc, state);
                 self.add(c, alloc.size as i128);
             }
             Applied::FreeRequested(_) | Applied::FreeCompleted(_) => {
                 if let Some(alloc) = step.applied.released() {
-                    let c = self.category(&alloc, state, step.symbols);
+                    let c = self.category(&alloc, state);
                     self.add(c, -(alloc.size as i128));
                 }
             }

@@ -120,8 +120,13 @@ impl WindowSpec {
     }
 
     /// Resolves the bounds against a trace, reading `source` to its end when a
-    /// bound is a phase name (decoding only: nothing is replayed).
-    pub fn resolve<S: EventSource>(&self, source: &mut S) -> Result<Window, WindowError> {
+    /// bound is a phase name (decoding only: nothing is replayed). Phase
+    /// names are those of `phase_thread`'s phases, the thread a replay follows.
+    pub fn resolve<S: EventSource>(
+        &self,
+        source: &mut S,
+        phase_thread: u32,
+    ) -> Result<Window, WindowError> {
         let mut window = Window::default();
         if let Some(BoundSpec::Time(t)) = self.from {
             window.from_ns = Some(t);
@@ -153,12 +158,16 @@ impl WindowSpec {
         source.for_each_batch(|events, symbols| {
             for e in events {
                 match e.data {
-                    EventData::PhaseBegin { name }
-                        if first_begin.is_none() && matches(from_name, symbols.string(name)) =>
+                    EventData::PhaseBegin { name, thread }
+                        if thread == phase_thread
+                            && first_begin.is_none()
+                            && matches(from_name, symbols.string(name)) =>
                     {
                         first_begin = Some(index);
                     }
-                    EventData::PhaseEnd { name } if matches(to_name, symbols.string(name)) => {
+                    EventData::PhaseEnd { name, thread }
+                        if thread == phase_thread && matches(to_name, symbols.string(name)) =>
+                    {
                         last_end = Some(index);
                     }
                     _ => {}

@@ -4,9 +4,9 @@
 use super::progress::Bars;
 use super::{emit, warn};
 use std::path::{Path, PathBuf};
-use vramtrace::analysis::window::WindowSpec;
+use vramtrace::analysis::window::{BoundSpec, WindowSpec};
 use vramtrace::command::ReplayOptions;
-use vramtrace::input::Input;
+use vramtrace::input::{Input, InputOptions};
 use vramtrace::sites::{Attribution, FoldRules};
 
 /// Flags shared by the replaying commands.
@@ -22,16 +22,49 @@ pub struct CommonArgs {
     pub json: bool,
     #[command(flatten)]
     pub replay: ReplayArgs,
+    #[command(flatten)]
+    pub input: InputArgs,
+}
+
+/// How every command opens its inputs.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct InputArgs {
+    /// How many times its size a compressed input may expand to (past 64
+    /// MiB), or `none`: more is refused as a decompression bomb.
+    #[arg(long, value_name = "RATIO|none", default_value = "1000", value_parser = parse_expansion)]
+    pub max_expansion: Expansion,
+}
+
+/// An expansion limit, or none.
+#[derive(Clone, Copy, Debug)]
+pub struct Expansion(Option<u64>);
+
+impl InputArgs {
+    fn options(&self) -> InputOptions {
+        InputOptions {
+            max_expansion: self.max_expansion.0,
+        }
+    }
+}
+
+fn parse_expansion(s: &str) -> Result<Expansion, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(Expansion(None));
+    }
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(Expansion(Some(n))),
+        _ => Err(format!("'{s}' is not a ratio of 1 or more, nor 'none'")),
+    }
 }
 
 impl CommonArgs {
     /// A chart (`-o`) draws one trace: asking for one with several is a
-    /// usage error.
+    /// usage error, and so is one that would overwrite the trace.
     pub fn check_one_chart(&self, output: Option<&Path>) -> anyhow::Result<()> {
         if output.is_some() && self.traces.len() > 1 {
             anyhow::bail!("-o takes one trace; draw several traces one at a time");
         }
-        Ok(())
+        check_outputs(output, self.traces.iter().map(PathBuf::as_path))
     }
 }
 
@@ -61,11 +94,21 @@ pub struct ReplayArgs {
     /// (transformers/...:608)`.
     #[arg(long)]
     pub innermost: bool,
+    /// Show the phases of this thread (as the trace numbers threads; 0 is
+    /// the main thread). Each thread's phases nest among themselves.
+    #[arg(long, value_name = "THREAD", default_value_t = vramtrace::replay::MAIN_THREAD)]
+    pub phase_thread: u32,
 }
 
 impl ReplayArgs {
     /// The library's options; a bad window or pattern is a usage error.
     pub fn options(&self) -> anyhow::Result<ReplayOptions> {
+        // Each bound alone first, so that a bad one is named by its flag.
+        for (flag, bound) in [("--from", &self.from), ("--to", &self.to)] {
+            if let Some(b) = bound {
+                BoundSpec::parse(b).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+            }
+        }
         Ok(ReplayOptions {
             window: WindowSpec::parse(self.from.as_deref(), self.to.as_deref())?,
             fold: FoldRules::with_extra(&self.skip_frames)?.attributing(if self.innermost {
@@ -74,14 +117,15 @@ impl ReplayArgs {
                 Attribution::User
             }),
             full_stacks: self.full_stacks,
+            phase_thread: self.phase_thread,
         })
     }
 }
 
 /// Opens an input once for the command, with a progress bar while a snapshot
 /// is parsed, and warns about what its conversion found.
-pub fn open(path: &Path, progress: &Bars) -> anyhow::Result<Input> {
-    let input = Input::open(path, progress)?;
+pub fn open(path: &Path, args: &InputArgs, progress: &Bars) -> anyhow::Result<Input> {
+    let input = Input::open_with(path, args.options(), progress)?;
     if let Some(report) = input.import_report() {
         for warning in &report.warnings {
             warn(format_args!("{}: {warning}", path.display()));
@@ -94,15 +138,15 @@ pub fn open(path: &Path, progress: &Bars) -> anyhow::Result<Input> {
 /// it is ready (a blank line between traces), or, with `json`, all of them
 /// at the end as one object or an array.
 pub fn for_each_trace<T: serde::Serialize>(
-    traces: &[PathBuf],
-    json: bool,
+    common: &CommonArgs,
     mut analyze: impl FnMut(&Input, &Bars) -> anyhow::Result<T>,
     text: impl Fn(&T) -> String,
 ) -> anyhow::Result<()> {
+    let (traces, json) = (&common.traces, common.json);
     let progress = Bars::new();
     let mut results = Vec::new();
     for path in traces {
-        let input = open(path, &progress)?;
+        let input = open(path, &common.input, &progress)?;
         let result = analyze(&input, &progress)?;
         if !json {
             if !results.is_empty() {
@@ -151,5 +195,47 @@ impl From<XArg> for vramtrace::analysis::pauses::XAxis {
             XArg::Events => XAxis::Events,
             XArg::Busy => XAxis::Busy,
         }
+    }
+}
+
+/// Refuses an output that is one of the inputs (the same file, under any
+/// name): writing it would destroy what is being read. Checked before any
+/// work, so nothing is lost.
+pub fn check_outputs<'a>(
+    outputs: impl IntoIterator<Item = &'a Path>,
+    inputs: impl IntoIterator<Item = &'a Path> + Clone,
+) -> anyhow::Result<()> {
+    for output in outputs {
+        for input in inputs.clone() {
+            if same_file(output, input) {
+                anyhow::bail!(
+                    "the output {} is the input {}: writing it would destroy the input; choose another output",
+                    output.display(),
+                    input.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether two paths name one file: the same device and inode when both
+/// exist, else the same absolute path.
+fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    if let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        use std::os::unix::fs::MetadataExt;
+        return (ma.dev(), ma.ino()) == (mb.dev(), mb.ino());
+    }
+    let absolute = |p: &Path| {
+        let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir = parent
+            .map_or_else(std::env::current_dir, std::fs::canonicalize)
+            .ok();
+        dir.zip(p.file_name()).map(|(d, n)| d.join(n))
+    };
+    match (absolute(a), absolute(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
     }
 }

@@ -1,7 +1,7 @@
 //! `vramtrace compare BASE NEW`: did a change make memory worse, where, and
 //! by how much; a CI gate with `--fail-on`.
 
-use super::common::{ReplayArgs, XArg, open};
+use super::common::{InputArgs, ReplayArgs, XArg, check_outputs, open};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
@@ -23,6 +23,8 @@ pub struct Args {
     /// The run to check against it: a trace or a PyTorch snapshot.
     #[arg(value_name = "NEW")]
     new: PathBuf,
+    #[command(flatten)]
+    input: InputArgs,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -89,11 +91,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         thresholds: args.fail_on.iter().flat_map(|t| t.0.clone()).collect(),
     };
+    check_outputs(
+        args.output.as_deref(),
+        [args.base.as_path(), args.new.as_path()],
+    )?;
     let progress = Bars::new();
     // Snapshots are parsed side by side, as the passes then run.
     let (base, new) = rayon::join(
-        || open(&args.base, &progress),
-        || open(&args.new, &progress),
+        || open(&args.base, &args.input, &progress),
+        || open(&args.new, &args.input, &progress),
     );
     let (base, new) = (base?, new?);
     let result = compare(&base, &new, &options, &progress)?;

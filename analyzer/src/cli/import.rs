@@ -1,7 +1,7 @@
 //! `vramtrace import`: convert a PyTorch snapshot into a trace once, so
 //! later analyses skip the pickle.
 
-use super::common::open;
+use super::common::{InputArgs, check_outputs, open};
 use super::progress::Bars;
 use super::{emit, write_file};
 use std::path::PathBuf;
@@ -18,13 +18,16 @@ pub struct Args {
     /// Where to write the trace.
     #[arg(short, long)]
     output: PathBuf,
+    #[command(flatten)]
+    input: InputArgs,
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let input = open(&args.snapshot, &Bars::new())?;
+    check_outputs([args.output.as_path()], [args.snapshot.as_path()])?;
+    let input = open(&args.snapshot, &args.input, &Bars::new())?;
     let result = import(&input, &args.output)?;
     write_file(&args.output, &result.trace)?;
     if args.json {

@@ -1,6 +1,6 @@
 //! `vramtrace info`: what a trace holds, without replaying it.
 
-use super::common::open;
+use super::common::{InputArgs, open};
 use super::progress::Bars;
 use super::{emit, warn};
 use std::path::PathBuf;
@@ -16,11 +16,19 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    input: InputArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let input = open(&args.trace, &Bars::new())?;
+    let input = open(&args.trace, &args.input, &Bars::new())?;
     let result = info(&input)?;
+    for d in &result.damage {
+        warn(format_args!(
+            "{}: {d}; the rest was read",
+            args.trace.display()
+        ));
+    }
     match (&result.truncation, result.status) {
         (Some(t), _) => warn(t),
         (None, Status::Unfinished) => {

@@ -26,6 +26,7 @@ use vramtrace::Error;
 use vramtrace::analysis::compare::CompareError;
 use vramtrace::analysis::window::WindowError;
 use vramtrace::command::Warning;
+use vramtrace::input::ExpansionExceeded;
 use vramtrace::print::ChartError;
 use vramtrace::simulate::SimulateError;
 use vramtrace::sites::PatternError;
@@ -75,7 +76,7 @@ enum Command {
 pub fn main() -> ExitCode {
     install_panic_hook();
     restore_default_sigpipe();
-    let cli = match Cli::try_parse() {
+    let cli = match parse_arguments() {
         Ok(cli) => cli,
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
@@ -87,12 +88,7 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            // clap's usage errors run over several lines (tips, usage); the
-            // first says what is wrong, and --help says the rest.
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("error: {first} (see 'vramtrace --help')");
+            eprintln!("error: {} (see 'vramtrace --help')", usage_error(&e));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -117,6 +113,41 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Parses the command line. Every option that takes a value takes a
+/// negative one too (`--capacity -1`), so that its parser can say what is
+/// wrong with it, rather than clap calling it an unknown flag.
+fn parse_arguments() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let command = Cli::command().mut_subcommands(|sub| {
+        sub.mut_args(|arg| {
+            if arg.get_action().takes_values() {
+                arg.allow_negative_numbers(true)
+            } else {
+                arg
+            }
+        })
+    });
+    Cli::from_arg_matches(&command.try_get_matches()?)
+}
+
+/// A usage error on one line. clap's run over several (tips, usage): the
+/// first says what is wrong, and --help the rest; but a missing argument's
+/// name is on the lines after it.
+fn usage_error(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("invalid usage");
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    if e.kind() == clap::error::ErrorKind::MissingRequiredArgument {
+        let missing: Vec<&str> = lines
+            .take_while(|l| !l.trim().is_empty())
+            .map(str::trim)
+            .collect();
+        line = format!("{} {}", line.trim_end(), missing.join(", "));
+    }
+    line
+}
+
 /// An error and its causes on one line: `cannot open x: No such file`.
 /// A cause whose text the message already holds is not repeated. Errors of
 /// the library that concern a flag are told in the flag's terms.
@@ -134,6 +165,15 @@ fn one_line(e: &anyhow::Error) -> String {
             line.push_str(": ");
         }
         line.push_str(&text);
+    }
+    let expansion = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(ExpansionExceeded::in_io)
+            .is_some()
+    });
+    if expansion {
+        line.push_str(" (--max-expansion RATIO, or none, raises the limit)");
     }
     line.replace('\n', " ")
 }
@@ -252,6 +292,10 @@ fn warn_about(path: &Path, warnings: &[Warning]) {
                 "{}: no event lies inside --from/--to",
                 path.display()
             )),
+            Warning::OtherThreadPhases { .. } => warn(format_args!(
+                "{}: {w} (--phase-thread shows another thread's)",
+                path.display()
+            )),
             w => warn(format_args!("{}: {w}", path.display())),
         }
     }
@@ -268,8 +312,42 @@ fn emit(text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Writes a chart or page, naming the file in the error.
+/// Writes a chart, page or trace whole or not at all: to a temporary file
+/// beside it, renamed over it once complete, so that a failure (a full disk,
+/// a kill) never leaves a partial file or destroys the one there.
 fn write_file(path: &Path, content: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    write_with(path, |out| out.write_all(content))
+}
+
+/// [`write_file`] for content written as it is made (`synth`).
+fn write_with(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
     use anyhow::Context;
-    std::fs::write(path, content).with_context(|| format!("cannot write {}", path.display()))
+    let context = || format!("cannot write {}", path.display());
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        // A device or a pipe (`-o /dev/stdout`): there is nothing to replace.
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path).with_context(context)?);
+        return write(&mut out)
+            .and_then(|()| out.into_inner().map(drop).map_err(|e| e.into_error()))
+            .with_context(context);
+    }
+    let name = path.file_name().with_context(context)?;
+    let mut temporary_name = std::ffi::OsString::from(".");
+    temporary_name.push(name);
+    temporary_name.push(format!(".{}.tmp", std::process::id()));
+    let temporary = path.with_file_name(temporary_name);
+    let result = (|| {
+        let mut out =
+            std::io::BufWriter::with_capacity(4 << 20, std::fs::File::create(&temporary)?);
+        write(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    result.with_context(context)
 }

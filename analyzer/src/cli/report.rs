@@ -1,7 +1,7 @@
 //! `vramtrace report`: every analysis of a trace in one self-contained HTML
 //! page.
 
-use super::common::{ReplayArgs, open};
+use super::common::{InputArgs, ReplayArgs, check_outputs, open};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
@@ -36,6 +36,8 @@ pub struct Args {
     no_what_if: bool,
     #[command(flatten)]
     replay: ReplayArgs,
+    #[command(flatten)]
+    input: InputArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -45,14 +47,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         explorer: Default::default(),
         what_if: !args.no_what_if,
     };
+    check_outputs(
+        [args.output.as_path()],
+        std::iter::once(&args.trace)
+            .chain(args.baseline.as_ref())
+            .map(PathBuf::as_path),
+    )?;
     let progress = Bars::new();
     // Snapshots are parsed side by side, as the passes then run.
     let (input, baseline) = rayon::join(
-        || open(&args.trace, &progress),
+        || open(&args.trace, &args.input, &progress),
         || {
             args.baseline
                 .as_ref()
-                .map(|b| open(b, &progress))
+                .map(|b| open(b, &args.input, &progress))
                 .transpose()
         },
     );

@@ -1,7 +1,7 @@
 //! `vramtrace simulate`: a trace's requests replayed under another GPU size
 //! or allocator setting.
 
-use super::common::{file_name, open};
+use super::common::{InputArgs, check_outputs, file_name, open};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
@@ -21,6 +21,8 @@ pub struct Args {
     /// The trace (or PyTorch snapshot) whose requests to replay.
     #[arg(value_name = "TRACE")]
     trace: PathBuf,
+    #[command(flatten)]
+    input: InputArgs,
     /// The device's memory, with its unit: GiB binary (24GiB), GB decimal
     /// (80GB = 74.5 GiB); unlimited if neither this nor --gpu is given.
     #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, conflicts_with = "gpu")]
@@ -98,8 +100,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             0
         },
     };
+    check_outputs(args.output.as_deref(), [args.trace.as_path()])?;
     let progress = Bars::new();
-    let input = open(&args.trace, &progress)?;
+    let input = open(&args.trace, &args.input, &progress)?;
     let result = simulate(&input, &options, &progress).inspect_err(|e| {
         if let Error::Simulate {
             source: SimulateError::NoSettings(why),

@@ -23,8 +23,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let full = options.replay.full_stacks;
     for_each_trace(
-        &args.common.traces,
-        args.common.json,
+        &args.common,
         |input, progress| {
             let result = summary(input, &options, progress)?;
             warn_about(input.path(), &result.warnings);

@@ -1,10 +1,8 @@
 //! `vramtrace synth`: write a synthetic training-loop trace (fixtures,
 //! demos, benchmarks at any size).
 
-use super::emit;
+use super::{emit, write_with};
 use anyhow::Context;
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::command::synth::synth;
@@ -80,12 +78,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..WorkloadConfig::default()
     };
     let path = &args.output;
-    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut out = BufWriter::with_capacity(4 << 20, file);
-    let result = synth(&config, &mut out, path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    out.flush()
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    let mut result = None;
+    write_with(path, |out| {
+        result = Some(synth(&config, out, path).map_err(std::io::Error::other)?);
+        Ok(())
+    })?;
+    let result = result.expect("written");
     if args.json {
         emit(&print::json_sorted(&result))?;
     } else {

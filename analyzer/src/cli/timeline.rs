@@ -66,7 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let progress = Bars::new();
     let mut results = Vec::new();
     for path in &args.common.traces {
-        let input = open(path, &progress)?;
+        let input = open(path, &args.common.input, &progress)?;
         let result = timeline(&input, &options, &progress)?;
         warn_about(input.path(), &result.warnings);
         if let Some(output) = &args.output {

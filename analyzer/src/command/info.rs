@@ -16,6 +16,8 @@ pub enum Status {
     Truncated,
     /// It has no footer: the recording process did not close it.
     Unfinished,
+    /// Part of it was damaged and skipped, or it disagrees with its footer.
+    Damaged,
 }
 
 /// What an input holds. Its JSON keys are in alphabetical order, as `info
@@ -62,6 +64,8 @@ pub struct InfoResult {
     pub status: Status,
     /// Strings in the symbol table.
     pub strings: usize,
+    /// What was skipped as damaged, or found amiss, one line each.
+    pub damage: Vec<String>,
     /// Events by kind, in kind order.
     #[serde(skip)]
     pub kind_counts: KindCounts,
@@ -93,7 +97,13 @@ pub fn info(input: &Input) -> Result<InfoResult, Error> {
     let symbols = events.symbols();
     let initial = events.initial_state();
     let truncation = events.truncation().copied();
+    let mut damage: Vec<String> = events.damage().iter().map(ToString::to_string).collect();
+    let unlisted = events.damage_count() - damage.len() as u64;
+    if unlisted > 0 {
+        damage.push(format!("{unlisted} more damaged places were skipped"));
+    }
     let status = match (truncation, events.is_complete()) {
+        _ if !damage.is_empty() => Status::Damaged,
         (Some(_), _) => Status::Truncated,
         (None, true) => Status::Complete,
         (None, false) => Status::Unfinished,
@@ -127,6 +137,7 @@ pub fn info(input: &Input) -> Result<InfoResult, Error> {
         stacks: symbols.stack_count(),
         status,
         strings: symbols.string_count(),
+        damage,
         kind_counts: scan.counts,
         initial_reserved_bytes: initial.map(|s| s.segments.iter().map(|s| s.size).sum()),
         truncation,

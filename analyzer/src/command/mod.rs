@@ -30,7 +30,7 @@ use crate::replay::ReplayState;
 use crate::sites::{FoldRules, SiteFolder};
 use std::fmt;
 use std::path::Path;
-use vramtrace_format::{EventSource, Header, Truncation};
+use vramtrace_format::{EventSource, Header, TraceDamage, Truncation};
 
 /// How a command replays its inputs: the window, and how stacks fold to sites.
 #[derive(Clone, Debug, Default)]
@@ -41,6 +41,9 @@ pub struct ReplayOptions {
     pub fold: FoldRules,
     /// Sites are whole stacks instead of their most telling frame.
     pub full_stacks: bool,
+    /// The thread whose phases are followed (each thread's phases nest
+    /// among themselves): [`MAIN_THREAD`](crate::replay::MAIN_THREAD) by default.
+    pub phase_thread: u32,
 }
 
 /// Something worth telling about a pass, short of an error.
@@ -48,24 +51,50 @@ pub struct ReplayOptions {
 pub enum Warning {
     /// The trace was cut short: its readable part was analyzed.
     Truncated(Truncation),
+    /// Part of the trace was damaged and skipped (or found amiss): the rest
+    /// was analyzed.
+    Damaged(TraceDamage),
+    /// More damage than was listed.
+    MoreDamage(u64),
     /// The trace has no footer: the process that recorded it did not close it.
     Unfinished,
     /// No event lies inside the window.
     EmptyWindow,
     /// The recorded allocator settings cannot be read (the reason).
     UnreadableSettings(String),
+    /// Other threads than the one followed began phases, which are not
+    /// shown: `(thread, phase begins)`, and the thread followed.
+    OtherThreadPhases {
+        /// The thread whose phases are shown.
+        shown: u32,
+        /// The other threads with phases, and how many each began.
+        others: Vec<(u32, u64)>,
+    },
 }
 
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Warning::Truncated(t) => write!(f, "{t}"),
+            Warning::Damaged(d) => write!(f, "{d}; the rest was read"),
+            Warning::MoreDamage(n) => write!(f, "{n} more damaged places were skipped"),
             Warning::Unfinished => f.write_str(
                 "the trace has no footer: the recording process did not close it (killed?)",
             ),
             Warning::EmptyWindow => f.write_str("no event lies inside the window"),
             Warning::UnreadableSettings(why) => {
                 write!(f, "the recorded allocator settings cannot be read ({why})")
+            }
+            Warning::OtherThreadPhases { shown, others } => {
+                let threads: Vec<String> = others
+                    .iter()
+                    .map(|(t, n)| format!("thread {t} ({n})"))
+                    .collect();
+                write!(
+                    f,
+                    "phases begun on other threads are not shown: {}; shown are thread {shown}'s",
+                    threads.join(", ")
+                )
             }
         }
     }
@@ -74,7 +103,13 @@ impl fmt::Display for Warning {
 impl Warning {
     /// What a pass's end says about the trace and the window.
     fn of_pass(info: &PassInfo, window: &Window) -> Vec<Warning> {
-        let mut warnings = Vec::new();
+        let mut warnings: Vec<Warning> =
+            info.damage.iter().cloned().map(Warning::Damaged).collect();
+        if info.damage_count > info.damage.len() as u64 {
+            warnings.push(Warning::MoreDamage(
+                info.damage_count - info.damage.len() as u64,
+            ));
+        }
         if let Some(t) = info.truncation {
             warnings.push(Warning::Truncated(t));
         } else if !info.complete && !info.stopped_early {
@@ -82,6 +117,12 @@ impl Warning {
         }
         if info.events_in_window == 0 && !window.is_all() {
             warnings.push(Warning::EmptyWindow);
+        }
+        if !info.other_thread_phases.is_empty() {
+            warnings.push(Warning::OtherThreadPhases {
+                shown: info.phase_thread,
+                others: info.other_thread_phases.clone(),
+            });
         }
         warnings
     }
@@ -118,7 +159,7 @@ impl<'a> Replay<'a> {
             Some(window) => window,
             None => options
                 .window
-                .resolve(&mut input.events()?)
+                .resolve(&mut input.events()?, options.phase_thread)
                 .map_err(|source| Error::Window {
                     path: input.path().to_owned(),
                     source,
@@ -148,7 +189,7 @@ impl<'a> Replay<'a> {
         let mut events = self.input.events()?;
         let meter = self.progress.begin(self.input.pass_work(&events));
         let folder = SiteFolder::new(self.options.fold.clone(), self.options.full_stacks);
-        let mut state = ReplayState::new(folder);
+        let mut state = ReplayState::new(folder).with_phase_thread(self.options.phase_thread);
         let info = run_pass(&mut events, &mut state, analyses, &self.window, &*meter)
             .map_err(|e| pass_error(self.input.path(), e))?;
         Ok(Pass {

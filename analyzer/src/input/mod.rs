@@ -21,7 +21,7 @@ use std::sync::Arc;
 use vramtrace_format::EventSource;
 use vramtrace_format::{
     Event, FormatError, Header, InitialState, KindCounts, MAGIC, RawChunk, SymbolTable,
-    TraceReader, TraceReceiver, Truncation,
+    TraceDamage, TraceReader, TraceReceiver, Truncation,
 };
 
 /// A compression wrapper found on an input.
@@ -107,6 +107,56 @@ pub enum InputError {
 /// A boxed byte stream: the decompressed input.
 pub type InputStream = Box<dyn Read + Send>;
 
+/// How an input is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputOptions {
+    /// How many times its own size a compressed input may expand to (past
+    /// [`EXPANSION_FLOOR`]); `None`: without limit. Real traces and snapshots
+    /// compress 5 to 50 times; a decompression bomb, kilobytes that inflate
+    /// to gigabytes, thousands of times.
+    pub max_expansion: Option<u64>,
+}
+
+/// The default [`InputOptions::max_expansion`].
+pub const DEFAULT_MAX_EXPANSION: u64 = 1000;
+
+/// Decompressed bytes every compressed input may reach, however small.
+pub const EXPANSION_FLOOR: u64 = 64 << 20;
+
+impl Default for InputOptions {
+    fn default() -> Self {
+        InputOptions {
+            max_expansion: Some(DEFAULT_MAX_EXPANSION),
+        }
+    }
+}
+
+/// A compressed input expanded past its budget ([`InputOptions::max_expansion`]):
+/// reading stops there. It travels inside an [`io::Error`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the {compression}-compressed input expands past {}, over {ratio} times its {}: refused as a decompression bomb",
+    crate::units::bytes(*limit),
+    crate::units::bytes(*compressed)
+)]
+pub struct ExpansionExceeded {
+    /// The compression.
+    pub compression: &'static str,
+    /// The decompressed bytes allowed.
+    pub limit: u64,
+    /// The compressed input's size.
+    pub compressed: u64,
+    /// The expansion allowed.
+    pub ratio: u64,
+}
+
+impl ExpansionExceeded {
+    /// The expansion error inside an I/O error, if it is one.
+    pub fn in_io(e: &io::Error) -> Option<&ExpansionExceeded> {
+        e.get_ref()?.downcast_ref()
+    }
+}
+
 /// An opened input: a trace file, or a parsed snapshot. Open it once per
 /// command; every [`events`](Input::events) is a fresh pass over it.
 pub struct Input {
@@ -114,6 +164,7 @@ pub struct Input {
     kind: InputKind,
     compression: Compression,
     content: Content,
+    options: InputOptions,
 }
 
 enum Content {
@@ -137,12 +188,21 @@ impl Input {
     /// Opens a trace or snapshot file, compressed or not. A snapshot is parsed here,
     /// with `progress` hearing the pickle bytes read.
     pub fn open(path: impl AsRef<Path>, progress: &dyn Progress) -> Result<Input, InputError> {
+        Input::open_with(path, InputOptions::default(), progress)
+    }
+
+    /// [`open`](Input::open) with options.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: InputOptions,
+        progress: &dyn Progress,
+    ) -> Result<Input, InputError> {
         let path = path.as_ref();
         let file = File::open(path).map_err(|source| InputError::Io {
             path: path.to_owned(),
             source,
         })?;
-        Input::from_source(path, Source::file(file), progress)
+        Input::from_source(path, Source::file(file), options, progress)
     }
 
     /// Opens a trace or snapshot held in memory; errors and results name it `-`.
@@ -150,21 +210,29 @@ impl Input {
         bytes: impl Into<Arc<[u8]>>,
         progress: &dyn Progress,
     ) -> Result<Input, InputError> {
-        Input::from_source(Path::new("-"), Source::Bytes(bytes.into()), progress)
+        Input::from_source(
+            Path::new("-"),
+            Source::Bytes(bytes.into()),
+            InputOptions::default(),
+            progress,
+        )
     }
 
     fn from_source(
         path: &Path,
         source: Source,
+        options: InputOptions,
         progress: &dyn Progress,
     ) -> Result<Input, InputError> {
         let io_err = |source| InputError::Io {
             path: path.to_owned(),
             source,
         };
-        let (stream, compression) = decompress(source.reader()).map_err(io_err)?;
+        let (stream, compression) =
+            decompress_within(source.reader(), budget(&source, options)).map_err(io_err)?;
         let (start, stream) = peek(stream, MAGIC.len()).map_err(io_err)?;
-        if start.starts_with(MAGIC) {
+        // A trace cut inside its signature is still a trace (cut short).
+        if start.starts_with(MAGIC) || (!start.is_empty() && MAGIC.starts_with(&start)) {
             // Read the header now, so that a damaged one is an error of opening.
             trace_reader(stream).map_err(|source| InputError::Trace {
                 path: path.to_owned(),
@@ -175,6 +243,7 @@ impl Input {
                 kind: InputKind::Trace,
                 compression,
                 content: Content::Trace(source),
+                options,
             });
         }
         if start.first() == Some(&0x80) {
@@ -203,6 +272,7 @@ impl Input {
                 kind: InputKind::TorchSnapshot,
                 compression,
                 content: Content::Snapshot(Arc::new(parsed)),
+                options,
             });
         }
         let start: String = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
@@ -249,7 +319,8 @@ impl Input {
                     path: self.path.clone(),
                     source: e,
                 };
-                let (stream, _) = decompress(source.reader()).map_err(|e| err(e.into()))?;
+                let (stream, _) = decompress_within(source.reader(), budget(source, self.options))
+                    .map_err(|e| err(e.into()))?;
                 Ok(EventStream::Trace(trace_reader(stream).map_err(err)?))
             }
             Content::Snapshot(parsed) => Ok(EventStream::Snapshot(parsed.stream())),
@@ -319,6 +390,8 @@ fn peek(mut stream: InputStream, n: usize) -> io::Result<(Vec<u8>, InputStream)>
 
 /// One pass over an input's events: a trace file's, or a snapshot's, converted as
 /// they are read.
+// One per pass: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum EventStream {
     /// A trace file, read and decoded.
     Trace(TraceReader<InputStream>),
@@ -363,7 +436,13 @@ impl EventStream {
                 let mut chunks = 0;
                 let mut counts = KindCounts::default();
                 while let Some(chunk) = r.next_chunk()? {
-                    counts.merge(&chunk.count_kinds()?);
+                    match chunk.count_kinds() {
+                        Ok(c) => counts.merge(&c),
+                        Err(e) => {
+                            r.note_undecodable(&chunk, e.to_string());
+                            continue;
+                        }
+                    }
                     chunks += 1;
                     span(chunk.first_time_ns(), chunk.last_time_ns());
                 }
@@ -431,10 +510,33 @@ impl EventSource for EventStream {
         })
     }
 
-    fn decode(pending: PendingEvents, out: &mut Vec<Vec<Event>>) -> Result<(), FormatError> {
+    fn decode(
+        pending: PendingEvents,
+        out: &mut Vec<Vec<Event>>,
+    ) -> Result<Vec<TraceDamage>, FormatError> {
         match pending {
             PendingEvents::Chunks(c) => TraceReader::<InputStream>::decode(c, out),
             PendingEvents::Events(e) => TraceReceiver::decode(e, out),
+        }
+    }
+
+    fn note_damage(&mut self, damage: TraceDamage) {
+        if let EventStream::Trace(r) = self {
+            r.note_damage(damage);
+        }
+    }
+
+    fn damage(&self) -> &[TraceDamage] {
+        match self {
+            EventStream::Trace(r) => r.damage(),
+            EventStream::Snapshot(_) => &[],
+        }
+    }
+
+    fn damage_count(&self) -> u64 {
+        match self {
+            EventStream::Trace(r) => r.damage_count(),
+            EventStream::Snapshot(_) => 0,
         }
     }
 
@@ -476,17 +578,106 @@ pub fn detect_compression(start: &[u8]) -> Compression {
 const BUF: usize = 1 << 20;
 
 /// Wraps `read` in the decompressor its first bytes call for (streaming: nothing is
-/// decompressed up front), and says which one it was.
+/// decompressed up front), and says which one it was. No expansion limit: see
+/// [`decompress_within`].
 pub fn decompress(read: impl Read + Send + 'static) -> io::Result<(InputStream, Compression)> {
-    let mut r = BufReader::with_capacity(BUF, read);
+    decompress_within(read, None)
+}
+
+/// How much a source may expand: `(compressed size, ratio)`.
+fn budget(source: &Source, options: InputOptions) -> Option<(u64, u64)> {
+    Some((source.len()?, options.max_expansion?))
+}
+
+/// [`decompress`], with an expansion budget `(compressed size, ratio)`:
+/// reading past `max(size × ratio, EXPANSION_FLOOR)` decompressed bytes is
+/// an error ([`ExpansionExceeded`]). A damaged stream's error says near
+/// which compressed byte it was found.
+pub fn decompress_within(
+    read: impl Read + Send + 'static,
+    budget: Option<(u64, u64)>,
+) -> io::Result<(InputStream, Compression)> {
+    let consumed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut r = BufReader::with_capacity(
+        BUF,
+        Counted {
+            inner: read,
+            count: consumed.clone(),
+        },
+    );
     let c = detect_compression(r.fill_buf()?);
     let s: InputStream = match c {
-        Compression::None => Box::new(r),
+        Compression::None => return Ok((Box::new(r), c)),
         Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
         Compression::Xz => Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(r)),
         Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(r)?),
     };
-    Ok((s, c))
+    let limit = budget.map(|(compressed, ratio)| {
+        let allowed = compressed.saturating_mul(ratio).max(EXPANSION_FLOOR);
+        (allowed, compressed, ratio)
+    });
+    Ok((
+        Box::new(Decompressed {
+            inner: s,
+            compression: c,
+            consumed,
+            produced: 0,
+            limit,
+        }),
+        c,
+    ))
+}
+
+/// Counts the bytes read through it (the compressed input, for messages).
+struct Counted<R> {
+    inner: R,
+    count: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// A decompressor's output, held to a budget, its errors placed in the input.
+struct Decompressed {
+    inner: InputStream,
+    compression: Compression,
+    consumed: Arc<std::sync::atomic::AtomicU64>,
+    produced: u64,
+    limit: Option<(u64, u64, u64)>,
+}
+
+impl Read for Decompressed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf).map_err(|e| {
+            let consumed = self.consumed.load(std::sync::atomic::Ordering::Relaxed);
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{} data damaged within its first {consumed} bytes (after {} bytes decompressed): {e}",
+                    self.compression.name(),
+                    self.produced
+                ),
+            )
+        })?;
+        self.produced += n as u64;
+        if let Some((limit, compressed, ratio)) = self.limit
+            && self.produced > limit
+        {
+            return Err(io::Error::other(ExpansionExceeded {
+                compression: self.compression.name(),
+                limit,
+                compressed,
+                ratio,
+            }));
+        }
+        Ok(n)
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@
 use crate::sites::{SiteFolder, SiteId};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use vramtrace_format::{
     BlockEvent, BlockStatus, Event, EventData, InitialState, SegmentEvent, StackId, StringId,
     SymbolTable,
@@ -46,6 +47,28 @@ impl PhaseId {
     }
 }
 
+/// A phase path with every name normalized (`iter#/forward`), interned: the
+/// instances of a repeated phase share one, and comparing or grouping them
+/// costs nothing however deep they nest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct PathId(pub u32);
+
+impl PathId {
+    /// The path of no phase.
+    pub const NONE: PathId = PathId(u32::MAX);
+}
+
+/// The thread whose phases a replay follows unless told otherwise: the
+/// recorded process's main thread (the recorder numbers it 0; a trace of
+/// format 1.0 has every phase on it).
+pub const MAIN_THREAD: u32 = 0;
+
+/// Phase paths deeper than this are shown with their middle left out (a
+/// path of thousands of nested phases is read by nobody, and would cost
+/// its depth in memory for every instance).
+pub const SHOWN_PATH_DEPTH: usize = 24;
+
 /// One execution of a phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PhaseInstance {
@@ -53,6 +76,8 @@ pub struct PhaseInstance {
     pub name: StringId,
     /// The enclosing instance, or [`PhaseId::NONE`].
     pub parent: PhaseId,
+    /// Its normalized path, shared by the instances of a repeated phase.
+    pub path: PathId,
     /// Nesting depth (0 for a top-level phase).
     pub depth: u32,
     /// Time of the begin event.
@@ -154,11 +179,13 @@ pub enum InconsistencyKind {
     SegmentFreedWithLiveBlocks,
     /// A phase end that does not match the innermost open phase.
     UnmatchedPhaseEnd,
+    /// A block or segment so large that the totals would pass 2^64 bytes.
+    ImplausibleSize,
 }
 
 impl InconsistencyKind {
     /// Every kind, in report order.
-    pub const ALL: [InconsistencyKind; 9] = [
+    pub const ALL: [InconsistencyKind; 10] = [
         InconsistencyKind::UnknownFree,
         InconsistencyKind::DoubleFree,
         InconsistencyKind::AllocOverLive,
@@ -168,6 +195,7 @@ impl InconsistencyKind {
         InconsistencyKind::OverlappingSegment,
         InconsistencyKind::SegmentFreedWithLiveBlocks,
         InconsistencyKind::UnmatchedPhaseEnd,
+        InconsistencyKind::ImplausibleSize,
     ];
 
     /// A short description for reports.
@@ -182,6 +210,7 @@ impl InconsistencyKind {
             InconsistencyKind::OverlappingSegment => "segment overlapping another",
             InconsistencyKind::SegmentFreedWithLiveBlocks => "segment freed with live blocks",
             InconsistencyKind::UnmatchedPhaseEnd => "phase end without a matching begin",
+            InconsistencyKind::ImplausibleSize => "size past what 64 bits of totals hold",
         }
     }
 }
@@ -265,12 +294,22 @@ impl FreeSpace {
 #[derive(Clone, Debug)]
 pub struct ReplayState {
     live: FxHashMap<u64, LiveAlloc>,
-    segments: Vec<Segment>,
+    /// By start address: finding, inserting and removing one is `O(log n)`.
+    segments: BTreeMap<u64, Segment>,
+    /// The live blocks the segments count (`Segment::live_blocks`, summed).
+    blocks_in_segments: u64,
     totals: Totals,
     site_live: Vec<SiteLive>,
     sites: SiteFolder,
     phases: Vec<PhaseInstance>,
+    /// Each instance's ancestor holding the first names of its path shown.
+    phase_heads: Vec<PhaseId>,
     open: Vec<PhaseId>,
+    paths: PathTable,
+    /// The thread whose phases are replayed.
+    phase_thread: u32,
+    /// Phase begins of other threads, by thread: not replayed.
+    other_thread_phases: BTreeMap<u32, u64>,
     inconsistencies: Vec<Inconsistency>,
     inconsistency_counts: [u64; InconsistencyKind::ALL.len()],
     saw_segments: bool,
@@ -290,12 +329,17 @@ impl ReplayState {
     pub fn new(sites: SiteFolder) -> Self {
         ReplayState {
             live: FxHashMap::default(),
-            segments: Vec::new(),
+            segments: BTreeMap::new(),
+            blocks_in_segments: 0,
             totals: Totals::default(),
             site_live: vec![SiteLive::default()],
             sites,
             phases: Vec::new(),
+            phase_heads: Vec::new(),
             open: Vec::new(),
+            paths: PathTable::default(),
+            phase_thread: MAIN_THREAD,
+            other_thread_phases: BTreeMap::new(),
             inconsistencies: Vec::new(),
             inconsistency_counts: [0; InconsistencyKind::ALL.len()],
             saw_segments: false,
@@ -305,11 +349,33 @@ impl ReplayState {
         }
     }
 
+    /// Follows the phases of `thread` (a trace's thread id) rather than the
+    /// main thread's: phase events of other threads are counted, not
+    /// replayed, since each thread's phases nest only among themselves.
+    pub fn with_phase_thread(mut self, thread: u32) -> Self {
+        self.phase_thread = thread;
+        self
+    }
+
+    /// The thread whose phases are replayed.
+    pub fn phase_thread(&self) -> u32 {
+        self.phase_thread
+    }
+
+    /// Phase begins of the threads whose phases are not replayed, by thread.
+    pub fn other_thread_phases(&self) -> &BTreeMap<u32, u64> {
+        &self.other_thread_phases
+    }
+
     /// Loads the state a trace starts from. Call before the first event.
     pub fn load_initial(&mut self, state: &InitialState, symbols: &SymbolTable) {
         for seg in &state.segments {
             self.saw_segments = true;
             let end = seg.addr.saturating_add(seg.size);
+            if self.totals.reserved.checked_add(seg.size).is_none() {
+                self.inconsistent(InconsistencyKind::ImplausibleSize, seg.addr);
+                continue;
+            }
             if self.overlaps(seg.addr, end) {
                 self.inconsistent(InconsistencyKind::OverlappingSegment, seg.addr);
                 continue;
@@ -340,6 +406,10 @@ impl ReplayState {
                     self.inconsistent(InconsistencyKind::AllocOverLive, block.addr);
                     continue;
                 }
+                if !self.fits(block.size, block.requested) {
+                    self.inconsistent(InconsistencyKind::ImplausibleSize, block.addr);
+                    continue;
+                }
                 self.add_live(alloc);
                 if alloc.free_requested {
                     self.release(&alloc);
@@ -362,8 +432,21 @@ impl ReplayState {
             EventData::SegmentMap(s) => self.segment_alloc(index, event.time_ns, s, true),
             EventData::SegmentFree(s) => self.segment_free(index, event.time_ns, s, false),
             EventData::SegmentUnmap(s) => self.segment_free(index, event.time_ns, s, true),
-            EventData::PhaseBegin { name } => self.phase_begin(index, event.time_ns, *name),
-            EventData::PhaseEnd { name } => self.phase_end(index, event.time_ns, *name),
+            EventData::PhaseBegin { name, thread } => {
+                if *thread == self.phase_thread {
+                    self.phase_begin(index, event.time_ns, *name, symbols)
+                } else {
+                    *self.other_thread_phases.entry(*thread).or_default() += 1;
+                    Applied::Other
+                }
+            }
+            EventData::PhaseEnd { name, thread } => {
+                if *thread == self.phase_thread {
+                    self.phase_end(index, event.time_ns, *name)
+                } else {
+                    Applied::Other
+                }
+            }
             EventData::Oom(o) => Applied::Oom(self.sites.site(o.stack, symbols)),
             EventData::EmptyCache(_) | EventData::Annotation { .. } => Applied::Other,
         }
@@ -388,22 +471,41 @@ impl ReplayState {
         self.record(kind, self.events, self.time_ns, addr);
     }
 
+    /// The segment holding `addr`.
     #[inline]
-    fn segment_of(&self, addr: u64) -> Option<usize> {
-        let i = self.segments.partition_point(|s| s.start <= addr);
-        (i > 0 && addr < self.segments[i - 1].end).then(|| i - 1)
+    fn segment_of(&mut self, addr: u64) -> Option<&mut Segment> {
+        self.segments
+            .range_mut(..=addr)
+            .next_back()
+            .map(|(_, s)| s)
+            .filter(|s| addr < s.end)
     }
 
     fn overlaps(&self, start: u64, end: u64) -> bool {
-        let i = self.segments.partition_point(|s| s.start < end);
-        i > 0 && self.segments[i - 1].end > start
+        self.segments
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, s)| s.end > start)
     }
 
     fn insert_segment(&mut self, seg: Segment) {
-        let i = self.segments.partition_point(|s| s.start < seg.start);
         self.totals.reserved += seg.size();
         self.totals.segments += 1;
-        self.segments.insert(i, seg);
+        self.blocks_in_segments += seg.live_blocks;
+        self.segments.insert(seg.start, seg);
+    }
+
+    fn remove_segment(&mut self, start: u64) -> Option<Segment> {
+        let seg = self.segments.remove(&start)?;
+        self.blocks_in_segments -= seg.live_blocks;
+        Some(seg)
+    }
+
+    /// Whether a block of this size (and request) can join the live ones
+    /// without a total passing 2^64 bytes (`active` bounds the others).
+    fn fits(&self, size: u64, requested: u64) -> bool {
+        self.totals.active.checked_add(size).is_some()
+            && self.totals.requested.checked_add(requested).is_some()
     }
 
     fn add_live(&mut self, a: LiveAlloc) {
@@ -424,9 +526,10 @@ impl ReplayState {
         }
         self.site_live[s].bytes += a.size;
         self.site_live[s].blocks += 1;
-        if let Some(i) = self.segment_of(a.addr) {
-            self.segments[i].live_blocks += 1;
-            self.segments[i].live_bytes += a.size;
+        if let Some(seg) = self.segment_of(a.addr) {
+            seg.live_blocks += 1;
+            seg.live_bytes += a.size;
+            self.blocks_in_segments += 1;
         } else if self.saw_segments {
             self.inconsistent(InconsistencyKind::AllocOutsideSegment, a.addr);
         }
@@ -449,10 +552,12 @@ impl ReplayState {
         }
         self.totals.active -= a.size;
         self.totals.live_blocks -= 1;
-        if let Some(i) = self.segment_of(a.addr) {
-            let seg = &mut self.segments[i];
-            seg.live_blocks = seg.live_blocks.saturating_sub(1);
+        if let Some(seg) = self.segment_of(a.addr)
+            && seg.live_blocks > 0
+        {
+            seg.live_blocks -= 1;
             seg.live_bytes = seg.live_bytes.saturating_sub(a.size);
+            self.blocks_in_segments -= 1;
         }
     }
 
@@ -463,6 +568,17 @@ impl ReplayState {
         b: &BlockEvent,
         symbols: &SymbolTable,
     ) -> Applied {
+        let replaced = self
+            .live
+            .get(&b.addr)
+            .map_or((0, 0), |o| (o.size, o.requested));
+        if !self.fits(
+            b.size.saturating_sub(replaced.0),
+            b.requested.saturating_sub(replaced.1),
+        ) {
+            self.record(InconsistencyKind::ImplausibleSize, index, time_ns, b.addr);
+            return Applied::Inconsistent;
+        }
         let site = self.sites.site(b.stack, symbols);
         let a = LiveAlloc {
             addr: b.addr,
@@ -524,6 +640,10 @@ impl ReplayState {
     ) -> Applied {
         self.saw_segments = true;
         let (start, end) = (s.addr, s.addr.saturating_add(s.size));
+        if self.totals.reserved.checked_add(s.size).is_none() {
+            self.record(InconsistencyKind::ImplausibleSize, index, time_ns, s.addr);
+            return Applied::Inconsistent;
+        }
         if self.overlaps(start, end) {
             self.record(
                 InconsistencyKind::OverlappingSegment,
@@ -542,7 +662,7 @@ impl ReplayState {
         };
         // Blocks outside every segment may have been allocated before it was
         // known (a trace without an initial state); count them now.
-        if self.totals.live_blocks > 0 && self.segments_hold_fewer_blocks() {
+        if self.totals.live_blocks > self.blocks_in_segments {
             for a in self.live.values() {
                 if a.addr >= start && a.addr < end {
                     seg.live_blocks += 1;
@@ -553,46 +673,41 @@ impl ReplayState {
         if mapped {
             // Mapped ranges of an expandable segment grow it in place: merge
             // with the neighbours they touch so free space spans them.
-            let i = self.segments.partition_point(|x| x.start < start);
-            let mut merged = false;
-            if i > 0 && self.segments[i - 1].expandable && self.segments[i - 1].end == start {
-                let prev = &mut self.segments[i - 1];
-                prev.end = end;
-                prev.live_blocks += seg.live_blocks;
-                prev.live_bytes += seg.live_bytes;
-                merged = true;
-                if i < self.segments.len()
-                    && self.segments[i].expandable
-                    && self.segments[i].start == end
-                {
-                    let next = self.segments.remove(i);
-                    let prev = &mut self.segments[i - 1];
-                    prev.end = next.end;
-                    prev.live_blocks += next.live_blocks;
-                    prev.live_bytes += next.live_bytes;
+            let prev = self
+                .segments
+                .range(..start)
+                .next_back()
+                .filter(|(_, p)| p.expandable && p.end == start)
+                .map(|(&k, _)| k);
+            let next = self
+                .segments
+                .get(&end)
+                .filter(|n| n.expandable)
+                .map(|n| n.start);
+            if prev.is_some() || next.is_some() {
+                let mut merged = seg;
+                if let Some(k) = prev {
+                    let p = self.remove_segment(k).expect("a segment just found");
+                    merged.start = p.start;
+                    merged.live_blocks += p.live_blocks;
+                    merged.live_bytes += p.live_bytes;
                     self.totals.segments -= 1;
+                    self.totals.reserved -= p.size();
                 }
-            } else if i < self.segments.len()
-                && self.segments[i].expandable
-                && self.segments[i].start == end
-            {
-                let next = &mut self.segments[i];
-                next.start = start;
-                next.live_blocks += seg.live_blocks;
-                next.live_bytes += seg.live_bytes;
-                merged = true;
-            }
-            if merged {
-                self.totals.reserved += s.size;
+                if let Some(k) = next {
+                    let n = self.remove_segment(k).expect("a segment just found");
+                    merged.end = n.end;
+                    merged.live_blocks += n.live_blocks;
+                    merged.live_bytes += n.live_bytes;
+                    self.totals.segments -= 1;
+                    self.totals.reserved -= n.size();
+                }
+                self.insert_segment(merged);
                 return Applied::Segment;
             }
         }
         self.insert_segment(seg);
         Applied::Segment
-    }
-
-    fn segments_hold_fewer_blocks(&self) -> bool {
-        self.segments.iter().map(|s| s.live_blocks).sum::<u64>() < self.totals.live_blocks
     }
 
     fn segment_free(
@@ -605,16 +720,16 @@ impl ReplayState {
         let (start, end) = (s.addr, s.addr.saturating_add(s.size));
         let found = if unmapped {
             self.segment_of(start)
-                .filter(|&i| self.segments[i].end >= end)
+                .filter(|seg| seg.end >= end)
+                .map(|seg| seg.start)
         } else {
-            let i = self.segments.partition_point(|x| x.start < start);
-            (i < self.segments.len() && self.segments[i].start == start).then_some(i)
+            self.segments.contains_key(&start).then_some(start)
         };
-        let Some(i) = found else {
+        let Some(key) = found else {
             self.record(InconsistencyKind::UnknownSegment, index, time_ns, s.addr);
             return Applied::Inconsistent;
         };
-        let seg = self.segments[i];
+        let seg = self.segments[&key];
         let end = if unmapped { end } else { seg.end };
         let live_inside = if seg.live_blocks == 0 {
             0
@@ -636,7 +751,7 @@ impl ReplayState {
                 s.addr,
             );
         }
-        self.segments.remove(i);
+        self.remove_segment(key);
         self.totals.reserved -= end - start;
         self.totals.segments -= 1;
         let mut pieces = Vec::new();
@@ -669,12 +784,27 @@ impl ReplayState {
         Applied::Segment
     }
 
-    fn phase_begin(&mut self, index: u64, time_ns: u64, name: StringId) -> Applied {
+    fn phase_begin(
+        &mut self,
+        index: u64,
+        time_ns: u64,
+        name: StringId,
+        symbols: &SymbolTable,
+    ) -> Applied {
         let parent = self.open.last().copied().unwrap_or(PhaseId::NONE);
+        let parent_path = self.phase(parent).map_or(PathId::NONE, |p| p.path);
+        let path = self.paths.child(parent_path, name, symbols);
         let id = PhaseId(self.phases.len() as u32);
+        let depth = self.open.len();
+        self.phase_heads.push(if depth >= SHOWN_HEAD {
+            self.phase_heads[parent.0 as usize]
+        } else {
+            id
+        });
         self.phases.push(PhaseInstance {
             name,
             parent,
+            path,
             depth: self.open.len() as u32,
             begin_ns: time_ns,
             begin_index: index,
@@ -738,8 +868,8 @@ impl ReplayState {
     }
 
     /// The reserved segments, by address.
-    pub fn segments(&self) -> &[Segment] {
-        &self.segments
+    pub fn segments(&self) -> impl ExactSizeIterator<Item = &Segment> + Clone {
+        self.segments.values()
     }
 
     /// Live bytes and blocks per site, indexed by [`SiteId`].
@@ -772,16 +902,25 @@ impl ReplayState {
         self.open.last().copied().unwrap_or(PhaseId::NONE)
     }
 
-    /// A phase instance's path, `outer/inner` (empty for [`PhaseId::NONE`]).
+    /// A phase instance's path, `outer/inner` (empty for [`PhaseId::NONE`]);
+    /// past [`SHOWN_PATH_DEPTH`] names, the middle ones are left out.
     pub fn phase_path(&self, id: PhaseId, symbols: &SymbolTable) -> String {
-        let mut names = Vec::new();
-        let mut p = id;
-        while let Some(inst) = self.phase(p) {
-            names.push(symbols.string_or_unknown(inst.name));
-            p = inst.parent;
-        }
-        names.reverse();
-        names.join("/")
+        let Some(inst) = self.phase(id) else {
+            return String::new();
+        };
+        shown_path(
+            inst.depth as usize + 1,
+            id,
+            self.phase_heads[id.0 as usize],
+            |p| self.phases[p.0 as usize].parent,
+            |p| symbols.string_or_unknown(self.phases[p.0 as usize].name),
+        )
+    }
+
+    /// A normalized path, `iter#/forward` (empty for [`PathId::NONE`]); past
+    /// [`SHOWN_PATH_DEPTH`] names, the middle ones are left out.
+    pub fn path_name(&self, path: PathId) -> String {
+        self.paths.name(path)
     }
 
     /// Whether `id` is `ancestor` or nested in it.
@@ -822,9 +961,10 @@ impl ReplayState {
     /// buffers: `O(live)`, without the sort of [`free_space`](Self::free_space).
     pub fn copy_occupancy(&self, out: &mut Occupancy) {
         out.reserved = self.totals.reserved;
-        out.segments.clone_from(&self.segments);
+        out.segments.clear();
+        out.segments.extend(self.segments.values().copied());
         out.busy.clear();
-        if self.segments.iter().any(|s| s.live_blocks > 0) {
+        if self.blocks_in_segments > 0 {
             out.busy.extend(
                 self.live
                     .values()
@@ -832,6 +972,135 @@ impl ReplayState {
             );
         }
     }
+}
+
+/// A phase name with every run of ASCII digits replaced by `#`: the
+/// instances of a phase repeated as `iter0`, `iter1`, ... share a name.
+pub fn normalize_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut in_digits = false;
+    for c in name.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('#');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
+}
+
+/// The interned normalized phase paths of a replay.
+#[derive(Clone, Debug, Default)]
+struct PathTable {
+    /// Each path's parent, last name (normalized, by index), depth, and
+    /// the ancestor that holds its first shown names (see [`shown_path`]).
+    paths: Vec<PathNode>,
+    by_parent_and_name: FxHashMap<(PathId, u32), PathId>,
+    /// Normalized names, and the index of each trace string's.
+    names: Vec<Box<str>>,
+    name_index: FxHashMap<Box<str>, u32>,
+    normalized: FxHashMap<StringId, u32>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PathNode {
+    parent: PathId,
+    name: u32,
+    depth: u32,
+    head: PathId,
+}
+
+impl PathTable {
+    /// The path of a phase named `name` inside `parent`.
+    fn child(&mut self, parent: PathId, name: StringId, symbols: &SymbolTable) -> PathId {
+        let name = match self.normalized.get(&name) {
+            Some(&n) => n,
+            None => {
+                let text = normalize_name(symbols.string_or_unknown(name)).into_boxed_str();
+                let next = self.names.len() as u32;
+                let n = *self.name_index.entry(text.clone()).or_insert(next);
+                if n == next {
+                    self.names.push(text);
+                }
+                self.normalized.insert(name, n);
+                n
+            }
+        };
+        let next = PathId(self.paths.len() as u32);
+        let id = *self
+            .by_parent_and_name
+            .entry((parent, name))
+            .or_insert(next);
+        if id == next {
+            let parent_node = self.get(parent);
+            let depth = parent_node.map_or(0, |p| p.depth + 1);
+            self.paths.push(PathNode {
+                parent,
+                name,
+                depth,
+                head: match parent_node {
+                    Some(p) if depth as usize >= SHOWN_HEAD => p.head,
+                    _ => id,
+                },
+            });
+        }
+        id
+    }
+
+    fn get(&self, path: PathId) -> Option<&PathNode> {
+        self.paths.get(path.0 as usize)
+    }
+
+    fn name(&self, path: PathId) -> String {
+        let Some(node) = self.get(path) else {
+            return String::new();
+        };
+        shown_path(
+            node.depth as usize + 1,
+            path,
+            node.head,
+            |p| self.paths[p.0 as usize].parent,
+            |p| &self.names[self.paths[p.0 as usize].name as usize],
+        )
+    }
+}
+
+/// The outermost names a path deeper than [`SHOWN_PATH_DEPTH`] shows.
+const SHOWN_HEAD: usize = SHOWN_PATH_DEPTH / 3;
+
+/// Joins the names of a path of `depth` names ending at `node`, outermost
+/// first (`outer/inner`). Past [`SHOWN_PATH_DEPTH`] names the middle ones
+/// are left out (`a/b/…(N phases)…/y/z`): `head` is the ancestor holding
+/// the first [`SHOWN_HEAD`] names, so only the names shown are visited.
+fn shown_path<'a, N: Copy>(
+    depth: usize,
+    node: N,
+    head: N,
+    parent: impl Fn(N) -> N,
+    name: impl Fn(N) -> &'a str,
+) -> String {
+    let walk = |from: N, n: usize| {
+        let mut names: Vec<&str> = std::iter::successors(Some(from), |&p| Some(parent(p)))
+            .take(n)
+            .map(&name)
+            .collect();
+        names.reverse();
+        names.join("/")
+    };
+    if depth <= SHOWN_PATH_DEPTH {
+        return walk(node, depth);
+    }
+    let tail = SHOWN_PATH_DEPTH - SHOWN_HEAD;
+    format!(
+        "{}/…({} phases)…/{}",
+        walk(head, SHOWN_HEAD),
+        depth - SHOWN_HEAD - tail,
+        walk(node, tail)
+    )
 }
 
 /// The segments and the address ranges of the live blocks at one moment,

@@ -35,7 +35,7 @@ fn totals_follow_the_block_life() {
     assert_eq!(t.requested, 1000);
     assert_eq!(t.active, 1536);
     assert_eq!(t.live_blocks, 2);
-    assert_eq!(state.segments()[0].live_blocks, 2);
+    assert_eq!(state.segments().next().unwrap().live_blocks, 2);
     assert!(matches!(applied[3], Applied::FreeRequested(a) if a.addr == 0 && a.free_requested));
     assert_eq!(state.inconsistency_total(), 0);
 
@@ -149,7 +149,7 @@ fn expandable_segments_map_and_unmap() {
     let (state, _) = replay(&b.finish());
     assert_eq!(state.totals().reserved, 2 << 20);
     assert_eq!(state.segments().len(), 1);
-    assert_eq!(state.segments()[0].live_blocks, 1);
+    assert_eq!(state.segments().next().unwrap().live_blocks, 1);
     assert_eq!(state.inconsistency_total(), 0);
 }
 
@@ -206,10 +206,12 @@ mod random {
                 if size.is_multiple_of(2) {
                     EventData::PhaseBegin {
                         name: StringId(slot as u32 % 3),
+                        thread: size.is_multiple_of(3) as u32,
                     }
                 } else {
                     EventData::PhaseEnd {
                         name: StringId(slot as u32 % 3),
+                        thread: (size % 3 == 1) as u32,
                     }
                 }
             }
@@ -234,9 +236,10 @@ mod random {
                 prop_assert_eq!(t.requested, held().map(|a| a.requested).sum::<u64>());
                 prop_assert_eq!(t.active, state.live().map(|a| a.size).sum::<u64>());
                 prop_assert_eq!(t.live_blocks, state.live().count() as u64);
-                prop_assert_eq!(t.reserved, state.segments().iter().map(Segment::size).sum::<u64>());
-                prop_assert_eq!(t.segments, state.segments().len() as u64);
-                prop_assert!(state.segments().windows(2).all(|w| w[0].end <= w[1].start));
+                let segments: Vec<Segment> = state.segments().copied().collect();
+                prop_assert_eq!(t.reserved, segments.iter().map(Segment::size).sum::<u64>());
+                prop_assert_eq!(t.segments, segments.len() as u64);
+                prop_assert!(segments.windows(2).all(|w| w[0].end <= w[1].start));
                 for seg in state.segments() {
                     let inside: Vec<_> = state
                         .live()
@@ -251,4 +254,151 @@ mod random {
             }
         }
     }
+}
+
+/// Two threads' phases interleave: each nests within its own thread, so
+/// following one thread sees no mismatch, and the other's are counted.
+#[test]
+fn each_threads_phases_nest_on_their_own() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.segment(0, 1 << 20);
+    b.begin_on(0, "train").begin_on(7, "load");
+    b.alloc(0, 512, 512, s);
+    b.end_on(0, "train").begin_on(7, "decode");
+    b.alloc(512, 512, 512, s);
+    b.end_on(7, "decode").end_on(7, "load");
+    let bytes = b.finish();
+    let (state, _) = replay(&bytes);
+    assert_eq!(state.inconsistency_total(), 0);
+    assert_eq!(state.phases().len(), 1);
+    assert_eq!(state.other_thread_phases().get(&7), Some(&2));
+    let on_7 = |bytes: &[u8]| {
+        let mut reader = TraceReader::new(bytes).unwrap();
+        let mut state = ReplayState::default().with_phase_thread(7);
+        let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+        for (i, e) in events.iter().enumerate() {
+            state.apply(i as u64, e, reader.symbols());
+        }
+        (state, reader.symbols().clone())
+    };
+    let (state, symbols) = on_7(&bytes);
+    assert_eq!(state.inconsistency_total(), 0);
+    let names: Vec<String> = (0..state.phases().len() as u32)
+        .map(|i| state.phase_path(PhaseId(i), &symbols))
+        .collect();
+    assert_eq!(names, ["load", "load/decode"]);
+    let blocks: Vec<String> = [0, 512]
+        .iter()
+        .map(|a| state.phase_path(state.live_at(*a).unwrap().phase, &symbols))
+        .collect();
+    assert_eq!(blocks, ["load", "load/decode"]);
+    assert_eq!(state.other_thread_phases().get(&0), Some(&1));
+}
+
+/// Nesting tens of thousands deep costs linear time and memory: paths are
+/// interned, and shown with their middle left out.
+#[test]
+fn deep_nesting_is_linear_and_shown_short() {
+    const DEPTH: usize = 50_000;
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.segment(0, 1 << 30);
+    for i in 0..DEPTH {
+        b.begin(&format!("level{}", i % 7));
+    }
+    b.alloc(0, 512, 512, s);
+    for i in (0..DEPTH).rev() {
+        b.end(&format!("level{}", i % 7));
+    }
+    let (bytes, symbols) = b.finish_symbols();
+    let (state, _) = replay(&bytes);
+    assert_eq!(state.phases().len(), DEPTH);
+    assert_eq!(state.inconsistency_total(), 0);
+    let innermost = state.live_at(0).unwrap().phase;
+    let path = state.phase_path(innermost, &symbols);
+    assert!(path.len() < 400, "{path}");
+    assert!(path.starts_with("level0/level1/level2/"), "{path}");
+    assert!(
+        path.contains(&format!("…({} phases)…", DEPTH - SHOWN_PATH_DEPTH)),
+        "{path}"
+    );
+    let normalized = state.path_name(state.phase(innermost).unwrap().path);
+    assert!(normalized.starts_with("level#/level#/"), "{normalized}");
+    assert_eq!(
+        normalized.matches('/').count(),
+        path.matches('/').count(),
+        "{normalized} against {path}"
+    );
+    // Shallow paths are whole.
+    assert_eq!(
+        state.phase_path(PhaseId(2), &symbols),
+        "level0/level1/level2"
+    );
+    assert_eq!(
+        state.path_name(state.phase(PhaseId(1)).unwrap().path),
+        "level#/level#"
+    );
+}
+
+/// Segments arriving in descending address order (each one inserted before
+/// all the others) are found, merged and freed as in ascending order.
+#[test]
+fn segments_in_any_order() {
+    const N: u64 = 20_000;
+    for descending in [false, true] {
+        let mut b = TraceBuilder::new();
+        let s = b.site("f", "a.py", 1);
+        let order: Vec<u64> = if descending {
+            (0..N).rev().collect()
+        } else {
+            (0..N).collect()
+        };
+        for &i in &order {
+            b.segment(i << 21, 1 << 20).alloc(i << 21, 512, 512, s);
+        }
+        // Expandable ranges merging with neighbours on both sides.
+        let base = N << 21;
+        b.map(base, 4096)
+            .map(base + 8192, 4096)
+            .map(base + 4096, 4096);
+        for &i in &order {
+            b.free(i << 21, 512).segment_free(i << 21, 1 << 20);
+        }
+        let (state, _) = replay(&b.finish());
+        assert_eq!(state.inconsistency_total(), 0);
+        let segments: Vec<Segment> = state.segments().copied().collect();
+        assert_eq!(segments.len(), 1);
+        assert_eq!(
+            (segments[0].start, segments[0].end),
+            (base, base + 3 * 4096)
+        );
+        assert_eq!(state.totals().reserved, 3 * 4096);
+        assert_eq!(state.totals().segments, 1);
+    }
+}
+
+/// Sizes no allocator hands out (found by fuzzing): a block or segment that
+/// would take a total past 2^64 bytes is an inconsistency, skipped, and the
+/// totals stay exact.
+#[test]
+fn sizes_past_64_bits_of_totals_are_skipped() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.segment(0, u64::MAX).segment(1 << 62, u64::MAX);
+    b.alloc(0, u64::MAX - 10, 5, s)
+        .alloc(512, 512, 512, s)
+        .alloc(1024, 512, 512, s);
+    let (state, applied) = replay(&b.finish());
+    assert_eq!(
+        state.inconsistency_count(InconsistencyKind::ImplausibleSize),
+        3
+    );
+    assert!(matches!(applied[1], Applied::Inconsistent));
+    assert!(matches!(applied[2], Applied::Alloc(_)));
+    assert!(matches!(applied[3], Applied::Inconsistent));
+    assert!(matches!(applied[4], Applied::Inconsistent));
+    assert_eq!(state.totals().allocated, u64::MAX - 10);
+    assert_eq!(state.totals().requested, 5);
+    assert_eq!(state.totals().reserved, u64::MAX);
 }

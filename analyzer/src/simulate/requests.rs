@@ -434,7 +434,7 @@ impl Analysis for RequestExtractor {
                 self.burst = Some(Burst {
                     request,
                     // The state already applied this free.
-                    reserved_before: state.totals().reserved + action.size,
+                    reserved_before: state.totals().reserved.saturating_add(action.size),
                 });
             }
             self.list.recorded_segments.push(action);

@@ -29,6 +29,14 @@ use vramtrace_format::{
 };
 use vramtrace_recorder::allocator::{AllocatorConfig, ObservedBlocks};
 
+/// Device indices a snapshot may use, from 0: tables are kept per device, so
+/// an index from a damaged or hostile file must not size them.
+pub const MAX_DEVICES: u32 = 1024;
+
+/// The most values one allocator setting (its key or value) may hold once
+/// built: settings are a few values each.
+const MAX_SETTING_VALUES: usize = 4096;
+
 /// Why a snapshot could not be imported.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -198,6 +206,14 @@ fn int(heap: &Heap, v: Option<Val>) -> Option<i128> {
     heap.int(v?)
 }
 
+/// ` (the container at byte N)` for a container, else nothing.
+fn at_byte(heap: &Heap, v: Val) -> String {
+    match v {
+        Val::Obj(o) => format!(" (the container at byte {})", heap.obj(o).offset()),
+        _ => String::new(),
+    }
+}
+
 impl Snapshot {
     fn read(heap: &Heap, c: &Collector, root: Val) -> Result<Snapshot, ImportError> {
         let Val::Obj(root) = root else {
@@ -232,9 +248,10 @@ impl Snapshot {
             Some(Val::Obj(t)) if heap.obj(t).kind == ObjKind::List => {
                 for v in &heap.obj(t).items {
                     let Val::Obj(l) = *v else {
-                        return Err(ImportError::NotASnapshot(
-                            "a `device_traces` item is not a list".into(),
-                        ));
+                        return Err(ImportError::NotASnapshot(format!(
+                            "an item of `device_traces` (the list at byte {}) is not a list",
+                            heap.obj(t).offset()
+                        )));
                     };
                     let o = heap.obj(l);
                     if !o.items.is_empty() {
@@ -248,10 +265,11 @@ impl Snapshot {
                     s.entries_per_device.push(o.consumed);
                 }
             }
-            Some(_) => {
-                return Err(ImportError::NotASnapshot(
-                    "`device_traces` is not a list".into(),
-                ));
+            Some(v) => {
+                return Err(ImportError::NotASnapshot(format!(
+                    "`device_traces` is not a list{}",
+                    at_byte(heap, v)
+                )));
             }
             None => s
                 .warnings
@@ -263,7 +281,12 @@ impl Snapshot {
                     s.read_segment(heap, c, seg)?;
                 }
             }
-            Some(_) => return Err(ImportError::NotASnapshot("`segments` is not a list".into())),
+            Some(v) => {
+                return Err(ImportError::NotASnapshot(format!(
+                    "`segments` is not a list{}",
+                    at_byte(heap, v)
+                )));
+            }
             None => s.warnings.push(
                 "no `segments`: the end state is unknown, so the initial state holds only what the events imply and cannot be checked"
                     .into(),
@@ -271,13 +294,17 @@ impl Snapshot {
         }
         if let Some(Val::Obj(d)) = get("allocator_settings") {
             let items = &heap.obj(d).items;
+            let setting = |v| {
+                heap.to_value(v, MAX_SETTING_VALUES).map_err(|e| {
+                    ImportError::NotASnapshot(format!(
+                        "an allocator setting (in the dict at byte {}): {e}",
+                        heap.obj(d).offset()
+                    ))
+                })
+            };
             for kv in items.chunks_exact(2) {
-                let key = heap
-                    .to_value(kv[0])
-                    .map_err(|e| ImportError::NotASnapshot(e.to_string()))?;
-                let value = heap
-                    .to_value(kv[1])
-                    .map_err(|e| ImportError::NotASnapshot(e.to_string()))?;
+                let key = setting(kv[0])?;
+                let value = setting(kv[1])?;
                 s.settings.insert(setting_text(&key), setting_text(&value));
             }
         }
@@ -317,12 +344,28 @@ impl Snapshot {
     }
 
     fn read_segment(&mut self, heap: &Heap, c: &Collector, seg: Val) -> Result<(), ImportError> {
-        let bad = |what: &str| ImportError::NotASnapshot(format!("a segment {what}"));
         let Val::Obj(seg) = seg else {
-            return Err(bad("is not a dict"));
+            return Err(ImportError::NotASnapshot(
+                "an item of `segments` is not a dict".into(),
+            ));
+        };
+        let bad = |what: &str| {
+            ImportError::NotASnapshot(format!(
+                "the segment at byte {} {what}",
+                heap.obj(seg).offset()
+            ))
         };
         let g = |k: &str| heap.dict_get_str(seg, k);
-        let device = int(heap, g("device")).unwrap_or(0) as u32;
+        let device = int(heap, g("device")).unwrap_or(0);
+        let device = u32::try_from(device)
+            .ok()
+            .filter(|&d| d < MAX_DEVICES)
+            .ok_or_else(|| {
+                bad(&format!(
+                    "is on device {device}, not one of 0 to {}",
+                    MAX_DEVICES - 1
+                ))
+            })?;
         let addr = int(heap, g("address")).ok_or_else(|| bad("has no `address`"))? as u64;
         let size = int(heap, g("total_size")).ok_or_else(|| bad("has no `total_size`"))? as u64;
         let stream = int(heap, g("stream")).unwrap_or(0) as u64;
@@ -753,10 +796,11 @@ impl ParsedSnapshot {
                 }
                 let ns = to_ns(t).max(last_ns);
                 last_ns = ns;
+                // A snapshot's phases are the program's: its main thread's.
                 let data = if begin {
-                    EventData::PhaseBegin { name }
+                    EventData::PhaseBegin { name, thread: 0 }
                 } else {
-                    EventData::PhaseEnd { name }
+                    EventData::PhaseEnd { name, thread: 0 }
                 };
                 phase_i += 1;
                 tx.push(Event { time_ns: ns, data })?;

@@ -147,6 +147,16 @@ pub struct Obj {
     // The memo slot that refers to this container, so a hook's replacement can be
     // seen by later memo references (u32::MAX: none).
     memo: u32,
+    // The offset of the opcode that made it, for messages.
+    offset: u64,
+}
+
+impl Obj {
+    /// The byte offset of the opcode that made the container (for messages
+    /// about what it holds).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
 }
 
 /// Strings, byte strings, containers and the memo of one pickle.
@@ -250,16 +260,20 @@ impl Heap {
         self.dict_get(dict, id)
     }
 
-    /// Converts a value into an owned tree (for small parts of a pickle and for tests).
-    pub fn to_value(&self, v: Val) -> Result<Value, TooDeep> {
-        self.to_value_depth(v, 0)
+    /// Converts a value into an owned tree (for small parts of a pickle and for
+    /// tests) of at most `max_values` values: the memo lets a few hundred bytes
+    /// name a list holding itself twice, forty levels deep.
+    pub fn to_value(&self, v: Val, max_values: usize) -> Result<Value, TooDeep> {
+        let mut budget = max_values;
+        self.to_value_depth(v, 0, &mut budget)
     }
 
-    fn to_value_depth(&self, v: Val, depth: usize) -> Result<Value, TooDeep> {
+    fn to_value_depth(&self, v: Val, depth: usize, budget: &mut usize) -> Result<Value, TooDeep> {
         // A memo reference can make a container contain itself.
         if depth > MAX_DEPTH {
-            return Err(TooDeep);
+            return Err(TooDeep::Nested);
         }
+        *budget = budget.checked_sub(1).ok_or(TooDeep::TooMany)?;
         Ok(match v {
             Val::None => Value::None,
             Val::Bool(b) => Value::Bool(b),
@@ -275,7 +289,7 @@ impl Heap {
                 let items = obj
                     .items
                     .iter()
-                    .map(|&x| self.to_value_depth(x, depth + 1))
+                    .map(|&x| self.to_value_depth(x, depth + 1, budget))
                     .collect::<Result<Vec<_>, _>>()?;
                 match obj.kind {
                     ObjKind::List => Value::List(items),
@@ -294,7 +308,7 @@ impl Heap {
         })
     }
 
-    fn new_obj(&mut self, kind: ObjKind) -> ObjId {
+    fn new_obj(&mut self, kind: ObjKind, offset: u64) -> ObjId {
         if let Some(id) = self.free_objs.pop() {
             let o = &mut self.objs[id as usize];
             o.kind = kind;
@@ -302,6 +316,7 @@ impl Heap {
             o.consumed = 0;
             o.replaced = None;
             o.memo = u32::MAX;
+            o.offset = offset;
             id
         } else {
             self.objs.push(Obj {
@@ -310,6 +325,7 @@ impl Heap {
                 consumed: 0,
                 replaced: None,
                 memo: u32::MAX,
+                offset,
             });
             (self.objs.len() - 1) as ObjId
         }
@@ -439,11 +455,21 @@ pub enum Attach {
 /// The deepest nesting [`Heap::to_value`] follows.
 pub const MAX_DEPTH: usize = 200;
 
-/// A value nested deeper than [`MAX_DEPTH`]: a container that holds itself,
-/// through a memo reference, most likely.
+/// A value too big to build as a tree: nested deeper than [`MAX_DEPTH`] (a
+/// container that holds itself, through a memo reference, most likely), or
+/// holding more values than allowed (containers shared through the memo,
+/// over and over).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("value nested more than {MAX_DEPTH} deep (a cycle?)")]
-pub struct TooDeep;
+pub enum TooDeep {
+    /// Nested deeper than [`MAX_DEPTH`].
+    #[error("value nested more than {MAX_DEPTH} deep (a cycle?)")]
+    Nested,
+    /// More values than the budget.
+    #[error(
+        "value expands to more values than the pickle's size allows (containers shared over and over?)"
+    )]
+    TooMany,
+}
 
 /// Sees every container as it is attached to a parent, and may replace or consume it.
 pub trait Hook {
@@ -486,9 +512,12 @@ impl Hook for KeepAll {
 pub fn load(read: impl Read) -> Result<Value, PickleError> {
     let mut parser = Parser::new(read, &|_| {});
     let root = parser.run(&mut KeepAll)?;
+    // Sharing through the memo is fine; a tree many times the pickle's size
+    // is a bomb.
+    let budget = (parser.offset() as usize).saturating_mul(16).max(1 << 10);
     parser
         .heap()
-        .to_value(root)
+        .to_value(root, budget)
         .map_err(|e| PickleError::Malformed {
             offset: parser.offset(),
             message: e.to_string(),
@@ -859,13 +888,20 @@ impl<R: Read> Source<'_, R> {
         self.base += self.pos as u64;
         self.end -= self.pos;
         self.pos = 0;
-        if self.buf.len() < n.max(BUF_SIZE) {
-            self.buf.resize(n.max(BUF_SIZE), 0);
+        if self.buf.len() < BUF_SIZE {
+            self.buf.resize(BUF_SIZE, 0);
         }
         // Fill at least half the buffer so refills (and progress calls) stay rare even
         // when the reader hands out small pieces.
         let target = n.max(self.buf.len() / 2);
         while self.end < target && !self.eof {
+            if self.end == self.buf.len() {
+                // A long string: the buffer grows as its bytes arrive, never to a
+                // length the input has not borne out (a 14-byte pickle may claim
+                // a string of 512 GiB).
+                let grown = self.buf.len().saturating_mul(2).min(target);
+                self.buf.resize(grown, 0);
+            }
             match self.inner.read(&mut self.buf[self.end..]) {
                 Ok(0) => self.eof = true,
                 Ok(k) => self.end += k,
@@ -919,6 +955,15 @@ impl<R: Read> Source<'_, R> {
         s
     }
 }
+
+/// The most values the pickle machine's stack holds: CPython writes lists and
+/// dicts in batches of 1000 items, so a plain-data pickle nested a few
+/// levels deep needs a few thousand; more is a bomb (2 GiB of NONE opcodes
+/// would take 32 GiB of stack).
+pub const MAX_STACK: usize = 1 << 22;
+
+/// The most MARKs open at once.
+pub const MAX_MARKS: usize = 1 << 16;
 
 /// The pickle reader: a stack machine over the opcodes, with the memo and the
 /// containers in a [`Heap`].
@@ -1077,6 +1122,16 @@ impl<'p, R: Read> Parser<'p, R> {
                 Ok(true) => {}
                 Ok(false) => break,
                 Err(e) => return Err(e),
+            }
+            // One opcode pushes at most one value or mark (three for DUP and
+            // TUPLE3's like): checking after each keeps the bound.
+            if self.stack.len() > MAX_STACK || self.marks.len() > MAX_MARKS {
+                return Err(malformed(
+                    at,
+                    format!(
+                        "more than {MAX_STACK} values or {MAX_MARKS} marks on the pickle stack: not a plain-data pickle"
+                    ),
+                ));
             }
         }
         let at = self.src.offset();
@@ -1340,8 +1395,8 @@ impl<'p, R: Read> Parser<'p, R> {
         }
     }
 
-    fn new_container_from(&mut self, kind: ObjKind, from: usize) -> ObjId {
-        let id = self.heap.new_obj(kind);
+    fn new_container_from(&mut self, kind: ObjKind, from: usize, at: u64) -> ObjId {
+        let id = self.heap.new_obj(kind, at);
         let items = &mut self.heap.objs[id as usize].items;
         items.extend_from_slice(&self.stack[from..]);
         self.stack.truncate(from);
@@ -1399,19 +1454,19 @@ impl<'p, R: Read> Parser<'p, R> {
                     self.stack.push(v);
                     return Ok(true);
                 }
-                let id = self.heap.new_obj(ObjKind::Dict);
+                let id = self.heap.new_obj(ObjKind::Dict, at);
                 self.stack.push(Val::Obj(id));
             }
             op::EMPTY_LIST => {
-                let id = self.heap.new_obj(ObjKind::List);
+                let id = self.heap.new_obj(ObjKind::List, at);
                 self.stack.push(Val::Obj(id));
             }
             op::EMPTY_SET => {
-                let id = self.heap.new_obj(ObjKind::Set);
+                let id = self.heap.new_obj(ObjKind::Set, at);
                 self.stack.push(Val::Obj(id));
             }
             op::EMPTY_TUPLE => {
-                let id = self.heap.new_obj(ObjKind::Tuple);
+                let id = self.heap.new_obj(ObjKind::Tuple, at);
                 self.stack.push(Val::Obj(id));
             }
             op::SETITEMS => {
@@ -1540,7 +1595,7 @@ impl<'p, R: Read> Parser<'p, R> {
                     return Err(malformed(at, "stack underflow"));
                 }
                 let from = self.stack.len() - n;
-                let id = self.new_container_from(ObjKind::Tuple, from);
+                let id = self.new_container_from(ObjKind::Tuple, from, at);
                 self.stack.push(Val::Obj(id));
             }
             op::TUPLE | op::FROZENSET => {
@@ -1550,7 +1605,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 } else {
                     ObjKind::Set
                 };
-                let id = self.new_container_from(kind, from);
+                let id = self.new_container_from(kind, from, at);
                 self.stack.push(Val::Obj(id));
             }
             op::LIST | op::DICT => {
@@ -1560,7 +1615,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 } else {
                     ObjKind::Dict
                 };
-                let id = self.heap.new_obj(kind);
+                let id = self.heap.new_obj(kind, at);
                 // Route the items through the hook like APPENDS/SETITEMS would.
                 self.stack.insert(from, Val::Obj(id));
                 if kind == ObjKind::List {
@@ -1808,5 +1863,72 @@ mod tests {
         }
         let v = load(OneByte(&p)).unwrap();
         assert_eq!(v.as_str().map(str::len), Some(s.len()));
+    }
+
+    /// A length no input holds is read as far as the input goes, in a buffer
+    /// that grows as bytes arrive: a 14-byte pickle claiming a 512 GiB
+    /// string, or a 10-byte one claiming 4 GiB, fails at once.
+    #[test]
+    fn lengths_are_believed_only_as_far_as_the_input_goes() {
+        for (opcode, len) in [
+            (op::BINUNICODE8, 1u64 << 39),
+            (op::BINBYTES8, 1 << 39),
+            (op::BYTEARRAY8, (1 << 40) - 1),
+            (op::BINUNICODE, 0xffff_ffff),
+            (op::BINBYTES, 0xffff_ffff),
+        ] {
+            let mut p = vec![0x80, 4, opcode];
+            if matches!(opcode, op::BINUNICODE | op::BINBYTES) {
+                p.extend((len as u32).to_le_bytes());
+            } else {
+                p.extend(len.to_le_bytes());
+            }
+            p.extend(b"abc");
+            match parse(&p) {
+                Err(PickleError::Truncated { offset, .. }) => assert_eq!(offset, p.len() as u64),
+                other => panic!("{opcode:#x}: {other:?}"),
+            }
+        }
+    }
+
+    /// Opcodes that only push (NONE, MARK) fill the stack up to a bound,
+    /// whatever the input's length: the stack of a real pickle stays small.
+    #[test]
+    fn the_stack_is_bounded() {
+        for (opcode, bound) in [(op::NONE, MAX_STACK), (op::MARK, MAX_MARKS)] {
+            let mut p = vec![0x80, 4];
+            p.resize(2 + bound + 10, opcode);
+            p.push(op::STOP);
+            match parse(&p) {
+                Err(PickleError::Malformed { offset, message }) => {
+                    assert_eq!(offset, 2 + bound as u64, "{message}");
+                    assert!(message.contains("pickle stack"), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// A list holding the same list twice, forty levels deep (a few hundred
+    /// bytes, 2^40 values as a tree): building it is refused.
+    #[test]
+    fn a_bomb_of_shared_lists_is_refused() {
+        let mut p = vec![0x80, 4, op::EMPTY_LIST, op::MEMOIZE, op::POP];
+        for level in 0..40u8 {
+            // [x, x] where x is the list of the level below (memo `level`).
+            p.extend([op::EMPTY_LIST, op::MEMOIZE, op::MARK]);
+            p.extend([op::BINGET, level, op::BINGET, level, op::APPENDS]);
+            if level < 39 {
+                p.push(op::POP);
+            }
+        }
+        p.push(op::STOP);
+        assert!(p.len() < 700);
+        match parse(&p) {
+            Err(PickleError::Malformed { message, .. }) => {
+                assert!(message.contains("expands"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

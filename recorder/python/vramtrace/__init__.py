@@ -150,7 +150,9 @@ class phase:
     """A named phase of the program, recorded on every device.
 
     As a context manager (``with vramtrace.phase("forward"): ...``) or a
-    decorator (``@vramtrace.phase("step")``). Phases nest.
+    decorator (``@vramtrace.phase("step")``). A phase belongs to the thread
+    that opens it: each thread's phases nest, and no thread ends another's
+    (the analyzer shows the main thread's unless asked for another's).
     """
 
     def __init__(self, name: str) -> None:

@@ -21,6 +21,11 @@ pub const LARGE_BUFFER: u64 = 20 * MIB;
 pub const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 /// Rounding of segments for requests of [`MIN_LARGE_ALLOC`] and more (`kRoundLarge`).
 pub const ROUND_LARGE: u64 = 2 * MIB;
+/// The largest block the allocator hands out: 2^62 bytes (4 EiB), far beyond
+/// any device, and small enough that rounding it up (to a power-of-two
+/// division, or a segment's 2 MiB) and adding it to the bytes reserved cannot
+/// overflow. Larger requests are out of memory.
+pub const MAX_BLOCK_SIZE: u64 = 1 << 62;
 /// Number of power-of-two size intervals (1 MiB to 64 GiB) that
 /// `roundup_power2_divisions` can set separately.
 pub const ROUNDUP_INTERVALS: usize = 16;
@@ -206,18 +211,32 @@ impl AllocatorConfig {
 
     /// The size a request of `requested` bytes is rounded up to: at least 512
     /// bytes, a multiple of 512, or the next power-of-two division when
-    /// `roundup_power2_divisions` applies to its size.
+    /// `roundup_power2_divisions` applies to its size. A request beyond
+    /// [`MAX_BLOCK_SIZE`] gives [`MAX_BLOCK_SIZE`] (no device holds it: for
+    /// working out the size of a block already seen); an allocator asks
+    /// [`checked_round_size`](Self::checked_round_size), which refuses it.
     #[inline]
     pub fn round_size(&self, requested: u64) -> u64 {
+        self.checked_round_size(requested).unwrap_or(MAX_BLOCK_SIZE)
+    }
+
+    /// [`round_size`](Self::round_size), or `None` for a request whose
+    /// rounded size (or the segment that would hold it) is beyond
+    /// [`MAX_BLOCK_SIZE`]: such a request can only fail, as out of memory.
+    #[inline]
+    pub fn checked_round_size(&self, requested: u64) -> Option<u64> {
         if requested < MIN_BLOCK_SIZE {
-            return MIN_BLOCK_SIZE;
+            return Some(MIN_BLOCK_SIZE);
+        }
+        if requested > MAX_BLOCK_SIZE {
+            return None;
         }
         let divisions = self.divisions_for(requested);
-        if divisions > 1 && requested > MIN_BLOCK_SIZE * divisions {
+        Some(if divisions > 1 && requested > MIN_BLOCK_SIZE * divisions {
             roundup_power2_next_division(requested, divisions)
         } else {
             requested.div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
-        }
+        })
     }
 
     /// Whether a free block of `block_size` bytes handed out for a request

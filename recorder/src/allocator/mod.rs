@@ -11,8 +11,8 @@ mod pool;
 mod stats;
 
 pub use config::{
-    AllocatorConfig, ConfigError, IgnoredKeys, LARGE_BUFFER, MIB, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC,
-    ROUND_LARGE, ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
+    AllocatorConfig, ConfigError, IgnoredKeys, LARGE_BUFFER, MAX_BLOCK_SIZE, MIB, MIN_BLOCK_SIZE,
+    MIN_LARGE_ALLOC, ROUND_LARGE, ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
 };
 pub use observed::ObservedBlocks;
 pub use stats::{AllocatorStats, Stat, StatArray};
@@ -213,8 +213,11 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     /// Allocates a block of at least `requested` bytes for use on `stream`.
+    /// A request beyond [`MAX_BLOCK_SIZE`] is out of memory, as on any device.
     pub fn malloc(&mut self, requested: u64, stream: u64) -> Result<Allocation, AllocError> {
-        let size = self.config.round_size(requested);
+        let Some(size) = self.config.checked_round_size(requested) else {
+            return Err(self.out_of_memory(requested, stream));
+        };
         let small = size <= SMALL_SIZE;
         let alloc_size = allocation_size(size);
 
@@ -233,23 +236,29 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             }
         }
         let Some(id) = found else {
-            let free_bytes = self.device.free_memory();
-            self.stats.num_ooms += 1;
-            self.emit(EventData::Oom(OomEvent {
-                requested,
-                free_bytes,
-                stream,
-                device: self.device_index,
-                stack: self.origin.stack,
-                thread: self.origin.thread,
-            }));
-            return Err(AllocError::OutOfMemory {
-                requested,
-                free_bytes,
-            });
+            return Err(self.out_of_memory(requested, stream));
         };
         let split = self.should_split(id, size);
         Ok(self.alloc_found_block(id, size, requested, split))
+    }
+
+    /// Records an `Oom` for a request that could not be served.
+    #[cold]
+    fn out_of_memory(&mut self, requested: u64, stream: u64) -> AllocError {
+        let free_bytes = self.device.free_memory();
+        self.stats.num_ooms += 1;
+        self.emit(EventData::Oom(OomEvent {
+            requested,
+            free_bytes,
+            stream,
+            device: self.device_index,
+            stack: self.origin.stack,
+            thread: self.origin.thread,
+        }));
+        AllocError::OutOfMemory {
+            requested,
+            free_bytes,
+        }
     }
 
     /// Frees the block at `addr`. Without uses recorded on other streams it is
@@ -582,7 +591,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             self.stats.num_alloc_retries += 1;
         }
         if let Some(max) = self.allowed_maximum
-            && self.total_reserved + alloc_size > max
+            && self.total_reserved.saturating_add(alloc_size) > max
         {
             return Ok(None);
         }

@@ -449,3 +449,63 @@ fn a_loaded_segment_keeps_its_layout_and_serves_from_its_free_space() {
     assert!(a.load_segment(&expandable).is_err());
     assert_eq!(a.stats().reserved_bytes.all.current, 0);
 }
+
+/// Requests whose rounding would wrap (from 2^64 − 512 with plain rounding,
+/// from about 2^64 − 2 MiB with power-of-two divisions) or whose segment
+/// would not fit in 64 bits are out of memory, with an `Oom` event: never a
+/// block of 0 bytes at an address in use.
+#[test]
+fn sizes_that_cannot_be_rounded_are_out_of_memory() {
+    for config in [
+        "",
+        "roundup_power2_divisions:4",
+        "expandable_segments:True",
+        "max_split_size_mb:20,roundup_power2_divisions:[256:1,512:2,>:8]",
+    ] {
+        let mut a = alloc(config);
+        let held = a.malloc(4096, 0).unwrap();
+        for requested in [
+            u64::MAX,
+            u64::MAX - 511,
+            u64::MAX - (2 << 20),
+            (1 << 63) + 1,
+            MAX_BLOCK_SIZE + 1,
+        ] {
+            match a.malloc(requested, 0) {
+                Err(AllocError::OutOfMemory { requested: r, .. }) => assert_eq!(r, requested),
+                other => panic!("{config:?}: malloc({requested}) gave {other:?}"),
+            }
+        }
+        assert_eq!(a.stats().num_ooms, 5, "{config:?}");
+        assert_eq!(a.allocation(held.addr).map(|b| b.size), Some(4096));
+        assert_eq!(a.stats().allocation.all.current, 1);
+        let ooms = a
+            .drain_events()
+            .filter(|e| matches!(e, EventData::Oom(_)))
+            .count();
+        assert_eq!(ooms, 5, "{config:?}");
+    }
+}
+
+#[test]
+fn rounding_never_wraps() {
+    for config in [
+        "",
+        "roundup_power2_divisions:4",
+        "roundup_power2_divisions:16",
+    ] {
+        let c = AllocatorConfig::parse(config).unwrap();
+        for requested in [MAX_BLOCK_SIZE - 1, MAX_BLOCK_SIZE, MAX_BLOCK_SIZE - 513] {
+            let size = c.checked_round_size(requested).unwrap();
+            assert!(
+                size >= requested && size <= MAX_BLOCK_SIZE,
+                "{config}: {requested}"
+            );
+            assert!(allocation_size(size) >= size);
+        }
+        for requested in [MAX_BLOCK_SIZE + 1, u64::MAX - 511, u64::MAX] {
+            assert_eq!(c.checked_round_size(requested), None);
+            assert_eq!(c.round_size(requested), MAX_BLOCK_SIZE);
+        }
+    }
+}

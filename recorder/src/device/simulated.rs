@@ -122,10 +122,11 @@ impl SimulatedDevice {
     }
 
     fn bump(next: &mut u64, size: u64, align: u64) -> Result<u64, DeviceError> {
-        let addr = next.next_multiple_of(align);
-        let end = addr
-            .checked_add(size)
-            .ok_or_else(|| DeviceError::Driver("simulated address space exhausted".into()))?;
+        let exhausted = || DeviceError::Driver("simulated address space exhausted".into());
+        // A recording's addresses may lie anywhere, the top of the address
+        // space included.
+        let addr = next.checked_next_multiple_of(align).ok_or_else(exhausted)?;
+        let end = addr.checked_add(size).ok_or_else(exhausted)?;
         *next = end;
         Ok(addr)
     }

@@ -53,6 +53,11 @@ pub use stacks::{CodeInfo, FrameSink, FrameSource, MAX_STACK_DEPTH, capture_fram
 /// `synchronize`) may still grow a buffer, once.
 const CALL_EVENTS: usize = 64;
 
+/// How often the writer thread flushes by default: with the time it takes
+/// to write, a process killed at any moment keeps every event recorded more
+/// than a second before (`docs/recording.md`, crash safety).
+pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Which stacks the recorder captures for allocator events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StackMode {
@@ -80,15 +85,19 @@ pub struct RecorderOptions {
     /// The most frames kept per native stack, and per source stack (each at
     /// most [`MAX_STACK_DEPTH`]).
     pub max_stack_depth: usize,
-    /// Events per chunk of the trace.
+    /// Events per chunk of the trace (at most: the writer thread also ends
+    /// a chunk when it flushes).
     pub chunk_events: usize,
-    /// A buffer is also handed over (and the file flushed) once its events
-    /// span this long, so a killed process loses at most about this much.
-    /// Checked when an event is recorded.
-    pub chunk_interval: Option<Duration>,
+    /// The writer thread's timer: every event is written and flushed to the
+    /// output at most about this long after it was recorded, whatever the
+    /// rate (an idle recording's buffer is taken by the writer thread), so a
+    /// process killed at any moment loses at most about this much, plus the
+    /// writer's backlog. `None`: only full buffers, [`Recorder::flush`] and
+    /// the end write events (for tests that count chunks).
+    pub flush_interval: Option<Duration>,
     /// Batches (of up to 4096 events) that may wait for the writer thread
-    /// before recording blocks: backpressure rather than unbounded memory or
-    /// lost events.
+    /// before recording waits for it: backpressure rather than unbounded
+    /// memory or lost events.
     pub queue_batches: usize,
     /// The header's start time; `None` reads the system clock.
     pub start_unix_ns: Option<u64>,
@@ -105,7 +114,7 @@ impl Default for RecorderOptions {
             frame_source: None,
             max_stack_depth: 64,
             chunk_events: 64 * 1024,
-            chunk_interval: Some(Duration::from_secs(1)),
+            flush_interval: Some(DEFAULT_FLUSH_INTERVAL),
             queue_batches: 64,
             start_unix_ns: None,
             process: None,
@@ -141,8 +150,8 @@ pub enum RecorderError {
     /// The recording was finished already.
     #[error("the recording is finished")]
     Finished,
-    /// [`Recorder::phase_end`] without an open phase.
-    #[error("no phase is open")]
+    /// [`Recorder::phase_end`] without an open phase on the calling thread.
+    #[error("no phase is open on this thread")]
     NoOpenPhase,
 }
 
@@ -180,26 +189,29 @@ impl<D: DeviceMemory> EventBuffer for CachingAllocator<D> {
     }
 }
 
-/// Ends its phase when dropped. See [`Recorder::phase`] and
-/// [`Observer::phase`].
+/// Ends its phase when dropped: the phase of the thread that began it,
+/// never another thread's. See [`Recorder::phase`] and [`Observer::phase`].
 #[must_use = "the phase ends when the guard is dropped"]
 pub struct PhaseGuard<'r> {
     recording: &'r dyn recording::EndPhase,
     name: StringId,
+    thread: u32,
 }
 
 impl Drop for PhaseGuard<'_> {
     fn drop(&mut self) {
         // A guard's phase may have been ended by phase_end() already.
-        self.recording.end_phase(self.name);
+        self.recording.end_phase(self.name, self.thread);
     }
 }
 
 /// A small id for the calling OS thread, the same for every recorder of the
 /// process (so traces of several devices agree), assigned on first use.
+/// The process's main thread is 0 (on Linux; elsewhere, the first thread
+/// that asks), so that analyses can show its phases by default.
 #[inline]
 pub fn thread_id() -> u32 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static NEXT: AtomicU32 = AtomicU32::new(1);
     thread_local! {
         static ID: Cell<u32> = const { Cell::new(u32::MAX) };
     }
@@ -208,10 +220,29 @@ pub fn thread_id() -> u32 {
         if v != u32::MAX {
             return v;
         }
-        let v = NEXT.fetch_add(1, Ordering::Relaxed);
+        let v = if is_main_thread() {
+            0
+        } else {
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        };
         id.set(v);
         v
     })
+}
+
+/// Whether the calling thread is the process's main thread.
+#[cfg(target_os = "linux")]
+fn is_main_thread() -> bool {
+    // SAFETY: gettid and getpid take no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t == libc::getpid() }
+}
+
+/// Whether the calling thread is the first to ask (standing for the main
+/// thread where there is no portable way to tell).
+#[cfg(not(target_os = "linux"))]
+fn is_main_thread() -> bool {
+    static CLAIMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    !CLAIMED.swap(true, Ordering::Relaxed)
 }
 
 /// The header's start time: the option's, else now.
@@ -242,9 +273,10 @@ fn create_file(path: &Path) -> Result<impl Write + Send + 'static, RecorderError
     Ok(io::BufWriter::with_capacity(1 << 20, file))
 }
 
-impl<D: DeviceMemory> Recorder<D> {
-    /// Starts recording `allocator` to `out`: writes the header and starts the
-    /// writer thread.
+impl<D: DeviceMemory + Send + 'static> Recorder<D> {
+    /// Starts recording `allocator` to `out`: writes the header, flushes it,
+    /// and starts the writer thread (which takes the allocator's events from
+    /// under its lock when they wait too long: hence `Send + 'static`).
     pub fn new(
         mut allocator: CachingAllocator<D>,
         out: impl Write + Send + 'static,
@@ -282,7 +314,9 @@ impl<D: DeviceMemory> Recorder<D> {
     ) -> Result<Self, RecorderError> {
         Self::new(allocator, create_file(path.as_ref())?, options)
     }
+}
 
+impl<D: DeviceMemory> Recorder<D> {
     /// Allocates a block of at least `size` bytes for `stream`, recording the
     /// `Alloc` (and any segment or `Oom`) event.
     #[inline(never)]
@@ -352,29 +386,48 @@ impl<D: DeviceMemory> Recorder<D> {
         self.call(stack.as_slice(), |a| a.empty_cache());
     }
 
-    /// Begins a phase that ends when the returned guard is dropped. Phases nest.
+    /// Begins a phase of the calling thread that ends when the returned
+    /// guard is dropped. Each thread's phases nest, apart from other
+    /// threads'.
     pub fn phase(&self, name: &str) -> PhaseGuard<'_> {
+        let thread = thread_id();
         PhaseGuard {
-            name: self.rec.begin_phase(name),
+            name: self.rec.begin_phase(name, thread),
             recording: &self.rec,
+            thread,
         }
     }
 
-    /// Begins a phase, to be ended by [`phase_end`](Self::phase_end) (for
-    /// callers that cannot hold a guard, such as a C API).
+    /// Begins a phase of the calling thread, to be ended by
+    /// [`phase_end`](Self::phase_end) (for callers that cannot hold a
+    /// guard, such as a C API).
     pub fn phase_begin(&self, name: &str) {
-        self.rec.begin_phase(name);
+        self.rec.begin_phase(name, thread_id());
     }
 
-    /// Ends the innermost open phase.
+    /// Begins a phase of `thread` (a [`thread_id`]) rather than the
+    /// caller's: for a host that replays the phases open in its other
+    /// traces into one begun later.
+    pub fn phase_begin_for(&self, thread: u32, name: &str) {
+        self.rec.begin_phase(name, thread);
+    }
+
+    /// Ends the calling thread's innermost open phase.
     pub fn phase_end(&self) -> Result<(), RecorderError> {
-        self.rec.end_innermost_phase()
+        self.rec.end_innermost_phase(thread_id())
     }
 
-    /// Ends the innermost open phase named `name`, leaving phases opened
-    /// inside it open. Returns whether such a phase was open.
+    /// Ends the calling thread's innermost open phase named `name`, leaving
+    /// phases opened inside it open. Returns whether such a phase was open.
     pub fn phase_end_named(&self, name: &str) -> bool {
-        self.rec.end_phase_named(name)
+        self.rec.end_phase_named(name, thread_id())
+    }
+
+    /// Ends `thread`'s innermost open phase named `name` (see
+    /// [`phase_begin_for`](Self::phase_begin_for)). Returns whether such a
+    /// phase was open.
+    pub fn phase_end_named_for(&self, thread: u32, name: &str) -> bool {
+        self.rec.end_phase_named(name, thread)
     }
 
     /// Records a key/value note (a step number, a config value).

@@ -18,7 +18,7 @@ use super::stacks::StackBuf;
 use super::writer::WriterSetup;
 use super::{
     PhaseGuard, RecorderError, RecorderOptions, StackMode, TraceSummary, create_file,
-    stacks_metadata, start_unix_ns,
+    stacks_metadata, start_unix_ns, thread_id,
 };
 use crate::allocator::{AllocatorConfig, ObservedBlocks};
 use crate::format::{
@@ -205,32 +205,50 @@ impl Observer {
         });
     }
 
-    /// Begins a phase that ends when the returned guard is dropped. Phases
-    /// nest.
+    /// Begins a phase of the calling thread that ends when the returned
+    /// guard is dropped. Each thread's phases nest, apart from other
+    /// threads'.
     pub fn phase(&self, name: &str) -> PhaseGuard<'_> {
+        let thread = thread_id();
         PhaseGuard {
-            name: self.rec.begin_phase(name),
+            name: self.rec.begin_phase(name, thread),
             recording: &self.rec,
+            thread,
         }
     }
 
-    /// Begins a phase, to be ended by [`phase_end`](Self::phase_end) or
+    /// Begins a phase of the calling thread, to be ended by
+    /// [`phase_end`](Self::phase_end) or
     /// [`phase_end_named`](Self::phase_end_named).
     pub fn phase_begin(&self, name: &str) {
-        self.rec.begin_phase(name);
+        self.rec.begin_phase(name, thread_id());
     }
 
-    /// Ends the innermost open phase.
+    /// Begins a phase of `thread` (a [`thread_id`]) rather than the
+    /// caller's: for a host that replays the phases open in its other
+    /// traces into one begun later.
+    pub fn phase_begin_for(&self, thread: u32, name: &str) {
+        self.rec.begin_phase(name, thread);
+    }
+
+    /// Ends the calling thread's innermost open phase.
     pub fn phase_end(&self) -> Result<(), RecorderError> {
-        self.rec.end_innermost_phase()
+        self.rec.end_innermost_phase(thread_id())
     }
 
-    /// Ends the innermost open phase named `name`, leaving phases opened
-    /// inside it open (a phase that another source of phases interleaves
-    /// with, such as an iteration that ends inside a user's phase). Returns
-    /// whether such a phase was open.
+    /// Ends the calling thread's innermost open phase named `name`, leaving
+    /// phases opened inside it open (a phase that another source of phases
+    /// interleaves with, such as an iteration that ends inside a user's
+    /// phase). Returns whether such a phase was open.
     pub fn phase_end_named(&self, name: &str) -> bool {
-        self.rec.end_phase_named(name)
+        self.rec.end_phase_named(name, thread_id())
+    }
+
+    /// Ends `thread`'s innermost open phase named `name` (see
+    /// [`phase_begin_for`](Self::phase_begin_for)). Returns whether such a
+    /// phase was open.
+    pub fn phase_end_named_for(&self, thread: u32, name: &str) -> bool {
+        self.rec.end_phase_named(name, thread)
     }
 
     /// Records a key/value note.

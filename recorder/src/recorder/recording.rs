@@ -3,13 +3,23 @@
 //! and the hand-off of event buffers to the writer thread. A [`Recorder`]
 //! records its own allocator through it, an [`Observer`] another's.
 //!
+//! Crash safety: the header is flushed to the file before the recording
+//! starts, and the writer thread runs on a timer
+//! ([`RecorderOptions::flush_interval`]): when the recording has not handed
+//! it a buffer for that long, it takes the buffer itself (under the lock,
+//! so an idle or slow recording loses nothing), and it flushes what it
+//! wrote within that interval too. The allocating thread only hands over
+//! full buffers, and reads no clock for it. Nothing holds the lock while
+//! waiting for the writer thread: a recording ahead of it by more than
+//! [`RecorderOptions::queue_batches`] waits after leaving the lock.
+//!
 //! [`Recorder`]: super::Recorder
 //! [`Observer`]: super::Observer
 
 use super::biased::{BiasedGuard, BiasedMutex};
 use super::clock::Clock;
 use super::stacks::{self, FrameSource, StackBuf};
-use super::writer::{self, Batch, Msg, TraceSummary, WriterSetup};
+use super::writer::{self, Backlog, Batch, FlushTimer, Msg, TraceSummary, WriterSetup};
 use super::{CALL_EVENTS, RecorderError, RecorderOptions, StackMode, thread_id};
 use crate::format::{
     Event, EventData, FormatError, Header, InitialState, StackId, StringId, TraceWriter,
@@ -17,7 +27,7 @@ use crate::format::{
 };
 use rustc_hash::FxHashMap;
 use std::io::Write;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -50,7 +60,9 @@ pub(crate) struct Stamp {
 
 /// A recording of the events of `B`. See the [module docs](self).
 pub(crate) struct Recording<B: EventBuffer> {
-    inner: BiasedMutex<Inner<B>>,
+    /// Shared with the writer thread, which takes a buffer left too long.
+    inner: Arc<BiasedMutex<Inner<B>>>,
+    backlog: Arc<Backlog>,
     pub stacks: StackMode,
     pub source: Option<Arc<dyn FrameSource>>,
     pub max_depth: usize,
@@ -69,24 +81,25 @@ pub(crate) struct Log {
     clock: Clock,
     pub recording: bool,
     batch_events: usize,
-    interval_ns: u64,
-    /// Time of the first event of the buffer.
-    buf_start_ns: Option<u64>,
     /// Recording-local ids: the writer thread maps them to the trace's, since
     /// symbolization interns strings of its own there.
     strings: FxHashMap<Box<str>, StringId>,
     new_strings: Vec<Box<str>>,
     stack_ids: FxHashMap<Box<[usize]>, StackId>,
     new_stacks: Vec<Box<[usize]>>,
-    open_phases: Vec<StringId>,
-    tx: Option<SyncSender<Msg>>,
+    /// Each thread's open phases, innermost last: a thread's phases nest,
+    /// and no thread ends another's.
+    open_phases: FxHashMap<u32, Vec<StringId>>,
+    tx: Option<Sender<Msg>>,
     spare: Receiver<Vec<Event>>,
+    backlog: Arc<Backlog>,
 }
 
-impl<B: EventBuffer> Recording<B> {
-    /// Starts recording `subject` to `out`: writes `header` and starts the
-    /// writer thread. The subject's buffer is emptied first: events from
-    /// before belong to no trace.
+impl<B: EventBuffer + Send + 'static> Recording<B> {
+    /// Starts recording `subject` to `out`: writes `header`, flushes it to
+    /// the output (so that even a recording killed before its first event
+    /// leaves a trace) and starts the writer thread. The subject's buffer is
+    /// emptied first: events from before belong to no trace.
     pub fn new(
         mut subject: B,
         out: impl Write + Send + 'static,
@@ -97,51 +110,65 @@ impl<B: EventBuffer> Recording<B> {
         let clock = Clock::start();
         let chunk_events = options.chunk_events.max(1);
         let batch_events = chunk_events.min(BATCH_EVENTS);
-        let trace = TraceWriter::with_options(
+        let mut trace = TraceWriter::with_options(
             writer::Counting::new(out),
             header,
             WriterOptions {
                 chunk_events,
-                // The recording hands buffers over on its own interval.
+                // The writer thread flushes on a timer of its own.
                 chunk_interval: None,
             },
         )?;
-        let queue = options.queue_batches.max(1);
-        let (tx, rx) = sync_channel(queue);
-        let (spare_tx, spare_rx) = sync_channel(queue + 2);
+        trace.flush()?;
+        let backlog = Arc::new(Backlog::new(options.queue_batches.max(1)));
+        let (tx, rx) = channel();
+        let (spare_tx, spare_rx) = sync_channel(options.queue_batches.max(1) + 2);
+        *subject.events() = Vec::with_capacity(batch_events + CALL_EVENTS);
+        let inner = Arc::new(BiasedMutex::new(Inner {
+            subject,
+            log: Log {
+                clock,
+                recording: true,
+                batch_events,
+                strings: FxHashMap::default(),
+                new_strings: Vec::new(),
+                stack_ids: FxHashMap::default(),
+                new_stacks: Vec::new(),
+                open_phases: FxHashMap::default(),
+                tx: Some(tx),
+                spare: spare_rx,
+                backlog: backlog.clone(),
+            },
+        }));
+        let timer = options.flush_interval.map(|interval| {
+            let inner = Arc::downgrade(&inner);
+            FlushTimer::new(interval, move || {
+                // The recording may be finishing: then nothing is left to take.
+                inner.upgrade().is_some_and(|inner| {
+                    let mut g = inner.lock();
+                    let Inner { subject, log } = &mut *g;
+                    log.handoff(subject.events(), true)
+                })
+            })
+        });
         let source = options.frame_source.clone();
+        let writer_backlog = backlog.clone();
         let handle = std::thread::Builder::new()
             .name("vramtrace-writer".into())
-            .spawn(move || writer::run(trace, rx, spare_tx, source, setup))
+            .spawn(move || writer::run(trace, rx, spare_tx, source, setup, writer_backlog, timer))
             .map_err(RecorderError::Spawn)?;
-        *subject.events() = Vec::with_capacity(batch_events + CALL_EVENTS);
         Ok(Recording {
-            inner: BiasedMutex::new(Inner {
-                subject,
-                log: Log {
-                    clock,
-                    recording: true,
-                    batch_events,
-                    interval_ns: options
-                        .chunk_interval
-                        .map_or(u64::MAX, |d| d.as_nanos().min(u64::MAX as u128) as u64),
-                    buf_start_ns: None,
-                    strings: FxHashMap::default(),
-                    new_strings: Vec::new(),
-                    stack_ids: FxHashMap::default(),
-                    new_stacks: Vec::new(),
-                    open_phases: Vec::new(),
-                    tx: Some(tx),
-                    spare: spare_rx,
-                },
-            }),
+            inner,
+            backlog,
             stacks: options.stacks,
             source: options.frame_source.clone(),
             max_depth: options.max_stack_depth.min(stacks::MAX_STACK_DEPTH),
             writer: Mutex::new(Some(handle)),
         })
     }
+}
 
+impl<B: EventBuffer> Recording<B> {
     #[inline(always)]
     pub fn lock(&self) -> BiasedGuard<'_, Inner<B>> {
         // A panic elsewhere while holding the lock leaves consistent-enough
@@ -212,68 +239,99 @@ impl<B: EventBuffer> Recording<B> {
                 thread: thread_id(),
             }),
         );
-        log.after_push(subject.events(), time_ns);
+        let behind = log.after_push(subject.events());
+        drop(g);
+        if behind {
+            self.backlog.wait();
+        }
         result
     }
 
-    /// Records a phase begin, end or annotation.
-    fn push_marker(g: &mut Inner<B>, data: impl FnOnce(&mut Log) -> EventData) {
-        let Inner { subject, log } = g;
+    /// Records a phase begin, end or annotation, under the lock `g`, which
+    /// it releases.
+    fn push_marker(
+        &self,
+        mut g: BiasedGuard<'_, Inner<B>>,
+        data: impl FnOnce(&mut Log) -> EventData,
+    ) {
+        let Inner { subject, log } = &mut *g;
         if !log.recording {
             return;
         }
         let data = data(log);
         let time_ns = log.clock.now_ns();
         subject.events().push(Event { time_ns, data });
-        log.after_push(subject.events(), time_ns);
+        let behind = log.after_push(subject.events());
+        drop(g);
+        if behind {
+            self.backlog.wait();
+        }
     }
 
-    /// Begins a phase; phases nest.
-    pub fn begin_phase(&self, name: &str) -> StringId {
+    /// Begins a phase of `thread` (a [`thread_id`]); each thread's phases
+    /// nest.
+    pub fn begin_phase(&self, name: &str, thread: u32) -> StringId {
         let mut g = self.lock();
         let name = g.log.intern(name);
-        g.log.open_phases.push(name);
-        Self::push_marker(&mut g, |_| EventData::PhaseBegin { name });
+        g.log.open_phases.entry(thread).or_default().push(name);
+        self.push_marker(g, |_| EventData::PhaseBegin { name, thread });
         name
     }
 
-    /// Ends the innermost open phase.
-    pub fn end_innermost_phase(&self) -> Result<(), RecorderError> {
+    /// Ends the innermost open phase of `thread`.
+    pub fn end_innermost_phase(&self, thread: u32) -> Result<(), RecorderError> {
         let mut g = self.lock();
-        let name = g.log.open_phases.pop().ok_or(RecorderError::NoOpenPhase)?;
-        Self::push_marker(&mut g, |_| EventData::PhaseEnd { name });
+        let name = g
+            .log
+            .open_phases
+            .get_mut(&thread)
+            .and_then(Vec::pop)
+            .ok_or(RecorderError::NoOpenPhase)?;
+        self.push_marker(g, |_| EventData::PhaseEnd { name, thread });
         Ok(())
     }
 
-    /// Ends the innermost open phase named `name`, wherever it is in the
-    /// nesting (phases opened inside it stay open). Returns whether one was.
-    pub fn end_phase(&self, name: StringId) -> bool {
-        let mut g = self.lock();
-        Self::end_open_phase(&mut g, name)
+    /// Ends the innermost open phase named `name` of `thread`, wherever it
+    /// is in the thread's nesting (phases opened inside it stay open).
+    /// Returns whether one was.
+    pub fn end_phase(&self, name: StringId, thread: u32) -> bool {
+        let g = self.lock();
+        self.end_open_phase(g, name, thread)
     }
 
     /// [`end_phase`](Self::end_phase) by the phase's text.
-    pub fn end_phase_named(&self, name: &str) -> bool {
-        let mut g = self.lock();
+    pub fn end_phase_named(&self, name: &str, thread: u32) -> bool {
+        let g = self.lock();
         match g.log.strings.get(name).copied() {
-            Some(id) => Self::end_open_phase(&mut g, id),
+            Some(id) => self.end_open_phase(g, id, thread),
             None => false,
         }
     }
 
-    fn end_open_phase(g: &mut Inner<B>, name: StringId) -> bool {
-        let Some(i) = g.log.open_phases.iter().rposition(|&n| n == name) else {
+    fn end_open_phase(
+        &self,
+        mut g: BiasedGuard<'_, Inner<B>>,
+        name: StringId,
+        thread: u32,
+    ) -> bool {
+        let Some(open) = g.log.open_phases.get_mut(&thread) else {
             return false;
         };
-        g.log.open_phases.remove(i);
-        Self::push_marker(g, |_| EventData::PhaseEnd { name });
+        let Some(i) = open.iter().rposition(|&n| n == name) else {
+            return false;
+        };
+        open.remove(i);
+        if open.is_empty() {
+            g.log.open_phases.remove(&thread);
+        }
+        self.push_marker(g, |_| EventData::PhaseEnd { name, thread });
         true
     }
 
     /// Records a key/value note.
     pub fn annotate(&self, key: &str, value: &str) {
-        let mut g = self.lock();
-        Self::push_marker(&mut g, |log| EventData::Annotation {
+        let g = self.lock();
+        self.push_marker(g, |log| EventData::Annotation {
             key: log.intern(key),
             value: log.intern(value),
         });
@@ -331,7 +389,7 @@ impl<B: EventBuffer> Recording<B> {
             // it keeps nothing it no longer needs.
             log.strings = FxHashMap::default();
             log.stack_ids = FxHashMap::default();
-            log.open_phases = Vec::new();
+            log.open_phases = FxHashMap::default();
             *subject.events() = Vec::new();
             close(subject)
         };
@@ -349,12 +407,12 @@ impl<B: EventBuffer> Recording<B> {
 /// What a [`PhaseGuard`](super::PhaseGuard) ends its phase through, whatever
 /// the recording's subject.
 pub(crate) trait EndPhase {
-    fn end_phase(&self, name: StringId) -> bool;
+    fn end_phase(&self, name: StringId, thread: u32) -> bool;
 }
 
 impl<B: EventBuffer> EndPhase for Recording<B> {
-    fn end_phase(&self, name: StringId) -> bool {
-        Recording::end_phase(self, name)
+    fn end_phase(&self, name: StringId, thread: u32) -> bool {
+        Recording::end_phase(self, name, thread)
     }
 }
 
@@ -382,25 +440,23 @@ impl Log {
         id
     }
 
+    /// Hands a full buffer over. Returns whether the writer thread is
+    /// behind: the caller then waits for it, once out of the lock.
     #[inline]
-    fn after_push(&mut self, events: &mut Vec<Event>, time_ns: u64) {
-        let start = *self.buf_start_ns.get_or_insert(time_ns);
-        if events.len() >= self.batch_events {
-            self.handoff(events, false);
-        } else if time_ns - start >= self.interval_ns {
-            self.handoff(events, true);
-        }
+    fn after_push(&mut self, events: &mut Vec<Event>) -> bool {
+        events.len() >= self.batch_events && self.handoff(events, false) && self.backlog.behind()
     }
 
-    /// Sends the buffer (and the symbols it needs) to the writer thread.
-    fn handoff(&mut self, events: &mut Vec<Event>, flush: bool) {
-        self.buf_start_ns = None;
+    /// Sends the buffer (and the symbols it needs) to the writer thread;
+    /// returns whether there was anything to send. Never blocks: the
+    /// channel is unbounded, and the [`Backlog`] bounds it.
+    fn handoff(&mut self, events: &mut Vec<Event>, flush: bool) -> bool {
         let Some(tx) = &self.tx else {
             events.clear();
-            return;
+            return false;
         };
         if events.is_empty() && self.new_strings.is_empty() && self.new_stacks.is_empty() {
-            return;
+            return false;
         }
         let fresh = self
             .spare
@@ -412,10 +468,13 @@ impl Log {
             events: std::mem::replace(events, fresh),
             flush,
         };
+        self.backlog.sent();
         if tx.send(Msg::Batch(batch)).is_err() {
             // The writer thread is gone (it panicked): keep going, stop
             // recording; finish() reports it.
             self.tx = None;
+            return false;
         }
+        true
     }
 }

@@ -5,6 +5,7 @@ use crate::format::{EventData, StackId};
 use crate::format::{EventKind, TraceReader};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// An output the test can read while (and after) the recorder writes it.
 #[derive(Clone, Default)]
@@ -105,7 +106,10 @@ fn records_events_with_time_thread_phases_and_annotations() {
     let names: Vec<&str> = events
         .iter()
         .filter_map(|e| match e.data {
-            EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => sym.string(name),
+            EventData::PhaseBegin { name, thread } | EventData::PhaseEnd { name, thread } => {
+                assert_eq!(thread, thread_id());
+                sym.string(name)
+            }
             _ => None,
         })
         .collect();
@@ -366,6 +370,124 @@ fn flushed_events_are_readable_while_recording_and_drop_closes_the_trace() {
     assert_eq!(events.len(), 4);
 }
 
+/// What a recording has on disk now: events of a trace without its footer.
+fn on_disk(out: &SharedBuf) -> Vec<Event> {
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    assert!(reader.truncation().is_none());
+    events
+}
+
+/// Waits (up to 5 s) until `out` holds `n` events.
+fn wait_for_events(out: &SharedBuf, n: usize) -> Vec<Event> {
+    let start = std::time::Instant::now();
+    loop {
+        let events = on_disk(out);
+        if events.len() >= n || start.elapsed() > Duration::from_secs(5) {
+            return events;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_header_is_written_before_the_first_event() {
+    let (r, out) = recorder(RecorderOptions::default());
+    assert!(on_disk(&out).is_empty());
+    let (o, out) = observer(StartState::Empty, RecorderOptions::default());
+    assert!(on_disk(&out).is_empty());
+    drop((r, o));
+}
+
+/// An idle recording's buffer, a few events that will never fill it, is
+/// taken and written by the writer thread's timer; so are the events of a
+/// recording that goes on slowly.
+#[test]
+fn the_writer_thread_writes_events_left_in_the_buffer_within_its_interval() {
+    let options = RecorderOptions {
+        flush_interval: Some(Duration::from_millis(50)),
+        ..RecorderOptions::default()
+    };
+    let (r, out) = recorder(options.clone());
+    let a = r.malloc(1000, 0).unwrap();
+    r.annotate("step", "1");
+    let started = std::time::Instant::now();
+    assert_eq!(wait_for_events(&out, 3).len(), 3);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // A slow recording: each event is on disk within a few intervals.
+    for i in 0..5 {
+        r.annotate("step", &i.to_string());
+        assert_eq!(wait_for_events(&out, 4 + i).len(), 4 + i);
+    }
+    r.free(a.addr).unwrap();
+    assert_eq!(wait_for_events(&out, 10).len(), 10);
+
+    let (o, out) = observer(StartState::Empty, options);
+    o.record(
+        ObservedEvent {
+            kind: EventKind::SegmentAlloc,
+            addr: 1 << 30,
+            size: 2 << 20,
+            stream: 0,
+            counter: 0,
+        },
+        None,
+    );
+    o.phase_begin("idle");
+    assert_eq!(wait_for_events(&out, 2).len(), 2);
+}
+
+/// An output slower than the recording: threads wait for the writer
+/// thread (outside the lock) while its timer takes buffers from under the
+/// lock, and no event is lost or reordered.
+#[test]
+fn a_recording_ahead_of_a_slow_output_waits_and_loses_nothing() {
+    #[derive(Clone, Default)]
+    struct Slow(SharedBuf);
+    impl Write for Slow {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            std::thread::sleep(Duration::from_micros(300));
+            self.0.write(buf)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let out = Slow::default();
+    let r = Recorder::new(
+        allocator(1 << 40),
+        out.clone(),
+        RecorderOptions {
+            chunk_events: 512,
+            queue_batches: 1,
+            flush_interval: Some(Duration::from_millis(1)),
+            ..RecorderOptions::default()
+        },
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let r = &r;
+            s.spawn(move || {
+                for i in 0..3000u64 {
+                    let a = r.malloc(512 + (i % 5) * 512, t).unwrap();
+                    r.free(a.addr).unwrap();
+                    if i % 500 == 0 {
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                }
+            });
+        }
+    });
+    let summary = r.finish().unwrap();
+    let bytes = out.0.bytes();
+    let (reader, events) = read(&bytes);
+    assert!(reader.footer().is_some());
+    assert_eq!(events.len() as u64, summary.events);
+    assert_eq!(summary.counts.get(EventKind::Alloc), 9000);
+    assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+}
+
 #[test]
 fn out_of_memory_is_recorded_with_its_stack() {
     let out = SharedBuf::default();
@@ -604,7 +726,7 @@ fn source_stacks_are_cut_at_the_depth_limit() {
 #[test]
 fn buffers_are_not_reallocated_by_the_call_that_fills_them() {
     let (r, _out) = recorder(RecorderOptions {
-        chunk_interval: None,
+        flush_interval: None,
         ..RecorderOptions::default()
     });
     let capacity = r.rec.lock().subject.event_log_mut().capacity();
@@ -886,7 +1008,7 @@ fn named_phase_ends_leave_inner_phases_open_and_finish_is_final() {
     let marks: Vec<(EventKind, &str)> = events
         .iter()
         .map(|e| match e.data {
-            EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => {
+            EventData::PhaseBegin { name, .. } | EventData::PhaseEnd { name, .. } => {
                 (e.kind(), sym.string(name).unwrap_or(""))
             }
             EventData::Annotation { key, .. } => (e.kind(), sym.string(key).unwrap_or("")),
@@ -906,4 +1028,82 @@ fn named_phase_ends_leave_inner_phases_open_and_finish_is_final() {
             (Annotation, "k"),
         ]
     );
+}
+
+/// Guards and explicit begins and ends on several threads at once: each
+/// thread's phases nest in its own stack, carry its id, and no thread ends
+/// another's (an end without a phase of its own is refused).
+#[test]
+fn each_thread_has_its_own_phases() {
+    const THREADS: usize = 8;
+    let (r, out) = recorder(RecorderOptions::default());
+    let main = thread_id();
+    r.phase_begin("main");
+    let ids: Vec<u32> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let r = &r;
+                s.spawn(move || {
+                    // Nothing of this thread is open: main's phase stays.
+                    assert!(matches!(r.phase_end(), Err(RecorderError::NoOpenPhase)));
+                    assert!(!r.phase_end_named("main"));
+                    for i in 0..2000 {
+                        let _outer = r.phase("outer");
+                        if i % 2 == 0 {
+                            r.phase_begin("explicit");
+                            let a = r.malloc(512 + t as u64 * 512, 0).unwrap();
+                            r.free(a.addr).unwrap();
+                            r.phase_end().unwrap();
+                        } else {
+                            let _inner = r.phase("inner");
+                            r.phase_begin("left open");
+                            // Ending a named phase leaves those inside open,
+                            // and the guard's end still finds its own.
+                            assert!(r.phase_end_named("inner"));
+                            r.phase_end().unwrap();
+                        }
+                    }
+                    thread_id()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(r.phase_end_named("main"));
+    r.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    let sym = reader.symbols();
+    // Replaying each thread's stack: every end closes its thread's innermost
+    // phase of that name, and every phase is closed.
+    let mut open: HashMap<u32, Vec<&str>> = HashMap::new();
+    let mut begins: HashMap<u32, usize> = HashMap::new();
+    for e in &events {
+        match e.data {
+            EventData::PhaseBegin { name, thread } => {
+                open.entry(thread)
+                    .or_default()
+                    .push(sym.string(name).unwrap());
+                *begins.entry(thread).or_default() += 1;
+            }
+            EventData::PhaseEnd { name, thread } => {
+                let stack = open
+                    .get_mut(&thread)
+                    .expect("an end on a thread with no phase");
+                let name = sym.string(name).unwrap();
+                let at = stack
+                    .iter()
+                    .rposition(|n| *n == name)
+                    .expect("an unmatched end");
+                stack.remove(at);
+            }
+            _ => {}
+        }
+    }
+    assert!(open.values().all(Vec::is_empty), "{open:?}");
+    assert_eq!(begins[&main], 1);
+    for id in ids {
+        assert_ne!(id, main);
+        assert_eq!(begins[&id], 2000 * 2 + 1000);
+    }
 }

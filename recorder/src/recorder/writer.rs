@@ -9,8 +9,10 @@ use crate::format::{
     TraceWriter,
 };
 use std::io::{self, Write};
-use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Events stamped by the recorder, with the strings and stacks first used in
 /// them (recorder-local ids, continuing those of earlier batches).
@@ -40,6 +42,155 @@ pub(crate) struct WriterSetup {
     /// Fill in the block sizes of block events, which an observed allocator
     /// does not report.
     pub blocks: Option<ObservedBlocks>,
+}
+
+/// Batches sent to the writer thread and not yet taken off the channel. The
+/// channel itself is unbounded, so that handing a batch over never blocks
+/// under the recording's lock (where the writer thread, taking a buffer
+/// left too long, could wait for it); a recording more than `limit` batches
+/// ahead waits here instead, outside the lock.
+pub(crate) struct Backlog {
+    batches: AtomicUsize,
+    limit: usize,
+    /// Set when the writer thread ends: nobody waits for it any more.
+    closed: AtomicBool,
+    lock: Mutex<()>,
+    drained: Condvar,
+}
+
+impl Backlog {
+    pub fn new(limit: usize) -> Self {
+        Backlog {
+            batches: AtomicUsize::new(0),
+            limit,
+            closed: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            drained: Condvar::new(),
+        }
+    }
+
+    /// A batch was sent.
+    #[inline]
+    pub fn sent(&self) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the writer thread is more than `limit` batches behind.
+    #[inline]
+    pub fn behind(&self) -> bool {
+        self.batches.load(Ordering::Relaxed) > self.limit
+    }
+
+    /// Waits until the writer thread is at most `limit` batches behind (or
+    /// gone).
+    #[cold]
+    pub fn wait(&self) {
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        while self.batches.load(Ordering::Acquire) > self.limit
+            && !self.closed.load(Ordering::Acquire)
+        {
+            g = self.drained.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The writer thread took a batch off the channel.
+    fn received(&self) {
+        let before = self.batches.fetch_sub(1, Ordering::AcqRel);
+        if before == self.limit + 1 {
+            // Under the lock, so that a thread between its check and its
+            // wait cannot miss the wake-up.
+            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.drained.notify_all();
+        }
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.drained.notify_all();
+    }
+}
+
+/// Closes the backlog when the writer thread ends, even by a panic.
+struct CloseOnExit(Arc<Backlog>);
+
+impl Drop for CloseOnExit {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// The writer thread's timer: every event is written and flushed to the
+/// output about `interval` after it was recorded, at most, however slowly
+/// the recording fills its buffers.
+pub(crate) struct FlushTimer {
+    interval: Duration,
+    /// Takes the recording's buffer, sent as a batch to flush; returns
+    /// whether there was anything in it.
+    take_buffer: Box<dyn FnMut() -> bool + Send>,
+    /// Since when the recording has been filling the buffer it holds: the
+    /// last time the writer thread got one (its events are all younger).
+    buffer_since: Instant,
+    /// The oldest moment an event written to the trace but not flushed to
+    /// the output may have been recorded.
+    unflushed_since: Option<Instant>,
+}
+
+impl FlushTimer {
+    pub fn new(interval: Duration, take_buffer: impl FnMut() -> bool + Send + 'static) -> Self {
+        FlushTimer {
+            interval,
+            take_buffer: Box::new(take_buffer),
+            buffer_since: Instant::now(),
+            unflushed_since: None,
+        }
+    }
+
+    /// How long until the timer has work.
+    fn timeout(&self, now: Instant) -> Duration {
+        let due = match self.unflushed_since {
+            Some(t) => t.min(self.buffer_since),
+            None => self.buffer_since,
+        } + self.interval;
+        due.saturating_duration_since(now)
+    }
+
+    /// A batch from the recording arrived (its events were recorded since
+    /// `buffer_since`), to be written now.
+    fn received(&mut self, now: Instant) {
+        self.unflushed_since.get_or_insert(self.buffer_since);
+        self.buffer_since = now;
+    }
+
+    /// Runs what is due: takes a buffer the recording has held for an
+    /// interval (it arrives as a batch marked for flushing), and flushes
+    /// events written an interval ago.
+    fn tick<W: Write>(
+        &mut self,
+        now: Instant,
+        trace: &mut TraceWriter<W>,
+        failed: &mut Option<FormatError>,
+    ) {
+        if now >= self.buffer_since + self.interval {
+            (self.take_buffer)();
+            self.buffer_since = now;
+        }
+        if self
+            .unflushed_since
+            .is_some_and(|t| now >= t + self.interval)
+        {
+            self.flushed();
+            if failed.is_none()
+                && let Err(e) = trace.flush()
+            {
+                *failed = Some(e);
+            }
+        }
+    }
+
+    fn flushed(&mut self) {
+        self.unflushed_since = None;
+    }
 }
 
 /// The most events held back waiting for an initial state: past it, the
@@ -108,7 +259,10 @@ pub(crate) fn run<W: Write>(
     spare: SyncSender<Vec<Event>>,
     source: Option<Arc<dyn FrameSource>>,
     setup: WriterSetup,
+    backlog: Arc<Backlog>,
+    mut timer: Option<FlushTimer>,
 ) -> Result<TraceSummary, FormatError> {
+    let _close = CloseOnExit(backlog.clone());
     let mut state = State {
         strings: vec![StringId::EMPTY],
         stacks: vec![StackId::NONE],
@@ -125,18 +279,46 @@ pub(crate) fn run<W: Write>(
     let write = |trace: &mut TraceWriter<Counting<W>>,
                  state: &mut State,
                  failed: &mut Option<FormatError>,
+                 timer: &mut Option<FlushTimer>,
                  mut batch: Batch| {
         if failed.is_none()
             && let Err(e) = write_batch(trace, state, &mut batch)
         {
             *failed = Some(e);
         }
+        if batch.flush
+            && let Some(t) = timer
+        {
+            t.flushed();
+        }
         batch.events.clear();
         let _ = spare.try_send(batch.events);
     };
-    // Keep receiving after a failure so that the recorder never blocks on a
-    // full channel; its events are dropped.
-    for msg in rx {
+    // Keep receiving after a failure so that the recorder never waits on
+    // the backlog; its events are dropped.
+    loop {
+        let msg = match &mut timer {
+            None => match rx.recv() {
+                Ok(msg) => msg,
+                Err(_) => break,
+            },
+            Some(t) => match rx.recv_timeout(t.timeout(Instant::now())) {
+                Ok(msg) => msg,
+                Err(RecvTimeoutError::Timeout) => {
+                    t.tick(Instant::now(), &mut trace, &mut failed);
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            },
+        };
+        if let Msg::Batch(_) = &msg {
+            backlog.received();
+            if let Some(t) = &mut timer
+                && held.is_none()
+            {
+                t.received(Instant::now());
+            }
+        }
         match msg {
             Msg::Batch(batch) => match &mut held {
                 Some(waiting) if held_events + batch.events.len() <= MAX_HELD_EVENTS => {
@@ -145,11 +327,12 @@ pub(crate) fn run<W: Write>(
                 }
                 Some(_) => {
                     for b in held.take().into_iter().flatten() {
-                        write(&mut trace, &mut state, &mut failed, b);
+                        write(&mut trace, &mut state, &mut failed, &mut timer, b);
                     }
-                    write(&mut trace, &mut state, &mut failed, batch);
+                    write(&mut trace, &mut state, &mut failed, &mut timer, batch);
+                    flush_now(&mut trace, &mut failed, &mut timer);
                 }
-                None => write(&mut trace, &mut state, &mut failed, batch),
+                None => write(&mut trace, &mut state, &mut failed, &mut timer, batch),
             },
             Msg::InitialState(initial) => {
                 // Only the first state counts, and only before any event.
@@ -163,26 +346,24 @@ pub(crate) fn run<W: Write>(
                         failed = Some(e);
                     }
                     for b in waiting {
-                        write(&mut trace, &mut state, &mut failed, b);
+                        write(&mut trace, &mut state, &mut failed, &mut timer, b);
                     }
+                    // The state and the events held for it are on disk now.
+                    flush_now(&mut trace, &mut failed, &mut timer);
                 }
             }
             Msg::Sync(ack) => {
-                let result = match &failed {
+                flush_now(&mut trace, &mut failed, &mut timer);
+                let _ = ack.send(match &failed {
                     Some(e) => Err(e.to_string()),
-                    None => trace.flush().map_err(|e| {
-                        let text = e.to_string();
-                        failed = Some(e);
-                        text
-                    }),
-                };
-                let _ = ack.send(result);
+                    None => Ok(()),
+                });
             }
         }
     }
     // An initial state that never came: the events are written all the same.
     for b in held.take().into_iter().flatten() {
-        write(&mut trace, &mut state, &mut failed, b);
+        write(&mut trace, &mut state, &mut failed, &mut timer, b);
     }
     if let Some(e) = failed {
         return Err(e);
@@ -197,6 +378,22 @@ pub(crate) fn run<W: Write>(
         addresses: state.symbolizer.addresses(),
         codes: state.source.as_ref().map_or(0, SourceFrames::codes),
     })
+}
+
+/// Writes the buffered events as a chunk and flushes the output.
+fn flush_now<W: Write>(
+    trace: &mut TraceWriter<W>,
+    failed: &mut Option<FormatError>,
+    timer: &mut Option<FlushTimer>,
+) {
+    if let Some(t) = timer {
+        t.flushed();
+    }
+    if failed.is_none()
+        && let Err(e) = trace.flush()
+    {
+        *failed = Some(e);
+    }
 }
 
 fn write_batch<W: Write>(
@@ -273,7 +470,7 @@ fn remap(data: &mut EventData, state: &State) {
         | EventData::SegmentUnmap(s) => stack(&mut s.stack),
         EventData::Oom(o) => stack(&mut o.stack),
         EventData::EmptyCache(e) => stack(&mut e.stack),
-        EventData::PhaseBegin { name } | EventData::PhaseEnd { name } => string(name),
+        EventData::PhaseBegin { name, .. } | EventData::PhaseEnd { name, .. } => string(name),
         EventData::Annotation { key, value } => {
             string(key);
             string(value);

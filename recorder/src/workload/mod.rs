@@ -22,7 +22,9 @@
 
 mod sites;
 
-use crate::allocator::{AllocError, AllocatorConfig, CachingAllocator, EventOrigin};
+use crate::allocator::{
+    AllocError, AllocatorConfig, CachingAllocator, EventOrigin, MAX_BLOCK_SIZE,
+};
 use crate::device::{DeviceMemory, SimulatedDevice};
 use crate::format::{
     DeviceInfo, Event, EventData, FormatError, Header, KindCounts, StackId, StringId, TraceWriter,
@@ -256,7 +258,43 @@ fn validate(c: &WorkloadConfig) -> Result<(), WorkloadError> {
     if c.events.is_none() && c.iters == 0 {
         return bad("iters must be positive");
     }
+    if c.leak_bytes > MAX_BLOCK_SIZE {
+        return bad("leak_bytes is larger than any block an allocator hands out (4 EiB)");
+    }
+    if largest_tensor(c).is_none_or(|bytes| bytes > MAX_BLOCK_SIZE) {
+        return bad(
+            "the largest tensor (batch × sequence length × hidden size, heads or vocabulary) is larger than any block an allocator hands out (4 EiB)",
+        );
+    }
     Ok(())
+}
+
+/// The bytes of the largest tensor an iteration allocates at the largest
+/// batch and sequence length, or `None` if it does not fit in 64 bits.
+fn largest_tensor(c: &WorkloadConfig) -> Option<u64> {
+    let seq = (c.seq_len.1 / 8).max(1).checked_mul(8)?;
+    let tokens = c.batch.1.checked_mul(seq)?;
+    let act = tokens.checked_mul(c.hidden)?.checked_mul(BF16)?;
+    let scores = c
+        .batch
+        .1
+        .checked_mul(c.heads)?
+        .checked_mul(seq)?
+        .checked_mul(seq)?
+        .checked_mul(BF16)?;
+    let logits = tokens.checked_mul(c.vocab)?.checked_mul(BF16)?;
+    let embedding = c.vocab.checked_mul(c.hidden)?.checked_mul(F32)?;
+    let weights = c.hidden.checked_mul(c.hidden)?.checked_mul(4 * F32)?;
+    [
+        tokens.checked_mul(8)?,
+        act.checked_mul(4)?,
+        scores,
+        logits,
+        embedding,
+        weights,
+    ]
+    .into_iter()
+    .max()
 }
 
 /// The configuration in one line, for the header's metadata.
@@ -451,7 +489,7 @@ impl<W: Write> Gen<'_, W> {
             self.iteration = completed;
             let name = self.w.intern_string(&format!("iter{completed}"));
             let value = self.w.intern_string(&completed.to_string());
-            self.marker(EventData::PhaseBegin { name })?;
+            self.marker(EventData::PhaseBegin { name, thread: 0 })?;
             self.marker(EventData::Annotation { key: step, value })?;
             let mut open = vec![name];
             let ok = self.iteration_body(&mut open)?;
@@ -459,7 +497,7 @@ impl<W: Write> Gen<'_, W> {
                 self.unwind(&mut open)?;
                 break;
             }
-            self.marker(EventData::PhaseEnd { name })?;
+            self.marker(EventData::PhaseEnd { name, thread: 0 })?;
             completed += 1;
         }
         Ok(completed)
@@ -475,7 +513,7 @@ impl<W: Write> Gen<'_, W> {
         }
         self.call(stack, |a| a.synchronize())?;
         while let Some(name) = open.pop() {
-            self.marker(EventData::PhaseEnd { name })?;
+            self.marker(EventData::PhaseEnd { name, thread: 0 })?;
         }
         Ok(())
     }
@@ -554,7 +592,10 @@ impl<W: Write> Gen<'_, W> {
 
         // Forward: activations saved per layer for backward.
         let forward = self.w.intern_string("forward");
-        self.marker(EventData::PhaseBegin { name: forward })?;
+        self.marker(EventData::PhaseBegin {
+            name: forward,
+            thread: 0,
+        })?;
         open.push(forward);
         let embed_out = try_oom!(self.local(act, s.embedding));
         let mut saved: Vec<Vec<u64>> = Vec::with_capacity(cfg.layers as usize);
@@ -575,14 +616,20 @@ impl<W: Write> Gen<'_, W> {
         }
         let logits = try_oom!(self.local(tokens * cfg.vocab * BF16, s.head));
         let loss = try_oom!(self.local(F32, s.loss));
-        self.marker(EventData::PhaseEnd { name: forward })?;
+        self.marker(EventData::PhaseEnd {
+            name: forward,
+            thread: 0,
+        })?;
         open.pop();
 
         // Backward: gradients flow back layer by layer; saved activations are
         // released as their layer is done; parameter gradients stay until
         // zero_grad.
         let backward = self.w.intern_string("backward");
-        self.marker(EventData::PhaseBegin { name: backward })?;
+        self.marker(EventData::PhaseBegin {
+            name: backward,
+            thread: 0,
+        })?;
         open.push(backward);
         let grad_logits = try_oom!(self.local(tokens * cfg.vocab * BF16, s.grad_head));
         self.free(logits, s.autograd_free)?;
@@ -608,13 +655,19 @@ impl<W: Write> Gen<'_, W> {
         grads.push(try_oom!(self.local(cfg.vocab * h * F32, s.grad_embedding)));
         self.free(grad_out, s.autograd_free)?;
         self.free(embed_out, s.autograd_free)?;
-        self.marker(EventData::PhaseEnd { name: backward })?;
+        self.marker(EventData::PhaseEnd {
+            name: backward,
+            thread: 0,
+        })?;
         open.pop();
 
         // Optimizer: Adam state at the first step, per-layer temporaries, then
         // zero_grad frees the gradients.
         let optimizer = self.w.intern_string("optimizer");
-        self.marker(EventData::PhaseBegin { name: optimizer })?;
+        self.marker(EventData::PhaseBegin {
+            name: optimizer,
+            thread: 0,
+        })?;
         open.push(optimizer);
         if self.opt_state.is_empty() {
             for bytes in self.param_sizes() {
@@ -632,7 +685,10 @@ impl<W: Write> Gen<'_, W> {
         for g in grads {
             self.free(g, s.zero_grad)?;
         }
-        self.marker(EventData::PhaseEnd { name: optimizer })?;
+        self.marker(EventData::PhaseEnd {
+            name: optimizer,
+            thread: 0,
+        })?;
         open.pop();
 
         if cfg.leak_bytes > 0 {

@@ -209,3 +209,40 @@ fn bad_configurations_are_errors() {
         ));
     }
 }
+
+/// Sizes whose products would wrap 64 bits, or that no allocator hands out,
+/// are refused up front rather than wrapped into small blocks.
+#[test]
+fn sizes_beyond_any_block_are_refused() {
+    for config in [
+        WorkloadConfig {
+            seq_len: (8, u64::MAX / 4),
+            ..WorkloadConfig::default()
+        },
+        WorkloadConfig {
+            seq_len: (1 << 31, 1 << 31),
+            ..WorkloadConfig::default()
+        },
+        WorkloadConfig {
+            leak_bytes: u64::MAX,
+            ..WorkloadConfig::default()
+        },
+        WorkloadConfig {
+            hidden: 1 << 40,
+            ..WorkloadConfig::default()
+        },
+    ] {
+        match generate(&config, &mut Vec::new()) {
+            Err(WorkloadError::Invalid(why)) => assert!(why.contains("4 EiB"), "{why}"),
+            other => panic!("{config:?}: {:?}", other.map(|r| r.events)),
+        }
+    }
+    // A large leak that fits in 64 bits is an OOM the trace records.
+    let (report, bytes) = run(&WorkloadConfig {
+        iters: 2,
+        leak_bytes: 1 << 61,
+        ..WorkloadConfig::default()
+    });
+    assert!(report.oom.is_some());
+    assert!(events(&bytes).iter().any(|e| e.kind() == EventKind::Oom));
+}

@@ -136,7 +136,7 @@ pub fn encode(e: &Explorer) -> (Value, String) {
             let mut end = 0;
             s.blocks.iter().map(move |b| {
                 let gap = b.offset as i128 - end as i128;
-                end = b.offset + b.size;
+                end = b.offset.saturating_add(b.size);
                 (gap, b)
             })
         })

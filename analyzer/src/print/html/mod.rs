@@ -84,6 +84,8 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         .filter_map(|w| match w {
             Warning::Truncated(t) => Some(format!("This trace was cut short: {t}.")),
             Warning::Unfinished => Some("This trace has no footer: the recording process did not close it, so its last events may be missing.".into()),
+            Warning::Damaged(d) => Some(format!("This trace is damaged: {d}; the rest was read.")),
+            Warning::MoreDamage(_) | Warning::OtherThreadPhases { .. } => Some(format!("{w}.")),
             _ => None,
         })
         .collect();

@@ -93,6 +93,7 @@ pub fn info(r: &InfoResult) -> String {
             crate::command::info::Status::Complete => "complete",
             crate::command::info::Status::Truncated => "truncated",
             crate::command::info::Status::Unfinished => "unfinished",
+            crate::command::info::Status::Damaged => "damaged (the rest was read)",
         }
         .to_string(),
     ));

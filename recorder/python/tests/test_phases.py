@@ -1,0 +1,80 @@
+"""Phases per thread through the library: ``vramtrace.phase`` on many
+threads at once, and the ``iter`` phase cut at an optimizer step, in
+observer mode (fed the events the shim would feed: no GPU or PyTorch). Each
+thread's phases nest on their own, no thread ends another's, and the
+analyzer shows the main thread's unless asked for another's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import subprocess
+import threading
+
+import vramtrace
+from vramtrace import _library
+
+import torch_sink
+
+
+def analyze(command: str, path, *flags: str) -> tuple[dict, str]:
+    p = subprocess.run([os.fspath(vramtrace.analyzer_path()), command, os.fspath(path), "--json",
+                        *flags], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout), p.stderr
+
+
+def test_threads_phases_nest_apart_and_the_main_threads_are_shown(tmp_path):
+    lib = _library.load()
+    lib.vramtrace_iteration_end.argtypes = [ctypes.c_int]
+    sink = torch_sink.sink(lib)
+    out = tmp_path / "phases.vtrace"
+    torch_sink.start(lib, out)
+    try:
+        # The first event creates the device's trace.
+        event = torch_sink.TorchEvent(torch_sink.SEGMENT_ALLOC, 0, 1 << 40, 1 << 30, 0, 0, None)
+        sink.event(ctypes.byref(event))
+        workers_ready = threading.Barrier(9)
+        iterations_done = threading.Event()
+
+        def worker(n: int):
+            for _ in range(200):
+                with vramtrace.phase("worker"):
+                    with vramtrace.phase(f"inner{n}"):
+                        pass
+            # A phase named like the iterations, open while the main thread
+            # cuts them: it must stay open.
+            with vramtrace.phase("iter"):
+                workers_ready.wait()
+                iterations_done.wait()
+
+        with vramtrace.phase("setup"):
+            threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+            for t in threads:
+                t.start()
+            workers_ready.wait()
+        for _ in range(3):
+            lib.vramtrace_iteration_end(0)
+        iterations_done.set()
+        for t in threads:
+            t.join()
+    finally:
+        # Stopping ends the main thread's last iteration.
+        assert lib.vramtrace_observe_stop() == 0
+
+    summary, warnings = analyze("summary", out)
+    assert summary["inconsistencies"]["total"] == 0
+    others = [int(t) for t in re.findall(r"thread (\d+) \(401\)", warnings)]
+    assert len(others) == 8, warnings
+    leaks, _ = analyze("leaks", out)
+    # The main thread's: `setup`, and the three iterations.
+    assert leaks["phase_instances"] == 1 + 3
+    for thread in others:
+        summary, warnings = analyze("summary", out, "--phase-thread", str(thread))
+        assert summary["inconsistencies"]["total"] == 0
+        leaks, _ = analyze("leaks", out, "--phase-thread", str(thread))
+        assert leaks["phase_instances"] == 200 * 2 + 1
+        assert f"thread {thread} (" not in warnings

@@ -1,0 +1,35 @@
+"""The C structures through which the shim feeds the library in observer
+mode (`recorder-ffi/src/observe.rs`, `SINK_ABI` 2): tests feed the library
+events the way the shim would, without a GPU or PyTorch.
+"""
+
+import ctypes
+
+ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC = 0, 1, 2, 3
+
+
+class TorchEvent(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_uint32), ("device", ctypes.c_int32),
+                ("addr", ctypes.c_uint64), ("size", ctypes.c_uint64),
+                ("stream", ctypes.c_uint64), ("counter", ctypes.c_uint64),
+                ("context", ctypes.c_char_p)]
+
+
+EVENT = ctypes.CFUNCTYPE(None, ctypes.POINTER(TorchEvent))
+
+
+class Sink(ctypes.Structure):
+    _fields_ = [("abi", ctypes.c_uint32), ("event", EVENT), ("segment", ctypes.c_void_p),
+                ("snapshot_done", ctypes.c_void_p), ("phase", ctypes.c_void_p)]
+
+
+def sink(lib: ctypes.CDLL) -> Sink:
+    """The library's sink, as the shim gets it."""
+    lib.vramtrace_torch_sink.restype = ctypes.POINTER(Sink)
+    return lib.vramtrace_torch_sink().contents
+
+
+def start(lib: ctypes.CDLL, out) -> None:
+    """Starts observer mode writing `out`, on a device 0 with no stacks."""
+    config = f"out={out}\nstacks=none\nstate=empty\ndevice=0\t85899345920\tno GPU\n"
+    assert lib.vramtrace_observe_start(config.encode()) == 0

@@ -1,0 +1,484 @@
+//! Damaged, truncated and hostile inputs (issue #20): each defect the audit
+//! found, as a regression test of the binary. Bad input gets a one-line
+//! error and exit code 2, in bounded memory (the runs that once took
+//! gigabytes run here within 1 GiB of address space); damage that can be
+//! skipped gets a warning, exit code 0 and the rest analyzed.
+
+use std::path::{Path, PathBuf};
+use vramtrace_e2e::{fixture, scratch, vramtrace, vramtrace_within};
+use vramtrace_format::{
+    BlockEvent, Event, EventData, Header, SegmentEvent, TraceWriter, WriterOptions,
+};
+
+/// Address space for runs on hostile input: what the fixed readers need,
+/// far below what the audit saw (4 to 7 GB).
+const MIB: u64 = 1024;
+
+fn synthetic(name: &str) -> PathBuf {
+    fixture(&format!("torch/synthetic/{name}"))
+}
+
+fn os(p: &Path) -> &std::ffi::OsStr {
+    p.as_os_str()
+}
+
+#[test]
+fn pickle_lengths_beyond_the_input_are_errors_at_once() {
+    for name in ["long_str8.pickle", "long_bytes8.pickle", "long_str4.pickle"] {
+        let path = synthetic(name);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let run = vramtrace_within(MIB, ["summary".as_ref(), os(&path)]).fails_with(2);
+        assert!(
+            run.stderr
+                .contains(&format!("truncated pickle: input ends at byte {len}")),
+            "{name}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn a_device_index_out_of_range_is_an_error() {
+    for (name, device) in [
+        ("device_minus_one_p4.pickle", "-1"),
+        ("device_huge_p4.pickle", "18446744073709551615"),
+    ] {
+        let run = vramtrace_within(MIB, ["summary".as_ref(), os(&synthetic(name))]).fails_with(2);
+        assert!(
+            run.stderr
+                .contains(&format!("is on device {device}, not one of 0 to 1023"))
+                && run.stderr.contains("the segment at byte"),
+            "{name}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn a_bomb_of_shared_lists_in_the_settings_is_refused() {
+    let run = vramtrace_within(
+        MIB,
+        [
+            "summary".as_ref(),
+            os(&synthetic("settings_bomb_p4.pickle")),
+        ],
+    )
+    .fails_with(2);
+    assert!(
+        run.stderr
+            .contains("an allocator setting (in the dict at byte")
+            && run.stderr.contains("expands"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_pickle_filling_its_stack_is_refused() {
+    let run = vramtrace_within(
+        MIB,
+        ["summary".as_ref(), os(&synthetic("none_bomb.pickle.xz"))],
+    )
+    .fails_with(2);
+    assert!(run.stderr.contains("on the pickle stack"), "{}", run.stderr);
+}
+
+#[test]
+fn decompression_has_a_budget_and_big_chunks_are_read_one_at_a_time() {
+    let bomb = fixture("hostile/zero_chunks.vtrace.xz");
+    let run = vramtrace_within(MIB, ["summary".as_ref(), os(&bomb)]).fails_with(2);
+    assert!(
+        run.stderr.contains("refused as a decompression bomb")
+            && run.stderr.contains("--max-expansion"),
+        "{}",
+        run.stderr
+    );
+    // With the budget lifted, 300 MiB of chunks fit in a GiB: one at a time.
+    let run = vramtrace_within(
+        MIB,
+        [
+            "summary".as_ref(),
+            os(&bomb),
+            "--max-expansion".as_ref(),
+            "none".as_ref(),
+        ],
+    )
+    .success();
+    assert!(run.stdout.contains("events    0"), "{}", run.stdout);
+    let run = vramtrace([
+        "info".as_ref(),
+        os(&bomb),
+        "--max-expansion".as_ref(),
+        "0".as_ref(),
+    ])
+    .fails_with(2);
+    assert!(run.stderr.contains("--max-expansion"), "{}", run.stderr);
+}
+
+/// A trace of `chunks` chunks of `per_chunk` allocations (and their frees),
+/// with a footer: (bytes, events, offset of each chunk record).
+fn chunked_trace(chunks: usize, per_chunk: usize) -> Vec<u8> {
+    let mut w = TraceWriter::with_options(
+        Vec::new(),
+        Header::default(),
+        WriterOptions {
+            chunk_events: 2 * per_chunk,
+            chunk_interval: None,
+        },
+    )
+    .unwrap();
+    w.push(Event {
+        time_ns: 0,
+        data: EventData::SegmentAlloc(SegmentEvent {
+            addr: 0,
+            size: 1 << 30,
+            ..Default::default()
+        }),
+    })
+    .unwrap();
+    for t in 1..(chunks * per_chunk) as u64 {
+        let block = BlockEvent {
+            addr: 4096 * (t % 100),
+            size: 4096,
+            requested: 4000,
+            ..Default::default()
+        };
+        for data in [EventData::Alloc(block), EventData::FreeCompleted(block)] {
+            w.push(Event { time_ns: t, data }).unwrap();
+        }
+    }
+    w.finish().unwrap()
+}
+
+/// Record offsets, from the framing.
+fn records(bytes: &[u8]) -> Vec<(usize, usize, u8)> {
+    let mut at = 13;
+    let mut out = Vec::new();
+    while at + 6 <= bytes.len() {
+        let data = u32::from_be_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
+        out.push((at, 6 + data, bytes[at + 5]));
+        at += 6 + data;
+    }
+    out
+}
+
+#[test]
+fn one_damaged_record_costs_only_itself() {
+    let dir = scratch("hostile-damage");
+    let bytes = chunked_trace(16, 500);
+    let chunk_records: Vec<_> = records(&bytes).into_iter().filter(|r| r.2 == 4).collect();
+    assert_eq!(chunk_records.len(), 16);
+    let total: u64 = {
+        let path = dir.join("whole.vtrace");
+        std::fs::write(&path, &bytes).unwrap();
+        let run = vramtrace(["info".as_ref(), "--json".as_ref(), os(&path)]).success();
+        run.json()["events"].as_u64().unwrap()
+    };
+    // A bit flipped in chunk 8 of 16: its events are lost, and said to be.
+    let mut flipped = bytes.clone();
+    let (at, len, _) = chunk_records[7];
+    flipped[at + len / 2] ^= 0x04;
+    let path = dir.join("flipped.vtrace");
+    std::fs::write(&path, &flipped).unwrap();
+    let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
+    let events = run.json()["events"].as_u64().unwrap();
+    assert_eq!(events, total - 1000, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("bytes {at} to {} are damaged", at + len))
+            && run.stderr.contains("1000 events are missing"),
+        "{}",
+        run.stderr
+    );
+    let run = vramtrace(["info".as_ref(), os(&path)]).success();
+    assert!(run.stdout.contains("status    damaged"), "{}", run.stdout);
+
+    // The same flip in the footer: every event is read.
+    let mut flipped = bytes.clone();
+    let (at, len, kind) = *records(&bytes).last().unwrap();
+    assert_eq!(kind, 5);
+    flipped[at + len - 2] ^= 0x04;
+    std::fs::write(&path, &flipped).unwrap();
+    let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
+    assert_eq!(run.json()["events"].as_u64(), Some(total));
+    assert!(run.stderr.contains("are damaged"), "{}", run.stderr);
+
+    // One zero byte after a complete trace: a warning, every event read.
+    let mut trailing = bytes.clone();
+    trailing.push(0);
+    std::fs::write(&path, &trailing).unwrap();
+    let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
+    assert_eq!(run.json()["events"].as_u64(), Some(total));
+    assert!(
+        run.stderr.contains("1 byte after the footer, at byte"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A chunk re-typed as a record of an unknown type: skipped, but said, and
+/// the footer's count shows what is missing (the audit saw `status
+/// complete` with 968 of 1,032 events).
+#[test]
+fn an_unknown_record_is_reported_and_the_footer_checked() {
+    let dir = scratch("hostile-unknown");
+    let mut bytes = chunked_trace(4, 250);
+    let (at, _, _) = records(&bytes).into_iter().find(|r| r.2 == 4).unwrap();
+    bytes[at + 5] = 77;
+    let crc = crc32fast::hash(&bytes[at..at + 6]);
+    bytes[at + 6..at + 10].copy_from_slice(&crc.to_le_bytes());
+    let path = dir.join("unknown.vtrace");
+    std::fs::write(&path, &bytes).unwrap();
+    let run = vramtrace(["info".as_ref(), "--json".as_ref(), os(&path)]).success();
+    let json = run.json();
+    assert_eq!(json["status"], "damaged");
+    let damage = json["damage"].to_string();
+    assert!(
+        damage.contains("is of type 77") && damage.contains("500 events are missing"),
+        "{damage}"
+    );
+}
+
+/// A trace of `depth` nested phases (the audit's 30,000 took 5.3 GB in
+/// `compare`; 100,000 aborted it).
+fn nested_phases(depth: usize) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
+    let names: Vec<_> = (0..7)
+        .map(|i| w.intern_string(&format!("level{i}")))
+        .collect();
+    let mut t = 0;
+    let mut push = |w: &mut TraceWriter<Vec<u8>>, data| {
+        t += 1;
+        w.push(Event { time_ns: t, data }).unwrap();
+    };
+    push(
+        &mut w,
+        EventData::SegmentAlloc(SegmentEvent {
+            addr: 0,
+            size: 1 << 30,
+            ..Default::default()
+        }),
+    );
+    for i in 0..depth {
+        let name = names[i % 7];
+        push(&mut w, EventData::PhaseBegin { name, thread: 0 });
+        if i % 1000 == 0 {
+            let block = BlockEvent {
+                addr: 512 * i as u64,
+                size: 512,
+                requested: 512,
+                ..Default::default()
+            };
+            push(&mut w, EventData::Alloc(block));
+        }
+    }
+    for i in (0..depth).rev() {
+        let name = names[i % 7];
+        push(&mut w, EventData::PhaseEnd { name, thread: 0 });
+    }
+    w.finish().unwrap()
+}
+
+#[test]
+fn deep_nesting_is_linear() {
+    let dir = scratch("hostile-nesting");
+    let path = dir.join("nested.vtrace");
+    std::fs::write(&path, nested_phases(100_000)).unwrap();
+    for command in ["leaks", "summary"] {
+        let run = vramtrace_within(MIB, [command.as_ref(), "--json".as_ref(), os(&path)]).success();
+        assert!(
+            run.stdout.len() < 1 << 20,
+            "{command}: {} bytes",
+            run.stdout.len()
+        );
+    }
+    let run = vramtrace_within(
+        MIB,
+        ["compare".as_ref(), os(&path), os(&path), "--json".as_ref()],
+    )
+    .success();
+    assert!(
+        run.stdout.contains("…(99976 phases)…"),
+        "{}",
+        &run.stdout[..2000.min(run.stdout.len())]
+    );
+}
+
+/// 400,000 live segments in descending address order (65 s once, against
+/// 0.1 s ascending): each is inserted in `O(log n)`.
+#[test]
+fn segments_in_descending_order() {
+    let dir = scratch("hostile-segments");
+    let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
+    const N: u64 = 400_000;
+    for i in 0..N {
+        let seg = SegmentEvent {
+            addr: (N - i) << 21,
+            size: 1 << 20,
+            ..Default::default()
+        };
+        w.push(Event {
+            time_ns: i,
+            data: EventData::SegmentAlloc(seg),
+        })
+        .unwrap();
+    }
+    let path = dir.join("descending.vtrace");
+    std::fs::write(&path, w.finish().unwrap()).unwrap();
+    let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
+    assert_eq!(
+        run.json()["peak_reserved_bytes"].as_u64(),
+        Some(N << 20),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn outputs_never_destroy_inputs() {
+    let dir = scratch("hostile-outputs");
+    let trace = dir.join("run.vtrace");
+    std::fs::copy(fixture("leak.vtrace"), &trace).unwrap();
+    let original = std::fs::read(&trace).unwrap();
+    let same = dir.join(".").join("run.vtrace");
+    let other = fixture("clean.vtrace");
+    let t = os(&trace);
+    let cases: Vec<Vec<&std::ffi::OsStr>> = vec![
+        vec!["timeline".as_ref(), t, "-o".as_ref(), os(&same)],
+        vec!["fragmentation".as_ref(), t, "-o".as_ref(), t],
+        vec!["leaks".as_ref(), t, "-o".as_ref(), t],
+        vec!["report".as_ref(), t, "-o".as_ref(), t],
+        vec!["simulate".as_ref(), t, "-o".as_ref(), t],
+        vec!["compare".as_ref(), os(&other), t, "-o".as_ref(), t],
+        vec![
+            "report".as_ref(),
+            os(&other),
+            "--baseline".as_ref(),
+            t,
+            "-o".as_ref(),
+            t,
+        ],
+        vec!["import".as_ref(), t, "-o".as_ref(), t],
+    ];
+    for args in cases {
+        let run = vramtrace(&args).fails_with(2);
+        assert!(
+            run.stderr.contains("would destroy the input"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert_eq!(std::fs::read(&trace).unwrap(), original, "{args:?}");
+    }
+    // Written whole, through a temporary file: none is left behind.
+    let out = dir.join("report.html");
+    vramtrace(["report".as_ref(), t, "-o".as_ref(), os(&out)]).success();
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
+#[test]
+fn messages_name_the_argument_the_path_and_the_offset() {
+    let run = vramtrace(["simulate"]).fails_with(2);
+    assert!(
+        run.stderr.contains("not provided: <TRACE>"),
+        "{}",
+        run.stderr
+    );
+    let run = vramtrace(["synth"]).fails_with(2);
+    assert!(
+        run.stderr.contains("not provided: --output <OUTPUT>"),
+        "{}",
+        run.stderr
+    );
+    let leak = fixture("leak.vtrace");
+    let l = os(&leak);
+    let run =
+        vramtrace(["simulate".as_ref(), l, "--capacity".as_ref(), "-1".as_ref()]).fails_with(2);
+    assert!(
+        run.stderr.contains("invalid value '-1' for '--capacity"),
+        "{}",
+        run.stderr
+    );
+    for size in ["18446744073709551616B", "16777216TiB"] {
+        let run =
+            vramtrace(["simulate".as_ref(), l, "--capacity".as_ref(), size.as_ref()]).fails_with(2);
+        assert!(run.stderr.contains("out of range"), "{}", run.stderr);
+    }
+    let run = vramtrace([
+        "summary".as_ref(),
+        l,
+        "--to".as_ref(),
+        "99999999999999h".as_ref(),
+    ])
+    .fails_with(2);
+    assert!(
+        run.stderr
+            .contains("--to: time '99999999999999h' is out of range"),
+        "{}",
+        run.stderr
+    );
+    for (args, wanted) in [
+        (
+            vec!["synth", "-o", "x.vtrace", "--seq-len", "8:99999999999999"],
+            "4 EiB",
+        ),
+        (
+            vec!["synth", "-o", "x.vtrace", "--leak-bytes", "16000000TiB"],
+            "4 EiB",
+        ),
+    ] {
+        let dir = scratch("hostile-synth");
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| {
+                if *a == "x.vtrace" {
+                    dir.join(a).display().to_string()
+                } else {
+                    a.to_string()
+                }
+            })
+            .collect();
+        let run = vramtrace(&args).fails_with(2);
+        assert!(run.stderr.contains(wanted), "{}", run.stderr);
+    }
+
+    let dir = scratch("hostile-messages");
+    // Cut below the 10-byte signature: a trace cut short, not a foreign file.
+    let cut = dir.join("cut.vtrace");
+    std::fs::write(&cut, &std::fs::read(&leak).unwrap()[..5]).unwrap();
+    let run = vramtrace(["info".as_ref(), os(&cut)]).fails_with(2);
+    assert!(
+        run.stderr
+            .contains(&format!("{}: trace is cut short at byte 5", cut.display())),
+        "{}",
+        run.stderr
+    );
+    // info names the path, whatever the failure.
+    let empty = dir.join("empty.vtrace");
+    std::fs::write(&empty, b"").unwrap();
+    for path in [empty.clone(), dir.join("missing.vtrace"), dir.clone()] {
+        let run = vramtrace(["info".as_ref(), os(&path)]).fails_with(2);
+        assert!(
+            run.stderr.contains(&path.display().to_string()),
+            "{}",
+            run.stderr
+        );
+    }
+    // A damaged compressed stream: where in it.
+    let xz = std::fs::read(fixture("torch/mlp_expandable.pickle.xz")).unwrap();
+    let mut damaged = xz.clone();
+    let at = damaged.len() / 2;
+    damaged[at] ^= 0xff;
+    let path = dir.join("damaged.pickle.xz");
+    std::fs::write(&path, &damaged).unwrap();
+    let run = vramtrace(["info".as_ref(), os(&path)]).fails_with(2);
+    assert!(
+        run.stderr.contains("xz data damaged within its first")
+            && run.stderr.contains(&path.display().to_string()),
+        "{}",
+        run.stderr
+    );
+}
