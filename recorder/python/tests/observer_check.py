@@ -25,7 +25,10 @@ written to OUT/observer-check.md too:
    stopped: the trace's initial state and peaks are exact; the trace of a
    second start/stop is complete too;
 6. `torchrun` with DistributedDataParallel over NCCL, one rank per GPU of
-   the machine: each rank writes its own trace, with torch's peaks.
+   the machine: each rank writes its own trace, with torch's peaks;
+7. a recorded program killed with SIGKILL: its trace is read back
+   (unfinished, not lost) and holds every allocation the program had made
+   a second before the kill (the recorder's crash-safety bound).
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ import collections
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -252,6 +257,60 @@ def child_ddp() -> None:
     result(stats)
 
 
+def child_steady() -> None:
+    """Allocates and frees 1 MiB tensors until killed, saying every few
+    milliseconds how many it has made."""
+    import torch
+
+    torch.cuda.init()
+    made, said = 0, time.monotonic()
+    while True:
+        t = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        del t
+        made += 1
+        if time.monotonic() - said > 0.002:
+            torch.cuda.synchronize()
+            print(f"MADE {made}", flush=True)
+            said = time.monotonic()
+
+
+def check_sigkill(rep: Report, binary: Path, out: Path, env: dict) -> None:
+    """Kills a recorded program 4 s in and checks that its trace holds
+    what the program reported having made a second before the kill."""
+    trace = str(out / "killed.vtrace")
+    proc = subprocess.Popen([sys.executable, "-m", "vramtrace", "run", "--out", trace,
+                             str(HERE), "child", "steady"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    reports = []  # (time read, count)
+
+    def read() -> None:
+        for line in proc.stdout:
+            if line.startswith("MADE "):
+                reports.append((time.monotonic(), int(line[5:])))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not reports and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)  # the first report comes once CUDA and the shim are up
+    time.sleep(4)
+    killed_at = time.monotonic()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    reader.join(5)
+    before = [n for t, n in reports if t <= killed_at - 1.0]
+    if not rep.check(bool(before), "SIGKILL: the program ran recorded",
+                     f"{len(reports)} reports, exit {proc.returncode}"):
+        return
+    info = vt(binary, "info", trace)
+    allocs = info.get("counts", {}).get("alloc", 0)
+    last = max(n for _, n in reports)
+    rep.check(info.get("status") in ("unfinished", "truncated") and allocs >= before[-1],
+              "SIGKILL: the trace is read back and holds everything made 1 s before the kill",
+              f"status {info.get('status')}; {allocs:,} allocations in the trace, "
+              f"{before[-1]:,} made by 1 s before the kill, {last:,} by the kill")
+
+
 def child_midrun(trace: str) -> None:
     import torch
     import vramtrace
@@ -374,6 +433,8 @@ def main() -> int:
             child_midrun(rest[2])
         elif kind == "ddp":
             child_ddp()
+        elif kind == "steady":
+            child_steady()
         return 0
 
     import torch
@@ -459,6 +520,9 @@ def main() -> int:
                       f"rank {r['rank']}: its own trace file, peaks = torch's",
                       f"{Path(trace).name}: {s['peak_allocated_bytes']:,}/{s['peak_reserved_bytes']:,}"
                       f" vs {r['max_allocated']:,}/{r['max_reserved']:,}")
+
+    # 7. SIGKILL while recording.
+    check_sigkill(rep, binary, out, env)
 
     rep.add("INFO", "total time", f"{time.time() - started:.0f} s")
     header = (f"# observer_check.py, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"

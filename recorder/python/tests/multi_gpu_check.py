@@ -1,0 +1,270 @@
+"""Several GPUs: Hugging Face GPT-2 under torchrun, with DDP and with FSDP2,
+recorded rank by rank (see docs/gpu-check.md).
+
+    PYTHONPATH=recorder/python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
+        python3 recorder/python/tests/multi_gpu_check.py --bin carry --out "$OUT/multi"
+
+Needs two or more CUDA GPUs, PyTorch 2.6+ (``fully_shard``) and
+transformers; not part of the test suite (CI has no GPU). NVLink multicast
+stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+NVSHMEM_DISABLE_NVLS=1), here and in every child.
+
+For each strategy, GPT-2 (random init from its config, 12 layers, 8 x 512
+tokens per rank, bf16 autocast, AdamW) trains under torchrun, one rank per
+GPU, natively and under `python -m vramtrace run --out
+STRATEGY-rank%r.vtrace`, in turn, twice (the first round's traces are
+kept). Checks, as rows PASS/FAIL/INFO of a table also
+written to OUT/multi-gpu-check.md:
+
+- each rank's trace has that rank's `max_memory_allocated()` and
+  `max_memory_reserved()` as its peaks, to the byte, and names its rank;
+- recording changes no loss, and the step time by no more than the
+  overhead bench's figure for a GPT-2 step (docs/performance.md);
+- FSDP2 shards: per rank, parameters and optimizer state are about half
+  of DDP's (PyTorch's own count), and so is the memory that stays
+  allocated between steps (the traces' live memory at the end).
+
+The traces stay in OUT for `vramtrace summary OUT/*.vtrace` and the like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpu_report import Report
+
+HERE = Path(__file__).resolve()
+STEPS = 20
+TIMED_FROM = 5  # steps before this one warm up and are not timed
+ROUNDS = 2
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                "NVSHMEM_DISABLE_NVLS": "1"}
+# A GPT-2 step recorded with Python stacks costs at most this much more than
+# natively (bench_observer.py, docs/performance.md: 0.998 to 1.038), with
+# the machine's noise on top.
+STEP_TIME_BOUND = 1.05
+
+
+def result(obj) -> None:
+    print("RESULT " + json.dumps(obj), flush=True)
+
+
+def local_bytes(t) -> int:
+    """Bytes this rank holds of a tensor (its shard, for a DTensor)."""
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.numel() * local.element_size()
+
+
+def child_train(strategy: str) -> None:
+    """One rank of GPT-2 training, DDP or FSDP2 (torchrun starts it)."""
+    import torch
+    import torch.distributed as dist
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    rank = dist.get_rank()
+    torch.manual_seed(0)  # the same initial weights on every rank
+    model = GPT2LMHeadModel(GPT2Config()).cuda()
+    if strategy == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+    else:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.transformer.h:
+            fully_shard(block)
+        fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator(device="cuda").manual_seed(1000 + rank)
+    losses, times = [], []
+    for step in range(STEPS):
+        ids = torch.randint(0, 50257, (8, 512), device="cuda", generator=gen)
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())  # synchronizes
+        if step >= TIMED_FROM:
+            times.append(time.perf_counter() - began)
+    torch.cuda.synchronize()
+    stats = {
+        "rank": rank, "strategy": strategy, "losses": losses,
+        "step_s": statistics.median(times),
+        "max_allocated": torch.cuda.max_memory_allocated(),
+        "max_reserved": torch.cuda.max_memory_reserved(),
+        "allocated_at_end": torch.cuda.memory_allocated(),
+        "param_bytes": sum(local_bytes(p) for p in model.parameters()),
+        "optimizer_bytes": sum(local_bytes(v) for s in opt.state.values()
+                               for v in s.values() if torch.is_tensor(v)),
+    }
+    if "vramtrace" in sys.modules and sys.modules["vramtrace"].installed():
+        sys.modules["vramtrace"].stop()
+    dist.destroy_process_group()
+    result(stats)
+
+
+def torchrun(ranks: int, env: dict, trace: str | None, strategy: str, stacks: str):
+    """Runs the training under torchrun, recorded when `trace` is given;
+    returns the ranks' results by rank, and the process."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={ranks}", "--no-python", sys.executable]
+    if trace is not None:
+        cmd += ["-m", "vramtrace", "run", "--out", trace, "--stacks", stacks]
+    cmd += [str(HERE), "child", "train", strategy]
+    p = subprocess.run(cmd, env=env, timeout=480, capture_output=True, text=True)
+    found = {}
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            r = json.loads(line[7:])
+            found[r["rank"]] = r
+    return found, p
+
+
+def tail(p: subprocess.CompletedProcess) -> str:
+    return (p.stdout[-400:] + p.stderr[-1500:]).strip().replace("\n", " / ")
+
+
+def vt(binary: Path, *args) -> dict:
+    p = subprocess.run([str(binary), *args, "--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"vramtrace {' '.join(args)}: {p.stderr.strip()[:300]}")
+    return json.loads(p.stdout)
+
+
+def check_traces(rep: Report, binary: Path, label: str, pattern: str, found: dict,
+                 ranks: int) -> dict:
+    """Checks each rank's trace against the rank's own figures; returns the
+    memory each trace holds allocated at its end, by rank."""
+    at_end = {}
+    for rank in range(ranks):
+        r = found[rank]
+        trace = pattern.replace("%r", str(rank))
+        s = vt(binary, "summary", trace)
+        meta = vt(binary, "info", trace).get("metadata", {})
+        at_end[rank] = s["end"]["allocated"]
+        rep.check(s["peak_allocated_bytes"] == r["max_allocated"]
+                  and s["peak_reserved_bytes"] == r["max_reserved"],
+                  f"{label} rank {rank}: trace's peaks = torch's max allocated/reserved",
+                  f"{s['peak_allocated_bytes']:,}/{s['peak_reserved_bytes']:,} vs "
+                  f"{r['max_allocated']:,}/{r['max_reserved']:,}")
+        rep.check(meta.get("rank") == str(rank) and meta.get("world_size") == str(ranks),
+                  f"{label} rank {rank}: the trace names its rank",
+                  f"rank {meta.get('rank')}, world_size {meta.get('world_size')}")
+    return at_end
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="carry", help="folder with the vramtrace binary")
+    ap.add_argument("--out", default=os.environ.get("OUT", "multi-gpu-check-out"))
+    ap.add_argument("--stacks", default="python", help="vramtrace run's --stacks")
+    ap.add_argument("--strategies", default="ddp,fsdp", help="ddp, fsdp or both")
+    ns, rest = ap.parse_known_args()
+    if rest[:2] == ["child", "train"]:
+        child_train(rest[2])
+        return 0
+
+    import torch
+
+    binary = Path(ns.bin).resolve() / "vramtrace"
+    out = Path(ns.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    rep = Report()
+    started = time.time()
+    ranks = torch.cuda.device_count()
+    env = dict(os.environ, **NO_MULTICAST)
+    env["VRAMTRACE_CACHE"] = str(out / "cache")
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
+    if ranks < 2:
+        rep.add("SKIP", "several GPUs", f"{ranks} GPU(s) on this machine")
+    runs = {}
+    for strategy in ns.strategies.split(",") if ranks >= 2 else ():
+        label = {"ddp": "DDP", "fsdp": "FSDP2"}[strategy]
+        pattern = str(out / f"{strategy}-rank%r.vtrace")
+        # Native and recorded alternate, ROUNDS times: the machine's noise
+        # shows between rounds of one mode.
+        native_runs, recorded_runs = [], []
+        for round_, mode in ((r, m) for r in range(ROUNDS) for m in ("native", "recorded")):
+            # Only the first round's traces are kept.
+            trace = None if mode == "native" else pattern if round_ == 0 else str(out / "again-%r.vtrace")
+            found, p = torchrun(ranks, env, trace, strategy, ns.stacks)
+            if not rep.check(len(found) == ranks, f"{label}, {ranks} ranks, {mode}, round {round_ + 1}",
+                             "" if len(found) == ranks else tail(p)):
+                break
+            if mode == "native":
+                native_runs.append(found)
+            else:
+                recorded_runs.append(found)
+            if trace == pattern:
+                at_end = check_traces(rep, binary, label, pattern, found, ranks)
+        for stale in out.glob("again-*.vtrace"):
+            stale.unlink()
+        if len(native_runs) != ROUNDS or len(recorded_runs) != ROUNDS:
+            continue
+        native, recorded = native_runs[0], recorded_runs[0]
+        for rank in range(ranks):
+            n, r = native[rank], recorded[rank]
+            # The first loss comes before any backward and must be equal to
+            # the bit; later ones may differ as much as two native runs do
+            # (attention's backward adds in a varying order).
+            diff = max(abs(a - b) / abs(a) for a, b in zip(n["losses"], r["losses"]))
+            rep.check(n["losses"][0] == r["losses"][0] and diff <= 1e-3,
+                      f"{label} rank {rank}: same losses",
+                      f"first {n['losses'][0]:.6f} / {r['losses'][0]:.6f}, last native "
+                      f"{n['losses'][-1]:.6f}, recorded {r['losses'][-1]:.6f}; "
+                      + ("identical" if n["losses"] == r["losses"] else f"largest relative difference {diff:.1e}"))
+            nt = [run[rank]["step_s"] for run in native_runs]
+            rt = [run[rank]["step_s"] for run in recorded_runs]
+            ratio = min(rt) / min(nt)
+            rep.check(ratio <= STEP_TIME_BOUND,
+                      f"{label} rank {rank}: step time recorded / native <= {STEP_TIME_BOUND}",
+                      f"fastest round {min(rt) * 1e3:.1f} / {min(nt) * 1e3:.1f} ms = {ratio:.3f}; rounds: "
+                      f"native {', '.join(f'{t * 1e3:.1f}' for t in nt)} ms, recorded "
+                      f"{', '.join(f'{t * 1e3:.1f}' for t in rt)} ms (median of steps {TIMED_FROM}..{STEPS - 1})")
+            rep.add("INFO", f"{label} rank {rank}: memory",
+                    f"params {gib(r['param_bytes'])}, optimizer state {gib(r['optimizer_bytes'])}, "
+                    f"allocated at end {gib(r['allocated_at_end'])} (trace: "
+                    f"{gib(at_end[rank])}), peak {gib(r['max_allocated'])}")
+        runs[strategy] = recorded
+    if "ddp" in runs and "fsdp" in runs:
+        for rank in range(ranks):
+            d, f = runs["ddp"][rank], runs["fsdp"][rank]
+            state = (f["param_bytes"] + f["optimizer_bytes"]) / (d["param_bytes"] + d["optimizer_bytes"])
+            rep.check(abs(state - 1 / ranks) < 0.1 / ranks,
+                      f"rank {rank}: FSDP2 holds about 1/{ranks} of DDP's parameters and optimizer state",
+                      f"{gib(f['param_bytes'] + f['optimizer_bytes'])} vs "
+                      f"{gib(d['param_bytes'] + d['optimizer_bytes'])} = {state:.3f}")
+            d_end = vt(binary, "summary", str(out / f"ddp-rank{rank}.vtrace"))["end"]["allocated"]
+            f_end = vt(binary, "summary", str(out / f"fsdp-rank{rank}.vtrace"))["end"]["allocated"]
+            # DDP also keeps its gradient buckets (one more copy of the
+            # parameters) between steps: FSDP2's share is below 1/ranks.
+            rep.check(f_end < d_end / ranks * 1.1,
+                      f"rank {rank}: the FSDP2 trace keeps at most about 1/{ranks} of DDP's memory between steps",
+                      f"{gib(f_end)} vs {gib(d_end)} = {f_end / d_end:.3f}")
+    rep.add("INFO", "total time", f"{time.time() - started:.0f} s")
+    header = (f"# multi_gpu_check.py, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
+              f"torch {torch.__version__}, {ranks} x {torch.cuda.get_device_name(0)}, "
+              f"python {sys.version.split()[0]}, stacks {ns.stacks}\n\n| result | check | detail |\n|---|---|---|\n")
+    (out / "multi-gpu-check.md").write_text(header + "\n".join(rep.lines) + "\n")
+    print(f"\n{rep.failed} failed", flush=True)
+    return 1 if rep.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
