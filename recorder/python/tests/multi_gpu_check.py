@@ -115,13 +115,13 @@ def child_train(strategy: str) -> None:
     result(stats)
 
 
-def torchrun(ranks: int, env: dict, trace: str | None, strategy: str, stacks: str):
+def torchrun(ranks: int, env: dict, trace: str | None, strategy: str, run_args: list):
     """Runs the training under torchrun, recorded when `trace` is given;
     returns the ranks' results by rank, and the process."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={ranks}", "--no-python", sys.executable]
     if trace is not None:
-        cmd += ["-m", "vramtrace", "run", "--out", trace, "--stacks", stacks]
+        cmd += ["-m", "vramtrace", "run", "--out", trace, *run_args]
     cmd += [str(HERE), "child", "train", strategy]
     p = subprocess.run(cmd, env=env, timeout=480, capture_output=True, text=True)
     found = {}
@@ -173,7 +173,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="carry", help="folder with the vramtrace binary")
     ap.add_argument("--out", default=os.environ.get("OUT", "multi-gpu-check-out"))
-    ap.add_argument("--stacks", default="python", help="vramtrace run's --stacks")
+    ap.add_argument("--run-args", default="", help="more options of `vramtrace run`, as one string")
     ap.add_argument("--strategies", default="ddp,fsdp", help="ddp, fsdp or both")
     ns, rest = ap.parse_known_args()
     if rest[:2] == ["child", "train"]:
@@ -203,7 +203,7 @@ def main() -> int:
         for round_, mode in ((r, m) for r in range(ROUNDS) for m in ("native", "recorded")):
             # Only the first round's traces are kept.
             trace = None if mode == "native" else pattern if round_ == 0 else str(out / "again-%r.vtrace")
-            found, p = torchrun(ranks, env, trace, strategy, ns.stacks)
+            found, p = torchrun(ranks, env, trace, strategy, ns.run_args.split())
             if not rep.check(len(found) == ranks, f"{label}, {ranks} ranks, {mode}, round {round_ + 1}",
                              "" if len(found) == ranks else tail(p)):
                 break
@@ -260,7 +260,7 @@ def main() -> int:
     rep.add("INFO", "total time", f"{time.time() - started:.0f} s")
     header = (f"# multi_gpu_check.py, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
               f"torch {torch.__version__}, {ranks} x {torch.cuda.get_device_name(0)}, "
-              f"python {sys.version.split()[0]}, stacks {ns.stacks}\n\n| result | check | detail |\n|---|---|---|\n")
+              f"python {sys.version.split()[0]}, `vramtrace run {ns.run_args}`\n\n| result | check | detail |\n|---|---|---|\n")
     (out / "multi-gpu-check.md").write_text(header + "\n".join(rep.lines) + "\n")
     print(f"\n{rep.failed} failed", flush=True)
     return 1 if rep.failed else 0
