@@ -1,7 +1,7 @@
 //! `vramtrace compare BASE NEW`: did a change make memory worse, where, and
 //! by how much; a CI gate with `--fail-on`.
 
-use super::common::{InputArgs, ReplayArgs, XArg, check_outputs, open};
+use super::common::{InputArgs, ReplayArgs, XArg, check_outputs, open, shown};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
@@ -102,12 +102,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         || open(&args.new, &args.input, &progress),
     );
     let (base, new) = (base?, new?);
-    let result = compare(&base, &new, &options, &progress)?;
-    for (path, warning) in &result.warnings {
-        warn_about(path, std::slice::from_ref(warning));
+    let results = compare(&base, &new, &options, &progress)?;
+    for d in &results.devices {
+        for (path, warning) in &d.result.warnings {
+            warn_about(path, std::slice::from_ref(warning));
+        }
     }
-    let comparison = &result.comparison;
     if let Some(output) = &args.output {
+        let (result, _) = shown(&args.new, &results)?;
+        let comparison = &result.comparison;
         let align = match args.align {
             Align::Time => AlignBy::Time,
             Align::Repetition => AlignBy::Repetition,
@@ -138,19 +141,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if args.json {
-        emit(&print::json(&result))?;
+        emit(&print::json(&results))?;
         // Whoever reads the JSON may not show it: say why the exit code is 1.
-        for failed in &result.gate.failed {
-            eprintln!("threshold crossed: {failed}");
+        for d in &results.devices {
+            for failed in &d.result.gate.failed {
+                eprintln!("threshold crossed: {failed}");
+            }
         }
     } else {
-        emit(&print::text::compare(
-            &result,
-            args.top as usize,
-            args.replay.full_stacks,
-        ))?;
+        emit(&print::text::by_device(&results, |result| {
+            print::text::compare(result, args.top as usize, args.replay.full_stacks)
+        }))?;
     }
-    Ok(if result.gate.passed {
+    Ok(if results.devices.iter().all(|d| d.result.gate.passed) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_GATE)

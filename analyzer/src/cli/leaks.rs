@@ -1,7 +1,7 @@
 //! `vramtrace leaks`: memory retained by phases, growth across repetitions,
 //! and blocks never freed.
 
-use super::common::{CommonArgs, for_each_trace};
+use super::common::{CommonArgs, for_each_trace, shown};
 use super::{warn_about, write_file};
 use std::process::ExitCode;
 use vramtrace::command::leaks::leaks;
@@ -30,7 +30,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let result = leaks(input, &options, progress)?;
             warn_about(input.path(), &result.warnings);
             if let Some(svg_path) = &args.output {
-                let phase = result.report.chart_phase().ok_or_else(|| {
+                let (shown, _) = shown(input.path(), &result)?;
+                let phase = shown.report.chart_phase().ok_or_else(|| {
                     anyhow::anyhow!(
                         "{}: {}",
                         input.path().display(),
@@ -42,7 +43,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(result)
         },
-        |result| print::text::leaks(result, args.top, options.full_stacks),
+        |result| {
+            print::text::by_device(result, |r| {
+                print::text::leaks(r, args.top, options.full_stacks)
+            })
+        },
     )?;
     Ok(ExitCode::SUCCESS)
 }

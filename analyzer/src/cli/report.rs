@@ -67,6 +67,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (input, baseline) = (input?, baseline?);
     let result = report(&input, baseline.as_ref(), &options, &progress)?;
     warn_about(input.path(), &result.warnings);
+    if !result.devices.is_empty() {
+        let others: Vec<String> = (result.devices.iter())
+            .filter(|d| d.device != result.device)
+            .map(|d| d.device.to_string())
+            .collect();
+        super::warn(format_args!(
+            "{}: the report shows device {}, whose allocated peak is highest; --device N shows another ({})",
+            input.path().display(),
+            result.device,
+            others.join(", ")
+        ));
+    }
     if let Some(b) = &baseline {
         warn_about(b.path(), &result.baseline_warnings);
     }
