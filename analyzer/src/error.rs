@@ -61,6 +61,14 @@ pub enum Error {
         /// The new run's devices.
         new: Vec<u32>,
     },
+    /// Two rank sets have different ranks: which to compare is unclear.
+    #[error("the rank sets differ (base ranks: {}; new: {}): give each run's traces of the same ranks", list_devices(.base), list_devices(.new))]
+    RanksDiffer {
+        /// The baseline's ranks.
+        base: Vec<u32>,
+        /// The new run's ranks.
+        new: Vec<u32>,
+    },
     /// Two runs cannot be compared as asked.
     #[error(transparent)]
     Compare(#[from] CompareError),

@@ -207,3 +207,53 @@ fn a_folder_of_ranks_is_one_rank_table_and_json_summaries_merge_into_it() {
     let out = vramtrace(&["merge", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn leaks_and_compare_take_rank_sets() {
+    let base = temp_dir("ranks-base");
+    let new = temp_dir("ranks-new");
+    for (dir, leak) in [(&base, "0"), (&new, "4MiB")] {
+        let pattern = dir.join("run-%r.vtrace");
+        ok(&[
+            "synth",
+            "--iters",
+            "4",
+            "--world-size",
+            "3",
+            "--leak-bytes",
+            leak,
+            "-o",
+            pattern.to_str().unwrap(),
+        ]);
+    }
+    let leaks = json(&["leaks", "--json", new.to_str().unwrap()]);
+    let rows = leaks["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for (rank, row) in rows.iter().enumerate() {
+        assert_eq!(row["rank"], rank);
+        assert_eq!(row["leaks"][0]["site"], "log_metrics (train.py:120)");
+        let growth = row["leaks"][0]["bytes_per_repetition"].as_u64().unwrap();
+        assert!((3 << 20..5 << 20).contains(&growth), "{growth}");
+    }
+    // Rank i against rank i: the leak crosses the gate on every rank.
+    let out = vramtrace(&[
+        "compare",
+        "--json",
+        base.to_str().unwrap(),
+        new.to_str().unwrap(),
+        "--fail-on",
+        "peak_allocated:+1MiB",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert!(rows.iter().all(|r| r["gate"]["passed"] == false));
+    let text = ok(&["compare", base.to_str().unwrap(), base.to_str().unwrap()]);
+    assert!(text.contains("passed on every rank"), "{text}");
+    // Sets of other ranks do not pair.
+    std::fs::remove_file(new.join("run-2.vtrace")).unwrap();
+    let out = vramtrace(&["compare", base.to_str().unwrap(), new.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rank sets differ"));
+}

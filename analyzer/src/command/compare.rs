@@ -159,6 +159,7 @@ pub fn compare(
     .collect();
     let mut result = ByDevice {
         devices,
+        rank: n.rank,
         warnings: Vec::new(),
     };
     if let Some(first) = result.devices.first_mut() {

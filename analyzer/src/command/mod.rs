@@ -248,6 +248,7 @@ impl<'a> Replay<'a> {
             .collect::<Result<_, Error>>()?;
         Ok(ByDevice {
             devices,
+            rank: pass.header.process.rank,
             warnings: pass.warnings,
         })
     }
@@ -270,6 +271,8 @@ impl<'a> Replay<'a> {
 pub struct ByDevice<T> {
     /// Each device's peaks and result.
     pub devices: Vec<OnDevice<T>>,
+    /// The rank of the process that recorded the input, when its header says.
+    pub rank: Option<u32>,
     /// What the pass found worth a warning (one pass for every device).
     pub warnings: Vec<Warning>,
 }
@@ -310,6 +313,7 @@ impl<T> ByDevice<T> {
                     result: f(d.result),
                 })
                 .collect(),
+            rank: self.rank,
             warnings: self.warnings,
         }
     }

@@ -46,6 +46,18 @@ pub struct RankTrace {
     pub warnings: Vec<Warning>,
 }
 
+impl RankTrace {
+    /// A trace measured by a command, for its rank and its devices' peaks.
+    pub fn of<T>(path: &Path, result: &super::ByDevice<T>) -> RankTrace {
+        RankTrace {
+            path: path.to_owned(),
+            header_rank: result.rank,
+            devices: result.peaks(),
+            warnings: result.warnings.clone(),
+        }
+    }
+}
+
 /// Replays one trace of a rank set for its peaks alone, each device apart.
 pub fn measure_rank(
     input: &Input,
@@ -66,16 +78,16 @@ pub fn measure_rank(
     })
 }
 
-/// Runs `each` on every path, `in_flight` at a time (at least one), on a
+/// Runs `each` on every path (or pair of paths), `in_flight` at a time (at least one), on a
 /// pool of its own (the decoding inside each runs there too), and returns
 /// the results in the paths' order; the first error ends it.
-pub fn for_each_rank<T: Send, E: Send>(
-    paths: &[PathBuf],
+pub fn for_each_rank<I: Sync, T: Send, E: Send>(
+    paths: &[I],
     in_flight: usize,
-    each: impl Fn(&Path) -> Result<T, E> + Sync,
+    each: impl Fn(&I) -> Result<T, E> + Sync,
 ) -> Result<Vec<T>, E> {
     use rayon::prelude::*;
-    let run = || paths.par_iter().map(|p| each(p)).collect();
+    let run = || paths.par_iter().map(&each).collect();
     match rayon::ThreadPoolBuilder::new()
         .num_threads(in_flight.clamp(1, paths.len().max(1)))
         .thread_name(|i| format!("vramtrace-rank-{i}"))
@@ -198,39 +210,130 @@ impl RankTable {
 /// Numbers the traces of a set: by their headers' ranks when every trace
 /// has one, else by the numbers in their file names when every name has one,
 /// else in order; in each case, unless two traces would share a rank and a
-/// device (then the next way).
-pub fn rank_table(traces: &[RankTrace]) -> RankTable {
+/// device (then the next way). One rank per trace.
+pub fn assign_ranks(traces: &[RankTrace]) -> (RankSource, Vec<u32>) {
     type RankOf<'a> = &'a dyn Fn(usize, &RankTrace) -> Option<u32>;
-    let ways: [(RankSource, RankOf<'_>); 3] = [
+    let ways: [(RankSource, RankOf<'_>); 2] = [
         (RankSource::Header, &|_, t| t.header_rank),
         (RankSource::FileName, &|_, t| rank_in_name(&t.path)),
-        (RankSource::Order, &|i, _| u32::try_from(i).ok()),
     ];
     for (source, rank_of) in ways {
-        let mut rows = Vec::new();
+        let ranks: Option<Vec<u32>> = (traces.iter().enumerate())
+            .map(|(i, t)| rank_of(i, t))
+            .collect();
+        let Some(ranks) = ranks else { continue };
         let mut keys = std::collections::BTreeSet::new();
-        let mut usable = true;
-        for (i, t) in traces.iter().enumerate() {
-            let Some(rank) = rank_of(i, t) else {
-                usable = false;
-                break;
-            };
-            for d in &t.devices {
-                usable &= keys.insert((rank, d.device));
-                rows.push(RankRow {
-                    rank,
-                    device: d.device,
-                    path: t.path.display().to_string(),
-                    peak_allocated: d.peak_allocated.clone(),
-                    peak_reserved: d.peak_reserved.clone(),
-                });
-            }
-        }
-        if usable || source == RankSource::Order {
-            return RankTable::of(source, rows);
+        let distinct = (ranks.iter().zip(traces))
+            .all(|(&r, t)| t.devices.iter().all(|d| keys.insert((r, d.device))));
+        if distinct {
+            return (source, ranks);
         }
     }
-    RankTable::of(RankSource::Order, Vec::new())
+    let order = (0..traces.len())
+        .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+        .collect();
+    (RankSource::Order, order)
+}
+
+/// The rank table of a set's traces, numbered by [`assign_ranks`].
+pub fn rank_table(traces: &[RankTrace]) -> RankTable {
+    let (source, ranks) = assign_ranks(traces);
+    let rows = (traces.iter().zip(ranks))
+        .flat_map(|(t, rank)| {
+            t.devices.iter().map(move |d| RankRow {
+                rank,
+                device: d.device,
+                path: t.path.display().to_string(),
+                peak_allocated: d.peak_allocated.clone(),
+                peak_reserved: d.peak_reserved.clone(),
+            })
+        })
+        .collect();
+    RankTable::of(source, rows)
+}
+
+/// A command's result on every device of every rank of a set: for `leaks`
+/// and `compare` of rank sets.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankResults<T> {
+    /// Where the ranks were read.
+    pub ranks_from: RankSource,
+    /// One per rank and device, by rank then device.
+    pub rows: Vec<RankResult<T>>,
+}
+
+/// A command's result on one device of one rank.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankResult<T> {
+    /// The rank.
+    pub rank: u32,
+    /// The device.
+    pub device: u32,
+    /// The result.
+    #[serde(flatten)]
+    pub result: T,
+}
+
+impl<T> RankResults<T> {
+    /// Numbers each trace's results by [`assign_ranks`], and orders them.
+    pub fn of(traces: Vec<(PathBuf, super::ByDevice<T>)>) -> Self {
+        let measured: Vec<RankTrace> = (traces.iter())
+            .map(|(path, result)| RankTrace::of(path, result))
+            .collect();
+        let (ranks_from, ranks) = assign_ranks(&measured);
+        let mut rows: Vec<RankResult<T>> = (traces.into_iter().zip(ranks))
+            .flat_map(|((_, result), rank)| {
+                result.devices.into_iter().map(move |d| RankResult {
+                    rank,
+                    device: d.peaks.device,
+                    result: d.result,
+                })
+            })
+            .collect();
+        rows.sort_by_key(|r| (r.rank, r.device));
+        RankResults { ranks_from, rows }
+    }
+}
+
+/// A rank, and its traces in the baseline and in the new run.
+pub type RankPair = (u32, PathBuf, PathBuf);
+
+/// Pairs the traces of two rank sets, rank by rank: by the numbers in their
+/// file names when each set's are distinct, else in order. An error when the
+/// sets differ in size or in ranks.
+pub fn pair_ranks(base: &[PathBuf], new: &[PathBuf]) -> Result<(RankSource, Vec<RankPair>), Error> {
+    fn numbered(paths: &[PathBuf]) -> (RankSource, Vec<(u32, PathBuf)>) {
+        let names: Option<Vec<u32>> = paths.iter().map(|p| rank_in_name(p)).collect();
+        let distinct = names.as_ref().is_some_and(|n| {
+            let mut sorted = n.clone();
+            sorted.sort_unstable();
+            sorted.windows(2).all(|w| w[0] != w[1])
+        });
+        let (source, ranks) = match names {
+            Some(n) if distinct => (RankSource::FileName, n),
+            _ => (
+                RankSource::Order,
+                (0..paths.len())
+                    .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+                    .collect(),
+            ),
+        };
+        let mut all: Vec<(u32, PathBuf)> = ranks.into_iter().zip(paths.iter().cloned()).collect();
+        all.sort();
+        (source, all)
+    }
+    let ((source, b), (_, n)) = (numbered(base), numbered(new));
+    let ranks = |set: &[(u32, PathBuf)]| set.iter().map(|(r, _)| *r).collect::<Vec<u32>>();
+    if ranks(&b) != ranks(&n) {
+        return Err(Error::RanksDiffer {
+            base: ranks(&b),
+            new: ranks(&n),
+        });
+    }
+    let pairs = (b.into_iter().zip(n))
+        .map(|((rank, b), (_, n))| (rank, b, n))
+        .collect();
+    Ok((source, pairs))
 }
 
 /// Why JSON could not be merged into a rank table.

@@ -251,6 +251,7 @@ pub fn simulate(
     let read_s = started.elapsed().as_secs_f64();
     let mut result = ByDevice {
         devices: Vec::new(),
+        rank: events.header().process.rank,
         warnings: Vec::new(),
     };
     for extracted in extracted.devices {

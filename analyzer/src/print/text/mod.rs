@@ -19,7 +19,7 @@ pub use fragmentation::fragmentation;
 pub use import::import;
 pub use info::info;
 pub use leaks::leaks;
-pub use ranks::ranks;
+pub use ranks::{rank_compare, rank_leaks, ranks};
 pub use report::report_written;
 pub use simulate::simulate;
 pub use summary::summary;

@@ -1,7 +1,10 @@
 //! The rank table as text.
 
 use super::devices::peak_cells;
-use crate::command::ranks::{RankSource, RankTable, Spread};
+use crate::command::compare::CompareResult;
+use crate::command::leaks::LeaksResult;
+use crate::command::ranks::{RankResults, RankSource, RankTable, Spread};
+use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
 use crate::units;
 
@@ -73,5 +76,107 @@ pub fn ranks(table: &RankTable) -> String {
     }
     text.push('\n');
     text.push_str(&t.render(0));
+    text
+}
+
+fn ranks_line(from: RankSource, results: usize) -> String {
+    let from = match from {
+        RankSource::Header => "ranks from the traces' headers",
+        RankSource::FileName => "ranks from the file names",
+        RankSource::Order => "ranks in the order of the files",
+    };
+    format!(
+        "{:<10}{} devices ({from})\n\n",
+        "ranks",
+        units::count(results as u64)
+    )
+}
+
+/// The leaks of every rank: its leaking sites, the fastest, and what stays
+/// live at the end.
+pub fn rank_leaks(set: &RankResults<LeaksResult>) -> String {
+    let mut t = Table::new(&[
+        ("rank", Align::Right),
+        ("device", Align::Right),
+        ("leaks", Align::Right),
+        ("fastest", Align::Right),
+        ("site", Align::Left),
+        ("never freed", Align::Right),
+    ]);
+    for row in &set.rows {
+        let r = &row.result.report;
+        let (fastest, site) = match r.leaks.first() {
+            Some(l) => (
+                format!(
+                    "{}/{}",
+                    units::bytes_delta(i128::from(l.growth.bytes_per_repetition)),
+                    l.phase
+                ),
+                site_label(&l.growth.site.site),
+            ),
+            None => ("-".to_string(), String::new()),
+        };
+        t.row([
+            row.rank.to_string(),
+            row.device.to_string(),
+            units::count(r.leaks.len() as u64),
+            fastest,
+            site,
+            units::bytes(r.never_freed_bytes),
+        ]);
+    }
+    ranks_line(set.ranks_from, set.rows.len()) + &t.render(0)
+}
+
+/// Each rank against the same rank of the baseline: peaks and the gate.
+pub fn rank_compare(set: &RankResults<CompareResult>) -> String {
+    let mut t = Table::new(&[
+        ("rank", Align::Right),
+        ("device", Align::Right),
+        ("base peak", Align::Right),
+        ("new peak", Align::Right),
+        ("change", Align::Right),
+        ("gate", Align::Left),
+    ]);
+    for row in &set.rows {
+        let c = &row.result;
+        let (base, new, change) = match c.comparison.metric("peak_allocated") {
+            Some(m) => (
+                units::bytes(m.change.base as u64),
+                units::bytes(m.change.new as u64),
+                format!(
+                    "{} ({})",
+                    units::bytes_delta(m.change.delta as i128),
+                    m.change
+                        .percent
+                        .map_or("new".to_string(), |p| format!("{p:+.1}%"))
+                ),
+            ),
+            None => Default::default(),
+        };
+        let gate = if c.gate.passed {
+            "passed".to_string()
+        } else {
+            format!("FAILED: {}", c.gate.failed.join("; "))
+        };
+        t.row([
+            row.rank.to_string(),
+            row.device.to_string(),
+            base,
+            new,
+            change,
+            gate,
+        ]);
+    }
+    let failed = set.rows.iter().filter(|r| !r.result.gate.passed).count();
+    let mut text = ranks_line(set.ranks_from, set.rows.len()) + &t.render(0);
+    text.push_str(&format!(
+        "\ngate: {}\n",
+        if failed == 0 {
+            "passed on every rank".to_string()
+        } else {
+            format!("failed on {failed} of {} ranks", set.rows.len())
+        }
+    ));
     text
 }
