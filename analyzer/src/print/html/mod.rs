@@ -58,6 +58,13 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             html: compare::section(comparison, &chart, top),
         });
     }
+    if !r.devices.is_empty() {
+        extra_sections.push(Section {
+            id: "devices".into(),
+            title: "Devices".into(),
+            html: devices_section(r),
+        });
+    }
     // One palette for every chart: a site keeps its colour throughout.
     let mut palette = Palette::new();
     let charts = Charts {
@@ -161,6 +168,7 @@ header .meta { color: #c3c9d4; font-size: 13px; }
 nav { background: #fff; border-bottom: 1px solid var(--line); padding: 8px 32px; position: sticky; top: 0; z-index: 1; }
 nav a { color: var(--accent); text-decoration: none; margin-right: 18px; font-size: 14px; }
 main { max-width: 1180px; margin: 0 auto; padding: 16px 32px 48px; }
+tr.shown td { font-weight: 600; }
 section { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 16px 24px; margin: 18px 0; }
 h2 { font-size: 18px; margin: 0 0 12px; }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(170px, 1fr)); gap: 12px; }
@@ -556,6 +564,40 @@ fn stack_details(site: &str, frames: &[String]) -> String {
         escape(&site_label(site)),
         escape(&frames.join("\n"))
     )
+}
+
+/// The table of a trace's devices, and which one the page shows.
+fn devices_section(r: &ReportResult) -> String {
+    let mut html = format!(
+        "<p>This trace holds {} devices; the page shows device {}, whose allocated peak is highest (<code>--device N</code> reports another).</p><table><tr><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th></tr>",
+        r.devices.len(),
+        r.device
+    );
+    let when = |p: &crate::analysis::summary::Peak| {
+        let at = units::duration_ns(p.time_ns);
+        match p.phase.as_str() {
+            "" => at,
+            phase => format!("{at} in {}", escape(phase)),
+        }
+    };
+    for d in &r.devices {
+        let _ = write!(
+            html,
+            "<tr{}><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            if d.device == r.device {
+                " class=\"shown\""
+            } else {
+                ""
+            },
+            d.device,
+            units::bytes(d.peak_allocated.bytes),
+            when(&d.peak_allocated),
+            units::bytes(d.peak_reserved.bytes),
+            when(&d.peak_reserved)
+        );
+    }
+    html.push_str("</table>");
+    html
 }
 
 fn sites_table(s: &SummaryReport) -> String {
