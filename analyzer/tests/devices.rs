@@ -178,6 +178,27 @@ fn a_folder_of_ranks_is_one_rank_table_and_json_summaries_merge_into_it() {
     let text = ok(&["summary", dir.to_str().unwrap(), "--in-flight", "1"]);
     assert!(text.contains("4 ranks"), "{text}");
 
+    // The report of the set: the highest rank's page, with every rank's
+    // memory over time as small multiples.
+    let html = dir.join("report.html");
+    let v = json(&[
+        "report",
+        "--json",
+        dir.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(v["name"], "run-3.vtrace");
+    assert_eq!(v["ranks"]["table"]["rows"], table["rows"]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<section id=\"ranks\"><h2>Ranks (4)</h2>"));
+    for rank in 0..4 {
+        assert!(
+            page.contains(&format!("rank {rank} · dev {rank} · ")),
+            "rank {rank}"
+        );
+    }
+
     // The same table from per-rank JSON made anywhere, and from tables.
     let mut files = Vec::new();
     for rank in 0..2 {

@@ -11,6 +11,7 @@ use super::{Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::peaks::DevicePeaks;
 use crate::analysis::summary::Peak;
+use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
 use crate::input::Input;
 use crate::progress::Progress;
 use serde::{Deserialize, Serialize};
@@ -429,6 +430,74 @@ fn trace_of_summary(value: &serde_json::Value) -> Option<RankTrace> {
         }],
         warnings: Vec::new(),
     })
+}
+
+/// Columns of each rank's memory over time in a report's small multiples:
+/// a few hundred samples per rank, so that thousands of ranks fit a page.
+pub const SMALL_MULTIPLE_COLUMNS: usize = 100;
+
+/// A rank's memory over time, for the report's small multiples.
+#[derive(Clone, Debug)]
+pub struct RankTimeline {
+    /// The rank.
+    pub rank: u32,
+    /// The device.
+    pub device: u32,
+    /// Allocated and reserved bytes over time.
+    pub timeline: Timeline,
+}
+
+/// A report's section on the rank set it belongs to.
+#[derive(Clone, Debug, Serialize)]
+pub struct RanksSection {
+    /// The rank table.
+    pub table: RankTable,
+    /// Each rank's (and device's) memory over time, by rank then device.
+    #[serde(skip)]
+    pub timelines: Vec<RankTimeline>,
+}
+
+/// Replays one trace of a rank set for its peaks and, per device, its
+/// memory over time at [`SMALL_MULTIPLE_COLUMNS`].
+pub fn measure_rank_timeline(
+    input: &Input,
+    options: &ReplayOptions,
+    progress: &dyn Progress,
+) -> Result<(RankTrace, Vec<Timeline>), Error> {
+    let replay = Replay::new(input, options, progress)?;
+    let result = replay.by_device(
+        |_| {
+            (TimelineAnalysis::new(TimelineOptions {
+                columns: SMALL_MULTIPLE_COLUMNS,
+                group_by: GroupBy::None,
+                top: 0,
+            }),)
+        },
+        |(timeline,), _| replay.result(timeline.into_report()),
+    )?;
+    let trace = RankTrace::of(input.path(), &result);
+    let timelines = result.devices.into_iter().map(|d| d.result).collect();
+    Ok((trace, timelines))
+}
+
+/// The ranks section of a set's measured traces (numbered by [`assign_ranks`]).
+pub fn ranks_section(measured: Vec<(RankTrace, Vec<Timeline>)>) -> RanksSection {
+    let traces: Vec<RankTrace> = measured.iter().map(|(t, _)| t.clone()).collect();
+    let (_, ranks) = assign_ranks(&traces);
+    let mut timelines: Vec<RankTimeline> = (measured.into_iter().zip(ranks))
+        .flat_map(|((trace, timelines), rank)| {
+            (trace.devices.into_iter().zip(timelines)).map(move |(d, timeline)| RankTimeline {
+                rank,
+                device: d.device,
+                timeline,
+            })
+        })
+        .collect();
+    timelines.sort_by_key(|t| (t.rank, t.device));
+    RanksSection {
+        table: rank_table(&traces),
+        timelines,
+    }
 }
 
 #[cfg(test)]

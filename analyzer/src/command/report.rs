@@ -56,6 +56,10 @@ pub struct ReportResult {
     pub header: Header,
     /// The device shown.
     pub device: u32,
+    /// The rank set the trace belongs to, when the report is of one (the
+    /// page shows the rank whose peak is highest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<super::ranks::RanksSection>,
     /// The peaks of every device, when there are several (the page shows
     /// one: see [`ReportOptions`]'s replay options for choosing it).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -256,6 +260,7 @@ pub fn report(
         } else {
             Vec::new()
         },
+        ranks: None,
         summary,
         fragmentation: replay.result(fragmentation.into_report())?,
         leaks,

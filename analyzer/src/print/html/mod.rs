@@ -58,6 +58,13 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             html: compare::section(comparison, &chart, top),
         });
     }
+    if let Some(ranks) = &r.ranks {
+        extra_sections.push(Section {
+            id: "ranks".into(),
+            title: format!("Ranks ({})", ranks.table.ranks),
+            html: ranks_section(r, ranks),
+        });
+    }
     if !r.devices.is_empty() {
         extra_sections.push(Section {
             id: "devices".into(),
@@ -566,6 +573,56 @@ fn stack_details(site: &str, frames: &[String]) -> String {
     )
 }
 
+/// The rank table of the set the trace belongs to, and each rank's memory
+/// over time as small multiples.
+fn ranks_section(r: &ReportResult, ranks: &crate::command::ranks::RanksSection) -> String {
+    let t = &ranks.table;
+    let mut html = format!(
+        "<p>This report is one rank's of a set of {} ranks: <b>{}</b>, whose allocated peak is highest; the rest of the page is its own.</p>",
+        t.ranks,
+        escape(&r.name)
+    );
+    if let (Some(a), Some(res)) = (&t.allocated, &t.reserved) {
+        let _ = write!(
+            html,
+            "<p>Spread between ranks: allocated {} ({} of the highest, rank {} to rank {}), reserved {} ({}, rank {} to rank {}).</p>",
+            units::bytes(a.bytes),
+            units::percent(a.fraction),
+            a.lowest.rank,
+            a.highest.rank,
+            units::bytes(res.bytes),
+            units::percent(res.fraction),
+            res.lowest.rank,
+            res.highest.rank
+        );
+    }
+    html.push_str(&svg::ranks::render(&ranks.timelines));
+    html.push_str("<details><summary>The rank table</summary><table><tr><th class=\"num\">rank</th><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th></tr>");
+    for row in &t.rows {
+        let _ = write!(
+            html,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            row.rank,
+            row.device,
+            units::bytes(row.peak_allocated.bytes),
+            when(&row.peak_allocated),
+            units::bytes(row.peak_reserved.bytes),
+            when(&row.peak_reserved)
+        );
+    }
+    html.push_str("</table></details>");
+    html
+}
+
+/// When a peak was reached, and in which phase, escaped.
+fn when(p: &crate::analysis::summary::Peak) -> String {
+    let at = units::duration_ns(p.time_ns);
+    match p.phase.as_str() {
+        "" => at,
+        phase => format!("{at} in {}", escape(phase)),
+    }
+}
+
 /// The table of a trace's devices, and which one the page shows.
 fn devices_section(r: &ReportResult) -> String {
     let mut html = format!(
@@ -573,13 +630,6 @@ fn devices_section(r: &ReportResult) -> String {
         r.devices.len(),
         r.device
     );
-    let when = |p: &crate::analysis::summary::Peak| {
-        let at = units::duration_ns(p.time_ns);
-        match p.phase.as_str() {
-            "" => at,
-            phase => format!("{at} in {}", escape(phase)),
-        }
-    };
     for d in &r.devices {
         let _ = write!(
             html,
