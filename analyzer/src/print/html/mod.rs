@@ -601,26 +601,28 @@ fn ranks_section(r: &ReportResult, ranks: &crate::command::ranks::RanksSection) 
     for row in &t.rows {
         let _ = write!(
             html,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}</tr>",
             row.rank,
             row.device,
-            units::bytes(row.peak_allocated.bytes),
-            when(&row.peak_allocated),
-            units::bytes(row.peak_reserved.bytes),
-            when(&row.peak_reserved)
+            peak_cells(&row.peak_allocated),
+            peak_cells(&row.peak_reserved)
         );
     }
     html.push_str("</table></details>");
     html
 }
 
-/// When a peak was reached, and in which phase, escaped.
-fn when(p: &crate::analysis::summary::Peak) -> String {
+/// A peak's two cells: its bytes, and when it was reached, in which phase.
+fn peak_cells(p: &crate::analysis::summary::Peak) -> String {
     let at = units::duration_ns(p.time_ns);
-    match p.phase.as_str() {
+    let when = match p.phase.as_str() {
         "" => at,
         phase => format!("{at} in {}", escape(phase)),
-    }
+    };
+    format!(
+        "<td class=\"num\">{}</td><td>{when}</td>",
+        units::bytes(p.bytes)
+    )
 }
 
 /// The table of a trace's devices, and which one the page shows.
@@ -633,17 +635,15 @@ fn devices_section(r: &ReportResult) -> String {
     for d in &r.devices {
         let _ = write!(
             html,
-            "<tr{}><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            "<tr{}><td class=\"num\">{}</td>{}{}</tr>",
             if d.device == r.device {
                 " class=\"shown\""
             } else {
                 ""
             },
             d.device,
-            units::bytes(d.peak_allocated.bytes),
-            when(&d.peak_allocated),
-            units::bytes(d.peak_reserved.bytes),
-            when(&d.peak_reserved)
+            peak_cells(&d.peak_allocated),
+            peak_cells(&d.peak_reserved)
         );
     }
     html.push_str("</table>");

@@ -25,11 +25,7 @@ fn spread_line(name: &str, spread: &Spread) -> String {
 /// A rank set's peaks: a line per rank and device, the rank whose peak is
 /// highest, and the spread between ranks.
 pub fn ranks(table: &RankTable) -> String {
-    let from = match table.ranks_from {
-        RankSource::Header => "ranks from the traces' headers",
-        RankSource::FileName => "ranks from the file names",
-        RankSource::Order => "ranks in the order of the files",
-    };
+    let from = source_words(table.ranks_from);
     let mut text = format!(
         "{:<10}{} ranks, {} devices ({from})\n",
         "ranks",
@@ -79,12 +75,17 @@ pub fn ranks(table: &RankTable) -> String {
     text
 }
 
-fn ranks_line(from: RankSource, results: usize) -> String {
-    let from = match from {
+/// Where ranks were read, in words.
+fn source_words(from: RankSource) -> &'static str {
+    match from {
         RankSource::Header => "ranks from the traces' headers",
         RankSource::FileName => "ranks from the file names",
         RankSource::Order => "ranks in the order of the files",
-    };
+    }
+}
+
+fn ranks_line(from: RankSource, results: usize) -> String {
+    let from = source_words(from);
     format!(
         "{:<10}{} devices ({from})\n\n",
         "ranks",
