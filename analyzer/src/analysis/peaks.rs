@@ -24,6 +24,10 @@ pub struct DevicePeaks {
     pub peak_allocated: Peak,
     /// The peak of reserved bytes (`torch.cuda.max_memory_reserved()`).
     pub peak_reserved: Peak,
+    /// Allocated bytes at the end: what stays live (in a training run, the
+    /// parameters and optimizer state, which sharding divides).
+    #[serde(default)]
+    pub end_allocated: u64,
 }
 
 impl Peaks {
@@ -66,6 +70,7 @@ impl Analysis for Peaks {
             device: 0,
             peak_allocated: self.allocated.report(state, symbols),
             peak_reserved: self.reserved.report(state, symbols),
+            end_allocated: state.totals().allocated,
         });
         Ok(())
     }

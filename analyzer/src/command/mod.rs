@@ -248,7 +248,7 @@ impl<'a> Replay<'a> {
             .collect::<Result<_, Error>>()?;
         Ok(ByDevice {
             devices,
-            rank: pass.header.process.rank,
+            rank: ranks::header_rank(&pass.header),
             warnings: pass.warnings,
         })
     }

@@ -59,6 +59,15 @@ impl RankTrace {
     }
 }
 
+/// The rank a trace's header records: the process's, else the launcher's
+/// `rank` in its metadata.
+pub fn header_rank(header: &vramtrace_format::Header) -> Option<u32> {
+    header.process.rank.or_else(|| {
+        let rank = header.metadata.get("rank")?;
+        rank.trim().parse().ok()
+    })
+}
+
 /// Replays one trace of a rank set for its peaks alone, each device apart.
 pub fn measure_rank(
     input: &Input,
@@ -73,7 +82,7 @@ pub fn measure_rank(
         .collect::<Result<_, _>>()?;
     Ok(RankTrace {
         path: input.path().to_owned(),
-        header_rank: pass.header.process.rank,
+        header_rank: header_rank(&pass.header),
         devices,
         warnings: pass.warnings,
     })
@@ -127,6 +136,10 @@ pub struct RankRow {
     pub peak_allocated: Peak,
     /// Its reserved peak, when and in which phase.
     pub peak_reserved: Peak,
+    /// Allocated bytes at the end (what stays live: parameters and
+    /// optimizer state, in training).
+    #[serde(default)]
+    pub end_allocated: u64,
 }
 
 /// A rank and device whose peak stands out.
@@ -247,6 +260,7 @@ pub fn rank_table(traces: &[RankTrace]) -> RankTable {
                 path: t.path.display().to_string(),
                 peak_allocated: d.peak_allocated.clone(),
                 peak_reserved: d.peak_reserved.clone(),
+                end_allocated: d.end_allocated,
             })
         })
         .collect();
@@ -427,6 +441,10 @@ fn trace_of_summary(value: &serde_json::Value) -> Option<RankTrace> {
                 .unwrap_or(0),
             peak_allocated: peak(value, "peak_allocated")?,
             peak_reserved: peak(value, "peak_reserved")?,
+            end_allocated: (value.get("end"))
+                .and_then(|e| e.get("allocated"))
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0),
         }],
         warnings: Vec::new(),
     })
@@ -521,10 +539,21 @@ mod tests {
                     device,
                     peak_allocated: peak(bytes),
                     peak_reserved: peak(bytes * 2),
+                    end_allocated: bytes / 2,
                 })
                 .collect(),
             warnings: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_header_names_its_rank_in_process_or_metadata() {
+        let mut header = vramtrace_format::Header::default();
+        assert_eq!(header_rank(&header), None);
+        header.metadata.insert("rank".into(), " 5 ".into());
+        assert_eq!(header_rank(&header), Some(5));
+        header.process.rank = Some(2);
+        assert_eq!(header_rank(&header), Some(2));
     }
 
     #[test]

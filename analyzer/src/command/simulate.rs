@@ -251,7 +251,7 @@ pub fn simulate(
     let read_s = started.elapsed().as_secs_f64();
     let mut result = ByDevice {
         devices: Vec::new(),
-        rank: events.header().process.rank,
+        rank: super::ranks::header_rank(events.header()),
         warnings: Vec::new(),
     };
     for extracted in extracted.devices {

@@ -48,7 +48,7 @@ pub fn summary(
             Ok(SummaryResult {
                 path: input.path().display().to_string(),
                 device: 0,
-                rank: pass.header.process.rank,
+                rank: super::ranks::header_rank(&pass.header),
                 summary: replay.result(summary.into_report())?,
                 warnings: Vec::new(),
             })

@@ -597,15 +597,16 @@ fn ranks_section(r: &ReportResult, ranks: &crate::command::ranks::RanksSection) 
         );
     }
     html.push_str(&svg::ranks::render(&ranks.timelines));
-    html.push_str("<details><summary>The rank table</summary><table><tr><th class=\"num\">rank</th><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th></tr>");
+    html.push_str("<details><summary>The rank table</summary><table><tr><th class=\"num\">rank</th><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th><th class=\"num\">allocated at the end</th></tr>");
     for row in &t.rows {
         let _ = write!(
             html,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}</tr>",
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td></tr>",
             row.rank,
             row.device,
             peak_cells(&row.peak_allocated),
-            peak_cells(&row.peak_reserved)
+            peak_cells(&row.peak_reserved),
+            units::bytes(row.end_allocated)
         );
     }
     html.push_str("</table></details>");

@@ -57,6 +57,7 @@ pub fn ranks(table: &RankTable) -> String {
         ("", Align::Left),
         ("peak reserved", Align::Right),
         ("", Align::Left),
+        ("at end", Align::Right),
     ]);
     for row in &table.rows {
         let [a, a_at] = peak_cells(&row.peak_allocated);
@@ -68,6 +69,7 @@ pub fn ranks(table: &RankTable) -> String {
             a_at,
             r,
             r_at,
+            units::bytes(row.end_allocated),
         ]);
     }
     text.push('\n');
