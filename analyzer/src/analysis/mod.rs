@@ -313,7 +313,7 @@ impl<A: AnalysisSet> DevicePass<A> {
             applied,
             symbols,
         };
-        peaks.event(&step, state)?;
+        peaks.observe(&step, state);
         analyses.with(|analyses| {
             for (a, done) in analyses.iter_mut().zip(done.iter_mut()) {
                 if *done {
@@ -395,8 +395,8 @@ pub fn run_pass<S: EventSource>(
 }
 
 /// Replays a trace from its start, each device (or the one of [`Devices::Only`])
-/// into its own replay state, cloned from `blank` (with its phases so far)
-/// on the device's first event, with its own analyses from `make`. Phases
+/// into its own replay state, made from `blank` with the phases so far
+/// ([`ReplayState::fork_phases`]) on the device's first event, with its own analyses from `make`. Phases
 /// and annotations belong to every device. Events inside `window` go to
 /// the analyses of their device; the pass stops after the window, or, with
 /// one device known in advance ([`Devices::Only`], [`Devices::Together`]),
@@ -412,7 +412,8 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
     window: &Window,
     meter: &dyn Meter,
 ) -> Result<DevicePasses<A>, PassError> {
-    // The process's phases, for a device first seen later.
+    // The process's phases until a device is seen; a device seen later forks
+    // the first device's (the same phases, kept once).
     let mut process = blank;
     let mut passes: Vec<DevicePass<A>> = Vec::new();
     let mut seen = BTreeSet::new();
@@ -471,8 +472,11 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
                                     index += 1;
                                     continue;
                                 }
-                                let mut pass =
-                                    DevicePass::new(device, process.clone(), make(device));
+                                let state = match passes.first() {
+                                    Some(first) => first.state.fork_phases(),
+                                    None => process.clone(),
+                                };
+                                let mut pass = DevicePass::new(device, state, make(device));
                                 if started {
                                     pass.begin(symbols);
                                 }
@@ -494,7 +498,7 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
             let result = match target {
                 Some(i) => passes[i].replay(index, event, symbols, inside),
                 None => {
-                    if !together {
+                    if passes.is_empty() {
                         process.apply(index, event, symbols);
                     }
                     passes

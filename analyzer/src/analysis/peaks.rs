@@ -36,6 +36,21 @@ impl Peaks {
         Self::default()
     }
 
+    /// Follows one replayed event: the pass calls this for every device's
+    /// event, so it is kept to a branch on what the event did.
+    #[inline(always)]
+    pub fn observe(&mut self, step: &Step<'_>, state: &ReplayState) {
+        match step.applied {
+            Applied::Alloc(_) => {
+                self.allocated.update(state.totals().allocated, step, state);
+            }
+            Applied::Segment => {
+                self.reserved.update(state.totals().reserved, step, state);
+            }
+            _ => {}
+        }
+    }
+
     /// The peaks of `device`, once the pass is over: an error if it did not finish.
     pub fn into_report(self, device: u32) -> Result<DevicePeaks, AnalysisError> {
         let mut report = self.report.ok_or(AnalysisError::NoResult("peaks"))?;
@@ -53,15 +68,7 @@ impl Analysis for Peaks {
 
     #[inline]
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
-        match step.applied {
-            Applied::Alloc(_) => {
-                self.allocated.update(state.totals().allocated, step, state);
-            }
-            Applied::Segment => {
-                self.reserved.update(state.totals().reserved, step, state);
-            }
-            _ => {}
-        }
+        self.observe(step, state);
         Ok(Flow::Continue)
     }
 
