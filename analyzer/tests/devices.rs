@@ -278,3 +278,34 @@ fn leaks_and_compare_take_rank_sets() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("rank sets differ"));
 }
+
+#[test]
+fn a_snapshot_of_two_gpus_is_not_summed() {
+    // A real run's snapshot as if recorded on two GPUs at once, at the same
+    // addresses: each GPU peaks at the run's own peak, not at the sum.
+    let two = fixture("torch/synthetic/two_devices_p4.pickle.xz");
+    let one = json(&[
+        "summary",
+        "--json",
+        &fixture("torch/mlp_empty_cache.pickle.xz"),
+    ]);
+    let v = json(&["summary", "--json", &two]);
+    for d in v["by_device"].as_array().unwrap() {
+        assert_eq!(d["peak_allocated_bytes"], one["peak_allocated_bytes"]);
+        assert_eq!(d["peak_reserved_bytes"], one["peak_reserved_bytes"]);
+        assert_eq!(d["inconsistencies"]["total"], 0);
+    }
+    // The smallest GPU that fits is one run's, on each device.
+    let alone = json(&[
+        "simulate",
+        "--json",
+        "--min-capacity",
+        &fixture("torch/mlp_empty_cache.pickle.xz"),
+    ]);
+    let sim = json(&["simulate", "--json", "--min-capacity", &two]);
+    let per_gpu = sim["by_device"].as_array().unwrap();
+    assert_eq!(per_gpu.len(), 2);
+    for d in per_gpu {
+        assert_eq!(d["min_capacity_bytes"], alone["min_capacity_bytes"]);
+    }
+}
