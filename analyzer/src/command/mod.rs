@@ -301,22 +301,6 @@ impl<T> ByDevice<T> {
     pub fn peaks(&self) -> Vec<DevicePeaks> {
         self.devices.iter().map(|d| d.peaks.clone()).collect()
     }
-
-    /// The results, one per device, changed by `f`.
-    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> ByDevice<U> {
-        ByDevice {
-            devices: self
-                .devices
-                .into_iter()
-                .map(|d| OnDevice {
-                    peaks: d.peaks,
-                    result: f(d.result),
-                })
-                .collect(),
-            rank: self.rank,
-            warnings: self.warnings,
-        }
-    }
 }
 
 impl<T: Serialize> Serialize for ByDevice<T> {
