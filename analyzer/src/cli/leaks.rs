@@ -29,6 +29,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     args.common.check_one_chart(args.output.as_deref())?;
     let (traces, set) = rank_inputs(&args.common.traces)?;
     if set {
+        if args.output.is_some() {
+            anyhow::bail!("-o takes one trace; draw a rank's leaks from its own trace");
+        }
         // Each rank's leaks, read a few traces at a time.
         let progress = Bars::new();
         let results = ranks::for_each_rank(&traces, IN_FLIGHT, |path| -> anyhow::Result<_> {
