@@ -43,6 +43,32 @@ pub enum Error {
         #[source]
         source: WindowError,
     },
+    /// The device asked for has no event in an input.
+    #[error("{path}: device {device} has no event in it (its devices: {})", list_devices(.seen))]
+    NoSuchDevice {
+        /// The input.
+        path: PathBuf,
+        /// The device asked for.
+        device: u32,
+        /// The devices it has.
+        seen: Vec<u32>,
+    },
+    /// Two runs have different numbers of devices: which to compare is unclear.
+    #[error("the runs have different devices (base: {}; new: {}): compare one of each", list_devices(.base), list_devices(.new))]
+    DevicesDiffer {
+        /// The baseline's devices.
+        base: Vec<u32>,
+        /// The new run's devices.
+        new: Vec<u32>,
+    },
+    /// Two rank sets have different ranks: which to compare is unclear.
+    #[error("the rank sets differ (base ranks: {}; new: {}): give each run's traces of the same ranks", list_devices(.base), list_devices(.new))]
+    RanksDiffer {
+        /// The baseline's ranks.
+        base: Vec<u32>,
+        /// The new run's ranks.
+        new: Vec<u32>,
+    },
     /// Two runs cannot be compared as asked.
     #[error(transparent)]
     Compare(#[from] CompareError),
@@ -55,4 +81,12 @@ pub enum Error {
         #[source]
         source: SimulateError,
     },
+}
+
+fn list_devices(seen: &[u32]) -> String {
+    if seen.is_empty() {
+        return "none".to_string();
+    }
+    let names: Vec<String> = seen.iter().map(u32::to_string).collect();
+    names.join(", ")
 }

@@ -30,9 +30,15 @@
 //!
 //! let input = Input::open("run.vtrace", &NoProgress)?;
 //! let options = SummaryOptions { top: 5, ..SummaryOptions::default() };
+//! // One result per device of the trace, each device replayed apart.
 //! let result = summary(&input, &options, &NoProgress)?;
-//! println!("peak allocated: {} bytes", result.summary.peak_allocated_bytes);
-//! print!("{}", vramtrace::print::text::summary(&result, false));
+//! for device in &result.devices {
+//!     println!("device {}: peak allocated {} bytes", device.peaks.device,
+//!         device.result.summary.peak_allocated_bytes);
+//! }
+//! print!("{}", vramtrace::print::text::by_device(&result, |r| {
+//!     vramtrace::print::text::summary(r, false)
+//! }));
 //! # Ok::<(), vramtrace::Error>(())
 //! ```
 

@@ -13,6 +13,8 @@ pub struct TraceBuilder {
     writer: TraceWriter<Vec<u8>>,
     /// The time of the next event when a helper is not given one.
     pub now: u64,
+    /// The device of the next events (0 unless set).
+    pub device: u32,
 }
 
 impl TraceBuilder {
@@ -25,6 +27,7 @@ impl TraceBuilder {
         TraceBuilder {
             writer: TraceWriter::with_options(Vec::new(), Header::default(), options).unwrap(),
             now: 0,
+            device: 0,
         }
     }
 
@@ -47,7 +50,25 @@ impl TraceBuilder {
         ])
     }
 
-    fn push(&mut self, data: EventData) -> &mut Self {
+    /// Makes the next events those of `device`.
+    pub fn on_device(&mut self, device: u32) -> &mut Self {
+        self.device = device;
+        self
+    }
+
+    fn push(&mut self, mut data: EventData) -> &mut Self {
+        match &mut data {
+            EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
+                b.device = self.device;
+            }
+            EventData::SegmentAlloc(s)
+            | EventData::SegmentFree(s)
+            | EventData::SegmentMap(s)
+            | EventData::SegmentUnmap(s) => s.device = self.device,
+            EventData::Oom(o) => o.device = self.device,
+            EventData::EmptyCache(e) => e.device = self.device,
+            _ => {}
+        }
         self.now += 1;
         self.writer
             .push(Event {

@@ -133,13 +133,18 @@ fn summary_json_has_the_promised_keys() {
     assert!(text.contains("96.0 MiB"), "{text}");
     assert!(text.contains("forward (model.py:41)"), "{text}");
 
+    // Several traces are a rank set: one table, a row per trace, numbered
+    // in order when neither headers nor names give ranks.
     let both = json(&vramtrace(&[
         "summary",
         "--json",
         path.to_str().unwrap(),
         path.to_str().unwrap(),
     ]));
-    assert_eq!(both.as_array().map(Vec::len), Some(2));
+    assert_eq!(both["rows"].as_array().map(Vec::len), Some(2));
+    assert_eq!(both["ranks_from"], "order");
+    assert_eq!(both["rows"][1]["peak_allocated"]["bytes"], 96 * MIB);
+    assert_eq!(both["allocated"]["bytes"], 0);
 }
 
 #[test]

@@ -53,7 +53,8 @@ fn every_fixture_regenerates_byte_for_byte() {
             "clean.vtrace",
             "fragmenting.vtrace",
             "leak.vtrace",
-            "oom.vtrace"
+            "oom.vtrace",
+            "two-devices.vtrace"
         ]
     );
 }

@@ -246,6 +246,24 @@ impl EventData {
             | EventData::Annotation { .. } => None,
         }
     }
+    /// The device whose memory this event concerns; `None` for phases and
+    /// annotations, which belong to the process (every device it uses).
+    pub fn device(&self) -> Option<u32> {
+        match self {
+            EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
+                Some(b.device)
+            }
+            EventData::SegmentAlloc(s)
+            | EventData::SegmentFree(s)
+            | EventData::SegmentMap(s)
+            | EventData::SegmentUnmap(s) => Some(s.device),
+            EventData::Oom(o) => Some(o.device),
+            EventData::EmptyCache(e) => Some(e.device),
+            EventData::PhaseBegin { .. }
+            | EventData::PhaseEnd { .. }
+            | EventData::Annotation { .. } => None,
+        }
+    }
 }
 
 impl Event {

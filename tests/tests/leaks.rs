@@ -221,16 +221,32 @@ fn the_leak_chart_marks_whole_repetitions() {
 }
 
 #[test]
-fn report_says_it_takes_one_trace_and_refuses_two() {
+fn report_of_two_traces_is_a_rank_set() {
     let help = vramtrace(["report", "--help"]).success().stdout;
-    assert!(
-        help.contains("<TRACE>") && !help.contains("<TRACE>..."),
-        "{help}"
-    );
+    assert!(help.contains("<TRACE>..."), "{help}");
     let dir = scratch("report-two");
     let out = dir.join("r.html");
     let a = fixture("clean.vtrace").display().to_string();
     let b = fixture("leak.vtrace").display().to_string();
-    let run = vramtrace(["report", &a, &b, "-o", out.to_str().unwrap()]).fails_with(2);
-    assert!(run.stderr.contains("unexpected argument"), "{}", run.stderr);
+    vramtrace(["report", &a, &b, "-o", out.to_str().unwrap()]).success();
+    // The page is the leaking run's (its peak is higher), ranks in order.
+    let page = std::fs::read_to_string(&out).unwrap();
+    assert!(page.contains("<section id=\"ranks\"><h2>Ranks (2)</h2>"));
+    assert!(page.contains("<b>leak.vtrace</b>, whose allocated peak is highest"));
+    // A baseline compares one trace, not a set.
+    let run = vramtrace([
+        "report",
+        &a,
+        &b,
+        "--baseline",
+        &a,
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .fails_with(2);
+    assert!(
+        run.stderr.contains("--baseline compares one trace"),
+        "{}",
+        run.stderr
+    );
 }

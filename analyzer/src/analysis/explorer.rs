@@ -452,6 +452,27 @@ impl ExplorerAnalysis {
             self.bucket_events *= 2;
         }
         let b = (offset / self.bucket_events) as usize;
+        // Events of other devices leave gaps in a device's indices, and
+        // its memory unchanged through them.
+        while b > self.buckets.len() {
+            let held = match self.buckets.last() {
+                Some(l) => SeriesBucket {
+                    start_ns: l.end_ns,
+                    end_ns: l.end_ns,
+                    allocated: Extent::of(l.allocated.last),
+                    reserved: Extent::of(l.reserved.last),
+                    cached_free: Extent::of(l.cached_free.last),
+                },
+                None => SeriesBucket {
+                    start_ns: time_ns,
+                    end_ns: time_ns,
+                    allocated: Extent::of(t.allocated),
+                    reserved: Extent::of(t.reserved),
+                    cached_free: Extent::of(cached_free),
+                },
+            };
+            self.buckets.push(held);
+        }
         if b == self.buckets.len() {
             self.buckets.push(SeriesBucket {
                 start_ns: time_ns,

@@ -17,6 +17,7 @@ pub mod explorer;
 pub mod fragmentation;
 pub mod leaks;
 pub mod pauses;
+pub mod peaks;
 pub mod phase_totals;
 pub mod phases;
 pub mod site_totals;
@@ -26,9 +27,11 @@ pub mod window;
 
 use crate::progress::Meter;
 use crate::replay::{Applied, ReplayState};
+use peaks::Peaks;
+use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use vramtrace_format::EventSource;
-use vramtrace_format::{Event, FormatError, SymbolTable, TraceDamage, Truncation};
+use vramtrace_format::{Event, FormatError, InitialState, SymbolTable, TraceDamage, Truncation};
 use window::Window;
 
 /// One replayed event, as analyses see it.
@@ -144,6 +147,220 @@ impl PassInfo {
     }
 }
 
+/// The analyses one device gets in a pass, handed to the pass as one slice.
+///
+/// Implemented for tuples of analyses (a command's set, typed, so that each
+/// report is taken from its own analysis after the pass), for `Option` of an
+/// analysis (one a command runs only sometimes) and for a slice of them.
+pub trait AnalysisSet: Send {
+    /// Calls `f` with every analysis of the set, always in the same order.
+    fn with<R>(&mut self, f: impl FnOnce(&mut [&mut dyn Analysis]) -> R) -> R;
+}
+
+impl AnalysisSet for &mut [&mut dyn Analysis] {
+    fn with<R>(&mut self, f: impl FnOnce(&mut [&mut dyn Analysis]) -> R) -> R {
+        f(self)
+    }
+}
+
+/// No analysis: a pass for the replay state and the peaks alone.
+impl AnalysisSet for () {
+    fn with<R>(&mut self, f: impl FnOnce(&mut [&mut dyn Analysis]) -> R) -> R {
+        f(&mut [])
+    }
+}
+
+macro_rules! analysis_tuple {
+    ($($name:ident $index:tt),+) => {
+        impl<$($name: Analysis),+> AnalysisSet for ($($name,)+) {
+            fn with<R>(&mut self, f: impl FnOnce(&mut [&mut dyn Analysis]) -> R) -> R {
+                f(&mut [$(&mut self.$index),+])
+            }
+        }
+    };
+}
+
+analysis_tuple!(A 0);
+analysis_tuple!(A 0, B 1);
+analysis_tuple!(A 0, B 1, C 2);
+analysis_tuple!(A 0, B 1, C 2, D 3);
+analysis_tuple!(A 0, B 1, C 2, D 3, E 4);
+analysis_tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
+analysis_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+analysis_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+
+/// An analysis a command runs only sometimes: `None` is done at once.
+impl<A: Analysis> Analysis for Option<A> {
+    fn begin(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+        if let Some(a) = self {
+            a.begin(state, symbols);
+        }
+    }
+
+    fn wants_before(&self) -> bool {
+        self.as_ref().is_some_and(|a| a.wants_before())
+    }
+
+    fn before(&mut self, index: u64, event: &Event, state: &ReplayState) {
+        if let Some(a) = self {
+            a.before(index, event, state);
+        }
+    }
+
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
+        match self {
+            Some(a) => a.event(step, state),
+            None => Ok(Flow::Done),
+        }
+    }
+
+    fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        match self {
+            Some(a) => a.finish(state, symbols),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Which devices a pass replays, and whether apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Devices {
+    /// Each device on its own: its own replay state and analyses, made on
+    /// the device's first sight (a device with segments in the trace's
+    /// initial state is seen at the start).
+    #[default]
+    Apart,
+    /// Only this device; the others' events are skipped.
+    Only(u32),
+    /// Every device summed into one state, as a single-device tool would:
+    /// for tests and for callers that bring their own state.
+    Together,
+}
+
+/// One device's part of a pass: its replay state, its analyses, and its peaks.
+pub struct DevicePass<A> {
+    /// The device index (with [`Devices::Together`], the first device seen, or 0).
+    pub device: u32,
+    /// The device's replay state after the pass.
+    pub state: ReplayState,
+    /// The device's analyses, finished.
+    pub analyses: A,
+    /// The device's allocated and reserved peaks, finished.
+    pub peaks: Peaks,
+    done: Vec<bool>,
+    busy: usize,
+    wants_before: bool,
+}
+
+impl<A: AnalysisSet> DevicePass<A> {
+    fn new(device: u32, state: ReplayState, mut analyses: A) -> Self {
+        let (count, wants_before) =
+            analyses.with(|a| (a.len(), a.iter().any(|a| a.wants_before())));
+        DevicePass {
+            device,
+            state,
+            analyses,
+            peaks: Peaks::new(),
+            done: vec![false; count],
+            busy: count,
+            wants_before,
+        }
+    }
+
+    fn begin(&mut self, symbols: &SymbolTable) {
+        let state = &self.state;
+        self.peaks.begin(state, symbols);
+        self.analyses.with(|analyses| {
+            for a in analyses.iter_mut() {
+                a.begin(state, symbols);
+            }
+        });
+    }
+
+    /// Replays one event on this device, feeding it to the analyses when
+    /// `inside` the window.
+    #[inline]
+    fn replay(
+        &mut self,
+        index: u64,
+        event: &Event,
+        symbols: &SymbolTable,
+        inside: bool,
+    ) -> Result<(), AnalysisError> {
+        let DevicePass {
+            state,
+            analyses,
+            peaks,
+            done,
+            busy,
+            wants_before,
+            ..
+        } = self;
+        if inside && *wants_before {
+            analyses.with(|analyses| {
+                for (a, _) in analyses.iter_mut().zip(done.iter()).filter(|(_, d)| !**d) {
+                    a.before(index, event, state);
+                }
+            });
+        }
+        let applied = state.apply(index, event, symbols);
+        if !inside {
+            return Ok(());
+        }
+        let step = Step {
+            index,
+            event,
+            applied,
+            symbols,
+        };
+        peaks.observe(&step, state);
+        analyses.with(|analyses| {
+            for (a, done) in analyses.iter_mut().zip(done.iter_mut()) {
+                if *done {
+                    continue;
+                }
+                if a.event(&step, state)? == Flow::Done {
+                    *done = true;
+                    *busy -= 1;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn finish(&mut self, symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        let state = &self.state;
+        self.peaks.finish(state, symbols)?;
+        self.analyses.with(|analyses| {
+            analyses
+                .iter_mut()
+                .try_for_each(|a| a.finish(state, symbols))
+        })
+    }
+}
+
+/// What a pass over every device read, and each device's part.
+pub struct DevicePasses<A> {
+    /// Each device replayed, by device index.
+    pub devices: Vec<DevicePass<A>>,
+    /// Every device seen in the events, those skipped included.
+    pub seen: Vec<u32>,
+    /// What the pass read.
+    pub info: PassInfo,
+}
+
+/// The part of an initial state on one device.
+pub(crate) fn initial_on(initial: &InitialState, device: u32) -> InitialState {
+    InitialState {
+        segments: initial
+            .segments
+            .iter()
+            .filter(|s| s.device == device)
+            .cloned()
+            .collect(),
+    }
+}
+
 /// Replays a trace from its start (loading its initial state), feeding the
 /// events inside `window` to every analysis, and stops after the window, or
 /// once every analysis is [done](Flow::Done). `meter` hears the source's
@@ -151,24 +368,87 @@ impl PassInfo {
 ///
 /// Events are decoded (on all cores, for a trace file) while the batch before is
 /// replayed: see [`EventSource::try_for_each_batch`].
+///
+/// This pass sums every device into `state` ([`Devices::Together`]); see
+/// [`run_device_pass`] for one that keeps them apart.
 pub fn run_pass<S: EventSource>(
     reader: &mut S,
     state: &mut ReplayState,
-    analyses: &mut [&mut dyn Analysis],
+    mut analyses: &mut [&mut dyn Analysis],
     window: &Window,
     meter: &dyn Meter,
 ) -> Result<PassInfo, PassError> {
-    if let Some(initial) = reader.initial_state() {
-        state.load_initial(initial, reader.symbols());
+    let blank = std::mem::take(state);
+    let mut passes = run_device_pass(
+        reader,
+        blank,
+        Devices::Together,
+        // Called once: the one slice is handed over, an empty one left.
+        |_| std::mem::take(&mut analyses),
+        window,
+        meter,
+    )?;
+    if let Some(pass) = passes.devices.pop() {
+        *state = pass.state;
     }
+    Ok(passes.info)
+}
+
+/// Replays a trace from its start, each device (or the one of [`Devices::Only`])
+/// into its own replay state, made from `blank` with the phases so far
+/// ([`ReplayState::fork_phases`]) on the device's first event, with its own analyses from `make`. Phases
+/// and annotations belong to every device. Events inside `window` go to
+/// the analyses of their device; the pass stops after the window, or, with
+/// one device known in advance ([`Devices::Only`], [`Devices::Together`]),
+/// once its every analysis is [done](Flow::Done).
+///
+/// A trace with no device event at all still has one device, 0, so that
+/// every command has a result to show.
+pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
+    reader: &mut S,
+    blank: ReplayState,
+    devices: Devices,
+    mut make: impl FnMut(u32) -> A + Send,
+    window: &Window,
+    meter: &dyn Meter,
+) -> Result<DevicePasses<A>, PassError> {
+    // The process's phases until a device is seen; a device seen later forks
+    // the first device's (the same phases, kept once).
+    let mut process = blank;
+    let mut passes: Vec<DevicePass<A>> = Vec::new();
+    let mut seen = BTreeSet::new();
+    match (devices, reader.initial_state()) {
+        (Devices::Together, initial) => {
+            if let Some(initial) = initial {
+                process.load_initial(initial, reader.symbols());
+            }
+            let device = initial
+                .and_then(|i| i.segments.first())
+                .map_or(0, |s| s.device);
+            passes.push(DevicePass::new(device, process.clone(), make(device)));
+        }
+        (devices, Some(initial)) => {
+            let mut on: Vec<u32> = initial.segments.iter().map(|s| s.device).collect();
+            on.sort_unstable();
+            on.dedup();
+            seen.extend(on.iter().copied());
+            for device in on {
+                if devices == Devices::Apart || devices == Devices::Only(device) {
+                    let mut state = process.clone();
+                    state.load_initial(&initial_on(initial, device), reader.symbols());
+                    passes.push(DevicePass::new(device, state, make(device)));
+                }
+            }
+        }
+        (_, None) => {}
+    }
+    let together = devices == Devices::Together;
+    let stops_when_done = devices != Devices::Apart;
     let mut info = PassInfo::default();
     let mut started = false;
     let mut index = 0u64;
-    let any_before = analyses.iter().any(|a| a.wants_before());
     let bounds = window.bounds();
-    // Which analyses still want events; a pass without analyses replays its window.
-    let mut done = vec![false; analyses.len()];
-    let mut busy = analyses.len();
+    let mut last = 0usize;
     let mut failure = None;
     let flow = reader.try_for_each_batch(|events, symbols, position| {
         for event in events {
@@ -176,46 +456,68 @@ pub fn run_pass<S: EventSource>(
                 return ControlFlow::Break(());
             }
             let inside = bounds.started(index, event.time_ns);
+            // The device this event goes to (`None`: all of them).
+            let target = match event.data.device() {
+                _ if together => Some(0),
+                None => None,
+                Some(device) => {
+                    if passes.get(last).is_none_or(|p| p.device != device) {
+                        match passes.iter().position(|p| p.device == device) {
+                            Some(i) => last = i,
+                            None => {
+                                seen.insert(device);
+                                if let Devices::Only(only) = devices
+                                    && only != device
+                                {
+                                    index += 1;
+                                    continue;
+                                }
+                                let state = match passes.first() {
+                                    Some(first) => first.state.fork_phases(),
+                                    None => process.clone(),
+                                };
+                                let mut pass = DevicePass::new(device, state, make(device));
+                                if started {
+                                    pass.begin(symbols);
+                                }
+                                passes.push(pass);
+                                last = passes.len() - 1;
+                            }
+                        }
+                    }
+                    Some(last)
+                }
+            };
             if inside && !started {
                 started = true;
                 info.first_time_ns = Some(event.time_ns);
-                for a in analyses.iter_mut() {
-                    a.begin(state, symbols);
+                for pass in passes.iter_mut() {
+                    pass.begin(symbols);
                 }
             }
-            if inside && any_before {
-                for (a, _) in analyses.iter_mut().zip(&done).filter(|(_, d)| !**d) {
-                    a.before(index, event, state);
+            let result = match target {
+                Some(i) => passes[i].replay(index, event, symbols, inside),
+                None => {
+                    if passes.is_empty() {
+                        process.apply(index, event, symbols);
+                    }
+                    passes
+                        .iter_mut()
+                        .try_for_each(|p| p.replay(index, event, symbols, inside))
                 }
-            }
-            let applied = state.apply(index, event, symbols);
+            };
             index += 1;
+            if let Err(e) = result {
+                failure = Some(e);
+                return ControlFlow::Break(());
+            }
             if inside {
                 info.events_in_window += 1;
                 info.last_time_ns = event.time_ns;
-                let step = Step {
-                    index: index - 1,
-                    event,
-                    applied,
-                    symbols,
-                };
-                for (a, done) in analyses.iter_mut().zip(done.iter_mut()) {
-                    if *done {
-                        continue;
-                    }
-                    match a.event(&step, state) {
-                        Ok(Flow::Continue) => {}
-                        Ok(Flow::Done) => {
-                            *done = true;
-                            busy -= 1;
-                        }
-                        Err(e) => {
-                            failure = Some(e);
-                            return ControlFlow::Break(());
-                        }
-                    }
-                }
-                if busy == 0 && !done.is_empty() {
+                if stops_when_done
+                    && !passes.is_empty()
+                    && passes.iter().all(|p| p.busy == 0 && !p.done.is_empty())
+                {
                     return ControlFlow::Break(());
                 }
             }
@@ -226,28 +528,35 @@ pub fn run_pass<S: EventSource>(
     if let Some(e) = failure {
         return Err(e.into());
     }
+    if passes.is_empty() && devices == Devices::Apart {
+        passes.push(DevicePass::new(0, process.clone(), make(0)));
+    }
     info.stopped_early = flow.is_break();
     let symbols = reader.symbols();
-    if !started {
-        for a in analyses.iter_mut() {
-            a.begin(state, symbols);
+    for pass in passes.iter_mut() {
+        if !started {
+            pass.begin(symbols);
         }
+        pass.finish(symbols)?;
     }
-    for a in analyses.iter_mut() {
-        a.finish(state, symbols)?;
-    }
+    passes.sort_by_key(|p| p.device);
+    let phases = passes.first().map_or(&process, |p| &p.state);
     info.events_replayed = index;
     info.truncation = reader.truncation().copied();
     info.complete = reader.is_complete();
     info.damage = reader.damage().to_vec();
     info.damage_count = reader.damage_count();
-    info.phase_thread = state.phase_thread();
-    info.other_thread_phases = state
+    info.phase_thread = phases.phase_thread();
+    info.other_thread_phases = phases
         .other_thread_phases()
         .iter()
         .map(|(&t, &n)| (t, n))
         .collect();
-    Ok(info)
+    Ok(DevicePasses {
+        devices: passes,
+        seen: seen.into_iter().collect(),
+        info,
+    })
 }
 
 #[cfg(test)]

@@ -112,8 +112,9 @@ impl SincePeak {
     }
 }
 
+/// The highest value of one total so far, and when it was reached.
 #[derive(Clone, Copy, Debug, Default)]
-struct PeakTrack {
+pub(crate) struct PeakTrack {
     bytes: u64,
     time_ns: u64,
     // Events replayed when the peak was reached.
@@ -122,8 +123,18 @@ struct PeakTrack {
 }
 
 impl PeakTrack {
+    /// The state's current value as the starting candidate.
+    pub(crate) fn start(bytes: u64, state: &ReplayState) -> Self {
+        PeakTrack {
+            bytes,
+            time_ns: state.time_ns(),
+            replayed: state.events_applied(),
+            phase: state.current_phase(),
+        }
+    }
+
     #[inline]
-    fn update(&mut self, bytes: u64, step: &Step<'_>, state: &ReplayState) -> bool {
+    pub(crate) fn update(&mut self, bytes: u64, step: &Step<'_>, state: &ReplayState) -> bool {
         if bytes > self.bytes {
             *self = PeakTrack {
                 bytes,
@@ -137,7 +148,7 @@ impl PeakTrack {
         }
     }
 
-    fn report(&self, state: &ReplayState, symbols: &SymbolTable) -> Peak {
+    pub(crate) fn report(&self, state: &ReplayState, symbols: &SymbolTable) -> Peak {
         Peak {
             bytes: self.bytes,
             time_ns: self.time_ns,
@@ -149,7 +160,8 @@ impl PeakTrack {
 }
 
 /// A peak of one total.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Peak {
     /// The peak value.
     pub bytes: u64,
@@ -452,12 +464,7 @@ impl Analysis for Summary {
     fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
         // The window's starting state is its first candidate for each peak.
         let t = *state.totals();
-        let start = |bytes| PeakTrack {
-            bytes,
-            time_ns: state.time_ns(),
-            replayed: state.events_applied(),
-            phase: state.current_phase(),
-        };
+        let start = |bytes| PeakTrack::start(bytes, state);
         self.allocated = start(t.allocated);
         self.reserved = start(t.reserved);
         self.requested = start(t.requested);

@@ -155,3 +155,62 @@ fn a_report_of_an_unfinished_pass_is_an_error_not_zeros() {
     assert!(leaks::Leaks::new().into_report().is_err());
     assert!(fragmentation::Fragmentation::new(4).into_report().is_err());
 }
+
+#[test]
+fn each_device_has_its_own_state_and_the_process_phases() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.segment(0x1000, 1 << 20).alloc(0x1000, 100, 100, s);
+    b.begin("p");
+    // Device 1 is first seen inside the phase, at an address device 0 holds.
+    b.on_device(1)
+        .segment(0x1000, 1 << 20)
+        .alloc(0x1000, 50, 50, s);
+    b.on_device(0).free(0x1000, 100);
+    b.end("p");
+    let (bytes, _) = b.finish_symbols();
+    let run = |devices: Devices| {
+        let mut reader = TraceReader::new(&bytes[..]).unwrap();
+        run_device_pass(
+            &mut reader,
+            ReplayState::default(),
+            devices,
+            |_| (Recorder(Vec::new(), 0),),
+            &Window::ALL,
+            &NoProgress,
+        )
+        .unwrap()
+    };
+    let apart = run(Devices::Apart);
+    assert_eq!(apart.seen, [0, 1]);
+    assert_eq!(apart.devices.len(), 2);
+    let peaks: Vec<_> = (apart.devices.into_iter())
+        .map(|d| {
+            assert_eq!(d.state.inconsistency_total(), 0, "device {}", d.device);
+            // Each device saw its own events and the process's phases.
+            assert_eq!(d.analyses.0.0.len(), if d.device == 0 { 6 } else { 3 });
+            (d.device, d.peaks.into_report(d.device).unwrap())
+        })
+        .collect();
+    assert_eq!(peaks[0].1.peak_allocated.bytes, 100);
+    assert_eq!(peaks[1].1.peak_allocated.bytes, 50);
+    // Device 1's phases began before it was seen: its peak is in `p`.
+    assert_eq!(peaks[1].1.peak_allocated.phase, "p");
+    assert_eq!(peaks[1].1.peak_reserved.bytes, 1 << 20);
+
+    let only = run(Devices::Only(1));
+    assert_eq!(only.seen, [0, 1]);
+    assert_eq!(only.devices.len(), 1);
+    assert_eq!(only.devices[0].state.totals().allocated, 50);
+    assert!(run(Devices::Only(7)).devices.is_empty());
+
+    // Summed, as before: the second device's block lands on the first's.
+    let together = run(Devices::Together);
+    assert_eq!(together.devices.len(), 1);
+    assert_eq!(
+        together.devices[0]
+            .state
+            .inconsistency_count(crate::replay::InconsistencyKind::AllocOverLive),
+        1
+    );
+}

@@ -5,7 +5,7 @@ use super::progress::Bars;
 use super::{emit, warn};
 use std::path::{Path, PathBuf};
 use vramtrace::analysis::window::{BoundSpec, WindowSpec};
-use vramtrace::command::ReplayOptions;
+use vramtrace::command::{ByDevice, ReplayOptions};
 use vramtrace::input::{Input, InputOptions};
 use vramtrace::sites::{Attribution, FoldRules};
 
@@ -98,6 +98,11 @@ pub struct ReplayArgs {
     /// the main thread). Each thread's phases nest among themselves.
     #[arg(long, value_name = "THREAD", default_value_t = vramtrace::replay::MAIN_THREAD)]
     pub phase_thread: u32,
+    /// Analyze only this device (its index in the trace). Without it, each
+    /// device is analyzed apart, in turn; a chart or a report shows the one
+    /// with the highest allocated peak.
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
 }
 
 impl ReplayArgs {
@@ -118,6 +123,7 @@ impl ReplayArgs {
             }),
             full_stacks: self.full_stacks,
             phase_thread: self.phase_thread,
+            device: self.device,
         })
     }
 }
@@ -168,6 +174,67 @@ pub fn print_json<T: serde::Serialize>(results: &[T]) -> anyhow::Result<()> {
         [one] => emit(&vramtrace::print::json(one)),
         all => emit(&vramtrace::print::json(all)),
     }
+}
+
+/// The traces of a rank set named on the command line: files as given, and
+/// each folder's traces and snapshots (names holding `.vtrace`, `.pickle` or
+/// `.pkl`), sorted by name; and whether they are a set (several, or a folder).
+pub fn rank_inputs(paths: &[PathBuf]) -> anyhow::Result<(Vec<PathBuf>, bool)> {
+    let mut traces = Vec::new();
+    let mut folder = false;
+    for path in paths {
+        if !path.is_dir() {
+            traces.push(path.clone());
+            continue;
+        }
+        folder = true;
+        let mut inside: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| anyhow::anyhow!("cannot read the folder {}: {e}", path.display()))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+                p.is_file()
+                    && name.is_some_and(|n| {
+                        n.contains(".vtrace") || n.contains(".pickle") || n.contains(".pkl")
+                    })
+            })
+            .collect();
+        if inside.is_empty() {
+            anyhow::bail!(
+                "the folder {} holds no trace (.vtrace) or snapshot (.pickle, .pkl)",
+                path.display()
+            );
+        }
+        inside.sort();
+        traces.extend(inside);
+    }
+    let set = folder || traces.len() > 1;
+    Ok((traces, set))
+}
+
+/// The device a chart shows (see [`ByDevice::shown`]), and what its title
+/// adds: with several devices, its name, and a warning naming the others.
+pub fn shown<'a, T>(path: &Path, result: &'a ByDevice<T>) -> anyhow::Result<(&'a T, String)> {
+    let shown = result
+        .shown()
+        .ok_or_else(|| anyhow::anyhow!("{}: no device to draw", path.display()))?;
+    if result.devices.len() == 1 {
+        return Ok((&shown.result, String::new()));
+    }
+    let device = shown.peaks.device;
+    let others: Vec<String> = result
+        .devices
+        .iter()
+        .map(|d| d.peaks.device)
+        .filter(|&d| d != device)
+        .map(|d| d.to_string())
+        .collect();
+    warn(format_args!(
+        "{}: drew device {device}, whose allocated peak is highest; --device N draws another ({})",
+        path.display(),
+        others.join(", ")
+    ));
+    Ok((&shown.result, format!(", device {device}")))
 }
 
 /// The last component of a path, for chart titles.

@@ -1,13 +1,14 @@
 //! `vramtrace compare BASE NEW`: did a change make memory worse, where, and
 //! by how much; a CI gate with `--fail-on`.
 
-use super::common::{InputArgs, ReplayArgs, XArg, check_outputs, open};
+use super::common::{InputArgs, ReplayArgs, XArg, check_outputs, open, rank_inputs, shown};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::analysis::compare::{CompareOptions, Threshold, ThresholdError, parse_thresholds};
 use vramtrace::command::compare::{CompareCommandOptions, compare};
+use vramtrace::command::ranks::{self, IN_FLIGHT, RankResult, RankResults};
 use vramtrace::print::{self, svg::diff::AlignBy, svg::diff::DiffRun};
 use vramtrace::units;
 
@@ -17,10 +18,12 @@ pub const EXIT_GATE: u8 = 1;
 /// Arguments of `vramtrace compare`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The baseline run: a trace or a PyTorch snapshot.
+    /// The baseline run: a trace or a PyTorch snapshot, or a folder of a
+    /// distributed run's traces (one per rank).
     #[arg(value_name = "BASE")]
     base: PathBuf,
-    /// The run to check against it: a trace or a PyTorch snapshot.
+    /// The run to check against it: a trace or a PyTorch snapshot, or a
+    /// folder of rank traces (rank i against rank i of BASE).
     #[arg(value_name = "NEW")]
     new: PathBuf,
     #[command(flatten)]
@@ -95,6 +98,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.output.as_deref(),
         [args.base.as_path(), args.new.as_path()],
     )?;
+    if args.base.is_dir() || args.new.is_dir() {
+        return rank_sets(&args, &options);
+    }
     let progress = Bars::new();
     // Snapshots are parsed side by side, as the passes then run.
     let (base, new) = rayon::join(
@@ -102,12 +108,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         || open(&args.new, &args.input, &progress),
     );
     let (base, new) = (base?, new?);
-    let result = compare(&base, &new, &options, &progress)?;
-    for (path, warning) in &result.warnings {
-        warn_about(path, std::slice::from_ref(warning));
+    let results = compare(&base, &new, &options, &progress)?;
+    for d in &results.devices {
+        for (path, warning) in &d.result.warnings {
+            warn_about(path, std::slice::from_ref(warning));
+        }
     }
-    let comparison = &result.comparison;
     if let Some(output) = &args.output {
+        let (result, _) = shown(&args.new, &results)?;
+        let comparison = &result.comparison;
         let align = match args.align {
             Align::Time => AlignBy::Time,
             Align::Repetition => AlignBy::Repetition,
@@ -138,19 +147,68 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if args.json {
-        emit(&print::json(&result))?;
+        emit(&print::json(&results))?;
         // Whoever reads the JSON may not show it: say why the exit code is 1.
-        for failed in &result.gate.failed {
-            eprintln!("threshold crossed: {failed}");
+        for d in &results.devices {
+            for failed in &d.result.gate.failed {
+                eprintln!("threshold crossed: {failed}");
+            }
         }
     } else {
-        emit(&print::text::compare(
-            &result,
-            args.top as usize,
-            args.replay.full_stacks,
-        ))?;
+        emit(&print::text::by_device(&results, |result| {
+            print::text::compare(result, args.top as usize, args.replay.full_stacks)
+        }))?;
     }
-    Ok(if result.gate.passed {
+    Ok(if results.devices.iter().all(|d| d.result.gate.passed) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_GATE)
+    })
+}
+
+/// Two rank sets (folders): rank i of NEW against rank i of BASE, a few
+/// pairs at a time; the gate fails when it fails on any rank.
+fn rank_sets(args: &Args, options: &CompareCommandOptions) -> anyhow::Result<ExitCode> {
+    if args.output.is_some() {
+        anyhow::bail!("-o draws two traces: compare one rank's traces to draw it");
+    }
+    let (base, _) = rank_inputs(std::slice::from_ref(&args.base))?;
+    let (new, _) = rank_inputs(std::slice::from_ref(&args.new))?;
+    let (ranks_from, pairs) = ranks::pair_ranks(&base, &new)?;
+    let progress = Bars::new();
+    let compared = ranks::for_each_rank(&pairs, IN_FLIGHT, |(rank, b, n)| -> anyhow::Result<_> {
+        let (base, new) = (
+            open(b, &args.input, &progress)?,
+            open(n, &args.input, &progress)?,
+        );
+        let result = compare(&base, &new, options, &progress)?;
+        let mut rows = Vec::new();
+        for d in result.devices {
+            for (path, warning) in &d.result.warnings {
+                warn_about(path, std::slice::from_ref(warning));
+            }
+            // The charts' timelines are not kept: a set may have thousands.
+            let mut result = d.result;
+            result.base_timeline = Default::default();
+            result.new_timeline = Default::default();
+            rows.push(RankResult {
+                rank: *rank,
+                device: d.peaks.device,
+                result,
+            });
+        }
+        Ok(rows)
+    })?;
+    let set = RankResults {
+        ranks_from,
+        rows: compared.into_iter().flatten().collect(),
+    };
+    if args.json {
+        emit(&print::json(&set))?;
+    } else {
+        emit(&print::text::rank_compare(&set))?;
+    }
+    Ok(if set.rows.iter().all(|r| r.result.gate.passed) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_GATE)

@@ -1,6 +1,6 @@
 //! `vramtrace fragmentation`: cached and fragmented memory over time.
 
-use super::common::{CommonArgs, XArg, file_name, for_each_trace};
+use super::common::{CommonArgs, XArg, file_name, for_each_trace, shown};
 use super::{warn_about, write_file};
 use std::process::ExitCode;
 use vramtrace::command::fragmentation::{FragmentationOptions, fragmentation};
@@ -40,14 +40,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         |input, progress| {
             let result = fragmentation(input, &options, progress)?;
             warn_about(input.path(), &result.warnings);
-            if let (Some(svg_path), Some(chart)) = (&args.output, &result.chart) {
-                let title = format!("Fragmentation: {}", file_name(input.path()));
+            let (drawn, device) = match &args.output {
+                Some(_) => shown(input.path(), &result)?,
+                None => (&result.devices[0].result, String::new()),
+            };
+            if let (Some(svg_path), Some(chart)) = (&args.output, &drawn.chart) {
+                let title = format!("Fragmentation: {}{device}", file_name(input.path()));
                 let svg = print::svg::fragmentation::render(chart, &title, args.x.into())?;
                 write_file(svg_path, svg.as_bytes())?;
             }
             Ok(result)
         },
-        print::text::fragmentation,
+        |result| print::text::by_device(result, print::text::fragmentation),
     )?;
     Ok(ExitCode::SUCCESS)
 }

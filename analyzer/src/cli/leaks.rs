@@ -1,10 +1,13 @@
 //! `vramtrace leaks`: memory retained by phases, growth across repetitions,
 //! and blocks never freed.
 
-use super::common::{CommonArgs, for_each_trace};
+use super::common::{CommonArgs, for_each_trace, open, rank_inputs, shown};
+use super::emit;
+use super::progress::Bars;
 use super::{warn_about, write_file};
 use std::process::ExitCode;
 use vramtrace::command::leaks::leaks;
+use vramtrace::command::ranks::{self, IN_FLIGHT, RankResults};
 use vramtrace::print::{self, ChartError, svg::palette::Palette};
 
 /// Arguments of `vramtrace leaks`.
@@ -24,13 +27,35 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = args.common.replay.options()?;
     args.common.check_one_chart(args.output.as_deref())?;
+    let (traces, set) = rank_inputs(&args.common.traces)?;
+    if set {
+        if args.output.is_some() {
+            anyhow::bail!("-o takes one trace; draw a rank's leaks from its own trace");
+        }
+        // Each rank's leaks, read a few traces at a time.
+        let progress = Bars::new();
+        let results = ranks::for_each_rank(&traces, IN_FLIGHT, |path| -> anyhow::Result<_> {
+            let input = open(path, &args.common.input, &progress)?;
+            let result = leaks(&input, &options, &progress)?;
+            warn_about(path, &result.warnings);
+            Ok((path.clone(), result))
+        })?;
+        let set = RankResults::of(results);
+        if args.common.json {
+            emit(&print::json(&set))?;
+        } else {
+            emit(&print::text::rank_leaks(&set))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     for_each_trace(
         &args.common,
         |input, progress| {
             let result = leaks(input, &options, progress)?;
             warn_about(input.path(), &result.warnings);
             if let Some(svg_path) = &args.output {
-                let phase = result.report.chart_phase().ok_or_else(|| {
+                let (shown, _) = shown(input.path(), &result)?;
+                let phase = shown.report.chart_phase().ok_or_else(|| {
                     anyhow::anyhow!(
                         "{}: {}",
                         input.path().display(),
@@ -42,7 +67,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(result)
         },
-        |result| print::text::leaks(result, args.top, options.full_stacks),
+        |result| {
+            print::text::by_device(result, |r| {
+                print::text::leaks(r, args.top, options.full_stacks)
+            })
+        },
     )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -12,6 +12,7 @@ mod fragmentation;
 mod import;
 mod info;
 mod leaks;
+mod merge;
 mod progress;
 mod report;
 mod simulate;
@@ -54,7 +55,8 @@ enum Command {
     Info(info::Args),
     /// Convert a PyTorch memory snapshot (pickle, optionally gz/xz/zst) into a trace.
     Import(import::Args),
-    /// Summarize a trace: peaks, top allocation sites at the peak, OOMs.
+    /// Summarize a trace: peaks, top allocation sites at the peak, OOMs; or
+    /// several (a distributed run's ranks, or a folder of them) in a rank table.
     Summary(summary::Args),
     /// Show cached and fragmented memory over time.
     Fragmentation(fragmentation::Args),
@@ -66,6 +68,8 @@ enum Command {
     Report(report::Args),
     /// Write a synthetic training-loop trace (deterministic by seed).
     Synth(synth::Args),
+    /// Merge per-rank `summary --json` files (or rank tables) into one rank table.
+    Merge(merge::Args),
     /// Compare two runs: what grew, where, and by how much; a CI gate with --fail-on.
     Compare(compare::Args),
     /// What if: would the run fit on another GPU or allocator setting; if not, where.
@@ -102,6 +106,7 @@ pub fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Merge(args) => merge::run(args),
         Command::Simulate(args) => simulate::run(args),
     };
     match result {

@@ -1,21 +1,27 @@
 //! `vramtrace report`: every analysis of a trace in one self-contained HTML
 //! page.
 
-use super::common::{InputArgs, ReplayArgs, check_outputs, open};
+use super::common::{InputArgs, ReplayArgs, check_outputs, open, rank_inputs};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use vramtrace::command::ranks::{self, IN_FLIGHT};
 use vramtrace::command::report::{ReportOptions, ReportWritten, WrittenFile, report};
 use vramtrace::print;
 
 /// Arguments of `vramtrace report`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The trace (or PyTorch snapshot) to report on: one; compare it with
-    /// another run with --baseline.
-    #[arg(value_name = "TRACE")]
-    trace: PathBuf,
+    /// The trace (or PyTorch snapshot) to report on; compare it with
+    /// another run with --baseline. Several traces, or a folder, are a
+    /// distributed run's ranks: the page is that of the rank whose peak is
+    /// highest, with a section on every rank.
+    #[arg(value_name = "TRACE", required = true)]
+    traces: Vec<PathBuf>,
+    /// With several traces (a rank set): how many are read at once.
+    #[arg(long, value_name = "N", default_value_t = IN_FLIGHT as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    in_flight: u16,
     /// Where to write the report (HTML).
     #[arg(short, long, value_name = "FILE.html")]
     output: PathBuf,
@@ -49,14 +55,47 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     check_outputs(
         [args.output.as_path()],
-        std::iter::once(&args.trace)
+        (args.traces.iter())
             .chain(args.baseline.as_ref())
             .map(PathBuf::as_path),
     )?;
     let progress = Bars::new();
+    let (traces, set) = rank_inputs(&args.traces)?;
+    let ranks = if set {
+        if args.baseline.is_some() {
+            anyhow::bail!("--baseline compares one trace: report one rank's trace to compare it");
+        }
+        let measured = ranks::for_each_rank(
+            &traces,
+            args.in_flight.into(),
+            |path| -> anyhow::Result<_> {
+                let input = open(path, &args.input, &progress)?;
+                let measured = ranks::measure_rank_timeline(&input, &options.replay, &progress)?;
+                warn_about(path, &measured.0.warnings);
+                Ok(measured)
+            },
+        )?;
+        Some(ranks::ranks_section(measured))
+    } else {
+        None
+    };
+    // The page is the highest rank's (the first of equals).
+    let trace = match &ranks {
+        Some(section) => section
+            .table
+            .allocated
+            .as_ref()
+            .and_then(|a| {
+                (section.table.rows.iter())
+                    .find(|r| r.rank == a.highest.rank && r.device == a.highest.device)
+            })
+            .map(|row| PathBuf::from(&row.path))
+            .unwrap_or_else(|| traces[0].clone()),
+        None => traces[0].clone(),
+    };
     // Snapshots are parsed side by side, as the passes then run.
     let (input, baseline) = rayon::join(
-        || open(&args.trace, &args.input, &progress),
+        || open(&trace, &args.input, &progress),
         || {
             args.baseline
                 .as_ref()
@@ -65,8 +104,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
     );
     let (input, baseline) = (input?, baseline?);
-    let result = report(&input, baseline.as_ref(), &options, &progress)?;
+    let mut result = report(&input, baseline.as_ref(), &options, &progress)?;
+    result.ranks = ranks;
     warn_about(input.path(), &result.warnings);
+    if !result.devices.is_empty() {
+        let others: Vec<String> = (result.devices.iter())
+            .filter(|d| d.device != result.device)
+            .map(|d| d.device.to_string())
+            .collect();
+        super::warn(format_args!(
+            "{}: the report shows device {}, whose allocated peak is highest; --device N shows another ({})",
+            input.path().display(),
+            result.device,
+            others.join(", ")
+        ));
+    }
     if let Some(b) = &baseline {
         warn_about(b.path(), &result.baseline_warnings);
     }

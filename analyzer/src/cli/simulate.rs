@@ -1,7 +1,7 @@
 //! `vramtrace simulate`: a trace's requests replayed under another GPU size
 //! or allocator setting.
 
-use super::common::{InputArgs, check_outputs, file_name, open};
+use super::common::{InputArgs, check_outputs, file_name, open, shown};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
@@ -50,6 +50,11 @@ pub struct Args {
     /// to 2 MiB).
     #[arg(long)]
     min_capacity: bool,
+    /// Simulate only this device of the trace (its index). Without it, each
+    /// device is simulated on its own GPU of the given size, in turn; a
+    /// chart shows the one with the highest allocated peak.
+    #[arg(long, value_name = "N")]
+    device: Option<u32>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -99,11 +104,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         } else {
             0
         },
+        recorded_device: args.device,
     };
     check_outputs(args.output.as_deref(), [args.trace.as_path()])?;
     let progress = Bars::new();
     let input = open(&args.trace, &args.input, &progress)?;
-    let result = simulate(&input, &options, &progress).inspect_err(|e| {
+    let results = simulate(&input, &options, &progress).inspect_err(|e| {
         if let Error::Simulate {
             source: SimulateError::NoSettings(why),
             ..
@@ -113,8 +119,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             warn_about(input.path(), &[Warning::UnreadableSettings(why.clone())]);
         }
     })?;
-    warn_about(input.path(), &result.warnings);
-    if args.timing {
+    let mut warnings: Vec<Warning> = Vec::new();
+    for d in &results.devices {
+        for w in &d.result.warnings {
+            if !warnings.contains(w) {
+                warnings.push(w.clone());
+            }
+        }
+    }
+    warn_about(input.path(), &warnings);
+    for result in results
+        .devices
+        .iter()
+        .map(|d| &d.result)
+        .filter(|_| args.timing)
+    {
         let t = &result.timing;
         let threads = rayon::current_num_threads();
         // Without --min-capacity: one simulation per policy, plus the fidelity run.
@@ -130,6 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(svg_path) = &args.output {
+        let (result, device) = shown(&args.trace, &results)?;
         let series: Vec<_> = result
             .policies
             .iter()
@@ -153,14 +173,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .device
             .as_ref()
             .map_or_else(|| "a device without limit".into(), |d| d.name.clone());
-        let title = format!("What-if: {} on {on}", file_name(&args.trace));
+        let title = format!("What-if: {}{device} on {on}", file_name(&args.trace));
         let svg = print::svg::simulate::render(&series, result.capacity_bytes, &title)?;
         write_file(svg_path, svg.as_bytes())?;
     }
     if args.json {
-        emit(&print::json_sorted(&result))?;
+        emit(&print::json_sorted(&results))?;
     } else {
-        emit(&print::text::simulate(&result))?;
+        emit(&print::text::by_device(&results, print::text::simulate))?;
     }
     Ok(ExitCode::SUCCESS)
 }

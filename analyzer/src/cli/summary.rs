@@ -1,8 +1,13 @@
-//! `vramtrace summary`: the first thing to run on a trace.
+//! `vramtrace summary`: the first thing to run on a trace, or the rank
+//! table of a distributed run's traces.
 
-use super::common::{CommonArgs, for_each_trace};
-use super::warn_about;
+use super::common::{CommonArgs, for_each_trace, open, print_json, rank_inputs};
+use super::progress::Bars;
+use super::{emit, warn_about};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use vramtrace::command::ReplayOptions;
+use vramtrace::command::ranks::{self, IN_FLIGHT};
 use vramtrace::command::summary::{SummaryOptions, summary};
 use vramtrace::print;
 
@@ -14,6 +19,10 @@ pub struct Args {
     /// How many sites to list at the peak.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// With several traces (a rank set): how many are read at once, which
+    /// bounds memory.
+    #[arg(long, value_name = "N", default_value_t = IN_FLIGHT as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    in_flight: u16,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -21,6 +30,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         replay: args.common.replay.options()?,
         top: args.top,
     };
+    let (traces, set) = rank_inputs(&args.common.traces)?;
+    if set {
+        rank_table(
+            &args.common,
+            &options.replay,
+            &traces,
+            args.in_flight.into(),
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let full = options.replay.full_stacks;
     for_each_trace(
         &args.common,
@@ -29,7 +48,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             warn_about(input.path(), &result.warnings);
             Ok(result)
         },
-        |result| print::text::summary(result, full),
+        |result| print::text::by_device(result, |r| print::text::summary(r, full)),
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The rank table of several traces, read `in_flight` at a time.
+fn rank_table(
+    common: &CommonArgs,
+    options: &ReplayOptions,
+    traces: &[PathBuf],
+    in_flight: usize,
+) -> anyhow::Result<()> {
+    let progress = Bars::new();
+    let measured = ranks::for_each_rank(traces, in_flight, |path| -> anyhow::Result<_> {
+        let input = open(path, &common.input, &progress)?;
+        let trace = ranks::measure_rank(&input, options, &progress)?;
+        warn_about(path, &trace.warnings);
+        Ok(trace)
+    })?;
+    let table = ranks::rank_table(&measured);
+    if common.json {
+        print_json(std::slice::from_ref(&table))
+    } else {
+        emit(&print::text::ranks(&table))
+    }
 }

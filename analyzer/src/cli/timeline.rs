@@ -1,6 +1,6 @@
 //! `vramtrace timeline`: memory over time as an SVG chart.
 
-use super::common::{CommonArgs, XArg, file_name, open, print_json};
+use super::common::{CommonArgs, XArg, file_name, open, print_json, shown};
 use super::progress::Bars;
 use super::{warn_about, write_file};
 use anyhow::bail;
@@ -70,16 +70,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let result = timeline(&input, &options, &progress)?;
         warn_about(input.path(), &result.warnings);
         if let Some(output) = &args.output {
-            let title = format!("Memory over time: {}", file_name(path));
+            let (drawn, device) = shown(path, &result)?;
+            let title = format!("Memory over time: {}{device}", file_name(path));
             let svg = print::svg::timeline::render(
-                &result.timeline,
+                &drawn.timeline,
                 &title,
                 &mut Palette::new(),
                 args.x.into(),
             )?;
             write_file(output, svg.as_bytes())?;
             if !args.common.json {
-                let t = &result.timeline;
+                let t = &drawn.timeline;
                 println!(
                     "wrote {} ({}): {} samples, {} categories, peak {}",
                     output.display(),

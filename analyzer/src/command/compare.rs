@@ -3,7 +3,7 @@
 //! pass spreads over the cores), then matched by
 //! [`analysis::compare`](crate::analysis::compare).
 
-use super::{Replay, ReplayOptions, Warning, file_name};
+use super::{ByDevice, OnDevice, Replay, ReplayOptions, Warning, file_name};
 use crate::Error;
 use crate::analysis::compare::{
     CompareOptions, Comparison, GateResult, RunFigures, Threshold, compare as match_runs, gate,
@@ -59,65 +59,111 @@ pub struct Measured {
     pub warnings: Vec<Warning>,
 }
 
-/// Replays one run with everything a comparison needs, in one pass.
+/// Replays one run with everything a comparison needs, in one pass, each
+/// device apart.
 pub fn measure(
     input: &Input,
     options: &ReplayOptions,
     progress: &dyn Progress,
-) -> Result<Measured, Error> {
+) -> Result<ByDevice<Measured>, Error> {
     let replay = Replay::new(input, options, progress)?;
-    // Every site at the peak, not the top few: a site can only be matched
-    // if both runs list it.
-    let mut summary = Summary::new(usize::MAX);
-    let mut leaks = Leaks::new();
-    let mut sites = SiteTotals::new();
-    let mut phases = PhaseTotals::new();
-    let mut timeline = TimelineAnalysis::new(TimelineOptions {
-        group_by: GroupBy::None,
-        ..TimelineOptions::default()
-    });
-    let pass = replay.run(&mut [
-        &mut summary,
-        &mut leaks,
-        &mut sites,
-        &mut phases,
-        &mut timeline,
-    ])?;
-    Ok(Measured {
-        figures: RunFigures {
-            name: file_name(input.path()),
-            summary: replay.result(summary.into_report())?,
-            leaks: replay.result(leaks.into_report())?,
-            sites: replay.result(sites.into_report())?,
-            phases: replay.result(phases.into_report())?,
+    replay.by_device(
+        |_| {
+            (
+                // Every site at the peak, not the top few: a site can only be
+                // matched if both runs list it.
+                Summary::new(usize::MAX),
+                Leaks::new(),
+                SiteTotals::new(),
+                PhaseTotals::new(),
+                TimelineAnalysis::new(TimelineOptions {
+                    group_by: GroupBy::None,
+                    ..TimelineOptions::default()
+                }),
+            )
         },
-        timeline: replay.result(timeline.into_report())?,
-        warnings: pass.warnings,
-    })
+        |(summary, leaks, sites, phases, timeline), pass| {
+            Ok(Measured {
+                figures: RunFigures {
+                    name: file_name(input.path()),
+                    summary: replay.result(summary.into_report())?,
+                    leaks: replay.result(leaks.into_report())?,
+                    sites: replay.result(sites.into_report())?,
+                    phases: replay.result(phases.into_report())?,
+                },
+                timeline: replay.result(timeline.into_report())?,
+                warnings: pass.warnings.clone(),
+            })
+        },
+    )
 }
 
-/// Compares two runs, each replayed once, side by side.
+/// A device of a baseline and the device of a new run compared with it.
+pub type DevicePair<'a, B, N> = (&'a OnDevice<B>, &'a OnDevice<N>);
+
+/// Pairs the devices of two runs: by index when both have the same ones,
+/// else in order when they have as many (rank 1 on device 1 against a rerun
+/// on device 0), else an error.
+pub fn pair_devices<'a, B, N>(
+    base: &'a ByDevice<B>,
+    new: &'a ByDevice<N>,
+) -> Result<Vec<DevicePair<'a, B, N>>, Error> {
+    if base.devices.len() != new.devices.len() {
+        return Err(Error::DevicesDiffer {
+            base: base.devices.iter().map(|d| d.peaks.device).collect(),
+            new: new.devices.iter().map(|d| d.peaks.device).collect(),
+        });
+    }
+    Ok(base.devices.iter().zip(&new.devices).collect())
+}
+
+/// Compares two runs, each replayed once, side by side: each device of the
+/// new run against the same device of the baseline.
 pub fn compare(
     base: &Input,
     new: &Input,
     options: &CompareCommandOptions,
     progress: &dyn Progress,
-) -> Result<CompareResult, Error> {
+) -> Result<ByDevice<CompareResult>, Error> {
     let (b, n) = rayon::join(
         || measure(base, &options.replay, progress),
         || measure(new, &options.replay, progress),
     );
     let (b, n) = (b?, n?);
-    let comparison = match_runs(&b.figures, &n.figures, options.matching)?;
-    let gate = gate(&comparison, &options.thresholds)?;
-    let warnings = (b.warnings.into_iter().map(|w| (base.path().to_owned(), w)))
-        .chain(n.warnings.into_iter().map(|w| (new.path().to_owned(), w)))
-        .collect();
-    Ok(CompareResult {
-        comparison,
-        gate,
-        base_timeline: b.timeline,
-        new_timeline: n.timeline,
-        warnings,
-    })
+    let devices = pair_devices(&b, &n)?
+        .into_iter()
+        .map(|(b, n)| {
+            let comparison = match_runs(&b.result.figures, &n.result.figures, options.matching)?;
+            let gate = gate(&comparison, &options.thresholds)?;
+            Ok(OnDevice {
+                peaks: n.peaks.clone(),
+                result: CompareResult {
+                    comparison,
+                    gate,
+                    base_timeline: b.result.timeline.clone(),
+                    new_timeline: n.result.timeline.clone(),
+                    warnings: Vec::new(),
+                },
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let warnings = (b
+        .warnings
+        .iter()
+        .map(|w| (base.path().to_owned(), w.clone())))
+    .chain(
+        n.warnings
+            .iter()
+            .map(|w| (new.path().to_owned(), w.clone())),
+    )
+    .collect();
+    let mut result = ByDevice {
+        devices,
+        rank: n.rank,
+        warnings: Vec::new(),
+    };
+    if let Some(first) = result.devices.first_mut() {
+        first.result.warnings = warnings;
+    }
+    Ok(result)
 }

@@ -1,6 +1,6 @@
 //! `fragmentation`: cached and fragmented memory over time.
 
-use super::{Replay, ReplayOptions, Warning};
+use super::{ByDevice, Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::fragmentation::{Fragmentation, FragmentationReport};
 use crate::input::Input;
@@ -35,12 +35,13 @@ pub struct FragmentationResult {
     pub warnings: Vec<Warning>,
 }
 
-/// Computes the fragmentation series (and the chart's, from the same pass).
+/// Computes each device's fragmentation series (and the chart's, from the
+/// same pass).
 pub fn fragmentation(
     input: &Input,
     options: &FragmentationOptions,
     progress: &dyn Progress,
-) -> Result<FragmentationResult, Error> {
+) -> Result<ByDevice<FragmentationResult>, Error> {
     let replay = Replay::new(input, &options.replay, progress)?;
     // Exactly N buckets need the window's time span before the pass: the
     // chunks' times, read without decoding. A window bounded by phases has
@@ -59,16 +60,15 @@ pub fn fragmentation(
         Some((start, end)) => Fragmentation::with_span(n, start, end),
         None => Fragmentation::new(n),
     };
-    let mut series = make(options.buckets);
-    let mut chart = options.chart_buckets.map(make);
-    let pass = match &mut chart {
-        Some(chart) => replay.run(&mut [&mut series, chart])?,
-        None => replay.run(&mut [&mut series])?,
-    };
-    Ok(FragmentationResult {
-        path: input.path().display().to_string(),
-        report: replay.result(series.into_report())?,
-        chart: chart.map(|c| replay.result(c.into_report())).transpose()?,
-        warnings: pass.warnings,
-    })
+    replay.by_device(
+        |_| (make(options.buckets), options.chart_buckets.map(make)),
+        |(series, chart), _| {
+            Ok(FragmentationResult {
+                path: input.path().display().to_string(),
+                report: replay.result(series.into_report())?,
+                chart: chart.map(|c| replay.result(c.into_report())).transpose()?,
+                warnings: Vec::new(),
+            })
+        },
+    )
 }

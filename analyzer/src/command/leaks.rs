@@ -1,7 +1,7 @@
 //! `leaks`: memory retained by phases, growth across repetitions, and
 //! blocks never freed.
 
-use super::{Replay, ReplayOptions, Warning};
+use super::{ByDevice, Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::leaks::{Leaks, LeaksReport};
 use crate::input::Input;
@@ -21,18 +21,21 @@ pub struct LeaksResult {
     pub warnings: Vec<Warning>,
 }
 
-/// Finds the leaks of an input in one pass.
+/// Finds the leaks of each device of an input, in one pass.
 pub fn leaks(
     input: &Input,
     options: &ReplayOptions,
     progress: &dyn Progress,
-) -> Result<LeaksResult, Error> {
+) -> Result<ByDevice<LeaksResult>, Error> {
     let replay = Replay::new(input, options, progress)?;
-    let mut leaks = Leaks::new();
-    let pass = replay.run(&mut [&mut leaks])?;
-    Ok(LeaksResult {
-        path: input.path().display().to_string(),
-        report: replay.result(leaks.into_report())?,
-        warnings: pass.warnings,
-    })
+    replay.by_device(
+        |_| (Leaks::new(),),
+        |(leaks,), _| {
+            Ok(LeaksResult {
+                path: input.path().display().to_string(),
+                report: replay.result(leaks.into_report())?,
+                warnings: Vec::new(),
+            })
+        },
+    )
 }

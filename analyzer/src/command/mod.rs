@@ -15,6 +15,7 @@ pub mod fragmentation;
 pub mod import;
 pub mod info;
 pub mod leaks;
+pub mod ranks;
 pub mod report;
 pub mod simulate;
 pub mod summary;
@@ -22,12 +23,16 @@ pub mod synth;
 pub mod timeline;
 
 use crate::Error;
+use crate::analysis::peaks::DevicePeaks;
 use crate::analysis::window::{Window, WindowSpec};
-use crate::analysis::{Analysis, AnalysisError, PassError, PassInfo, run_pass};
+use crate::analysis::{
+    AnalysisError, AnalysisSet, DevicePass, Devices, PassError, PassInfo, run_device_pass,
+};
 use crate::input::Input;
 use crate::progress::Progress;
 use crate::replay::ReplayState;
 use crate::sites::{FoldRules, SiteFolder};
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 use std::fmt;
 use std::path::Path;
 use vramtrace_format::{EventSource, Header, TraceDamage, Truncation};
@@ -44,6 +49,15 @@ pub struct ReplayOptions {
     /// The thread whose phases are followed (each thread's phases nest
     /// among themselves): [`MAIN_THREAD`](crate::replay::MAIN_THREAD) by default.
     pub phase_thread: u32,
+    /// The one device analyzed; `None`: each device in turn.
+    pub device: Option<u32>,
+}
+
+impl ReplayOptions {
+    /// Which devices a pass replays.
+    pub fn devices(&self) -> Devices {
+        self.device.map_or(Devices::Apart, Devices::Only)
+    }
 }
 
 /// Something worth telling about a pass, short of an error.
@@ -183,19 +197,59 @@ impl<'a> Replay<'a> {
         &self.window
     }
 
-    /// Replays the input from its start, feeding the window's events to these
-    /// analyses.
-    pub fn run(&self, analyses: &mut [&mut dyn Analysis]) -> Result<Pass, Error> {
+    /// Replays the input from its start, once, each device into its own
+    /// state with its own analyses from `make` (or only the device the
+    /// options name), feeding them the window's events. An error when the
+    /// device asked for has no event.
+    pub fn run<A: AnalysisSet>(
+        &self,
+        make: impl FnMut(u32) -> A + Send,
+    ) -> Result<(Vec<DevicePass<A>>, Pass), Error> {
         let mut events = self.input.events()?;
         let meter = self.progress.begin(self.input.pass_work(&events));
         let folder = SiteFolder::new(self.options.fold.clone(), self.options.full_stacks);
-        let mut state = ReplayState::new(folder).with_phase_thread(self.options.phase_thread);
-        let info = run_pass(&mut events, &mut state, analyses, &self.window, &*meter)
+        let state = ReplayState::new(folder).with_phase_thread(self.options.phase_thread);
+        let devices = self.options.devices();
+        let passes = run_device_pass(&mut events, state, devices, make, &self.window, &*meter)
             .map_err(|e| pass_error(self.input.path(), e))?;
-        Ok(Pass {
-            warnings: Warning::of_pass(&info, &self.window),
+        if let Devices::Only(device) = devices
+            && passes.devices.is_empty()
+        {
+            return Err(Error::NoSuchDevice {
+                path: self.input.path().to_owned(),
+                device,
+                seen: passes.seen,
+            });
+        }
+        let pass = Pass {
+            warnings: Warning::of_pass(&passes.info, &self.window),
             header: events.header().clone(),
-            info,
+            info: passes.info,
+        };
+        Ok((passes.devices, pass))
+    }
+
+    /// Replays the input once (see [`run`](Self::run)) and makes each
+    /// device's result from its finished analyses with `result`.
+    pub fn by_device<A: AnalysisSet, T>(
+        &self,
+        make: impl FnMut(u32) -> A + Send,
+        mut result: impl FnMut(A, &Pass) -> Result<T, Error>,
+    ) -> Result<ByDevice<T>, Error> {
+        let (devices, pass) = self.run(make)?;
+        let devices = devices
+            .into_iter()
+            .map(|d| {
+                Ok(OnDevice {
+                    peaks: self.result(d.peaks.into_report(d.device))?,
+                    result: result(d.analyses, &pass)?,
+                })
+            })
+            .collect::<Result<_, Error>>()?;
+        Ok(ByDevice {
+            devices,
+            rank: ranks::header_rank(&pass.header),
+            warnings: pass.warnings,
         })
     }
 
@@ -205,6 +259,77 @@ impl<'a> Replay<'a> {
             path: self.input.path().to_owned(),
             source,
         })
+    }
+}
+
+/// A command's result on each device of an input, in device order.
+///
+/// As JSON, the result of a single device is that result alone (as before
+/// devices were kept apart); several are `{"devices": [their peaks],
+/// "by_device": [{"device": N, ...its result}]}`.
+#[derive(Clone, Debug)]
+pub struct ByDevice<T> {
+    /// Each device's peaks and result.
+    pub devices: Vec<OnDevice<T>>,
+    /// The rank of the process that recorded the input, when its header says.
+    pub rank: Option<u32>,
+    /// What the pass found worth a warning (one pass for every device).
+    pub warnings: Vec<Warning>,
+}
+
+/// A command's result on one device.
+#[derive(Clone, Debug)]
+pub struct OnDevice<T> {
+    /// The device's peaks (its index among them).
+    pub peaks: DevicePeaks,
+    /// The command's result on the device.
+    pub result: T,
+}
+
+impl<T> ByDevice<T> {
+    /// The device shown where one is shown (a chart, a report): the one
+    /// asked for, else the one with the highest allocated peak (the first
+    /// of equals). `None` only without devices.
+    pub fn shown(&self) -> Option<&OnDevice<T>> {
+        self.devices
+            .iter()
+            .rev()
+            .max_by_key(|d| d.peaks.peak_allocated.bytes)
+    }
+
+    /// Each device's peaks.
+    pub fn peaks(&self) -> Vec<DevicePeaks> {
+        self.devices.iter().map(|d| d.peaks.clone()).collect()
+    }
+}
+
+impl<T: Serialize> Serialize for ByDevice<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error as _;
+        if let [one] = self.devices.as_slice() {
+            return one.result.serialize(serializer);
+        }
+        let mut s = serializer.serialize_struct("ByDevice", 2)?;
+        s.serialize_field("devices", &self.peaks())?;
+        // Each result with its device first, unless it names a `device` of
+        // its own (the summary's index, the simulated GPU).
+        let entries = self
+            .devices
+            .iter()
+            .map(|d| {
+                let mut entry = serde_json::Map::new();
+                entry.insert("device".into(), d.peaks.device.into());
+                match serde_json::to_value(&d.result).map_err(S::Error::custom)? {
+                    serde_json::Value::Object(fields) => entry.extend(fields),
+                    other => {
+                        entry.insert("result".into(), other);
+                    }
+                }
+                Ok(serde_json::Value::Object(entry))
+            })
+            .collect::<Result<Vec<_>, S::Error>>()?;
+        s.serialize_field("by_device", &entries)?;
+        s.end()
     }
 }
 

@@ -12,6 +12,7 @@ use crate::analysis::explorer::{Explorer, ExplorerAnalysis, ExplorerOptions};
 use crate::analysis::fragmentation::{Fragmentation, FragmentationReport};
 use crate::analysis::leaks::{Leaks, LeaksReport};
 use crate::analysis::pauses::XAxis;
+use crate::analysis::peaks::DevicePeaks;
 use crate::analysis::phase_totals::PhaseTotals;
 use crate::analysis::site_totals::SiteTotals;
 use crate::analysis::summary::{Summary, SummaryReport};
@@ -53,6 +54,16 @@ pub struct ReportResult {
     pub name: String,
     /// Its header.
     pub header: Header,
+    /// The device shown.
+    pub device: u32,
+    /// The rank set the trace belongs to, when the report is of one (the
+    /// page shows the rank whose peak is highest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<super::ranks::RanksSection>,
+    /// The peaks of every device, when there are several (the page shows
+    /// one: see [`ReportOptions`]'s replay options for choosing it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DevicePeaks>,
     /// The summary.
     pub summary: SummaryReport,
     /// Fragmentation over time, at the chart's resolution.
@@ -114,61 +125,84 @@ pub fn report(
     let replay = Replay::new(input, &options.replay, progress)?;
     // A comparison matches every site at the peak, so with a baseline the
     // summary keeps them all and the report's tables take the top ones.
-    let mut summary = Summary::new(if baseline.is_some() {
-        usize::MAX
-    } else {
-        options.top
-    });
-    let mut fragmentation = Fragmentation::new(CHART_BUCKETS);
-    let mut leaks = Leaks::new();
-    let mut site_totals = SiteTotals::new();
-    let mut phase_totals = PhaseTotals::new();
-    let mut timeline = TimelineAnalysis::new(TimelineOptions {
-        group_by: GroupBy::Site,
-        top: options.top,
-        ..TimelineOptions::default()
-    });
-    let mut explorer = ExplorerAnalysis::new(options.explorer);
     // What-if runs the whole trace's requests: not for a window. The
     // request extractor needs the recorded device's size before the pass:
     // a stream's header comes first, and a stream dropped early is no error.
-    let recorded_capacity = input
-        .events()?
-        .header()
-        .devices
-        .first()
-        .and_then(|d| crate::simulate::recorded_capacity(d.total_memory));
-    let mut requests = (options.what_if && replay.window().is_all()).then(|| BoundedRequests {
-        extractor: RequestExtractor::new(recorded_capacity),
-        events: 0,
-        over: false,
-    });
+    let header_devices = input.events()?.header().devices.clone();
+    let what_if_runs = options.what_if && replay.window().is_all();
+    let make = |device: u32| {
+        let recorded_capacity = crate::simulate::device_capacity(&header_devices, device);
+        (
+            // A comparison matches every site at the peak, so with a
+            // baseline the summary keeps them all and the report's tables
+            // take the top ones.
+            Summary::new(if baseline.is_some() {
+                usize::MAX
+            } else {
+                options.top
+            }),
+            Fragmentation::new(CHART_BUCKETS),
+            Leaks::new(),
+            TimelineAnalysis::new(TimelineOptions {
+                group_by: GroupBy::Site,
+                top: options.top,
+                ..TimelineOptions::default()
+            }),
+            ExplorerAnalysis::new(options.explorer),
+            what_if_runs.then(|| BoundedRequests {
+                extractor: RequestExtractor::new(recorded_capacity),
+                events: 0,
+                over: false,
+            }),
+            baseline.is_some().then(SiteTotals::new),
+            baseline.is_some().then(PhaseTotals::new),
+        )
+    };
     // The baseline replays on its own thread while this run does.
-    let (pass, base) = rayon::join(
-        || {
-            let mut analyses: Vec<&mut dyn Analysis> = vec![
-                &mut summary,
-                &mut fragmentation,
-                &mut leaks,
-                &mut timeline,
-                &mut explorer,
-            ];
-            if let Some(requests) = requests.as_mut() {
-                analyses.push(requests);
-            }
-            if baseline.is_some() {
-                analyses.push(&mut site_totals);
-                analyses.push(&mut phase_totals);
-            }
-            replay.run(&mut analyses)
-        },
+    let (passes, base) = rayon::join(
+        || replay.run(make),
         || {
             baseline
                 .map(|b| measure(b, &options.replay, progress))
                 .transpose()
         },
     );
-    let (pass, base) = (pass?, base?);
+    let ((passes, pass), base) = (passes?, base?);
+    // A page shows one device: the one asked for, else the one whose
+    // allocated peak is highest (the first of equals); the others are
+    // listed in the page's table of devices.
+    let mut devices = Vec::with_capacity(passes.len());
+    let mut shown = None;
+    for p in passes {
+        let peaks = replay.result(p.peaks.into_report(p.device))?;
+        if shown.as_ref().is_none_or(|(s, _): &(DevicePeaks, _)| {
+            peaks.peak_allocated.bytes > s.peak_allocated.bytes
+        }) {
+            shown = Some((peaks.clone(), p.analyses));
+        }
+        devices.push(peaks);
+    }
+    let Some((shown_peaks, analyses)) = shown else {
+        return Err(Error::NoSuchDevice {
+            path: input.path().to_owned(),
+            device: options.replay.device.unwrap_or(0),
+            seen: Vec::new(),
+        });
+    };
+    let (summary, fragmentation, leaks, timeline, explorer, requests, site_totals, phase_totals) =
+        analyses;
+    let recorded_capacity = crate::simulate::device_capacity(&header_devices, shown_peaks.device);
+    let base = base.map(|base| {
+        let index = base
+            .devices
+            .iter()
+            .position(|d| d.peaks.device == shown_peaks.device);
+        let mut devices = base.devices;
+        match index {
+            Some(i) => devices.swap_remove(i).result,
+            None => devices.swap_remove(0).result,
+        }
+    });
     let what_if_left_out = if !options.what_if {
         None
     } else if !replay.window().is_all() {
@@ -197,8 +231,8 @@ pub fn report(
         });
     let mut summary = replay.result(summary.into_report())?;
     let leaks = replay.result(leaks.into_report())?;
-    let (comparison, base_timeline, baseline_warnings) = match base {
-        Some(base) => {
+    let (comparison, base_timeline, baseline_warnings) = match (base, site_totals, phase_totals) {
+        (Some(base), Some(site_totals), Some(phase_totals)) => {
             let new = RunFigures {
                 name: file_name(input.path()),
                 summary: summary.clone(),
@@ -214,12 +248,19 @@ pub fn report(
             summary.top_sites_at_peak.truncate(options.top);
             (Some(comparison), Some(base.timeline), base.warnings)
         }
-        None => (None, None, Vec::new()),
+        _ => (None, None, Vec::new()),
     };
     Ok(ReportResult {
         path: input.path().display().to_string(),
         name: file_name(input.path()),
         header: pass.header,
+        device: shown_peaks.device,
+        devices: if devices.len() > 1 {
+            devices
+        } else {
+            Vec::new()
+        },
+        ranks: None,
         summary,
         fragmentation: replay.result(fragmentation.into_report())?,
         leaks,

@@ -1,8 +1,10 @@
 //! `simulate`: a trace's requests replayed under another GPU size or
 //! allocator setting (see [`crate::simulate`]).
 
-use super::Warning;
+use super::{ByDevice, OnDevice, Warning};
 use crate::Error;
+use crate::analysis::Devices;
+use crate::input::EventStream;
 use crate::input::Input;
 use crate::progress::Progress;
 use crate::simulate::gpus::{self, GpuPreset};
@@ -33,6 +35,8 @@ pub struct SimulateOptions {
     pub min_capacity: bool,
     /// Time buckets of memory over time for a chart (0: none).
     pub chart_buckets: usize,
+    /// The one recorded device simulated; `None`: each in turn.
+    pub recorded_device: Option<u32>,
 }
 
 /// The device a what-if runs on.
@@ -220,19 +224,52 @@ pub struct Timing {
     pub list_bytes: usize,
 }
 
-/// Reads an input's requests once, then simulates every policy asked for
-/// (in parallel), and the recorded settings' fidelity beside them.
+/// Reads an input's requests once, each device's apart, then simulates
+/// every policy asked for (in parallel) on each device in turn, and the
+/// recorded settings' fidelity beside them: a capacity is one GPU's.
 pub fn simulate(
     input: &Input,
     options: &SimulateOptions,
     progress: &dyn Progress,
-) -> Result<SimulateResult, Error> {
+) -> Result<ByDevice<SimulateResult>, Error> {
     let started = std::time::Instant::now();
     let mut events = input.events()?;
     let meter = progress.begin(input.pass_work(&events));
+    let devices = options
+        .recorded_device
+        .map_or(Devices::Apart, Devices::Only);
     let extracted =
-        extract(&mut events, &*meter).map_err(|e| super::pass_error(input.path(), e))?;
+        extract(&mut events, devices, &*meter).map_err(|e| super::pass_error(input.path(), e))?;
     drop(meter);
+    if let (Some(device), true) = (options.recorded_device, extracted.devices.is_empty()) {
+        return Err(Error::NoSuchDevice {
+            path: input.path().to_owned(),
+            device,
+            seen: extracted.seen,
+        });
+    }
+    let read_s = started.elapsed().as_secs_f64();
+    let mut result = ByDevice {
+        devices: Vec::new(),
+        rank: super::ranks::header_rank(events.header()),
+        warnings: Vec::new(),
+    };
+    for extracted in extracted.devices {
+        let peaks = extracted.peaks.clone();
+        let one = simulate_device(input, options, &extracted, &events, read_s)?;
+        result.devices.push(OnDevice { peaks, result: one });
+    }
+    Ok(result)
+}
+
+/// Simulates one device's requests.
+fn simulate_device(
+    input: &Input,
+    options: &SimulateOptions,
+    extracted: &Extracted,
+    events: &EventStream,
+    read_s: f64,
+) -> Result<SimulateResult, Error> {
     let mut warnings = Vec::new();
     if let Some(t) = extracted.info.truncation {
         warnings.push(Warning::Truncated(t));
@@ -279,7 +316,6 @@ pub fn simulate(
         samples: options.chart_buckets,
         ..Default::default()
     };
-    let read_s = started.elapsed().as_secs_f64();
     let started = std::time::Instant::now();
     let (results, fidelity) = rayon::join(
         || sweep(list, &scenarios, &sim, options.min_capacity),
@@ -319,7 +355,7 @@ pub fn simulate(
     let policies: Vec<PolicyResult> = results
         .into_iter()
         .map(|r| PolicyResult {
-            oom: describe_oom(&r, &extracted, symbols),
+            oom: describe_oom(&r, extracted, symbols),
             min_capacity_bytes: r.min_capacity.map(|m| m.bytes + reserve.bytes),
             scenario: r,
         })
@@ -341,7 +377,7 @@ pub fn simulate(
         fidelity,
         fragmentation: first.scenario.result.fragmentation,
         min_capacity_bytes: first.min_capacity_bytes,
-        notes: notes(&extracted),
+        notes: notes(extracted),
         oom: first.oom.clone(),
         path: input.path().display().to_string(),
         peak_allocated_bytes: first.scenario.result.peak_allocated_bytes,

@@ -1,6 +1,6 @@
 //! `summary`: the first thing to run on a trace.
 
-use super::{Replay, ReplayOptions, Warning};
+use super::{ByDevice, Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::summary::{Summary, SummaryReport};
 use crate::input::Input;
@@ -21,26 +21,42 @@ pub struct SummaryOptions {
 pub struct SummaryResult {
     /// The input's path.
     pub path: String,
+    /// The device summarized.
+    pub device: u32,
+    /// The rank of the process that recorded it, when its header says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
     /// The summary.
     #[serde(flatten)]
     pub summary: SummaryReport,
-    /// What the pass found worth a warning.
+    /// What the pass found worth a warning (empty per device: see
+    /// [`ByDevice::warnings`]).
     #[serde(skip)]
     pub warnings: Vec<Warning>,
 }
 
-/// Summarizes an input in one pass.
+/// Summarizes each device of an input, in one pass.
 pub fn summary(
     input: &Input,
     options: &SummaryOptions,
     progress: &dyn Progress,
-) -> Result<SummaryResult, Error> {
+) -> Result<ByDevice<SummaryResult>, Error> {
     let replay = Replay::new(input, &options.replay, progress)?;
-    let mut summary = Summary::new(options.top);
-    let pass = replay.run(&mut [&mut summary])?;
-    Ok(SummaryResult {
-        path: input.path().display().to_string(),
-        summary: replay.result(summary.into_report())?,
-        warnings: pass.warnings,
-    })
+    let result = replay.by_device(
+        |_| (Summary::new(options.top),),
+        |(summary,), pass| {
+            Ok(SummaryResult {
+                path: input.path().display().to_string(),
+                device: 0,
+                rank: super::ranks::header_rank(&pass.header),
+                summary: replay.result(summary.into_report())?,
+                warnings: Vec::new(),
+            })
+        },
+    )?;
+    let mut result = result;
+    for d in &mut result.devices {
+        d.result.device = d.peaks.device;
+    }
+    Ok(result)
 }

@@ -1,6 +1,6 @@
 //! `timeline`: memory over time, stacked by site or phase.
 
-use super::{Replay, ReplayOptions, Warning};
+use super::{ByDevice, Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
 use crate::input::Input;
@@ -32,22 +32,27 @@ pub struct TimelineResult {
     pub warnings: Vec<Warning>,
 }
 
-/// Replays an input into its timeline.
+/// Replays an input into the timeline of each of its devices.
 pub fn timeline(
     input: &Input,
     options: &TimelineCommandOptions,
     progress: &dyn Progress,
-) -> Result<TimelineResult, Error> {
+) -> Result<ByDevice<TimelineResult>, Error> {
     let replay = Replay::new(input, &options.replay, progress)?;
-    let mut analysis = TimelineAnalysis::new(TimelineOptions {
-        group_by: options.group_by,
-        top: options.top,
-        ..TimelineOptions::default()
-    });
-    let pass = replay.run(&mut [&mut analysis])?;
-    Ok(TimelineResult {
-        path: input.path().display().to_string(),
-        timeline: replay.result(analysis.into_report())?,
-        warnings: pass.warnings,
-    })
+    replay.by_device(
+        |_| {
+            (TimelineAnalysis::new(TimelineOptions {
+                group_by: options.group_by,
+                top: options.top,
+                ..TimelineOptions::default()
+            }),)
+        },
+        |(analysis,), _| {
+            Ok(TimelineResult {
+                path: input.path().display().to_string(),
+                timeline: replay.result(analysis.into_report())?,
+                warnings: Vec::new(),
+            })
+        },
+    )
 }

@@ -349,6 +349,25 @@ impl ReplayState {
         }
     }
 
+    /// A state with this one's phases (their instances, the open ones, their
+    /// paths, the thread followed) and site folding, and no memory: the
+    /// start of a device first seen after other devices' events, whose
+    /// phases, the process's, it shares.
+    pub fn fork_phases(&self) -> ReplayState {
+        let mut state = ReplayState::new(self.sites.clone());
+        state.phases.clone_from(&self.phases);
+        state.phase_heads.clone_from(&self.phase_heads);
+        state.open.clone_from(&self.open);
+        state.paths = self.paths.clone();
+        state.phase_thread = self.phase_thread;
+        state
+            .other_thread_phases
+            .clone_from(&self.other_thread_phases);
+        state.events = self.events;
+        state.time_ns = self.time_ns;
+        state
+    }
+
     /// Follows the phases of `thread` (a trace's thread id) rather than the
     /// main thread's: phase events of other threads are counted, not
     /// replayed, since each thread's phases nest only among themselves.

@@ -718,6 +718,16 @@ pub fn recorded_capacity(total_memory: u64) -> Option<u64> {
         .then_some(total_memory)
 }
 
+/// The capacity of `device` as the header's list of devices records it
+/// (the one listed when it lists one), when a simulation can use it.
+pub fn device_capacity(devices: &[vramtrace_format::DeviceInfo], device: u32) -> Option<u64> {
+    let info = match devices {
+        [one] => Some(one),
+        all => all.iter().find(|d| d.index == device),
+    };
+    info.and_then(|d| recorded_capacity(d.total_memory))
+}
+
 /// Replays the list with the recorded settings on the recorded device and
 /// compares the outcome with the recording.
 pub fn fidelity(list: &RequestList, config: &AllocatorConfig, capacity: Option<u64>) -> Fidelity {
@@ -777,6 +787,10 @@ pub fn fidelity(list: &RequestList, config: &AllocatorConfig, capacity: Option<u
 
 /// A trace's requests with what describing them needs.
 pub struct Extracted {
+    /// The device whose requests these are.
+    pub device: u32,
+    /// The device's recorded peaks.
+    pub peaks: crate::analysis::peaks::DevicePeaks,
     /// The requests.
     pub list: RequestList,
     /// The replay state after the pass: it names sites and phases.
@@ -790,32 +804,56 @@ pub struct Extracted {
     pub info: crate::analysis::PassInfo,
 }
 
-/// Decodes and replays a trace once into its [`RequestList`].
+/// The requests of each device of a trace.
+pub struct ExtractedDevices {
+    /// Each device's requests, by device index.
+    pub devices: Vec<Extracted>,
+    /// Every device seen, those skipped included.
+    pub seen: Vec<u32>,
+}
+
+/// Decodes and replays a trace once into the [`RequestList`] of each of its
+/// devices (or of the one `devices` names): a GPU's capacity is its own.
 pub fn extract<S: vramtrace_format::EventSource>(
     reader: &mut S,
+    devices: crate::analysis::Devices,
     meter: &dyn crate::progress::Meter,
-) -> Result<Extracted, crate::analysis::PassError> {
+) -> Result<ExtractedDevices, crate::analysis::PassError> {
     let header = reader.header();
-    let recorded_capacity = header
-        .devices
-        .first()
-        .and_then(|d| recorded_capacity(d.total_memory));
     let recorded_config = AllocatorConfig::from_settings(&header.allocator_settings);
-    let mut extractor =
-        RequestExtractor::new(recorded_capacity).starting_from(reader.initial_state());
-    let mut state = crate::replay::ReplayState::default();
-    let info = crate::analysis::run_pass(
+    let listed = header.devices.clone();
+    let initial = reader.initial_state().cloned();
+    let passes = crate::analysis::run_device_pass(
         reader,
-        &mut state,
-        &mut [&mut extractor],
+        crate::replay::ReplayState::default(),
+        devices,
+        |device| {
+            let initial = initial
+                .as_ref()
+                .map(|i| crate::analysis::initial_on(i, device));
+            (RequestExtractor::new(device_capacity(&listed, device))
+                .starting_from(initial.as_ref()),)
+        },
         &crate::analysis::window::Window::ALL,
         meter,
     )?;
-    Ok(Extracted {
-        list: extractor.into_list()?,
-        state,
-        recorded_config,
-        recorded_capacity,
-        info,
+    let devices = passes
+        .devices
+        .into_iter()
+        .map(|p| {
+            Ok(Extracted {
+                device: p.device,
+                peaks: p.peaks.into_report(p.device)?,
+                list: p.analyses.0.into_list()?,
+                state: p.state,
+                recorded_config: recorded_config.clone(),
+                recorded_capacity: device_capacity(&listed, p.device),
+                info: passes.info.clone(),
+            })
+        })
+        .collect::<Result<_, crate::analysis::PassError>>()?;
+    Ok(ExtractedDevices {
+        devices,
+        seen: passes.seen,
     })
 }

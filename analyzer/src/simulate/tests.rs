@@ -1,4 +1,5 @@
 use super::*;
+use crate::analysis::Devices;
 use crate::input::Input;
 use crate::progress::NoProgress;
 use std::path::PathBuf;
@@ -11,7 +12,10 @@ fn fixture(name: &str) -> PathBuf {
 
 fn load(name: &str) -> Extracted {
     let input = Input::open(fixture(name), &NoProgress).unwrap();
-    extract(&mut input.events().unwrap(), &NoProgress).unwrap()
+    extract(&mut input.events().unwrap(), Devices::Apart, &NoProgress)
+        .unwrap()
+        .devices
+        .remove(0)
 }
 
 fn recorded(e: &Extracted) -> AllocatorConfig {
@@ -198,7 +202,10 @@ fn cross_stream_frees_complete_when_recorded() {
         .alloc(0x1000_0000, 1024, 1000, s);
     let bytes = t.finish();
     let mut reader = vramtrace_format::TraceReader::new(&bytes[..]).unwrap();
-    let e = extract(&mut reader, &NoProgress).unwrap();
+    let e = extract(&mut reader, Devices::Apart, &NoProgress)
+        .unwrap()
+        .devices
+        .remove(0);
     let ops: Vec<Op> = e.list.requests.iter().map(|r| r.op).collect();
     assert_eq!(
         ops,

@@ -56,6 +56,18 @@ def test_load_reads_the_header():
     assert run.path == LEAK and os.fspath(run) == os.fspath(LEAK)
 
 
+def test_devices_apart_or_one_picked():
+    two = FIXTURES / "two-devices.vtrace"
+    both = vramtrace.load(two).summary()
+    assert [d.device for d in both.devices] == [0, 1]
+    one = vramtrace.load(two, device=1)
+    assert "device=1" in repr(one)
+    summary = one.summary()
+    assert summary.device == 1
+    assert summary.peak_allocated_bytes == both.devices[1].peak_allocated.bytes
+    assert one.simulate().recorded.peak_allocated_bytes == summary.peak_allocated_bytes
+
+
 def test_summary_is_the_commands_json_as_objects():
     summary = vramtrace.load(LEAK).summary(top=3)
     assert summary == cli_json("summary", "--top", "3", os.fspath(LEAK))

@@ -246,19 +246,28 @@ def _json(command: str, options: Sequence[str], inputs: Sequence[PathLike],
 class Trace:
     """A trace or PyTorch memory snapshot to analyze (see :func:`load`).
 
-    ``start`` and ``end`` bound the analyzed window: seconds since the trace
+    ``device`` picks one device of a trace of several (a snapshot of a
+    process driving two GPUs); without it, a command's result on such a
+    trace is ``devices`` (each one's peaks) and ``by_device`` (each one's
+    result). ``start`` and ``end`` bound the analyzed window: seconds since the trace
     start (``1.5``), a time with its unit (``"300ms"``), or a phase name
     (its first begin, its last end). ``full_stacks`` shows whole stacks
     instead of folding each to its most telling frame; ``skip_frames`` are
     regular expressions of frames also skipped when folding.
     """
 
-    def __init__(self, path: PathLike) -> None:
+    def __init__(self, path: PathLike, device: Optional[int] = None) -> None:
         self.path = Path(path)
+        self.device = device
         self._info: Optional[Result] = None
 
+    def _device(self) -> List[str]:
+        """``--device N`` when one device was picked."""
+        return [] if self.device is None else ["--device", str(self.device)]
+
     def __repr__(self) -> str:
-        return f"vramtrace.Trace({os.fspath(self.path)!r})"
+        device = "" if self.device is None else f", device={self.device}"
+        return f"vramtrace.Trace({os.fspath(self.path)!r}{device})"
 
     def __fspath__(self) -> str:
         return os.fspath(self.path)
@@ -274,7 +283,7 @@ class Trace:
         """Peaks with their phase, the top sites at the peak, OOMs, and the
         allocator's state at the peak (``vramtrace summary``)."""
         options = ["--top", str(top), *_window(start, end, full_stacks, skip_frames)]
-        return _json("summary", options, [self.path])
+        return _json("summary", [*options, *self._device()], [self.path])
 
     def leaks(self, *, top: int = 10, chart: bool = False, start: Bound = None,
               end: Bound = None, full_stacks: bool = False,
@@ -283,7 +292,7 @@ class Trace:
         leak (``vramtrace leaks``). ``chart`` also draws the growth of the
         leaking (or else the most repeated) phase."""
         options = ["--top", str(top), *_window(start, end, full_stacks, skip_frames)]
-        return _json("leaks", options, [self.path], chart=chart)
+        return _json("leaks", [*options, *self._device()], [self.path], chart=chart)
 
     def fragmentation(self, *, buckets: int = 20, chart: bool = False,
                       x: str = "time", start: Bound = None, end: Bound = None,
@@ -294,7 +303,7 @@ class Trace:
         also draws them, along ``x`` (as :meth:`timeline`)."""
         options = ["--buckets", str(buckets), *_window(start, end, full_stacks, skip_frames),
                    *(["--x", x] if chart else [])]
-        return _json("fragmentation", options, [self.path], chart=chart)
+        return _json("fragmentation", [*options, *self._device()], [self.path], chart=chart)
 
     def timeline(self, *, by: str = "site", top: int = 8, x: str = "time",
                  start: Bound = None, end: Bound = None, full_stacks: bool = False,
@@ -309,7 +318,7 @@ class Trace:
         """
         options = ["--by", by, "--top", str(top), "--x", x,
                    *_window(start, end, full_stacks, skip_frames)]
-        return _json("timeline", options, [self.path], chart=True)
+        return _json("timeline", [*options, *self._device()], [self.path], chart=True)
 
     def simulate(self, *, capacity: Union[None, int, str] = None,
                  gpu: Optional[str] = None, reserve: Union[None, int, str] = None,
@@ -337,7 +346,7 @@ class Trace:
             *_repeated("--alloc-conf", alloc_conf),
             *_switches(compare_policies=compare_policies, min_capacity=min_capacity),
         ]
-        return _json("simulate", options, [self.path], chart=chart)
+        return _json("simulate", [*options, *self._device()], [self.path], chart=chart)
 
     def compare(self, new: PathLike, **options) -> Result:
         """This run as the baseline of ``new``: see :func:`compare`."""
@@ -362,15 +371,16 @@ class Trace:
         return output
 
 
-def load(path: PathLike) -> Trace:
+def load(path: PathLike, device: Optional[int] = None) -> Trace:
     """Opens a vramtrace trace or a PyTorch memory snapshot (a pickle from
     ``torch.cuda.memory._dump_snapshot``, plain or gzip/xz/zstd) for
     analysis.
 
     Reads its header at once (:meth:`Trace.info`), so that a missing file or
     one of another format fails here, with :class:`AnalyzerError`.
+    ``device`` picks one device of a trace of several (see :class:`Trace`).
     """
-    trace = Trace(path)
+    trace = Trace(path, device)
     trace.info()
     return trace
 

@@ -27,8 +27,8 @@ use crate::allocator::{
 };
 use crate::device::{DeviceMemory, SimulatedDevice};
 use crate::format::{
-    DeviceInfo, Event, EventData, FormatError, Header, KindCounts, StackId, StringId, TraceWriter,
-    WriterOptions,
+    DeviceInfo, Event, EventData, FormatError, Header, KindCounts, ProcessInfo, StackId, StringId,
+    TraceWriter, WriterOptions,
 };
 use rustc_hash::FxHashSet;
 use sites::Sites;
@@ -75,6 +75,17 @@ pub struct WorkloadConfig {
     pub allocator: AllocatorConfig,
     /// Events per chunk of the trace.
     pub chunk_events: usize,
+    /// Devices the process drives (1 to 64), each with its own allocator:
+    /// each iteration runs its body on every device in turn (as pipeline
+    /// stages do), device `d` with sequences `8 × d` longer.
+    pub devices: u32,
+    /// The rank of a distributed run, recorded in the header, whose load
+    /// it varies: sequences `8 × (rank mod 8)` longer, and its own random
+    /// choices; its first device is `rank mod 8` (its local rank on a node
+    /// of eight).
+    pub rank: Option<u32>,
+    /// The number of ranks, recorded in the header.
+    pub world_size: Option<u32>,
 }
 
 impl Default for WorkloadConfig {
@@ -95,6 +106,9 @@ impl Default for WorkloadConfig {
             capacity: None,
             allocator: AllocatorConfig::default(),
             chunk_events: 64 * 1024,
+            devices: 1,
+            rank: None,
+            world_size: None,
         }
     }
 }
@@ -161,21 +175,36 @@ pub struct WorkloadReport {
 pub fn generate(config: &WorkloadConfig, out: impl Write) -> Result<WorkloadReport, WorkloadError> {
     validate(config)?;
     let started = Instant::now();
-    let device = match config.capacity {
-        Some(c) => SimulatedDevice::new(c),
-        None => SimulatedDevice::unlimited(),
-    };
+    let devices: Vec<SimulatedDevice> = (0..config.devices)
+        .map(|d| {
+            let device = match config.capacity {
+                Some(c) => SimulatedDevice::new(c),
+                None => SimulatedDevice::unlimited(),
+            };
+            // A rank of one node's eight drives the device of its local rank.
+            device.with_index(config.rank.map_or(0, |r| r % 8) + d)
+        })
+        .collect();
     let mut metadata = BTreeMap::new();
     metadata.insert("source".into(), "synthetic".into());
     metadata.insert("workload".into(), describe(config));
     let header = Header {
         producer: "vramtrace-workload".into(),
         producer_version: WORKLOAD_VERSION.into(),
-        devices: vec![DeviceInfo {
-            index: device.index(),
-            name: device.name().to_string(),
-            total_memory: device.total_memory(),
-        }],
+        devices: devices
+            .iter()
+            .map(|device| DeviceInfo {
+                index: device.index(),
+                name: device.name().to_string(),
+                total_memory: device.total_memory(),
+            })
+            .collect(),
+        process: {
+            let mut process = ProcessInfo::default();
+            process.rank = config.rank;
+            process.world_size = config.world_size;
+            process
+        },
         allocator_settings: config.allocator.to_settings(),
         metadata,
         ..Header::default()
@@ -193,32 +222,50 @@ pub fn generate(config: &WorkloadConfig, out: impl Write) -> Result<WorkloadRepo
         },
     )?;
     let sites = Sites::intern(&mut writer);
-    let mut allocator = CachingAllocator::new(device, config.allocator.clone());
-    allocator.set_event_log(true);
+    let work = devices
+        .into_iter()
+        .map(|device| {
+            let mut alloc = CachingAllocator::new(device, config.allocator.clone());
+            alloc.set_event_log(true);
+            DeviceWork {
+                alloc,
+                iter_live: FxHashSet::default(),
+                params: Vec::new(),
+                opt_state: Vec::new(),
+                leaked: Vec::new(),
+                parameter_bytes: 0,
+                optimizer_state_bytes: 0,
+            }
+        })
+        .collect();
     let mut g = Gen {
         cfg: config,
-        alloc: allocator,
+        work,
+        cur: 0,
         w: writer,
         sites,
-        rng: config.seed ^ 0x5851_f42d_4c95_7f2d,
+        // A rank makes its own random choices; rank 0 those of a run without one.
+        rng: (config.seed ^ 0x5851_f42d_4c95_7f2d)
+            .wrapping_add(u64::from(config.rank.unwrap_or(0)).wrapping_mul(0x9e37_79b9)),
         time_ns: 0,
         thread: 0,
-        iter_live: FxHashSet::default(),
-        params: Vec::new(),
-        opt_state: Vec::new(),
-        leaked: Vec::new(),
-        parameter_bytes: 0,
-        optimizer_state_bytes: 0,
         oom: None,
         iteration: 0,
     };
     let completed = g.run()?;
-    let stats = *g.alloc.stats();
     let counts = *g.w.counts();
     let duration_ns = g.time_ns;
-    let leaked_bytes = g.leaked.len() as u64 * config.leak_bytes;
+    // Figures of a GPU: the busiest device's (each device is alike in
+    // parameters and state).
+    let busiest = (g.work.iter())
+        .max_by_key(|w| w.alloc.stats().allocated_bytes.all.peak)
+        .map(|w| *w.alloc.stats())
+        .unwrap_or_default();
+    let stats = busiest;
+    let first = &g.work[0];
+    let leaked_bytes = first.leaked.len() as u64 * config.leak_bytes;
     let (parameter_bytes, optimizer_state_bytes, oom) =
-        (g.parameter_bytes, g.optimizer_state_bytes, g.oom);
+        (first.parameter_bytes, first.optimizer_state_bytes, g.oom);
     let out = g.w.finish()?;
     Ok(WorkloadReport {
         iterations: completed,
@@ -251,6 +298,9 @@ fn validate(c: &WorkloadConfig) -> Result<(), WorkloadError> {
     }
     if !(1..=2).contains(&c.streams) {
         return bad("streams must be 1 or 2");
+    }
+    if !(1..=64).contains(&c.devices) {
+        return bad("devices must be 1 to 64");
     }
     if c.empty_cache_every == Some(0) {
         return bad("empty_cache_every must be positive");
@@ -325,6 +375,15 @@ fn describe(c: &WorkloadConfig) -> String {
     if let Some(cap) = c.capacity {
         s.push_str(&format!(" capacity={cap}"));
     }
+    if c.devices > 1 {
+        s.push_str(&format!(" devices={}", c.devices));
+    }
+    if let Some(rank) = c.rank {
+        s.push_str(&format!(" rank={rank}"));
+    }
+    if let Some(n) = c.world_size {
+        s.push_str(&format!(" world_size={n}"));
+    }
     s
 }
 
@@ -353,12 +412,22 @@ const DATA_STREAM: u64 = 1;
 
 struct Gen<'c, W: Write> {
     cfg: &'c WorkloadConfig,
-    alloc: CachingAllocator<SimulatedDevice>,
+    /// Each device's allocator and tensors.
+    work: Vec<DeviceWork>,
+    /// The device the body runs on now.
+    cur: usize,
     w: TraceWriter<Counting<W>>,
     sites: Sites,
     rng: u64,
     time_ns: u64,
     thread: u32,
+    oom: Option<OomReport>,
+    iteration: u64,
+}
+
+/// One device of a run: its allocator and the tensors it holds.
+struct DeviceWork {
+    alloc: CachingAllocator<SimulatedDevice>,
     /// Tensors of the current iteration, freed if it is cut short.
     iter_live: FxHashSet<u64>,
     params: Vec<u64>,
@@ -366,8 +435,6 @@ struct Gen<'c, W: Write> {
     leaked: Vec<u64>,
     parameter_bytes: u64,
     optimizer_state_bytes: u64,
-    oom: Option<OomReport>,
-    iteration: u64,
 }
 
 /// Per-iteration shape.
@@ -404,13 +471,13 @@ impl<W: Write> Gen<'_, W> {
         stack: StackId,
         f: impl FnOnce(&mut CachingAllocator<SimulatedDevice>) -> R,
     ) -> Result<R, WorkloadError> {
-        self.alloc.set_event_origin(EventOrigin {
+        self.work[self.cur].alloc.set_event_origin(EventOrigin {
             time_ns: self.time_ns,
             stack,
             thread: self.thread,
         });
-        let result = f(&mut self.alloc);
-        for event in self.alloc.event_log_mut().drain(..) {
+        let result = f(&mut self.work[self.cur].alloc);
+        for event in self.work[self.cur].alloc.event_log_mut().drain(..) {
             self.w.push(event)?;
         }
         Ok(result)
@@ -460,13 +527,13 @@ impl<W: Write> Gen<'_, W> {
     ) -> Result<Result<u64, OutOfMemory>, WorkloadError> {
         let r = self.malloc_on(bytes, 0, stack)?;
         if let Ok(addr) = r {
-            self.iter_live.insert(addr);
+            self.work[self.cur].iter_live.insert(addr);
         }
         Ok(r)
     }
 
     fn free(&mut self, addr: u64, stack: StackId) -> Result<(), WorkloadError> {
-        self.iter_live.remove(&addr);
+        self.work[self.cur].iter_live.remove(&addr);
         self.time_ns += 300 + self.next() % 128;
         self.call(stack, |a| a.free(addr))?
             .map_err(WorkloadError::Alloc)
@@ -474,8 +541,11 @@ impl<W: Write> Gen<'_, W> {
 
     fn run(&mut self) -> Result<u64, WorkloadError> {
         let step = self.w.intern_string("step");
-        if self.init_parameters()?.is_err() {
-            return Ok(0);
+        for device in 0..self.work.len() {
+            self.cur = device;
+            if self.init_parameters()?.is_err() {
+                return Ok(0);
+            }
         }
         let mut completed = 0;
         loop {
@@ -492,8 +562,15 @@ impl<W: Write> Gen<'_, W> {
             self.marker(EventData::PhaseBegin { name, thread: 0 })?;
             self.marker(EventData::Annotation { key: step, value })?;
             let mut open = vec![name];
-            let ok = self.iteration_body(&mut open)?;
-            if ok.is_err() {
+            let mut failed = false;
+            for device in 0..self.work.len() {
+                self.cur = device;
+                if self.iteration_body(&mut open)?.is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            if failed {
                 self.unwind(&mut open)?;
                 break;
             }
@@ -505,7 +582,7 @@ impl<W: Write> Gen<'_, W> {
 
     /// Releases what a failed iteration held and closes its phases.
     fn unwind(&mut self, open: &mut Vec<StringId>) -> Result<(), WorkloadError> {
-        let mut live: Vec<u64> = self.iter_live.iter().copied().collect();
+        let mut live: Vec<u64> = self.work[self.cur].iter_live.iter().copied().collect();
         live.sort_unstable();
         let stack = self.sites.oom_unwind;
         for addr in live.into_iter().rev() {
@@ -534,8 +611,8 @@ impl<W: Write> Gen<'_, W> {
         for bytes in sizes {
             match self.malloc_on(bytes, 0, self.sites.param_init)? {
                 Ok(addr) => {
-                    self.params.push(addr);
-                    self.parameter_bytes += bytes;
+                    self.work[self.cur].params.push(addr);
+                    self.work[self.cur].parameter_bytes += bytes;
                 }
                 Err(e) => return Ok(Err(e)),
             }
@@ -566,7 +643,9 @@ impl<W: Write> Gen<'_, W> {
         }
         let cfg = self.cfg;
         let (b0, b1) = cfg.batch;
-        let (s0, s1) = cfg.seq_len;
+        // Ranks and devices past the first carry longer sequences.
+        let longer = 8 * (u64::from(cfg.rank.unwrap_or(0) % 8) + self.cur as u64);
+        let (s0, s1) = (cfg.seq_len.0 + longer, cfg.seq_len.1 + longer);
         let shape = Shape {
             batch: self.range(b0, b1),
             seq: self.range(s0 / 8, s1 / 8).max(1) * 8,
@@ -581,8 +660,9 @@ impl<W: Write> Gen<'_, W> {
             self.thread = 1;
             let addr = try_oom!(self.malloc_on(tokens * 8, DATA_STREAM, s.data_loader));
             self.thread = 0;
-            self.iter_live.insert(addr);
-            self.alloc
+            self.work[self.cur].iter_live.insert(addr);
+            self.work[self.cur]
+                .alloc
                 .record_stream(addr, 0)
                 .map_err(WorkloadError::Alloc)?;
             addr
@@ -634,7 +714,7 @@ impl<W: Write> Gen<'_, W> {
         let grad_logits = try_oom!(self.local(tokens * cfg.vocab * BF16, s.grad_head));
         self.free(logits, s.autograd_free)?;
         self.free(loss, s.autograd_free)?;
-        let mut grads = Vec::with_capacity(self.params.len());
+        let mut grads = Vec::with_capacity(self.work[self.cur].params.len());
         let final_norm = *self.param_sizes().last().unwrap_or(&0);
         grads.push(try_oom!(self.local(final_norm, s.accumulate_grad)));
         let mut grad_out = try_oom!(self.local(act, s.grad_linear));
@@ -669,12 +749,12 @@ impl<W: Write> Gen<'_, W> {
             thread: 0,
         })?;
         open.push(optimizer);
-        if self.opt_state.is_empty() {
+        if self.work[self.cur].opt_state.is_empty() {
             for bytes in self.param_sizes() {
                 for _ in 0..2 {
                     let addr = try_oom!(self.malloc_on(bytes, 0, s.adam_init));
-                    self.opt_state.push(addr);
-                    self.optimizer_state_bytes += bytes;
+                    self.work[self.cur].opt_state.push(addr);
+                    self.work[self.cur].optimizer_state_bytes += bytes;
                 }
             }
         }
@@ -693,7 +773,7 @@ impl<W: Write> Gen<'_, W> {
 
         if cfg.leak_bytes > 0 {
             let addr = try_oom!(self.malloc_on(cfg.leak_bytes, 0, s.leak));
-            self.leaked.push(addr);
+            self.work[self.cur].leaked.push(addr);
         }
         self.free(input, s.data_free)?;
         if cfg.streams == 2 {
@@ -707,7 +787,7 @@ impl<W: Write> Gen<'_, W> {
             self.time_ns += 1_000;
             self.call(s.empty_cache, |a| a.empty_cache())?;
         }
-        debug_assert!(self.iter_live.is_empty());
+        debug_assert!(self.work[self.cur].iter_live.is_empty());
         Ok(Ok(()))
     }
 }

@@ -58,6 +58,20 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             html: compare::section(comparison, &chart, top),
         });
     }
+    if let Some(ranks) = &r.ranks {
+        extra_sections.push(Section {
+            id: "ranks".into(),
+            title: format!("Ranks ({})", ranks.table.ranks),
+            html: ranks_section(r, ranks),
+        });
+    }
+    if !r.devices.is_empty() {
+        extra_sections.push(Section {
+            id: "devices".into(),
+            title: "Devices".into(),
+            html: devices_section(r),
+        });
+    }
     // One palette for every chart: a site keeps its colour throughout.
     let mut palette = Palette::new();
     let charts = Charts {
@@ -161,6 +175,7 @@ header .meta { color: #c3c9d4; font-size: 13px; }
 nav { background: #fff; border-bottom: 1px solid var(--line); padding: 8px 32px; position: sticky; top: 0; z-index: 1; }
 nav a { color: var(--accent); text-decoration: none; margin-right: 18px; font-size: 14px; }
 main { max-width: 1180px; margin: 0 auto; padding: 16px 32px 48px; }
+tr.shown td { font-weight: 600; }
 section { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 16px 24px; margin: 18px 0; }
 h2 { font-size: 18px; margin: 0 0 12px; }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(170px, 1fr)); gap: 12px; }
@@ -556,6 +571,84 @@ fn stack_details(site: &str, frames: &[String]) -> String {
         escape(&site_label(site)),
         escape(&frames.join("\n"))
     )
+}
+
+/// The rank table of the set the trace belongs to, and each rank's memory
+/// over time as small multiples.
+fn ranks_section(r: &ReportResult, ranks: &crate::command::ranks::RanksSection) -> String {
+    let t = &ranks.table;
+    let mut html = format!(
+        "<p>This report is one rank's of a set of {} ranks: <b>{}</b>, whose allocated peak is highest; the rest of the page is its own.</p>",
+        t.ranks,
+        escape(&r.name)
+    );
+    if let (Some(a), Some(res)) = (&t.allocated, &t.reserved) {
+        let _ = write!(
+            html,
+            "<p>Spread between ranks: allocated {} ({} of the highest, rank {} to rank {}), reserved {} ({}, rank {} to rank {}).</p>",
+            units::bytes(a.bytes),
+            units::percent(a.fraction),
+            a.lowest.rank,
+            a.highest.rank,
+            units::bytes(res.bytes),
+            units::percent(res.fraction),
+            res.lowest.rank,
+            res.highest.rank
+        );
+    }
+    html.push_str(&svg::ranks::render(&ranks.timelines));
+    html.push_str("<details><summary>The rank table</summary><table><tr><th class=\"num\">rank</th><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th><th class=\"num\">allocated at the end</th></tr>");
+    for row in &t.rows {
+        let _ = write!(
+            html,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td></tr>",
+            row.rank,
+            row.device,
+            peak_cells(&row.peak_allocated),
+            peak_cells(&row.peak_reserved),
+            units::bytes(row.end_allocated)
+        );
+    }
+    html.push_str("</table></details>");
+    html
+}
+
+/// A peak's two cells: its bytes, and when it was reached, in which phase.
+fn peak_cells(p: &crate::analysis::summary::Peak) -> String {
+    let at = units::duration_ns(p.time_ns);
+    let when = match p.phase.as_str() {
+        "" => at,
+        phase => format!("{at} in {}", escape(phase)),
+    };
+    format!(
+        "<td class=\"num\">{}</td><td>{when}</td>",
+        units::bytes(p.bytes)
+    )
+}
+
+/// The table of a trace's devices, and which one the page shows.
+fn devices_section(r: &ReportResult) -> String {
+    let mut html = format!(
+        "<p>This trace holds {} devices; the page shows device {}, whose allocated peak is highest (<code>--device N</code> reports another).</p><table><tr><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th></tr>",
+        r.devices.len(),
+        r.device
+    );
+    for d in &r.devices {
+        let _ = write!(
+            html,
+            "<tr{}><td class=\"num\">{}</td>{}{}</tr>",
+            if d.device == r.device {
+                " class=\"shown\""
+            } else {
+                ""
+            },
+            d.device,
+            peak_cells(&d.peak_allocated),
+            peak_cells(&d.peak_reserved)
+        );
+    }
+    html.push_str("</table>");
+    html
 }
 
 fn sites_table(s: &SummaryReport) -> String {

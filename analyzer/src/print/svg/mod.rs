@@ -9,6 +9,7 @@ pub mod diff;
 pub mod fragmentation;
 pub mod leaks;
 pub mod palette;
+pub mod ranks;
 pub mod simulate;
 pub mod timeline;
 

@@ -2,20 +2,24 @@
 //! with human units and short, readable site names.
 
 mod compare;
+mod devices;
 mod fragmentation;
 mod import;
 mod info;
 mod leaks;
+mod ranks;
 mod report;
 mod simulate;
 mod summary;
 mod synth;
 
 pub use compare::compare;
+pub use devices::{by_device, devices};
 pub use fragmentation::fragmentation;
 pub use import::import;
 pub use info::info;
 pub use leaks::leaks;
+pub use ranks::{rank_compare, rank_leaks, ranks};
 pub use report::report_written;
 pub use simulate::simulate;
 pub use summary::summary;

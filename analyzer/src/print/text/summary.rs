@@ -1,18 +1,11 @@
 //! The summary as text.
 
+use super::devices::at;
 use super::{full_stacks, site_cell};
 use crate::command::summary::SummaryResult;
 use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
 use crate::units;
-
-fn at(time_ns: u64, phase: &str) -> String {
-    if phase.is_empty() {
-        format!("at {}", units::duration_ns(time_ns))
-    } else {
-        format!("at {} in {phase}", units::duration_ns(time_ns))
-    }
-}
 
 /// The summary as text; `full`: sites are whole stacks, listed below the table.
 pub fn summary(out: &SummaryResult, full: bool) -> String {

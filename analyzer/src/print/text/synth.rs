@@ -15,7 +15,7 @@ pub fn synth(r: &SynthResult) -> String {
     };
     let mut text = format!(
         "Wrote {}: {} iterations of a {}-layer synthetic transformer (hidden {}, batch {}, \
-         sequence length {}, {} stream{}, seed {}) on a simulated device with {}: {} events \
+         sequence length {}, {} stream{}, seed {}){} on {} with {}: {} events \
          in {} ({:.1} bytes per event), spanning {} of simulated time. Parameters take {}, \
          optimizer state {} (from the first step); peak allocated {}, peak reserved {}; \
          at the end {} allocated and {} reserved.",
@@ -28,6 +28,17 @@ pub fn synth(r: &SynthResult) -> String {
         config.streams,
         if config.streams == 1 { "" } else { "s" },
         config.seed,
+        config
+            .rank
+            .map_or(String::new(), |rank| format!(" as rank {rank}")),
+        if config.devices == 1 {
+            "a simulated device".to_string()
+        } else {
+            format!(
+                "{} simulated devices (figures of the busiest)",
+                config.devices
+            )
+        },
         config
             .capacity
             .map_or("unlimited memory".to_string(), units::bytes),

@@ -1,0 +1,633 @@
+//! Rank sets: the traces of a distributed run (one per rank, and per
+//! device when a rank drives several), read together into a rank table.
+//!
+//! Rank traces are independent, so they are replayed in parallel, a few at
+//! a time ([`for_each_rank`]): memory is bounded by the files in flight,
+//! not by the number of ranks. The per-rank work can also run anywhere
+//! (`vramtrace summary --json TRACE` on each machine of a batch system) and
+//! its JSON be [merged](merge) into one table.
+
+use super::{Replay, ReplayOptions, Warning};
+use crate::Error;
+use crate::analysis::peaks::DevicePeaks;
+use crate::analysis::summary::Peak;
+use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
+use crate::input::Input;
+use crate::progress::Progress;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Traces of a rank set replayed at once by default: each holds its replay
+/// state and a batch of decoded chunks, so this bounds memory.
+pub const IN_FLIGHT: usize = 4;
+
+/// Where the ranks of a set were read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankSource {
+    /// Each trace's header (the `RANK` the recording process had).
+    Header,
+    /// The number in each file name (`run-3.vtrace`, `rank3.pickle`).
+    FileName,
+    /// The order of the files, as given (sorted, for a folder).
+    Order,
+}
+
+/// One trace of a rank set, measured: its rank (when its header has one)
+/// and each device's peaks.
+#[derive(Clone, Debug)]
+pub struct RankTrace {
+    /// The trace's path.
+    pub path: PathBuf,
+    /// The rank its header records.
+    pub header_rank: Option<u32>,
+    /// Each device's peaks.
+    pub devices: Vec<DevicePeaks>,
+    /// What the pass found worth a warning.
+    pub warnings: Vec<Warning>,
+}
+
+impl RankTrace {
+    /// A trace measured by a command, for its rank and its devices' peaks.
+    pub fn of<T>(path: &Path, result: &super::ByDevice<T>) -> RankTrace {
+        RankTrace {
+            path: path.to_owned(),
+            header_rank: result.rank,
+            devices: result.peaks(),
+            warnings: result.warnings.clone(),
+        }
+    }
+}
+
+/// The rank a trace's header records: the process's, else the launcher's
+/// `rank` in its metadata.
+pub fn header_rank(header: &vramtrace_format::Header) -> Option<u32> {
+    header.process.rank.or_else(|| {
+        let rank = header.metadata.get("rank")?;
+        rank.trim().parse().ok()
+    })
+}
+
+/// Replays one trace of a rank set for its peaks alone, each device apart.
+pub fn measure_rank(
+    input: &Input,
+    options: &ReplayOptions,
+    progress: &dyn Progress,
+) -> Result<RankTrace, Error> {
+    let replay = Replay::new(input, options, progress)?;
+    let (devices, pass) = replay.run(|_| ())?;
+    let devices = devices
+        .into_iter()
+        .map(|d| replay.result(d.peaks.into_report(d.device)))
+        .collect::<Result<_, _>>()?;
+    Ok(RankTrace {
+        path: input.path().to_owned(),
+        header_rank: header_rank(&pass.header),
+        devices,
+        warnings: pass.warnings,
+    })
+}
+
+/// Runs `each` on every path (or pair of paths), `in_flight` at a time (at least one), on a
+/// pool of its own (the decoding inside each runs there too), and returns
+/// the results in the paths' order; the first error ends it.
+pub fn for_each_rank<I: Sync, T: Send, E: Send>(
+    paths: &[I],
+    in_flight: usize,
+    each: impl Fn(&I) -> Result<T, E> + Sync,
+) -> Result<Vec<T>, E> {
+    use rayon::prelude::*;
+    let run = || paths.par_iter().map(&each).collect();
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(in_flight.clamp(1, paths.len().max(1)))
+        .thread_name(|i| format!("vramtrace-rank-{i}"))
+        .build()
+    {
+        Ok(pool) => pool.install(run),
+        // No thread to spare: the global pool, unbounded by file but still
+        // by its threads.
+        Err(_) => run(),
+    }
+}
+
+/// The number a file name gives a rank: the last run of digits in its name
+/// without extensions and without the recorder's `.devN` suffix
+/// (`run-3.vtrace`, `run-3.dev1.vtrace`: 3).
+pub fn rank_in_name(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_string_lossy();
+    let stem = name.split('.').next().unwrap_or(&name);
+    let end = stem.rfind(|c: char| c.is_ascii_digit())? + 1;
+    let start = stem[..end]
+        .rfind(|c: char| !c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    stem[start..end].parse().ok()
+}
+
+/// One line of a rank table: a device of a rank, and its peaks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankRow {
+    /// The rank.
+    pub rank: u32,
+    /// The device.
+    pub device: u32,
+    /// The trace it was read from.
+    pub path: String,
+    /// Its allocated peak, when and in which phase.
+    pub peak_allocated: Peak,
+    /// Its reserved peak, when and in which phase.
+    pub peak_reserved: Peak,
+    /// Allocated bytes at the end (what stays live: parameters and
+    /// optimizer state, in training).
+    #[serde(default)]
+    pub end_allocated: u64,
+}
+
+/// A rank and device whose peak stands out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPeak {
+    /// The rank.
+    pub rank: u32,
+    /// The device.
+    pub device: u32,
+    /// Its peak.
+    pub bytes: u64,
+}
+
+/// How far apart the ranks' peaks are.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    /// The highest peak.
+    pub highest: RankPeak,
+    /// The lowest peak.
+    pub lowest: RankPeak,
+    /// Highest less lowest.
+    pub bytes: u64,
+    /// `bytes` as a fraction of the highest peak (0 when it is 0).
+    pub fraction: f64,
+}
+
+impl Spread {
+    fn of(rows: &[RankRow], peak: impl Fn(&RankRow) -> u64) -> Option<Spread> {
+        let at = |r: &RankRow| RankPeak {
+            rank: r.rank,
+            device: r.device,
+            bytes: peak(r),
+        };
+        // The first of equals, in rank order.
+        let highest = rows.iter().rev().max_by_key(|r| peak(r)).map(at)?;
+        let lowest = rows.iter().min_by_key(|r| peak(r)).map(at)?;
+        let bytes = highest.bytes - lowest.bytes;
+        Some(Spread {
+            fraction: if highest.bytes == 0 {
+                0.0
+            } else {
+                bytes as f64 / highest.bytes as f64
+            },
+            highest,
+            lowest,
+            bytes,
+        })
+    }
+}
+
+/// The peaks of every rank of a run, side by side.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RankTable {
+    /// Where the ranks were read.
+    pub ranks_from: RankSource,
+    /// How many ranks.
+    pub ranks: usize,
+    /// One row per rank and device, by rank then device.
+    pub rows: Vec<RankRow>,
+    /// The spread of allocated peaks (none without rows).
+    pub allocated: Option<Spread>,
+    /// The spread of reserved peaks.
+    pub reserved: Option<Spread>,
+}
+
+impl RankTable {
+    /// The table of these rows, sorted by rank and device.
+    pub fn of(ranks_from: RankSource, mut rows: Vec<RankRow>) -> Self {
+        rows.sort_by(|a, b| (a.rank, a.device, &a.path).cmp(&(b.rank, b.device, &b.path)));
+        let mut ranks: Vec<u32> = rows.iter().map(|r| r.rank).collect();
+        ranks.dedup();
+        RankTable {
+            ranks_from,
+            ranks: ranks.len(),
+            allocated: Spread::of(&rows, |r| r.peak_allocated.bytes),
+            reserved: Spread::of(&rows, |r| r.peak_reserved.bytes),
+            rows,
+        }
+    }
+}
+
+/// Numbers the traces of a set: by their headers' ranks when every trace
+/// has one, else by the numbers in their file names when every name has one,
+/// else in order; in each case, unless two traces would share a rank and a
+/// device (then the next way). One rank per trace.
+pub fn assign_ranks(traces: &[RankTrace]) -> (RankSource, Vec<u32>) {
+    type RankOf<'a> = &'a dyn Fn(usize, &RankTrace) -> Option<u32>;
+    let ways: [(RankSource, RankOf<'_>); 2] = [
+        (RankSource::Header, &|_, t| t.header_rank),
+        (RankSource::FileName, &|_, t| rank_in_name(&t.path)),
+    ];
+    for (source, rank_of) in ways {
+        let ranks: Option<Vec<u32>> = (traces.iter().enumerate())
+            .map(|(i, t)| rank_of(i, t))
+            .collect();
+        let Some(ranks) = ranks else { continue };
+        let mut keys = std::collections::BTreeSet::new();
+        let distinct = (ranks.iter().zip(traces))
+            .all(|(&r, t)| t.devices.iter().all(|d| keys.insert((r, d.device))));
+        if distinct {
+            return (source, ranks);
+        }
+    }
+    let order = (0..traces.len())
+        .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+        .collect();
+    (RankSource::Order, order)
+}
+
+/// The rank table of a set's traces, numbered by [`assign_ranks`].
+pub fn rank_table(traces: &[RankTrace]) -> RankTable {
+    let (source, ranks) = assign_ranks(traces);
+    let rows = (traces.iter().zip(ranks))
+        .flat_map(|(t, rank)| {
+            t.devices.iter().map(move |d| RankRow {
+                rank,
+                device: d.device,
+                path: t.path.display().to_string(),
+                peak_allocated: d.peak_allocated.clone(),
+                peak_reserved: d.peak_reserved.clone(),
+                end_allocated: d.end_allocated,
+            })
+        })
+        .collect();
+    RankTable::of(source, rows)
+}
+
+/// A command's result on every device of every rank of a set: for `leaks`
+/// and `compare` of rank sets.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankResults<T> {
+    /// Where the ranks were read.
+    pub ranks_from: RankSource,
+    /// One per rank and device, by rank then device.
+    pub rows: Vec<RankResult<T>>,
+}
+
+/// A command's result on one device of one rank.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankResult<T> {
+    /// The rank.
+    pub rank: u32,
+    /// The device.
+    pub device: u32,
+    /// The result.
+    #[serde(flatten)]
+    pub result: T,
+}
+
+impl<T> RankResults<T> {
+    /// Numbers each trace's results by [`assign_ranks`], and orders them.
+    pub fn of(traces: Vec<(PathBuf, super::ByDevice<T>)>) -> Self {
+        let measured: Vec<RankTrace> = (traces.iter())
+            .map(|(path, result)| RankTrace::of(path, result))
+            .collect();
+        let (ranks_from, ranks) = assign_ranks(&measured);
+        let mut rows: Vec<RankResult<T>> = (traces.into_iter().zip(ranks))
+            .flat_map(|((_, result), rank)| {
+                result.devices.into_iter().map(move |d| RankResult {
+                    rank,
+                    device: d.peaks.device,
+                    result: d.result,
+                })
+            })
+            .collect();
+        rows.sort_by_key(|r| (r.rank, r.device));
+        RankResults { ranks_from, rows }
+    }
+}
+
+/// A rank, and its traces in the baseline and in the new run.
+pub type RankPair = (u32, PathBuf, PathBuf);
+
+/// Pairs the traces of two rank sets, rank by rank: by the numbers in their
+/// file names when each set's are distinct, else in order. An error when the
+/// sets differ in size or in ranks.
+pub fn pair_ranks(base: &[PathBuf], new: &[PathBuf]) -> Result<(RankSource, Vec<RankPair>), Error> {
+    fn numbered(paths: &[PathBuf]) -> (RankSource, Vec<(u32, PathBuf)>) {
+        let names: Option<Vec<u32>> = paths.iter().map(|p| rank_in_name(p)).collect();
+        let distinct = names.as_ref().is_some_and(|n| {
+            let mut sorted = n.clone();
+            sorted.sort_unstable();
+            sorted.windows(2).all(|w| w[0] != w[1])
+        });
+        let (source, ranks) = match names {
+            Some(n) if distinct => (RankSource::FileName, n),
+            _ => (
+                RankSource::Order,
+                (0..paths.len())
+                    .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+                    .collect(),
+            ),
+        };
+        let mut all: Vec<(u32, PathBuf)> = ranks.into_iter().zip(paths.iter().cloned()).collect();
+        all.sort();
+        (source, all)
+    }
+    let ((source, b), (_, n)) = (numbered(base), numbered(new));
+    let ranks = |set: &[(u32, PathBuf)]| set.iter().map(|(r, _)| *r).collect::<Vec<u32>>();
+    if ranks(&b) != ranks(&n) {
+        return Err(Error::RanksDiffer {
+            base: ranks(&b),
+            new: ranks(&n),
+        });
+    }
+    let pairs = (b.into_iter().zip(n))
+        .map(|((rank, b), (_, n))| (rank, b, n))
+        .collect();
+    Ok((source, pairs))
+}
+
+/// Why JSON could not be merged into a rank table.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {why}")]
+pub struct MergeError {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+/// Merges the JSON that `summary --json` printed, of single traces (one
+/// device or several) or of rank sets (their tables), into one rank table:
+/// so the per-rank work of a run of thousands of ranks can be spread over
+/// machines, and its results, or tables of groups of ranks, merged in one
+/// place. A trace's rank is its `rank` (from its header), else the number
+/// in its file name, else its order; a table's rows keep theirs.
+pub fn merge(documents: &[(PathBuf, String)]) -> Result<RankTable, MergeError> {
+    let mut traces = Vec::new();
+    let mut tables = Vec::new();
+    for (path, text) in documents {
+        let error = |why: String| MergeError {
+            path: path.clone(),
+            why,
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| error(format!("not JSON: {e}")))?;
+        let values = match value {
+            serde_json::Value::Array(all) => all,
+            one => vec![one],
+        };
+        for value in values {
+            if value.get("rows").is_some() {
+                let table: RankTable = serde_json::from_value(value)
+                    .map_err(|e| error(format!("not a rank table: {e}")))?;
+                tables.push(table);
+            } else {
+                traces.push(trace_of_summary(&value).ok_or_else(|| {
+                    error(
+                        "neither a summary (vramtrace summary --json) nor a rank table".to_string(),
+                    )
+                })?);
+            }
+        }
+    }
+    let mut table = rank_table(&traces);
+    let mut rows = std::mem::take(&mut table.rows);
+    let mut source = table.ranks_from;
+    for t in tables {
+        if rows.is_empty() {
+            source = t.ranks_from;
+        }
+        rows.extend(t.rows);
+    }
+    Ok(RankTable::of(source, rows))
+}
+
+/// A trace's peaks from its `summary --json`: `{path, rank?, peak_allocated,
+/// peak_reserved}` for one device, `{devices: [...], by_device: [{path,
+/// rank?}, ...]}` for several.
+fn trace_of_summary(value: &serde_json::Value) -> Option<RankTrace> {
+    let peak = |v: &serde_json::Value, key: &str| -> Option<Peak> {
+        serde_json::from_value(v.get(key)?.clone()).ok()
+    };
+    let rank = |v: &serde_json::Value| {
+        v.get("rank")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|r| u32::try_from(r).ok())
+    };
+    let path = |v: &serde_json::Value| v.get("path")?.as_str().map(PathBuf::from);
+    if let Some(devices) = value.get("devices") {
+        let devices: Vec<DevicePeaks> = serde_json::from_value(devices.clone()).ok()?;
+        let first = value.get("by_device")?.get(0)?;
+        return Some(RankTrace {
+            path: path(first)?,
+            header_rank: rank(first),
+            devices,
+            warnings: Vec::new(),
+        });
+    }
+    Some(RankTrace {
+        path: path(value)?,
+        header_rank: rank(value),
+        devices: vec![DevicePeaks {
+            device: value
+                .get("device")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|d| u32::try_from(d).ok())
+                .unwrap_or(0),
+            peak_allocated: peak(value, "peak_allocated")?,
+            peak_reserved: peak(value, "peak_reserved")?,
+            end_allocated: (value.get("end"))
+                .and_then(|e| e.get("allocated"))
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0),
+        }],
+        warnings: Vec::new(),
+    })
+}
+
+/// Columns of each rank's memory over time in a report's small multiples:
+/// a few hundred samples per rank, so that thousands of ranks fit a page.
+pub const SMALL_MULTIPLE_COLUMNS: usize = 100;
+
+/// A rank's memory over time, for the report's small multiples.
+#[derive(Clone, Debug)]
+pub struct RankTimeline {
+    /// The rank.
+    pub rank: u32,
+    /// The device.
+    pub device: u32,
+    /// Allocated and reserved bytes over time.
+    pub timeline: Timeline,
+}
+
+/// A report's section on the rank set it belongs to.
+#[derive(Clone, Debug, Serialize)]
+pub struct RanksSection {
+    /// The rank table.
+    pub table: RankTable,
+    /// Each rank's (and device's) memory over time, by rank then device.
+    #[serde(skip)]
+    pub timelines: Vec<RankTimeline>,
+}
+
+/// Replays one trace of a rank set for its peaks and, per device, its
+/// memory over time at [`SMALL_MULTIPLE_COLUMNS`].
+pub fn measure_rank_timeline(
+    input: &Input,
+    options: &ReplayOptions,
+    progress: &dyn Progress,
+) -> Result<(RankTrace, Vec<Timeline>), Error> {
+    let replay = Replay::new(input, options, progress)?;
+    let result = replay.by_device(
+        |_| {
+            (TimelineAnalysis::new(TimelineOptions {
+                columns: SMALL_MULTIPLE_COLUMNS,
+                group_by: GroupBy::None,
+                top: 0,
+            }),)
+        },
+        |(timeline,), _| replay.result(timeline.into_report()),
+    )?;
+    let trace = RankTrace::of(input.path(), &result);
+    let timelines = result.devices.into_iter().map(|d| d.result).collect();
+    Ok((trace, timelines))
+}
+
+/// The ranks section of a set's measured traces (numbered by [`assign_ranks`]).
+pub fn ranks_section(measured: Vec<(RankTrace, Vec<Timeline>)>) -> RanksSection {
+    let traces: Vec<RankTrace> = measured.iter().map(|(t, _)| t.clone()).collect();
+    let (_, ranks) = assign_ranks(&traces);
+    let mut timelines: Vec<RankTimeline> = (measured.into_iter().zip(ranks))
+        .flat_map(|((trace, timelines), rank)| {
+            (trace.devices.into_iter().zip(timelines)).map(move |(d, timeline)| RankTimeline {
+                rank,
+                device: d.device,
+                timeline,
+            })
+        })
+        .collect();
+    timelines.sort_by_key(|t| (t.rank, t.device));
+    RanksSection {
+        table: rank_table(&traces),
+        timelines,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peak(bytes: u64) -> Peak {
+        Peak {
+            bytes,
+            ..Peak::default()
+        }
+    }
+
+    fn trace(path: &str, rank: Option<u32>, peaks: &[(u32, u64)]) -> RankTrace {
+        RankTrace {
+            path: PathBuf::from(path),
+            header_rank: rank,
+            devices: peaks
+                .iter()
+                .map(|&(device, bytes)| DevicePeaks {
+                    device,
+                    peak_allocated: peak(bytes),
+                    peak_reserved: peak(bytes * 2),
+                    end_allocated: bytes / 2,
+                })
+                .collect(),
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_header_names_its_rank_in_process_or_metadata() {
+        let mut header = vramtrace_format::Header::default();
+        assert_eq!(header_rank(&header), None);
+        header.metadata.insert("rank".into(), " 5 ".into());
+        assert_eq!(header_rank(&header), Some(5));
+        header.process.rank = Some(2);
+        assert_eq!(header_rank(&header), Some(2));
+    }
+
+    #[test]
+    fn ranks_come_from_names_without_the_device_suffix() {
+        let r = |p: &str| rank_in_name(Path::new(p));
+        assert_eq!(r("out/run-3.vtrace"), Some(3));
+        assert_eq!(r("run-12.dev1.vtrace"), Some(12));
+        assert_eq!(r("rank7_snapshot.pickle.xz"), Some(7));
+        assert_eq!(r("run.vtrace"), None);
+    }
+
+    #[test]
+    fn headers_name_ranks_first_then_file_names_then_order() {
+        let t = rank_table(&[
+            trace("b/run-0.vtrace", Some(1), &[(1, 30)]),
+            trace("a/run-1.vtrace", Some(0), &[(0, 40)]),
+        ]);
+        assert_eq!(t.ranks_from, RankSource::Header);
+        assert_eq!(t.rows[0].path, "a/run-1.vtrace");
+        // Headers without ranks: the names' numbers.
+        let t = rank_table(&[
+            trace("run-5.vtrace", None, &[(0, 30)]),
+            trace("run-2.vtrace", None, &[(0, 40)]),
+        ]);
+        assert_eq!(t.ranks_from, RankSource::FileName);
+        assert_eq!(
+            t.rows.iter().map(|r| r.rank).collect::<Vec<_>>(),
+            vec![2, 5]
+        );
+        // Names that collide: the order given.
+        let t = rank_table(&[
+            trace("x/run-1.vtrace", None, &[(0, 30)]),
+            trace("y/run-1.vtrace", None, &[(0, 40)]),
+        ]);
+        assert_eq!(t.ranks_from, RankSource::Order);
+        assert_eq!(t.ranks, 2);
+    }
+
+    #[test]
+    fn the_spread_names_the_highest_and_lowest_rank() {
+        let t = rank_table(&[
+            trace("run-0.vtrace", Some(0), &[(0, 100)]),
+            trace("run-1.vtrace", Some(1), &[(1, 75)]),
+            trace("run-2.vtrace", Some(2), &[(2, 100)]),
+        ]);
+        let a = t.allocated.unwrap();
+        assert_eq!((a.highest.rank, a.lowest.rank), (0, 1));
+        assert_eq!(a.bytes, 25);
+        assert!((a.fraction - 0.25).abs() < 1e-12);
+        assert_eq!(t.reserved.unwrap().bytes, 50);
+    }
+
+    #[test]
+    fn summaries_and_tables_merge_into_one_table() {
+        let one = serde_json::json!({
+            "path": "run-3.vtrace", "rank": 3,
+            "peak_allocated": {"bytes": 10, "time_ns": 5, "index": 1, "replayed_events": 2, "phase": "step1"},
+            "peak_reserved": {"bytes": 20, "time_ns": 6, "index": 2, "replayed_events": 3, "phase": ""},
+        });
+        let table =
+            serde_json::to_string(&rank_table(&[trace("run-0.vtrace", Some(0), &[(0, 7)])]))
+                .unwrap();
+        let merged = merge(&[
+            (PathBuf::from("a.json"), one.to_string()),
+            (PathBuf::from("b.json"), table),
+        ])
+        .unwrap();
+        assert_eq!(
+            merged.rows.iter().map(|r| r.rank).collect::<Vec<_>>(),
+            vec![0, 3]
+        );
+        assert_eq!(merged.rows[1].peak_allocated.phase, "step1");
+        assert_eq!(merged.allocated.unwrap().highest.rank, 3);
+        let bad = merge(&[(PathBuf::from("c.json"), "{\"x\": 1}".into())]).unwrap_err();
+        assert!(bad.to_string().starts_with("c.json: neither"), "{bad}");
+    }
+}

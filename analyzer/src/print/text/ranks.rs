@@ -1,0 +1,185 @@
+//! The rank table as text.
+
+use super::devices::peak_cells;
+use crate::command::compare::CompareResult;
+use crate::command::leaks::LeaksResult;
+use crate::command::ranks::{RankResults, RankSource, RankTable, Spread};
+use crate::print::labels::site_label;
+use crate::print::table::{Align, Table};
+use crate::units;
+
+fn spread_line(name: &str, spread: &Spread) -> String {
+    format!(
+        "{name} {} ({} of the highest), rank {} (device {}) at {} to rank {} (device {}) at {}",
+        units::bytes(spread.bytes),
+        units::percent(spread.fraction),
+        spread.lowest.rank,
+        spread.lowest.device,
+        units::bytes(spread.lowest.bytes),
+        spread.highest.rank,
+        spread.highest.device,
+        units::bytes(spread.highest.bytes),
+    )
+}
+
+/// A rank set's peaks: a line per rank and device, the rank whose peak is
+/// highest, and the spread between ranks.
+pub fn ranks(table: &RankTable) -> String {
+    let from = source_words(table.ranks_from);
+    let mut text = format!(
+        "{:<10}{} ranks, {} devices ({from})\n",
+        "ranks",
+        units::count(table.ranks as u64),
+        units::count(table.rows.len() as u64)
+    );
+    if let (Some(a), Some(r)) = (&table.allocated, &table.reserved) {
+        text.push_str(&format!(
+            "{:<10}allocated: rank {} (device {}), {}; reserved: rank {} (device {}), {}\n",
+            "highest",
+            a.highest.rank,
+            a.highest.device,
+            units::bytes(a.highest.bytes),
+            r.highest.rank,
+            r.highest.device,
+            units::bytes(r.highest.bytes),
+        ));
+        text.push_str(&format!(
+            "{:<10}{}\n",
+            "spread",
+            spread_line("allocated", a)
+        ));
+        text.push_str(&format!("{:<10}{}\n", "", spread_line("reserved", r)));
+    }
+    let mut t = Table::new(&[
+        ("rank", Align::Right),
+        ("device", Align::Right),
+        ("peak allocated", Align::Right),
+        ("", Align::Left),
+        ("peak reserved", Align::Right),
+        ("", Align::Left),
+        ("at end", Align::Right),
+    ]);
+    for row in &table.rows {
+        let [a, a_at] = peak_cells(&row.peak_allocated);
+        let [r, r_at] = peak_cells(&row.peak_reserved);
+        t.row([
+            row.rank.to_string(),
+            row.device.to_string(),
+            a,
+            a_at,
+            r,
+            r_at,
+            units::bytes(row.end_allocated),
+        ]);
+    }
+    text.push('\n');
+    text.push_str(&t.render(0));
+    text
+}
+
+/// Where ranks were read, in words.
+fn source_words(from: RankSource) -> &'static str {
+    match from {
+        RankSource::Header => "ranks from the traces' headers",
+        RankSource::FileName => "ranks from the file names",
+        RankSource::Order => "ranks in the order of the files",
+    }
+}
+
+fn ranks_line(from: RankSource, results: usize) -> String {
+    let from = source_words(from);
+    format!(
+        "{:<10}{} devices ({from})\n\n",
+        "ranks",
+        units::count(results as u64)
+    )
+}
+
+/// The leaks of every rank: its leaking sites, the fastest, and what stays
+/// live at the end.
+pub fn rank_leaks(set: &RankResults<LeaksResult>) -> String {
+    let mut t = Table::new(&[
+        ("rank", Align::Right),
+        ("device", Align::Right),
+        ("leaks", Align::Right),
+        ("fastest", Align::Right),
+        ("site", Align::Left),
+        ("never freed", Align::Right),
+    ]);
+    for row in &set.rows {
+        let r = &row.result.report;
+        let (fastest, site) = match r.leaks.first() {
+            Some(l) => (
+                format!(
+                    "{}/{}",
+                    units::bytes_delta(i128::from(l.growth.bytes_per_repetition)),
+                    l.phase
+                ),
+                site_label(&l.growth.site.site),
+            ),
+            None => ("-".to_string(), String::new()),
+        };
+        t.row([
+            row.rank.to_string(),
+            row.device.to_string(),
+            units::count(r.leaks.len() as u64),
+            fastest,
+            site,
+            units::bytes(r.never_freed_bytes),
+        ]);
+    }
+    ranks_line(set.ranks_from, set.rows.len()) + &t.render(0)
+}
+
+/// Each rank against the same rank of the baseline: peaks and the gate.
+pub fn rank_compare(set: &RankResults<CompareResult>) -> String {
+    let mut t = Table::new(&[
+        ("rank", Align::Right),
+        ("device", Align::Right),
+        ("base peak", Align::Right),
+        ("new peak", Align::Right),
+        ("change", Align::Right),
+        ("gate", Align::Left),
+    ]);
+    for row in &set.rows {
+        let c = &row.result;
+        let (base, new, change) = match c.comparison.metric("peak_allocated") {
+            Some(m) => (
+                units::bytes(m.change.base as u64),
+                units::bytes(m.change.new as u64),
+                format!(
+                    "{} ({})",
+                    units::bytes_delta(m.change.delta as i128),
+                    m.change
+                        .percent
+                        .map_or("new".to_string(), |p| format!("{p:+.1}%"))
+                ),
+            ),
+            None => Default::default(),
+        };
+        let gate = if c.gate.passed {
+            "passed".to_string()
+        } else {
+            format!("FAILED: {}", c.gate.failed.join("; "))
+        };
+        t.row([
+            row.rank.to_string(),
+            row.device.to_string(),
+            base,
+            new,
+            change,
+            gate,
+        ]);
+    }
+    let failed = set.rows.iter().filter(|r| !r.result.gate.passed).count();
+    let mut text = ranks_line(set.ranks_from, set.rows.len()) + &t.render(0);
+    text.push_str(&format!(
+        "\ngate: {}\n",
+        if failed == 0 {
+            "passed on every rank".to_string()
+        } else {
+            format!("failed on {failed} of {} ranks", set.rows.len())
+        }
+    ));
+    text
+}
