@@ -403,9 +403,12 @@ def check_gpt2(rep: Report, binary: Path, out: Path, env: dict, layers: int, lab
     sim = vt(binary, "simulate", trace)
     rep.check(bool(sim["fidelity"]["exact"]), f"GPT-2 {label}: vramtrace simulate is exact",
               json.dumps(sim["fidelity"])[:300])
-    iters = ours.get("phase_begin", 0)
-    rep.check(iters >= GPT2_STEPS, f"GPT-2 {label}: phases recorded (iter, record_function)",
-              f"{iters} phase begins")
+    names = collections.Counter(p["name"] for p in vt(binary, "timeline", trace)["phases"])
+    # An `iter` phase runs from the end of one optimizer step to the end of
+    # the next, the last one to the stop: one per step.
+    rep.check(names["iter"] == GPT2_STEPS and names["Optimizer.step#AdamW.step"] == GPT2_STEPS,
+              f"GPT-2 {label}: an `iter` phase per step, and record_function ranges",
+              ", ".join(f"{n} {k}" for k, n in names.most_common(4)))
     sites = summary.get("top_sites_at_peak", [])
     described = [s for s in sites if s.get("frames")]
     rep.check(bool(described), f"GPT-2 {label}: sites at the peak have stacks",

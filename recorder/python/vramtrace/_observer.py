@@ -167,8 +167,13 @@ def _install_hooks(torch, lib, iterations: bool, deferred: bool) -> None:
     global _hooks_installed, _step_hook, _first_optimizer
     _first_optimizer = None
     if iterations and _step_hook is None:
-        register = getattr(getattr(torch.optim, "optimizer", None),
-                           "register_optimizer_step_post_hook", None)
+        try:
+            # A submodule that `torch.optim` does not bind as an attribute
+            # (torch 2.11): imported by name.
+            from torch.optim.optimizer import register_optimizer_step_post_hook as register
+        except ImportError:
+            register = None
+            message("this PyTorch has no optimizer step hooks: no `iter` phases")
         if register is not None:
             # Optimizer.step runs inside a record_function range; with
             # phases on, the iteration ends when that range does.
