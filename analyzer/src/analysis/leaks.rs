@@ -13,7 +13,10 @@
 //!    cut short by an out-of-memory error did not reach their end, and are
 //!    left out. A site leaking in several nested phases is reported once,
 //!    under the phase that best explains it: the innermost one whose
-//!    repetitions themselves allocate what the site keeps.
+//!    repetitions themselves allocate what the site keeps. Growth must still
+//!    be going on: a phase whose repetitions all end in the first half of the
+//!    window's events (setup, such as DDP's three parameter broadcasts, each
+//!    keeping a bucket) may grow, but none of its sites is a leak.
 //! 2. **Trends of repeated phases.** A phase's allocated bytes at the end of
 //!    its repetitions are *steady* (the same, within 1% or 1 MiB), *grow* or
 //!    *shrink* (consistently, as for a site), or *vary* (neither: batch or
@@ -361,6 +364,8 @@ pub fn repetition_noun(phase: &str) -> String {
 struct Sample {
     repetition: u64,
     end_ns: u64,
+    /// Events applied when the repetition ended.
+    end_index: u64,
     allocated: u64,
     /// An out-of-memory error happened in the repetition.
     cut_short: bool,
@@ -413,6 +418,8 @@ pub struct Leaks {
     instances: Vec<Instance>,
     instance_count: u64,
     window_start_ns: Option<u64>,
+    /// The index of the window's first event.
+    first_index: u64,
     report: Option<LeaksReport>,
 }
 
@@ -479,6 +486,7 @@ impl Leaks {
         group.samples.push(Sample {
             repetition,
             end_ns,
+            end_index: state.events_applied(),
             allocated: state.totals().allocated,
             cut_short,
             sites: state
@@ -542,6 +550,7 @@ impl Leaks {
 
     /// A group's trend, and the sites growing across its repetitions.
     fn growth(
+        &self,
         group_name: &str,
         g: &Group,
         index: usize,
@@ -549,6 +558,9 @@ impl Leaks {
         symbols: &SymbolTable,
     ) -> (PhaseGrowth, Vec<Candidate>) {
         let complete: Vec<&Sample> = g.samples.iter().filter(|s| !s.cut_short).collect();
+        // Growth that stopped in the first half of the window was setup.
+        let half = self.first_index + (state.events_applied() - self.first_index) / 2;
+        let still_repeating = complete.last().is_some_and(|s| s.end_index >= half);
         let x: Vec<f64> = complete.iter().map(|s| s.repetition as f64).collect();
         let y: Vec<f64> = complete.iter().map(|s| s.allocated as f64).collect();
         let (trend, fit) = if let Some(f) = Fit::consistent(&x, &y, true) {
@@ -574,6 +586,7 @@ impl Leaks {
         site_ids.dedup();
         let candidates = site_ids
             .into_iter()
+            .filter(|_| still_repeating)
             .filter_map(|site| {
                 let ys: Vec<f64> = complete
                     .iter()
@@ -686,6 +699,7 @@ impl Analysis for Leaks {
         // From the trace's start, blocks of the initial state count as never
         // freed too; from a later start, only blocks allocated since.
         self.window_start_ns = (state.events_applied() > 0).then(|| state.time_ns());
+        self.first_index = state.events_applied();
     }
 
     #[inline]
@@ -761,7 +775,7 @@ impl Analysis for Leaks {
             .collect();
         groups.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, g) in &groups {
-            let (growth, mut found) = Self::growth(name, g, repeated_phases.len(), state, symbols);
+            let (growth, mut found) = self.growth(name, g, repeated_phases.len(), state, symbols);
             repeated_phases.push(growth);
             candidates.append(&mut found);
         }

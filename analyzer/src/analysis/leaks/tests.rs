@@ -153,6 +153,45 @@ fn a_repetition_cut_short_by_an_oom_is_left_out() {
 }
 
 #[test]
+fn growth_that_stopped_during_setup_is_not_a_leak() {
+    // DDP's start: three broadcasts, each leaving a bucket allocated, then a
+    // steady training loop.
+    let setup_then_training = |leak: bool| {
+        let mut b = TraceBuilder::new();
+        let bucket = b.site("_sync_module_states", "ddp.py", 880);
+        let acts = b.site("forward", "model.py", 41);
+        let leaky = b.site("log_metrics", "train.py", 57);
+        b.segment(0, 1 << 40);
+        for i in 0..3u64 {
+            b.begin("nccl:broadcast");
+            b.alloc(i * 256 * MIB, 256 * MIB, 256 * MIB, bucket);
+            b.end("nccl:broadcast");
+        }
+        for i in 0..20u64 {
+            b.begin(&format!("iter{i}"));
+            b.alloc(1 << 39, 8 * MIB, 8 * MIB, acts);
+            b.free(1 << 39, 8 * MIB);
+            if leak {
+                b.alloc((1 << 38) + i * MIB, MIB, MIB, leaky);
+            }
+            b.end(&format!("iter{i}"));
+        }
+        leaks(&b.finish(), Window::ALL)
+    };
+    let r = setup_then_training(false);
+    assert!(r.leaks.is_empty(), "{:?}", r.leaks);
+    // The setup phase did grow: its trend says so, without a leak.
+    let broadcast = phase(&r, "nccl:broadcast");
+    assert_eq!(broadcast.trend, Trend::Grows);
+    assert!(broadcast.leaking_sites.is_empty());
+    // A leak in the loop that follows is still found.
+    let r = setup_then_training(true);
+    assert_eq!(r.leaks.len(), 1, "{:?}", r.leaks);
+    assert_eq!(r.leaks[0].phase, "iter#");
+    assert_eq!(r.leaks[0].growth.site.site, "log_metrics (train.py:57)");
+}
+
+#[test]
 fn varying_shapes_are_variation_not_a_leak() {
     // Activations kept to the phase's end, sized by a sequence length that
     // changes every repetition (as the oom fixture's forward pass).

@@ -14,7 +14,7 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
 
     if r.leaks.is_empty() {
         text.push_str(
-            "\nleaks: none (no site's live memory grows across the repetitions of a phase)\n",
+            "\nleaks: none (no site's live memory grows across the repetitions of a phase that goes on repeating)\n",
         );
     } else {
         text.push_str("\nleaks: sites whose live memory grows at the end of every repetition\n");
