@@ -6,6 +6,7 @@ use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use vramtrace::command::Warning;
 use vramtrace::command::ranks::{self, IN_FLIGHT};
 use vramtrace::command::report::{ReportOptions, ReportWritten, WrittenFile, report};
 use vramtrace::print;
@@ -75,10 +76,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Ok(measured)
             },
         )?;
-        Some(ranks::ranks_section(measured))
+        Some(measured)
     } else {
         None
     };
+    // Each rank's warnings are told once, by the rank pass.
+    let warned: Vec<(PathBuf, Vec<Warning>)> = (ranks.iter().flatten())
+        .map(|(t, _)| (t.path.clone(), t.warnings.clone()))
+        .collect();
+    let ranks = ranks.map(ranks::ranks_section);
     // The page is the highest rank's (the first of equals).
     let trace = match &ranks {
         Some(section) => section
@@ -106,7 +112,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (input, baseline) = (input?, baseline?);
     let mut result = report(&input, baseline.as_ref(), &options, &progress)?;
     result.ranks = ranks;
-    warn_about(input.path(), &result.warnings);
+    let told = (warned.iter())
+        .find(|(path, _)| path == input.path())
+        .map_or(&[][..], |(_, w)| w.as_slice());
+    let untold: Vec<Warning> = (result.warnings.iter())
+        .filter(|w| !told.contains(w))
+        .cloned()
+        .collect();
+    warn_about(input.path(), &untold);
     if !result.devices.is_empty() {
         let others: Vec<String> = (result.devices.iter())
             .filter(|d| d.device != result.device)

@@ -89,7 +89,7 @@ fn source_words(from: RankSource) -> &'static str {
 fn ranks_line(from: RankSource, results: usize) -> String {
     let from = source_words(from);
     format!(
-        "{:<10}{} devices ({from})\n\n",
+        "{:<10}{} GPUs, {from}\n\n",
         "ranks",
         units::count(results as u64)
     )
