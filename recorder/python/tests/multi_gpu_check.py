@@ -30,7 +30,6 @@ The traces stay in OUT for `vramtrace summary OUT/*.vtrace` and the like.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -260,12 +259,9 @@ def main() -> int:
                       f"rank {rank}: the FSDP2 trace keeps at most about 1/{ranks} of DDP's memory between steps",
                       f"{gib(f_end)} vs {gib(d_end)} = {f_end / d_end:.3f}")
     rep.add("INFO", "total time", f"{time.time() - started:.0f} s")
-    header = (f"# multi_gpu_check.py, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
-              f"torch {torch.__version__}, {ranks} x {torch.cuda.get_device_name(0)}, "
-              f"python {sys.version.split()[0]}, `vramtrace run {ns.run_args}`\n\n| result | check | detail |\n|---|---|---|\n")
-    (out / "multi-gpu-check.md").write_text(header + "\n".join(rep.lines) + "\n")
-    print(f"\n{rep.failed} failed", flush=True)
-    return 1 if rep.failed else 0
+    return rep.finish("multi_gpu_check.py",
+                      f"torch {torch.__version__}, {ranks} x {torch.cuda.get_device_name(0)}, "
+                      f"`vramtrace run {ns.run_args}`", out / "multi-gpu-check.md")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
 import json
 import os
 import signal
@@ -528,12 +527,8 @@ def main() -> int:
     check_sigkill(rep, binary, out, env)
 
     rep.add("INFO", "total time", f"{time.time() - started:.0f} s")
-    header = (f"# observer_check.py, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
-              f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
-              f"python {sys.version.split()[0]}\n\n| result | check | detail |\n|---|---|---|\n")
-    (out / "observer-check.md").write_text(header + "\n".join(rep.lines) + "\n")
-    print(f"\n{rep.failed} failed", flush=True)
-    return 1 if rep.failed else 0
+    return rep.finish("observer_check.py", f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}",
+                      out / "observer-check.md")
 
 
 if __name__ == "__main__":
