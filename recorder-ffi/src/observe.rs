@@ -34,7 +34,7 @@ use recorder::recorder::{
 use std::collections::BTreeMap;
 use std::ffi::{CStr, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The version of [`TorchSink`] and the structures it passes; the shim
@@ -415,9 +415,10 @@ extern "C" fn on_phase(begin: c_int, name: *const c_char) {
     }
 }
 
-/// The phase each training iteration is: from the end of one optimizer step
-/// to the end of the next.
-const ITERATION: &CStr = c"iter";
+/// Each training iteration is a phase `iter<N>`, from the end of one
+/// optimizer step to the end of the next, numbered from 0 in each recording
+/// (the analyzer groups them as `iter#`, and a peak names its iteration).
+const ITERATION: &str = "iter";
 
 /// The start of the `record_function` name PyTorch gives an optimizer's
 /// `step` (`Optimizer.step#AdamW.step`).
@@ -427,17 +428,24 @@ const OPTIMIZER_STEP: &[u8] = b"Optimizer.step#";
 static ITERATION_PENDING: AtomicBool = AtomicBool::new(false);
 
 /// The thread whose `iter` phase is open (the thread that steps the
-/// optimizer), so that stopping ends it from any thread.
+/// optimizer), so that stopping ends it from any thread; `u32::MAX` while
+/// none is.
 static ITERATION_THREAD: AtomicU32 = AtomicU32::new(u32::MAX);
 
+/// The number of the open iteration.
+static ITERATION_NUMBER: AtomicU64 = AtomicU64::new(0);
+
 fn next_iteration() {
-    let thread = thread_id();
-    // SAFETY: a valid C string.
-    unsafe {
-        traces::vramtrace_phase_end_named(ITERATION.as_ptr());
-        traces::vramtrace_phase_begin(ITERATION.as_ptr());
-    }
-    ITERATION_THREAD.store(thread, Ordering::Relaxed);
+    let previous = ITERATION_THREAD.swap(thread_id(), Ordering::Relaxed);
+    let number = if previous == u32::MAX {
+        0
+    } else {
+        let n = ITERATION_NUMBER.load(Ordering::Relaxed);
+        traces::end_phase_of(previous, &format!("{ITERATION}{n}"));
+        n + 1
+    };
+    ITERATION_NUMBER.store(number, Ordering::Relaxed);
+    traces::begin_phase(format!("{ITERATION}{number}"));
 }
 
 /// An optimizer step of the training loop ended (called from torch's
@@ -618,7 +626,8 @@ pub extern "C" fn vramtrace_observe_stop() -> c_int {
         ITERATION_PENDING.store(false, Ordering::Relaxed);
         let iterating = ITERATION_THREAD.swap(u32::MAX, Ordering::Relaxed);
         if iterating != u32::MAX {
-            traces::end_phase_of(iterating, ITERATION.to_str().unwrap_or("iter"));
+            let n = ITERATION_NUMBER.load(Ordering::Relaxed);
+            traces::end_phase_of(iterating, &format!("{ITERATION}{n}"));
         }
         let mut stopped: Vec<*const Observer> = Vec::new();
         for slot in &SLOTS {

@@ -114,7 +114,11 @@ fn broadcast(what: &str, f: impl FnOnce(&mut Markers)) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vramtrace_phase_begin(name: *const c_char) {
     // SAFETY: forwarded contract.
-    let name = unsafe { c_str(name) };
+    begin_phase(unsafe { c_str(name) });
+}
+
+/// Begins a phase of the calling thread on every device.
+pub(crate) fn begin_phase(name: String) {
     broadcast("vramtrace_phase_begin", |m| {
         for r in &m.traces {
             r.phase_begin(&name);

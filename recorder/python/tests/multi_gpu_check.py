@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -158,8 +159,9 @@ def check_traces(rep: Report, binary: Path, label: str, pattern: str, found: dic
                   f"{label} rank {rank}: trace's peaks = torch's max allocated/reserved",
                   f"{s['peak_allocated_bytes']:,}/{s['peak_reserved_bytes']:,} vs "
                   f"{r['max_allocated']:,}/{r['max_reserved']:,}")
-        iters = sum(p["name"] == "iter" for p in vt(binary, "timeline", trace)["phases"])
-        rep.check(iters == STEPS, f"{label} rank {rank}: an `iter` phase per step", f"{iters}")
+        iters = sum(bool(re.fullmatch(r"iter\d+", p["name"]))
+                    for p in vt(binary, "timeline", trace)["phases"])
+        rep.check(iters == STEPS, f"{label} rank {rank}: an `iterN` phase per step", f"{iters}")
         rep.check(meta.get("rank") == str(rank) and meta.get("world_size") == str(ranks),
                   f"{label} rank {rank}: the trace names its rank",
                   f"rank {meta.get('rank')}, world_size {meta.get('world_size')}")

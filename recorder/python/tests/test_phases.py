@@ -47,7 +47,7 @@ def test_threads_phases_nest_apart_and_the_main_threads_are_shown(tmp_path):
                         pass
             # A phase named like the iterations, open while the main thread
             # cuts them: it must stay open.
-            with vramtrace.phase("iter"):
+            with vramtrace.phase("iter0"):
                 workers_ready.wait()
                 iterations_done.wait()
 
@@ -67,6 +67,8 @@ def test_threads_phases_nest_apart_and_the_main_threads_are_shown(tmp_path):
 
     summary, warnings = analyze("summary", out)
     assert summary["inconsistencies"]["total"] == 0
+    timeline, _ = analyze("timeline", out)
+    assert [p["name"] for p in timeline["phases"]] == ["setup", "iter0", "iter1", "iter2"]
     others = [int(t) for t in re.findall(r"thread (\d+) \(401\)", warnings)]
     assert len(others) == 8, warnings
     leaks, _ = analyze("leaks", out)
@@ -78,3 +80,33 @@ def test_threads_phases_nest_apart_and_the_main_threads_are_shown(tmp_path):
         leaks, _ = analyze("leaks", out, "--phase-thread", str(thread))
         assert leaks["phase_instances"] == 200 * 2 + 1
         assert f"thread {thread} (" not in warnings
+
+
+def test_an_iteration_ends_with_the_optimizer_steps_range(tmp_path):
+    """With phases on, the optimizer-step hook only marks the iteration's
+    end, which comes with the `Optimizer.step#...` range that encloses the
+    hook: the iterations then nest the ranges as they nest in time."""
+    lib = _library.load()
+    lib.vramtrace_iteration_end.argtypes = [ctypes.c_int]
+    sink = torch_sink.sink(lib)
+    phase = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p)(sink.phase)
+    out = tmp_path / "steps.vtrace"
+    torch_sink.start(lib, out)
+    try:
+        event = torch_sink.TorchEvent(torch_sink.SEGMENT_ALLOC, 0, 1 << 40, 1 << 30, 0, 0, None)
+        sink.event(ctypes.byref(event))
+        for _ in range(3):
+            phase(1, b"Optimizer.step#AdamW.step")
+            lib.vramtrace_iteration_end(1)
+            phase(0, b"Optimizer.step#AdamW.step")
+            phase(1, b"Optimizer.zero_grad#AdamW.zero_grad")
+            phase(0, b"Optimizer.zero_grad#AdamW.zero_grad")
+    finally:
+        assert lib.vramtrace_observe_stop() == 0
+    timeline, _ = analyze("timeline", out)
+    names = [(p["name"], p["depth"]) for p in timeline["phases"]]
+    step, zero = ("Optimizer.step#AdamW.step", 0), ("Optimizer.zero_grad#AdamW.zero_grad", 1)
+    assert names == [step, ("iter0", 0), zero, ("Optimizer.step#AdamW.step", 1),
+                     ("iter1", 0), zero, ("Optimizer.step#AdamW.step", 1), ("iter2", 0), zero], names
+    leaks, _ = analyze("leaks", out)
+    assert any(p["phase"] == "iter#" and p["repetitions"] == 3 for p in leaks["repeated_phases"])

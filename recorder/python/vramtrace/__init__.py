@@ -14,7 +14,7 @@ the program runs exactly as without it. ``mode="replace"`` runs the program
 on vramtrace's caching allocator instead (see ``install``).
 
 ``phase(name)`` and ``annotate(key, value)`` mark the trace; ``record_function``
-ranges and optimizer steps are marked without asking (an ``iter`` phase per
+ranges and optimizer steps are marked without asking (an ``iterN`` phase per
 step). Then ``vramtrace summary run.vtrace``, ``vramtrace report ...``.
 
 The library is found through ``VRAMTRACE_LIB``, else next to this package,
@@ -75,7 +75,7 @@ def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bo
     ranges (and ``torch.profiler``'s steps) become phases. ``backward_names``:
     allocations of the autograd engine's threads, which have no Python
     frames, are named after the backward node that made them.
-    ``iterations``: an ``iter`` phase from each optimizer step to the next.
+    ``iterations``: a phase ``iter0``, ``iter1``, ... from each optimizer step to the next.
 
     Before CUDA is initialized, recording begins when the program
     initializes it; afterwards, at once, with the memory already in use

@@ -9,7 +9,7 @@ about PyTorch changes: its allocator, statistics, CUDA graphs and
 
 Recording starts when CUDA is initialized (or at once, if it is already:
 then the allocator's snapshot gives the memory already in use), and records
-phases from ``record_function`` ranges, an ``iter`` phase per optimizer step,
+phases from ``record_function`` ranges, an ``iterN`` phase per optimizer step,
 and, for allocations of the autograd engine's threads, the backward node
 that made them.
 """
@@ -173,7 +173,7 @@ def _install_hooks(torch, lib, iterations: bool, deferred: bool) -> None:
             from torch.optim.optimizer import register_optimizer_step_post_hook as register
         except ImportError:
             register = None
-            message("this PyTorch has no optimizer step hooks: no `iter` phases")
+            message("this PyTorch has no optimizer step hooks: no iteration phases")
         if register is not None:
             # Optimizer.step runs inside a record_function range; with
             # phases on, the iteration ends when that range does.
