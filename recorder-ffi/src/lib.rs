@@ -87,30 +87,6 @@ fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// The process's place in a distributed job, as torchrun (and most
-/// launchers) set it: `rank`, `local_rank` and `world_size` header metadata,
-/// so that the analyzer can line up rank files without trusting their names.
-fn launcher_metadata() -> Vec<(String, String)> {
-    launcher_metadata_from(env_nonempty)
-}
-
-fn launcher_metadata_from(var: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
-    [
-        ("RANK", "rank"),
-        ("LOCAL_RANK", "local_rank"),
-        ("WORLD_SIZE", "world_size"),
-    ]
-    .into_iter()
-    .filter_map(|(name, key)| {
-        let value = var(name)?;
-        let value = value.trim();
-        // Only numbers: a stray variable of another meaning stays out.
-        value.parse::<u64>().ok()?;
-        Some((key.to_string(), value.to_string()))
-    })
-    .collect()
-}
-
 /// Reads `VRAMTRACE_STACKS`: the native stack mode, and whether Python
 /// frames are wanted.
 fn stack_setting(value: Option<&str>) -> Result<(StackMode, bool), String> {
@@ -144,24 +120,6 @@ mod tests {
     /// Held by tests that use the process-wide state (traces, slots), which
     /// the test harness would otherwise share between threads.
     pub(crate) static GLOBALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    #[test]
-    fn launcher_metadata_keeps_numeric_ranks_only() {
-        let env = |name: &str| match name {
-            "RANK" => Some(" 3 ".to_string()),
-            "LOCAL_RANK" => Some("1".to_string()),
-            "WORLD_SIZE" => Some("many".to_string()),
-            _ => None,
-        };
-        assert_eq!(
-            launcher_metadata_from(env),
-            [
-                ("rank".to_string(), "3".to_string()),
-                ("local_rank".to_string(), "1".to_string())
-            ]
-        );
-        assert!(launcher_metadata_from(|_| None).is_empty());
-    }
 
     #[test]
     fn trace_names() {

@@ -541,7 +541,6 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
     };
     metadata.insert("recorded_by".into(), "libvramtrace_recorder".into());
     metadata.insert("mode".into(), "observe".into());
-    metadata.extend(crate::launcher_metadata());
     let options = RecorderOptions {
         stacks: native,
         frame_source,

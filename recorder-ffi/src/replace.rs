@@ -85,7 +85,6 @@ fn create(device: u32) -> Result<Arc<Rec>, String> {
     options
         .metadata
         .insert("granularity".into(), dev.granularity().to_string());
-    options.metadata.extend(crate::launcher_metadata());
     let allocator = CachingAllocator::new(dev, config);
     let rec = Recorder::create(&path, allocator, options).map_err(|e| e.to_string())?;
     let rec = Arc::new(rec);

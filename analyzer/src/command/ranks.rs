@@ -59,13 +59,10 @@ impl RankTrace {
     }
 }
 
-/// The rank a trace's header records: the process's, else the launcher's
-/// `rank` in its metadata.
+/// The rank a trace's header records (the launcher's `RANK` when the
+/// recording process ran under one).
 pub fn header_rank(header: &vramtrace_format::Header) -> Option<u32> {
-    header.process.rank.or_else(|| {
-        let rank = header.metadata.get("rank")?;
-        rank.trim().parse().ok()
-    })
+    header.process.rank
 }
 
 /// Replays one trace of a rank set for its peaks alone, each device apart.
@@ -547,11 +544,9 @@ mod tests {
     }
 
     #[test]
-    fn a_header_names_its_rank_in_process_or_metadata() {
+    fn a_header_names_its_rank_in_its_process() {
         let mut header = vramtrace_format::Header::default();
         assert_eq!(header_rank(&header), None);
-        header.metadata.insert("rank".into(), " 5 ".into());
-        assert_eq!(header_rank(&header), Some(5));
         header.process.rank = Some(2);
         assert_eq!(header_rank(&header), Some(2));
     }

@@ -152,7 +152,7 @@ def check_traces(rep: Report, binary: Path, label: str, pattern: str, found: dic
         r = found[rank]
         trace = pattern.replace("%r", str(rank))
         s = vt(binary, "summary", trace)
-        meta = vt(binary, "info", trace).get("metadata", {})
+        process = vt(binary, "info", trace).get("process", {})
         at_end[rank] = s["end"]["allocated"]
         rep.check(s["peak_allocated_bytes"] == r["max_allocated"]
                   and s["peak_reserved_bytes"] == r["max_reserved"],
@@ -162,9 +162,9 @@ def check_traces(rep: Report, binary: Path, label: str, pattern: str, found: dic
         iters = sum(bool(re.fullmatch(r"iter\d+", p["name"]))
                     for p in vt(binary, "timeline", trace)["phases"])
         rep.check(iters == STEPS, f"{label} rank {rank}: an `iterN` phase per step", f"{iters}")
-        rep.check(meta.get("rank") == str(rank) and meta.get("world_size") == str(ranks),
+        rep.check(process.get("rank") == rank and process.get("world_size") == ranks,
                   f"{label} rank {rank}: the trace names its rank",
-                  f"rank {meta.get('rank')}, world_size {meta.get('world_size')}")
+                  f"rank {process.get('rank')}, world_size {process.get('world_size')}")
     return at_end
 
 
