@@ -596,7 +596,11 @@ fn ranks_section(r: &ReportResult, ranks: &crate::command::ranks::RanksSection) 
             res.highest.rank
         );
     }
-    html.push_str(&svg::ranks::render(&ranks.timelines));
+    let _ = write!(
+        html,
+        "<figure>{}<figcaption>Each rank's allocated and reserved memory over time, on one time axis and one memory scale, so that the ranks compare at a glance.</figcaption></figure>",
+        svg::ranks::render(&ranks.timelines)
+    );
     html.push_str("<details><summary>The rank table</summary><table><tr><th class=\"num\">rank</th><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th><th class=\"num\">allocated at the end</th></tr>");
     for row in &t.rows {
         let _ = write!(
