@@ -17,15 +17,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ranks=${RANKS:-512}
 
-measure() { # name, command...: wall s, user s, peak RSS MiB via /usr/bin/time
-  local name=$1; shift
-  /usr/bin/time -f "%e %U %M" -o "$out/$name.time" "$@" > "$out/$name.log" 2>&1
-  read -r wall user rss < "$out/$name.time"
-  printf '%-24s wall %7.2f s  user %7.2f s  peak RSS %6.1f MiB\n' \
-    "$name" "$wall" "$user" "$(awk "BEGIN{print $rss/1024}")" | tee -a "$out/table.txt"
-}
+source "$(dirname "$0")/bench-lib.sh"
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC" | tee "$out/table.txt"
+machine_line
 for iters in ${ITERS:-25 50 100}; do
   dir="$work/ranks-$iters"
   mkdir -p "$dir"

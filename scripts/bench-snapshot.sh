@@ -21,15 +21,9 @@ two="taskset -c ${CORES:-0,1}"
 export RAYON_NUM_THREADS=2
 snapshot="$work/big.pickle"
 
-measure() { # name, command...: wall s, user s, peak RSS MiB via /usr/bin/time
-  local name=$1; shift
-  /usr/bin/time -f "%e %U %M" -o "$out/$name.time" "$@" > "$out/$name.log" 2>&1
-  read -r wall user rss < "$out/$name.time"
-  printf '%-22s wall %6.2f s  user %6.2f s  peak RSS %6.0f MiB\n' \
-    "$name" "$wall" "$user" "$(awk "BEGIN{print $rss/1024}")" | tee -a "$out/table.txt"
-}
+source "$(dirname "$0")/bench-lib.sh"
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC" | tee "$out/table.txt"
+machine_line
 python3 "$here/analyzer/benches/make_big_snapshot.py" "$snapshot" --events "${EVENTS:-3000000}"
 ls -l "$snapshot" | awk '{print "snapshot bytes:", $5}' | tee -a "$out/table.txt"
 cat "$snapshot" > /dev/null # in the page cache for every command alike
