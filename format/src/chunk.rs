@@ -20,7 +20,9 @@
 //! the fields of an event kind it does not know.
 
 use super::FormatError;
-use super::event::{BlockEvent, EmptyCacheEvent, Event, EventData, OomEvent, SegmentEvent};
+use super::event::{
+    BlockEvent, EmptyCacheEvent, Event, EventData, OomEvent, SegmentEvent, TagEvent,
+};
 use super::event::{EventKind, KindCounts};
 use super::symbols::{StackId, StringId};
 use super::varint::{self, Cursor, OutOfData};
@@ -54,6 +56,8 @@ fn fields_of(kind: EventKind) -> u8 {
         // the main thread's.
         EventKind::PhaseBegin | EventKind::PhaseEnd => THREAD | EXTRA1,
         EventKind::Annotation => EXTRA1 | EXTRA2,
+        // Format 1.2: older readers skip tags whole.
+        EventKind::Tag => ADDR | DEVICE | THREAD | EXTRA1,
     }
 }
 
@@ -129,6 +133,13 @@ impl Fields {
                 extra2: value.0 as u64,
                 ..Fields::default()
             },
+            EventData::Tag(t) => Fields {
+                addr: t.addr,
+                device: t.device,
+                thread: t.thread,
+                extra1: t.code as u64,
+                ..Fields::default()
+            },
         }
     }
 
@@ -183,6 +194,14 @@ impl Fields {
                 key: StringId(self.extra1 as u32),
                 value: StringId(self.extra2 as u32),
             },
+            EventKind::Tag => EventData::Tag(TagEvent {
+                addr: self.addr,
+                device: self.device,
+                thread: self.thread,
+                // A code past what a byte holds is one this version does
+                // not know either: kept unknown, never wrapped into a known one.
+                code: u8::try_from(self.extra1).unwrap_or(u8::MAX),
+            }),
         }
     }
 }
@@ -845,6 +864,15 @@ mod tests {
             Event {
                 time_ns: 34,
                 data: EventData::SegmentUnmap(seg),
+            },
+            Event {
+                time_ns: 35,
+                data: EventData::Tag(TagEvent {
+                    addr: 0x7f00_0000_0000,
+                    device: 0,
+                    thread: 1,
+                    code: 3,
+                }),
             },
             Event {
                 time_ns: 40,

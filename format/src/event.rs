@@ -56,6 +56,9 @@ pub enum EventData {
         /// The note's value.
         value: StringId,
     },
+    /// The program said what the live block at an address holds (format
+    /// 1.2): it holds that for its whole life, from its allocation.
+    Tag(TagEvent),
 }
 
 /// A block-level action: an allocation or one of the two steps of its free.
@@ -123,6 +126,125 @@ pub struct EmptyCacheEvent {
     pub thread: u32,
 }
 
+/// What a block holds, as the program uses it. The discriminants are the
+/// codes used on disk (a [`TagEvent`]'s `code`) and never change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Category {
+    /// A module's parameter (`nn.Parameter`), sharded or not.
+    Parameter = 0,
+    /// A module's buffer (`register_buffer`: running statistics, masks).
+    Buffer = 1,
+    /// A parameter's gradient (`.grad`), or a buffer gradients are reduced in.
+    Gradient = 2,
+    /// An optimizer's state (Adam's moments, momentum buffers, step counts).
+    OptimizerState = 3,
+    /// A tensor the forward pass saved for the backward pass.
+    Activation = 4,
+    /// A tensor made and freed within one part of a step.
+    Temporary = 5,
+    /// Anything else: inputs, outputs kept, caches, what could not be told.
+    Other = 6,
+}
+
+impl Category {
+    /// Every category, in code order (the order tables show them in).
+    pub const ALL: [Category; 7] = [
+        Category::Parameter,
+        Category::Buffer,
+        Category::Gradient,
+        Category::OptimizerState,
+        Category::Activation,
+        Category::Temporary,
+        Category::Other,
+    ];
+
+    /// The number of categories this version knows.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The category with this on-disk code, if this version knows it.
+    pub fn from_code(code: u8) -> Option<Category> {
+        Self::ALL.get(code as usize).copied()
+    }
+
+    /// The on-disk code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The snake_case name used in JSON and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameters",
+            Category::Buffer => "buffers",
+            Category::Gradient => "gradients",
+            Category::OptimizerState => "optimizer_state",
+            Category::Activation => "activations",
+            Category::Temporary => "temporaries",
+            Category::Other => "other",
+        }
+    }
+
+    /// The name people read in tables and legends.
+    pub fn label(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameters",
+            Category::Buffer => "buffers",
+            Category::Gradient => "gradients",
+            Category::OptimizerState => "optimizer state",
+            Category::Activation => "activations",
+            Category::Temporary => "temporaries",
+            Category::Other => "other",
+        }
+    }
+
+    /// The category named `name` ([`name`](Self::name) or
+    /// [`label`](Self::label), any case).
+    pub fn from_name(name: &str) -> Option<Category> {
+        let name = name.trim().to_ascii_lowercase().replace([' ', '-'], "_");
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name() == name || c.label().replace(' ', "_") == name)
+    }
+}
+
+impl std::fmt::Display for Category {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// What the live block at `addr` holds: the program said so.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TagEvent {
+    /// The block's address (the address its allocation returned).
+    pub addr: u64,
+    /// The device index.
+    pub device: u32,
+    /// The recording thread's id.
+    pub thread: u32,
+    /// A [`Category`] code; a code this version does not know is kept as
+    /// it was read ([`category`](Self::category) says `None`).
+    pub code: u8,
+}
+
+impl TagEvent {
+    /// A tag of the block at `addr` on `device` as `category`.
+    pub fn new(addr: u64, device: u32, category: Category) -> TagEvent {
+        TagEvent {
+            addr,
+            device,
+            thread: 0,
+            code: category.code(),
+        }
+    }
+
+    /// The category, if this version knows its code.
+    pub fn category(&self) -> Option<Category> {
+        Category::from_code(self.code)
+    }
+}
+
 /// The kind of an event, without its data. The discriminants are the codes
 /// used on disk and must never change within a major format version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -153,11 +275,13 @@ pub enum EventKind {
     PhaseEnd = 10,
     /// See [`EventData::Annotation`].
     Annotation = 11,
+    /// See [`EventData::Tag`] (format 1.2).
+    Tag = 12,
 }
 
 impl EventKind {
     /// Every kind, in code order.
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::Alloc,
         EventKind::FreeRequested,
         EventKind::FreeCompleted,
@@ -170,6 +294,7 @@ impl EventKind {
         EventKind::PhaseBegin,
         EventKind::PhaseEnd,
         EventKind::Annotation,
+        EventKind::Tag,
     ];
 
     /// The number of kinds this version knows.
@@ -200,6 +325,7 @@ impl EventKind {
             EventKind::PhaseBegin => "phase_begin",
             EventKind::PhaseEnd => "phase_end",
             EventKind::Annotation => "annotation",
+            EventKind::Tag => "tag",
         }
     }
 }
@@ -226,6 +352,7 @@ impl EventData {
             EventData::PhaseBegin { .. } => EventKind::PhaseBegin,
             EventData::PhaseEnd { .. } => EventKind::PhaseEnd,
             EventData::Annotation { .. } => EventKind::Annotation,
+            EventData::Tag(_) => EventKind::Tag,
         }
     }
 
@@ -243,7 +370,8 @@ impl EventData {
             EventData::EmptyCache(e) => Some(e.stack),
             EventData::PhaseBegin { .. }
             | EventData::PhaseEnd { .. }
-            | EventData::Annotation { .. } => None,
+            | EventData::Annotation { .. }
+            | EventData::Tag(_) => None,
         }
     }
     /// The device whose memory this event concerns; `None` for phases and
@@ -259,6 +387,7 @@ impl EventData {
             | EventData::SegmentUnmap(s) => Some(s.device),
             EventData::Oom(o) => Some(o.device),
             EventData::EmptyCache(e) => Some(e.device),
+            EventData::Tag(t) => Some(t.device),
             EventData::PhaseBegin { .. }
             | EventData::PhaseEnd { .. }
             | EventData::Annotation { .. } => None,
@@ -319,5 +448,25 @@ mod tests {
             assert_eq!(EventKind::from_code(kind.code()), Some(kind));
         }
         assert_eq!(EventKind::from_code(EventKind::COUNT as u8), None);
+    }
+
+    #[test]
+    fn category_codes_and_names_round_trip() {
+        for category in Category::ALL {
+            assert_eq!(Category::from_code(category.code()), Some(category));
+            assert_eq!(Category::from_name(category.name()), Some(category));
+            assert_eq!(Category::from_name(category.label()), Some(category));
+        }
+        assert_eq!(Category::from_code(Category::COUNT as u8), None);
+        assert_eq!(
+            Category::from_name("Optimizer-State"),
+            Some(Category::OptimizerState)
+        );
+        assert_eq!(Category::from_name("weights"), None);
+        let unknown = TagEvent {
+            code: 200,
+            ..TagEvent::new(0x1000, 0, Category::Other)
+        };
+        assert_eq!(unknown.category(), None);
     }
 }

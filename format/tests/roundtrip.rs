@@ -476,6 +476,15 @@ fn arb_event() -> impl Strategy<Value = EventData> {
             key: StringId(k),
             value: StringId(v)
         }),
+        // Any code, known or not: an unknown one reads back as it was.
+        (any::<u64>(), any::<u32>(), any::<u32>(), any::<u8>()).prop_map(
+            |(addr, device, thread, code)| EventData::Tag(TagEvent {
+                addr,
+                device,
+                thread,
+                code
+            })
+        ),
     ]
 }
 

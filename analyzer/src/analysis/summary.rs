@@ -449,13 +449,14 @@ impl Summary {
             | EventData::SegmentMap(_)
             | EventData::SegmentUnmap(_) => true,
             // A block freed by the caller stays in its segment until its
-            // free completes; phases and annotations touch no memory.
+            // free completes; phases, annotations and tags touch no memory.
             EventData::FreeRequested(_)
             | EventData::PhaseBegin { .. }
             | EventData::PhaseEnd { .. }
             | EventData::Oom(_)
             | EventData::EmptyCache(_)
-            | EventData::Annotation { .. } => false,
+            | EventData::Annotation { .. }
+            | EventData::Tag(_) => false,
         }
     }
 }

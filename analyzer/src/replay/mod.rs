@@ -467,7 +467,9 @@ impl ReplayState {
                 }
             }
             EventData::Oom(o) => Applied::Oom(self.sites.site(o.stack, symbols)),
-            EventData::EmptyCache(_) | EventData::Annotation { .. } => Applied::Other,
+            EventData::EmptyCache(_) | EventData::Annotation { .. } | EventData::Tag(_) => {
+                Applied::Other
+            }
         }
     }
 

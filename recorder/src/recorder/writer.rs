@@ -475,5 +475,6 @@ fn remap(data: &mut EventData, state: &State) {
             string(key);
             string(value);
         }
+        EventData::Tag(_) => {}
     }
 }
