@@ -3,9 +3,10 @@
 use crate::analysis::window::Window;
 use crate::analysis::{Analysis, run_pass};
 use crate::replay::ReplayState;
+use crate::replay::categories::CategoryOptions;
 use vramtrace_format::{
-    BlockEvent, Event, EventData, Header, InitialState, OomEvent, SegmentEvent, StackId,
-    SymbolTable, TraceReader, TraceWriter, WriterOptions,
+    BlockEvent, Category, Event, EventData, Header, InitialState, OomEvent, SegmentEvent, StackId,
+    SymbolTable, TagEvent, TraceReader, TraceWriter, WriterOptions,
 };
 
 /// Writes a trace to memory with terse helpers; times are in nanoseconds.
@@ -15,20 +16,35 @@ pub struct TraceBuilder {
     pub now: u64,
     /// The device of the next events (0 unless set).
     pub device: u32,
+    /// The thread of the next block events (0, the main thread, unless set).
+    pub thread: u32,
 }
 
 impl TraceBuilder {
     /// An empty trace with small chunks, so tests cross chunk boundaries.
     pub fn new() -> Self {
+        Self::with_header(Header::default())
+    }
+
+    /// An empty trace with this header.
+    pub fn with_header(header: Header) -> Self {
         let options = WriterOptions {
             chunk_events: 7,
             chunk_interval: None,
         };
         TraceBuilder {
-            writer: TraceWriter::with_options(Vec::new(), Header::default(), options).unwrap(),
+            writer: TraceWriter::with_options(Vec::new(), header, options).unwrap(),
             now: 0,
             device: 0,
+            thread: 0,
         }
+    }
+
+    /// An empty trace whose header says its recorder tagged categories.
+    pub fn tagged() -> Self {
+        let mut header = Header::default();
+        header.metadata.insert("categories".into(), "tags".into());
+        Self::with_header(header)
     }
 
     /// Writes an initial state; only before any event.
@@ -50,6 +66,17 @@ impl TraceBuilder {
         ])
     }
 
+    /// Makes the next block events those of `thread`.
+    pub fn on_thread(&mut self, thread: u32) -> &mut Self {
+        self.thread = thread;
+        self
+    }
+
+    /// Tags the live block at `addr` as holding `category`.
+    pub fn tag(&mut self, addr: u64, category: Category) -> &mut Self {
+        self.push(EventData::Tag(TagEvent::new(addr, 0, category)))
+    }
+
     /// Makes the next events those of `device`.
     pub fn on_device(&mut self, device: u32) -> &mut Self {
         self.device = device;
@@ -60,6 +87,7 @@ impl TraceBuilder {
         match &mut data {
             EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
                 b.device = self.device;
+                b.thread = self.thread;
             }
             EventData::SegmentAlloc(s)
             | EventData::SegmentFree(s)
@@ -67,6 +95,7 @@ impl TraceBuilder {
             | EventData::SegmentUnmap(s) => s.device = self.device,
             EventData::Oom(o) => o.device = self.device,
             EventData::EmptyCache(e) => e.device = self.device,
+            EventData::Tag(t) => t.device = self.device,
             _ => {}
         }
         self.now += 1;
@@ -217,9 +246,10 @@ impl Default for TraceBuilder {
 /// over `window`: what a command does, without the file.
 pub fn replay_trace(bytes: &[u8], analyses: &mut [&mut dyn Analysis], window: &Window) {
     let mut reader = TraceReader::new(bytes).unwrap();
+    let options = CategoryOptions::of_header(reader.header());
     run_pass(
         &mut reader,
-        &mut ReplayState::default(),
+        &mut ReplayState::default().with_categories(options),
         analyses,
         window,
         &crate::progress::NoProgress,

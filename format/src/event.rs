@@ -2,6 +2,7 @@
 //! (phases and annotations) that gives them meaning.
 
 use super::symbols::{StackId, StringId};
+use serde::{Deserialize, Serialize};
 
 /// One allocator action or user-context marker, at a time since the trace start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,22 +129,30 @@ pub struct EmptyCacheEvent {
 
 /// What a block holds, as the program uses it. The discriminants are the
 /// codes used on disk (a [`TagEvent`]'s `code`) and never change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// As JSON, the [`name`](Category::name) (`"optimizer_state"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[repr(u8)]
 pub enum Category {
     /// A module's parameter (`nn.Parameter`), sharded or not.
+    #[serde(rename = "parameters")]
     Parameter = 0,
     /// A module's buffer (`register_buffer`: running statistics, masks).
+    #[serde(rename = "buffers")]
     Buffer = 1,
     /// A parameter's gradient (`.grad`), or a buffer gradients are reduced in.
+    #[serde(rename = "gradients")]
     Gradient = 2,
     /// An optimizer's state (Adam's moments, momentum buffers, step counts).
+    #[serde(rename = "optimizer_state")]
     OptimizerState = 3,
     /// A tensor the forward pass saved for the backward pass.
+    #[serde(rename = "activations")]
     Activation = 4,
     /// A tensor made and freed within one part of a step.
+    #[serde(rename = "temporaries")]
     Temporary = 5,
     /// Anything else: inputs, outputs kept, caches, what could not be told.
+    #[serde(rename = "other")]
     Other = 6,
 }
 

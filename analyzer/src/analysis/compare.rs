@@ -962,6 +962,7 @@ mod tests {
                 bytes: at_peak,
                 count: 1,
                 share: 0.0,
+                category: None,
             });
             if retained > 0 {
                 r.leaks.never_freed.push(SiteBytes {

@@ -12,6 +12,7 @@
 //! asking for it is an error ([`AnalysisError::NoResult`]), never a report of
 //! zeros.
 
+pub mod categories;
 pub mod compare;
 pub mod explorer;
 pub mod fragmentation;
@@ -329,6 +330,9 @@ impl<A: AnalysisSet> DevicePass<A> {
     }
 
     fn finish(&mut self, symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        // What is still open is settled as what it is at the end; the
+        // analyses see those changes in `finish`.
+        self.state.settle_at_end();
         let state = &self.state;
         self.peaks.finish(state, symbols)?;
         self.analyses.with(|analyses| {

@@ -17,10 +17,12 @@
 //! grown past [`UNDO_BUDGET`] times the blocks of the peak is undone then,
 //! once, into a copy, which bounds its memory by the state's.
 
+use super::categories::{Category, CategoryMoment, CategoryReport, CategoryTable};
 use super::{Analysis, AnalysisError, Flow, Step};
+use crate::replay::categories::CATEGORIES;
 use crate::replay::{
-    Applied, FreeSpace, Inconsistency, InconsistencyKind, Occupancy, PhaseId, ReplayState, Segment,
-    SiteLive, Totals,
+    Applied, FreeSpace, Inconsistency, InconsistencyKind, LiveAlloc, Occupancy, PhaseId,
+    ReplayState, Segment, SiteLive, Totals,
 };
 use crate::sites::{SiteDescription, SiteId};
 use rustc_hash::FxHashMap;
@@ -52,7 +54,8 @@ pub struct Summary {
     active_peak: u64,
     at_peak: PeakState,
     pending: bool,
-    sites_at_peak: Vec<(SiteId, SiteLive)>,
+    // The sites live at the allocated peak, with their bytes by category.
+    sites_at_peak: Vec<(SiteId, SiteLive, [u64; CATEGORIES])>,
     // Where the blocks and segments at the allocated peak are.
     peak_space: PeakSpace,
     // What changed them since the peak, when `peak_space` is `Logged`.
@@ -63,6 +66,9 @@ pub struct Summary {
     undo_min: usize,
     ooms: Vec<OomReport>,
     oom_count: u64,
+    // Allocated bytes by category at the allocated and reserved peaks.
+    categories_at_allocated: CategoryMoment,
+    categories_at_reserved: CategoryMoment,
     report: Option<SummaryReport>,
 }
 
@@ -217,6 +223,8 @@ pub struct SiteShare {
     pub count: u64,
     /// `bytes` over the peak's allocated bytes.
     pub share: f64,
+    /// What most of the site's bytes at the peak are.
+    pub category: Option<Category>,
 }
 
 /// An out-of-memory event with its context.
@@ -325,6 +333,8 @@ pub struct SummaryReport {
     pub end: Totals,
     /// Contradictions found while replaying.
     pub inconsistencies: InconsistencyReport,
+    /// Allocated memory by category at the peaks and at the end.
+    pub categories: CategoryReport,
 }
 
 impl Summary {
@@ -348,6 +358,8 @@ impl Summary {
             undo_min: UNDO_MIN,
             ooms: Vec::new(),
             oom_count: 0,
+            categories_at_allocated: CategoryMoment::default(),
+            categories_at_reserved: CategoryMoment::default(),
             report: None,
         }
     }
@@ -371,12 +383,16 @@ impl Summary {
         };
     }
 
+    /// Copies the per-site tables at the allocated peak: the state's now,
+    /// with the block freed since the peak added back and the block
+    /// allocated since taken off.
     fn snapshot_sites(
         &mut self,
         state: &ReplayState,
-        freed: Option<(SiteId, u64)>,
-        added: Option<(SiteId, u64)>,
+        freed: Option<&LiveAlloc>,
+        added: Option<&LiveAlloc>,
     ) {
+        let by_category = state.site_categories();
         self.sites_at_peak.clear();
         self.sites_at_peak.extend(
             state
@@ -384,31 +400,56 @@ impl Summary {
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| s.blocks > 0)
-                .map(|(i, s)| (SiteId(i as u32), *s)),
+                .map(|(i, s)| (SiteId(i as u32), *s, by_category[i])),
         );
-        if let Some((site, size)) = freed {
-            match self.sites_at_peak.iter_mut().find(|(s, _)| *s == site) {
-                Some((_, live)) => {
-                    live.bytes = live.bytes.saturating_add(size);
+        if let Some(a) = freed {
+            let c = a.class.category as usize;
+            match self.sites_at_peak.iter_mut().find(|(s, ..)| *s == a.site) {
+                Some((_, live, categories)) => {
+                    live.bytes = live.bytes.saturating_add(a.size);
                     live.blocks += 1;
+                    categories[c] = categories[c].saturating_add(a.size);
                 }
-                None => self.sites_at_peak.push((
-                    site,
-                    SiteLive {
-                        bytes: size,
+                None => {
+                    let mut categories = [0; CATEGORIES];
+                    categories[c] = a.size;
+                    let live = SiteLive {
+                        bytes: a.size,
                         blocks: 1,
-                    },
-                )),
+                    };
+                    self.sites_at_peak.push((a.site, live, categories));
+                }
             }
         }
-        if let Some((site, size)) = added {
-            if let Some((_, live)) = self.sites_at_peak.iter_mut().find(|(s, _)| *s == site) {
-                live.bytes = live.bytes.saturating_sub(size);
+        if let Some(a) = added {
+            let c = a.class.category as usize;
+            if let Some((_, live, categories)) =
+                self.sites_at_peak.iter_mut().find(|(s, ..)| *s == a.site)
+            {
+                live.bytes = live.bytes.saturating_sub(a.size);
                 live.blocks = live.blocks.saturating_sub(1);
+                categories[c] = categories[c].saturating_sub(a.size);
             }
-            self.sites_at_peak.retain(|(_, live)| live.blocks > 0);
+            self.sites_at_peak.retain(|(_, live, _)| live.blocks > 0);
         }
         self.pending = false;
+    }
+
+    /// Moves the bytes of blocks live at the allocated peak whose category
+    /// changed to their new category in the peak's per-site table.
+    fn follow_sites(&mut self, state: &ReplayState) {
+        let peak = self.allocated.replayed;
+        for change in state.recategorized().iter().filter(|c| c.born <= peak) {
+            if let Some((.., categories)) = self
+                .sites_at_peak
+                .iter_mut()
+                .find(|(s, ..)| *s == change.site)
+            {
+                let (from, to) = (change.from.category as usize, change.to.category as usize);
+                categories[from] = categories[from].saturating_sub(change.size);
+                categories[to] = categories[to].saturating_add(change.size);
+            }
+        }
     }
 
     /// Logs what a replayed event did to the blocks since the peak, and undoes
@@ -461,6 +502,15 @@ impl Summary {
     }
 }
 
+/// The category with the most bytes (the first of equals), if any.
+fn dominant_category(bytes: &[u64; CATEGORIES]) -> Option<Category> {
+    let (i, &most) = bytes
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))?;
+    (most > 0).then(|| Category::ALL[i])
+}
+
 impl Analysis for Summary {
     fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
         // The window's starting state is its first candidate for each peak.
@@ -473,6 +523,8 @@ impl Analysis for Summary {
         self.capture_peak_state(state);
         self.pending = true;
         self.peak_space = PeakSpace::Live;
+        self.categories_at_allocated = CategoryMoment::now(state);
+        self.categories_at_reserved = CategoryMoment::now(state);
     }
 
     fn wants_before(&self) -> bool {
@@ -508,6 +560,13 @@ impl Analysis for Summary {
         if self.peak_space == PeakSpace::Logged {
             self.log_since_peak(step, state);
         }
+        self.categories_at_allocated.follow(state);
+        self.categories_at_reserved.follow(state);
+        // While the sites at the peak are the state's (pending), the state
+        // follows their categories; once copied, the copy follows.
+        if !self.pending && !state.recategorized().is_empty() {
+            self.follow_sites(state);
+        }
         let t = state.totals();
         match step.applied {
             Applied::Alloc(a) => {
@@ -515,12 +574,12 @@ impl Analysis for Summary {
                     self.pending = true;
                     self.capture_peak_state(state);
                     self.peak_space = PeakSpace::Live;
+                    self.categories_at_allocated = CategoryMoment::now(state);
                 } else if self.pending {
                     // Allocated bytes can also fall when a block replaces a
                     // larger live one (an inconsistent trace): undo both.
                     if let Some(old) = state.replaced_by(step.index) {
-                        let (freed, added) = ((old.site, old.size), (a.site, a.size));
-                        self.snapshot_sites(state, Some(freed), Some(added));
+                        self.snapshot_sites(state, Some(old), Some(&a));
                     }
                 }
                 self.requested.update(t.requested, step, state);
@@ -528,11 +587,11 @@ impl Analysis for Summary {
             }
             Applied::FreeRequested(_) | Applied::FreeCompleted(_) if self.pending => {
                 if let Some(a) = step.applied.released() {
-                    self.snapshot_sites(state, Some((a.site, a.size)), None);
+                    self.snapshot_sites(state, Some(&a), None);
                 }
             }
-            Applied::Segment => {
-                self.reserved.update(t.reserved, step, state);
+            Applied::Segment if self.reserved.update(t.reserved, step, state) => {
+                self.categories_at_reserved = CategoryMoment::now(state);
             }
             Applied::Oom(site) => {
                 self.oom_count += 1;
@@ -559,9 +618,15 @@ impl Analysis for Summary {
     }
 
     fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        // The blocks still open at the end were settled: the peaks hear it.
         if self.pending {
             self.snapshot_sites(state, None, None);
+        } else {
+            self.follow_sites(state);
         }
+        self.categories_at_allocated.follow(state);
+        self.categories_at_reserved.follow(state);
+        let at_allocated_peak = self.categories_at_allocated.table();
         // Without an allocation there is no peak to describe.
         if self.allocated.bytes > 0 {
             let space = match self.peak_space {
@@ -577,7 +642,7 @@ impl Analysis for Summary {
         let top_sites_at_peak = sites
             .iter()
             .take(self.top)
-            .map(|(site, live)| SiteShare {
+            .map(|(site, live, categories)| SiteShare {
                 site: state.sites().describe(*site, symbols),
                 bytes: live.bytes,
                 count: live.blocks,
@@ -586,6 +651,7 @@ impl Analysis for Summary {
                 } else {
                     live.bytes as f64 / peak as f64
                 },
+                category: dominant_category(categories),
             })
             .collect();
         let first = self.first_time_ns.unwrap_or(0);
@@ -615,6 +681,13 @@ impl Analysis for Summary {
             oom_count: self.oom_count,
             end: *state.totals(),
             inconsistencies: InconsistencyReport::of(state),
+            categories: CategoryReport {
+                source: state.category_options().source,
+                dominant: at_allocated_peak.dominant(),
+                at_allocated_peak,
+                at_reserved_peak: self.categories_at_reserved.table(),
+                at_end: CategoryTable::of(state.categories()),
+            },
         });
         Ok(())
     }
@@ -821,6 +894,14 @@ mod tests {
 #[cfg(test)]
 mod random {
     use super::tests::{free_space_at, summarize, summarize_with};
+
+    /// The block size of the allocation replayed as event `born - 1`.
+    fn block_size(events: &[Event], born: u64) -> u64 {
+        match events[born as usize - 1].data {
+            EventData::Alloc(b) => b.size,
+            _ => 0,
+        }
+    }
     use super::*;
     use crate::analysis::window::Window;
     use crate::testing::TraceBuilder;
@@ -874,6 +955,113 @@ mod random {
                 .collect();
             got.sort();
             prop_assert_eq!(got, best.1);
+        }
+
+        /// The categories at the allocated and reserved peaks (and each top
+        /// site's) are those of the blocks live then, as the whole pass
+        /// settles them: tags and frees after a peak reach back to it.
+        #[test]
+        fn categories_at_peaks_match_a_brute_force_replay(
+            ops in proptest::collection::vec((0u8..12, 0u64..10, 1u64..5000, 0usize..4), 1..160),
+            tagged in any::<bool>(),
+        ) {
+            use crate::replay::categories::{Category, CategoryOptions, Class};
+            let mut b = if tagged { TraceBuilder::tagged() } else { TraceBuilder::new() };
+            let stacks = [
+                b.site("forward", "model.py", 1),
+                b.stack(&[("MmBackward0", "", 0)]),
+                b.stack(&[("step", "/site-packages/torch/optim/adam.py", 9), ("main", "t.py", 3)]),
+                b.stack(&[("_apply", "/site-packages/torch/nn/modules/module.py", 9)]),
+            ];
+            let mut in_step = false;
+            for (op, slot, size, which) in ops {
+                let addr = slot << 20;
+                b.on_thread(u32::from(which == 1));
+                match op {
+                    0..=3 => { b.alloc(addr, size, size, stacks[which]); }
+                    4 | 5 => { b.free(addr, 0); }
+                    6 => { b.free_requested(addr, 0); }
+                    7 => { b.segment((64 + slot) << 30, size << 20); }
+                    8 | 9 => {
+                        let name = "Optimizer.step#Adam.step";
+                        if in_step { b.end(name); } else { b.begin(name); }
+                        in_step = !in_step;
+                    }
+                    _ => { b.tag(addr, Category::ALL[which + slot as usize % 3]); }
+                }
+            }
+            b.on_thread(0);
+            let bytes = b.finish();
+            let r = summarize(&bytes, Window::ALL);
+
+            let mut reader = TraceReader::new(&bytes[..]).unwrap();
+            let options = CategoryOptions::of_header(reader.header());
+            let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+            let mut state = ReplayState::default().with_categories(options);
+            // Each block's life (born, released) and site; its final class.
+            let mut lives: Vec<(u64, u64, SiteId)> = Vec::new();
+            let mut class: FxHashMap<u64, Class> = FxHashMap::default();
+            let (mut peak, mut peak_at) = (0u64, 0u64);
+            let (mut reserved, mut reserved_at) = (0u64, 0u64);
+            for (i, e) in events.iter().enumerate() {
+                match state.apply(i as u64, e, reader.symbols()) {
+                    Applied::Alloc(_) if state.totals().allocated > peak => {
+                        (peak, peak_at) = (state.totals().allocated, i as u64 + 1);
+                    }
+                    Applied::Segment if state.totals().reserved > reserved => {
+                        (reserved, reserved_at) = (state.totals().reserved, i as u64 + 1);
+                    }
+                    applied => {
+                        if let Some(a) = applied.released() {
+                            lives.push((a.born, i as u64 + 1, a.site));
+                            class.insert(a.born, a.class);
+                        }
+                    }
+                }
+                if let Some(old) = state.replaced_by(i as u64)
+                    && !old.free_requested
+                {
+                    lives.push((old.born, i as u64 + 1, old.site));
+                    class.insert(old.born, old.class);
+                }
+            }
+            state.settle_at_end();
+            for a in state.live().filter(|a| !a.free_requested) {
+                lives.push((a.born, u64::MAX, a.site));
+                class.insert(a.born, a.class);
+            }
+            let at = |moment: u64| {
+                let mut bytes = [0u64; Category::COUNT];
+                for &(born, released, _) in &lives {
+                    if born <= moment && moment < released {
+                        let c = class[&born];
+                        bytes[c.category as usize] += block_size(&events, born);
+                    }
+                }
+                bytes
+            };
+            let got = |t: &crate::analysis::categories::CategoryTable| {
+                let mut bytes = [0u64; Category::COUNT];
+                for s in &t.0 {
+                    bytes[s.category as usize] = s.bytes;
+                }
+                bytes
+            };
+            prop_assert_eq!(r.peak_allocated_bytes, peak);
+            prop_assert_eq!(got(&r.categories.at_allocated_peak), at(peak_at));
+            prop_assert_eq!(got(&r.categories.at_reserved_peak), at(reserved_at));
+            // Each top site's category: the one of most of its bytes then.
+            for site in &r.top_sites_at_peak {
+                let mut bytes = [0u64; Category::COUNT];
+                for &(born, released, s) in &lives {
+                    if born <= peak_at && peak_at < released
+                        && state.sites().name(s, reader.symbols()) == site.site.site
+                    {
+                        bytes[class[&born].category as usize] += block_size(&events, born);
+                    }
+                }
+                prop_assert_eq!(site.category, dominant_category(&bytes));
+            }
         }
 
         /// The free space swept in the pass is the one a replay up to the

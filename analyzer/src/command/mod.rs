@@ -31,6 +31,7 @@ use crate::analysis::{
 use crate::input::Input;
 use crate::progress::Progress;
 use crate::replay::ReplayState;
+use crate::replay::categories::CategoryOptions;
 use crate::sites::{FoldRules, SiteFolder};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 use std::fmt;
@@ -208,7 +209,9 @@ impl<'a> Replay<'a> {
         let mut events = self.input.events()?;
         let meter = self.progress.begin(self.input.pass_work(&events));
         let folder = SiteFolder::new(self.options.fold.clone(), self.options.full_stacks);
-        let state = ReplayState::new(folder).with_phase_thread(self.options.phase_thread);
+        let state = ReplayState::new(folder)
+            .with_phase_thread(self.options.phase_thread)
+            .with_categories(CategoryOptions::of_header(events.header()));
         let devices = self.options.devices();
         let passes = run_device_pass(&mut events, state, devices, make, &self.window, &*meter)
             .map_err(|e| pass_error(self.input.path(), e))?;

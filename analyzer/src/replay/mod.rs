@@ -22,13 +22,19 @@
 //! done. Per-site live bytes follow `allocated`.
 //! | `reserved` (segment sizes) | `SegmentAlloc`, `SegmentMap` | `SegmentFree`, `SegmentUnmap` |
 
+pub mod categories;
+
 use crate::sites::{SiteFolder, SiteId};
+use categories::{
+    Birth, CATEGORIES, Category, CategoryBytes, CategoryOptions, CategorySource, Class, Classifier,
+    Recategorized,
+};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vramtrace_format::{
     BlockEvent, BlockStatus, Event, EventData, InitialState, SegmentEvent, StackId, StringId,
-    SymbolTable,
+    SymbolTable, TagEvent,
 };
 
 /// A phase instance: one execution of a named phase, numbered in order of
@@ -107,6 +113,14 @@ pub struct LiveAlloc {
     pub time_ns: u64,
     /// Whether the caller has freed it (it waits for other streams).
     pub free_requested: bool,
+    /// The events replayed when it was allocated, its own included (its
+    /// event's index + 1; 0 for the initial state's blocks): it was live at
+    /// the moments of a pass after at least that many events.
+    pub born: u64,
+    /// What it holds, as far as is known now (see [`categories`]).
+    pub class: Class,
+    /// What inference knows of its allocation.
+    pub birth: Birth,
 }
 
 /// A reserved address range: a segment, or the mapped part of an expandable one.
@@ -181,11 +195,15 @@ pub enum InconsistencyKind {
     UnmatchedPhaseEnd,
     /// A block or segment so large that the totals would pass 2^64 bytes.
     ImplausibleSize,
+    /// A tag of an address that holds no block the caller holds.
+    TagWithoutBlock,
+    /// A tag with a category this reader does not know (read as `other`).
+    UnknownCategory,
 }
 
 impl InconsistencyKind {
     /// Every kind, in report order.
-    pub const ALL: [InconsistencyKind; 10] = [
+    pub const ALL: [InconsistencyKind; 12] = [
         InconsistencyKind::UnknownFree,
         InconsistencyKind::DoubleFree,
         InconsistencyKind::AllocOverLive,
@@ -196,6 +214,8 @@ impl InconsistencyKind {
         InconsistencyKind::SegmentFreedWithLiveBlocks,
         InconsistencyKind::UnmatchedPhaseEnd,
         InconsistencyKind::ImplausibleSize,
+        InconsistencyKind::TagWithoutBlock,
+        InconsistencyKind::UnknownCategory,
     ];
 
     /// A short description for reports.
@@ -211,6 +231,10 @@ impl InconsistencyKind {
             InconsistencyKind::SegmentFreedWithLiveBlocks => "segment freed with live blocks",
             InconsistencyKind::UnmatchedPhaseEnd => "phase end without a matching begin",
             InconsistencyKind::ImplausibleSize => "size past what 64 bits of totals hold",
+            InconsistencyKind::TagWithoutBlock => "tag of an address with no live block",
+            InconsistencyKind::UnknownCategory => {
+                "tag with a category this version does not know (read as other)"
+            }
         }
     }
 }
@@ -316,6 +340,13 @@ pub struct ReplayState {
     events: u64,
     time_ns: u64,
     replaced: Option<(u64, LiveAlloc)>,
+    /// Allocated bytes by category.
+    categories: CategoryBytes,
+    /// Allocated bytes by site and category, indexed by [`SiteId`].
+    site_categories: Vec<[u64; CATEGORIES]>,
+    classifier: Classifier,
+    /// The category changes the last event made.
+    recategorized: Vec<Recategorized>,
 }
 
 impl Default for ReplayState {
@@ -346,7 +377,18 @@ impl ReplayState {
             events: 0,
             time_ns: 0,
             replaced: None,
+            categories: CategoryBytes::default(),
+            site_categories: vec![[0; CATEGORIES]],
+            classifier: Classifier::default(),
+            recategorized: Vec::new(),
         }
+    }
+
+    /// Tells categories apart as `options` say (by default, everything is
+    /// inferred).
+    pub fn with_categories(mut self, options: CategoryOptions) -> Self {
+        self.classifier = Classifier::new(options);
+        self
     }
 
     /// A state with this one's phases (their instances, the open ones, their
@@ -365,6 +407,7 @@ impl ReplayState {
             .clone_from(&self.other_thread_phases);
         state.events = self.events;
         state.time_ns = self.time_ns;
+        state.classifier = self.classifier.fork();
         state
     }
 
@@ -411,6 +454,9 @@ impl ReplayState {
                     continue;
                 }
                 let site = self.sites.site(block.stack, symbols);
+                let (birth, class) = self
+                    .classifier
+                    .initial(block.stack, block.requested, symbols);
                 let alloc = LiveAlloc {
                     addr: block.addr,
                     size: block.size,
@@ -420,6 +466,9 @@ impl ReplayState {
                     phase: PhaseId::NONE,
                     time_ns: 0,
                     free_requested: block.status == BlockStatus::PendingFree,
+                    born: 0,
+                    class,
+                    birth,
                 };
                 if self.live.contains_key(&block.addr) {
                     self.inconsistent(InconsistencyKind::AllocOverLive, block.addr);
@@ -443,16 +492,20 @@ impl ReplayState {
     pub fn apply(&mut self, index: u64, event: &Event, symbols: &SymbolTable) -> Applied {
         self.events = index + 1;
         self.time_ns = event.time_ns;
+        if !self.recategorized.is_empty() {
+            self.recategorized.clear();
+        }
         match &event.data {
             EventData::Alloc(b) => self.alloc(index, event.time_ns, b, symbols),
-            EventData::FreeRequested(b) => self.free_requested(index, event.time_ns, b),
-            EventData::FreeCompleted(b) => self.free_completed(index, event.time_ns, b),
+            EventData::FreeRequested(b) => self.free_requested(index, event.time_ns, b, symbols),
+            EventData::FreeCompleted(b) => self.free_completed(index, event.time_ns, b, symbols),
             EventData::SegmentAlloc(s) => self.segment_alloc(index, event.time_ns, s, false),
             EventData::SegmentMap(s) => self.segment_alloc(index, event.time_ns, s, true),
             EventData::SegmentFree(s) => self.segment_free(index, event.time_ns, s, false),
             EventData::SegmentUnmap(s) => self.segment_free(index, event.time_ns, s, true),
             EventData::PhaseBegin { name, thread } => {
                 if *thread == self.phase_thread {
+                    self.classifier.phase_begin(*name, symbols);
                     self.phase_begin(index, event.time_ns, *name, symbols)
                 } else {
                     *self.other_thread_phases.entry(*thread).or_default() += 1;
@@ -461,15 +514,14 @@ impl ReplayState {
             }
             EventData::PhaseEnd { name, thread } => {
                 if *thread == self.phase_thread {
-                    self.phase_end(index, event.time_ns, *name)
+                    self.phase_end(index, event.time_ns, *name, symbols)
                 } else {
                     Applied::Other
                 }
             }
             EventData::Oom(o) => Applied::Oom(self.sites.site(o.stack, symbols)),
-            EventData::EmptyCache(_) | EventData::Annotation { .. } | EventData::Tag(_) => {
-                Applied::Other
-            }
+            EventData::Tag(t) => self.tag(index, event.time_ns, t),
+            EventData::EmptyCache(_) | EventData::Annotation { .. } => Applied::Other,
         }
     }
 
@@ -541,12 +593,15 @@ impl ReplayState {
         self.totals.requested += a.requested;
         self.totals.active += a.size;
         self.totals.live_blocks += 1;
+        self.categories.add(a.class, a.size);
         let s = a.site.0 as usize;
         if s >= self.site_live.len() {
             self.site_live.resize(s + 1, SiteLive::default());
+            self.site_categories.resize(s + 1, [0; CATEGORIES]);
         }
         self.site_live[s].bytes += a.size;
         self.site_live[s].blocks += 1;
+        self.site_categories[s][a.class.category as usize] += a.size;
         if let Some(seg) = self.segment_of(a.addr) {
             seg.live_blocks += 1;
             seg.live_bytes += a.size;
@@ -561,9 +616,11 @@ impl ReplayState {
     fn release(&mut self, a: &LiveAlloc) {
         self.totals.allocated -= a.size;
         self.totals.requested -= a.requested;
+        self.categories.remove(a.class, a.size);
         let site = &mut self.site_live[a.site.0 as usize];
         site.bytes -= a.size;
         site.blocks -= 1;
+        self.site_categories[a.site.0 as usize][a.class.category as usize] -= a.size;
     }
 
     #[inline]
@@ -601,6 +658,9 @@ impl ReplayState {
             return Applied::Inconsistent;
         }
         let site = self.sites.site(b.stack, symbols);
+        let (birth, class) = self
+            .classifier
+            .birth(b.thread, b.stack, b.requested, symbols);
         let a = LiveAlloc {
             addr: b.addr,
             size: b.size,
@@ -610,7 +670,13 @@ impl ReplayState {
             phase: self.open.last().copied().unwrap_or(PhaseId::NONE),
             time_ns,
             free_requested: false,
+            born: index + 1,
+            class,
+            birth,
         };
+        if !birth.settled {
+            self.wait_for_step(b.addr, index + 1);
+        }
         // One probe of the map: insert, and only look back on a collision.
         if let Some(old) = self.live.insert(b.addr, a) {
             // The old block must have been freed unrecorded; the new one wins.
@@ -622,8 +688,14 @@ impl ReplayState {
         Applied::Alloc(a)
     }
 
-    fn free_requested(&mut self, index: u64, time_ns: u64, b: &BlockEvent) -> Applied {
-        let Some(a) = self.live.get_mut(&b.addr) else {
+    fn free_requested(
+        &mut self,
+        index: u64,
+        time_ns: u64,
+        b: &BlockEvent,
+        symbols: &SymbolTable,
+    ) -> Applied {
+        let Some(a) = self.live.get(&b.addr) else {
             self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
             return Applied::Inconsistent;
         };
@@ -631,6 +703,8 @@ impl ReplayState {
             self.record(InconsistencyKind::DoubleFree, index, time_ns, b.addr);
             return Applied::Inconsistent;
         }
+        self.settle_at_free(b, symbols);
+        let a = self.live.get_mut(&b.addr).expect("a block just found");
         a.free_requested = true;
         let a = *a;
         self.release(&a);
@@ -640,11 +714,22 @@ impl ReplayState {
         Applied::FreeRequested(a)
     }
 
-    fn free_completed(&mut self, index: u64, time_ns: u64, b: &BlockEvent) -> Applied {
-        let Some(a) = self.live.remove(&b.addr) else {
-            self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
-            return Applied::Inconsistent;
-        };
+    fn free_completed(
+        &mut self,
+        index: u64,
+        time_ns: u64,
+        b: &BlockEvent,
+        symbols: &SymbolTable,
+    ) -> Applied {
+        match self.live.get(&b.addr) {
+            None => {
+                self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
+                return Applied::Inconsistent;
+            }
+            Some(a) if !a.free_requested => self.settle_at_free(b, symbols),
+            Some(_) => {}
+        }
+        let a = self.live.remove(&b.addr).expect("a block just found");
         self.remove_live(&a);
         if b.size != 0 && b.size != a.size {
             self.record(InconsistencyKind::SizeMismatch, index, time_ns, b.addr);
@@ -835,7 +920,13 @@ impl ReplayState {
         Applied::PhaseBegin(id)
     }
 
-    fn phase_end(&mut self, index: u64, time_ns: u64, name: StringId) -> Applied {
+    fn phase_end(
+        &mut self,
+        index: u64,
+        time_ns: u64,
+        name: StringId,
+        symbols: &SymbolTable,
+    ) -> Applied {
         let Some(pos) = self
             .open
             .iter()
@@ -848,10 +939,205 @@ impl ReplayState {
             self.record(InconsistencyKind::UnmatchedPhaseEnd, index, time_ns, 0);
         }
         let id = self.open[pos];
-        for p in self.open.drain(pos..) {
-            self.phases[p.0 as usize].end_ns = Some(time_ns);
+        let mut step_ended = false;
+        // Innermost first: phases left open inside it end with it.
+        for p in self.open.drain(pos..).rev() {
+            let phase = &mut self.phases[p.0 as usize];
+            phase.end_ns = Some(time_ns);
+            step_ended |= self.classifier.phase_end(phase.name, symbols);
+        }
+        if step_ended {
+            self.settle_at_step_end();
         }
         Applied::PhaseEnd(id)
+    }
+
+    fn tag(&mut self, index: u64, time_ns: u64, t: &TagEvent) -> Applied {
+        let class = match t.category() {
+            Some(category) => Class::exact(category),
+            None => {
+                self.record(InconsistencyKind::UnknownCategory, index, time_ns, t.addr);
+                Class::exact(Category::Other)
+            }
+        };
+        match self.live.get(&t.addr) {
+            Some(a) if !a.free_requested => {
+                self.classifier.note(class.category, a.requested);
+                self.recategorize(t.addr, class);
+                if let Some(a) = self.live.get_mut(&t.addr) {
+                    a.birth.settled = true;
+                }
+                Applied::Other
+            }
+            _ => {
+                self.record(InconsistencyKind::TagWithoutBlock, index, time_ns, t.addr);
+                Applied::Inconsistent
+            }
+        }
+    }
+
+    /// Makes the live block at `addr` hold `class` from its allocation on:
+    /// the running counts move, and the change is listed for the analyses
+    /// that keep past moments.
+    fn recategorize(&mut self, addr: u64, class: Class) {
+        let Some(a) = self.live.get_mut(&addr) else {
+            return;
+        };
+        if a.class == class {
+            return;
+        }
+        let change = Recategorized {
+            addr,
+            born: a.born,
+            size: a.size,
+            site: a.site,
+            from: a.class,
+            to: class,
+        };
+        a.class = class;
+        if !a.free_requested {
+            self.categories.shift(change.from, change.to, change.size);
+            let site = &mut self.site_categories[change.site.0 as usize];
+            site[change.from.category as usize] -= change.size;
+            site[change.to.category as usize] += change.size;
+        }
+        self.recategorized.push(change);
+    }
+
+    /// Settles what the block freed now by `b` held, if nothing did before.
+    fn settle_at_free(&mut self, b: &BlockEvent, symbols: &SymbolTable) {
+        let Some(a) = self.live.get_mut(&b.addr) else {
+            return;
+        };
+        if a.birth.settled {
+            return;
+        }
+        a.birth.settled = true;
+        let (birth, requested) = (a.birth, a.requested);
+        let category = self
+            .classifier
+            .at_free(&birth, requested, b.thread, b.stack, symbols);
+        self.recategorize(b.addr, Class::inferred(category));
+    }
+
+    /// Remembers a block to settle when the next step ends, keeping the
+    /// list no longer than twice the live blocks (a trace without steps
+    /// would otherwise grow it without end).
+    fn wait_for_step(&mut self, addr: u64, born: u64) {
+        let waiting = &mut self.classifier.waiting;
+        waiting.push((addr, born));
+        if waiting.len() > 2 * self.live.len() + 1024 {
+            let live = &self.live;
+            waiting.retain(|(addr, born)| {
+                live.get(addr)
+                    .is_some_and(|a| a.born == *born && !a.birth.settled)
+            });
+        }
+    }
+
+    /// The live, unsettled block at `addr` allocated by event `born`.
+    fn unsettled(&self, addr: u64, born: u64) -> Option<&LiveAlloc> {
+        self.live
+            .get(&addr)
+            .filter(|a| a.born == born && !a.birth.settled && !a.free_requested)
+    }
+
+    /// A step ended: the blocks born since the last one that are still
+    /// alive are settled (the module docs of [`categories`] say as what),
+    /// but for set-up blocks, which wait for a second step.
+    fn settle_at_step_end(&mut self) {
+        let waiting = std::mem::take(&mut self.classifier.waiting);
+        for (addr, born) in waiting {
+            let Some(a) = self.unsettled(addr, born) else {
+                continue;
+            };
+            let (birth, requested) = (a.birth, a.requested);
+            if is_setup(&birth) && self.classifier.options().source == CategorySource::Inferred {
+                // Alive after the first step: not an activation, but
+                // perhaps the model's (decided after a second step).
+                self.recategorize(addr, Class::inferred(Category::Other));
+                self.classifier.setup.push((addr, born));
+                continue;
+            }
+            let category = self.classifier.survivor(&birth, requested);
+            self.settle(addr, Class::inferred(category));
+        }
+        if self.classifier.setup_decidable() {
+            for (addr, born) in std::mem::take(&mut self.classifier.setup) {
+                if let Some(a) = self.unsettled(addr, born) {
+                    let requested = a.requested;
+                    let category = if self.classifier.setup_is_parameter(requested, false) {
+                        Category::Parameter
+                    } else {
+                        Category::Other
+                    };
+                    self.settle(addr, Class::inferred(category));
+                }
+            }
+        }
+    }
+
+    fn settle(&mut self, addr: u64, class: Class) {
+        self.recategorize(addr, class);
+        if let Some(a) = self.live.get_mut(&addr) {
+            a.birth.settled = true;
+        }
+    }
+
+    /// The pass ended: every block alive and not settled is settled as what
+    /// it is at the end (a set-up block alive after a step: a parameter).
+    /// The changes are listed in [`recategorized`](Self::recategorized) for
+    /// the analyses' `finish`.
+    pub fn settle_at_end(&mut self) {
+        if !self.recategorized.is_empty() {
+            self.recategorized.clear();
+        }
+        let mut open: Vec<(u64, Birth, u64)> = self
+            .live
+            .values()
+            .filter(|a| !a.birth.settled && !a.free_requested)
+            .map(|a| (a.addr, a.birth, a.requested))
+            .collect();
+        // The same order whatever the map's: the list is a result, and
+        // gradients are settled before the set-up blocks their sizes decide.
+        open.sort_unstable_by_key(|&(addr, birth, _)| (is_setup(&birth), addr));
+        for (addr, birth, requested) in open {
+            let category = if is_setup(&birth) {
+                if self.classifier.setup_is_parameter(requested, true) {
+                    Category::Parameter
+                } else {
+                    Category::Other
+                }
+            } else {
+                self.classifier.survivor(&birth, requested)
+            };
+            self.settle(addr, Class::inferred(category));
+        }
+        self.classifier.waiting.clear();
+        self.classifier.setup.clear();
+    }
+
+    /// Allocated bytes by category (blocks the caller holds).
+    pub fn categories(&self) -> &CategoryBytes {
+        &self.categories
+    }
+
+    /// Allocated bytes by site and category, indexed by [`SiteId`] and
+    /// [`Category`] code.
+    pub fn site_categories(&self) -> &[[u64; CATEGORIES]] {
+        &self.site_categories
+    }
+
+    /// The category changes the last event applied made (or
+    /// [`settle_at_end`](Self::settle_at_end)), each holding from the
+    /// block's allocation.
+    pub fn recategorized(&self) -> &[Recategorized] {
+        &self.recategorized
+    }
+
+    /// How categories are told apart in this replay.
+    pub fn category_options(&self) -> CategoryOptions {
+        self.classifier.options()
     }
 
     /// The running totals.
@@ -993,6 +1279,14 @@ impl ReplayState {
             );
         }
     }
+}
+
+/// Whether a block is a set-up block: allocated outside the autograd
+/// engine and any step before the first step began, and named by no frame.
+fn is_setup(birth: &Birth) -> bool {
+    birth.region == categories::Region::Forward
+        && birth.steps == 0
+        && birth.hint == categories::Hint::None
 }
 
 /// A phase name with every run of ASCII digits replaced by `#`: the

@@ -1,5 +1,7 @@
 use super::*;
 use crate::testing::TraceBuilder;
+use categories::Class;
+use std::collections::BTreeMap;
 use vramtrace_format::{BlockState, SegmentState, TraceReader};
 
 fn replay(bytes: &[u8]) -> (ReplayState, Vec<Applied>) {
@@ -401,4 +403,255 @@ fn sizes_past_64_bits_of_totals_are_skipped() {
     assert_eq!(state.totals().allocated, u64::MAX - 10);
     assert_eq!(state.totals().requested, 5);
     assert_eq!(state.totals().reserved, u64::MAX);
+}
+
+/// Replays `bytes` with the categories its header asks for, settling what
+/// is open at the end, and returns the state and every block's last class
+/// by allocation (`born`), freed or not.
+fn replay_categories(bytes: &[u8]) -> (ReplayState, BTreeMap<u64, (u64, Class)>) {
+    use categories::CategoryOptions;
+    let mut reader = TraceReader::new(bytes).unwrap();
+    let mut state =
+        ReplayState::default().with_categories(CategoryOptions::of_header(reader.header()));
+    let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+    let mut classes = BTreeMap::new();
+    for (i, e) in events.iter().enumerate() {
+        let applied = state.apply(i as u64, e, reader.symbols());
+        if let Some(a) = applied.released() {
+            classes.insert(a.born, (a.size, a.class));
+        }
+        check_category_totals(&state);
+    }
+    state.settle_at_end();
+    for a in state.live().filter(|a| !a.free_requested) {
+        classes.insert(a.born, (a.size, a.class));
+    }
+    check_category_totals(&state);
+    (state, classes)
+}
+
+fn check_category_totals(state: &ReplayState) {
+    assert_eq!(state.categories().total(), state.totals().allocated);
+    let by_site: u64 = state.site_categories().iter().flatten().sum();
+    assert_eq!(by_site, state.totals().allocated);
+}
+
+/// The `born` of the `nth` allocation at `addr`.
+fn born_at(bytes: &[u8], addr: u64, nth: usize) -> u64 {
+    let mut reader = TraceReader::new(bytes).unwrap();
+    let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e.data, EventData::Alloc(b) if b.addr == addr))
+        .nth(nth)
+        .map(|(i, _)| i as u64 + 1)
+        .unwrap()
+}
+
+fn category_of(classes: &BTreeMap<u64, (u64, Class)>, born: u64) -> (Category, bool) {
+    let class = classes[&born].1;
+    (class.category, class.exact)
+}
+
+#[test]
+fn categories_inferred_from_a_training_step() {
+    let mut b = TraceBuilder::new();
+    let init = b.stack(&[
+        (
+            "_apply",
+            "/venv/site-packages/torch/nn/modules/module.py",
+            900,
+        ),
+        ("main", "train.py", 10),
+    ]);
+    let fwd = b.site("forward", "model.py", 20);
+    let data = b.site("main", "train.py", 30);
+    let node = b.stack(&[("MmBackward0", "", 0)]);
+    let adam = b.stack(&[
+        (
+            "_init_group",
+            "/venv/site-packages/torch/optim/adam.py",
+            150,
+        ),
+        ("main", "train.py", 40),
+    ]);
+    b.segment(0, 1 << 30);
+    // Events 1..: parameters, then two iterations.
+    b.alloc(0x1000, 4096, 4096, init); // born 2: a parameter, by its frames
+    for it in 0..2u64 {
+        let base = 0x10_0000 * (it + 1);
+        b.alloc(base, 512, 512, data); // the batch
+        if it > 0 {
+            b.free(0x10_0000 * it, 512); // the last one
+        }
+        b.alloc(base + 0x1000, 8192, 8192, fwd); // saved for backward
+        b.alloc(base + 0x4000, 1024, 1024, fwd)
+            .free(base + 0x4000, 1024); // a temporary
+        b.on_thread(1);
+        b.alloc(base + 0x8000, 4096, 4096, node); // the parameter's gradient
+        b.alloc(base + 0xc000, 2048, 2048, node)
+            .free(base + 0xc000, 2048); // a grad's temporary
+        b.free(base + 0x1000, 8192); // the engine frees the saved tensor
+        b.on_thread(0);
+        b.begin("Optimizer.step#Adam.step");
+        if it == 0 {
+            b.alloc(0x2000, 4096, 4096, adam); // state, made at the first step
+        }
+        b.alloc(base + 0x20000, 4096, 4096, adam)
+            .free(base + 0x20000, 4096);
+        b.end("Optimizer.step#Adam.step");
+        b.free(base + 0x8000, 4096); // zero_grad(set_to_none=True)
+    }
+    let bytes = b.finish();
+    let (state, classes) = replay_categories(&bytes);
+    let born_at = |addr, nth| born_at(&bytes, addr, nth);
+    let inferred = |c| (c, false);
+    assert_eq!(
+        category_of(&classes, born_at(0x1000, 0)),
+        inferred(Category::Parameter)
+    );
+    assert_eq!(
+        category_of(&classes, born_at(0x2000, 0)),
+        inferred(Category::OptimizerState)
+    );
+    for it in 0..2u64 {
+        let base = 0x10_0000 * (it + 1);
+        assert_eq!(
+            category_of(&classes, born_at(base, 0)),
+            inferred(Category::Other)
+        );
+        let act = born_at(base + 0x1000, 0);
+        assert_eq!(category_of(&classes, act), inferred(Category::Activation));
+        let tmp = born_at(base + 0x4000, 0);
+        assert_eq!(category_of(&classes, tmp), inferred(Category::Temporary));
+        let grad = born_at(base + 0x8000, 0);
+        assert_eq!(category_of(&classes, grad), inferred(Category::Gradient));
+        let grad_tmp = born_at(base + 0xc000, 0);
+        assert_eq!(
+            category_of(&classes, grad_tmp),
+            inferred(Category::Temporary)
+        );
+        let step_tmp = born_at(base + 0x20000, 0);
+        assert_eq!(
+            category_of(&classes, step_tmp),
+            inferred(Category::Temporary)
+        );
+    }
+    let end = state.categories();
+    assert_eq!(end.bytes(Category::Parameter), 4096);
+    assert_eq!(end.bytes(Category::OptimizerState), 4096);
+    assert_eq!(end.bytes(Category::Other), 512, "the last batch");
+    assert_eq!(end.total_exact(), 0);
+}
+
+#[test]
+fn set_up_blocks_are_parameters_when_a_gradient_has_their_size() {
+    // No frames name the parameters: they are blocks made before the
+    // first step that outlive a second one, with a gradient of their size.
+    let mut b = TraceBuilder::new();
+    let s = b.site("main", "train.py", 1);
+    b.segment(0, 1 << 30);
+    b.alloc(0x1000, 4096, 4000, s); // a parameter
+    b.alloc(0x3000, 1 << 20, 1 << 20, s); // a workspace, kept for good
+    for it in 0..3u64 {
+        let base = 0x10_0000 * (it + 1);
+        b.alloc(base, 512, 512, s); // the batch, freed next iteration
+        if it > 0 {
+            b.free(0x10_0000 * it, 512);
+        }
+        b.on_thread(1)
+            .alloc(base + 0x8000, 4096, 4000, s)
+            .on_thread(0);
+        b.begin("optimizer").end("optimizer");
+        b.free(base + 0x8000, 4096);
+    }
+    let (state, _) = replay_categories(&b.finish());
+    let c = state.categories();
+    assert_eq!(c.bytes(Category::Parameter), 4096);
+    assert_eq!(c.bytes(Category::Other), (1 << 20) + 512);
+}
+
+#[test]
+fn tags_hold_from_the_allocation_and_rule_in_a_tagged_run() {
+    let mut b = TraceBuilder::tagged();
+    let s = b.site("main", "train.py", 1);
+    b.segment(0, 1 << 30);
+    b.alloc(0x1000, 4096, 4096, s); // the parameter, tagged at the step
+    b.alloc(0x3000, 8192, 8192, s); // an untagged block kept for good
+    b.on_thread(1).alloc(0x8000, 4096, 4096, s).on_thread(0); // a gradient
+    b.on_thread(1).alloc(0x9000, 1024, 1024, s).on_thread(0); // not one
+    b.begin("Optimizer.step#SGD.step");
+    b.alloc(0xa000, 4096, 4096, s); // the momentum buffer
+    b.tag(0x1000, Category::Parameter)
+        .tag(0x8000, Category::Gradient)
+        .tag(0xa000, Category::OptimizerState);
+    b.end("Optimizer.step#SGD.step");
+    b.tag(0x7777, Category::Buffer); // no block there
+    b.free(0x8000, 4096);
+    let bytes = b.finish();
+    let (state, classes) = replay_categories(&bytes);
+    let of = |addr| category_of(&classes, born_at(&bytes, addr, 0));
+    assert_eq!(of(0x1000), (Category::Parameter, true));
+    assert_eq!(of(0x3000), (Category::Other, false));
+    assert_eq!(of(0x8000), (Category::Gradient, true));
+    assert_eq!(of(0x9000), (Category::Other, false));
+    assert_eq!(of(0xa000), (Category::OptimizerState, true));
+    assert_eq!(
+        state.inconsistency_count(InconsistencyKind::TagWithoutBlock),
+        1
+    );
+    let c = state.categories();
+    assert_eq!(c.exact_bytes(Category::Parameter), 4096);
+    assert_eq!(c.exact_bytes(Category::OptimizerState), 4096);
+}
+
+#[test]
+fn an_unknown_category_reads_as_other_and_is_counted() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("main", "train.py", 1);
+    b.segment(0, 1 << 20).alloc(0, 512, 512, s);
+    let (bytes, _) = {
+        let mut w = b;
+        // A tag with a code from a later version.
+        w.tag(0, Category::Parameter);
+        w.finish_symbols()
+    };
+    // Rewrite the tag's code: find the one tag and give it code 42.
+    let mut reader = TraceReader::new(&bytes[..]).unwrap();
+    let mut events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+    for e in &mut events {
+        if let EventData::Tag(t) = &mut e.data {
+            t.code = 42;
+        }
+    }
+    let mut state = ReplayState::default();
+    for (i, e) in events.iter().enumerate() {
+        state.apply(i as u64, e, reader.symbols());
+    }
+    assert_eq!(
+        state.inconsistency_count(InconsistencyKind::UnknownCategory),
+        1
+    );
+    assert_eq!(state.categories().bytes(Category::Other), 512);
+    assert_eq!(state.categories().exact_bytes(Category::Other), 512);
+}
+
+#[test]
+fn a_trace_without_steps_keeps_its_waiting_list_bounded() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("main", "train.py", 1);
+    b.segment(0, 1 << 30);
+    for i in 0..20_000u64 {
+        b.alloc(0, 512, 512, s).free(0, 512);
+        let _ = i;
+    }
+    let bytes = b.finish();
+    let mut reader = TraceReader::new(&bytes[..]).unwrap();
+    let mut state = ReplayState::default();
+    let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+    for (i, e) in events.iter().enumerate() {
+        state.apply(i as u64, e, reader.symbols());
+        assert!(state.classifier.waiting.len() <= 2 * state.live.len() + 1025);
+    }
 }

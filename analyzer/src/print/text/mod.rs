@@ -1,6 +1,7 @@
 //! The text printers: one function per command's result, aligned tables
 //! with human units and short, readable site names.
 
+mod categories;
 mod compare;
 mod devices;
 mod fragmentation;

@@ -82,6 +82,29 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
         units::count(r.end.live_blocks)
     ));
 
+    let c = &r.categories;
+    let categories = super::categories::table(
+        &[
+            ("allocated peak", &c.at_allocated_peak),
+            ("reserved peak", &c.at_reserved_peak),
+            ("end", &c.at_end),
+        ],
+        2,
+    );
+    if !categories.is_empty() {
+        text.push_str(&format!(
+            "\nby category ({}):\n",
+            super::categories::source_line(c.source)
+        ));
+        text.push_str(&categories);
+        if let Some(d) = &c.dominant {
+            text.push_str(&format!(
+                "  {}\n",
+                super::categories::dominant_line(d, r.peak_allocated_bytes, "the allocated peak")
+            ));
+        }
+    }
+
     text.push_str("\ntop sites live at the allocated peak:\n");
     if r.top_sites_at_peak.is_empty() {
         text.push_str("  none\n");
@@ -90,6 +113,7 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             ("bytes", Align::Right),
             ("blocks", Align::Right),
             ("share", Align::Right),
+            ("category", Align::Left),
             ("site", Align::Left),
         ]);
         for s in &r.top_sites_at_peak {
@@ -97,6 +121,7 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
                 units::bytes(s.bytes),
                 units::count(s.count),
                 units::percent(s.share),
+                s.category.map_or("", |c| c.label()).to_string(),
                 site_cell(&s.site),
             ]);
         }

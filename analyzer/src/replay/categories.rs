@@ -1,0 +1,772 @@
+//! What blocks hold: parameters, buffers, gradients, optimizer state,
+//! activations, temporaries, or other.
+//!
+//! A block's category is known **exactly** when the program said it (a
+//! `tag` event: the recorder tags parameters, buffers, gradients and
+//! optimizer state from PyTorch's own objects) and **inferred** otherwise,
+//! from when the block was allocated and freed relative to the training
+//! step. A tag, like an inference, holds for the block's whole life, from
+//! its allocation: a recorder learns what a gradient is only after the
+//! step that used it, and replay learns that a tensor was an activation
+//! only when the backward pass frees it. So a block's category can change
+//! after the block was counted somewhere (at a peak, in a chart's column):
+//! each change is listed ([`ReplayState::recategorized`]) for the event
+//! that made it, with the block's allocation index, and an analysis that
+//! keeps past moments moves the block's bytes in those moments that came
+//! after its allocation ([`CategoryBytes::shift`]).
+//!
+//! # The inference
+//!
+//! A step is an optimizer step: a phase named `Optimizer.step#...` (PyTorch
+//! opens one in every `Optimizer.step`, in snapshots and recordings alike)
+//! or `optimizer`. A block is allocated in one of four regions:
+//!
+//! | region | when |
+//! |---|---|
+//! | step | inside a step; or by the optimizer's code (`torch/optim/`), as if in one |
+//! | backward | by the autograd engine: its thread, a backward node's frame, `loss.backward()`'s frames, a phase named `backward`; in a PyTorch snapshot, an allocation without frames in a run that has them (the engine's thread has no Python frames) |
+//! | forward | anywhere else between steps |
+//! | initial | before the trace began (its initial state) |
+//!
+//! and is settled by what happens next:
+//!
+//! | born in | freed before the next step begins | alive when the next step ends |
+//! |---|---|---|
+//! | forward | by the autograd engine: **activation**; else **temporary** | **other** (inputs, outputs kept); born before the first step and alive after the second, or made by a module's `to()`/`cuda()`/initializer: **parameter** |
+//! | backward | **temporary** | **gradient** |
+//! | step | (freed in the same step) **temporary** | **optimizer state** |
+//!
+//! Frames name some blocks outright: DDP's gradient buckets (allocated by
+//! `torch/nn/parallel/distributed.py` itself) and FSDP's reduce-scatter
+//! buffers are gradients, FSDP's all-gather buffers (unsharded parameters)
+//! are parameters. Buffers cannot be told from parameters without tags.
+//! In a trace whose recorder tags (header metadata `categories = tags`),
+//! parameters, buffers, gradients and optimizer state come from tags alone
+//! (but for DDP's and FSDP's buffers, which PyTorch does not expose):
+//! an untagged block that inference would call one of them is other.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Serialize};
+use vramtrace_format::{Frame, Header, StackId, StringId, SymbolTable};
+
+pub use vramtrace_format::Category;
+
+/// The number of categories.
+pub const CATEGORIES: usize = Category::COUNT;
+
+/// A block's category, and whether the program said it (`exact`) or replay
+/// inferred it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Class {
+    /// What the block holds.
+    pub category: Category,
+    /// Whether a tag said so.
+    pub exact: bool,
+}
+
+impl Class {
+    /// An inferred category.
+    pub const fn inferred(category: Category) -> Class {
+        Class {
+            category,
+            exact: false,
+        }
+    }
+
+    /// A category the program said.
+    pub const fn exact(category: Category) -> Class {
+        Class {
+            category,
+            exact: true,
+        }
+    }
+}
+
+impl Default for Class {
+    fn default() -> Self {
+        Class::inferred(Category::Other)
+    }
+}
+
+/// Bytes and blocks per category, and how many of the bytes are exact.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CategoryBytes {
+    bytes: [u64; CATEGORIES],
+    exact: [u64; CATEGORIES],
+    blocks: [u64; CATEGORIES],
+}
+
+impl CategoryBytes {
+    /// Counts a block of `size` bytes of `class`.
+    #[inline]
+    pub fn add(&mut self, class: Class, size: u64) {
+        let c = class.category as usize;
+        self.bytes[c] = self.bytes[c].saturating_add(size);
+        self.blocks[c] += 1;
+        if class.exact {
+            self.exact[c] = self.exact[c].saturating_add(size);
+        }
+    }
+
+    /// Stops counting a block of `size` bytes of `class`.
+    #[inline]
+    pub fn remove(&mut self, class: Class, size: u64) {
+        let c = class.category as usize;
+        self.bytes[c] = self.bytes[c].saturating_sub(size);
+        self.blocks[c] = self.blocks[c].saturating_sub(1);
+        if class.exact {
+            self.exact[c] = self.exact[c].saturating_sub(size);
+        }
+    }
+
+    /// Counts a block of `size` bytes as `to` rather than `from`.
+    #[inline]
+    pub fn shift(&mut self, from: Class, to: Class, size: u64) {
+        self.remove(from, size);
+        self.add(to, size);
+    }
+
+    /// Applies a recategorization to these counts if the block was counted
+    /// in them: they are the counts after `replayed` events, and the block
+    /// was live then if it was allocated by then.
+    #[inline]
+    pub fn follow(&mut self, replayed: u64, change: &Recategorized) {
+        if change.born <= replayed {
+            self.shift(change.from, change.to, change.size);
+        }
+    }
+
+    /// Bytes of a category.
+    pub fn bytes(&self, category: Category) -> u64 {
+        self.bytes[category as usize]
+    }
+
+    /// The bytes of a category that tags accounted for.
+    pub fn exact_bytes(&self, category: Category) -> u64 {
+        self.exact[category as usize]
+    }
+
+    /// Blocks of a category.
+    pub fn blocks(&self, category: Category) -> u64 {
+        self.blocks[category as usize]
+    }
+
+    /// Bytes of every category.
+    pub fn total(&self) -> u64 {
+        self.bytes.iter().sum()
+    }
+
+    /// Bytes that tags accounted for, over every category.
+    pub fn total_exact(&self) -> u64 {
+        self.exact.iter().sum()
+    }
+}
+
+/// A block's category changed: what it was counted as since its allocation
+/// (`from`), and what it is (`to`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recategorized {
+    /// The block's address.
+    pub addr: u64,
+    /// The events replayed when it was allocated (see `LiveAlloc::born`).
+    pub born: u64,
+    /// Its size.
+    pub size: u64,
+    /// Its site.
+    pub site: crate::sites::SiteId,
+    /// What it was counted as.
+    pub from: Class,
+    /// What it is.
+    pub to: Class,
+}
+
+/// Where in a training step a block was allocated (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Region {
+    /// Before the trace began.
+    #[default]
+    Initial,
+    /// Between steps, not by the autograd engine.
+    Forward,
+    /// By the autograd engine.
+    Backward,
+    /// Inside an optimizer step's phase.
+    Step,
+    /// By the optimizer's code, outside any step phase.
+    Optimizer,
+}
+
+/// What inference knows of a block's allocation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Birth {
+    /// The region it was allocated in.
+    pub region: Region,
+    /// Steps begun before it was allocated.
+    pub steps: u32,
+    /// What its frames say it is, if anything.
+    pub hint: Hint,
+    /// Whether its category is settled: tagged, or inferred for good.
+    pub settled: bool,
+}
+
+/// A category the allocating frames name outright.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Hint {
+    /// Nothing.
+    #[default]
+    None,
+    /// A module's `to()`/`cuda()`, an initializer, a state-dict load, FSDP's
+    /// all-gather: a parameter (or a buffer).
+    Parameter,
+    /// DDP's gradient buckets, FSDP's reduce-scatter: gradients.
+    Gradient,
+}
+
+/// How a trace's categories are found: from the header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CategorySource {
+    /// Inferred from lifetimes, phases and frames.
+    #[default]
+    Inferred,
+    /// Parameters, buffers, gradients and optimizer state from the
+    /// recorder's tags; activations and temporaries inferred.
+    Tags,
+}
+
+/// What inference assumes of a trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CategoryOptions {
+    /// Where the categories come from.
+    pub source: CategorySource,
+    /// Frees carry the freeing thread's frames (PyTorch snapshots), so a
+    /// free without frames is the autograd engine's.
+    pub frees_have_stacks: bool,
+}
+
+impl CategoryOptions {
+    /// What a trace's header says: `categories = tags` when its recorder
+    /// tagged; `source = torch-snapshot` for PyTorch's frames on frees.
+    pub fn of_header(header: &Header) -> CategoryOptions {
+        let meta = |key: &str| header.metadata.get(key).map(String::as_str);
+        CategoryOptions {
+            source: if meta("categories") == Some("tags") {
+                CategorySource::Tags
+            } else {
+                CategorySource::Inferred
+            },
+            frees_have_stacks: meta("source") == Some("torch-snapshot"),
+        }
+    }
+}
+
+/// What a phase name says about the step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PhaseRole {
+    Step,
+    Backward,
+    None,
+}
+
+fn phase_role(name: &str) -> PhaseRole {
+    let lower = name.to_ascii_lowercase();
+    let lower = lower.trim();
+    if lower.starts_with("optimizer.step")
+        || matches!(
+            lower,
+            "optimizer" | "optimizer_step" | "optimizer-step" | "opt_step" | "optim_step"
+        )
+    {
+        PhaseRole::Step
+    } else if lower == "backward" || lower.ends_with("/backward") || lower == "loss.backward" {
+        PhaseRole::Backward
+    } else {
+        PhaseRole::None
+    }
+}
+
+/// Stack hint bits, computed once per stack.
+const COMPUTED: u8 = 1;
+const BACKWARD: u8 = 1 << 1;
+const OPTIMIZER: u8 = 1 << 2;
+const PARAMETER: u8 = 1 << 3;
+const GRADIENT: u8 = 1 << 4;
+
+/// Files whose code runs optimizers.
+const OPTIMIZER_FILES: &[&str] = &[
+    "torch/optim/",
+    "bitsandbytes/optim/",
+    "apex/optimizers/",
+    "torchao/optim/",
+];
+
+/// What a stack's frames say (bits above).
+fn stack_hints(stack: StackId, symbols: &SymbolTable) -> u8 {
+    let mut hints = COMPUTED;
+    let mut innermost_python = true;
+    for &frame in symbols.stack(stack) {
+        let Some(Frame::Symbol { function, file, .. }) = symbols.frame(frame) else {
+            continue;
+        };
+        let function = symbols.string_or_unknown(*function);
+        let file = &*symbols.string_or_unknown(*file).replace('\\', "/");
+        if is_backward_frame(function, file) {
+            hints |= BACKWARD;
+        }
+        if OPTIMIZER_FILES.iter().any(|f| file.contains(f)) {
+            hints |= OPTIMIZER;
+        }
+        if is_parameter_frame(function, file) {
+            hints |= PARAMETER;
+        }
+        if file.ends_with(".py") {
+            // DDP's own code (not the model's forward it calls) allocates
+            // its gradient buckets.
+            if innermost_python && file.ends_with("torch/nn/parallel/distributed.py") {
+                hints |= GRADIENT;
+            }
+            innermost_python = false;
+        }
+        if file.contains("torch/distributed/fsdp/") {
+            if function.contains("all_gather") {
+                hints |= PARAMETER;
+            } else if function.contains("reduce") {
+                hints |= GRADIENT;
+            }
+        }
+    }
+    hints
+}
+
+/// A frame of the autograd engine, or of a call into it.
+fn is_backward_frame(function: &str, file: &str) -> bool {
+    // Node names (`MmBackward0`, as the recorder labels the engine's
+    // thread, or `torch::autograd::generated::MmBackward0::apply`).
+    let node = function
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|word| {
+            word.trim_end_matches(|c: char| c.is_ascii_digit())
+                .ends_with("Backward")
+                || word == "AccumulateGrad"
+        });
+    node || function.contains("autograd::Engine")
+        || function.contains("evaluate_function")
+        || (function == "backward"
+            && (file.ends_with("torch/_tensor.py") || file.ends_with("torch/autograd/__init__.py")))
+        || (function == "_engine_run_backward" && file.ends_with("torch/autograd/graph.py"))
+}
+
+/// A frame that makes or loads a module's parameters and buffers.
+fn is_parameter_frame(function: &str, file: &str) -> bool {
+    (file.ends_with("torch/nn/modules/module.py")
+        && matches!(
+            function,
+            "_apply"
+                | "to"
+                | "cuda"
+                | "to_empty"
+                | "register_parameter"
+                | "register_buffer"
+                | "_load_from_state_dict"
+                | "load_state_dict"
+        ))
+        || file.ends_with("torch/nn/init.py")
+        || file.ends_with("torch/nn/parameter.py")
+        || function == "reset_parameters"
+        || (file.contains("torch/nn/modules/") && function == "__init__")
+        || function == "set_module_tensor_to_device"
+}
+
+/// The inference's state: steps so far, the blocks waiting to be settled,
+/// and what each stack's frames say. Owned by the replay (see the module
+/// docs); the replay asks it what a block is born as and settles blocks at
+/// the moments it names.
+#[derive(Clone, Debug, Default)]
+pub struct Classifier {
+    options: CategoryOptions,
+    /// Steps begun and ended; the depth of nested step phases.
+    steps_begun: u32,
+    steps_ended: u32,
+    step_depth: u32,
+    backward_depth: u32,
+    roles: FxHashMap<StringId, PhaseRole>,
+    /// Hint bits by stack id (0: not computed yet).
+    hints: Vec<u8>,
+    /// Whether an allocation with frames was seen (then one without, in a
+    /// snapshot, is the autograd engine's).
+    saw_frames: bool,
+    /// Blocks born since the last step ended, not settled: `(address, born)`.
+    pub(super) waiting: Vec<(u64, u64)>,
+    /// Blocks born before the first step ended and alive when it ended,
+    /// not known to be parameters yet: `(address, born)`.
+    pub(super) setup: Vec<(u64, u64)>,
+    /// Requested sizes of the parameters and gradients known so far.
+    parameter_sizes: FxHashSet<u64>,
+    gradient_sizes: FxHashSet<u64>,
+}
+
+impl Classifier {
+    /// A classifier for a trace with these options.
+    pub fn new(options: CategoryOptions) -> Self {
+        Classifier {
+            options,
+            ..Classifier::default()
+        }
+    }
+
+    /// The options it was made with.
+    pub fn options(&self) -> CategoryOptions {
+        self.options
+    }
+
+    /// The same phase-derived state (steps so far) and options, no blocks:
+    /// for a device first seen mid-trace.
+    pub fn fork(&self) -> Classifier {
+        Classifier {
+            options: self.options,
+            steps_begun: self.steps_begun,
+            steps_ended: self.steps_ended,
+            step_depth: self.step_depth,
+            backward_depth: self.backward_depth,
+            roles: self.roles.clone(),
+            ..Classifier::default()
+        }
+    }
+
+    fn tagged(&self) -> bool {
+        self.options.source == CategorySource::Tags
+    }
+
+    /// Steps ended so far.
+    pub fn steps_ended(&self) -> u32 {
+        self.steps_ended
+    }
+
+    fn hints(&mut self, stack: StackId, symbols: &SymbolTable) -> u8 {
+        if stack == StackId::NONE {
+            return COMPUTED;
+        }
+        let i = stack.0 as usize;
+        if let Some(&h) = self.hints.get(i)
+            && h != 0
+        {
+            return h;
+        }
+        let h = stack_hints(stack, symbols);
+        // Stack ids are dense, but a hostile one may be huge: only a table
+        // as large as the symbols defined.
+        if i < symbols.stack_count() {
+            if i >= self.hints.len() {
+                self.hints.resize(i + 1, 0);
+            }
+            self.hints[i] = h;
+        }
+        h
+    }
+
+    /// What a block of `requested` bytes allocated now, by `thread` with
+    /// `stack`, is born as: its birth and its first (provisional) class.
+    pub fn birth(
+        &mut self,
+        thread: u32,
+        stack: StackId,
+        requested: u64,
+        symbols: &SymbolTable,
+    ) -> (Birth, Class) {
+        let hints = self.hints(stack, symbols);
+        let no_frames = symbols.stack(stack).is_empty();
+        if !no_frames {
+            self.saw_frames = true;
+        }
+        let region = if self.step_depth > 0 {
+            Region::Step
+        } else if hints & OPTIMIZER != 0 {
+            Region::Optimizer
+        } else if self.backward_depth > 0
+            || thread != super::MAIN_THREAD
+            || hints & BACKWARD != 0
+            || (no_frames && self.options.frees_have_stacks && self.saw_frames)
+        {
+            Region::Backward
+        } else {
+            Region::Forward
+        };
+        let hint = if hints & PARAMETER != 0 {
+            Hint::Parameter
+        } else if hints & GRADIENT != 0 {
+            Hint::Gradient
+        } else {
+            Hint::None
+        };
+        let birth = Birth {
+            region,
+            steps: self.steps_begun,
+            hint,
+            settled: false,
+        };
+        if hint == Hint::Parameter && !self.tagged() {
+            // Named by its frames: settled at once.
+            self.note(Category::Parameter, requested);
+            let settled = Birth {
+                settled: true,
+                ..birth
+            };
+            return (settled, Class::inferred(Category::Parameter));
+        }
+        let provisional = match (hint, region) {
+            (Hint::Gradient, _) => Category::Other,
+            (_, Region::Forward) => Category::Activation,
+            _ => Category::Temporary,
+        };
+        (birth, Class::inferred(provisional))
+    }
+
+    /// What a block of the initial state is: its frames alone can tell.
+    pub fn initial(
+        &mut self,
+        stack: StackId,
+        requested: u64,
+        symbols: &SymbolTable,
+    ) -> (Birth, Class) {
+        let hints = self.hints(stack, symbols);
+        let category = if self.tagged() {
+            Category::Other
+        } else if hints & PARAMETER != 0 {
+            Category::Parameter
+        } else if hints & OPTIMIZER != 0 {
+            Category::OptimizerState
+        } else if hints & GRADIENT != 0 {
+            Category::Gradient
+        } else {
+            Category::Other
+        };
+        self.note(category, requested);
+        let birth = Birth {
+            region: Region::Initial,
+            steps: 0,
+            hint: Hint::None,
+            settled: true,
+        };
+        (birth, Class::inferred(category))
+    }
+
+    /// Remembers that a block of `requested` bytes is a parameter or a
+    /// gradient: a parameter's gradient has its size (its dtype and shape),
+    /// which tells gradients from other blocks the backward pass keeps
+    /// (the autograd thread's cuBLAS workspace), and set-up blocks that
+    /// are parameters from those that are not.
+    pub fn note(&mut self, category: Category, requested: u64) {
+        match category {
+            Category::Parameter => {
+                self.parameter_sizes.insert(requested);
+            }
+            Category::Gradient => {
+                self.gradient_sizes.insert(requested);
+            }
+            _ => {}
+        }
+    }
+
+    /// The category of a block of `requested` bytes freed now (by
+    /// `thread`, with `stack`) that was not settled before.
+    pub fn at_free(
+        &mut self,
+        birth: &Birth,
+        requested: u64,
+        thread: u32,
+        stack: StackId,
+        symbols: &SymbolTable,
+    ) -> Category {
+        match birth.region {
+            // Lived into a step without being settled at its end: freed
+            // inside the step, or a set-up block freed before a second step.
+            Region::Forward | Region::Backward | Region::Optimizer
+                if self.steps_begun > birth.steps =>
+            {
+                self.survivor(birth, requested)
+            }
+            Region::Forward => {
+                let by_engine = self.backward_depth > 0
+                    || thread != super::MAIN_THREAD
+                    || self.hints(stack, symbols) & BACKWARD != 0
+                    || (self.options.frees_have_stacks
+                        && self.saw_frames
+                        && symbols.stack(stack).is_empty());
+                if by_engine {
+                    Category::Activation
+                } else {
+                    Category::Temporary
+                }
+            }
+            Region::Backward | Region::Optimizer => Category::Temporary,
+            // Freed in the step it was born in (that step is the
+            // `birth.steps`th begun).
+            Region::Step if self.steps_ended < birth.steps => Category::Temporary,
+            Region::Step => self.survivor(birth, requested),
+            Region::Initial => Category::Other,
+        }
+    }
+
+    /// The category of a block of `requested` bytes alive when the step
+    /// after its birth ended (or at the trace's end), not tagged.
+    pub fn survivor(&mut self, birth: &Birth, requested: u64) -> Category {
+        let category = match (birth.hint, birth.region) {
+            (Hint::Gradient, _) => Category::Gradient,
+            (Hint::Parameter, _) if !self.tagged() => Category::Parameter,
+            _ if self.tagged() => Category::Other,
+            (_, Region::Step | Region::Optimizer) => Category::OptimizerState,
+            // A parameter's gradient has a parameter's size, when any
+            // parameter is known.
+            (_, Region::Backward)
+                if self.parameter_sizes.is_empty() || self.parameter_sizes.contains(&requested) =>
+            {
+                Category::Gradient
+            }
+            _ => Category::Other,
+        };
+        self.note(category, requested);
+        category
+    }
+
+    /// Whether a set-up block of `requested` bytes (allocated before the
+    /// first step, alive after it) is a parameter: once it outlived the
+    /// first step's inputs and outputs (a second step ended, or the trace
+    /// did after one), when a gradient of its size was seen.
+    pub fn setup_is_parameter(&mut self, requested: u64, at_end: bool) -> bool {
+        let outlived = self.steps_ended >= 2 || (at_end && self.steps_ended >= 1);
+        let is = outlived && !self.tagged() && self.gradient_sizes.contains(&requested);
+        if is {
+            self.note(Category::Parameter, requested);
+        }
+        is
+    }
+
+    /// Whether set-up blocks can be decided now (see
+    /// [`setup_is_parameter`](Self::setup_is_parameter)).
+    pub fn setup_decidable(&self) -> bool {
+        self.steps_ended >= 2
+    }
+
+    /// A phase instance began: returns whether a step began.
+    pub fn phase_begin(&mut self, name: StringId, symbols: &SymbolTable) -> bool {
+        match self.role(name, symbols) {
+            PhaseRole::Step => {
+                self.step_depth += 1;
+                if self.step_depth == 1 {
+                    self.steps_begun += 1;
+                    return true;
+                }
+            }
+            PhaseRole::Backward => self.backward_depth += 1,
+            PhaseRole::None => {}
+        }
+        false
+    }
+
+    /// A phase instance named `name` ended: returns whether a step ended.
+    pub fn phase_end(&mut self, name: StringId, symbols: &SymbolTable) -> bool {
+        match self.role(name, symbols) {
+            PhaseRole::Step if self.step_depth > 0 => {
+                self.step_depth -= 1;
+                if self.step_depth == 0 {
+                    self.steps_ended += 1;
+                    return true;
+                }
+            }
+            PhaseRole::Backward => self.backward_depth = self.backward_depth.saturating_sub(1),
+            _ => {}
+        }
+        false
+    }
+
+    fn role(&mut self, name: StringId, symbols: &SymbolTable) -> PhaseRole {
+        *self
+            .roles
+            .entry(name)
+            .or_insert_with(|| phase_role(symbols.string_or_unknown(name)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_names() {
+        assert_eq!(phase_role("Optimizer.step#AdamW.step"), PhaseRole::Step);
+        assert_eq!(phase_role("optimizer"), PhaseRole::Step);
+        assert_eq!(
+            phase_role("Optimizer.zero_grad#AdamW.zero_grad"),
+            PhaseRole::None
+        );
+        assert_eq!(phase_role("backward"), PhaseRole::Backward);
+        assert_eq!(phase_role("train_step"), PhaseRole::None);
+        assert_eq!(phase_role("step"), PhaseRole::None);
+    }
+
+    #[test]
+    fn backward_frames() {
+        assert!(is_backward_frame("MmBackward0", ""));
+        assert!(is_backward_frame("torch::autograd::AccumulateGrad", ""));
+        assert!(is_backward_frame(
+            "torch::autograd::generated::NllLossBackward0::apply(std::vector<at::Tensor>&&)",
+            "??"
+        ));
+        assert!(is_backward_frame(
+            "backward",
+            "/usr/lib/python3/site-packages/torch/_tensor.py"
+        ));
+        assert!(!is_backward_frame("forward", "model.py"));
+        assert!(!is_backward_frame(
+            "torch::autograd::VariableType::(anonymous namespace)::mm(at::Tensor const&)",
+            "??"
+        ));
+        assert!(!is_backward_frame("backward_compat", "model.py"));
+    }
+
+    #[test]
+    fn parameter_frames() {
+        assert!(is_parameter_frame(
+            "_apply",
+            "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"
+        ));
+        assert!(!is_parameter_frame(
+            "_call_impl",
+            "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"
+        ));
+        assert!(is_parameter_frame(
+            "__init__",
+            "site-packages/torch/nn/modules/linear.py"
+        ));
+        assert!(!is_parameter_frame("__init__", "model.py"));
+    }
+
+    #[test]
+    fn counts_move_between_categories() {
+        let mut c = CategoryBytes::default();
+        c.add(Class::inferred(Category::Activation), 100);
+        c.add(Class::exact(Category::Parameter), 50);
+        assert_eq!(c.total(), 150);
+        assert_eq!(c.total_exact(), 50);
+        let change = Recategorized {
+            addr: 0,
+            born: 3,
+            size: 100,
+            site: crate::sites::SiteId(1),
+            from: Class::inferred(Category::Activation),
+            to: Class::exact(Category::Gradient),
+        };
+        let mut before = c;
+        before.follow(2, &change);
+        assert_eq!(
+            before, c,
+            "a moment before the block's allocation keeps its counts"
+        );
+        c.follow(3, &change);
+        assert_eq!(c.bytes(Category::Activation), 0);
+        assert_eq!(c.bytes(Category::Gradient), 100);
+        assert_eq!(c.exact_bytes(Category::Gradient), 100);
+        assert_eq!(c.blocks(Category::Gradient), 1);
+        assert_eq!(c.total(), 150);
+    }
+}
