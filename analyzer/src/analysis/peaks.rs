@@ -1,6 +1,7 @@
 //! The peaks of one device: what the table of devices (and of ranks) shows
 //! for each. Every device of a pass gets one, beside the command's analyses.
 
+use super::categories::{CategoryMoment, CategoryTable};
 use super::summary::{Peak, PeakTrack};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{Applied, ReplayState};
@@ -12,6 +13,7 @@ use vramtrace_format::SymbolTable;
 pub struct Peaks {
     allocated: PeakTrack,
     reserved: PeakTrack,
+    categories: CategoryMoment,
     report: Option<DevicePeaks>,
 }
 
@@ -28,6 +30,9 @@ pub struct DevicePeaks {
     /// parameters and optimizer state, which sharding divides).
     #[serde(default)]
     pub end_allocated: u64,
+    /// Allocated memory by category at the allocated peak.
+    #[serde(default)]
+    pub categories_at_peak: CategoryTable,
 }
 
 impl Peaks {
@@ -40,9 +45,14 @@ impl Peaks {
     /// event, so it is kept to a branch on what the event did.
     #[inline(always)]
     pub fn observe(&mut self, step: &Step<'_>, state: &ReplayState) {
+        if !state.recategorized().is_empty() {
+            self.categories.follow(state);
+        }
         match step.applied {
             Applied::Alloc(_) => {
-                self.allocated.update(state.totals().allocated, step, state);
+                if self.allocated.update(state.totals().allocated, step, state) {
+                    self.categories = CategoryMoment::now(state);
+                }
             }
             Applied::Segment => {
                 self.reserved.update(state.totals().reserved, step, state);
@@ -64,6 +74,7 @@ impl Analysis for Peaks {
         let t = state.totals();
         self.allocated = PeakTrack::start(t.allocated, state);
         self.reserved = PeakTrack::start(t.reserved, state);
+        self.categories = CategoryMoment::now(state);
     }
 
     #[inline]
@@ -73,11 +84,13 @@ impl Analysis for Peaks {
     }
 
     fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        self.categories.follow(state);
         self.report = Some(DevicePeaks {
             device: 0,
             peak_allocated: self.allocated.report(state, symbols),
             peak_reserved: self.reserved.report(state, symbols),
             end_allocated: state.totals().allocated,
+            categories_at_peak: self.categories.table(),
         });
         Ok(())
     }

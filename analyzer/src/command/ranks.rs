@@ -9,6 +9,7 @@
 
 use super::{Replay, ReplayOptions, Warning};
 use crate::Error;
+use crate::analysis::categories::CategoryTable;
 use crate::analysis::peaks::DevicePeaks;
 use crate::analysis::summary::Peak;
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
@@ -137,6 +138,9 @@ pub struct RankRow {
     /// optimizer state, in training).
     #[serde(default)]
     pub end_allocated: u64,
+    /// Allocated memory by category at the allocated peak.
+    #[serde(default)]
+    pub categories_at_peak: CategoryTable,
 }
 
 /// A rank and device whose peak stands out.
@@ -258,6 +262,7 @@ pub fn rank_table(traces: &[RankTrace]) -> RankTable {
                 peak_allocated: d.peak_allocated.clone(),
                 peak_reserved: d.peak_reserved.clone(),
                 end_allocated: d.end_allocated,
+                categories_at_peak: d.categories_at_peak.clone(),
             })
         })
         .collect();
@@ -442,6 +447,10 @@ fn trace_of_summary(value: &serde_json::Value) -> Option<RankTrace> {
                 .and_then(|e| e.get("allocated"))
                 .and_then(serde_json::Value::as_u64)
                 .unwrap_or(0),
+            categories_at_peak: (value.get("categories"))
+                .and_then(|c| c.get("at_allocated_peak"))
+                .and_then(|t| serde_json::from_value(t.clone()).ok())
+                .unwrap_or_default(),
         }],
         warnings: Vec::new(),
     })
@@ -537,6 +546,7 @@ mod tests {
                     peak_allocated: peak(bytes),
                     peak_reserved: peak(bytes * 2),
                     end_allocated: bytes / 2,
+                    categories_at_peak: Default::default(),
                 })
                 .collect(),
             warnings: Vec::new(),

@@ -1,6 +1,7 @@
 //! The rank table as text.
 
 use super::devices::peak_cells;
+use crate::analysis::categories::Category;
 use crate::command::compare::CompareResult;
 use crate::command::leaks::LeaksResult;
 use crate::command::ranks::{RankResults, RankSource, RankTable, Spread};
@@ -50,7 +51,17 @@ pub fn ranks(table: &RankTable) -> String {
         ));
         text.push_str(&format!("{:<10}{}\n", "", spread_line("reserved", r)));
     }
-    let mut t = Table::new(&[
+    // A column per category with bytes at some rank's peak.
+    let categories: Vec<Category> = Category::ALL
+        .into_iter()
+        .filter(|&c| {
+            table
+                .rows
+                .iter()
+                .any(|r| r.categories_at_peak.get(c).bytes > 0)
+        })
+        .collect();
+    let mut columns = vec![
         ("rank", Align::Right),
         ("device", Align::Right),
         ("peak allocated", Align::Right),
@@ -58,11 +69,13 @@ pub fn ranks(table: &RankTable) -> String {
         ("peak reserved", Align::Right),
         ("", Align::Left),
         ("at end", Align::Right),
-    ]);
+    ];
+    columns.extend(categories.iter().map(|c| (c.label(), Align::Right)));
+    let mut t = Table::new(&columns);
     for row in &table.rows {
         let [a, a_at] = peak_cells(&row.peak_allocated);
         let [r, r_at] = peak_cells(&row.peak_reserved);
-        t.row([
+        let mut cells = vec![
             row.rank.to_string(),
             row.device.to_string(),
             a,
@@ -70,10 +83,19 @@ pub fn ranks(table: &RankTable) -> String {
             r,
             r_at,
             units::bytes(row.end_allocated),
-        ]);
+        ];
+        cells.extend(
+            categories
+                .iter()
+                .map(|&c| units::bytes(row.categories_at_peak.get(c).bytes)),
+        );
+        t.row(cells);
     }
     text.push('\n');
     text.push_str(&t.render(0));
+    if !categories.is_empty() {
+        text.push_str("(categories at each allocated peak)\n");
+    }
     text
 }
 
