@@ -22,7 +22,7 @@ import weakref
 import pytest
 
 import vramtrace
-from vramtrace import _categories, _library
+from vramtrace import _library
 from vramtrace._categories import BUFFER, GRADIENT, OPTIMIZER_STATE, PARAMETER, Walker
 
 import torch_sink
