@@ -305,9 +305,7 @@ fn parameters_gradients_and_state_are_tagged_in_the_optimizer_phase() {
                     .unwrap_or_default();
                 let expected = match category {
                     Category::Parameter => site.contains("linear.py"),
-                    Category::Gradient => {
-                        site == "AccumulateGrad" || site == "EmbeddingBackward0"
-                    }
+                    Category::Gradient => site == "AccumulateGrad" || site == "EmbeddingBackward0",
                     Category::OptimizerState => site.contains("_init_group"),
                     other => panic!("{other:?} is never tagged"),
                 };
@@ -322,17 +320,17 @@ fn parameters_gradients_and_state_are_tagged_in_the_optimizer_phase() {
     }
     let per_device = |c: Category| per_category[&c].1 / 2;
     assert_eq!(per_device(Category::Parameter), report.parameter_bytes);
-    assert_eq!(per_device(Category::OptimizerState), report.optimizer_state_bytes);
+    assert_eq!(
+        per_device(Category::OptimizerState),
+        report.optimizer_state_bytes
+    );
     assert_eq!(per_device(Category::Gradient), 3 * report.parameter_bytes);
 
     let (plain, plain_bytes) = run(&WorkloadConfig {
         tags: false,
         ..config
     });
-    let header = TraceReader::new(&plain_bytes[..])
-        .unwrap()
-        .header()
-        .clone();
+    let header = TraceReader::new(&plain_bytes[..]).unwrap().header().clone();
     assert!(!header.metadata.contains_key("categories"));
     assert_eq!(plain.counts.get(EventKind::Tag), 0);
     let untagged: Vec<Event> = events
@@ -342,6 +340,10 @@ fn parameters_gradients_and_state_are_tagged_in_the_optimizer_phase() {
     assert_eq!(untagged, self::events(&plain_bytes));
     assert_eq!(
         (plain.peak_allocated, plain.peak_reserved, plain.duration_ns),
-        (report.peak_allocated, report.peak_reserved, report.duration_ns)
+        (
+            report.peak_allocated,
+            report.peak_reserved,
+            report.duration_ns
+        )
     );
 }
