@@ -262,8 +262,11 @@ class Walker:
 
     def _walk_modules(self, out: dict) -> None:
         if self._modules_changed:
+            # (A module registered by another thread meanwhile makes this
+            # raise: the walk goes on with the modules known so far.)
+            refs = [weakref.ref(m) for m in list(self._modules)]
             self._modules_changed = False
-            self._module_refs = [weakref.ref(m) for m in list(self._modules)]
+            self._module_refs = refs
         get = self._seen.get
         slow, grad = self._tensor, self._grad
         # The device whose tags were added last, and where they go.
