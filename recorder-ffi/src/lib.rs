@@ -19,6 +19,7 @@
 //! No function here lets a Rust panic out: each catches it, reports it on
 //! standard error and fails the call.
 
+use recorder::format::Category;
 use recorder::recorder::StackMode;
 use std::ffi::{CStr, c_char};
 use std::path::{Path, PathBuf};
@@ -111,6 +112,42 @@ unsafe fn c_str(s: *const c_char) -> String {
     }
     // SAFETY: the caller's contract.
     unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+}
+
+/// A C caller's tags: `count` addresses and as many category codes. `None`
+/// when a pointer is NULL (with `count` > 0) or a code is not a
+/// [`Category`]'s (then nothing is recorded).
+///
+/// # Safety
+/// `addrs` and `codes` are NULL or point to `count` readable values each,
+/// valid for `'a`.
+unsafe fn tag_arrays<'a>(
+    addrs: *const u64,
+    codes: *const u8,
+    count: usize,
+) -> Option<impl Iterator<Item = (u64, Category)> + 'a> {
+    let (addrs, codes): (&[u64], &[u8]) = if count == 0 {
+        (&[], &[])
+    } else if addrs.is_null() || codes.is_null() {
+        return None;
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe {
+            (
+                std::slice::from_raw_parts(addrs, count),
+                std::slice::from_raw_parts(codes, count),
+            )
+        }
+    };
+    if codes.iter().any(|&c| Category::from_code(c).is_none()) {
+        return None;
+    }
+    Some(
+        addrs
+            .iter()
+            .zip(codes)
+            .map(|(&a, &c)| (a, Category::from_code(c).unwrap_or(Category::Other))),
+    )
 }
 
 #[cfg(test)]

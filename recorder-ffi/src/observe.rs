@@ -687,6 +687,51 @@ pub extern "C" fn vramtrace_observe_empty_cache() {
     }
 }
 
+/// Says what the live blocks at `addrs` on `device` hold, for their whole
+/// lives (format 1.2's tags): `codes[i]` is the category code
+/// (`vramtrace_format::Category`: 0 parameters, 1 buffers, 2 gradients,
+/// 3 optimizer state, 4 activations, 5 temporaries, 6 other) of
+/// `addrs[i]`. One call records a walk's tags under one lock, at one
+/// moment, ordered with the device's allocator events, on the calling
+/// thread. Returns the number recorded: 0 when `device` is not being
+/// recorded (no recording, or no event of that device yet: it then holds
+/// no block to tag); -1 when an argument is invalid (a NULL array, a code
+/// of no category: nothing is recorded) or on an internal error.
+///
+/// # Safety
+/// `addrs` and `codes` are NULL or point to `count` readable values each.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_observe_tag(
+    device: c_int,
+    addrs: *const u64,
+    codes: *const u8,
+    count: usize,
+) -> c_int {
+    if traces::forked_child() {
+        return 0;
+    }
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: forwarded contract.
+        let Some(tags) = (unsafe { crate::tag_arrays(addrs, codes, count) }) else {
+            return -1;
+        };
+        let Some(slot) = usize::try_from(device).ok().and_then(|d| SLOTS.get(d)) else {
+            return 0;
+        };
+        let obs = slot.observer.load(Ordering::Acquire);
+        if obs.is_null() {
+            return 0;
+        }
+        // SAFETY: observers are never freed (see the module docs).
+        let n = unsafe { &*obs }.tag_all(tags);
+        c_int::try_from(n).unwrap_or(c_int::MAX)
+    }));
+    r.unwrap_or_else(|_| {
+        report("internal error (panic) in vramtrace_observe_tag");
+        -1
+    })
+}
+
 /// Leaves out the Python frames of files whose path starts with `prefix`
 /// (vramtrace's own package; `runpy`'s always are), from allocations and
 /// from [`vramtrace_observe_python_stack`]. Call it before any frame is
@@ -881,6 +926,82 @@ mod tests {
         assert_eq!(state.unwrap().segments.len(), 1);
         assert!(events.is_empty());
         assert!(!dir.join("t-7.vtrace").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Tags reach the device's observer in order with its events, carry the
+    /// header's `categories` metadata the Python side sets, and are refused
+    /// whole when an argument is invalid.
+    #[test]
+    fn tags_go_to_the_devices_observer() {
+        let _globals = crate::tests::GLOBALS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("vt-observe-tag-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pattern = dir.join("t-%d.vtrace");
+        let config = format!(
+            "out={}\nstacks=none\nstate=empty\nmeta.categories=tags\n",
+            pattern.display()
+        );
+        let config = std::ffi::CString::new(config).unwrap();
+        let tag = |device, addrs: &[u64], codes: &[u8]| {
+            assert_eq!(addrs.len(), codes.len());
+            // SAFETY: two arrays of `addrs.len()` values.
+            unsafe { vramtrace_observe_tag(device, addrs.as_ptr(), codes.as_ptr(), addrs.len()) }
+        };
+        // Not recording: nothing to tag.
+        assert_eq!(tag(0, &[0x1000], &[0]), 0);
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { vramtrace_observe_start(config.as_ptr()) }, 0);
+        // No event of the device yet: no observer, no block.
+        assert_eq!(tag(2, &[0x1000], &[0]), 0);
+        let ev = |kind: EventKind, addr, size| TorchEvent {
+            kind: kind.code() as u32,
+            device: 2,
+            addr,
+            size,
+            stream: 0,
+            counter: 0,
+            context: std::ptr::null(),
+        };
+        on_event(&ev(EventKind::SegmentAlloc, 0x10_0000, 2 << 20));
+        on_event(&ev(EventKind::Alloc, 0x10_0000, 1000));
+        on_event(&ev(EventKind::Alloc, 0x10_0400, 1000));
+        assert_eq!(tag(2, &[0x10_0000, 0x10_0400], &[0, 3]), 2);
+        assert_eq!(tag(2, &[0x10_0000], &[7]), -1, "no category 7");
+        // SAFETY: NULL arrays, with and without a count.
+        unsafe {
+            assert_eq!(
+                vramtrace_observe_tag(2, std::ptr::null(), std::ptr::null(), 1),
+                -1
+            );
+            assert_eq!(
+                vramtrace_observe_tag(2, std::ptr::null(), std::ptr::null(), 0),
+                0
+            );
+        }
+        assert_eq!(tag(-1, &[0x10_0000], &[0]), 0);
+        assert_eq!(tag(MAX_DEVICES as c_int, &[0x10_0000], &[0]), 0);
+        on_event(&ev(EventKind::FreeRequested, 0x10_0400, 1000));
+        assert_eq!(vramtrace_observe_stop(), 0);
+        assert_eq!(tag(2, &[0x10_0000], &[0]), 0, "stopped");
+
+        let bytes = std::fs::read(dir.join("t-2.vtrace")).unwrap();
+        let mut r = recorder::format::TraceReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.header().metadata["categories"], "tags");
+        let events: Vec<_> = r.events().collect::<Result<_, _>>().unwrap();
+        let kinds: Vec<EventKind> = events.iter().map(|e| e.kind()).collect();
+        use EventKind::*;
+        assert_eq!(kinds, [SegmentAlloc, Alloc, Alloc, Tag, Tag, FreeRequested]);
+        let tags: Vec<(u64, u32, u8)> = events
+            .iter()
+            .filter_map(|e| match e.data {
+                recorder::format::EventData::Tag(t) => Some((t.addr, t.device, t.code)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tags, [(0x10_0000, 2, 0), (0x10_0400, 2, 3)]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

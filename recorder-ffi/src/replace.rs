@@ -273,6 +273,39 @@ pub extern "C" fn vramtrace_empty_cache() {
     }
 }
 
+/// [`vramtrace_observe_tag`](crate::observe::vramtrace_observe_tag) for
+/// replacement mode: tags the live blocks at `addrs` of `device`'s recorder
+/// with `codes`. Returns the number recorded (0 when the device has no
+/// recorder yet), or -1 for invalid arguments or an internal error.
+///
+/// # Safety
+/// `addrs` and `codes` are NULL or point to `count` readable values each.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_tag(
+    device: c_int,
+    addrs: *const u64,
+    codes: *const u8,
+    count: usize,
+) -> c_int {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: forwarded contract.
+        let Some(tags) = (unsafe { crate::tag_arrays(addrs, codes, count) }) else {
+            return -1;
+        };
+        let Some(slot) = usize::try_from(device).ok().and_then(|d| SLOTS.get(d)) else {
+            return 0;
+        };
+        let Some(Ok(rec)) = slot.get() else {
+            return 0;
+        };
+        c_int::try_from(rec.tag_all(tags)).unwrap_or(c_int::MAX)
+    }));
+    r.unwrap_or_else(|_| {
+        report("internal error (panic) in vramtrace_tag");
+        -1
+    })
+}
+
 /// Writes the allocator statistics of `device` to `out[0..6]`: allocated
 /// bytes (current, peak), reserved bytes (current, peak), requested bytes
 /// (current), OOMs. Returns 0, or -1 when the device has no recorder (no
@@ -378,6 +411,13 @@ mod tests {
         assert_eq!(vramtrace_phase_end(), 0);
         assert_eq!(vramtrace_phase_end(), -1);
         assert_eq!(vramtrace_flush(), 0);
+        let (addrs, codes) = ([0x1000u64], [0u8]);
+        // SAFETY: arrays of one value each.
+        unsafe {
+            assert_eq!(vramtrace_tag(63, addrs.as_ptr(), codes.as_ptr(), 1), 0);
+            assert_eq!(vramtrace_tag(63, std::ptr::null(), codes.as_ptr(), 1), -1);
+            assert_eq!(vramtrace_tag(-1, addrs.as_ptr(), codes.as_ptr(), 1), 0);
+        }
         vramtrace_empty_cache();
         assert_eq!(vramtrace_finish(), 0);
         assert_eq!(vramtrace_device_count(), 0);

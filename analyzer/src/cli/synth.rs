@@ -65,6 +65,11 @@ pub struct Args {
     /// (`-o 'run-%r.vtrace'`), in parallel.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     world_size: Option<u32>,
+    /// Leave out the tags of parameters, gradients and optimizer state (and
+    /// the header's `categories = tags`), as an older recorder's trace: the
+    /// analyzer then infers every category.
+    #[arg(long)]
+    no_tags: bool,
     /// The trace to write.
     #[arg(short, long)]
     output: PathBuf,
@@ -91,6 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         allocator,
         devices: args.devices,
         rank: args.rank,
+        tags: !args.no_tags,
         ..WorkloadConfig::default()
     };
     if let Some(world) = args.world_size {

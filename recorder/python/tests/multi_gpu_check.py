@@ -22,7 +22,11 @@ written to OUT/multi-gpu-check.md:
   overhead bench's figure for a GPT-2 step (docs/performance.md);
 - FSDP2 shards: per rank, parameters and optimizer state are about half
   of DDP's (PyTorch's own count), and so is the memory that stays
-  allocated between steps (the traces' live memory at the end).
+  allocated between steps (the traces' live memory at the end);
+- categories (issue #27): per rank, the trace's parameters and optimizer
+  state at its end are the blocks of PyTorch's parameters (local shards
+  for FSDP2) and CUDA state tensors (categories_check.figures); the
+  gradients (DDP's buckets: the analyzer's inference) are shown.
 
 The traces stay in OUT for `vramtrace summary OUT/*.vtrace` and the like.
 """
@@ -39,6 +43,7 @@ import sys
 import time
 from pathlib import Path
 
+from categories_check import Categories, figures
 from gpu_report import Report
 
 HERE = Path(__file__).resolve()
@@ -109,6 +114,9 @@ def child_train(strategy: str) -> None:
         "optimizer_bytes": sum(local_bytes(v) for s in opt.state.values()
                                for v in s.values() if torch.is_tensor(v)),
     }
+    # The blocks of the parameters and the optimizer state, as the trace's
+    # end should have them.
+    stats["categories"] = figures(torch, model, opt)
     if "vramtrace" in sys.modules and sys.modules["vramtrace"].installed():
         sys.modules["vramtrace"].stop()
     dist.destroy_process_group()
@@ -165,7 +173,30 @@ def check_traces(rep: Report, binary: Path, label: str, pattern: str, found: dic
         rep.check(process.get("rank") == rank and process.get("world_size") == ranks,
                   f"{label} rank {rank}: the trace names its rank",
                   f"rank {process.get('rank')}, world_size {process.get('world_size')}")
+        check_categories(rep, label, rank, s, r["categories"])
     return at_end
+
+
+def check_categories(rep: Report, label: str, rank: int, summary: dict, theirs: dict) -> None:
+    """Parameters and optimizer state at the trace's end = PyTorch's blocks;
+    gradients shown."""
+    cats = Categories(summary)
+    if not rep.check(cats.data is not None and cats.data.get("source") == "tags",
+                     f"{label} rank {rank}: categories from tags",
+                     f"source {(cats.data or {}).get('source')!r}"):
+        return
+    end = cats.at("at_end")
+    for name in ("parameters", "optimizer_state"):
+        ours, t = end.get(name, {}), theirs[name]
+        rep.check(ours.get("bytes") == t["bytes"] and t["missing"] == 0,
+                  f"{label} rank {rank}: {name} at the end = PyTorch's blocks",
+                  f"trace {ours.get('bytes', 0):,} B in {ours.get('blocks', 0)} blocks; PyTorch "
+                  f"{t['bytes']:,} B in {t['tensors']} tensors' blocks (sizes rounded to 512 B: "
+                  f"{t['rounded']:,})")
+    rep.add("INFO", f"{label} rank {rank}: gradients (at the end, at the allocated peak)",
+            f"{gib(cats.bytes('at_end', 'gradients'))}, "
+            f"{gib(cats.bytes('at_allocated_peak', 'gradients'))}; parameters "
+            f"{gib(cats.bytes('at_end', 'parameters'))}")
 
 
 def gib(n: float) -> str:

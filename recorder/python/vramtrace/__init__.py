@@ -62,7 +62,7 @@ __all__ = [
 
 
 def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bool = True,
-          backward_names: bool = True, iterations: bool = True,
+          backward_names: bool = True, iterations: bool = True, categories: bool = True,
           strict: Optional[bool] = None) -> bool:
     """Starts recording PyTorch's CUDA caching allocator, unchanged.
 
@@ -76,6 +76,9 @@ def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bo
     allocations of the autograd engine's threads, which have no Python
     frames, are named after the backward node that made them.
     ``iterations``: a phase ``iter0``, ``iter1``, ... from each optimizer step to the next.
+    ``categories``: the blocks holding parameters, buffers, gradients and
+    optimizer state are tagged, at each optimizer step and at the stop
+    (activations and temporaries are told by the analyzer from lifetimes).
 
     Before CUDA is initialized, recording begins when the program
     initializes it; afterwards, at once, with the memory already in use
@@ -87,7 +90,7 @@ def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bo
     ``strict`` (default ``VRAMTRACE_STRICT``) that raises ``VramtraceError``.
     """
     return _observer.start(out, stacks, phases=phases, backward_names=backward_names,
-                           iterations=iterations, strict=strict)
+                           iterations=iterations, categories=categories, strict=strict)
 
 
 def stop() -> None:
@@ -115,10 +118,11 @@ class recording:
 
 def install(out: Optional[str] = None, alloc_conf: Optional[str] = None,
             stacks: Optional[str] = None, mode: str = "observe",
-            strict: Optional[bool] = None) -> None:
+            strict: Optional[bool] = None, categories: bool = True) -> None:
     """Records the program from now on, in one of two modes.
 
-    ``mode="observe"`` (the default) is ``start(out, stacks=stacks)``.
+    ``mode="observe"`` (the default) is ``start(out, stacks=stacks,
+    categories=categories)``.
 
     ``mode="replace"`` makes vramtrace's own caching allocator (PyTorch's
     policy) PyTorch's allocator, through ``CUDAPluggableAllocator``: for
@@ -134,7 +138,7 @@ def install(out: Optional[str] = None, alloc_conf: Optional[str] = None,
             raise VramtraceError(
                 "alloc_conf applies to mode='replace': an observed PyTorch uses its own "
                 "settings (PYTORCH_CUDA_ALLOC_CONF)")
-        start(out, stacks=stacks, strict=strict)
+        start(out, stacks=stacks, strict=strict, categories=categories)
     elif mode == "replace":
         _replace.install(out, alloc_conf, stacks)
     else:

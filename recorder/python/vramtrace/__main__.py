@@ -35,6 +35,9 @@ def parser() -> argparse.ArgumentParser:
                      help="do not turn record_function ranges into phases")
     run.add_argument("--no-iterations", action="store_true",
                      help="do not mark an iter phase per optimizer step")
+    run.add_argument("--no-categories", action="store_true",
+                     help="do not tag the blocks of parameters, buffers, gradients and "
+                     "optimizer state (the analyzer then infers every category)")
     run.add_argument("--strict", action="store_true",
                      help="fail instead of running unrecorded when recording cannot start")
     run.add_argument("script", help="the Python script to run")
@@ -53,7 +56,8 @@ def main(argv=None) -> int:
         vramtrace.install(ns.out, alloc_conf=ns.alloc_conf, stacks=ns.stacks, mode="replace")
     else:
         vramtrace.start(ns.out, stacks=ns.stacks, phases=not ns.no_phases,
-                        iterations=not ns.no_iterations, strict=ns.strict or None)
+                        iterations=not ns.no_iterations, categories=not ns.no_categories,
+                        strict=ns.strict or None)
     sys.argv = [ns.script, *ns.args]
     # As `python script.py` would: the script's folder first on the path.
     sys.path.insert(0, os.path.dirname(os.path.abspath(ns.script)))

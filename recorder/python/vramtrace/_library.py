@@ -54,6 +54,8 @@ _SIGNATURES = {
     # replace.rs
     "vramtrace_empty_cache": ([], None),
     "vramtrace_memory_stats": ([ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
+    "vramtrace_tag": ([ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t],
+                      ctypes.c_int),
     # observe.rs
     "vramtrace_torch_sink": ([], ctypes.c_void_p),
     "vramtrace_observe_start": ([ctypes.c_char_p], ctypes.c_int),
@@ -63,6 +65,9 @@ _SIGNATURES = {
     "vramtrace_observe_python_stack": ([ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
     "vramtrace_observe_hide": ([ctypes.c_char_p], None),
     "vramtrace_iteration_end": ([ctypes.c_int], None),
+    # addresses (uint64_t*), category codes (uint8_t*), count
+    "vramtrace_observe_tag": ([ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t],
+                              ctypes.c_int),
 }
 
 

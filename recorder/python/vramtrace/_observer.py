@@ -25,7 +25,7 @@ import weakref
 from pathlib import Path
 from typing import Optional
 
-from . import _library, _shim
+from . import _categories, _library, _shim
 from ._library import VramtraceError
 
 PACKAGE_DIR = str(Path(__file__).resolve().parent) + os.sep
@@ -36,6 +36,9 @@ _pending_start: Optional[dict] = None
 _hooks_installed = False
 _step_hook = None
 _first_optimizer: Optional[weakref.ref] = None
+# What the step hook does in the recording in progress.
+_iterations = False
+_categories_on = False
 _python_frames: Optional[tuple] = None  # (usable, reason), checked once
 _hidden = False
 
@@ -118,7 +121,8 @@ def python_frames_usable(lib) -> tuple:
     return _python_frames
 
 
-def _config(torch, out: Optional[str], stacks: str, pending: bool) -> str:
+def _config(torch, out: Optional[str], stacks: str, pending: bool,
+            categories: bool = False) -> str:
     lines = [f"state={'pending' if pending else 'empty'}", f"stacks={stacks}"]
     if out:
         lines.append(f"out={out}")
@@ -132,12 +136,17 @@ def _config(torch, out: Optional[str], stacks: str, pending: bool) -> str:
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     if conf:
         lines.append(f"meta.PYTORCH_CUDA_ALLOC_CONF={conf}")
+    if categories:
+        # Parameters, buffers, gradients and optimizer state are tagged
+        # (_categories.py): the analyzer takes untagged blocks for none of them.
+        lines.append("meta.categories=tags")
     if any("\n" in line[:-1] or "\r" in line for line in lines):
         raise VramtraceError("a setting holds a line break: cannot pass it to the recorder")
     return "\n".join(lines) + "\n"
 
 
-def _begin(torch, out, stacks, phases, backward_names, iterations, pending) -> None:
+def _begin(torch, out, stacks, phases, backward_names, iterations, categories,
+           pending) -> None:
     """Starts recording; CUDA is initialized."""
     global _active
     lib = _library.load()
@@ -148,7 +157,8 @@ def _begin(torch, out, stacks, phases, backward_names, iterations, pending) -> N
         if not ok:
             message(f"recording without Python stacks: {reason}")
             stacks = "native" if stacks == "all" else "none"
-    if lib.vramtrace_observe_start(_config(torch, out, stacks, pending).encode()) != 0:
+    config = _config(torch, out, stacks, pending, categories)
+    if lib.vramtrace_observe_start(config.encode()) != 0:
         raise VramtraceError("the recorder refused to start (see the message above)")
     status = shim.vramtrace_shim_attach(lib.vramtrace_torch_sink(), int(phases), int(backward_names))
     if status != 0:
@@ -157,23 +167,27 @@ def _begin(torch, out, stacks, phases, backward_names, iterations, pending) -> N
     if pending and shim.vramtrace_shim_snapshot() != 0:
         message(f"the allocator's state at start could not be read ({_shim.error(shim)}): "
                 "memory in use before now is missing from the trace")
-    _install_hooks(torch, lib, iterations, deferred=phases)
+    _install_hooks(torch, lib, iterations, deferred=phases, categories=categories)
     _active = True
 
 
-def _install_hooks(torch, lib, iterations: bool, deferred: bool) -> None:
-    """The optimizer-step hook (iterations) and the empty_cache wrapper, once
-    per process; both do nothing while not recording."""
-    global _hooks_installed, _step_hook, _first_optimizer
+def _install_hooks(torch, lib, iterations: bool, deferred: bool,
+                   categories: bool = False) -> None:
+    """The optimizer-step hook (iterations, categories) and the empty_cache
+    wrapper, once per process; both do nothing while not recording."""
+    global _hooks_installed, _step_hook, _first_optimizer, _iterations, _categories_on
     _first_optimizer = None
-    if iterations and _step_hook is None:
+    _iterations = iterations
+    _categories_on = categories and _categories.walker() is not None
+    if (iterations or _categories_on) and _step_hook is None:
         try:
             # A submodule that `torch.optim` does not bind as an attribute
             # (torch 2.11): imported by name.
             from torch.optim.optimizer import register_optimizer_step_post_hook as register
         except ImportError:
             register = None
-            message("this PyTorch has no optimizer step hooks: no iteration phases")
+            message("this PyTorch has no optimizer step hooks: no iteration phases, and "
+                    "gradients and optimizer state are not tagged")
         if register is not None:
             # Optimizer.step runs inside a record_function range; with
             # phases on, the iteration ends when that range does.
@@ -182,6 +196,17 @@ def _install_hooks(torch, lib, iterations: bool, deferred: bool) -> None:
             def after_step(optimizer, args, kwargs):
                 global _first_optimizer
                 if not _active:
+                    return
+                # Inside the step's range: its tags come before the
+                # iteration ends.
+                if _categories_on:
+                    walker = _categories.walker()
+                    try:
+                        if walker is not None:
+                            walker.step(optimizer)
+                    except Exception as e:  # noqa: BLE001 - never break the step
+                        walker.fail(e)
+                if not _iterations:
                     return
                 # One iteration per step of the first optimizer to step (a
                 # GAN's second optimizer does not cut iterations in two).
@@ -206,7 +231,7 @@ def _install_hooks(torch, lib, iterations: bool, deferred: bool) -> None:
 
 
 def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations=True,
-          strict=None) -> bool:
+          categories=True, strict=None) -> bool:
     """Starts recording PyTorch's CUDA allocator. See ``vramtrace.start``."""
     global _pending_start
     strict = _strict(strict)
@@ -226,11 +251,13 @@ def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations
         try:
             # Build (or find) the shim now, not inside CUDA's initialization.
             _shim.load(torch)
-            _library.load()
+            lib = _library.load()
         except VramtraceError as e:
             return _give_up(f"{e}: running without recording", strict, e)
+        if categories:
+            categories = _start_categories(torch, lib)
         args = dict(out=out, stacks=stacks, phases=phases, backward_names=backward_names,
-                    iterations=iterations)
+                    iterations=iterations, categories=categories)
         if torch.cuda.is_initialized():
             _begin_or_report(torch, args, pending=True, strict=strict)
         else:
@@ -240,6 +267,20 @@ def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations
             _pending_start = args
             torch.cuda._lazy_call(functools.partial(_start_at_init, torch, args, strict))
     return True
+
+
+def _start_categories(torch, lib) -> bool:
+    """Sets up the walker now (not at CUDA's start), so that modules made
+    from here on are found as they register their parameters, and those
+    that exist already by one pass over the objects. Returns whether
+    categories are on."""
+    try:
+        walker = _categories.install(torch, lib, message)
+        walker.forget()
+        return True
+    except Exception as e:  # noqa: BLE001 - recording goes on without tags
+        message(f"categories are off: {e}")
+        return False
 
 
 def _start_at_init(torch, args, strict) -> None:
@@ -278,8 +319,17 @@ def stop() -> None:
         _pending_start = None
         if not _active:
             return
-        _active = False
         lib = _library.load()
+        if _categories_on:
+            # What is live now is tagged for its whole life (a program
+            # without optimizer steps gets its weights tagged here).
+            walker = _categories.walker()
+            try:
+                if walker is not None:
+                    walker.final()
+            except Exception as e:  # noqa: BLE001 - stopping must go on
+                message(f"categories: the last walk failed ({e})")
+        _active = False
         shim = _shim.load(sys.modules["torch"])
         shim.vramtrace_shim_detach()
         if lib.vramtrace_observe_stop() != 0:

@@ -27,7 +27,9 @@ mod writer;
 
 use crate::allocator::{AllocError, Allocation, AllocatorStats, CachingAllocator, EventOrigin};
 use crate::device::DeviceMemory;
-use crate::format::{DeviceInfo, Event, FormatError, Header, KindCounts, ProcessInfo, StringId};
+use crate::format::{
+    Category, DeviceInfo, Event, FormatError, Header, KindCounts, ProcessInfo, StringId,
+};
 use recording::{EventBuffer, Recording};
 use stacks::StackBuf;
 use std::cell::Cell;
@@ -180,6 +182,8 @@ pub struct RecordingSummary {
 /// an `Arc`, a static) between the threads that allocate.
 pub struct Recorder<D: DeviceMemory> {
     rec: Recording<CachingAllocator<D>>,
+    /// The device's index, for tags.
+    device: u32,
 }
 
 impl<D: DeviceMemory> EventBuffer for CachingAllocator<D> {
@@ -283,6 +287,7 @@ impl<D: DeviceMemory + Send + 'static> Recorder<D> {
         options: RecorderOptions,
     ) -> Result<Self, RecorderError> {
         let device = allocator.device();
+        let index = device.index();
         let mut metadata = options.metadata.clone();
         metadata
             .entry("stacks".into())
@@ -303,7 +308,7 @@ impl<D: DeviceMemory + Send + 'static> Recorder<D> {
         };
         allocator.set_event_log(true);
         let rec = Recording::new(allocator, out, header, &options, WriterSetup::default())?;
-        Ok(Recorder { rec })
+        Ok(Recorder { rec, device: index })
     }
 
     /// Starts recording `allocator` to a new file at `path`.
@@ -433,6 +438,19 @@ impl<D: DeviceMemory> Recorder<D> {
     /// Records a key/value note (a step number, a config value).
     pub fn annotate(&self, key: &str, value: &str) {
         self.rec.annotate(key, value);
+    }
+
+    /// Says what the live block at `addr` holds, for its whole life (a
+    /// [`Tag`](crate::format::EventData::Tag), format 1.2), stamped with the
+    /// time and the calling thread.
+    pub fn tag(&self, addr: u64, category: Category) {
+        self.tag_all([(addr, category)]);
+    }
+
+    /// [`tag`](Self::tag) for many blocks at once, under one lock and at one
+    /// moment. Returns the number recorded: 0 once the trace is finished.
+    pub fn tag_all(&self, tags: impl IntoIterator<Item = (u64, Category)>) -> usize {
+        self.rec.tag(self.device, tags)
     }
 
     /// Writes everything recorded so far to the output and flushes it; waits

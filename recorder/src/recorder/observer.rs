@@ -22,8 +22,8 @@ use super::{
 };
 use crate::allocator::{AllocatorConfig, ObservedBlocks};
 use crate::format::{
-    BlockEvent, DeviceInfo, EmptyCacheEvent, Event, EventData, EventKind, Header, InitialState,
-    OomEvent, ProcessInfo, SegmentEvent,
+    BlockEvent, Category, DeviceInfo, EmptyCacheEvent, Event, EventData, EventKind, Header,
+    InitialState, OomEvent, ProcessInfo, SegmentEvent,
 };
 use std::io::Write;
 use std::path::Path;
@@ -79,7 +79,7 @@ pub struct ObserverSetup {
 /// thread, in its own order (PyTorch reports under its allocator lock, so
 /// one device's events come one at a time).
 pub struct Observer {
-    rec: Recording<Vec<Event>>,
+    pub(super) rec: Recording<Vec<Event>>,
     device: u32,
 }
 
@@ -254,6 +254,21 @@ impl Observer {
     /// Records a key/value note.
     pub fn annotate(&self, key: &str, value: &str) {
         self.rec.annotate(key, value);
+    }
+
+    /// Says what the live block at `addr` holds, for its whole life (a
+    /// [`Tag`](crate::format::EventData::Tag), format 1.2): the caller may
+    /// learn it long after the allocation. Stamped with the time and the
+    /// calling thread, in order with the allocator's events reported so far.
+    pub fn tag(&self, addr: u64, category: Category) {
+        self.rec.tag(self.device, [(addr, category)]);
+    }
+
+    /// [`tag`](Self::tag) for many blocks at once, under one lock and at one
+    /// moment (what a walk over a model's tensors found). Returns the number
+    /// recorded: 0 once the trace is finished.
+    pub fn tag_all(&self, tags: impl IntoIterator<Item = (u64, Category)>) -> usize {
+        self.rec.tag(self.device, tags)
     }
 
     /// Writes everything recorded so far to the output and flushes it.

@@ -22,8 +22,8 @@ use super::stacks::{self, FrameSource, StackBuf};
 use super::writer::{self, Backlog, Batch, FlushTimer, Msg, TraceSummary, WriterSetup};
 use super::{CALL_EVENTS, RecorderError, RecorderOptions, StackMode, thread_id};
 use crate::format::{
-    Event, EventData, FormatError, Header, InitialState, StackId, StringId, TraceWriter,
-    WriterOptions,
+    Category, Event, EventData, FormatError, Header, InitialState, StackId, StringId, TagEvent,
+    TraceWriter, WriterOptions,
 };
 use rustc_hash::FxHashMap;
 use std::io::Write;
@@ -335,6 +335,43 @@ impl<B: EventBuffer> Recording<B> {
             key: log.intern(key),
             value: log.intern(value),
         });
+    }
+
+    /// Records tags (format 1.2): each says what the live block at its
+    /// address on `device` holds, for the block's whole life. One lock and
+    /// one clock reading for the lot, so that a walk's tags are ordered with
+    /// the allocator events of the device as one moment; stamped with the
+    /// calling thread. A long batch hands full buffers over as it goes.
+    /// Returns the number recorded (0 once the recording is over).
+    pub fn tag(&self, device: u32, tags: impl IntoIterator<Item = (u64, Category)>) -> usize {
+        let mut g = self.lock();
+        let Inner { subject, log } = &mut *g;
+        if !log.recording {
+            return 0;
+        }
+        let time_ns = log.clock.now_ns();
+        let thread = thread_id();
+        let events = subject.events();
+        let mut behind = false;
+        let mut n = 0;
+        for (addr, category) in tags {
+            events.push(Event {
+                time_ns,
+                data: EventData::Tag(TagEvent {
+                    addr,
+                    device,
+                    thread,
+                    code: category.code(),
+                }),
+            });
+            n += 1;
+            behind |= log.after_push(events);
+        }
+        drop(g);
+        if behind {
+            self.backlog.wait();
+        }
+        n
     }
 
     /// Gives the writer thread the state the trace starts from, for a writer

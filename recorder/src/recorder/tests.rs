@@ -1107,3 +1107,183 @@ fn each_thread_has_its_own_phases() {
         assert_eq!(begins[&id], 2000 * 2 + 1000);
     }
 }
+
+// ---------------------------------------------------------------- Tags
+
+use crate::format::{Category, TagEvent};
+
+fn tags(events: &[Event]) -> Vec<TagEvent> {
+    events
+        .iter()
+        .filter_map(|e| match e.data {
+            EventData::Tag(t) => Some(t),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An observer's tags land where they were recorded among the allocator's
+/// events, with the observed device, the calling thread and the time of the
+/// walk (one moment for a batch).
+#[test]
+fn an_observers_tags_are_ordered_with_its_events_and_stamped() {
+    let (obs, out) = observer(StartState::Empty, RecorderOptions::default());
+    let ev = |kind, addr, size| ObservedEvent {
+        kind,
+        addr,
+        size,
+        stream: 0,
+        counter: 0,
+    };
+    obs.record(ev(EventKind::SegmentAlloc, 0, 2 << 20), None);
+    obs.record(ev(EventKind::Alloc, 0, 4096), None);
+    obs.record(ev(EventKind::Alloc, 4096, 4096), None);
+    obs.tag(0, Category::Parameter);
+    obs.phase_begin("Optimizer.step#AdamW.step");
+    obs.record(ev(EventKind::Alloc, 8192, 8192), None);
+    assert_eq!(
+        obs.tag_all([(4096, Category::Gradient), (8192, Category::OptimizerState)]),
+        2
+    );
+    obs.phase_end().unwrap();
+    obs.finish().unwrap();
+    // Ignored once finished.
+    obs.tag(0, Category::Other);
+    assert_eq!(obs.tag_all([(0, Category::Other)]), 0, "finished");
+    let bytes = out.bytes();
+    let (_, events) = read(&bytes);
+    use EventKind::*;
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind()).collect();
+    assert_eq!(
+        kinds,
+        [
+            SegmentAlloc,
+            Alloc,
+            Alloc,
+            Tag,
+            PhaseBegin,
+            Alloc,
+            Tag,
+            Tag,
+            PhaseEnd
+        ]
+    );
+    let tags = tags(&events);
+    let expected = [
+        (0, Category::Parameter),
+        (4096, Category::Gradient),
+        (8192, Category::OptimizerState),
+    ];
+    assert_eq!(
+        tags.iter()
+            .map(|t| (t.addr, t.category().unwrap()))
+            .collect::<Vec<_>>(),
+        expected
+    );
+    assert!(
+        tags.iter()
+            .all(|t| t.device == 3 && t.thread == thread_id())
+    );
+    assert_eq!(events[6].time_ns, events[7].time_ns, "one moment per batch");
+    assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+}
+
+/// Tags recorded while the start state is awaited are held back with the
+/// allocator's events, and come after the state.
+#[test]
+fn tags_before_a_pending_state_wait_for_it() {
+    let (obs, out) = observer(StartState::Pending, RecorderOptions::default());
+    obs.tag(0x1000, Category::Buffer);
+    obs.set_initial_state(InitialState {
+        segments: vec![SegmentState {
+            device: 0,
+            addr: 0,
+            size: 2 << 20,
+            stream: 0,
+            expandable: false,
+            blocks: vec![BlockState {
+                addr: 0,
+                size: 2 << 20,
+                requested: 2 << 20,
+                status: BlockStatus::Allocated,
+                stack: StackId::NONE,
+            }],
+        }],
+    })
+    .unwrap();
+    obs.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    assert!(reader.initial_state().is_some());
+    assert_eq!(
+        tags(&events),
+        [TagEvent::new(0x1000, 3, Category::Buffer)].map(|t| TagEvent {
+            thread: thread_id(),
+            ..t
+        })
+    );
+}
+
+/// A walk over a large model tags thousands of blocks in one call: full
+/// buffers are handed over as it goes (the buffer never grows past its
+/// room) and none is lost.
+#[test]
+fn a_long_batch_of_tags_is_handed_over_in_buffers_and_lost_nowhere() {
+    let (obs, out) = observer(
+        StartState::Empty,
+        RecorderOptions {
+            chunk_events: 100,
+            queue_batches: 1,
+            flush_interval: None,
+            ..RecorderOptions::default()
+        },
+    );
+    let capacity = obs.rec.lock().subject.capacity();
+    let n = 25_000u64;
+    let recorded = obs.tag_all((0..n).map(|i| (i * 512, Category::ALL[i as usize % 7])));
+    assert_eq!(recorded, n as usize);
+    assert_eq!(obs.rec.lock().subject.capacity(), capacity);
+    let summary = obs.finish().unwrap();
+    assert_eq!(summary.counts.get(EventKind::Tag), n);
+    let bytes = out.bytes();
+    let (_, events) = read(&bytes);
+    let tags = tags(&events);
+    assert_eq!(tags.len() as u64, n);
+    assert!(
+        tags.iter()
+            .enumerate()
+            .all(|(i, t)| t.addr == i as u64 * 512 && t.code == (i % 7) as u8)
+    );
+}
+
+/// Replacement mode: the recorder tags its own device's blocks.
+#[test]
+fn a_recorders_tags_name_its_device() {
+    let out = SharedBuf::default();
+    let alloc = CachingAllocator::new(
+        SimulatedDevice::new(1 << 30).with_index(2),
+        AllocatorConfig::default(),
+    );
+    let r = Recorder::new(alloc, out.clone(), RecorderOptions::default()).unwrap();
+    let a = r.malloc(1 << 20, 0).unwrap();
+    r.tag(a.addr, Category::Activation);
+    assert_eq!(r.tag_all([(a.addr, Category::Temporary)]), 1);
+    r.free(a.addr).unwrap();
+    r.finish().unwrap();
+    assert_eq!(r.tag_all([(a.addr, Category::Other)]), 0);
+    let bytes = out.bytes();
+    let (_, events) = read(&bytes);
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind()).collect();
+    use EventKind::*;
+    assert_eq!(
+        kinds,
+        [SegmentAlloc, Alloc, Tag, Tag, FreeRequested, FreeCompleted]
+    );
+    let tags = tags(&events);
+    assert_eq!(tags[0].device, 2);
+    assert_eq!(tags[0].addr, a.addr);
+    assert_eq!(
+        tags.iter().map(|t| t.category()).collect::<Vec<_>>(),
+        [Some(Category::Activation), Some(Category::Temporary)]
+    );
+}

@@ -27,8 +27,8 @@ use crate::allocator::{
 };
 use crate::device::{DeviceMemory, SimulatedDevice};
 use crate::format::{
-    DeviceInfo, Event, EventData, FormatError, Header, KindCounts, ProcessInfo, StackId, StringId,
-    TraceWriter, WriterOptions,
+    Category, DeviceInfo, Event, EventData, FormatError, Header, KindCounts, ProcessInfo, StackId,
+    StringId, TagEvent, TraceWriter, WriterOptions,
 };
 use rustc_hash::FxHashSet;
 use sites::Sites;
@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 /// The generator's own version, written as the trace's producer version: it
 /// changes whenever the same configuration would produce different bytes.
-pub const WORKLOAD_VERSION: &str = "2";
+pub const WORKLOAD_VERSION: &str = "3";
 
 /// What to generate. [`Default`] is a small, steady run.
 #[derive(Clone, Debug)]
@@ -86,6 +86,12 @@ pub struct WorkloadConfig {
     pub rank: Option<u32>,
     /// The number of ranks, recorded in the header.
     pub world_size: Option<u32>,
+    /// Tag what blocks hold, as a recording does (format 1.2): parameters
+    /// and gradients in each optimizer phase (parameters at the first),
+    /// optimizer state when made; the header says `categories = tags`.
+    /// Activations and temporaries are never tagged: the analyzer tells
+    /// them from lifetimes. Off: the untagged trace of an older recorder.
+    pub tags: bool,
 }
 
 impl Default for WorkloadConfig {
@@ -109,6 +115,7 @@ impl Default for WorkloadConfig {
             devices: 1,
             rank: None,
             world_size: None,
+            tags: true,
         }
     }
 }
@@ -188,6 +195,9 @@ pub fn generate(config: &WorkloadConfig, out: impl Write) -> Result<WorkloadRepo
     let mut metadata = BTreeMap::new();
     metadata.insert("source".into(), "synthetic".into());
     metadata.insert("workload".into(), describe(config));
+    if config.tags {
+        metadata.insert("categories".into(), "tags".into());
+    }
     let header = Header {
         producer: "vramtrace-workload".into(),
         producer_version: WORKLOAD_VERSION.into(),
@@ -384,6 +394,9 @@ fn describe(c: &WorkloadConfig) -> String {
     if let Some(n) = c.world_size {
         s.push_str(&format!(" world_size={n}"));
     }
+    if !c.tags {
+        s.push_str(" tags=off");
+    }
     s
 }
 
@@ -481,6 +494,32 @@ impl<W: Write> Gen<'_, W> {
             self.w.push(event)?;
         }
         Ok(result)
+    }
+
+    /// Tags blocks of the current device, as a recorder's walk at the
+    /// optimizer step does: at the moment of the walk, without moving the
+    /// clock (so the trace's memory and times are those of an untagged one).
+    fn tag(
+        &mut self,
+        addrs: impl IntoIterator<Item = u64>,
+        category: Category,
+    ) -> Result<(), WorkloadError> {
+        if !self.cfg.tags {
+            return Ok(());
+        }
+        let device = self.work[self.cur].alloc.device().index();
+        for addr in addrs {
+            self.w.push(Event {
+                time_ns: self.time_ns,
+                data: EventData::Tag(TagEvent {
+                    addr,
+                    device,
+                    thread: self.thread,
+                    code: category.code(),
+                }),
+            })?;
+        }
+        Ok(())
     }
 
     fn marker(&mut self, data: EventData) -> Result<(), WorkloadError> {
@@ -749,7 +788,8 @@ impl<W: Write> Gen<'_, W> {
             thread: 0,
         })?;
         open.push(optimizer);
-        if self.work[self.cur].opt_state.is_empty() {
+        let first_step = self.work[self.cur].opt_state.is_empty();
+        if first_step {
             for bytes in self.param_sizes() {
                 for _ in 0..2 {
                     let addr = try_oom!(self.malloc_on(bytes, 0, s.adam_init));
@@ -761,6 +801,19 @@ impl<W: Write> Gen<'_, W> {
         for bytes in self.layer_params().into_iter().take(4) {
             let tmp = try_oom!(self.local(bytes, s.adam_step));
             self.free(tmp, s.adam_step)?;
+        }
+        // The recorder's walk after the step: parameters and state when
+        // first seen (they never move here), each step's new gradients.
+        if first_step {
+            let params = std::mem::take(&mut self.work[self.cur].params);
+            self.tag(params.iter().copied(), Category::Parameter)?;
+            self.work[self.cur].params = params;
+        }
+        self.tag(grads.iter().copied(), Category::Gradient)?;
+        if first_step {
+            let state = std::mem::take(&mut self.work[self.cur].opt_state);
+            self.tag(state.iter().copied(), Category::OptimizerState)?;
+            self.work[self.cur].opt_state = state;
         }
         for g in grads {
             self.free(g, s.zero_grad)?;

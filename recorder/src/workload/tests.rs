@@ -246,3 +246,104 @@ fn sizes_beyond_any_block_are_refused() {
     assert!(report.oom.is_some());
     assert!(events(&bytes).iter().any(|e| e.kind() == EventKind::Oom));
 }
+
+/// Tags as a recording has them: parameters and optimizer state once, at
+/// the first optimizer step; each iteration's gradients in its optimizer
+/// phase; every tag names a live block of what it says; nothing else is
+/// tagged; and the untagged trace has the same memory and times.
+#[test]
+fn parameters_gradients_and_state_are_tagged_in_the_optimizer_phase() {
+    let config = WorkloadConfig {
+        iters: 3,
+        devices: 2,
+        ..WorkloadConfig::default()
+    };
+    let (report, bytes) = run(&config);
+    let header = TraceReader::new(&bytes[..]).unwrap().header().clone();
+    assert_eq!(header.metadata["categories"], "tags");
+    let events = events(&bytes);
+    let params_per_device = 1 + 6 * config.layers as u64 + 1;
+    let c = report.counts;
+    assert_eq!(
+        c.get(EventKind::Tag),
+        2 * (params_per_device * (1 + 3) + 2 * params_per_device)
+    );
+    // Replay: each tag is of a live block, inside an optimizer phase, on
+    // the device of that block.
+    let mut live: HashMap<(u32, u64), (u64, StackId)> = HashMap::new();
+    let mut phases: Vec<StringId> = Vec::new();
+    let r = TraceReader::new(&bytes[..]).unwrap();
+    let sym = r.symbols().clone();
+    let mut per_category: HashMap<Category, (u64, u64)> = HashMap::new();
+    let mut tagged_at: HashMap<(u32, u64), Category> = HashMap::new();
+    for e in &events {
+        match e.data {
+            EventData::Alloc(b) => {
+                live.insert((b.device, b.addr), (b.requested, b.stack));
+            }
+            EventData::FreeRequested(b) => {
+                let key = (b.device, b.addr);
+                live.remove(&key);
+                tagged_at.remove(&key);
+            }
+            EventData::PhaseBegin { name, .. } => phases.push(name),
+            EventData::PhaseEnd { .. } => {
+                phases.pop();
+            }
+            EventData::Tag(t) => {
+                let category = t.category().unwrap();
+                let (requested, stack) = live[&(t.device, t.addr)];
+                assert_eq!(
+                    phases.last().and_then(|&p| sym.string(p)),
+                    Some("optimizer")
+                );
+                // The block's allocation site says what it is.
+                let site = sym
+                    .stack(stack)
+                    .first()
+                    .map(|&f| sym.describe_frame(f))
+                    .unwrap_or_default();
+                let expected = match category {
+                    Category::Parameter => site.contains("linear.py"),
+                    Category::Gradient => site == "AccumulateGrad" || site == "EmbeddingBackward0",
+                    Category::OptimizerState => site.contains("_init_group"),
+                    other => panic!("{other:?} is never tagged"),
+                };
+                assert!(expected, "{category:?} at {site}");
+                assert!(tagged_at.insert((t.device, t.addr), category).is_none());
+                let sum = per_category.entry(category).or_default();
+                sum.0 += 1;
+                sum.1 += requested;
+            }
+            _ => {}
+        }
+    }
+    let per_device = |c: Category| per_category[&c].1 / 2;
+    assert_eq!(per_device(Category::Parameter), report.parameter_bytes);
+    assert_eq!(
+        per_device(Category::OptimizerState),
+        report.optimizer_state_bytes
+    );
+    assert_eq!(per_device(Category::Gradient), 3 * report.parameter_bytes);
+
+    let (plain, plain_bytes) = run(&WorkloadConfig {
+        tags: false,
+        ..config
+    });
+    let header = TraceReader::new(&plain_bytes[..]).unwrap().header().clone();
+    assert!(!header.metadata.contains_key("categories"));
+    assert_eq!(plain.counts.get(EventKind::Tag), 0);
+    let untagged: Vec<Event> = events
+        .into_iter()
+        .filter(|e| e.kind() != EventKind::Tag)
+        .collect();
+    assert_eq!(untagged, self::events(&plain_bytes));
+    assert_eq!(
+        (plain.peak_allocated, plain.peak_reserved, plain.duration_ns),
+        (
+            report.peak_allocated,
+            report.peak_reserved,
+            report.duration_ns
+        )
+    );
+}
