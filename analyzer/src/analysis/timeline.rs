@@ -8,18 +8,23 @@
 
 use super::pauses::{GAP_BUDGET, IdleGaps, PauseTracker};
 use super::{Analysis, AnalysisError, Flow, Step};
+use crate::replay::categories::{CATEGORIES, Category};
 use crate::replay::{Applied, LiveAlloc, ReplayState};
 use serde::Serialize;
 use vramtrace_format::{EventData, SymbolTable};
 
 /// What the stacked areas are split by.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum GroupBy {
     /// Allocation sites (the most telling frame of the allocating stack).
     #[default]
     Site,
     /// The phase the allocation was made in, numbers normalized (`iter#/forward`).
     Phase,
+    /// What the blocks hold: parameters, gradients, activations, ...
+    /// (see [`crate::replay::categories`]), in that order.
+    Category,
     /// No split: one area of allocated memory.
     None,
 }
@@ -90,6 +95,8 @@ pub struct TimelinePoint {
 /// The downsampled timeline of a trace.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Timeline {
+    /// What the areas are split by.
+    pub grouped_by: GroupBy,
     /// Category names, bottom of the stack first; `other` last when present.
     pub categories: Vec<String>,
     /// Samples in time order, at most two per column.
@@ -207,6 +214,7 @@ impl TimelineAnalysis {
     fn category(&mut self, alloc: &LiveAlloc, state: &ReplayState) -> u32 {
         match self.options.group_by {
             GroupBy::None => 0,
+            GroupBy::Category => alloc.class.category as u32,
             GroupBy::Site => alloc.site.0,
             GroupBy::Phase => {
                 let index = alloc.phase.0.wrapping_add(1) as usize;
@@ -251,8 +259,67 @@ impl TimelineAnalysis {
         }
     }
 
-    /// Picks the categories with the most bytes now, for the next column.
+    /// Moves the bytes of blocks whose category changed (by category only):
+    /// in the running counts, and in every kept moment the block was live at.
+    fn follow_categories(&mut self, state: &ReplayState) {
+        if self.options.group_by != GroupBy::Category {
+            return;
+        }
+        for change in state.recategorized() {
+            let (from, to) = (change.from.category as u32, change.to.category as u32);
+            if from == to {
+                continue;
+            }
+            self.add(from, -(change.size as i128));
+            self.add(to, change.size as i128);
+            let shift = |s: &mut Sample| {
+                // A sample after `index + 1` events; the block was live then
+                // if it was allocated by then.
+                if change.born <= s.index + 1 {
+                    for (c, bytes) in s.tracked.iter_mut() {
+                        if *c == from {
+                            *bytes = bytes.saturating_sub(change.size);
+                        } else if *c == to {
+                            *bytes = bytes.saturating_add(change.size);
+                        }
+                    }
+                }
+            };
+            if let Some((peak, _)) = &mut self.peak {
+                shift(peak);
+            }
+            // Columns in time order: from the current one back to the first
+            // whose samples all came before the block.
+            let end = (self.current + 1).min(self.columns.len());
+            for column in self.columns[..end].iter_mut().rev() {
+                let latest = [column.min, column.max]
+                    .iter()
+                    .flatten()
+                    .map(|s| s.index + 1)
+                    .max();
+                if let Some(s) = &mut column.min {
+                    shift(s);
+                }
+                if let Some(s) = &mut column.max {
+                    shift(s);
+                }
+                if latest.is_some_and(|l| l < change.born) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Picks the categories with the most bytes now, for the next column
+    /// (every category, by category: there are fewer than the slots).
     fn retrack(&mut self) {
+        if self.options.group_by == GroupBy::Category {
+            self.tracked = [u32::MAX; TRACKED];
+            for (slot, c) in self.tracked.iter_mut().zip(0..CATEGORIES as u32) {
+                *slot = c;
+            }
+            return;
+        }
         let mut best: Vec<(u64, u32)> = self
             .bytes
             .iter()
@@ -330,6 +397,10 @@ impl TimelineAnalysis {
     fn category_name(&self, c: u32, state: &ReplayState, symbols: &SymbolTable) -> String {
         match self.options.group_by {
             GroupBy::None => "allocated".into(),
+            GroupBy::Category => Category::ALL
+                .get(c as usize)
+                .map_or("other", |c| c.label())
+                .into(),
             GroupBy::Site => state.sites().name(crate::sites::SiteId(c), symbols),
             GroupBy::Phase => self
                 .phase_names
@@ -365,8 +436,16 @@ impl TimelineAnalysis {
             .map(|(c, b)| (b, c))
             .filter(|&(b, _)| b > 0)
             .collect();
-        ranked.sort_unstable_by(|a, b| b.cmp(a));
-        ranked.truncate(self.options.top);
+        if self.options.group_by == GroupBy::Category {
+            // Every category with bytes, in their own order (parameters at
+            // the bottom), so a category keeps its place in every chart;
+            // `other` is the last anyway.
+            ranked.sort_unstable_by_key(|&(_, c)| c);
+            ranked.retain(|&(_, c)| c != Category::Other as u32);
+        } else {
+            ranked.sort_unstable_by(|a, b| b.cmp(a));
+            ranked.truncate(self.options.top);
+        }
         let chosen: Vec<u32> = ranked.iter().map(|&(_, c)| c).collect();
         let mut categories: Vec<String> = chosen
             .iter()
@@ -451,6 +530,7 @@ impl TimelineAnalysis {
             }
         });
         Timeline {
+            grouped_by: self.options.group_by,
             categories,
             samples: out,
             phases,
@@ -473,6 +553,7 @@ impl Analysis for TimelineAnalysis {
     }
 
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
+        self.follow_categories(state);
         match step.applied {
             Applied::Alloc(alloc) => {
                 let c = self.category(&alloc, state);
@@ -504,6 +585,7 @@ impl Analysis for TimelineAnalysis {
     }
 
     fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        self.follow_categories(state);
         self.report = Some(self.build(state, symbols));
         Ok(())
     }

@@ -39,6 +39,9 @@ enum By {
     Site,
     /// The phase the allocation was made in, numbers normalized (`iter#/forward`).
     Phase,
+    /// What the blocks hold: parameters, gradients, optimizer state,
+    /// activations, temporaries, other (tagged by the recorder or inferred).
+    Category,
     /// No split: one area of allocated memory.
     None,
 }
@@ -48,6 +51,7 @@ impl From<By> for GroupBy {
         match by {
             By::Site => GroupBy::Site,
             By::Phase => GroupBy::Phase,
+            By::Category => GroupBy::Category,
             By::None => GroupBy::None,
         }
     }

@@ -1,6 +1,7 @@
 //! One palette for every chart of a report: the same site gets the same
 //! colour wherever it appears.
 
+use crate::replay::categories::Category;
 use plotters::style::RGBColor;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -30,7 +31,23 @@ pub const ALERT: RGBColor = RGBColor(200, 30, 30);
 /// Phase bands, alternating.
 pub const BANDS: [RGBColor; 2] = [RGBColor(236, 240, 247), RGBColor(247, 243, 232)];
 
-/// Assigns colours to category names in order of first request.
+/// The fixed colours of what blocks hold, by [`Category`]: a category keeps
+/// its colour in every chart ("other" is [`OTHER`]).
+pub fn of_category(category: Category) -> RGBColor {
+    match category {
+        Category::Parameter => RGBColor(0, 114, 178),
+        Category::Buffer => RGBColor(86, 180, 233),
+        Category::Gradient => RGBColor(0, 158, 115),
+        Category::OptimizerState => RGBColor(230, 159, 0),
+        Category::Activation => RGBColor(213, 94, 0),
+        Category::Temporary => RGBColor(204, 121, 167),
+        Category::Other => OTHER,
+    }
+}
+
+/// Assigns colours to category names in order of first request; the names
+/// of what blocks hold (`parameters`, `optimizer state`, ...) have their
+/// fixed colours ([`of_category`]), which no site's or phase's name is.
 #[derive(Clone, Debug, Default)]
 pub struct Palette {
     assigned: HashMap<String, RGBColor>,
@@ -45,8 +62,8 @@ impl Palette {
     /// The colour of `name`, assigning the next free one on first use;
     /// `"other"` is always grey.
     pub fn colour(&mut self, name: &str) -> RGBColor {
-        if name == "other" {
-            return OTHER;
+        if let Some(category) = Category::ALL.into_iter().find(|c| c.label() == name) {
+            return of_category(category);
         }
         let next = self.assigned.len();
         *self

@@ -11,7 +11,7 @@ use crate::print::labels;
 /// Room to the right of the plot for the legend: site names are long, and
 /// a legend inside the plot would hide the data under it.
 const LEGEND_WIDTH: u32 = 320;
-use crate::analysis::timeline::{Timeline, TimelineSample};
+use crate::analysis::timeline::{GroupBy, Timeline, TimelineSample};
 use crate::units;
 use plotters::prelude::*;
 
@@ -85,7 +85,7 @@ pub fn render(
             }));
             ctx.draw_series(AreaSeries::new(points, 0.0, colour.mix(0.85)))
                 .map_err(super::draw_error)?;
-            legend.push((labels::site_label(&chart.categories[k]), colour, false));
+            legend.push((label_of(chart, &chart.categories[k]), colour, false));
         }
         let reserved = steps(shown.iter().map(|&(x, s)| (x, scale.scale(s.reserved))));
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
@@ -128,7 +128,7 @@ pub fn render(
             } else {
                 format!(
                     "largest: {} ({})",
-                    short(&labels::site_label(&peak.category), 50),
+                    short(&label_of(chart, &peak.category), 50),
                     units::bytes(peak.category_bytes)
                 )
             };
@@ -219,6 +219,15 @@ fn x_range(chart: &Timeline, xs: &XScale) -> (f64, f64) {
     let last = chart.samples.last().map_or(0, |s| s.time_ns);
     let (a, b) = (xs.x(first), xs.x(last));
     if b > a { (a, b) } else { (a, a + 1.0) }
+}
+
+/// A category's name as the chart shows it: a site's shortened, others as
+/// they are.
+fn label_of(chart: &Timeline, category: &str) -> String {
+    match chart.grouped_by {
+        GroupBy::Site => labels::site_label(category),
+        _ => category.to_string(),
+    }
 }
 
 /// Draws the legend in its column, from `top` down: a swatch (or a line)
