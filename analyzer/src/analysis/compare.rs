@@ -18,10 +18,12 @@
 //!   repetition of their most repeated phase; cumulative figures (duration,
 //!   events, allocations, retained bytes) are divided by it, peaks are not.
 
+use super::categories::{CategoryDelta, CategoryReport};
 use super::leaks::LeaksReport;
 use super::phase_totals::PhaseTotalsReport;
 use super::site_totals::SiteTotalsReport;
 use super::summary::SummaryReport;
+use crate::replay::categories::CategorySource;
 use crate::sites::SiteDescription;
 use crate::units::{self, UnitError};
 use serde::{Serialize, Serializer};
@@ -313,6 +315,32 @@ pub struct Comparison {
     pub sites: Vec<SiteDelta>,
     /// Every phase of either run, the largest change first.
     pub phases: Vec<PhaseDelta>,
+    /// What the blocks hold, in both runs.
+    pub categories: CategoryComparison,
+}
+
+/// Memory by category in two runs: at the allocated peak and at the end.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CategoryComparison {
+    /// Where the baseline's categories come from.
+    pub base_source: CategorySource,
+    /// Where the new run's come from.
+    pub new_source: CategorySource,
+    /// Each category at each run's allocated peak.
+    pub at_peak: Vec<CategoryDelta>,
+    /// Each category at each run's end.
+    pub at_end: Vec<CategoryDelta>,
+}
+
+impl CategoryComparison {
+    fn of(base: &CategoryReport, new: &CategoryReport) -> Self {
+        CategoryComparison {
+            base_source: base.source,
+            new_source: new.source,
+            at_peak: new.at_allocated_peak.delta(&base.at_allocated_peak),
+            at_end: new.at_end.delta(&base.at_end),
+        }
+    }
 }
 
 impl Comparison {
@@ -368,6 +396,7 @@ pub fn compare(
         headline: headline(base, new, options.per_iteration, divisors),
         sites: sites(base, new, options, divisors),
         phases: phases(base, new, options.per_iteration),
+        categories: CategoryComparison::of(&base.summary.categories, &new.summary.categories),
     })
 }
 
@@ -990,6 +1019,7 @@ mod tests {
             steadiness: 1.0,
             repetitions: 10,
             retained_bytes: leak.max(0) as u64 * 10,
+            category: None,
         };
         let growth = PhaseGrowth {
             phase: "iter#".into(),

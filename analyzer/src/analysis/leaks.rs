@@ -33,6 +33,7 @@
 //! keeps the first of the two that shows consistent growth.
 
 use super::{Analysis, AnalysisError, Flow, Step};
+use crate::replay::categories::{Category, dominant};
 use crate::replay::{Applied, LiveAlloc, PathId, PhaseId, ReplayState, SiteLive};
 use crate::sites::{SiteDescription, SiteId};
 use rustc_hash::FxHashMap;
@@ -247,6 +248,9 @@ pub struct SiteGrowth {
     /// The site's live bytes at the end of the last repetition measured:
     /// what it retains.
     pub retained_bytes: u64,
+    /// What most of the site's bytes still allocated at the end are (what
+    /// grows).
+    pub category: Option<Category>,
 }
 
 /// A leaking site, under the repeated phase that best explains it.
@@ -613,6 +617,7 @@ impl Leaks {
                         steadiness: f.steadiness,
                         repetitions: f.points as u64,
                         retained_bytes: last as u64,
+                        category: site_category(state, site),
                     },
                 })
             })
@@ -808,6 +813,12 @@ impl Analysis for Leaks {
         });
         Ok(())
     }
+}
+
+/// What most of a site's bytes allocated now are (the classes are settled
+/// when the pass finishes).
+fn site_category(state: &ReplayState, site: SiteId) -> Option<Category> {
+    dominant(state.site_categories().get(site.0 as usize)?)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 
 use super::categories::{Category, CategoryMoment, CategoryReport, CategoryTable};
 use super::{Analysis, AnalysisError, Flow, Step};
-use crate::replay::categories::CATEGORIES;
+use crate::replay::categories::{CATEGORIES, dominant};
 use crate::replay::{
     Applied, FreeSpace, Inconsistency, InconsistencyKind, LiveAlloc, Occupancy, PhaseId,
     ReplayState, Segment, SiteLive, Totals,
@@ -502,15 +502,6 @@ impl Summary {
     }
 }
 
-/// The category with the most bytes (the first of equals), if any.
-fn dominant_category(bytes: &[u64; CATEGORIES]) -> Option<Category> {
-    let (i, &most) = bytes
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))?;
-    (most > 0).then(|| Category::ALL[i])
-}
-
 impl Analysis for Summary {
     fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
         // The window's starting state is its first candidate for each peak.
@@ -651,7 +642,7 @@ impl Analysis for Summary {
                 } else {
                     live.bytes as f64 / peak as f64
                 },
-                category: dominant_category(categories),
+                category: dominant(categories),
             })
             .collect();
         let first = self.first_time_ns.unwrap_or(0);
@@ -1060,7 +1051,7 @@ mod random {
                         bytes[class[&born].category as usize] += block_size(&events, born);
                     }
                 }
-                prop_assert_eq!(site.category, dominant_category(&bytes));
+                prop_assert_eq!(site.category, dominant(&bytes));
             }
         }
 

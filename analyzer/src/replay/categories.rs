@@ -162,6 +162,16 @@ impl CategoryBytes {
     }
 }
 
+/// The category with the most of `bytes` (indexed by category code; the
+/// first of equals), if any has bytes.
+pub fn dominant(bytes: &[u64; CATEGORIES]) -> Option<Category> {
+    let (i, &most) = bytes
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))?;
+    (most > 0).then(|| Category::ALL[i])
+}
+
 /// A block's category changed: what it was counted as since its allocation
 /// (`from`), and what it is (`to`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

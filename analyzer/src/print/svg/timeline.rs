@@ -443,6 +443,7 @@ mod tests {
             depth,
         };
         Timeline {
+            grouped_by: GroupBy::Site,
             categories: vec![
                 "forward (model.py:41)".into(),
                 "step (optim.py:9)".into(),

@@ -1,6 +1,7 @@
 //! The comparison of two runs as text.
 
 use super::full_stacks;
+use crate::analysis::categories::CategoryDelta;
 use crate::analysis::compare::{Comparison, Presence, RunInfo, Unit};
 use crate::command::compare::CompareResult;
 use crate::print::labels::{self, format_delta, format_percent, format_value, repetitions};
@@ -67,6 +68,7 @@ pub fn compare(result: &CompareResult, top: usize, full: bool) -> String {
         ]);
     }
     text.push_str(&t.render(0));
+    text.push_str(&categories(c));
 
     let changed: Vec<_> = c.sites.iter().filter(|s| s.changed()).collect();
     let matched_by = match (c.ignore_lines, full) {
@@ -214,6 +216,70 @@ pub fn compare(result: &CompareResult, top: usize, full: bool) -> String {
             text.push('\n');
         }
     }
+    text
+}
+
+/// What the blocks hold in both runs: a line naming what changed at the
+/// peak ("activations +1.2 GiB; everything else equal"), and the table.
+fn categories(c: &Comparison) -> String {
+    let cat = &c.categories;
+    let rows: Vec<(&CategoryDelta, &CategoryDelta)> = (cat.at_peak.iter().zip(&cat.at_end))
+        .filter(|(p, e)| p.base + p.new + e.base + e.new > 0)
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let changes: Vec<String> = (cat.at_peak.iter())
+        .filter(|d| d.change() != 0)
+        .map(|d| {
+            format!(
+                "{} {}",
+                d.category.label(),
+                format_delta(Unit::Bytes, d.change() as f64)
+            )
+        })
+        .collect();
+    let line = match (changes.is_empty(), changes.len() == rows.len()) {
+        (true, _) => "every category equal".to_string(),
+        (false, true) => changes.join(", "),
+        (false, false) => format!("{}; everything else equal", changes.join(", ")),
+    };
+    let how = if cat.base_source == cat.new_source {
+        super::categories::source_line(cat.new_source).to_string()
+    } else {
+        format!(
+            "baseline: {}; new: {}",
+            super::categories::source_line(cat.base_source),
+            super::categories::source_line(cat.new_source)
+        )
+    };
+    let mut text = format!(
+        "
+by category at the allocated peak: {line}
+  ({how})
+"
+    );
+    let mut t = Table::new(&[
+        ("", Align::Left),
+        ("peak, baseline", Align::Right),
+        ("new", Align::Right),
+        ("change", Align::Right),
+        ("end, baseline", Align::Right),
+        ("new", Align::Right),
+        ("change", Align::Right),
+    ]);
+    for (p, e) in rows {
+        t.row([
+            p.category.label().to_string(),
+            units::bytes(p.base),
+            units::bytes(p.new),
+            format_delta(Unit::Bytes, p.change() as f64),
+            units::bytes(e.base),
+            units::bytes(e.new),
+            format_delta(Unit::Bytes, e.change() as f64),
+        ]);
+    }
+    text.push_str(&t.render(2));
     text
 }
 

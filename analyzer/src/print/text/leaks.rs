@@ -23,6 +23,7 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
             ("of", Align::Left),
             ("steadiness", Align::Right),
             ("retained", Align::Right),
+            ("category", Align::Left),
             ("site", Align::Left),
         ]);
         for l in r.leaks.iter().take(top) {
@@ -32,6 +33,7 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
                 l.phase.clone(),
                 units::percent(g.steadiness),
                 units::bytes(g.retained_bytes),
+                g.category.map_or("", |c| c.label()).to_string(),
                 site_cell(&g.site),
             ]);
         }
