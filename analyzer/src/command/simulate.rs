@@ -4,6 +4,7 @@
 use super::{ByDevice, OnDevice, Warning};
 use crate::Error;
 use crate::analysis::Devices;
+use crate::analysis::categories::CategoryTable;
 use crate::input::EventStream;
 use crate::input::Input;
 use crate::progress::Progress;
@@ -128,6 +129,8 @@ pub struct OomDescription {
     pub stream: u64,
     /// Its time since the trace start.
     pub time_ns: u64,
+    /// What the allocated memory held then, by category.
+    pub categories: CategoryTable,
 }
 
 /// One policy's outcome.
@@ -524,6 +527,7 @@ fn describe_oom(
         site: extracted.state.sites().name(o.site, symbols),
         stream: o.stream,
         time_ns: o.time_ns,
+        categories: o.categories.clone(),
     })
 }
 

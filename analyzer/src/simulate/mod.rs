@@ -16,7 +16,9 @@ pub mod what_if;
 #[cfg(test)]
 mod tests;
 
+use crate::analysis::categories::CategoryTable;
 use crate::replay::PhaseId;
+use crate::replay::categories::CategoryBytes;
 use crate::sites::SiteId;
 use rayon::prelude::*;
 pub use requests::{
@@ -53,7 +55,7 @@ pub struct SimOptions {
 }
 
 /// Where a simulated run first ran out of memory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct OomAt {
     /// The request's position in the list.
     pub request: usize,
@@ -87,6 +89,8 @@ pub struct OomAt {
     pub shortfall_bytes: u64,
     /// Whether the recorded run ran out of memory at this request too.
     pub recorded: bool,
+    /// What the allocated memory held then, by category.
+    pub categories: CategoryTable,
 }
 
 /// Reserved and allocated memory over one time bucket: the highest values
@@ -249,7 +253,7 @@ pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptio
                             recorded: req.op == Op::FailedAlloc,
                             ..OomAt::default()
                         };
-                        r.out_of_memory(at, &alloc);
+                        r.out_of_memory(at, &alloc, list, &addrs);
                         if options.stop_at_first_oom {
                             stopped_at = Some(i);
                         }
@@ -341,9 +345,24 @@ pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptio
 impl SimResult {
     /// Counts an allocation that ran out of memory, described with the
     /// allocator's state if it is the first.
-    fn out_of_memory<D: DeviceMemory>(&mut self, mut at: OomAt, alloc: &CachingAllocator<D>) {
+    /// `addrs`: each request's simulated address, for the category mix of
+    /// the blocks allocated then.
+    fn out_of_memory<D: DeviceMemory>(
+        &mut self,
+        mut at: OomAt,
+        alloc: &CachingAllocator<D>,
+        list: &RequestList,
+        addrs: &[u64],
+    ) {
         self.ooms += 1;
         if self.first_oom.is_none() {
+            let mut mix = CategoryBytes::default();
+            for (info, &addr) in list.allocs.iter().zip(addrs) {
+                if let Some(a) = alloc.allocation(addr).filter(|_| addr != FAILED) {
+                    mix.add(info.class, a.size);
+                }
+            }
+            at.categories = CategoryTable::of(&mix);
             let stats = alloc.stats();
             let needed = allocation_size(alloc.config().round_size(at.requested_bytes));
             at.reserved_bytes = stats.reserved_bytes.all.current;
@@ -394,7 +413,7 @@ fn take_over_initial_segments<D: DeviceMemory>(
                                 free_bytes,
                                 ..OomAt::default()
                             };
-                            r.out_of_memory(at, alloc);
+                            r.out_of_memory(at, alloc, list, addrs);
                         }
                         Err(_) => {}
                     }
@@ -823,9 +842,10 @@ pub fn extract<S: vramtrace_format::EventSource>(
     let recorded_config = AllocatorConfig::from_settings(&header.allocator_settings);
     let listed = header.devices.clone();
     let initial = reader.initial_state().cloned();
+    let categories = crate::replay::categories::CategoryOptions::of_header(header);
     let passes = crate::analysis::run_device_pass(
         reader,
-        crate::replay::ReplayState::default(),
+        crate::replay::ReplayState::default().with_categories(categories),
         devices,
         |device| {
             let initial = initial

@@ -9,6 +9,7 @@
 //! [`SegmentAction`]s, to check that the recorded settings reproduce them.
 
 use crate::analysis::{Analysis, AnalysisError, Flow, Step};
+use crate::replay::categories::Class;
 use crate::replay::{Applied, PhaseId, ReplayState};
 use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
@@ -72,6 +73,8 @@ pub struct AllocInfo {
     pub phase: PhaseId,
     /// The allocating stack's site.
     pub site: SiteId,
+    /// What the block held (as the whole pass settled it).
+    pub class: Class,
 }
 
 /// What kind of device action a [`SegmentAction`] is.
@@ -285,14 +288,25 @@ impl RequestExtractor {
         });
     }
 
-    fn new_alloc(&mut self, requested: u64, phase: PhaseId, site: SiteId) -> u32 {
+    fn new_alloc(&mut self, requested: u64, phase: PhaseId, site: SiteId, class: Class) -> u32 {
         let id = self.list.allocs.len() as u32;
         self.list.allocs.push(AllocInfo {
             requested,
             phase,
             site,
+            class,
         });
         id
+    }
+
+    /// The category changes of the last event (or of the pass's end), for
+    /// the blocks still live.
+    fn follow_categories(&mut self, state: &ReplayState) {
+        for change in state.recategorized() {
+            if let Some(&(id, _)) = self.live.get(&change.addr) {
+                self.list.allocs[id as usize].class = change.to;
+            }
+        }
     }
 
     /// Closes a burst of segment frees at the first event after it: a burst
@@ -332,10 +346,12 @@ impl Analysis for RequestExtractor {
         let segments = self.initial.take().map_or_else(Vec::new, |i| i.segments);
         for seg in &segments {
             for b in seg.blocks.iter().filter(|b| b.status != BlockStatus::Free) {
-                let (site, phase) = state
+                let (site, phase, class) = state
                     .live_at(b.addr)
-                    .map_or((SiteId::UNKNOWN, PhaseId::NONE), |a| (a.site, a.phase));
-                let id = self.new_alloc(b.requested.max(1), phase, site);
+                    .map_or((SiteId::UNKNOWN, PhaseId::NONE, Class::default()), |a| {
+                        (a.site, a.phase, a.class)
+                    });
+                let id = self.new_alloc(b.requested.max(1), phase, site, class);
                 // A block waiting for other streams is freed when they are done.
                 self.live.insert(b.addr, (id, false));
                 self.list.initial_ids.insert(b.addr, id);
@@ -357,6 +373,7 @@ impl Analysis for RequestExtractor {
         }
         self.list.events += 1;
         self.list.last_time_ns = time;
+        self.follow_categories(state);
         let data = &step.event.data;
         let kind = data.kind();
         if self.burst.is_some() && !matches!(kind, EventKind::SegmentFree | EventKind::SegmentUnmap)
@@ -366,7 +383,7 @@ impl Analysis for RequestExtractor {
         match (data, step.applied) {
             (EventData::Alloc(b), Applied::Alloc(a)) => {
                 let stream = self.stream(b.stream);
-                let id = self.new_alloc(a.requested, a.phase, a.site);
+                let id = self.new_alloc(a.requested, a.phase, a.site, a.class);
                 self.live.insert(b.addr, (id, false));
                 self.push(index, time, Op::Alloc, id, stream);
             }
@@ -412,7 +429,7 @@ impl Analysis for RequestExtractor {
                     _ => SiteId::UNKNOWN,
                 };
                 let stream = self.stream(o.stream);
-                let id = self.new_alloc(o.requested, state.current_phase(), site);
+                let id = self.new_alloc(o.requested, state.current_phase(), site, Class::default());
                 self.push(index, time, Op::FailedAlloc, id, stream);
             }
             (EventData::EmptyCache(_), _) => {
@@ -454,11 +471,8 @@ impl Analysis for RequestExtractor {
         Ok(Flow::Continue)
     }
 
-    fn finish(
-        &mut self,
-        _state: &ReplayState,
-        _symbols: &SymbolTable,
-    ) -> Result<(), AnalysisError> {
+    fn finish(&mut self, state: &ReplayState, _symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        self.follow_categories(state);
         // A trace ending inside a burst: nothing follows it, so it was not
         // an allocation's retry.
         self.burst = None;

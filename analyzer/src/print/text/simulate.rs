@@ -114,6 +114,13 @@ pub fn simulate(r: &SimulateResult) -> String {
             units::bytes(o.shortfall_bytes),
             if o.recorded { " (the recorded run ran out of memory here too)" } else { "" }
         ));
+        let mix: Vec<String> = (o.categories.0.iter())
+            .filter(|c| c.bytes > 0)
+            .map(|c| format!("{} {}", c.category.label(), units::bytes(c.bytes)))
+            .collect();
+        if !mix.is_empty() {
+            text.push_str(&format!("  allocated then: {}\n", mix.join(", ")));
+        }
         if p.scenario.result.ooms > 1 {
             text.push_str(&format!(
                 "  {} OOMs in all; the run was replayed on as recorded, skipping the frees of failed allocations\n",
