@@ -357,9 +357,9 @@ impl SimResult {
         self.ooms += 1;
         if self.first_oom.is_none() {
             let mut mix = CategoryBytes::default();
-            for (info, &addr) in list.allocs.iter().zip(addrs) {
+            for (&class, &addr) in list.classes.iter().zip(addrs) {
                 if let Some(a) = alloc.allocation(addr).filter(|_| addr != FAILED) {
-                    mix.add(info.class, a.size);
+                    mix.add(class, a.size);
                 }
             }
             at.categories = CategoryTable::of(&mix);

@@ -73,8 +73,6 @@ pub struct AllocInfo {
     pub phase: PhaseId,
     /// The allocating stack's site.
     pub site: SiteId,
-    /// What the block held (as the whole pass settled it).
-    pub class: Class,
 }
 
 /// What kind of device action a [`SegmentAction`] is.
@@ -132,6 +130,9 @@ pub struct RequestList {
     /// One entry per allocation (recorded, failed, or loaded from the
     /// initial state), indexed by [`Request::id`].
     pub allocs: Vec<AllocInfo>,
+    /// What each allocation's block held (as the whole pass settled it),
+    /// by id: apart from [`AllocInfo`], which stays 16 bytes.
+    pub classes: Vec<Class>,
     /// The streams' recorded ids, indexed by [`Request::stream`].
     pub streams: Vec<u64>,
     /// The recorded device actions, in order.
@@ -294,8 +295,8 @@ impl RequestExtractor {
             requested,
             phase,
             site,
-            class,
         });
+        self.list.classes.push(class);
         id
     }
 
@@ -304,7 +305,7 @@ impl RequestExtractor {
     fn follow_categories(&mut self, state: &ReplayState) {
         for change in state.recategorized() {
             if let Some(&(id, _)) = self.live.get(&change.addr) {
-                self.list.allocs[id as usize].class = change.to;
+                self.list.classes[id as usize] = change.to;
             }
         }
     }

@@ -35,6 +35,7 @@ fn check_fidelity(name: &str) -> Fidelity {
 fn requests_are_compact() {
     assert_eq!(size_of::<Request>(), 16);
     assert_eq!(size_of::<AllocInfo>(), 16);
+    assert_eq!(size_of::<crate::replay::categories::Class>(), 2);
 }
 
 #[test]
