@@ -24,6 +24,7 @@
 
 use super::pauses::{IdleGaps, PauseTracker};
 use super::{Analysis, AnalysisError, Flow, Step};
+use crate::replay::categories::{Category, Class};
 use crate::replay::{Applied, FreeSpace, Occupancy, PhaseId, ReplayState, Segment};
 use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
@@ -183,6 +184,10 @@ pub struct AllocationRecord {
     /// The phase path it was made in, an index into
     /// [`Explorer::phase_paths`], if any.
     pub phase: Option<u32>,
+    /// What it held (as the whole pass settled it).
+    pub category: Category,
+    /// Whether the program said so (a tag) rather than replay inferring it.
+    pub exact: bool,
 }
 
 /// Why a moment is a checkpoint.
@@ -353,6 +358,7 @@ struct Kept {
     stack: StackId,
     site: SiteId,
     phase: PhaseId,
+    class: Class,
 }
 
 /// Gathers an [`Explorer`] in one pass.
@@ -509,6 +515,7 @@ impl ExplorerAnalysis {
             stack: alloc.stack,
             site: alloc.site,
             phase: alloc.phase,
+            class: alloc.class,
         });
         self.live_kept.insert(alloc.addr, seq);
         if self.kept.len() > self.options.allocation_budget {
@@ -539,6 +546,19 @@ impl ExplorerAnalysis {
         };
         if let Ok(i) = self.kept.binary_search_by_key(&seq, |k| k.seq) {
             self.kept[i].free = Some((index, time_ns));
+        }
+    }
+
+    /// The category changes of the last event (or of the pass's end), for
+    /// the kept records of live blocks.
+    fn follow_categories(&mut self, state: &ReplayState) {
+        for change in state.recategorized() {
+            let Some(&seq) = self.live_kept.get(&change.addr) else {
+                continue;
+            };
+            if let Ok(i) = self.kept.binary_search_by_key(&seq, |k| k.seq) {
+                self.kept[i].class = change.to;
+            }
         }
     }
 
@@ -660,6 +680,8 @@ impl ExplorerAnalysis {
                 stack: interner.stack(k.stack, k.site, state, symbols),
                 site: interner.site(k.site, state, symbols),
                 phase: interner.phase(k.phase, state, symbols),
+                category: k.class.category,
+                exact: k.class.exact,
             })
             .collect();
 
@@ -892,6 +914,7 @@ impl Analysis for ExplorerAnalysis {
         self.pauses.event(index, time_ns);
         self.events += 1;
         self.last_ns = time_ns;
+        self.follow_categories(state);
         match step.applied {
             Applied::Alloc(alloc) => {
                 if let Some(old) = state.replaced_by(index) {
@@ -952,6 +975,7 @@ impl Analysis for ExplorerAnalysis {
     }
 
     fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
+        self.follow_categories(state);
         // A peak still pending holds at the end.
         if self.allocated_peak_pending.take().is_some() {
             self.allocated_peak = Some(self.capture(CheckpointKind::AllocatedPeak, state));

@@ -189,6 +189,7 @@ analysis_tuple!(A 0, B 1, C 2, D 3, E 4);
 analysis_tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
 analysis_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
 analysis_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+analysis_tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
 
 /// An analysis a command runs only sometimes: `None` is done at once.
 impl<A: Analysis> Analysis for Option<A> {

@@ -72,6 +72,8 @@ pub struct ReportResult {
     pub leaks: LeaksReport,
     /// Memory over time by site.
     pub timeline: Timeline,
+    /// Allocated memory over time by what it holds.
+    pub category_timeline: Timeline,
     /// What the page's explorer draws (too large for JSON).
     #[serde(skip)]
     pub explorer: Explorer,
@@ -148,6 +150,10 @@ pub fn report(
                 top: options.top,
                 ..TimelineOptions::default()
             }),
+            TimelineAnalysis::new(TimelineOptions {
+                group_by: GroupBy::Category,
+                ..TimelineOptions::default()
+            }),
             ExplorerAnalysis::new(options.explorer),
             what_if_runs.then(|| BoundedRequests {
                 extractor: RequestExtractor::new(recorded_capacity),
@@ -189,8 +195,17 @@ pub fn report(
             seen: Vec::new(),
         });
     };
-    let (summary, fragmentation, leaks, timeline, explorer, requests, site_totals, phase_totals) =
-        analyses;
+    let (
+        summary,
+        fragmentation,
+        leaks,
+        timeline,
+        category_timeline,
+        explorer,
+        requests,
+        site_totals,
+        phase_totals,
+    ) = analyses;
     let recorded_capacity = crate::simulate::device_capacity(&header_devices, shown_peaks.device);
     let base = base.map(|base| {
         let index = base
@@ -265,6 +280,7 @@ pub fn report(
         fragmentation: replay.result(fragmentation.into_report())?,
         leaks,
         timeline: replay.result(timeline.into_report())?,
+        category_timeline: replay.result(category_timeline.into_report())?,
         explorer: replay.result(explorer.into_report())?,
         default_axis: match input.kind() {
             InputKind::TorchSnapshot => XAxis::Busy,

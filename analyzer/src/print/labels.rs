@@ -2,7 +2,9 @@
 //! units, and short names for sites (defined with the sites, in
 //! [`crate::sites`]): text and charts shorten them, JSON keeps them whole.
 
+use crate::analysis::categories::{Basis, Category, Dominant};
 use crate::analysis::compare::{Change, Unit};
+use crate::replay::categories::CategorySource;
 pub use crate::sites::{frame_label, site_label};
 use crate::units;
 
@@ -66,6 +68,86 @@ pub fn repetitions(c: &Change) -> String {
             format_value(Unit::Count, c.base),
             format_value(Unit::Count, c.new)
         )
+    }
+}
+
+// What blocks hold: the words every printer uses for categories.
+
+/// What lowers a category's memory: the remedy its dominance points to.
+pub fn category_remedy(category: Category) -> &'static str {
+    match category {
+        Category::Parameter => "bf16 weights, sharding (FSDP, ZeRO-3) or offloading lowers it",
+        Category::Buffer => {
+            "buffers are fixed model state (masks, statistics): look for large ones"
+        }
+        Category::Gradient => {
+            "zero_grad(set_to_none=True), sharded gradients (ZeRO-2, FSDP) or DDP's \
+             gradient_as_bucket_view=True lowers it"
+        }
+        Category::OptimizerState => "a sharded (ZeRO-1, FSDP) or 8-bit optimizer lowers it",
+        Category::Activation => {
+            "activation checkpointing, or a smaller batch or sequence, lowers it"
+        }
+        Category::Temporary => {
+            "a smaller batch, fused kernels (a fused loss, flash attention) or chunking the \
+             largest operation lowers it"
+        }
+        Category::Other => {
+            "it is what the program keeps (inputs, outputs, caches, workspaces): see its sites"
+        }
+    }
+}
+
+/// How a figure is known, in a word.
+pub fn category_basis(basis: Basis) -> &'static str {
+    match basis {
+        Basis::Exact => "exact",
+        Basis::Inferred => "inferred",
+        Basis::Mixed => "partly exact",
+    }
+}
+
+/// How the figures of a row of several moments are known.
+pub fn category_row_basis(cells: &[Basis]) -> &'static str {
+    let mut cells = cells.iter();
+    let first = cells.next().copied().unwrap_or(Basis::Inferred);
+    if cells.all(|&b| b == first) {
+        category_basis(first)
+    } else {
+        category_basis(Basis::Mixed)
+    }
+}
+
+/// "activations dominate the allocated peak: 4.2 GiB of 7.2 GiB (58%,
+/// inferred); activation checkpointing ... lowers it".
+pub fn category_dominant_line(d: &Dominant, total: u64, moment: &str) -> String {
+    format!(
+        "{} {} {moment}: {} of {} ({}, {}); {}",
+        d.category.label(),
+        if d.category.label().ends_with('s') {
+            "dominate"
+        } else {
+            "dominates"
+        },
+        units::bytes(d.bytes),
+        units::bytes(total),
+        units::percent(d.share),
+        category_basis(d.basis),
+        category_remedy(d.category)
+    )
+}
+
+/// Where a run's categories come from, in a few words.
+pub fn category_source(source: CategorySource) -> &'static str {
+    match source {
+        CategorySource::Tags => {
+            "parameters, buffers, gradients and optimizer state tagged by the recorder; \
+             activations and temporaries inferred from lifetimes"
+        }
+        CategorySource::Inferred => {
+            "inferred from lifetimes, phases and frames; a trace recorded by \
+             `python -m vramtrace run` has exact ones"
+        }
     }
 }
 

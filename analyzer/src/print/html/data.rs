@@ -8,7 +8,9 @@
 //! are small. The column order and lengths are listed in the JSON
 //! (`columns`), and the page decodes them in that order.
 
+use crate::analysis::categories::Category;
 use crate::analysis::explorer::Explorer;
+use crate::print::svg::palette;
 use serde_json::{Value, json};
 use std::io::Write as _;
 
@@ -112,6 +114,13 @@ pub fn encode(e: &Explorer) -> (Value, String) {
         allocs.iter().map(|a| a.phase.map_or(0, |p| p as u64 + 1)),
     );
     c.column("al_initial", allocs.iter().map(|a| a.initial as u64));
+    // The category's code, plus 8 when a tag said it.
+    c.column(
+        "al_category",
+        allocs
+            .iter()
+            .map(|a| a.category.code() as u64 + if a.exact { 8 } else { 0 }),
+    );
 
     c.column("st_len", e.stacks.iter().map(|s| s.len() as u64));
     c.column(
@@ -197,6 +206,11 @@ pub fn encode(e: &Explorer) -> (Value, String) {
         "frames": e.frames,
         "sites": e.sites,
         "phase_paths": e.phase_paths,
+        // What blocks hold, by code: their names and fixed colours.
+        "categories": Category::ALL.iter().map(|&c| json!({
+            "label": c.label(),
+            "colour": palette::hex(palette::of_category(c)),
+        })).collect::<Vec<_>>(),
         "checkpoints": checkpoints,
         "columns": c.index.iter().map(|(name, n)| json!([name, n])).collect::<Vec<_>>(),
     });

@@ -13,7 +13,8 @@ use super::ChartError;
 use super::labels::site_label;
 use super::svg::diff::{AlignBy, DiffRun};
 use super::svg::escape;
-use super::svg::{self, palette::Palette};
+use super::svg::{self, palette, palette::Palette};
+use crate::analysis::categories::Category;
 use crate::analysis::fragmentation::FragmentationReport;
 use crate::analysis::leaks::{LeaksReport, Trend, repetition_noun};
 use crate::analysis::summary::SummaryReport;
@@ -78,6 +79,12 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         timeline: svg::timeline::render(
             &r.timeline,
             &format!("Memory over time: {}", r.name),
+            &mut palette,
+            r.default_axis,
+        )?,
+        categories: svg::timeline::render(
+            &r.category_timeline,
+            &format!("What fills the GPU: {}", r.name),
             &mut palette,
             r.default_axis,
         )?,
@@ -149,6 +156,8 @@ struct ReportInput<'a> {
 struct Charts {
     /// Memory over time.
     pub timeline: String,
+    /// Memory over time by what it holds.
+    pub categories: String,
     /// Fragmentation over time.
     pub fragmentation: String,
     /// Growth of the leaking (or most repeated) phase, if any phase repeats.
@@ -201,6 +210,7 @@ code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospac
 .muted { color: var(--muted); }
 .warning { border-left: 4px solid #e6a000; background: #fff8e6; padding: 8px 12px; margin: 8px 0; border-radius: 4px; }
 footer { color: var(--muted); font-size: 12px; text-align: center; padding: 16px; }
+i.swatch { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 6px; vertical-align: -1px; }
 "#;
 
 /// The page's styles: the report's, then the explorer's.
@@ -227,6 +237,7 @@ fn render(input: &ReportInput<'_>) -> String {
     );
     let mut sections: Vec<(&str, &str)> = vec![
         ("findings", "Findings"),
+        ("categories", "What fills it"),
         ("explorer", "Explorer"),
         ("sites", "Top sites at the peak"),
         ("leaks", "Leaks"),
@@ -260,6 +271,12 @@ fn render(input: &ReportInput<'_>) -> String {
         section(&mut html, &extra.id, &extra.title, &extra.html);
     }
     section(&mut html, "findings", "Findings", &findings(input));
+    section(
+        &mut html,
+        "categories",
+        "What fills the GPU",
+        &categories_section(input),
+    );
     section(
         &mut html,
         "explorer",
@@ -375,6 +392,19 @@ fn findings(input: &ReportInput<'_>) -> String {
         ),
         "",
     ));
+    if let Some(d) = &s.categories.dominant {
+        html.push_str(&card(
+            "fills the peak",
+            d.category.label(),
+            &format!(
+                "{} of it ({}, {})",
+                units::percent(d.share),
+                units::bytes(d.bytes),
+                super::labels::category_basis(d.basis)
+            ),
+            "",
+        ));
+    }
     html.push_str(&card(
         "peak reserved",
         &units::bytes(s.peak_reserved_bytes),
@@ -655,21 +685,76 @@ fn devices_section(r: &ReportResult) -> String {
     html
 }
 
+/// Memory by category at the peaks and at the end, what dominates the peak
+/// and what lowers it, and the chart of categories over time.
+fn categories_section(input: &ReportInput<'_>) -> String {
+    let c = &input.summary.categories;
+    let mut html = format!(
+        "<p class=\"muted\">Allocated memory by what it holds: {}.</p><table><tr><th>category</th><th class=\"num\">at the allocated peak</th><th class=\"num\">at the reserved peak</th><th class=\"num\">at the end</th><th>how known</th></tr>",
+        escape(super::labels::category_source(c.source))
+    );
+    let columns = [&c.at_allocated_peak, &c.at_reserved_peak, &c.at_end];
+    for category in Category::ALL {
+        let shares: Vec<_> = columns.iter().map(|t| t.get(category)).collect();
+        if shares.iter().all(|s| s.bytes == 0) {
+            continue;
+        }
+        let _ = write!(
+            html,
+            "<tr><td><i class=\"swatch\" style=\"background:{}\"></i>{}</td>",
+            palette::hex(palette::of_category(category)),
+            category.label()
+        );
+        for s in &shares {
+            let _ = write!(html, "<td class=\"num\">{}</td>", units::bytes(s.bytes));
+        }
+        let bases: Vec<_> = shares
+            .iter()
+            .filter(|s| s.bytes > 0)
+            .map(|s| s.basis())
+            .collect();
+        let _ = write!(
+            html,
+            "<td>{}</td></tr>",
+            super::labels::category_row_basis(&bases)
+        );
+    }
+    html.push_str("</table>");
+    if let Some(d) = &c.dominant {
+        let _ = write!(
+            html,
+            "<p><b>{}</b></p>",
+            escape(&super::labels::category_dominant_line(
+                d,
+                input.summary.peak_allocated_bytes,
+                "the allocated peak"
+            ))
+        );
+    }
+    let _ = write!(
+        html,
+        "<figure>{}<figcaption>Allocated memory stacked by what it holds, reserved memory as the black line. Each pixel column keeps its lowest and highest moment. A category learned late (a gradient tagged after its step, an activation known when backward frees it) counts from its block's allocation.</figcaption></figure>",
+        input.charts.categories
+    );
+    html
+}
+
 fn sites_table(s: &SummaryReport) -> String {
     if s.top_sites_at_peak.is_empty() {
         return "<p class=\"muted\">Nothing was allocated.</p>".into();
     }
     let mut html = String::from(
-        "<p class=\"muted\">Click a row to highlight the site's allocations in the explorer.</p><table><tr><th class=\"num\">bytes</th><th class=\"num\">blocks</th><th class=\"num\">share</th><th>site (click for the stack)</th></tr>",
+        "<p class=\"muted\">Click a row to highlight the site's allocations in the explorer.</p><table><tr><th class=\"num\">bytes</th><th class=\"num\">blocks</th><th class=\"num\">share</th><th>holds</th><th>site (click for the stack)</th></tr>",
     );
     for site in &s.top_sites_at_peak {
         let _ = write!(
             html,
-            "<tr data-site=\"{}\"><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            "<tr data-site=\"{}\"><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
             escape(&site.site.site),
             units::bytes(site.bytes),
             units::count(site.count),
             units::percent(site.share),
+            site.category.map_or("", |c| c.label()),
             stack_details(&site.site.site, &site.site.frames)
         );
     }

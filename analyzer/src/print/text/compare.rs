@@ -245,12 +245,12 @@ fn categories(c: &Comparison) -> String {
         (false, false) => format!("{}; everything else equal", changes.join(", ")),
     };
     let how = if cat.base_source == cat.new_source {
-        super::categories::source_line(cat.new_source).to_string()
+        crate::print::labels::category_source(cat.new_source).to_string()
     } else {
         format!(
             "baseline: {}; new: {}",
-            super::categories::source_line(cat.base_source),
-            super::categories::source_line(cat.new_source)
+            crate::print::labels::category_source(cat.base_source),
+            crate::print::labels::category_source(cat.new_source)
         )
     };
     let mut text = format!(

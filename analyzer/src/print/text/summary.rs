@@ -94,13 +94,17 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
     if !categories.is_empty() {
         text.push_str(&format!(
             "\nby category ({}):\n",
-            super::categories::source_line(c.source)
+            crate::print::labels::category_source(c.source)
         ));
         text.push_str(&categories);
         if let Some(d) = &c.dominant {
             text.push_str(&format!(
                 "  {}\n",
-                super::categories::dominant_line(d, r.peak_allocated_bytes, "the allocated peak")
+                crate::print::labels::category_dominant_line(
+                    d,
+                    r.peak_allocated_bytes,
+                    "the allocated peak"
+                )
             ));
         }
     }

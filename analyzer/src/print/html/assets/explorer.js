@@ -136,6 +136,7 @@
       A.t1[k] = life > 0 ? at + unzig(C.al_free_time[k]) : KX.time[KX.time.length - 1];
     }
     A.size = C.al_size; A.site = C.al_site; A.stack = C.al_stack; A.phase = C.al_phase; A.initial = C.al_initial;
+    A.category = C.al_category;
     A.slack = C.al_slack;
     // Stacks.
     stacks = [];
@@ -203,6 +204,11 @@
   const DETAIL_MAX = 4000, VERTEX_MAX = 600000;
   const PALETTE = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#7f6d00", "#6a3d9a", "#1b9e77", "#b15928", "#4c72b0", "#8c564b"];
   const siteColour = (s) => PALETTE[s % PALETTE.length];
+  // What an allocation held (category code; +8 when a tag said so), with
+  // the colours the Rust side gives each category.
+  let colourBy = "category";
+  const categoryOf = (k) => D.categories[A.category[k] & 7];
+  const colourOf = (k) => (colourBy === "category" ? categoryOf(k).colour : siteColour(A.site[k]));
 
   function fullRange(mode) { return [X(mode, 0), X(mode, N)]; }
   function setView(x0, x1) {
@@ -481,7 +487,7 @@
       }
       ctx.closePath();
       const dim = site >= 0 && A.site[k] !== site;
-      ctx.fillStyle = dim ? "#d9dde3" : siteColour(A.site[k]);
+      ctx.fillStyle = dim ? "#d9dde3" : colourOf(k);
       ctx.globalAlpha = k === pinned || k === hover ? 1 : 0.78;
       ctx.fill();
       if (k === pinned || k === hover) { ctx.strokeStyle = "#c81e1e"; ctx.lineWidth = 2; ctx.stroke(); ctx.lineWidth = 1; }
@@ -517,7 +523,7 @@
     const made = A.initial[k] ? "live before the first event" : `${at(A.t0[k])} (event ${count(A.start[k] + first)})`;
     const freed = A.freed[k] ? `${at(A.t1[k])} (event ${count(A.end[k] + first)}), after ${duration(A.t1[k] - A.t0[k])}` : "never (live at the end)";
     return `<b>${bytes(A.size[k])}</b>${req !== A.size[k] ? ` (requested ${bytes(req)})` : ""} · <code>${esc(D.sites[A.site[k]])}</code>
-<div>phase <code>${esc(phase)}</code></div><div>allocated at ${made}</div><div>freed at ${freed}</div>
+<div>holds <b>${esc(categoryOf(k).label)}</b> (${A.category[k] & 8 ? "exact: tagged by the recorder" : "inferred"})</div><div>phase <code>${esc(phase)}</code></div><div>allocated at ${made}</div><div>freed at ${freed}</div>
 <pre class="vt-stack">${esc(stackText(A.stack[k], full ? 0 : 14))}</pre>`;
   }
 
@@ -696,7 +702,7 @@
         const siteOf = b.alloc >= 0 ? A.site[b.alloc] : -1;
         if (b.pending) ctx.fillStyle = "#f0a35e";
         else if (site >= 0 && siteOf !== site) ctx.fillStyle = "#c9ced6";
-        else ctx.fillStyle = siteOf >= 0 ? siteColour(siteOf) : "#4a78a8";
+        else ctx.fillStyle = b.alloc >= 0 ? colourOf(b.alloc) : "#4a78a8";
         // A hairline between neighbours, where there is room for one.
         ctx.fillRect(x, y + 2, bwid > 3 ? bwid - 1 : bwid, rowH - 6);
         if (b.alloc >= 0 && b.alloc === pinned) { ctx.strokeStyle = "#c81e1e"; ctx.lineWidth = 2; ctx.strokeRect(x, y + 2, bwid, rowH - 6); ctx.lineWidth = 1; }
@@ -766,6 +772,17 @@
   // ---------- wiring ----------
   function wire() {
     document.querySelectorAll("[data-axis]").forEach((b) => { b.onclick = () => setMode(b.dataset.axis); });
+    // Colour by category or by site; the category legend shows with the first.
+    const legend = $("vt-categories");
+    legend.innerHTML = D.categories.map((c) => `<span><i style="background:${c.colour}"></i>${esc(c.label)}</span>`).join("");
+    const colourWith = (by) => {
+      colourBy = by;
+      document.querySelectorAll("[data-colour]").forEach((b) => b.classList.toggle("on", b.dataset.colour === by));
+      legend.hidden = by !== "category";
+      schedule(); drawSegments();
+    };
+    document.querySelectorAll("[data-colour]").forEach((b) => { b.onclick = () => colourWith(b.dataset.colour); });
+    colourWith(colourBy);
     $("vt-reset").onclick = resetView;
     $("vt-detail").onchange = () => { layoutKey = ""; schedule(); };
     const select = $("vt-checkpoint");
