@@ -186,8 +186,8 @@ fn the_report_is_self_contained_and_says_what_it_found() {
     }
     assert_eq!(
         html.matches("<svg").count(),
-        3,
-        "timeline, fragmentation and leak charts"
+        4,
+        "timeline, categories, fragmentation and leak charts"
     );
     assert!(html.contains("keeps <b>+1.0 MiB per iteration</b>"));
     assert!(html.contains("log_metrics (train.py:120)"));

@@ -478,8 +478,8 @@ impl TimelineAnalysis {
                 let mut named = 0u64;
                 for &(c, b) in &s.tracked {
                     if let Some(i) = chosen.iter().position(|&x| x == c) {
-                        values[i] += b;
-                        named += b;
+                        values[i] = values[i].saturating_add(b);
+                        named = named.saturating_add(b);
                     }
                 }
                 values[other_index] = s.allocated.saturating_sub(named);
@@ -556,6 +556,14 @@ impl Analysis for TimelineAnalysis {
         self.follow_categories(state);
         match step.applied {
             Applied::Alloc(alloc) => {
+                // A block allocated over a live one (an inconsistent trace)
+                // replaced it: its bytes no longer count.
+                if let Some(old) = state.replaced_by(step.index).copied()
+                    && !old.free_requested
+                {
+                    let c = self.category(&old, state);
+                    self.add(c, -(old.size as i128));
+                }
                 let c = self.category(&alloc, state);
                 self.add(c, alloc.size as i128);
             }
