@@ -171,6 +171,33 @@ def test_simulate_several_policies():
     assert all(p.min_capacity_bytes > 0 for p in sim.policies)
 
 
+def test_categories_tell_what_fills_the_peak():
+    c = vramtrace.load(LEAK).summary().categories
+    # The synthetic run's recorder tagged parameters and optimizer state.
+    assert c.source == "tags"
+    peak = {row.category: row for row in c.at_allocated_peak}
+    assert list(peak) == ["parameters", "buffers", "gradients", "optimizer_state",
+                          "activations", "temporaries", "other"]
+    end = {row.category: row for row in c.at_end}
+    # Parameters are the same blocks from start to end, all tagged.
+    assert peak["parameters"] == end["parameters"] and peak["parameters"].bytes > 60 * MIB
+    assert peak["parameters"].bytes == peak["parameters"].exact_bytes
+    assert peak["optimizer_state"].bytes == peak["optimizer_state"].exact_bytes > 0
+    assert peak["activations"].exact_bytes == 0 < peak["activations"].bytes
+    assert sum(r.bytes for r in c.at_allocated_peak) == vramtrace.load(LEAK).summary().peak_allocated_bytes
+    assert c.dominant.category == "activations"
+    # What leaks is what the program keeps: other.
+    assert vramtrace.load(LEAK).leaks().leaks[0].category == "other"
+
+
+def test_a_snapshot_s_categories_are_inferred():
+    c = vramtrace.load(SNAPSHOT).summary().categories
+    assert c.source == "inferred"
+    assert all(r.exact_bytes == 0 for r in c.at_end)
+    end = {r.category: r.bytes for r in c.at_end}
+    assert end["parameters"] > 0 and end["optimizer_state"] == 2 * end["parameters"]
+
+
 def test_a_pytorch_snapshot_reads_like_a_trace():
     snapshot = vramtrace.load(SNAPSHOT)
     summary = snapshot.summary()
@@ -194,6 +221,15 @@ def test_timeline_is_drawn_inline():
 def test_timeline_by_phase():
     timeline = vramtrace.load(LEAK).timeline(by="phase")
     assert "iter#/forward" in timeline.categories
+
+
+def test_timeline_by_category():
+    timeline = vramtrace.load(LEAK).timeline(by="category")
+    assert timeline.grouped_by == "category"
+    # Fixed order, parameters at the bottom; `other` last.
+    assert timeline.categories == ["parameters", "gradients", "optimizer state",
+                                   "activations", "temporaries", "other"]
+    assert all(sum(s["values"]) == s["allocated"] for s in timeline.samples)
 
 
 def test_charts_on_request(tmp_path):

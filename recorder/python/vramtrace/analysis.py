@@ -4,8 +4,10 @@
 
     run = vramtrace.load("run.vtrace")      # a trace, or a PyTorch snapshot
     run.summary().peak_allocated_bytes
+    run.summary().categories.dominant        # what fills the peak: activations, ...
     run.leaks().leaks[0].site                # the fastest-leaking site
     run.timeline()                          # the chart, drawn inline by Jupyter
+    run.timeline(by="category")             # stacked by what the memory holds
     vramtrace.compare("base.vtrace", run, fail_on="peak_allocated:+5%").gate.passed
 
 Each method runs the ``vramtrace`` analyzer on the trace with ``--json`` and
