@@ -56,7 +56,7 @@ from gpu_report import Report
 
 HERE = Path(__file__).resolve()
 GPT2_STEPS = 6
-ROUNDS = 3
+ROUNDS = 5
 WARM_STEPS = 2
 TIMED_STEPS = 10
 STEP_RATIO_BOUND = 1.01

@@ -19,13 +19,19 @@ PyTorch's allocator returned); a DTensor (FSDP2) is tagged by its local
 shard. Activations and temporaries are not tagged: the analyzer tells them
 from lifetimes.
 
-Cost: a walk looks at each tensor by identity and tags only what changed.
-A parameter costs a ``data_ptr()`` (its storage may be swapped under the
-same object: ``module.to()``), a gradient or a state tensor an identity
-check (state tensors are updated in place; a new gradient is a new object,
-even at the address of the last one, and is tagged again). Optimizer state
-is rescanned only when a state tensor died or the state grew. All tags of a
-walk go to the library in one call per device.
+Cost: a step's walk reads each stepping parameter's ``.grad`` and tags the
+gradients that are new objects (a new gradient is a new object, even at the
+address of the last one, and a new block): one attribute read and one
+identity check per parameter, and a ``data_ptr()`` per new gradient.
+Optimizer state is rescanned only when a state tensor died or the state
+grew (state tensors are updated in place). The modules' parameters and
+buffers, whose storage ``module.to()`` may swap under the same object (a
+``data_ptr()`` each), are walked at the first step, every
+``MODULE_WALK_EVERY`` steps, when a module registered a parameter or a
+buffer, and when recording stops: a tag holds from its block's allocation,
+so a late one is as exact, unless the block died in between (a model moved
+twice within those steps), which then is inferred. All tags of a walk go to
+the library in one call per device.
 """
 
 from __future__ import annotations
@@ -45,11 +51,15 @@ _PLAIN, _WRAPPER = 0, 1
 #: A tensor whose storage could not be read (no tag, not read again).
 _SKIP = object()
 
+#: Steps between walks of the modules' parameters and buffers (see above).
+MODULE_WALK_EVERY = 32
+
 
 class _OptimizerState:
     """What the walks saw of one optimizer."""
 
-    __slots__ = ("dirty", "container", "entries", "signature", "orphans", "__weakref__")
+    __slots__ = ("dirty", "container", "entries", "signature", "orphans", "groups", "params",
+                 "__weakref__")
 
     def __init__(self) -> None:
         self.dirty = True
@@ -57,6 +67,8 @@ class _OptimizerState:
         self.entries = -1  # len(optimizer.state) then
         self.signature = None  # the parameter lists and modules the orphans are of
         self.orphans: list = []  # parameters of no registered module
+        self.groups = None  # the parameter lists `params` was made from: (id, len) each
+        self.params: list = []  # weak references to the parameters stepped, flattened
 
 
 # A parameter's or buffer's entry: what the last walk saw of it.
@@ -122,11 +134,12 @@ class Walker:
     # -------------------------------------------------------------- walks
 
     def step(self, optimizer) -> None:
-        """After ``optimizer.step()``: the modules, and the optimizer's
-        parameters, gradients and state."""
+        """After ``optimizer.step()``: the optimizer's gradients and state,
+        and the modules when it is their turn (see the module docs)."""
         with self._lock:
             self._optimizers.add(optimizer)
-            self._walk([optimizer])
+            modules = self._modules_changed or self.walks % MODULE_WALK_EVERY == 0
+            self._walk([optimizer], modules)
 
     def final(self) -> None:
         """When recording stops: everything known, state rescanned."""
@@ -146,15 +159,16 @@ class Walker:
             self._state_seen.clear()
             self._states = weakref.WeakKeyDictionary()
 
-    def _walk(self, optimizers: list) -> None:
+    def _walk(self, optimizers: list, modules: bool = True) -> None:
         out: dict = {}
-        try:
-            self._walk_modules(out)
-        except Exception as e:  # noqa: BLE001 - never break the program
-            self.fail(e)
+        if modules:
+            try:
+                self._walk_modules(out)
+            except Exception as e:  # noqa: BLE001 - never break the program
+                self.fail(e)
         for o in optimizers:
             try:
-                self._walk_optimizer(o, out)
+                self._walk_optimizer(o, out, modules)
             except Exception as e:  # noqa: BLE001
                 self.fail(e)
         self.walks += 1
@@ -269,8 +283,6 @@ class Walker:
             self._module_refs = refs
         get = self._seen.get
         slow, grad = self._tensor, self._grad
-        # The device whose tags were added last, and where they go.
-        last_device, addrs, codes = None, None, None
         for r in self._module_refs:
             m = r()
             if m is None:
@@ -283,29 +295,10 @@ class Walker:
                         if p is None:
                             continue
                         # The common case inline: a plain parameter seen
-                        # before, where it was; its gradient the same object
-                        # or a new one.
+                        # before, where it was.
                         e = get(id(p))
                         if (e is not None and e[_REF]() is p and not e[_WRAPPED]
                                 and e[_PTR] is not None and p.data_ptr() == e[_PTR]):
-                            g = p.grad
-                            if g is None:
-                                e[_GRAD] = None
-                                continue
-                            gr = e[_GRAD]
-                            if gr is not None and gr() is g:
-                                continue
-                            device = e[_DEVICE]
-                            if device != last_device:
-                                slot = out.get(device)
-                                if slot is None:
-                                    slot = out[device] = (array.array("Q"), array.array("B"))
-                                last_device, (addrs, codes) = device, slot
-                            ptr = g.data_ptr()
-                            off = g.storage_offset()
-                            addrs.append(ptr if off == 0 else ptr - off * g.element_size())
-                            codes.append(GRADIENT)
-                            e[_GRAD] = weakref.ref(g)
                             continue
                         # A moved parameter's new entry has no gradient:
                         # its gradient is tagged again.
@@ -341,12 +334,14 @@ class Walker:
             st.signature = signature
         return st.orphans
 
-    def _walk_optimizer(self, opt, out: dict) -> None:
+    def _walk_optimizer(self, opt, out: dict, modules: bool) -> None:
         st = self._states.get(opt)
         if st is None:
             st = self._states[opt] = _OptimizerState()
-        for p in self._orphans(opt, st):
-            self._grad(p, self._tensor(p, PARAMETER, out, self._seen.get(id(p))), out)
+        if modules:
+            for p in self._orphans(opt, st):
+                self._grad(p, self._tensor(p, PARAMETER, out, self._seen.get(id(p))), out)
+        self._walk_gradients(opt, st, out)
         state = opt.state
         # State tensors are updated in place: rescanned only when one died
         # (replaced, or the state loaded anew) or the state grew.
@@ -380,6 +375,33 @@ class Walker:
                     except Exception as ex:  # noqa: BLE001
                         self.fail(ex)
                     seen[id(t)] = weakref.ref(t, died)
+
+    def _walk_gradients(self, opt, st: _OptimizerState, out: dict) -> None:
+        """The gradients of the optimizer's parameters that are new objects
+        since the last walk: the hot path of a step's walk (a parameter
+        seen for the first time is tagged too)."""
+        groups = opt.param_groups
+        shape = [(id(g["params"]), len(g["params"])) for g in groups]
+        if shape != st.groups:
+            st.groups = shape
+            st.params = [weakref.ref(p) for g in groups for p in g["params"]]
+        get, slow, grad = self._seen.get, self._tensor, self._grad
+        for pr in st.params:
+            p = pr()
+            if p is None:
+                continue
+            e = get(id(p))
+            if e is None or e[_REF]() is not p:
+                grad(p, slow(p, PARAMETER, out, None), out)
+                continue
+            g = p.grad
+            if g is None:
+                e[_GRAD] = None
+                continue
+            r = e[_GRAD]
+            if r is not None and r() is g:
+                continue
+            grad(p, e, out)
 
     def _prune(self) -> None:
         """Forgets the tensors that died, once there are many to forget."""
