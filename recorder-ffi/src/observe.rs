@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The version of [`TorchSink`] and the structures it passes; the shim
 /// refuses a sink of another version.
-pub const SINK_ABI: u32 = 2;
+pub const SINK_ABI: u32 = 3;
 
 /// [`TorchEvent::kind`] of the snapshot marker; other kinds are
 /// [`EventKind`] codes.
@@ -107,6 +107,9 @@ pub struct TorchSink {
     pub snapshot_done: extern "C" fn(),
     /// A `record_function` range began (`begin` 1) or ended (0).
     pub phase: extern "C" fn(c_int, *const c_char),
+    /// Tags of one device's blocks: [`vramtrace_observe_tag`] (the shim
+    /// tags the gradients it watches through it, ABI 3).
+    pub tag: unsafe extern "C" fn(c_int, *const u64, *const u8, usize) -> c_int,
 }
 
 static SINK: TorchSink = TorchSink {
@@ -115,6 +118,7 @@ static SINK: TorchSink = TorchSink {
     segment: on_segment,
     snapshot_done: on_snapshot_done,
     phase: on_phase,
+    tag: vramtrace_observe_tag,
 };
 
 /// The sink for the shim's `vramtrace_shim_attach`.

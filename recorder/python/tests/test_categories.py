@@ -359,6 +359,58 @@ def test_a_step_reads_only_the_gradients():
         assert Counted.reads == (148 if on_turn else 0), step
 
 
+class Watch:
+    """A gradient watch as the shim keeps one: tags each new gradient of
+    its parameters itself (here, into `sink` directly)."""
+
+    made = []
+
+    def __init__(self, params, sink) -> None:
+        self.params = [weakref.ref(p) for p in params]
+        self.last = [None] * len(params)
+        self.sink = sink
+        Watch.made.append(self)
+
+    def tag_new(self) -> int:
+        n = 0
+        for i, r in enumerate(self.params):
+            p = r()
+            g = p.grad if p is not None else None
+            if g is None or (self.last[i] is not None and self.last[i]() is g):
+                continue
+            self.last[i] = weakref.ref(g)
+            self.sink(g.get_device(), [g.data_ptr()], [GRADIENT])
+            n += 1
+        return n
+
+
+def test_a_watch_takes_the_plain_parameters_gradients():
+    """With the shim's watch, a step reads no gradient in Python but a
+    DTensor's; the watch is made once per parameter list."""
+    sink = Sink()
+    Watch.made = []
+    w = Walker(sink, PLAIN, None, lambda params: Watch(params, sink))
+    m, params = model(3)
+    shard = DTensor(P(0x6000_0000))
+    w.add_module(m)
+    opt = Optimizer([*params, shard])
+    for step in range(3):
+        give_grads(params, base=0x5000_0000 + step)
+        shard.grad = DTensor(T(0x6100_0000 + step))
+        w.step(opt)
+        # (The modules' walk of the first step tags the gradients of the
+        # parameters it meets too: a tag repeated is harmless.)
+        grads = sorted({a for _, a, c in sink.take() if c == GRADIENT})
+        assert grads == sorted([0x5000_0000 + step + i * 0x1000 for i in range(3)]
+                               + [0x6100_0000 + step])
+    assert len(Watch.made) == 1 and len(Watch.made[0].params) == 3
+    assert w.tags >= 3 * 3
+    # A new parameter list makes a new watch.
+    opt.param_groups.append({"params": [P(0x7000_0000)]})
+    w.step(opt)
+    assert len(Watch.made) == 2
+
+
 # ------------------------------------------------------- through the library
 
 def test_a_walk_tags_blocks_of_a_trace_through_the_library(tmp_path):
@@ -395,6 +447,10 @@ def test_a_walk_tags_blocks_of_a_trace_through_the_library(tmp_path):
         w.add_module(m)
         w.step(opt)
         assert calls == [0]
+        # The shim's way: through the sink (ABI 3), its gradient watch's tags.
+        assert sink.abi == 3
+        grad = (ctypes.c_uint64 * 1)(base + (1 << 20)), (ctypes.c_uint8 * 1)(GRADIENT)
+        assert sink.tag(0, grad[0], grad[1], 1) == 1
         # A code of no category is refused whole.
         bad = (ctypes.c_uint64 * 1)(base), (ctypes.c_uint8 * 1)(9)
         assert lib.vramtrace_observe_tag(0, ctypes.addressof(bad[0]),
@@ -410,7 +466,7 @@ def test_a_walk_tags_blocks_of_a_trace_through_the_library(tmp_path):
     info = json.loads(p.stdout)
     text = json.dumps(info)
     assert '"categories": "tags"' in text, text
-    assert '"tag": 3' in text, text
+    assert '"tag": 4' in text, text
 
 
 @pytest.mark.parametrize("flag", [[], ["--no-categories"]])

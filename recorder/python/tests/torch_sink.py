@@ -1,5 +1,5 @@
 """The C structures through which the shim feeds the library in observer
-mode (`recorder-ffi/src/observe.rs`, `SINK_ABI` 2): tests feed the library
+mode (`recorder-ffi/src/observe.rs`, `SINK_ABI` 3): tests feed the library
 events the way the shim would, without a GPU or PyTorch.
 """
 
@@ -16,11 +16,13 @@ class TorchEvent(ctypes.Structure):
 
 
 EVENT = ctypes.CFUNCTYPE(None, ctypes.POINTER(TorchEvent))
+TAG = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
+                       ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t)
 
 
 class Sink(ctypes.Structure):
     _fields_ = [("abi", ctypes.c_uint32), ("event", EVENT), ("segment", ctypes.c_void_p),
-                ("snapshot_done", ctypes.c_void_p), ("phase", ctypes.c_void_p)]
+                ("snapshot_done", ctypes.c_void_p), ("phase", ctypes.c_void_p), ("tag", TAG)]
 
 
 def sink(lib: ctypes.CDLL) -> Sink:

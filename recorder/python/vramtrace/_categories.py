@@ -37,6 +37,7 @@ the library in one call per device.
 from __future__ import annotations
 
 import array
+import ctypes
 import gc
 import threading
 import weakref
@@ -59,7 +60,7 @@ class _OptimizerState:
     """What the walks saw of one optimizer."""
 
     __slots__ = ("dirty", "container", "entries", "signature", "orphans", "groups", "params",
-                 "__weakref__")
+                 "watch", "__weakref__")
 
     def __init__(self) -> None:
         self.dirty = True
@@ -68,7 +69,8 @@ class _OptimizerState:
         self.signature = None  # the parameter lists and modules the orphans are of
         self.orphans: list = []  # parameters of no registered module
         self.groups = None  # the parameter lists `params` was made from: (id, len) each
-        self.params: list = []  # weak references to the parameters stepped, flattened
+        self.params: list = []  # weak references to the parameters read here, flattened
+        self.watch = None  # the watch of the others' gradients (see Walker)
 
 
 # A parameter's or buffer's entry: what the last walk saw of it.
@@ -85,9 +87,15 @@ class Walker:
     could not be walked."""
 
     def __init__(self, emit: Callable, plain: Iterable[type] = (),
-                 report: Optional[Callable[[str], None]] = None) -> None:
+                 report: Optional[Callable[[str], None]] = None,
+                 watch: Optional[Callable[[list], object]] = None) -> None:
         plain = list(plain)
         self._emit = emit
+        # Makes a watch of plain parameters' gradients that tags the new
+        # ones itself (`tag_new()`: how many it tagged, or -1): the shim's,
+        # in C++; None: gradients are read here.
+        self._watch = watch
+        self._plain = frozenset(plain)
         self._report = report
         self._reported = False
         self._kinds = {cls: _PLAIN for cls in plain}
@@ -137,8 +145,11 @@ class Walker:
         """After ``optimizer.step()``: the optimizer's gradients and state,
         and the modules when it is their turn (see the module docs)."""
         with self._lock:
+            # An optimizer's first step walks the modules too: its
+            # parameters of no module are found then.
+            modules = (self._modules_changed or self.walks % MODULE_WALK_EVERY == 0
+                       or optimizer not in self._states)
             self._optimizers.add(optimizer)
-            modules = self._modules_changed or self.walks % MODULE_WALK_EVERY == 0
             self._walk([optimizer], modules)
 
     def final(self) -> None:
@@ -152,12 +163,13 @@ class Walker:
             self._walk(optimizers)
 
     def forget(self) -> None:
-        """Forgets what was tagged (a new recording tags everything again);
-        modules and optimizers stay known."""
+        """Forgets what was tagged (a new recording tags everything again,
+        the modules at its first step); modules and optimizers stay known."""
         with self._lock:
             self._seen.clear()
             self._state_seen.clear()
             self._states = weakref.WeakKeyDictionary()
+            self._modules_changed = True
 
     def _walk(self, optimizers: list, modules: bool = True) -> None:
         out: dict = {}
@@ -378,13 +390,30 @@ class Walker:
 
     def _walk_gradients(self, opt, st: _OptimizerState, out: dict) -> None:
         """The gradients of the optimizer's parameters that are new objects
-        since the last walk: the hot path of a step's walk (a parameter
-        seen for the first time is tagged too)."""
+        since the last walk: the hot path of a step's walk. Plain
+        parameters' gradients are the watch's, when there is one (one call);
+        the others' (a DTensor's, or all without a watch) are read here (a
+        parameter seen for the first time is tagged too)."""
         groups = opt.param_groups
         shape = [(id(g["params"]), len(g["params"])) for g in groups]
         if shape != st.groups:
             st.groups = shape
-            st.params = [weakref.ref(p) for g in groups for p in g["params"]]
+            params = [p for g in groups for p in g["params"]]
+            watched = [p for p in params if type(p) in self._plain] if self._watch else []
+            st.watch = None
+            if watched:
+                try:
+                    st.watch = self._watch(watched)
+                except Exception as ex:  # noqa: BLE001 - read them here instead
+                    self.fail(ex)
+            kept = set(map(id, watched)) if st.watch is not None else set()
+            st.params = [weakref.ref(p) for p in params if id(p) not in kept]
+        if st.watch is not None:
+            n = st.watch.tag_new()
+            if n < 0:
+                self.fail(RuntimeError("the gradient watch failed"))
+            else:
+                self.tags += n
         get, slow, grad = self._seen.get, self._tensor, self._grad
         for pr in st.params:
             p = pr()
@@ -425,10 +454,34 @@ def walker() -> Optional[Walker]:
     return _walker
 
 
-def install(torch, lib, report: Callable[[str], None], scan: bool = True) -> Walker:
+class ShimWatch:
+    """A watch of plain parameters' gradients in the observer shim (C++):
+    each step, one call tags the new ones through the library, where reading
+    them here cost a GPT-2 step 1% (docs/performance.md). The shim holds the
+    parameters and the gradients last tagged weakly."""
+
+    def __init__(self, shim, params: list) -> None:
+        impls = (ctypes.c_uint64 * len(params))(*(p._cdata for p in params))
+        self._shim = shim
+        self._watch = shim.vramtrace_shim_watch_gradients(impls, len(params))
+        if not self._watch:
+            raise RuntimeError((shim.vramtrace_shim_error() or b"").decode("utf-8", "replace"))
+
+    def tag_new(self) -> int:
+        return self._shim.vramtrace_shim_tag_new_gradients(self._watch)
+
+    def __del__(self) -> None:
+        watch, self._watch = getattr(self, "_watch", None), None
+        if watch:
+            self._shim.vramtrace_shim_unwatch(watch)
+
+
+def install(torch, lib, report: Callable[[str], None], scan: bool = True,
+            shim=None) -> Walker:
     """Sets up the walker for PyTorch (once per process): the module
     registration hooks, and, with ``scan``, the modules that exist already.
-    Tags go to ``lib.vramtrace_observe_tag``."""
+    Tags go to ``lib.vramtrace_observe_tag``; with the observer ``shim``,
+    the stepping parameters' gradients are watched there."""
     global _walker, _hooks
     with _install_lock:
         if _walker is None:
@@ -440,7 +493,8 @@ def install(torch, lib, report: Callable[[str], None], scan: bool = True) -> Wal
                     fn(device, addrs.buffer_info()[0], codes.buffer_info()[0], n)
 
             plain = [torch.Tensor, torch.nn.Parameter]
-            _walker = Walker(emit, plain, report)
+            watch = (lambda params: ShimWatch(shim, params)) if shim is not None else None
+            _walker = Walker(emit, plain, report, watch)
         w = _walker
         if not _hooks:
             _hooks = True

@@ -250,12 +250,12 @@ def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations
             return _give_up("no CUDA device is available: running without recording", strict)
         try:
             # Build (or find) the shim now, not inside CUDA's initialization.
-            _shim.load(torch)
+            shim = _shim.load(torch)
             lib = _library.load()
         except VramtraceError as e:
             return _give_up(f"{e}: running without recording", strict, e)
         if categories:
-            categories = _start_categories(torch, lib)
+            categories = _start_categories(torch, lib, shim)
         args = dict(out=out, stacks=stacks, phases=phases, backward_names=backward_names,
                     iterations=iterations, categories=categories)
         if torch.cuda.is_initialized():
@@ -269,13 +269,14 @@ def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations
     return True
 
 
-def _start_categories(torch, lib) -> bool:
+def _start_categories(torch, lib, shim) -> bool:
     """Sets up the walker now (not at CUDA's start), so that modules made
     from here on are found as they register their parameters, and those
-    that exist already by one pass over the objects. Returns whether
+    that exist already by one pass over the objects; the stepping
+    parameters' gradients are watched in the shim. Returns whether
     categories are on."""
     try:
-        walker = _categories.install(torch, lib, message)
+        walker = _categories.install(torch, lib, message, shim=shim)
         walker.forget()
         return True
     except Exception as e:  # noqa: BLE001 - recording goes on without tags

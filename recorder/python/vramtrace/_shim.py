@@ -29,7 +29,7 @@ from typing import Optional
 from ._library import VramtraceError
 
 SOURCE = Path(__file__).resolve().parent / "shim" / "torch_observer.cpp"
-SHIM_ABI = 2
+SHIM_ABI = 3
 
 
 class ShimError(VramtraceError):
@@ -156,6 +156,13 @@ def load(torch, quiet: bool = False) -> ctypes.CDLL:
         shim.vramtrace_shim_attach.restype = ctypes.c_int
         shim.vramtrace_shim_detach.restype = None
         shim.vramtrace_shim_snapshot.restype = ctypes.c_int
+        shim.vramtrace_shim_watch_gradients.argtypes = [ctypes.POINTER(ctypes.c_uint64),
+                                                        ctypes.c_uint64]
+        shim.vramtrace_shim_watch_gradients.restype = ctypes.c_void_p
+        shim.vramtrace_shim_unwatch.argtypes = [ctypes.c_void_p]
+        shim.vramtrace_shim_unwatch.restype = None
+        shim.vramtrace_shim_tag_new_gradients.argtypes = [ctypes.c_void_p]
+        shim.vramtrace_shim_tag_new_gradients.restype = ctypes.c_int64
         if shim.vramtrace_shim_abi() != SHIM_ABI:
             raise ShimError(f"{path} speaks another ABI than this vramtrace; delete it to rebuild")
         _shim = shim
