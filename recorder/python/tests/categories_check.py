@@ -30,10 +30,10 @@ c. an unmodified Hugging Face `Trainer` (tiny GPT-2) and a PyTorch
    and parameters and optimizer state are PyTorch's (Hugging Face: at the
    end; Lightning moves the model to the CPU when it is done: at the
    allocated peak, with the figures taken in `on_train_end`);
-d. overhead: GPT-2's step recorded with categories / without, 3
-   alternating rounds in one process (recording started and stopped
-   around each), median step times, and the walker's own time per step;
-   and the alternative exact signal for activations, a global
+d. overhead: GPT-2's step recorded with the categories walk / without it,
+   step by step in one recording (the walk turned on and off between steps,
+   in alternating order), median step times, and the walker's own time per
+   step; and the alternative exact signal for activations, a global
    `saved_tensors_hooks` whose pack hook reads each saved tensor's storage
    address, against no hooks (unrecorded).
 
@@ -56,7 +56,7 @@ from gpu_report import Report
 
 HERE = Path(__file__).resolve()
 GPT2_STEPS = 6
-ROUNDS = 5
+PAIRS = 60
 WARM_STEPS = 2
 TIMED_STEPS = 10
 STEP_RATIO_BOUND = 1.01
@@ -281,47 +281,50 @@ def child_lightning(workdir: str) -> None:
 
 
 def child_overhead(out_dir: str) -> None:
-    """Step times: recorded with categories / without, alternating; then a
-    global saved_tensors_hooks reading each saved tensor's address / none."""
+    """Step times with the categories walk and without it, step by step in
+    one recording (the walk turned on and off between steps, in alternating
+    order: a GPU host's step time drifts by several percent between rounds,
+    more than the walk costs); the walk's own time; then a global
+    saved_tensors_hooks reading each saved tensor's address / none."""
     import torch
     import vramtrace
+    from vramtrace import _observer
 
     model, opt, batch = gpt2(torch)
     inputs = [batch() for _ in range(4)]
     walk_times: list = []
 
-    def steps(hooks=None) -> list:
-        times = []
-        for i in range(WARM_STEPS + TIMED_STEPS):
-            ids = inputs[i % len(inputs)]
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            forward_backward(torch, model, ids, hooks)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
-            if i >= WARM_STEPS:
-                times.append(time.perf_counter() - t0)
-        return times
+    def step(i: int, hooks=None) -> float:
+        ids = inputs[i % len(inputs)]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        forward_backward(torch, model, ids, hooks)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
 
-    steps()  # warm-up, unrecorded: kernels chosen, optimizer state made
+    for i in range(WARM_STEPS):
+        step(i)  # unrecorded: kernels chosen, optimizer state made
     times = {"categories": [], "plain": [], "hooks": [], "nohooks": []}
-    for r in range(ROUNDS):
-        for mode in ("categories", "plain") if r % 2 == 0 else ("plain", "categories"):
-            assert vramtrace.start(str(Path(out_dir) / f"overhead-{mode}-{r}.vtrace"),
-                                   categories=(mode == "categories"), strict=True)
-            walker = vramtrace._categories.walker()
-            if walker is not None and "step" not in vars(walker):
-                step = walker.step
+    assert vramtrace.start(str(Path(out_dir) / "overhead.vtrace"), strict=True)
+    walker = vramtrace._categories.walker()
+    real_step = walker.step
 
-                def timed(optimizer, step=step):
-                    t0 = time.perf_counter()
-                    step(optimizer)
-                    walk_times.append(time.perf_counter() - t0)
+    def timed(optimizer):
+        t0 = time.perf_counter()
+        real_step(optimizer)
+        walk_times.append(time.perf_counter() - t0)
 
-                walker.step = timed
-            times[mode] += steps()
-            vramtrace.stop()
+    walker.step = timed
+    for i in range(WARM_STEPS):
+        step(i)
+    for pair in range(PAIRS):
+        for mode in ("categories", "plain") if pair % 2 == 0 else ("plain", "categories"):
+            _observer._categories_on = mode == "categories"
+            times[mode].append(step(pair))
+    _observer._categories_on = True
+    vramtrace.stop()
     saved: list = []
 
     def pack(t):
@@ -331,20 +334,17 @@ def child_overhead(out_dir: str) -> None:
     def unpack(t):
         return t
 
-    counts = []
-    for r in range(ROUNDS):
-        for mode in ("hooks", "nohooks") if r % 2 == 0 else ("nohooks", "hooks"):
+    for pair in range(PAIRS // 2):
+        for mode in ("hooks", "nohooks") if pair % 2 == 0 else ("nohooks", "hooks"):
             saved.clear()
-            times[mode] += steps((pack, unpack) if mode == "hooks" else None)
+            times[mode].append(step(pair, (pack, unpack) if mode == "hooks" else None))
             if mode == "hooks":
-                counts.append(len(saved) // (WARM_STEPS + TIMED_STEPS))
-    walker = vramtrace._categories.walker()
+                saved_per_step = len(saved)
     result({"median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items()},
-            "rounds_ms": {k: [statistics.median(v[i:i + TIMED_STEPS]) * 1e3
-                              for i in range(0, len(v), TIMED_STEPS)] for k, v in times.items()},
-            "walk_us": statistics.median(walk_times[1:] or [0]) * 1e6,
-            "walks": len(walk_times), "tags": walker.tags if walker else 0,
-            "saved_per_step": counts[-1] if counts else 0})
+            "steps": {k: len(v) for k, v in times.items()},
+            "walk_us": statistics.median(walk_times[WARM_STEPS:] or [0]) * 1e6,
+            "walks": len(walk_times), "tags": walker.tags,
+            "saved_per_step": saved_per_step})
 
 
 # ---------------------------------------------------------------- parent
@@ -523,22 +523,20 @@ def main() -> int:
     res, p = child(["overhead", str(out)], env)
     if rep.check(res is not None and p.returncode == 0, "overhead: GPT-2 steps timed",
                  "" if res else tail(p)):
-        m, rounds = res["median_ms"], res["rounds_ms"]
+        m, n = res["median_ms"], res["steps"]
         ratio = m["categories"] / m["plain"]
         rep.check(ratio <= STEP_RATIO_BOUND,
                   f"overhead: step recorded with categories / without <= {STEP_RATIO_BOUND}",
-                  f"{m['categories']:.2f} / {m['plain']:.2f} ms = {ratio:.4f}; rounds with "
-                  f"{', '.join(f'{t:.2f}' for t in rounds['categories'])} ms, without "
-                  f"{', '.join(f'{t:.2f}' for t in rounds['plain'])} ms")
+                  f"{m['categories']:.2f} / {m['plain']:.2f} ms = {ratio:.4f} (medians of "
+                  f"{n['categories']} and {n['plain']} steps, alternating in one recording)")
         rep.add("INFO", "overhead: the walker's own time per optimizer step",
-                f"{res['walk_us']:.0f} us (median of {res['walks']} walks; {res['tags']:,} tags "
-                "in all)")
+                f"{res['walk_us']:.0f} us = {res['walk_us'] / 1e3 / m['plain']:.2%} of a step "
+                f"(median of {res['walks']} walks; {res['tags']:,} tags in all)")
         hooks = m["hooks"] / m["nohooks"]
         rep.add("INFO", "overhead: saved_tensors_hooks reading each saved tensor's address / none",
                 f"{m['hooks']:.2f} / {m['nohooks']:.2f} ms = {hooks:.4f} "
-                f"({res['saved_per_step']} saved tensors per step); rounds with "
-                f"{', '.join(f'{t:.2f}' for t in rounds['hooks'])} ms, without "
-                f"{', '.join(f'{t:.2f}' for t in rounds['nohooks'])} ms")
+                f"({res['saved_per_step']} saved tensors per step; medians of {n['hooks']} "
+                f"and {n['nohooks']} steps, alternating, unrecorded)")
         table.append(("GPT-2 step", "with categories / without", "median",
                       f"{m['categories']:.2f} ms", f"{m['plain']:.2f} ms ({ratio:.4f})"))
         table.append(("GPT-2 step", "saved_tensors_hooks / none", "median",
