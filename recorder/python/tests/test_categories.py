@@ -326,6 +326,28 @@ def test_forget_tags_everything_again_for_a_new_recording():
     assert len(sink.take()) == 2
 
 
+def test_a_known_module_registering_again_costs_a_lookup():
+    """FSDP2 registers its modules' parameters anew at every unshard and
+    reshard: a module already known is not added again (nor its walk
+    redone), a new one at a dead one's address is."""
+    w, sink = walker()
+    m, _ = model(1)
+    w.add_module(m)
+    generation = w._generation
+    for _ in range(100):
+        w.add_module(m)
+    assert w._generation == generation
+    w.final()
+    assert len(sink.take()) == 1
+    del m
+    gc.collect()
+    m2, _ = model(1, base=0x2000_0000)
+    w.add_module(m2)
+    assert w._generation == generation + 1
+    w.final()
+    assert sink.take() == [(0, 0x2000_0000, PARAMETER)]
+
+
 def test_modules_that_exist_are_found_by_a_scan():
     w, sink = walker()
     m, _ = model(1)

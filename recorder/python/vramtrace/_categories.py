@@ -102,6 +102,8 @@ class Walker:
         self._tensor_types = tuple(plain) or (object,)
         self._lock = threading.Lock()
         self._modules: "weakref.WeakSet" = weakref.WeakSet()
+        # id(module) -> weakref: whether a module is known, in one lookup.
+        self._module_ids: dict = {}
         self._module_refs: list = []
         self._modules_changed = False
         # Bumped whenever a module registers a tensor: the optimizers'
@@ -122,11 +124,16 @@ class Walker:
     # ------------------------------------------------------------ sources
 
     def add_module(self, module) -> None:
-        """A module that holds (or will hold) parameters or buffers."""
+        """A module that holds (or will hold) parameters or buffers. Cheap
+        for a module already known: FSDP2 registers its modules' parameters
+        anew at every unshard and reshard, four times a step."""
+        r = self._module_ids.get(id(module))
+        if r is not None and r() is module:
+            return
+        self._module_ids[id(module)] = weakref.ref(module)
         self._generation += 1
-        if module not in self._modules:
-            self._modules.add(module)
-            self._modules_changed = True
+        self._modules.add(module)
+        self._modules_changed = True
 
     def add_modules(self, modules: Iterable) -> None:
         for m in modules:
@@ -433,7 +440,11 @@ class Walker:
             grad(p, e, out)
 
     def _prune(self) -> None:
-        """Forgets the tensors that died, once there are many to forget."""
+        """Forgets the tensors and modules that died, once there are many
+        to forget."""
+        if len(self._module_ids) > 2 * len(self._modules) + 1024:
+            for k in [k for k, r in self._module_ids.items() if r() is None]:
+                del self._module_ids[k]
         if len(self._seen) > 1024:
             for k in [k for k, e in self._seen.items() if e[_REF]() is None]:
                 del self._seen[k]
