@@ -49,10 +49,8 @@ impl Peaks {
             self.categories.follow(state);
         }
         match step.applied {
-            Applied::Alloc(_) => {
-                if self.allocated.update(state.totals().allocated, step, state) {
-                    self.categories = CategoryMoment::now(state);
-                }
+            Applied::Alloc(_) if self.allocated.update(state.totals().allocated, step, state) => {
+                self.categories = CategoryMoment::now(state);
             }
             Applied::Segment => {
                 self.reserved.update(state.totals().reserved, step, state);
