@@ -551,12 +551,14 @@ impl Analysis for Summary {
         if self.peak_space == PeakSpace::Logged {
             self.log_since_peak(step, state);
         }
-        self.categories_at_allocated.follow(state);
-        self.categories_at_reserved.follow(state);
-        // While the sites at the peak are the state's (pending), the state
-        // follows their categories; once copied, the copy follows.
-        if !self.pending && !state.recategorized().is_empty() {
-            self.follow_sites(state);
+        if !state.recategorized().is_empty() {
+            self.categories_at_allocated.follow(state);
+            self.categories_at_reserved.follow(state);
+            // While the sites at the peak are the state's (pending), the
+            // state follows their categories; once copied, the copy follows.
+            if !self.pending {
+                self.follow_sites(state);
+            }
         }
         let t = state.totals();
         match step.applied {

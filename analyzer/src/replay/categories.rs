@@ -301,6 +301,7 @@ const BACKWARD: u8 = 1 << 1;
 const OPTIMIZER: u8 = 1 << 2;
 const PARAMETER: u8 = 1 << 3;
 const GRADIENT: u8 = 1 << 4;
+const NO_FRAMES: u8 = 1 << 5;
 
 /// Files whose code runs optimizers.
 const OPTIMIZER_FILES: &[&str] = &[
@@ -313,6 +314,9 @@ const OPTIMIZER_FILES: &[&str] = &[
 /// What a stack's frames say (bits above).
 fn stack_hints(stack: StackId, symbols: &SymbolTable) -> u8 {
     let mut hints = COMPUTED;
+    if symbols.stack(stack).is_empty() {
+        hints |= NO_FRAMES;
+    }
     let mut innermost_python = true;
     for &frame in symbols.stack(stack) {
         let Some(Frame::Symbol { function, file, .. }) = symbols.frame(frame) else {
@@ -410,6 +414,9 @@ pub struct Classifier {
     /// Blocks born before the first step ended and alive when it ended,
     /// not known to be parameters yet: `(address, born)`.
     pub(super) setup: Vec<(u64, u64)>,
+    /// How the forward pass's blocks freed before a step turned out.
+    forward_activations: u64,
+    forward_temporaries: u64,
     /// Requested sizes of the parameters and gradients known so far.
     parameter_sizes: FxHashSet<u64>,
     gradient_sizes: FxHashSet<u64>,
@@ -454,7 +461,7 @@ impl Classifier {
 
     fn hints(&mut self, stack: StackId, symbols: &SymbolTable) -> u8 {
         if stack == StackId::NONE {
-            return COMPUTED;
+            return COMPUTED | NO_FRAMES;
         }
         let i = stack.0 as usize;
         if let Some(&h) = self.hints.get(i)
@@ -484,7 +491,7 @@ impl Classifier {
         symbols: &SymbolTable,
     ) -> (Birth, Class) {
         let hints = self.hints(stack, symbols);
-        let no_frames = symbols.stack(stack).is_empty();
+        let no_frames = hints & NO_FRAMES != 0;
         if !no_frames {
             self.saw_frames = true;
         }
@@ -525,6 +532,12 @@ impl Classifier {
         }
         let provisional = match (hint, region) {
             (Hint::Gradient, _) => Category::Other,
+            // What most blocks of the forward pass turned out to be so far
+            // (activations when training, temporaries under no_grad): the
+            // fewer changes to list when they are freed.
+            (_, Region::Forward) if self.forward_temporaries > self.forward_activations => {
+                Category::Temporary
+            }
             (_, Region::Forward) => Category::Activation,
             _ => Category::Temporary,
         };
@@ -596,15 +609,18 @@ impl Classifier {
                 self.survivor(birth, requested)
             }
             Region::Forward => {
+                let hints = self.hints(stack, symbols);
                 let by_engine = self.backward_depth > 0
                     || thread != super::MAIN_THREAD
-                    || self.hints(stack, symbols) & BACKWARD != 0
+                    || hints & BACKWARD != 0
                     || (self.options.frees_have_stacks
                         && self.saw_frames
-                        && symbols.stack(stack).is_empty());
+                        && hints & NO_FRAMES != 0);
                 if by_engine {
+                    self.forward_activations += 1;
                     Category::Activation
                 } else {
+                    self.forward_temporaries += 1;
                     Category::Temporary
                 }
             }

@@ -480,7 +480,7 @@ impl ReplayState {
                 }
                 self.add_live(alloc);
                 if alloc.free_requested {
-                    self.release(&alloc);
+                    self.release(&alloc, alloc.class);
                 }
             }
         }
@@ -611,22 +611,23 @@ impl ReplayState {
         }
     }
 
-    /// The caller gave the block up: it no longer counts as allocated.
+    /// The caller gave the block up: it no longer counts as allocated (its
+    /// bytes were counted as `counted`, its class until it was settled now).
     #[inline]
-    fn release(&mut self, a: &LiveAlloc) {
+    fn release(&mut self, a: &LiveAlloc, counted: Class) {
         self.totals.allocated -= a.size;
         self.totals.requested -= a.requested;
-        self.categories.remove(a.class, a.size);
+        self.categories.remove(counted, a.size);
         let site = &mut self.site_live[a.site.0 as usize];
         site.bytes -= a.size;
         site.blocks -= 1;
-        self.site_categories[a.site.0 as usize][a.class.category as usize] -= a.size;
+        self.site_categories[a.site.0 as usize][counted.category as usize] -= a.size;
     }
 
     #[inline]
-    fn remove_live(&mut self, a: &LiveAlloc) {
+    fn remove_live(&mut self, a: &LiveAlloc, counted: Class) {
         if !a.free_requested {
-            self.release(a);
+            self.release(a, counted);
         }
         self.totals.active -= a.size;
         self.totals.live_blocks -= 1;
@@ -681,7 +682,7 @@ impl ReplayState {
         if let Some(old) = self.live.insert(b.addr, a) {
             // The old block must have been freed unrecorded; the new one wins.
             self.record(InconsistencyKind::AllocOverLive, index, time_ns, b.addr);
-            self.remove_live(&old);
+            self.remove_live(&old, old.class);
             self.replaced = Some((index, old));
         }
         self.count_live(&a);
@@ -695,7 +696,7 @@ impl ReplayState {
         b: &BlockEvent,
         symbols: &SymbolTable,
     ) -> Applied {
-        let Some(a) = self.live.get(&b.addr) else {
+        let Some(a) = self.live.get_mut(&b.addr) else {
             self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
             return Applied::Inconsistent;
         };
@@ -703,11 +704,10 @@ impl ReplayState {
             self.record(InconsistencyKind::DoubleFree, index, time_ns, b.addr);
             return Applied::Inconsistent;
         }
-        self.settle_at_free(b, symbols);
-        let a = self.live.get_mut(&b.addr).expect("a block just found");
+        let counted = settle_released(&mut self.classifier, &mut self.recategorized, a, b, symbols);
         a.free_requested = true;
         let a = *a;
-        self.release(&a);
+        self.release(&a, counted);
         if b.size != 0 && b.size != a.size {
             self.record(InconsistencyKind::SizeMismatch, index, time_ns, b.addr);
         }
@@ -721,16 +721,22 @@ impl ReplayState {
         b: &BlockEvent,
         symbols: &SymbolTable,
     ) -> Applied {
-        match self.live.get(&b.addr) {
-            None => {
-                self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
-                return Applied::Inconsistent;
-            }
-            Some(a) if !a.free_requested => self.settle_at_free(b, symbols),
-            Some(_) => {}
-        }
-        let a = self.live.remove(&b.addr).expect("a block just found");
-        self.remove_live(&a);
+        let Some(mut a) = self.live.remove(&b.addr) else {
+            self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
+            return Applied::Inconsistent;
+        };
+        let counted = if a.free_requested {
+            a.class
+        } else {
+            settle_released(
+                &mut self.classifier,
+                &mut self.recategorized,
+                &mut a,
+                b,
+                symbols,
+            )
+        };
+        self.remove_live(&a, counted);
         if b.size != 0 && b.size != a.size {
             self.record(InconsistencyKind::SizeMismatch, index, time_ns, b.addr);
         }
@@ -1004,22 +1010,6 @@ impl ReplayState {
         self.recategorized.push(change);
     }
 
-    /// Settles what the block freed now by `b` held, if nothing did before.
-    fn settle_at_free(&mut self, b: &BlockEvent, symbols: &SymbolTable) {
-        let Some(a) = self.live.get_mut(&b.addr) else {
-            return;
-        };
-        if a.birth.settled {
-            return;
-        }
-        a.birth.settled = true;
-        let (birth, requested) = (a.birth, a.requested);
-        let category = self
-            .classifier
-            .at_free(&birth, requested, b.thread, b.stack, symbols);
-        self.recategorize(b.addr, Class::inferred(category));
-    }
-
     /// Remembers a block to settle when the next step ends, keeping the
     /// list no longer than twice the live blocks (a trace without steps
     /// would otherwise grow it without end).
@@ -1279,6 +1269,37 @@ impl ReplayState {
             );
         }
     }
+}
+
+/// Settles what the block `a` held, given up by the caller now (`b`), if
+/// nothing did before; returns the class its bytes were counted as, to take
+/// them off with. The change, if any, is listed (it holds from the block's
+/// allocation), but the counts are not moved: the block leaves them.
+fn settle_released(
+    classifier: &mut Classifier,
+    changes: &mut Vec<Recategorized>,
+    a: &mut LiveAlloc,
+    b: &BlockEvent,
+    symbols: &SymbolTable,
+) -> Class {
+    let counted = a.class;
+    if !a.birth.settled {
+        a.birth.settled = true;
+        let category = classifier.at_free(&a.birth, a.requested, b.thread, b.stack, symbols);
+        let to = Class::inferred(category);
+        if to != counted {
+            changes.push(Recategorized {
+                addr: a.addr,
+                born: a.born,
+                size: a.size,
+                site: a.site,
+                from: counted,
+                to,
+            });
+            a.class = to;
+        }
+    }
+    counted
 }
 
 /// Whether a block is a set-up block: allocated outside the autograd
