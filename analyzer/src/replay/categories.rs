@@ -225,9 +225,11 @@ pub enum Hint {
     /// Nothing.
     #[default]
     None,
-    /// A module's `to()`/`cuda()`, an initializer, a state-dict load, FSDP's
-    /// all-gather: a parameter (or a buffer).
+    /// A module's `to()`/`cuda()`, an initializer, a state-dict load: a
+    /// parameter (or a buffer), which a tagged run's tags say better.
     Parameter,
+    /// FSDP's all-gather: an unsharded parameter, which no tag names.
+    Unsharded,
     /// DDP's gradient buckets, FSDP's reduce-scatter: gradients.
     Gradient,
 }
@@ -302,6 +304,7 @@ const OPTIMIZER: u8 = 1 << 2;
 const PARAMETER: u8 = 1 << 3;
 const GRADIENT: u8 = 1 << 4;
 const NO_FRAMES: u8 = 1 << 5;
+const UNSHARDED: u8 = 1 << 6;
 
 /// Files whose code runs optimizers.
 const OPTIMIZER_FILES: &[&str] = &[
@@ -343,7 +346,7 @@ fn stack_hints(stack: StackId, symbols: &SymbolTable) -> u8 {
         }
         if file.contains("torch/distributed/fsdp/") {
             if function.contains("all_gather") {
-                hints |= PARAMETER;
+                hints |= UNSHARDED;
             } else if function.contains("reduce") {
                 hints |= GRADIENT;
             }
@@ -508,7 +511,9 @@ impl Classifier {
         } else {
             Region::Forward
         };
-        let hint = if hints & PARAMETER != 0 {
+        let hint = if hints & UNSHARDED != 0 {
+            Hint::Unsharded
+        } else if hints & PARAMETER != 0 {
             Hint::Parameter
         } else if hints & GRADIENT != 0 {
             Hint::Gradient
@@ -521,7 +526,7 @@ impl Classifier {
             hint,
             settled: false,
         };
-        if hint == Hint::Parameter && !self.tagged() {
+        if hint == Hint::Unsharded || (hint == Hint::Parameter && !self.tagged()) {
             // Named by its frames: settled at once.
             self.note(Category::Parameter, requested);
             let settled = Birth {
@@ -552,14 +557,18 @@ impl Classifier {
         symbols: &SymbolTable,
     ) -> (Birth, Class) {
         let hints = self.hints(stack, symbols);
-        let category = if self.tagged() {
+        // DDP's and FSDP's own buffers are known by their frames alone; the
+        // rest, in a tagged run, by tags.
+        let category = if hints & UNSHARDED != 0 {
+            Category::Parameter
+        } else if hints & GRADIENT != 0 {
+            Category::Gradient
+        } else if self.tagged() {
             Category::Other
         } else if hints & PARAMETER != 0 {
             Category::Parameter
         } else if hints & OPTIMIZER != 0 {
             Category::OptimizerState
-        } else if hints & GRADIENT != 0 {
-            Category::Gradient
         } else {
             Category::Other
         };
