@@ -32,7 +32,7 @@ use vramtrace::command::simulate::{SimulateOptions, simulate};
 use vramtrace::input::{Input, decompress};
 use vramtrace::progress::NoProgress;
 use vramtrace_format::{
-    BlockEvent, Event, EventData, Header, OomEvent, SegmentEvent, StringId, TraceWriter,
+    BlockEvent, Event, EventData, Header, OomEvent, SegmentEvent, StringId, TagEvent, TraceWriter,
     WriterOptions,
 };
 
@@ -271,9 +271,10 @@ fn events_of(bytes: &[u8]) -> Vec<Event> {
             size: [2 << 20, 20 << 20, 1 << 20, u64::MAX][rng.below(4)],
             ..Default::default()
         };
-        let name = StringId(1 + rng.below(3) as u32);
+        // Phase names: iter0, forward, iter1, an optimizer step, backward.
+        let name = StringId(1 + [0, 1, 2, 4, 5][rng.below(5)]);
         let thread = rng.below(3) as u32;
-        let data = match op % 12 {
+        let data = match op % 13 {
             0 | 1 => EventData::Alloc(block),
             2 => EventData::FreeRequested(block),
             3 => EventData::FreeCompleted(block),
@@ -287,10 +288,17 @@ fn events_of(bytes: &[u8]) -> Vec<Event> {
                 requested: size,
                 ..Default::default()
             }),
-            _ => EventData::Annotation {
+            11 => EventData::Annotation {
                 key: name,
                 value: StringId(4),
             },
+            // Categories known and unknown, on blocks live or not.
+            _ => EventData::Tag(TagEvent {
+                addr,
+                device: 0,
+                thread,
+                code: rng.below(9) as u8,
+            }),
         };
         events.push(Event { time_ns: t, data });
     }
@@ -310,7 +318,14 @@ fn replay_trace(bytes: &[u8]) -> Vec<u8> {
         },
     )
     .unwrap();
-    for name in ["iter0", "forward", "iter1", "step"] {
+    for name in [
+        "iter0",
+        "forward",
+        "iter1",
+        "step",
+        "Optimizer.step#SGD.step",
+        "backward",
+    ] {
         w.intern_string(name);
     }
     for e in events_of(bytes) {

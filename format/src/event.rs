@@ -206,15 +206,6 @@ impl Category {
             Category::Other => "other",
         }
     }
-
-    /// The category named `name` ([`name`](Self::name) or
-    /// [`label`](Self::label), any case).
-    pub fn from_name(name: &str) -> Option<Category> {
-        let name = name.trim().to_ascii_lowercase().replace([' ', '-'], "_");
-        Self::ALL
-            .into_iter()
-            .find(|c| c.name() == name || c.label().replace(' ', "_") == name)
-    }
 }
 
 impl std::fmt::Display for Category {
@@ -463,8 +454,6 @@ mod tests {
     fn category_codes_and_names_round_trip() {
         for category in Category::ALL {
             assert_eq!(Category::from_code(category.code()), Some(category));
-            assert_eq!(Category::from_name(category.name()), Some(category));
-            assert_eq!(Category::from_name(category.label()), Some(category));
         }
         assert_eq!(Category::from_code(Category::COUNT as u8), None);
         assert_eq!(

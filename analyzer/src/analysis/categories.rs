@@ -196,11 +196,6 @@ impl CategoryMoment {
         }
     }
 
-    /// The counts, as far as is known now.
-    pub fn counts(&self) -> &CategoryBytes {
-        &self.counts
-    }
-
     /// The table of the counts.
     pub fn table(&self) -> CategoryTable {
         CategoryTable::of(&self.counts)

@@ -10,10 +10,10 @@
 //! step that used it, and replay learns that a tensor was an activation
 //! only when the backward pass frees it. So a block's category can change
 //! after the block was counted somewhere (at a peak, in a chart's column):
-//! each change is listed ([`ReplayState::recategorized`]) for the event
-//! that made it, with the block's allocation index, and an analysis that
-//! keeps past moments moves the block's bytes in those moments that came
-//! after its allocation ([`CategoryBytes::shift`]).
+//! each change is listed ([`ReplayState::recategorized`](super::ReplayState::recategorized))
+//! for the event that made it, with the block's allocation, and an analysis
+//! that keeps past moments moves the block's bytes in those moments that
+//! came after its allocation ([`CategoryBytes::follow`]).
 //!
 //! # The inference
 //!
@@ -32,11 +32,12 @@
 //!
 //! | born in | freed before the next step begins | alive when the next step ends |
 //! |---|---|---|
-//! | forward | by the autograd engine: **activation**; else **temporary** | **other** (inputs, outputs kept); born before the first step and alive after the second, or made by a module's `to()`/`cuda()`/initializer: **parameter** |
-//! | backward | **temporary** | **gradient** |
+//! | forward | by the autograd engine: **activation**; else **temporary** | **other** (inputs, outputs kept); born before the first step, alive after the second and of a gradient's size: **parameter** |
+//! | backward | **temporary** | **gradient** when of a parameter's size (not the autograd thread's cuBLAS workspace) |
 //! | step | (freed in the same step) **temporary** | **optimizer state** |
 //!
-//! Frames name some blocks outright: DDP's gradient buckets (allocated by
+//! Frames name some blocks outright: a module's `to()`, `cuda()`,
+//! initializers and state-dict loads make parameters; DDP's gradient buckets (allocated by
 //! `torch/nn/parallel/distributed.py` itself) and FSDP's reduce-scatter
 //! buffers are gradients, FSDP's all-gather buffers (unsharded parameters)
 //! are parameters. Buffers cannot be told from parameters without tags.
@@ -455,11 +456,6 @@ impl Classifier {
 
     fn tagged(&self) -> bool {
         self.options.source == CategorySource::Tags
-    }
-
-    /// Steps ended so far.
-    pub fn steps_ended(&self) -> u32 {
-        self.steps_ended
     }
 
     fn hints(&mut self, stack: StackId, symbols: &SymbolTable) -> u8 {
