@@ -46,13 +46,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from gpu_report import Report
+import gpu_report
+from gpu_report import Report, tail, vt
 
 HERE = Path(__file__).resolve()
 GPT2_STEPS = 6
@@ -350,35 +350,9 @@ def child_overhead(out_dir: str) -> None:
 # ---------------------------------------------------------------- parent
 
 
-def run(cmd, env=None, timeout=900) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
-
-
 def child(args: list, env: dict, trace: str | None = None, extra=()) -> tuple:
-    """Runs a child natively, or under `python -m vramtrace run` (default
-    settings) when `trace` is given; returns (RESULT object or None, process)."""
-    if trace is None:
-        cmd = [sys.executable, str(HERE), "child", *args]
-    else:
-        cmd = [sys.executable, "-m", "vramtrace", "run", "--out", trace, *extra,
-               str(HERE), "child", *args]
-    p = run(cmd, env=env)
-    found = None
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            found = json.loads(line[7:])
-    return found, p
-
-
-def tail(p: subprocess.CompletedProcess) -> str:
-    return (p.stdout[-600:] + p.stderr[-1200:]).strip().replace("\n", " / ")
-
-
-def vt(binary: Path, *args) -> dict:
-    p = run([str(binary), *args, "--json"])
-    if p.returncode != 0:
-        raise RuntimeError(f"vramtrace {' '.join(args)}: {p.stderr.strip()[:300]}")
-    return json.loads(p.stdout)
+    """This script's child workload, natively or recorded (gpu_report.child)."""
+    return gpu_report.child(HERE, args, env, trace, extra, timeout=900)
 
 
 def mib(n) -> str:

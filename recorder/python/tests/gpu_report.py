@@ -1,11 +1,52 @@
-"""The PASS/FAIL table the GPU scripts (gpu_check.py, observer_check.py,
-multi_gpu_check.py) print and write for docs/gpu-check.md."""
+"""What the GPU scripts (gpu_check.py, observer_check.py,
+multi_gpu_check.py, categories_check.py) share: the PASS/FAIL table they
+print and write for docs/gpu-check.md, and running a script's child
+workloads (natively or recorded) and the analyzer."""
 
 from __future__ import annotations
 
 import datetime
+import json
+import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
+
+
+def run(cmd, env=None, timeout=900) -> subprocess.CompletedProcess:
+    """Runs `cmd`, its output captured as text."""
+    return subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
+
+
+def child(script: Path, args: list, env: dict, trace: Optional[str] = None, extra=(),
+          timeout: int = 900) -> tuple:
+    """Runs `script child ARGS...` natively, or under `python -m vramtrace
+    run --out TRACE EXTRA...` when `trace` is given; returns (the object of
+    its last `RESULT {json}` line or None, the finished process)."""
+    if trace is None:
+        cmd = [sys.executable, str(script), "child", *args]
+    else:
+        cmd = [sys.executable, "-m", "vramtrace", "run", "--out", trace, *extra,
+               str(script), "child", *args]
+    p = run(cmd, env=env, timeout=timeout)
+    found = None
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            found = json.loads(line[7:])
+    return found, p
+
+
+def tail(p: subprocess.CompletedProcess) -> str:
+    """The end of a process's output, on one line."""
+    return (p.stdout[-600:] + p.stderr[-1200:]).strip().replace("\n", " / ")
+
+
+def vt(binary: Path, *args) -> dict:
+    """What `vramtrace ARGS... --json` printed."""
+    p = run([str(binary), *args, "--json"])
+    if p.returncode != 0:
+        raise RuntimeError(f"vramtrace {' '.join(args)}: {p.stderr.strip()[:300]}")
+    return json.loads(p.stdout)
 
 
 class Report:

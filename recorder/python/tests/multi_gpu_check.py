@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 from categories_check import Categories, figures
-from gpu_report import Report
+from gpu_report import Report, tail, vt
 
 HERE = Path(__file__).resolve()
 STEPS = 20
@@ -138,17 +138,6 @@ def torchrun(ranks: int, env: dict, trace: str | None, strategy: str, run_args: 
             r = json.loads(line[7:])
             found[r["rank"]] = r
     return found, p
-
-
-def tail(p: subprocess.CompletedProcess) -> str:
-    return (p.stdout[-400:] + p.stderr[-1500:]).strip().replace("\n", " / ")
-
-
-def vt(binary: Path, *args) -> dict:
-    p = subprocess.run([str(binary), *args, "--json"], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"vramtrace {' '.join(args)}: {p.stderr.strip()[:300]}")
-    return json.loads(p.stdout)
 
 
 def check_traces(rep: Report, binary: Path, label: str, pattern: str, found: dict,

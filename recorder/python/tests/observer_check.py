@@ -45,7 +45,8 @@ import threading
 import time
 from pathlib import Path
 
-from gpu_report import Report
+import gpu_report
+from gpu_report import Report, run, tail, vt
 
 HERE = Path(__file__).resolve()
 GPT2_STEPS = 30
@@ -343,35 +344,9 @@ def child_midrun(trace: str) -> None:
 # ---------------------------------------------------------------- parent
 
 
-def run(cmd, env=None, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
-
-
 def child(args: list, env: dict, trace: str | None = None, extra=()) -> tuple:
-    """Runs a child natively, or under `python -m vramtrace run` when
-    `trace` is given; returns (RESULT object or None, process)."""
-    if trace is None:
-        cmd = [sys.executable, str(HERE), "child", *args]
-    else:
-        cmd = [sys.executable, "-m", "vramtrace", "run", "--out", trace, *extra,
-               str(HERE), "child", *args]
-    p = run(cmd, env=env)
-    found = None
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            found = json.loads(line[7:])
-    return found, p
-
-
-def tail(p: subprocess.CompletedProcess) -> str:
-    return (p.stdout[-600:] + p.stderr[-1200:]).strip().replace("\n", " / ")
-
-
-def vt(binary: Path, *args) -> dict:
-    p = run([str(binary), *args, "--json"])
-    if p.returncode != 0:
-        raise RuntimeError(f"vramtrace {' '.join(args)}: {p.stderr.strip()[:300]}")
-    return json.loads(p.stdout)
+    """This script's child workload, natively or recorded (gpu_report.child)."""
+    return gpu_report.child(HERE, args, env, trace, extra, timeout=600)
 
 
 def check_gpt2(rep: Report, binary: Path, out: Path, env: dict, layers: int, label: str,
