@@ -88,7 +88,12 @@ impl Analysis for Peaks {
             peak_allocated: self.allocated.report(state, symbols),
             peak_reserved: self.reserved.report(state, symbols),
             end_allocated: state.totals().allocated,
-            categories_at_peak: self.categories.table(),
+            // None when the pass did not tell categories apart.
+            categories_at_peak: if state.category_options().infer {
+                self.categories.table()
+            } else {
+                CategoryTable::default()
+            },
         });
         Ok(())
     }

@@ -36,7 +36,7 @@ pub struct TimelineOptions {
     pub columns: usize,
     /// The split of the stacked areas.
     pub group_by: GroupBy,
-    /// Categories shown by name; the rest are summed as `other`.
+    /// Groups (sites, phases) shown by name; the rest are summed as `other`.
     pub top: usize,
 }
 

@@ -62,7 +62,7 @@ enum Command {
     Fragmentation(fragmentation::Args),
     /// Find leaks: sites whose memory grows across repetitions, and phase trends.
     Leaks(leaks::Args),
-    /// Draw memory over time (SVG, or JSON), stacked by site or phase.
+    /// Draw memory over time (SVG, or JSON), stacked by site, phase or category.
     Timeline(timeline::Args),
     /// Write every analysis of a trace into one self-contained HTML page.
     Report(report::Args),

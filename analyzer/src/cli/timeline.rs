@@ -23,7 +23,7 @@ pub struct Args {
     /// What the stacked areas are split by.
     #[arg(long, value_enum, default_value_t = By::Site)]
     by: By,
-    /// Categories shown by name; the rest are summed as "other".
+    /// Groups (sites, phases) shown by name; the rest are summed as "other".
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=24))]
     top: u32,
     /// What the chart's x axis measures: time, the event index, or busy

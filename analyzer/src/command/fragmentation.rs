@@ -42,7 +42,7 @@ pub fn fragmentation(
     options: &FragmentationOptions,
     progress: &dyn Progress,
 ) -> Result<ByDevice<FragmentationResult>, Error> {
-    let replay = Replay::new(input, &options.replay, progress)?;
+    let replay = Replay::new(input, &options.replay, progress)?.without_categories();
     // Exactly N buckets need the window's time span before the pass: the
     // chunks' times, read without decoding. A window bounded by phases has
     // times known only once replayed; its buckets adapt instead.

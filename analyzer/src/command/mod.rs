@@ -149,6 +149,7 @@ pub struct Replay<'a> {
     options: &'a ReplayOptions,
     window: Window,
     progress: &'a dyn Progress,
+    categories: bool,
 }
 
 /// What a replay pass read, and what it found worth a warning.
@@ -185,7 +186,15 @@ impl<'a> Replay<'a> {
             options,
             window,
             progress,
+            categories: true,
         })
+    }
+
+    /// Replays without telling categories apart: for a command that shows
+    /// none (its devices' peaks then have no categories).
+    pub fn without_categories(mut self) -> Self {
+        self.categories = false;
+        self
     }
 
     /// The input.
@@ -209,9 +218,13 @@ impl<'a> Replay<'a> {
         let mut events = self.input.events()?;
         let meter = self.progress.begin(self.input.pass_work(&events));
         let folder = SiteFolder::new(self.options.fold.clone(), self.options.full_stacks);
+        let categories = CategoryOptions {
+            infer: self.categories,
+            ..CategoryOptions::of_header(events.header())
+        };
         let state = ReplayState::new(folder)
             .with_phase_thread(self.options.phase_thread)
-            .with_categories(CategoryOptions::of_header(events.header()));
+            .with_categories(categories);
         let devices = self.options.devices();
         let passes = run_device_pass(&mut events, state, devices, make, &self.window, &*meter)
             .map_err(|e| pass_error(self.input.path(), e))?;

@@ -1,4 +1,4 @@
-//! `timeline`: memory over time, stacked by site or phase.
+//! `timeline`: memory over time, stacked by site, phase or category.
 
 use super::{ByDevice, Replay, ReplayOptions, Warning};
 use crate::Error;
@@ -14,7 +14,7 @@ pub struct TimelineCommandOptions {
     pub replay: ReplayOptions,
     /// What the stacked areas are split by.
     pub group_by: GroupBy,
-    /// Categories shown by name; the rest are summed as `other`.
+    /// Groups (sites, phases) shown by name; the rest are summed as `other`.
     pub top: usize,
 }
 
@@ -38,7 +38,10 @@ pub fn timeline(
     options: &TimelineCommandOptions,
     progress: &dyn Progress,
 ) -> Result<ByDevice<TimelineResult>, Error> {
-    let replay = Replay::new(input, &options.replay, progress)?;
+    let mut replay = Replay::new(input, &options.replay, progress)?;
+    if options.group_by != GroupBy::Category {
+        replay = replay.without_categories();
+    }
     replay.by_device(
         |_| {
             (TimelineAnalysis::new(TimelineOptions {

@@ -220,6 +220,18 @@ pub struct Birth {
     pub settled: bool,
 }
 
+impl Birth {
+    /// A block whose category is settled from the start (inference off).
+    pub const fn settled() -> Birth {
+        Birth {
+            region: Region::Initial,
+            steps: 0,
+            hint: Hint::None,
+            settled: true,
+        }
+    }
+}
+
 /// A category the allocating frames name outright.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Hint {
@@ -248,13 +260,28 @@ pub enum CategorySource {
 }
 
 /// What inference assumes of a trace.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CategoryOptions {
+    /// Whether categories are told apart at all: a pass that shows none
+    /// (fragmentation, a timeline by site) spares the inference its cost
+    /// (every block is then other, but for tags).
+    pub infer: bool,
     /// Where the categories come from.
     pub source: CategorySource,
     /// Frees carry the freeing thread's frames (PyTorch snapshots), so a
     /// free without frames is the autograd engine's.
     pub frees_have_stacks: bool,
+}
+
+impl Default for CategoryOptions {
+    /// Everything inferred, nothing assumed of the trace.
+    fn default() -> Self {
+        CategoryOptions {
+            infer: true,
+            source: CategorySource::Inferred,
+            frees_have_stacks: false,
+        }
+    }
 }
 
 impl CategoryOptions {
@@ -263,6 +290,7 @@ impl CategoryOptions {
     pub fn of_header(header: &Header) -> CategoryOptions {
         let meta = |key: &str| header.metadata.get(key).map(String::as_str);
         CategoryOptions {
+            infer: true,
             source: if meta("categories") == Some("tags") {
                 CategorySource::Tags
             } else {
@@ -489,6 +517,9 @@ impl Classifier {
         requested: u64,
         symbols: &SymbolTable,
     ) -> (Birth, Class) {
+        if !self.options.infer {
+            return (Birth::settled(), Class::default());
+        }
         let hints = self.hints(stack, symbols);
         let no_frames = hints & NO_FRAMES != 0;
         if !no_frames {
@@ -552,6 +583,9 @@ impl Classifier {
         requested: u64,
         symbols: &SymbolTable,
     ) -> (Birth, Class) {
+        if !self.options.infer {
+            return (Birth::settled(), Class::default());
+        }
         let hints = self.hints(stack, symbols);
         // DDP's and FSDP's own buffers are known by their frames alone; the
         // rest, in a tagged run, by tags.
