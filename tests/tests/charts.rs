@@ -372,3 +372,79 @@ fn a_report_of_a_window_says_why_it_has_no_what_if() {
     );
     assert!(!html.contains("smallest that fits"));
 }
+
+/// Every bundled trace and PyTorch snapshot.
+fn every_fixture() -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for (dir, suffix) in [("", ".vtrace"), ("torch", ".pickle.xz")] {
+        for entry in std::fs::read_dir(fixture(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.to_string_lossy().ends_with(suffix) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    assert!(found.len() >= 10, "{found:?}");
+    found
+}
+
+/// The points of every line and area of an SVG chart, each with a
+/// description of the element. An area's outline runs forward along its
+/// top and closes back along its base: the closing point is left out.
+fn series_points(svg: &str) -> Vec<(String, Vec<(f64, f64)>)> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("polyline") || n.has_tag_name("polygon"))
+        .map(|n| {
+            let mut points: Vec<(f64, f64)> = n
+                .attribute("points")
+                .unwrap_or("")
+                .split_whitespace()
+                .map(|p| {
+                    let (x, y) = p.split_once(',').expect("x,y");
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect();
+            if n.has_tag_name("polygon") {
+                points.pop();
+            }
+            let colour = n.attribute("stroke").or(n.attribute("fill")).unwrap_or("?");
+            (format!("<{} {colour}>", n.tag_name().name()), points)
+        })
+        .collect()
+}
+
+#[test]
+fn no_series_of_any_chart_goes_back_in_x_on_any_axis() {
+    let dir = scratch("charts-forward");
+    let mut backward = Vec::new();
+    for trace in every_fixture() {
+        let name = trace.file_name().unwrap().to_string_lossy().into_owned();
+        for chart in ["timeline", "fragmentation"] {
+            for axis in ["time", "events", "busy"] {
+                let out = dir.join(format!("{name}-{chart}-{axis}.svg"));
+                vramtrace([
+                    chart.as_ref(),
+                    trace.as_os_str(),
+                    "--x".as_ref(),
+                    axis.as_ref(),
+                    "-o".as_ref(),
+                    out.as_os_str(),
+                ])
+                .success();
+                let svg = read_svg(&out);
+                for (element, points) in series_points(&svg) {
+                    let steps_back = points.windows(2).filter(|w| w[1].0 < w[0].0).count();
+                    if steps_back > 0 {
+                        backward.push(format!(
+                            "{chart} --x {axis} of {name}: {element} of {} points goes back {steps_back} times",
+                            points.len()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(backward.is_empty(), "{}", backward.join("\n"));
+}
