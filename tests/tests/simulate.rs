@@ -254,3 +254,43 @@ fn min_capacity_reads_the_same_in_text_and_json() {
     let shown = format!("{:.2} GiB", min as f64 / (1u64 << 30) as f64);
     assert!(text.contains(&shown), "{shown} in:\n{text}");
 }
+
+#[test]
+fn the_reports_what_if_agrees_with_simulate_reserve_included() {
+    for name in ["leak.vtrace", "torch/cnn_eval_accumulate.pickle.xz"] {
+        let dir = scratch("what-if-agrees");
+        let page = dir.join("report.html");
+        let report = vramtrace([
+            "report",
+            &path(name),
+            "-o",
+            &page.display().to_string(),
+            "--json",
+        ])
+        .success()
+        .json();
+        let what_if = &report["what_if"];
+        let simulated = simulate_json(&[&path(name), "--min-capacity"]);
+        assert_eq!(
+            what_if["min_capacity_bytes"], simulated["min_capacity_bytes"],
+            "{name}: the report's smallest GPU is simulate's"
+        );
+        assert_eq!(what_if["reserve"], simulated["reserve"], "{name}");
+        // Every capacity the page lists, simulate runs to the same outcome.
+        for point in what_if["points"].as_array().unwrap() {
+            let capacity = point["capacity_bytes"].as_u64().unwrap();
+            let one = simulate_json(&[&path(name), "--capacity", &format!("{capacity}B")]);
+            assert_eq!(
+                one["oom"].is_null(),
+                point["first_oom"].is_null(),
+                "{name} at {capacity} bytes: report {point:#}, simulate {:#}",
+                one["oom"]
+            );
+        }
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(
+            html.contains("for the CUDA context (estimated)"),
+            "{name}: the page says what it keeps off the allocator"
+        );
+    }
+}

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use vramtrace::command::Warning;
 use vramtrace::command::ranks::{self, IN_FLIGHT};
 use vramtrace::command::report::{ReportOptions, ReportWritten, WrittenFile, report};
-use vramtrace::print;
+use vramtrace::{print, units};
 
 /// Arguments of `vramtrace report`.
 #[derive(clap::Args)]
@@ -41,6 +41,11 @@ pub struct Args {
     /// range of capacities), which costs a few simulations of the trace.
     #[arg(long)]
     no_what_if: bool,
+    /// Memory each device of the what-if keeps off the allocator for the
+    /// CUDA context (and NCCL), as `simulate --reserve` takes it. Default:
+    /// an estimate, 512MiB, and 1GiB more when the trace shows NCCL.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
+    reserve: Option<u64>,
     #[command(flatten)]
     replay: ReplayArgs,
     #[command(flatten)]
@@ -53,6 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         top: args.top as usize,
         explorer: Default::default(),
         what_if: !args.no_what_if,
+        reserve: args.reserve,
     };
     check_outputs(
         [args.output.as_path()],

@@ -158,6 +158,9 @@ pub struct Pass {
     pub info: PassInfo,
     /// The input's header.
     pub header: Header,
+    /// Whether the input shows NCCL (a distributed run), whose buffers a
+    /// what-if keeps off the allocator.
+    pub shows_nccl: bool,
     /// Truncation, a missing footer, an empty window.
     pub warnings: Vec<Warning>,
 }
@@ -227,6 +230,7 @@ impl<'a> Replay<'a> {
         let pass = Pass {
             warnings: Warning::of_pass(&passes.info, &self.window),
             header: events.header().clone(),
+            shows_nccl: crate::simulate::shows_nccl(events.header(), events.symbols()),
             info: passes.info,
         };
         Ok((passes.devices, pass))

@@ -19,8 +19,8 @@ use crate::analysis::summary::{Summary, SummaryReport};
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
 use crate::input::{Input, InputKind};
 use crate::progress::Progress;
-use crate::simulate::RequestExtractor;
 use crate::simulate::what_if::{WhatIf, what_if};
+use crate::simulate::{RequestExtractor, Reserve};
 use serde::Serialize;
 use vramtrace_format::{EventSource, Header};
 
@@ -38,6 +38,9 @@ pub struct ReportOptions {
     pub explorer: ExplorerOptions,
     /// Simulate the recorded settings at a range of capacities.
     pub what_if: bool,
+    /// Memory each simulated device keeps off the allocator for the CUDA
+    /// context (and NCCL), as `simulate` takes it: estimated when `None`.
+    pub reserve: Option<u64>,
 }
 
 /// Events past which a report leaves out its what-if section: the requests
@@ -242,7 +245,14 @@ pub fn report(
                 Ok((config, _)) => (config, true),
                 Err(_) => (Default::default(), false),
             };
-            what_if(&list, &config, recorded_settings, recorded_capacity)
+            let reserve = Reserve::stated_or_estimated(options.reserve, pass.shows_nccl);
+            what_if(
+                &list,
+                &config,
+                recorded_settings,
+                recorded_capacity,
+                reserve,
+            )
         });
     let mut summary = replay.result(summary.into_report())?;
     let leaks = replay.result(leaks.into_report())?;

@@ -297,10 +297,7 @@ fn simulate_device(
     let list = &extracted.list;
     let symbols = events.symbols();
     let nccl = simulate::shows_nccl(events.header(), symbols);
-    let reserve = match options.reserve {
-        Some(bytes) => Reserve::stated(bytes, nccl),
-        None => Reserve::estimate(nccl),
-    };
+    let reserve = Reserve::stated_or_estimated(options.reserve, nccl);
     let capacity = match &options.device {
         Some(d) if d.total_bytes <= reserve.bytes => {
             return Err(Error::Simulate {

@@ -355,17 +355,20 @@ class Trace:
         return compare(self, new, **options)
 
     def report(self, output: PathLike, *, baseline: Optional[PathLike] = None,
-               top: int = 10, what_if: bool = True, start: Bound = None,
+               top: int = 10, what_if: bool = True,
+               reserve: Union[None, int, str] = None, start: Bound = None,
                end: Bound = None, full_stacks: bool = False,
                skip_frames: Sequence[str] = ()) -> Path:
         """Writes every analysis into one self-contained HTML page at
         ``output`` (``vramtrace report``), with its explorer, a comparison
         against ``baseline`` if given, and unless ``what_if`` is false, the
-        recorded settings simulated at a range of GPU sizes; returns its
+        recorded settings simulated at a range of GPU sizes, each keeping
+        ``reserve`` off the allocator as :meth:`simulate` does; returns its
         path."""
         output = Path(output)
         args = ["report", "-o", os.fspath(output), "--top", str(top),
                 *_window(start, end, full_stacks, skip_frames),
+                *(["--reserve", _size(reserve)] if reserve is not None else []),
                 *_switches(no_what_if=not what_if)]
         if baseline is not None:
             args += ["--baseline", os.fspath(baseline)]
