@@ -146,6 +146,24 @@ def test_compare_names_what_grew_and_gates():
     assert (options.ignore_lines, options.per_iteration) == (True, True)
 
 
+def test_compare_keeps_the_device_picked():
+    two = FIXTURES / "two-devices.vtrace"
+    # A trace loaded with one device picked compares that device, against
+    # the same device of the other run, which may have only that one.
+    picked = vramtrace.compare(vramtrace.load(two, device=0), LEAK)
+    assert "by_device" not in picked
+    assert picked.base.name == "two-devices.vtrace"
+    assert vramtrace.load(two, device=0).compare(LEAK).headline == picked.headline
+    # Or picked for both runs by keyword.
+    assert vramtrace.compare(two, LEAK, device=0).headline == picked.headline
+    one = vramtrace.compare(two, two, device=1)
+    assert "by_device" not in one
+    both = vramtrace.compare(two, two)
+    assert [d.device for d in both.devices] == [0, 1]
+    with pytest.raises(ValueError, match="device 0 of the baseline and device 1 of the new run"):
+        vramtrace.compare(vramtrace.load(two, device=0), vramtrace.load(two, device=1))
+
+
 def test_simulate_a_smaller_gpu():
     run = vramtrace.load(LEAK)
     unlimited = run.simulate()

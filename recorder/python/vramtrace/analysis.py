@@ -216,6 +216,21 @@ def _size(value: Union[int, str]) -> str:
     return f"{value}B" if isinstance(value, int) else value
 
 
+def _compared_device(base: PathLike, new: PathLike, device: Optional[int]) -> List[str]:
+    """``--device N`` for :func:`compare`: the one asked for, else the one
+    the runs picked as :class:`Trace` objects."""
+    if device is None:
+        picked = {getattr(run, "device", None) for run in (base, new)} - {None}
+        if len(picked) > 1:
+            raise ValueError(
+                f"compare takes one device of each run, by its index: device "
+                f"{base.device} of the baseline and device {new.device} of the new run "
+                "differ (pass device= to pick one for both)"
+            )
+        device = picked.pop() if picked else None
+    return [] if device is None else ["--device", str(device)]
+
+
 def _decode(text: str, command: str) -> Result:
     try:
         value = json.loads(text, object_hook=Result)
@@ -372,7 +387,7 @@ class Trace:
                 *_switches(no_what_if=not what_if)]
         if baseline is not None:
             args += ["--baseline", os.fspath(baseline)]
-        _run([*args, "--", os.fspath(self.path)])
+        _run([*args, *self._device(), "--", os.fspath(self.path)])
         return output
 
 
@@ -393,10 +408,15 @@ def load(path: PathLike, device: Optional[int] = None) -> Trace:
 def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence[str]] = None,
             ignore_lines: bool = False, per_iteration: bool = False, top: int = 15,
             chart: bool = False, align: str = "time", x: str = "time",
-            start: Bound = None,
+            device: Optional[int] = None, start: Bound = None,
             end: Bound = None, full_stacks: bool = False,
             skip_frames: Sequence[str] = ()) -> Result:
     """What grew between two runs, and where (``vramtrace compare``).
+
+    ``device`` compares that device of each run; without it, the device a
+    loaded :class:`Trace` picked (``load(path, device=1)``) is compared, in
+    both runs. Runs that pick different devices are a ``ValueError``: the
+    analyzer compares one device of each, by its index.
 
     ``fail_on`` are gate thresholds (``"peak_allocated:+5%"``, see
     docs/compare.md); a crossed threshold is no error: ``result.gate.passed``
@@ -412,6 +432,7 @@ def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence
         *_repeated("--fail-on", fail_on),
         *_switches(ignore_lines=ignore_lines, per_iteration=per_iteration),
         *(["--align", align, "--x", x] if chart else []),
+        *_compared_device(base, new, device),
     ]
     # Exit code 1 is the gate's verdict, which the result carries.
     return _json("compare", options, [base, new], chart=chart, ok_codes=(0, 1))
