@@ -1,7 +1,7 @@
 //! `vramtrace compare BASE NEW`: did a change make memory worse, where, and
 //! by how much; a CI gate with `--fail-on`.
 
-use super::common::{InputArgs, ReplayArgs, XArg, check_outputs, open, rank_inputs, shown};
+use super::common::{InputArgs, ReplayArgs, XArg, check_outputs, expand_folders, open, shown};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
@@ -172,8 +172,8 @@ fn rank_sets(args: &Args, options: &CompareCommandOptions) -> anyhow::Result<Exi
     if args.output.is_some() {
         anyhow::bail!("-o draws two traces: compare one rank's traces to draw it");
     }
-    let (base, _) = rank_inputs(std::slice::from_ref(&args.base))?;
-    let (new, _) = rank_inputs(std::slice::from_ref(&args.new))?;
+    let base = expand_folders(std::slice::from_ref(&args.base))?;
+    let new = expand_folders(std::slice::from_ref(&args.new))?;
     let (ranks_from, pairs) = ranks::pair_ranks(&base, &new)?;
     let progress = Bars::new();
     let compared = ranks::for_each_rank(&pairs, IN_FLIGHT, |(rank, b, n)| -> anyhow::Result<_> {

@@ -37,6 +37,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     args.common.check_one_chart(args.output.as_deref())?;
     for_each_trace(
         &args.common,
+        &args.common.traces,
         |input, progress| {
             let result = fragmentation(input, &options, progress)?;
             warn_about(input.path(), &result.warnings);

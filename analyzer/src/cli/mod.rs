@@ -55,8 +55,9 @@ enum Command {
     Info(info::Args),
     /// Convert a PyTorch memory snapshot (pickle, optionally gz/xz/zst) into a trace.
     Import(import::Args),
-    /// Summarize a trace: peaks, top allocation sites at the peak, OOMs; or
-    /// several (a distributed run's ranks, or a folder of them) in a rank table.
+    /// Summarize a trace: peaks, top allocation sites at the peak, OOMs; several
+    /// each on its own, or a distributed run's ranks (or a folder of them) in
+    /// a rank table.
     Summary(summary::Args),
     /// Show cached and fragmented memory over time.
     Fragmentation(fragmentation::Args),

@@ -631,16 +631,17 @@ fn ranks_section(r: &ReportResult, ranks: &crate::command::ranks::RanksSection) 
         "<figure>{}<figcaption>Each rank's allocated and reserved memory over time, on one time axis and one memory scale, so that the ranks compare at a glance.</figcaption></figure>",
         svg::ranks::render(&ranks.timelines)
     );
-    html.push_str("<details><summary>The rank table</summary><table><tr><th class=\"num\">rank</th><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th><th class=\"num\">allocated at the end</th></tr>");
+    html.push_str("<details><summary>The rank table</summary><table><tr><th class=\"num\">rank</th><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th><th class=\"num\">allocated at the end</th><th>file</th></tr>");
     for row in &t.rows {
         let _ = write!(
             html,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td></tr>",
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td><td>{}</td></tr>",
             row.rank,
             row.device,
             peak_cells(&row.peak_allocated),
             peak_cells(&row.peak_reserved),
-            units::bytes(row.end_allocated)
+            units::bytes(row.end_allocated),
+            escape(&crate::command::file_name(std::path::Path::new(&row.path)))
         );
     }
     html.push_str("</table></details>");

@@ -3,11 +3,13 @@
 use super::devices::peak_cells;
 use crate::analysis::categories::Category;
 use crate::command::compare::CompareResult;
+use crate::command::file_name;
 use crate::command::leaks::LeaksResult;
 use crate::command::ranks::{RankResults, RankSource, RankTable, Spread};
 use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
 use crate::units;
+use std::path::Path;
 
 fn spread_line(name: &str, spread: &Spread) -> String {
     format!(
@@ -71,6 +73,7 @@ pub fn ranks(table: &RankTable) -> String {
         ("at end", Align::Right),
     ];
     columns.extend(categories.iter().map(|c| (c.label(), Align::Right)));
+    columns.push(("file", Align::Left));
     let mut t = Table::new(&columns);
     for row in &table.rows {
         let [a, a_at] = peak_cells(&row.peak_allocated);
@@ -89,6 +92,7 @@ pub fn ranks(table: &RankTable) -> String {
                 .iter()
                 .map(|&c| units::bytes(row.categories_at_peak.get(c).bytes)),
         );
+        cells.push(file_name(Path::new(&row.path)));
         t.row(cells);
     }
     text.push('\n');
@@ -127,6 +131,7 @@ pub fn rank_leaks(set: &RankResults<LeaksResult>) -> String {
         ("fastest", Align::Right),
         ("site", Align::Left),
         ("never freed", Align::Right),
+        ("file", Align::Left),
     ]);
     for row in &set.rows {
         let r = &row.result.report;
@@ -148,6 +153,7 @@ pub fn rank_leaks(set: &RankResults<LeaksResult>) -> String {
             fastest,
             site,
             units::bytes(r.never_freed_bytes),
+            file_name(Path::new(&row.result.path)),
         ]);
     }
     ranks_line(set.ranks_from, set.rows.len()) + &t.render(0)
@@ -162,6 +168,7 @@ pub fn rank_compare(set: &RankResults<CompareResult>) -> String {
         ("new peak", Align::Right),
         ("change", Align::Right),
         ("gate", Align::Left),
+        ("files", Align::Left),
     ]);
     for row in &set.rows {
         let c = &row.result;
@@ -191,6 +198,10 @@ pub fn rank_compare(set: &RankResults<CompareResult>) -> String {
             new,
             change,
             gate,
+            format!(
+                "{} against {}",
+                c.comparison.new.name, c.comparison.base.name
+            ),
         ]);
     }
     let failed = set.rows.iter().filter(|r| !r.result.gate.passed).count();
