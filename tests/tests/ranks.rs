@@ -84,3 +84,35 @@ fn ranks_are_read_from_headers_or_when_asked_and_rows_name_their_files() {
     .fails_with(2);
     assert!(run.stderr.contains("--ranks"), "{}", run.stderr);
 }
+
+#[test]
+fn equal_peaks_are_said_to_be_equal_not_a_rank_against_itself() {
+    let leak = path("leak.vtrace");
+    let text = vramtrace(["summary", "--ranks", &leak, &leak])
+        .success()
+        .stdout;
+    let spread: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("spread"))
+        .take(2)
+        .collect();
+    assert_eq!(spread.len(), 2, "{text}");
+    for line in spread {
+        assert!(!line.contains(" to rank"), "a rank against itself: {line}");
+        assert!(line.contains("equal on every rank"), "{line}");
+    }
+    let dir = scratch("ranks-equal");
+    let out = dir.join("report.html");
+    vramtrace([
+        "report",
+        "--ranks",
+        &leak,
+        &leak,
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .success();
+    let page = std::fs::read_to_string(&out).unwrap();
+    assert!(!page.contains("rank 0 to rank 0"), "the report's spread");
+    assert!(page.contains("equal on every rank"));
+}

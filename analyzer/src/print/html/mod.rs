@@ -615,15 +615,9 @@ fn ranks_section(r: &ReportResult, ranks: &crate::command::ranks::RanksSection) 
     if let (Some(a), Some(res)) = (&t.allocated, &t.reserved) {
         let _ = write!(
             html,
-            "<p>Spread between ranks: allocated {} ({} of the highest, rank {} to rank {}), reserved {} ({}, rank {} to rank {}).</p>",
-            units::bytes(a.bytes),
-            units::percent(a.fraction),
-            a.lowest.rank,
-            a.highest.rank,
-            units::bytes(res.bytes),
-            units::percent(res.fraction),
-            res.lowest.rank,
-            res.highest.rank
+            "<p>Spread between ranks: {}; {}.</p>",
+            escape(&super::text::spread_line("allocated", a)),
+            escape(&super::text::spread_line("reserved", res))
         );
     }
     let _ = write!(

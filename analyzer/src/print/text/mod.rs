@@ -20,6 +20,7 @@ pub use fragmentation::fragmentation;
 pub use import::import;
 pub use info::info;
 pub use leaks::leaks;
+pub(crate) use ranks::spread_line;
 pub use ranks::{rank_compare, rank_leaks, ranks};
 pub use report::report_written;
 pub use simulate::simulate;

@@ -11,7 +11,15 @@ use crate::print::table::{Align, Table};
 use crate::units;
 use std::path::Path;
 
-fn spread_line(name: &str, spread: &Spread) -> String {
+/// How far apart the ranks' `name` peaks are, from the lowest rank to the
+/// highest; equal peaks are said to be equal, not a rank against itself.
+pub(crate) fn spread_line(name: &str, spread: &Spread) -> String {
+    if spread.bytes == 0 {
+        return format!(
+            "{name} none: equal on every rank, {}",
+            units::bytes(spread.highest.bytes)
+        );
+    }
     format!(
         "{name} {} ({} of the highest), rank {} (device {}) at {} to rank {} (device {}) at {}",
         units::bytes(spread.bytes),
@@ -37,14 +45,10 @@ pub fn ranks(table: &RankTable) -> String {
     );
     if let (Some(a), Some(r)) = (&table.allocated, &table.reserved) {
         text.push_str(&format!(
-            "{:<10}allocated: rank {} (device {}), {}; reserved: rank {} (device {}), {}\n",
+            "{:<10}allocated: {}; reserved: {}\n",
             "highest",
-            a.highest.rank,
-            a.highest.device,
-            units::bytes(a.highest.bytes),
-            r.highest.rank,
-            r.highest.device,
-            units::bytes(r.highest.bytes),
+            highest(a),
+            highest(r)
         ));
         text.push_str(&format!(
             "{:<10}{}\n",
@@ -101,6 +105,20 @@ pub fn ranks(table: &RankTable) -> String {
         text.push_str("(categories at each allocated peak)\n");
     }
     text
+}
+
+/// The rank whose peak is highest, or that every rank's is the same.
+fn highest(spread: &Spread) -> String {
+    let h = &spread.highest;
+    if spread.bytes == 0 {
+        return format!("every rank, {}", units::bytes(h.bytes));
+    }
+    format!(
+        "rank {} (device {}), {}",
+        h.rank,
+        h.device,
+        units::bytes(h.bytes)
+    )
 }
 
 /// Where ranks were read, in words.
