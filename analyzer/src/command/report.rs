@@ -254,7 +254,7 @@ pub fn report(
                 reserve,
             )
         });
-    let mut summary = replay.result(summary.into_report())?;
+    let mut summary = super::summary::of_window(replay.result(summary.into_report())?, &pass);
     let leaks = replay.result(leaks.into_report())?;
     let (comparison, base_timeline, baseline_warnings) = match (base, site_totals, phase_totals) {
         (Some(base), Some(site_totals), Some(phase_totals)) => {

@@ -1,6 +1,6 @@
 //! `summary`: the first thing to run on a trace.
 
-use super::{ByDevice, Replay, ReplayOptions, Warning};
+use super::{ByDevice, Pass, Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::summary::{Summary, SummaryReport};
 use crate::input::Input;
@@ -35,6 +35,15 @@ pub struct SummaryResult {
     pub warnings: Vec<Warning>,
 }
 
+/// A pass's summary, with no peak when its window holds no event.
+pub(crate) fn of_window(summary: SummaryReport, pass: &Pass) -> SummaryReport {
+    if pass.warnings.contains(&Warning::EmptyWindow) {
+        summary.of_empty_window()
+    } else {
+        summary
+    }
+}
+
 /// Summarizes each device of an input, in one pass.
 pub fn summary(
     input: &Input,
@@ -49,7 +58,7 @@ pub fn summary(
                 path: input.path().display().to_string(),
                 device: 0,
                 rank: super::ranks::header_rank(&pass.header),
-                summary: replay.result(summary.into_report())?,
+                summary: of_window(replay.result(summary.into_report())?, pass),
                 warnings: Vec::new(),
             })
         },

@@ -10,6 +10,12 @@ use crate::units;
 /// The summary as text; `full`: sites are whole stacks, listed below the table.
 pub fn summary(out: &SummaryResult, full: bool) -> String {
     let r = &out.summary;
+    if r.empty_window {
+        return format!(
+            "{:<10}{}\n{:<10}0\n{:<10}none: no event lies inside the window\n",
+            "trace", out.path, "events", "peaks"
+        );
+    }
     let mut lines: Vec<(&str, String)> = vec![("trace", out.path.clone())];
     lines.push((
         "duration",
