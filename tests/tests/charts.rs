@@ -321,30 +321,63 @@ fn a_window_sets_the_timeline_axis_and_the_axis_can_count_events_or_busy_time() 
 }
 
 #[test]
-fn legend_names_are_shortened_from_the_left_to_fit() {
+fn legends_name_each_site_once_with_the_users_line_first() {
     let dir = scratch("timeline-legend");
-    let out = dir.join("gpt2.svg");
-    let trace = fixture("torch/gpt2_train.pickle.xz");
-    vramtrace([
-        "timeline".as_ref(),
-        trace.as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-    ])
-    .success();
-    let svg = read_svg(&out);
-    let shown = texts(&svg);
-    // GPT-2's sites live deep in transformers/: their ends (file:line) stay.
-    let shortened: Vec<&str> = shown.lines().filter(|l| l.starts_with('…')).collect();
-    assert!(!shortened.is_empty(), "{shown}");
-    for label in &shortened {
-        assert!(label.ends_with(')'), "cut at the end: {label}");
-        assert!(
-            label.chars().count() <= 32,
-            "too long for the legend: {label}"
+    for name in ["gpt2_train", "cnn_eval_accumulate"] {
+        let out = dir.join(format!("{name}.svg"));
+        let trace = fixture(&format!("torch/{name}.pickle.xz"));
+        vramtrace([
+            "timeline".as_ref(),
+            trace.as_os_str(),
+            "--by".as_ref(),
+            "site".as_ref(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ])
+        .success();
+        let svg = read_svg(&out);
+        let shown = texts(&svg);
+        let lines: Vec<&str> = shown
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        // A legend entry is a site's line, and its library frame after `via`
+        // on the next line when both do not fit on one.
+        let mut entries: Vec<String> = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            if line.starts_with("via ") {
+                let user = lines[i - 1];
+                assert!(
+                    user.ends_with(')') && !user.starts_with("via "),
+                    "{name}: `{line}` follows no user line: `{user}`"
+                );
+                *entries.last_mut().unwrap() = format!("{user} {line}");
+            } else if line.ends_with(')') && line.contains(".py:") {
+                entries.push(line.to_string());
+            }
+        }
+        assert!(entries.len() >= 6, "{name}: {shown}");
+        for entry in &entries {
+            assert!(
+                entry.contains(".py:"),
+                "{name}: a site without its file and line: {entry}"
+            );
+        }
+        let mut distinct = entries.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            entries.len(),
+            "{name}: two sites share a name: {entries:#?}"
         );
+        // The peak's note names the user's line first, not a cut tail.
+        let largest = lines.iter().find(|l| l.starts_with("largest: ")).unwrap();
+        assert!(!largest.starts_with("largest: …"), "{largest}");
     }
     // Tick labels are 16 px: readable when the chart is 1400 px wide.
+    let svg = std::fs::read_to_string(dir.join("gpt2_train.svg")).unwrap();
     assert!(
         svg.contains("font-size=\"16") || svg.contains("font-size:16"),
         "no 16 px labels"

@@ -5,7 +5,6 @@
 
 use super::axis::{XScale, steps};
 use super::palette;
-use super::timeline::short;
 use super::{ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, Tooltips, WIDTH};
 use crate::analysis::compare::{Change, Comparison, Iterations, Presence, SiteDelta};
 use crate::analysis::pauses::XAxis;
@@ -81,8 +80,8 @@ pub fn render(
         let (plot, legend) = upper.split_horizontally(WIDTH);
         let title = format!(
             "Memory over time: {} (baseline) vs {}",
-            short(base.name, 40),
-            short(new.name, 40)
+            labels::cut_left(base.name, 40),
+            labels::cut_left(new.name, 40)
         );
         draw_timelines(&plot, &legend, &title, [base, new], &axes, &mut tips)?;
         let (bars, _) = lower.split_horizontally(WIDTH + LEGEND_WIDTH - 40);
@@ -248,7 +247,11 @@ fn draw_timelines(
         );
         ctx.draw_series(LineSeries::new(allocated, colour.stroke_width(2)))
             .map_err(super::draw_error)?;
-        entries.push((format!("{role}: {}", short(run.name, 30)), colour, false));
+        entries.push((
+            format!("{role}: {}", labels::cut_left(run.name, 30)),
+            colour,
+            false,
+        ));
         entries.push((format!("{role} reserved"), colour, true));
         if let Some(peak) = &run.timeline.peak {
             let (px, py) = ctx.backend_coord(&(axis.x(peak.time_ns), scale.scale(peak.bytes)));
@@ -315,13 +318,22 @@ fn draw_legend(
             .map_err(super::draw_error)?;
         }
         area.draw(&Text::new(
-            short(label, fit),
+            labels::cut_left(label, fit),
             (24, y - 1),
             (FONT, super::font_size(LABEL_PX - 1)).into_font(),
         ))
         .map_err(super::draw_error)?;
     }
     Ok(())
+}
+
+/// What a bar's label says of a site only one run has.
+fn marker(site: &SiteDelta) -> &'static str {
+    match site.presence {
+        Presence::New => " [new]",
+        Presence::Gone => " [gone]",
+        Presence::Both => "",
+    }
 }
 
 /// Draws the bars in `area`; labels go on `root` at the pixel positions the
@@ -387,7 +399,15 @@ fn draw_bars(
     ))
     .map_err(super::draw_error)?;
     let (plot_x, _) = ctx.plotting_area().get_pixel_range();
-    for (i, site) in sites.iter().enumerate() {
+    // Names shortened to fit the label column at 14 px with their marker,
+    // numbered where two meet.
+    let column = (BAR_LABELS_PX as usize - 20) * 100 / (14 * 55);
+    let mut names: Vec<String> = sites
+        .iter()
+        .map(|site| labels::site_within(&site.site, column - marker(site).len()))
+        .collect();
+    labels::number_alike(&mut names, column - " [gone]".len());
+    for (i, (site, name)) in sites.iter().zip(names).enumerate() {
         let delta = site.rank_delta();
         let value = delta.signum() * scale.scale(delta.abs() as u64);
         let colour = if delta > 0.0 { palette::ALERT } else { BETTER };
@@ -409,14 +429,7 @@ fn draw_bars(
             .pos(Pos::new(h, VPos::Center));
         root.draw(&Text::new(text, (tx, by), style))
             .map_err(super::draw_error)?;
-        let marker = match site.presence {
-            Presence::New => " [new]",
-            Presence::Gone => " [gone]",
-            Presence::Both => "",
-        };
-        // Shortened from the left to fit the label column at 14 px.
-        let fit = (BAR_LABELS_PX as usize - 20) * 100 / (14 * 55) - marker.len();
-        let label = format!("{}{marker}", short(&labels::site_label(&site.site), fit));
+        let label = format!("{name}{}", marker(site));
         // Right-aligned against the plot, so each label sits by its bar.
         root.draw(&Text::new(
             label,

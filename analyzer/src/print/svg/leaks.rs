@@ -2,10 +2,9 @@
 //! phase with the fitted growth line, and the growing sites as bars.
 
 use super::palette::{self, Palette};
-use super::timeline::short;
 use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
 use crate::analysis::leaks::{PhaseGrowth, Trend};
-use crate::print::labels::site_label;
+use crate::print::labels::{self, site_label};
 use crate::units;
 use plotters::prelude::*;
 
@@ -173,7 +172,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             let (lx, ly) = bars.backend_coord(&(0.0, y1));
             right
                 .draw(&Text::new(
-                    short(&site_label(&site.site.site), 48),
+                    labels::site_within(&site.site.site, 48),
                     (
                         lx + 4 - right.get_base_pixel().0,
                         ly - 14 - right.get_base_pixel().1,

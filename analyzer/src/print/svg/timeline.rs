@@ -10,7 +10,7 @@ use crate::print::labels;
 
 /// Room to the right of the plot for the legend: site names are long, and
 /// a legend inside the plot would hide the data under it.
-const LEGEND_WIDTH: u32 = 320;
+const LEGEND_WIDTH: u32 = 400;
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineSample};
 use crate::units;
 use plotters::prelude::*;
@@ -72,7 +72,8 @@ pub fn render(
             (t0, t1),
             (plot_x.end - plot_x.start).max(1),
         );
-        // (label, colour, drawn as a line) in legend order, top entry first.
+        // (label, colour, drawn as a line) in legend order, top entry first;
+        // a label may run over two lines.
         let mut legend: Vec<(String, RGBColor, bool)> = Vec::new();
         // Stacked areas: draw each cumulative sum from the top category
         // down, so lower categories paint over the upper ones' bases.
@@ -85,7 +86,12 @@ pub fn render(
             }));
             ctx.draw_series(AreaSeries::new(points, 0.0, colour.mix(0.85)))
                 .map_err(super::draw_error)?;
-            legend.push((label_of(chart, &chart.categories[k]), colour, false));
+            legend.push((legend_label(chart, &chart.categories[k]), colour, false));
+        }
+        let mut names: Vec<String> = legend.iter().map(|(name, _, _)| name.clone()).collect();
+        labels::number_alike(&mut names, LEGEND_CHARS);
+        for ((name, _, _), numbered) in legend.iter_mut().zip(names) {
+            *name = numbered;
         }
         let reserved = steps(shown.iter().map(|&(x, s)| (x, scale.scale(s.reserved))));
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
@@ -123,22 +129,30 @@ pub fn render(
             root.draw(&Circle::new((px, py), 5, palette::ALERT.filled()))
                 .map_err(super::draw_error)?;
             let text = format!("peak {}", units::bytes(peak.bytes));
+            // The label goes beside the point on the side with more room (to
+            // its left when the peak sits in the right half), its site
+            // shortened to that room: about 8 px a character at 14 px.
+            let (plot_x, _) = ctx.plotting_area().get_pixel_range();
+            let left_side = px > (plot_x.start + plot_x.end) / 2;
+            let room = if left_side {
+                px - 10 - plot_x.start
+            } else {
+                plot_x.end - px - 10
+            };
             let detail = if peak.category.is_empty() {
                 String::new()
             } else {
+                let bytes = units::bytes(peak.category_bytes);
+                let fit = (room / 8).max(0) as usize;
+                let fit = fit.saturating_sub("largest:  ()".len() + bytes.len());
                 format!(
-                    "largest: {} ({})",
-                    short(&label_of(chart, &peak.category), 50),
-                    units::bytes(peak.category_bytes)
+                    "largest: {} ({bytes})",
+                    label_within(chart, &peak.category, fit.max(12))
                 )
             };
-            // Keep the label inside the plot: to the left of the point when
-            // the peak sits in the right half.
-            let (plot_x, _) = ctx.plotting_area().get_pixel_range();
-            let left_side = px > (plot_x.start + plot_x.end) / 2;
             let estimated_width = 8 * text.len().max(detail.chars().count()) as i32;
             let lx = if left_side {
-                px - 10 - estimated_width
+                (px - 10 - estimated_width).max(plot_x.start + 4)
             } else {
                 px + 10
             };
@@ -221,30 +235,44 @@ fn x_range(chart: &Timeline, xs: &XScale) -> (f64, f64) {
     if b > a { (a, b) } else { (a, a + 1.0) }
 }
 
-/// A category's name as the chart shows it: a site's shortened, others as
-/// they are.
-fn label_of(chart: &Timeline, category: &str) -> String {
+/// Characters of the legend that fit beside a swatch, at about 0.55 em
+/// each.
+const LEGEND_CHARS: usize = ((LEGEND_WIDTH - 30) * 100 / (LABEL_PX * 55)) as usize;
+
+/// A category's name within `max` characters on one line: a site's with
+/// the user's own line first (see [`labels::site_within`]), others cut from
+/// the left.
+fn label_within(chart: &Timeline, category: &str, max: usize) -> String {
     match chart.grouped_by {
-        GroupBy::Site => labels::site_label(category),
-        _ => category.to_string(),
+        GroupBy::Site => labels::site_within(category, max),
+        _ => labels::cut_left(category, max),
+    }
+}
+
+/// A category's name in the legend: a site's user line, then the library
+/// frame `via` on a second line when both do not fit on one.
+fn legend_label(chart: &Timeline, category: &str) -> String {
+    match chart.grouped_by {
+        GroupBy::Site => labels::site_lines_within(category, LEGEND_CHARS).join("\n"),
+        _ => labels::cut_left(category, LEGEND_CHARS),
     }
 }
 
 /// Draws the legend in its column, from `top` down: a swatch (or a line)
-/// and the label, shortened from the left to fit (the end of a site, its
-/// file and line, tells most).
+/// and the label, each of its lines (already fitted) below the one before,
+/// the second and later lines in grey.
 fn draw_legend(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     top: i32,
     entries: &[(String, RGBColor, bool)],
 ) -> Result<(), ChartError> {
-    const ROW: i32 = 22;
-    // Characters that fit beside the swatch, at about 0.55 em each.
-    let fit = ((LEGEND_WIDTH as i32 - 30) * 100 / (LABEL_PX as i32 * 55)).max(8) as usize;
+    // A line's height, and the gap between entries.
+    const LINE: i32 = 19;
+    const GAP: i32 = 3;
     // The area's own coordinates start at its left edge.
     let x0 = 0;
-    for (i, (label, colour, line)) in entries.iter().enumerate() {
-        let y = top + 6 + ROW * i as i32;
+    let mut y = top + 6;
+    for (label, colour, line) in entries {
         if *line {
             area.draw(&PathElement::new(
                 [(x0 + 4, y + 6), (x0 + 18, y + 6)],
@@ -257,12 +285,19 @@ fn draw_legend(
             ))
         }
         .map_err(super::draw_error)?;
-        area.draw(&Text::new(
-            short(label, fit),
-            (x0 + 24, y - 1),
-            (FONT, super::font_size(LABEL_PX - 1)).into_font(),
-        ))
-        .map_err(super::draw_error)?;
+        for (i, text) in label.lines().enumerate() {
+            let colour = if i == 0 { BLACK } else { RGBColor(90, 90, 90) };
+            area.draw(&Text::new(
+                text.to_string(),
+                (x0 + 24, y - 1),
+                (FONT, super::font_size(LABEL_PX - 1))
+                    .into_font()
+                    .color(&colour),
+            ))
+            .map_err(super::draw_error)?;
+            y += LINE;
+        }
+        y += GAP;
     }
     Ok(())
 }
@@ -326,7 +361,7 @@ fn draw_phase_bands(
         ))
         .map_err(super::draw_error)?;
         let width_px = x1 - x0;
-        let text = short(&phase.name, 40);
+        let text = labels::cut_left(&phase.name, 40);
         if width_px > 8 * text.len() as i32 + 6 && h >= 12 {
             labels.push((text, (x0 + 3, y0 + h - 4)));
         }
@@ -383,7 +418,7 @@ fn add_sample_tooltips(
         for (k, v) in parts.into_iter().take(5) {
             text.push_str(&format!(
                 "\n  {}: {}",
-                short(&chart.categories[k], 60),
+                label_within(chart, &chart.categories[k], 60),
                 units::bytes(v)
             ));
         }
@@ -400,17 +435,6 @@ fn add_sample_tooltips(
             &text,
         );
     }
-}
-
-/// Shortens a label to at most `max` characters, keeping its end (the
-/// file:line part of a site is the most telling).
-pub fn short(text: &str, max: usize) -> String {
-    let n = text.chars().count();
-    if n <= max {
-        return text.to_string();
-    }
-    let tail: String = text.chars().skip(n - (max - 1)).collect();
-    format!("…{tail}")
 }
 
 #[cfg(test)]
@@ -494,11 +518,5 @@ mod tests {
         ] {
             assert!(svg.contains(expected), "missing {expected}");
         }
-    }
-
-    #[test]
-    fn short_keeps_the_end() {
-        assert_eq!(short("abcdef", 4), "…def");
-        assert_eq!(short("abc", 4), "abc");
     }
 }
