@@ -481,3 +481,52 @@ fn no_series_of_any_chart_goes_back_in_x_on_any_axis() {
     }
     assert!(backward.is_empty(), "{}", backward.join("\n"));
 }
+
+#[test]
+fn a_snapshots_table_and_charts_default_to_busy_time_with_no_empty_row() {
+    let trace = fixture("torch/cnn_eval_accumulate.pickle.xz");
+    let table = |x: Option<&str>| {
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "fragmentation".as_ref(),
+            trace.as_os_str(),
+            "--json".as_ref(),
+        ];
+        if let Some(x) = x {
+            args.push("--x".as_ref());
+            args.push(x.as_ref());
+        }
+        vramtrace(args).success().json()
+    };
+    // On wall-clock time, the snapshot's pauses leave rows without events.
+    let time = table(Some("time"));
+    assert_eq!(time["axis"], "time");
+    let empty = |t: &serde_json::Value| {
+        t["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["events"] == 0)
+            .count()
+    };
+    assert!(empty(&time) > 0, "the fixture has idle time buckets");
+    let busy = table(None);
+    assert_eq!(busy["axis"], "busy");
+    assert_eq!(busy["buckets"].as_array().map(Vec::len), Some(20));
+    assert_eq!(empty(&busy), 0, "{busy:#}");
+    let events = table(Some("events"));
+    assert_eq!(events["axis"], "events");
+    assert_eq!(empty(&events), 0);
+    // The charts open on busy time too.
+    let dir = scratch("snapshot-axes");
+    for chart in ["timeline", "fragmentation"] {
+        let out = dir.join(format!("{chart}.svg"));
+        vramtrace([
+            chart.as_ref(),
+            trace.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ])
+        .success();
+        assert!(texts(&read_svg(&out)).contains("busy time (idle gaps cut)"));
+    }
+}

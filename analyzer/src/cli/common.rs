@@ -279,11 +279,11 @@ pub fn file_name(path: &Path) -> String {
     vramtrace::command::file_name(path)
 }
 
-/// What a chart's x axis measures (`--x`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a chart's x axis measures (`--x`); without it, the input's
+/// default ([`vramtrace::command::default_axis`]).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum XArg {
     /// Time since the first event.
-    #[default]
     Time,
     /// The event index, as PyTorch's viewer counts.
     Events,
@@ -300,6 +300,12 @@ impl From<XArg> for vramtrace::analysis::pauses::XAxis {
             XArg::Busy => XAxis::Busy,
         }
     }
+}
+
+/// The x axis asked for, else the input's default: busy time for a
+/// snapshot, time for a trace.
+pub fn x_axis(x: Option<XArg>, input: &Input) -> vramtrace::analysis::pauses::XAxis {
+    x.map_or_else(|| vramtrace::command::default_axis(input), Into::into)
 }
 
 /// Refuses an output that is one of the inputs (the same file, under any

@@ -143,6 +143,18 @@ impl Warning {
     }
 }
 
+/// The x axis a chart of this input has unless told otherwise: busy time
+/// for a PyTorch snapshot, whose history reaches back across long pauses
+/// (on a time axis its work would be squeezed into a sliver), time for a
+/// trace.
+pub fn default_axis(input: &Input) -> crate::analysis::pauses::XAxis {
+    use crate::analysis::pauses::XAxis;
+    match input.kind() {
+        crate::input::InputKind::TorchSnapshot => XAxis::Busy,
+        crate::input::InputKind::Trace => XAxis::Time,
+    }
+}
+
 /// An opened input with its window resolved, ready for replay passes.
 pub struct Replay<'a> {
     input: &'a Input,

@@ -17,7 +17,7 @@ use crate::analysis::phase_totals::PhaseTotals;
 use crate::analysis::site_totals::SiteTotals;
 use crate::analysis::summary::{Summary, SummaryReport};
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
-use crate::input::{Input, InputKind};
+use crate::input::Input;
 use crate::progress::Progress;
 use crate::simulate::what_if::{WhatIf, what_if};
 use crate::simulate::{RequestExtractor, Reserve};
@@ -292,10 +292,7 @@ pub fn report(
         timeline: replay.result(timeline.into_report())?,
         category_timeline: replay.result(category_timeline.into_report())?,
         explorer: replay.result(explorer.into_report())?,
-        default_axis: match input.kind() {
-            InputKind::TorchSnapshot => XAxis::Busy,
-            InputKind::Trace => XAxis::Time,
-        },
+        default_axis: super::default_axis(input),
         what_if,
         what_if_left_out,
         comparison,

@@ -267,6 +267,16 @@ def test_charts_along_events_or_busy_time():
     assert "event index" in run.compare(CLEAN, chart=True, x="events").chart.svg
 
 
+def test_a_snapshots_charts_default_to_busy_time():
+    # A snapshot's history reaches back across long pauses: on a time axis
+    # its work would be squeezed into a sliver.
+    snapshot = vramtrace.load(SNAPSHOT)
+    assert "busy time" in snapshot.timeline().chart.svg
+    assert "busy time" in snapshot.fragmentation(chart=True).chart.svg
+    assert "busy time" not in snapshot.timeline(x="time").chart.svg
+    assert "busy time" not in vramtrace.load(LEAK).timeline().chart.svg
+
+
 def test_report_writes_html(tmp_path):
     out = vramtrace.load(LEAK).report(tmp_path / "report.html", baseline=CLEAN)
     text = out.read_text()

@@ -312,17 +312,18 @@ class Trace:
         return _json("leaks", [*options, *self._device()], [self.path], chart=chart)
 
     def fragmentation(self, *, buckets: int = 20, chart: bool = False,
-                      x: str = "time", start: Bound = None, end: Bound = None,
+                      x: Optional[str] = None, start: Bound = None, end: Bound = None,
                       full_stacks: bool = False,
                       skip_frames: Sequence[str] = ()) -> Result:
         """Cached free memory, largest free block and fragmentation over
-        ``buckets`` spans of time (``vramtrace fragmentation``); ``chart``
-        also draws them, along ``x`` (as :meth:`timeline`)."""
+        ``buckets`` spans (``vramtrace fragmentation``) of equal width along
+        ``x`` (as :meth:`timeline`: by default busy time for a snapshot,
+        time for a trace); ``chart`` also draws them."""
         options = ["--buckets", str(buckets), *_window(start, end, full_stacks, skip_frames),
-                   *(["--x", x] if chart else [])]
+                   *(["--x", x] if x is not None else [])]
         return _json("fragmentation", [*options, *self._device()], [self.path], chart=chart)
 
-    def timeline(self, *, by: str = "site", top: int = 8, x: str = "time",
+    def timeline(self, *, by: str = "site", top: int = 8, x: Optional[str] = None,
                  start: Bound = None, end: Bound = None, full_stacks: bool = False,
                  skip_frames: Sequence[str] = ()) -> Result:
         """Memory over time, stacked by ``by`` (``"site"``, ``"phase"`` or
@@ -331,9 +332,11 @@ class Trace:
         The result holds the samples (``categories``, ``samples``) and the
         chart, which Jupyter draws inline; ``.chart.save("timeline.svg")``
         writes it. Its x axis is ``x``: ``"time"``, ``"events"`` (the event
-        index) or ``"busy"`` (time with idle gaps cut short).
+        index) or ``"busy"`` (time with idle gaps cut short); by default busy
+        time for a PyTorch snapshot (its history reaches back across long
+        pauses), time for a trace.
         """
-        options = ["--by", by, "--top", str(top), "--x", x,
+        options = ["--by", by, "--top", str(top), *(["--x", x] if x is not None else []),
                    *_window(start, end, full_stacks, skip_frames)]
         return _json("timeline", [*options, *self._device()], [self.path], chart=True)
 
@@ -407,7 +410,7 @@ def load(path: PathLike, device: Optional[int] = None) -> Trace:
 
 def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence[str]] = None,
             ignore_lines: bool = False, per_iteration: bool = False, top: int = 15,
-            chart: bool = False, align: str = "time", x: str = "time",
+            chart: bool = False, align: str = "time", x: Optional[str] = None,
             device: Optional[int] = None, start: Bound = None,
             end: Bound = None, full_stacks: bool = False,
             skip_frames: Sequence[str] = ()) -> Result:
@@ -431,7 +434,8 @@ def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence
         "--top", str(top), *_window(start, end, full_stacks, skip_frames),
         *_repeated("--fail-on", fail_on),
         *_switches(ignore_lines=ignore_lines, per_iteration=per_iteration),
-        *(["--align", align, "--x", x] if chart else []),
+        *(["--align", align] if chart else []),
+        *(["--x", x] if chart and x is not None else []),
         *_compared_device(base, new, device),
     ]
     # Exit code 1 is the gate's verdict, which the result carries.
