@@ -203,7 +203,11 @@
   let site = -1, pinned = -1, hover = -1, checkpoint = -1, detail = null;
   const DETAIL_MAX = 4000, VERTEX_MAX = 600000;
   const PALETTE = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#7f6d00", "#6a3d9a", "#1b9e77", "#b15928", "#4c72b0", "#8c564b"];
-  const siteColour = (s) => PALETTE[s % PALETTE.length];
+  // By site: the sites of the key (most bytes first) each a colour of
+  // their own, the rest one grey, so the key says what every colour is.
+  const OTHER_SITES = "#b8bec8";
+  const siteKey = new Map(D.site_key.map((k, i) => [k.site, PALETTE[i]]));
+  const siteColour = (s) => siteKey.get(s) ?? OTHER_SITES;
   // What an allocation held (category code; +8 when a tag said so), with
   // the colours the Rust side gives each category.
   let colourBy = "category";
@@ -678,11 +682,40 @@
     drawSegments();
     schedule();
   }
+  // The segments drawn: the largest few, in address order, the smaller
+  // ones summarized in a line until asked for (a run may have hundreds).
+  const FEW_SEGMENTS = 24;
+  let allSegments = false;
+  function shownSegments(c) {
+    if (allSegments || c.segments.length <= FEW_SEGMENTS) return c.segments;
+    const cut = c.segments.map((s) => s.size).sort((a, b) => b - a)[FEW_SEGMENTS - 1];
+    // The largest, and as many of those as large as the last as there is
+    // room for, in address order.
+    let room = FEW_SEGMENTS - c.segments.filter((s) => s.size > cut).length;
+    return c.segments.filter((s) => s.size > cut || (s.size === cut && room-- > 0));
+  }
+  function segmentsNote(c, shown) {
+    const note = $("vt-seg-more");
+    const drawn = new Set(shown);
+    const rest = c.segments.filter((s) => !drawn.has(s));
+    if (rest.length) {
+      const sum = (f) => rest.reduce((t, s) => t + f(s), 0);
+      note.innerHTML = `${count(rest.length)} smaller segments not drawn: ${bytes(sum((s) => s.size))} reserved, ${bytes(sum((s) => s.used))} in use. <button id="vt-seg-toggle">show all ${count(c.segments.length)}</button>`;
+    } else if (allSegments && c.segments.length > FEW_SEGMENTS) {
+      note.innerHTML = `<button id="vt-seg-toggle">show the ${FEW_SEGMENTS} largest only</button>`;
+    } else {
+      note.innerHTML = "";
+    }
+    const toggle = $("vt-seg-toggle");
+    if (toggle) toggle.onclick = () => { allSegments = !allSegments; drawSegments(); };
+  }
   function drawSegments() {
     if (checkpoint < 0) return;
     const c = checkpoints[checkpoint];
     const rowH = 22, labelW = 190, maxRows = 400;
-    const segs = c.segments.slice(0, maxRows);
+    const shown = shownSegments(c);
+    segmentsNote(c, shown);
+    const segs = shown.slice(0, maxRows);
     const h = Math.max(40, segs.length * rowH + 10);
     const [ctx, w] = size(segCanvas, h);
     ctx.clearRect(0, 0, w, h);
@@ -710,7 +743,7 @@
       }
       ctx.strokeStyle = "#9aa3b2"; ctx.strokeRect(labelW + 0.5, y + 2.5, bw, rowH - 6);
     });
-    if (c.segments.length > maxRows) { ctx.fillStyle = "#5b6475"; ctx.fillText(`… ${c.segments.length - maxRows} more segments`, 4, h - 6); }
+    if (shown.length > maxRows) { ctx.fillStyle = "#5b6475"; ctx.fillText(`… ${shown.length - maxRows} more segments`, 4, h - 6); }
   }
   segCanvas.addEventListener("mousemove", (e) => {
     const b = segCanvas.getBoundingClientRect(), mx = e.clientX - b.left, my = e.clientY - b.top;
@@ -772,13 +805,16 @@
   // ---------- wiring ----------
   function wire() {
     document.querySelectorAll("[data-axis]").forEach((b) => { b.onclick = () => setMode(b.dataset.axis); });
-    // Colour by category or by site; the category legend shows with the first.
-    const legend = $("vt-categories");
+    // Colour by category or by site, each with its key.
+    const legend = $("vt-categories"), key = $("vt-sites");
     legend.innerHTML = D.categories.map((c) => `<span><i style="background:${c.colour}"></i>${esc(c.label)}</span>`).join("");
+    key.innerHTML = D.site_key.map((k, i) => `<span title="${esc(D.sites[k.site])}"><i style="background:${PALETTE[i]}"></i>${esc(k.label)}</span>`).join("") +
+      `<span><i style="background:${OTHER_SITES}"></i>${D.site_key.length ? "other sites" : "every site"}</span>`;
     const colourWith = (by) => {
       colourBy = by;
       document.querySelectorAll("[data-colour]").forEach((b) => b.classList.toggle("on", b.dataset.colour === by));
       legend.hidden = by !== "category";
+      key.hidden = by !== "site";
       schedule(); drawSegments();
     };
     document.querySelectorAll("[data-colour]").forEach((b) => { b.onclick = () => colourWith(b.dataset.colour); });
