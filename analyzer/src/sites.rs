@@ -422,7 +422,7 @@ impl SiteFolder {
                 symbols.describe_frame(f)
             ),
             (Some(f), None) => symbols.describe_frame(f),
-            (None, _) => "<no stack captured>".to_string(),
+            (None, _) => NO_STACK.to_string(),
         }
     }
 
@@ -432,7 +432,7 @@ impl SiteFolder {
     pub fn frames(&self, site: SiteId, symbols: &SymbolTable, context: usize) -> Vec<String> {
         let info = self.info(site);
         let Some(frame) = info.frame else {
-            return vec!["<no stack captured>".to_string()];
+            return vec![NO_STACK.to_string()];
         };
         if self.full_stacks {
             return symbols
@@ -466,6 +466,9 @@ impl SiteFolder {
 
 /// What joins the user's line and the library frame in a site's name.
 pub const VIA: &str = " via ";
+
+/// The name of the site of allocations that came with no stack.
+pub const NO_STACK: &str = "<no stack captured>";
 
 /// A site as reports show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

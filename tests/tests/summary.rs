@@ -37,3 +37,24 @@ fn a_window_past_the_end_is_empty_and_has_no_peak() {
         .json();
     assert_eq!(whole["empty_window"], false);
 }
+
+#[test]
+fn allocations_without_a_stack_are_explained() {
+    let gpt2 = fixture("torch/gpt2_train.pickle.xz").display().to_string();
+    let text = vramtrace(["summary", &gpt2]).success().stdout;
+    assert!(text.contains("<no stack captured>"), "{text}");
+    assert!(
+        text.contains("<no stack captured>: allocations that came with no stack")
+            && text.contains("autograd engine")
+            && text.contains("before recording began"),
+        "{text}"
+    );
+    // Every line stays readable.
+    assert!(
+        text.lines()
+            .all(|l| l.chars().count() <= 160 || l.contains(" via "))
+    );
+    let leak = fixture("leak.vtrace").display().to_string();
+    let text = vramtrace(["summary", &leak]).success().stdout;
+    assert!(!text.contains("autograd engine"), "{text}");
+}

@@ -6,7 +6,7 @@ use crate::analysis::categories::{Basis, Category, Dominant};
 use crate::analysis::compare::{Change, Unit};
 use crate::replay::categories::CategorySource;
 pub use crate::sites::{
-    cut_left, frame_label, frame_within, site_label, site_lines_within, site_within,
+    NO_STACK, cut_left, frame_label, frame_within, site_label, site_lines_within, site_within,
 };
 use crate::units;
 
@@ -36,6 +36,19 @@ pub fn format_delta(unit: Unit, d: f64) -> String {
         Unit::Ratio => format!("{sign}{:.1} pp", d.abs() * 100.0),
         _ => format!("{sign}{}", format_value(unit, d.abs())),
     }
+}
+
+/// What the site of allocations without a stack ([`NO_STACK`]) probably
+/// holds, for a note beneath a table that lists it.
+pub const NO_STACK_NOTE: &str = "<no stack captured>: allocations that came with no stack. \
+     Most are probably the autograd engine's: backward runs on a thread of its own with no \
+     Python frame, and a PyTorch snapshot or a trace of the replacement mode records Python \
+     stacks only (a trace of `python -m vramtrace run` names the autograd node instead). \
+     The rest were allocated before recording began: a snapshot's history starts mid-run.";
+
+/// Whether these sites list the one of allocations without a stack.
+pub fn lists_no_stack<'a>(sites: impl IntoIterator<Item = &'a str>) -> bool {
+    sites.into_iter().any(|s| s == NO_STACK)
 }
 
 /// Numbers the names that meet, from the second on (`… #2`), so that

@@ -754,6 +754,13 @@ fn sites_table(s: &SummaryReport) -> String {
         );
     }
     html.push_str("</table>");
+    if super::labels::lists_no_stack(s.top_sites_at_peak.iter().map(|s| s.site.site.as_str())) {
+        let _ = write!(
+            html,
+            "<p class=\"muted\">{}</p>",
+            escape(super::labels::NO_STACK_NOTE)
+        );
+    }
     html
 }
 

@@ -3,7 +3,7 @@
 use super::devices::at;
 use super::{full_stacks, site_cell};
 use crate::command::summary::SummaryResult;
-use crate::print::labels::site_label;
+use crate::print::labels::{self, site_label};
 use crate::print::table::{Align, Table};
 use crate::units;
 
@@ -136,6 +136,9 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             ]);
         }
         text.push_str(&t.render(2));
+        if labels::lists_no_stack(r.top_sites_at_peak.iter().map(|s| s.site.site.as_str())) {
+            text.push_str(&super::wrapped(labels::NO_STACK_NOTE, 100, "  "));
+        }
         if full {
             text.push_str("\n  stacks:\n");
             text.push_str(&full_stacks(r.top_sites_at_peak.iter().map(|s| &s.site), 4));
