@@ -277,6 +277,26 @@ def test_a_snapshots_charts_default_to_busy_time():
     assert "busy time" not in vramtrace.load(LEAK).timeline().chart.svg
 
 
+def test_results_show_as_the_commands_tables():
+    run = vramtrace.load(LEAK)
+    summary = run.summary()
+    shown = repr(summary)
+    assert "top sites live at the allocated peak:" in shown
+    assert LEAK_SITE in shown and len(shown.splitlines()) < 60
+    assert summary._repr_html_().startswith("<pre>")
+    # A part of a result is its dict.
+    assert repr(summary.peak_allocated).startswith("{")
+    # A gate that fails is no error to show.
+    gated = vramtrace.compare(CLEAN, LEAK, fail_on="peak_allocated:+1%")
+    assert "FAILED" in repr(gated) or "failed" in repr(gated)
+    leaks = run.leaks(chart=True)
+    assert leaks._repr_html_().startswith("<svg")
+    assert "<pre>" in leaks._repr_html_()
+    # The timeline is its chart.
+    assert repr(run.timeline()).startswith("<vramtrace result")
+    assert pickle.loads(pickle.dumps(summary)) == summary
+
+
 def test_report_writes_html(tmp_path):
     out = vramtrace.load(LEAK).report(tmp_path / "report.html", baseline=CLEAN)
     text = out.read_text()

@@ -68,13 +68,23 @@ class Result(dict):
     method (``values``, ``items``, ``keys``) reads by key only:
     ``sample["values"]``.
 
-    :attr:`chart` is the command's chart where one was asked for; Jupyter
-    then shows the result as that chart.
+    Shown in a notebook or at the prompt, a command's result is its tables,
+    as the command prints them (:meth:`text`), with its chart when one was
+    drawn; ``dict(result)`` or ``json.dumps(result)`` is the JSON.
+
+    :attr:`chart` is the command's chart where one was asked for.
     """
 
     chart: Optional["Chart"] = None
+    # How to print the command's tables: its arguments without --json,
+    # and the exit codes that are no error.
+    _text_command: Optional[List[str]] = None
+    _text_ok_codes: Iterable[int] = (0,)
+    _text: Optional[str] = None
 
     def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
         try:
             return self[name]
         except KeyError:
@@ -84,6 +94,35 @@ class Result(dict):
 
     def __dir__(self) -> List[str]:
         return sorted(set(super().__dir__()) | {k for k in self if k.isidentifier()})
+
+    def text(self) -> str:
+        """The result as the command prints its tables. The analyzer runs
+        again, without ``--json``, the first time this is asked for (the
+        tables are made from the typed result, which the JSON is not); a
+        nested part of a result has none: its ``dict`` is shown."""
+        if self._text_command is None:
+            if self.chart is not None:
+                return f"<vramtrace result, fields {', '.join(self)}; .chart is its chart>"
+            return dict.__repr__(self)
+        if self._text is None:
+            with warnings.catch_warnings():
+                # Its warnings were given with the result.
+                warnings.simplefilter("ignore", AnalyzerWarning)
+                self._text = _run(self._text_command, self._text_ok_codes).rstrip("\n")
+        return self._text
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        printer.text("..." if cycle else self.text())
+
+    def _repr_html_(self) -> Optional[str]:
+        if self._text_command is None:
+            return None
+        import html
+        chart = self.chart.svg if self.chart is not None else ""
+        return f"{chart}<pre>{html.escape(self.text())}</pre>"
 
     def _repr_svg_(self) -> Optional[str]:
         return self.chart.svg if self.chart is not None else None
@@ -242,21 +281,27 @@ def _decode(text: str, command: str) -> Result:
 
 
 def _json(command: str, options: Sequence[str], inputs: Sequence[PathLike],
-          chart: bool = False, ok_codes: Iterable[int] = (0,)) -> Result:
+          chart: bool = False, ok_codes: Iterable[int] = (0,),
+          tables: bool = True) -> Result:
     """``vramtrace COMMAND --json OPTIONS -- INPUTS``, with its chart
-    (``-o``) when ``chart``."""
+    (``-o``) when ``chart``; shown, the result prints the command's tables
+    when it has any (``tables``)."""
     paths = [os.fspath(p) for p in inputs]
     if not chart:
-        return _decode(_run([command, "--json", *options, "--", *paths], ok_codes), command)
-    with tempfile.TemporaryDirectory(prefix="vramtrace-") as tmp:
-        svg = os.path.join(tmp, "chart.svg")
-        out = _run([command, "--json", "-o", svg, *options, "--", *paths], ok_codes)
-        result = _decode(out, command)
-        try:
-            result.chart = Chart(Path(svg).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            # The command had nothing to draw (no repeated phase, say).
-            result.chart = None
+        result = _decode(_run([command, "--json", *options, "--", *paths], ok_codes), command)
+    else:
+        with tempfile.TemporaryDirectory(prefix="vramtrace-") as tmp:
+            svg = os.path.join(tmp, "chart.svg")
+            out = _run([command, "--json", "-o", svg, *options, "--", *paths], ok_codes)
+            result = _decode(out, command)
+            try:
+                result.chart = Chart(Path(svg).read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                # The command had nothing to draw (no repeated phase, say).
+                result.chart = None
+    if tables:
+        result._text_command = [command, *options, "--", *paths]
+        result._text_ok_codes = tuple(ok_codes)
     return result
 
 
@@ -338,7 +383,9 @@ class Trace:
         """
         options = ["--by", by, "--top", str(top), *(["--x", x] if x is not None else []),
                    *_window(start, end, full_stacks, skip_frames)]
-        return _json("timeline", [*options, *self._device()], [self.path], chart=True)
+        # Its text is only where the chart went: the chart is what shows.
+        return _json("timeline", [*options, *self._device()], [self.path], chart=True,
+                     tables=False)
 
     def simulate(self, *, capacity: Union[None, int, str] = None,
                  gpu: Optional[str] = None, reserve: Union[None, int, str] = None,
