@@ -290,7 +290,9 @@ fn warn(message: impl std::fmt::Display) {
     eprintln!("warning: {message}");
 }
 
-/// Prints a pass's warnings about an input, in the CLI's terms.
+/// Prints a pass's warnings about an input, in the CLI's terms. Phases of
+/// other threads are no warning: every pass of a DDP trace has them, and
+/// `summary` tells of them once, in its header.
 fn warn_about(path: &Path, warnings: &[Warning]) {
     for w in warnings {
         match w {
@@ -298,10 +300,7 @@ fn warn_about(path: &Path, warnings: &[Warning]) {
                 "{}: no event lies inside --from/--to",
                 path.display()
             )),
-            Warning::OtherThreadPhases { .. } => warn(format_args!(
-                "{}: {w} (--phase-thread shows another thread's)",
-                path.display()
-            )),
+            Warning::OtherThreadPhases { .. } => {}
             w => warn(format_args!("{}: {w}", path.display())),
         }
     }

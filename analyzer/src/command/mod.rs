@@ -103,11 +103,11 @@ impl fmt::Display for Warning {
             Warning::OtherThreadPhases { shown, others } => {
                 let threads: Vec<String> = others
                     .iter()
-                    .map(|(t, n)| format!("thread {t} ({n})"))
+                    .map(|(t, n)| format!("thread {t} began {n}"))
                     .collect();
                 write!(
                     f,
-                    "phases begun on other threads are not shown: {}; shown are thread {shown}'s",
+                    "the phases of other threads are hidden ({}; most likely the autograd engine's backward-pass phases); shown are thread {shown}'s",
                     threads.join(", ")
                 )
             }

@@ -29,10 +29,24 @@ pub struct SummaryResult {
     /// The summary.
     #[serde(flatten)]
     pub summary: SummaryReport,
+    /// Threads other than the one followed that began phases, which are
+    /// hidden (most likely the autograd engine's backward-pass phases):
+    /// each with how many it began. Told once, in the summary's header,
+    /// rather than as a warning of every command.
+    pub hidden_phases: Vec<ThreadPhases>,
     /// What the pass found worth a warning (empty per device: see
     /// [`ByDevice::warnings`]).
     #[serde(skip)]
     pub warnings: Vec<Warning>,
+}
+
+/// Phases a thread began that the summary does not show.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ThreadPhases {
+    /// The thread, as the trace numbers threads.
+    pub thread: u32,
+    /// The phases it began.
+    pub phases: u64,
 }
 
 /// A pass's summary, with no peak when its window holds no event.
@@ -42,6 +56,18 @@ pub(crate) fn of_window(summary: SummaryReport, pass: &Pass) -> SummaryReport {
     } else {
         summary
     }
+}
+
+/// The threads whose phases a pass did not follow.
+fn hidden_phases(pass: &Pass) -> Vec<ThreadPhases> {
+    pass.warnings
+        .iter()
+        .flat_map(|w| match w {
+            Warning::OtherThreadPhases { others, .. } => others.as_slice(),
+            _ => &[],
+        })
+        .map(|&(thread, phases)| ThreadPhases { thread, phases })
+        .collect()
 }
 
 /// Summarizes each device of an input, in one pass.
@@ -59,6 +85,7 @@ pub fn summary(
                 device: 0,
                 rank: super::ranks::header_rank(&pass.header),
                 summary: of_window(replay.result(summary.into_report())?, pass),
+                hidden_phases: hidden_phases(pass),
                 warnings: Vec::new(),
             })
         },

@@ -51,6 +51,22 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             at(peak.time_ns, &peak.phase),
         ]);
     }
+    if !out.hidden_phases.is_empty() {
+        let threads: Vec<String> = (out.hidden_phases.iter())
+            .map(|t| format!("thread {} began {}", t.thread, units::count(t.phases)))
+            .collect();
+        let flag = match out.hidden_phases.as_slice() {
+            [one] => format!("--phase-thread {}", one.thread),
+            _ => "--phase-thread N".to_string(),
+        };
+        lines.push((
+            "phases",
+            format!(
+                "backward-pass phases (autograd thread, most likely) are hidden: {}; {flag} shows them",
+                threads.join(", ")
+            ),
+        ));
+    }
     let mut text = String::new();
     for (label, value) in lines {
         text.push_str(&format!("{label:<10}{value}\n"));
