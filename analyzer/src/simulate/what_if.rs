@@ -90,13 +90,13 @@ pub fn what_if(
     capacities.push(peak.max(needs));
     capacities.retain(|&c| c > 0);
     for c in &mut capacities {
-        *c += reserve.bytes;
+        *c = c.saturating_add(reserve.bytes);
     }
     // A device too small to leave the allocator anything is no what-if.
     capacities.extend(device_bytes.filter(|&d| d > reserve.bytes));
     capacities.sort_unstable();
     capacities.dedup();
-    let min = needs + reserve.bytes;
+    let min = needs.saturating_add(reserve.bytes);
     let points = capacities
         .par_iter()
         .map(|&capacity| {

@@ -230,7 +230,8 @@ fn site_key(e: &Explorer) -> Vec<Value> {
     let mut bytes = vec![0u64; e.sites.len()];
     for a in &e.allocations {
         if let Some(b) = bytes.get_mut(a.site as usize) {
-            *b += a.size;
+            // Saturating: a damaged trace may hold sizes near 2^64.
+            *b = b.saturating_add(a.size);
         }
     }
     let mut top: Vec<usize> = (0..bytes.len()).filter(|&s| bytes[s] > 0).collect();
