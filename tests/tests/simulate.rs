@@ -294,3 +294,15 @@ fn the_reports_what_if_agrees_with_simulate_reserve_included() {
         );
     }
 }
+
+#[test]
+fn a_negative_size_is_told_apart_from_an_unknown_flag() {
+    for size in ["-5GiB", "-1"] {
+        let run = vramtrace(["simulate", &path("leak.vtrace"), "--capacity", size]).fails_with(2);
+        assert!(
+            run.stderr.contains(&format!("'{size}' is not a size")),
+            "{}",
+            run.stderr
+        );
+    }
+}

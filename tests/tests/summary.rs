@@ -142,3 +142,17 @@ fn other_threads_phases_are_told_once_in_the_summary_header() {
         .json();
     assert_eq!(json["hidden_phases"][0]["thread"], 0);
 }
+
+#[test]
+fn info_keeps_a_snapshots_allocator_settings_to_readable_lines() {
+    let gpt2 = fixture("torch/gpt2_train.pickle.xz").display().to_string();
+    let text = vramtrace(["info", &gpt2]).success().stdout;
+    assert!(text.contains("allocator "), "{text}");
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 130,
+            "{} characters: {line}",
+            line.len()
+        );
+    }
+}

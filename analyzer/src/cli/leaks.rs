@@ -4,7 +4,7 @@
 use super::common::{CommonArgs, RankArgs, for_each_trace, open, rank_inputs, shown};
 use super::emit;
 use super::progress::Bars;
-use super::{warn_about, write_file};
+use super::{warn, warn_about, write_file};
 use std::process::ExitCode;
 use vramtrace::command::leaks::leaks;
 use vramtrace::command::ranks::{self, RankResults};
@@ -62,15 +62,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             warn_about(input.path(), &result.warnings);
             if let Some(svg_path) = &args.output {
                 let (shown, _) = shown(input.path(), &result)?;
-                let phase = shown.report.chart_phase().ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "{}: {}",
+                // The report stands without a chart: say why there is none.
+                match shown.report.chart_phase() {
+                    Some(phase) => {
+                        let svg = print::svg::leaks::render(phase, &mut Palette::new())?;
+                        write_file(svg_path, svg.as_bytes())?;
+                    }
+                    None => warn(format_args!(
+                        "{}: no chart written to {}: {}",
                         input.path().display(),
+                        svg_path.display(),
                         ChartError::NoRepeatedPhase
-                    )
-                })?;
-                let svg = print::svg::leaks::render(phase, &mut Palette::new())?;
-                write_file(svg_path, svg.as_bytes())?;
+                    )),
+                }
             }
             Ok(result)
         },

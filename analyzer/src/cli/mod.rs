@@ -119,17 +119,21 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Parses the command line. Every option that takes a value takes a
-/// negative one too (`--capacity -1`), so that its parser can say what is
-/// wrong with it, rather than clap calling it an unknown flag.
+/// Parses the command line. Every option that takes a value takes one
+/// that starts with a hyphen too (`--capacity -1`, `--capacity -5GiB`), so
+/// that its parser can say what is wrong with it, rather than clap calling
+/// it an unknown flag; positional arguments take negative numbers only, so
+/// a flag after them is still a flag.
 fn parse_arguments() -> Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
     let command = Cli::command().mut_subcommands(|sub| {
         sub.mut_args(|arg| {
-            if arg.get_action().takes_values() {
+            if !arg.get_action().takes_values() {
+                arg
+            } else if arg.is_positional() {
                 arg.allow_negative_numbers(true)
             } else {
-                arg
+                arg.allow_hyphen_values(true)
             }
         })
     });

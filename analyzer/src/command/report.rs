@@ -289,8 +289,14 @@ pub fn report(
         summary,
         fragmentation: replay.result(fragmentation.into_report())?,
         leaks,
-        timeline: replay.result(timeline.into_report())?,
-        category_timeline: replay.result(category_timeline.into_report())?,
+        timeline: Timeline {
+            capacity_bytes: recorded_capacity,
+            ..replay.result(timeline.into_report())?
+        },
+        category_timeline: Timeline {
+            capacity_bytes: recorded_capacity,
+            ..replay.result(category_timeline.into_report())?
+        },
         explorer: replay.result(explorer.into_report())?,
         default_axis: super::default_axis(input),
         what_if,

@@ -540,8 +540,8 @@ fn notes(e: &Extracted) -> Vec<String> {
     }
     if l.recorded_ooms > 0 {
         notes.push(format!(
-            "the recorded run ran out of memory {} times; those requests are tried again, and freed at once where they fit, since the program went on without them",
-            l.recorded_ooms
+            "the recorded run ran out of memory {}; those requests are tried again, and freed at once where they fit, since the program went on without them",
+            units::counted(l.recorded_ooms, "time", "times")
         ));
     }
     if !l.initial_segments.is_empty() {

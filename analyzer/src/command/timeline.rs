@@ -6,6 +6,7 @@ use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOpt
 use crate::input::Input;
 use crate::progress::Progress;
 use serde::Serialize;
+use vramtrace_format::EventSource;
 
 /// What `timeline` computes.
 #[derive(Clone, Debug, Default)]
@@ -39,7 +40,9 @@ pub fn timeline(
     progress: &dyn Progress,
 ) -> Result<ByDevice<TimelineResult>, Error> {
     let replay = Replay::new(input, &options.replay, progress)?;
-    replay.by_device(
+    // The devices' memory, from the header (a stream's comes first).
+    let devices = input.events()?.header().devices.clone();
+    let mut result = replay.by_device(
         |_| {
             (TimelineAnalysis::new(TimelineOptions {
                 group_by: options.group_by,
@@ -54,5 +57,10 @@ pub fn timeline(
                 warnings: Vec::new(),
             })
         },
-    )
+    )?;
+    for d in &mut result.devices {
+        d.result.timeline.capacity_bytes =
+            crate::simulate::device_capacity(&devices, d.peaks.device);
+    }
+    Ok(result)
 }

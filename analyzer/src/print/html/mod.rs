@@ -17,6 +17,7 @@ use super::svg::{self, palette, palette::Palette};
 use crate::analysis::categories::Category;
 use crate::analysis::fragmentation::FragmentationReport;
 use crate::analysis::leaks::{LeaksReport, Trend, repetition_noun};
+use crate::analysis::pauses::XAxis;
 use crate::analysis::summary::SummaryReport;
 use crate::command::Warning;
 use crate::command::report::ReportResult;
@@ -125,6 +126,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         explorer: explorer::section(r),
         what_if: r.what_if.as_ref(),
         what_if_left_out: r.what_if_left_out.as_deref(),
+        busy: (r.default_axis == XAxis::Busy).then_some(&r.explorer),
     }))
 }
 
@@ -152,6 +154,24 @@ struct ReportInput<'a> {
     pub what_if: Option<&'a WhatIf>,
     /// Why there is no what-if section, when one was asked for.
     pub what_if_left_out: Option<&'a str>,
+    /// The explorer's data, when its axis opens on busy time: moments are
+    /// then told in busy time too, as the axis shows them.
+    pub busy: Option<&'a crate::analysis::explorer::Explorer>,
+}
+
+impl ReportInput<'_> {
+    /// When something happened: its time, and its busy time where the
+    /// page's axis is busy time (`718.79 ms, 175.12 ms of busy time`).
+    fn moment(&self, peak: &crate::analysis::summary::Peak) -> String {
+        let at = units::duration_ns(peak.time_ns);
+        match self.busy {
+            Some(e) => format!(
+                "{at}, {} of busy time",
+                units::duration_ns(e.busy_ns(peak.index, peak.time_ns))
+            ),
+            None => at,
+        }
+    }
 }
 
 /// The SVG charts of a report.
@@ -365,10 +385,18 @@ fn header_line(header: &Header, s: &SummaryReport) -> String {
         units::count(s.events),
         units::duration_ns(s.duration_ns)
     ));
-    parts.push(format!(
-        "recorded by {} {}",
-        header.producer, header.producer_version
-    ));
+    parts.push(if header.producer == crate::snapshot::IMPORTED_BY {
+        // No process of ours recorded it: PyTorch did.
+        format!(
+            "a PyTorch memory snapshot, read by vramtrace {}",
+            header.producer_version
+        )
+    } else {
+        format!(
+            "recorded by {} {}",
+            header.producer, header.producer_version
+        )
+    });
     parts.join(" · ")
 }
 
@@ -390,7 +418,7 @@ fn findings(input: &ReportInput<'_>) -> String {
         &units::bytes(s.peak_allocated_bytes),
         &format!(
             "at {} in {}",
-            units::duration_ns(s.peak_time_ns),
+            input.moment(&s.peak_allocated),
             phase_or_none(&s.peak_phase)
         ),
         "",
@@ -411,7 +439,7 @@ fn findings(input: &ReportInput<'_>) -> String {
     html.push_str(&card(
         "peak reserved",
         &units::bytes(s.peak_reserved_bytes),
-        &format!("at {}", units::duration_ns(s.peak_reserved.time_ns)),
+        &format!("at {}", input.moment(&s.peak_reserved)),
         "",
     ));
     html.push_str(&card(
@@ -461,7 +489,7 @@ fn findings(input: &ReportInput<'_>) -> String {
         format!(
             "Allocated memory peaked at <b>{}</b> at {} in <code>{}</code>; reserved memory peaked at <b>{}</b>.",
             units::bytes(s.peak_allocated_bytes),
-            units::duration_ns(s.peak_time_ns),
+            input.moment(&s.peak_allocated),
             escape(phase_or_none(&s.peak_phase)),
             units::bytes(s.peak_reserved_bytes)
         ),
@@ -539,8 +567,8 @@ fn findings(input: &ReportInput<'_>) -> String {
         items.push((
             true,
             format!(
-                "<b>Out of memory</b> {} time(s): first at {} in <code>{}</code>, requesting {} at <code>{}</code> with {} free on the device.",
-                s.oom_count,
+                "<b>Out of memory</b> {}: first at {} in <code>{}</code>, requesting {} at <code>{}</code> with {} free on the device.",
+                units::counted(s.oom_count, "time", "times"),
                 units::duration_ns(o.time_ns),
                 escape(phase_or_none(&o.phase)),
                 units::bytes(o.requested_bytes),
@@ -574,8 +602,8 @@ fn findings(input: &ReportInput<'_>) -> String {
         items.push((
             true,
             format!(
-                "The trace contradicts itself {} time(s) (see <a href=\"#consistency\">consistency</a>): figures may be off.",
-                units::count(s.inconsistencies.total)
+                "The trace contradicts itself {} (see <a href=\"#consistency\">consistency</a>): figures may be off.",
+                units::counted(s.inconsistencies.total, "time", "times")
             ),
         ));
     }

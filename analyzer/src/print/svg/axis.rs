@@ -87,11 +87,14 @@ impl XScale {
         self.kind
     }
 
-    /// A tick's label: a duration, or an event count.
-    pub fn label(&self, v: &f64) -> String {
-        match self.kind {
+    /// The labels of the axis's ticks from `x0` to `x1`: event counts, or
+    /// durations in one unit told apart (see [`super::time_ticks`]).
+    pub fn ticks(&self, x0: f64, x1: f64) -> impl Fn(&f64) -> String {
+        let time = super::time_ticks(x1, x1 - x0);
+        let kind = self.kind;
+        move |v: &f64| match kind {
             XAxis::Events => units::count(v.max(0.0).round() as u64),
-            _ => super::time_label(v),
+            _ => time(v),
         }
     }
 
@@ -147,7 +150,7 @@ mod tests {
         let events = XScale::new(XAxis::Events, samples, &idle);
         assert_eq!(events.x(1_000_200), 12.0);
         assert_eq!(events.x(1_000_250), 12.5);
-        assert_eq!(events.label(&1234.0), "1,234");
+        assert_eq!(events.ticks(0.0, 2000.0)(&1234.0), "1,234");
         let time = XScale::new(XAxis::Time, samples, &idle);
         assert_eq!(time.x(1_000_200), 1_000_200.0);
     }

@@ -5,7 +5,9 @@
 
 use super::axis::{XScale, steps};
 use super::palette;
-use super::{ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, Tooltips, WIDTH};
+use super::{
+    ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, LEGEND_WIDTH, LegendEntry, Mark, Tooltips, WIDTH,
+};
 use crate::analysis::compare::{Change, Comparison, Iterations, Presence, SiteDelta};
 use crate::analysis::pauses::XAxis;
 use crate::analysis::phases::normalize_name;
@@ -15,8 +17,6 @@ use crate::units;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// Room to the right of the plots for the legend, as in the timeline chart.
-const LEGEND_WIDTH: u32 = 320;
 /// The baseline's colour (blue) and the new run's (vermillion): the
 /// Okabe–Ito pair that stays apart for colour-blind readers.
 const BASE: RGBColor = RGBColor(0, 114, 178);
@@ -207,7 +207,8 @@ fn draw_timelines(
         Some(it) if repetitions => format!("repetition of {}", it.phase),
         _ => format!("{} since the run's start", axes[0].scale.description()),
     };
-    let along = |v: &f64| axes[0].scale.label(v);
+    let range = ctx.x_range();
+    let along = axes[0].scale.ticks(range.start, range.end);
     let rep_label = |v: &f64| format!("{v:.0}");
     let x_label: &dyn Fn(&f64) -> String = if repetitions { &rep_label } else { &along };
     ctx.configure_mesh()
@@ -222,8 +223,8 @@ fn draw_timelines(
         .draw()
         .map_err(super::draw_error)?;
 
-    // (label, colour, dashed) in legend order.
-    let mut entries: Vec<(String, RGBColor, bool)> = Vec::new();
+    let mut entries: Vec<LegendEntry> = Vec::new();
+    let (plot_x, _) = ctx.plotting_area().get_pixel_range();
     for (k, (run, axis)) in runs.iter().zip(axes).enumerate() {
         let colour = if k == 0 { BASE } else { NEW };
         let role = if k == 0 { "baseline" } else { "new" };
@@ -247,12 +248,16 @@ fn draw_timelines(
         );
         ctx.draw_series(LineSeries::new(allocated, colour.stroke_width(2)))
             .map_err(super::draw_error)?;
-        entries.push((
-            format!("{role}: {}", labels::cut_left(run.name, 30)),
+        entries.push(LegendEntry::new(
+            &format!("{role}: {}", labels::cut_left(run.name, 30)),
             colour,
-            false,
+            Mark::Line,
         ));
-        entries.push((format!("{role} reserved"), colour, true));
+        entries.push(LegendEntry::new(
+            &format!("{role} reserved"),
+            colour,
+            Mark::Dashed,
+        ));
         if let Some(peak) = &run.timeline.peak {
             let (px, py) = ctx.backend_coord(&(axis.x(peak.time_ns), scale.scale(peak.bytes)));
             plot.draw(&Circle::new((px, py), 5, colour.filled()))
@@ -277,54 +282,12 @@ fn draw_timelines(
                 colour.stroke_width(2),
             ))
             .map_err(super::draw_error)?;
-            let (px, py) = ctx.backend_coord(&(x, top * 0.97));
-            plot.draw(&Text::new(
-                "OOM",
-                (px + 4, py),
-                (FONT, super::font_size(LABEL_PX))
-                    .into_font()
-                    .color(&colour),
-            ))
-            .map_err(super::draw_error)?;
+            let at = ctx.backend_coord(&(x, top * 0.97));
+            super::draw_oom_label(plot, at, plot_x.clone(), colour)?;
         }
     }
     let (_, plot_y) = ctx.plotting_area().get_pixel_range();
-    draw_legend(legend, plot_y.start, &entries)
-}
-
-fn draw_legend(
-    area: &Area<'_>,
-    top: i32,
-    entries: &[(String, RGBColor, bool)],
-) -> Result<(), ChartError> {
-    const ROW: i32 = 22;
-    // Characters that fit beside the swatch, at about 0.55 em each.
-    let fit = ((LEGEND_WIDTH as i32 - 30) * 100 / (LABEL_PX as i32 * 55)).max(8) as usize;
-    for (i, (label, colour, dashed)) in entries.iter().enumerate() {
-        let y = top + 6 + ROW * i as i32;
-        if *dashed {
-            for x in [4, 12] {
-                area.draw(&PathElement::new(
-                    [(x, y + 6), (x + 5, y + 6)],
-                    colour.stroke_width(1),
-                ))
-                .map_err(super::draw_error)?;
-            }
-        } else {
-            area.draw(&PathElement::new(
-                [(4, y + 6), (18, y + 6)],
-                colour.stroke_width(3),
-            ))
-            .map_err(super::draw_error)?;
-        }
-        area.draw(&Text::new(
-            labels::cut_left(label, fit),
-            (24, y - 1),
-            (FONT, super::font_size(LABEL_PX - 1)).into_font(),
-        ))
-        .map_err(super::draw_error)?;
-    }
-    Ok(())
+    super::draw_legend_column(legend, plot_y.start, &entries)
 }
 
 /// What a bar's label says of a site only one run has.

@@ -4,13 +4,13 @@
 
 use super::axis::{XScale, steps};
 use super::palette::{self, Palette};
-use super::{ChartError, FONT, HEIGHT, LABEL_PX, Tooltips, WIDTH};
+use super::{
+    ChartError, FONT, HEIGHT, LABEL_PX, LEGEND_CHARS, LEGEND_WIDTH, LegendEntry, Mark, Tooltips,
+    WIDTH,
+};
 use crate::analysis::pauses::XAxis;
 use crate::print::labels;
 
-/// Room to the right of the plot for the legend: site names are long, and
-/// a legend inside the plot would hide the data under it.
-const LEGEND_WIDTH: u32 = 400;
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineSample};
 use crate::units;
 use plotters::prelude::*;
@@ -40,11 +40,14 @@ pub fn render(
         full.fill(&WHITE).map_err(super::draw_error)?;
         let (root, legend_area) = full.split_horizontally(WIDTH);
         let (t0, t1) = x_range(chart, &xs);
+        // A run that ran out of memory is drawn with the device's memory.
+        let capacity = chart.capacity_bytes.filter(|_| !chart.ooms.is_empty());
         let max_bytes = chart
             .samples
             .iter()
             .map(|s| s.allocated.max(s.reserved))
             .chain(chart.peak.iter().map(|p| p.bytes))
+            .chain(capacity)
             .max()
             .unwrap_or(0)
             .max(1024);
@@ -72,9 +75,8 @@ pub fn render(
             (t0, t1),
             (plot_x.end - plot_x.start).max(1),
         );
-        // (label, colour, drawn as a line) in legend order, top entry first;
-        // a label may run over two lines.
-        let mut legend: Vec<(String, RGBColor, bool)> = Vec::new();
+        // In legend order, top entry first; a label may run over two lines.
+        let mut legend: Vec<LegendEntry> = Vec::new();
         // Stacked areas: draw each cumulative sum from the top category
         // down, so lower categories paint over the upper ones' bases.
         let n = chart.categories.len();
@@ -86,18 +88,45 @@ pub fn render(
             }));
             ctx.draw_series(AreaSeries::new(points, 0.0, colour.mix(0.85)))
                 .map_err(super::draw_error)?;
-            legend.push((legend_label(chart, &chart.categories[k]), colour, false));
+            legend.push(LegendEntry {
+                label: legend_label(chart, &chart.categories[k]),
+                colour,
+                mark: Mark::Area,
+            });
         }
-        let mut names: Vec<String> = legend.iter().map(|(name, _, _)| name.clone()).collect();
+        let mut names: Vec<String> = legend.iter().map(|e| e.label.clone()).collect();
         labels::number_alike(&mut names, LEGEND_CHARS);
-        for ((name, _, _), numbered) in legend.iter_mut().zip(names) {
-            *name = numbered;
+        for (entry, numbered) in legend.iter_mut().zip(names) {
+            entry.label = numbered;
         }
         let reserved = steps(shown.iter().map(|&(x, s)| (x, scale.scale(s.reserved))));
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
             .map_err(super::draw_error)?;
-        legend.insert(0, ("reserved".to_string(), palette::RESERVED, true));
+        legend.insert(
+            0,
+            LegendEntry::new("reserved", palette::RESERVED, Mark::Line),
+        );
 
+        if let Some(c) = capacity {
+            let y = scale.scale(c);
+            ctx.draw_series(DashedLineSeries::new(
+                [(t0, y), (t1, y)],
+                8,
+                4,
+                palette::ALERT.stroke_width(1),
+            ))
+            .map_err(super::draw_error)?;
+            let (px, py) = ctx.backend_coord(&(t0, y));
+            root.draw(&Text::new(
+                format!("device memory {}", units::bytes(c)),
+                (px + 6, py - 20),
+                (FONT, super::font_size(LABEL_PX - 2))
+                    .into_font()
+                    .color(&palette::ALERT),
+            ))
+            .map_err(super::draw_error)?;
+        }
+        let (plot_x, _) = ctx.plotting_area().get_pixel_range();
         for oom in &chart.ooms {
             let x = xs.x(oom.time_ns);
             ctx.draw_series(LineSeries::new(
@@ -106,14 +135,7 @@ pub fn render(
             ))
             .map_err(super::draw_error)?;
             let (px, py) = ctx.backend_coord(&(x, top * 0.97));
-            root.draw(&Text::new(
-                "OOM",
-                (px + 4, py),
-                (FONT, super::font_size(LABEL_PX))
-                    .into_font()
-                    .color(&palette::ALERT),
-            ))
-            .map_err(super::draw_error)?;
+            super::draw_oom_label(&root, (px, py), plot_x.clone(), palette::ALERT)?;
             let (_, py0) = ctx.backend_coord(&(x, 0.0));
             let text = format!(
                 "out of memory at {}: {} requested\n{}",
@@ -182,7 +204,7 @@ pub fn render(
         }
 
         let (_, plot_y) = ctx.plotting_area().get_pixel_range();
-        draw_legend(&legend_area, plot_y.start + strip_bottom, &legend)?;
+        super::draw_legend_column(&legend_area, plot_y.start + strip_bottom, &legend)?;
 
         add_sample_tooltips(&mut tips, &ctx, chart, top, &xs);
         root.present().map_err(super::draw_error)?;
@@ -235,10 +257,6 @@ fn x_range(chart: &Timeline, xs: &XScale) -> (f64, f64) {
     if b > a { (a, b) } else { (a, a + 1.0) }
 }
 
-/// Characters of the legend that fit beside a swatch, at about 0.55 em
-/// each.
-const LEGEND_CHARS: usize = ((LEGEND_WIDTH - 30) * 100 / (LABEL_PX * 55)) as usize;
-
 /// A category's name within `max` characters on one line: a site's with
 /// the user's own line first (see [`labels::site_within`]), others cut from
 /// the left.
@@ -256,50 +274,6 @@ fn legend_label(chart: &Timeline, category: &str) -> String {
         GroupBy::Site => labels::site_lines_within(category, LEGEND_CHARS).join("\n"),
         _ => labels::cut_left(category, LEGEND_CHARS),
     }
-}
-
-/// Draws the legend in its column, from `top` down: a swatch (or a line)
-/// and the label, each of its lines (already fitted) below the one before,
-/// the second and later lines in grey.
-fn draw_legend(
-    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
-    top: i32,
-    entries: &[(String, RGBColor, bool)],
-) -> Result<(), ChartError> {
-    // A line's height, and the gap between entries.
-    const LINE: i32 = 19;
-    const GAP: i32 = 3;
-    // The area's own coordinates start at its left edge.
-    let x0 = 0;
-    let mut y = top + 6;
-    for (label, colour, line) in entries {
-        if *line {
-            area.draw(&PathElement::new(
-                [(x0 + 4, y + 6), (x0 + 18, y + 6)],
-                colour.stroke_width(2),
-            ))
-        } else {
-            area.draw(&Rectangle::new(
-                [(x0 + 4, y), (x0 + 18, y + 12)],
-                colour.mix(0.85).filled(),
-            ))
-        }
-        .map_err(super::draw_error)?;
-        for (i, text) in label.lines().enumerate() {
-            let colour = if i == 0 { BLACK } else { RGBColor(90, 90, 90) };
-            area.draw(&Text::new(
-                text.to_string(),
-                (x0 + 24, y - 1),
-                (FONT, super::font_size(LABEL_PX - 1))
-                    .into_font()
-                    .color(&colour),
-            ))
-            .map_err(super::draw_error)?;
-            y += LINE;
-        }
-        y += GAP;
-    }
-    Ok(())
 }
 
 /// Draws the phase strip at the top of the plot; returns its bottom edge,
@@ -492,6 +466,7 @@ mod tests {
                 category_bytes: 0,
             }],
             idle: Default::default(),
+            capacity_bytes: None,
         }
     }
 

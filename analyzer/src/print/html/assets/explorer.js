@@ -24,6 +24,16 @@
     if (a < 1e9) return `${(ns / 1e6).toFixed(1)} ms`;
     return `${(ns / 1e9).toFixed(2)} s`;
   }
+  // The ticks of a bytes axis up to `max`, all in the unit of the largest
+  // (0.5 GiB, 1 GiB, not 512 MiB, 1 GiB), with the decimals `step` needs.
+  function byteTicks(max, step) {
+    let i = 0, d = 1;
+    while (max / d >= 1024 && i < UNITS.length - 1) { d *= 1024; i++; }
+    const u = step / d;
+    let decimals = 0;
+    while (decimals < 3 && Math.abs(u * 10 ** decimals - Math.round(u * 10 ** decimals)) > 1e-6) decimals++;
+    return (v) => (v === 0 ? "0" : `${(v / d).toFixed(decimals)} ${UNITS[i]}`);
+  }
   const count = (n) => Math.round(n).toLocaleString("en-US");
   const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
   // A site or frame shortened from the left, keeping its end readable.
@@ -295,12 +305,12 @@
     ctx.clearRect(0, 0, w, 470);
     ctx.font = "13px sans-serif";
     // Grid and y axis.
-    const step = byteStep(ymax);
+    const step = byteStep(ymax), tick = byteTicks(ymax, step);
     ctx.strokeStyle = "#e6e8ec"; ctx.fillStyle = "#5b6475"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
     for (let v = 0; v <= ymax; v += step) {
       const y = Math.round(sy(v)) + 0.5;
       ctx.beginPath(); ctx.moveTo(px0, y); ctx.lineTo(px1, y); ctx.stroke();
-      ctx.fillText(bytes(v).replace(".0 ", " "), px0 - 8, y);
+      ctx.fillText(tick(v), px0 - 8, y);
     }
     // x axis ticks.
     drawXTicks(ctx, sx, px0, px1, py1);
@@ -781,8 +791,8 @@
     ymax *= 1.1;
     const sy = (v) => py1 - (v / ymax) * (py1 - py0);
     ctx.font = "12px sans-serif"; ctx.fillStyle = "#5b6475"; ctx.textAlign = "right"; ctx.textBaseline = "middle"; ctx.strokeStyle = "#e6e8ec";
-    const step = byteStep(ymax);
-    for (let v = 0; v <= ymax; v += step) { const y = Math.round(sy(v)) + 0.5; ctx.beginPath(); ctx.moveTo(px0, y); ctx.lineTo(px1, y); ctx.stroke(); ctx.fillText(bytes(v).replace(".0 ", " "), px0 - 8, y); }
+    const step = byteStep(ymax), tick = byteTicks(ymax, step);
+    for (let v = 0; v <= ymax; v += step) { const y = Math.round(sy(v)) + 0.5; ctx.beginPath(); ctx.moveTo(px0, y); ctx.lineTo(px1, y); ctx.stroke(); ctx.fillText(tick(v), px0 - 8, y); }
     ctx.save(); ctx.beginPath(); ctx.rect(px0, py0, px1 - px0, py1 - py0); ctx.clip();
     ctx.beginPath(); ctx.moveTo(sx(xOfTime(F.start[0])), sy(0));
     for (let i = 0; i < F.start.length; i++) { ctx.lineTo(sx(xOfTime(F.start[i])), sy(F.cached[i])); ctx.lineTo(sx(xOfTime(F.end[i])), sy(F.cached[i])); }
