@@ -15,6 +15,7 @@ mod leaks;
 mod merge;
 mod progress;
 mod report;
+mod run;
 mod simulate;
 mod summary;
 mod synth;
@@ -51,6 +52,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Record a PyTorch program's GPU memory: `vramtrace run [OPTIONS] SCRIPT
+    /// [ARGS]` (or `-m MODULE`) runs `python -m vramtrace run` with the same
+    /// arguments, in the Python beside this command, else python3 (or
+    /// python) on the PATH.
+    Run(run::Args),
     /// Show a trace's header, duration, event counts and encoding.
     Info(info::Args),
     /// Convert a PyTorch memory snapshot (pickle, optionally gz/xz/zst) into a trace.
@@ -98,6 +104,7 @@ pub fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Run(args) => run::run(args),
         Command::Info(args) => info::run(args),
         Command::Import(args) => import::run(args),
         Command::Summary(args) => summary::run(args),

@@ -16,11 +16,19 @@ import sys
 import vramtrace
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line, as the analyzer gives them, not argparse's
+    usage block above them."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m vramtrace",
         description="Record a PyTorch program's GPU memory with vramtrace.")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run a script or module with its GPU memory recorded",
                          description="Run SCRIPT (or, with -m, MODULE) with its GPU memory "
                          "recorded, then `vramtrace summary TRACE` or `vramtrace report TRACE`.")
