@@ -68,15 +68,31 @@ fn python() -> Option<PathBuf> {
         .find(|candidate| is_executable(candidate))
 }
 
+#[cfg(unix)]
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+#[cfg(not(unix))]
+fn is_executable(path: &Path) -> bool {
+    path.is_file()
+}
+
 /// Becomes the Python process: its output, signals and exit code are the
 /// program's, as if it had been run directly.
+#[cfg(unix)]
 fn exec(mut command: Command, python: &Path) -> anyhow::Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     let e = command.exec();
     anyhow::bail!("cannot run {}: {e}", python.display())
+}
+
+/// Runs Python and exits with its exit code (no exec here).
+#[cfg(not(unix))]
+fn exec(mut command: Command, python: &Path) -> anyhow::Result<ExitCode> {
+    let status = command
+        .status()
+        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", python.display()))?;
+    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
 }
