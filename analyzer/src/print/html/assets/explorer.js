@@ -535,9 +535,9 @@
     const phase = A.phase[k] > 0 ? D.phase_paths[A.phase[k] - 1] : "(no phase)";
     const req = A.size[k] - unzig(A.slack[k]);
     const made = A.initial[k] ? "live before the first event" : `${at(A.t0[k])} (event ${count(A.start[k] + first)})`;
-    const freed = A.freed[k] ? `${at(A.t1[k])} (event ${count(A.end[k] + first)}), after ${duration(A.t1[k] - A.t0[k])}` : "never (live at the end)";
+    const freed = A.freed[k] ? `freed at ${at(A.t1[k])} (event ${count(A.end[k] + first)}), after ${duration(A.t1[k] - A.t0[k])}` : "never freed (live at the end)";
     return `<b>${bytes(A.size[k])}</b>${req !== A.size[k] ? ` (requested ${bytes(req)})` : ""} · <code>${esc(D.sites[A.site[k]])}</code>
-<div>holds <b>${esc(categoryOf(k).label)}</b> (${A.category[k] & 8 ? "exact: tagged by the recorder" : "inferred"})</div><div>phase <code>${esc(phase)}</code></div><div>allocated at ${made}</div><div>freed at ${freed}</div>
+<div>holds <b>${esc(categoryOf(k).label)}</b> (${A.category[k] & 8 ? "exact: tagged by the recorder" : "inferred"})</div><div>phase <code>${esc(phase)}</code></div><div>allocated at ${made}</div><div>${freed}</div>
 <pre class="vt-stack">${esc(stackText(A.stack[k], full ? 0 : 14))}</pre>`;
   }
 
