@@ -94,5 +94,7 @@ fn exec(mut command: Command, python: &Path) -> anyhow::Result<ExitCode> {
     let status = command
         .status()
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", python.display()))?;
-    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
+    Ok(ExitCode::from(
+        status.code().unwrap_or(1).clamp(0, 255) as u8
+    ))
 }

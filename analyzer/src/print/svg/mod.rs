@@ -309,6 +309,25 @@ pub fn draw_legend_column(
     Ok(())
 }
 
+/// Draws a device's memory (or the allocator's limit) at `y`, in memory
+/// units, across the chart from `t0` to `t1`: a dashed red line.
+pub fn draw_capacity_line(
+    ctx: &mut TimeBytesChart<'_, '_>,
+    (t0, t1): (f64, f64),
+    y: f64,
+) -> Result<(), ChartError> {
+    use plotters::series::DashedLineSeries;
+    use plotters::style::Color;
+    ctx.draw_series(DashedLineSeries::new(
+        [(t0, y), (t1, y)],
+        8,
+        4,
+        palette::ALERT.stroke_width(1),
+    ))
+    .map(|_| ())
+    .map_err(draw_error)
+}
+
 /// Writes `OOM` beside an out-of-memory line at `(px, py)`, on the side
 /// that keeps it inside the plot (`plot_x`, its pixel range).
 pub fn draw_oom_label(

@@ -65,14 +65,7 @@ pub fn render(
             .map_err(super::draw_error)?;
 
         if let Some(c) = capacity {
-            let y = scale.scale(c);
-            ctx.draw_series(DashedLineSeries::new(
-                [(t0, y), (t1, y)],
-                8,
-                4,
-                palette::ALERT.stroke_width(1),
-            ))
-            .map_err(super::draw_error)?;
+            super::draw_capacity_line(&mut ctx, (t0, t1), scale.scale(c))?;
             legend.push(LegendEntry::new(
                 &format!("allocator's limit {}", units::bytes(c)),
                 palette::ALERT,

@@ -109,13 +109,7 @@ pub fn render(
 
         if let Some(c) = capacity {
             let y = scale.scale(c);
-            ctx.draw_series(DashedLineSeries::new(
-                [(t0, y), (t1, y)],
-                8,
-                4,
-                palette::ALERT.stroke_width(1),
-            ))
-            .map_err(super::draw_error)?;
+            super::draw_capacity_line(&mut ctx, (t0, t1), y)?;
             let (px, py) = ctx.backend_coord(&(t0, y));
             root.draw(&Text::new(
                 format!("device memory {}", units::bytes(c)),
