@@ -422,7 +422,7 @@ impl SiteFolder {
                 symbols.describe_frame(f)
             ),
             (Some(f), None) => symbols.describe_frame(f),
-            (None, _) => "<no stack captured>".to_string(),
+            (None, _) => NO_STACK.to_string(),
         }
     }
 
@@ -432,7 +432,7 @@ impl SiteFolder {
     pub fn frames(&self, site: SiteId, symbols: &SymbolTable, context: usize) -> Vec<String> {
         let info = self.info(site);
         let Some(frame) = info.frame else {
-            return vec!["<no stack captured>".to_string()];
+            return vec![NO_STACK.to_string()];
         };
         if self.full_stacks {
             return symbols
@@ -467,6 +467,9 @@ impl SiteFolder {
 /// What joins the user's line and the library frame in a site's name.
 pub const VIA: &str = " via ";
 
+/// The name of the site of allocations that came with no stack.
+pub const NO_STACK: &str = "<no stack captured>";
+
 /// A site as reports show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SiteDescription {
@@ -492,6 +495,88 @@ pub fn site_label(site: &str) -> String {
         return format!("{}{VIA}{}", frame_label(user), frame_label(library));
     }
     frame_label(site)
+}
+
+/// Text within `max` characters, cut from the left (the end of a site, its
+/// file and line, tells most): `…rs/models/resnet.py:92)`.
+pub fn cut_left(text: &str, max: usize) -> String {
+    let n = text.chars().count();
+    if n <= max {
+        return text.to_string();
+    }
+    let tail: String = text.chars().skip(n + 1 - max.max(1)).collect();
+    format!("…{tail}")
+}
+
+/// A site's name within `max` characters, for a chart, on one line: the
+/// first that fits of its name, its name with the library frame's file to
+/// its name alone, the same of both frames, the user's line `via …`; else
+/// the user's line cut from the left. The user's own line comes first.
+///
+/// `<module> (/work/probes/cnn.py:39) via forward (…/site-packages/torchvision/models/resnet.py:92)`
+/// within 50 is `<module> (cnn.py:39) via forward (resnet.py:92)`.
+pub fn site_within(site: &str, max: usize) -> String {
+    let Some((user, library)) = split_via(site) else {
+        return frame_within(site, max);
+    };
+    let (user_label, user_compact) = (frame_label(user), compact_frame(user));
+    let library = compact_frame(library);
+    [
+        site_label(site),
+        format!("{user_label}{VIA}{library}"),
+        format!("{user_compact}{VIA}{library}"),
+        format!("{user_compact}{VIA}…"),
+    ]
+    .into_iter()
+    .find(|name| name.chars().count() <= max)
+    .unwrap_or_else(|| cut_left(&user_compact, max))
+}
+
+/// A site's name for a chart's legend, as lines within `max` characters
+/// each: its name when it fits; else the user's own line, and the library
+/// frame after `via ` on a second line.
+pub fn site_lines_within(site: &str, max: usize) -> Vec<String> {
+    let whole = site_label(site);
+    if whole.chars().count() <= max {
+        return vec![whole];
+    }
+    match split_via(site) {
+        Some((user, library)) => {
+            let via = VIA.trim_start();
+            vec![
+                frame_within(user, max),
+                format!(
+                    "{via}{}",
+                    frame_within(library, max.saturating_sub(via.len()))
+                ),
+            ]
+        }
+        None => vec![frame_within(site, max)],
+    }
+}
+
+/// One frame within `max` characters: its [`frame_label`] if that fits,
+/// else with its file to its name alone ([`compact_frame`]), cut from the
+/// left if need be.
+pub fn frame_within(frame: &str, max: usize) -> String {
+    let label = frame_label(frame);
+    if label.chars().count() <= max {
+        return label;
+    }
+    cut_left(&compact_frame(frame), max)
+}
+
+/// A frame as [`frame_label`] shortens it, its file to its name alone:
+/// `forward (resnet.py:92)`.
+fn compact_frame(frame: &str) -> String {
+    let label = frame_label(frame);
+    match split_site(&label) {
+        Some((function, location)) => {
+            let file_and_line = location.rsplit('/').next().unwrap_or(location);
+            format!("{function} ({file_and_line})")
+        }
+        None => label,
+    }
 }
 
 /// A site's name split at [`VIA`] into the user's line and the library
@@ -591,6 +676,35 @@ fn simplify_function(function: &str) -> String {
 mod tests {
     use super::*;
     use crate::testing::TraceBuilder;
+
+    #[test]
+    fn a_site_within_a_width_keeps_the_users_line_first() {
+        let site = "<module> (/work/probes/cnn.py:39) via forward (/venv/lib/python3.12/site-packages/torchvision/models/resnet.py:92)";
+        assert_eq!(
+            site_within(site, 100),
+            "<module> (probes/cnn.py:39) via forward (torchvision/models/resnet.py:92)"
+        );
+        assert_eq!(
+            site_within(site, 54),
+            "<module> (probes/cnn.py:39) via forward (resnet.py:92)"
+        );
+        assert_eq!(
+            site_within(site, 50),
+            "<module> (cnn.py:39) via forward (resnet.py:92)"
+        );
+        assert_eq!(site_within(site, 40), "<module> (cnn.py:39) via …");
+        assert_eq!(site_within(site, 14), "…> (cnn.py:39)");
+        assert_eq!(
+            site_lines_within(site, 32),
+            ["<module> (probes/cnn.py:39)", "via forward (resnet.py:92)"]
+        );
+        assert_eq!(
+            site_within("forward (/a/b/c/model.py:41)", 20),
+            "…rward (model.py:41)"
+        );
+        assert_eq!(cut_left("abcdef", 4), "…def");
+        assert_eq!(cut_left("abc", 4), "abc");
+    }
 
     #[test]
     fn folds_past_torch_like_frames() {

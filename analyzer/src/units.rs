@@ -91,6 +91,11 @@ pub fn duration_ns(ns: u64) -> String {
     }
 }
 
+/// A count and its noun, singular for one: `1 OOM`, `3 OOMs`, `1 time`.
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", count(n), if n == 1 { one } else { many })
+}
+
 /// Formats a count with thousands separators: `12,345,678`.
 pub fn count(n: u64) -> String {
     let digits = n.to_string();
@@ -292,6 +297,13 @@ pub fn utc_datetime(unix_ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_of_a_noun_is_singular() {
+        assert_eq!(counted(1, "OOM", "OOMs"), "1 OOM");
+        assert_eq!(counted(0, "OOM", "OOMs"), "0 OOMs");
+        assert_eq!(counted(1200, "time", "times"), "1,200 times");
+    }
 
     #[test]
     fn formats_sizes() {

@@ -133,11 +133,22 @@ fn summary_json_has_the_promised_keys() {
     assert!(text.contains("96.0 MiB"), "{text}");
     assert!(text.contains("forward (model.py:41)"), "{text}");
 
-    // Several traces are a rank set: one table, a row per trace, numbered
-    // in order when neither headers nor names give ranks.
+    // Several traces are summarized each on its own, unless their headers
+    // say they are a run's ranks, or --ranks asks.
+    let each = json(&vramtrace(&[
+        "summary",
+        "--json",
+        path.to_str().unwrap(),
+        path.to_str().unwrap(),
+    ]));
+    assert_eq!(each.as_array().map(Vec::len), Some(2));
+    assert_eq!(each[1]["peak_allocated_bytes"], 96 * MIB);
+    // As a rank set: one table, a row per trace, numbered in order when
+    // neither headers nor names give ranks.
     let both = json(&vramtrace(&[
         "summary",
         "--json",
+        "--ranks",
         path.to_str().unwrap(),
         path.to_str().unwrap(),
     ]));

@@ -239,6 +239,7 @@ fn analyze(input: &Input) {
         // The simulator runs below; the report's capacities would only
         // repeat it.
         what_if: false,
+        reserve: None,
     };
     if let Ok(result) = report(input, Some(input), &options, &NoProgress) {
         let _ = vramtrace::print::html::report(&result, 5);

@@ -309,3 +309,64 @@ fn a_large_report_paints_fast_and_shows_allocations_in_any_small_window() {
     println!("slowest zoom to a 1,000-event window: {worst:.2} s");
     assert!(page.errors().is_empty(), "{:?}", page.errors());
 }
+
+#[test]
+fn colours_by_site_have_a_key_and_small_segments_are_summarized() {
+    let Some(browser) = chromium() else { return };
+    let dir = scratch("explorer-gpt2");
+    let page = Page::open(
+        browser,
+        &write_report(&fixture("torch/gpt2_train.pickle.xz"), &dir),
+    );
+    // Colour by site: the key names each colour, the user's line first.
+    page.eval("document.querySelector('[data-colour=site]').click()");
+    page.settle();
+    let shown = |id: &str| {
+        page.eval(&format!("!document.getElementById('{id}').hidden && document.getElementById('{id}').offsetHeight > 0"))
+    };
+    assert_eq!(shown("vt-sites"), Value::Bool(true));
+    assert_eq!(shown("vt-categories"), Value::Bool(false));
+    let key =
+        page.eval("[...document.querySelectorAll('#vt-sites span')].map((s) => s.textContent)");
+    let key: Vec<&str> = key
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!((3..=12).contains(&key.len()), "{key:?}");
+    assert_eq!(key.last(), Some(&"other sites"));
+    assert!(
+        key.iter()
+            .any(|k| k.starts_with("steps (") && k.contains(" via ")),
+        "{key:?}"
+    );
+    page.plot();
+    page.settle();
+    page.keep_screenshot("explorer-sites.png");
+    // The allocator's state: the largest segments, the rest in a line that
+    // expands to all of them.
+    page.eval("(() => { const s = document.getElementById('vt-checkpoint'); s.value = '0'; s.onchange(); })()");
+    page.settle();
+    let height = || {
+        page.eval("document.getElementById('vt-segments').clientHeight")
+            .as_f64()
+            .unwrap()
+    };
+    let few = height();
+    let note = page.eval("document.getElementById('vt-seg-more').textContent");
+    assert!(
+        note.as_str()
+            .unwrap()
+            .contains("smaller segments not drawn"),
+        "{note}"
+    );
+    assert!(few <= 24.0 * 22.0 + 10.0, "{few}");
+    page.eval("document.getElementById('vt-checkpoint').scrollIntoView()");
+    page.settle();
+    page.keep_screenshot("explorer-few-segments.png");
+    page.eval("document.getElementById('vt-seg-toggle').click()");
+    page.settle();
+    assert!(height() > few, "the segments did not expand");
+    assert!(page.errors().is_empty(), "{:?}", page.errors());
+}

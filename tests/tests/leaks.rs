@@ -221,14 +221,14 @@ fn the_leak_chart_marks_whole_repetitions() {
 }
 
 #[test]
-fn report_of_two_traces_is_a_rank_set() {
+fn report_of_two_traces_read_as_ranks_is_a_rank_set() {
     let help = vramtrace(["report", "--help"]).success().stdout;
     assert!(help.contains("<TRACE>..."), "{help}");
     let dir = scratch("report-two");
     let out = dir.join("r.html");
     let a = fixture("clean.vtrace").display().to_string();
     let b = fixture("leak.vtrace").display().to_string();
-    vramtrace(["report", &a, &b, "-o", out.to_str().unwrap()]).success();
+    vramtrace(["report", "--ranks", &a, &b, "-o", out.to_str().unwrap()]).success();
     // The page is the leaking run's (its peak is higher), ranks in order.
     let page = std::fs::read_to_string(&out).unwrap();
     assert!(page.contains("<section id=\"ranks\"><h2>Ranks (2)</h2>"));
@@ -236,6 +236,7 @@ fn report_of_two_traces_is_a_rank_set() {
     // A baseline compares one trace, not a set.
     let run = vramtrace([
         "report",
+        "--ranks",
         &a,
         &b,
         "--baseline",

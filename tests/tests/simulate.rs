@@ -157,15 +157,18 @@ fn the_chart_is_well_formed_svg_with_every_policy() {
         .filter(|n| n.has_tag_name("text"))
         .filter_map(|n| n.text())
         .collect();
-    for want in [
-        "expandable_segments:True: reserved",
-        "capacity 1.0 GiB",
-        "time",
-    ] {
-        assert!(
-            labels.iter().any(|l| l.contains(want)),
-            "no '{want}' in {labels:?}"
-        );
+    // The legend, in its column: each policy's name, and what its line is
+    // on the next line; the allocator's limit is the device less the
+    // reserve (none here).
+    let lines: Vec<&str> = labels.iter().map(|l| l.trim()).collect();
+    assert!(
+        lines
+            .windows(2)
+            .any(|w| w == ["expandable_segments:True", "reserved"]),
+        "{lines:?}"
+    );
+    for want in ["allocator's limit 1.0 GiB", "time"] {
+        assert!(lines.contains(&want), "no '{want}' in {lines:?}");
     }
 }
 
@@ -253,4 +256,56 @@ fn min_capacity_reads_the_same_in_text_and_json() {
         .stdout;
     let shown = format!("{:.2} GiB", min as f64 / (1u64 << 30) as f64);
     assert!(text.contains(&shown), "{shown} in:\n{text}");
+}
+
+#[test]
+fn the_reports_what_if_agrees_with_simulate_reserve_included() {
+    for name in ["leak.vtrace", "torch/cnn_eval_accumulate.pickle.xz"] {
+        let dir = scratch("what-if-agrees");
+        let page = dir.join("report.html");
+        let report = vramtrace([
+            "report",
+            &path(name),
+            "-o",
+            &page.display().to_string(),
+            "--json",
+        ])
+        .success()
+        .json();
+        let what_if = &report["what_if"];
+        let simulated = simulate_json(&[&path(name), "--min-capacity"]);
+        assert_eq!(
+            what_if["min_capacity_bytes"], simulated["min_capacity_bytes"],
+            "{name}: the report's smallest GPU is simulate's"
+        );
+        assert_eq!(what_if["reserve"], simulated["reserve"], "{name}");
+        // Every capacity the page lists, simulate runs to the same outcome.
+        for point in what_if["points"].as_array().unwrap() {
+            let capacity = point["capacity_bytes"].as_u64().unwrap();
+            let one = simulate_json(&[&path(name), "--capacity", &format!("{capacity}B")]);
+            assert_eq!(
+                one["oom"].is_null(),
+                point["first_oom"].is_null(),
+                "{name} at {capacity} bytes: report {point:#}, simulate {:#}",
+                one["oom"]
+            );
+        }
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(
+            html.contains("for the CUDA context (estimated)"),
+            "{name}: the page says what it keeps off the allocator"
+        );
+    }
+}
+
+#[test]
+fn a_negative_size_is_told_apart_from_an_unknown_flag() {
+    for size in ["-5GiB", "-1"] {
+        let run = vramtrace(["simulate", &path("leak.vtrace"), "--capacity", size]).fails_with(2);
+        assert!(
+            run.stderr.contains(&format!("'{size}' is not a size")),
+            "{}",
+            run.stderr
+        );
+    }
 }

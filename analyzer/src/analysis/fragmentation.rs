@@ -8,7 +8,7 @@
 //! its cost is bounded by the number of buckets ever closed, not by the
 //! number of events.
 
-use super::pauses::{GAP_BUDGET, IdleGaps, PauseTracker};
+use super::pauses::{BusyClock, GAP_BUDGET, IdleGaps, PauseTracker, XAxis};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::{FreeSpace, ReplayState};
 use serde::Serialize;
@@ -51,8 +51,15 @@ pub struct FragmentationBucket {
 /// The fragmentation series of a trace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FragmentationReport {
-    /// The width of every bucket.
+    /// What the buckets divide evenly: time, or (once
+    /// [`regrouped`](Self::regrouped)) busy time or events.
+    pub axis: XAxis,
+    /// The width of every bucket in time (0 on another axis: there the
+    /// buckets' times differ).
     pub bucket_ns: u64,
+    /// The width of a bucket on its axis, about: nanoseconds of time or of
+    /// busy time, or events.
+    pub axis_width: u64,
     /// The buckets, in time order, from the window's first event.
     pub buckets: Vec<FragmentationBucket>,
     /// The bucket with the most cached free bytes at its end.
@@ -160,21 +167,95 @@ impl Fragmentation {
     }
 }
 
-/// Pairs of adjacent buckets as one bucket each: the later one's end state,
-/// the maxima of both.
+/// Pairs of adjacent buckets as one bucket each (see [`merged`]).
 fn merge_pairs(buckets: &[FragmentationBucket]) -> Vec<FragmentationBucket> {
+    buckets.chunks(2).map(merged).collect()
+}
+
+/// Adjacent buckets as one: from the first's start to the last's end, with
+/// the last one's end state, the maxima of all and their events.
+fn merged(group: &[FragmentationBucket]) -> FragmentationBucket {
+    let (first, last) = (&group[0], &group[group.len() - 1]);
+    FragmentationBucket {
+        start_ns: first.start_ns,
+        events: group.iter().map(|b| b.events).sum(),
+        max_reserved_bytes: group
+            .iter()
+            .map(|b| b.max_reserved_bytes)
+            .max()
+            .unwrap_or(0),
+        max_allocated_bytes: group
+            .iter()
+            .map(|b| b.max_allocated_bytes)
+            .max()
+            .unwrap_or(0),
+        ..last.clone()
+    }
+}
+
+/// The bucket with the highest `key` above zero at its end.
+fn worst(
+    buckets: &[FragmentationBucket],
+    key: impl Fn(&FragmentationBucket) -> f64,
+) -> Option<usize> {
     buckets
-        .chunks(2)
-        .map(|pair| {
-            let (a, b) = (&pair[0], &pair[pair.len() - 1]);
-            FragmentationBucket {
-                events: a.events + if pair.len() > 1 { b.events } else { 0 },
-                max_reserved_bytes: a.max_reserved_bytes.max(b.max_reserved_bytes),
-                max_allocated_bytes: a.max_allocated_bytes.max(b.max_allocated_bytes),
-                ..b.clone()
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| key(b) > 0.0)
+        .max_by(|a, b| key(a.1).total_cmp(&key(b.1)))
+        .map(|(i, _)| i)
+}
+
+impl FragmentationReport {
+    /// The series in about `rows` buckets of equal width on `axis` (busy
+    /// time or events): its buckets, finer, merged in order, a row closing
+    /// at the first edge past its share of the axis. So no row is empty on
+    /// either axis, where a bucket of time may be (a pause), and rows are
+    /// fewer when one fine bucket spans several shares.
+    pub fn regrouped(&self, rows: usize, axis: XAxis) -> FragmentationReport {
+        let buckets = &self.buckets;
+        // The place of each bucket's start on the axis, and of the end.
+        let mut edges = Vec::with_capacity(buckets.len() + 1);
+        match axis {
+            XAxis::Time => return self.clone(),
+            XAxis::Events => {
+                let mut index = self.first_index;
+                edges.push(index as f64);
+                for b in buckets {
+                    index += b.events;
+                    edges.push(index as f64);
+                }
             }
-        })
-        .collect()
+            XAxis::Busy => {
+                let clock = BusyClock::new(&self.idle);
+                edges.extend(buckets.iter().map(|b| clock.busy_ns(b.start_ns)));
+                edges.extend(buckets.last().map(|b| clock.busy_ns(b.end_ns)));
+            }
+        }
+        let (Some(&x0), Some(&x1)) = (edges.first(), edges.last()) else {
+            return self.clone();
+        };
+        let width = (x1 - x0) / rows.max(1) as f64;
+        let mut out: Vec<FragmentationBucket> = Vec::with_capacity(rows);
+        let mut start = 0;
+        for i in 0..buckets.len() {
+            let share_end = x0 + width * (out.len() + 1) as f64;
+            if edges[i + 1] >= share_end || i + 1 == buckets.len() {
+                out.push(merged(&buckets[start..=i]));
+                start = i + 1;
+            }
+        }
+        FragmentationReport {
+            axis,
+            bucket_ns: 0,
+            axis_width: width.round() as u64,
+            worst_cached_free: worst(&out, |b| b.cached_free_bytes as f64),
+            worst_external: worst(&out, |b| b.external_fragmentation),
+            buckets: out,
+            first_index: self.first_index,
+            idle: self.idle.clone(),
+        }
+    }
 }
 
 impl Analysis for Fragmentation {
@@ -238,21 +319,13 @@ impl Analysis for Fragmentation {
             b.start_ns = origin.saturating_add((i as u64).saturating_mul(width));
             b.end_ns = b.start_ns.saturating_add(width);
         }
-        let argmax = |key: &dyn Fn(&FragmentationBucket) -> f64| {
-            self.closed
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| key(b) > 0.0)
-                .max_by(|a, b| key(a.1).total_cmp(&key(b.1)))
-                .map(|(i, _)| i)
-        };
-        let worst_cached_free = argmax(&|b| b.cached_free_bytes as f64);
-        let worst_external = argmax(&|b| b.external_fragmentation);
         self.report = Some(FragmentationReport {
+            axis: XAxis::Time,
             bucket_ns: width,
+            axis_width: width,
+            worst_cached_free: worst(&self.closed, |b| b.cached_free_bytes as f64),
+            worst_external: worst(&self.closed, |b| b.external_fragmentation),
             buckets: std::mem::take(&mut self.closed),
-            worst_cached_free,
-            worst_external,
             first_index: self.first_index.unwrap_or(state.events_applied()),
             idle: self.pauses.finish(),
         });
@@ -271,6 +344,53 @@ mod tests {
         let mut f = Fragmentation::new(n);
         replay_trace(bytes, &mut [&mut f], &Window::ALL);
         f.into_report().unwrap()
+    }
+
+    #[test]
+    fn a_series_regrouped_by_events_or_busy_time_has_no_empty_bucket() {
+        let bucket = |start_ns: u64, events: u64, reserved_bytes: u64| FragmentationBucket {
+            start_ns,
+            end_ns: start_ns + 10,
+            events,
+            reserved_bytes,
+            max_reserved_bytes: reserved_bytes,
+            ..Default::default()
+        };
+        let report = FragmentationReport {
+            buckets: vec![
+                bucket(0, 10, 1),
+                bucket(10, 0, 1),
+                bucket(20, 0, 1),
+                bucket(30, 10, 5),
+                bucket(40, 5, 2),
+                bucket(50, 5, 3),
+            ],
+            first_index: 100,
+            ..Default::default()
+        };
+        let rows = report.regrouped(3, XAxis::Events);
+        assert_eq!(rows.axis, XAxis::Events);
+        assert_eq!(rows.axis_width, 10);
+        let events: Vec<u64> = rows.buckets.iter().map(|b| b.events).collect();
+        assert_eq!(events, [10, 10, 10]);
+        // Each row holds its last bucket's end state and the maxima of all.
+        assert_eq!(rows.buckets[2].reserved_bytes, 3);
+        assert_eq!(rows.buckets[2].max_reserved_bytes, 3);
+        assert_eq!(rows.buckets[1].start_ns, 10);
+        // Busy time with the pause from 10 to 30 ns cut to 1 ns.
+        let mut paused = report.clone();
+        paused.idle = IdleGaps {
+            threshold_ns: 1,
+            gaps: vec![super::super::pauses::IdleGap {
+                gap_ns: 20,
+                index: 110,
+                time_ns: 30,
+            }],
+            ..Default::default()
+        };
+        let rows = paused.regrouped(2, XAxis::Busy);
+        assert_eq!(rows.axis_width, 21);
+        assert!(rows.buckets.iter().all(|b| b.events > 0), "{rows:?}");
     }
 
     #[test]

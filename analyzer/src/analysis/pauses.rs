@@ -41,6 +41,9 @@ pub struct IdleGap {
     pub gap_ns: u64,
     /// The index of the event after it.
     pub index: u64,
+    /// The time of the event after it: the pause spans `time_ns - gap_ns`
+    /// to `time_ns`.
+    pub time_ns: u64,
 }
 
 /// The pauses a busy-time axis collapses.
@@ -56,15 +59,56 @@ pub struct IdleGaps {
     pub median_ns: u64,
 }
 
-impl IdleGaps {
-    /// How much the idle gaps up to and including the one before event
-    /// `index` were shortened by.
-    pub fn collapsed_before(&self, index: u64) -> u64 {
-        let n = self.gaps.partition_point(|g| g.index <= index);
-        self.gaps[..n]
+/// Busy time as a function of time: any moment, an event's or not (a
+/// chart's bucket edges fall inside pauses), has a place on a busy-time
+/// axis, and a later moment never has an earlier place.
+#[derive(Clone, Debug, Default)]
+pub struct BusyClock {
+    // Each idle gap, by time: its start, its end, and the time cut from
+    // the gaps before it.
+    cuts: Vec<(u64, u64, u64)>,
+    threshold_ns: u64,
+}
+
+impl BusyClock {
+    /// The clock that shrinks each of these idle gaps to their threshold.
+    pub fn new(idle: &IdleGaps) -> BusyClock {
+        let mut spans: Vec<(u64, u64)> = idle
+            .gaps
             .iter()
-            .map(|g| g.gap_ns - self.threshold_ns)
-            .sum()
+            .map(|g| (g.time_ns.saturating_sub(g.gap_ns), g.time_ns))
+            .collect();
+        spans.sort_unstable_by_key(|&(_, end)| end);
+        let mut cuts = Vec::with_capacity(spans.len());
+        let (mut cut, mut last_end) = (0, 0);
+        for (start, end) in spans {
+            // Pauses overlap only where times go back (devices merged into
+            // one stream): a moment is cut once.
+            let start = start.max(last_end);
+            if end.saturating_sub(start) <= idle.threshold_ns {
+                continue;
+            }
+            cuts.push((start, end, cut));
+            cut += end - start - idle.threshold_ns;
+            last_end = end;
+        }
+        BusyClock {
+            cuts,
+            threshold_ns: idle.threshold_ns,
+        }
+    }
+
+    /// Busy time at `time_ns`: the time less what the idle gaps before it
+    /// were cut by. A moment inside a gap falls in proportion into the gap's
+    /// shortened span.
+    pub fn busy_ns(&self, time_ns: u64) -> f64 {
+        let i = self.cuts.partition_point(|&(start, _, _)| start <= time_ns);
+        let Some(&(start, end, cut)) = i.checked_sub(1).map(|i| &self.cuts[i]) else {
+            return time_ns as f64;
+        };
+        let gap = (end - start) as f64;
+        let into = (time_ns.min(end) - start) as f64;
+        time_ns as f64 - cut as f64 - into * (1.0 - self.threshold_ns as f64 / gap)
     }
 }
 
@@ -100,7 +144,11 @@ impl PauseTracker {
         if gap_ns < MIN_IDLE_NS {
             return;
         }
-        let gap = IdleGap { gap_ns, index };
+        let gap = IdleGap {
+            gap_ns,
+            index,
+            time_ns,
+        };
         if self.longest.len() < self.budget {
             self.longest.push(Reverse(gap));
         } else if self.longest.peek().is_some_and(|Reverse(g)| *g < gap) {
@@ -207,11 +255,20 @@ mod tests {
             idle.gaps,
             [IdleGap {
                 gap_ns: 60_000_000_000,
-                index: 500
+                index: 500,
+                time_ns: 60_001_000_000,
             }]
         );
-        assert_eq!(idle.collapsed_before(499), 0);
-        assert_eq!(idle.collapsed_before(500), 60_000_000_000 - MIN_IDLE_NS);
+        let clock = BusyClock::new(&idle);
+        // The pause begins at 1 ms, with event 499.
+        let before = 1_000_000.0;
+        assert_eq!(clock.busy_ns(1_000_000), before);
+        // Half way through the pause is half way through its shortened span.
+        assert_eq!(
+            clock.busy_ns(30_001_000_000),
+            before + MIN_IDLE_NS as f64 / 2.0
+        );
+        assert_eq!(clock.busy_ns(60_001_000_000), before + MIN_IDLE_NS as f64);
         assert_eq!(idle.left_out, 0);
     }
 

@@ -335,6 +335,33 @@ pub struct SummaryReport {
     pub inconsistencies: InconsistencyReport,
     /// Allocated memory by category at the peaks and at the end.
     pub categories: CategoryReport,
+    /// Whether the window holds no event (one past the trace's end): then
+    /// no peak was reached inside it, and the peaks, the state at the peak
+    /// and the sites at the peak are empty ([`SummaryReport::of_empty_window`]).
+    pub empty_window: bool,
+}
+
+impl SummaryReport {
+    /// The summary of a window that holds no event. Its peaks would be the
+    /// state carried in from before it (at the time of an event outside
+    /// it), so none is reported: the peaks are zero, and so are the state
+    /// at the peak, its sites and categories. The state at the window's
+    /// end, its inconsistencies and its event counts stay.
+    pub fn of_empty_window(self) -> SummaryReport {
+        SummaryReport {
+            events: self.events,
+            counts: self.counts,
+            end: self.end,
+            inconsistencies: self.inconsistencies,
+            categories: CategoryReport {
+                source: self.categories.source,
+                at_end: self.categories.at_end,
+                ..CategoryReport::default()
+            },
+            empty_window: true,
+            ..SummaryReport::default()
+        }
+    }
 }
 
 impl Summary {
@@ -681,6 +708,7 @@ impl Analysis for Summary {
                 at_reserved_peak: self.categories_at_reserved.table(),
                 at_end: CategoryTable::of(state.categories()),
             },
+            empty_window: false,
         });
         Ok(())
     }

@@ -109,6 +109,10 @@ pub struct Timeline {
     pub ooms: Vec<TimelinePoint>,
     /// The pauses, for an axis of busy time.
     pub idle: IdleGaps,
+    /// The device's memory, when the trace's header gives it (set by the
+    /// command, which reads the header: a chart of a run that ran out of
+    /// memory draws it).
+    pub capacity_bytes: Option<u64>,
 }
 
 /// Categories whose bytes each sample keeps by name; more would cost more
@@ -537,6 +541,7 @@ impl TimelineAnalysis {
             peak,
             ooms: std::mem::take(&mut self.ooms),
             idle: self.pauses.finish(),
+            capacity_bytes: None,
         }
     }
 }

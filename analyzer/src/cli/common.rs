@@ -5,6 +5,7 @@ use super::progress::Bars;
 use super::{emit, warn};
 use std::path::{Path, PathBuf};
 use vramtrace::analysis::window::{BoundSpec, WindowSpec};
+use vramtrace::command::ranks::IN_FLIGHT;
 use vramtrace::command::{ByDevice, ReplayOptions};
 use vramtrace::input::{Input, InputOptions};
 use vramtrace::sites::{Attribution, FoldRules};
@@ -145,10 +146,11 @@ pub fn open(path: &Path, args: &InputArgs, progress: &Bars) -> anyhow::Result<In
 /// at the end as one object or an array.
 pub fn for_each_trace<T: serde::Serialize>(
     common: &CommonArgs,
+    traces: &[PathBuf],
     mut analyze: impl FnMut(&Input, &Bars) -> anyhow::Result<T>,
     text: impl Fn(&T) -> String,
 ) -> anyhow::Result<()> {
-    let (traces, json) = (&common.traces, common.json);
+    let json = common.json;
     let progress = Bars::new();
     let mut results = Vec::new();
     for path in traces {
@@ -176,18 +178,33 @@ pub fn print_json<T: serde::Serialize>(results: &[T]) -> anyhow::Result<()> {
     }
 }
 
-/// The traces of a rank set named on the command line: files as given, and
-/// each folder's traces and snapshots (names holding `.vtrace`, `.pickle` or
-/// `.pkl`), sorted by name; and whether they are a set (several, or a folder).
-pub fn rank_inputs(paths: &[PathBuf]) -> anyhow::Result<(Vec<PathBuf>, bool)> {
+/// How several traces are read: as the ranks of one distributed run, or
+/// each on its own.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct RankArgs {
+    /// Read the traces (several, or a folder's) as the ranks of one
+    /// distributed run, in a rank table. Without it they are one run's ranks
+    /// only when their headers say so (each records its rank of the same
+    /// world size, as the recorder writes under torchrun); other traces are
+    /// analyzed each on its own.
+    #[arg(long)]
+    pub ranks: bool,
+    /// With a rank set: how many traces are read at once, which bounds
+    /// memory.
+    #[arg(long, value_name = "N", default_value_t = IN_FLIGHT as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub in_flight: u16,
+}
+
+/// The traces named on the command line: files as given, and each folder's
+/// traces and snapshots (names holding `.vtrace`, `.pickle` or `.pkl`),
+/// sorted by name.
+pub fn expand_folders(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut traces = Vec::new();
-    let mut folder = false;
     for path in paths {
         if !path.is_dir() {
             traces.push(path.clone());
             continue;
         }
-        folder = true;
         let mut inside: Vec<PathBuf> = std::fs::read_dir(path)
             .map_err(|e| anyhow::anyhow!("cannot read the folder {}: {e}", path.display()))?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -208,7 +225,27 @@ pub fn rank_inputs(paths: &[PathBuf]) -> anyhow::Result<(Vec<PathBuf>, bool)> {
         inside.sort();
         traces.extend(inside);
     }
-    let set = folder || traces.len() > 1;
+    Ok(traces)
+}
+
+/// The traces named on the command line (see [`expand_folders`]), and
+/// whether they are a rank set: asked for (`--ranks`), or several whose
+/// headers say they are the ranks of one run (read alone: a snapshot is not
+/// parsed for this).
+pub fn rank_inputs(
+    paths: &[PathBuf],
+    ranks: &RankArgs,
+    input: &InputArgs,
+) -> anyhow::Result<(Vec<PathBuf>, bool)> {
+    let traces = expand_folders(paths)?;
+    if ranks.ranks || traces.len() < 2 {
+        return Ok((traces, ranks.ranks));
+    }
+    let headers = traces
+        .iter()
+        .map(|path| Input::peek_header(path, input.options()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let set = vramtrace::command::ranks::one_run(&headers);
     Ok((traces, set))
 }
 
@@ -242,11 +279,11 @@ pub fn file_name(path: &Path) -> String {
     vramtrace::command::file_name(path)
 }
 
-/// What a chart's x axis measures (`--x`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a chart's x axis measures (`--x`); without it, the input's
+/// default ([`vramtrace::command::default_axis`]).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum XArg {
     /// Time since the first event.
-    #[default]
     Time,
     /// The event index, as PyTorch's viewer counts.
     Events,
@@ -263,6 +300,12 @@ impl From<XArg> for vramtrace::analysis::pauses::XAxis {
             XArg::Busy => XAxis::Busy,
         }
     }
+}
+
+/// The x axis asked for, else the input's default: busy time for a
+/// snapshot, time for a trace.
+pub fn x_axis(x: Option<XArg>, input: &Input) -> vramtrace::analysis::pauses::XAxis {
+    x.map_or_else(|| vramtrace::command::default_axis(input), Into::into)
 }
 
 /// Refuses an output that is one of the inputs (the same file, under any

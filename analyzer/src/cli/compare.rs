@@ -1,12 +1,15 @@
 //! `vramtrace compare BASE NEW`: did a change make memory worse, where, and
 //! by how much; a CI gate with `--fail-on`.
 
-use super::common::{InputArgs, ReplayArgs, XArg, check_outputs, open, rank_inputs, shown};
+use super::common::{
+    InputArgs, ReplayArgs, XArg, check_outputs, expand_folders, open, shown, x_axis,
+};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::analysis::compare::{CompareOptions, Threshold, ThresholdError, parse_thresholds};
+use vramtrace::analysis::pauses::XAxis;
 use vramtrace::command::compare::{CompareCommandOptions, compare};
 use vramtrace::command::ranks::{self, IN_FLIGHT, RankResult, RankResults};
 use vramtrace::print::{self, svg::diff::AlignBy, svg::diff::DiffRun};
@@ -55,9 +58,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t, requires = "output")]
     align: Align,
     /// What the chart's x axis measures when it is aligned by time: time,
-    /// the event index, or busy time (idle gaps cut short).
-    #[arg(long = "x", value_enum, default_value_t, requires = "output")]
-    x: XArg,
+    /// the event index, or busy time (idle gaps cut short). Default: busy
+    /// time when either run is a PyTorch snapshot, time for traces.
+    #[arg(long = "x", value_enum, requires = "output")]
+    x: Option<XArg>,
     /// Sites and phases listed (and drawn).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=1000))]
     top: u32,
@@ -134,7 +138,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
             comparison,
             align,
-            args.x.into(),
+            // Busy time when either run is a snapshot.
+            match x_axis(args.x, &base) {
+                XAxis::Busy => XAxis::Busy,
+                _ => x_axis(args.x, &new),
+            },
             args.top as usize,
         )?;
         write_file(output, svg.as_bytes())?;
@@ -172,8 +180,8 @@ fn rank_sets(args: &Args, options: &CompareCommandOptions) -> anyhow::Result<Exi
     if args.output.is_some() {
         anyhow::bail!("-o draws two traces: compare one rank's traces to draw it");
     }
-    let (base, _) = rank_inputs(std::slice::from_ref(&args.base))?;
-    let (new, _) = rank_inputs(std::slice::from_ref(&args.new))?;
+    let base = expand_folders(std::slice::from_ref(&args.base))?;
+    let new = expand_folders(std::slice::from_ref(&args.new))?;
     let (ranks_from, pairs) = ranks::pair_ranks(&base, &new)?;
     let progress = Bars::new();
     let compared = ranks::for_each_rank(&pairs, IN_FLIGHT, |(rank, b, n)| -> anyhow::Result<_> {

@@ -1,6 +1,6 @@
 //! `vramtrace fragmentation`: cached and fragmented memory over time.
 
-use super::common::{CommonArgs, XArg, file_name, for_each_trace, shown};
+use super::common::{CommonArgs, XArg, file_name, for_each_trace, shown, x_axis};
 use super::{warn_about, write_file};
 use std::process::ExitCode;
 use vramtrace::command::fragmentation::{FragmentationOptions, fragmentation};
@@ -11,7 +11,7 @@ use vramtrace::print;
 pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
-    /// How many time buckets to show (with a window bounded by phases,
+    /// How many buckets to show (of time with a window bounded by phases:
     /// between this and twice it).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     buckets: u32,
@@ -19,25 +19,31 @@ pub struct Args {
     /// time as an SVG chart (with finer buckets than the table); one trace.
     #[arg(short, long, value_name = "FILE.svg")]
     output: Option<std::path::PathBuf>,
-    /// What the chart's x axis measures: time, the event index, or busy
-    /// time (idle gaps cut short).
-    #[arg(long = "x", value_enum, default_value_t, requires = "output")]
-    x: XArg,
+    /// What the table's buckets divide evenly and the chart's x axis
+    /// measures: time, the event index, or busy time (idle gaps cut short).
+    /// Default: busy time for a PyTorch snapshot (its history reaches back
+    /// across long pauses), time for a trace.
+    #[arg(long = "x", value_enum)]
+    x: Option<XArg>,
 }
 
 /// Buckets of the chart: about one per two pixels of its width.
 const CHART_BUCKETS: usize = 400;
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let options = FragmentationOptions {
-        replay: args.common.replay.options()?,
-        buckets: args.buckets as usize,
-        chart_buckets: args.output.is_some().then_some(CHART_BUCKETS),
-    };
+    let replay = args.common.replay.options()?;
     args.common.check_one_chart(args.output.as_deref())?;
     for_each_trace(
         &args.common,
+        &args.common.traces,
         |input, progress| {
+            let axis = x_axis(args.x, input);
+            let options = FragmentationOptions {
+                replay: replay.clone(),
+                buckets: args.buckets as usize,
+                axis,
+                chart_buckets: args.output.is_some().then_some(CHART_BUCKETS),
+            };
             let result = fragmentation(input, &options, progress)?;
             warn_about(input.path(), &result.warnings);
             let (drawn, device) = match &args.output {
@@ -46,7 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             };
             if let (Some(svg_path), Some(chart)) = (&args.output, &drawn.chart) {
                 let title = format!("Fragmentation: {}{device}", file_name(input.path()));
-                let svg = print::svg::fragmentation::render(chart, &title, args.x.into())?;
+                let svg = print::svg::fragmentation::render(chart, &title, axis)?;
                 write_file(svg_path, svg.as_bytes())?;
             }
             Ok(result)

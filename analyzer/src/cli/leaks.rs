@@ -1,13 +1,13 @@
 //! `vramtrace leaks`: memory retained by phases, growth across repetitions,
 //! and blocks never freed.
 
-use super::common::{CommonArgs, for_each_trace, open, rank_inputs, shown};
+use super::common::{CommonArgs, RankArgs, for_each_trace, open, rank_inputs, shown};
 use super::emit;
 use super::progress::Bars;
-use super::{warn_about, write_file};
+use super::{warn, warn_about, write_file};
 use std::process::ExitCode;
 use vramtrace::command::leaks::leaks;
-use vramtrace::command::ranks::{self, IN_FLIGHT, RankResults};
+use vramtrace::command::ranks::{self, RankResults};
 use vramtrace::print::{self, ChartError, svg::palette::Palette};
 
 /// Arguments of `vramtrace leaks`.
@@ -22,24 +22,30 @@ pub struct Args {
     /// (or else the fastest-growing or most repeated phase); one trace.
     #[arg(short, long, value_name = "FILE.svg")]
     output: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    ranks: RankArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = args.common.replay.options()?;
     args.common.check_one_chart(args.output.as_deref())?;
-    let (traces, set) = rank_inputs(&args.common.traces)?;
+    let (traces, set) = rank_inputs(&args.common.traces, &args.ranks, &args.common.input)?;
     if set {
         if args.output.is_some() {
             anyhow::bail!("-o takes one trace; draw a rank's leaks from its own trace");
         }
         // Each rank's leaks, read a few traces at a time.
         let progress = Bars::new();
-        let results = ranks::for_each_rank(&traces, IN_FLIGHT, |path| -> anyhow::Result<_> {
-            let input = open(path, &args.common.input, &progress)?;
-            let result = leaks(&input, &options, &progress)?;
-            warn_about(path, &result.warnings);
-            Ok((path.clone(), result))
-        })?;
+        let results = ranks::for_each_rank(
+            &traces,
+            args.ranks.in_flight.into(),
+            |path| -> anyhow::Result<_> {
+                let input = open(path, &args.common.input, &progress)?;
+                let result = leaks(&input, &options, &progress)?;
+                warn_about(path, &result.warnings);
+                Ok((path.clone(), result))
+            },
+        )?;
         let set = RankResults::of(results);
         if args.common.json {
             emit(&print::json(&set))?;
@@ -50,20 +56,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     for_each_trace(
         &args.common,
+        &traces,
         |input, progress| {
             let result = leaks(input, &options, progress)?;
             warn_about(input.path(), &result.warnings);
             if let Some(svg_path) = &args.output {
                 let (shown, _) = shown(input.path(), &result)?;
-                let phase = shown.report.chart_phase().ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "{}: {}",
+                // The report stands without a chart: say why there is none.
+                match shown.report.chart_phase() {
+                    Some(phase) => {
+                        let svg = print::svg::leaks::render(phase, &mut Palette::new())?;
+                        write_file(svg_path, svg.as_bytes())?;
+                    }
+                    None => warn(format_args!(
+                        "{}: no chart written to {}: {}",
                         input.path().display(),
+                        svg_path.display(),
                         ChartError::NoRepeatedPhase
-                    )
-                })?;
-                let svg = print::svg::leaks::render(phase, &mut Palette::new())?;
-                write_file(svg_path, svg.as_bytes())?;
+                    )),
+                }
             }
             Ok(result)
         },

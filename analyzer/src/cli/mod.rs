@@ -15,6 +15,7 @@ mod leaks;
 mod merge;
 mod progress;
 mod report;
+mod run;
 mod simulate;
 mod summary;
 mod synth;
@@ -51,12 +52,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Record a PyTorch program's GPU memory: `vramtrace run [OPTIONS] SCRIPT
+    /// [ARGS]` (or `-m MODULE`) runs `python -m vramtrace run` with the same
+    /// arguments, in the Python beside this command, else python3 (or
+    /// python) on the PATH.
+    Run(run::Args),
     /// Show a trace's header, duration, event counts and encoding.
     Info(info::Args),
     /// Convert a PyTorch memory snapshot (pickle, optionally gz/xz/zst) into a trace.
     Import(import::Args),
-    /// Summarize a trace: peaks, top allocation sites at the peak, OOMs; or
-    /// several (a distributed run's ranks, or a folder of them) in a rank table.
+    /// Summarize a trace: peaks, top allocation sites at the peak, OOMs; several
+    /// each on its own, or a distributed run's ranks (or a folder of them) in
+    /// a rank table.
     Summary(summary::Args),
     /// Show cached and fragmented memory over time.
     Fragmentation(fragmentation::Args),
@@ -97,6 +104,7 @@ pub fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Run(args) => run::run(args),
         Command::Info(args) => info::run(args),
         Command::Import(args) => import::run(args),
         Command::Summary(args) => summary::run(args),
@@ -118,17 +126,21 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Parses the command line. Every option that takes a value takes a
-/// negative one too (`--capacity -1`), so that its parser can say what is
-/// wrong with it, rather than clap calling it an unknown flag.
+/// Parses the command line. Every option that takes a value takes one
+/// that starts with a hyphen too (`--capacity -1`, `--capacity -5GiB`), so
+/// that its parser can say what is wrong with it, rather than clap calling
+/// it an unknown flag; positional arguments take negative numbers only, so
+/// a flag after them is still a flag.
 fn parse_arguments() -> Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
     let command = Cli::command().mut_subcommands(|sub| {
         sub.mut_args(|arg| {
-            if arg.get_action().takes_values() {
+            if !arg.get_action().takes_values() {
+                arg
+            } else if arg.is_positional() {
                 arg.allow_negative_numbers(true)
             } else {
-                arg
+                arg.allow_hyphen_values(true)
             }
         })
     });
@@ -289,7 +301,9 @@ fn warn(message: impl std::fmt::Display) {
     eprintln!("warning: {message}");
 }
 
-/// Prints a pass's warnings about an input, in the CLI's terms.
+/// Prints a pass's warnings about an input, in the CLI's terms. Phases of
+/// other threads are no warning: every pass of a DDP trace has them, and
+/// `summary` tells of them once, in its header.
 fn warn_about(path: &Path, warnings: &[Warning]) {
     for w in warnings {
         match w {
@@ -297,10 +311,7 @@ fn warn_about(path: &Path, warnings: &[Warning]) {
                 "{}: no event lies inside --from/--to",
                 path.display()
             )),
-            Warning::OtherThreadPhases { .. } => warn(format_args!(
-                "{}: {w} (--phase-thread shows another thread's)",
-                path.display()
-            )),
+            Warning::OtherThreadPhases { .. } => {}
             w => warn(format_args!("{}: {w}", path.display())),
         }
     }

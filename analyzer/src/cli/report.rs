@@ -1,28 +1,27 @@
 //! `vramtrace report`: every analysis of a trace in one self-contained HTML
 //! page.
 
-use super::common::{InputArgs, ReplayArgs, check_outputs, open, rank_inputs};
+use super::common::{InputArgs, RankArgs, ReplayArgs, check_outputs, open, rank_inputs};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::command::Warning;
-use vramtrace::command::ranks::{self, IN_FLIGHT};
+use vramtrace::command::ranks;
 use vramtrace::command::report::{ReportOptions, ReportWritten, WrittenFile, report};
-use vramtrace::print;
+use vramtrace::{print, units};
 
 /// Arguments of `vramtrace report`.
 #[derive(clap::Args)]
 pub struct Args {
     /// The trace (or PyTorch snapshot) to report on; compare it with
-    /// another run with --baseline. Several traces, or a folder, are a
-    /// distributed run's ranks: the page is that of the rank whose peak is
-    /// highest, with a section on every rank.
+    /// another run with --baseline. Several traces, or a folder, of a
+    /// distributed run's ranks (see --ranks): the page is that of the rank
+    /// whose peak is highest, with a section on every rank.
     #[arg(value_name = "TRACE", required = true)]
     traces: Vec<PathBuf>,
-    /// With several traces (a rank set): how many are read at once.
-    #[arg(long, value_name = "N", default_value_t = IN_FLIGHT as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
-    in_flight: u16,
+    #[command(flatten)]
+    ranks: RankArgs,
     /// Where to write the report (HTML).
     #[arg(short, long, value_name = "FILE.html")]
     output: PathBuf,
@@ -41,6 +40,11 @@ pub struct Args {
     /// range of capacities), which costs a few simulations of the trace.
     #[arg(long)]
     no_what_if: bool,
+    /// Memory each device of the what-if keeps off the allocator for the
+    /// CUDA context (and NCCL), as `simulate --reserve` takes it. Default:
+    /// an estimate, 512MiB, and 1GiB more when the trace shows NCCL.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
+    reserve: Option<u64>,
     #[command(flatten)]
     replay: ReplayArgs,
     #[command(flatten)]
@@ -53,6 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         top: args.top as usize,
         explorer: Default::default(),
         what_if: !args.no_what_if,
+        reserve: args.reserve,
     };
     check_outputs(
         [args.output.as_path()],
@@ -61,14 +66,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map(PathBuf::as_path),
     )?;
     let progress = Bars::new();
-    let (traces, set) = rank_inputs(&args.traces)?;
+    let (traces, set) = rank_inputs(&args.traces, &args.ranks, &args.input)?;
+    if !set && traces.len() > 1 {
+        anyhow::bail!(
+            "a report is of one trace, or of the ranks of one run: these {} traces' headers do not say they are (--ranks reads them as ranks)",
+            traces.len()
+        );
+    }
     let ranks = if set {
         if args.baseline.is_some() {
             anyhow::bail!("--baseline compares one trace: report one rank's trace to compare it");
         }
         let measured = ranks::for_each_rank(
             &traces,
-            args.in_flight.into(),
+            args.ranks.in_flight.into(),
             |path| -> anyhow::Result<_> {
                 let input = open(path, &args.input, &progress)?;
                 let measured = ranks::measure_rank_timeline(&input, &options.replay, &progress)?;

@@ -1,13 +1,13 @@
 //! `vramtrace summary`: the first thing to run on a trace, or the rank
 //! table of a distributed run's traces.
 
-use super::common::{CommonArgs, for_each_trace, open, print_json, rank_inputs};
+use super::common::{CommonArgs, RankArgs, for_each_trace, open, print_json, rank_inputs};
 use super::progress::Bars;
 use super::{emit, warn_about};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::command::ReplayOptions;
-use vramtrace::command::ranks::{self, IN_FLIGHT};
+use vramtrace::command::ranks;
 use vramtrace::command::summary::{SummaryOptions, summary};
 use vramtrace::print;
 
@@ -19,10 +19,8 @@ pub struct Args {
     /// How many sites to list at the peak.
     #[arg(long, default_value_t = 10)]
     top: usize,
-    /// With several traces (a rank set): how many are read at once, which
-    /// bounds memory.
-    #[arg(long, value_name = "N", default_value_t = IN_FLIGHT as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
-    in_flight: u16,
+    #[command(flatten)]
+    ranks: RankArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -30,19 +28,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         replay: args.common.replay.options()?,
         top: args.top,
     };
-    let (traces, set) = rank_inputs(&args.common.traces)?;
+    let (traces, set) = rank_inputs(&args.common.traces, &args.ranks, &args.common.input)?;
     if set {
         rank_table(
             &args.common,
             &options.replay,
             &traces,
-            args.in_flight.into(),
+            args.ranks.in_flight.into(),
         )?;
         return Ok(ExitCode::SUCCESS);
     }
     let full = options.replay.full_stacks;
     for_each_trace(
         &args.common,
+        &traces,
         |input, progress| {
             let result = summary(input, &options, progress)?;
             warn_about(input.path(), &result.warnings);

@@ -1,6 +1,6 @@
 //! `vramtrace timeline`: memory over time as an SVG chart.
 
-use super::common::{CommonArgs, XArg, file_name, open, print_json, shown};
+use super::common::{CommonArgs, XArg, file_name, open, print_json, shown, x_axis};
 use super::progress::Bars;
 use super::{warn_about, write_file};
 use anyhow::bail;
@@ -27,9 +27,11 @@ pub struct Args {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=24))]
     top: u32,
     /// What the chart's x axis measures: time, the event index, or busy
-    /// time (idle gaps cut short).
-    #[arg(long = "x", value_enum, default_value_t)]
-    x: XArg,
+    /// time (idle gaps cut short). Default: busy time for a PyTorch
+    /// snapshot (its history reaches back across long pauses), time for a
+    /// trace.
+    #[arg(long = "x", value_enum)]
+    x: Option<XArg>,
 }
 
 /// What the stacked areas are split by.
@@ -80,7 +82,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &drawn.timeline,
                 &title,
                 &mut Palette::new(),
-                args.x.into(),
+                x_axis(args.x, &input),
             )?;
             write_file(output, svg.as_bytes())?;
             if !args.common.json {

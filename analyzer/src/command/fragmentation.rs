@@ -3,6 +3,7 @@
 use super::{ByDevice, Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::fragmentation::{Fragmentation, FragmentationReport};
+use crate::analysis::pauses::XAxis;
 use crate::input::Input;
 use crate::progress::Progress;
 use serde::Serialize;
@@ -12,12 +13,21 @@ use serde::Serialize;
 pub struct FragmentationOptions {
     /// The window and site folding.
     pub replay: ReplayOptions,
-    /// Time buckets of the series (with a window bounded by phases, between
-    /// this and twice it).
+    /// Buckets of the series (of time, with a window bounded by phases
+    /// between this and twice it).
     pub buckets: usize,
+    /// What the series' buckets divide evenly: time, busy time or events.
+    pub axis: XAxis,
     /// Also a finer series for a chart, of this many buckets.
     pub chart_buckets: Option<usize>,
 }
+
+/// How many times finer the series of time is that is regrouped into
+/// buckets of busy time or events.
+const FINER: usize = 64;
+/// The most buckets of such a finer series (each costs a sweep of the free
+/// space), unless more buckets are asked for.
+const MAX_FINER_BUCKETS: usize = 16_384;
 
 /// The fragmentation series of one input.
 #[derive(Clone, Debug, Serialize)]
@@ -60,12 +70,18 @@ pub fn fragmentation(
         Some((start, end)) => Fragmentation::with_span(n, start, end),
         None => Fragmentation::new(n),
     };
+    // On another axis than time, a finer series of time is regrouped.
+    let series_buckets = match options.axis {
+        XAxis::Time => options.buckets,
+        _ => (options.buckets * FINER).min(options.buckets.max(MAX_FINER_BUCKETS)),
+    };
     replay.by_device(
-        |_| (make(options.buckets), options.chart_buckets.map(make)),
+        |_| (make(series_buckets), options.chart_buckets.map(make)),
         |(series, chart), _| {
+            let series = replay.result(series.into_report())?;
             Ok(FragmentationResult {
                 path: input.path().display().to_string(),
-                report: replay.result(series.into_report())?,
+                report: series.regrouped(options.buckets, options.axis),
                 chart: chart.map(|c| replay.result(c.into_report())).transpose()?,
                 warnings: Vec::new(),
             })

@@ -103,11 +103,11 @@ impl fmt::Display for Warning {
             Warning::OtherThreadPhases { shown, others } => {
                 let threads: Vec<String> = others
                     .iter()
-                    .map(|(t, n)| format!("thread {t} ({n})"))
+                    .map(|(t, n)| format!("thread {t} began {n}"))
                     .collect();
                 write!(
                     f,
-                    "phases begun on other threads are not shown: {}; shown are thread {shown}'s",
+                    "the phases of other threads are hidden ({}; most likely the autograd engine's backward-pass phases); shown are thread {shown}'s",
                     threads.join(", ")
                 )
             }
@@ -143,6 +143,18 @@ impl Warning {
     }
 }
 
+/// The x axis a chart of this input has unless told otherwise: busy time
+/// for a PyTorch snapshot, whose history reaches back across long pauses
+/// (on a time axis its work would be squeezed into a sliver), time for a
+/// trace.
+pub fn default_axis(input: &Input) -> crate::analysis::pauses::XAxis {
+    use crate::analysis::pauses::XAxis;
+    match input.kind() {
+        crate::input::InputKind::TorchSnapshot => XAxis::Busy,
+        crate::input::InputKind::Trace => XAxis::Time,
+    }
+}
+
 /// An opened input with its window resolved, ready for replay passes.
 pub struct Replay<'a> {
     input: &'a Input,
@@ -159,6 +171,9 @@ pub struct Pass {
     pub info: PassInfo,
     /// The input's header.
     pub header: Header,
+    /// Whether the input shows NCCL (a distributed run), whose buffers a
+    /// what-if keeps off the allocator.
+    pub shows_nccl: bool,
     /// Truncation, a missing footer, an empty window.
     pub warnings: Vec<Warning>,
 }
@@ -240,6 +255,7 @@ impl<'a> Replay<'a> {
         let pass = Pass {
             warnings: Warning::of_pass(&passes.info, &self.window),
             header: events.header().clone(),
+            shows_nccl: crate::simulate::shows_nccl(events.header(), events.symbols()),
             info: passes.info,
         };
         Ok((passes.devices, pass))

@@ -66,6 +66,33 @@ pub fn header_rank(header: &vramtrace_format::Header) -> Option<u32> {
     header.process.rank
 }
 
+/// Whether these headers say their traces are the ranks of one distributed
+/// run: each records a rank below one world size that all record, and no
+/// two share a rank and a device (a rank driving two devices writes a
+/// trace per device). A PyTorch snapshot has no header (`None`): nothing
+/// says whose rank it is.
+pub fn one_run(headers: &[Option<vramtrace_format::Header>]) -> bool {
+    let mut world = None;
+    let mut seen = std::collections::BTreeSet::new();
+    headers.iter().all(|header| {
+        let Some(header) = header else {
+            return false;
+        };
+        let process = &header.process;
+        let (Some(rank), Some(size)) = (process.rank, process.world_size) else {
+            return false;
+        };
+        // A trace that lists no device counts as one.
+        let mut devices: Vec<Option<u32>> = header.devices.iter().map(|d| Some(d.index)).collect();
+        if devices.is_empty() {
+            devices.push(None);
+        }
+        rank < size
+            && *world.get_or_insert(size) == size
+            && devices.into_iter().all(|d| seen.insert((rank, d)))
+    })
+}
+
 /// Replays one trace of a rank set for its peaks alone, each device apart.
 pub fn measure_rank(
     input: &Input,
@@ -559,6 +586,36 @@ mod tests {
         assert_eq!(header_rank(&header), None);
         header.process.rank = Some(2);
         assert_eq!(header_rank(&header), Some(2));
+    }
+
+    #[test]
+    fn headers_say_whether_traces_are_ranks_of_one_run() {
+        let rank = |rank: u32, world: u32, device: u32| {
+            let mut h = vramtrace_format::Header::default();
+            h.process.rank = Some(rank);
+            h.process.world_size = Some(world);
+            h.devices.push(vramtrace_format::DeviceInfo {
+                index: device,
+                name: String::new(),
+                total_memory: 0,
+            });
+            Some(h)
+        };
+        assert!(one_run(&[rank(0, 2, 0), rank(1, 2, 1)]));
+        // A rank driving two devices writes a trace for each.
+        assert!(one_run(&[rank(0, 1, 0), rank(0, 1, 1)]));
+        assert!(
+            !one_run(&[rank(0, 2, 0), rank(0, 2, 0)]),
+            "the same rank twice"
+        );
+        assert!(!one_run(&[rank(0, 2, 0), rank(1, 4, 0)]), "two world sizes");
+        assert!(
+            !one_run(&[rank(0, 2, 0), rank(2, 2, 0)]),
+            "a rank past the world"
+        );
+        let unranked = Some(vramtrace_format::Header::default());
+        assert!(!one_run(&[rank(0, 2, 0), unranked]));
+        assert!(!one_run(&[rank(0, 2, 0), None]), "a snapshot");
     }
 
     #[test]

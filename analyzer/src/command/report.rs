@@ -17,10 +17,10 @@ use crate::analysis::phase_totals::PhaseTotals;
 use crate::analysis::site_totals::SiteTotals;
 use crate::analysis::summary::{Summary, SummaryReport};
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
-use crate::input::{Input, InputKind};
+use crate::input::Input;
 use crate::progress::Progress;
-use crate::simulate::RequestExtractor;
 use crate::simulate::what_if::{WhatIf, what_if};
+use crate::simulate::{RequestExtractor, Reserve};
 use serde::Serialize;
 use vramtrace_format::{EventSource, Header};
 
@@ -38,6 +38,9 @@ pub struct ReportOptions {
     pub explorer: ExplorerOptions,
     /// Simulate the recorded settings at a range of capacities.
     pub what_if: bool,
+    /// Memory each simulated device keeps off the allocator for the CUDA
+    /// context (and NCCL), as `simulate` takes it: estimated when `None`.
+    pub reserve: Option<u64>,
 }
 
 /// Events past which a report leaves out its what-if section: the requests
@@ -242,9 +245,16 @@ pub fn report(
                 Ok((config, _)) => (config, true),
                 Err(_) => (Default::default(), false),
             };
-            what_if(&list, &config, recorded_settings, recorded_capacity)
+            let reserve = Reserve::stated_or_estimated(options.reserve, pass.shows_nccl);
+            what_if(
+                &list,
+                &config,
+                recorded_settings,
+                recorded_capacity,
+                reserve,
+            )
         });
-    let mut summary = replay.result(summary.into_report())?;
+    let mut summary = super::summary::of_window(replay.result(summary.into_report())?, &pass);
     let leaks = replay.result(leaks.into_report())?;
     let (comparison, base_timeline, baseline_warnings) = match (base, site_totals, phase_totals) {
         (Some(base), Some(site_totals), Some(phase_totals)) => {
@@ -279,13 +289,16 @@ pub fn report(
         summary,
         fragmentation: replay.result(fragmentation.into_report())?,
         leaks,
-        timeline: replay.result(timeline.into_report())?,
-        category_timeline: replay.result(category_timeline.into_report())?,
-        explorer: replay.result(explorer.into_report())?,
-        default_axis: match input.kind() {
-            InputKind::TorchSnapshot => XAxis::Busy,
-            InputKind::Trace => XAxis::Time,
+        timeline: Timeline {
+            capacity_bytes: recorded_capacity,
+            ..replay.result(timeline.into_report())?
         },
+        category_timeline: Timeline {
+            capacity_bytes: recorded_capacity,
+            ..replay.result(category_timeline.into_report())?
+        },
+        explorer: replay.result(explorer.into_report())?,
+        default_axis: super::default_axis(input),
         what_if,
         what_if_left_out,
         comparison,

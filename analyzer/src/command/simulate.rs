@@ -297,10 +297,7 @@ fn simulate_device(
     let list = &extracted.list;
     let symbols = events.symbols();
     let nccl = simulate::shows_nccl(events.header(), symbols);
-    let reserve = match options.reserve {
-        Some(bytes) => Reserve::stated(bytes, nccl),
-        None => Reserve::estimate(nccl),
-    };
+    let reserve = Reserve::stated_or_estimated(options.reserve, nccl);
     let capacity = match &options.device {
         Some(d) if d.total_bytes <= reserve.bytes => {
             return Err(Error::Simulate {
@@ -543,8 +540,8 @@ fn notes(e: &Extracted) -> Vec<String> {
     }
     if l.recorded_ooms > 0 {
         notes.push(format!(
-            "the recorded run ran out of memory {} times; those requests are tried again, and freed at once where they fit, since the program went on without them",
-            l.recorded_ooms
+            "the recorded run ran out of memory {}; those requests are tried again, and freed at once where they fit, since the program went on without them",
+            units::counted(l.recorded_ooms, "time", "times")
         ));
     }
     if !l.initial_segments.is_empty() {

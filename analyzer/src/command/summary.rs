@@ -1,6 +1,6 @@
 //! `summary`: the first thing to run on a trace.
 
-use super::{ByDevice, Replay, ReplayOptions, Warning};
+use super::{ByDevice, Pass, Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::summary::{Summary, SummaryReport};
 use crate::input::Input;
@@ -29,10 +29,45 @@ pub struct SummaryResult {
     /// The summary.
     #[serde(flatten)]
     pub summary: SummaryReport,
+    /// Threads other than the one followed that began phases, which are
+    /// hidden (most likely the autograd engine's backward-pass phases):
+    /// each with how many it began. Told once, in the summary's header,
+    /// rather than as a warning of every command.
+    pub hidden_phases: Vec<ThreadPhases>,
     /// What the pass found worth a warning (empty per device: see
     /// [`ByDevice::warnings`]).
     #[serde(skip)]
     pub warnings: Vec<Warning>,
+}
+
+/// Phases a thread began that the summary does not show.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ThreadPhases {
+    /// The thread, as the trace numbers threads.
+    pub thread: u32,
+    /// The phases it began.
+    pub phases: u64,
+}
+
+/// A pass's summary, with no peak when its window holds no event.
+pub(crate) fn of_window(summary: SummaryReport, pass: &Pass) -> SummaryReport {
+    if pass.warnings.contains(&Warning::EmptyWindow) {
+        summary.of_empty_window()
+    } else {
+        summary
+    }
+}
+
+/// The threads whose phases a pass did not follow.
+fn hidden_phases(pass: &Pass) -> Vec<ThreadPhases> {
+    pass.warnings
+        .iter()
+        .flat_map(|w| match w {
+            Warning::OtherThreadPhases { others, .. } => others.as_slice(),
+            _ => &[],
+        })
+        .map(|&(thread, phases)| ThreadPhases { thread, phases })
+        .collect()
 }
 
 /// Summarizes each device of an input, in one pass.
@@ -49,7 +84,8 @@ pub fn summary(
                 path: input.path().display().to_string(),
                 device: 0,
                 rank: super::ranks::header_rank(&pass.header),
-                summary: replay.result(summary.into_report())?,
+                summary: of_window(replay.result(summary.into_report())?, pass),
+                hidden_phases: hidden_phases(pass),
                 warnings: Vec::new(),
             })
         },

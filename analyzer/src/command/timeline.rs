@@ -6,6 +6,7 @@ use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOpt
 use crate::input::Input;
 use crate::progress::Progress;
 use serde::Serialize;
+use vramtrace_format::EventSource;
 
 /// What `timeline` computes.
 #[derive(Clone, Debug, Default)]
@@ -42,7 +43,9 @@ pub fn timeline(
     if options.group_by != GroupBy::Category {
         replay = replay.without_categories();
     }
-    replay.by_device(
+    // The devices' memory, from the header (a stream's comes first).
+    let devices = input.events()?.header().devices.clone();
+    let mut result = replay.by_device(
         |_| {
             (TimelineAnalysis::new(TimelineOptions {
                 group_by: options.group_by,
@@ -57,5 +60,10 @@ pub fn timeline(
                 warnings: Vec::new(),
             })
         },
-    )
+    )?;
+    for d in &mut result.devices {
+        d.result.timeline.capacity_bytes =
+            crate::simulate::device_capacity(&devices, d.peaks.device);
+    }
+    Ok(result)
 }

@@ -218,21 +218,36 @@ impl Input {
         )
     }
 
+    /// The header of a trace file, read alone: no pass and no parse. A
+    /// PyTorch snapshot has no header (`None`, left unparsed).
+    pub fn peek_header(
+        path: impl AsRef<Path>,
+        options: InputOptions,
+    ) -> Result<Option<vramtrace_format::Header>, InputError> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|source| InputError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        match start_of(path, &Source::file(file), options)? {
+            (Start::Trace, stream, _) => trace_reader(stream)
+                .map(|reader| Some(reader.header().clone()))
+                .map_err(|source| InputError::Trace {
+                    path: path.to_owned(),
+                    source,
+                }),
+            (Start::Snapshot, _, _) => Ok(None),
+        }
+    }
+
     fn from_source(
         path: &Path,
         source: Source,
         options: InputOptions,
         progress: &dyn Progress,
     ) -> Result<Input, InputError> {
-        let io_err = |source| InputError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        let (stream, compression) =
-            decompress_within(source.reader(), budget(&source, options)).map_err(io_err)?;
-        let (start, stream) = peek(stream, MAGIC.len()).map_err(io_err)?;
-        // A trace cut inside its signature is still a trace (cut short).
-        if start.starts_with(MAGIC) || (!start.is_empty() && MAGIC.starts_with(&start)) {
+        let (start, stream, compression) = start_of(path, &source, options)?;
+        if start == Start::Trace {
             // Read the header now, so that a damaged one is an error of opening.
             trace_reader(stream).map_err(|source| InputError::Trace {
                 path: path.to_owned(),
@@ -246,43 +261,31 @@ impl Input {
                 options,
             });
         }
-        if start.first() == Some(&0x80) {
-            // A compressed file's size says nothing of the pickle's.
-            let total = source.len().filter(|_| compression == Compression::None);
-            let meter = progress.begin(Work {
-                label: "reading",
-                total,
-                unit: ProgressUnit::Bytes,
-            });
-            // A compressed file is inflated on a thread of its own, off the
-            // parser's critical path.
-            let stream: InputStream = match compression {
-                Compression::None => stream,
-                _ => Box::new(read_ahead::ReadAhead::new(stream)),
-            };
-            let parsed =
-                snapshot::parse(stream, &|bytes| meter.update(bytes)).map_err(|source| {
-                    InputError::Snapshot {
-                        path: path.to_owned(),
-                        source,
-                    }
-                })?;
-            return Ok(Input {
+        // A compressed file's size says nothing of the pickle's.
+        let total = source.len().filter(|_| compression == Compression::None);
+        let meter = progress.begin(Work {
+            label: "reading",
+            total,
+            unit: ProgressUnit::Bytes,
+        });
+        // A compressed file is inflated on a thread of its own, off the
+        // parser's critical path.
+        let stream: InputStream = match compression {
+            Compression::None => stream,
+            _ => Box::new(read_ahead::ReadAhead::new(stream)),
+        };
+        let parsed = snapshot::parse(stream, &|bytes| meter.update(bytes)).map_err(|source| {
+            InputError::Snapshot {
                 path: path.to_owned(),
-                kind: InputKind::TorchSnapshot,
-                compression,
-                content: Content::Snapshot(Arc::new(parsed)),
-                options,
-            });
-        }
-        let start: String = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
-        Err(InputError::UnknownFormat {
+                source,
+            }
+        })?;
+        Ok(Input {
             path: path.to_owned(),
-            start: if start.is_empty() {
-                "nothing: it is empty".into()
-            } else {
-                format!("0x{start}")
-            },
+            kind: InputKind::TorchSnapshot,
+            compression,
+            content: Content::Snapshot(Arc::new(parsed)),
+            options,
         })
     }
 
@@ -376,6 +379,46 @@ impl Input {
 }
 
 /// A trace reader over a decompressed stream that starts with the magic.
+/// What an input's first bytes say it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    Trace,
+    Snapshot,
+}
+
+/// An input's decompressed stream (within its expansion budget), what its
+/// first bytes say it holds, and its compression; an input of neither kind
+/// is an error.
+fn start_of(
+    path: &Path,
+    source: &Source,
+    options: InputOptions,
+) -> Result<(Start, InputStream, Compression), InputError> {
+    let io_err = |source| InputError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let (stream, compression) =
+        decompress_within(source.reader(), budget(source, options)).map_err(io_err)?;
+    let (start, stream) = peek(stream, MAGIC.len()).map_err(io_err)?;
+    // A trace cut inside its signature is still a trace (cut short).
+    if start.starts_with(MAGIC) || (!start.is_empty() && MAGIC.starts_with(&start)) {
+        return Ok((Start::Trace, stream, compression));
+    }
+    if start.first() == Some(&0x80) {
+        return Ok((Start::Snapshot, stream, compression));
+    }
+    let start: String = start.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Err(InputError::UnknownFormat {
+        path: path.to_owned(),
+        start: if start.is_empty() {
+            "nothing: it is empty".into()
+        } else {
+            format!("0x{start}")
+        },
+    })
+}
+
 fn trace_reader(stream: InputStream) -> Result<TraceReader<InputStream>, FormatError> {
     TraceReader::new(Box::new(BufReader::with_capacity(BUF, stream)) as InputStream)
 }

@@ -5,7 +5,9 @@
 use crate::analysis::categories::{Basis, Category, Dominant};
 use crate::analysis::compare::{Change, Unit};
 use crate::replay::categories::CategorySource;
-pub use crate::sites::{frame_label, site_label};
+pub use crate::sites::{
+    NO_STACK, cut_left, frame_label, frame_within, site_label, site_lines_within, site_within,
+};
 use crate::units;
 
 /// A value in its unit, for tables: `412.1 MiB`, `1,234`, `1.25 s`, `12.3%`.
@@ -33,6 +35,41 @@ pub fn format_delta(unit: Unit, d: f64) -> String {
         Unit::Bytes => units::bytes_delta(d.round() as i128),
         Unit::Ratio => format!("{sign}{:.1} pp", d.abs() * 100.0),
         _ => format!("{sign}{}", format_value(unit, d.abs())),
+    }
+}
+
+/// What the site of allocations without a stack ([`NO_STACK`]) probably
+/// holds, for a note beneath a table that lists it.
+pub const NO_STACK_NOTE: &str = "<no stack captured>: allocations that came with no stack. \
+     Most are probably the autograd engine's: backward runs on a thread of its own with no \
+     Python frame, and a PyTorch snapshot or a trace of the replacement mode records Python \
+     stacks only (a trace of `python -m vramtrace run` names the autograd node instead). \
+     The rest were allocated before recording began: a snapshot's history starts mid-run.";
+
+/// Whether these sites list the one of allocations without a stack.
+pub fn lists_no_stack<'a>(sites: impl IntoIterator<Item = &'a str>) -> bool {
+    sites.into_iter().any(|s| s == NO_STACK)
+}
+
+/// Numbers the names that meet, from the second on (`… #2`), so that
+/// distinct things drawn in distinct colours never share a name. A name of
+/// several lines is numbered on its last, which is cut from the left to
+/// stay within `max` characters.
+pub fn number_alike(names: &mut [String], max: usize) {
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    for name in names.iter_mut() {
+        let n = seen.entry(name.clone()).or_default();
+        *n += 1;
+        if *n == 1 {
+            continue;
+        }
+        let suffix = format!(" #{n}");
+        let (head, last) = match name.rsplit_once('\n') {
+            Some((head, last)) => (format!("{head}\n"), last),
+            None => (String::new(), name.as_str()),
+        };
+        let last = cut_left(last, max.saturating_sub(suffix.len()));
+        *name = format!("{head}{last}{suffix}");
     }
 }
 
@@ -154,6 +191,30 @@ pub fn category_source(source: CategorySource) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_that_meet_are_numbered() {
+        let mut names = [
+            "a (x.py:1)",
+            "b",
+            "a (x.py:1)",
+            "u\nvia a (x.py:1)",
+            "u\nvia a (x.py:1)",
+        ]
+        .map(String::from);
+        number_alike(&mut names, 14);
+        assert_eq!(
+            names,
+            [
+                "a (x.py:1)",
+                "b",
+                "a (x.py:1) #2",
+                "u\nvia a (x.py:1)",
+                "u\n…a (x.py:1) #2"
+            ]
+            .map(String::from)
+        );
+    }
 
     #[test]
     fn values_and_changes_read_well() {

@@ -459,6 +459,14 @@ pub struct Reserve {
 }
 
 impl Reserve {
+    /// The reserve stated, else the estimate.
+    pub fn stated_or_estimated(stated: Option<u64>, nccl: bool) -> Reserve {
+        match stated {
+            Some(bytes) => Reserve::stated(bytes, nccl),
+            None => Reserve::estimate(nccl),
+        }
+    }
+
     /// The estimate: [`CUDA_CONTEXT_BYTES`], and [`NCCL_BYTES`] when the
     /// trace shows NCCL.
     pub fn estimate(nccl: bool) -> Reserve {

@@ -1,8 +1,10 @@
 //! What-if by capacity, for the report: the recorded settings simulated on
 //! devices of a range of sizes around the smallest one that fits, so a
 //! reader can pick a capacity and see the reserved peak and the first OOM.
+//! A capacity is a device's memory, as `simulate --capacity` takes it: the
+//! allocator gets it less the [`Reserve`], so the two agree.
 
-use super::{CAPACITY_STEP, RequestList, SimOptions, min_capacity, simulate};
+use super::{CAPACITY_STEP, RequestList, Reserve, SimOptions, min_capacity, simulate};
 use rayon::prelude::*;
 use serde::Serialize;
 use vramtrace_recorder::allocator::AllocatorConfig;
@@ -23,7 +25,8 @@ pub struct WhatIfOom {
 /// One capacity simulated.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WhatIfPoint {
-    /// The device memory simulated.
+    /// The device memory simulated (the allocator gets it less the
+    /// reserve).
     pub capacity_bytes: u64,
     /// The highest reserved memory (up to the first OOM when there is one).
     pub peak_reserved_bytes: u64,
@@ -44,45 +47,56 @@ pub struct WhatIf {
     pub recorded_settings: bool,
     /// The reserved peak on a device that never runs out.
     pub unlimited_peak_reserved_bytes: u64,
-    /// The smallest capacity without an OOM, to [`CAPACITY_STEP`].
+    /// The smallest device memory without an OOM, the reserve included (the
+    /// allocator's part to [`CAPACITY_STEP`]).
     pub min_capacity_bytes: u64,
+    /// What each device keeps off the allocator (the CUDA context's).
+    pub reserve: Reserve,
     /// The recorded device's memory, when known.
     pub device_bytes: Option<u64>,
     /// The capacities simulated, smallest first.
     pub points: Vec<WhatIfPoint>,
 }
 
-/// Fractions of the smallest fitting capacity simulated below it.
+/// Fractions of the allocator's part of the smallest fitting capacity
+/// simulated below it.
 const BELOW: [f64; 5] = [0.5, 0.6, 0.7, 0.8, 0.9];
 /// Steps between the smallest fitting capacity and the unlimited peak.
 const BETWEEN: [f64; 3] = [0.25, 0.5, 0.75];
 
-/// Simulates `config` on devices from half the smallest fitting capacity up
-/// to the unlimited peak (and the recorded device, when known), in
-/// parallel. Runs below the smallest fitting capacity stop at their first
-/// OOM.
+/// Simulates `config` on devices from the reserve and half of what the
+/// allocator needs up to the unlimited peak (and the recorded device, when
+/// known), in parallel. Runs below the smallest fitting capacity stop at
+/// their first OOM.
 pub fn what_if(
     list: &RequestList,
     config: &AllocatorConfig,
     recorded_settings: bool,
     device_bytes: Option<u64>,
+    reserve: Reserve,
 ) -> WhatIf {
     let unlimited = simulate(list, config, &SimOptions::default());
     let peak = unlimited.peak_reserved_bytes;
-    let min = min_capacity(list, config, peak).bytes;
+    let needs = min_capacity(list, config, peak).bytes;
     let round = |bytes: f64| ((bytes / CAPACITY_STEP as f64).round() as u64) * CAPACITY_STEP;
-    let mut capacities: Vec<u64> = BELOW.iter().map(|f| round(min as f64 * f)).collect();
-    capacities.push(min);
+    // Allocator capacities first; each device has the reserve on top.
+    let mut capacities: Vec<u64> = BELOW.iter().map(|f| round(needs as f64 * f)).collect();
+    capacities.push(needs);
     capacities.extend(
         BETWEEN
             .iter()
-            .map(|f| round(min as f64 + (peak.saturating_sub(min)) as f64 * f)),
+            .map(|f| round(needs as f64 + (peak.saturating_sub(needs)) as f64 * f)),
     );
-    capacities.push(peak.max(min));
-    capacities.extend(device_bytes);
+    capacities.push(peak.max(needs));
     capacities.retain(|&c| c > 0);
+    for c in &mut capacities {
+        *c = c.saturating_add(reserve.bytes);
+    }
+    // A device too small to leave the allocator anything is no what-if.
+    capacities.extend(device_bytes.filter(|&d| d > reserve.bytes));
     capacities.sort_unstable();
     capacities.dedup();
+    let min = needs.saturating_add(reserve.bytes);
     let points = capacities
         .par_iter()
         .map(|&capacity| {
@@ -90,7 +104,7 @@ pub fn what_if(
                 list,
                 config,
                 &SimOptions {
-                    capacity: Some(capacity),
+                    capacity: Some(capacity - reserve.bytes),
                     stop_at_first_oom: capacity < min,
                     ..SimOptions::default()
                 },
@@ -113,6 +127,7 @@ pub fn what_if(
         recorded_settings,
         unlimited_peak_reserved_bytes: peak,
         min_capacity_bytes: min,
+        reserve,
         device_bytes,
         points,
     }

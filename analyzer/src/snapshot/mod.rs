@@ -623,13 +623,16 @@ struct Begun {
     phases: Vec<(i64, bool, StringId)>,
 }
 
+/// The producer a trace made from a PyTorch snapshot names in its header.
+pub const IMPORTED_BY: &str = "vramtrace import";
+
 impl ParsedSnapshot {
     /// The trace's header, symbols and initial state, in a channel to open.
     fn begin(&self) -> (TraceChannel, Begun) {
         let (heap, c, s, plan) = (&self.heap, &self.collected, &self.snapshot, &self.plan);
         let report = &self.report;
         let mut header = Header {
-            producer: "vramtrace import".into(),
+            producer: IMPORTED_BY.into(),
             producer_version: env!("CARGO_PKG_VERSION").into(),
             start_unix_ns: if plan.epoch_based {
                 plan.t0 as u64 * 1000

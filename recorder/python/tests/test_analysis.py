@@ -146,6 +146,24 @@ def test_compare_names_what_grew_and_gates():
     assert (options.ignore_lines, options.per_iteration) == (True, True)
 
 
+def test_compare_keeps_the_device_picked():
+    two = FIXTURES / "two-devices.vtrace"
+    # A trace loaded with one device picked compares that device, against
+    # the same device of the other run, which may have only that one.
+    picked = vramtrace.compare(vramtrace.load(two, device=0), LEAK)
+    assert "by_device" not in picked
+    assert picked.base.name == "two-devices.vtrace"
+    assert vramtrace.load(two, device=0).compare(LEAK).headline == picked.headline
+    # Or picked for both runs by keyword.
+    assert vramtrace.compare(two, LEAK, device=0).headline == picked.headline
+    one = vramtrace.compare(two, two, device=1)
+    assert "by_device" not in one
+    both = vramtrace.compare(two, two)
+    assert [d.device for d in both.devices] == [0, 1]
+    with pytest.raises(ValueError, match="device 0 of the baseline and device 1 of the new run"):
+        vramtrace.compare(vramtrace.load(two, device=0), vramtrace.load(two, device=1))
+
+
 def test_simulate_a_smaller_gpu():
     run = vramtrace.load(LEAK)
     unlimited = run.simulate()
@@ -247,6 +265,36 @@ def test_charts_along_events_or_busy_time():
     assert "event index" in run.timeline(x="events").chart.svg
     assert "busy time" in run.fragmentation(chart=True, x="busy").chart.svg
     assert "event index" in run.compare(CLEAN, chart=True, x="events").chart.svg
+
+
+def test_a_snapshots_charts_default_to_busy_time():
+    # A snapshot's history reaches back across long pauses: on a time axis
+    # its work would be squeezed into a sliver.
+    snapshot = vramtrace.load(SNAPSHOT)
+    assert "busy time" in snapshot.timeline().chart.svg
+    assert "busy time" in snapshot.fragmentation(chart=True).chart.svg
+    assert "busy time" not in snapshot.timeline(x="time").chart.svg
+    assert "busy time" not in vramtrace.load(LEAK).timeline().chart.svg
+
+
+def test_results_show_as_the_commands_tables():
+    run = vramtrace.load(LEAK)
+    summary = run.summary()
+    shown = repr(summary)
+    assert "top sites live at the allocated peak:" in shown
+    assert LEAK_SITE in shown and len(shown.splitlines()) < 60
+    assert summary._repr_html_().startswith("<pre>")
+    # A part of a result is its dict.
+    assert repr(summary.peak_allocated).startswith("{")
+    # A gate that fails is no error to show.
+    gated = vramtrace.compare(CLEAN, LEAK, fail_on="peak_allocated:+1%")
+    assert "FAILED" in repr(gated) or "failed" in repr(gated)
+    leaks = run.leaks(chart=True)
+    assert leaks._repr_html_().startswith("<svg")
+    assert "<pre>" in leaks._repr_html_()
+    # The timeline is its chart.
+    assert repr(run.timeline()).startswith("<vramtrace result")
+    assert pickle.loads(pickle.dumps(summary)) == summary
 
 
 def test_report_writes_html(tmp_path):

@@ -200,6 +200,21 @@ def test_without_a_cuda_device_start_says_so(monkeypatch, capsys):
     assert "no CUDA device is available" in capsys.readouterr().err
 
 
+def test_replacement_mode_without_a_cuda_device_says_so_and_records_nothing(monkeypatch, capsys):
+    # The pluggable allocator would be installed and never called: no trace,
+    # while installed() said True.
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(cuda=False))
+    vramtrace.install("x.vtrace", mode="replace")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["vramtrace: no CUDA device is available: running without recording"]
+    assert not vramtrace.installed()
+    with pytest.raises(vramtrace.VramtraceError, match="no CUDA device is available: not recording"):
+        vramtrace.install("x.vtrace", mode="replace", strict=True)
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails
+    vramtrace.install("x.vtrace", mode="replace")
+    assert "PyTorch is not installed: running without recording" in capsys.readouterr().err
+
+
 def test_the_recorder_is_told_the_devices_and_allocator_settings():
     text = _observer._config(fake_torch(cuda=True), "run-%d.vtrace", "python", pending=True)
     lines = text.splitlines()
@@ -270,10 +285,40 @@ def test_run_runs_the_script_with_its_arguments_when_recording_cannot_start(tmp_
     assert p.returncode == 0, p.stderr
     assert "args ['--epochs', '1']" in p.stdout
     assert "running without recording" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "vramtrace", "run", "--strict", str(script)],
+    # Strict: one line, true to what happens: the script does not run.
+    for mode in ("observe", "replace"):
+        p = subprocess.run([sys.executable, "-m", "vramtrace", "run", "--strict", "--mode", mode,
+                            str(script)],
+                           capture_output=True, text=True, cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(PACKAGE_DIR).parent}"})
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.strip().splitlines() == [
+            f"error: vramtrace: PyTorch is not installed: not recording (strict); {script} was not run"
+        ], p.stderr
+        assert "args" not in p.stdout
+    # Replacement mode without PyTorch runs the script unrecorded, saying so.
+    p = subprocess.run([sys.executable, "-m", "vramtrace", "run", "--mode", "replace", str(script)],
                        capture_output=True, text=True, cwd=tmp_path,
                        env={**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(PACKAGE_DIR).parent}"})
-    assert p.returncode != 0 and "VramtraceError" in p.stderr
+    assert p.returncode == 0 and "args []" in p.stdout, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "vramtrace: PyTorch is not installed: running without recording"]
+
+
+def test_run_runs_a_module_as_python_m_does(tmp_path):
+    package = tmp_path / "trainer"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import sys\nprint('module', __name__, sys.argv[1:])\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(PACKAGE_DIR).parent)}
+    p = subprocess.run([sys.executable, "-m", "vramtrace", "run", "-m", "trainer", "--epochs", "1"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "module __main__ ['--epochs', '1']" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "vramtrace", "run", "-m", "no_such_module"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert p.returncode == 2 and "no module named no_such_module" in p.stderr
 
 
 def test_install_modes():

@@ -140,7 +140,7 @@ def install(out: Optional[str] = None, alloc_conf: Optional[str] = None,
                 "settings (PYTORCH_CUDA_ALLOC_CONF)")
         start(out, stacks=stacks, strict=strict, categories=categories)
     elif mode == "replace":
-        _replace.install(out, alloc_conf, stacks)
+        _replace.install(out, alloc_conf, stacks, strict)
     else:
         raise VramtraceError(f"invalid mode {mode!r}: expected 'observe' or 'replace'")
 

@@ -1,5 +1,6 @@
-"""``python -m vramtrace run [options] script.py args...``: runs an unmodified
-script with its GPU memory recorded.
+"""``python -m vramtrace run [options] script.py args...`` (or ``-m module
+args...``): runs an unmodified script or module with its GPU memory
+recorded.
 
 By default PyTorch's own allocator is observed (the script runs exactly as
 without vramtrace); ``--mode replace`` runs it on vramtrace's allocator,
@@ -15,14 +16,22 @@ import sys
 import vramtrace
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line, as the analyzer gives them, not argparse's
+    usage block above them."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m vramtrace",
         description="Record a PyTorch program's GPU memory with vramtrace.")
-    sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a script with its GPU memory recorded",
-                         description="Run SCRIPT with its GPU memory recorded, then "
-                         "`vramtrace summary TRACE` or `vramtrace report TRACE`.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="run a script or module with its GPU memory recorded",
+                         description="Run SCRIPT (or, with -m, MODULE) with its GPU memory "
+                         "recorded, then `vramtrace summary TRACE` or `vramtrace report TRACE`.")
     run.add_argument("--out", metavar="FILE",
                      help="trace file (%%p pid, %%r RANK, %%d device; default vramtrace-%%p.vtrace)")
     run.add_argument("--mode", choices=["observe", "replace"], default="observe",
@@ -40,7 +49,9 @@ def parser() -> argparse.ArgumentParser:
                      "optimizer state (the analyzer then infers every category)")
     run.add_argument("--strict", action="store_true",
                      help="fail instead of running unrecorded when recording cannot start")
-    run.add_argument("script", help="the Python script to run")
+    run.add_argument("-m", dest="module", action="store_true",
+                     help="run a module, as `python -m MODULE` does")
+    run.add_argument("script", metavar="SCRIPT|MODULE", help="the Python script (or module) to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
 
@@ -50,15 +61,48 @@ def main(argv=None) -> int:
     if ns.alloc_conf is not None and ns.mode != "replace":
         parser().error("--alloc-conf needs --mode replace (an observed PyTorch uses "
                        "PYTORCH_CUDA_ALLOC_CONF)")
-    if not os.path.isfile(ns.script):
+    if ns.module:
+        import importlib.util
+        try:
+            found = importlib.util.find_spec(ns.script) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            parser().error(f"no module named {ns.script}")
+    elif not os.path.isfile(ns.script):
         parser().error(f"no such script: {ns.script}")
-    if ns.mode == "replace":
-        vramtrace.install(ns.out, alloc_conf=ns.alloc_conf, stacks=ns.stacks, mode="replace")
-    else:
-        vramtrace.start(ns.out, stacks=ns.stacks, phases=not ns.no_phases,
-                        iterations=not ns.no_iterations, categories=not ns.no_categories,
-                        strict=ns.strict or None)
+    strict = ns.strict or None
+    try:
+        if ns.mode == "replace":
+            vramtrace.install(ns.out, alloc_conf=ns.alloc_conf, stacks=ns.stacks,
+                              mode="replace", strict=strict)
+        else:
+            vramtrace.start(ns.out, stacks=ns.stacks, phases=not ns.no_phases,
+                            iterations=not ns.no_iterations, categories=not ns.no_categories,
+                            strict=strict)
+    except vramtrace.VramtraceError as e:
+        # One line, true to what happens: the program does not run.
+        print(f"error: vramtrace: {e}; {ns.script} was not run", file=sys.stderr)
+        return 2
+    try:
+        return _run(ns)
+    except vramtrace.VramtraceError as e:
+        if not ns.strict or "(strict)" not in str(e):
+            raise
+        # Recording was to start with CUDA, inside the program, and could not.
+        print(f"error: vramtrace: {e}; {ns.script} was stopped", file=sys.stderr)
+        return 2
+
+
+def _run(ns: argparse.Namespace) -> int:
+    """Runs the script or module as Python would run it."""
     sys.argv = [ns.script, *ns.args]
+    if ns.module:
+        # As `python -m module` would: the current folder first on the path,
+        # and sys.argv[0] the module's file.
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(ns.script, run_name="__main__", alter_sys=True)
+        return 0
     # As `python script.py` would: the script's folder first on the path.
     sys.path.insert(0, os.path.dirname(os.path.abspath(ns.script)))
     runpy.run_path(ns.script, run_name="__main__")

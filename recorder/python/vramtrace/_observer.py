@@ -245,15 +245,15 @@ def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations
         try:
             import torch
         except ImportError as e:
-            return _give_up("PyTorch is not installed: running without recording", strict, e)
+            return _give_up("PyTorch is not installed", strict, e)
         if not torch.cuda.is_available():
-            return _give_up("no CUDA device is available: running without recording", strict)
+            return _give_up("no CUDA device is available", strict)
         try:
             # Build (or find) the shim now, not inside CUDA's initialization.
             shim = _shim.load(torch)
             lib = _library.load()
         except VramtraceError as e:
-            return _give_up(f"{e}: running without recording", strict, e)
+            return _give_up(str(e), strict, e)
         if categories:
             categories = _start_categories(torch, lib, shim)
         args = dict(out=out, stacks=stacks, phases=phases, backward_names=backward_names,
@@ -297,13 +297,16 @@ def _begin_or_report(torch, args, pending: bool, strict: bool) -> None:
     try:
         _begin(torch, **args, pending=pending)
     except Exception as e:  # noqa: BLE001 - recording must never break the program
-        _give_up(f"{e}: running without recording", strict, e)
+        _give_up(str(e), strict, e)
 
 
-def _give_up(text: str, strict: bool, cause: Optional[BaseException] = None) -> bool:
+def _give_up(reason: str, strict: bool, cause: Optional[BaseException] = None) -> bool:
+    """Recording cannot start, for `reason`. Strict, that is an error: the
+    program must not go on unrecorded. Otherwise one line says so, and the
+    program runs unrecorded."""
     if strict:
-        raise VramtraceError(text) from cause
-    message(text)
+        raise VramtraceError(f"{reason}: not recording (strict)") from cause
+    message(f"{reason}: running without recording")
     return False
 
 

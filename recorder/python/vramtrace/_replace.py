@@ -19,19 +19,30 @@ import functools
 import os
 from typing import Optional
 
-from . import _library
+from . import _library, _observer
 from ._library import VramtraceError
 
 _installed = False
 
 
-def install(out: Optional[str], alloc_conf: Optional[str], stacks: Optional[str]) -> None:
+def install(out: Optional[str], alloc_conf: Optional[str], stacks: Optional[str],
+            strict: Optional[bool] = None) -> bool:
     """Switches PyTorch to the recorder; must run before PyTorch's first
-    CUDA allocation. Calling it again does nothing."""
+    CUDA allocation. Calling it again does nothing. Without PyTorch or a
+    CUDA device there is nothing to record: one line says so and the
+    program runs unrecorded (strict: an error). Returns whether it
+    records."""
     global _installed
     if _installed:
-        return
-    import torch
+        return True
+    strict = _observer._strict(strict)
+    try:
+        import torch
+    except ImportError as e:
+        return _observer._give_up("PyTorch is not installed", strict, e)
+    if not torch.cuda.is_available():
+        # The pluggable allocator would be installed and never called.
+        return _observer._give_up("no CUDA device is available", strict)
 
     if out is not None:
         os.environ["VRAMTRACE_OUT"] = os.fspath(out)
@@ -65,6 +76,7 @@ def install(out: Optional[str], alloc_conf: Optional[str], stacks: Optional[str]
     torch.cuda.empty_cache = _empty_cache
     torch.cuda.memory.empty_cache = _empty_cache
     _installed = True
+    return True
 
 
 def installed() -> bool:

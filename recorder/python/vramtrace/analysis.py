@@ -68,13 +68,23 @@ class Result(dict):
     method (``values``, ``items``, ``keys``) reads by key only:
     ``sample["values"]``.
 
-    :attr:`chart` is the command's chart where one was asked for; Jupyter
-    then shows the result as that chart.
+    Shown in a notebook or at the prompt, a command's result is its tables,
+    as the command prints them (:meth:`text`), with its chart when one was
+    drawn; ``dict(result)`` or ``json.dumps(result)`` is the JSON.
+
+    :attr:`chart` is the command's chart where one was asked for.
     """
 
     chart: Optional["Chart"] = None
+    # How to print the command's tables: its arguments without --json,
+    # and the exit codes that are no error.
+    _text_command: Optional[List[str]] = None
+    _text_ok_codes: Iterable[int] = (0,)
+    _text: Optional[str] = None
 
     def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
         try:
             return self[name]
         except KeyError:
@@ -84,6 +94,35 @@ class Result(dict):
 
     def __dir__(self) -> List[str]:
         return sorted(set(super().__dir__()) | {k for k in self if k.isidentifier()})
+
+    def text(self) -> str:
+        """The result as the command prints its tables. The analyzer runs
+        again, without ``--json``, the first time this is asked for (the
+        tables are made from the typed result, which the JSON is not); a
+        nested part of a result has none: its ``dict`` is shown."""
+        if self._text_command is None:
+            if self.chart is not None:
+                return f"<vramtrace result, fields {', '.join(self)}; .chart is its chart>"
+            return dict.__repr__(self)
+        if self._text is None:
+            with warnings.catch_warnings():
+                # Its warnings were given with the result.
+                warnings.simplefilter("ignore", AnalyzerWarning)
+                self._text = _run(self._text_command, self._text_ok_codes).rstrip("\n")
+        return self._text
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        printer.text("..." if cycle else self.text())
+
+    def _repr_html_(self) -> Optional[str]:
+        if self._text_command is None:
+            return None
+        import html
+        chart = self.chart.svg if self.chart is not None else ""
+        return f"{chart}<pre>{html.escape(self.text())}</pre>"
 
     def _repr_svg_(self) -> Optional[str]:
         return self.chart.svg if self.chart is not None else None
@@ -216,6 +255,21 @@ def _size(value: Union[int, str]) -> str:
     return f"{value}B" if isinstance(value, int) else value
 
 
+def _compared_device(base: PathLike, new: PathLike, device: Optional[int]) -> List[str]:
+    """``--device N`` for :func:`compare`: the one asked for, else the one
+    the runs picked as :class:`Trace` objects."""
+    if device is None:
+        picked = {getattr(run, "device", None) for run in (base, new)} - {None}
+        if len(picked) > 1:
+            raise ValueError(
+                f"compare takes one device of each run, by its index: device "
+                f"{base.device} of the baseline and device {new.device} of the new run "
+                "differ (pass device= to pick one for both)"
+            )
+        device = picked.pop() if picked else None
+    return [] if device is None else ["--device", str(device)]
+
+
 def _decode(text: str, command: str) -> Result:
     try:
         value = json.loads(text, object_hook=Result)
@@ -227,21 +281,27 @@ def _decode(text: str, command: str) -> Result:
 
 
 def _json(command: str, options: Sequence[str], inputs: Sequence[PathLike],
-          chart: bool = False, ok_codes: Iterable[int] = (0,)) -> Result:
+          chart: bool = False, ok_codes: Iterable[int] = (0,),
+          tables: bool = True) -> Result:
     """``vramtrace COMMAND --json OPTIONS -- INPUTS``, with its chart
-    (``-o``) when ``chart``."""
+    (``-o``) when ``chart``; shown, the result prints the command's tables
+    when it has any (``tables``)."""
     paths = [os.fspath(p) for p in inputs]
     if not chart:
-        return _decode(_run([command, "--json", *options, "--", *paths], ok_codes), command)
-    with tempfile.TemporaryDirectory(prefix="vramtrace-") as tmp:
-        svg = os.path.join(tmp, "chart.svg")
-        out = _run([command, "--json", "-o", svg, *options, "--", *paths], ok_codes)
-        result = _decode(out, command)
-        try:
-            result.chart = Chart(Path(svg).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            # The command had nothing to draw (no repeated phase, say).
-            result.chart = None
+        result = _decode(_run([command, "--json", *options, "--", *paths], ok_codes), command)
+    else:
+        with tempfile.TemporaryDirectory(prefix="vramtrace-") as tmp:
+            svg = os.path.join(tmp, "chart.svg")
+            out = _run([command, "--json", "-o", svg, *options, "--", *paths], ok_codes)
+            result = _decode(out, command)
+            try:
+                result.chart = Chart(Path(svg).read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                # The command had nothing to draw (no repeated phase, say).
+                result.chart = None
+    if tables:
+        result._text_command = [command, *options, "--", *paths]
+        result._text_ok_codes = tuple(ok_codes)
     return result
 
 
@@ -297,17 +357,18 @@ class Trace:
         return _json("leaks", [*options, *self._device()], [self.path], chart=chart)
 
     def fragmentation(self, *, buckets: int = 20, chart: bool = False,
-                      x: str = "time", start: Bound = None, end: Bound = None,
+                      x: Optional[str] = None, start: Bound = None, end: Bound = None,
                       full_stacks: bool = False,
                       skip_frames: Sequence[str] = ()) -> Result:
         """Cached free memory, largest free block and fragmentation over
-        ``buckets`` spans of time (``vramtrace fragmentation``); ``chart``
-        also draws them, along ``x`` (as :meth:`timeline`)."""
+        ``buckets`` spans (``vramtrace fragmentation``) of equal width along
+        ``x`` (as :meth:`timeline`: by default busy time for a snapshot,
+        time for a trace); ``chart`` also draws them."""
         options = ["--buckets", str(buckets), *_window(start, end, full_stacks, skip_frames),
-                   *(["--x", x] if chart else [])]
+                   *(["--x", x] if x is not None else [])]
         return _json("fragmentation", [*options, *self._device()], [self.path], chart=chart)
 
-    def timeline(self, *, by: str = "site", top: int = 8, x: str = "time",
+    def timeline(self, *, by: str = "site", top: int = 8, x: Optional[str] = None,
                  start: Bound = None, end: Bound = None, full_stacks: bool = False,
                  skip_frames: Sequence[str] = ()) -> Result:
         """Memory over time, stacked by ``by`` (``"site"``, ``"phase"`` or
@@ -316,11 +377,15 @@ class Trace:
         The result holds the samples (``categories``, ``samples``) and the
         chart, which Jupyter draws inline; ``.chart.save("timeline.svg")``
         writes it. Its x axis is ``x``: ``"time"``, ``"events"`` (the event
-        index) or ``"busy"`` (time with idle gaps cut short).
+        index) or ``"busy"`` (time with idle gaps cut short); by default busy
+        time for a PyTorch snapshot (its history reaches back across long
+        pauses), time for a trace.
         """
-        options = ["--by", by, "--top", str(top), "--x", x,
+        options = ["--by", by, "--top", str(top), *(["--x", x] if x is not None else []),
                    *_window(start, end, full_stacks, skip_frames)]
-        return _json("timeline", [*options, *self._device()], [self.path], chart=True)
+        # Its text is only where the chart went: the chart is what shows.
+        return _json("timeline", [*options, *self._device()], [self.path], chart=True,
+                     tables=False)
 
     def simulate(self, *, capacity: Union[None, int, str] = None,
                  gpu: Optional[str] = None, reserve: Union[None, int, str] = None,
@@ -355,21 +420,24 @@ class Trace:
         return compare(self, new, **options)
 
     def report(self, output: PathLike, *, baseline: Optional[PathLike] = None,
-               top: int = 10, what_if: bool = True, start: Bound = None,
+               top: int = 10, what_if: bool = True,
+               reserve: Union[None, int, str] = None, start: Bound = None,
                end: Bound = None, full_stacks: bool = False,
                skip_frames: Sequence[str] = ()) -> Path:
         """Writes every analysis into one self-contained HTML page at
         ``output`` (``vramtrace report``), with its explorer, a comparison
         against ``baseline`` if given, and unless ``what_if`` is false, the
-        recorded settings simulated at a range of GPU sizes; returns its
+        recorded settings simulated at a range of GPU sizes, each keeping
+        ``reserve`` off the allocator as :meth:`simulate` does; returns its
         path."""
         output = Path(output)
         args = ["report", "-o", os.fspath(output), "--top", str(top),
                 *_window(start, end, full_stacks, skip_frames),
+                *(["--reserve", _size(reserve)] if reserve is not None else []),
                 *_switches(no_what_if=not what_if)]
         if baseline is not None:
             args += ["--baseline", os.fspath(baseline)]
-        _run([*args, "--", os.fspath(self.path)])
+        _run([*args, *self._device(), "--", os.fspath(self.path)])
         return output
 
 
@@ -389,11 +457,16 @@ def load(path: PathLike, device: Optional[int] = None) -> Trace:
 
 def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence[str]] = None,
             ignore_lines: bool = False, per_iteration: bool = False, top: int = 15,
-            chart: bool = False, align: str = "time", x: str = "time",
-            start: Bound = None,
+            chart: bool = False, align: str = "time", x: Optional[str] = None,
+            device: Optional[int] = None, start: Bound = None,
             end: Bound = None, full_stacks: bool = False,
             skip_frames: Sequence[str] = ()) -> Result:
     """What grew between two runs, and where (``vramtrace compare``).
+
+    ``device`` compares that device of each run; without it, the device a
+    loaded :class:`Trace` picked (``load(path, device=1)``) is compared, in
+    both runs. Runs that pick different devices are a ``ValueError``: the
+    analyzer compares one device of each, by its index.
 
     ``fail_on`` are gate thresholds (``"peak_allocated:+5%"``, see
     docs/compare.md); a crossed threshold is no error: ``result.gate.passed``
@@ -408,7 +481,9 @@ def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence
         "--top", str(top), *_window(start, end, full_stacks, skip_frames),
         *_repeated("--fail-on", fail_on),
         *_switches(ignore_lines=ignore_lines, per_iteration=per_iteration),
-        *(["--align", align, "--x", x] if chart else []),
+        *(["--align", align] if chart else []),
+        *(["--x", x] if chart and x is not None else []),
+        *_compared_device(base, new, device),
     ]
     # Exit code 1 is the gate's verdict, which the result carries.
     return _json("compare", options, [base, new], chart=chart, ok_codes=(0, 1))

@@ -10,6 +10,7 @@
 
 use crate::analysis::categories::Category;
 use crate::analysis::explorer::Explorer;
+use crate::print::labels;
 use crate::print::svg::palette;
 use serde_json::{Value, json};
 use std::io::Write as _;
@@ -205,6 +206,7 @@ pub fn encode(e: &Explorer) -> (Value, String) {
         "phases_left_out": e.phases_left_out,
         "frames": e.frames,
         "sites": e.sites,
+        "site_key": site_key(e),
         "phase_paths": e.phase_paths,
         // What blocks hold, by code: their names and fixed colours.
         "categories": Category::ALL.iter().map(|&c| json!({
@@ -215,6 +217,35 @@ pub fn encode(e: &Explorer) -> (Value, String) {
         "columns": c.index.iter().map(|(name, n)| json!([name, n])).collect::<Vec<_>>(),
     });
     (json, base64(&compressed))
+}
+
+/// Sites the explorer colours one by one when it colours by site (the
+/// rest share one grey), so that its key is short and true.
+const SITE_COLOURS: usize = 11;
+
+/// The explorer's key of sites: the [`SITE_COLOURS`] sites with the most
+/// bytes among the allocations kept, most first, each with its index and
+/// its name within 80 characters, the user's own line first (no two alike).
+fn site_key(e: &Explorer) -> Vec<Value> {
+    let mut bytes = vec![0u64; e.sites.len()];
+    for a in &e.allocations {
+        if let Some(b) = bytes.get_mut(a.site as usize) {
+            // Saturating: a damaged trace may hold sizes near 2^64.
+            *b = b.saturating_add(a.size);
+        }
+    }
+    let mut top: Vec<usize> = (0..bytes.len()).filter(|&s| bytes[s] > 0).collect();
+    top.sort_by_key(|&s| std::cmp::Reverse(bytes[s]));
+    top.truncate(SITE_COLOURS);
+    let mut names: Vec<String> = top
+        .iter()
+        .map(|&s| labels::site_within(&e.sites[s], 80))
+        .collect();
+    labels::number_alike(&mut names, 80);
+    top.iter()
+        .zip(names)
+        .map(|(&site, label)| json!({ "site": site, "label": label }))
+        .collect()
 }
 
 /// Standard base64 with padding.

@@ -59,11 +59,11 @@ pub fn section(r: &ReportResult) -> String {
         "<div class=\"vt-wrap\"><canvas id=\"vt-chart\" tabindex=\"0\"></canvas><div id=\"vt-tip\" class=\"vt-tip\" hidden></div><div id=\"vt-loading\" class=\"vt-loading\">Loading the explorer…</div></div>",
     );
     html.push_str("<div class=\"vt-legend\"><span><i style=\"background:#1d2433\"></i>reserved</span><span><i style=\"background:#0072b2\"></i>allocated</span><span><i class=\"dash\" style=\"border-color:#e69f00\"></i>cached free (reserved, in no block in use)</span><span><i style=\"background:rgba(0,114,178,0.2)\"></i>allocated, not drawn one by one</span><span class=\"muted\">Drag to zoom, wheel to zoom at the cursor, shift-drag to pan, double-click to reset. Click a phase to zoom to it, a moment for the allocator's state.</span></div>");
-    html.push_str("<div id=\"vt-categories\" class=\"vt-legend\"></div>");
+    html.push_str("<div id=\"vt-categories\" class=\"vt-legend\"></div><div id=\"vt-sites\" class=\"vt-legend\" hidden></div>");
     html.push_str("<p id=\"vt-site\" class=\"vt-site\"></p><p id=\"vt-status\" class=\"muted\"></p><div id=\"vt-pinned\" class=\"vt-pinned\" hidden></div>");
     html.push_str("<h3>The allocator's state</h3><div class=\"vt-toolbar\"><select id=\"vt-checkpoint\" aria-label=\"checkpoint\"></select></div><p id=\"vt-cp-info\"></p>");
     html.push_str("<div class=\"vt-legend\"><span><i style=\"background:#4a78a8\"></i>allocated (coloured as the explorer is)</span><span><i style=\"background:#f0a35e\"></i>freed, waiting for another stream (inactive)</span><span><i style=\"background:#eef0f3;border:1px solid #9aa3b2\"></i>cached free</span></div>");
-    html.push_str("<div class=\"vt-wrap\"><canvas id=\"vt-segments\"></canvas><div id=\"vt-seg-tip\" class=\"vt-tip\" hidden></div></div>");
+    html.push_str("<div class=\"vt-wrap\"><canvas id=\"vt-segments\"></canvas><div id=\"vt-seg-tip\" class=\"vt-tip\" hidden></div></div><p id=\"vt-seg-more\" class=\"muted\"></p>");
     html.push_str("<h3>Fragmentation on the same axis</h3><div class=\"vt-wrap\"><canvas id=\"vt-frag\"></canvas></div>");
     html.push_str("<noscript><p class=\"warning\">The explorer needs JavaScript; the static charts below do not.</p></noscript>");
     let _ = write!(

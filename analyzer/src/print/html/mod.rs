@@ -17,6 +17,7 @@ use super::svg::{self, palette, palette::Palette};
 use crate::analysis::categories::Category;
 use crate::analysis::fragmentation::FragmentationReport;
 use crate::analysis::leaks::{LeaksReport, Trend, repetition_noun};
+use crate::analysis::pauses::XAxis;
 use crate::analysis::summary::SummaryReport;
 use crate::command::Warning;
 use crate::command::report::ReportResult;
@@ -106,7 +107,10 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             Warning::Truncated(t) => Some(format!("This trace was cut short: {t}.")),
             Warning::Unfinished => Some("This trace has no footer: the recording process did not close it, so its last events may be missing.".into()),
             Warning::Damaged(d) => Some(format!("This trace is damaged: {d}; the rest was read.")),
-            Warning::MoreDamage(_) | Warning::OtherThreadPhases { .. } => Some(format!("{w}.")),
+            Warning::MoreDamage(_) => Some(format!("{w}.")),
+            Warning::OtherThreadPhases { .. } => Some(format!(
+                "In this report, {w} (--phase-thread N reports another thread's)."
+            )),
             _ => None,
         })
         .collect();
@@ -122,6 +126,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         explorer: explorer::section(r),
         what_if: r.what_if.as_ref(),
         what_if_left_out: r.what_if_left_out.as_deref(),
+        busy: (r.default_axis == XAxis::Busy).then_some(&r.explorer),
     }))
 }
 
@@ -149,6 +154,24 @@ struct ReportInput<'a> {
     pub what_if: Option<&'a WhatIf>,
     /// Why there is no what-if section, when one was asked for.
     pub what_if_left_out: Option<&'a str>,
+    /// The explorer's data, when its axis opens on busy time: moments are
+    /// then told in busy time too, as the axis shows them.
+    pub busy: Option<&'a crate::analysis::explorer::Explorer>,
+}
+
+impl ReportInput<'_> {
+    /// When something happened: its time, and its busy time where the
+    /// page's axis is busy time (`718.79 ms, 175.12 ms of busy time`).
+    fn moment(&self, peak: &crate::analysis::summary::Peak) -> String {
+        let at = units::duration_ns(peak.time_ns);
+        match self.busy {
+            Some(e) => format!(
+                "{at}, {} of busy time",
+                units::duration_ns(e.busy_ns(peak.index, peak.time_ns))
+            ),
+            None => at,
+        }
+    }
 }
 
 /// The SVG charts of a report.
@@ -362,10 +385,18 @@ fn header_line(header: &Header, s: &SummaryReport) -> String {
         units::count(s.events),
         units::duration_ns(s.duration_ns)
     ));
-    parts.push(format!(
-        "recorded by {} {}",
-        header.producer, header.producer_version
-    ));
+    parts.push(if header.producer == crate::snapshot::IMPORTED_BY {
+        // No process of ours recorded it: PyTorch did.
+        format!(
+            "a PyTorch memory snapshot, read by vramtrace {}",
+            header.producer_version
+        )
+    } else {
+        format!(
+            "recorded by {} {}",
+            header.producer, header.producer_version
+        )
+    });
     parts.join(" · ")
 }
 
@@ -387,7 +418,7 @@ fn findings(input: &ReportInput<'_>) -> String {
         &units::bytes(s.peak_allocated_bytes),
         &format!(
             "at {} in {}",
-            units::duration_ns(s.peak_time_ns),
+            input.moment(&s.peak_allocated),
             phase_or_none(&s.peak_phase)
         ),
         "",
@@ -408,7 +439,7 @@ fn findings(input: &ReportInput<'_>) -> String {
     html.push_str(&card(
         "peak reserved",
         &units::bytes(s.peak_reserved_bytes),
-        &format!("at {}", units::duration_ns(s.peak_reserved.time_ns)),
+        &format!("at {}", input.moment(&s.peak_reserved)),
         "",
     ));
     html.push_str(&card(
@@ -458,7 +489,7 @@ fn findings(input: &ReportInput<'_>) -> String {
         format!(
             "Allocated memory peaked at <b>{}</b> at {} in <code>{}</code>; reserved memory peaked at <b>{}</b>.",
             units::bytes(s.peak_allocated_bytes),
-            units::duration_ns(s.peak_time_ns),
+            input.moment(&s.peak_allocated),
             escape(phase_or_none(&s.peak_phase)),
             units::bytes(s.peak_reserved_bytes)
         ),
@@ -536,8 +567,8 @@ fn findings(input: &ReportInput<'_>) -> String {
         items.push((
             true,
             format!(
-                "<b>Out of memory</b> {} time(s): first at {} in <code>{}</code>, requesting {} at <code>{}</code> with {} free on the device.",
-                s.oom_count,
+                "<b>Out of memory</b> {}: first at {} in <code>{}</code>, requesting {} at <code>{}</code> with {} free on the device.",
+                units::counted(s.oom_count, "time", "times"),
                 units::duration_ns(o.time_ns),
                 escape(phase_or_none(&o.phase)),
                 units::bytes(o.requested_bytes),
@@ -571,8 +602,8 @@ fn findings(input: &ReportInput<'_>) -> String {
         items.push((
             true,
             format!(
-                "The trace contradicts itself {} time(s) (see <a href=\"#consistency\">consistency</a>): figures may be off.",
-                units::count(s.inconsistencies.total)
+                "The trace contradicts itself {} (see <a href=\"#consistency\">consistency</a>): figures may be off.",
+                units::counted(s.inconsistencies.total, "time", "times")
             ),
         ));
     }
@@ -615,15 +646,9 @@ fn ranks_section(r: &ReportResult, ranks: &crate::command::ranks::RanksSection) 
     if let (Some(a), Some(res)) = (&t.allocated, &t.reserved) {
         let _ = write!(
             html,
-            "<p>Spread between ranks: allocated {} ({} of the highest, rank {} to rank {}), reserved {} ({}, rank {} to rank {}).</p>",
-            units::bytes(a.bytes),
-            units::percent(a.fraction),
-            a.lowest.rank,
-            a.highest.rank,
-            units::bytes(res.bytes),
-            units::percent(res.fraction),
-            res.lowest.rank,
-            res.highest.rank
+            "<p>Spread between ranks: {}; {}.</p>",
+            escape(&super::text::spread_line("allocated", a)),
+            escape(&super::text::spread_line("reserved", res))
         );
     }
     let _ = write!(
@@ -631,16 +656,17 @@ fn ranks_section(r: &ReportResult, ranks: &crate::command::ranks::RanksSection) 
         "<figure>{}<figcaption>Each rank's allocated and reserved memory over time, on one time axis and one memory scale, so that the ranks compare at a glance.</figcaption></figure>",
         svg::ranks::render(&ranks.timelines)
     );
-    html.push_str("<details><summary>The rank table</summary><table><tr><th class=\"num\">rank</th><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th><th class=\"num\">allocated at the end</th></tr>");
+    html.push_str("<details><summary>The rank table</summary><table><tr><th class=\"num\">rank</th><th class=\"num\">device</th><th class=\"num\">peak allocated</th><th>when</th><th class=\"num\">peak reserved</th><th>when</th><th class=\"num\">allocated at the end</th><th>file</th></tr>");
     for row in &t.rows {
         let _ = write!(
             html,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td></tr>",
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td><td>{}</td></tr>",
             row.rank,
             row.device,
             peak_cells(&row.peak_allocated),
             peak_cells(&row.peak_reserved),
-            units::bytes(row.end_allocated)
+            units::bytes(row.end_allocated),
+            escape(&crate::command::file_name(std::path::Path::new(&row.path)))
         );
     }
     html.push_str("</table></details>");
@@ -759,6 +785,13 @@ fn sites_table(s: &SummaryReport) -> String {
         );
     }
     html.push_str("</table>");
+    if super::labels::lists_no_stack(s.top_sites_at_peak.iter().map(|s| s.site.site.as_str())) {
+        let _ = write!(
+            html,
+            "<p class=\"muted\">{}</p>",
+            escape(super::labels::NO_STACK_NOTE)
+        );
+    }
     html
 }
 

@@ -14,12 +14,14 @@ pub fn section(w: &WhatIf) -> String {
         format!("<code>{}</code>", escape(&w.alloc_conf))
     };
     let mut html = format!(
-        "<p>The trace's allocation requests replayed through PyTorch's caching allocator policy with {settings}{} on devices of several sizes (<code>vramtrace simulate --capacity</code> runs one). The smallest that runs without running out of memory is <b>{}</b>; on a device that never runs out, reserved memory peaks at {}.</p>",
+        "<p>The trace's allocation requests replayed through PyTorch's caching allocator policy with {settings}{} on devices of several sizes, each keeping {} {} off the allocator, as <code>vramtrace simulate</code> does (<code>--capacity</code> runs one size; <code>--reserve</code> states your own reserve, here and there). The smallest device that runs without running out of memory has <b>{}</b>; on a device that never runs out, the allocator's reserved memory peaks at {}.</p>",
         if w.recorded_settings {
             " (as recorded)"
         } else {
             " (the recorded settings could not be read)"
         },
+        units::bytes(w.reserve.bytes),
+        escape(&w.reserve.covers),
         units::bytes(w.min_capacity_bytes),
         units::bytes(w.unlimited_peak_reserved_bytes)
     );
@@ -33,7 +35,7 @@ pub fn section(w: &WhatIf) -> String {
         "<div class=\"vt-whatif\"><label>Capacity: <output id=\"vt-wi-out\"></output><input type=\"range\" id=\"vt-wi\" min=\"0\" max=\"{}\" value=\"{default}\" step=\"1\"></label><p id=\"vt-wi-text\"></p></div>",
         w.points.len().saturating_sub(1)
     );
-    html.push_str("<table id=\"vt-wi-table\"><tr><th class=\"num\">capacity</th><th class=\"num\">reserved peak</th><th class=\"num\">allocated peak</th><th>outcome</th></tr>");
+    html.push_str("<table id=\"vt-wi-table\"><tr><th class=\"num\">device memory</th><th class=\"num\">reserved peak</th><th class=\"num\">allocated peak</th><th>outcome</th></tr>");
     for p in &w.points {
         let outcome = match &p.first_oom {
             Some(o) => format!(

@@ -4,15 +4,18 @@
 //! samples (their event indices and times), so every chart of a trace
 //! places a moment alike.
 
-use crate::analysis::pauses::{IdleGaps, XAxis};
+use crate::analysis::pauses::{BusyClock, IdleGaps, XAxis};
 use crate::units;
 
 /// Where moments go along a chart's x axis.
 #[derive(Clone, Debug)]
 pub struct XScale {
     kind: XAxis,
-    // (time, x), by time, for the event and busy axes.
+    // (time, event index), by time, for the event axis.
     knots: Vec<(u64, f64)>,
+    // Busy time, and its value at the first sample, for the busy axis.
+    busy: BusyClock,
+    busy_origin: f64,
 }
 
 impl XScale {
@@ -23,43 +26,48 @@ impl XScale {
         samples: impl IntoIterator<Item = (u64, u64)>,
         idle: &IdleGaps,
     ) -> XScale {
-        let samples: Vec<(u64, u64)> = samples.into_iter().collect();
-        let (first_index, start_ns) = samples.first().copied().unwrap_or((0, 0));
+        let mut samples = samples.into_iter().peekable();
+        let start_ns = samples.peek().map_or(0, |&(_, time)| time);
+        let busy = BusyClock::new(idle);
+        let busy_origin = busy.busy_ns(start_ns);
         let mut knots = Vec::new();
-        if kind != XAxis::Time {
+        if kind == XAxis::Events {
+            // Event indices count from the trace's start, so a window's
+            // axis reads the window's place in the trace.
             let mut last_t = 0;
-            for &(index, time) in &samples {
-                // Event indices and times count from the trace's start, so
-                // a window's axis reads the window's place in the trace;
-                // busy time counts from the window's first event.
-                let x = match kind {
-                    XAxis::Events => index as f64,
-                    _ => {
-                        (time.saturating_sub(start_ns)
-                            - (idle.collapsed_before(index) - idle.collapsed_before(first_index))
-                                .min(time.saturating_sub(start_ns))) as f64
-                    }
-                };
+            for (index, time) in samples {
                 // Times that go back (merged devices) keep the order.
                 let t = time.max(last_t);
                 last_t = t;
-                knots.push((t, x));
+                knots.push((t, index as f64));
             }
         }
-        XScale { kind, knots }
-    }
-
-    /// What the axis measures.
-    pub fn kind(&self) -> XAxis {
-        self.kind
+        XScale {
+            kind,
+            knots,
+            busy,
+            busy_origin,
+        }
     }
 
     /// The place of a moment.
     pub fn x(&self, time_ns: u64) -> f64 {
-        if self.kind == XAxis::Time || self.knots.is_empty() {
+        match self.kind {
+            XAxis::Time => time_ns as f64,
+            // Busy time counts from the first sample (a window's first
+            // event); it is a function of time, so any moment has a place,
+            // and a later one never an earlier place.
+            XAxis::Busy => (self.busy.busy_ns(time_ns) - self.busy_origin).max(0.0),
+            XAxis::Events => self.event_x(time_ns),
+        }
+    }
+
+    // An event axis between samples: in proportion to time.
+    fn event_x(&self, time_ns: u64) -> f64 {
+        let k = &self.knots;
+        if k.is_empty() {
             return time_ns as f64;
         }
-        let k = &self.knots;
         let i = k.partition_point(|&(t, _)| t <= time_ns);
         if i == 0 {
             return k[0].1;
@@ -74,11 +82,19 @@ impl XScale {
         x0 + (x1 - x0) * (time_ns - t0) as f64 / (t1 - t0) as f64
     }
 
-    /// A tick's label: a duration, or an event count.
-    pub fn label(&self, v: &f64) -> String {
-        match self.kind {
+    /// What the axis measures.
+    pub fn kind(&self) -> XAxis {
+        self.kind
+    }
+
+    /// The labels of the axis's ticks from `x0` to `x1`: event counts, or
+    /// durations in one unit told apart (see [`super::time_ticks`]).
+    pub fn ticks(&self, x0: f64, x1: f64) -> impl Fn(&f64) -> String {
+        let time = super::time_ticks(x1, x1 - x0);
+        let kind = self.kind;
+        move |v: &f64| match kind {
             XAxis::Events => units::count(v.max(0.0).round() as u64),
-            _ => super::time_label(v),
+            _ => time(v),
         }
     }
 
@@ -117,6 +133,7 @@ mod tests {
             gaps: vec![IdleGap {
                 gap_ns: 1_000_000,
                 index: 12,
+                time_ns: 1_000_200,
             }],
             left_out: 0,
             median_ns: 10,
@@ -126,11 +143,14 @@ mod tests {
         assert_eq!(busy.x(100), 0.0);
         assert_eq!(busy.x(200), 100.0);
         assert_eq!(busy.x(1_000_200), 1_100.0);
+        // A moment inside the pause that is no event (a chart bucket's
+        // edge) falls inside its shortened span, in proportion.
+        assert_eq!(busy.x(500_200), 600.0);
         assert_eq!(busy.x(1_000_300), 1_200.0);
         let events = XScale::new(XAxis::Events, samples, &idle);
         assert_eq!(events.x(1_000_200), 12.0);
         assert_eq!(events.x(1_000_250), 12.5);
-        assert_eq!(events.label(&1234.0), "1,234");
+        assert_eq!(events.ticks(0.0, 2000.0)(&1234.0), "1,234");
         let time = XScale::new(XAxis::Time, samples, &idle);
         assert_eq!(time.x(1_000_200), 1_000_200.0);
     }

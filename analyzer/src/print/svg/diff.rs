@@ -5,8 +5,9 @@
 
 use super::axis::{XScale, steps};
 use super::palette;
-use super::timeline::short;
-use super::{ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, Tooltips, WIDTH};
+use super::{
+    ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, LEGEND_WIDTH, LegendEntry, Mark, Tooltips, WIDTH,
+};
 use crate::analysis::compare::{Change, Comparison, Iterations, Presence, SiteDelta};
 use crate::analysis::pauses::XAxis;
 use crate::analysis::phases::normalize_name;
@@ -16,8 +17,6 @@ use crate::units;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-/// Room to the right of the plots for the legend, as in the timeline chart.
-const LEGEND_WIDTH: u32 = 320;
 /// The baseline's colour (blue) and the new run's (vermillion): the
 /// Okabe–Ito pair that stays apart for colour-blind readers.
 const BASE: RGBColor = RGBColor(0, 114, 178);
@@ -81,8 +80,8 @@ pub fn render(
         let (plot, legend) = upper.split_horizontally(WIDTH);
         let title = format!(
             "Memory over time: {} (baseline) vs {}",
-            short(base.name, 40),
-            short(new.name, 40)
+            labels::cut_left(base.name, 40),
+            labels::cut_left(new.name, 40)
         );
         draw_timelines(&plot, &legend, &title, [base, new], &axes, &mut tips)?;
         let (bars, _) = lower.split_horizontally(WIDTH + LEGEND_WIDTH - 40);
@@ -208,7 +207,8 @@ fn draw_timelines(
         Some(it) if repetitions => format!("repetition of {}", it.phase),
         _ => format!("{} since the run's start", axes[0].scale.description()),
     };
-    let along = |v: &f64| axes[0].scale.label(v);
+    let range = ctx.x_range();
+    let along = axes[0].scale.ticks(range.start, range.end);
     let rep_label = |v: &f64| format!("{v:.0}");
     let x_label: &dyn Fn(&f64) -> String = if repetitions { &rep_label } else { &along };
     ctx.configure_mesh()
@@ -223,8 +223,8 @@ fn draw_timelines(
         .draw()
         .map_err(super::draw_error)?;
 
-    // (label, colour, dashed) in legend order.
-    let mut entries: Vec<(String, RGBColor, bool)> = Vec::new();
+    let mut entries: Vec<LegendEntry> = Vec::new();
+    let (plot_x, _) = ctx.plotting_area().get_pixel_range();
     for (k, (run, axis)) in runs.iter().zip(axes).enumerate() {
         let colour = if k == 0 { BASE } else { NEW };
         let role = if k == 0 { "baseline" } else { "new" };
@@ -248,8 +248,16 @@ fn draw_timelines(
         );
         ctx.draw_series(LineSeries::new(allocated, colour.stroke_width(2)))
             .map_err(super::draw_error)?;
-        entries.push((format!("{role}: {}", short(run.name, 30)), colour, false));
-        entries.push((format!("{role} reserved"), colour, true));
+        entries.push(LegendEntry::new(
+            &format!("{role}: {}", labels::cut_left(run.name, 30)),
+            colour,
+            Mark::Line,
+        ));
+        entries.push(LegendEntry::new(
+            &format!("{role} reserved"),
+            colour,
+            Mark::Dashed,
+        ));
         if let Some(peak) = &run.timeline.peak {
             let (px, py) = ctx.backend_coord(&(axis.x(peak.time_ns), scale.scale(peak.bytes)));
             plot.draw(&Circle::new((px, py), 5, colour.filled()))
@@ -274,54 +282,21 @@ fn draw_timelines(
                 colour.stroke_width(2),
             ))
             .map_err(super::draw_error)?;
-            let (px, py) = ctx.backend_coord(&(x, top * 0.97));
-            plot.draw(&Text::new(
-                "OOM",
-                (px + 4, py),
-                (FONT, super::font_size(LABEL_PX))
-                    .into_font()
-                    .color(&colour),
-            ))
-            .map_err(super::draw_error)?;
+            let at = ctx.backend_coord(&(x, top * 0.97));
+            super::draw_oom_label(plot, at, plot_x.clone(), colour)?;
         }
     }
     let (_, plot_y) = ctx.plotting_area().get_pixel_range();
-    draw_legend(legend, plot_y.start, &entries)
+    super::draw_legend_column(legend, plot_y.start, &entries)
 }
 
-fn draw_legend(
-    area: &Area<'_>,
-    top: i32,
-    entries: &[(String, RGBColor, bool)],
-) -> Result<(), ChartError> {
-    const ROW: i32 = 22;
-    // Characters that fit beside the swatch, at about 0.55 em each.
-    let fit = ((LEGEND_WIDTH as i32 - 30) * 100 / (LABEL_PX as i32 * 55)).max(8) as usize;
-    for (i, (label, colour, dashed)) in entries.iter().enumerate() {
-        let y = top + 6 + ROW * i as i32;
-        if *dashed {
-            for x in [4, 12] {
-                area.draw(&PathElement::new(
-                    [(x, y + 6), (x + 5, y + 6)],
-                    colour.stroke_width(1),
-                ))
-                .map_err(super::draw_error)?;
-            }
-        } else {
-            area.draw(&PathElement::new(
-                [(4, y + 6), (18, y + 6)],
-                colour.stroke_width(3),
-            ))
-            .map_err(super::draw_error)?;
-        }
-        area.draw(&Text::new(
-            short(label, fit),
-            (24, y - 1),
-            (FONT, super::font_size(LABEL_PX - 1)).into_font(),
-        ))
-        .map_err(super::draw_error)?;
+/// What a bar's label says of a site only one run has.
+fn marker(site: &SiteDelta) -> &'static str {
+    match site.presence {
+        Presence::New => " [new]",
+        Presence::Gone => " [gone]",
+        Presence::Both => "",
     }
-    Ok(())
 }
 
 /// Draws the bars in `area`; labels go on `root` at the pixel positions the
@@ -387,7 +362,15 @@ fn draw_bars(
     ))
     .map_err(super::draw_error)?;
     let (plot_x, _) = ctx.plotting_area().get_pixel_range();
-    for (i, site) in sites.iter().enumerate() {
+    // Names shortened to fit the label column at 14 px with their marker,
+    // numbered where two meet.
+    let column = (BAR_LABELS_PX as usize - 20) * 100 / (14 * 55);
+    let mut names: Vec<String> = sites
+        .iter()
+        .map(|site| labels::site_within(&site.site, column - marker(site).len()))
+        .collect();
+    labels::number_alike(&mut names, column - " [gone]".len());
+    for (i, (site, name)) in sites.iter().zip(names).enumerate() {
         let delta = site.rank_delta();
         let value = delta.signum() * scale.scale(delta.abs() as u64);
         let colour = if delta > 0.0 { palette::ALERT } else { BETTER };
@@ -409,14 +392,7 @@ fn draw_bars(
             .pos(Pos::new(h, VPos::Center));
         root.draw(&Text::new(text, (tx, by), style))
             .map_err(super::draw_error)?;
-        let marker = match site.presence {
-            Presence::New => " [new]",
-            Presence::Gone => " [gone]",
-            Presence::Both => "",
-        };
-        // Shortened from the left to fit the label column at 14 px.
-        let fit = (BAR_LABELS_PX as usize - 20) * 100 / (14 * 55) - marker.len();
-        let label = format!("{}{marker}", short(&labels::site_label(&site.site), fit));
+        let label = format!("{name}{}", marker(site));
         // Right-aligned against the plot, so each label sits by its bar.
         root.draw(&Text::new(
             label,

@@ -4,7 +4,9 @@
 
 use super::axis::XScale;
 use super::palette;
-use super::{ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, Tooltips, WIDTH};
+use super::{
+    ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, LEGEND_WIDTH, LegendEntry, Mark, Tooltips, WIDTH,
+};
 use crate::analysis::fragmentation::FragmentationReport;
 use crate::analysis::pauses::XAxis;
 use crate::units;
@@ -31,8 +33,10 @@ pub fn render(
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
-        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(super::draw_error)?;
+        let full =
+            SVGBackend::with_string(&mut out, (WIDTH + LEGEND_WIDTH, HEIGHT)).into_drawing_area();
+        full.fill(&WHITE).map_err(super::draw_error)?;
+        let (root, legend_area) = full.split_horizontally(WIDTH);
         let t0 = xs.x(buckets.first().map_or(0, |b| b.start_ns));
         let t1 = xs.x(buckets.last().map_or(1, |b| b.end_ns)).max(t0 + 1.0);
         let max = buckets
@@ -83,42 +87,44 @@ pub fn render(
             0.0,
             allocated_colour.mix(0.35),
         ))
-        .map_err(super::draw_error)?
-        .label("allocated")
-        .legend(move |(x, y)| {
-            Rectangle::new(
-                [(x, y - 6), (x + 12, y + 6)],
-                allocated_colour.mix(0.35).filled(),
-            )
-        });
+        .map_err(super::draw_error)?;
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
-            .map_err(super::draw_error)?
-            .label("reserved")
-            .legend(|(x, y)| {
-                PathElement::new([(x, y), (x + 12, y)], palette::RESERVED.stroke_width(2))
-            });
+            .map_err(super::draw_error)?;
         ctx.draw_series(LineSeries::new(free, free_colour.stroke_width(2)))
-            .map_err(super::draw_error)?
-            .label("cached free (reserved - allocated)")
-            .legend(move |(x, y)| {
-                PathElement::new([(x, y), (x + 12, y)], free_colour.stroke_width(2))
-            });
+            .map_err(super::draw_error)?;
         ctx.draw_series(LineSeries::new(largest, largest_colour.stroke_width(2)))
-            .map_err(super::draw_error)?
-            .label("largest free block")
-            .legend(move |(x, y)| {
-                PathElement::new([(x, y), (x + 12, y)], largest_colour.stroke_width(2))
-            });
+            .map_err(super::draw_error)?;
         ctx.draw_secondary_series(DashedLineSeries::new(
             ratio,
             6,
             4,
             palette::ALERT.stroke_width(1),
         ))
-        .map_err(super::draw_error)?
-        .label("external fragmentation (right axis)")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], palette::ALERT.stroke_width(1)));
-        super::draw_legend(&mut ctx)?;
+        .map_err(super::draw_error)?;
+        let (_, plot_y) = ctx.plotting_area().get_pixel_range();
+        super::draw_legend_column(
+            &legend_area,
+            plot_y.start,
+            &[
+                LegendEntry::new(
+                    "allocated",
+                    palette::on_white(allocated_colour, 0.35),
+                    Mark::Area,
+                ),
+                LegendEntry::new("reserved", palette::RESERVED, Mark::Line),
+                LegendEntry::new(
+                    "cached free\n(reserved - allocated)",
+                    free_colour,
+                    Mark::Line,
+                ),
+                LegendEntry::new("largest free block", largest_colour, Mark::Line),
+                LegendEntry::new(
+                    "external fragmentation\n(right axis)",
+                    palette::ALERT,
+                    Mark::Dashed,
+                ),
+            ],
+        )?;
 
         let (_, y_range) = ctx.plotting_area().get_pixel_range();
         let mut last_x = i32::MIN;

@@ -2,12 +2,12 @@
 //! phase with the fitted growth line, and the growing sites as bars.
 
 use super::palette::{self, Palette};
-use super::timeline::short;
-use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use super::{ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, Tooltips, WIDTH};
 use crate::analysis::leaks::{PhaseGrowth, Trend};
-use crate::print::labels::site_label;
+use crate::print::labels::{self, site_label};
 use crate::units;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// Renders one repeated phase's growth as an SVG document.
 pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, ChartError> {
@@ -46,7 +46,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
         let x_max = last as f64;
         let mut ctx = ChartBuilder::on(&left)
             .margin(12)
-            .x_label_area_size(40)
+            .x_label_area_size(56)
             .y_label_area_size(90)
             .build_cartesian_2d(-0.5..x_max + 0.5, 0.0..scale.scale(max) * 1.2)
             .map_err(super::draw_error)?;
@@ -56,7 +56,8 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             .y_label_formatter(&|v| scale.label(v))
             .x_labels(x_labels(last))
             .x_label_formatter(&repetition_label)
-            .label_style((FONT, 13))
+            .label_style((FONT, super::font_size(LABEL_PX)))
+            .axis_desc_style((FONT, super::font_size(LABEL_PX)))
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .map_err(super::draw_error)?;
@@ -92,14 +93,24 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             };
             ctx.draw_series(DashedLineSeries::new(line, 8, 4, colour.stroke_width(2)))
                 .map_err(super::draw_error)?;
+            // Right-aligned at the line's end, on the side away from the
+            // line: under a line that rises, over one that falls.
             let (px, py) = ctx.backend_coord(&line[1]);
+            let (y, v) = if growth.bytes_per_repetition > 0 {
+                (py + 14, VPos::Top)
+            } else {
+                (py - 14, VPos::Bottom)
+            };
             left.draw(&Text::new(
                 format!(
                     "{} / repetition",
                     units::bytes_delta(growth.bytes_per_repetition as i128)
                 ),
-                (px - 190, py - 14),
-                (FONT, 14).into_font().color(&colour),
+                (px, y),
+                (FONT, super::font_size(LABEL_PX))
+                    .into_font()
+                    .color(&colour)
+                    .pos(Pos::new(HPos::Right, v)),
             ))
             .map_err(super::draw_error)?;
         }
@@ -144,10 +155,14 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
         let n = sites.len().max(6);
         let mut bars = ChartBuilder::on(&right)
             .margin(12)
-            .x_label_area_size(40)
+            .x_label_area_size(56)
             .y_label_area_size(10)
-            .caption("leaking sites (bytes per repetition)", (FONT, 14))
-            .build_cartesian_2d(0.0..bar_scale.scale(bar_max) * 1.15, 0.0..n as f64)
+            .caption(
+                "leaking sites (bytes per repetition)",
+                (FONT, super::font_size(LABEL_PX)),
+            )
+            // Room above the top bar for its label, below the caption.
+            .build_cartesian_2d(0.0..bar_scale.scale(bar_max) * 1.15, 0.0..n as f64 + 0.5)
             .map_err(super::draw_error)?;
         if !sites.is_empty() {
             bars.configure_mesh()
@@ -155,7 +170,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
                 .disable_y_axis()
                 .x_label_formatter(&|v| bar_scale.label(v))
                 .x_labels(4)
-                .label_style((FONT, 12))
+                .label_style((FONT, super::font_size(LABEL_PX - 2)))
                 .light_line_style(RGBColor(240, 240, 240))
                 .draw()
                 .map_err(super::draw_error)?;
@@ -173,12 +188,12 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
             let (lx, ly) = bars.backend_coord(&(0.0, y1));
             right
                 .draw(&Text::new(
-                    short(&site_label(&site.site.site), 48),
+                    labels::site_within(&site.site.site, 48),
                     (
                         lx + 4 - right.get_base_pixel().0,
-                        ly - 14 - right.get_base_pixel().1,
+                        ly - 20 - right.get_base_pixel().1,
                     ),
-                    (FONT, 12).into_font(),
+                    (FONT, super::font_size(14)).into_font(),
                 ))
                 .map_err(super::draw_error)?;
             let (x0, py0) = bars.backend_coord(&(0.0, y1));

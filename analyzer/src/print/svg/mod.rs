@@ -43,6 +43,38 @@ pub fn time_label(ns: &f64) -> String {
     }
 }
 
+/// The labels of the ticks of a time axis from 0 to about `max_ns`, its
+/// shown part `span_ns` wide: all in one unit, the one [`time_label`] gives
+/// the largest, with as many decimals as keep neighbouring ticks apart
+/// (`1.100 s`, `1.105 s`, never `1.10 s` twice).
+pub fn time_ticks(max_ns: f64, span_ns: f64) -> impl Fn(&f64) -> String {
+    let (divisor, unit, least) = match max_ns.max(0.0) as u64 {
+        0..1_000 => (1.0, "ns", 0),
+        1_000..1_000_000 => (1e3, "us", 1),
+        1_000_000..1_000_000_000 => (1e6, "ms", 2),
+        1_000_000_000..60_000_000_000 => (1e9, "s", 2),
+        // Minutes and hours: whole seconds tell ticks apart.
+        _ => (0.0, "", 0),
+    };
+    // Plotters puts ticks at least a twentieth of the span apart when asked
+    // for eight (a round step no less than span / 8 / 2.5).
+    let step = span_ns / 20.0 / divisor;
+    let decimals = if step > 0.0 && step < 1.0 {
+        ((-step.log10()).ceil() as usize).clamp(least, 6)
+    } else {
+        least
+    };
+    move |ns: &f64| {
+        if ns.round() <= 0.0 {
+            "0".into()
+        } else if divisor == 0.0 {
+            time_label(ns)
+        } else {
+            format!("{:.*} {unit}", decimals, ns / divisor)
+        }
+    }
+}
+
 /// The binary unit a bytes axis is drawn in, chosen so its ticks fall on
 /// round numbers of that unit (50 MiB, not 47.7 MiB).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -165,8 +197,10 @@ pub fn draw_time_bytes_mesh(
     x: &axis::XScale,
 ) -> Result<(), ChartError> {
     use plotters::style::RGBColor;
+    let range = ctx.x_range();
+    let ticks = x.ticks(range.start, range.end);
     ctx.configure_mesh()
-        .x_label_formatter(&|v| x.label(v))
+        .x_label_formatter(&ticks)
         .y_label_formatter(&|v| scale.label(v))
         .x_desc(x.description())
         .y_desc("memory")
@@ -178,25 +212,151 @@ pub fn draw_time_bytes_mesh(
         .map_err(draw_error)
 }
 
-/// Draws a chart's series legend in the upper left, in the style every
-/// chart shares.
-pub fn draw_legend<'a, DB, CT>(
-    ctx: &mut plotters::chart::ChartContext<'a, DB, CT>,
-) -> Result<(), ChartError>
-where
-    DB: plotters::backend::DrawingBackend + 'a,
-    DB::ErrorType: 'static,
-    CT: plotters::coord::CoordTranslate,
-{
-    use plotters::chart::SeriesLabelPosition;
-    use plotters::style::{Color, RGBColor, WHITE};
-    ctx.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, font_size(LABEL_PX - 1)))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .draw()
-        .map_err(draw_error)
+/// The width of a legend column beside a chart: a legend inside the plot
+/// would hide the data under it, and a site's line needs the room.
+pub const LEGEND_WIDTH: u32 = 400;
+
+/// Characters of a legend's line that fit beside its mark, at about 0.55 em
+/// each.
+pub const LEGEND_CHARS: usize = ((LEGEND_WIDTH - 30) * 100 / (LABEL_PX * 55)) as usize;
+
+/// How a legend entry marks its series.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// A filled swatch: an area.
+    Area,
+    /// A line.
+    Line,
+    /// A dashed line.
+    Dashed,
+}
+
+/// One entry of a legend column.
+#[derive(Clone, Debug)]
+pub struct LegendEntry {
+    /// Its label: a line, or several separated by `\n`, each already
+    /// within [`LEGEND_CHARS`].
+    pub label: String,
+    /// The series' colour.
+    pub colour: plotters::style::RGBColor,
+    /// How the series is drawn.
+    pub mark: Mark,
+}
+
+impl LegendEntry {
+    /// An entry of `label`, each of its lines cut from the left to fit.
+    pub fn new(label: &str, colour: plotters::style::RGBColor, mark: Mark) -> LegendEntry {
+        let lines: Vec<String> = label
+            .lines()
+            .map(|line| crate::print::labels::cut_left(line, LEGEND_CHARS))
+            .collect();
+        LegendEntry {
+            label: lines.join("\n"),
+            colour,
+            mark,
+        }
+    }
+}
+
+/// Draws a legend in its own column `area` (beside the plot), from `top`
+/// down: each entry's mark and label, a label's second and later lines in
+/// grey under its first.
+pub fn draw_legend_column(
+    area: &plotters::drawing::DrawingArea<
+        plotters::backend::SVGBackend<'_>,
+        plotters::coord::Shift,
+    >,
+    top: i32,
+    entries: &[LegendEntry],
+) -> Result<(), ChartError> {
+    use plotters::element::{PathElement, Rectangle, Text};
+    use plotters::style::{BLACK, Color, IntoFont, RGBColor};
+    // A line's height, and the gap between entries.
+    const LINE: i32 = 19;
+    const GAP: i32 = 3;
+    let mut y = top + 6;
+    for entry in entries {
+        let colour = entry.colour;
+        match entry.mark {
+            Mark::Area => area.draw(&Rectangle::new(
+                [(4, y), (18, y + 12)],
+                colour.mix(0.85).filled(),
+            )),
+            Mark::Line => area.draw(&PathElement::new(
+                [(4, y + 6), (18, y + 6)],
+                colour.stroke_width(2),
+            )),
+            Mark::Dashed => [4, 12].into_iter().try_for_each(|x| {
+                area.draw(&PathElement::new(
+                    [(x, y + 6), (x + 5, y + 6)],
+                    colour.stroke_width(1),
+                ))
+            }),
+        }
+        .map_err(draw_error)?;
+        for (i, text) in entry.label.lines().enumerate() {
+            let colour = if i == 0 { BLACK } else { RGBColor(90, 90, 90) };
+            area.draw(&Text::new(
+                text.to_string(),
+                (24, y - 1),
+                (FONT, font_size(LABEL_PX - 1)).into_font().color(&colour),
+            ))
+            .map_err(draw_error)?;
+            y += LINE;
+        }
+        y += GAP;
+    }
+    Ok(())
+}
+
+/// Draws a device's memory (or the allocator's limit) at `y`, in memory
+/// units, across the chart from `t0` to `t1`: a dashed red line.
+pub fn draw_capacity_line(
+    ctx: &mut TimeBytesChart<'_, '_>,
+    (t0, t1): (f64, f64),
+    y: f64,
+) -> Result<(), ChartError> {
+    use plotters::series::DashedLineSeries;
+    use plotters::style::Color;
+    ctx.draw_series(DashedLineSeries::new(
+        [(t0, y), (t1, y)],
+        8,
+        4,
+        palette::ALERT.stroke_width(1),
+    ))
+    .map(|_| ())
+    .map_err(draw_error)
+}
+
+/// Writes `OOM` beside an out-of-memory line at `(px, py)`, on the side
+/// that keeps it inside the plot (`plot_x`, its pixel range).
+pub fn draw_oom_label(
+    area: &plotters::drawing::DrawingArea<
+        plotters::backend::SVGBackend<'_>,
+        plotters::coord::Shift,
+    >,
+    (px, py): (i32, i32),
+    plot_x: std::ops::Range<i32>,
+    colour: plotters::style::RGBColor,
+) -> Result<(), ChartError> {
+    use plotters::element::Text;
+    use plotters::style::IntoFont;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    let (x, h) = if px > (plot_x.start + plot_x.end) / 2 {
+        (px - 4, HPos::Right)
+    } else {
+        (px + 4, HPos::Left)
+    };
+    let style = (FONT, font_size(LABEL_PX))
+        .into_font()
+        .color(&colour)
+        .pos(Pos::new(h, VPos::Top));
+    area.draw(&Text::new(
+        "OOM",
+        (x - area.get_base_pixel().0, py - area.get_base_pixel().1),
+        style,
+    ))
+    .map_err(draw_error)
 }
 
 /// Turns a plotters error into a message (they carry backend types).
@@ -217,6 +377,18 @@ pub fn dump_for_review(name: &str, svg: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_of_a_short_span_late_in_a_run_are_told_apart() {
+        // 1.100 s to 1.120 s: ticks a millisecond apart.
+        let tick = time_ticks(1.12e9, 0.02e9);
+        assert_eq!(tick(&1.100e9), "1.100 s");
+        assert_eq!(tick(&1.105e9), "1.105 s");
+        assert_eq!(tick(&0.0), "0");
+        let tick = time_ticks(2.0e9, 2.0e9);
+        assert_eq!(tick(&0.5e9), "0.50 s");
+        assert_eq!(time_ticks(600e9, 600e9)(&90e9), "1m 30s");
+    }
 
     #[test]
     fn tooltips_go_before_the_closing_tag_and_are_escaped() {

@@ -73,6 +73,13 @@ impl Palette {
     }
 }
 
+/// How `colour` drawn at `alpha` looks on white, as an opaque colour (for
+/// a legend's swatch of a translucent area).
+pub fn on_white(colour: RGBColor, alpha: f64) -> RGBColor {
+    let blend = |c: u8| (c as f64 * alpha + 255.0 * (1.0 - alpha)).round() as u8;
+    RGBColor(blend(colour.0), blend(colour.1), blend(colour.2))
+}
+
 /// `#rrggbb` for a colour, for HTML next to the charts.
 pub fn hex(c: RGBColor) -> String {
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)

@@ -3,7 +3,9 @@
 //! policy's first OOM.
 
 use super::palette::{self, Palette};
-use super::{ByteScale, ChartError, FONT, HEIGHT, Tooltips, WIDTH};
+use super::{
+    ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, LEGEND_WIDTH, LegendEntry, Mark, Tooltips, WIDTH,
+};
 use crate::simulate::Sample;
 use crate::units;
 use plotters::prelude::*;
@@ -28,8 +30,11 @@ pub fn render(
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
-        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(super::draw_error)?;
+        let full =
+            SVGBackend::with_string(&mut out, (WIDTH + LEGEND_WIDTH, HEIGHT)).into_drawing_area();
+        full.fill(&WHITE).map_err(super::draw_error)?;
+        let (root, legend_area) = full.split_horizontally(WIDTH);
+        let mut legend: Vec<LegendEntry> = Vec::new();
         let samples = series.iter().flat_map(|s| s.samples.iter());
         let t0 = samples.clone().map(|b| b.start_ns).min().unwrap_or(0) as f64;
         let t1 = (samples.clone().map(|b| b.end_ns).max().unwrap_or(1) as f64).max(t0 + 1.0);
@@ -40,38 +45,32 @@ pub fn render(
             .unwrap_or(0)
             .max(1024);
         let scale = ByteScale::for_max(max as f64);
-        // Headroom above the curves holds the legend.
-        let top = scale.scale(max) * (1.25 + 0.06 * series.len() as f64);
+        let top = scale.scale(max) * 1.15;
         let mut ctx = ChartBuilder::on(&root)
             .caption(title, (FONT, 20))
             .margin(12)
-            .x_label_area_size(40)
+            .x_label_area_size(48)
             .y_label_area_size(90)
             .build_cartesian_2d(t0..t1, 0.0..top)
             .map_err(super::draw_error)?;
         ctx.configure_mesh()
-            .x_label_formatter(&super::time_label)
+            .x_label_formatter(&super::time_ticks(t1, t1 - t0))
             .y_label_formatter(&|v| scale.label(v))
             .x_desc("time")
             .y_desc("memory")
-            .label_style((FONT, 13))
+            .label_style((FONT, super::font_size(LABEL_PX)))
+            .axis_desc_style((FONT, super::font_size(LABEL_PX)))
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .map_err(super::draw_error)?;
 
         if let Some(c) = capacity {
-            let y = scale.scale(c);
-            ctx.draw_series(DashedLineSeries::new(
-                [(t0, y), (t1, y)],
-                8,
-                4,
-                palette::ALERT.stroke_width(1),
-            ))
-            .map_err(super::draw_error)?
-            .label(format!("capacity {}", units::bytes(c)))
-            .legend(|(x, y)| {
-                PathElement::new([(x, y), (x + 12, y)], palette::ALERT.stroke_width(1))
-            });
+            super::draw_capacity_line(&mut ctx, (t0, t1), scale.scale(c))?;
+            legend.push(LegendEntry::new(
+                &format!("allocator's limit {}", units::bytes(c)),
+                palette::ALERT,
+                Mark::Dashed,
+            ));
         }
 
         let mut colours = Palette::new();
@@ -104,11 +103,12 @@ pub fn render(
                 0.0,
                 grey.mix(0.3),
             ))
-            .map_err(super::draw_error)?
-            .label("allocated (every policy)")
-            .legend(move |(x, y)| {
-                Rectangle::new([(x, y - 6), (x + 12, y + 6)], grey.mix(0.3).filled())
-            });
+            .map_err(super::draw_error)?;
+            legend.push(LegendEntry::new(
+                "allocated (every policy)",
+                grey,
+                Mark::Area,
+            ));
         }
         // Each policy is drawn narrower than the one before, on top of it,
         // so that policies whose curves coincide all stay visible.
@@ -122,19 +122,23 @@ pub fn render(
                     3,
                     colour.stroke_width(1),
                 ))
-                .map_err(super::draw_error)?
-                .label(format!("{}: allocated", s.name))
-                .legend(move |(x, y)| {
-                    PathElement::new([(x, y), (x + 12, y)], colour.stroke_width(1))
-                });
+                .map_err(super::draw_error)?;
+                legend.push(LegendEntry::new(
+                    &format!("{}\nallocated", s.name),
+                    colour,
+                    Mark::Dashed,
+                ));
             }
             ctx.draw_series(LineSeries::new(
                 steps(s.samples, &|b| b.reserved_bytes),
                 colour.mix(0.85).stroke_width(width),
             ))
-            .map_err(super::draw_error)?
-            .label(format!("{}: reserved", s.name))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], colour.stroke_width(3)));
+            .map_err(super::draw_error)?;
+            legend.push(LegendEntry::new(
+                &format!("{}\nreserved", s.name),
+                colour,
+                Mark::Line,
+            ));
             if let Some((time, text)) = &s.oom {
                 let at = s
                     .samples
@@ -146,7 +150,8 @@ pub fn render(
                 markers.push((x, y, text.clone()));
             }
         }
-        super::draw_legend(&mut ctx)?;
+        let (_, plot_y) = ctx.plotting_area().get_pixel_range();
+        super::draw_legend_column(&legend_area, plot_y.start, &legend)?;
 
         // Tooltips with every policy's values, one per few pixels.
         let (_, y_range) = ctx.plotting_area().get_pixel_range();

@@ -4,13 +4,13 @@
 
 use super::axis::{XScale, steps};
 use super::palette::{self, Palette};
-use super::{ChartError, FONT, HEIGHT, LABEL_PX, Tooltips, WIDTH};
+use super::{
+    ChartError, FONT, HEIGHT, LABEL_PX, LEGEND_CHARS, LEGEND_WIDTH, LegendEntry, Mark, Tooltips,
+    WIDTH,
+};
 use crate::analysis::pauses::XAxis;
 use crate::print::labels;
 
-/// Room to the right of the plot for the legend: site names are long, and
-/// a legend inside the plot would hide the data under it.
-const LEGEND_WIDTH: u32 = 320;
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineSample};
 use crate::units;
 use plotters::prelude::*;
@@ -40,11 +40,14 @@ pub fn render(
         full.fill(&WHITE).map_err(super::draw_error)?;
         let (root, legend_area) = full.split_horizontally(WIDTH);
         let (t0, t1) = x_range(chart, &xs);
+        // A run that ran out of memory is drawn with the device's memory.
+        let capacity = chart.capacity_bytes.filter(|_| !chart.ooms.is_empty());
         let max_bytes = chart
             .samples
             .iter()
             .map(|s| s.allocated.max(s.reserved))
             .chain(chart.peak.iter().map(|p| p.bytes))
+            .chain(capacity)
             .max()
             .unwrap_or(0)
             .max(1024);
@@ -72,8 +75,8 @@ pub fn render(
             (t0, t1),
             (plot_x.end - plot_x.start).max(1),
         );
-        // (label, colour, drawn as a line) in legend order, top entry first.
-        let mut legend: Vec<(String, RGBColor, bool)> = Vec::new();
+        // In legend order, top entry first; a label may run over two lines.
+        let mut legend: Vec<LegendEntry> = Vec::new();
         // Stacked areas: draw each cumulative sum from the top category
         // down, so lower categories paint over the upper ones' bases.
         let n = chart.categories.len();
@@ -85,13 +88,39 @@ pub fn render(
             }));
             ctx.draw_series(AreaSeries::new(points, 0.0, colour.mix(0.85)))
                 .map_err(super::draw_error)?;
-            legend.push((label_of(chart, &chart.categories[k]), colour, false));
+            legend.push(LegendEntry {
+                label: legend_label(chart, &chart.categories[k]),
+                colour,
+                mark: Mark::Area,
+            });
+        }
+        let mut names: Vec<String> = legend.iter().map(|e| e.label.clone()).collect();
+        labels::number_alike(&mut names, LEGEND_CHARS);
+        for (entry, numbered) in legend.iter_mut().zip(names) {
+            entry.label = numbered;
         }
         let reserved = steps(shown.iter().map(|&(x, s)| (x, scale.scale(s.reserved))));
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
             .map_err(super::draw_error)?;
-        legend.insert(0, ("reserved".to_string(), palette::RESERVED, true));
+        legend.insert(
+            0,
+            LegendEntry::new("reserved", palette::RESERVED, Mark::Line),
+        );
 
+        if let Some(c) = capacity {
+            let y = scale.scale(c);
+            super::draw_capacity_line(&mut ctx, (t0, t1), y)?;
+            let (px, py) = ctx.backend_coord(&(t0, y));
+            root.draw(&Text::new(
+                format!("device memory {}", units::bytes(c)),
+                (px + 6, py - 20),
+                (FONT, super::font_size(LABEL_PX - 2))
+                    .into_font()
+                    .color(&palette::ALERT),
+            ))
+            .map_err(super::draw_error)?;
+        }
+        let (plot_x, _) = ctx.plotting_area().get_pixel_range();
         for oom in &chart.ooms {
             let x = xs.x(oom.time_ns);
             ctx.draw_series(LineSeries::new(
@@ -100,14 +129,7 @@ pub fn render(
             ))
             .map_err(super::draw_error)?;
             let (px, py) = ctx.backend_coord(&(x, top * 0.97));
-            root.draw(&Text::new(
-                "OOM",
-                (px + 4, py),
-                (FONT, super::font_size(LABEL_PX))
-                    .into_font()
-                    .color(&palette::ALERT),
-            ))
-            .map_err(super::draw_error)?;
+            super::draw_oom_label(&root, (px, py), plot_x.clone(), palette::ALERT)?;
             let (_, py0) = ctx.backend_coord(&(x, 0.0));
             let text = format!(
                 "out of memory at {}: {} requested\n{}",
@@ -123,22 +145,30 @@ pub fn render(
             root.draw(&Circle::new((px, py), 5, palette::ALERT.filled()))
                 .map_err(super::draw_error)?;
             let text = format!("peak {}", units::bytes(peak.bytes));
+            // The label goes beside the point on the side with more room (to
+            // its left when the peak sits in the right half), its site
+            // shortened to that room: about 8 px a character at 14 px.
+            let (plot_x, _) = ctx.plotting_area().get_pixel_range();
+            let left_side = px > (plot_x.start + plot_x.end) / 2;
+            let room = if left_side {
+                px - 10 - plot_x.start
+            } else {
+                plot_x.end - px - 10
+            };
             let detail = if peak.category.is_empty() {
                 String::new()
             } else {
+                let bytes = units::bytes(peak.category_bytes);
+                let fit = (room / 8).max(0) as usize;
+                let fit = fit.saturating_sub("largest:  ()".len() + bytes.len());
                 format!(
-                    "largest: {} ({})",
-                    short(&label_of(chart, &peak.category), 50),
-                    units::bytes(peak.category_bytes)
+                    "largest: {} ({bytes})",
+                    label_within(chart, &peak.category, fit.max(12))
                 )
             };
-            // Keep the label inside the plot: to the left of the point when
-            // the peak sits in the right half.
-            let (plot_x, _) = ctx.plotting_area().get_pixel_range();
-            let left_side = px > (plot_x.start + plot_x.end) / 2;
             let estimated_width = 8 * text.len().max(detail.chars().count()) as i32;
             let lx = if left_side {
-                px - 10 - estimated_width
+                (px - 10 - estimated_width).max(plot_x.start + 4)
             } else {
                 px + 10
             };
@@ -168,7 +198,7 @@ pub fn render(
         }
 
         let (_, plot_y) = ctx.plotting_area().get_pixel_range();
-        draw_legend(&legend_area, plot_y.start + strip_bottom, &legend)?;
+        super::draw_legend_column(&legend_area, plot_y.start + strip_bottom, &legend)?;
 
         add_sample_tooltips(&mut tips, &ctx, chart, top, &xs);
         root.present().map_err(super::draw_error)?;
@@ -221,50 +251,23 @@ fn x_range(chart: &Timeline, xs: &XScale) -> (f64, f64) {
     if b > a { (a, b) } else { (a, a + 1.0) }
 }
 
-/// A category's name as the chart shows it: a site's shortened, others as
-/// they are.
-fn label_of(chart: &Timeline, category: &str) -> String {
+/// A category's name within `max` characters on one line: a site's with
+/// the user's own line first (see [`labels::site_within`]), others cut from
+/// the left.
+fn label_within(chart: &Timeline, category: &str, max: usize) -> String {
     match chart.grouped_by {
-        GroupBy::Site => labels::site_label(category),
-        _ => category.to_string(),
+        GroupBy::Site => labels::site_within(category, max),
+        _ => labels::cut_left(category, max),
     }
 }
 
-/// Draws the legend in its column, from `top` down: a swatch (or a line)
-/// and the label, shortened from the left to fit (the end of a site, its
-/// file and line, tells most).
-fn draw_legend(
-    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
-    top: i32,
-    entries: &[(String, RGBColor, bool)],
-) -> Result<(), ChartError> {
-    const ROW: i32 = 22;
-    // Characters that fit beside the swatch, at about 0.55 em each.
-    let fit = ((LEGEND_WIDTH as i32 - 30) * 100 / (LABEL_PX as i32 * 55)).max(8) as usize;
-    // The area's own coordinates start at its left edge.
-    let x0 = 0;
-    for (i, (label, colour, line)) in entries.iter().enumerate() {
-        let y = top + 6 + ROW * i as i32;
-        if *line {
-            area.draw(&PathElement::new(
-                [(x0 + 4, y + 6), (x0 + 18, y + 6)],
-                colour.stroke_width(2),
-            ))
-        } else {
-            area.draw(&Rectangle::new(
-                [(x0 + 4, y), (x0 + 18, y + 12)],
-                colour.mix(0.85).filled(),
-            ))
-        }
-        .map_err(super::draw_error)?;
-        area.draw(&Text::new(
-            short(label, fit),
-            (x0 + 24, y - 1),
-            (FONT, super::font_size(LABEL_PX - 1)).into_font(),
-        ))
-        .map_err(super::draw_error)?;
+/// A category's name in the legend: a site's user line, then the library
+/// frame `via` on a second line when both do not fit on one.
+fn legend_label(chart: &Timeline, category: &str) -> String {
+    match chart.grouped_by {
+        GroupBy::Site => labels::site_lines_within(category, LEGEND_CHARS).join("\n"),
+        _ => labels::cut_left(category, LEGEND_CHARS),
     }
-    Ok(())
 }
 
 /// Draws the phase strip at the top of the plot; returns its bottom edge,
@@ -326,7 +329,7 @@ fn draw_phase_bands(
         ))
         .map_err(super::draw_error)?;
         let width_px = x1 - x0;
-        let text = short(&phase.name, 40);
+        let text = labels::cut_left(&phase.name, 40);
         if width_px > 8 * text.len() as i32 + 6 && h >= 12 {
             labels.push((text, (x0 + 3, y0 + h - 4)));
         }
@@ -383,7 +386,7 @@ fn add_sample_tooltips(
         for (k, v) in parts.into_iter().take(5) {
             text.push_str(&format!(
                 "\n  {}: {}",
-                short(&chart.categories[k], 60),
+                label_within(chart, &chart.categories[k], 60),
                 units::bytes(v)
             ));
         }
@@ -400,17 +403,6 @@ fn add_sample_tooltips(
             &text,
         );
     }
-}
-
-/// Shortens a label to at most `max` characters, keeping its end (the
-/// file:line part of a site is the most telling).
-pub fn short(text: &str, max: usize) -> String {
-    let n = text.chars().count();
-    if n <= max {
-        return text.to_string();
-    }
-    let tail: String = text.chars().skip(n - (max - 1)).collect();
-    format!("…{tail}")
 }
 
 #[cfg(test)]
@@ -468,6 +460,7 @@ mod tests {
                 category_bytes: 0,
             }],
             idle: Default::default(),
+            capacity_bytes: None,
         }
     }
 
@@ -494,11 +487,5 @@ mod tests {
         ] {
             assert!(svg.contains(expected), "missing {expected}");
         }
-    }
-
-    #[test]
-    fn short_keeps_the_end() {
-        assert_eq!(short("abcdef", 4), "…def");
-        assert_eq!(short("abc", 4), "abc");
     }
 }

@@ -1,5 +1,6 @@
 //! The fragmentation series as text.
 
+use crate::analysis::pauses::XAxis;
 use crate::command::fragmentation::FragmentationResult;
 use crate::print::table::{Align, Table};
 use crate::units;
@@ -7,11 +8,18 @@ use crate::units;
 /// The fragmentation series as a table.
 pub fn fragmentation(out: &FragmentationResult) -> String {
     let r = &out.report;
+    let width = match r.axis {
+        XAxis::Time => units::duration_ns(r.bucket_ns),
+        XAxis::Busy => format!(
+            "about {} of busy time (idle gaps cut)",
+            units::duration_ns(r.axis_width)
+        ),
+        XAxis::Events => format!("about {} events", units::count(r.axis_width)),
+    };
     let mut text = format!(
-        "trace     {}\nbuckets   {} of {}\n\n",
+        "trace     {}\nbuckets   {} of {width}\n\n",
         out.path,
         r.buckets.len(),
-        units::duration_ns(r.bucket_ns)
     );
     let mut t = Table::new(&[
         ("from", Align::Right),

@@ -40,7 +40,10 @@ pub fn info(r: &InfoResult) -> String {
             .iter()
             .map(|(k, v)| format!("{k}:{v}"))
             .collect();
-        lines.push(("allocator", settings.join(",")));
+        // A snapshot's settings run to hundreds of characters: a few a line,
+        // under the label's column.
+        let wrapped = super::wrapped(&settings.join(", "), 90, &" ".repeat(10));
+        lines.push(("allocator", wrapped.trim().to_string()));
     }
     for (k, v) in &r.metadata {
         lines.push(("note", format!("{k} = {v}")));

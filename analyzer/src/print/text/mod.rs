@@ -20,6 +20,7 @@ pub use fragmentation::fragmentation;
 pub use import::import;
 pub use info::info;
 pub use leaks::leaks;
+pub(crate) use ranks::spread_line;
 pub use ranks::{rank_compare, rank_leaks, ranks};
 pub use report::report_written;
 pub use simulate::simulate;
@@ -28,6 +29,27 @@ pub use synth::synth;
 
 use crate::print::labels::{frame_label, site_label};
 use crate::sites::SiteDescription;
+
+/// Text broken into lines of at most `width` characters (a word longer
+/// than that has a line of its own), each after `indent`.
+fn wrapped(text: &str, width: usize, indent: &str) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            out.push_str(&format!("{indent}{line}\n"));
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        out.push_str(&format!("{indent}{line}\n"));
+    }
+    out
+}
 
 /// A site's cell in a table: its name, shortened (the user's line first,
 /// paths from their package: see [`site_label`]). With whole stacks
@@ -47,4 +69,16 @@ fn full_stacks<'a>(sites: impl IntoIterator<Item = &'a SiteDescription>, indent:
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn text_wraps_at_words() {
+        assert_eq!(
+            super::wrapped("one two three four", 9, "  "),
+            "  one two\n  three\n  four\n"
+        );
+        assert_eq!(super::wrapped("", 9, "  "), "");
+    }
 }

@@ -3,13 +3,23 @@
 use super::devices::peak_cells;
 use crate::analysis::categories::Category;
 use crate::command::compare::CompareResult;
+use crate::command::file_name;
 use crate::command::leaks::LeaksResult;
 use crate::command::ranks::{RankResults, RankSource, RankTable, Spread};
 use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
 use crate::units;
+use std::path::Path;
 
-fn spread_line(name: &str, spread: &Spread) -> String {
+/// How far apart the ranks' `name` peaks are, from the lowest rank to the
+/// highest; equal peaks are said to be equal, not a rank against itself.
+pub(crate) fn spread_line(name: &str, spread: &Spread) -> String {
+    if spread.bytes == 0 {
+        return format!(
+            "{name} none: equal on every rank, {}",
+            units::bytes(spread.highest.bytes)
+        );
+    }
     format!(
         "{name} {} ({} of the highest), rank {} (device {}) at {} to rank {} (device {}) at {}",
         units::bytes(spread.bytes),
@@ -35,14 +45,10 @@ pub fn ranks(table: &RankTable) -> String {
     );
     if let (Some(a), Some(r)) = (&table.allocated, &table.reserved) {
         text.push_str(&format!(
-            "{:<10}allocated: rank {} (device {}), {}; reserved: rank {} (device {}), {}\n",
+            "{:<10}allocated: {}; reserved: {}\n",
             "highest",
-            a.highest.rank,
-            a.highest.device,
-            units::bytes(a.highest.bytes),
-            r.highest.rank,
-            r.highest.device,
-            units::bytes(r.highest.bytes),
+            highest(a),
+            highest(r)
         ));
         text.push_str(&format!(
             "{:<10}{}\n",
@@ -71,6 +77,7 @@ pub fn ranks(table: &RankTable) -> String {
         ("at end", Align::Right),
     ];
     columns.extend(categories.iter().map(|c| (c.label(), Align::Right)));
+    columns.push(("file", Align::Left));
     let mut t = Table::new(&columns);
     for row in &table.rows {
         let [a, a_at] = peak_cells(&row.peak_allocated);
@@ -89,6 +96,7 @@ pub fn ranks(table: &RankTable) -> String {
                 .iter()
                 .map(|&c| units::bytes(row.categories_at_peak.get(c).bytes)),
         );
+        cells.push(file_name(Path::new(&row.path)));
         t.row(cells);
     }
     text.push('\n');
@@ -97,6 +105,20 @@ pub fn ranks(table: &RankTable) -> String {
         text.push_str("(categories at each allocated peak)\n");
     }
     text
+}
+
+/// The rank whose peak is highest, or that every rank's is the same.
+fn highest(spread: &Spread) -> String {
+    let h = &spread.highest;
+    if spread.bytes == 0 {
+        return format!("every rank, {}", units::bytes(h.bytes));
+    }
+    format!(
+        "rank {} (device {}), {}",
+        h.rank,
+        h.device,
+        units::bytes(h.bytes)
+    )
 }
 
 /// Where ranks were read, in words.
@@ -127,6 +149,7 @@ pub fn rank_leaks(set: &RankResults<LeaksResult>) -> String {
         ("fastest", Align::Right),
         ("site", Align::Left),
         ("never freed", Align::Right),
+        ("file", Align::Left),
     ]);
     for row in &set.rows {
         let r = &row.result.report;
@@ -148,6 +171,7 @@ pub fn rank_leaks(set: &RankResults<LeaksResult>) -> String {
             fastest,
             site,
             units::bytes(r.never_freed_bytes),
+            file_name(Path::new(&row.result.path)),
         ]);
     }
     ranks_line(set.ranks_from, set.rows.len()) + &t.render(0)
@@ -162,6 +186,7 @@ pub fn rank_compare(set: &RankResults<CompareResult>) -> String {
         ("new peak", Align::Right),
         ("change", Align::Right),
         ("gate", Align::Left),
+        ("files", Align::Left),
     ]);
     for row in &set.rows {
         let c = &row.result;
@@ -191,6 +216,10 @@ pub fn rank_compare(set: &RankResults<CompareResult>) -> String {
             new,
             change,
             gate,
+            format!(
+                "{} against {}",
+                c.comparison.new.name, c.comparison.base.name
+            ),
         ]);
     }
     let failed = set.rows.iter().filter(|r| !r.result.gate.passed).count();

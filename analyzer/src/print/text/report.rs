@@ -23,11 +23,11 @@ pub fn report_written(w: &ReportWritten<'_>) -> String {
         ),
     };
     format!(
-        "wrote {} ({}): peak allocated {}, reserved {}; {leak}; {} OOM(s)\n",
+        "wrote {} ({}): peak allocated {}, reserved {}; {leak}; {}\n",
         w.wrote.path,
         units::bytes(w.wrote.bytes),
         units::bytes(r.summary.peak_allocated_bytes),
         units::bytes(r.summary.peak_reserved_bytes),
-        r.summary.oom_count
+        units::counted(r.summary.oom_count, "OOM", "OOMs")
     )
 }

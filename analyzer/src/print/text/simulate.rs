@@ -15,10 +15,10 @@ pub fn simulate(r: &SimulateResult) -> String {
         units::count(r.requests as u64)
     );
     text.push_str(&format!(
-        "recorded   peak reserved {}, peak allocated {}, {} OOMs\n",
+        "recorded   peak reserved {}, peak allocated {}, {}\n",
         units::bytes(r.recorded.peak_reserved_bytes),
         units::bytes(r.recorded.peak_allocated_bytes),
-        r.recorded.ooms
+        units::counted(r.recorded.ooms, "OOM", "OOMs")
     ));
     if let Some(f) = &r.fidelity {
         let on = f.capacity_bytes.map_or_else(

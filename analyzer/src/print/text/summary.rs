@@ -3,13 +3,19 @@
 use super::devices::at;
 use super::{full_stacks, site_cell};
 use crate::command::summary::SummaryResult;
-use crate::print::labels::site_label;
+use crate::print::labels::{self, site_label};
 use crate::print::table::{Align, Table};
 use crate::units;
 
 /// The summary as text; `full`: sites are whole stacks, listed below the table.
 pub fn summary(out: &SummaryResult, full: bool) -> String {
     let r = &out.summary;
+    if r.empty_window {
+        return format!(
+            "{:<10}{}\n{:<10}0\n{:<10}none: no event lies inside the window\n",
+            "trace", out.path, "events", "peaks"
+        );
+    }
     let mut lines: Vec<(&str, String)> = vec![("trace", out.path.clone())];
     lines.push((
         "duration",
@@ -44,6 +50,22 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             units::bytes(peak.bytes),
             at(peak.time_ns, &peak.phase),
         ]);
+    }
+    if !out.hidden_phases.is_empty() {
+        let threads: Vec<String> = (out.hidden_phases.iter())
+            .map(|t| format!("thread {} began {}", t.thread, units::count(t.phases)))
+            .collect();
+        let flag = match out.hidden_phases.as_slice() {
+            [one] => format!("--phase-thread {}", one.thread),
+            _ => "--phase-thread N".to_string(),
+        };
+        lines.push((
+            "phases",
+            format!(
+                "backward-pass phases (autograd thread, most likely) are hidden: {}; {flag} shows them",
+                threads.join(", ")
+            ),
+        ));
     }
     let mut text = String::new();
     for (label, value) in lines {
@@ -130,6 +152,9 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             ]);
         }
         text.push_str(&t.render(2));
+        if labels::lists_no_stack(r.top_sites_at_peak.iter().map(|s| s.site.site.as_str())) {
+            text.push_str(&super::wrapped(labels::NO_STACK_NOTE, 100, "  "));
+        }
         if full {
             text.push_str("\n  stacks:\n");
             text.push_str(&full_stacks(r.top_sites_at_peak.iter().map(|s| &s.site), 4));

@@ -24,6 +24,16 @@
     if (a < 1e9) return `${(ns / 1e6).toFixed(1)} ms`;
     return `${(ns / 1e9).toFixed(2)} s`;
   }
+  // The ticks of a bytes axis up to `max`, all in the unit of the largest
+  // (0.5 GiB, 1 GiB, not 512 MiB, 1 GiB), with the decimals `step` needs.
+  function byteTicks(max, step) {
+    let i = 0, d = 1;
+    while (max / d >= 1024 && i < UNITS.length - 1) { d *= 1024; i++; }
+    const u = step / d;
+    let decimals = 0;
+    while (decimals < 3 && Math.abs(u * 10 ** decimals - Math.round(u * 10 ** decimals)) > 1e-6) decimals++;
+    return (v) => (v === 0 ? "0" : `${(v / d).toFixed(decimals)} ${UNITS[i]}`);
+  }
   const count = (n) => Math.round(n).toLocaleString("en-US");
   const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
   // A site or frame shortened from the left, keeping its end readable.
@@ -203,7 +213,11 @@
   let site = -1, pinned = -1, hover = -1, checkpoint = -1, detail = null;
   const DETAIL_MAX = 4000, VERTEX_MAX = 600000;
   const PALETTE = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#7f6d00", "#6a3d9a", "#1b9e77", "#b15928", "#4c72b0", "#8c564b"];
-  const siteColour = (s) => PALETTE[s % PALETTE.length];
+  // By site: the sites of the key (most bytes first) each a colour of
+  // their own, the rest one grey, so the key says what every colour is.
+  const OTHER_SITES = "#b8bec8";
+  const siteKey = new Map(D.site_key.map((k, i) => [k.site, PALETTE[i]]));
+  const siteColour = (s) => siteKey.get(s) ?? OTHER_SITES;
   // What an allocation held (category code; +8 when a tag said so), with
   // the colours the Rust side gives each category.
   let colourBy = "category";
@@ -291,12 +305,12 @@
     ctx.clearRect(0, 0, w, 470);
     ctx.font = "13px sans-serif";
     // Grid and y axis.
-    const step = byteStep(ymax);
+    const step = byteStep(ymax), tick = byteTicks(ymax, step);
     ctx.strokeStyle = "#e6e8ec"; ctx.fillStyle = "#5b6475"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
     for (let v = 0; v <= ymax; v += step) {
       const y = Math.round(sy(v)) + 0.5;
       ctx.beginPath(); ctx.moveTo(px0, y); ctx.lineTo(px1, y); ctx.stroke();
-      ctx.fillText(bytes(v).replace(".0 ", " "), px0 - 8, y);
+      ctx.fillText(tick(v), px0 - 8, y);
     }
     // x axis ticks.
     drawXTicks(ctx, sx, px0, px1, py1);
@@ -521,9 +535,9 @@
     const phase = A.phase[k] > 0 ? D.phase_paths[A.phase[k] - 1] : "(no phase)";
     const req = A.size[k] - unzig(A.slack[k]);
     const made = A.initial[k] ? "live before the first event" : `${at(A.t0[k])} (event ${count(A.start[k] + first)})`;
-    const freed = A.freed[k] ? `${at(A.t1[k])} (event ${count(A.end[k] + first)}), after ${duration(A.t1[k] - A.t0[k])}` : "never (live at the end)";
+    const freed = A.freed[k] ? `freed at ${at(A.t1[k])} (event ${count(A.end[k] + first)}), after ${duration(A.t1[k] - A.t0[k])}` : "never freed (live at the end)";
     return `<b>${bytes(A.size[k])}</b>${req !== A.size[k] ? ` (requested ${bytes(req)})` : ""} · <code>${esc(D.sites[A.site[k]])}</code>
-<div>holds <b>${esc(categoryOf(k).label)}</b> (${A.category[k] & 8 ? "exact: tagged by the recorder" : "inferred"})</div><div>phase <code>${esc(phase)}</code></div><div>allocated at ${made}</div><div>freed at ${freed}</div>
+<div>holds <b>${esc(categoryOf(k).label)}</b> (${A.category[k] & 8 ? "exact: tagged by the recorder" : "inferred"})</div><div>phase <code>${esc(phase)}</code></div><div>allocated at ${made}</div><div>${freed}</div>
 <pre class="vt-stack">${esc(stackText(A.stack[k], full ? 0 : 14))}</pre>`;
   }
 
@@ -678,11 +692,40 @@
     drawSegments();
     schedule();
   }
+  // The segments drawn: the largest few, in address order, the smaller
+  // ones summarized in a line until asked for (a run may have hundreds).
+  const FEW_SEGMENTS = 24;
+  let allSegments = false;
+  function shownSegments(c) {
+    if (allSegments || c.segments.length <= FEW_SEGMENTS) return c.segments;
+    const cut = c.segments.map((s) => s.size).sort((a, b) => b - a)[FEW_SEGMENTS - 1];
+    // The largest, and as many of those as large as the last as there is
+    // room for, in address order.
+    let room = FEW_SEGMENTS - c.segments.filter((s) => s.size > cut).length;
+    return c.segments.filter((s) => s.size > cut || (s.size === cut && room-- > 0));
+  }
+  function segmentsNote(c, shown) {
+    const note = $("vt-seg-more");
+    const drawn = new Set(shown);
+    const rest = c.segments.filter((s) => !drawn.has(s));
+    if (rest.length) {
+      const sum = (f) => rest.reduce((t, s) => t + f(s), 0);
+      note.innerHTML = `${count(rest.length)} smaller segments not drawn: ${bytes(sum((s) => s.size))} reserved, ${bytes(sum((s) => s.used))} in use. <button id="vt-seg-toggle">show all ${count(c.segments.length)}</button>`;
+    } else if (allSegments && c.segments.length > FEW_SEGMENTS) {
+      note.innerHTML = `<button id="vt-seg-toggle">show the ${FEW_SEGMENTS} largest only</button>`;
+    } else {
+      note.innerHTML = "";
+    }
+    const toggle = $("vt-seg-toggle");
+    if (toggle) toggle.onclick = () => { allSegments = !allSegments; drawSegments(); };
+  }
   function drawSegments() {
     if (checkpoint < 0) return;
     const c = checkpoints[checkpoint];
     const rowH = 22, labelW = 190, maxRows = 400;
-    const segs = c.segments.slice(0, maxRows);
+    const shown = shownSegments(c);
+    segmentsNote(c, shown);
+    const segs = shown.slice(0, maxRows);
     const h = Math.max(40, segs.length * rowH + 10);
     const [ctx, w] = size(segCanvas, h);
     ctx.clearRect(0, 0, w, h);
@@ -710,7 +753,7 @@
       }
       ctx.strokeStyle = "#9aa3b2"; ctx.strokeRect(labelW + 0.5, y + 2.5, bw, rowH - 6);
     });
-    if (c.segments.length > maxRows) { ctx.fillStyle = "#5b6475"; ctx.fillText(`… ${c.segments.length - maxRows} more segments`, 4, h - 6); }
+    if (shown.length > maxRows) { ctx.fillStyle = "#5b6475"; ctx.fillText(`… ${shown.length - maxRows} more segments`, 4, h - 6); }
   }
   segCanvas.addEventListener("mousemove", (e) => {
     const b = segCanvas.getBoundingClientRect(), mx = e.clientX - b.left, my = e.clientY - b.top;
@@ -748,8 +791,8 @@
     ymax *= 1.1;
     const sy = (v) => py1 - (v / ymax) * (py1 - py0);
     ctx.font = "12px sans-serif"; ctx.fillStyle = "#5b6475"; ctx.textAlign = "right"; ctx.textBaseline = "middle"; ctx.strokeStyle = "#e6e8ec";
-    const step = byteStep(ymax);
-    for (let v = 0; v <= ymax; v += step) { const y = Math.round(sy(v)) + 0.5; ctx.beginPath(); ctx.moveTo(px0, y); ctx.lineTo(px1, y); ctx.stroke(); ctx.fillText(bytes(v).replace(".0 ", " "), px0 - 8, y); }
+    const step = byteStep(ymax), tick = byteTicks(ymax, step);
+    for (let v = 0; v <= ymax; v += step) { const y = Math.round(sy(v)) + 0.5; ctx.beginPath(); ctx.moveTo(px0, y); ctx.lineTo(px1, y); ctx.stroke(); ctx.fillText(tick(v), px0 - 8, y); }
     ctx.save(); ctx.beginPath(); ctx.rect(px0, py0, px1 - px0, py1 - py0); ctx.clip();
     ctx.beginPath(); ctx.moveTo(sx(xOfTime(F.start[0])), sy(0));
     for (let i = 0; i < F.start.length; i++) { ctx.lineTo(sx(xOfTime(F.start[i])), sy(F.cached[i])); ctx.lineTo(sx(xOfTime(F.end[i])), sy(F.cached[i])); }
@@ -772,13 +815,16 @@
   // ---------- wiring ----------
   function wire() {
     document.querySelectorAll("[data-axis]").forEach((b) => { b.onclick = () => setMode(b.dataset.axis); });
-    // Colour by category or by site; the category legend shows with the first.
-    const legend = $("vt-categories");
+    // Colour by category or by site, each with its key.
+    const legend = $("vt-categories"), key = $("vt-sites");
     legend.innerHTML = D.categories.map((c) => `<span><i style="background:${c.colour}"></i>${esc(c.label)}</span>`).join("");
+    key.innerHTML = D.site_key.map((k, i) => `<span title="${esc(D.sites[k.site])}"><i style="background:${PALETTE[i]}"></i>${esc(k.label)}</span>`).join("") +
+      `<span><i style="background:${OTHER_SITES}"></i>${D.site_key.length ? "other sites" : "every site"}</span>`;
     const colourWith = (by) => {
       colourBy = by;
       document.querySelectorAll("[data-colour]").forEach((b) => b.classList.toggle("on", b.dataset.colour === by));
       legend.hidden = by !== "category";
+      key.hidden = by !== "site";
       schedule(); drawSegments();
     };
     document.querySelectorAll("[data-colour]").forEach((b) => { b.onclick = () => colourWith(b.dataset.colour); });
