@@ -88,11 +88,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if !args.common.json {
                 let t = &drawn.timeline;
                 println!(
-                    "wrote {} ({}): {} samples, {} categories, peak {}",
+                    "wrote {} ({}): {} samples, {} {}, peak {}",
                     output.display(),
                     units::bytes(svg.len() as u64),
                     t.samples.len(),
                     t.categories.len(),
+                    match t.grouped_by {
+                        GroupBy::Site => "sites",
+                        GroupBy::Phase => "phases",
+                        GroupBy::Category => "categories",
+                        GroupBy::None => "areas",
+                    },
                     t.peak
                         .as_ref()
                         .map_or("none".into(), |p| units::bytes(p.bytes))
