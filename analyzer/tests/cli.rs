@@ -306,3 +306,40 @@ fn site_folding_flags() {
     assert_eq!(frames.len(), 6);
     assert_eq!(frames[0], "torch::unwind::unwind()");
 }
+
+#[test]
+fn text_to_writes_the_tables_beside_the_json() {
+    // One pass, both forms: the JSON on stdout, and in the file the tables
+    // the command prints without --json.
+    let trace = training_trace("text-to.vtrace", 6, MIB);
+    let trace = trace.to_str().unwrap();
+    let other = training_trace("text-to-other.vtrace", 6, 0);
+    let other = other.to_str().unwrap();
+    let commands: [&[&str]; 6] = [
+        &["info", trace],
+        &["summary", trace, other],
+        &["leaks", trace],
+        &["fragmentation", trace],
+        &["simulate", "--capacity", "1GiB", trace],
+        &["compare", other, trace],
+    ];
+    for args in commands {
+        let tables = temp_path(&format!("{}.txt", args[0]));
+        let _ = std::fs::remove_file(&tables);
+        let text = vramtrace(args);
+        let mut both: Vec<&str> = args.to_vec();
+        both.extend(["--json", "--text-to", tables.to_str().unwrap()]);
+        let out = vramtrace(&both);
+        assert_eq!(out.status.code(), text.status.code(), "{args:?}");
+        json(&out);
+        assert_eq!(
+            std::fs::read_to_string(&tables).unwrap(),
+            String::from_utf8(text.stdout).unwrap(),
+            "{args:?}"
+        );
+    }
+    // Without --json it is a usage error: the tables are on stdout already.
+    let out = vramtrace(&["info", trace, "--text-to", "t.txt"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!Path::new("t.txt").exists());
+}

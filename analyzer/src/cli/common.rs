@@ -2,7 +2,7 @@
 //! and printing one result per input.
 
 use super::progress::Bars;
-use super::{emit, warn};
+use super::{emit, warn, write_file};
 use std::path::{Path, PathBuf};
 use vramtrace::analysis::window::{BoundSpec, WindowSpec};
 use vramtrace::command::ranks::IN_FLIGHT;
@@ -22,9 +22,41 @@ pub struct CommonArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub text: TextArgs,
+    #[command(flatten)]
     pub replay: ReplayArgs,
     #[command(flatten)]
     pub input: InputArgs,
+}
+
+/// The text beside the JSON: a notebook shows a result as its tables, and
+/// making them from the same run spares it a second.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct TextArgs {
+    /// With --json: also write the tables, as printed without --json, to
+    /// FILE (from the same run).
+    #[arg(long, value_name = "FILE", requires = "json")]
+    pub text_to: Option<PathBuf>,
+}
+
+impl TextArgs {
+    /// Prints a result: as `text` when not `json`; else as `json`, the
+    /// text going to the file asked for, if any.
+    pub fn print(
+        &self,
+        json: bool,
+        as_json: impl FnOnce() -> String,
+        text: impl FnOnce() -> String,
+    ) -> anyhow::Result<()> {
+        if !json {
+            return emit(&text());
+        }
+        emit(&as_json())?;
+        match &self.text_to {
+            Some(path) => write_file(path, text().as_bytes()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// How every command opens its inputs.
@@ -166,6 +198,10 @@ pub fn for_each_trace<T: serde::Serialize>(
     }
     if json {
         print_json(&results)?;
+        if let Some(path) = &common.text.text_to {
+            let texts: Vec<String> = results.iter().map(text).collect();
+            write_file(path, texts.join("\n").as_bytes())?;
+        }
     }
     Ok(())
 }

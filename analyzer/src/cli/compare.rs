@@ -2,10 +2,10 @@
 //! by how much; a CI gate with `--fail-on`.
 
 use super::common::{
-    InputArgs, ReplayArgs, XArg, check_outputs, expand_folders, open, shown, x_axis,
+    InputArgs, ReplayArgs, TextArgs, XArg, check_outputs, expand_folders, open, shown, x_axis,
 };
 use super::progress::Bars;
-use super::{emit, warn_about, write_file};
+use super::{warn_about, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::analysis::compare::{CompareOptions, Threshold, ThresholdError, parse_thresholds};
@@ -34,6 +34,8 @@ pub struct Args {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    text: TextArgs,
     /// Fail (exit code 1) when a figure changed this much:
     /// METRIC:+CHANGE or METRIC:-CHANGE, comma-separated or repeated.
     /// CHANGE is a percentage or an amount (100MiB, 2s, 1, 5pp); metrics:
@@ -154,18 +156,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    args.text.print(
+        args.json,
+        || print::json(&results),
+        || {
+            print::text::by_device(&results, |result| {
+                print::text::compare(result, args.top as usize, args.replay.full_stacks)
+            })
+        },
+    )?;
     if args.json {
-        emit(&print::json(&results))?;
         // Whoever reads the JSON may not show it: say why the exit code is 1.
         for d in &results.devices {
             for failed in &d.result.gate.failed {
                 eprintln!("threshold crossed: {failed}");
             }
         }
-    } else {
-        emit(&print::text::by_device(&results, |result| {
-            print::text::compare(result, args.top as usize, args.replay.full_stacks)
-        }))?;
     }
     Ok(if results.devices.iter().all(|d| d.result.gate.passed) {
         ExitCode::SUCCESS
@@ -211,11 +217,11 @@ fn rank_sets(args: &Args, options: &CompareCommandOptions) -> anyhow::Result<Exi
         ranks_from,
         rows: compared.into_iter().flatten().collect(),
     };
-    if args.json {
-        emit(&print::json(&set))?;
-    } else {
-        emit(&print::text::rank_compare(&set))?;
-    }
+    args.text.print(
+        args.json,
+        || print::json(&set),
+        || print::text::rank_compare(&set),
+    )?;
     Ok(if set.rows.iter().all(|r| r.result.gate.passed) {
         ExitCode::SUCCESS
     } else {

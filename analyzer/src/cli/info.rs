@@ -1,8 +1,8 @@
 //! `vramtrace info`: what a trace holds, without replaying it.
 
-use super::common::{InputArgs, open};
+use super::common::{InputArgs, TextArgs, open};
 use super::progress::Bars;
-use super::{emit, warn};
+use super::warn;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::command::info::{Status, info};
@@ -16,6 +16,8 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    text: TextArgs,
     #[command(flatten)]
     input: InputArgs,
 }
@@ -36,10 +38,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         _ => {}
     }
-    if args.json {
-        emit(&print::json_sorted(&result))?;
-    } else {
-        emit(&print::text::info(&result))?;
-    }
+    args.text.print(
+        args.json,
+        || print::json_sorted(&result),
+        || print::text::info(&result),
+    )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,6 @@
 //! and blocks never freed.
 
 use super::common::{CommonArgs, RankArgs, for_each_trace, open, rank_inputs, shown};
-use super::emit;
 use super::progress::Bars;
 use super::{warn, warn_about, write_file};
 use std::process::ExitCode;
@@ -47,11 +46,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
         )?;
         let set = RankResults::of(results);
-        if args.common.json {
-            emit(&print::json(&set))?;
-        } else {
-            emit(&print::text::rank_leaks(&set))?;
-        }
+        args.common.text.print(
+            args.common.json,
+            || print::json(&set),
+            || print::text::rank_leaks(&set),
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     for_each_trace(

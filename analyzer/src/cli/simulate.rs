@@ -1,9 +1,9 @@
 //! `vramtrace simulate`: a trace's requests replayed under another GPU size
 //! or allocator setting.
 
-use super::common::{InputArgs, check_outputs, file_name, open, shown};
+use super::common::{InputArgs, TextArgs, check_outputs, file_name, open, shown};
 use super::progress::Bars;
-use super::{emit, warn_about, write_file};
+use super::{warn_about, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::Error;
@@ -58,6 +58,8 @@ pub struct Args {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    text: TextArgs,
     /// Draw reserved and allocated memory over time for each policy as an
     /// SVG chart.
     #[arg(short, long, value_name = "FILE.svg")]
@@ -177,11 +179,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let svg = print::svg::simulate::render(&series, result.capacity_bytes, &title)?;
         write_file(svg_path, svg.as_bytes())?;
     }
-    if args.json {
-        emit(&print::json_sorted(&results))?;
-    } else {
-        emit(&print::text::by_device(&results, print::text::simulate))?;
-    }
+    args.text.print(
+        args.json,
+        || print::json_sorted(&results),
+        || print::text::by_device(&results, print::text::simulate),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,9 +1,9 @@
 //! `vramtrace summary`: the first thing to run on a trace, or the rank
 //! table of a distributed run's traces.
 
-use super::common::{CommonArgs, RankArgs, for_each_trace, open, print_json, rank_inputs};
+use super::common::{CommonArgs, RankArgs, for_each_trace, open, rank_inputs};
 use super::progress::Bars;
-use super::{emit, warn_about};
+use super::warn_about;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::command::ReplayOptions;
@@ -67,9 +67,9 @@ fn rank_table(
         Ok(trace)
     })?;
     let table = ranks::rank_table(&measured);
-    if common.json {
-        print_json(std::slice::from_ref(&table))
-    } else {
-        emit(&print::text::ranks(&table))
-    }
+    common.text.print(
+        common.json,
+        || print::json(&table),
+        || print::text::ranks(&table),
+    )
 }

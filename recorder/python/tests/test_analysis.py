@@ -297,6 +297,15 @@ def test_results_show_as_the_commands_tables():
     assert pickle.loads(pickle.dumps(summary)) == summary
 
 
+def test_showing_a_result_runs_nothing_more(tmp_path, monkeypatch):
+    # The tables come from the run that made the JSON: with the analyzer
+    # gone, a result still shows.
+    summary = vramtrace.load(LEAK).summary()
+    monkeypatch.setenv("VRAMTRACE_BIN", os.fspath(tmp_path / "gone"))
+    assert "top sites live at the allocated peak:" in repr(summary)
+    assert LEAK_SITE in summary._repr_html_()
+
+
 def test_report_writes_html(tmp_path):
     out = vramtrace.load(LEAK).report(tmp_path / "report.html", baseline=CLEAN)
     text = out.read_text()

@@ -76,10 +76,7 @@ class Result(dict):
     """
 
     chart: Optional["Chart"] = None
-    # How to print the command's tables: its arguments without --json,
-    # and the exit codes that are no error.
-    _text_command: Optional[List[str]] = None
-    _text_ok_codes: Iterable[int] = (0,)
+    # The command's tables, written by the same run as its JSON.
     _text: Optional[str] = None
 
     def __getattr__(self, name: str):
@@ -96,19 +93,13 @@ class Result(dict):
         return sorted(set(super().__dir__()) | {k for k in self if k.isidentifier()})
 
     def text(self) -> str:
-        """The result as the command prints its tables. The analyzer runs
-        again, without ``--json``, the first time this is asked for (the
-        tables are made from the typed result, which the JSON is not); a
-        nested part of a result has none: its ``dict`` is shown."""
-        if self._text_command is None:
+        """The result as the command prints its tables (written by the same
+        run as the JSON, with ``--text-to``); a nested part of a result has
+        none: its ``dict`` is shown."""
+        if self._text is None:
             if self.chart is not None:
                 return f"<vramtrace result, fields {', '.join(self)}; .chart is its chart>"
             return dict.__repr__(self)
-        if self._text is None:
-            with warnings.catch_warnings():
-                # Its warnings were given with the result.
-                warnings.simplefilter("ignore", AnalyzerWarning)
-                self._text = _run(self._text_command, self._text_ok_codes).rstrip("\n")
         return self._text
 
     def __repr__(self) -> str:
@@ -118,7 +109,7 @@ class Result(dict):
         printer.text("..." if cycle else self.text())
 
     def _repr_html_(self) -> Optional[str]:
-        if self._text_command is None:
+        if self._text is None:
             return None
         import html
         chart = self.chart.svg if self.chart is not None else ""
@@ -287,21 +278,24 @@ def _json(command: str, options: Sequence[str], inputs: Sequence[PathLike],
     (``-o``) when ``chart``; shown, the result prints the command's tables
     when it has any (``tables``)."""
     paths = [os.fspath(p) for p in inputs]
-    if not chart:
-        result = _decode(_run([command, "--json", *options, "--", *paths], ok_codes), command)
-    else:
-        with tempfile.TemporaryDirectory(prefix="vramtrace-") as tmp:
-            svg = os.path.join(tmp, "chart.svg")
-            out = _run([command, "--json", "-o", svg, *options, "--", *paths], ok_codes)
-            result = _decode(out, command)
+    with tempfile.TemporaryDirectory(prefix="vramtrace-") as tmp:
+        svg = os.path.join(tmp, "chart.svg")
+        text = os.path.join(tmp, "tables.txt")
+        outputs = [*(["-o", svg] if chart else []), *(["--text-to", text] if tables else [])]
+        result = _decode(_run([command, "--json", *outputs, *options, "--", *paths], ok_codes),
+                         command)
+        if chart:
             try:
                 result.chart = Chart(Path(svg).read_text(encoding="utf-8"))
             except FileNotFoundError:
                 # The command had nothing to draw (no repeated phase, say).
                 result.chart = None
-    if tables:
-        result._text_command = [command, *options, "--", *paths]
-        result._text_ok_codes = tuple(ok_codes)
+        if tables:
+            try:
+                result._text = Path(text).read_text(encoding="utf-8").rstrip("\n")
+            except FileNotFoundError:
+                # An analyzer that wrote no tables: the result shows as its dict.
+                result._text = None
     return result
 
 
