@@ -21,7 +21,8 @@
 
 use super::FormatError;
 use super::event::{
-    BlockEvent, EmptyCacheEvent, Event, EventData, OomEvent, SegmentEvent, TagEvent,
+    BlockEvent, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData, LimitEvent, OomEvent,
+    SegmentEvent, TagEvent,
 };
 use super::event::{EventKind, KindCounts};
 use super::symbols::{StackId, StringId};
@@ -58,6 +59,8 @@ fn fields_of(kind: EventKind) -> u8 {
         EventKind::Annotation => EXTRA1 | EXTRA2,
         // Format 1.2: older readers skip tags whole.
         EventKind::Tag => ADDR | DEVICE | THREAD | EXTRA1,
+        // Format 1.3: older readers skip both whole.
+        EventKind::Limit | EventKind::DeviceMemory => DEVICE | THREAD | EXTRA1 | EXTRA2,
     }
 }
 
@@ -140,6 +143,20 @@ impl Fields {
                 extra1: t.code as u64,
                 ..Fields::default()
             },
+            EventData::Limit(l) => Fields {
+                device: l.device,
+                thread: l.thread,
+                extra1: l.limit_bytes,
+                extra2: l.total_bytes,
+                ..Fields::default()
+            },
+            EventData::DeviceMemory(m) => Fields {
+                device: m.device,
+                thread: m.thread,
+                extra1: m.free_bytes,
+                extra2: m.total_bytes,
+                ..Fields::default()
+            },
         }
     }
 
@@ -201,6 +218,18 @@ impl Fields {
                 // A code past what a byte holds is one this version does
                 // not know either: kept unknown, never wrapped into a known one.
                 code: u8::try_from(self.extra1).unwrap_or(u8::MAX),
+            }),
+            EventKind::Limit => EventData::Limit(LimitEvent {
+                device: self.device,
+                thread: self.thread,
+                limit_bytes: self.extra1,
+                total_bytes: self.extra2,
+            }),
+            EventKind::DeviceMemory => EventData::DeviceMemory(DeviceMemoryEvent {
+                device: self.device,
+                thread: self.thread,
+                free_bytes: self.extra1,
+                total_bytes: self.extra2,
             }),
         }
     }
@@ -872,6 +901,24 @@ mod tests {
                     device: 0,
                     thread: 1,
                     code: 3,
+                }),
+            },
+            Event {
+                time_ns: 36,
+                data: EventData::Limit(LimitEvent {
+                    device: 1,
+                    thread: 0,
+                    limit_bytes: 12 << 30,
+                    total_bytes: 85_045_477_376,
+                }),
+            },
+            Event {
+                time_ns: 37,
+                data: EventData::DeviceMemory(DeviceMemoryEvent {
+                    device: 0,
+                    thread: 4,
+                    free_bytes: 70_000_000_000,
+                    total_bytes: 85_045_477_376,
                 }),
             },
             Event {

@@ -60,6 +60,14 @@ pub enum EventData {
     /// The program said what the live block at an address holds (format
     /// 1.2): it holds that for its whole life, from its allocation.
     Tag(TagEvent),
+    /// The allocator's limit on the device's reserved memory was set
+    /// (format 1.3): `torch.cuda.set_per_process_memory_fraction`, or the
+    /// limit in force when recording began.
+    Limit(LimitEvent),
+    /// The device's memory as the driver reports it (format 1.3,
+    /// `cudaMemGetInfo`): sampled at the start, at device actions, at
+    /// out-of-memory errors and at the end.
+    DeviceMemory(DeviceMemoryEvent),
 }
 
 /// A block-level action: an allocation or one of the two steps of its free.
@@ -245,6 +253,54 @@ impl TagEvent {
     }
 }
 
+/// A limit on what the caching allocator may reserve on one device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LimitEvent {
+    /// The device index.
+    pub device: u32,
+    /// The recording thread's id.
+    pub thread: u32,
+    /// The most bytes the allocator may reserve from now on (PyTorch's
+    /// `fraction × total`, rounded down); `total_bytes` means no cap.
+    pub limit_bytes: u64,
+    /// The device's total memory, as the driver reports it: the fraction
+    /// given is `limit_bytes / total_bytes`.
+    pub total_bytes: u64,
+}
+
+impl LimitEvent {
+    /// The fraction of the device's memory the limit is (1.0 without a
+    /// cap; 0.0 when the total is unknown).
+    pub fn fraction(&self) -> f64 {
+        if self.total_bytes == 0 {
+            0.0
+        } else {
+            self.limit_bytes as f64 / self.total_bytes as f64
+        }
+    }
+}
+
+/// The device's free and total memory at one moment, as the driver reports
+/// them: what every process and the driver itself hold on the card.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DeviceMemoryEvent {
+    /// The device index.
+    pub device: u32,
+    /// The recording thread's id.
+    pub thread: u32,
+    /// Free bytes on the device.
+    pub free_bytes: u64,
+    /// The device's total bytes.
+    pub total_bytes: u64,
+}
+
+impl DeviceMemoryEvent {
+    /// Bytes in use on the device, by every process and the driver.
+    pub fn used_bytes(&self) -> u64 {
+        self.total_bytes.saturating_sub(self.free_bytes)
+    }
+}
+
 /// The kind of an event, without its data. The discriminants are the codes
 /// used on disk and must never change within a major format version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -277,11 +333,15 @@ pub enum EventKind {
     Annotation = 11,
     /// See [`EventData::Tag`] (format 1.2).
     Tag = 12,
+    /// See [`EventData::Limit`] (format 1.3).
+    Limit = 13,
+    /// See [`EventData::DeviceMemory`] (format 1.3).
+    DeviceMemory = 14,
 }
 
 impl EventKind {
     /// Every kind, in code order.
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 15] = [
         EventKind::Alloc,
         EventKind::FreeRequested,
         EventKind::FreeCompleted,
@@ -295,6 +355,8 @@ impl EventKind {
         EventKind::PhaseEnd,
         EventKind::Annotation,
         EventKind::Tag,
+        EventKind::Limit,
+        EventKind::DeviceMemory,
     ];
 
     /// The number of kinds this version knows.
@@ -326,6 +388,8 @@ impl EventKind {
             EventKind::PhaseEnd => "phase_end",
             EventKind::Annotation => "annotation",
             EventKind::Tag => "tag",
+            EventKind::Limit => "limit",
+            EventKind::DeviceMemory => "device_memory",
         }
     }
 }
@@ -353,6 +417,8 @@ impl EventData {
             EventData::PhaseEnd { .. } => EventKind::PhaseEnd,
             EventData::Annotation { .. } => EventKind::Annotation,
             EventData::Tag(_) => EventKind::Tag,
+            EventData::Limit(_) => EventKind::Limit,
+            EventData::DeviceMemory(_) => EventKind::DeviceMemory,
         }
     }
 
@@ -371,7 +437,9 @@ impl EventData {
             EventData::PhaseBegin { .. }
             | EventData::PhaseEnd { .. }
             | EventData::Annotation { .. }
-            | EventData::Tag(_) => None,
+            | EventData::Tag(_)
+            | EventData::Limit(_)
+            | EventData::DeviceMemory(_) => None,
         }
     }
     /// The device whose memory this event concerns; `None` for phases and
@@ -388,6 +456,8 @@ impl EventData {
             EventData::Oom(o) => Some(o.device),
             EventData::EmptyCache(e) => Some(e.device),
             EventData::Tag(t) => Some(t.device),
+            EventData::Limit(l) => Some(l.device),
+            EventData::DeviceMemory(m) => Some(m.device),
             EventData::PhaseBegin { .. }
             | EventData::PhaseEnd { .. }
             | EventData::Annotation { .. } => None,

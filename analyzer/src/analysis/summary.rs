@@ -524,7 +524,9 @@ impl Summary {
             | EventData::Oom(_)
             | EventData::EmptyCache(_)
             | EventData::Annotation { .. }
-            | EventData::Tag(_) => false,
+            | EventData::Tag(_)
+            | EventData::Limit(_)
+            | EventData::DeviceMemory(_) => false,
         }
     }
 }

@@ -33,8 +33,8 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vramtrace_format::{
-    BlockEvent, BlockStatus, Event, EventData, InitialState, SegmentEvent, StackId, StringId,
-    SymbolTable, TagEvent,
+    BlockEvent, BlockStatus, DeviceMemoryEvent, Event, EventData, InitialState, LimitEvent,
+    SegmentEvent, StackId, StringId, SymbolTable, TagEvent,
 };
 
 /// A phase instance: one execution of a named phase, numbered in order of
@@ -347,6 +347,10 @@ pub struct ReplayState {
     classifier: Classifier,
     /// The category changes the last event made.
     recategorized: Vec<Recategorized>,
+    /// The allocator's limit on this device, as last recorded.
+    limit: Option<LimitEvent>,
+    /// The device's memory, as last sampled.
+    device_memory: Option<DeviceMemoryEvent>,
 }
 
 impl Default for ReplayState {
@@ -381,6 +385,8 @@ impl ReplayState {
             site_categories: vec![[0; CATEGORIES]],
             classifier: Classifier::default(),
             recategorized: Vec::new(),
+            limit: None,
+            device_memory: None,
         }
     }
 
@@ -521,6 +527,14 @@ impl ReplayState {
             }
             EventData::Oom(o) => Applied::Oom(self.sites.site(o.stack, symbols)),
             EventData::Tag(t) => self.tag(index, event.time_ns, t),
+            EventData::Limit(l) => {
+                self.limit = Some(*l);
+                Applied::Other
+            }
+            EventData::DeviceMemory(m) => {
+                self.device_memory = Some(*m);
+                Applied::Other
+            }
             EventData::EmptyCache(_) | EventData::Annotation { .. } => Applied::Other,
         }
     }
@@ -1133,6 +1147,17 @@ impl ReplayState {
     /// The running totals.
     pub fn totals(&self) -> &Totals {
         &self.totals
+    }
+
+    /// The allocator's limit on this device, as last recorded (format 1.3
+    /// traces of programs that set one, or that started recording under one).
+    pub fn limit(&self) -> Option<&LimitEvent> {
+        self.limit.as_ref()
+    }
+
+    /// The device's free and total memory, as last sampled (format 1.3).
+    pub fn device_memory(&self) -> Option<&DeviceMemoryEvent> {
+        self.device_memory.as_ref()
     }
 
     /// The number of events applied.

@@ -475,6 +475,6 @@ fn remap(data: &mut EventData, state: &State) {
             string(key);
             string(value);
         }
-        EventData::Tag(_) => {}
+        EventData::Tag(_) | EventData::Limit(_) | EventData::DeviceMemory(_) => {}
     }
 }
