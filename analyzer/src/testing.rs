@@ -5,8 +5,9 @@ use crate::analysis::{Analysis, run_pass};
 use crate::replay::ReplayState;
 use crate::replay::categories::CategoryOptions;
 use vramtrace_format::{
-    BlockEvent, Category, Event, EventData, Header, InitialState, OomEvent, SegmentEvent, StackId,
-    SymbolTable, TagEvent, TraceReader, TraceWriter, WriterOptions,
+    BlockEvent, Category, DeviceMemoryEvent, Event, EventData, Header, InitialState, LimitEvent,
+    OomEvent, SegmentEvent, StackId, SymbolTable, TagEvent, TraceReader, TraceWriter,
+    WriterOptions,
 };
 
 /// Writes a trace to memory with terse helpers; times are in nanoseconds.
@@ -96,6 +97,8 @@ impl TraceBuilder {
             EventData::Oom(o) => o.device = self.device,
             EventData::EmptyCache(e) => e.device = self.device,
             EventData::Tag(t) => t.device = self.device,
+            EventData::Limit(l) => l.device = self.device,
+            EventData::DeviceMemory(m) => m.device = self.device,
             _ => {}
         }
         self.now += 1;
@@ -195,6 +198,35 @@ impl TraceBuilder {
         self.push(EventData::Oom(OomEvent {
             requested,
             stack,
+            ..Default::default()
+        }))
+    }
+
+    /// An out-of-memory event that says how much the device had free.
+    pub fn oom_with_free(&mut self, requested: u64, free_bytes: u64, stack: StackId) -> &mut Self {
+        self.push(EventData::Oom(OomEvent {
+            requested,
+            free_bytes,
+            stack,
+            ..Default::default()
+        }))
+    }
+
+    /// The allocator's limit (format 1.3): `limit_bytes` of a device of
+    /// `total_bytes` (equal: no cap).
+    pub fn limit(&mut self, limit_bytes: u64, total_bytes: u64) -> &mut Self {
+        self.push(EventData::Limit(LimitEvent {
+            limit_bytes,
+            total_bytes,
+            ..Default::default()
+        }))
+    }
+
+    /// A sample of the device's memory (format 1.3).
+    pub fn device_memory(&mut self, free_bytes: u64, total_bytes: u64) -> &mut Self {
+        self.push(EventData::DeviceMemory(DeviceMemoryEvent {
+            free_bytes,
+            total_bytes,
             ..Default::default()
         }))
     }

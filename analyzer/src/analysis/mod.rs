@@ -17,6 +17,7 @@ pub mod compare;
 pub mod explorer;
 pub mod fragmentation;
 pub mod leaks;
+pub mod limits;
 pub mod pauses;
 pub mod peaks;
 pub mod phase_totals;
@@ -24,6 +25,7 @@ pub mod phases;
 pub mod site_totals;
 pub mod summary;
 pub mod timeline;
+pub mod waterfall;
 pub mod window;
 
 use crate::progress::Meter;
