@@ -18,6 +18,8 @@
 //! once, into a copy, which bounds its memory by the state's.
 
 use super::categories::{Category, CategoryMoment, CategoryReport, CategoryTable};
+use super::limits::{Limit, LimitWatch, OutsideReport};
+use super::waterfall::{Moment, TOP_SITES, Waterfall, moment_now};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::categories::{CATEGORIES, dominant};
 use crate::replay::{
@@ -66,6 +68,16 @@ pub struct Summary {
     undo_min: usize,
     ooms: Vec<OomReport>,
     oom_count: u64,
+    // Each kept OOM's moment, and its categories as later events tell them.
+    oom_moments: Vec<(Moment, CategoryMoment)>,
+    // The limit, the device's samples and the memory outside the allocator.
+    limits: LimitWatch,
+    // At the allocated peak: active bytes, the limit in force, the last
+    // device-memory sample and the memory outside the allocator then.
+    peak_active: u64,
+    peak_limit: Option<Limit>,
+    peak_device: Option<vramtrace_format::DeviceMemoryEvent>,
+    peak_outside: Option<u64>,
     // Allocated bytes by category at the allocated and reserved peaks.
     categories_at_allocated: CategoryMoment,
     categories_at_reserved: CategoryMoment,
@@ -247,6 +259,9 @@ pub struct OomReport {
     /// The requesting site.
     #[serde(flatten)]
     pub site: SiteDescription,
+    /// Where every byte under the limit was then (see
+    /// [`super::waterfall`]); its `limit_line` says what the limit was.
+    pub waterfall: Waterfall,
 }
 
 /// How many inconsistencies of one kind were found.
@@ -335,6 +350,17 @@ pub struct SummaryReport {
     pub inconsistencies: InconsistencyReport,
     /// Allocated memory by category at the peaks and at the end.
     pub categories: CategoryReport,
+    /// The allocator's limit analyses take as the recorded capacity
+    /// (recorded, or a cap inferred from an OOM), when known.
+    pub limit: Option<Limit>,
+    /// Memory outside the allocator (the device's used memory less
+    /// reserved, at each device-memory sample: measured), when sampled.
+    pub outside_allocator: Option<OutsideReport>,
+    /// Where every byte under the limit was at the allocated peak.
+    pub waterfall_at_peak: Option<Waterfall>,
+    /// Bad limit or device-memory events left out, and a limit that changed.
+    #[serde(skip)]
+    pub limit_warnings: Vec<String>,
     /// Whether the window holds no event (one past the trace's end): then
     /// no peak was reached inside it, and the peaks, the state at the peak
     /// and the sites at the peak are empty ([`SummaryReport::of_empty_window`]).
@@ -385,6 +411,12 @@ impl Summary {
             undo_min: UNDO_MIN,
             ooms: Vec::new(),
             oom_count: 0,
+            oom_moments: Vec::new(),
+            limits: LimitWatch::new(),
+            peak_active: 0,
+            peak_limit: None,
+            peak_device: None,
+            peak_outside: None,
             categories_at_allocated: CategoryMoment::default(),
             categories_at_reserved: CategoryMoment::default(),
             report: None,
@@ -408,6 +440,10 @@ impl Summary {
             largest_free_block: None,
             external_fragmentation: None,
         };
+        self.peak_active = t.active;
+        self.peak_limit = self.limits.in_force();
+        self.peak_device = self.limits.last_sample();
+        self.peak_outside = self.limits.outside_now();
     }
 
     /// Copies the per-site tables at the allocated peak: the state's now,
@@ -532,7 +568,8 @@ impl Summary {
 }
 
 impl Analysis for Summary {
-    fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
+    fn begin(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+        self.limits.begin(state, symbols);
         // The window's starting state is its first candidate for each peak.
         let t = *state.totals();
         let start = |bytes| PeakTrack::start(bytes, state);
@@ -574,6 +611,7 @@ impl Analysis for Summary {
 
     #[inline]
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
+        self.limits.event(step, state)?;
         self.counts.add(step.event.kind());
         self.first_time_ns.get_or_insert(step.event.time_ns);
         self.last_time_ns = step.event.time_ns;
@@ -583,6 +621,9 @@ impl Analysis for Summary {
         if !state.recategorized().is_empty() {
             self.categories_at_allocated.follow(state);
             self.categories_at_reserved.follow(state);
+            for (_, categories) in &mut self.oom_moments {
+                categories.follow(state);
+            }
             // While the sites at the peak are the state's (pending), the
             // state follows their categories; once copied, the copy follows.
             if !self.pending {
@@ -622,6 +663,17 @@ impl Analysis for Summary {
                         EventData::Oom(o) => (o.requested, o.free_bytes),
                         _ => (0, 0),
                     };
+                    let limit = self.limits.limit_at_oom(requested, free, t.reserved);
+                    let moment = moment_now(
+                        state,
+                        step.symbols,
+                        limit,
+                        Some(requested),
+                        self.limits.outside_now(),
+                    );
+                    // Filled in at the end, when the categories are settled.
+                    let waterfall = Waterfall::of(&moment);
+                    self.oom_moments.push((moment, CategoryMoment::now(state)));
                     self.ooms.push(OomReport {
                         time_ns: step.event.time_ns,
                         index: step.index,
@@ -631,6 +683,7 @@ impl Analysis for Summary {
                         reserved_bytes: t.reserved,
                         phase: state.phase_path(state.current_phase(), step.symbols),
                         site: state.sites().describe(site, step.symbols),
+                        waterfall,
                     });
                 }
             }
@@ -648,18 +701,52 @@ impl Analysis for Summary {
         }
         self.categories_at_allocated.follow(state);
         self.categories_at_reserved.follow(state);
-        let at_allocated_peak = self.categories_at_allocated.table();
-        // Without an allocation there is no peak to describe.
-        if self.allocated.bytes > 0 {
-            let space = match self.peak_space {
-                PeakSpace::Live => state.free_space(),
-                PeakSpace::Logged => self.since_peak.undo(state).free_space(),
-                PeakSpace::Copied => self.peak_occupancy.free_space(),
-            };
-            self.at_peak.set_free_space(space);
+        self.limits.finish(state, symbols)?;
+        let limits = self.limits.report_now();
+        for ((moment, categories), oom) in self.oom_moments.iter_mut().zip(&mut self.ooms) {
+            categories.follow(state);
+            moment.categories = categories.table();
+            oom.waterfall = Waterfall::of(moment);
         }
+        let at_allocated_peak = self.categories_at_allocated.table();
         let mut sites = std::mem::take(&mut self.sites_at_peak);
         sites.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+        // Without an allocation there is no peak to describe.
+        let mut waterfall_at_peak = None;
+        if self.allocated.bytes > 0 {
+            let (space, segments) = match self.peak_space {
+                PeakSpace::Live => (state.free_space(), state.segments().copied().collect()),
+                PeakSpace::Logged => {
+                    let mut occupancy = self.since_peak.undo(state);
+                    (occupancy.free_space(), occupancy.segments().to_vec())
+                }
+                PeakSpace::Copied => (
+                    self.peak_occupancy.free_space(),
+                    self.peak_occupancy.segments().to_vec(),
+                ),
+            };
+            self.at_peak.set_free_space(space);
+            let moment = Moment {
+                allocated: self.at_peak.allocated_bytes,
+                active: self.peak_active,
+                reserved: self.at_peak.reserved_bytes,
+                segments,
+                largest_free_block: space.largest_free_block,
+                categories: at_allocated_peak.clone(),
+                sites: (sites.iter().take(TOP_SITES))
+                    .map(|(site, live, _)| (state.sites().describe(*site, symbols).site, live.bytes))
+                    .collect(),
+                request: None,
+                device_memory: self.peak_device,
+                outside: self.peak_outside,
+                limit: self.peak_limit.or(limits.limit),
+            };
+            waterfall_at_peak = Some(Waterfall::of(&moment));
+        }
+        let outside_allocator = limits.outside.map(|o| OutsideReport {
+            at_peak_bytes: self.peak_outside,
+            ..o
+        });
         let peak = self.allocated.bytes;
         let top_sites_at_peak = sites
             .iter()
@@ -710,6 +797,10 @@ impl Analysis for Summary {
                 at_reserved_peak: self.categories_at_reserved.table(),
                 at_end: CategoryTable::of(state.categories()),
             },
+            limit: limits.limit,
+            outside_allocator,
+            waterfall_at_peak,
+            limit_warnings: limits.warnings,
             empty_window: false,
         });
         Ok(())

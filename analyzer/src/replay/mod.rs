@@ -1508,6 +1508,11 @@ impl Occupancy {
         }
     }
 
+    /// The segments, with their live blocks and bytes.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
     /// The free space of the segments: a sweep, `O(live log live)`.
     pub fn free_space(&mut self) -> FreeSpace {
         let mut space = FreeSpace {

@@ -13,6 +13,7 @@ mod report;
 mod simulate;
 mod summary;
 mod synth;
+mod waterfall;
 
 pub use compare::compare;
 pub use devices::{by_device, devices};
@@ -26,6 +27,7 @@ pub use report::report_written;
 pub use simulate::simulate;
 pub use summary::summary;
 pub use synth::synth;
+pub use waterfall::{oom_line, waterfall};
 
 use crate::print::labels::{frame_label, site_label};
 use crate::sites::SiteDescription;

@@ -7,6 +7,9 @@ use crate::print::labels::{self, site_label};
 use crate::print::table::{Align, Table};
 use crate::units;
 
+/// The OOMs whose waterfall the text shows (all are in the JSON).
+const OOM_WATERFALLS: usize = 4;
+
 /// The summary as text; `full`: sites are whole stacks, listed below the table.
 pub fn summary(out: &SummaryResult, full: bool) -> String {
     let r = &out.summary;
@@ -96,6 +99,27 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
         units::bytes(p.internal_fragmentation_bytes)
     ));
     text.push_str(&format!("{:<10}{at_peak}\n", "at peak"));
+    if let Some(limit) = &r.limit {
+        text.push_str(&format!(
+            "{:<10}{} ({})\n",
+            "limit",
+            limit.describe(),
+            limit.known.word()
+        ));
+    }
+    if let Some(o) = &r.outside_allocator {
+        let at_peak = o
+            .at_peak_bytes
+            .map_or(String::new(), |b| format!(", at peak {}", units::bytes(b)));
+        text.push_str(&format!(
+            "{:<10}outside the allocator (measured at {}): at start {}{at_peak}, max {}, at end {} (the CUDA context, NCCL, cuBLAS workspaces, other processes)\n",
+            "card",
+            units::counted(o.samples, "device-memory sample", "device-memory samples"),
+            units::bytes(o.at_start_bytes),
+            units::bytes(o.max_bytes),
+            units::bytes(o.at_end_bytes)
+        ));
+    }
     text.push_str(&format!(
         "{:<10}{} allocated, {} reserved, {} live blocks\n",
         "at end",
@@ -185,6 +209,20 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             ]);
         }
         text.push_str(&t.render(2));
+        for o in r.ooms.iter().take(OOM_WATERFALLS) {
+            text.push_str(&format!("\n  {}:\n", super::oom_line(o)));
+            text.push_str(&super::waterfall(&o.waterfall, 4));
+        }
+        if r.ooms.len() > OOM_WATERFALLS {
+            text.push_str(&format!(
+                "\n  the waterfalls of {} more out-of-memory events are in --json\n",
+                units::count((r.ooms.len() - OOM_WATERFALLS) as u64)
+            ));
+        }
+    }
+    if let Some(w) = &r.waterfall_at_peak {
+        text.push_str("\nwhere the limit went at the allocated peak:\n");
+        text.push_str(&super::waterfall(w, 2));
     }
 
     let inc = &r.inconsistencies;

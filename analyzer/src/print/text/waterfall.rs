@@ -1,0 +1,131 @@
+//! Waterfalls as text: where every byte under the limit was at one moment.
+
+use crate::analysis::summary::OomReport;
+use crate::analysis::waterfall::{SumsTo, Waterfall};
+use crate::print::labels::site_label;
+use crate::print::table::{Align, Table};
+use crate::units;
+
+/// A waterfall as an aligned table, each figure with how it is known, the
+/// line that says what the terms add up to, what lies beside them, and the
+/// notes; every line indented by `indent` spaces.
+pub fn waterfall(w: &Waterfall, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    let mut text = String::new();
+    let known = w.limit_known.map_or("", |k| k.word());
+    if w.limit_source == "unknown" {
+        text.push_str(&format!("{pad}limit: unknown\n"));
+    } else {
+        text.push_str(&format!("{pad}limit: {} ({known})\n", w.limit_line));
+    }
+    let mut t = Table::new(&[
+        ("", Align::Left),
+        ("", Align::Right),
+        ("", Align::Left),
+        ("", Align::Left),
+    ]);
+    for term in &w.terms {
+        let detail = match term.name {
+            "cached_in_used_segments" => {
+                let f = &w.fragmentation;
+                let mut d = format!(
+                    "in {} of the {} segments holding live blocks; largest free block {}",
+                    units::count(f.segments_with_free),
+                    units::count(f.segments_in_use),
+                    units::bytes(f.largest_free_block)
+                );
+                if let Some(r) = f.requested_bytes {
+                    d.push_str(&format!("; asked for {}", units::bytes(r)));
+                }
+                d
+            }
+            "cached_in_empty_segments" => {
+                format!("{} segments", units::count(w.fragmentation.empty_segments))
+            }
+            _ => String::new(),
+        };
+        t.row([
+            term.label().to_string(),
+            units::bytes(term.bytes),
+            term.known.word().to_string(),
+            detail,
+        ]);
+        for part in &term.categories {
+            t.row([
+                format!("  {}", part.name.replace('_', " ")),
+                units::bytes(part.bytes),
+                part.known.word().to_string(),
+                String::new(),
+            ]);
+        }
+        for part in &term.sites {
+            t.row([
+                format!("  at {}", site_label(&part.name)),
+                units::bytes(part.bytes),
+                part.known.word().to_string(),
+                String::new(),
+            ]);
+        }
+    }
+    let total = match w.sums_to {
+        SumsTo::Limit => "= the limit",
+        SumsTo::CardTotal => "= the card's total",
+        SumsTo::Reserved => "= reserved (limit unknown)",
+    };
+    t.row([
+        total.to_string(),
+        units::bytes(w.total_bytes),
+        String::new(),
+        format!("{} bytes", units::count(w.total_bytes)),
+    ]);
+    for term in &w.beside {
+        t.row([
+            format!("beside: {}", term.label()),
+            units::bytes(term.bytes),
+            term.known.word().to_string(),
+            "not counted by the cap: it bounds reserved memory only".to_string(),
+        ]);
+    }
+    // The header row of this table is blank: drop it.
+    for line in t.render(indent).lines().skip(1) {
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    if let Some(card) = &w.card {
+        text.push_str(&format!(
+            "{pad}the card: {} free of {} at the last sample (measured)\n",
+            units::bytes(card.free_bytes),
+            units::bytes(card.total_bytes)
+        ));
+    }
+    for note in &w.notes {
+        text.push_str(&format!("{pad}note: {note}\n"));
+    }
+    text
+}
+
+/// An OOM in one line: what it asked for, where, and under which limit (the
+/// card's free memory only where the card itself was the limit).
+pub fn oom_line(o: &OomReport) -> String {
+    let w = &o.waterfall;
+    let under = match w.limit_source {
+        "cap" | "inferred_cap" => format!("under the {}", w.limit_line),
+        "card" => format!(
+            "on {}, with {} free on the device (measured by the driver)",
+            w.limit_line,
+            units::bytes(o.device_free_bytes)
+        ),
+        _ => "(the limit is unknown)".to_string(),
+    };
+    let phase = if o.phase.is_empty() {
+        String::new()
+    } else {
+        format!(" in {}", o.phase)
+    };
+    format!(
+        "out of memory at {}{phase}: asked for {} at {} {under}",
+        units::duration_ns(o.time_ns),
+        units::bytes(o.requested_bytes),
+        site_label(&o.site.site)
+    )
+}
