@@ -202,6 +202,11 @@ impl TraceBuilder {
         }))
     }
 
+    /// Writes an event as given (its device set to the builder's).
+    pub fn event(&mut self, data: EventData) -> &mut Self {
+        self.push(data)
+    }
+
     /// An out-of-memory event that says how much the device had free.
     pub fn oom_with_free(&mut self, requested: u64, free_bytes: u64, stack: StackId) -> &mut Self {
         self.push(EventData::Oom(OomEvent {
@@ -287,4 +292,63 @@ pub fn replay_trace(bytes: &[u8], analyses: &mut [&mut dyn Analysis], window: &W
         &crate::progress::NoProgress,
     )
     .unwrap();
+}
+
+/// The run of issue #28, scaled by `unit` (a MiB in the issue): on a card
+/// of `card` bytes, with `outside` bytes held outside the allocator, the
+/// allocator capped at `cap` (or at the card, when `cap` is `None`) by
+/// PyTorch's policy, `count` tensors of 6 units are made, two of every three
+/// freed, then one of `big` bytes is asked for. Every allocator event is
+/// written as PyTorch's caching allocator would make it, with a limit event
+/// at the start and a device-memory sample at the start, after each segment
+/// event and at the OOM (format 1.3).
+pub fn capped_run(card: u64, cap: Option<u64>, outside: u64, count: u64, unit: u64, big: u64) -> Vec<u8> {
+    use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
+    use vramtrace_recorder::device::SimulatedDevice;
+    let limit = cap.unwrap_or(card - outside);
+    let mut b = TraceBuilder::new();
+    let small = b.site("make", "issue28.py", 5);
+    let large = b.site("ask", "issue28.py", 9);
+    let mut alloc = CachingAllocator::new(SimulatedDevice::new(limit), AllocatorConfig::default());
+    alloc.set_event_log(true);
+    b.limit(cap.unwrap_or(card), card);
+    b.device_memory(card - outside, card);
+    let write = |b: &mut TraceBuilder, alloc: &mut CachingAllocator<SimulatedDevice>, stack| {
+        let events: Vec<EventData> = alloc.drain_events().collect();
+        let reserved = alloc.stats().reserved_bytes.all.current;
+        let free = card - outside - reserved;
+        for mut e in events {
+            let segment = matches!(
+                e,
+                EventData::SegmentAlloc(_) | EventData::SegmentFree(_)
+            );
+            match &mut e {
+                EventData::Alloc(x) => x.stack = stack,
+                EventData::Oom(o) => {
+                    o.stack = stack;
+                    o.free_bytes = free;
+                }
+                _ => {}
+            }
+            let oom = matches!(e, EventData::Oom(_));
+            b.event(e);
+            if segment || oom {
+                b.device_memory(free, card);
+            }
+        }
+    };
+    let mut addrs = Vec::new();
+    for _ in 0..count {
+        addrs.push(alloc.malloc(6 * unit, 0).unwrap().addr);
+        write(&mut b, &mut alloc, small);
+    }
+    for (i, addr) in addrs.iter().enumerate() {
+        if i % 3 != 0 {
+            alloc.free(*addr).unwrap();
+            write(&mut b, &mut alloc, small);
+        }
+    }
+    let _ = alloc.malloc(big, 0);
+    write(&mut b, &mut alloc, large);
+    b.finish()
 }

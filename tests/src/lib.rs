@@ -185,3 +185,90 @@ pub fn write_report(trace: &Path, dir: &Path) -> PathBuf {
     .success();
     out
 }
+
+/// Writes the run of issue #28 to `path` (format 1.3): on a card of `card`
+/// bytes, with `outside` bytes held outside the allocator, PyTorch's
+/// caching allocator capped at `cap` (at the card, when `None`) makes
+/// `count` tensors of 6 MiB, frees two of every three, then asks for `big`
+/// bytes and runs out of memory. A limit event and device-memory samples
+/// (at the start, after each segment event and at the OOM) are written as
+/// the recorder writes them.
+pub fn write_capped_run(
+    path: &Path,
+    card: u64,
+    cap: Option<u64>,
+    outside: u64,
+    count: u64,
+    big: u64,
+) {
+    use vramtrace_format::{
+        DeviceMemoryEvent, Event, EventData, Header, LimitEvent, TraceWriter,
+    };
+    use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
+    use vramtrace_recorder::device::SimulatedDevice;
+    const MIB: u64 = 1 << 20;
+    let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut w = TraceWriter::new(file, Header::default()).unwrap();
+    let small = w.intern_symbol_stack([("make", "issue28.py", 5u32)].into_iter());
+    let large = w.intern_symbol_stack([("ask", "issue28.py", 9u32)].into_iter());
+    let limit = cap.unwrap_or(card - outside);
+    let mut alloc = CachingAllocator::new(SimulatedDevice::new(limit), AllocatorConfig::default());
+    alloc.set_event_log(true);
+    let mut time = 0u64;
+    let mut push = |w: &mut TraceWriter<_>, data| {
+        time += 1000;
+        w.push(Event { time_ns: time, data }).unwrap();
+    };
+    push(
+        &mut w,
+        EventData::Limit(LimitEvent {
+            limit_bytes: cap.unwrap_or(card),
+            total_bytes: card,
+            ..Default::default()
+        }),
+    );
+    let sample = |free| {
+        EventData::DeviceMemory(DeviceMemoryEvent {
+            free_bytes: free,
+            total_bytes: card,
+            ..Default::default()
+        })
+    };
+    push(&mut w, sample(card - outside));
+    let mut write = |w: &mut TraceWriter<_>, alloc: &mut CachingAllocator<SimulatedDevice>, stack| {
+        let events: Vec<EventData> = alloc.drain_events().collect();
+        let free = card - outside - alloc.stats().reserved_bytes.all.current;
+        for mut e in events {
+            let sampled = matches!(
+                e,
+                EventData::SegmentAlloc(_) | EventData::SegmentFree(_) | EventData::Oom(_)
+            );
+            match &mut e {
+                EventData::Alloc(x) => x.stack = stack,
+                EventData::Oom(o) => {
+                    o.stack = stack;
+                    o.free_bytes = free;
+                }
+                _ => {}
+            }
+            push(w, e);
+            if sampled {
+                push(w, sample(free));
+            }
+        }
+    };
+    let mut addrs = Vec::new();
+    for _ in 0..count {
+        addrs.push(alloc.malloc(6 * MIB, 0).unwrap().addr);
+        write(&mut w, &mut alloc, small);
+    }
+    for (i, addr) in addrs.iter().enumerate() {
+        if i % 3 != 0 {
+            alloc.free(*addr).unwrap();
+            write(&mut w, &mut alloc, small);
+        }
+    }
+    let _ = alloc.malloc(big, 0);
+    write(&mut w, &mut alloc, large);
+    w.finish().unwrap();
+}

@@ -77,6 +77,9 @@ pub enum Warning {
     EmptyWindow,
     /// The recorded allocator settings cannot be read (the reason).
     UnreadableSettings(String),
+    /// A bad limit or device-memory event was left out, or the allocator's
+    /// limit changed during the run (what analyses did about it).
+    Memory(String),
     /// Other threads than the one followed began phases, which are not
     /// shown: `(thread, phase begins)`, and the thread followed.
     OtherThreadPhases {
@@ -97,6 +100,7 @@ impl fmt::Display for Warning {
                 "the trace has no footer: the recording process did not close it (killed?)",
             ),
             Warning::EmptyWindow => f.write_str("no event lies inside the window"),
+            Warning::Memory(why) => f.write_str(why),
             Warning::UnreadableSettings(why) => {
                 write!(f, "the recorded allocator settings cannot be read ({why})")
             }

@@ -5,6 +5,7 @@ use super::{ByDevice, OnDevice, Warning};
 use crate::Error;
 use crate::analysis::Devices;
 use crate::analysis::categories::CategoryTable;
+use crate::analysis::limits::Limit;
 use crate::input::EventStream;
 use crate::input::Input;
 use crate::progress::Progress;
@@ -180,6 +181,10 @@ pub struct SimulateResult {
     pub fidelity: Option<Fidelity>,
     /// The first policy's fragmentation at its peak.
     pub fragmentation: f64,
+    /// The allocator's recorded limit (or a cap inferred from an OOM), when
+    /// known: without `--capacity` or `--gpu`, a cap is the capacity
+    /// simulated, with no reserve taken off (it bounds reserved memory only).
+    pub limit: Option<Limit>,
     /// The first policy's smallest device memory, the reserve included,
     /// when asked for.
     pub min_capacity_bytes: Option<u64>,
@@ -297,7 +302,20 @@ fn simulate_device(
     let list = &extracted.list;
     let symbols = events.symbols();
     let nccl = simulate::shows_nccl(events.header(), symbols);
-    let reserve = Reserve::stated_or_estimated(options.reserve, nccl);
+    for w in &extracted.limits.warnings {
+        warnings.push(Warning::Memory(w.clone()));
+    }
+    let reserve = Reserve::stated_measured_or_estimated(
+        options.reserve,
+        extracted.limits.outside.map(|o| o.max_bytes),
+        nccl,
+    );
+    // Without a device named, a recorded (or inferred) cap is the capacity:
+    // it bounds what the allocator reserves, so no reserve comes off it.
+    let cap = match options.device {
+        None => extracted.limits.cap(),
+        Some(_) => None,
+    };
     let capacity = match &options.device {
         Some(d) if d.total_bytes <= reserve.bytes => {
             return Err(Error::Simulate {
@@ -309,7 +327,7 @@ fn simulate_device(
             });
         }
         Some(d) => Some(d.total_bytes - reserve.bytes),
-        None => None,
+        None => cap.map(|c| c.bytes),
     };
     let sim = SimOptions {
         capacity,
@@ -361,13 +379,25 @@ fn simulate_device(
         })
         .collect();
     let first = &policies[0];
-    let verdict = verdict(
-        options.device.as_ref(),
-        &reserve,
-        &policies,
-        &others,
-        needed,
-    );
+    let verdict = match cap {
+        Some(cap) => {
+            // Under a cap, what the run needs is the smallest cap that fits.
+            let needs = (first.scenario.result.ooms > 0).then(|| {
+                first.scenario.min_capacity.map_or_else(
+                    || simulate::smallest_capacity(list, &scenarios[0].config, None).bytes,
+                    |m| m.bytes,
+                )
+            });
+            cap_verdict(&cap, &policies, &others, needs)
+        }
+        None => verdict(
+            options.device.as_ref(),
+            &reserve,
+            &policies,
+            &others,
+            needed,
+        ),
+    };
     Ok(SimulateResult {
         alloc_retries: first.scenario.result.alloc_retries,
         cache_flushes: first.scenario.result.cache_flushes,
@@ -376,6 +406,7 @@ fn simulate_device(
         events: list.events,
         fidelity,
         fragmentation: first.scenario.result.fragmentation,
+        limit: extracted.limits.limit,
         min_capacity_bytes: first.min_capacity_bytes,
         notes: notes(extracted),
         oom: first.oom.clone(),
@@ -495,8 +526,82 @@ fn verdict(
     }
 }
 
+/// The verdict on the first policy under the recorded (or inferred) cap:
+/// does the run fit under it, and if not, where it fails and what it needs.
+fn cap_verdict(
+    cap: &Limit,
+    policies: &[PolicyResult],
+    others: &[ScenarioResult],
+    needs: Option<u64>,
+) -> Verdict {
+    let first = &policies[0];
+    let under = format!("its recorded {}", cap.describe());
+    let Some(oom) = &first.oom else {
+        let spare = cap
+            .bytes
+            .saturating_sub(first.scenario.result.peak_reserved_bytes);
+        return Verdict {
+            outcome: Outcome::Fits,
+            line: format!(
+                "fits under {under} with {} to spare (the cap bounds reserved memory only)",
+                units::capacity(spare)
+            ),
+            spare_bytes: Some(spare),
+            needs_bytes: first.min_capacity_bytes,
+            fits_with: None,
+        };
+    };
+    let free = oom.free_bytes + oom.cached_free_bytes;
+    let why = format!(
+        "with {} never reserved under the cap and {} cached free{} (largest free block {})",
+        units::bytes(oom.free_bytes),
+        units::bytes(oom.cached_free_bytes),
+        if free >= oom.requested_bytes {
+            " but fragmented"
+        } else {
+            ""
+        },
+        units::bytes(oom.largest_free_block)
+    );
+    let fits_with = policies[1..]
+        .iter()
+        .map(|p| (&p.scenario.policy, p.scenario.result.ooms))
+        .chain(others.iter().map(|s| (&s.policy, s.result.ooms)))
+        .find(|(_, ooms)| *ooms == 0)
+        .map(|(name, _)| name.clone());
+    let mut remedy = String::new();
+    if let Some(policy) = &fits_with {
+        remedy.push_str(&format!("; {policy} fits under the same cap"));
+    }
+    if let Some(needs) = needs {
+        remedy.push_str(&format!(
+            "; it needs a cap of {} (smallest without an OOM, to 2 MiB)",
+            units::capacity(needs)
+        ));
+    }
+    let phase = if oom.phase.is_empty() {
+        String::new()
+    } else {
+        format!(" at {}", oom.phase)
+    };
+    Verdict {
+        outcome: Outcome::OutOfMemory,
+        line: format!(
+            "runs out of memory under {under}{phase}, at {}, asking for {} {why}{remedy}",
+            site_label(&oom.site),
+            units::bytes(oom.requested_bytes)
+        ),
+        spare_bytes: None,
+        needs_bytes: needs,
+        fits_with,
+    }
+}
+
 /// What a reserve covers, for a sentence: `the CUDA context`.
 fn reserve_words(reserve: &Reserve) -> &'static str {
+    if reserve.source == simulate::ReserveSource::Measured {
+        return "memory outside the allocator (measured)";
+    }
     match (reserve.stated, reserve.nccl) {
         (true, _) => "the stated reserve",
         (false, true) => "the CUDA context and NCCL",

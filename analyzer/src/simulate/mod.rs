@@ -456,6 +456,23 @@ pub struct Reserve {
     pub nccl: bool,
     /// What they cover, in words.
     pub covers: String,
+    /// Where the figure comes from: `stated`, `estimated`, or `measured`
+    /// (the most memory outside the allocator the trace's device-memory
+    /// samples saw).
+    pub source: ReserveSource,
+}
+
+/// Where a [`Reserve`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReserveSource {
+    /// Stated by the user.
+    Stated,
+    /// The estimate of [`Reserve::estimate`].
+    Estimated,
+    /// Measured by the recording: the most memory outside the allocator at
+    /// any device-memory sample.
+    Measured,
 }
 
 impl Reserve {
@@ -464,6 +481,33 @@ impl Reserve {
         match stated {
             Some(bytes) => Reserve::stated(bytes, nccl),
             None => Reserve::estimate(nccl),
+        }
+    }
+
+    /// The reserve stated, else the one measured (the most memory outside
+    /// the allocator that the trace's device-memory samples saw), else the
+    /// estimate.
+    pub fn stated_measured_or_estimated(
+        stated: Option<u64>,
+        measured: Option<u64>,
+        nccl: bool,
+    ) -> Reserve {
+        match (stated, measured) {
+            (Some(bytes), _) => Reserve::stated(bytes, nccl),
+            (None, Some(bytes)) => Reserve::measured(bytes, nccl),
+            (None, None) => Reserve::estimate(nccl),
+        }
+    }
+
+    /// A reserve measured by the recording: the most memory outside the
+    /// allocator at any device-memory sample.
+    pub fn measured(bytes: u64, nccl: bool) -> Reserve {
+        Reserve {
+            bytes,
+            stated: false,
+            nccl,
+            covers: "for memory outside the allocator (measured: the most the recording's device-memory samples saw)".into(),
+            source: ReserveSource::Measured,
         }
     }
 
@@ -479,6 +523,7 @@ impl Reserve {
             } else {
                 "for the CUDA context (estimated)".into()
             },
+            source: ReserveSource::Estimated,
         }
     }
 
@@ -489,6 +534,7 @@ impl Reserve {
             stated: true,
             nccl,
             covers: "(stated)".into(),
+            source: ReserveSource::Stated,
         }
     }
 }
@@ -825,8 +871,13 @@ pub struct Extracted {
     /// The recorded allocator settings (`Err` when the header's cannot be
     /// read), with the keys ignored as not affecting the policy.
     pub recorded_config: Result<(AllocatorConfig, Vec<String>), ConfigError>,
-    /// The recorded device's memory, when the header gives a usable one.
+    /// The recorded capacity: the allocator's limit (recorded, or a cap
+    /// inferred from an OOM; see [`crate::analysis::limits`]), else the
+    /// recorded device's memory, when the header gives a usable one.
     pub recorded_capacity: Option<u64>,
+    /// The allocator's limit, the device-memory samples and what they
+    /// measured outside the allocator.
+    pub limits: crate::analysis::limits::LimitReport,
     /// What the pass read.
     pub info: crate::analysis::PassInfo,
 }
@@ -859,8 +910,11 @@ pub fn extract<S: vramtrace_format::EventSource>(
             let initial = initial
                 .as_ref()
                 .map(|i| crate::analysis::initial_on(i, device));
-            (RequestExtractor::new(device_capacity(&listed, device))
-                .starting_from(initial.as_ref()),)
+            (
+                RequestExtractor::new(device_capacity(&listed, device))
+                    .starting_from(initial.as_ref()),
+                crate::analysis::limits::LimitWatch::new(),
+            )
         },
         &crate::analysis::window::Window::ALL,
         meter,
@@ -869,13 +923,18 @@ pub fn extract<S: vramtrace_format::EventSource>(
         .devices
         .into_iter()
         .map(|p| {
+            let limits = p.analyses.1.into_report()?;
             Ok(Extracted {
                 device: p.device,
                 peaks: p.peaks.into_report(p.device)?,
                 list: p.analyses.0.into_list()?,
                 state: p.state,
                 recorded_config: recorded_config.clone(),
-                recorded_capacity: device_capacity(&listed, p.device),
+                recorded_capacity: limits
+                    .capacity()
+                    .and_then(recorded_capacity)
+                    .or_else(|| device_capacity(&listed, p.device)),
+                limits,
                 info: passes.info.clone(),
             })
         })

@@ -313,15 +313,18 @@ impl RequestExtractor {
     /// Closes a burst of segment frees at the first event after it: a burst
     /// right before an OOM, or before a segment that could not have fit
     /// beside the burst's memory, was the allocator's release-and-retry.
-    fn close_burst(&mut self, data: &EventData) {
+    /// `limit`: the allocator's recorded limit in force, which bounds it
+    /// before the device does.
+    fn close_burst(&mut self, data: &EventData, limit: Option<u64>) {
         let Some(burst) = self.burst.take() else {
             return;
         };
+        let capacity = limit.or(self.device_capacity);
         let retry = match data {
             EventData::Oom(_) => true,
-            EventData::SegmentAlloc(s) | EventData::SegmentMap(s) => self
-                .device_capacity
-                .is_some_and(|c| burst.reserved_before.saturating_add(s.size) > c),
+            EventData::SegmentAlloc(s) | EventData::SegmentMap(s) => {
+                capacity.is_some_and(|c| burst.reserved_before.saturating_add(s.size) > c)
+            }
             _ => false,
         };
         if retry {
@@ -379,7 +382,10 @@ impl Analysis for RequestExtractor {
         let kind = data.kind();
         if self.burst.is_some() && !matches!(kind, EventKind::SegmentFree | EventKind::SegmentUnmap)
         {
-            self.close_burst(data);
+            let limit = (state.limit())
+                .filter(|l| l.limit_bytes > 0 && (l.total_bytes == 0 || l.limit_bytes <= l.total_bytes))
+                .map(|l| l.limit_bytes);
+            self.close_burst(data, limit);
         }
         match (data, step.applied) {
             (EventData::Alloc(b), Applied::Alloc(a)) => {

@@ -247,3 +247,40 @@ fn nccl_adds_to_the_reserve_where_a_trace_shows_it() {
     let stated = Reserve::stated(0, true);
     assert!(stated.stated && stated.nccl);
 }
+
+/// Extracts the requests of a trace in memory.
+fn load_bytes(bytes: &[u8]) -> Extracted {
+    let mut reader = vramtrace_format::TraceReader::new(bytes).unwrap();
+    extract(&mut reader, Devices::Apart, &NoProgress)
+        .unwrap()
+        .devices
+        .remove(0)
+}
+
+#[test]
+fn a_capped_run_that_ran_out_of_memory_is_reproduced_under_its_cap() {
+    const MIB: u64 = 1 << 20;
+    // Issue #28: a 12 GiB cap on an 80 GiB card, 1,500 tensors of 6 MiB
+    // (three to a 20 MiB segment), two of three freed, 5.4 GiB asked for.
+    let card = 80 * 1024 * MIB;
+    let cap = 12 * 1024 * MIB;
+    let bytes = crate::testing::capped_run(card, Some(cap), 500 * MIB, 1500, MIB, 5530 * MIB);
+    let e = load_bytes(&bytes);
+    assert_eq!(e.limits.limit.unwrap().bytes, cap);
+    assert_eq!(e.recorded_capacity, Some(cap));
+    assert_eq!(e.list.recorded_ooms, 1);
+    let f = fidelity(&e.list, &recorded(&e), e.recorded_capacity);
+    assert!(f.exact, "{f:#?}");
+    let sim = simulate(
+        &e.list,
+        &recorded(&e),
+        &SimOptions {
+            capacity: e.recorded_capacity,
+            ..Default::default()
+        },
+    );
+    assert_eq!(sim.ooms, 1);
+    assert!(sim.first_oom.unwrap().recorded);
+    // Reserve measured: 500 MiB outside the allocator at every sample.
+    assert_eq!(e.limits.outside.unwrap().max_bytes, 500 * MIB);
+}

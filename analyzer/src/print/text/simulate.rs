@@ -23,7 +23,10 @@ pub fn simulate(r: &SimulateResult) -> String {
     if let Some(f) = &r.fidelity {
         let on = f.capacity_bytes.map_or_else(
             || "a device without limit".into(),
-            |c| format!("the recorded {}", units::bytes(c)),
+            |c| match &r.limit {
+                Some(l) if l.bytes == c => format!("the recorded {}", l.describe()),
+                _ => format!("the recorded {}", units::bytes(c)),
+            },
         );
         if f.exact {
             text.push_str(&format!(
@@ -57,11 +60,19 @@ pub fn simulate(r: &SimulateResult) -> String {
             r.reserve.covers,
             units::capacity(r.capacity_bytes.unwrap_or(0))
         )),
-        None => text.push_str(&format!(
-            "device     without limit; {} reserved {}\n",
-            units::capacity(r.reserve.bytes),
-            r.reserve.covers
-        )),
+        None => match (&r.limit, r.capacity_bytes) {
+            (Some(limit), Some(capacity)) if limit.is_cap() => text.push_str(&format!(
+                "device     the recorded {} ({}): {} for the allocator, no reserve taken off (the cap bounds reserved memory only)\n",
+                limit.describe(),
+                limit.known.word(),
+                units::capacity(capacity)
+            )),
+            _ => text.push_str(&format!(
+                "device     without limit; {} reserved {}\n",
+                units::capacity(r.reserve.bytes),
+                r.reserve.covers
+            )),
+        },
     }
     text.push_str(&format!("\nverdict    {}\n\n", r.verdict.line));
     let mut t = Table::new(&[
@@ -101,7 +112,7 @@ pub fn simulate(r: &SimulateResult) -> String {
             continue;
         };
         text.push_str(&format!(
-            "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free on the device after flushing the cache and {} cached free (largest block {}); needed at least {} more{}\n",
+            "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free {} after flushing the cache and {} cached free (largest block {}); needed at least {} more{}\n",
             p.scenario.policy,
             units::count(o.event_index),
             units::duration_ns(o.time_ns),
@@ -109,6 +120,11 @@ pub fn simulate(r: &SimulateResult) -> String {
             site_label(&o.site),
             units::bytes(o.requested_bytes),
             units::bytes(o.free_bytes),
+            if r.device.is_none() && r.limit.is_some_and(|l| l.is_cap()) {
+                "under the cap"
+            } else {
+                "on the device"
+            },
             units::bytes(o.cached_free_bytes),
             units::bytes(o.largest_free_block),
             units::bytes(o.shortfall_bytes),

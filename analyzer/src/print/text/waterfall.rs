@@ -91,7 +91,10 @@ pub fn waterfall(w: &Waterfall, indent: usize) -> String {
         text.push_str(line.trim_end());
         text.push('\n');
     }
-    if let Some(card) = &w.card {
+    // The card's own state matters where the card was the limit, or bound
+    // before the cap did (a note says so).
+    let binding = w.notes.iter().any(|n| n.contains("binding limit"));
+    if let Some(card) = w.card.filter(|_| w.sums_to == SumsTo::CardTotal || binding) {
         text.push_str(&format!(
             "{pad}the card: {} free of {} at the last sample (measured)\n",
             units::bytes(card.free_bytes),

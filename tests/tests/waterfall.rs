@@ -1,0 +1,109 @@
+//! Issue #28: an out-of-memory error under a cap that explains itself, in
+//! `summary` and `simulate`, as text and JSON.
+
+use vramtrace_e2e::{scratch, vramtrace, write_capped_run};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+/// An H100 as CUDA reports it (the `h100` preset).
+const CARD: u64 = 85_017_853_952;
+
+/// The issue's run: 12 GiB cap, 1,434 tensors of 6 MiB (478 segments of
+/// 20 MiB, each left with one live block), 5.4 GiB asked for.
+fn issue_trace(name: &str, cap: Option<u64>) -> String {
+    let path = scratch(name).join("run.vtrace");
+    write_capped_run(&path, CARD, cap, 500 * MIB, 1434, 5530 * MIB);
+    path.display().to_string()
+}
+
+fn term(w: &serde_json::Value, name: &str) -> u64 {
+    let all = w["terms"].as_array().unwrap().iter().chain(w["beside"].as_array().unwrap());
+    all.clone()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {w:#}"))["bytes"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn summary_explains_an_oom_under_a_cap() {
+    let trace = issue_trace("waterfall_summary", Some(12 * GIB));
+    let v = vramtrace(["summary", &trace, "--json"]).success().json();
+    let w = &v["ooms"][0]["waterfall"];
+    assert_eq!(w["limit_bytes"], 12 * GIB);
+    assert_eq!(w["limit_source"], "cap");
+    assert_eq!(w["limit_known"], "exact");
+    assert_eq!(w["sums_to"], "limit");
+    assert_eq!(term(w, "allocated"), 478 * 6 * MIB);
+    assert_eq!(term(w, "cached_in_used_segments"), 478 * 14 * MIB);
+    assert_eq!(term(w, "cached_in_empty_segments"), 0);
+    assert_eq!(term(w, "waiting_for_streams"), 0);
+    assert_eq!(term(w, "free_under_limit"), 12 * GIB - 478 * 20 * MIB);
+    let sum: u64 = (w["terms"].as_array().unwrap().iter())
+        .map(|t| t["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, 12 * GIB);
+    // Outside the allocator: beside the cap, measured.
+    assert_eq!(term(w, "outside_allocator"), 500 * MIB);
+    assert_eq!(w["beside"][0]["known"], "measured");
+    assert_eq!(w["fragmentation"]["segments_with_free"], 478);
+    assert_eq!(w["fragmentation"]["largest_free_block"], 14 * MIB);
+    assert_eq!(v["limit"]["source"], "cap");
+    assert_eq!(v["outside_allocator"]["max_bytes"], 500 * MIB);
+    assert_eq!(v["outside_allocator"]["known"], "measured");
+    assert!(v["waterfall_at_peak"]["terms"].is_array());
+
+    let text = vramtrace(["summary", &trace]).success().stdout;
+    assert!(
+        text.contains("under the 12.00 GiB cap from set_per_process_memory_fraction(0.1516)"),
+        "{text}"
+    );
+    assert!(!text.contains("free on the device"), "{text}");
+    for line in [
+        "allocated (held by the program)",
+        "cached free in segments with live blocks",
+        "free under the limit",
+        "= the limit",
+        "beside: outside the allocator",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    assert!(text.contains("12,884,901,888 bytes"), "{text}");
+}
+
+#[test]
+fn without_a_cap_the_waterfall_sums_to_the_card() {
+    let trace = issue_trace("waterfall_card", None);
+    let v = vramtrace(["summary", &trace, "--json"]).success().json();
+    let w = &v["waterfall_at_peak"];
+    assert_eq!(w["sums_to"], "card_total");
+    assert_eq!(w["total_bytes"], CARD);
+    let sum: u64 = (w["terms"].as_array().unwrap().iter())
+        .map(|t| t["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, CARD);
+    assert_eq!(term(w, "outside_allocator"), 500 * MIB);
+}
+
+#[test]
+fn simulate_reproduces_the_capped_oom_and_speaks_of_the_cap() {
+    let trace = issue_trace("waterfall_simulate", Some(12 * GIB));
+    let v = vramtrace(["simulate", &trace, "--json"]).success().json();
+    assert_eq!(v["fidelity"]["exact"], true, "{:#}", v["fidelity"]);
+    assert_eq!(v["fidelity"]["capacity_bytes"], 12 * GIB);
+    assert_eq!(v["capacity_bytes"], 12 * GIB);
+    assert_eq!(v["oom"]["recorded"], true);
+    assert_eq!(v["verdict"]["outcome"], "out_of_memory");
+    let line = v["verdict"]["line"].as_str().unwrap();
+    assert!(
+        line.starts_with("runs out of memory under its recorded 12.00 GiB cap from set_per_process_memory_fraction(0.1516)"),
+        "{line}"
+    );
+    assert!(line.contains("it needs a cap of"), "{line}");
+    assert_eq!(v["reserve"]["source"], "measured");
+    assert_eq!(v["reserve"]["bytes"], 500 * MIB);
+    let text = vramtrace(["simulate", &trace]).success().stdout;
+    assert!(text.contains("fidelity   exact"), "{text}");
+    assert!(!text.contains("fits on"), "{text}");
+    assert!(text.contains("free under the cap"), "{text}");
+}
