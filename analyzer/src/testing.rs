@@ -302,7 +302,14 @@ pub fn replay_trace(bytes: &[u8], analyses: &mut [&mut dyn Analysis], window: &W
 /// written as PyTorch's caching allocator would make it, with a limit event
 /// at the start and a device-memory sample at the start, after each segment
 /// event and at the OOM (format 1.3).
-pub fn capped_run(card: u64, cap: Option<u64>, outside: u64, count: u64, unit: u64, big: u64) -> Vec<u8> {
+pub fn capped_run(
+    card: u64,
+    cap: Option<u64>,
+    outside: u64,
+    count: u64,
+    unit: u64,
+    big: u64,
+) -> Vec<u8> {
     use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
     use vramtrace_recorder::device::SimulatedDevice;
     let limit = cap.unwrap_or(card - outside);
@@ -318,10 +325,7 @@ pub fn capped_run(card: u64, cap: Option<u64>, outside: u64, count: u64, unit: u
         let reserved = alloc.stats().reserved_bytes.all.current;
         let free = card - outside - reserved;
         for mut e in events {
-            let segment = matches!(
-                e,
-                EventData::SegmentAlloc(_) | EventData::SegmentFree(_)
-            );
+            let segment = matches!(e, EventData::SegmentAlloc(_) | EventData::SegmentFree(_));
             match &mut e {
                 EventData::Alloc(x) => x.stack = stack,
                 EventData::Oom(o) => {

@@ -201,23 +201,25 @@ pub fn write_capped_run(
     count: u64,
     big: u64,
 ) {
-    use vramtrace_format::{
-        DeviceMemoryEvent, Event, EventData, Header, LimitEvent, TraceWriter,
-    };
+    use vramtrace_format::{DeviceMemoryEvent, Event, EventData, Header, LimitEvent, TraceWriter};
     use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
     use vramtrace_recorder::device::SimulatedDevice;
     const MIB: u64 = 1 << 20;
     let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let mut w = TraceWriter::new(file, Header::default()).unwrap();
-    let small = w.intern_symbol_stack([("make", "issue28.py", 5u32)].into_iter());
-    let large = w.intern_symbol_stack([("ask", "issue28.py", 9u32)].into_iter());
+    let small = w.intern_symbol_stack([("make", "issue28.py", 5u32)]);
+    let large = w.intern_symbol_stack([("ask", "issue28.py", 9u32)]);
     let limit = cap.unwrap_or(card - outside);
     let mut alloc = CachingAllocator::new(SimulatedDevice::new(limit), AllocatorConfig::default());
     alloc.set_event_log(true);
     let mut time = 0u64;
     let mut push = |w: &mut TraceWriter<_>, data| {
         time += 1000;
-        w.push(Event { time_ns: time, data }).unwrap();
+        w.push(Event {
+            time_ns: time,
+            data,
+        })
+        .unwrap();
     };
     push(
         &mut w,
@@ -235,28 +237,29 @@ pub fn write_capped_run(
         })
     };
     push(&mut w, sample(card - outside));
-    let mut write = |w: &mut TraceWriter<_>, alloc: &mut CachingAllocator<SimulatedDevice>, stack| {
-        let events: Vec<EventData> = alloc.drain_events().collect();
-        let free = card - outside - alloc.stats().reserved_bytes.all.current;
-        for mut e in events {
-            let sampled = matches!(
-                e,
-                EventData::SegmentAlloc(_) | EventData::SegmentFree(_) | EventData::Oom(_)
-            );
-            match &mut e {
-                EventData::Alloc(x) => x.stack = stack,
-                EventData::Oom(o) => {
-                    o.stack = stack;
-                    o.free_bytes = free;
+    let mut write =
+        |w: &mut TraceWriter<_>, alloc: &mut CachingAllocator<SimulatedDevice>, stack| {
+            let events: Vec<EventData> = alloc.drain_events().collect();
+            let free = card - outside - alloc.stats().reserved_bytes.all.current;
+            for mut e in events {
+                let sampled = matches!(
+                    e,
+                    EventData::SegmentAlloc(_) | EventData::SegmentFree(_) | EventData::Oom(_)
+                );
+                match &mut e {
+                    EventData::Alloc(x) => x.stack = stack,
+                    EventData::Oom(o) => {
+                        o.stack = stack;
+                        o.free_bytes = free;
+                    }
+                    _ => {}
                 }
-                _ => {}
+                push(w, e);
+                if sampled {
+                    push(w, sample(free));
+                }
             }
-            push(w, e);
-            if sampled {
-                push(w, sample(free));
-            }
-        }
-    };
+        };
     let mut addrs = Vec::new();
     for _ in 0..count {
         addrs.push(alloc.malloc(6 * MIB, 0).unwrap().addr);

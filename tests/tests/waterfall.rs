@@ -17,7 +17,11 @@ fn issue_trace(name: &str, cap: Option<u64>) -> String {
 }
 
 fn term(w: &serde_json::Value, name: &str) -> u64 {
-    let all = w["terms"].as_array().unwrap().iter().chain(w["beside"].as_array().unwrap());
+    let all = w["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(w["beside"].as_array().unwrap());
     all.clone()
         .find(|t| t["name"] == name)
         .unwrap_or_else(|| panic!("no {name} in {w:#}"))["bytes"]
@@ -106,4 +110,79 @@ fn simulate_reproduces_the_capped_oom_and_speaks_of_the_cap() {
     assert!(text.contains("fidelity   exact"), "{text}");
     assert!(!text.contains("fits on"), "{text}");
     assert!(text.contains("free under the cap"), "{text}");
+}
+
+#[test]
+fn bad_limits_and_samples_are_warnings_not_verdicts() {
+    use vramtrace_format::{
+        BlockEvent, DeviceMemoryEvent, Event, EventData, Header, LimitEvent, SegmentEvent,
+        TraceWriter,
+    };
+    let path = scratch("waterfall_bad").join("bad.vtrace");
+    let file = std::fs::File::create(&path).unwrap();
+    let mut w = TraceWriter::new(file, Header::default()).unwrap();
+    let events = [
+        EventData::Limit(LimitEvent {
+            limit_bytes: 0,
+            total_bytes: GIB,
+            ..Default::default()
+        }),
+        EventData::Limit(LimitEvent {
+            limit_bytes: 2 * GIB,
+            total_bytes: GIB,
+            ..Default::default()
+        }),
+        EventData::DeviceMemory(DeviceMemoryEvent {
+            free_bytes: 2 * GIB,
+            total_bytes: GIB,
+            ..Default::default()
+        }),
+        EventData::SegmentAlloc(SegmentEvent {
+            addr: 1 << 32,
+            size: 20 * MIB,
+            ..Default::default()
+        }),
+        EventData::Alloc(BlockEvent {
+            addr: 1 << 32,
+            size: 6 * MIB,
+            requested: 6 * MIB,
+            ..Default::default()
+        }),
+    ];
+    for (i, data) in events.into_iter().enumerate() {
+        w.push(Event {
+            time_ns: i as u64 + 1,
+            data,
+        })
+        .unwrap();
+    }
+    w.finish().unwrap();
+    let p = path.display().to_string();
+    for command in ["summary", "simulate"] {
+        let run = vramtrace([command, &p]).success();
+        assert!(
+            run.stderr.contains("a limit event of 0 bytes was left out"),
+            "{command}: {}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("above the device's total"),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr
+                .contains("device-memory sample with 2.0 GiB free of 1.0 GiB"),
+            "{}",
+            run.stderr
+        );
+    }
+    let v = vramtrace(["summary", &p, "--json"]).success().json();
+    assert!(v["limit"].is_null());
+    assert!(v["outside_allocator"].is_null());
+    assert_eq!(v["waterfall_at_peak"]["sums_to"], "reserved");
+    assert_eq!(v["waterfall_at_peak"]["total_bytes"], 20 * MIB);
+    let s = vramtrace(["simulate", &p, "--json"]).success().json();
+    assert_eq!(s["verdict"]["outcome"], "needs");
+    assert_eq!(s["reserve"]["source"], "estimated");
 }

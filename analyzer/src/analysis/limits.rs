@@ -317,7 +317,10 @@ impl LimitWatch {
         if self.changes > 1 {
             let used = match self.at_first_oom.or(self.last_recorded) {
                 Some(l) if self.oom_seen && self.at_first_oom.is_some() => {
-                    format!("the one in force at the first out-of-memory error, {}", l.describe())
+                    format!(
+                        "the one in force at the first out-of-memory error, {}",
+                        l.describe()
+                    )
                 }
                 Some(l) => format!("the last one, {}", l.describe()),
                 None => "none".into(),
@@ -419,7 +422,11 @@ impl Analysis for LimitWatch {
         Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, _state: &ReplayState, _symbols: &SymbolTable) -> Result<(), AnalysisError> {
+    fn finish(
+        &mut self,
+        _state: &ReplayState,
+        _symbols: &SymbolTable,
+    ) -> Result<(), AnalysisError> {
         self.report = Some(self.report_now());
         Ok(())
     }

@@ -734,7 +734,9 @@ impl Analysis for Summary {
                 largest_free_block: space.largest_free_block,
                 categories: at_allocated_peak.clone(),
                 sites: (sites.iter().take(TOP_SITES))
-                    .map(|(site, live, _)| (state.sites().describe(*site, symbols).site, live.bytes))
+                    .map(|(site, live, _)| {
+                        (state.sites().describe(*site, symbols).site, live.bytes)
+                    })
                     .collect(),
                 request: None,
                 device_memory: self.peak_device,

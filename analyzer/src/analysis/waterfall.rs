@@ -325,8 +325,7 @@ impl Waterfall {
         };
         let in_use = m.segments.iter().filter(|s| s.live_blocks > 0);
         let fragmentation = Fragmentation {
-            segments_with_free: in_use.clone().filter(|s| s.live_bytes < s.size()).count()
-                as u64,
+            segments_with_free: in_use.clone().filter(|s| s.live_bytes < s.size()).count() as u64,
             segments_in_use: in_use.count() as u64,
             empty_segments: m.segments.iter().filter(|s| s.live_blocks == 0).count() as u64,
             largest_free_block: m.largest_free_block,
@@ -380,7 +379,10 @@ impl Waterfall {
 
     /// A term by its key.
     pub fn term(&self, name: &str) -> Option<&Term> {
-        self.terms.iter().chain(&self.beside).find(|t| t.name == name)
+        self.terms
+            .iter()
+            .chain(&self.beside)
+            .find(|t| t.name == name)
     }
 }
 

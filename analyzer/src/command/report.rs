@@ -233,6 +233,11 @@ pub fn report(
     } else {
         None
     };
+    let mut summary = super::summary::of_window(replay.result(summary.into_report())?, &pass);
+    let limit_warnings = summary.limit_warnings.clone();
+    // The reserve the recording measured (the most memory outside the
+    // allocator at any device-memory sample), unless one is stated.
+    let measured_reserve = summary.outside_allocator.map(|o| o.max_bytes);
     let what_if = requests
         .filter(|r| !r.over)
         .map(|r| replay.result(r.extractor.into_list()))
@@ -245,7 +250,11 @@ pub fn report(
                 Ok((config, _)) => (config, true),
                 Err(_) => (Default::default(), false),
             };
-            let reserve = Reserve::stated_or_estimated(options.reserve, pass.shows_nccl);
+            let reserve = Reserve::stated_measured_or_estimated(
+                options.reserve,
+                measured_reserve,
+                pass.shows_nccl,
+            );
             what_if(
                 &list,
                 &config,
@@ -254,7 +263,6 @@ pub fn report(
                 reserve,
             )
         });
-    let mut summary = super::summary::of_window(replay.result(summary.into_report())?, &pass);
     let leaks = replay.result(leaks.into_report())?;
     let (comparison, base_timeline, baseline_warnings) = match (base, site_totals, phase_totals) {
         (Some(base), Some(site_totals), Some(phase_totals)) => {
@@ -303,7 +311,9 @@ pub fn report(
         what_if_left_out,
         comparison,
         base_timeline,
-        warnings: pass.warnings,
+        warnings: (pass.warnings.into_iter())
+            .chain(limit_warnings.into_iter().map(Warning::Memory))
+            .collect(),
         baseline_warnings,
     })
 }

@@ -93,6 +93,10 @@ pub fn summary(
     let mut result = result;
     for d in &mut result.devices {
         d.result.device = d.peaks.device;
+        let warnings = std::mem::take(&mut d.result.summary.limit_warnings);
+        result
+            .warnings
+            .extend(warnings.into_iter().map(Warning::Memory));
     }
     Ok(result)
 }

@@ -383,7 +383,9 @@ impl Analysis for RequestExtractor {
         if self.burst.is_some() && !matches!(kind, EventKind::SegmentFree | EventKind::SegmentUnmap)
         {
             let limit = (state.limit())
-                .filter(|l| l.limit_bytes > 0 && (l.total_bytes == 0 || l.limit_bytes <= l.total_bytes))
+                .filter(|l| {
+                    l.limit_bytes > 0 && (l.total_bytes == 0 || l.limit_bytes <= l.total_bytes)
+                })
                 .map(|l| l.limit_bytes);
             self.close_burst(data, limit);
         }

@@ -69,7 +69,10 @@ fn terms_sum_to_a_recorded_cap() {
         "100 MiB cap from set_per_process_memory_fraction(0.1000)"
     );
     assert_eq!(w.terms[0].sites[0].name, "train (train.py:7)");
-    assert_eq!(w.terms[0].categories.iter().map(|p| p.bytes).sum::<u64>(), 6 * MIB);
+    assert_eq!(
+        w.terms[0].categories.iter().map(|p| p.bytes).sum::<u64>(),
+        6 * MIB
+    );
 }
 
 #[test]
@@ -79,7 +82,13 @@ fn without_a_cap_terms_sum_to_the_card() {
     fragmented(&mut b);
     b.device_memory(900 * MIB, 1000 * MIB);
     let (state, symbols, watch) = replay(&b.finish());
-    let w = waterfall_now(&state, &symbols, watch.in_force(), None, watch.outside_now());
+    let w = waterfall_now(
+        &state,
+        &symbols,
+        watch.in_force(),
+        None,
+        watch.outside_now(),
+    );
     assert_eq!(w.sums_to, SumsTo::CardTotal);
     assert_eq!(w.sum(), 1000 * MIB);
     assert_eq!(w.term("free_on_device").unwrap().bytes, 900 * MIB);
@@ -95,9 +104,19 @@ fn a_card_whose_free_memory_was_less_than_the_cap_allowed_is_noted() {
     fragmented(&mut b);
     b.device_memory(100 * MIB, 1000 * MIB);
     let (state, symbols, watch) = replay(&b.finish());
-    let w = waterfall_now(&state, &symbols, watch.in_force(), None, watch.outside_now());
+    let w = waterfall_now(
+        &state,
+        &symbols,
+        watch.in_force(),
+        None,
+        watch.outside_now(),
+    );
     assert_eq!(w.sum(), 500 * MIB);
-    assert!(w.notes.iter().any(|n| n.contains("binding limit")), "{:?}", w.notes);
+    assert!(
+        w.notes.iter().any(|n| n.contains("binding limit")),
+        "{:?}",
+        w.notes
+    );
 }
 
 #[test]
@@ -105,7 +124,13 @@ fn without_any_limit_terms_sum_to_reserved() {
     let mut b = TraceBuilder::new();
     fragmented(&mut b);
     let (state, symbols, watch) = replay(&b.finish());
-    let w = waterfall_now(&state, &symbols, watch.limit_now(), None, watch.outside_now());
+    let w = waterfall_now(
+        &state,
+        &symbols,
+        watch.limit_now(),
+        None,
+        watch.outside_now(),
+    );
     assert_eq!(w.sums_to, SumsTo::Reserved);
     assert_eq!(w.limit_source, "unknown");
     assert_eq!(w.sum(), 40 * MIB);
@@ -175,7 +200,11 @@ fn a_limit_that_changes_is_warned_of_and_the_one_at_the_first_oom_used() {
     let report = watch.report_now();
     assert_eq!(report.capacity(), Some(100 * MIB));
     assert_eq!(report.changes, 2);
-    assert!(report.warnings[0].contains("changed 1 time "), "{:?}", report.warnings);
+    assert!(
+        report.warnings[0].contains("changed 1 time "),
+        "{:?}",
+        report.warnings
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@
 mod compare;
 mod data;
 mod explorer;
+mod waterfall;
 mod what_if;
 
 use super::ChartError;
@@ -298,7 +299,7 @@ fn render(input: &ReportInput<'_>) -> String {
         &mut html,
         "categories",
         "What fills the GPU",
-        &categories_section(input),
+        &format!("{}{}", categories_section(input), peak_waterfall(s)),
     );
     section(
         &mut html,
@@ -567,13 +568,13 @@ fn findings(input: &ReportInput<'_>) -> String {
         items.push((
             true,
             format!(
-                "<b>Out of memory</b> {}: first at {} in <code>{}</code>, requesting {} at <code>{}</code> with {} free on the device.",
+                "<b>Out of memory</b> {}: first at {} in <code>{}</code>, requesting {} at <code>{}</code> {}. Where the limit went is under Out of memory; the explorer opens at it.",
                 units::counted(s.oom_count, "time", "times"),
                 units::duration_ns(o.time_ns),
                 escape(phase_or_none(&o.phase)),
                 units::bytes(o.requested_bytes),
                 escape(&site_label(&o.site.site)),
-                units::bytes(o.device_free_bytes)
+                waterfall::oom_words(o)
             ),
         ));
     }
@@ -909,7 +910,7 @@ fn fragmentation_section(input: &ReportInput<'_>) -> String {
 
 fn ooms_section(s: &SummaryReport) -> String {
     let mut html = String::from(
-        "<table><tr><th class=\"num\">time</th><th class=\"num\">requested</th><th class=\"num\">free on device</th><th class=\"num\">allocated</th><th class=\"num\">reserved</th><th>phase</th><th>site</th></tr>",
+        "<table><tr><th class=\"num\">time</th><th class=\"num\">requested</th><th>limit</th><th class=\"num\">allocated</th><th class=\"num\">reserved</th><th>phase</th><th>site</th></tr>",
     );
     for o in &s.ooms {
         let _ = write!(
@@ -918,7 +919,7 @@ fn ooms_section(s: &SummaryReport) -> String {
             o.index,
             units::duration_ns(o.time_ns),
             units::bytes(o.requested_bytes),
-            units::bytes(o.device_free_bytes),
+            waterfall::oom_words(o),
             units::bytes(o.allocated_bytes),
             units::bytes(o.reserved_bytes),
             escape(phase_or_none(&o.phase)),
@@ -926,8 +927,46 @@ fn ooms_section(s: &SummaryReport) -> String {
         );
     }
     html.push_str("</table>");
+    for (i, o) in s.ooms.iter().take(OOM_WATERFALLS).enumerate() {
+        let _ = write!(
+            html,
+            "<h3>Where the limit went at OOM {} ({}, asking for {})</h3>{}",
+            i + 1,
+            units::duration_ns(o.time_ns),
+            units::bytes(o.requested_bytes),
+            waterfall::table(&o.waterfall)
+        );
+    }
     html
 }
+
+/// Where the limit went at the allocated peak, and the memory outside the
+/// allocator over the run (measured), when the trace samples the device.
+fn peak_waterfall(s: &SummaryReport) -> String {
+    let mut html = String::new();
+    if let Some(w) = &s.waterfall_at_peak {
+        let _ = write!(
+            html,
+            "<h3>Where the limit went at the allocated peak</h3>{}",
+            waterfall::table(w)
+        );
+    }
+    if let Some(o) = &s.outside_allocator {
+        let _ = write!(
+            html,
+            "<p>Outside the allocator (the device's used memory less reserved memory at each of {} device-memory samples, measured: the CUDA context, NCCL, cuBLAS workspaces, other processes): {} at the start, {} at the peak, at most {}, {} at the end.</p>",
+            units::count(o.samples),
+            units::bytes(o.at_start_bytes),
+            o.at_peak_bytes.map_or("unknown".to_string(), units::bytes),
+            units::bytes(o.max_bytes),
+            units::bytes(o.at_end_bytes)
+        );
+    }
+    html
+}
+
+/// The OOMs whose waterfall the page shows (the summary's JSON has all).
+const OOM_WATERFALLS: usize = 4;
 
 fn consistency_section(s: &SummaryReport) -> String {
     let i = &s.inconsistencies;

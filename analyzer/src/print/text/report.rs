@@ -22,12 +22,17 @@ pub fn report_written(w: &ReportWritten<'_>) -> String {
             }
         ),
     };
-    format!(
+    let mut text = format!(
         "wrote {} ({}): peak allocated {}, reserved {}; {leak}; {}\n",
         w.wrote.path,
         units::bytes(w.wrote.bytes),
         units::bytes(r.summary.peak_allocated_bytes),
         units::bytes(r.summary.peak_reserved_bytes),
         units::counted(r.summary.oom_count, "OOM", "OOMs")
-    )
+    );
+    if let Some(o) = r.summary.ooms.first() {
+        text.push_str(&format!("first {}:\n", super::oom_line(o)));
+        text.push_str(&super::waterfall(&o.waterfall, 2));
+    }
+    text
 }

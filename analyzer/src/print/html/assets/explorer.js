@@ -906,8 +906,11 @@
       wire();
       setMode(view.mode);
       resetView();
+      // The allocator's state at the first OOM when there is one, else at
+      // the allocated peak.
+      const oom = checkpoints.findIndex((c) => c.kinds.includes("oom"));
       const peak = checkpoints.findIndex((c) => c.kinds.includes("allocated_peak"));
-      showCheckpoint(peak >= 0 ? peak : checkpoints.length - 1);
+      showCheckpoint(oom >= 0 ? oom : peak >= 0 ? peak : checkpoints.length - 1);
       draw();
       $("vt-loading").style.display = "none";
       api.ready = true;
