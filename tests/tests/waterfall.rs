@@ -186,3 +186,34 @@ fn bad_limits_and_samples_are_warnings_not_verdicts() {
     assert_eq!(s["verdict"]["outcome"], "needs");
     assert_eq!(s["reserve"]["source"], "estimated");
 }
+
+#[test]
+fn a_snapshots_cap_is_inferred_from_its_oom() {
+    let p = vramtrace_e2e::fixture("torch/synthetic/capped_oom_p4.pickle")
+        .display()
+        .to_string();
+    let v = vramtrace(["summary", &p, "--json"]).success().json();
+    assert_eq!(v["limit"]["source"], "inferred_cap");
+    assert_eq!(v["limit"]["known"], "inferred");
+    assert_eq!(v["limit"]["low_bytes"], 2000 * MIB);
+    assert_eq!(v["limit"]["high_bytes"], 7530 * MIB - 1);
+    let w = &v["ooms"][0]["waterfall"];
+    assert_eq!(w["limit_source"], "inferred_cap");
+    assert_eq!(
+        w["limit_range"],
+        serde_json::json!([2000 * MIB, 7530 * MIB - 1])
+    );
+    assert_eq!(w["total_bytes"], 2000 * MIB);
+    assert_eq!(term(w, "allocated"), 600 * MIB);
+    assert_eq!(term(w, "cached_in_used_segments"), 1400 * MIB);
+    let s = vramtrace(["simulate", &p, "--json"]).success().json();
+    assert_eq!(s["fidelity"]["exact"], true, "{:#}", s["fidelity"]);
+    assert_eq!(s["fidelity"]["capacity_bytes"], 2000 * MIB);
+    assert_eq!(s["oom"]["recorded"], true);
+    assert!(
+        s["verdict"]["line"]
+            .as_str()
+            .unwrap()
+            .starts_with("runs out of memory under its inferred cap of 1.95 GiB to 7.35 GiB")
+    );
+}

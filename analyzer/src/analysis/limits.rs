@@ -145,7 +145,7 @@ impl Limit {
 
     /// The limit in words: `12.00 GiB cap from
     /// set_per_process_memory_fraction(0.1411)`, `the card's 79.18 GiB (no
-    /// cap)`, `a cap between 9.31 GiB and 9.33 GiB (inferred)`.
+    /// cap)`, `cap of 9.31 GiB to 9.33 GiB, inferred (...)`.
     pub fn describe(&self) -> String {
         match self.source {
             LimitSource::Cap => match self.fraction {
@@ -159,7 +159,22 @@ impl Limit {
                 format!("the card's {} (no cap)", units::capacity(self.bytes))
             }
             LimitSource::InferredCap => format!(
-                "a cap between {} and {} (inferred: the device had room when the allocator failed)",
+                "cap of {} to {}, inferred (the device had room when the allocator failed)",
+                units::capacity(self.low_bytes.unwrap_or(self.bytes)),
+                units::capacity(self.high_bytes.unwrap_or(self.bytes))
+            ),
+        }
+    }
+
+    /// The limit as a noun after "its" or "the": `recorded 12.00 GiB cap
+    /// from set_per_process_memory_fraction(0.1411)`, `inferred cap of
+    /// 1.95 GiB to 7.35 GiB (...)`, `card's 79.18 GiB (no cap)`.
+    pub fn noun(&self) -> String {
+        match self.source {
+            LimitSource::Cap => format!("recorded {}", self.describe()),
+            LimitSource::Card => self.describe().trim_start_matches("the ").to_string(),
+            LimitSource::InferredCap => format!(
+                "inferred cap of {} to {} (the device had room when the allocator failed)",
                 units::capacity(self.low_bytes.unwrap_or(self.bytes)),
                 units::capacity(self.high_bytes.unwrap_or(self.bytes))
             ),

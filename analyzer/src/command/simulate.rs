@@ -535,7 +535,7 @@ fn cap_verdict(
     needs: Option<u64>,
 ) -> Verdict {
     let first = &policies[0];
-    let under = format!("its recorded {}", cap.describe());
+    let under = format!("its {}", cap.noun());
     let Some(oom) = &first.oom else {
         let spare = cap
             .bytes

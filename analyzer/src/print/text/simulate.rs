@@ -24,7 +24,7 @@ pub fn simulate(r: &SimulateResult) -> String {
         let on = f.capacity_bytes.map_or_else(
             || "a device without limit".into(),
             |c| match &r.limit {
-                Some(l) if l.bytes == c => format!("the recorded {}", l.describe()),
+                Some(l) if l.bytes == c => format!("the {}", l.noun()),
                 _ => format!("the recorded {}", units::bytes(c)),
             },
         );
@@ -62,10 +62,14 @@ pub fn simulate(r: &SimulateResult) -> String {
         )),
         None => match (&r.limit, r.capacity_bytes) {
             (Some(limit), Some(capacity)) if limit.is_cap() => text.push_str(&format!(
-                "device     the recorded {} ({}): {} for the allocator, no reserve taken off (the cap bounds reserved memory only)\n",
-                limit.describe(),
-                limit.known.word(),
-                units::capacity(capacity)
+                "device     the {}: {} for the allocator{}, no reserve taken off (the cap bounds reserved memory only)\n",
+                limit.noun(),
+                units::capacity(capacity),
+                if limit.low_bytes.is_some() {
+                    " (the cap's low end: the most the run reserved, which reproduces the run)"
+                } else {
+                    ""
+                }
             )),
             _ => text.push_str(&format!(
                 "device     without limit; {} reserved {}\n",
