@@ -64,6 +64,12 @@ pub struct TimelineSample {
     pub reserved: u64,
     /// Allocated bytes per category, in [`Timeline::categories`] order.
     pub values: Vec<u64>,
+    /// Memory outside the allocator (the device's used memory less reserved
+    /// memory, measured at the last device-memory sample, a step until the
+    /// next): the most in force during the sample's column; `None` before
+    /// the first sample, or in a trace without samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside: Option<u64>,
 }
 
 /// A phase instance, for bands along the time axis.
@@ -134,6 +140,8 @@ struct Column {
     max: Option<Sample>,
     reserved_min: u64,
     reserved_max: u64,
+    // The most memory outside the allocator in force during the column.
+    outside_max: Option<u64>,
 }
 
 impl Column {
@@ -158,6 +166,7 @@ impl Column {
                 max: pick(a.max, b.max, false),
                 reserved_min: a.reserved_min.min(b.reserved_min),
                 reserved_max: a.reserved_max.max(b.reserved_max),
+                outside_max: a.outside_max.max(b.outside_max),
             },
         }
     }
@@ -182,6 +191,8 @@ pub struct TimelineAnalysis {
     ooms: Vec<TimelinePoint>,
     last_time_ns: u64,
     pauses: PauseTracker,
+    // Memory outside the allocator at the last device-memory sample.
+    outside: Option<u64>,
     report: Option<Timeline>,
 }
 
@@ -206,6 +217,7 @@ impl TimelineAnalysis {
             ooms: Vec::new(),
             last_time_ns: 0,
             pauses: PauseTracker::new(GAP_BUDGET),
+            outside: None,
             report: None,
         }
     }
@@ -385,6 +397,7 @@ impl TimelineAnalysis {
             }
         }
         let col = &mut self.columns[column];
+        col.outside_max = col.outside_max.max(self.outside);
         if col.max.is_some() && (new_max && new_min) {
             col.reserved_min = totals.reserved;
             col.reserved_max = totals.reserved;
@@ -493,6 +506,7 @@ impl TimelineAnalysis {
                     allocated: s.allocated,
                     reserved: reserved_of(column, &s),
                     values,
+                    outside: column.outside_max,
                 });
             }
         }
@@ -591,6 +605,11 @@ impl Analysis for TimelineAnalysis {
                 });
             }
             _ => {}
+        }
+        if let EventData::DeviceMemory(m) = &step.event.data
+            && m.free_bytes <= m.total_bytes
+        {
+            self.outside = Some(super::limits::outside_bytes(m, state.totals().reserved));
         }
         self.pauses.event(step.index, step.event.time_ns);
         self.observe(step.index, step.event.time_ns, state);

@@ -19,6 +19,8 @@ use plotters::prelude::*;
 /// invisible, and a long run has hundreds of thousands of them.
 const MIN_BAND_PX: i32 = 2;
 const BAND_HEIGHTS: [i32; 3] = [18, 12, 8];
+/// The band of memory outside the allocator.
+const OUTSIDE: RGBColor = RGBColor(150, 120, 170);
 
 /// Renders a timeline as an SVG document titled `title`, along `axis`.
 pub fn render(
@@ -45,7 +47,9 @@ pub fn render(
         let max_bytes = chart
             .samples
             .iter()
-            .map(|s| s.allocated.max(s.reserved))
+            .map(|s| {
+                (s.allocated.max(s.reserved)).max(s.reserved.saturating_add(s.outside.unwrap_or(0)))
+            })
             .chain(chart.peak.iter().map(|p| p.bytes))
             .chain(capacity)
             .max()
@@ -98,6 +102,33 @@ pub fn render(
         labels::number_alike(&mut names, LEGEND_CHARS);
         for (entry, numbered) in legend.iter_mut().zip(names) {
             entry.label = numbered;
+        }
+        // Memory outside the allocator, measured at the device-memory
+        // samples: a band over reserved memory (together, the card's used
+        // memory), a step from each sample to the next.
+        if chart.samples.iter().any(|s| s.outside.is_some()) {
+            let upper: Vec<(f64, f64)> = steps(shown.iter().map(|&(x, s)| {
+                (
+                    x,
+                    scale.scale(s.reserved.saturating_add(s.outside.unwrap_or(0))),
+                )
+            }));
+            let lower: Vec<(f64, f64)> =
+                steps(shown.iter().map(|&(x, s)| (x, scale.scale(s.reserved))));
+            let band: Vec<(f64, f64)> = upper.into_iter().chain(lower.into_iter().rev()).collect();
+            ctx.draw_series(std::iter::once(Polygon::new(
+                band,
+                OUTSIDE.mix(0.45).filled(),
+            )))
+            .map_err(super::draw_error)?;
+            legend.insert(
+                0,
+                LegendEntry::new(
+                    "outside the allocator\n(measured at samples)",
+                    OUTSIDE,
+                    Mark::Area,
+                ),
+            );
         }
         let reserved = steps(shown.iter().map(|&(x, s)| (x, scale.scale(s.reserved))));
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
