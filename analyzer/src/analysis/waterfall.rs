@@ -335,10 +335,17 @@ impl Waterfall {
         if let Some(request) = m.request {
             let cached = cached_used + empty;
             if cached >= request && fragmentation.largest_free_block < request {
+                let segments = if m.segments.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " in {}",
+                        units::counted(fragmentation.segments_with_free, "segment", "segments")
+                    )
+                };
                 notes.push(format!(
-                    "fragmented: {} cached free in {} segments that hold live blocks, more than the {} asked for, but the largest free block is {}",
+                    "fragmented: {} cached free{segments} that hold live blocks, more than the {} asked for, but the largest free block is {}",
                     units::bytes(cached_used),
-                    units::count(fragmentation.segments_with_free),
                     units::bytes(request),
                     units::bytes(fragmentation.largest_free_block)
                 ));

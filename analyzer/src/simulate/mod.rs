@@ -93,6 +93,37 @@ pub struct OomAt {
     pub categories: CategoryTable,
 }
 
+impl OomAt {
+    /// Where every byte under `limit` was at this simulated OOM (see
+    /// [`crate::analysis::waterfall`]). The simulation keeps no segment
+    /// layout, so the waterfall's segment counts are 0; its bytes are
+    /// exact: at an OOM the allocator has released every empty segment, so
+    /// cached free memory lies in segments that hold live blocks, and
+    /// reserved memory less allocated and cached free memory is held by
+    /// blocks waiting on other streams. `limit`: the simulated capacity
+    /// (e.g. [`crate::analysis::limits::Limit::inferred`] or a recorded
+    /// cap); `None` sums to reserved memory.
+    pub fn waterfall(
+        &self,
+        limit: Option<crate::analysis::limits::Limit>,
+    ) -> crate::analysis::waterfall::Waterfall {
+        use crate::analysis::waterfall::{Moment, Waterfall};
+        Waterfall::of(&Moment {
+            allocated: self.allocated_bytes,
+            active: self.reserved_bytes.saturating_sub(self.cached_free_bytes),
+            reserved: self.reserved_bytes,
+            segments: Vec::new(),
+            largest_free_block: self.largest_free_block,
+            categories: self.categories.clone(),
+            sites: Vec::new(),
+            request: Some(self.requested_bytes),
+            device_memory: None,
+            outside: None,
+            limit,
+        })
+    }
+}
+
 /// Reserved and allocated memory over one time bucket: the highest values
 /// reached in it (or held over from before, in a bucket without requests).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

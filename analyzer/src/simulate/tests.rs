@@ -284,3 +284,33 @@ fn a_capped_run_that_ran_out_of_memory_is_reproduced_under_its_cap() {
     // Reserve measured: 500 MiB outside the allocator at every sample.
     assert_eq!(e.limits.outside.unwrap().max_bytes, 500 * MIB);
 }
+
+#[test]
+fn a_simulated_oom_has_a_waterfall_that_sums_to_its_capacity() {
+    const MIB: u64 = 1 << 20;
+    let card = 80 * 1024 * MIB;
+    let cap = 12 * 1024 * MIB;
+    let bytes = crate::testing::capped_run(card, Some(cap), 500 * MIB, 1434, MIB, 5530 * MIB);
+    let e = load_bytes(&bytes);
+    let sim = simulate(
+        &e.list,
+        &recorded(&e),
+        &SimOptions {
+            capacity: Some(cap),
+            ..Default::default()
+        },
+    );
+    let oom = sim.first_oom.unwrap();
+    let w = oom.waterfall(e.limits.limit);
+    assert_eq!(w.sum(), cap);
+    assert_eq!(w.term("allocated").unwrap().bytes, 478 * 6 * MIB);
+    assert_eq!(
+        w.term("cached_in_used_segments").unwrap().bytes,
+        478 * 14 * MIB
+    );
+    assert_eq!(
+        w.term("free_under_limit").unwrap().bytes,
+        cap - 478 * 20 * MIB
+    );
+    assert_eq!(w.fragmentation.largest_free_block, 14 * MIB);
+}

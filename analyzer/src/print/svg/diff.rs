@@ -457,6 +457,7 @@ mod tests {
                     allocated: 0,
                     reserved: 0,
                     values: vec![],
+                    outside: None,
                 })
                 .to_vec(),
             phases: vec![span(100, 200), span(250, 350)],

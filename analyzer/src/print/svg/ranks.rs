@@ -108,6 +108,7 @@ mod tests {
                         allocated,
                         reserved: allocated * 2,
                         values: Vec::new(),
+                        outside: None,
                     })
                     .collect(),
                 ..Timeline::default()

@@ -456,6 +456,7 @@ mod tests {
                     allocated: values.iter().sum(),
                     reserved: 400 << 20,
                     values,
+                    outside: None,
                 }
             })
             .collect();
@@ -518,5 +519,20 @@ mod tests {
         ] {
             assert!(svg.contains(expected), "missing {expected}");
         }
+    }
+
+    #[test]
+    fn memory_outside_the_allocator_is_a_band_only_when_sampled() {
+        let plain = render(&chart(), "t", &mut Palette::new(), XAxis::Time).unwrap();
+        assert!(!plain.contains("outside the allocator"));
+        let mut sampled = chart();
+        for (i, s) in sampled.samples.iter_mut().enumerate() {
+            s.outside = (i >= 10).then_some(600 << 20);
+        }
+        let svg = render(&sampled, "t", &mut Palette::new(), XAxis::Time).unwrap();
+        assert!(svg.contains("outside the allocator"));
+        assert!(svg.contains("(measured at samples)"));
+        // The band itself, in its colour, filled.
+        assert!(svg.to_ascii_uppercase().contains("#9678AA"), "no band");
     }
 }
