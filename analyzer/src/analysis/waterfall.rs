@@ -205,10 +205,9 @@ impl Waterfall {
         let reserved = m.reserved;
         let allocated = m.allocated;
         let waiting = m.active.saturating_sub(m.allocated);
-        let empty: u64 = (m.segments.iter())
+        let empty = (m.segments.iter())
             .filter(|s| s.live_blocks == 0)
-            .map(Segment::size)
-            .sum();
+            .fold(0u64, |sum, s| sum.saturating_add(s.size()));
         let held = allocated.saturating_add(waiting).saturating_add(empty);
         let cached_used = reserved.saturating_sub(held);
         // Reserved memory is the sum of the four terms; a trace whose blocks
@@ -224,7 +223,7 @@ impl Waterfall {
         let mut alloc_term = Term::new("allocated", allocated, Known::Exact);
         let mut by_category = 0u64;
         for share in m.categories.0.iter().filter(|s| s.bytes > 0) {
-            by_category += share.bytes;
+            by_category = by_category.saturating_add(share.bytes);
             alloc_term.categories.push(Part {
                 name: share.category.name().to_string(),
                 bytes: share.bytes,
@@ -333,7 +332,7 @@ impl Waterfall {
             segment_bytes: m.request.map(segment_for),
         };
         if let Some(request) = m.request {
-            let cached = cached_used + empty;
+            let cached = cached_used.saturating_add(empty);
             if cached >= request && fragmentation.largest_free_block < request {
                 let segments = if m.segments.is_empty() {
                     String::new()
@@ -362,7 +361,6 @@ impl Waterfall {
             ),
             None => ("unknown", "unknown".to_string()),
         };
-        debug_assert_eq!(terms.iter().map(|t| t.bytes).sum::<u64>(), total);
         Waterfall {
             limit_bytes: m.limit.map(|l| l.bytes),
             limit_source,
@@ -379,9 +377,10 @@ impl Waterfall {
         }
     }
 
-    /// The sum of the terms (always [`total_bytes`](Self::total_bytes)).
+    /// The sum of the terms ([`total_bytes`](Self::total_bytes), but for
+    /// a hostile trace whose figures overflow: then at most `u64::MAX`).
     pub fn sum(&self) -> u64 {
-        self.terms.iter().map(|t| t.bytes).sum()
+        (self.terms.iter()).fold(0u64, |sum, t| sum.saturating_add(t.bytes))
     }
 
     /// A term by its key.

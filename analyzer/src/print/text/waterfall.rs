@@ -58,14 +58,6 @@ pub fn waterfall(w: &Waterfall, indent: usize) -> String {
                 String::new(),
             ]);
         }
-        for part in &term.sites {
-            t.row([
-                format!("  at {}", site_label(&part.name)),
-                units::bytes(part.bytes),
-                part.known.word().to_string(),
-                String::new(),
-            ]);
-        }
     }
     let total = match w.sums_to {
         SumsTo::Limit => "= the limit",
@@ -90,6 +82,22 @@ pub fn waterfall(w: &Waterfall, indent: usize) -> String {
     for line in t.render(indent).lines().skip(1) {
         text.push_str(line.trim_end());
         text.push('\n');
+    }
+    // The top sites of allocated memory, apart: their names are long.
+    for term in w.terms.iter().filter(|t| !t.sites.is_empty()) {
+        let mut sites = Table::new(&[("", Align::Right), ("", Align::Left), ("", Align::Left)]);
+        for part in &term.sites {
+            sites.row([
+                units::bytes(part.bytes),
+                part.known.word().to_string(),
+                site_label(&part.name),
+            ]);
+        }
+        text.push_str(&format!("{pad}{} by site (the largest):\n", term.label()));
+        for line in sites.render(indent + 2).lines().skip(1) {
+            text.push_str(line.trim_end());
+            text.push('\n');
+        }
     }
     // The card's own state matters where the card was the limit, or bound
     // before the cap did (a note says so).
