@@ -212,6 +212,14 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.allowed_maximum = Some((fraction * self.device.total_memory() as f64) as u64);
     }
 
+    /// Limits the memory this allocator may reserve to `bytes`: what
+    /// [`set_memory_fraction`](Self::set_memory_fraction) sets, given in
+    /// bytes (a recorded limit is). It too arms
+    /// `garbage_collection_threshold`.
+    pub fn set_reserve_limit(&mut self, bytes: u64) {
+        self.allowed_maximum = Some(bytes);
+    }
+
     /// Allocates a block of at least `requested` bytes for use on `stream`.
     /// A request beyond [`MAX_BLOCK_SIZE`] is out of memory, as on any device.
     pub fn malloc(&mut self, requested: u64, stream: u64) -> Result<Allocation, AllocError> {
