@@ -1241,8 +1241,8 @@ mod tests {
         // The first event (a device's first: sampled even for a block).
         assert_eq!(on_event(&ev(Alloc, 0x10_0000, 512)), 1);
         assert_eq!(
-            SINK.device_memory as usize,
-            vramtrace_observe_device_memory as usize
+            SINK.device_memory as *const () as usize,
+            vramtrace_observe_device_memory as *const () as usize
         );
         assert_eq!(vramtrace_observe_device_memory(1, 70 << 30, 80 << 30), 1);
         assert_eq!(on_event(&ev(Alloc, 0x10_0200, 512)), 0);

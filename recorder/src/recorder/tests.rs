@@ -1359,12 +1359,18 @@ fn observer_records_limits_and_device_memory_in_order() {
     let EventData::Limit(l) = events[0].data else {
         unreachable!()
     };
-    assert_eq!((l.device, l.limit_bytes, l.total_bytes), (3, 3 << 30, 80 << 30));
+    assert_eq!(
+        (l.device, l.limit_bytes, l.total_bytes),
+        (3, 3 << 30, 80 << 30)
+    );
     assert_eq!(l.thread, thread_id());
     let EventData::DeviceMemory(m) = events[2].data else {
         unreachable!()
     };
-    assert_eq!((m.device, m.free_bytes, m.total_bytes), (3, 70 << 30, 80 << 30));
+    assert_eq!(
+        (m.device, m.free_bytes, m.total_bytes),
+        (3, 70 << 30, 80 << 30)
+    );
     assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
 }
 
