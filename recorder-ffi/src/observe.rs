@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The version of [`TorchSink`] and the structures it passes; the shim
 /// refuses a sink of another version.
-pub const SINK_ABI: u32 = 3;
+pub const SINK_ABI: u32 = 4;
 
 /// [`TorchEvent::kind`] of the snapshot marker; other kinds are
 /// [`EventKind`] codes.
@@ -99,8 +99,11 @@ pub struct TorchSegment {
 pub struct TorchSink {
     /// [`SINK_ABI`].
     pub abi: u32,
-    /// A trace entry (called under PyTorch's allocator lock).
-    pub event: extern "C" fn(*const TorchEvent),
+    /// A trace entry (called under PyTorch's allocator lock). Returns 1
+    /// when the library wants the device's memory right after it (ABI 4):
+    /// the shim then measures it (`cudaMemGetInfo`) and calls
+    /// [`device_memory`](Self::device_memory) before it returns to PyTorch.
+    pub event: extern "C" fn(*const TorchEvent) -> u32,
     /// A segment of the snapshot taken at start.
     pub segment: extern "C" fn(*const TorchSegment),
     /// The snapshot's segments are all given.
@@ -110,6 +113,10 @@ pub struct TorchSink {
     /// Tags of one device's blocks: [`vramtrace_observe_tag`] (the shim
     /// tags the gradients it watches through it, ABI 3).
     pub tag: unsafe extern "C" fn(c_int, *const u64, *const u8, usize) -> c_int,
+    /// A device's free and total bytes, measured by the shim when
+    /// [`event`](Self::event) asked: [`vramtrace_observe_device_memory`]
+    /// (ABI 4).
+    pub device_memory: extern "C" fn(c_int, u64, u64) -> c_int,
 }
 
 static SINK: TorchSink = TorchSink {
@@ -119,6 +126,7 @@ static SINK: TorchSink = TorchSink {
     snapshot_done: on_snapshot_done,
     phase: on_phase,
     tag: vramtrace_observe_tag,
+    device_memory: vramtrace_observe_device_memory,
 };
 
 /// The sink for the shim's `vramtrace_shim_attach`.
@@ -166,12 +174,16 @@ struct Slot {
     /// The device's observer while recording (hot path: one load).
     observer: AtomicPtr<Observer>,
     route: Mutex<Route>,
+    /// A limit (bytes, total bytes) set for the device before its
+    /// observer exists: recorded first thing in its trace.
+    pending_limit: Mutex<Option<(u64, u64)>>,
 }
 
 static SLOTS: [Slot; MAX_DEVICES] = [const {
     Slot {
         observer: AtomicPtr::new(std::ptr::null_mut()),
         route: Mutex::new(Route::Idle),
+        pending_limit: Mutex::new(None),
     }
 }; MAX_DEVICES];
 
@@ -194,15 +206,32 @@ fn observed(e: &TorchEvent, kind: EventKind) -> ObservedEvent {
     }
 }
 
-extern "C" fn on_event(e: *const TorchEvent) {
+/// Whether an event of `kind` changes what the device holds (or failed
+/// for want of it): the device's memory is sampled right after it.
+fn samples_device_memory(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::SegmentAlloc
+            | EventKind::SegmentFree
+            | EventKind::SegmentMap
+            | EventKind::SegmentUnmap
+            | EventKind::Oom
+    )
+}
+
+/// Records a trace entry; returns 1 when the shim should measure the
+/// device's memory now ([`TorchSink::event`]): after a segment event or an
+/// out-of-memory error that was recorded, and after the first event of a
+/// device's trace (its memory when recording began).
+extern "C" fn on_event(e: *const TorchEvent) -> u32 {
     if traces::forked_child() {
-        return;
+        return 0;
     }
     let r = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the shim passes a valid event for the call's duration.
         let e = unsafe { &*e };
         let Some(slot) = usize::try_from(e.device).ok().and_then(|d| SLOTS.get(d)) else {
-            return;
+            return 0;
         };
         let kind = u8::try_from(e.kind).ok().and_then(EventKind::from_code);
         let obs = slot.observer.load(Ordering::Acquire);
@@ -210,19 +239,21 @@ extern "C" fn on_event(e: *const TorchEvent) {
             if let Some(kind) = kind {
                 // SAFETY: observers are never freed (see the module docs).
                 unsafe { &*obs }.record(observed(e, kind), context(e, kind));
+                return samples_device_memory(kind) as u32;
             }
-            return;
+            return 0;
         }
-        route_slowly(slot, e.device as u32, e, kind);
+        route_slowly(slot, e.device as u32, e, kind) as u32
     }));
-    if r.is_err() {
+    r.unwrap_or_else(|_| {
         report("internal error (panic) recording an allocator event");
-    }
+        0
+    })
 }
 
 /// The autograd node's name, for allocations.
 fn context(e: &TorchEvent, kind: EventKind) -> Option<&str> {
-    if kind != EventKind::Alloc || e.context.is_null() {
+    if !matches!(kind, EventKind::Alloc | EventKind::Oom) || e.context.is_null() {
         return None;
     }
     // SAFETY: the shim passes NULL or a NUL-terminated name valid during the
@@ -231,21 +262,25 @@ fn context(e: &TorchEvent, kind: EventKind) -> Option<&str> {
 }
 
 /// An event for a device without an observer: the marker, an event that is
-/// part of the state to come, or the first event of a device.
+/// part of the state to come, or the first event of a device. Returns
+/// whether the device's memory should be sampled now (a recorded event
+/// that samples it, or the first event of the device's trace).
 #[cold]
-fn route_slowly(slot: &Slot, device: u32, e: &TorchEvent, kind: Option<EventKind>) {
+fn route_slowly(slot: &Slot, device: u32, e: &TorchEvent, kind: Option<EventKind>) -> bool {
     let mut route = slot.route();
     match (*route, kind) {
-        (Route::Idle, _) => {}
+        (Route::Idle, _) => false,
         (Route::AwaitingMarker, _) => {
             if e.kind == KIND_SNAPSHOT {
                 *route = Route::Live { state_known: false };
             }
+            false
         }
-        (Route::Live { .. }, None) => {}
+        (Route::Live { .. }, None) => false,
         (Route::Live { state_known }, Some(kind)) => {
             // Another thread may have created it while this one waited.
             let mut obs = slot.observer.load(Ordering::Acquire);
+            let created = obs.is_null();
             if obs.is_null() {
                 let start = if state_known {
                     StartState::Empty
@@ -260,12 +295,13 @@ fn route_slowly(slot: &Slot, device: u32, e: &TorchEvent, kind: Option<EventKind
                     Err(msg) => {
                         report(&msg);
                         *route = Route::Idle;
-                        return;
+                        return false;
                     }
                 }
             }
             // SAFETY: observers are never freed.
             unsafe { &*obs }.record(observed(e, kind), context(e, kind));
+            created || samples_device_memory(kind)
         }
     }
 }
@@ -297,6 +333,13 @@ fn create(device: u32, start: StartState) -> Result<Arc<Observer>, String> {
     let observer = Observer::create(&path, setup, config.options.clone())
         .map_err(|e| format!("cannot record device {device}: {e}"))?;
     let observer = Arc::new(observer);
+    // A limit set before the device's first event comes first.
+    if let Some((limit, total)) = SLOTS
+        .get(device as usize)
+        .and_then(|slot| lock(&slot.pending_limit).take())
+    {
+        observer.limit(limit, total);
+    }
     lock(&OBSERVERS).push(observer.clone());
     traces::register(observer.clone());
     Ok(observer)
@@ -419,9 +462,14 @@ extern "C" fn on_phase(begin: c_int, name: *const c_char) {
     }
 }
 
-/// Each training iteration is a phase `iter<N>`, from the end of one
-/// optimizer step to the end of the next, numbered from 0 in each recording
-/// (the analyzer groups them as `iter#`, and a peak names its iteration).
+/// Each training iteration is a phase `iter<N>`, numbered from 0 in each
+/// recording as the training loop counts them: `iter0` begins when
+/// recording does if an optimizer exists by then, else when the first one
+/// is made ([`vramtrace_iteration_begin`]); the N-th step of the first
+/// optimizer to step (N from 1) ends `iter<N-1>` and begins `iter<N>`
+/// ([`vramtrace_iteration_end`]); stopping ends the open one. So
+/// `for i in range(n): ...; opt.step()` runs loop index `i` in `iter<i>`.
+/// (The analyzer groups them as `iter#`, and a peak names its iteration.)
 const ITERATION: &str = "iter";
 
 /// The start of the `record_function` name PyTorch gives an optimizer's
@@ -436,24 +484,71 @@ static ITERATION_PENDING: AtomicBool = AtomicBool::new(false);
 /// none is.
 static ITERATION_THREAD: AtomicU32 = AtomicU32::new(u32::MAX);
 
-/// The number of the open iteration.
+/// The number of the open iteration, or of the next to begin while none
+/// is open: the steps counted so far in this recording.
 static ITERATION_NUMBER: AtomicU64 = AtomicU64::new(0);
 
+/// Serializes the iteration calls (the optimizer's thread and the one that
+/// stops may differ).
+static ITERATION_LOCK: Mutex<()> = Mutex::new(());
+
+/// A step ended: the open iteration ends (if one is) and the next begins,
+/// numbered by the steps counted so far (a step with no iteration open, as
+/// when no optimizer was known at its making, begins `iter1` after the
+/// first step: the numbers stay the loop's).
 fn next_iteration() {
+    let _serial = lock(&ITERATION_LOCK);
     let previous = ITERATION_THREAD.swap(thread_id(), Ordering::Relaxed);
-    let number = if previous == u32::MAX {
-        0
-    } else {
-        let n = ITERATION_NUMBER.load(Ordering::Relaxed);
+    let n = ITERATION_NUMBER.load(Ordering::Relaxed);
+    if previous != u32::MAX {
         traces::end_phase_of(previous, &format!("{ITERATION}{n}"));
-        n + 1
-    };
-    ITERATION_NUMBER.store(number, Ordering::Relaxed);
-    traces::begin_phase(format!("{ITERATION}{number}"));
+    }
+    ITERATION_NUMBER.store(n + 1, Ordering::Relaxed);
+    traces::begin_phase(format!("{ITERATION}{}", n + 1));
+}
+
+/// Begins the first iteration, `iter0`, on the calling thread, if none has
+/// begun in this recording. Returns whether it began one.
+fn begin_first_iteration() -> bool {
+    let _serial = lock(&ITERATION_LOCK);
+    if ITERATION_THREAD.load(Ordering::Relaxed) != u32::MAX
+        || ITERATION_NUMBER.load(Ordering::Relaxed) != 0
+        || session().is_none()
+    {
+        return false;
+    }
+    ITERATION_THREAD.store(thread_id(), Ordering::Relaxed);
+    traces::begin_phase(format!("{ITERATION}0"));
+    true
+}
+
+/// Ends the open iteration (at stop) and forgets the count.
+fn reset_iterations() {
+    let _serial = lock(&ITERATION_LOCK);
+    ITERATION_PENDING.store(false, Ordering::Relaxed);
+    let iterating = ITERATION_THREAD.swap(u32::MAX, Ordering::Relaxed);
+    if iterating != u32::MAX {
+        let n = ITERATION_NUMBER.load(Ordering::Relaxed);
+        traces::end_phase_of(iterating, &format!("{ITERATION}{n}"));
+    }
+    ITERATION_NUMBER.store(0, Ordering::Relaxed);
+}
+
+/// The training loop's first iteration begins now (the Python package
+/// calls it when recording begins while an optimizer exists, or when the
+/// first optimizer is made): `iter0` begins on the calling thread, unless
+/// an iteration has begun already in this recording or none is in
+/// progress. Returns 1 if it began, else 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_iteration_begin() -> c_int {
+    catch_unwind(begin_first_iteration).unwrap_or_else(|_| {
+        report("internal error (panic) in vramtrace_iteration_begin");
+        false
+    }) as c_int
 }
 
 /// An optimizer step of the training loop ended (called from torch's
-/// global optimizer-step hook): the current `iter` phase ends and the next
+/// global optimizer-step hook): the open `iter` phase ends and the next
 /// begins. With `deferred`, that happens when the step's `record_function`
 /// range ends, which encloses the hook (so that the phases nest); else now.
 #[unsafe(no_mangle)]
@@ -598,7 +693,9 @@ pub unsafe extern "C" fn vramtrace_observe_start(config: *const c_char) -> c_int
                 snapshot: BTreeMap::new(),
             });
         }
+        reset_iterations();
         for slot in &SLOTS {
+            *lock(&slot.pending_limit) = None;
             *slot.route() = if request.pending_state {
                 Route::AwaitingMarker
             } else {
@@ -626,15 +723,11 @@ pub unsafe extern "C" fn vramtrace_observe_start(config: *const c_char) -> c_int
 #[unsafe(no_mangle)]
 pub extern "C" fn vramtrace_observe_stop() -> c_int {
     let r = catch_unwind(AssertUnwindSafe(|| {
-        ITERATION_PENDING.store(false, Ordering::Relaxed);
-        let iterating = ITERATION_THREAD.swap(u32::MAX, Ordering::Relaxed);
-        if iterating != u32::MAX {
-            let n = ITERATION_NUMBER.load(Ordering::Relaxed);
-            traces::end_phase_of(iterating, &format!("{ITERATION}{n}"));
-        }
+        reset_iterations();
         let mut stopped: Vec<*const Observer> = Vec::new();
         for slot in &SLOTS {
             *slot.route() = Route::Idle;
+            *lock(&slot.pending_limit) = None;
             let obs = slot.observer.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !obs.is_null() {
                 stopped.push(obs);
@@ -689,6 +782,101 @@ pub extern "C" fn vramtrace_observe_empty_cache() {
             }
         }
     }
+}
+
+/// The observer of `device`, if it is being recorded.
+fn observer_of(device: c_int) -> Option<&'static Observer> {
+    let slot = usize::try_from(device).ok().and_then(|d| SLOTS.get(d))?;
+    let obs = slot.observer.load(Ordering::Acquire);
+    // SAFETY: observers are never freed (see the module docs).
+    (!obs.is_null()).then(|| unsafe { &*obs })
+}
+
+/// Records `device`'s free and total memory as the driver reports them
+/// now (`cudaMemGetInfo`; a `device_memory` event, format 1.3), in order
+/// with the device's allocator events: the shim calls it (through the
+/// sink) right after an event the library asked a sample for, under
+/// PyTorch's allocator lock; the Python package at the start (devices that
+/// already hold memory) and before the stop. Returns 1 if recorded, 0 when
+/// the device is not being recorded (no recording, or no event of the
+/// device yet), -1 for values that cannot be (free above total, a total of
+/// 0).
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_observe_device_memory(device: c_int, free: u64, total: u64) -> c_int {
+    if traces::forked_child() {
+        return 0;
+    }
+    if total == 0 || free > total {
+        return -1;
+    }
+    let r = catch_unwind(|| match observer_of(device) {
+        Some(obs) => obs.device_memory(free, total) as c_int,
+        None => 0,
+    });
+    r.unwrap_or_else(|_| {
+        report("internal error (panic) in vramtrace_observe_device_memory");
+        -1
+    })
+}
+
+/// Records the most PyTorch's allocator may reserve on `device` from now
+/// on (`torch.cuda.set_per_process_memory_fraction`, or the limit in force
+/// when recording began; a `limit` event, format 1.3): `limit` bytes of
+/// the device's `total` (`limit == total`: no cap). For a device with no
+/// event yet, the limit is kept and recorded first in its trace, when its
+/// first event comes (a later limit replaces it). Returns 1 if recorded, 0
+/// if kept for the device's first event, -1 when not recording or the
+/// values cannot be (a device index out of range, a limit above the total,
+/// a total of 0).
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_observe_limit(device: c_int, limit: u64, total: u64) -> c_int {
+    if traces::forked_child() {
+        return 0;
+    }
+    let r = catch_unwind(|| {
+        let Some(slot) = usize::try_from(device).ok().and_then(|d| SLOTS.get(d)) else {
+            return -1;
+        };
+        if total == 0 || limit > total || session().is_none() {
+            return -1;
+        }
+        // Under the route's lock, so that an observer made meanwhile takes
+        // the pending limit or this call sees it.
+        let _route = slot.route();
+        if let Some(obs) = observer_of(device) {
+            return obs.limit(limit, total) as c_int;
+        }
+        *lock(&slot.pending_limit) = Some((limit, total));
+        0
+    });
+    r.unwrap_or_else(|_| {
+        report("internal error (panic) in vramtrace_observe_limit");
+        -1
+    })
+}
+
+/// Writes the indices of the devices being recorded (those with a trace),
+/// in order, to `out` (at most `len`) and returns how many there are (which
+/// may exceed `len`); -1 for a NULL `out` with a non-zero `len`.
+///
+/// # Safety
+/// `out` is NULL or points to `len` writable `int`s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_observe_devices(out: *mut c_int, len: usize) -> c_int {
+    if out.is_null() && len != 0 {
+        return -1;
+    }
+    let mut n = 0usize;
+    for (device, slot) in SLOTS.iter().enumerate() {
+        if !slot.observer.load(Ordering::Acquire).is_null() {
+            if n < len {
+                // SAFETY: the caller's contract: `len` writable values.
+                unsafe { *out.add(n) = device as c_int };
+            }
+            n += 1;
+        }
+    }
+    n as c_int
 }
 
 /// Says what the live blocks at `addrs` on `device` hold, for their whole
@@ -1006,6 +1194,119 @@ mod tests {
             })
             .collect();
         assert_eq!(tags, [(0x10_0000, 2, 0), (0x10_0400, 2, 3)]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    /// Format 1.3 in observer mode: a limit set before a device's first
+    /// event is recorded first in its trace; the library asks the shim for
+    /// a device-memory sample after the first event, each segment event and
+    /// each OOM (not after block events), and records it next; samples and
+    /// limits of devices not recorded, or with impossible values, are
+    /// refused; iterations count as the loop does.
+    #[test]
+    fn limits_samples_and_iterations() {
+        let _globals = crate::tests::GLOBALS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("vt-observe-28-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pattern = dir.join("t-%d.vtrace");
+        assert_eq!(vramtrace_observe_limit(1, 10, 100), -1, "not recording");
+        assert_eq!(vramtrace_iteration_begin(), 0, "not recording");
+        let config = format!("out={}\nstacks=none\nstate=empty\n", pattern.display());
+        let config = std::ffi::CString::new(config).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { vramtrace_observe_start(config.as_ptr()) }, 0);
+        assert_eq!(vramtrace_observe_limit(1, 30 << 30, 80 << 30), 0, "kept");
+        assert_eq!(
+            vramtrace_observe_limit(1, 20 << 30, 80 << 30),
+            0,
+            "replaced"
+        );
+        assert_eq!(vramtrace_observe_limit(1, 90 << 30, 80 << 30), -1);
+        assert_eq!(vramtrace_observe_limit(-1, 1, 2), -1);
+        assert_eq!(vramtrace_observe_limit(MAX_DEVICES as c_int, 1, 2), -1);
+        assert_eq!(vramtrace_observe_device_memory(1, 5, 10), 0, "no trace yet");
+        assert_eq!(vramtrace_iteration_begin(), 1);
+        assert_eq!(vramtrace_iteration_begin(), 0, "began already");
+        let ev = |kind: EventKind, addr, size| TorchEvent {
+            kind: kind.code() as u32,
+            device: 1,
+            addr,
+            size,
+            stream: 0,
+            counter: 0,
+            context: std::ptr::null(),
+        };
+        use EventKind::*;
+        // The first event (a device's first: sampled even for a block).
+        assert_eq!(on_event(&ev(Alloc, 0x10_0000, 512)), 1);
+        assert_eq!(
+            SINK.device_memory as *const () as usize,
+            vramtrace_observe_device_memory as *const () as usize
+        );
+        assert_eq!(vramtrace_observe_device_memory(1, 70 << 30, 80 << 30), 1);
+        assert_eq!(on_event(&ev(Alloc, 0x10_0200, 512)), 0);
+        assert_eq!(on_event(&ev(SegmentAlloc, 0x20_0000, 20 << 20)), 1);
+        assert_eq!(vramtrace_observe_device_memory(1, 69 << 30, 80 << 30), 1);
+        assert_eq!(vramtrace_observe_device_memory(1, 81 << 30, 80 << 30), -1);
+        assert_eq!(vramtrace_observe_device_memory(1, 0, 0), -1);
+        vramtrace_iteration_end(0); // step 1: iter0 ends, iter1 begins
+        assert_eq!(on_event(&ev(Oom, 1 << 30, 40 << 30)), 1);
+        assert_eq!(on_event(&ev(FreeRequested, 0x10_0000, 512)), 0);
+        assert_eq!(on_event(&ev(SegmentFree, 0x20_0000, 20 << 20)), 1);
+        assert_eq!(vramtrace_observe_limit(1, 80 << 30, 80 << 30), 1, "now");
+        let mut devices = [0 as c_int; 4];
+        // SAFETY: a writable local array of its length, then none.
+        unsafe {
+            assert_eq!(vramtrace_observe_devices(devices.as_mut_ptr(), 4), 1);
+            assert_eq!(vramtrace_observe_devices(std::ptr::null_mut(), 0), 1);
+            assert_eq!(vramtrace_observe_devices(std::ptr::null_mut(), 4), -1);
+        }
+        assert_eq!(devices[0], 1);
+        assert_eq!(vramtrace_observe_stop(), 0);
+        assert_eq!(vramtrace_observe_device_memory(1, 5, 10), 0, "stopped");
+
+        let bytes = std::fs::read(dir.join("t-1.vtrace")).unwrap();
+        let mut r = recorder::format::TraceReader::new(&bytes[..]).unwrap();
+        let events: Vec<_> = r.events().collect::<Result<_, _>>().unwrap();
+        let symbols = r.symbols().clone();
+        let shown: Vec<String> = events
+            .iter()
+            .map(|e| match e.data {
+                recorder::format::EventData::Limit(l) => {
+                    format!("limit {} of {}", l.limit_bytes >> 30, l.total_bytes >> 30)
+                }
+                recorder::format::EventData::DeviceMemory(m) => {
+                    format!("memory {} of {}", m.free_bytes >> 30, m.total_bytes >> 30)
+                }
+                recorder::format::EventData::PhaseBegin { name, .. } => {
+                    format!("begin {}", symbols.string_or_unknown(name))
+                }
+                recorder::format::EventData::PhaseEnd { name, .. } => {
+                    format!("end {}", symbols.string_or_unknown(name))
+                }
+                _ => e.kind().name().to_string(),
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "limit 20 of 80",
+                "begin iter0",
+                "alloc",
+                "memory 70 of 80",
+                "alloc",
+                "segment_alloc",
+                "memory 69 of 80",
+                "end iter0",
+                "begin iter1",
+                "oom",
+                "free_requested",
+                "segment_free",
+                "limit 80 of 80",
+                "end iter1",
+            ]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

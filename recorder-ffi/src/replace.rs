@@ -46,6 +46,15 @@ unsafe extern "C-unwind" {
 static SLOTS: [OnceLock<Result<Arc<Rec>, String>>; MAX_DEVICES] =
     [const { OnceLock::new() }; MAX_DEVICES];
 
+/// No fraction pending ([`PENDING_FRACTION`]): not the bits of any fraction
+/// in [0, 1].
+const NO_FRACTION: u64 = u64::MAX;
+
+/// The memory fraction set for a device before its recorder exists, as
+/// `f64` bits, applied when it is created.
+static PENDING_FRACTION: [AtomicU64; MAX_DEVICES] =
+    [const { AtomicU64::new(NO_FRACTION) }; MAX_DEVICES];
+
 /// The first device index that got a recorder, -1 before.
 static FIRST_DEVICE: AtomicI64 = AtomicI64::new(-1);
 
@@ -85,8 +94,15 @@ fn create(device: u32) -> Result<Arc<Rec>, String> {
     options
         .metadata
         .insert("granularity".into(), dev.granularity().to_string());
-    let allocator = CachingAllocator::new(dev, config);
+    let mut allocator = CachingAllocator::new(dev, config);
+    // The card's memory after each segment event and out-of-memory error.
+    allocator.set_device_memory_samples(true);
     let rec = Recorder::create(&path, allocator, options).map_err(|e| e.to_string())?;
+    // A limit set before the device's first allocation applies from it.
+    let pending = PENDING_FRACTION[device as usize].swap(NO_FRACTION, Ordering::AcqRel);
+    if pending != NO_FRACTION {
+        rec.set_memory_fraction(f64::from_bits(pending));
+    }
     let rec = Arc::new(rec);
     traces::register(rec.clone());
     Ok(rec)
@@ -257,6 +273,48 @@ pub extern "C" fn vramtrace_free(
         Ok(Ok(())) => {}
         Ok(Err(e)) => report(&format!("free on device {device}: {e}")),
         Err(_) => report("internal error (panic) in vramtrace_free"),
+    }
+}
+
+/// Limits what the allocator of `device` may reserve to `fraction` of the
+/// device's memory and records the limit (a `limit` event, format 1.3):
+/// PyTorch's pluggable-allocator `set_memory_fraction` hook, which
+/// `torch.cuda.set_per_process_memory_fraction(fraction, device)` calls
+/// (`vramtrace.install(mode="replace")` sets it). Before the device's first
+/// allocation, the fraction is kept and applied when its recorder is made.
+/// A fraction outside [0, 1] (PyTorch refuses those before the call) or a
+/// device index out of range changes nothing, with a message.
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_set_memory_fraction(fraction: f64, device: c_int) {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let Some(index) = usize::try_from(device).ok().filter(|&d| d < MAX_DEVICES) else {
+            return Err(format!("device index {device} out of range"));
+        };
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(format!("invalid memory fraction {fraction}"));
+        }
+        match SLOTS[index].get() {
+            Some(Ok(rec)) => {
+                rec.set_memory_fraction(fraction);
+            }
+            Some(Err(_)) => {}
+            None => {
+                PENDING_FRACTION[index].store(fraction.to_bits(), Ordering::Release);
+                // A recorder made meanwhile may have missed it.
+                if let Some(Ok(rec)) = SLOTS[index].get() {
+                    let pending = PENDING_FRACTION[index].swap(NO_FRACTION, Ordering::AcqRel);
+                    if pending != NO_FRACTION {
+                        rec.set_memory_fraction(f64::from_bits(pending));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }));
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => report(&format!("set_memory_fraction ignored: {e}")),
+        Err(_) => report("internal error (panic) in vramtrace_set_memory_fraction"),
     }
 }
 

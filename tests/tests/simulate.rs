@@ -309,3 +309,45 @@ fn a_negative_size_is_told_apart_from_an_unknown_flag() {
         );
     }
 }
+
+#[test]
+fn every_fix_offered_for_the_recorded_oom_removes_it_when_applied() {
+    // Without a device, the fixes are tried where the recorded run failed,
+    // on its recorded 1 GiB.
+    let v = simulate_json(&[&path("oom.vtrace")]);
+    let f = &v["fixes"];
+    assert_eq!(f["limit_bytes"], 1u64 << 30, "{f:#}");
+    let passed = f["passed"].as_array().unwrap();
+    assert!(!passed.is_empty(), "{f:#}");
+    assert!(passed.iter().all(|x| x["passed"] == true));
+    // An allocator setting offered is one that, simulated on its own on the
+    // same device, runs without an OOM.
+    for fix in passed.iter().filter(|x| x["kind"] == "allocator_setting") {
+        let conf = fix["change"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("PYTORCH_CUDA_ALLOC_CONF=")
+            .unwrap();
+        let alone = simulate_json(&[
+            &path("oom.vtrace"),
+            "--capacity",
+            "1GiB",
+            "--reserve",
+            "0B",
+            "--alloc-conf",
+            conf,
+        ]);
+        assert_eq!(alone["policies"][0]["ooms"], 0, "{conf}: {alone:#}");
+    }
+    // Tried and failed fixes are kept apart, and the text names them.
+    let text = vramtrace(&["simulate", &path("oom.vtrace")])
+        .success()
+        .stdout;
+    assert!(
+        text.contains("fixes tried for the out-of-memory error"),
+        "{text}"
+    );
+    assert!(text.contains("tried, still out of memory:"), "{text}");
+    // A run that fits has none.
+    assert!(simulate_json(&[&path("clean.vtrace")])["fixes"].is_null());
+}

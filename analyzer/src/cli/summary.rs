@@ -13,6 +13,14 @@ use vramtrace::print;
 
 /// Arguments of `vramtrace summary`.
 #[derive(clap::Args)]
+#[command(
+    after_help = "Iterations (phases iter0, iter1, ... of traces recorded from PyTorch, \
+    grouped as iter#) count as the training loop does: iter0 begins when recording begins \
+    if an optimizer exists by then, else when the first optimizer is made; the N-th step \
+    of the first optimizer to step ends iter<N-1> and begins iter<N>; the last ends at the \
+    stop. So loop index i of `for i in range(n): ...; opt.step()` is iter<i>, and a \
+    program without an optimizer gets no iteration."
+)]
 pub struct Args {
     #[command(flatten)]
     common: CommonArgs,

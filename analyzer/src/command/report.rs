@@ -19,10 +19,12 @@ use crate::analysis::summary::{Summary, SummaryReport};
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
 use crate::input::Input;
 use crate::progress::Progress;
+use crate::simulate::fixes::FixesTried;
 use crate::simulate::what_if::{WhatIf, what_if};
-use crate::simulate::{RequestExtractor, Reserve};
+use crate::simulate::{RequestExtractor, RequestList, Reserve, SimOptions};
 use serde::Serialize;
 use vramtrace_format::{EventSource, Header};
+use vramtrace_recorder::allocator::AllocatorConfig;
 
 /// Buckets of the fragmentation chart: about one per two pixels.
 pub const CHART_BUCKETS: usize = 400;
@@ -87,6 +89,9 @@ pub struct ReportResult {
     pub what_if: Option<WhatIf>,
     /// Why there is no what-if section, when one was asked for.
     pub what_if_left_out: Option<String>,
+    /// Where the recorded run ran out of memory: the fixes tried, each
+    /// replayed under the recorded limit (not for a window).
+    pub fixes: Option<FixesTried>,
     /// The comparison with the baseline, when there is one.
     pub comparison: Option<Comparison>,
     /// The baseline's memory over time, for the comparison's chart.
@@ -133,7 +138,12 @@ pub fn report(
     // What-if runs the whole trace's requests: not for a window. The
     // request extractor needs the recorded device's size before the pass:
     // a stream's header comes first, and a stream dropped early is no error.
-    let header_devices = input.events()?.header().devices.clone();
+    let header = input.events()?.header().clone();
+    let header_devices = header.devices.clone();
+    let recorded_config =
+        vramtrace_recorder::allocator::AllocatorConfig::from_settings(&header.allocator_settings)
+            .ok()
+            .map(|(config, _)| config);
     let what_if_runs = options.what_if && replay.window().is_all();
     let make = |device: u32| {
         let recorded_capacity = crate::simulate::device_capacity(&header_devices, device);
@@ -162,6 +172,9 @@ pub fn report(
                 extractor: RequestExtractor::new(recorded_capacity),
                 events: 0,
                 over: false,
+                fixes_under: recorded_config.clone().zip(recorded_capacity),
+                list: None,
+                fixes: None,
             }),
             baseline.is_some().then(SiteTotals::new),
             baseline.is_some().then(PhaseTotals::new),
@@ -233,36 +246,39 @@ pub fn report(
     } else {
         None
     };
+    let (list, fixes) = match requests.filter(|r| !r.over) {
+        Some(mut r) => {
+            let fixes = r.fixes.take();
+            (Some(replay.result(r.into_list())?), fixes)
+        }
+        None => (None, None),
+    };
     let mut summary = super::summary::of_window(replay.result(summary.into_report())?, &pass);
     let limit_warnings = summary.limit_warnings.clone();
     // The reserve the recording measured (the most memory outside the
     // allocator at any device-memory sample), unless one is stated.
     let measured_reserve = summary.outside_allocator.map(|o| o.max_bytes);
-    let what_if = requests
-        .filter(|r| !r.over)
-        .map(|r| replay.result(r.extractor.into_list()))
-        .transpose()?
-        .map(|list| {
-            let recorded = vramtrace_recorder::allocator::AllocatorConfig::from_settings(
-                &pass.header.allocator_settings,
-            );
-            let (config, recorded_settings) = match recorded {
-                Ok((config, _)) => (config, true),
-                Err(_) => (Default::default(), false),
-            };
-            let reserve = Reserve::stated_measured_or_estimated(
-                options.reserve,
-                measured_reserve,
-                pass.shows_nccl,
-            );
-            what_if(
-                &list,
-                &config,
-                recorded_settings,
-                recorded_capacity,
-                reserve,
-            )
-        });
+    let what_if = list.map(|list| {
+        let recorded = vramtrace_recorder::allocator::AllocatorConfig::from_settings(
+            &pass.header.allocator_settings,
+        );
+        let (config, recorded_settings) = match recorded {
+            Ok((config, _)) => (config, true),
+            Err(_) => (Default::default(), false),
+        };
+        let reserve = Reserve::stated_measured_or_estimated(
+            options.reserve,
+            measured_reserve,
+            pass.shows_nccl,
+        );
+        what_if(
+            &list,
+            &config,
+            recorded_settings,
+            recorded_capacity,
+            reserve,
+        )
+    });
     let leaks = replay.result(leaks.into_report())?;
     let (comparison, base_timeline, baseline_warnings) = match (base, site_totals, phase_totals) {
         (Some(base), Some(site_totals), Some(phase_totals)) => {
@@ -309,6 +325,7 @@ pub fn report(
         default_axis: super::default_axis(input),
         what_if,
         what_if_left_out,
+        fixes,
         comparison,
         base_timeline,
         warnings: (pass.warnings.into_iter())
@@ -319,11 +336,24 @@ pub fn report(
 }
 
 /// The request extractor, given up (its requests dropped) past
-/// [`WHAT_IF_MAX_EVENTS`].
+/// [`WHAT_IF_MAX_EVENTS`]. At the pass's end, where the recorded run ran out
+/// of memory, it tries the fixes (the pass's state names their sites).
 struct BoundedRequests {
     extractor: RequestExtractor,
     events: u64,
     over: bool,
+    /// The recorded settings and device memory, when both are known.
+    fixes_under: Option<(AllocatorConfig, u64)>,
+    list: Option<RequestList>,
+    fixes: Option<FixesTried>,
+}
+
+impl BoundedRequests {
+    fn into_list(self) -> Result<RequestList, crate::analysis::AnalysisError> {
+        self.list.ok_or(crate::analysis::AnalysisError::NoResult(
+            "request extraction",
+        ))
+    }
 }
 
 impl Analysis for BoundedRequests {
@@ -357,6 +387,19 @@ impl Analysis for BoundedRequests {
         if self.over {
             return Ok(());
         }
-        self.extractor.finish(state, symbols)
+        self.extractor.finish(state, symbols)?;
+        let list = std::mem::take(&mut self.extractor).into_list()?;
+        if let Some((config, capacity)) =
+            self.fixes_under.as_ref().filter(|_| list.recorded_ooms > 0)
+        {
+            let options = SimOptions {
+                capacity: Some(*capacity),
+                ..SimOptions::default()
+            };
+            self.fixes =
+                crate::simulate::fixes::for_first_oom(&list, config, &options, state, symbols);
+        }
+        self.list = Some(list);
+        Ok(())
     }
 }

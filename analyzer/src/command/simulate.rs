@@ -9,6 +9,7 @@ use crate::analysis::limits::Limit;
 use crate::input::EventStream;
 use crate::input::Input;
 use crate::progress::Progress;
+use crate::simulate::fixes::{FixTarget, FixesTried};
 use crate::simulate::gpus::{self, GpuPreset};
 use crate::simulate::{
     self, Extracted, Fidelity, Reserve, Scenario, ScenarioResult, SimOptions, SimulateError,
@@ -179,6 +180,9 @@ pub struct SimulateResult {
     /// How exactly the recorded settings reproduce the recording, when they
     /// can be read.
     pub fidelity: Option<Fidelity>,
+    /// Where the first policy runs out of memory: the fixes tried, each
+    /// replayed, those that got past the failure first.
+    pub fixes: Option<FixesTried>,
     /// The first policy's fragmentation at its peak.
     pub fragmentation: f64,
     /// The allocator's recorded limit (or a cap inferred from an OOM), when
@@ -370,6 +374,15 @@ fn simulate_device(
         && results[0].min_capacity.is_none()
         && !results.iter().chain(&others).any(|r| r.result.ooms == 0))
     .then(|| simulate::smallest_capacity(list, &scenarios[0].config, None).bytes + reserve.bytes);
+    let fixes = fixes_for_first_oom(
+        list,
+        &scenarios[0].config,
+        &sim,
+        results[0].result.first_oom.as_ref(),
+        recorded.as_ref(),
+        extracted,
+        symbols,
+    );
     let policies: Vec<PolicyResult> = results
         .into_iter()
         .map(|r| PolicyResult {
@@ -405,6 +418,7 @@ fn simulate_device(
         device: options.device.clone(),
         events: list.events,
         fidelity,
+        fixes,
         fragmentation: first.scenario.result.fragmentation,
         limit: extracted.limits.limit,
         min_capacity_bytes: first.min_capacity_bytes,
@@ -427,6 +441,41 @@ fn simulate_device(
         warnings,
         timing,
     })
+}
+
+/// The fixes tried where the first policy runs out of memory on the device
+/// asked for; without one, where the recorded run ran out of memory, replayed
+/// with its own settings under its own limit.
+fn fixes_for_first_oom(
+    list: &simulate::RequestList,
+    config: &AllocatorConfig,
+    sim: &SimOptions,
+    first_oom: Option<&simulate::OomAt>,
+    recorded: Option<&AllocatorConfig>,
+    extracted: &Extracted,
+    symbols: &vramtrace_format::SymbolTable,
+) -> Option<FixesTried> {
+    if let Some(oom) = first_oom {
+        let target = FixTarget {
+            config,
+            options: sim.clone(),
+            oom,
+        };
+        return Some(simulate::fixes::try_fixes(
+            list,
+            &target,
+            &extracted.state,
+            symbols,
+        ));
+    }
+    if sim.capacity.is_some() || sim.cap.is_some() || list.recorded_ooms == 0 {
+        return None;
+    }
+    let options = SimOptions {
+        capacity: Some(extracted.recorded_capacity?),
+        ..SimOptions::default()
+    };
+    simulate::fixes::for_first_oom(list, recorded?, &options, &extracted.state, symbols)
 }
 
 /// The verdict on the first policy: does it fit, and if not, where and why

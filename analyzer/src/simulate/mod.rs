@@ -9,6 +9,7 @@
 //! dozen decodes. [`fidelity`] checks that the recorded settings reproduce
 //! the recorded device actions. See `docs/simulate.md`.
 
+pub mod fixes;
 pub mod gpus;
 pub mod requests;
 pub mod what_if;
@@ -52,6 +53,11 @@ pub struct SimOptions {
     /// Sample reserved and allocated memory into this many time buckets
     /// (0: none), for charts.
     pub samples: usize,
+    /// The allocator's own limit on what it reserves, in bytes (a
+    /// per-process cap, `set_per_process_memory_fraction`), on a device
+    /// of [`capacity`](Self::capacity): unlike the device's size, it also
+    /// arms `garbage_collection_threshold`, as in PyTorch.
+    pub cap: Option<u64>,
 }
 
 /// Where a simulated run first ran out of memory.
@@ -240,12 +246,69 @@ impl Sampler {
 /// Runs the requests through a caching allocator with `config` on a
 /// simulated device.
 pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptions) -> SimResult {
+    simulate_edited(list, config, options, &mut Unedited)
+}
+
+/// Changes a simulation makes to the recorded program, to try a fix (see
+/// [`fixes`]): requests it adds, allocations it drops or shrinks. The
+/// plain [`simulate`] runs [`Unedited`], whose calls compile away.
+pub(crate) trait Edits {
+    /// What to do before request `i`, if anything.
+    fn before(&self, i: usize) -> Option<&Insert>;
+    /// Whether the allocation `id` is never made (its frees are skipped).
+    fn dropped(&self, id: usize) -> bool;
+    /// The size allocation `id` asks for, given the recorded one.
+    fn size(&self, id: usize, requested: u64) -> u64;
+    /// Request `i` was simulated: whether it ran out of memory, and the
+    /// reserved and allocated bytes after it.
+    fn after(&mut self, i: usize, oom: bool, reserved: u64, allocated: u64);
+}
+
+/// A request a fix adds to the program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Insert {
+    /// `torch.cuda.empty_cache()`.
+    EmptyCache,
+    /// The program frees these allocations (by id) here, not where it did.
+    Free(Vec<u32>),
+}
+
+/// No edits: the recorded program.
+pub(crate) struct Unedited;
+
+impl Edits for Unedited {
+    #[inline(always)]
+    fn before(&self, _: usize) -> Option<&Insert> {
+        None
+    }
+    #[inline(always)]
+    fn dropped(&self, _: usize) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn size(&self, _: usize, requested: u64) -> u64 {
+        requested
+    }
+    #[inline(always)]
+    fn after(&mut self, _: usize, _: bool, _: u64, _: u64) {}
+}
+
+/// [`simulate`] with the program changed by `edits`.
+pub(crate) fn simulate_edited<E: Edits>(
+    list: &RequestList,
+    config: &AllocatorConfig,
+    options: &SimOptions,
+    edits: &mut E,
+) -> SimResult {
     let device = match options.capacity {
         Some(c) => SimulatedDevice::new(c),
         None => SimulatedDevice::unlimited(),
     }
     .with_recorded_addresses(list.recorded_allocations.clone());
     let mut alloc = CachingAllocator::new(device, config.clone());
+    if let Some(cap) = options.cap {
+        alloc.set_reserve_limit(cap);
+    }
     alloc.set_event_log(options.segments);
     let mut sampler = (options.samples > 0).then(|| Sampler::new(list, options.samples));
     let mut addrs = vec![FAILED; list.allocs.len()];
@@ -258,11 +321,30 @@ pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptio
     for (i, req) in list.requests.iter().enumerate() {
         index += req.delta as u64;
         let id = req.id as usize;
+        let ooms_before = r.ooms;
+        match edits.before(i) {
+            None => {}
+            Some(Insert::EmptyCache) => {
+                r.empty_cache_calls += 1;
+                alloc.empty_cache();
+            }
+            Some(Insert::Free(ids)) => {
+                for &freed in ids {
+                    match std::mem::replace(&mut addrs[freed as usize], FAILED) {
+                        FAILED => {}
+                        addr => {
+                            let _ = alloc.free(addr);
+                        }
+                    }
+                }
+            }
+        }
         match req.op {
+            Op::Alloc | Op::FailedAlloc if edits.dropped(id) => {}
             Op::Alloc | Op::FailedAlloc => {
                 let info = &list.allocs[id];
                 let stream = list.streams[req.stream as usize];
-                match alloc.malloc(info.requested, stream) {
+                match alloc.malloc(edits.size(id, info.requested), stream) {
                     Ok(a) if req.op == Op::Alloc => addrs[id] = a.addr,
                     Ok(a) => {
                         r.recorded_ooms_avoided += 1;
@@ -335,6 +417,7 @@ pub fn simulate(list: &RequestList, config: &AllocatorConfig, options: &SimOptio
             };
             peak_reserved = reserved;
         }
+        edits.after(i, r.ooms > ooms_before, reserved, allocated);
         if let Some(s) = sampler.as_mut() {
             s.add(req.time_ns, reserved, allocated);
         }

@@ -172,6 +172,10 @@ pub struct RequestList {
     /// Bursts of segment frees taken for the release-and-retry of a failed
     /// allocation, not for `empty_cache()`.
     pub retry_bursts: u64,
+    /// Where each phase instance ended: the position in
+    /// [`requests`](Self::requests) of the first request after its end, and
+    /// the instance. A fix inserts its `empty_cache()` there.
+    pub phase_ends: Vec<(usize, PhaseId)>,
     /// Events read.
     pub events: u64,
     /// Time of the first event.
@@ -192,6 +196,7 @@ impl RequestList {
             + self.allocs.capacity() * size_of::<AllocInfo>()
             + self.recorded_segments.capacity() * size_of::<SegmentAction>()
             + self.recorded_allocations.capacity() * size_of::<(u64, u64)>()
+            + self.phase_ends.capacity() * size_of::<(usize, PhaseId)>()
     }
 }
 
@@ -444,6 +449,9 @@ impl Analysis for RequestExtractor {
             (EventData::EmptyCache(_), _) => {
                 self.list.explicit_empty_cache += 1;
                 self.push(index, time, Op::EmptyCache, 0, 0);
+            }
+            (_, Applied::PhaseEnd(phase)) => {
+                self.list.phase_ends.push((self.list.requests.len(), phase));
             }
             _ => {}
         }

@@ -55,6 +55,9 @@ def test_threads_phases_nest_apart_and_the_main_threads_are_shown(tmp_path):
             for t in threads:
                 t.start()
             workers_ready.wait()
+        # The optimizer is made: iter0 begins; each step ends one and begins
+        # the next.
+        assert lib.vramtrace_iteration_begin() == 1
         for _ in range(3):
             lib.vramtrace_iteration_end(0)
         iterations_done.set()
@@ -67,13 +70,14 @@ def test_threads_phases_nest_apart_and_the_main_threads_are_shown(tmp_path):
     summary, _ = analyze("summary", out)
     assert summary["inconsistencies"]["total"] == 0
     timeline, _ = analyze("timeline", out)
-    assert [p["name"] for p in timeline["phases"]] == ["setup", "iter0", "iter1", "iter2"]
+    assert [p["name"] for p in timeline["phases"]] == ["setup", "iter0", "iter1", "iter2", "iter3"]
     # Told once, in the summary: each worker began 401 phases.
     others = [t["thread"] for t in summary["hidden_phases"] if t["phases"] == 401]
     assert len(others) == 8, summary["hidden_phases"]
     leaks, _ = analyze("leaks", out)
-    # The main thread's: `setup`, and the three iterations.
-    assert leaks["phase_instances"] == 1 + 3
+    # The main thread's: `setup`, and the four iterations (the last from the
+    # third step to the stop).
+    assert leaks["phase_instances"] == 1 + 4
     for thread in others:
         summary, _ = analyze("summary", out, "--phase-thread", str(thread))
         assert summary["inconsistencies"]["total"] == 0
@@ -95,6 +99,7 @@ def test_an_iteration_ends_with_the_optimizer_steps_range(tmp_path):
     try:
         event = torch_sink.TorchEvent(torch_sink.SEGMENT_ALLOC, 0, 1 << 40, 1 << 30, 0, 0, None)
         sink.event(ctypes.byref(event))
+        assert lib.vramtrace_iteration_begin() == 1
         for _ in range(3):
             phase(1, b"Optimizer.step#AdamW.step")
             lib.vramtrace_iteration_end(1)
@@ -105,8 +110,11 @@ def test_an_iteration_ends_with_the_optimizer_steps_range(tmp_path):
         assert lib.vramtrace_observe_stop() == 0
     timeline, _ = analyze("timeline", out)
     names = [(p["name"], p["depth"]) for p in timeline["phases"]]
-    step, zero = ("Optimizer.step#AdamW.step", 0), ("Optimizer.zero_grad#AdamW.zero_grad", 1)
-    assert names == [step, ("iter0", 0), zero, ("Optimizer.step#AdamW.step", 1),
-                     ("iter1", 0), zero, ("Optimizer.step#AdamW.step", 1), ("iter2", 0), zero], names
+    zero = ("Optimizer.zero_grad#AdamW.zero_grad", 1)
+    step = ("Optimizer.step#AdamW.step", 1)
+    # Loop index i runs in iter<i>: the step that ends it runs inside it.
+    assert names == [("iter0", 0), step, ("iter1", 0), zero, step, ("iter2", 0), zero, step,
+                     ("iter3", 0), zero], names
     leaks, _ = analyze("leaks", out)
-    assert any(p["phase"] == "iter#" and p["repetitions"] == 3 for p in leaks["repeated_phases"])
+    assert any(p["phase"] == "iter#" and p["repetitions"] == 4 for p in leaks["repeated_phases"]), \
+        leaks["repeated_phases"]

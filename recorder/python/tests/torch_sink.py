@@ -1,11 +1,12 @@
 """The C structures through which the shim feeds the library in observer
-mode (`recorder-ffi/src/observe.rs`, `SINK_ABI` 3): tests feed the library
+mode (`recorder-ffi/src/observe.rs`, `SINK_ABI` 4): tests feed the library
 events the way the shim would, without a GPU or PyTorch.
 """
 
 import ctypes
 
-ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC = 0, 1, 2, 3
+ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE = 0, 1, 2, 3, 4
+OOM = 7
 
 
 class TorchEvent(ctypes.Structure):
@@ -15,14 +16,17 @@ class TorchEvent(ctypes.Structure):
                 ("context", ctypes.c_char_p)]
 
 
-EVENT = ctypes.CFUNCTYPE(None, ctypes.POINTER(TorchEvent))
+# Returns 1 when the library wants the device's memory sampled next.
+EVENT = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.POINTER(TorchEvent))
 TAG = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
                        ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t)
+DEVICE_MEMORY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64)
 
 
 class Sink(ctypes.Structure):
     _fields_ = [("abi", ctypes.c_uint32), ("event", EVENT), ("segment", ctypes.c_void_p),
-                ("snapshot_done", ctypes.c_void_p), ("phase", ctypes.c_void_p), ("tag", TAG)]
+                ("snapshot_done", ctypes.c_void_p), ("phase", ctypes.c_void_p), ("tag", TAG),
+                ("device_memory", DEVICE_MEMORY)]
 
 
 def sink(lib: ctypes.CDLL) -> Sink:

@@ -56,6 +56,7 @@ _SIGNATURES = {
     "vramtrace_memory_stats": ([ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
     "vramtrace_tag": ([ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t],
                       ctypes.c_int),
+    "vramtrace_set_memory_fraction": ([ctypes.c_double, ctypes.c_int], None),
     # observe.rs
     "vramtrace_torch_sink": ([], ctypes.c_void_p),
     "vramtrace_observe_start": ([ctypes.c_char_p], ctypes.c_int),
@@ -65,6 +66,14 @@ _SIGNATURES = {
     "vramtrace_observe_python_stack": ([ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
     "vramtrace_observe_hide": ([ctypes.c_char_p], None),
     "vramtrace_iteration_end": ([ctypes.c_int], None),
+    "vramtrace_iteration_begin": ([], ctypes.c_int),
+    # device, free bytes, total bytes (format 1.3)
+    "vramtrace_observe_device_memory": ([ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64],
+                                        ctypes.c_int),
+    # device, limit bytes, total bytes (format 1.3)
+    "vramtrace_observe_limit": ([ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64], ctypes.c_int),
+    # int* out, length: the devices being recorded
+    "vramtrace_observe_devices": ([ctypes.c_void_p, ctypes.c_size_t], ctypes.c_int),
     # addresses (uint64_t*), category codes (uint8_t*), count
     "vramtrace_observe_tag": ([ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t],
                               ctypes.c_int),

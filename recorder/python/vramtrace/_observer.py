@@ -9,18 +9,25 @@ about PyTorch changes: its allocator, statistics, CUDA graphs and
 
 Recording starts when CUDA is initialized (or at once, if it is already:
 then the allocator's snapshot gives the memory already in use), and records
-phases from ``record_function`` ranges, an ``iterN`` phase per optimizer step,
-and, for allocations of the autograd engine's threads, the backward node
-that made them.
+phases from ``record_function`` ranges, an ``iterN`` phase per iteration of
+the training loop (``iter0`` from the start, or from the first optimizer's
+making, to the first step; ``iterN`` from step N to step N+1), and, for
+allocations of the autograd engine's threads, the backward node that made
+them. It also records the allocator's limit
+(``set_per_process_memory_fraction``, and the one in force at the start) and
+the card's memory as the driver reports it (at the start, after each segment
+event and out-of-memory error, and at the stop).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import os
 import sys
 import threading
+import warnings
 import weakref
 from pathlib import Path
 from typing import Optional
@@ -34,6 +41,7 @@ _lock = threading.RLock()
 _active = False
 _pending_start: Optional[dict] = None
 _hooks_installed = False
+_optimizer_init_wrapped = False
 _step_hook = None
 _first_optimizer: Optional[weakref.ref] = None
 # What the step hook does in the recording in progress.
@@ -121,6 +129,86 @@ def python_frames_usable(lib) -> tuple:
     return _python_frames
 
 
+def memory_limit(torch, fraction: float, device: int) -> tuple:
+    """What PyTorch's allocator enforces on ``device`` once
+    ``set_per_process_memory_fraction(fraction)`` succeeded: ``(limit, total)``
+    in bytes, ``limit == total`` for no cap. PyTorch computes
+    ``static_cast<size_t>(fraction * total)`` from the device's total memory
+    (``cudaDeviceProp::totalGlobalMem``), and sets no cap for a fraction of 1."""
+    total = int(torch.cuda.get_device_properties(device).total_memory)
+    fraction = float(fraction)
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"invalid fraction {fraction}")
+    if fraction >= 1.0:
+        return total, total
+    # Python's float product is the C++ double product; int() truncates as
+    # the cast does.
+    return int(fraction * float(total)), total
+
+
+def _device_index(torch, device) -> int:
+    """``device`` as ``set_per_process_memory_fraction`` resolves it."""
+    if device is None:
+        return int(torch.cuda.current_device())
+    try:
+        from torch.cuda._utils import _get_device_index
+    except ImportError:  # pragma: no cover - every torch 2.x has it
+        return int(device.index if hasattr(device, "index") else device)
+    return int(_get_device_index(device))
+
+
+def _record_start_limits(torch, lib) -> None:
+    """The limit in force on each device as recording begins, where there is
+    one (a fraction below 1): from ``get_per_process_memory_fraction`` (torch
+    2.9 and later), which also reflects a limit set through the allocator's
+    settings. An older torch cannot say, and nothing is recorded."""
+    get = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if get is None:
+        return
+    for device in range(torch.cuda.device_count()):
+        try:
+            fraction = float(get(device))
+            if not 0.0 <= fraction < 1.0:
+                continue
+            total = int(torch.cuda.get_device_properties(device).total_memory)
+            # PyTorch returns limit / total: the product rounds back to the
+            # whole number of bytes it holds.
+            limit = int(round(fraction * total))
+            lib.vramtrace_observe_limit(device, min(limit, total), total)
+        except Exception as e:  # noqa: BLE001 - recording goes on without it
+            message(f"the memory limit of device {device} could not be read: {e}")
+
+
+def recorded_devices(lib) -> list:
+    """The devices that have a trace now."""
+    out = (ctypes.c_int * 256)()
+    n = lib.vramtrace_observe_devices(out, len(out))
+    return list(out[:max(0, min(n, len(out)))])
+
+
+def _sample_device_memory(torch, lib) -> None:
+    """The card's free and total memory now, for each device being recorded
+    (``torch.cuda.mem_get_info``, which is ``cudaMemGetInfo``)."""
+    for device in recorded_devices(lib):
+        try:
+            free, total = torch.cuda.mem_get_info(device)
+            lib.vramtrace_observe_device_memory(device, int(free), int(total))
+        except Exception as e:  # noqa: BLE001 - never break the program
+            message(f"the memory of device {device} could not be read: {e}")
+
+
+def _optimizer_exists(torch) -> bool:
+    """Whether the program holds an optimizer now (one pass over the objects,
+    once per start)."""
+    optimizer = getattr(getattr(torch, "optim", None), "Optimizer", None)
+    if optimizer is None:
+        return False
+    with warnings.catch_warnings():
+        # Deprecated module attributes warn when isinstance looks at them.
+        warnings.simplefilter("ignore")
+        return any(isinstance(o, optimizer) for o in gc.get_objects())
+
+
 def _config(torch, out: Optional[str], stacks: str, pending: bool,
             categories: bool = False) -> str:
     lines = [f"state={'pending' if pending else 'empty'}", f"stacks={stacks}"]
@@ -167,8 +255,21 @@ def _begin(torch, out, stacks, phases, backward_names, iterations, categories,
     if pending and shim.vramtrace_shim_snapshot() != 0:
         message(f"the allocator's state at start could not be read ({_shim.error(shim)}): "
                 "memory in use before now is missing from the trace")
+    # The limit in force, recorded first in each device's trace, and the
+    # memory of the cards that hold some already (a device's first event
+    # samples the others' as it comes).
+    _record_start_limits(torch, lib)
+    _sample_device_memory(torch, lib)
     _install_hooks(torch, lib, iterations, deferred=phases, categories=categories)
     _active = True
+    if iterations:
+        try:
+            # A program that has its optimizer already trains from here on:
+            # iter0 begins with the recording (else with the first optimizer).
+            if _optimizer_exists(torch):
+                lib.vramtrace_iteration_begin()
+        except Exception as e:  # noqa: BLE001 - never break the program
+            message(f"iterations: looking for an optimizer failed ({e})")
 
 
 def _install_hooks(torch, lib, iterations: bool, deferred: bool,
@@ -216,7 +317,10 @@ def _install_hooks(torch, lib, iterations: bool, deferred: bool,
                     lib.vramtrace_iteration_end(int(wraps_step))
 
             _step_hook = register(after_step)
+    if iterations:
+        _wrap_optimizer_init(torch, lib)
     if not _hooks_installed:
+        _wrap_memory_fraction(torch, lib)
         original = torch.cuda.empty_cache
 
         @functools.wraps(original)
@@ -228,6 +332,55 @@ def _install_hooks(torch, lib, iterations: bool, deferred: bool,
         torch.cuda.empty_cache = empty_cache
         torch.cuda.memory.empty_cache = empty_cache
         _hooks_installed = True
+
+
+def _wrap_optimizer_init(torch, lib) -> None:
+    """Begins ``iter0`` when the first optimizer is made while recording (an
+    inference program, with none, gets no iteration). Once per process; does
+    nothing while not recording, and never fails the constructor."""
+    global _optimizer_init_wrapped
+    optimizer = getattr(getattr(torch, "optim", None), "Optimizer", None)
+    if _optimizer_init_wrapped or optimizer is None:
+        return
+    original = optimizer.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if _active and _iterations:
+            try:
+                lib.vramtrace_iteration_begin()
+            except Exception:  # noqa: BLE001 - never break the program
+                pass
+
+    optimizer.__init__ = __init__
+    _optimizer_init_wrapped = True
+
+
+def _wrap_memory_fraction(torch, lib) -> None:
+    """Records ``torch.cuda.set_per_process_memory_fraction`` (both names of
+    it) as a limit, after PyTorch took it: a call PyTorch refuses raises as
+    always and records nothing."""
+    original = getattr(torch.cuda, "set_per_process_memory_fraction", None)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def set_per_process_memory_fraction(fraction, device=None):
+        result = original(fraction, device)
+        if _active:
+            try:
+                index = _device_index(torch, device)
+                limit, total = memory_limit(torch, fraction, index)
+                lib.vramtrace_observe_limit(index, limit, total)
+            except Exception as e:  # noqa: BLE001 - never break the program
+                message(f"the memory limit set could not be recorded: {e}")
+        return result
+
+    torch.cuda.set_per_process_memory_fraction = set_per_process_memory_fraction
+    memory = getattr(torch.cuda, "memory", None)
+    if memory is not None and getattr(memory, "set_per_process_memory_fraction", None) is original:
+        memory.set_per_process_memory_fraction = set_per_process_memory_fraction
 
 
 def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations=True,
@@ -333,6 +486,8 @@ def stop() -> None:
                     walker.final()
             except Exception as e:  # noqa: BLE001 - stopping must go on
                 message(f"categories: the last walk failed ({e})")
+        # The cards' memory at the end.
+        _sample_device_memory(sys.modules["torch"], lib)
         _active = False
         shim = _shim.load(sys.modules["torch"])
         shim.vramtrace_shim_detach()

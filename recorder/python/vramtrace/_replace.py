@@ -53,6 +53,7 @@ def install(out: Optional[str], alloc_conf: Optional[str], stacks: Optional[str]
     path = str(_library.library_path())
     _library.load()
     allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "vramtrace_malloc", "vramtrace_free")
+    _enforce_memory_fraction(allocator, _library.load())
     try:
         torch.cuda.memory.change_current_allocator(allocator)
     except RuntimeError as e:
@@ -77,6 +78,19 @@ def install(out: Optional[str], alloc_conf: Optional[str], stacks: Optional[str]
     torch.cuda.memory.empty_cache = _empty_cache
     _installed = True
     return True
+
+
+def _enforce_memory_fraction(allocator, lib) -> None:
+    """Routes ``torch.cuda.set_per_process_memory_fraction`` to the
+    recorder's allocator, which enforces and records it: PyTorch calls a
+    pluggable allocator's ``set_memory_fraction`` function, where one is
+    set, and ignores the call otherwise."""
+    try:
+        fn = ctypes.cast(lib.vramtrace_set_memory_fraction, ctypes.c_void_p).value
+        allocator.allocator().set_memory_fraction_fn(fn)
+    except Exception as e:  # noqa: BLE001 - an older torch: the limit stays unenforced
+        _observer.message(f"set_per_process_memory_fraction will not limit the recorder's "
+                          f"allocator: {e}")
 
 
 def installed() -> bool:

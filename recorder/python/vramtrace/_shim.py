@@ -29,7 +29,7 @@ from typing import Optional
 from ._library import VramtraceError
 
 SOURCE = Path(__file__).resolve().parent / "shim" / "torch_observer.cpp"
-SHIM_ABI = 3
+SHIM_ABI = 4
 
 
 class ShimError(VramtraceError):

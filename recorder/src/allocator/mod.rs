@@ -19,8 +19,8 @@ pub use stats::{AllocatorStats, Stat, StatArray};
 
 use crate::device::{DeviceError, DeviceMemory};
 use crate::format::{
-    BlockEvent, BlockStatus, EmptyCacheEvent, Event, EventData, OomEvent, SegmentEvent,
-    SegmentState, StackId,
+    BlockEvent, BlockStatus, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData, OomEvent,
+    SegmentEvent, SegmentState, StackId,
 };
 use pool::{Block, BlockId, BlockPool, NONE, Slab};
 use rustc_hash::FxHashMap;
@@ -117,6 +117,9 @@ pub struct CachingAllocator<D: DeviceMemory> {
     /// Set by [`set_memory_fraction`](Self::set_memory_fraction).
     allowed_maximum: Option<u64>,
     log: bool,
+    /// Whether each segment event and `Oom` is followed by a
+    /// `DeviceMemory` sample of the device (format 1.3).
+    device_memory_samples: bool,
     /// Stamped on the events of the calls that follow.
     origin: EventOrigin,
     events: Vec<Event>,
@@ -154,6 +157,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             total_reserved: 0,
             allowed_maximum: None,
             log: true,
+            device_memory_samples: false,
             origin: EventOrigin::default(),
             events: Vec::new(),
         }
@@ -183,6 +187,21 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
+    /// Turns device-memory samples on or off (off by default): on, each
+    /// segment event and each `Oom` is followed by a `DeviceMemory` event
+    /// with the device's free memory ([`DeviceMemory::free_memory`]) and
+    /// total, for a recorder of a real device (a simulation has no use for
+    /// them).
+    pub fn set_device_memory_samples(&mut self, on: bool) {
+        self.device_memory_samples = on;
+    }
+
+    /// The most bytes this allocator may reserve, if limited
+    /// ([`set_memory_fraction`](Self::set_memory_fraction)).
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.allowed_maximum
+    }
+
     /// Sets the time, stack and thread of the events of the calls that
     /// follow (all zero and [`StackId::NONE`] until set).
     #[inline]
@@ -210,6 +229,14 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     pub fn set_memory_fraction(&mut self, fraction: f64) {
         let fraction = fraction.clamp(0.0, 1.0);
         self.allowed_maximum = Some((fraction * self.device.total_memory() as f64) as u64);
+    }
+
+    /// Limits the memory this allocator may reserve to `bytes`: what
+    /// [`set_memory_fraction`](Self::set_memory_fraction) sets, given in
+    /// bytes (a recorded limit is). It too arms
+    /// `garbage_collection_threshold`.
+    pub fn set_reserve_limit(&mut self, bytes: u64) {
+        self.allowed_maximum = Some(bytes);
     }
 
     /// Allocates a block of at least `requested` bytes for use on `stream`.
@@ -466,11 +493,44 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     fn emit(&mut self, data: EventData) {
         if self.log {
+            let sample = self.device_memory_samples
+                && matches!(
+                    data,
+                    EventData::SegmentAlloc(_)
+                        | EventData::SegmentFree(_)
+                        | EventData::SegmentMap(_)
+                        | EventData::SegmentUnmap(_)
+                        | EventData::Oom(_)
+                );
             self.events.push(Event {
                 time_ns: self.origin.time_ns,
                 data,
             });
+            if sample {
+                self.sample_device_memory();
+            }
         }
+    }
+
+    /// Records the device's free and total memory now, right after the
+    /// event that changed it. A device that reports no free memory (its
+    /// query failed) gives no sample.
+    #[cold]
+    fn sample_device_memory(&mut self) {
+        let free_bytes = self.device.free_memory();
+        let total_bytes = self.device.total_memory();
+        if free_bytes == 0 || free_bytes > total_bytes {
+            return;
+        }
+        self.events.push(Event {
+            time_ns: self.origin.time_ns,
+            data: EventData::DeviceMemory(DeviceMemoryEvent {
+                device: self.device_index,
+                thread: self.origin.thread,
+                free_bytes,
+                total_bytes,
+            }),
+        });
     }
 
     fn block_event(&self, id: BlockId) -> BlockEvent {
@@ -959,8 +1019,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let (small, addr, size, stream) = (b.small, b.addr, b.size, b.stream);
         self.stats.num_device_free += 1;
         let ev = self.segment_event(addr, size, stream);
-        self.emit(EventData::SegmentFree(ev));
+        // Freed first: a device-memory sample after the event sees it.
         self.device.free(addr, size);
+        self.emit(EventData::SegmentFree(ev));
         self.total_reserved -= size;
         self.stats.segment.decrease(small, 1);
         self.stats.reserved_bytes.decrease(small, size);

@@ -28,7 +28,8 @@ mod writer;
 use crate::allocator::{AllocError, Allocation, AllocatorStats, CachingAllocator, EventOrigin};
 use crate::device::DeviceMemory;
 use crate::format::{
-    Category, DeviceInfo, Event, FormatError, Header, KindCounts, ProcessInfo, StringId,
+    Category, DeviceInfo, Event, EventData, FormatError, Header, KindCounts, LimitEvent,
+    ProcessInfo, StringId,
 };
 use recording::{EventBuffer, Recording};
 use stacks::StackBuf;
@@ -451,6 +452,33 @@ impl<D: DeviceMemory> Recorder<D> {
     /// moment. Returns the number recorded: 0 once the trace is finished.
     pub fn tag_all(&self, tags: impl IntoIterator<Item = (u64, Category)>) -> usize {
         self.rec.tag(self.device, tags)
+    }
+
+    /// Limits what the allocator may reserve to `fraction` of the device's
+    /// total ([`CachingAllocator::set_memory_fraction`], PyTorch's
+    /// `set_per_process_memory_fraction`) and records the limit (a `Limit`
+    /// event, format 1.3). A fraction outside [0, 1] (or NaN) changes
+    /// nothing and returns `false`, as PyTorch refuses it.
+    pub fn set_memory_fraction(&self, fraction: f64) -> bool {
+        if !(0.0..=1.0).contains(&fraction) {
+            return false;
+        }
+        let (limit_bytes, total_bytes) = {
+            let mut g = self.rec.lock();
+            g.subject.set_memory_fraction(fraction);
+            let total = g.subject.device().total_memory();
+            (g.subject.memory_limit().unwrap_or(total), total)
+        };
+        let device = self.device;
+        self.rec.push_now(|thread| {
+            EventData::Limit(LimitEvent {
+                device,
+                thread,
+                limit_bytes,
+                total_bytes,
+            })
+        });
+        true
     }
 
     /// Writes everything recorded so far to the output and flushes it; waits

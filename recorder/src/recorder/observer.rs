@@ -22,8 +22,8 @@ use super::{
 };
 use crate::allocator::{AllocatorConfig, ObservedBlocks};
 use crate::format::{
-    BlockEvent, Category, DeviceInfo, EmptyCacheEvent, Event, EventData, EventKind, Header,
-    InitialState, OomEvent, ProcessInfo, SegmentEvent,
+    BlockEvent, Category, DeviceInfo, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData,
+    EventKind, Header, InitialState, LimitEvent, OomEvent, ProcessInfo, SegmentEvent,
 };
 use std::io::Write;
 use std::path::Path;
@@ -163,13 +163,15 @@ impl Observer {
     }
 
     /// Records `event`, reported now by the calling thread. An allocation
-    /// gets the thread's stack (the frame source's frames and, if on, native
-    /// frames); where the frame source finds no frame, a single frame named
-    /// `context` stands for the stack if given (the autograd node a backward
-    /// thread runs, say). Other events get native frames only.
+    /// and an out-of-memory error get the thread's stack (the frame
+    /// source's frames and, if on, native frames); where the frame source
+    /// finds no frame, a single frame named `context` stands for the stack
+    /// if given (the autograd node a backward thread runs, say). Other
+    /// events get native frames only.
     #[inline(never)]
     pub fn record(&self, event: ObservedEvent, context: Option<&str>) {
-        let with_source = event.kind == EventKind::Alloc && self.rec.source.is_some();
+        let with_source =
+            matches!(event.kind, EventKind::Alloc | EventKind::Oom) && self.rec.source.is_some();
         if self.rec.stacks == StackMode::None && !with_source {
             return self.push(&[], event);
         }
@@ -269,6 +271,38 @@ impl Observer {
     /// recorded: 0 once the trace is finished.
     pub fn tag_all(&self, tags: impl IntoIterator<Item = (u64, Category)>) -> usize {
         self.rec.tag(self.device, tags)
+    }
+
+    /// Records the most the observed allocator may reserve on the device
+    /// from now on (a [`Limit`](crate::format::EventData::Limit), format
+    /// 1.3): `limit_bytes` of `total_bytes` (equal: no cap). Returns whether
+    /// it was recorded (not once the trace is finished).
+    pub fn limit(&self, limit_bytes: u64, total_bytes: u64) -> bool {
+        let device = self.device;
+        self.rec.push_now(|thread| {
+            EventData::Limit(LimitEvent {
+                device,
+                thread,
+                limit_bytes,
+                total_bytes,
+            })
+        })
+    }
+
+    /// Records the device's free and total memory as the driver reports
+    /// them now (a [`DeviceMemory`](crate::format::EventData::DeviceMemory)
+    /// sample, format 1.3), in order with the allocator's events reported
+    /// so far. Returns whether it was recorded.
+    pub fn device_memory(&self, free_bytes: u64, total_bytes: u64) -> bool {
+        let device = self.device;
+        self.rec.push_now(|thread| {
+            EventData::DeviceMemory(DeviceMemoryEvent {
+                device,
+                thread,
+                free_bytes,
+                total_bytes,
+            })
+        })
     }
 
     /// Writes everything recorded so far to the output and flushes it.

@@ -337,6 +337,20 @@ impl<B: EventBuffer> Recording<B> {
         });
     }
 
+    /// Records one event without a stack (a limit, a device-memory sample,
+    /// format 1.3), made by `data` from the calling thread's id, stamped
+    /// now, in order with the events recorded so far. Returns whether it
+    /// was recorded (not once the recording is over).
+    pub fn push_now(&self, data: impl FnOnce(u32) -> EventData) -> bool {
+        let g = self.lock();
+        if !g.log.recording {
+            return false;
+        }
+        let thread = thread_id();
+        self.push_marker(g, |_| data(thread));
+        true
+    }
+
     /// Records tags (format 1.2): each says what the live block at its
     /// address on `device` holds, for the block's whole life. One lock and
     /// one clock reading for the lot, so that a walk's tags are ordered with

@@ -1287,3 +1287,178 @@ fn a_recorders_tags_name_its_device() {
         [Some(Category::Activation), Some(Category::Temporary)]
     );
 }
+
+// ------------------------------------------------- format 1.3: issue #28
+
+/// An out-of-memory error gets the Python frames of the thread that asked,
+/// as an allocation does (observer mode: PyTorch reports it under its
+/// lock, on that thread), and the autograd node's label without frames.
+#[test]
+fn observed_ooms_get_source_frames() {
+    let (obs, out) = observer(
+        StartState::Empty,
+        RecorderOptions {
+            frame_source: Some(Arc::new(FakeFrames::default())),
+            ..RecorderOptions::default()
+        },
+    );
+    set_fake_stack(&[(0x30, 17), (0x40, 3)]);
+    obs.record(
+        ObservedEvent {
+            kind: EventKind::Oom,
+            addr: 5 << 20,
+            size: 1 << 30,
+            stream: 0,
+            counter: 0,
+        },
+        None,
+    );
+    set_fake_stack(&[]);
+    obs.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    let EventData::Oom(o) = events[0].data else {
+        panic!("{:?}", events[0]);
+    };
+    assert_eq!((o.requested, o.free_bytes, o.device), (1 << 30, 5 << 20, 3));
+    assert_eq!(
+        symbol_frames(reader.symbols(), o.stack),
+        [
+            ("fn30".to_string(), "file30.py".to_string(), 17),
+            ("fn40".to_string(), "file40.py".to_string(), 3)
+        ]
+    );
+}
+
+/// Limits and device-memory samples go into the observer's trace in order
+/// with its events, on its device, from the calling thread; none after the
+/// finish.
+#[test]
+fn observer_records_limits_and_device_memory_in_order() {
+    let (obs, out) = observer(StartState::Empty, RecorderOptions::default());
+    let ev = |kind, addr, size| ObservedEvent {
+        kind,
+        addr,
+        size,
+        stream: 0,
+        counter: 0,
+    };
+    assert!(obs.limit(3 << 30, 80 << 30));
+    obs.record(ev(EventKind::SegmentAlloc, 0, 20 << 20), None);
+    assert!(obs.device_memory(70 << 30, 80 << 30));
+    obs.record(ev(EventKind::Alloc, 0, 1 << 20), None);
+    assert!(obs.limit(80 << 30, 80 << 30));
+    obs.finish().unwrap();
+    assert!(!obs.limit(1, 2), "finished");
+    assert!(!obs.device_memory(1, 2), "finished");
+    let bytes = out.bytes();
+    let (_, events) = read(&bytes);
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind()).collect();
+    use EventKind::*;
+    assert_eq!(kinds, [Limit, SegmentAlloc, DeviceMemory, Alloc, Limit]);
+    let EventData::Limit(l) = events[0].data else {
+        unreachable!()
+    };
+    assert_eq!(
+        (l.device, l.limit_bytes, l.total_bytes),
+        (3, 3 << 30, 80 << 30)
+    );
+    assert_eq!(l.thread, thread_id());
+    let EventData::DeviceMemory(m) = events[2].data else {
+        unreachable!()
+    };
+    assert_eq!(
+        (m.device, m.free_bytes, m.total_bytes),
+        (3, 70 << 30, 80 << 30)
+    );
+    assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+}
+
+/// A recorder's allocator set to sample the device follows each segment
+/// event and each OOM with the device's memory, as the device reports it
+/// then; a simulation (samples off, the default) gets none.
+#[test]
+fn device_memory_samples_follow_segment_events_and_ooms() {
+    let run = |samples: bool| {
+        let mut a = CachingAllocator::new(
+            SimulatedDevice::new(100 << 20).with_index(1),
+            AllocatorConfig::default(),
+        );
+        a.set_device_memory_samples(samples);
+        let out = SharedBuf::default();
+        let r = Recorder::new(a, out.clone(), RecorderOptions::default()).unwrap();
+        let x = r.malloc(30 << 20, 0).unwrap();
+        assert!(r.malloc(200 << 20, 0).is_err());
+        r.free(x.addr).unwrap();
+        r.empty_cache();
+        r.finish().unwrap();
+        let bytes = out.bytes();
+        read(&bytes).1
+    };
+    let events = run(true);
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind()).collect();
+    use EventKind::*;
+    assert_eq!(
+        kinds,
+        [
+            SegmentAlloc,
+            DeviceMemory,
+            Alloc,
+            // The block is live: nothing to free, the request fails.
+            Oom,
+            DeviceMemory,
+            FreeRequested,
+            FreeCompleted,
+            EmptyCache,
+            SegmentFree,
+            DeviceMemory
+        ]
+    );
+    let samples: Vec<(u32, u64, u64)> = events
+        .iter()
+        .filter_map(|e| match e.data {
+            EventData::DeviceMemory(m) => Some((m.device, m.free_bytes, m.total_bytes)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        samples,
+        [
+            (1, 70 << 20, 100 << 20),
+            (1, 70 << 20, 100 << 20),
+            (1, 100 << 20, 100 << 20)
+        ]
+    );
+    assert!(
+        run(false)
+            .iter()
+            .all(|e| e.kind() != EventKind::DeviceMemory)
+    );
+}
+
+/// `set_memory_fraction` limits the allocator as PyTorch's does and records
+/// the limit; a fraction PyTorch refuses changes nothing.
+#[test]
+fn recorder_memory_fraction_is_enforced_and_recorded() {
+    let out = SharedBuf::default();
+    let r = Recorder::new(allocator(1 << 30), out.clone(), RecorderOptions::default()).unwrap();
+    assert!(!r.set_memory_fraction(1.5));
+    assert!(!r.set_memory_fraction(f64::NAN));
+    assert!(!r.set_memory_fraction(-0.1));
+    assert!(r.set_memory_fraction(0.25));
+    assert!(r.malloc(300 << 20, 0).is_err(), "above a quarter of 1 GiB");
+    let x = r.malloc(200 << 20, 0).unwrap();
+    r.free(x.addr).unwrap();
+    r.finish().unwrap();
+    let bytes = out.bytes();
+    let (_, events) = read(&bytes);
+    let limits: Vec<(u64, u64)> = events
+        .iter()
+        .filter_map(|e| match e.data {
+            EventData::Limit(l) => Some((l.limit_bytes, l.total_bytes)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(limits, [(256 << 20, 1 << 30)]);
+    assert_eq!(events[0].kind(), EventKind::Limit);
+}

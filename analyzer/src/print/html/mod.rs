@@ -7,6 +7,7 @@
 mod compare;
 mod data;
 mod explorer;
+mod fixes;
 mod waterfall;
 mod what_if;
 
@@ -127,6 +128,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         explorer: explorer::section(r),
         what_if: r.what_if.as_ref(),
         what_if_left_out: r.what_if_left_out.as_deref(),
+        fixes: r.fixes.as_ref(),
         busy: (r.default_axis == XAxis::Busy).then_some(&r.explorer),
     }))
 }
@@ -155,6 +157,8 @@ struct ReportInput<'a> {
     pub what_if: Option<&'a WhatIf>,
     /// Why there is no what-if section, when one was asked for.
     pub what_if_left_out: Option<&'a str>,
+    /// The fixes tried where the recorded run ran out of memory.
+    pub fixes: Option<&'a crate::simulate::fixes::FixesTried>,
     /// The explorer's data, when its axis opens on busy time: moments are
     /// then told in busy time too, as the axis shows them.
     pub busy: Option<&'a crate::analysis::explorer::Explorer>,
@@ -273,6 +277,9 @@ fn render(input: &ReportInput<'_>) -> String {
     if s.oom_count > 0 {
         sections.push(("ooms", "Out of memory"));
     }
+    if input.fixes.is_some() {
+        sections.push(("fixes", "Fixes tried"));
+    }
     sections.push(("consistency", "Trace consistency"));
     html.push_str("<nav>");
     for (id, name) in &sections {
@@ -338,6 +345,14 @@ fn render(input: &ReportInput<'_>) -> String {
     }
     if s.oom_count > 0 {
         section(&mut html, "ooms", "Out of memory", &ooms_section(s));
+    }
+    if let Some(f) = input.fixes {
+        section(
+            &mut html,
+            "fixes",
+            "Fixes that were tried",
+            &fixes::section(f),
+        );
     }
     section(
         &mut html,

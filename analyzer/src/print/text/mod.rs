@@ -4,6 +4,7 @@
 mod categories;
 mod compare;
 mod devices;
+mod fixes;
 mod fragmentation;
 mod import;
 mod info;
@@ -17,6 +18,7 @@ mod waterfall;
 
 pub use compare::compare;
 pub use devices::{by_device, devices};
+pub use fixes::fixes;
 pub use fragmentation::fragmentation;
 pub use import::import;
 pub use info::info;

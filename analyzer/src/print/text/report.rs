@@ -22,8 +22,15 @@ pub fn report_written(w: &ReportWritten<'_>) -> String {
             }
         ),
     };
+    let fixes = r.fixes.as_ref().map_or_else(String::new, |f| {
+        format!(
+            " ({} of {} fixes tried get past the first)",
+            f.passed.len(),
+            f.passed.len() + f.failed.len()
+        )
+    });
     let mut text = format!(
-        "wrote {} ({}): peak allocated {}, reserved {}; {leak}; {}\n",
+        "wrote {} ({}): peak allocated {}, reserved {}; {leak}; {}{fixes}\n",
         w.wrote.path,
         units::bytes(w.wrote.bytes),
         units::bytes(r.summary.peak_allocated_bytes),

@@ -148,6 +148,10 @@ pub fn simulate(r: &SimulateResult) -> String {
             ));
         }
     }
+    if let Some(f) = &r.fixes {
+        text.push('\n');
+        text.push_str(&super::fixes(f));
+    }
     if !r.notes.is_empty() {
         text.push('\n');
         for n in &r.notes {

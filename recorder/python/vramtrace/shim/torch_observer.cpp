@@ -20,6 +20,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/record_function.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
 #if __has_include(<c10/util/ApproximateClock.h>)
 #include <c10/util/ApproximateClock.h>
 #endif
@@ -67,18 +68,20 @@ struct vt_segment {
 
 struct vt_sink {
   uint32_t abi;
-  void (*event)(const vt_event*);
+  // Returns 1 when the library wants the device's memory measured now.
+  uint32_t (*event)(const vt_event*);
   void (*segment)(const vt_segment*);
   void (*snapshot_done)();
   void (*phase)(int begin, const char* name);
   int (*tag)(int device, const uint64_t* addrs, const uint8_t* codes, size_t count);
+  int (*device_memory)(int device, uint64_t free_bytes, uint64_t total_bytes);
 };
 
 }  // extern "C"
 
 namespace {
 
-constexpr uint32_t kSinkAbi = 3;
+constexpr uint32_t kSinkAbi = 4;
 // The category code of a gradient (vramtrace_format::Category::Gradient).
 constexpr uint8_t kGradient = 2;
 constexpr uint32_t kSnapshot = 100;
@@ -146,6 +149,43 @@ uint64_t counter_of(const T& te) {
   return 0;
 }
 
+// Measures `device`'s free and total memory (cudaMemGetInfo) and gives them
+// to the sink. Runs in the tracker, on the thread that asked, under the
+// allocator's lock: no GIL, no allocation. The device is normally current;
+// if not, it is made current for the query and the caller's restored. A
+// failed query records nothing and leaves no CUDA error behind for
+// PyTorch's next check to find. `releasing`: the bytes the entry's segment
+// gives back after the entry (PyTorch records segment_free just before its
+// cudaFree), counted as free already, so that the sample is the card just
+// after the event, as for the other kinds.
+void sample_device_memory(const vt_sink* sink, int device, uint64_t releasing) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  const bool switched = current != device;
+  if (switched && cudaSetDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  const cudaError_t status = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (switched) {
+    (void)cudaSetDevice(current);
+  }
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  uint64_t free_after = static_cast<uint64_t>(free_bytes) + releasing;
+  if (free_after > total_bytes) {
+    free_after = static_cast<uint64_t>(total_bytes);
+  }
+  sink->device_memory(device, free_after, static_cast<uint64_t>(total_bytes));
+}
+
 void on_entry(const CCA::TraceEntry& te) {
   const vt_sink* sink = g_sink.load(std::memory_order_acquire);
   if (sink == nullptr) {
@@ -163,7 +203,13 @@ void on_entry(const CCA::TraceEntry& te) {
              static_cast<uint64_t>(reinterpret_cast<uintptr_t>(te.stream_)),
              counter_of(te),
              depth > 0 && depth <= kMaxNodes ? t_nodes[depth - 1] : nullptr};
-  sink->event(&e);
+  // After a segment event or an OOM (and a device's first event): the
+  // card's memory right after it, next in the trace.
+  if (sink->event(&e) != 0) {
+    const bool freeing = te.action_ == CCA::TraceEntry::SEGMENT_FREE;
+    sample_device_memory(sink, static_cast<int>(te.device_),
+                         freeing ? static_cast<uint64_t>(te.size_) : 0);
+  }
 }
 
 std::unique_ptr<at::ObserverContext> on_range_start(const at::RecordFunction& fn) {

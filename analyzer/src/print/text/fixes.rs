@@ -1,0 +1,66 @@
+//! The fixes tried for an out-of-memory error, as text.
+
+use crate::print::table::{Align, Table};
+use crate::simulate::fixes::{FixesTried, TriedFix};
+use crate::units;
+
+/// The fixes that passed their replay, ranked, then those that did not, in
+/// one line each; or how much more memory the run needs.
+pub fn fixes(f: &FixesTried) -> String {
+    let mut text = format!(
+        "fixes tried for the out-of-memory error at event {}, each replayed under the {} limit:\n",
+        units::count(f.event_index),
+        units::bytes(f.limit_bytes)
+    );
+    if f.passed.is_empty() {
+        text.push_str("  nothing tried gets past it");
+        match f.needs_more_bytes {
+            Some(more) => text.push_str(&format!(
+                ": it needs {} more (exact: the smallest limit the run fits under, by replay)\n",
+                units::bytes(more)
+            )),
+            None => text.push('\n'),
+        }
+    } else {
+        let mut t = Table::new(&[
+            ("#", Align::Right),
+            ("fix", Align::Left),
+            ("frees", Align::Right),
+            ("left free", Align::Right),
+            ("basis", Align::Left),
+        ]);
+        for (i, fix) in f.passed.iter().enumerate() {
+            t.row([
+                (i + 1).to_string(),
+                fix.change.clone(),
+                opt_bytes(fix.frees_bytes),
+                opt_bytes(fix.headroom_bytes),
+                fix.basis.word().to_string(),
+            ]);
+        }
+        text.push_str(&t.render(2));
+        for (i, fix) in f.passed.iter().enumerate() {
+            text.push_str(&format!("  {}. {}\n", i + 1, fix.detail));
+        }
+        text.push_str(
+            "  frees: memory the allocator holds less than it would have with the request granted; left free: under the limit, right after the request\n",
+        );
+    }
+    if !f.failed.is_empty() {
+        let names: Vec<String> = f.failed.iter().map(short).collect();
+        text.push_str(&format!(
+            "  tried, still out of memory: {}\n",
+            names.join("; ")
+        ));
+    }
+    text
+}
+
+fn opt_bytes(b: Option<u64>) -> String {
+    b.map_or_else(|| "-".into(), units::bytes)
+}
+
+/// A failed fix in a few words.
+fn short(f: &TriedFix) -> String {
+    f.change.clone()
+}

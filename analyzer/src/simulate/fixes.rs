@@ -1,0 +1,760 @@
+//! Fixes that were tried: where a run runs out of memory, the run is
+//! replayed with each candidate fix applied, and only the fixes whose
+//! replay gets past the failing request are offered.
+//!
+//! The candidates, each a change to the program or its settings:
+//! - **allocator settings** (`expandable_segments`, `max_split_size_mb`,
+//!   `garbage_collection_threshold`): replayed exactly, as `simulate` does;
+//! - **`torch.cuda.empty_cache()`** where the phase before the failure
+//!   ended (and where the iteration before it ended): exact;
+//! - **freeing one site's kept blocks** before the failing request (blocks
+//!   still live that were made before the failure's iteration or phase, of
+//!   no model category): exact for the program that frees them, which the
+//!   user has to write;
+//! - **remedies by category**, as bounds or estimates: activation
+//!   checkpointing at best keeps none of the iteration's saved activations
+//!   (a bound: the replay drops them all), and an 8-bit optimizer keeps a
+//!   quarter of 32-bit optimizer state (an estimate).
+//!
+//! A fix passes when its replay runs from the start through the failing
+//! request, and on to the next out-of-memory error the recording had (or
+//! its end), without running out of memory. Fixes that pass are ranked,
+//! those replayed exactly before bounds and estimates, by the memory they
+//! free at the failing request: the memory the allocator would have held
+//! with the request granted (what it held at the failure plus the segment
+//! it asked for) less what it holds with the fix. Where none passes, the
+//! answer is how much more memory the run needs.
+
+use super::{
+    Edits, Insert, OomAt, Op, RequestList, SimOptions, simulate, simulate_edited, smallest_capacity,
+};
+use crate::replay::{PhaseId, ReplayState};
+use crate::sites::SiteId;
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use vramtrace_format::{Category, SymbolTable};
+use vramtrace_recorder::allocator::{AllocatorConfig, MIB, allocation_size};
+
+/// Sites whose kept blocks are tried, largest first.
+const KEPT_SITES: usize = 3;
+
+/// What kind of change a fix is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FixKind {
+    /// Other `PYTORCH_CUDA_ALLOC_CONF` settings.
+    AllocatorSetting,
+    /// A `torch.cuda.empty_cache()` call added.
+    EmptyCache,
+    /// One site's kept blocks freed before the failing request.
+    FreeKept,
+    /// A remedy for one category of memory (activation checkpointing, an
+    /// 8-bit optimizer).
+    Category,
+}
+
+/// How far a fix's replay can be trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// The replay is the program with the fix, request for request.
+    Exact,
+    /// The replay is the most the fix could do: the real fix does less.
+    Bound,
+    /// The replay assumes sizes the trace does not give (such as 32-bit
+    /// optimizer state): an estimate.
+    Estimate,
+}
+
+impl Basis {
+    /// The word shown beside the fix's figures.
+    pub fn word(self) -> &'static str {
+        match self {
+            Basis::Exact => "exact",
+            Basis::Bound => "bound",
+            Basis::Estimate => "estimate",
+        }
+    }
+}
+
+/// One fix tried.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TriedFix {
+    /// The kind of change.
+    pub kind: FixKind,
+    /// What to change, as a user would do it (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`).
+    pub change: String,
+    /// Why it can help, or what the replay assumed.
+    pub detail: String,
+    /// How far the replay can be trusted.
+    pub basis: Basis,
+    /// Whether the replay got past the failing request (and on, to the next
+    /// recorded failure or the end) without running out of memory.
+    pub passed: bool,
+    /// Memory it frees at the failing request (see the module's docs);
+    /// `None` when it did not get there.
+    pub frees_bytes: Option<u64>,
+    /// Free memory under the limit right after the failing request was
+    /// granted, with the fix.
+    pub headroom_bytes: Option<u64>,
+    /// Where the replay with the fix ran out of memory instead (its trace
+    /// event index), when it did not pass.
+    pub fails_at_event: Option<u64>,
+}
+
+/// The fixes tried for a run's first out-of-memory error.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FixesTried {
+    /// The memory the allocator had: the limit every replay ran under.
+    pub limit_bytes: u64,
+    /// The failing request's trace event index.
+    pub event_index: u64,
+    /// The fixes that passed, the one freeing the most first.
+    pub passed: Vec<TriedFix>,
+    /// The fixes tried that did not pass.
+    pub failed: Vec<TriedFix>,
+    /// When none passed: how much more memory the run needs with its own
+    /// settings (its smallest fitting limit less the limit it had).
+    pub needs_more_bytes: Option<u64>,
+}
+
+/// How the run under test ran out of memory, and under what.
+#[derive(Clone, Debug)]
+pub struct FixTarget<'a> {
+    /// The recorded settings.
+    pub config: &'a AllocatorConfig,
+    /// The capacity and cap every replay runs under.
+    pub options: SimOptions,
+    /// The first out-of-memory error of the run without a fix.
+    pub oom: &'a OomAt,
+}
+
+/// Each allocation's place in the request list.
+struct Lifetimes {
+    /// The position of each allocation's request (`usize::MAX`: never made).
+    made: Vec<usize>,
+    /// The position of its free (`usize::MAX`: never freed).
+    freed: Vec<usize>,
+}
+
+impl Lifetimes {
+    fn of(list: &RequestList) -> Lifetimes {
+        let mut made = vec![usize::MAX; list.allocs.len()];
+        let mut freed = vec![usize::MAX; list.allocs.len()];
+        for (i, r) in list.requests.iter().enumerate() {
+            let id = r.id as usize;
+            match r.op {
+                Op::Alloc => made[id] = i,
+                Op::Free | Op::FreeRequest => freed[id] = freed[id].min(i),
+                _ => {}
+            }
+        }
+        // Blocks live when recording began were made before everything.
+        for &id in list.initial_ids.values() {
+            made[id as usize] = 0;
+        }
+        Lifetimes { made, freed }
+    }
+
+    /// Whether allocation `id` is held by the program at request `at`.
+    fn live_at(&self, id: usize, at: usize) -> bool {
+        self.made[id] != usize::MAX && self.made[id] < at && self.freed[id] > at
+    }
+}
+
+/// A candidate: the change and how to replay it.
+struct Candidate {
+    kind: FixKind,
+    change: String,
+    detail: String,
+    basis: Basis,
+    config: AllocatorConfig,
+    edit: Edit,
+}
+
+/// A fix's edits of the program, as a simulation applies them.
+#[derive(Default)]
+struct Edit {
+    at: usize,
+    insert: Option<Insert>,
+    dropped: Vec<bool>,
+    quartered: Vec<bool>,
+    // What the replay saw.
+    target: usize,
+    check_until: usize,
+    first_oom: Option<usize>,
+    reserved_after_target: Option<u64>,
+}
+
+impl Edits for Edit {
+    fn before(&self, i: usize) -> Option<&Insert> {
+        if i == self.at {
+            self.insert.as_ref()
+        } else {
+            None
+        }
+    }
+    fn dropped(&self, id: usize) -> bool {
+        self.dropped.get(id).copied().unwrap_or(false)
+    }
+    fn size(&self, id: usize, requested: u64) -> u64 {
+        if self.quartered.get(id).copied().unwrap_or(false) {
+            requested.div_ceil(4)
+        } else {
+            requested
+        }
+    }
+    fn after(&mut self, i: usize, oom: bool, reserved: u64, _allocated: u64) {
+        if oom && self.first_oom.is_none() && i < self.check_until {
+            self.first_oom = Some(i);
+        }
+        if i == self.target && !oom {
+            self.reserved_after_target = Some(reserved);
+        }
+    }
+}
+
+/// Replays the run with every candidate fix for `target.oom`, in parallel,
+/// and ranks those that pass. `state` and `symbols` name sites and phases.
+pub fn try_fixes(
+    list: &RequestList,
+    target: &FixTarget<'_>,
+    state: &ReplayState,
+    symbols: &SymbolTable,
+) -> FixesTried {
+    let oom = target.oom;
+    let at = oom.request;
+    let limit = target
+        .options
+        .cap
+        .or(target.options.capacity)
+        .unwrap_or(u64::MAX);
+    // The next failure the recording itself had, after this one: what the
+    // program did past it depended on that failure, so a fix is judged up
+    // to there.
+    let check_until = list.requests[at + 1..]
+        .iter()
+        .position(|r| r.op == Op::FailedAlloc)
+        .map_or(list.requests.len(), |p| at + 1 + p);
+    let lifetimes = Lifetimes::of(list);
+    let mut candidates = setting_candidates(target.config, target.options.cap.is_some());
+    candidates.extend(empty_cache_candidates(
+        list,
+        at,
+        state,
+        symbols,
+        target.config,
+    ));
+    let boundary = iteration_start(list, at, state);
+    candidates.extend(kept_candidates(
+        list,
+        &lifetimes,
+        at,
+        boundary,
+        state,
+        symbols,
+        target.config,
+    ));
+    candidates.extend(category_candidates(
+        list,
+        &lifetimes,
+        at,
+        boundary,
+        target.config,
+    ));
+    let options = SimOptions {
+        stop_at_first_oom: false,
+        segments: false,
+        samples: 0,
+        ..target.options.clone()
+    };
+    let needed_segment = allocation_size(target.config.round_size(oom.requested_bytes));
+    let without_fix = oom.reserved_bytes.saturating_add(needed_segment);
+    let results: Vec<TriedFix> = candidates
+        .into_par_iter()
+        .map(|mut c| {
+            c.edit.target = at;
+            c.edit.check_until = check_until;
+            let sim = simulate_edited(list, &c.config, &options, &mut c.edit);
+            let passed = c.edit.first_oom.is_none() && c.edit.reserved_after_target.is_some();
+            let fails_at_event = c.edit.first_oom.map(|i| event_index(list, i));
+            drop(sim);
+            TriedFix {
+                kind: c.kind,
+                change: c.change,
+                detail: c.detail,
+                basis: c.basis,
+                passed,
+                frees_bytes: c
+                    .edit
+                    .reserved_after_target
+                    .map(|r| without_fix.saturating_sub(r)),
+                headroom_bytes: c
+                    .edit
+                    .reserved_after_target
+                    .map(|r| limit.saturating_sub(r)),
+                fails_at_event,
+            }
+        })
+        .collect();
+    let (mut passed, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(|f| f.passed);
+    // Fixes replayed exactly first, then bounds and estimates; within each,
+    // the most memory freed first, and at a tie the smaller change
+    // (settings, then empty_cache, then code).
+    passed.sort_by_key(|f| {
+        (
+            f.basis != Basis::Exact,
+            std::cmp::Reverse(f.frees_bytes),
+            f.kind as u8,
+        )
+    });
+    let needs_more_bytes = (passed.is_empty() && limit != u64::MAX).then(|| {
+        let unlimited = SimOptions {
+            capacity: None,
+            cap: None,
+            ..SimOptions::default()
+        };
+        let peak = simulate(list, target.config, &unlimited).peak_reserved_bytes;
+        smallest_capacity(list, target.config, Some(peak))
+            .bytes
+            .saturating_sub(limit)
+    });
+    FixesTried {
+        limit_bytes: limit,
+        event_index: oom.event_index,
+        passed,
+        failed,
+        needs_more_bytes,
+    }
+}
+
+/// The fixes tried for the first out-of-memory error of the run with its
+/// own settings (`config`) under `options`' capacity or cap: the recorded
+/// run's failure, when those are the recorded device's and limit. `None`
+/// when that run does not run out of memory.
+pub fn for_first_oom(
+    list: &RequestList,
+    config: &AllocatorConfig,
+    options: &SimOptions,
+    state: &ReplayState,
+    symbols: &SymbolTable,
+) -> Option<FixesTried> {
+    let run = simulate(
+        list,
+        config,
+        &SimOptions {
+            stop_at_first_oom: true,
+            segments: false,
+            samples: 0,
+            ..options.clone()
+        },
+    );
+    let oom = run.first_oom?;
+    let target = FixTarget {
+        config,
+        options: options.clone(),
+        oom: &oom,
+    };
+    Some(try_fixes(list, &target, state, symbols))
+}
+
+/// The trace event index of request `i`.
+fn event_index(list: &RequestList, i: usize) -> u64 {
+    list.requests[..=i].iter().map(|r| r.delta as u64).sum()
+}
+
+/// The allocator settings tried: those of the standard policies the run
+/// does not use, and `garbage_collection_threshold` (which a cap arms).
+fn setting_candidates(recorded: &AllocatorConfig, capped: bool) -> Vec<Candidate> {
+    let settings = [
+        (
+            AllocatorConfig {
+                expandable_segments: true,
+                ..recorded.clone()
+            },
+            "segments grow in place, so freed memory is not stranded in split segments",
+        ),
+        (
+            AllocatorConfig {
+                max_split_size: 128 * MIB,
+                ..recorded.clone()
+            },
+            "blocks over 128 MiB are never split, so large free blocks stay whole",
+        ),
+        (
+            AllocatorConfig {
+                garbage_collection_threshold: 0.6,
+                ..recorded.clone()
+            },
+            "cached blocks are returned before the limit is reached, oldest first (under a per-process cap)",
+        ),
+    ];
+    settings
+        .into_iter()
+        .filter(|(config, _)| config != recorded)
+        // The threshold acts only under a per-process cap, as in PyTorch.
+        .filter(|(config, _)| {
+            capped || config.garbage_collection_threshold == recorded.garbage_collection_threshold
+        })
+        .map(|(config, why)| Candidate {
+            kind: FixKind::AllocatorSetting,
+            change: format!("PYTORCH_CUDA_ALLOC_CONF={}", config.to_conf_string()),
+            detail: why.to_string(),
+            basis: Basis::Exact,
+            config,
+            edit: Edit::default(),
+        })
+        .collect()
+}
+
+/// `empty_cache()` where the last phase before the failure ended, and where
+/// the last outermost phase (the iteration before) ended, when those differ.
+fn empty_cache_candidates(
+    list: &RequestList,
+    at: usize,
+    state: &ReplayState,
+    symbols: &SymbolTable,
+    config: &AllocatorConfig,
+) -> Vec<Candidate> {
+    let ends: Vec<&(usize, PhaseId)> = list.phase_ends.iter().filter(|(p, _)| *p <= at).collect();
+    let last = ends.last().copied();
+    let outer = ends
+        .iter()
+        .rev()
+        .find(|(_, id)| state.phase(*id).is_some_and(|p| p.parent == PhaseId::NONE))
+        .copied();
+    let mut points: Vec<&(usize, PhaseId)> = last.into_iter().chain(outer).collect();
+    points.dedup_by_key(|(p, _)| *p);
+    points
+        .into_iter()
+        .map(|&(position, phase)| Candidate {
+            kind: FixKind::EmptyCache,
+            change: format!(
+                "torch.cuda.empty_cache() after {} ends",
+                state.phase_path(phase, symbols)
+            ),
+            detail: "returns the wholly free cached segments to the device there, so later requests are laid out afresh".into(),
+            basis: Basis::Exact,
+            config: config.clone(),
+            edit: Edit {
+                at: position,
+                insert: Some(Insert::EmptyCache),
+                ..Edit::default()
+            },
+        })
+        .collect()
+}
+
+/// Where the failure's iteration (its outermost phase) began: the end of
+/// the last outermost phase before it, else the start.
+fn iteration_start(list: &RequestList, at: usize, state: &ReplayState) -> usize {
+    list.phase_ends
+        .iter()
+        .filter(|(p, id)| *p <= at && state.phase(*id).is_some_and(|p| p.parent == PhaseId::NONE))
+        .map(|(p, _)| *p)
+        .next_back()
+        .unwrap_or(0)
+}
+
+/// Whether a category is the model's own (never "kept" by mistake).
+fn model_state(category: Category) -> bool {
+    matches!(
+        category,
+        Category::Parameter | Category::Buffer | Category::Gradient | Category::OptimizerState
+    )
+}
+
+/// Freeing, before the failing request, the blocks of one site that are
+/// live there and were made before the failure's iteration began (or, in a
+/// run without phases, at any time before), for the sites holding most.
+fn kept_candidates(
+    list: &RequestList,
+    lifetimes: &Lifetimes,
+    at: usize,
+    boundary: usize,
+    state: &ReplayState,
+    symbols: &SymbolTable,
+    config: &AllocatorConfig,
+) -> Vec<Candidate> {
+    let before = if boundary == 0 { at } else { boundary };
+    let mut by_site: FxHashMap<SiteId, (Vec<u32>, u64)> = FxHashMap::default();
+    for (id, info) in list.allocs.iter().enumerate() {
+        let made = lifetimes.made[id];
+        if made == usize::MAX || made >= before || !lifetimes.live_at(id, at) {
+            continue;
+        }
+        if model_state(list.classes[id].category) {
+            continue;
+        }
+        let e = by_site.entry(info.site).or_default();
+        e.0.push(id as u32);
+        e.1 += info.requested;
+    }
+    let mut sites: Vec<(SiteId, (Vec<u32>, u64))> = by_site.into_iter().collect();
+    sites.sort_by_key(|(site, (_, bytes))| (std::cmp::Reverse(*bytes), site.0));
+    sites
+        .into_iter()
+        .take(KEPT_SITES)
+        .map(|(site, (ids, bytes))| Candidate {
+            kind: FixKind::FreeKept,
+            change: format!(
+                "free the {} blocks from {} still held ({}) before the failing request",
+                ids.len(),
+                state.sites().name(site, symbols),
+                crate::units::bytes(bytes)
+            ),
+            detail: if boundary == 0 {
+                "made earlier and still held when the request came".into()
+            } else {
+                "made before this iteration and still held: kept from an earlier one".into()
+            },
+            basis: Basis::Exact,
+            config: config.clone(),
+            edit: Edit {
+                at,
+                insert: Some(Insert::Free(ids)),
+                ..Edit::default()
+            },
+        })
+        .collect()
+}
+
+/// Remedies by category: activation checkpointing (a bound) when the
+/// failure's iteration holds saved activations, and an 8-bit optimizer (an
+/// estimate) when the run holds optimizer state.
+fn category_candidates(
+    list: &RequestList,
+    lifetimes: &Lifetimes,
+    at: usize,
+    boundary: usize,
+    config: &AllocatorConfig,
+) -> Vec<Candidate> {
+    let n = list.allocs.len();
+    let mut out = Vec::new();
+    let mut dropped = vec![false; n];
+    let mut saved = (0u64, 0u64);
+    for (id, drop) in dropped.iter_mut().enumerate() {
+        let made = lifetimes.made[id];
+        if list.classes[id].category == Category::Activation
+            && made != usize::MAX
+            && made >= boundary
+            && lifetimes.live_at(id, at)
+        {
+            *drop = true;
+            saved.0 += 1;
+            saved.1 += list.allocs[id].requested;
+        }
+    }
+    if saved.0 > 0 {
+        out.push(Candidate {
+            kind: FixKind::Category,
+            change: "activation checkpointing (torch.utils.checkpoint) on the layers that save activations".into(),
+            detail: format!(
+                "at most frees the {} saved activations live at the failure ({}): the replay drops them all, checkpointing keeps some",
+                saved.0,
+                crate::units::bytes(saved.1)
+            ),
+            basis: Basis::Bound,
+            config: config.clone(),
+            edit: Edit {
+                dropped,
+                ..Edit::default()
+            },
+        });
+    }
+    let quartered: Vec<bool> = (0..n)
+        .map(|id| list.classes[id].category == Category::OptimizerState)
+        .collect();
+    let state_bytes: u64 = (0..n)
+        .filter(|&id| quartered[id] && lifetimes.live_at(id, at))
+        .map(|id| list.allocs[id].requested)
+        .sum();
+    if state_bytes > 0 {
+        out.push(Candidate {
+            kind: FixKind::Category,
+            change: "an 8-bit optimizer (bitsandbytes' AdamW8bit) for the optimizer state".into(),
+            detail: format!(
+                "optimizer state is {} at the failure; the replay keeps a quarter of every optimizer-state block, as 8-bit state does of 32-bit",
+                crate::units::bytes(state_bytes)
+            ),
+            basis: Basis::Estimate,
+            config: config.clone(),
+            edit: Edit {
+                quartered,
+                ..Edit::default()
+            },
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::Devices;
+    use crate::progress::NoProgress;
+    use crate::simulate::{Extracted, extract};
+    use crate::testing::TraceBuilder;
+    use vramtrace_format::TraceReader;
+
+    fn extracted(bytes: &[u8]) -> (Extracted, SymbolTable) {
+        let mut reader = TraceReader::new(bytes).unwrap();
+        let e = extract(&mut reader, Devices::Apart, &NoProgress)
+            .unwrap()
+            .devices
+            .remove(0);
+        (e, reader.symbols().clone())
+    }
+
+    fn tried(bytes: &[u8], limit: u64) -> FixesTried {
+        let (e, symbols) = extracted(bytes);
+        let options = SimOptions {
+            capacity: Some(limit),
+            ..SimOptions::default()
+        };
+        for_first_oom(
+            &e.list,
+            &AllocatorConfig::default(),
+            &options,
+            &e.state,
+            &symbols,
+        )
+        .expect("the run runs out of memory")
+    }
+
+    /// Every fix offered was checked: replayed again on its own, it gets
+    /// past the failure (a test of the test's premise as much as of the
+    /// ranking).
+    fn assert_ranked(f: &FixesTried) {
+        let frees: Vec<(bool, u64)> = f
+            .passed
+            .iter()
+            .map(|x| (x.basis != Basis::Exact, u64::MAX - x.frees_bytes.unwrap()))
+            .collect();
+        let mut sorted = frees.clone();
+        sorted.sort();
+        assert_eq!(frees, sorted, "ranked: exact first, most freed first");
+        assert!(
+            f.passed
+                .iter()
+                .all(|x| x.passed && x.headroom_bytes.is_some())
+        );
+        assert!(f.failed.iter().all(|x| !x.passed));
+    }
+
+    /// The program, scaled down: 150 blocks of 6 MiB in 50 segments
+    /// of 20 MiB, two of every three freed, then 200 MiB asked for under a
+    /// 1 GiB limit. Each segment keeps one live block, so nothing can be
+    /// returned; freeing the kept blocks first is what helps.
+    fn fragmenting() -> Vec<u8> {
+        const MIB: u64 = 1 << 20;
+        let mut t = TraceBuilder::new();
+        let keep = t.site("make_tensors", "frag.py", 12);
+        let big = t.site("<module>", "frag.py", 20);
+        let base = 0x7f00_0000_0000u64;
+        for s in 0..50u64 {
+            let seg = base + s * 20 * MIB;
+            t.segment(seg, 20 * MIB);
+            for b in 0..3 {
+                t.alloc(seg + b * 6 * MIB, 6 * MIB, 6 * MIB, keep);
+            }
+        }
+        for s in 0..50u64 {
+            let seg = base + s * 20 * MIB;
+            t.free(seg, 6 * MIB).free(seg + 6 * MIB, 6 * MIB);
+        }
+        t.oom(200 * MIB, big);
+        t.finish()
+    }
+
+    #[test]
+    fn freeing_the_kept_blocks_removes_a_fragmentation_oom() {
+        let f = tried(&fragmenting(), 1 << 30);
+        assert_ranked(&f);
+        let kept = f
+            .passed
+            .iter()
+            .find(|x| x.kind == FixKind::FreeKept)
+            .unwrap_or_else(|| panic!("{f:#?}"));
+        assert!(kept.change.contains("frag.py:12"), "{}", kept.change);
+        assert!(kept.change.contains("50 blocks"), "{}", kept.change);
+        // The 50 kept segments of 20 MiB go back; 200 MiB is taken.
+        assert_eq!(kept.headroom_bytes, Some((1 << 30) - 200 * (1 << 20)));
+        // Splitting rules do not touch 6 MiB blocks: no help.
+        assert!(
+            f.failed
+                .iter()
+                .any(|x| x.change.contains("max_split_size_mb:128")),
+            "{f:#?}"
+        );
+        assert_eq!(f.needs_more_bytes, None);
+    }
+
+    #[test]
+    fn an_empty_cache_where_the_phase_ended_stops_a_cached_segment_being_split() {
+        const MIB: u64 = 1 << 20;
+        let mut t = TraceBuilder::new();
+        let s = t.site("step", "train.py", 5);
+        let seg = 0x7f00_0000_0000u64;
+        t.begin("load")
+            .segment(seg, 600 * MIB)
+            .alloc(seg, 600 * MIB, 600 * MIB, s)
+            .free(seg, 600 * MIB)
+            .end("load")
+            .begin("train")
+            // 30 MiB taken from the cached 600 MiB block splits it: it can
+            // no longer be returned when 600 MiB more is asked for.
+            .alloc(seg, 30 * MIB, 30 * MIB, s)
+            .oom(600 * MIB, s)
+            .end("train");
+        let f = tried(&t.finish(), 1000 * MIB);
+        assert_ranked(&f);
+        let empty = f
+            .passed
+            .iter()
+            .find(|x| x.kind == FixKind::EmptyCache)
+            .unwrap_or_else(|| panic!("{f:#?}"));
+        assert_eq!(empty.change, "torch.cuda.empty_cache() after load ends");
+        // 30 MiB in a segment of its own, and 600 MiB: 370 MiB left.
+        assert_eq!(empty.headroom_bytes, Some(370 * MIB));
+        // Without the split the allocator would have held 1200 MiB.
+        assert_eq!(empty.frees_bytes, Some(570 * MIB));
+    }
+
+    #[test]
+    fn model_state_is_never_offered_for_freeing_and_the_shortfall_is_exact() {
+        const MIB: u64 = 1 << 20;
+        let mut t = TraceBuilder::tagged();
+        let s = t.site("<module>", "train.py", 3);
+        let seg = 0x7f00_0000_0000u64;
+        t.segment(seg, 900 * MIB)
+            .alloc(seg, 900 * MIB, 900 * MIB, s)
+            .tag(seg, Category::Parameter)
+            .oom(200 * MIB, s);
+        let f = tried(&t.finish(), 1000 * MIB);
+        assert!(f.passed.is_empty(), "{f:#?}");
+        assert!(f.failed.iter().all(|x| x.kind != FixKind::FreeKept));
+        // 900 MiB and 200 MiB segments: 100 MiB more than the limit.
+        assert_eq!(f.needs_more_bytes, Some(100 * MIB));
+    }
+
+    #[test]
+    fn a_run_that_fits_has_nothing_to_fix() {
+        let (e, symbols) = extracted(&fragmenting());
+        let options = SimOptions {
+            capacity: Some(4 << 30),
+            ..SimOptions::default()
+        };
+        assert!(
+            for_first_oom(
+                &e.list,
+                &AllocatorConfig::default(),
+                &options,
+                &e.state,
+                &symbols
+            )
+            .is_none()
+        );
+    }
+}
