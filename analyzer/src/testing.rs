@@ -310,13 +310,34 @@ pub fn capped_run(
     unit: u64,
     big: u64,
 ) -> Vec<u8> {
+    capped_run_with(card, cap, outside, count, unit, big, "")
+}
+
+/// [`capped_run`] under the allocator settings `alloc_conf`
+/// (`PYTORCH_CUDA_ALLOC_CONF` syntax, recorded in the header); the cap is
+/// the allocator's own (`set_per_process_memory_fraction`, which arms
+/// `garbage_collection_threshold`), on a device of the card's free memory.
+pub fn capped_run_with(
+    card: u64,
+    cap: Option<u64>,
+    outside: u64,
+    count: u64,
+    unit: u64,
+    big: u64,
+    alloc_conf: &str,
+) -> Vec<u8> {
     use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
     use vramtrace_recorder::device::SimulatedDevice;
-    let limit = cap.unwrap_or(card - outside);
-    let mut b = TraceBuilder::new();
+    let config = AllocatorConfig::parse(alloc_conf).unwrap();
+    let mut header = Header::default();
+    header.allocator_settings = config.to_settings();
+    let mut b = TraceBuilder::with_header(header);
     let small = b.site("make", "issue28.py", 5);
     let large = b.site("ask", "issue28.py", 9);
-    let mut alloc = CachingAllocator::new(SimulatedDevice::new(limit), AllocatorConfig::default());
+    let mut alloc = CachingAllocator::new(SimulatedDevice::new(card - outside), config);
+    if let Some(cap) = cap {
+        alloc.set_reserve_limit(cap);
+    }
     alloc.set_event_log(true);
     b.limit(cap.unwrap_or(card), card);
     b.device_memory(card - outside, card);

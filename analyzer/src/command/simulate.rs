@@ -333,18 +333,25 @@ fn simulate_device(
         Some(d) => Some(d.total_bytes - reserve.bytes),
         None => cap.map(|c| c.bytes),
     };
+    // Under the recorded cap, the allocator is capped too (as PyTorch's is:
+    // that arms `garbage_collection_threshold`), on a device of the cap's
+    // size (what the verdict counts as never reserved).
     let sim = SimOptions {
         capacity,
+        cap: cap.map(|c| c.bytes),
         samples: options.chart_buckets,
         ..Default::default()
     };
+    let recorded_cap = (extracted.limits.cap())
+        .map(|c| c.bytes)
+        .filter(|&c| Some(c) == extracted.recorded_capacity);
     let started = std::time::Instant::now();
     let (results, fidelity) = rayon::join(
         || sweep(list, &scenarios, &sim, options.min_capacity),
         || {
-            recorded
-                .as_ref()
-                .map(|c| simulate::fidelity(list, c, extracted.recorded_capacity))
+            recorded.as_ref().map(|c| {
+                simulate::fidelity_under(list, c, extracted.recorded_capacity, recorded_cap)
+            })
         },
     );
     // Where the first policy runs out of memory, the standard ones not run

@@ -918,8 +918,21 @@ pub fn device_capacity(devices: &[vramtrace_format::DeviceInfo], device: u32) ->
 /// Replays the list with the recorded settings on the recorded device and
 /// compares the outcome with the recording.
 pub fn fidelity(list: &RequestList, config: &AllocatorConfig, capacity: Option<u64>) -> Fidelity {
+    fidelity_under(list, config, capacity, None)
+}
+
+/// [`fidelity`] on a device of `capacity` whose allocator was capped at
+/// `cap` (`set_per_process_memory_fraction`, recorded or inferred): the cap
+/// also arms `garbage_collection_threshold`, as in PyTorch.
+pub fn fidelity_under(
+    list: &RequestList,
+    config: &AllocatorConfig,
+    capacity: Option<u64>,
+    cap: Option<u64>,
+) -> Fidelity {
     let options = SimOptions {
         capacity,
+        cap,
         segments: true,
         ..Default::default()
     };

@@ -314,3 +314,32 @@ fn a_simulated_oom_has_a_waterfall_that_sums_to_its_capacity() {
     );
     assert_eq!(w.fragmentation.largest_free_block, 14 * MIB);
 }
+
+#[test]
+fn a_capped_run_collecting_garbage_is_reproduced_under_its_cap() {
+    const MIB: u64 = 1 << 20;
+    // Nine tensors of 12 MiB (a segment each) under a 130 MiB cap, six
+    // freed and cached whole, then 14 MiB asked for (no cached block holds
+    // it): 108 MiB reserved is above 60% of the cap, so
+    // garbage_collection_threshold returns the cached segments before a new
+    // one is made, as only a capped allocator does. (The burst of segment
+    // frees also reads as an inferred empty_cache(), which a run on a plain
+    // device of 130 MiB replays, so that one matches too.)
+    let bytes = crate::testing::capped_run_with(
+        80 << 30,
+        Some(130 * MIB),
+        500 * MIB,
+        9,
+        2 * MIB,
+        14 * MIB,
+        "garbage_collection_threshold:0.6",
+    );
+    let e = load_bytes(&bytes);
+    let config = recorded(&e);
+    assert!(config.garbage_collection_threshold > 0.0);
+    assert_eq!(e.recorded_capacity, Some(130 * MIB));
+    let capped = fidelity_under(&e.list, &config, e.recorded_capacity, Some(130 * MIB));
+    assert!(capped.exact, "{capped:#?}");
+    assert_eq!(capped.recorded_peak_reserved_bytes, 108 * MIB);
+    assert_eq!(capped.recorded_segment_actions, 9 + 6 + 1);
+}
