@@ -329,9 +329,10 @@ pub fn capped_run_with(
     use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
     use vramtrace_recorder::device::SimulatedDevice;
     let config = AllocatorConfig::parse(alloc_conf).unwrap();
-    let mut header = Header::default();
-    header.allocator_settings = config.to_settings();
-    let mut b = TraceBuilder::with_header(header);
+    let mut b = TraceBuilder::with_header(Header {
+        allocator_settings: config.to_settings(),
+        ..Header::default()
+    });
     let small = b.site("make", "issue28.py", 5);
     let large = b.site("ask", "issue28.py", 9);
     let mut alloc = CachingAllocator::new(SimulatedDevice::new(card - outside), config);
