@@ -340,7 +340,7 @@ fn every_fix_offered_for_the_recorded_oom_removes_it_when_applied() {
         assert_eq!(alone["policies"][0]["ooms"], 0, "{conf}: {alone:#}");
     }
     // Tried and failed fixes are kept apart, and the text names them.
-    let text = vramtrace(&["simulate", &path("oom.vtrace")])
+    let text = vramtrace(["simulate", &path("oom.vtrace")])
         .success()
         .stdout;
     assert!(
