@@ -217,3 +217,40 @@ fn a_snapshots_cap_is_inferred_from_its_oom() {
             .starts_with("runs out of memory under its inferred cap of 1.95 GiB to 7.35 GiB")
     );
 }
+
+#[test]
+fn the_fix_offered_for_the_issues_run_is_freeing_the_kept_tensors() {
+    let trace = issue_trace("waterfall_fixes", Some(12 * GIB));
+    let v = vramtrace(["simulate", &trace, "--json"]).success().json();
+    let f = &v["fixes"];
+    assert_eq!(f["limit_bytes"], 12 * GIB, "{f:#}");
+    let passed = f["passed"].as_array().unwrap();
+    // Freeing the 478 kept 6 MiB tensors first: every segment goes back.
+    let kept = passed
+        .iter()
+        .find(|x| x["kind"] == "free_kept")
+        .unwrap_or_else(|| panic!("{f:#}"));
+    let change = kept["change"].as_str().unwrap();
+    assert!(change.contains("478 blocks"), "{change}");
+    assert!(change.contains("issue28.py:5"), "{change}");
+    assert_eq!(kept["basis"], "exact");
+    // Left free under the cap: 12 GiB less the 5.4 GiB segment granted.
+    assert_eq!(kept["headroom_bytes"], 12 * GIB - 5530 * MIB);
+    // PyTorch already empties the cache before it fails: an empty_cache()
+    // or a splitting rule cannot help here, and none is offered.
+    assert!(
+        passed
+            .iter()
+            .all(|x| x["kind"] != "empty_cache"
+                && !x["change"].as_str().unwrap().contains("max_split")),
+        "{f:#}"
+    );
+    // The report tries the same fixes, under the recorded cap.
+    let page = scratch("waterfall_fixes_report").join("report.html");
+    let r = vramtrace(["report", &trace, "-o", page.to_str().unwrap(), "--json"])
+        .success()
+        .json();
+    assert_eq!(r["fixes"], *f, "the report's fixes are simulate's");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Fixes that were tried"));
+}

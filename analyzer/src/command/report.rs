@@ -172,7 +172,8 @@ pub fn report(
                 extractor: RequestExtractor::new(recorded_capacity),
                 events: 0,
                 over: false,
-                fixes_under: recorded_config.clone().zip(recorded_capacity),
+                fixes_under: recorded_config.clone().map(|c| (c, recorded_capacity)),
+                limits: crate::analysis::limits::LimitWatch::new(),
                 list: None,
                 fixes: None,
             }),
@@ -342,8 +343,11 @@ struct BoundedRequests {
     extractor: RequestExtractor,
     events: u64,
     over: bool,
-    /// The recorded settings and device memory, when both are known.
-    fixes_under: Option<(AllocatorConfig, u64)>,
+    /// The recorded settings (when readable) and the device's memory (when
+    /// the header gives it).
+    fixes_under: Option<(AllocatorConfig, Option<u64>)>,
+    /// The recorded (or inferred) cap, which the fixes are tried under.
+    limits: crate::analysis::limits::LimitWatch,
     list: Option<RequestList>,
     fixes: Option<FixesTried>,
 }
@@ -363,6 +367,7 @@ impl Analysis for BoundedRequests {
         symbols: &vramtrace_format::SymbolTable,
     ) {
         self.extractor.begin(state, symbols);
+        self.limits.begin(state, symbols);
     }
 
     fn event(
@@ -376,6 +381,7 @@ impl Analysis for BoundedRequests {
             self.extractor = RequestExtractor::new(None);
             return Ok(crate::analysis::Flow::Done);
         }
+        self.limits.event(step, state)?;
         self.extractor.event(step, state)
     }
 
@@ -389,15 +395,21 @@ impl Analysis for BoundedRequests {
         }
         self.extractor.finish(state, symbols)?;
         let list = std::mem::take(&mut self.extractor).into_list()?;
-        if let Some((config, capacity)) =
-            self.fixes_under.as_ref().filter(|_| list.recorded_ooms > 0)
+        self.limits.finish(state, symbols)?;
+        if let Some((config, device)) = self.fixes_under.as_ref().filter(|_| list.recorded_ooms > 0)
         {
+            // Under the recorded cap, as `simulate` replays it; else on the
+            // recorded device.
+            let cap = self.limits.report_now().cap().map(|c| c.bytes);
             let options = SimOptions {
-                capacity: Some(*capacity),
+                capacity: cap.or(*device),
+                cap,
                 ..SimOptions::default()
             };
-            self.fixes =
-                crate::simulate::fixes::for_first_oom(&list, config, &options, state, symbols);
+            if options.capacity.is_some() {
+                self.fixes =
+                    crate::simulate::fixes::for_first_oom(&list, config, &options, state, symbols);
+            }
         }
         self.list = Some(list);
         Ok(())
