@@ -520,6 +520,27 @@ fn kept_candidates(
         .collect()
 }
 
+/// The sites most of whose freed bytes are activations: a block's
+/// activation is known at its free, so blocks never freed do not vote.
+fn activation_sites(list: &RequestList, lifetimes: &Lifetimes) -> rustc_hash::FxHashSet<SiteId> {
+    let mut bytes: FxHashMap<SiteId, (u64, u64)> = FxHashMap::default();
+    for (id, (info, class)) in list.allocs.iter().zip(&list.classes).enumerate() {
+        if lifetimes.freed[id] == usize::MAX {
+            continue;
+        }
+        let e = bytes.entry(info.site).or_default();
+        e.1 += info.requested;
+        if class.category == Category::Activation {
+            e.0 += info.requested;
+        }
+    }
+    bytes
+        .into_iter()
+        .filter(|(_, (act, all))| *act * 2 > *all)
+        .map(|(site, _)| site)
+        .collect()
+}
+
 /// Remedies by category: activation checkpointing (a bound) when the
 /// failure's iteration holds saved activations, and an 8-bit optimizer (an
 /// estimate) when the run holds optimizer state.
@@ -534,13 +555,18 @@ fn category_candidates(
     let mut out = Vec::new();
     let mut dropped = vec![false; n];
     let mut saved = (0u64, 0u64);
+    let activation_sites = activation_sites(list, lifetimes);
     for (id, drop) in dropped.iter_mut().enumerate() {
         let made = lifetimes.made[id];
-        if list.classes[id].category == Category::Activation
-            && made != usize::MAX
-            && made >= boundary
-            && lifetimes.live_at(id, at)
-        {
+        let class = list.classes[id];
+        // A run that ends at its failure never frees the activations it
+        // saved, so they are not known as such: a block inferred as other
+        // counts as one when its site's blocks are mostly activations.
+        let activation = class.category == Category::Activation
+            || (!class.exact
+                && class.category == Category::Other
+                && activation_sites.contains(&list.allocs[id].site));
+        if activation && made != usize::MAX && made >= boundary && lifetimes.live_at(id, at) {
             *drop = true;
             saved.0 += 1;
             saved.1 += list.allocs[id].requested;
@@ -737,6 +763,50 @@ mod tests {
         assert!(f.failed.iter().all(|x| x.kind != FixKind::FreeKept));
         // 900 MiB and 200 MiB segments: 100 MiB more than the limit.
         assert_eq!(f.needs_more_bytes, Some(100 * MIB));
+    }
+
+    #[test]
+    fn a_run_that_fails_in_backward_has_its_unfreed_activations_found_by_site() {
+        const MIB: u64 = 1 << 20;
+        let mut t = TraceBuilder::new();
+        let forward = t.site("forward", "model.py", 7);
+        let grad = t.site("backward", "train.py", 30);
+        let a = 0x7f00_0000_0000u64;
+        let b = a + (600 * MIB);
+        t.segment(a, 600 * MIB).segment(b, 200 * MIB);
+        // iter0 saves 600 MiB in forward and frees it in backward: an
+        // activation, known at its free.
+        t.begin("iter0")
+            .begin("forward")
+            .alloc(a, 600 * MIB, 600 * MIB, forward)
+            .end("forward")
+            .begin("backward")
+            .alloc(b, 200 * MIB, 200 * MIB, grad)
+            .free(b, 200 * MIB)
+            .free(a, 600 * MIB)
+            .end("backward")
+            .end("iter0");
+        // iter1 fails in backward: its saved 600 MiB is never freed.
+        t.begin("iter1")
+            .begin("forward")
+            .alloc(a, 600 * MIB, 600 * MIB, forward)
+            .end("forward")
+            .begin("backward")
+            .oom(300 * MIB, grad)
+            .end("backward")
+            .end("iter1");
+        let f = tried(&t.finish(), 850 * MIB);
+        let ckpt = f
+            .passed
+            .iter()
+            .find(|x| x.change.contains("checkpointing"))
+            .unwrap_or_else(|| panic!("{f:#?}"));
+        assert_eq!(ckpt.basis, Basis::Bound);
+        assert!(
+            ckpt.detail.contains("1 saved activations"),
+            "{}",
+            ckpt.detail
+        );
     }
 
     #[test]
