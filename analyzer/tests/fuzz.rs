@@ -32,8 +32,8 @@ use vramtrace::command::simulate::{SimulateOptions, simulate};
 use vramtrace::input::{Input, decompress};
 use vramtrace::progress::NoProgress;
 use vramtrace_format::{
-    BlockEvent, Event, EventData, Header, OomEvent, SegmentEvent, StringId, TagEvent, TraceWriter,
-    WriterOptions,
+    BlockEvent, DeviceMemoryEvent, Event, EventData, Header, LimitEvent, OomEvent, SegmentEvent,
+    StringId, TagEvent, TraceWriter, WriterOptions,
 };
 
 /// Counts the bytes allocated now, and the most since the last reset.
@@ -275,7 +275,7 @@ fn events_of(bytes: &[u8]) -> Vec<Event> {
         // Phase names: iter0, forward, iter1, an optimizer step, backward.
         let name = StringId(1 + [0, 1, 2, 4, 5][rng.below(5)]);
         let thread = rng.below(3) as u32;
-        let data = match op % 13 {
+        let data = match op % 15 {
             0 | 1 => EventData::Alloc(block),
             2 => EventData::FreeRequested(block),
             3 => EventData::FreeCompleted(block),
@@ -293,6 +293,20 @@ fn events_of(bytes: &[u8]) -> Vec<Event> {
                 key: name,
                 value: StringId(4),
             },
+            // Limits and device-memory samples: plausible, zero, past the
+            // card, and absurd.
+            13 => EventData::Limit(LimitEvent {
+                device: 0,
+                thread,
+                limit_bytes: [0, 1 << 30, 12 << 30, u64::MAX][rng.below(4)],
+                total_bytes: [0, 80 << 30, 8 << 30, u64::MAX][rng.below(4)],
+            }),
+            14 => EventData::DeviceMemory(DeviceMemoryEvent {
+                device: rng.below(2) as u32,
+                thread,
+                free_bytes: [0, 1 << 30, 70 << 30, u64::MAX][rng.below(4)],
+                total_bytes: [0, 80 << 30, 8 << 30, u64::MAX][rng.below(4)],
+            }),
             // Categories known and unknown, on blocks live or not.
             _ => EventData::Tag(TagEvent {
                 addr,

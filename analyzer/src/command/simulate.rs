@@ -380,7 +380,11 @@ fn simulate_device(
     let needed = (results[0].result.ooms > 0
         && results[0].min_capacity.is_none()
         && !results.iter().chain(&others).any(|r| r.result.ooms == 0))
-    .then(|| simulate::smallest_capacity(list, &scenarios[0].config, None).bytes + reserve.bytes);
+    .then(|| {
+        simulate::smallest_capacity(list, &scenarios[0].config, None)
+            .bytes
+            .saturating_add(reserve.bytes)
+    });
     let fixes = fixes_for_first_oom(
         list,
         &scenarios[0].config,
@@ -394,7 +398,7 @@ fn simulate_device(
         .into_iter()
         .map(|r| PolicyResult {
             oom: describe_oom(&r, extracted, symbols),
-            min_capacity_bytes: r.min_capacity.map(|m| m.bytes + reserve.bytes),
+            min_capacity_bytes: r.min_capacity.map(|m| m.bytes.saturating_add(reserve.bytes)),
             scenario: r,
         })
         .collect();
@@ -498,7 +502,8 @@ fn verdict(
     let peak_reserved = first.scenario.result.peak_reserved_bytes;
     let min = first.min_capacity_bytes.or(needed);
     let Some(device) = device else {
-        let needs = min.unwrap_or(peak_reserved + reserve.bytes);
+        // A measured reserve is the trace's word: saturate.
+        let needs = min.unwrap_or(peak_reserved.saturating_add(reserve.bytes));
         let what = if min.is_some() {
             format!("needs {} of device memory", units::capacity(needs))
         } else {

@@ -361,7 +361,9 @@ pub fn for_first_oom(
 
 /// The trace event index of request `i`.
 fn event_index(list: &RequestList, i: usize) -> u64 {
-    list.requests[..=i].iter().map(|r| r.delta as u64).sum()
+    list.requests[..=i]
+        .iter()
+        .fold(0u64, |n, r| n.saturating_add(r.delta as u64))
 }
 
 /// The allocator settings tried: those of the standard policies the run
@@ -489,7 +491,8 @@ fn kept_candidates(
         }
         let e = by_site.entry(info.site).or_default();
         e.0.push(id as u32);
-        e.1 += info.requested;
+        // Sizes are the trace's word: a hostile one must not overflow.
+        e.1 = e.1.saturating_add(info.requested);
     }
     let mut sites: Vec<(SiteId, (Vec<u32>, u64))> = by_site.into_iter().collect();
     sites.sort_by_key(|(site, (_, bytes))| (std::cmp::Reverse(*bytes), site.0));
@@ -529,14 +532,14 @@ fn activation_sites(list: &RequestList, lifetimes: &Lifetimes) -> rustc_hash::Fx
             continue;
         }
         let e = bytes.entry(info.site).or_default();
-        e.1 += info.requested;
+        e.1 = e.1.saturating_add(info.requested);
         if class.category == Category::Activation {
-            e.0 += info.requested;
+            e.0 = e.0.saturating_add(info.requested);
         }
     }
     bytes
         .into_iter()
-        .filter(|(_, (act, all))| *act * 2 > *all)
+        .filter(|(_, (act, all))| u128::from(*act) * 2 > u128::from(*all))
         .map(|(site, _)| site)
         .collect()
 }
@@ -569,7 +572,7 @@ fn category_candidates(
         if activation && made != usize::MAX && made >= boundary && lifetimes.live_at(id, at) {
             *drop = true;
             saved.0 += 1;
-            saved.1 += list.allocs[id].requested;
+            saved.1 = saved.1.saturating_add(list.allocs[id].requested);
         }
     }
     if saved.0 > 0 {
@@ -594,8 +597,7 @@ fn category_candidates(
         .collect();
     let state_bytes: u64 = (0..n)
         .filter(|&id| quartered[id] && lifetimes.live_at(id, at))
-        .map(|id| list.allocs[id].requested)
-        .sum();
+        .fold(0u64, |n, id| n.saturating_add(list.allocs[id].requested));
     if state_bytes > 0 {
         out.push(Candidate {
             kind: FixKind::Category,

@@ -725,10 +725,12 @@ impl ParsedSnapshot {
                         status: b.status,
                         stack: stacks[b.stack as usize],
                     });
-                    at = addr + b.size;
+                    // A hostile snapshot's sizes may pass 2^64: saturate.
+                    at = addr.saturating_add(b.size);
                 }
-                if at < seg.addr + seg.size {
-                    seg_blocks.push(free_block(at, seg.addr + seg.size - at));
+                let end = seg.addr.saturating_add(seg.size);
+                if at < end {
+                    seg_blocks.push(free_block(at, end - at));
                 }
                 let segment = SegmentState {
                     device: d as u32,

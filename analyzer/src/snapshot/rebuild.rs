@@ -423,7 +423,7 @@ impl DeviceReplay {
     ) -> Vec<(u64, EndBlock)> {
         let mut observed = ObservedBlocks::new(config.clone());
         for s in segs.values() {
-            let range = s.addr..s.addr + s.size;
+            let range = s.addr..s.addr.saturating_add(s.size);
             observed.load_segment(&SegmentState {
                 addr: s.addr,
                 size: s.size,

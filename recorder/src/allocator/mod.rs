@@ -707,7 +707,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let page_size = if small { SMALL_BUFFER } else { LARGE_BUFFER };
         // Address space for 1 1/8 of the device, as PyTorch reserves.
         let total = self.device.total_memory();
-        let space = (total + total / 8).div_ceil(page_size) * page_size;
+        // Saturating: a simulated device may be as large as a hostile
+        // trace says.
+        let want = total.saturating_add(total / 8);
+        let space = want
+            .div_ceil(page_size)
+            .checked_mul(page_size)
+            .unwrap_or(want / page_size * page_size);
         let base = self
             .device
             .reserve_address_range(space, page_size)
