@@ -398,7 +398,9 @@ fn simulate_device(
         .into_iter()
         .map(|r| PolicyResult {
             oom: describe_oom(&r, extracted, symbols),
-            min_capacity_bytes: r.min_capacity.map(|m| m.bytes.saturating_add(reserve.bytes)),
+            min_capacity_bytes: r
+                .min_capacity
+                .map(|m| m.bytes.saturating_add(reserve.bytes)),
             scenario: r,
         })
         .collect();
