@@ -366,15 +366,18 @@ impl LimitWatch {
     }
 }
 
-impl Analysis for LimitWatch {
-    fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
-        self.reserved_peak = self.reserved_peak.max(state.totals().reserved);
-    }
-
-    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
+impl LimitWatch {
+    /// What [`Analysis::event`] does for the few events that matter here:
+    /// device actions, limits, samples and OOMs.
+    #[inline(never)]
+    fn rare_event(&mut self, step: &Step<'_>, state: &ReplayState) {
         let reserved = state.totals().reserved;
-        self.reserved_peak = self.reserved_peak.max(reserved);
         match &step.event.data {
+            // Reserved memory rises only here: the rest of the events (most
+            // of them) cost a match.
+            EventData::SegmentAlloc(_) | EventData::SegmentMap(_) => {
+                self.reserved_peak = self.reserved_peak.max(reserved);
+            }
             EventData::Limit(e) => match Limit::of_event(e) {
                 Ok(limit) => {
                     if self.last_recorded.map(|l| l.bytes) != Some(limit.bytes) {
@@ -433,6 +436,30 @@ impl Analysis for LimitWatch {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+impl Analysis for LimitWatch {
+    fn begin(&mut self, state: &ReplayState, _symbols: &SymbolTable) {
+        self.reserved_peak = self.reserved_peak.max(state.totals().reserved);
+    }
+
+    #[inline]
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
+        // Blocks, phases, tags and annotations (nearly every event) change
+        // nothing here: the rest is out of line, so that they cost a branch.
+        if !matches!(
+            step.event.data,
+            EventData::Alloc(_)
+                | EventData::FreeRequested(_)
+                | EventData::FreeCompleted(_)
+                | EventData::PhaseBegin { .. }
+                | EventData::PhaseEnd { .. }
+                | EventData::Tag(_)
+                | EventData::Annotation { .. }
+        ) {
+            self.rare_event(step, state);
         }
         Ok(Flow::Continue)
     }
