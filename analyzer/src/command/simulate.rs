@@ -376,23 +376,32 @@ fn simulate_device(
         runs: scenarios.len() + others.len() + usize::from(fidelity.is_some()),
         list_bytes: list.memory_bytes(),
     };
+    // The first policy's smallest fitting capacity: a bisection of a dozen
+    // runs, made once, only where an answer needs it.
+    let smallest = std::cell::OnceCell::new();
+    let smallest_bytes = || {
+        *smallest.get_or_init(|| {
+            results[0].min_capacity.map_or_else(
+                || simulate::smallest_capacity(list, &scenarios[0].config, None).bytes,
+                |m| m.bytes,
+            )
+        })
+    };
     // Where no policy fits either, how much the first would need.
     let needed = (results[0].result.ooms > 0
         && results[0].min_capacity.is_none()
         && !results.iter().chain(&others).any(|r| r.result.ooms == 0))
-    .then(|| {
-        simulate::smallest_capacity(list, &scenarios[0].config, None)
-            .bytes
-            .saturating_add(reserve.bytes)
-    });
+    .then(|| smallest_bytes().saturating_add(reserve.bytes));
+    // Under a cap, what the run needs is the smallest cap that fits.
+    let cap_needs = (cap.is_some() && results[0].result.ooms > 0).then(smallest_bytes);
     let fixes = fixes_for_first_oom(
-        list,
         &scenarios[0].config,
         &sim,
         results[0].result.first_oom.as_ref(),
         recorded.as_ref(),
         extracted,
         symbols,
+        smallest.get().copied(),
     );
     let policies: Vec<PolicyResult> = results
         .into_iter()
@@ -406,16 +415,7 @@ fn simulate_device(
         .collect();
     let first = &policies[0];
     let verdict = match cap {
-        Some(cap) => {
-            // Under a cap, what the run needs is the smallest cap that fits.
-            let needs = (first.scenario.result.ooms > 0).then(|| {
-                first.scenario.min_capacity.map_or_else(
-                    || simulate::smallest_capacity(list, &scenarios[0].config, None).bytes,
-                    |m| m.bytes,
-                )
-            });
-            cap_verdict(&cap, &policies, &others, needs)
-        }
+        Some(cap) => cap_verdict(&cap, &policies, &others, cap_needs),
         None => verdict(
             options.device.as_ref(),
             &reserve,
@@ -460,19 +460,21 @@ fn simulate_device(
 /// asked for; without one, where the recorded run ran out of memory, replayed
 /// with its own settings under its own limit.
 fn fixes_for_first_oom(
-    list: &simulate::RequestList,
     config: &AllocatorConfig,
     sim: &SimOptions,
     first_oom: Option<&simulate::OomAt>,
     recorded: Option<&AllocatorConfig>,
     extracted: &Extracted,
     symbols: &vramtrace_format::SymbolTable,
+    smallest: Option<u64>,
 ) -> Option<FixesTried> {
+    let list = &extracted.list;
     if let Some(oom) = first_oom {
         let target = FixTarget {
             config,
             options: sim.clone(),
             oom,
+            smallest,
         };
         return Some(simulate::fixes::try_fixes(
             list,
@@ -556,12 +558,7 @@ fn verdict(
     } else {
         format!("with {} free", units::bytes(free))
     };
-    let fits_with = policies[1..]
-        .iter()
-        .map(|p| (&p.scenario.policy, p.scenario.result.ooms))
-        .chain(others.iter().map(|s| (&s.policy, s.result.ooms)))
-        .find(|(_, ooms)| *ooms == 0)
-        .map(|(name, _)| name.clone());
+    let fits_with = first_fitting(policies, others);
     let remedy = match (&fits_with, min) {
         (Some(policy), _) => format!("; {policy} fits"),
         (None, Some(min)) => format!(
@@ -570,11 +567,7 @@ fn verdict(
         ),
         (None, None) => "; no other policy tried fits".into(),
     };
-    let phase = if oom.phase.is_empty() {
-        String::new()
-    } else {
-        format!(" at {}", oom.phase)
-    };
+    let phase = at_phase(oom);
     Verdict {
         outcome: Outcome::OutOfMemory,
         line: format!(
@@ -626,12 +619,7 @@ fn cap_verdict(
         },
         units::bytes(oom.largest_free_block)
     );
-    let fits_with = policies[1..]
-        .iter()
-        .map(|p| (&p.scenario.policy, p.scenario.result.ooms))
-        .chain(others.iter().map(|s| (&s.policy, s.result.ooms)))
-        .find(|(_, ooms)| *ooms == 0)
-        .map(|(name, _)| name.clone());
+    let fits_with = first_fitting(policies, others);
     let mut remedy = String::new();
     if let Some(policy) = &fits_with {
         remedy.push_str(&format!("; {policy} fits under the same cap"));
@@ -642,11 +630,7 @@ fn cap_verdict(
             units::capacity(needs)
         ));
     }
-    let phase = if oom.phase.is_empty() {
-        String::new()
-    } else {
-        format!(" at {}", oom.phase)
-    };
+    let phase = at_phase(oom);
     Verdict {
         outcome: Outcome::OutOfMemory,
         line: format!(
@@ -657,6 +641,25 @@ fn cap_verdict(
         spare_bytes: None,
         needs_bytes: needs,
         fits_with,
+    }
+}
+
+/// The first other policy (named or standard) that runs without an OOM.
+fn first_fitting(policies: &[PolicyResult], others: &[ScenarioResult]) -> Option<String> {
+    policies[1..]
+        .iter()
+        .map(|p| &p.scenario)
+        .chain(others)
+        .find(|s| s.result.ooms == 0)
+        .map(|s| s.policy.clone())
+}
+
+/// ` at iter1/backward`, or nothing outside phases.
+fn at_phase(oom: &OomDescription) -> String {
+    if oom.phase.is_empty() {
+        String::new()
+    } else {
+        format!(" at {}", oom.phase)
     }
 }
 

@@ -128,6 +128,9 @@ pub struct FixTarget<'a> {
     pub options: SimOptions,
     /// The first out-of-memory error of the run without a fix.
     pub oom: &'a OomAt,
+    /// The run's smallest fitting capacity with its own settings, when the
+    /// caller has found it already (else found here, if needed).
+    pub smallest: Option<u64>,
 }
 
 /// Each allocation's place in the request list.
@@ -310,14 +313,9 @@ pub fn try_fixes(
         )
     });
     let needs_more_bytes = (passed.is_empty() && limit != u64::MAX).then(|| {
-        let unlimited = SimOptions {
-            capacity: None,
-            cap: None,
-            ..SimOptions::default()
-        };
-        let peak = simulate(list, target.config, &unlimited).peak_reserved_bytes;
-        smallest_capacity(list, target.config, Some(peak))
-            .bytes
+        target
+            .smallest
+            .unwrap_or_else(|| smallest_capacity(list, target.config, None).bytes)
             .saturating_sub(limit)
     });
     FixesTried {
@@ -355,6 +353,7 @@ pub fn for_first_oom(
         config,
         options: options.clone(),
         oom: &oom,
+        smallest: None,
     };
     Some(try_fixes(list, &target, state, symbols))
 }
