@@ -67,6 +67,16 @@ pub enum Basis {
     Estimate,
 }
 
+impl TriedFix {
+    /// [`change`](Self::change) with its site's name as `shorten` gives it.
+    pub fn change_with(&self, shorten: impl Fn(&str) -> String) -> String {
+        match &self.site {
+            Some(site) => self.change.replace(site.as_str(), &shorten(site)),
+            None => self.change.clone(),
+        }
+    }
+}
+
 impl Basis {
     /// The word shown beside the fix's figures.
     pub fn word(self) -> &'static str {
@@ -87,6 +97,10 @@ pub struct TriedFix {
     pub change: String,
     /// Why it can help, or what the replay assumed.
     pub detail: String,
+    /// The site whose blocks the fix frees, in full, as `change` names it
+    /// (printers show it shortened).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
     /// How far the replay can be trusted.
     pub basis: Basis,
     /// Whether the replay got past the failing request (and on, to the next
@@ -171,6 +185,7 @@ struct Candidate {
     kind: FixKind,
     change: String,
     detail: String,
+    site: Option<String>,
     basis: Basis,
     config: AllocatorConfig,
     edit: Edit,
@@ -287,6 +302,7 @@ pub fn try_fixes(
                 kind: c.kind,
                 change: c.change,
                 detail: c.detail,
+                site: c.site,
                 basis: c.basis,
                 passed,
                 frees_bytes: c
@@ -402,6 +418,7 @@ fn setting_candidates(recorded: &AllocatorConfig, capped: bool) -> Vec<Candidate
             kind: FixKind::AllocatorSetting,
             change: format!("PYTORCH_CUDA_ALLOC_CONF={}", config.to_conf_string()),
             detail: why.to_string(),
+            site: None,
             basis: Basis::Exact,
             config,
             edit: Edit::default(),
@@ -436,6 +453,7 @@ fn empty_cache_candidates(
                 state.phase_path(phase, symbols)
             ),
             detail: "returns the wholly free cached segments to the device there, so later requests are laid out afresh".into(),
+            site: None,
             basis: Basis::Exact,
             config: config.clone(),
             edit: Edit {
@@ -498,26 +516,29 @@ fn kept_candidates(
     sites
         .into_iter()
         .take(KEPT_SITES)
-        .map(|(site, (ids, bytes))| Candidate {
-            kind: FixKind::FreeKept,
-            change: format!(
-                "free the {} blocks from {} still held ({}) before the failing request",
-                ids.len(),
-                state.sites().name(site, symbols),
-                crate::units::bytes(bytes)
-            ),
-            detail: if boundary == 0 {
-                "made earlier and still held when the request came".into()
-            } else {
-                "made before this iteration and still held: kept from an earlier one".into()
-            },
-            basis: Basis::Exact,
-            config: config.clone(),
-            edit: Edit {
-                at,
-                insert: Some(Insert::Free(ids)),
-                ..Edit::default()
-            },
+        .map(|(site, (ids, bytes))| {
+            let name = state.sites().name(site, symbols);
+            Candidate {
+                kind: FixKind::FreeKept,
+                change: format!(
+                    "free the {} blocks from {name} still held ({}) before the failing request",
+                    ids.len(),
+                    crate::units::bytes(bytes)
+                ),
+                site: Some(name),
+                detail: if boundary == 0 {
+                    "made earlier and still held when the request came".into()
+                } else {
+                    "made before this iteration and still held: kept from an earlier one".into()
+                },
+                basis: Basis::Exact,
+                config: config.clone(),
+                edit: Edit {
+                    at,
+                    insert: Some(Insert::Free(ids)),
+                    ..Edit::default()
+                },
+            }
         })
         .collect()
 }
@@ -583,6 +604,7 @@ fn category_candidates(
                 saved.0,
                 crate::units::bytes(saved.1)
             ),
+            site: None,
             basis: Basis::Bound,
             config: config.clone(),
             edit: Edit {
@@ -605,6 +627,7 @@ fn category_candidates(
                 "optimizer state is {} at the failure; the replay keeps a quarter of every optimizer-state block, as 8-bit state does of 32-bit",
                 crate::units::bytes(state_bytes)
             ),
+            site: None,
             basis: Basis::Estimate,
             config: config.clone(),
             edit: Edit {

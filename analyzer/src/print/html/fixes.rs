@@ -2,6 +2,7 @@
 //! fixes whose replay got past the failure, ranked, and those that did not.
 
 use super::escape;
+use crate::print::labels::site_label;
 use crate::simulate::fixes::FixesTried;
 use crate::units;
 use std::fmt::Write as _;
@@ -10,7 +11,7 @@ use std::fmt::Write as _;
 pub fn section(f: &FixesTried) -> String {
     let mut html = format!(
         "<p>The run was replayed through PyTorch's caching allocator policy under its {} limit, once per candidate fix, from its start to the failure at <a href=\"#explorer\" data-event=\"{}\">event {}</a> and on. Only fixes whose replay got past it are offered. <i>exact</i>: the replay is the program with the fix; <i>bound</i>: the most the fix could do; <i>estimate</i>: the replay assumes sizes the trace does not give.</p>",
-        units::bytes(f.limit_bytes),
+        units::capacity(f.limit_bytes),
         f.event_index,
         units::count(f.event_index)
     );
@@ -29,7 +30,7 @@ pub fn section(f: &FixesTried) -> String {
                 html,
                 "<tr><td class=\"num\">{}</td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
                 i + 1,
-                escape(&fix.change),
+                escape(&fix.change_with(site_label)),
                 fix.frees_bytes.map_or_else(|| "-".into(), units::bytes),
                 fix.headroom_bytes.map_or_else(|| "-".into(), units::bytes),
                 fix.basis.word(),
@@ -43,7 +44,7 @@ pub fn section(f: &FixesTried) -> String {
         let names: Vec<String> = f
             .failed
             .iter()
-            .map(|x| format!("<code>{}</code>", escape(&x.change)))
+            .map(|x| format!("<code>{}</code>", escape(&x.change_with(site_label))))
             .collect();
         html.push_str(&names.join("; "));
         html.push_str(".</p>");

@@ -79,7 +79,8 @@ pub fn table(w: &Waterfall) -> String {
     let _ = write!(
         html,
         "<tr><th>{sum}</th><th class=\"num\">{}</th><th></th><th></th><th>{} bytes</th></tr>",
-        units::bytes(w.total_bytes),
+        // At the precision the limit is named with (`5.37 GiB cap`).
+        units::capacity(w.total_bytes),
         units::count(w.total_bytes)
     );
     for term in &w.beside {

@@ -1,7 +1,8 @@
 //! The fixes tried for an out-of-memory error, as text.
 
+use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
-use crate::simulate::fixes::{FixesTried, TriedFix};
+use crate::simulate::fixes::FixesTried;
 use crate::units;
 
 /// The fixes that passed their replay, ranked, then those that did not, in
@@ -10,7 +11,7 @@ pub fn fixes(f: &FixesTried) -> String {
     let mut text = format!(
         "fixes tried for the out-of-memory error at event {}, each replayed under the {} limit:\n",
         units::count(f.event_index),
-        units::bytes(f.limit_bytes)
+        units::capacity(f.limit_bytes)
     );
     if f.passed.is_empty() {
         text.push_str("  nothing tried gets past it");
@@ -32,7 +33,7 @@ pub fn fixes(f: &FixesTried) -> String {
         for (i, fix) in f.passed.iter().enumerate() {
             t.row([
                 (i + 1).to_string(),
-                fix.change.clone(),
+                fix.change_with(site_label),
                 opt_bytes(fix.frees_bytes),
                 opt_bytes(fix.headroom_bytes),
                 fix.basis.word().to_string(),
@@ -47,7 +48,7 @@ pub fn fixes(f: &FixesTried) -> String {
         );
     }
     if !f.failed.is_empty() {
-        let names: Vec<String> = f.failed.iter().map(short).collect();
+        let names: Vec<String> = f.failed.iter().map(|x| x.change_with(site_label)).collect();
         text.push_str(&format!(
             "  tried, still out of memory: {}\n",
             names.join("; ")
@@ -58,9 +59,4 @@ pub fn fixes(f: &FixesTried) -> String {
 
 fn opt_bytes(b: Option<u64>) -> String {
     b.map_or_else(|| "-".into(), units::bytes)
-}
-
-/// A failed fix in a few words.
-fn short(f: &TriedFix) -> String {
-    f.change.clone()
 }

@@ -66,7 +66,8 @@ pub fn waterfall(w: &Waterfall, indent: usize) -> String {
     };
     t.row([
         total.to_string(),
-        units::bytes(w.total_bytes),
+        // At the precision the limit is named with (`5.37 GiB cap`).
+        units::capacity(w.total_bytes),
         String::new(),
         format!("{} bytes", units::count(w.total_bytes)),
     ]);
