@@ -72,6 +72,9 @@ pub enum Error {
     /// Two runs cannot be compared as asked.
     #[error(transparent)]
     Compare(#[from] CompareError),
+    /// A plan cannot be made from the runs given.
+    #[error(transparent)]
+    Plan(#[from] crate::command::plan::PlanError),
     /// A simulation cannot be run as asked.
     #[error("{path}: {source}")]
     Simulate {

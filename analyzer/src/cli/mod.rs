@@ -13,6 +13,7 @@ mod import;
 mod info;
 mod leaks;
 mod merge;
+mod plan;
 mod progress;
 mod report;
 mod run;
@@ -28,6 +29,7 @@ use vramtrace::Error;
 use vramtrace::analysis::compare::CompareError;
 use vramtrace::analysis::window::WindowError;
 use vramtrace::command::Warning;
+use vramtrace::command::plan::PlanError;
 use vramtrace::input::ExpansionExceeded;
 use vramtrace::print::ChartError;
 use vramtrace::simulate::SimulateError;
@@ -81,6 +83,9 @@ enum Command {
     Compare(compare::Args),
     /// What if: would the run fit on another GPU or allocator setting; if not, where.
     Simulate(simulate::Args),
+    /// The largest batch size (or sequence length) that fits, from runs
+    /// recorded at two or more values.
+    Plan(plan::Args),
 }
 
 /// Runs the command line and returns the process's exit code.
@@ -116,6 +121,7 @@ pub fn main() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Merge(args) => merge::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Plan(args) => plan::run(args),
     };
     match result {
         Ok(code) => code,
@@ -205,6 +211,7 @@ fn in_flag_terms(e: &anyhow::Error) -> Option<String> {
                 window_in_flag_terms(source).map(|t| in_input(path, t))
             }
             Error::Compare(e) => compare_in_flag_terms(e),
+            Error::Plan(e) => plan_in_flag_terms(e),
             Error::Simulate {
                 path,
                 source: SimulateError::NoSettings(_),
@@ -231,6 +238,21 @@ fn in_flag_terms(e: &anyhow::Error) -> Option<String> {
         return chart_in_flag_terms(e);
     }
     None
+}
+
+fn plan_in_flag_terms(e: &PlanError) -> Option<String> {
+    match e {
+        PlanError::NoValue { path } => Some(format!(
+            "{path} does not say its batch size or sequence length (no `batch` or `seq` annotation): give each trace's value with --batch 4,8 or --seq 512,1024, in the traces' order"
+        )),
+        PlanError::NoCapacity => Some(
+            "nothing to plan for: the runs record no cap on the allocator; give --gpu, --capacity or --cap".into(),
+        ),
+        PlanError::SeveralDevices { path, seen } => Some(format!(
+            "{path} holds devices {seen}: pick one with --device"
+        )),
+        _ => None,
+    }
 }
 
 fn window_in_flag_terms(e: &WindowError) -> Option<String> {

@@ -74,12 +74,12 @@ pub struct Args {
 const CHART_BUCKETS: usize = 500;
 
 /// A `--gpu` name: a preset, or an error listing them.
-fn parse_gpu(name: &str) -> Result<&'static GpuPreset, String> {
+pub(super) fn parse_gpu(name: &str) -> Result<&'static GpuPreset, String> {
     gpus::find(name).ok_or_else(|| format!("unknown GPU '{name}' (known: {})", gpus::names()))
 }
 
 /// Parses the `--alloc-conf` values: a bad one is a usage error naming it.
-fn parse_confs(confs: &[String]) -> anyhow::Result<Vec<AllocatorConfig>> {
+pub(super) fn parse_confs(confs: &[String]) -> anyhow::Result<Vec<AllocatorConfig>> {
     confs
         .iter()
         .map(|c| {

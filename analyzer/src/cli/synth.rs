@@ -70,6 +70,11 @@ pub struct Args {
     /// analyzer then infers every category.
     #[arg(long)]
     no_tags: bool,
+    /// Note the batch size and the sequence length (when fixed) at the
+    /// start, as a program's `vramtrace.annotate("batch", 8)` does: what
+    /// `plan` reads each run's value from.
+    #[arg(long)]
+    annotate: bool,
     /// The trace to write.
     #[arg(short, long)]
     output: PathBuf,
@@ -97,6 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         devices: args.devices,
         rank: args.rank,
         tags: !args.no_tags,
+        annotate: args.annotate,
         ..WorkloadConfig::default()
     };
     if let Some(world) = args.world_size {

@@ -15,6 +15,7 @@ pub mod fragmentation;
 pub mod import;
 pub mod info;
 pub mod leaks;
+pub mod plan;
 pub mod ranks;
 pub mod report;
 pub mod simulate;

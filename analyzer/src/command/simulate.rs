@@ -681,22 +681,32 @@ fn describe_oom(
     symbols: &vramtrace_format::SymbolTable,
 ) -> Option<OomDescription> {
     let o = r.result.first_oom.as_ref()?;
-    Some(OomDescription {
+    Some(describe(o, &extracted.state, symbols))
+}
+
+/// A simulated OOM described with its site's and phase's names (`state`:
+/// the replay state after the pass that read the requests).
+pub(super) fn describe(
+    o: &simulate::OomAt,
+    state: &crate::replay::ReplayState,
+    symbols: &vramtrace_format::SymbolTable,
+) -> OomDescription {
+    OomDescription {
         allocated_bytes: o.allocated_bytes,
         event_index: o.event_index,
         free_bytes: o.free_bytes,
         cached_free_bytes: o.cached_free_bytes,
         largest_free_block: o.largest_free_block,
-        phase: extracted.state.phase_path(o.phase, symbols),
+        phase: state.phase_path(o.phase, symbols),
         recorded: o.recorded,
         requested_bytes: o.requested_bytes,
         reserved_bytes: o.reserved_bytes,
         shortfall_bytes: o.shortfall_bytes,
-        site: extracted.state.sites().name(o.site, symbols),
+        site: state.sites().name(o.site, symbols),
         stream: o.stream,
         time_ns: o.time_ns,
         categories: o.categories.clone(),
-    })
+    }
 }
 
 /// What the reader should know about how the requests were read.

@@ -309,6 +309,12 @@ enum PhaseRole {
     None,
 }
 
+/// Whether a phase of this name is an optimizer step (`Optimizer.step#...`,
+/// `optimizer`, ...).
+pub fn is_step_phase(name: &str) -> bool {
+    phase_role(name) == PhaseRole::Step
+}
+
 fn phase_role(name: &str) -> PhaseRole {
     let lower = name.to_ascii_lowercase();
     let lower = lower.trim();

@@ -351,7 +351,14 @@ pub struct ReplayState {
     limit: Option<LimitEvent>,
     /// The device's memory, as last sampled.
     device_memory: Option<DeviceMemoryEvent>,
+    /// The program's notes (key, value), in order, at most
+    /// [`KEPT_ANNOTATIONS`]: they belong to the process, like phases.
+    annotations: Vec<(StringId, StringId)>,
 }
+
+/// The most annotations a state keeps: a program that notes every step
+/// leaves the rest unkept, so memory stays bounded.
+pub const KEPT_ANNOTATIONS: usize = 4096;
 
 impl Default for ReplayState {
     fn default() -> Self {
@@ -378,6 +385,7 @@ impl ReplayState {
             inconsistencies: Vec::new(),
             inconsistency_counts: [0; InconsistencyKind::ALL.len()],
             saw_segments: false,
+            annotations: Vec::new(),
             events: 0,
             time_ns: 0,
             replaced: None,
@@ -414,6 +422,7 @@ impl ReplayState {
         state.events = self.events;
         state.time_ns = self.time_ns;
         state.classifier = self.classifier.fork();
+        state.annotations.clone_from(&self.annotations);
         state
     }
 
@@ -535,7 +544,13 @@ impl ReplayState {
                 self.device_memory = Some(*m);
                 Applied::Other
             }
-            EventData::EmptyCache(_) | EventData::Annotation { .. } => Applied::Other,
+            EventData::Annotation { key, value } => {
+                if self.annotations.len() < KEPT_ANNOTATIONS {
+                    self.annotations.push((*key, *value));
+                }
+                Applied::Other
+            }
+            EventData::EmptyCache(_) => Applied::Other,
         }
     }
 
@@ -1153,6 +1168,12 @@ impl ReplayState {
     /// traces of programs that set one, or that started recording under one).
     pub fn limit(&self) -> Option<&LimitEvent> {
         self.limit.as_ref()
+    }
+
+    /// The program's notes (`vramtrace.annotate(key, value)`), as (key,
+    /// value), in the order recorded (at most [`KEPT_ANNOTATIONS`]).
+    pub fn annotations(&self) -> &[(StringId, StringId)] {
+        &self.annotations
     }
 
     /// The device's free and total memory, as last sampled (format 1.3).

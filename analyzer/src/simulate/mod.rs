@@ -11,6 +11,7 @@
 
 pub mod fixes;
 pub mod gpus;
+pub mod plan;
 pub mod requests;
 pub mod what_if;
 
@@ -1005,6 +1006,8 @@ pub struct Extracted {
     /// The allocator's limit, the device-memory samples and what they
     /// measured outside the allocator.
     pub limits: crate::analysis::limits::LimitReport,
+    /// The program's notes (`vramtrace.annotate`), in order.
+    pub annotations: Vec<(String, String)>,
     /// What the pass read.
     pub info: crate::analysis::PassInfo,
 }
@@ -1051,6 +1054,10 @@ pub fn extract<S: vramtrace_format::EventSource>(
         .into_iter()
         .map(|p| {
             let limits = p.analyses.1.into_report()?;
+            let text = |id| reader.symbols().string_or_unknown(id).to_string();
+            let annotations = (p.state.annotations().iter())
+                .map(|&(k, v)| (text(k), text(v)))
+                .collect();
             Ok(Extracted {
                 device: p.device,
                 peaks: p.peaks.into_report(p.device)?,
@@ -1062,6 +1069,7 @@ pub fn extract<S: vramtrace_format::EventSource>(
                     .and_then(recorded_capacity)
                     .or_else(|| device_capacity(&listed, p.device)),
                 limits,
+                annotations,
                 info: passes.info.clone(),
             })
         })

@@ -92,6 +92,9 @@ pub struct WorkloadConfig {
     /// Activations and temporaries are never tagged: the analyzer tells
     /// them from lifetimes. Off: the untagged trace of an older recorder.
     pub tags: bool,
+    /// Note the batch size and the sequence length at the start, as a
+    /// program's `vramtrace.annotate("batch", 8)` does (each when fixed).
+    pub annotate: bool,
 }
 
 impl Default for WorkloadConfig {
@@ -116,6 +119,7 @@ impl Default for WorkloadConfig {
             rank: None,
             world_size: None,
             tags: true,
+            annotate: false,
         }
     }
 }
@@ -262,6 +266,9 @@ pub fn generate(config: &WorkloadConfig, out: impl Write) -> Result<WorkloadRepo
         oom: None,
         iteration: 0,
     };
+    if config.annotate {
+        g.annotate()?;
+    }
     let completed = g.run()?;
     let counts = *g.w.counts();
     let duration_ns = g.time_ns;
@@ -465,6 +472,31 @@ impl<W: Write> Gen<'_, W> {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    /// Notes the batch size and the sequence length, each when every
+    /// iteration of the first device uses the same.
+    fn annotate(&mut self) -> Result<(), WorkloadError> {
+        let cfg = self.cfg;
+        let mut notes = Vec::new();
+        if cfg.batch.0 == cfg.batch.1 {
+            notes.push(("batch", cfg.batch.0));
+        }
+        // Sequences are whole multiples of 8; ranks and devices past the
+        // first carry longer ones.
+        let seq = (cfg.seq_len.0 / 8).max(1) * 8;
+        if cfg.seq_len.0 / 8 == cfg.seq_len.1 / 8 && cfg.rank.unwrap_or(0) % 8 == 0 {
+            notes.push(("seq", seq));
+        }
+        for (key, value) in notes {
+            let key = self.w.intern_string(key);
+            let value = self.w.intern_string(&value.to_string());
+            self.w.push(Event {
+                time_ns: self.time_ns,
+                data: EventData::Annotation { key, value },
+            })?;
+        }
+        Ok(())
     }
 
     fn range(&mut self, lo: u64, hi: u64) -> u64 {

@@ -1,0 +1,149 @@
+//! `vramtrace plan`: the largest batch size (or sequence length) that fits,
+//! from runs recorded at two or more values.
+
+use super::common::{InputArgs, TextArgs, open};
+use super::progress::Bars;
+use super::simulate::{parse_confs, parse_gpu};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vramtrace::command::plan::{PlanOptions, plan};
+use vramtrace::command::simulate::Device;
+use vramtrace::print;
+use vramtrace::simulate::gpus::GpuPreset;
+use vramtrace::simulate::plan::Varied;
+use vramtrace::units;
+
+/// Arguments of `vramtrace plan`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Two or more traces (or PyTorch snapshots) of one program, each at
+    /// another batch size or sequence length; one gives an estimate.
+    #[arg(value_name = "TRACE", required = true)]
+    traces: Vec<PathBuf>,
+    #[command(flatten)]
+    input: InputArgs,
+    /// Each trace's batch size, in the traces' order (4,8), when the traces
+    /// do not say it (`vramtrace.annotate("batch", 8)`, or `python -m
+    /// vramtrace run --annotate batch=8`).
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = positive, conflicts_with = "seq")]
+    batch: Vec<u64>,
+    /// Each trace's sequence length, in the traces' order (512,1024), when
+    /// the traces do not say it (an annotation `seq`).
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = positive)]
+    seq: Vec<u64>,
+    /// The device's memory, with its unit (24GiB, 80GB); the reserve comes
+    /// off it.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, conflicts_with_all = ["gpu", "cap"])]
+    capacity: Option<u64>,
+    /// A GPU, by name, to plan for (h100, a100-40gb, l4, ...; as `simulate`).
+    #[arg(long, value_name = "NAME", value_parser = parse_gpu, conflicts_with = "cap")]
+    gpu: Option<&'static GpuPreset>,
+    /// Plan under a cap on the allocator (set_per_process_memory_fraction
+    /// times the device's memory), e.g. 20GiB; no reserve comes off it.
+    /// Default, without --gpu or --capacity: the cap the runs recorded.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
+    cap: Option<u64>,
+    /// Memory kept off the device for the CUDA context (and NCCL), with
+    /// --gpu or --capacity. Default: measured by the recording, else an
+    /// estimate (512MiB, 1GiB more with NCCL).
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
+    reserve: Option<u64>,
+    /// Allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax; repeatable: the
+    /// first is planned for, each other's largest value is shown beside it.
+    /// Default: the recorded settings.
+    #[arg(long = "alloc-conf", value_name = "CONF")]
+    alloc_conf: Vec<String>,
+    /// Values searched are multiples of this (64 for sequence lengths, say).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = positive)]
+    step: u64,
+    /// Also simulate this value in full: peaks, fragmentation, categories.
+    #[arg(long, value_name = "N", value_parser = positive)]
+    at: Option<u64>,
+    /// Plan for this device of each trace (its index), for traces of several.
+    #[arg(long, value_name = "N")]
+    device: Option<u32>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    text: TextArgs,
+    /// Print how long reading, fitting and simulating took on stderr (for
+    /// docs/performance.md).
+    #[arg(long, hide = true)]
+    timing: bool,
+}
+
+/// A whole number above 0.
+fn positive(text: &str) -> Result<u64, String> {
+    match units::parse_count(text) {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let values = match (args.batch.is_empty(), args.seq.is_empty()) {
+        (false, _) => Some((Varied::Batch, args.batch.clone())),
+        (true, false) => Some((Varied::Seq, args.seq.clone())),
+        (true, true) => None,
+    };
+    if let Some((varied, v)) = &values
+        && v.len() != args.traces.len()
+    {
+        anyhow::bail!(
+            "--{} gives {} values for {} traces: give one per trace, in their order",
+            if *varied == Varied::Batch {
+                "batch"
+            } else {
+                "seq"
+            },
+            v.len(),
+            args.traces.len()
+        );
+    }
+    let device = match (args.gpu, args.capacity) {
+        (Some(gpu), _) => Some(Device::preset(gpu)),
+        (None, Some(bytes)) => Some(Device::of_size(bytes)),
+        (None, None) => None,
+    };
+    if args.reserve.is_some() && device.is_none() {
+        anyhow::bail!("--reserve needs --gpu or --capacity (a cap bounds the allocator alone)");
+    }
+    let options = PlanOptions {
+        values,
+        device,
+        cap: args.cap,
+        reserve: args.reserve,
+        settings: parse_confs(&args.alloc_conf)?,
+        step: args.step,
+        at: args.at,
+        recorded_device: args.device,
+    };
+    let progress = Bars::new();
+    let inputs = args
+        .traces
+        .iter()
+        .map(|t| open(t, &args.input, &progress))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let result = plan(&inputs, &options, &progress)?;
+    if args.timing {
+        let t = &result.timing;
+        eprintln!(
+            "timing: read {} runs in {:.3} s; lined up and fitted in {:.3} s; {} search simulations and {} full ones in {:.3} s on {} threads",
+            result.runs.len(),
+            t.read_s,
+            t.fit_s,
+            result.answer.simulations,
+            result.points.len() + result.runs.len(),
+            t.simulate_s,
+            rayon::current_num_threads()
+        );
+    }
+    args.text.print(
+        args.json,
+        || print::json(&result),
+        || print::text::plan(&result),
+    )?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,207 @@
+//! The fit planner's answer as text.
+
+use super::categories;
+use crate::command::plan::{Basis, PlanResult, Point};
+use crate::print::labels::site_label;
+use crate::print::table::{Align, Table};
+use crate::simulate::plan::Range;
+use crate::units;
+
+/// A plan as text: the runs and how the model reproduces them, the answer
+/// in one line, the values simulated, how sizes follow the value, and the
+/// value asked for in full.
+pub fn plan(r: &PlanResult) -> String {
+    let what = r.varied.words();
+    let mut text = match r.basis {
+        Basis::Runs => format!(
+            "plan       the largest {what} from {} runs ({}: every allocation's size fitted exactly through every run, the rest replayed through the allocator)\n",
+            r.runs.len(),
+            r.figures
+        ),
+        Basis::OneRun => format!(
+            "plan       the largest {what} from one run ({}: activations and temporaries assumed to grow in proportion)\n",
+            r.figures
+        ),
+    };
+    text.push_str(&format!("target     {}\n\n", target_words(r)));
+    let mut runs = Table::new(&[
+        (what, Align::Right),
+        ("trace", Align::Left),
+        ("allocations", Align::Right),
+        ("unmatched", Align::Right),
+        ("steps", Align::Right),
+        ("peak reserved", Align::Right),
+        ("simulated", Align::Right),
+        ("model", Align::Right),
+        ("reproduced", Align::Left),
+    ]);
+    for run in &r.runs {
+        runs.row([
+            run.value.to_string(),
+            format!("{}{}", run.path, if run.reference { " *" } else { "" }),
+            units::count(run.allocations as u64),
+            units::count(run.unmatched as u64),
+            units::count(run.steps),
+            units::bytes(run.peak_reserved_bytes),
+            units::bytes(run.simulated_peak_reserved_bytes),
+            units::bytes(run.model_peak_reserved_bytes),
+            if run.reproduced {
+                "exact".into()
+            } else {
+                format!(
+                    "no: allocated {} against {}",
+                    units::bytes(run.model_peak_allocated_bytes),
+                    units::bytes(run.simulated_peak_allocated_bytes)
+                )
+            },
+        ]);
+    }
+    text.push_str(&runs.render(0));
+    text.push_str(
+        "* the run replayed (the largest value); simulated: its own requests without a limit; model: the fitted sizes at its value, the same way\n",
+    );
+    text.push_str(&format!("\nanswer     {}\n\n", r.answer.line));
+    let mut points = Table::new(&[
+        (what, Align::Right),
+        ("", Align::Left),
+        ("peak reserved", Align::Right),
+        ("peak allocated", Align::Right),
+        ("cached at peak", Align::Right),
+        ("range", Align::Left),
+        ("first OOM", Align::Left),
+    ]);
+    for p in &r.points {
+        points.row([
+            p.value.to_string(),
+            if p.fits { "fits" } else { "OOM" }.into(),
+            units::bytes(p.peak_reserved_bytes),
+            units::bytes(p.peak_allocated_bytes),
+            format!(
+                "{} ({})",
+                units::bytes(p.cached_at_peak_bytes),
+                units::percent(p.fragmentation)
+            ),
+            range_word(p.range).into(),
+            oom_words(p),
+        ]);
+    }
+    text.push_str(&points.render(0));
+    text.push_str(&format!(
+        "every figure {}; peaks up to the OOM where one comes\n",
+        r.figures
+    ));
+    if !r.laws.is_empty() {
+        let peak = r
+            .answer
+            .largest
+            .map_or_else(|| "the run replayed".into(), |v| format!("{what} {v}"));
+        text.push_str(&format!("\nhow sizes follow the {what}\n"));
+        let mut laws = Table::new(&[
+            ("law", Align::Left),
+            ("set-up", Align::Right),
+            ("steady", Align::Right),
+            ("live at the peak", Align::Right),
+        ]);
+        for l in &r.laws {
+            laws.row([
+                l.words.to_string(),
+                units::count(l.setup_allocations as u64),
+                units::count(l.steady_allocations as u64),
+                units::bytes(l.bytes),
+            ]);
+        }
+        text.push_str(&laws.render(2));
+        text.push_str(&format!(
+            "  set-up: allocations before the first optimizer step ended; live at the peak: at the peak of allocated memory of {peak}\n"
+        ));
+    }
+    if !r.no_law.is_empty() {
+        text.push_str(
+            "\nallocations that follow no simple law (read off the runs along a line):\n",
+        );
+        for s in &r.no_law {
+            let sizes: Vec<String> = s
+                .sizes
+                .iter()
+                .map(|(v, b)| format!("{v}: {}", units::bytes(*b)))
+                .collect();
+            text.push_str(&format!(
+                "  {} ({}): {}\n",
+                site_label(&s.site),
+                units::counted(s.allocations as u64, "allocation", "allocations"),
+                sizes.join(", ")
+            ));
+        }
+    }
+    for p in &r.other_policies {
+        let answer = match (p.largest, p.unbounded) {
+            (Some(v), _) => format!("{what} {v} fits"),
+            (None, true) => format!("every {what} fits"),
+            (None, false) => format!("no {what} fits"),
+        };
+        text.push_str(&format!("\nwith {}: {answer}\n", p.policy));
+    }
+    if let Some(at) = &r.at {
+        text.push_str(&format!("\nat {what} {}: {}\n", at.point.value, at.line));
+        if at.categories.total() > 0 {
+            text.push_str(&categories::table(&[("at the peak", &at.categories)], 2));
+        }
+    }
+    for n in &r.notes {
+        text.push_str(&format!("\nnote: {n}"));
+    }
+    if !r.notes.is_empty() {
+        text.push('\n');
+    }
+    text
+}
+
+fn target_words(r: &PlanResult) -> String {
+    let policy = format!("policy {}", r.policy);
+    match (&r.device, &r.reserve, &r.limit, r.cap_bytes) {
+        (Some(d), Some(reserve), _, _) => format!(
+            "{}: {}, less {} reserved {} = {} for the allocator; {policy}",
+            d.name,
+            units::capacity(d.total_bytes),
+            units::capacity(reserve.bytes),
+            reserve.covers,
+            units::capacity(r.capacity_bytes)
+        ),
+        (_, _, Some(limit), _) => format!(
+            "the {} the runs recorded (set_per_process_memory_fraction; no reserve taken off); {policy}",
+            limit.noun()
+        ),
+        (_, _, _, Some(cap)) => format!(
+            "a cap of {} on the allocator (set_per_process_memory_fraction; no reserve taken off); {policy}",
+            units::capacity(cap)
+        ),
+        _ => format!(
+            "{} for the allocator; {policy}",
+            units::capacity(r.capacity_bytes)
+        ),
+    }
+}
+
+fn range_word(range: Range) -> &'static str {
+    match range {
+        Range::Within => "recorded range",
+        Range::Beyond => "beyond",
+        Range::Below => "below",
+    }
+}
+
+fn oom_words(p: &Point) -> String {
+    match &p.oom {
+        Some(o) => format!(
+            "{}{}, asking for {}",
+            site_label(&o.site),
+            if o.phase.is_empty() {
+                String::new()
+            } else {
+                format!(" in {}", o.phase)
+            },
+            units::bytes(o.requested_bytes)
+        ),
+        None => String::new(),
+    }
+}

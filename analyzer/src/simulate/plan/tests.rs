@@ -1,0 +1,243 @@
+use super::*;
+use crate::analysis::Devices;
+use crate::input::Input;
+use crate::progress::NoProgress;
+use crate::simulate::{Extracted, extract};
+use vramtrace_format::EventSource;
+use vramtrace_recorder::allocator::MIB;
+use vramtrace_recorder::workload::{WorkloadConfig, WorkloadReport, generate};
+
+/// A synthetic training run: 2 layers, 3 iterations, at a batch size and
+/// sequence length, on a device of `capacity` bytes (unlimited: `None`).
+fn workload(batch: u64, seq: u64, capacity: Option<u64>) -> (WorkloadReport, Vec<u8>) {
+    let config = WorkloadConfig {
+        seed: 7,
+        iters: 3,
+        layers: 2,
+        hidden: 256,
+        vocab: 4096,
+        batch: (batch, batch),
+        seq_len: (seq, seq),
+        capacity,
+        ..WorkloadConfig::default()
+    };
+    let mut bytes = Vec::new();
+    let report = generate(&config, &mut bytes).unwrap();
+    (report, bytes)
+}
+
+fn runs_at(values: &[(u64, u64)]) -> (Vec<Extracted>, Vec<Vec<u32>>) {
+    let mut keys = Keys::default();
+    values
+        .iter()
+        .map(|&(b, s)| {
+            let bytes = workload(b, s, None).1;
+            let input = Input::from_bytes(bytes, &NoProgress).unwrap();
+            let mut events = input.events().unwrap();
+            let e = extract(&mut events, Devices::Apart, &NoProgress)
+                .unwrap()
+                .devices
+                .remove(0);
+            let k = keys.of(&e.list, &e.state, events.symbols());
+            (e, k)
+        })
+        .unzip()
+}
+
+fn model(runs: &[Extracted], keys: &[Vec<u32>], values: &[u64]) -> Model {
+    let inputs: Vec<RunInput<'_>> = runs
+        .iter()
+        .zip(keys)
+        .zip(values)
+        .map(|((e, k), &value)| RunInput {
+            value,
+            list: &e.list,
+            keys: k.clone(),
+        })
+        .collect();
+    Model::fit(&inputs).unwrap()
+}
+
+fn on_device(capacity: u64) -> Target {
+    Target {
+        config: AllocatorConfig::default(),
+        options: SimOptions {
+            capacity: Some(capacity),
+            ..SimOptions::default()
+        },
+        step: 1,
+    }
+}
+
+#[test]
+fn runs_at_two_batches_line_up_and_fit_exact_laws() {
+    let (runs, keys) = runs_at(&[(16, 128), (32, 128)]);
+    let m = model(&runs, &keys, &[16, 32]);
+    assert_eq!(m.reference, 1);
+    assert_eq!(m.line_ups[0].unmatched, 0);
+    assert_eq!(m.line_ups[0].reference_unmatched, 0);
+    let list = &runs[1].list;
+    let kinds: std::collections::BTreeSet<LawKind> =
+        (0..list.allocs.len()).map(|id| m.law(id).kind).collect();
+    assert!(kinds.contains(&LawKind::Constant), "{kinds:?}");
+    assert!(kinds.contains(&LawKind::Linear), "{kinds:?}");
+    assert!(!kinds.contains(&LawKind::NoLaw), "{kinds:?}");
+    // The model gives each run's own sizes back.
+    assert_eq!(
+        m.sizes_at(16),
+        runs[0]
+            .list
+            .allocs
+            .iter()
+            .map(|a| a.requested)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        m.sizes_at(32),
+        list.allocs.iter().map(|a| a.requested).collect::<Vec<_>>()
+    );
+    // And a run recorded at 48 has the sizes the model predicts for 48.
+    // (Not below 16: the generator's gradient temporaries are
+    // `max(activation, parameter / 2)`, constant at small batches, a
+    // change of law two runs above it cannot see.)
+    let (other, _) = runs_at(&[(48, 128)]);
+    assert_eq!(
+        m.sizes_at(48),
+        other[0]
+            .list
+            .allocs
+            .iter()
+            .map(|a| a.requested)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn the_sequence_length_brings_quadratic_attention_scores() {
+    let (runs, keys) = runs_at(&[(4, 512), (4, 1024)]);
+    let m = model(&runs, &keys, &[512, 1024]);
+    let list = &runs[1].list;
+    let kinds: std::collections::BTreeSet<LawKind> =
+        (0..list.allocs.len()).map(|id| m.law(id).kind).collect();
+    assert!(kinds.contains(&LawKind::Quadratic), "{kinds:?}");
+    let (other, _) = runs_at(&[(4, 1536)]);
+    assert_eq!(
+        m.sizes_at(1536),
+        other[0]
+            .list
+            .allocs
+            .iter()
+            .map(|a| a.requested)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn the_largest_batch_found_fits_and_the_next_runs_out_on_the_device() {
+    let (runs, keys) = runs_at(&[(4, 128), (8, 128)]);
+    let m = model(&runs, &keys, &[4, 8]);
+    let capacity = 400 * MIB;
+    let found = largest_fitting(&m, &runs[1].list, &on_device(capacity));
+    let largest = found.largest.expect("some batch fits");
+    assert!(largest > 8, "{found:?}");
+    assert!(!found.unbounded && !found.at_ceiling);
+    assert_eq!(m.range(largest), Range::Beyond);
+    // The generator runs the same program on a device of that size.
+    let (fits, _) = workload(largest, 128, Some(capacity));
+    assert!(fits.oom.is_none(), "batch {largest} should fit");
+    let (fails, _) = workload(largest + 1, 128, Some(capacity));
+    let oom = fails.oom.expect("the next batch should run out of memory");
+    // And the simulated failure is the same request.
+    let next = evaluate(&m, &runs[1].list, &on_device(capacity), largest + 1, true);
+    let at = next.sim.first_oom.expect("simulated OOM");
+    assert_eq!(at.requested_bytes, oom.requested);
+    let full = evaluate(&m, &runs[1].list, &on_device(capacity), largest, false);
+    assert_eq!(full.sim.ooms, 0);
+    assert_eq!(full.sim.peak_reserved_bytes, fits.peak_reserved);
+    assert_eq!(full.sim.peak_allocated_bytes, fits.peak_allocated);
+    assert!(full.categories.bytes(Category::Activation) > 0);
+    assert!(
+        full.by_law
+            .iter()
+            .any(|&(k, b)| k == LawKind::Linear && b > 0)
+    );
+}
+
+#[test]
+fn one_run_assumes_activations_scale() {
+    let (runs, _) = runs_at(&[(8, 128)]);
+    let m = Model::assumed(8, &runs[0].list);
+    assert!(m.is_assumed());
+    assert!(m.grows());
+    let found = largest_fitting(&m, &runs[0].list, &on_device(400 * MIB));
+    assert!(found.largest.is_some_and(|b| b > 8), "{found:?}");
+}
+
+#[test]
+fn memory_that_does_not_grow_fits_every_value_and_too_small_a_device_none() {
+    let (runs, keys) = runs_at(&[(4, 128), (8, 128)]);
+    let m = model(&runs, &keys, &[4, 8]);
+    let found = largest_fitting(&m, &runs[1].list, &on_device(4 * MIB));
+    assert_eq!(found.largest, None);
+    assert!(!found.unbounded);
+    // Runs whose sizes do not change with the value: every value fits.
+    let flat = model(&runs[..1], &keys[..1], &[4]);
+    let same = Model::fit(&[
+        RunInput {
+            value: 4,
+            list: &runs[0].list,
+            keys: keys[0].clone(),
+        },
+        RunInput {
+            value: 5,
+            list: &runs[0].list,
+            keys: keys[0].clone(),
+        },
+    ])
+    .unwrap();
+    assert!(!same.grows());
+    let found = largest_fitting(&same, &runs[0].list, &on_device(400 * MIB));
+    assert!(found.unbounded && found.largest.is_none(), "{found:?}");
+    assert_eq!(flat.values, vec![4]);
+    let err = Model::fit(&[
+        RunInput {
+            value: 8,
+            list: &runs[0].list,
+            keys: keys[0].clone(),
+        },
+        RunInput {
+            value: 8,
+            list: &runs[1].list,
+            keys: keys[1].clone(),
+        },
+    ])
+    .unwrap_err();
+    assert_eq!(err, ModelError::SameValue(8));
+}
+
+#[test]
+fn runs_of_different_programs_do_not_line_up() {
+    let (runs, mut keys) = runs_at(&[(4, 128), (8, 128)]);
+    // Another program: every key differs.
+    for k in &mut keys[0] {
+        *k += 1_000_000;
+    }
+    let inputs: Vec<RunInput<'_>> = vec![
+        RunInput {
+            value: 4,
+            list: &runs[0].list,
+            keys: keys[0].clone(),
+        },
+        RunInput {
+            value: 8,
+            list: &runs[1].list,
+            keys: keys[1].clone(),
+        },
+    ];
+    match Model::fit(&inputs) {
+        Err(ModelError::NotLinedUp { run: 0, line_up }) => {
+            assert_eq!(line_up.first_difference, Some(0));
+        }
+        other => panic!("{:?}", other.map(|m| m.values)),
+    }
+}
