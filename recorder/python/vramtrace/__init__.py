@@ -32,7 +32,7 @@ from . import _observer, _replace
 from ._library import VramtraceError, library_path
 from ._library import load as _load
 from .analysis import (AnalyzerError, AnalyzerWarning, Chart, Result, Trace,
-                       analyzer_path, compare, load)
+                       analyzer_path, compare, load, plan)
 
 __all__ = [
     "start",
@@ -52,6 +52,7 @@ __all__ = [
     # Analysis (vramtrace/analysis.py)
     "load",
     "compare",
+    "plan",
     "analyzer_path",
     "Trace",
     "Result",
