@@ -10,7 +10,6 @@ skipped where it has none. The GPU half is plan_check.py.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -25,7 +24,6 @@ from vramtrace import __main__ as cli
 
 HERE = Path(__file__).resolve()
 PACKAGE_PARENT = str(Path(vramtrace.__file__).resolve().parents[1])
-MIB = 1 << 20
 
 
 def analyzer_has(*args: str) -> str:
