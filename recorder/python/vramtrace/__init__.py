@@ -13,7 +13,8 @@ vramtrace *observes* PyTorch's own CUDA caching allocator (observer mode):
 the program runs exactly as without it. ``mode="replace"`` runs the program
 on vramtrace's caching allocator instead (see ``install``).
 
-``phase(name)`` and ``annotate(key, value)`` mark the trace; ``record_function``
+``phase(name)`` and ``annotate(key, value)`` mark the trace (``python -m
+vramtrace run --annotate batch=8`` annotates too); ``record_function``
 ranges and optimizer steps are marked without asking (an ``iterN`` phase per
 step). Then ``vramtrace summary run.vtrace``, ``vramtrace report ...``.
 
@@ -32,7 +33,7 @@ from . import _observer, _replace
 from ._library import VramtraceError, library_path
 from ._library import load as _load
 from .analysis import (AnalyzerError, AnalyzerWarning, Chart, Result, Trace,
-                       analyzer_path, compare, load)
+                       analyzer_path, compare, load, plan)
 
 __all__ = [
     "start",
@@ -52,6 +53,7 @@ __all__ = [
     # Analysis (vramtrace/analysis.py)
     "load",
     "compare",
+    "plan",
     "analyzer_path",
     "Trace",
     "Result",
@@ -82,7 +84,8 @@ def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bo
 
     Before CUDA is initialized, recording begins when the program
     initializes it; afterwards, at once, with the memory already in use
-    taken from the allocator's own snapshot.
+    taken from the allocator's own snapshot. Notes made with ``annotate``
+    before then are recorded as the traces begin.
 
     If recording cannot start (no CUDA device, no compiler to build the
     shim, an unsupported torch), one line on standard error says why and
@@ -179,7 +182,14 @@ class phase:
 
 
 def annotate(key: str, value) -> None:
-    """Records a key/value note (a step number, a setting) on every device."""
+    """Records a key/value note (a step number, a setting) on every device.
+
+    A note made before recording begins (before ``start``, or, in observer
+    mode, before the program initializes CUDA, where recording begins) is
+    not lost: the library keeps every note of the process and opens each
+    trace begun later with them, as it does for a device first used later.
+    ``annotate("batch", 8)`` (or ``"seq"``) tells ``vramtrace plan`` the
+    run's batch size (sequence length), wherever the program makes it."""
     _load().vramtrace_annotate(str(key).encode(), str(value).encode())
 
 

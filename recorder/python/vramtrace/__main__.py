@@ -4,7 +4,9 @@ recorded.
 
 By default PyTorch's own allocator is observed (the script runs exactly as
 without vramtrace); ``--mode replace`` runs it on vramtrace's allocator,
-under ``--alloc-conf`` settings."""
+under ``--alloc-conf`` settings. ``--annotate KEY=VALUE`` writes a note into
+the trace as ``vramtrace.annotate(KEY, VALUE)`` would (``--annotate batch=8``
+tells ``vramtrace plan`` the run's batch size)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,14 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"error: {self.prog}: {message} (see --help)\n")
+
+
+def annotation(text: str) -> tuple:
+    """A ``KEY=VALUE`` argument of ``--annotate``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (batch=8), got {text!r}")
+    return key.strip(), value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,6 +57,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--no-categories", action="store_true",
                      help="do not tag the blocks of parameters, buffers, gradients and "
                      "optimizer state (the analyzer then infers every category)")
+    run.add_argument("--annotate", metavar="KEY=VALUE", type=annotation, action="append",
+                     default=[],
+                     help="write a note into the trace, as vramtrace.annotate(KEY, VALUE) does "
+                     "(repeatable; batch=8 or seq=512 tells `vramtrace plan` the run's value)")
     run.add_argument("--strict", action="store_true",
                      help="fail instead of running unrecorded when recording cannot start")
     run.add_argument("-m", dest="module", action="store_true",
@@ -80,6 +94,11 @@ def main(argv=None) -> int:
             vramtrace.start(ns.out, stacks=ns.stacks, phases=not ns.no_phases,
                             iterations=not ns.no_iterations, categories=not ns.no_categories,
                             strict=strict)
+        if vramtrace.installed():
+            # Kept by the library until each trace begins (in observer mode,
+            # when the program initializes CUDA): every trace opens with them.
+            for key, value in ns.annotate:
+                vramtrace.annotate(key, value)
     except vramtrace.VramtraceError as e:
         # One line, true to what happens: the program does not run.
         print(f"error: vramtrace: {e}; {ns.script} was not run", file=sys.stderr)

@@ -9,6 +9,7 @@
     run.timeline()                          # the chart, drawn inline by Jupyter
     run.timeline(by="category")             # stacked by what the memory holds
     vramtrace.compare("base.vtrace", run, fail_on="peak_allocated:+5%").gate.passed
+    vramtrace.plan(["b4.vtrace", "b8.vtrace"], gpu="h100").answer.line   # the largest batch
 
 Each method runs the ``vramtrace`` analyzer on the trace with ``--json`` and
 returns what it printed as a :class:`Result`, a ``dict`` whose fields are
@@ -34,6 +35,7 @@ from typing import Iterable, List, Optional, Sequence, Union
 __all__ = [
     "load",
     "compare",
+    "plan",
     "analyzer_path",
     "Trace",
     "Result",
@@ -246,6 +248,33 @@ def _size(value: Union[int, str]) -> str:
     return f"{value}B" if isinstance(value, int) else value
 
 
+def _values(flag: str, values: Union[None, int, Sequence[int]]) -> List[str]:
+    """``FLAG 4,8`` for a list of whole numbers, ``FLAG 8`` for one."""
+    if values is None:
+        return []
+    if isinstance(values, int) and not isinstance(values, bool):
+        values = [values]
+    elif isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"{flag[2:]} is a whole number or a list of them, one per trace")
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise TypeError(f"{flag[2:]} is a whole number or a list of them, one per trace")
+    return [flag, ",".join(str(v) for v in values)]
+
+
+def _picked_device(traces: Sequence[PathLike], device: Optional[int]) -> List[str]:
+    """``--device N`` for a command of several traces: the one asked for,
+    else the one the traces picked as :class:`Trace` objects."""
+    if device is None:
+        picked = {getattr(run, "device", None) for run in traces} - {None}
+        if len(picked) > 1:
+            raise ValueError(
+                f"plan takes one device of each run, by its index: the runs pick devices "
+                f"{', '.join(str(d) for d in sorted(picked))} (pass device= to pick one for all)"
+            )
+        device = picked.pop() if picked else None
+    return [] if device is None else ["--device", str(device)]
+
+
 def _compared_device(base: PathLike, new: PathLike, device: Optional[int]) -> List[str]:
     """``--device N`` for :func:`compare`: the one asked for, else the one
     the runs picked as :class:`Trace` objects."""
@@ -413,6 +442,13 @@ class Trace:
         """This run as the baseline of ``new``: see :func:`compare`."""
         return compare(self, new, **options)
 
+    def plan(self, *others: PathLike, **options) -> Result:
+        """The largest batch (or sequence length) that fits, from this run
+        and ``others``, runs of the same program at other values:
+        ``run.plan("b8.vtrace", batch=[4, 8], gpu="h100")``, or from this
+        run alone, ``run.plan(batch=4, gpu="h100")``. See :func:`plan`."""
+        return plan([self, *others], **options)
+
     def report(self, output: PathLike, *, baseline: Optional[PathLike] = None,
                top: int = 10, what_if: bool = True,
                reserve: Union[None, int, str] = None, start: Bound = None,
@@ -481,3 +517,71 @@ def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence
     ]
     # Exit code 1 is the gate's verdict, which the result carries.
     return _json("compare", options, [base, new], chart=chart, ok_codes=(0, 1))
+
+
+def plan(traces: Union[PathLike, Sequence[PathLike]], *,
+         batch: Union[None, int, Sequence[int]] = None,
+         seq: Union[None, int, Sequence[int]] = None, gpu: Optional[str] = None,
+         capacity: Union[None, int, str] = None, cap: Union[None, int, str] = None,
+         reserve: Union[None, int, str] = None,
+         alloc_conf: Union[None, str, Sequence[str]] = None, step: Optional[int] = None,
+         at: Optional[int] = None, device: Optional[int] = None) -> Result:
+    """The largest batch size (or sequence length) that fits on a GPU,
+    from runs of one program recorded at other values (``vramtrace plan``).
+
+    ``traces`` are two or more runs of the same program that differ in the
+    batch size or in the sequence length. Their allocations are lined up,
+    each one's size fitted as constant, linear or quadratic in the value,
+    and the requests of a run at a new value made from those laws and
+    replayed through the allocator's simulator, bisecting for the largest
+    value that fits. ``answer.line`` says it in one line; ``answer.largest``
+    is the value (``None`` when even the smallest does not fit, or when
+    memory does not grow with it: ``answer.unbounded``); ``answer.fits`` and
+    ``answer.next`` are the simulated runs at it and one ``step`` past it,
+    with where that one runs out of memory (``next.oom.site``). ``runs``
+    says, per trace, whether the laws reproduce its recorded peak. The
+    figures are ``"inferred"`` from the laws; past the recorded values
+    (``answer.range == "beyond"``) they are extrapolated.
+
+    Each run's value is the one it recorded (``vramtrace.annotate("batch",
+    8)``, ``"seq"`` for a sequence length, or ``python -m vramtrace run
+    --annotate batch=8``), or is given here, one per trace in their order:
+    ``batch=[4, 8]`` or ``seq=[512, 1024]``. From one trace, its value is
+    required (``batch=8``), and the answer is an ``"estimate"``: memory
+    that is not the model's state (activations, temporaries) is taken to
+    grow linearly with the value.
+
+    The GPU is ``gpu`` (a preset's name, ``"h100"``) or ``capacity`` (bytes,
+    or a size with its unit, ``"24GiB"``), less ``reserve`` for the CUDA
+    context as in :meth:`Trace.simulate`; or ``cap``, an allocator limit
+    (``set_per_process_memory_fraction``), with nothing taken off. Traces
+    recorded under such a limit are planned under it when no ``cap`` is given.
+    ``alloc_conf`` is the allocator setting (``PYTORCH_CUDA_ALLOC_CONF``
+    syntax; a list is passed on, one ``--alloc-conf`` each); ``step`` makes
+    the values searched multiples of it (default 1); ``at`` also simulates
+    the run at that value in full (``result.at``); ``device`` plans one
+    device of traces of several (else the one loaded :class:`Trace` objects
+    picked).
+    """
+    if isinstance(traces, (str, bytes, os.PathLike)):
+        traces = [traces]
+    traces = list(traces)
+    if not traces:
+        raise ValueError("plan needs a trace, or several runs of one program")
+    if batch is not None and seq is not None:
+        raise ValueError("plan varies one value: give batch or seq, not both")
+    for name, value in (("step", step), ("at", at)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"{name} is a whole number")
+    options = [
+        *_values("--batch", batch), *_values("--seq", seq),
+        *(["--gpu", gpu] if gpu is not None else []),
+        *(["--capacity", _size(capacity)] if capacity is not None else []),
+        *(["--cap", _size(cap)] if cap is not None else []),
+        *(["--reserve", _size(reserve)] if reserve is not None else []),
+        *_repeated("--alloc-conf", alloc_conf),
+        *(["--step", str(step)] if step is not None else []),
+        *(["--at", str(at)] if at is not None else []),
+        *_picked_device(traces, device),
+    ]
+    return _json("plan", options, traces)
