@@ -455,7 +455,12 @@ pub fn plan(
             source,
         }
     })?;
-    let (target_options, cap, limit, reserve) = target_of(options, reference)?;
+    let Place {
+        sim: target_options,
+        cap,
+        limit,
+        reserve,
+    } = target_of(options, reference)?;
     let target = Target {
         config: policies[0].config.clone(),
         options: target_options,
@@ -784,12 +789,21 @@ fn model_error(e: ModelError, read: &[Run<'_>], varied: Varied) -> Error {
     }
 }
 
-/// The simulation options of the plan, the cap planned for, the recorded
-/// limit when it is that cap, and the reserve (with a device).
-fn target_of(
-    options: &PlanOptions,
-    reference: &Run<'_>,
-) -> Result<(SimOptions, Option<u64>, Option<Limit>, Option<Reserve>), Error> {
+/// What a plan is for: the simulation's device and cap.
+struct Place {
+    /// The simulation's options.
+    sim: SimOptions,
+    /// The cap planned for, when one is.
+    cap: Option<u64>,
+    /// The recorded limit, when it is that cap.
+    limit: Option<Limit>,
+    /// The reserve, with a device.
+    reserve: Option<Reserve>,
+}
+
+/// Where the plan is for: a device less its reserve, a cap named, or the
+/// cap the reference run recorded.
+fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error> {
     if let Some(device) = &options.device {
         let nccl = sim::shows_nccl(reference.events.header(), reference.events.symbols());
         let limits = &reference.extracted.limits;
@@ -811,7 +825,12 @@ fn target_of(
             capacity: Some(device.total_bytes - reserve.bytes),
             ..SimOptions::default()
         };
-        return Ok((sim, None, None, Some(reserve)));
+        return Ok(Place {
+            sim,
+            cap: None,
+            limit: None,
+            reserve: Some(reserve),
+        });
     }
     let (cap, limit) = match options.cap {
         Some(cap) => (cap, None),
@@ -825,7 +844,12 @@ fn target_of(
         cap: Some(cap),
         ..SimOptions::default()
     };
-    Ok((sim, Some(cap), limit, None))
+    Ok(Place {
+        sim,
+        cap: Some(cap),
+        limit,
+        reserve: None,
+    })
 }
 
 /// Each run, simulated from its own requests and from the model at its

@@ -485,7 +485,7 @@ impl<W: Write> Gen<'_, W> {
         // Sequences are whole multiples of 8; ranks and devices past the
         // first carry longer ones.
         let seq = (cfg.seq_len.0 / 8).max(1) * 8;
-        if cfg.seq_len.0 / 8 == cfg.seq_len.1 / 8 && cfg.rank.unwrap_or(0) % 8 == 0 {
+        if cfg.seq_len.0 / 8 == cfg.seq_len.1 / 8 && cfg.rank.unwrap_or(0).is_multiple_of(8) {
             notes.push(("seq", seq));
         }
         for (key, value) in notes {
