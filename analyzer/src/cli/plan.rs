@@ -126,6 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|t| open(t, &args.input, &progress))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let inputs: Vec<&vramtrace::input::Input> = inputs.iter().collect();
     let result = plan(&inputs, &options, &progress)?;
     if args.timing {
         let t = &result.timing;

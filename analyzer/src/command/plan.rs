@@ -32,7 +32,8 @@ pub struct PlanOptions {
     /// `None`, read from each trace's notes (`batch` or `seq`).
     pub values: Option<(Varied, Vec<u64>)>,
     /// The device planned for: its memory less the reserve is the
-    /// allocator's.
+    /// allocator's. Without it (and without a cap): the cap the runs
+    /// recorded, else the card they were recorded on.
     pub device: Option<Device>,
     /// The allocator's cap planned for (`set_per_process_memory_fraction`
     /// times the device's memory): no reserve comes off it.
@@ -149,7 +150,7 @@ pub enum PlanError {
     },
     /// Nothing says how much memory to plan for.
     #[error(
-        "nothing to plan for: the runs record no cap on the allocator, and no device or cap is named"
+        "nothing to plan for: the runs record no cap on the allocator nor their device's memory, and no device or cap is named"
     )]
     NoCapacity,
     /// The step is 0.
@@ -371,7 +372,7 @@ struct Run<'a> {
 /// Plans from `inputs`, runs of one program at different values of the
 /// batch size or the sequence length.
 pub fn plan(
-    inputs: &[Input],
+    inputs: &[&Input],
     options: &PlanOptions,
     progress: &dyn Progress,
 ) -> Result<PlanResult, Error> {
@@ -389,13 +390,25 @@ pub fn plan(
         .into());
     }
     let mut read = Vec::with_capacity(inputs.len());
-    for input in inputs {
+    for &input in inputs {
         read.push(read_run(input, options, progress)?);
     }
     let varied = values_of(&mut read, options)?;
     check_gpus(&read)?;
     let read_s = started.elapsed().as_secs_f64();
     let fitted = std::time::Instant::now();
+    // A run that ran out of memory first: it made fewer steps, and the
+    // OOM says why.
+    for r in &read {
+        if r.extracted.list.recorded_ooms > 0 {
+            let at = first_recorded_oom(&r.extracted, r.events.symbols());
+            return Err(PlanError::RecordedOom {
+                path: r.input.path().display().to_string(),
+                at,
+            }
+            .into());
+        }
+    }
     let counts: Vec<u64> = read.iter().map(|r| r.steps).collect();
     if counts.windows(2).any(|w| w[0] != w[1]) {
         let words: Vec<String> = read
@@ -406,16 +419,6 @@ pub fn plan(
             counts: words.join(", "),
         }
         .into());
-    }
-    for r in &read {
-        if r.extracted.list.recorded_ooms > 0 {
-            let at = first_recorded_oom(&r.extracted, r.events.symbols());
-            return Err(PlanError::RecordedOom {
-                path: r.input.path().display().to_string(),
-                at,
-            }
-            .into());
-        }
     }
     let mut keys = Keys::default();
     let all_keys: Vec<Vec<u32>> = read
@@ -460,6 +463,7 @@ pub fn plan(
         cap,
         limit,
         reserve,
+        device: place_device,
     } = target_of(options, reference)?;
     let target = Target {
         config: policies[0].config.clone(),
@@ -502,7 +506,7 @@ pub fn plan(
     let find = |v: Option<u64>| v.and_then(|v| points.iter().find(|p| p.value == v).cloned());
     let fits = find(fits_at);
     let next = find(next_at);
-    let where_ = place_words(&target, cap, limit.as_ref(), options.device.as_ref());
+    let where_ = place_words(&target, cap, limit.as_ref(), place_device.as_ref());
     let line = answer_line(
         &model,
         varied,
@@ -562,7 +566,7 @@ pub fn plan(
             "inferred"
         },
         runs,
-        device: options.device.clone(),
+        device: place_device,
         capacity_bytes: target.options.capacity.unwrap_or(0),
         cap_bytes: cap,
         limit,
@@ -583,6 +587,54 @@ pub fn plan(
             simulate_s,
         },
     })
+}
+
+/// A report's line on how far the varied value can go, planned from the
+/// run and its baseline recorded at another value.
+#[derive(Clone, Debug, Serialize)]
+pub struct FitsUpTo {
+    /// What the runs vary, when planned.
+    pub varied: Option<Varied>,
+    /// The largest value that fits, when found.
+    pub largest: Option<u64>,
+    /// The plan's answer in one line, or why there is none.
+    pub line: String,
+}
+
+/// Plans from a run and its baseline when each notes its batch size or
+/// sequence length and the two differ (on the card they were recorded on,
+/// or under its recorded cap); `None` when they do not (a baseline of the
+/// same workload), and a line saying why when no plan can be made.
+pub fn fits_up_to(
+    input: &Input,
+    baseline: &Input,
+    reserve: Option<u64>,
+    device: Option<u32>,
+    progress: &dyn Progress,
+) -> Option<FitsUpTo> {
+    let options = PlanOptions {
+        reserve,
+        step: 1,
+        recorded_device: device,
+        ..PlanOptions::default()
+    };
+    match plan(&[baseline, input], &options, progress) {
+        Ok(p) => Some(FitsUpTo {
+            varied: Some(p.varied),
+            largest: p.answer.largest,
+            line: p.answer.line,
+        }),
+        // A baseline of the same workload, runs that do not say their
+        // values, or a device of unknown size: no line.
+        Err(Error::Plan(
+            PlanError::NoValue { .. } | PlanError::SameValue { .. } | PlanError::NoCapacity,
+        )) => None,
+        Err(e) => Some(FitsUpTo {
+            varied: None,
+            largest: None,
+            line: format!("no plan from the two runs: {e}"),
+        }),
+    }
 }
 
 /// Reads one run's requests (of its one device, or the one picked).
@@ -799,6 +851,8 @@ struct Place {
     limit: Option<Limit>,
     /// The reserve, with a device.
     reserve: Option<Reserve>,
+    /// The device, named or recorded.
+    device: Option<Device>,
 }
 
 /// Where the plan is for: a device less its reserve, a cap named, or the
@@ -830,13 +884,24 @@ fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error>
             cap: None,
             limit: None,
             reserve: Some(reserve),
+            device: Some(device.clone()),
         });
     }
     let (cap, limit) = match options.cap {
         Some(cap) => (cap, None),
         None => match reference.extracted.limits.cap() {
             Some(limit) => (limit.bytes, Some(limit)),
-            None => return Err(PlanError::NoCapacity.into()),
+            // No cap recorded: the card the runs were recorded on.
+            None => match recorded_card(reference) {
+                Some(card) => {
+                    let on_card = PlanOptions {
+                        device: Some(card),
+                        ..options.clone()
+                    };
+                    return target_of(&on_card, reference);
+                }
+                None => return Err(PlanError::NoCapacity.into()),
+            },
         },
     };
     let sim = SimOptions {
@@ -849,6 +914,30 @@ fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error>
         cap: Some(cap),
         limit,
         reserve: None,
+        device: None,
+    })
+}
+
+/// The card the run was recorded on, when its header gives its memory.
+fn recorded_card(run: &Run<'_>) -> Option<Device> {
+    let header = run.events.header();
+    let total = sim::device_capacity(&header.devices, run.extracted.device)?;
+    let name = match header.devices.as_slice() {
+        [one] => Some(one),
+        all => all.iter().find(|d| d.index == run.extracted.device),
+    }
+    .map(|d| d.name.clone())
+    .filter(|n| !n.is_empty());
+    Some(match name {
+        Some(name) => Device {
+            name: format!("the recorded {name} ({})", units::capacity(total)),
+            total_bytes: total,
+            source: None,
+        },
+        None => Device {
+            name: format!("the recorded device ({})", units::capacity(total)),
+            ..Device::of_size(total)
+        },
     })
 }
 

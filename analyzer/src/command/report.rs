@@ -94,6 +94,9 @@ pub struct ReportResult {
     pub fixes: Option<FixesTried>,
     /// The comparison with the baseline, when there is one.
     pub comparison: Option<Comparison>,
+    /// With a baseline at another batch size (or sequence length), both
+    /// noted by the runs: the largest that fits, planned from the two.
+    pub fits_up_to: Option<super::plan::FitsUpTo>,
     /// The baseline's memory over time, for the comparison's chart.
     #[serde(skip)]
     pub base_timeline: Option<Timeline>,
@@ -300,6 +303,9 @@ pub fn report(
         }
         _ => (None, None, Vec::new()),
     };
+    let fits_up_to = baseline.and_then(|b| {
+        super::plan::fits_up_to(input, b, options.reserve, options.replay.device, progress)
+    });
     Ok(ReportResult {
         path: input.path().display().to_string(),
         name: file_name(input.path()),
@@ -328,6 +334,7 @@ pub fn report(
         what_if_left_out,
         fixes,
         comparison,
+        fits_up_to,
         base_timeline,
         warnings: (pass.warnings.into_iter())
             .chain(limit_warnings.into_iter().map(Warning::Memory))

@@ -6,9 +6,23 @@ use crate::print::labels::{format_delta, format_percent, format_value, repetitio
 
 /// The comparison as an HTML section for the report: the chart inline, the
 /// headline figures, and the sites and phases that changed most.
-pub fn section(comparison: &Comparison, chart: &str, top: usize) -> String {
+/// `fits`: the plan from the two runs, when they were recorded at different
+/// batch sizes (or sequence lengths): its answer leads the section.
+pub fn section(
+    comparison: &Comparison,
+    chart: &str,
+    top: usize,
+    fits: Option<&crate::command::plan::FitsUpTo>,
+) -> String {
     use std::fmt::Write as _;
     let mut html = String::new();
+    if let Some(f) = fits {
+        let _ = write!(
+            html,
+            "<p><strong>Fits up to:</strong> {} <span class=\"muted\">(vramtrace plan, from the two runs)</span></p>",
+            escape(&f.line)
+        );
+    }
     let _ = write!(
         html,
         "<p>Baseline <code>{}</code> against this run, <code>{}</code>{}.</p>",

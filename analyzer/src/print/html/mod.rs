@@ -59,7 +59,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         extra_sections.push(Section {
             id: "comparison".into(),
             title: format!("Compared with {}", comparison.base.name),
-            html: compare::section(comparison, &chart, top),
+            html: compare::section(comparison, &chart, top, r.fits_up_to.as_ref()),
         });
     }
     if let Some(ranks) = &r.ranks {

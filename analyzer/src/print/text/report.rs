@@ -37,6 +37,9 @@ pub fn report_written(w: &ReportWritten<'_>) -> String {
         units::bytes(r.summary.peak_reserved_bytes),
         units::counted(r.summary.oom_count, "OOM", "OOMs")
     );
+    if let Some(f) = &r.fits_up_to {
+        text.push_str(&format!("fits up to: {}\n", f.line));
+    }
     if let Some(o) = r.summary.ooms.first() {
         text.push_str(&format!("first {}:\n", super::oom_line(o)));
         text.push_str(&super::waterfall(&o.waterfall, 2));

@@ -1,0 +1,265 @@
+//! `vramtrace plan`: the largest batch (or sequence length) from runs at
+//! two values, checked against the generator run at the answer and one
+//! past it on a device of the capacity planned for; one run; bad input.
+
+use std::path::{Path, PathBuf};
+use vramtrace_e2e::{scratch, vramtrace};
+
+/// Writes a synthetic run (2 layers, 3 iterations) and returns its path;
+/// `extra` adds generator flags (`--annotate`, `--capacity 1GiB`).
+fn synth(dir: &Path, batch: u64, seq: u64, extra: &[&str]) -> (PathBuf, serde_json::Value) {
+    let path = dir.join(format!(
+        "b{batch}-s{seq}{}.vtrace",
+        extra.join("").replace('-', "")
+    ));
+    let (b, s) = (batch.to_string(), seq.to_string());
+    let mut args = vec![
+        "synth",
+        "--layers",
+        "2",
+        "--hidden",
+        "256",
+        "--iters",
+        "3",
+        "--seed",
+        "3",
+        "--batch",
+        &b,
+        "--seq-len",
+        &s,
+        "--json",
+        "-o",
+    ];
+    let p = path.display().to_string();
+    args.push(&p);
+    args.extend_from_slice(extra);
+    let report = vramtrace(&args).success().json();
+    (path, report)
+}
+
+fn plan(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["plan"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    vramtrace(&all).success().json()
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+#[test]
+fn the_largest_batch_fits_on_the_device_and_the_next_runs_out_where_planned() {
+    let dir = scratch("plan-batch");
+    let (b4, _) = synth(&dir, 4, 256, &["--annotate"]);
+    let (b8, _) = synth(&dir, 8, 256, &["--annotate"]);
+    let v = plan(&[&s(&b4), &s(&b8), "--capacity", "1GiB", "--reserve", "0"]);
+    assert_eq!(v["varied"], "batch");
+    assert_eq!(v["basis"], "runs");
+    assert_eq!(v["figures"], "inferred");
+    for run in v["runs"].as_array().unwrap() {
+        assert_eq!(run["reproduced"], true, "{run:#}");
+        assert_eq!(run["unmatched"], 0);
+    }
+    let answer = &v["answer"];
+    let largest = answer["largest"].as_u64().expect("a batch fits");
+    assert!(largest > 8, "{answer:#}");
+    assert_eq!(answer["range"], "beyond");
+    assert_eq!(answer["fits"]["fits"], true);
+    assert_eq!(answer["next"]["value"], largest + 1);
+    assert_eq!(answer["next"]["fits"], false);
+    let line = answer["line"].as_str().unwrap();
+    assert!(
+        line.starts_with(&format!("batch {largest} fits on 1.00 GiB")),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("{} runs out of memory at ", largest + 1)),
+        "{line}"
+    );
+    assert!(line.contains("inferred"), "{line}");
+
+    // The generator itself, on a device of that size.
+    let (_, fits) = synth(&dir, largest, 256, &["--capacity", "1GiB"]);
+    assert!(fits["oom"].is_null(), "batch {largest}: {fits:#}");
+    assert_eq!(
+        fits["peak_reserved"], answer["fits"]["peak_reserved_bytes"],
+        "the peak planned is the generator's"
+    );
+    let (_, fails) = synth(&dir, largest + 1, 256, &["--capacity", "1GiB"]);
+    assert_eq!(
+        fails["oom"]["requested"], answer["next"]["oom"]["requested_bytes"],
+        "the failing request planned is the generator's: {fails:#}"
+    );
+
+    // The text says the same, with its tables.
+    let text = vramtrace([
+        "plan",
+        &s(&b4),
+        &s(&b8),
+        "--capacity",
+        "1GiB",
+        "--reserve",
+        "0",
+    ])
+    .success()
+    .stdout;
+    assert!(text.contains(&format!("answer     {line}")), "{text}");
+    assert!(text.contains("how sizes follow the batch"), "{text}");
+    assert!(text.contains("linear"), "{text}");
+}
+
+#[test]
+fn sequence_lengths_given_on_the_command_line_bring_quadratic_sizes() {
+    let dir = scratch("plan-seq");
+    let (a, _) = synth(&dir, 2, 256, &[]);
+    let (b, _) = synth(&dir, 2, 512, &[]);
+    let v = plan(&[
+        &s(&a),
+        &s(&b),
+        "--seq",
+        "256,512",
+        "--cap",
+        "2GiB",
+        "--step",
+        "8",
+        "--at",
+        "1024",
+    ]);
+    assert_eq!(v["varied"], "seq");
+    let laws: Vec<&str> = (v["laws"].as_array().unwrap().iter())
+        .map(|l| l["law"].as_str().unwrap())
+        .collect();
+    assert!(laws.contains(&"quadratic"), "{laws:?}");
+    let largest = v["answer"]["largest"].as_u64().unwrap();
+    assert_eq!(largest % 8, 0);
+    assert_eq!(v["cap_bytes"], 2u64 << 30);
+    // The full result at 1024, checked against the generator there.
+    let at = &v["at"];
+    assert_eq!(at["value"], 1024);
+    let (_, truth) = synth(&dir, 2, 1024, &[]);
+    assert_eq!(at["peak_reserved_bytes"], truth["peak_reserved"], "{at:#}");
+    assert_eq!(
+        at["peak_allocated_bytes"], truth["peak_allocated"],
+        "{at:#}"
+    );
+    assert!(at["categories"].as_array().is_some_and(|c| !c.is_empty()));
+}
+
+#[test]
+fn one_run_gives_an_estimate() {
+    let dir = scratch("plan-one");
+    let (b8, _) = synth(&dir, 8, 256, &["--annotate"]);
+    let v = plan(&[&s(&b8), "--cap", "1GiB"]);
+    assert_eq!(v["basis"], "one_run");
+    assert_eq!(v["figures"], "estimate");
+    assert!(v["answer"]["largest"].as_u64().is_some_and(|b| b > 8));
+    assert!(v["answer"]["line"].as_str().unwrap().contains("estimate"));
+}
+
+#[test]
+fn runs_that_cannot_be_planned_from_get_one_line_saying_why() {
+    let dir = scratch("plan-bad");
+    let (b4, _) = synth(&dir, 4, 256, &[]);
+    let (b8, _) = synth(&dir, 8, 256, &[]);
+    let one_line = |args: &[&str], wanted: &str| {
+        let mut all = vec!["plan"];
+        all.extend_from_slice(args);
+        let run = vramtrace(&all).fails_with(2);
+        assert!(run.stderr.contains(wanted), "{wanted}: {}", run.stderr);
+    };
+    // No value said, none given.
+    one_line(&[&s(&b4), "--cap", "1GiB"], "--batch");
+    one_line(&[&s(&b4), &s(&b8), "--cap", "1GiB"], "--batch 4,8");
+    // Values that do not match the traces.
+    one_line(
+        &[&s(&b4), &s(&b8), "--batch", "4", "--cap", "1GiB"],
+        "1 values for 2",
+    );
+    one_line(
+        &[&s(&b4), &s(&b8), "--batch", "4,4", "--cap", "1GiB"],
+        "at batch 4",
+    );
+    one_line(
+        &[&s(&b4), &s(&b8), "--batch", "4,0", "--cap", "1GiB"],
+        "invalid value '0'",
+    );
+    // Nothing to plan for.
+    one_line(&[&s(&b4), &s(&b8), "--batch", "4,8"], "--cap");
+    // Another program (other layers), another number of steps.
+    let other = dir.join("other.vtrace");
+    vramtrace([
+        "synth",
+        "--layers",
+        "5",
+        "--iters",
+        "3",
+        "--batch",
+        "8",
+        "-o",
+        &s(&other),
+    ])
+    .success();
+    one_line(
+        &[&s(&b4), &s(&other), "--batch", "4,8", "--cap", "1GiB"],
+        "does not line up",
+    );
+    let longer = dir.join("longer.vtrace");
+    vramtrace([
+        "synth",
+        "--layers",
+        "2",
+        "--hidden",
+        "256",
+        "--iters",
+        "5",
+        "--seed",
+        "3",
+        "--batch",
+        "8",
+        "--seq-len",
+        "256",
+        "-o",
+        &s(&longer),
+    ])
+    .success();
+    one_line(
+        &[&s(&b4), &s(&longer), "--batch", "4,8", "--cap", "1GiB"],
+        "different numbers of optimizer steps",
+    );
+    // A run that ran out of memory.
+    let (oom, report) = synth(&dir, 64, 256, &["--capacity", "256MiB"]);
+    assert!(!report["oom"].is_null());
+    one_line(
+        &[&s(&b4), &s(&oom), "--batch", "4,64", "--cap", "1GiB"],
+        "ran out of memory",
+    );
+    one_line(
+        &[&s(&b4), "missing.vtrace", "--batch", "4,8", "--cap", "1GiB"],
+        "missing.vtrace",
+    );
+}
+
+#[test]
+fn a_report_with_a_baseline_at_another_batch_says_how_far_it_fits() {
+    let dir = scratch("plan-report");
+    let (b4, _) = synth(&dir, 4, 256, &["--annotate", "--capacity", "2GiB"]);
+    let (b8, _) = synth(&dir, 8, 256, &["--annotate", "--capacity", "2GiB"]);
+    // On the card they were recorded on, less the estimated reserve.
+    let v = plan(&[&s(&b4), &s(&b8)]);
+    let line = v["answer"]["line"].as_str().unwrap().to_string();
+    assert!(line.contains("fits on the recorded"), "{line}");
+    assert_eq!(v["capacity_bytes"], (2u64 << 30) - (512 << 20));
+    let html = dir.join("report.html");
+    let out = vramtrace(["report", &s(&b8), "--baseline", &s(&b4), "-o", &s(&html)])
+        .success()
+        .stdout;
+    assert!(out.contains(&format!("fits up to: {line}")), "{out}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Fits up to:"));
+    // A baseline at the same batch (last week's run): no line.
+    let out = vramtrace(["report", &s(&b8), "--baseline", &s(&b8), "-o", &s(&html)])
+        .success()
+        .stdout;
+    assert!(!out.contains("fits up to"), "{out}");
+}
