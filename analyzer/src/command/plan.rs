@@ -204,12 +204,17 @@ pub struct Point {
     pub peak_reserved_bytes: u64,
     /// Its peak allocated bytes.
     pub peak_allocated_bytes: u64,
+    /// The memory planned for left over at the peak of reserved memory.
+    pub spare_bytes: u64,
     /// Reserved memory holding no allocation at the peak.
     pub cached_at_peak_bytes: u64,
     /// That, as a share of the peak.
     pub fragmentation: f64,
     /// Where it first runs out of memory.
     pub oom: Option<OomDescription>,
+    /// Allocations that failed but that the program survives (cuDNN
+    /// workspaces: it falls back to algorithms that need less).
+    pub survived_failures: u64,
 }
 
 /// The answer.
@@ -230,6 +235,10 @@ pub struct Answer {
     pub fits: Option<Point>,
     /// The run at the next value, which fails.
     pub next: Option<Point>,
+    /// When the program makes cuDNN workspaces: the largest value that fits
+    /// with every workspace asked for at its fitted size (`largest` leaves
+    /// them out, as when cuDNN falls back to algorithms without one).
+    pub largest_with_workspaces: Option<u64>,
     /// Simulations the search ran.
     pub simulations: u32,
 }
@@ -311,7 +320,8 @@ pub struct PlanResult {
     pub figures: &'static str,
     /// The runs, in the order given.
     pub runs: Vec<RunSummary>,
-    /// The device planned for, when named.
+    /// The device planned for, named or the one recorded (none under a
+    /// cap).
     pub device: Option<Device>,
     /// The memory the allocator gets.
     pub capacity_bytes: u64,
@@ -400,8 +410,7 @@ pub fn plan(
     // A run that ran out of memory first: it made fewer steps, and the
     // OOM says why.
     for r in &read {
-        if r.extracted.list.recorded_ooms > 0 {
-            let at = first_recorded_oom(&r.extracted, r.events.symbols());
+        if let Some(at) = first_fatal_oom(&r.extracted, r.events.symbols()) {
             return Err(PlanError::RecordedOom {
                 path: r.input.path().display().to_string(),
                 at,
@@ -437,7 +446,7 @@ pub fn plan(
                 keys,
             })
             .collect();
-        Model::fit(&runs).map_err(|e| model_error(e, &read, varied))?
+        Model::fit(&runs, varied).map_err(|e| model_error(e, &read, varied))?
     };
     let fit_s = fitted.elapsed().as_secs_f64();
     let reference = &read[model.reference];
@@ -465,10 +474,15 @@ pub fn plan(
         reserve,
         device: place_device,
     } = target_of(options, reference)?;
+    // cuDNN's workspaces, when the program has them, are left out of the
+    // answer (near the limit, cuDNN falls back to algorithms that need
+    // less); the answer with them is given beside it.
+    let workspaces = list.survivable.iter().any(|&s| s);
     let target = Target {
         config: policies[0].config.clone(),
         options: target_options,
         step: options.step,
+        without_workspaces: workspaces,
     };
 
     let simulating = std::time::Instant::now();
@@ -483,6 +497,13 @@ pub fn plan(
             plan::largest_fitting(&model, list, &t)
         })
         .collect();
+    let with_workspaces = workspaces.then(|| {
+        let kept = Target {
+            without_workspaces: false,
+            ..target.clone()
+        };
+        plan::largest_fitting(&model, list, &kept)
+    });
     let runs = run_summaries(&read, &model, &target.config);
     let found = searches[0];
     let (fits_at, next_at) = match (found.largest, found.unbounded) {
@@ -496,18 +517,29 @@ pub fn plan(
     values.extend(options.at);
     values.sort_unstable();
     values.dedup();
+    // A recorded value lays its segments out as its run did.
+    let addresses: Vec<Option<&[(u64, u64)]>> = values
+        .iter()
+        .map(|&v| {
+            read.iter()
+                .find(|r| r.value == v)
+                .map(|r| r.extracted.list.recorded_allocations.as_slice())
+        })
+        .collect();
     let evaluated: Vec<Evaluated> = values
         .par_iter()
-        .map(|&v| plan::evaluate(&model, list, &target, v, false))
+        .zip(&addresses)
+        .map(|(&v, &a)| plan::evaluate(&model, list, &target, v, false, a))
         .collect();
     let simulate_s = simulating.elapsed().as_secs_f64();
-    let point_of = |e: &Evaluated| point(e, &model, state, symbols);
+    let capacity = target.options.capacity.unwrap_or(0);
+    let point_of = |e: &Evaluated| point(e, &model, capacity, state, symbols);
     let points: Vec<Point> = evaluated.iter().map(point_of).collect();
     let find = |v: Option<u64>| v.and_then(|v| points.iter().find(|p| p.value == v).cloned());
     let fits = find(fits_at);
     let next = find(next_at);
     let where_ = place_words(&target, cap, limit.as_ref(), place_device.as_ref());
-    let line = answer_line(
+    let mut line = answer_line(
         &model,
         varied,
         &found,
@@ -515,6 +547,9 @@ pub fn plan(
         next.as_ref(),
         &where_,
     );
+    if let Some(kept) = &with_workspaces {
+        line.push_str(&workspace_words(varied, kept, &found));
+    }
     let answer = Answer {
         largest: found.largest,
         unbounded: found.unbounded,
@@ -523,7 +558,8 @@ pub fn plan(
         line,
         fits,
         next,
-        simulations: found.simulations,
+        largest_with_workspaces: with_workspaces.and_then(|f| f.largest),
+        simulations: found.simulations + with_workspaces.map_or(0, |f| f.simulations),
     };
     let peak_of = |v: u64| evaluated.iter().find(|e| e.value == v);
     let at_peak = fits_at
@@ -776,23 +812,36 @@ fn check_gpus(read: &[Run<'_>]) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// Where a recorded run first ran out of memory, in words.
-fn first_recorded_oom(e: &Extracted, symbols: &vramtrace_format::SymbolTable) -> String {
+/// Where a recorded run first ran out of memory, in words: a failure the
+/// program does not survive (a cuDNN workspace's is survived).
+fn first_fatal_oom(e: &Extracted, symbols: &vramtrace_format::SymbolTable) -> Option<String> {
     let list = &e.list;
-    let Some(r) = list.requests.iter().find(|r| r.op == Op::FailedAlloc) else {
-        return "an OOM".into();
-    };
+    let r = list.requests.iter().find(|r| {
+        r.op == Op::FailedAlloc && !list.survivable.get(r.id as usize).copied().unwrap_or(false)
+    })?;
     let a = &list.allocs[r.id as usize];
-    let phase = e.state.phase_path(a.phase, symbols);
+    Some(format!(
+        "at {}",
+        request_words(
+            &e.state.sites().name(a.site, symbols),
+            &e.state.phase_path(a.phase, symbols),
+            a.requested
+        )
+    ))
+}
+
+/// A request in words: `train_step (train.py:41) in iter2/backward, asking
+/// for 1.2 GiB`.
+pub fn request_words(site: &str, phase: &str, bytes: u64) -> String {
     format!(
-        "at {}{}, asking for {}",
-        site_label(&e.state.sites().name(a.site, symbols)),
+        "{}{}, asking for {}",
+        site_label(site),
         if phase.is_empty() {
             String::new()
         } else {
             format!(" in {phase}")
         },
-        units::bytes(a.requested)
+        units::bytes(bytes)
     )
 }
 
@@ -950,6 +999,7 @@ fn run_summaries(read: &[Run<'_>], model: &Model, config: &AllocatorConfig) -> V
         config: config.clone(),
         options: SimOptions::default(),
         step: 1,
+        without_workspaces: false,
     };
     let lists: Vec<(&sim::RequestList, u64)> =
         read.iter().map(|r| (&r.extracted.list, r.value)).collect();
@@ -958,7 +1008,14 @@ fn run_summaries(read: &[Run<'_>], model: &Model, config: &AllocatorConfig) -> V
         .map(|&(list, value)| {
             (
                 sim::simulate(list, config, &SimOptions::default()),
-                plan::evaluate(model, reference, &unlimited, value, false),
+                plan::evaluate(
+                    model,
+                    reference,
+                    &unlimited,
+                    value,
+                    false,
+                    Some(&list.recorded_allocations),
+                ),
             )
         })
         .collect();
@@ -991,11 +1048,13 @@ fn run_summaries(read: &[Run<'_>], model: &Model, config: &AllocatorConfig) -> V
 fn point(
     e: &Evaluated,
     model: &Model,
+    capacity: u64,
     state: &crate::replay::ReplayState,
     symbols: &vramtrace_format::SymbolTable,
 ) -> Point {
     Point {
         value: e.value,
+        spare_bytes: capacity.saturating_sub(e.sim.peak_reserved_bytes),
         fits: e.sim.ooms == 0,
         range: model.range(e.value),
         peak_reserved_bytes: e.sim.peak_reserved_bytes,
@@ -1007,6 +1066,7 @@ fn point(
             .first_oom
             .as_ref()
             .map(|o| describe(o, state, symbols)),
+        survived_failures: e.sim.survived_failures,
     }
 }
 
@@ -1026,6 +1086,22 @@ fn place_words(
             units::capacity(target.options.capacity.unwrap_or(0))
         ),
     }
+}
+
+/// What the answer is with cuDNN's workspaces asked for.
+fn workspace_words(varied: Varied, kept: &Found, found: &Found) -> String {
+    let what = varied.words();
+    let with = match (kept.largest, kept.unbounded) {
+        (Some(v), _) if Some(v) == found.largest => {
+            return "; the same with every convolution's cuDNN workspace at the size the runs asked for".into();
+        }
+        (Some(v), _) => format!("{what} {v}"),
+        (None, true) => format!("every {what}"),
+        (None, false) => format!("no {what}"),
+    };
+    format!(
+        "; {with} with every convolution's cuDNN workspace at the size the runs asked for (near the limit, cuDNN falls back to algorithms that need less, and are slower)"
+    )
 }
 
 /// `beyond the recorded 4–8` and the like.
@@ -1048,16 +1124,7 @@ fn range_words(model: &Model, range: Range) -> String {
 /// for 1.2 GiB`.
 fn failure_words(p: &Point) -> String {
     match &p.oom {
-        Some(o) => format!(
-            "at {}{}, asking for {}",
-            site_label(&o.site),
-            if o.phase.is_empty() {
-                String::new()
-            } else {
-                format!(" in {}", o.phase)
-            },
-            units::bytes(o.requested_bytes)
-        ),
+        Some(o) => format!("at {}", request_words(&o.site, &o.phase, o.requested_bytes)),
         None => "nowhere".into(),
     }
 }
@@ -1085,9 +1152,11 @@ fn answer_line(
     match (found.largest, fits) {
         (Some(v), Some(p)) => {
             let mut line = format!(
-                "{what} {v} fits {place} (peak {} reserved, {figures}; {})",
+                "{what} {v} fits {place} (peak {} reserved, {} to spare, {figures}; {}{})",
                 units::bytes(p.peak_reserved_bytes),
-                range_words(model, p.range)
+                units::bytes(p.spare_bytes),
+                range_words(model, p.range),
+                super::simulate::survived_words(p.survived_failures)
             );
             match next {
                 Some(n) => line.push_str(&format!(
@@ -1263,6 +1332,13 @@ fn notes(model: &Model, read: &[Run<'_>], varied: Varied) -> Vec<String> {
         }
     }
     let reference = &read[model.reference].extracted.list;
+    let workspaces = reference.survivable.iter().filter(|&&s| s).count();
+    if workspaces > 0 {
+        notes.push(format!(
+            "{} are cuDNN convolutions' workspaces (made under a convolution, freed before anything else is allocated): the answer and the values simulated leave them out, as when cuDNN falls back to algorithms that need none; where one is asked for and cannot be had, the run goes on, as PyTorch's does",
+            units::counted(workspaces as u64, "allocation", "allocations")
+        ));
+    }
     if !reference.initial_segments.is_empty() {
         notes.push(
             "the replayed run starts mid-run: the blocks live at its start keep their recorded sizes"

@@ -537,11 +537,12 @@ fn verdict(
         return Verdict {
             outcome: Outcome::Fits,
             line: format!(
-                "fits on {} with {} to spare ({} kept for {})",
+                "fits on {} with {} to spare ({} kept for {}){}",
                 device.name,
                 units::capacity(spare),
                 units::capacity(reserve.bytes),
-                reserve_words(reserve)
+                reserve_words(reserve),
+                survived_words(first.scenario.result.survived_failures)
             ),
             spare_bytes: Some(spare),
             needs_bytes: min,
@@ -599,8 +600,9 @@ fn cap_verdict(
         return Verdict {
             outcome: Outcome::Fits,
             line: format!(
-                "fits under {under} with {} to spare (the cap bounds reserved memory only)",
-                units::capacity(spare)
+                "fits under {under} with {} to spare (the cap bounds reserved memory only){}",
+                units::capacity(spare),
+                survived_words(first.scenario.result.survived_failures)
             ),
             spare_bytes: Some(spare),
             needs_bytes: first.min_capacity_bytes,
@@ -642,6 +644,18 @@ fn cap_verdict(
         needs_bytes: needs,
         fits_with,
     }
+}
+
+/// `; 36 times a convolution's workspace ...`: the failures a run
+/// survives, when there are any.
+pub(super) fn survived_words(failures: u64) -> String {
+    if failures == 0 {
+        return String::new();
+    }
+    format!(
+        "; {} a convolution's cuDNN workspace cannot be allocated, and cuDNN falls back to algorithms that need less (slower)",
+        units::counted(failures, "time", "times")
+    )
 }
 
 /// The first other policy (named or standard) that runs without an OOM.

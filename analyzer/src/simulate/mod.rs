@@ -178,6 +178,10 @@ pub struct SimResult {
     pub first_oom: Option<OomAt>,
     /// Allocations that failed in the recorded run but fit here.
     pub recorded_ooms_avoided: u64,
+    /// Allocations that failed here and that the program survives (a
+    /// cuDNN convolution's workspace, see [`RequestList::survivable`]):
+    /// not counted as OOMs.
+    pub survived_failures: u64,
     /// Frees skipped because the block's allocation had failed here.
     pub skipped_frees: u64,
     /// Requests simulated (fewer than the list's when stopped at an OOM).
@@ -263,6 +267,12 @@ pub(crate) trait Edits {
     /// Request `i` was simulated: whether it ran out of memory, and the
     /// reserved and allocated bytes after it.
     fn after(&mut self, i: usize, oom: bool, reserved: u64, allocated: u64);
+    /// The device's segment addresses to lay out as recorded (see
+    /// `SimulatedDevice::with_recorded_addresses`): the list's own, unless
+    /// the edits make another run's requests.
+    fn addresses<'a>(&'a self, list: &'a RequestList) -> &'a [(u64, u64)] {
+        &list.recorded_allocations
+    }
 }
 
 /// A request a fix adds to the program.
@@ -305,7 +315,7 @@ pub(crate) fn simulate_edited<E: Edits>(
         Some(c) => SimulatedDevice::new(c),
         None => SimulatedDevice::unlimited(),
     }
-    .with_recorded_addresses(list.recorded_allocations.clone());
+    .with_recorded_addresses(edits.addresses(list).to_vec());
     let mut alloc = CachingAllocator::new(device, config.clone());
     if let Some(cap) = options.cap {
         alloc.set_reserve_limit(cap);
@@ -350,6 +360,12 @@ pub(crate) fn simulate_edited<E: Edits>(
                     Ok(a) => {
                         r.recorded_ooms_avoided += 1;
                         let _ = alloc.free(a.addr);
+                    }
+                    Err(AllocError::OutOfMemory { .. })
+                        if list.survivable.get(id).copied().unwrap_or(false) =>
+                    {
+                        // cuDNN tries an algorithm that needs less.
+                        r.survived_failures += 1;
                     }
                     Err(AllocError::OutOfMemory {
                         requested,

@@ -15,7 +15,7 @@ use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use vramtrace_format::{
-    BlockStatus, EventData, EventKind, InitialState, SegmentState, SymbolTable,
+    BlockStatus, EventData, EventKind, Frame, InitialState, SegmentState, StackId, SymbolTable,
 };
 
 /// What a [`Request`] asks of the allocator.
@@ -133,6 +133,12 @@ pub struct RequestList {
     /// What each allocation's block held (as the whole pass settled it),
     /// by id: apart from [`AllocInfo`], which stays 16 bytes.
     pub classes: Vec<Class>,
+    /// The allocations a program survives failing, by id: a cuDNN
+    /// convolution's workspace (made under a convolution and freed before
+    /// anything else is allocated), on whose failure PyTorch tries the next
+    /// algorithm, one that needs less; and the recorded failures under a
+    /// convolution. Empty when none.
+    pub survivable: Vec<bool>,
     /// The streams' recorded ids, indexed by [`Request::stream`].
     pub streams: Vec<u64>,
     /// The recorded device actions, in order.
@@ -194,6 +200,8 @@ impl RequestList {
     pub fn memory_bytes(&self) -> usize {
         self.requests.capacity() * size_of::<Request>()
             + self.allocs.capacity() * size_of::<AllocInfo>()
+            + self.classes.capacity() * size_of::<Class>()
+            + self.survivable.capacity()
             + self.recorded_segments.capacity() * size_of::<SegmentAction>()
             + self.recorded_allocations.capacity() * size_of::<(u64, u64)>()
             + self.phase_ends.capacity() * size_of::<(usize, PhaseId)>()
@@ -226,6 +234,10 @@ pub struct RequestExtractor {
     started: bool,
     // More streams than a request can name were met: the pass fails.
     too_many_streams: bool,
+    /// Whether each allocation was made under a convolution, by id.
+    convolution: Vec<bool>,
+    /// Whether a stack is a convolution's, by stack.
+    convolution_stacks: FxHashMap<StackId, bool>,
     finished: bool,
 }
 
@@ -294,8 +306,17 @@ impl RequestExtractor {
         });
     }
 
+    /// Whether `stack` is a convolution's (cached per stack).
+    fn under_convolution(&mut self, stack: StackId, symbols: &SymbolTable) -> bool {
+        *self
+            .convolution_stacks
+            .entry(stack)
+            .or_insert_with(|| is_convolution_stack(stack, symbols))
+    }
+
     fn new_alloc(&mut self, requested: u64, phase: PhaseId, site: SiteId, class: Class) -> u32 {
         let id = self.list.allocs.len() as u32;
+        self.convolution.push(false);
         self.list.allocs.push(AllocInfo {
             requested,
             phase,
@@ -398,6 +419,7 @@ impl Analysis for RequestExtractor {
             (EventData::Alloc(b), Applied::Alloc(a)) => {
                 let stream = self.stream(b.stream);
                 let id = self.new_alloc(a.requested, a.phase, a.site, a.class);
+                self.convolution[id as usize] = self.under_convolution(b.stack, step.symbols);
                 self.live.insert(b.addr, (id, false));
                 self.push(index, time, Op::Alloc, id, stream);
             }
@@ -444,6 +466,7 @@ impl Analysis for RequestExtractor {
                 };
                 let stream = self.stream(o.stream);
                 let id = self.new_alloc(o.requested, state.current_phase(), site, Class::default());
+                self.convolution[id as usize] = self.under_convolution(o.stack, step.symbols);
                 self.push(index, time, Op::FailedAlloc, id, stream);
             }
             (EventData::EmptyCache(_), _) => {
@@ -493,7 +516,52 @@ impl Analysis for RequestExtractor {
         // A trace ending inside a burst: nothing follows it, so it was not
         // an allocation's retry.
         self.burst = None;
+        // A convolution's workspace is made after its output and freed
+        // before anything else is allocated (its output, an activation, and
+        // its backward's gradients live on); a failure at a convolution was
+        // survived when the run went on.
+        if self.convolution.iter().any(|&c| c) {
+            let mut survivable = vec![false; self.list.allocs.len()];
+            let mut last_alloc = None;
+            for r in &self.list.requests {
+                let id = r.id as usize;
+                match r.op {
+                    Op::FailedAlloc => {
+                        survivable[id] = self.convolution[id];
+                        last_alloc = Some(id);
+                    }
+                    Op::Alloc => last_alloc = Some(id),
+                    Op::Free | Op::FreeRequest if last_alloc == Some(id) => {
+                        survivable[id] = self.convolution[id];
+                    }
+                    _ => {}
+                }
+            }
+            self.list.survivable = survivable;
+        }
         self.finished = true;
         Ok(())
     }
+}
+
+/// Whether a stack is a convolution's: PyTorch's `conv*` modules and
+/// functions, or their backward node. PyTorch's cuDNN convolution tries
+/// its algorithms in turn, and one whose workspace cannot be allocated is
+/// skipped for the next (`at::native::cudnn`'s plan loop catches the
+/// out-of-memory error).
+fn is_convolution_stack(stack: StackId, symbols: &SymbolTable) -> bool {
+    symbols.stack(stack).iter().any(|&frame| {
+        let Some(Frame::Symbol { function, file, .. }) = symbols.frame(frame) else {
+            return false;
+        };
+        let function = symbols.string_or_unknown(*function);
+        let file = symbols.string_or_unknown(*file).replace('\\', "/");
+        file.ends_with("torch/nn/modules/conv.py")
+            || function.contains("ConvolutionBackward")
+            || function.contains("cudnn_convolution")
+            || matches!(
+                function,
+                "conv1d" | "conv2d" | "conv3d" | "_conv_forward" | "convolution"
+            )
+    })
 }

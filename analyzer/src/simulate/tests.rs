@@ -343,3 +343,80 @@ fn a_capped_run_collecting_garbage_is_reproduced_under_its_cap() {
     assert_eq!(capped.recorded_peak_reserved_bytes, 108 * MIB);
     assert_eq!(capped.recorded_segment_actions, 9 + 6 + 1);
 }
+
+#[test]
+fn a_convolutions_workspace_that_cannot_be_allocated_is_survived() {
+    use crate::testing::TraceBuilder;
+    const MIB: u64 = 1 << 20;
+    // A training step's forward: a convolution's output (an activation,
+    // freed in the backward pass) and its workspace (a temporary), then a
+    // linear layer's output; one optimizer step settles what each held.
+    let mut t = TraceBuilder::new();
+    let conv = t.stack(&[
+        ("_conv_forward", "torch/nn/modules/conv.py", 549),
+        ("forward", "model.py", 12),
+    ]);
+    let linear = t.stack(&[("forward", "model.py", 14)]);
+    let backward = t.stack(&[("ConvolutionBackward0", "", 0)]);
+    let (out, ws, lin, grad) = (0x1000_0000, 0x2000_0000, 0x3000_0000, 0x4000_0000);
+    for step in 0..2 {
+        t.begin("forward")
+            .segment(out, 20 * MIB)
+            .alloc(out, 20 * MIB, 20 * MIB, conv)
+            .segment(ws, 50 * MIB)
+            .alloc(ws, 50 * MIB, 50 * MIB, conv)
+            .free(ws, 50 * MIB)
+            .segment(lin, 20 * MIB)
+            .alloc(lin, 20 * MIB, 20 * MIB, linear)
+            .end("forward")
+            .begin("backward")
+            .on_thread(1)
+            .segment(grad, 20 * MIB)
+            .alloc(grad, 20 * MIB, 20 * MIB, backward)
+            .free(lin, 20 * MIB)
+            .alloc(lin, 20 * MIB, 20 * MIB, linear)
+            .free(out, 20 * MIB)
+            .free(grad, 20 * MIB)
+            .free(lin, 20 * MIB)
+            .on_thread(0)
+            .end("backward")
+            .begin("Optimizer.step#SGD.step")
+            .end("Optimizer.step#SGD.step");
+        if step == 0 {
+            for (addr, size) in [(out, 20), (ws, 50), (lin, 20), (grad, 20)] {
+                t.segment_free(addr, size * MIB);
+            }
+        }
+    }
+    let bytes = t.finish();
+    let mut reader = vramtrace_format::TraceReader::new(&bytes[..]).unwrap();
+    let e = extract(&mut reader, Devices::Apart, &NoProgress)
+        .unwrap()
+        .devices
+        .remove(0);
+    let survivable: Vec<usize> = (e.list.survivable.iter().enumerate())
+        .filter(|(_, s)| **s)
+        .map(|(id, _)| id)
+        .collect();
+    // The workspaces only: not the convolution's output, nor its backward's
+    // gradient, nor the others.
+    let sizes: Vec<u64> = survivable
+        .iter()
+        .map(|&id| e.list.allocs[id].requested)
+        .collect();
+    assert_eq!(sizes, [50 * MIB, 50 * MIB], "{:?}", e.list.classes);
+    // On a device too small for the workspace beside the output (70 MiB),
+    // the run goes on without it.
+    let small = SimOptions {
+        capacity: Some(62 * MIB),
+        ..SimOptions::default()
+    };
+    let r = simulate(&e.list, &AllocatorConfig::default(), &small);
+    assert_eq!((r.ooms, r.survived_failures), (0, 2), "{r:#?}");
+    // Too small for the rest: an OOM as ever.
+    let smaller = SimOptions {
+        capacity: Some(40 * MIB),
+        ..SimOptions::default()
+    };
+    assert!(simulate(&e.list, &AllocatorConfig::default(), &smaller).ooms > 0);
+}

@@ -1,7 +1,7 @@
 //! The fit planner's answer as text.
 
 use super::categories;
-use crate::command::plan::{Basis, PlanResult, Point};
+use crate::command::plan::{Basis, PlanResult, Point, request_words};
 use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
 use crate::simulate::plan::Range;
@@ -191,17 +191,7 @@ fn range_word(range: Range) -> &'static str {
 }
 
 fn oom_words(p: &Point) -> String {
-    match &p.oom {
-        Some(o) => format!(
-            "{}{}, asking for {}",
-            site_label(&o.site),
-            if o.phase.is_empty() {
-                String::new()
-            } else {
-                format!(" in {}", o.phase)
-            },
-            units::bytes(o.requested_bytes)
-        ),
-        None => String::new(),
-    }
+    p.oom.as_ref().map_or_else(String::new, |o| {
+        request_words(&o.site, &o.phase, o.requested_bytes)
+    })
 }

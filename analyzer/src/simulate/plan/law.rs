@@ -78,8 +78,8 @@ const fn basis(kind: LawKind) -> &'static [usize] {
     }
 }
 
-/// The laws tried, simplest first.
-const TRIED: [LawKind; 6] = [
+/// Every law fitted, simplest first.
+pub const FITTED: [LawKind; 6] = [
     LawKind::Constant,
     LawKind::Linear,
     LawKind::Quadratic,
@@ -126,12 +126,17 @@ impl Law {
     /// values, that gives every size to the byte; [`LawKind::NoLaw`] when
     /// none does.
     pub fn fit(points: &[(u64, u64)]) -> Law {
+        Law::fit_among(points, &FITTED)
+    }
+
+    /// [`Law::fit`] among `kinds` only (in their order, simplest first).
+    pub fn fit_among(points: &[(u64, u64)], kinds: &[LawKind]) -> Law {
         let mut points = points.to_vec();
         points.sort_unstable();
-        for kind in TRIED {
+        for &kind in kinds {
             let b = basis(kind);
-            if b.len() > points.len() {
-                break;
+            if b.is_empty() || b.len() > points.len() {
+                continue;
             }
             // Solve through the runs of the largest values (the nearest to
             // what a plan looks for), then check every run.

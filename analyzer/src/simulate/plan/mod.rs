@@ -41,6 +41,28 @@ pub enum Varied {
 }
 
 impl Varied {
+    /// The laws a size may follow in this value, from `runs` runs,
+    /// simplest first. A sequence's attention brings squares, alone or
+    /// with a linear part. A batch's samples are independent, so a size
+    /// grows with it by a constant and a proportional part; a square (a
+    /// batch-by-batch similarity) is believed when it fits alone, and a
+    /// square with a linear part only from more runs than it has terms: a
+    /// law of as many terms as runs passes through any sizes (a cuDNN
+    /// workspace's, say).
+    pub fn laws(self, runs: usize) -> Vec<LawKind> {
+        match self {
+            Varied::Seq => law::FITTED.to_vec(),
+            Varied::Batch => law::FITTED
+                .into_iter()
+                .filter(|&k| match k {
+                    LawKind::LinearQuadratic => runs > 2,
+                    LawKind::FullQuadratic => runs > 3,
+                    _ => true,
+                })
+                .collect(),
+        }
+    }
+
     /// Its name in sentences: `batch`, `sequence length`.
     pub fn words(self) -> &'static str {
         match self {
@@ -128,12 +150,18 @@ pub struct Model {
     laws: Vec<Law>,
     /// The law of each of the reference's allocations, by alloc id.
     law_of: Vec<u32>,
+    /// The reference's allocations another run does not make, with the
+    /// largest value of such a run: the code path that makes them is taken
+    /// only above it (an embedding's backward sorts its indices past some
+    /// number of them), so they are left out at that value and below.
+    absent_up_to: Vec<(u32, u64)>,
 }
 
 impl Model {
     /// Lines the runs up with the one of the largest value and fits each
-    /// allocation's size through every run.
-    pub fn fit(runs: &[RunInput<'_>]) -> Result<Model, ModelError> {
+    /// allocation's size through every run, among the laws `varied`
+    /// allows ([`Varied::laws`]).
+    pub fn fit(runs: &[RunInput<'_>], varied: Varied) -> Result<Model, ModelError> {
         let values: Vec<u64> = runs.iter().map(|r| r.value).collect();
         let mut sorted = values.clone();
         sorted.sort_unstable();
@@ -157,7 +185,13 @@ impl Model {
             }
             let most = n.max(run.keys.len());
             let allowed = (most as f64 * MAX_UNMATCHED_SHARE) as usize;
-            let a = align(&base.keys, &run.keys, allowed);
+            let (va, vb) = (base.value as u128, run.value as u128);
+            let agree = |x: usize, y: usize| {
+                let sa = base.list.allocs[x].requested as u128;
+                let sb = run.list.allocs[y].requested as u128;
+                sa == sb || sa * vb == sb * va || sa * vb * vb == sb * va * va
+            };
+            let a = align(&base.keys, &run.keys, allowed, agree);
             let line_up = LineUp {
                 allocations: run.keys.len(),
                 unmatched: a.unmatched_second,
@@ -174,13 +208,16 @@ impl Model {
         // run: thousands of laws for a million allocations.
         let mut laws: Vec<Law> = Vec::new();
         let mut by_sizes: FxHashMap<Vec<u64>, u32> = FxHashMap::default();
-        let mut unmatched: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut unmatched: FxHashMap<(bool, u64), u32> = FxHashMap::default();
+        let kinds = varied.laws(runs.len());
         let mut law_of = Vec::with_capacity(n);
+        let mut absent_up_to = Vec::new();
         let mut sizes = Vec::with_capacity(runs.len());
         for id in 0..n {
             let own = base.list.allocs[id].requested;
             sizes.clear();
             let mut all = true;
+            let mut absent = 0;
             for (k, run) in runs.iter().enumerate() {
                 let size = match &partners[k] {
                     None => Some(own),
@@ -190,9 +227,12 @@ impl Model {
                     Some(s) => sizes.push(s),
                     None => {
                         all = false;
-                        break;
+                        absent = absent.max(run.value);
                     }
                 }
+            }
+            if !all {
+                absent_up_to.push((id as u32, absent));
             }
             let law = if all {
                 match by_sizes.get(&sizes) {
@@ -200,15 +240,25 @@ impl Model {
                     None => {
                         let points: Vec<(u64, u64)> =
                             values.iter().copied().zip(sizes.iter().copied()).collect();
-                        laws.push(Law::fit(&points));
+                        laws.push(Law::fit_among(&points, &kinds));
                         let l = laws.len() as u32 - 1;
                         by_sizes.insert(sizes.clone(), l);
                         l
                     }
                 }
             } else {
-                *unmatched.entry(own).or_insert_with(|| {
-                    laws.push(Law::constant(LawKind::Unmatched, own));
+                // Made by the reference alone: assumed to scale as one run's
+                // allocations are (activations and temporaries with the
+                // value, the rest constant).
+                let scales = base.list.classes.get(id).is_some_and(|c| {
+                    matches!(c.category, Category::Activation | Category::Temporary)
+                });
+                *unmatched.entry((scales, own)).or_insert_with(|| {
+                    laws.push(if scales {
+                        Law::proportional(LawKind::Unmatched, base.value, own)
+                    } else {
+                        Law::constant(LawKind::Unmatched, own)
+                    });
                     laws.len() as u32 - 1
                 })
             };
@@ -220,6 +270,7 @@ impl Model {
             line_ups,
             laws,
             law_of,
+            absent_up_to,
         })
     }
 
@@ -251,6 +302,7 @@ impl Model {
             }],
             laws,
             law_of,
+            absent_up_to: Vec::new(),
         }
     }
 
@@ -287,6 +339,31 @@ impl Model {
         self.laws.iter().any(|l| {
             !matches!(l.kind, LawKind::Constant | LawKind::Unmatched) && l.at(1) != l.at(1 << 20)
         })
+    }
+
+    /// The allocations left out at `value`, by alloc id (empty for none):
+    /// those a run at `value` or above does not make, and with
+    /// `without_workspaces`, the ones the program survives failing
+    /// (`list`'s, the reference's).
+    pub fn left_out_at(
+        &self,
+        value: u64,
+        list: &RequestList,
+        without_workspaces: bool,
+    ) -> Vec<bool> {
+        let absent = self.absent_up_to.iter().filter(|&&(_, v)| value <= v);
+        if !without_workspaces && absent.clone().next().is_none() {
+            return Vec::new();
+        }
+        let mut out = if without_workspaces && !list.survivable.is_empty() {
+            list.survivable.clone()
+        } else {
+            vec![false; self.law_of.len()]
+        };
+        for &(id, _) in absent {
+            out[id as usize] = true;
+        }
+        out
     }
 
     /// Every allocation's size at `value`, by alloc id, at most
@@ -344,13 +421,24 @@ pub struct Target {
     pub options: SimOptions,
     /// Values are searched in multiples of this (at least 1).
     pub step: u64,
+    /// Whether the allocations the program survives failing (cuDNN's
+    /// workspaces, [`RequestList::survivable`]) are left out: as when
+    /// cuDNN falls back, for every convolution, to an algorithm that needs
+    /// no workspace. Kept, they are asked for at their fitted sizes and a
+    /// failure is survived.
+    pub without_workspaces: bool,
 }
 
 /// The reference's requests at the sizes of a value.
 struct Resized<'a> {
     sizes: &'a [u64],
+    /// The allocations left out ([`Model::left_out_at`]), by id; empty
+    /// for none.
+    left_out: &'a [bool],
     /// The request at which allocated memory peaked, and that peak.
     peak: Option<(usize, u64)>,
+    /// The segment addresses to lay out, when not the reference's.
+    addresses: Option<&'a [(u64, u64)]>,
 }
 
 impl Edits for Resized<'_> {
@@ -359,8 +447,8 @@ impl Edits for Resized<'_> {
         None
     }
     #[inline(always)]
-    fn dropped(&self, _: usize) -> bool {
-        false
+    fn dropped(&self, id: usize) -> bool {
+        self.left_out.get(id).copied().unwrap_or(false)
     }
     #[inline(always)]
     fn size(&self, id: usize, _: u64) -> u64 {
@@ -372,11 +460,15 @@ impl Edits for Resized<'_> {
             self.peak = Some((i, allocated));
         }
     }
+    fn addresses<'b>(&'b self, list: &'b RequestList) -> &'b [(u64, u64)] {
+        self.addresses.unwrap_or(&list.recorded_allocations)
+    }
 }
 
 /// Whether the reference's requests at `value` run without an OOM.
 pub fn fits(model: &Model, list: &RequestList, target: &Target, value: u64) -> bool {
     let sizes = model.sizes_at(value);
+    let left_out = model.left_out_at(value, list, target.without_workspaces);
     let options = SimOptions {
         stop_at_first_oom: true,
         segments: false,
@@ -385,7 +477,9 @@ pub fn fits(model: &Model, list: &RequestList, target: &Target, value: u64) -> b
     };
     let mut edits = Resized {
         sizes: &sizes,
+        left_out: &left_out,
         peak: None,
+        addresses: None,
     };
     simulate_edited(list, &target.config, &options, &mut edits).ooms == 0
 }
@@ -488,26 +582,33 @@ pub struct Evaluated {
 }
 
 /// Simulates the reference's requests at `value` to the end (or the first
-/// OOM when `stop_at_first_oom`), with what the peak held.
+/// OOM when `stop_at_first_oom`), with what the peak held. `addresses`:
+/// the segment addresses to lay out, when not the reference's (a recorded
+/// run's at its own value: its requests are the ones made, so its layout
+/// is, to the byte).
 pub fn evaluate(
     model: &Model,
     list: &RequestList,
     target: &Target,
     value: u64,
     stop_at_first_oom: bool,
+    addresses: Option<&[(u64, u64)]>,
 ) -> Evaluated {
     let sizes = model.sizes_at(value);
+    let left_out = model.left_out_at(value, list, target.without_workspaces);
     let options = SimOptions {
         stop_at_first_oom,
         ..target.options.clone()
     };
     let mut edits = Resized {
         sizes: &sizes,
+        left_out: &left_out,
         peak: None,
+        addresses,
     };
     let sim = simulate_edited(list, &target.config, &options, &mut edits);
     let (categories, by_law) = match edits.peak {
-        Some((at, _)) => held_at(model, list, &target.config, &sizes, at),
+        Some((at, _)) => held_at(model, list, target, &sizes, &left_out, at),
         None => (CategoryBytes::default(), Vec::new()),
     };
     Evaluated {
@@ -524,11 +625,13 @@ pub fn evaluate(
 fn held_at(
     model: &Model,
     list: &RequestList,
-    config: &AllocatorConfig,
+    target: &Target,
     sizes: &[u64],
+    left_out: &[bool],
     at: usize,
 ) -> (CategoryBytes, Vec<(LawKind, u64)>) {
     use super::Op;
+    let config = &target.config;
     let mut live = vec![false; sizes.len()];
     for &id in list.initial_ids.values() {
         live[id as usize] = true;
@@ -536,6 +639,7 @@ fn held_at(
     for r in &list.requests[..=at.min(list.requests.len().saturating_sub(1))] {
         let id = r.id as usize;
         match r.op {
+            Op::Alloc if left_out.get(id).copied().unwrap_or(false) => {}
             Op::Alloc => live[id] = true,
             Op::Free | Op::FreeComplete => live[id] = false,
             _ => {}

@@ -44,7 +44,7 @@ fn runs_at(values: &[(u64, u64)]) -> (Vec<Extracted>, Vec<Vec<u32>>) {
         .unzip()
 }
 
-fn model(runs: &[Extracted], keys: &[Vec<u32>], values: &[u64]) -> Model {
+fn model(runs: &[Extracted], keys: &[Vec<u32>], values: &[u64], varied: Varied) -> Model {
     let inputs: Vec<RunInput<'_>> = runs
         .iter()
         .zip(keys)
@@ -55,7 +55,7 @@ fn model(runs: &[Extracted], keys: &[Vec<u32>], values: &[u64]) -> Model {
             keys: k.clone(),
         })
         .collect();
-    Model::fit(&inputs).unwrap()
+    Model::fit(&inputs, varied).unwrap()
 }
 
 fn on_device(capacity: u64) -> Target {
@@ -66,13 +66,14 @@ fn on_device(capacity: u64) -> Target {
             ..SimOptions::default()
         },
         step: 1,
+        without_workspaces: false,
     }
 }
 
 #[test]
 fn runs_at_two_batches_line_up_and_fit_exact_laws() {
     let (runs, keys) = runs_at(&[(16, 128), (32, 128)]);
-    let m = model(&runs, &keys, &[16, 32]);
+    let m = model(&runs, &keys, &[16, 32], Varied::Batch);
     assert_eq!(m.reference, 1);
     assert_eq!(m.line_ups[0].unmatched, 0);
     assert_eq!(m.line_ups[0].reference_unmatched, 0);
@@ -115,7 +116,7 @@ fn runs_at_two_batches_line_up_and_fit_exact_laws() {
 #[test]
 fn the_sequence_length_brings_quadratic_attention_scores() {
     let (runs, keys) = runs_at(&[(4, 512), (4, 1024)]);
-    let m = model(&runs, &keys, &[512, 1024]);
+    let m = model(&runs, &keys, &[512, 1024], Varied::Seq);
     let list = &runs[1].list;
     let kinds: std::collections::BTreeSet<LawKind> =
         (0..list.allocs.len()).map(|id| m.law(id).kind).collect();
@@ -135,7 +136,7 @@ fn the_sequence_length_brings_quadratic_attention_scores() {
 #[test]
 fn the_largest_batch_found_fits_and_the_next_runs_out_on_the_device() {
     let (runs, keys) = runs_at(&[(4, 128), (8, 128)]);
-    let m = model(&runs, &keys, &[4, 8]);
+    let m = model(&runs, &keys, &[4, 8], Varied::Batch);
     let capacity = 400 * MIB;
     let found = largest_fitting(&m, &runs[1].list, &on_device(capacity));
     let largest = found.largest.expect("some batch fits");
@@ -148,10 +149,24 @@ fn the_largest_batch_found_fits_and_the_next_runs_out_on_the_device() {
     let (fails, _) = workload(largest + 1, 128, Some(capacity));
     let oom = fails.oom.expect("the next batch should run out of memory");
     // And the simulated failure is the same request.
-    let next = evaluate(&m, &runs[1].list, &on_device(capacity), largest + 1, true);
+    let next = evaluate(
+        &m,
+        &runs[1].list,
+        &on_device(capacity),
+        largest + 1,
+        true,
+        None,
+    );
     let at = next.sim.first_oom.expect("simulated OOM");
     assert_eq!(at.requested_bytes, oom.requested);
-    let full = evaluate(&m, &runs[1].list, &on_device(capacity), largest, false);
+    let full = evaluate(
+        &m,
+        &runs[1].list,
+        &on_device(capacity),
+        largest,
+        false,
+        None,
+    );
     assert_eq!(full.sim.ooms, 0);
     assert_eq!(full.sim.peak_reserved_bytes, fits.peak_reserved);
     assert_eq!(full.sim.peak_allocated_bytes, fits.peak_allocated);
@@ -176,41 +191,47 @@ fn one_run_assumes_activations_scale() {
 #[test]
 fn memory_that_does_not_grow_fits_every_value_and_too_small_a_device_none() {
     let (runs, keys) = runs_at(&[(4, 128), (8, 128)]);
-    let m = model(&runs, &keys, &[4, 8]);
+    let m = model(&runs, &keys, &[4, 8], Varied::Batch);
     let found = largest_fitting(&m, &runs[1].list, &on_device(4 * MIB));
     assert_eq!(found.largest, None);
     assert!(!found.unbounded);
     // Runs whose sizes do not change with the value: every value fits.
-    let flat = model(&runs[..1], &keys[..1], &[4]);
-    let same = Model::fit(&[
-        RunInput {
-            value: 4,
-            list: &runs[0].list,
-            keys: keys[0].clone(),
-        },
-        RunInput {
-            value: 5,
-            list: &runs[0].list,
-            keys: keys[0].clone(),
-        },
-    ])
+    let flat = model(&runs[..1], &keys[..1], &[4], Varied::Batch);
+    let same = Model::fit(
+        &[
+            RunInput {
+                value: 4,
+                list: &runs[0].list,
+                keys: keys[0].clone(),
+            },
+            RunInput {
+                value: 5,
+                list: &runs[0].list,
+                keys: keys[0].clone(),
+            },
+        ],
+        Varied::Batch,
+    )
     .unwrap();
     assert!(!same.grows());
     let found = largest_fitting(&same, &runs[0].list, &on_device(400 * MIB));
     assert!(found.unbounded && found.largest.is_none(), "{found:?}");
     assert_eq!(flat.values, vec![4]);
-    let err = Model::fit(&[
-        RunInput {
-            value: 8,
-            list: &runs[0].list,
-            keys: keys[0].clone(),
-        },
-        RunInput {
-            value: 8,
-            list: &runs[1].list,
-            keys: keys[1].clone(),
-        },
-    ])
+    let err = Model::fit(
+        &[
+            RunInput {
+                value: 8,
+                list: &runs[0].list,
+                keys: keys[0].clone(),
+            },
+            RunInput {
+                value: 8,
+                list: &runs[1].list,
+                keys: keys[1].clone(),
+            },
+        ],
+        Varied::Batch,
+    )
     .unwrap_err();
     assert_eq!(err, ModelError::SameValue(8));
 }
@@ -234,7 +255,7 @@ fn runs_of_different_programs_do_not_line_up() {
             keys: keys[1].clone(),
         },
     ];
-    match Model::fit(&inputs) {
+    match Model::fit(&inputs, Varied::Batch) {
         Err(ModelError::NotLinedUp { run: 0, line_up }) => {
             assert_eq!(line_up.first_difference, Some(0));
         }
