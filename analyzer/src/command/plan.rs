@@ -1324,7 +1324,7 @@ fn notes(model: &Model, read: &[Run<'_>], varied: Varied) -> Vec<String> {
         let l = &model.line_ups[k];
         if l.unmatched > 0 || l.reference_unmatched > 0 {
             notes.push(format!(
-                "{}: {} of its allocations have no partner in the run replayed, which has {} without one in it (kept at their recorded sizes)",
+                "{}: {} of its allocations have no partner in the run replayed (left out), which has {} without one in it (made only above this run's value: left out at it and below; above it, those holding activations or temporaries grow in proportion, the rest keep their size)",
                 r.input.path().display(),
                 l.unmatched,
                 l.reference_unmatched

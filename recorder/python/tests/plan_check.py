@@ -31,7 +31,7 @@ where it must finish, and at `largest + step`, where it must raise
 trace is complete). A prediction one step off (the card's largest is one
 step away; found by one more run) passes, with its distance said; more
 fails. The OOM's site recorded at the first value that fails on the card
-(`summary --json`'s `ooms[0].site`) must be the one `plan` predicted
+(`summary --json`'s last OOM, the one not survived) must be the one `plan` predicted
 (`answer.next.oom.site`). The predicted peaks at `largest` are printed
 beside the card's `max_memory_reserved()` and `max_memory_allocated()`.
 
@@ -362,7 +362,8 @@ def check_case(rep, binary: Path, out: Path, env: dict, case: Case, clock: Clock
                   f"{gib(r.get('peak_allocated_bytes'))}, model "
                   f"{gib(r.get('model_peak_allocated_bytes'))}; {r.get('allocations')} allocations")
     rep.add("INFO", f"{case.name}: laws", "; ".join(
-        f"{x.get('law')}: {x.get('allocations')} allocations, {gib(x.get('bytes'))}"
+        f"{x.get('law')}: {x.get('setup_allocations', 0) + x.get('steady_allocations', 0)} "
+        f"allocations, {gib(x.get('bytes'))}"
         for x in result_.get("laws", [])) + (f"; no law: {len(result_.get('no_law', []))} sites"
                                               if result_.get("no_law") else ""))
     for note in result_.get("notes", []):
@@ -435,7 +436,9 @@ def check_case(rep, binary: Path, out: Path, env: dict, case: Case, clock: Clock
     if not rep.check(bool(ooms), f"{case.name}: the trace at {failing.value} has the OOM",
                      f"oom_count {summary.get('oom_count')}"):
         return
-    recorded = ooms[0]
+    # The last: the failure the run did not survive (a cuDNN workspace's
+    # comes first and is survived: PyTorch tries the next algorithm).
+    recorded = ooms[-1]
     same = (str(recorded.get("site")) == str(predicted.get("site"))
             or site_key(recorded.get("site", "")) == site_key(predicted.get("site", "")))
     detail = (f"predicted at {largest + step}: {predicted.get('site')!r} in "

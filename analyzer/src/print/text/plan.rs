@@ -168,7 +168,7 @@ fn target_words(r: &PlanResult) -> String {
             units::capacity(r.capacity_bytes)
         ),
         (_, _, Some(limit), _) => format!(
-            "the {} the runs recorded (set_per_process_memory_fraction; no reserve taken off); {policy}",
+            "the {} (no reserve taken off); {policy}",
             limit.noun()
         ),
         (_, _, _, Some(cap)) => format!(
