@@ -4,7 +4,8 @@
 //! measures each run's peak).
 //!
 //! - **trace**: the trace reader, then every analysis (the `report`
-//!   command's pass, with the input as its own baseline) and `simulate`.
+//!   command's pass, with the input as its own baseline), `simulate` and
+//!   `plan` (the input as two runs, and alone).
 //!   Mutations keep the records' checksums right half of the time, so that
 //!   they reach the decoders behind them.
 //! - **pickle**: the snapshot reader (pickle, then conversion), then the
@@ -27,10 +28,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use vramtrace::command::ReplayOptions;
+use vramtrace::command::plan::{PlanOptions, plan};
 use vramtrace::command::report::{ReportOptions, report};
 use vramtrace::command::simulate::{SimulateOptions, simulate};
 use vramtrace::input::{Input, decompress};
 use vramtrace::progress::NoProgress;
+use vramtrace::simulate::plan::Varied;
 use vramtrace_format::{
     BlockEvent, DeviceMemoryEvent, Event, EventData, Header, LimitEvent, OomEvent, SegmentEvent,
     StringId, TagEvent, TraceWriter, WriterOptions,
@@ -245,6 +248,22 @@ fn analyze(input: &Input) {
         let _ = vramtrace::print::html::report(&result, 5);
     }
     let _ = simulate(input, &SimulateOptions::default(), &NoProgress);
+    // The planner: the input against itself at two batch sizes (every law
+    // fitted through it), and alone (activations assumed to scale), under
+    // a cap and on the card it names.
+    for (values, cap) in [(vec![4, 8], Some(1 << 30)), (vec![8], None)] {
+        let runs = vec![input; values.len()];
+        let options = PlanOptions {
+            values: Some((Varied::Batch, values)),
+            cap,
+            at: Some(1 << 20),
+            step: 1,
+            ..PlanOptions::default()
+        };
+        if let Ok(result) = plan(&runs, &options, &NoProgress) {
+            let _ = vramtrace::print::text::plan(&result);
+        }
+    }
 }
 
 /// The events that a byte string stands for: each event's kind and fields

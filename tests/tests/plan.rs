@@ -263,3 +263,36 @@ fn a_report_with_a_baseline_at_another_batch_says_how_far_it_fits() {
         .stdout;
     assert!(!out.contains("fits up to"), "{out}");
 }
+
+#[test]
+fn damaged_and_foreign_inputs_are_one_line_or_a_plan_of_what_can_be_read() {
+    let dir = scratch("plan-hostile");
+    let (b4, _) = synth(&dir, 4, 256, &["--annotate"]);
+    let (b8, _) = synth(&dir, 8, 256, &["--annotate"]);
+    let bytes = std::fs::read(&b8).unwrap();
+    // Another format.
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "batch 8\n").unwrap();
+    vramtrace(["plan", &s(&b4), &s(&text), "--cap", "1GiB"]).fails_with(2);
+    // Cut in half: the readable part has fewer steps than the other run.
+    let cut = dir.join("cut.vtrace");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let run = vramtrace(["plan", &s(&b4), &s(&cut), "--batch", "4,8", "--cap", "1GiB"]);
+    assert_eq!(run.code, Some(2), "{run:#?}");
+    assert!(run.stderr.contains("optimizer steps"), "{}", run.stderr);
+    // Every byte flipped in turn over a stretch: never a panic.
+    for at in (bytes.len() / 3..bytes.len() / 3 + 64).step_by(7) {
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 0xff;
+        let path = dir.join(format!("damaged-{at}.vtrace"));
+        std::fs::write(&path, &damaged).unwrap();
+        let run = vramtrace(["plan", &s(&b4), &s(&path), "--cap", "1GiB", "--json"]);
+        assert!(
+            matches!(run.code, Some(0 | 2)) && !run.stderr.contains("panicked"),
+            "{at}: {run:#?}"
+        );
+        if run.code == Some(2) {
+            assert_eq!(run.stderr.lines().count(), 1, "{at}: {}", run.stderr);
+        }
+    }
+}

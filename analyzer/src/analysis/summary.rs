@@ -21,7 +21,7 @@ use super::categories::{Category, CategoryMoment, CategoryReport, CategoryTable}
 use super::limits::{Limit, LimitWatch, OutsideReport};
 use super::waterfall::{Moment, TOP_SITES, Waterfall, moment_now};
 use super::{Analysis, AnalysisError, Flow, Step};
-use crate::replay::categories::{CATEGORIES, dominant};
+use crate::replay::categories::{CATEGORIES, dominant, is_convolution_stack};
 use crate::replay::{
     Applied, FreeSpace, Inconsistency, InconsistencyKind, LiveAlloc, Occupancy, PhaseId,
     ReplayState, Segment, SiteLive, Totals,
@@ -30,7 +30,7 @@ use crate::sites::{SiteDescription, SiteId};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use vramtrace_format::{Event, EventData, KindCounts, SymbolTable};
+use vramtrace_format::{Event, EventData, KindCounts, StackId, SymbolTable};
 
 /// The most OOM events kept with their context.
 pub const MAX_OOMS: usize = 100;
@@ -68,6 +68,11 @@ pub struct Summary {
     undo_min: usize,
     ooms: Vec<OomReport>,
     oom_count: u64,
+    // OOMs under a convolution (kept ones by index, and a count of all)
+    // not yet followed by an allocation: survived once one follows.
+    awaiting: Vec<usize>,
+    awaiting_count: u64,
+    survived_count: u64,
     // Each kept OOM's moment, and its categories as later events tell them.
     oom_moments: Vec<(Moment, CategoryMoment)>,
     // The limit, the device's samples and the memory outside the allocator.
@@ -262,6 +267,11 @@ pub struct OomReport {
     /// Where every byte under the limit was then (see
     /// [`super::waterfall`]); its `limit_line` says what the limit was.
     pub waterfall: Waterfall,
+    /// Whether the program survived it: a request under a convolution
+    /// after which the program allocated again (PyTorch's cuDNN code
+    /// catches the failure of an algorithm's workspace and tries the next
+    /// algorithm, which needs less).
+    pub survived: bool,
 }
 
 /// How many inconsistencies of one kind were found.
@@ -344,6 +354,9 @@ pub struct SummaryReport {
     pub ooms: Vec<OomReport>,
     /// All out-of-memory events.
     pub oom_count: u64,
+    /// Those the program survived (cuDNN workspaces, see
+    /// [`OomReport::survived`]).
+    pub survived_oom_count: u64,
     /// The state at the end of the window.
     pub end: Totals,
     /// Contradictions found while replaying.
@@ -368,6 +381,11 @@ pub struct SummaryReport {
 }
 
 impl SummaryReport {
+    /// The kept out-of-memory events the program did not survive.
+    pub fn fatal_ooms(&self) -> impl Iterator<Item = &OomReport> {
+        self.ooms.iter().filter(|o| !o.survived)
+    }
+
     /// The summary of a window that holds no event. Its peaks would be the
     /// state carried in from before it (at the time of an event outside
     /// it), so none is reported: the peaks are zero, and so are the state
@@ -411,6 +429,9 @@ impl Summary {
             undo_min: UNDO_MIN,
             ooms: Vec::new(),
             oom_count: 0,
+            awaiting: Vec::new(),
+            awaiting_count: 0,
+            survived_count: 0,
             oom_moments: Vec::new(),
             limits: LimitWatch::new(),
             peak_active: 0,
@@ -631,6 +652,13 @@ impl Analysis for Summary {
             }
         }
         let t = state.totals();
+        if matches!(step.applied, Applied::Alloc(_)) && self.awaiting_count > 0 {
+            // The program went on past its failures under a convolution.
+            for i in self.awaiting.drain(..) {
+                self.ooms[i].survived = true;
+            }
+            self.survived_count += std::mem::take(&mut self.awaiting_count);
+        }
         match step.applied {
             Applied::Alloc(a) => {
                 if self.allocated.update(t.allocated, step, state) {
@@ -658,11 +686,18 @@ impl Analysis for Summary {
             }
             Applied::Oom(site) => {
                 self.oom_count += 1;
+                let (requested, free, stack) = match step.event.data {
+                    EventData::Oom(o) => (o.requested, o.free_bytes, o.stack),
+                    _ => (0, 0, StackId::NONE),
+                };
+                let convolution = is_convolution_stack(stack, step.symbols);
+                if convolution {
+                    self.awaiting_count += 1;
+                    if self.ooms.len() < MAX_OOMS {
+                        self.awaiting.push(self.ooms.len());
+                    }
+                }
                 if self.ooms.len() < MAX_OOMS {
-                    let (requested, free) = match step.event.data {
-                        EventData::Oom(o) => (o.requested, o.free_bytes),
-                        _ => (0, 0),
-                    };
                     let limit = self.limits.limit_at_oom(requested, free, t.reserved);
                     let moment = moment_now(
                         state,
@@ -684,6 +719,7 @@ impl Analysis for Summary {
                         phase: state.phase_path(state.current_phase(), step.symbols),
                         site: state.sites().describe(site, step.symbols),
                         waterfall,
+                        survived: false,
                     });
                 }
             }
@@ -790,6 +826,7 @@ impl Analysis for Summary {
             top_sites_at_peak,
             ooms: std::mem::take(&mut self.ooms),
             oom_count: self.oom_count,
+            survived_oom_count: self.survived_count,
             end: *state.totals(),
             inconsistencies: InconsistencyReport::of(state),
             categories: CategoryReport {
@@ -968,6 +1005,31 @@ mod tests {
             assert_eq!(r.at_peak.external_fragmentation, Some(0.5));
             assert_eq!(replayed_free_space(&bytes, &r).largest_free_block, 400);
         }
+    }
+
+    #[test]
+    fn a_convolutions_failure_the_program_goes_on_from_is_survived() {
+        let mut b = TraceBuilder::new();
+        let conv = b.stack(&[
+            ("_conv_forward", "torch/nn/modules/conv.py", 549),
+            ("forward", "model.py", 12),
+        ]);
+        let other = b.site("forward", "model.py", 14);
+        b.segment(0, 1 << 20).alloc(0, 1000, 1000, conv);
+        // A workspace refused, then the next algorithm's, then the layer
+        // after: both survived.
+        b.oom(1 << 30, conv)
+            .oom(1 << 29, conv)
+            .alloc(4096, 1000, 1000, other);
+        // A failure elsewhere is not; nor is one under a convolution that
+        // the run ends at.
+        b.oom(1 << 30, other).alloc(8192, 1000, 1000, other);
+        b.oom(1 << 30, conv);
+        let r = summarize(&b.finish(), Window::ALL);
+        let survived: Vec<bool> = r.ooms.iter().map(|o| o.survived).collect();
+        assert_eq!(survived, [true, true, false, false]);
+        assert_eq!((r.oom_count, r.survived_oom_count), (4, 2));
+        assert_eq!(r.fatal_ooms().count(), 2);
     }
 
     #[test]

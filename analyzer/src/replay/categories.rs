@@ -390,6 +390,28 @@ fn stack_hints(stack: StackId, symbols: &SymbolTable) -> u8 {
     hints
 }
 
+/// Whether a stack is a convolution's: PyTorch's `conv*` modules and
+/// functions, or their backward node. PyTorch's cuDNN convolution tries
+/// its algorithms in turn, and one whose workspace cannot be allocated is
+/// skipped for the next (`at::native::cudnn`'s plan loop catches the
+/// out-of-memory error).
+pub fn is_convolution_stack(stack: StackId, symbols: &SymbolTable) -> bool {
+    symbols.stack(stack).iter().any(|&frame| {
+        let Some(Frame::Symbol { function, file, .. }) = symbols.frame(frame) else {
+            return false;
+        };
+        let function = symbols.string_or_unknown(*function);
+        let file = symbols.string_or_unknown(*file).replace('\\', "/");
+        file.ends_with("torch/nn/modules/conv.py")
+            || function.contains("ConvolutionBackward")
+            || function.contains("cudnn_convolution")
+            || matches!(
+                function,
+                "conv1d" | "conv2d" | "conv3d" | "_conv_forward" | "convolution"
+            )
+    })
+}
+
 /// A frame of the autograd engine, or of a call into it.
 fn is_backward_frame(function: &str, file: &str) -> bool {
     // Node names (`MmBackward0`, as the recorder labels the engine's

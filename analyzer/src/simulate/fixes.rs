@@ -253,7 +253,9 @@ pub fn try_fixes(
     // to there.
     let check_until = list.requests[at + 1..]
         .iter()
-        .position(|r| r.op == Op::FailedAlloc)
+        .position(|r| {
+            r.op == Op::FailedAlloc && !list.survivable.get(r.id as usize).copied().unwrap_or(false)
+        })
         .map_or(list.requests.len(), |p| at + 1 + p);
     let lifetimes = Lifetimes::of(list);
     let mut candidates = setting_candidates(target.config, target.options.cap.is_some());

@@ -9,13 +9,13 @@
 //! [`SegmentAction`]s, to check that the recorded settings reproduce them.
 
 use crate::analysis::{Analysis, AnalysisError, Flow, Step};
-use crate::replay::categories::Class;
+use crate::replay::categories::{Class, is_convolution_stack};
 use crate::replay::{Applied, PhaseId, ReplayState};
 use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use vramtrace_format::{
-    BlockStatus, EventData, EventKind, Frame, InitialState, SegmentState, StackId, SymbolTable,
+    BlockStatus, EventData, EventKind, InitialState, SegmentState, StackId, SymbolTable,
 };
 
 /// What a [`Request`] asks of the allocator.
@@ -406,7 +406,16 @@ impl Analysis for RequestExtractor {
         self.follow_categories(state);
         let data = &step.event.data;
         let kind = data.kind();
-        if self.burst.is_some() && !matches!(kind, EventKind::SegmentFree | EventKind::SegmentUnmap)
+        // What the recorder observed rather than what the allocator did (a
+        // device-memory sample after each segment event, a tag, a note)
+        // neither ends a burst of segment frees nor breaks one in two.
+        let observation = matches!(
+            kind,
+            EventKind::DeviceMemory | EventKind::Tag | EventKind::Annotation | EventKind::Limit
+        );
+        if self.burst.is_some()
+            && !observation
+            && !matches!(kind, EventKind::SegmentFree | EventKind::SegmentUnmap)
         {
             let limit = (state.limit())
                 .filter(|l| {
@@ -502,7 +511,9 @@ impl Analysis for RequestExtractor {
         let totals = state.totals();
         self.list.recorded_peak_reserved = self.list.recorded_peak_reserved.max(totals.reserved);
         self.list.recorded_peak_allocated = self.list.recorded_peak_allocated.max(totals.allocated);
-        self.prev_kind = Some(kind);
+        if !observation {
+            self.prev_kind = Some(kind);
+        }
         if self.too_many_streams {
             return Err(AnalysisError::Unsupported(format!(
                 "the trace uses more than {MAX_STREAMS} streams; the simulator takes at most {MAX_STREAMS}"
@@ -542,26 +553,4 @@ impl Analysis for RequestExtractor {
         self.finished = true;
         Ok(())
     }
-}
-
-/// Whether a stack is a convolution's: PyTorch's `conv*` modules and
-/// functions, or their backward node. PyTorch's cuDNN convolution tries
-/// its algorithms in turn, and one whose workspace cannot be allocated is
-/// skipped for the next (`at::native::cudnn`'s plan loop catches the
-/// out-of-memory error).
-fn is_convolution_stack(stack: StackId, symbols: &SymbolTable) -> bool {
-    symbols.stack(stack).iter().any(|&frame| {
-        let Some(Frame::Symbol { function, file, .. }) = symbols.frame(frame) else {
-            return false;
-        };
-        let function = symbols.string_or_unknown(*function);
-        let file = symbols.string_or_unknown(*file).replace('\\', "/");
-        file.ends_with("torch/nn/modules/conv.py")
-            || function.contains("ConvolutionBackward")
-            || function.contains("cudnn_convolution")
-            || matches!(
-                function,
-                "conv1d" | "conv2d" | "conv3d" | "_conv_forward" | "convolution"
-            )
-    })
 }

@@ -420,3 +420,32 @@ fn a_convolutions_workspace_that_cannot_be_allocated_is_survived() {
     };
     assert!(simulate(&e.list, &AllocatorConfig::default(), &smaller).ooms > 0);
 }
+
+#[test]
+fn device_memory_samples_inside_a_release_and_retry_leave_it_one_burst() {
+    use crate::testing::TraceBuilder;
+    const MIB: u64 = 1 << 20;
+    // A failed allocation: the allocator returns two cached segments (the
+    // recorder samples the device's memory after each), then the OOM.
+    let mut t = TraceBuilder::new();
+    let s = t.site("step", "train.py", 1);
+    t.segment(0x1000_0000, 20 * MIB)
+        .alloc(0x1000_0000, 20 * MIB, 20 * MIB, s)
+        .free(0x1000_0000, 20 * MIB)
+        .segment(0x2000_0000, 20 * MIB)
+        .alloc(0x2000_0000, 20 * MIB, 20 * MIB, s)
+        .free(0x2000_0000, 20 * MIB)
+        .segment_free(0x1000_0000, 20 * MIB)
+        .device_memory(60 * MIB, 100 * MIB)
+        .segment_free(0x2000_0000, 20 * MIB)
+        .device_memory(80 * MIB, 100 * MIB)
+        .oom(200 * MIB, s);
+    let bytes = t.finish();
+    let mut reader = vramtrace_format::TraceReader::new(&bytes[..]).unwrap();
+    let e = extract(&mut reader, Devices::Apart, &NoProgress)
+        .unwrap()
+        .devices
+        .remove(0);
+    assert_eq!(e.list.retry_bursts, 1);
+    assert_eq!(e.list.inferred_empty_cache, 0);
+}

@@ -579,12 +579,21 @@ fn findings(input: &ReportInput<'_>) -> String {
             ));
         }
     }
-    if let Some(o) = s.ooms.first() {
+    if s.survived_oom_count > 0 {
+        items.push((
+            false,
+            format!(
+                "<b>cuDNN fell back</b> {}: a convolution's workspace could not be allocated, and PyTorch tried the next algorithm, one that needs less (and is slower). The run went on.",
+                units::counted(s.survived_oom_count, "time", "times"),
+            ),
+        ));
+    }
+    if let Some(o) = s.fatal_ooms().next() {
         items.push((
             true,
             format!(
                 "<b>Out of memory</b> {}: first at {} in <code>{}</code>, requesting {} at <code>{}</code> {}. Where the limit went is under Out of memory; the explorer opens at it.",
-                units::counted(s.oom_count, "time", "times"),
+                units::counted(s.oom_count - s.survived_oom_count, "time", "times"),
                 units::duration_ns(o.time_ns),
                 escape(phase_or_none(&o.phase)),
                 units::bytes(o.requested_bytes),
@@ -934,7 +943,11 @@ fn ooms_section(s: &SummaryReport) -> String {
             o.index,
             units::duration_ns(o.time_ns),
             units::bytes(o.requested_bytes),
-            waterfall::oom_words(o),
+            if o.survived {
+                "survived: a cuDNN workspace; PyTorch tried the next algorithm".to_string()
+            } else {
+                waterfall::oom_words(o)
+            },
             units::bytes(o.allocated_bytes),
             units::bytes(o.reserved_bytes),
             escape(phase_or_none(&o.phase)),
@@ -942,7 +955,7 @@ fn ooms_section(s: &SummaryReport) -> String {
         );
     }
     html.push_str("</table>");
-    for (i, o) in s.ooms.iter().take(OOM_WATERFALLS).enumerate() {
+    for (i, o) in s.fatal_ooms().take(OOM_WATERFALLS).enumerate() {
         let _ = write!(
             html,
             "<h3>Where the limit went at OOM {} ({}, asking for {})</h3>{}",

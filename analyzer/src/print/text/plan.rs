@@ -167,10 +167,7 @@ fn target_words(r: &PlanResult) -> String {
             reserve.covers,
             units::capacity(r.capacity_bytes)
         ),
-        (_, _, Some(limit), _) => format!(
-            "the {} (no reserve taken off); {policy}",
-            limit.noun()
-        ),
+        (_, _, Some(limit), _) => format!("the {} (no reserve taken off); {policy}", limit.noun()),
         (_, _, _, Some(cap)) => format!(
             "a cap of {} on the allocator (set_per_process_memory_fraction; no reserve taken off); {policy}",
             units::capacity(cap)

@@ -40,7 +40,7 @@ pub fn report_written(w: &ReportWritten<'_>) -> String {
     if let Some(f) = &r.fits_up_to {
         text.push_str(&format!("fits up to: {}\n", f.line));
     }
-    if let Some(o) = r.summary.ooms.first() {
+    if let Some(o) = r.summary.fatal_ooms().next() {
         text.push_str(&format!("first {}:\n", super::oom_line(o)));
         text.push_str(&super::waterfall(&o.waterfall, 2));
     }

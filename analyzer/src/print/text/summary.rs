@@ -186,8 +186,16 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
     }
 
     text.push_str(&format!(
-        "\nout-of-memory events: {}\n",
-        units::count(r.oom_count)
+        "\nout-of-memory events: {}{}\n",
+        units::count(r.oom_count),
+        if r.survived_oom_count > 0 {
+            format!(
+                " ({} survived: a convolution's cuDNN workspace could not be allocated, and PyTorch tried the next algorithm, one that needs less)",
+                units::count(r.survived_oom_count)
+            )
+        } else {
+            String::new()
+        }
     ));
     if !r.ooms.is_empty() {
         let mut t = Table::new(&[
@@ -197,6 +205,7 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             ("reserved", Align::Right),
             ("phase", Align::Left),
             ("site", Align::Left),
+            ("", Align::Left),
         ]);
         for o in &r.ooms {
             t.row([
@@ -206,17 +215,19 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
                 units::bytes(o.reserved_bytes),
                 o.phase.clone(),
                 site_label(&o.site.site),
+                if o.survived { "survived" } else { "" }.to_string(),
             ]);
         }
         text.push_str(&t.render(2));
-        for o in r.ooms.iter().take(OOM_WATERFALLS) {
+        let fatal = r.fatal_ooms().count();
+        for o in r.fatal_ooms().take(OOM_WATERFALLS) {
             text.push_str(&format!("\n  {}:\n", super::oom_line(o)));
             text.push_str(&super::waterfall(&o.waterfall, 4));
         }
-        if r.ooms.len() > OOM_WATERFALLS {
+        if fatal > OOM_WATERFALLS {
             text.push_str(&format!(
                 "\n  the waterfalls of {} more out-of-memory events are in --json\n",
-                units::count((r.ooms.len() - OOM_WATERFALLS) as u64)
+                units::count((fatal - OOM_WATERFALLS) as u64)
             ));
         }
     }
