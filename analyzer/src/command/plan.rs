@@ -407,47 +407,8 @@ pub fn plan(
     check_gpus(&read)?;
     let read_s = started.elapsed().as_secs_f64();
     let fitted = std::time::Instant::now();
-    // A run that ran out of memory first: it made fewer steps, and the
-    // OOM says why.
-    for r in &read {
-        if let Some(at) = first_fatal_oom(&r.extracted, r.events.symbols()) {
-            return Err(PlanError::RecordedOom {
-                path: r.input.path().display().to_string(),
-                at,
-            }
-            .into());
-        }
-    }
-    let counts: Vec<u64> = read.iter().map(|r| r.steps).collect();
-    if counts.windows(2).any(|w| w[0] != w[1]) {
-        let words: Vec<String> = read
-            .iter()
-            .map(|r| format!("{} in {}", r.steps, r.input.path().display()))
-            .collect();
-        return Err(PlanError::StepsDiffer {
-            counts: words.join(", "),
-        }
-        .into());
-    }
-    let mut keys = Keys::default();
-    let all_keys: Vec<Vec<u32>> = read
-        .iter()
-        .map(|r| keys.of(&r.extracted.list, &r.extracted.state, r.events.symbols()))
-        .collect();
-    let model = if read.len() == 1 {
-        Model::assumed(read[0].value, &read[0].extracted.list)
-    } else {
-        let runs: Vec<RunInput<'_>> = read
-            .iter()
-            .zip(all_keys)
-            .map(|(r, keys)| RunInput {
-                value: r.value,
-                list: &r.extracted.list,
-                keys,
-            })
-            .collect();
-        Model::fit(&runs, varied).map_err(|e| model_error(e, &read, varied))?
-    };
+    check_runs(&read)?;
+    let model = fit_model(&read, varied)?;
     let fit_s = fitted.elapsed().as_secs_f64();
     let reference = &read[model.reference];
     let list = &reference.extracted.list;
@@ -623,6 +584,50 @@ pub fn plan(
             simulate_s,
         },
     })
+}
+
+/// The runs must be of one path through the program: none may have run out
+/// of memory (but on a cuDNN workspace, which it survives), and all must
+/// have made the same number of optimizer steps.
+fn check_runs(read: &[Run<'_>]) -> Result<(), PlanError> {
+    // A run that ran out of memory first: it made fewer steps, and the
+    // OOM says why.
+    for r in read {
+        if let Some(at) = first_fatal_oom(&r.extracted, r.events.symbols()) {
+            return Err(PlanError::RecordedOom {
+                path: r.input.path().display().to_string(),
+                at,
+            });
+        }
+    }
+    if read.windows(2).any(|w| w[0].steps != w[1].steps) {
+        let words: Vec<String> = read
+            .iter()
+            .map(|r| format!("{} in {}", r.steps, r.input.path().display()))
+            .collect();
+        return Err(PlanError::StepsDiffer {
+            counts: words.join(", "),
+        });
+    }
+    Ok(())
+}
+
+/// The model of the runs: laws fitted through two or more, an assumption
+/// from one.
+fn fit_model(read: &[Run<'_>], varied: Varied) -> Result<Model, Error> {
+    if let [one] = read {
+        return Ok(Model::assumed(one.value, &one.extracted.list));
+    }
+    let mut keys = Keys::default();
+    let runs: Vec<RunInput<'_>> = read
+        .iter()
+        .map(|r| RunInput {
+            value: r.value,
+            list: &r.extracted.list,
+            keys: keys.of(&r.extracted.list, &r.extracted.state, r.events.symbols()),
+        })
+        .collect();
+    Model::fit(&runs, varied).map_err(|e| model_error(e, read, varied))
 }
 
 /// A report's line on how far the varied value can go, planned from the
