@@ -3,11 +3,10 @@
 
 use super::common::{InputArgs, TextArgs, open};
 use super::progress::Bars;
-use super::simulate::{parse_confs, parse_gpu};
+use super::simulate::{device_of, parse_confs, parse_gpu};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::command::plan::{PlanOptions, plan};
-use vramtrace::command::simulate::Device;
 use vramtrace::print;
 use vramtrace::simulate::gpus::GpuPreset;
 use vramtrace::simulate::plan::Varied;
@@ -102,11 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.traces.len()
         );
     }
-    let device = match (args.gpu, args.capacity) {
-        (Some(gpu), _) => Some(Device::preset(gpu)),
-        (None, Some(bytes)) => Some(Device::of_size(bytes)),
-        (None, None) => None,
-    };
+    let device = device_of(args.gpu, args.capacity);
     if args.reserve.is_some() && device.is_none() {
         anyhow::bail!("--reserve needs --gpu or --capacity (a cap bounds the allocator alone)");
     }

@@ -89,12 +89,17 @@ pub(super) fn parse_confs(confs: &[String]) -> anyhow::Result<Vec<AllocatorConfi
         .collect()
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let device = match (args.gpu, args.capacity) {
+/// The device `--gpu` or `--capacity` names, if either does.
+pub(super) fn device_of(gpu: Option<&GpuPreset>, capacity: Option<u64>) -> Option<Device> {
+    match (gpu, capacity) {
         (Some(gpu), _) => Some(Device::preset(gpu)),
         (None, Some(bytes)) => Some(Device::of_size(bytes)),
         (None, None) => None,
-    };
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let device = device_of(args.gpu, args.capacity);
     let options = SimulateOptions {
         device,
         reserve: args.reserve,

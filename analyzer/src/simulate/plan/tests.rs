@@ -44,18 +44,22 @@ fn runs_at(values: &[(u64, u64)]) -> (Vec<Extracted>, Vec<Vec<u32>>) {
         .unzip()
 }
 
-fn model(runs: &[Extracted], keys: &[Vec<u32>], values: &[u64], varied: Varied) -> Model {
-    let inputs: Vec<RunInput<'_>> = runs
-        .iter()
-        .zip(keys)
-        .zip(values)
-        .map(|((e, k), &value)| RunInput {
+/// The runs given to the model: each run with its keys, at a value.
+fn inputs<'a>(runs: &[(&'a Extracted, &[u32], u64)]) -> Vec<RunInput<'a>> {
+    runs.iter()
+        .map(|&(e, keys, value)| RunInput {
             value,
             list: &e.list,
-            keys: k.clone(),
+            keys: keys.to_vec(),
         })
+        .collect()
+}
+
+fn model(runs: &[Extracted], keys: &[Vec<u32>], values: &[u64], varied: Varied) -> Model {
+    let given: Vec<(&Extracted, &[u32], u64)> = (runs.iter().zip(keys).zip(values))
+        .map(|((e, k), &v)| (e, k.as_slice(), v))
         .collect();
-    Model::fit(&inputs, varied).unwrap()
+    Model::fit(&inputs(&given), varied).unwrap()
 }
 
 fn on_device(capacity: u64) -> Target {
@@ -198,18 +202,7 @@ fn memory_that_does_not_grow_fits_every_value_and_too_small_a_device_none() {
     // Runs whose sizes do not change with the value: every value fits.
     let flat = model(&runs[..1], &keys[..1], &[4], Varied::Batch);
     let same = Model::fit(
-        &[
-            RunInput {
-                value: 4,
-                list: &runs[0].list,
-                keys: keys[0].clone(),
-            },
-            RunInput {
-                value: 5,
-                list: &runs[0].list,
-                keys: keys[0].clone(),
-            },
-        ],
+        &inputs(&[(&runs[0], &keys[0], 4), (&runs[0], &keys[0], 5)]),
         Varied::Batch,
     )
     .unwrap();
@@ -218,18 +211,7 @@ fn memory_that_does_not_grow_fits_every_value_and_too_small_a_device_none() {
     assert!(found.unbounded && found.largest.is_none(), "{found:?}");
     assert_eq!(flat.values, vec![4]);
     let err = Model::fit(
-        &[
-            RunInput {
-                value: 8,
-                list: &runs[0].list,
-                keys: keys[0].clone(),
-            },
-            RunInput {
-                value: 8,
-                list: &runs[1].list,
-                keys: keys[1].clone(),
-            },
-        ],
+        &inputs(&[(&runs[0], &keys[0], 8), (&runs[1], &keys[1], 8)]),
         Varied::Batch,
     )
     .unwrap_err();
@@ -243,19 +225,8 @@ fn runs_of_different_programs_do_not_line_up() {
     for k in &mut keys[0] {
         *k += 1_000_000;
     }
-    let inputs: Vec<RunInput<'_>> = vec![
-        RunInput {
-            value: 4,
-            list: &runs[0].list,
-            keys: keys[0].clone(),
-        },
-        RunInput {
-            value: 8,
-            list: &runs[1].list,
-            keys: keys[1].clone(),
-        },
-    ];
-    match Model::fit(&inputs, Varied::Batch) {
+    let given = inputs(&[(&runs[0], &keys[0], 4), (&runs[1], &keys[1], 8)]);
+    match Model::fit(&given, Varied::Batch) {
         Err(ModelError::NotLinedUp { run: 0, line_up }) => {
             assert_eq!(line_up.first_difference, Some(0));
         }
