@@ -546,16 +546,19 @@ def plan(traces: Union[PathLike, Sequence[PathLike]], *,
     Each run's value is the one it recorded (``vramtrace.annotate("batch",
     8)``, ``"seq"`` for a sequence length, or ``python -m vramtrace run
     --annotate batch=8``), or is given here, one per trace in their order:
-    ``batch=[4, 8]`` or ``seq=[512, 1024]``. From one trace, its value is
-    required (``batch=8``), and the answer is an ``"estimate"``: memory
-    that is not the model's state (activations, temporaries) is taken to
-    grow linearly with the value.
+    ``batch=[4, 8]`` or ``seq=[512, 1024]``. From one trace (its value
+    recorded, or ``batch=8``), the answer is an ``"estimate"``: activations
+    and temporaries are taken to grow linearly with the value, the rest to
+    stay.
 
     The GPU is ``gpu`` (a preset's name, ``"h100"``) or ``capacity`` (bytes,
     or a size with its unit, ``"24GiB"``), less ``reserve`` for the CUDA
     context as in :meth:`Trace.simulate`; or ``cap``, an allocator limit
-    (``set_per_process_memory_fraction``), with nothing taken off. Traces
-    recorded under such a limit are planned under it when no ``cap`` is given.
+    (``set_per_process_memory_fraction``), with nothing taken off. With none
+    of these, the cap the traces recorded, else the card they were recorded
+    on. A convolutional network's cuDNN workspaces are left out of
+    ``answer.largest`` (near the limit cuDNN falls back to algorithms that
+    need less); ``answer.largest_with_workspaces`` keeps them.
     ``alloc_conf`` is the allocator setting (``PYTORCH_CUDA_ALLOC_CONF``
     syntax; a list is passed on, one ``--alloc-conf`` each); ``step`` makes
     the values searched multiples of it (default 1); ``at`` also simulates
