@@ -42,10 +42,11 @@ pub struct Args {
     /// Default, without --gpu or --capacity: the cap the runs recorded.
     #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
     cap: Option<u64>,
-    /// Memory kept off the device for the CUDA context (and NCCL), with
-    /// --gpu or --capacity. Default: measured by the recording, else an
-    /// estimate (512MiB, 1GiB more with NCCL).
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
+    /// Memory kept off the device for the CUDA context (and NCCL): with
+    /// --gpu, --capacity, or the card the runs were recorded on (not under
+    /// a cap, which bounds the allocator alone). Default: measured by the
+    /// recording, else an estimate (512MiB, 1GiB more with NCCL).
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, conflicts_with = "cap")]
     reserve: Option<u64>,
     /// Allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax; repeatable: the
     /// first is planned for, each other's largest value is shown beside it.
@@ -102,9 +103,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let device = device_of(args.gpu, args.capacity);
-    if args.reserve.is_some() && device.is_none() {
-        anyhow::bail!("--reserve needs --gpu or --capacity (a cap bounds the allocator alone)");
-    }
     let options = PlanOptions {
         values,
         device,

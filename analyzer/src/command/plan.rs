@@ -549,7 +549,13 @@ pub fn plan(
             unbounded: f.unbounded,
         })
         .collect();
-    let notes = notes(&model, &read, varied);
+    let mut notes = notes(&model, &read, varied);
+    if options.reserve.is_some() && reserve.is_none() {
+        notes.push(
+            "the reserve stated is not taken off the recorded cap: a cap bounds the allocator alone"
+                .into(),
+        );
+    }
     Ok(PlanResult {
         varied,
         basis: if model.is_assumed() {
