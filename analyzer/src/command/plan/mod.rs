@@ -1,0 +1,608 @@
+//! `plan`: the largest batch size (or sequence length) that fits, from runs
+//! of one program recorded at different values (see
+//! [`crate::simulate::plan`] and `docs/plan.md`).
+
+mod read;
+mod result;
+mod words;
+
+pub use result::{
+    Answer, AtValue, Basis, FitsUpTo, LawRow, NoLawSite, PlanError, PlanResult, PlanTiming, Point,
+    PolicyAnswer, RunSummary,
+};
+pub use words::request_words;
+
+use read::{Run, check_gpus, check_runs, model_error, read_run, values_of};
+use words::{answer_line, at_line, notes, place_words, workspace_words};
+
+use super::simulate::{Device, describe};
+use crate::Error;
+use crate::analysis::categories::CategoryTable;
+use crate::analysis::limits::Limit;
+use crate::input::Input;
+use crate::progress::Progress;
+use crate::replay::categories::is_step_phase;
+use crate::simulate::plan::law::LawKind;
+use crate::simulate::plan::{self, Evaluated, Found, Keys, Model, RunInput, Target, Varied};
+use crate::simulate::{self as sim, Extracted, Op, Reserve, SimOptions, SimulateError, scenarios};
+use crate::units;
+use rayon::prelude::*;
+use vramtrace_format::EventSource;
+use vramtrace_recorder::allocator::AllocatorConfig;
+
+/// What `plan` looks for.
+#[derive(Clone, Debug, Default)]
+pub struct PlanOptions {
+    /// What the runs vary and each run's value, in the inputs' order; when
+    /// `None`, read from each trace's notes (`batch` or `seq`).
+    pub values: Option<(Varied, Vec<u64>)>,
+    /// The device planned for: its memory less the reserve is the
+    /// allocator's. Without it (and without a cap): the cap the runs
+    /// recorded, else the card they were recorded on.
+    pub device: Option<Device>,
+    /// The allocator's cap planned for (`set_per_process_memory_fraction`
+    /// times the device's memory): no reserve comes off it.
+    pub cap: Option<u64>,
+    /// Memory kept off the device for the CUDA context (and NCCL);
+    /// measured or estimated when `None`.
+    pub reserve: Option<u64>,
+    /// Allocator settings: the first is planned for, each other one's
+    /// largest value is given beside it. Default: the recorded ones.
+    pub settings: Vec<AllocatorConfig>,
+    /// Values are multiples of this (at least 1).
+    pub step: u64,
+    /// A value to simulate in full.
+    pub at: Option<u64>,
+    /// The device of each trace planned from; `None`: the one each holds.
+    pub recorded_device: Option<u32>,
+}
+
+/// The sites listed as following no simple law.
+const NO_LAW_SITES: usize = 10;
+
+/// Plans from `inputs`, runs of one program at different values of the
+/// batch size or the sequence length.
+pub fn plan(
+    inputs: &[&Input],
+    options: &PlanOptions,
+    progress: &dyn Progress,
+) -> Result<PlanResult, Error> {
+    let started = std::time::Instant::now();
+    if options.step == 0 {
+        return Err(PlanError::ZeroStep.into());
+    }
+    if let Some((_, values)) = &options.values
+        && values.len() != inputs.len()
+    {
+        return Err(PlanError::ValueCount {
+            values: values.len(),
+            runs: inputs.len(),
+        }
+        .into());
+    }
+    let mut read = Vec::with_capacity(inputs.len());
+    for &input in inputs {
+        read.push(read_run(input, options, progress)?);
+    }
+    let varied = values_of(&mut read, options)?;
+    check_gpus(&read)?;
+    let read_s = started.elapsed().as_secs_f64();
+    let fitted = std::time::Instant::now();
+    check_runs(&read)?;
+    let model = fit_model(&read, varied)?;
+    let fit_s = fitted.elapsed().as_secs_f64();
+    let reference = &read[model.reference];
+    let list = &reference.extracted.list;
+    let symbols = reference.events.symbols();
+    let state = &reference.extracted.state;
+
+    // The settings: the first named, else the reference run's own.
+    let recorded = reference
+        .extracted
+        .recorded_config
+        .as_ref()
+        .map(|(c, _)| c.clone())
+        .map_err(|e| e.clone());
+    let policies = scenarios(&recorded, options.settings.clone(), false).map_err(|source| {
+        Error::Simulate {
+            path: reference.input.path().to_owned(),
+            source,
+        }
+    })?;
+    let Place {
+        sim: target_options,
+        cap,
+        limit,
+        reserve,
+        device: place_device,
+    } = target_of(options, reference)?;
+    // cuDNN's workspaces, when the program has them, are left out of the
+    // answer (near the limit, cuDNN falls back to algorithms that need
+    // less); the answer with them is given beside it.
+    let workspaces = list.survivable.iter().any(|&s| s);
+    let target = Target {
+        config: policies[0].config.clone(),
+        options: target_options,
+        step: options.step,
+        without_workspaces: workspaces,
+    };
+
+    let simulating = std::time::Instant::now();
+    // The search for each policy, in parallel.
+    let searches: Vec<Found> = policies
+        .par_iter()
+        .map(|p| {
+            let t = Target {
+                config: p.config.clone(),
+                ..target.clone()
+            };
+            plan::largest_fitting(&model, list, &t)
+        })
+        .collect();
+    let with_workspaces = workspaces.then(|| {
+        let kept = Target {
+            without_workspaces: false,
+            ..target.clone()
+        };
+        plan::largest_fitting(&model, list, &kept)
+    });
+    let runs = run_summaries(&read, &model, &target.config);
+    let found = searches[0];
+    let (fits_at, next_at) = match (found.largest, found.unbounded) {
+        (Some(v), _) => (Some(v), (!found.at_ceiling).then(|| v + options.step)),
+        (None, true) => (Some(model.reference_value()), None),
+        (None, false) => (None, Some(options.step)),
+    };
+    let mut values: Vec<u64> = model.values.clone();
+    values.extend(fits_at);
+    values.extend(next_at);
+    values.extend(options.at);
+    values.sort_unstable();
+    values.dedup();
+    // A recorded value lays its segments out as its run did.
+    let addresses: Vec<Option<&[(u64, u64)]>> = values
+        .iter()
+        .map(|&v| {
+            read.iter()
+                .find(|r| r.value == v)
+                .map(|r| r.extracted.list.recorded_allocations.as_slice())
+        })
+        .collect();
+    let evaluated: Vec<Evaluated> = values
+        .par_iter()
+        .zip(&addresses)
+        .map(|(&v, &a)| plan::evaluate(&model, list, &target, v, false, a))
+        .collect();
+    let simulate_s = simulating.elapsed().as_secs_f64();
+    let capacity = target.options.capacity.unwrap_or(0);
+    let point_of = |e: &Evaluated| point(e, &model, capacity, state, symbols);
+    let points: Vec<Point> = evaluated.iter().map(point_of).collect();
+    let find = |v: Option<u64>| v.and_then(|v| points.iter().find(|p| p.value == v).cloned());
+    let fits = find(fits_at);
+    let next = find(next_at);
+    let where_ = place_words(&target, cap, limit.as_ref(), place_device.as_ref());
+    let mut line = answer_line(
+        &model,
+        varied,
+        &found,
+        fits.as_ref(),
+        next.as_ref(),
+        &where_,
+    );
+    if let Some(kept) = &with_workspaces {
+        line.push_str(&workspace_words(varied, kept, &found));
+    }
+    let answer = Answer {
+        largest: found.largest,
+        unbounded: found.unbounded,
+        at_ceiling: found.at_ceiling,
+        range: found.largest.map(|v| model.range(v)),
+        line,
+        fits,
+        next,
+        largest_with_workspaces: with_workspaces.and_then(|f| f.largest),
+        simulations: found.simulations + with_workspaces.map_or(0, |f| f.simulations),
+    };
+    let peak_of = |v: u64| evaluated.iter().find(|e| e.value == v);
+    let at_peak = fits_at
+        .and_then(peak_of)
+        .or_else(|| peak_of(model.reference_value()));
+    let laws = law_rows(&model, &reference.extracted, symbols, at_peak);
+    let no_law = no_law_sites(&model, &read, state, symbols);
+    let at = options.at.and_then(|v| {
+        let e = peak_of(v)?;
+        let point = point_of(e);
+        let line = at_line(&point, varied, &model, &where_);
+        Some(AtValue {
+            categories: CategoryTable::of(&e.categories),
+            laws: e.by_law.clone(),
+            point,
+            line,
+        })
+    });
+    let other_policies = policies[1..]
+        .iter()
+        .zip(&searches[1..])
+        .map(|(p, f)| PolicyAnswer {
+            policy: p.name.clone(),
+            alloc_conf: p.config.to_conf_string(),
+            largest: f.largest,
+            unbounded: f.unbounded,
+        })
+        .collect();
+    let mut notes = notes(&model, &read, varied);
+    if options.reserve.is_some() && reserve.is_none() {
+        notes.push(
+            "the reserve stated is not taken off the recorded cap: a cap bounds the allocator alone"
+                .into(),
+        );
+    }
+    Ok(PlanResult {
+        varied,
+        basis: if model.is_assumed() {
+            Basis::OneRun
+        } else {
+            Basis::Runs
+        },
+        figures: if model.is_assumed() {
+            "estimate"
+        } else {
+            "inferred"
+        },
+        runs,
+        device: place_device,
+        capacity_bytes: target.options.capacity.unwrap_or(0),
+        cap_bytes: cap,
+        limit,
+        reserve,
+        policy: policies[0].name.clone(),
+        alloc_conf: policies[0].config.to_conf_string(),
+        step: options.step,
+        answer,
+        points,
+        laws,
+        no_law,
+        at,
+        other_policies,
+        notes,
+        timing: PlanTiming {
+            read_s,
+            fit_s,
+            simulate_s,
+        },
+    })
+}
+
+/// The model of the runs: laws fitted through two or more, an assumption
+/// from one.
+fn fit_model(read: &[Run<'_>], varied: Varied) -> Result<Model, Error> {
+    if let [one] = read {
+        return Ok(Model::assumed(one.value, &one.extracted.list));
+    }
+    let mut keys = Keys::default();
+    let runs: Vec<RunInput<'_>> = read
+        .iter()
+        .map(|r| RunInput {
+            value: r.value,
+            list: &r.extracted.list,
+            keys: keys.of(&r.extracted.list, &r.extracted.state, r.events.symbols()),
+        })
+        .collect();
+    Model::fit(&runs, varied).map_err(|e| model_error(e, read, varied))
+}
+
+/// Plans from a run and its baseline when each notes its batch size or
+/// sequence length and the two differ (on the card they were recorded on,
+/// or under its recorded cap); `None` when they do not (a baseline of the
+/// same workload), and a line saying why when no plan can be made.
+pub fn fits_up_to(
+    input: &Input,
+    baseline: &Input,
+    reserve: Option<u64>,
+    device: Option<u32>,
+    progress: &dyn Progress,
+) -> Option<FitsUpTo> {
+    let options = PlanOptions {
+        reserve,
+        step: 1,
+        recorded_device: device,
+        ..PlanOptions::default()
+    };
+    match plan(&[baseline, input], &options, progress) {
+        Ok(p) => Some(FitsUpTo {
+            varied: Some(p.varied),
+            largest: p.answer.largest,
+            line: p.answer.line,
+        }),
+        // A baseline of the same workload, runs that do not say their
+        // values, or a device of unknown size: no line.
+        Err(Error::Plan(
+            PlanError::NoValue { .. } | PlanError::SameValue { .. } | PlanError::NoCapacity,
+        )) => None,
+        Err(e) => Some(FitsUpTo {
+            varied: None,
+            largest: None,
+            line: format!("no plan from the two runs: {e}"),
+        }),
+    }
+}
+
+/// What a plan is for: the simulation's device and cap.
+struct Place {
+    /// The simulation's options.
+    sim: SimOptions,
+    /// The cap planned for, when one is.
+    cap: Option<u64>,
+    /// The recorded limit, when it is that cap.
+    limit: Option<Limit>,
+    /// The reserve, with a device.
+    reserve: Option<Reserve>,
+    /// The device, named or recorded.
+    device: Option<Device>,
+}
+
+/// Where the plan is for: a device less its reserve, a cap named, or the
+/// cap the reference run recorded.
+fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error> {
+    if let Some(device) = &options.device {
+        let nccl = sim::shows_nccl(reference.events.header(), reference.events.symbols());
+        let limits = &reference.extracted.limits;
+        let reserve = Reserve::stated_measured_or_estimated(
+            options.reserve,
+            limits.outside.map(|o| o.max_bytes),
+            nccl,
+        );
+        if device.total_bytes <= reserve.bytes {
+            return Err(Error::Simulate {
+                path: reference.input.path().to_owned(),
+                source: SimulateError::ReserveExceedsDevice {
+                    reserve: reserve.bytes,
+                    device: device.total_bytes,
+                },
+            });
+        }
+        let sim = SimOptions {
+            capacity: Some(device.total_bytes - reserve.bytes),
+            ..SimOptions::default()
+        };
+        return Ok(Place {
+            sim,
+            cap: None,
+            limit: None,
+            reserve: Some(reserve),
+            device: Some(device.clone()),
+        });
+    }
+    let (cap, limit) = match options.cap {
+        Some(cap) => (cap, None),
+        None => match reference.extracted.limits.cap() {
+            Some(limit) => (limit.bytes, Some(limit)),
+            // No cap recorded: the card the runs were recorded on.
+            None => match recorded_card(reference) {
+                Some(card) => {
+                    let on_card = PlanOptions {
+                        device: Some(card),
+                        ..options.clone()
+                    };
+                    return target_of(&on_card, reference);
+                }
+                None => return Err(PlanError::NoCapacity.into()),
+            },
+        },
+    };
+    let sim = SimOptions {
+        capacity: Some(cap),
+        cap: Some(cap),
+        ..SimOptions::default()
+    };
+    Ok(Place {
+        sim,
+        cap: Some(cap),
+        limit,
+        reserve: None,
+        device: None,
+    })
+}
+
+/// The card the run was recorded on, when its header gives its memory.
+fn recorded_card(run: &Run<'_>) -> Option<Device> {
+    let header = run.events.header();
+    let total = sim::device_capacity(&header.devices, run.extracted.device)?;
+    let name = match header.devices.as_slice() {
+        [one] => Some(one),
+        all => all.iter().find(|d| d.index == run.extracted.device),
+    }
+    .map(|d| d.name.clone())
+    .filter(|n| !n.is_empty());
+    Some(match name {
+        Some(name) => Device {
+            name: format!("the recorded {name} ({})", units::capacity(total)),
+            total_bytes: total,
+            source: None,
+        },
+        None => Device {
+            name: format!("the recorded device ({})", units::capacity(total)),
+            ..Device::of_size(total)
+        },
+    })
+}
+
+/// Each run, simulated from its own requests and from the model at its
+/// value, without a limit: the model reproduces the run when the peaks
+/// agree to the byte.
+fn run_summaries(read: &[Run<'_>], model: &Model, config: &AllocatorConfig) -> Vec<RunSummary> {
+    let reference = &read[model.reference].extracted.list;
+    let unlimited = Target {
+        config: config.clone(),
+        options: SimOptions::default(),
+        step: 1,
+        without_workspaces: false,
+    };
+    let lists: Vec<(&sim::RequestList, u64)> =
+        read.iter().map(|r| (&r.extracted.list, r.value)).collect();
+    let simulated: Vec<(sim::SimResult, Evaluated)> = lists
+        .par_iter()
+        .map(|&(list, value)| {
+            (
+                sim::simulate(list, config, &SimOptions::default()),
+                plan::evaluate(
+                    model,
+                    reference,
+                    &unlimited,
+                    value,
+                    false,
+                    Some(&list.recorded_allocations),
+                ),
+            )
+        })
+        .collect();
+    read.iter()
+        .zip(simulated)
+        .enumerate()
+        .map(|(k, (r, (own, modeled)))| {
+            let list = &r.extracted.list;
+            RunSummary {
+                path: r.input.path().display().to_string(),
+                value: r.value,
+                events: list.events,
+                allocations: list.allocs.len(),
+                unmatched: model.line_ups[k].unmatched,
+                steps: r.steps,
+                peak_reserved_bytes: list.recorded_peak_reserved,
+                peak_allocated_bytes: list.recorded_peak_allocated,
+                simulated_peak_reserved_bytes: own.peak_reserved_bytes,
+                simulated_peak_allocated_bytes: own.peak_allocated_bytes,
+                model_peak_reserved_bytes: modeled.sim.peak_reserved_bytes,
+                model_peak_allocated_bytes: modeled.sim.peak_allocated_bytes,
+                reproduced: modeled.sim.peak_reserved_bytes == own.peak_reserved_bytes
+                    && modeled.sim.peak_allocated_bytes == own.peak_allocated_bytes,
+                reference: k == model.reference,
+            }
+        })
+        .collect()
+}
+
+fn point(
+    e: &Evaluated,
+    model: &Model,
+    capacity: u64,
+    state: &crate::replay::ReplayState,
+    symbols: &vramtrace_format::SymbolTable,
+) -> Point {
+    Point {
+        value: e.value,
+        spare_bytes: capacity.saturating_sub(e.sim.peak_reserved_bytes),
+        fits: e.sim.ooms == 0,
+        range: model.range(e.value),
+        peak_reserved_bytes: e.sim.peak_reserved_bytes,
+        peak_allocated_bytes: e.sim.peak_allocated_bytes,
+        cached_at_peak_bytes: e.sim.cached_at_peak_bytes,
+        fragmentation: e.sim.fragmentation,
+        oom: e
+            .sim
+            .first_oom
+            .as_ref()
+            .map(|o| describe(o, state, symbols)),
+        survived_failures: e.sim.survived_failures,
+    }
+}
+
+/// The allocations of each law, set-up and steady state apart, with the
+/// bytes each holds at `peak`'s peak of allocated memory.
+fn law_rows(
+    model: &Model,
+    reference: &Extracted,
+    symbols: &vramtrace_format::SymbolTable,
+    peak: Option<&Evaluated>,
+) -> Vec<LawRow> {
+    let list = &reference.list;
+    let setup_end = setup_allocations(reference, symbols);
+    let mut rows: Vec<LawRow> = Vec::new();
+    for id in 0..list.allocs.len() {
+        let law = model.law(id).kind;
+        let row = match rows.iter_mut().find(|r| r.law == law) {
+            Some(r) => r,
+            None => {
+                rows.push(LawRow {
+                    law,
+                    words: law.words(),
+                    setup_allocations: 0,
+                    steady_allocations: 0,
+                    bytes: 0,
+                });
+                rows.last_mut().expect("just pushed")
+            }
+        };
+        if id < setup_end {
+            row.setup_allocations += 1;
+        } else {
+            row.steady_allocations += 1;
+        }
+    }
+    if let Some(e) = peak {
+        for &(law, bytes) in &e.by_law {
+            if let Some(r) = rows.iter_mut().find(|r| r.law == law) {
+                r.bytes = bytes;
+            }
+        }
+    }
+    rows.sort_by_key(|r| r.law);
+    rows
+}
+
+/// How many of the reference's allocations (alloc ids from 0) come before
+/// the end of its first optimizer step: the set-up (model, optimizer state,
+/// the first iteration's warm-up). Without a step, none.
+fn setup_allocations(e: &Extracted, symbols: &vramtrace_format::SymbolTable) -> usize {
+    let list = &e.list;
+    // `phase_ends` lists where each phase instance ended.
+    let Some(&(end, _)) = list.phase_ends.iter().find(|(_, id)| {
+        e.state
+            .phase(*id)
+            .is_some_and(|p| is_step_phase(symbols.string_or_unknown(p.name)))
+    }) else {
+        return 0;
+    };
+    list.initial_ids.len()
+        + list.requests[..end.min(list.requests.len())]
+            .iter()
+            .filter(|r| matches!(r.op, Op::Alloc | Op::FailedAlloc))
+            .count()
+}
+
+/// The sites with allocations that follow no simple law, most first.
+fn no_law_sites(
+    model: &Model,
+    read: &[Run<'_>],
+    state: &crate::replay::ReplayState,
+    symbols: &vramtrace_format::SymbolTable,
+) -> Vec<NoLawSite> {
+    let list = &read[model.reference].extracted.list;
+    let mut by_site: rustc_hash::FxHashMap<crate::sites::SiteId, (usize, usize)> =
+        Default::default();
+    for id in 0..list.allocs.len() {
+        if model.law(id).kind == LawKind::NoLaw {
+            let e = by_site.entry(list.allocs[id].site).or_insert((0, id));
+            e.0 += 1;
+        }
+    }
+    let mut sites: Vec<NoLawSite> = by_site
+        .into_iter()
+        .map(|(site, (allocations, first))| {
+            let mut sizes: Vec<(u64, u64)> = model
+                .values
+                .iter()
+                .map(|&v| (v, model.law(first).at(v)))
+                .collect();
+            sizes.sort_unstable();
+            NoLawSite {
+                site: state.sites().name(site, symbols),
+                allocations,
+                sizes,
+            }
+        })
+        .collect();
+    sites.sort_by(|a, b| b.allocations.cmp(&a.allocations).then(a.site.cmp(&b.site)));
+    sites.truncate(NO_LAW_SITES);
+    sites
+}
