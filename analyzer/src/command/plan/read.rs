@@ -18,10 +18,15 @@ use vramtrace_format::EventSource;
 
 /// A run read.
 pub(super) struct Run<'a> {
+    /// The input it came from.
     pub(super) input: &'a Input,
+    /// Its pass's stream: the header and the symbols that name its sites.
     pub(super) events: EventStream,
+    /// Its requests, and the replay's state after them.
     pub(super) extracted: Extracted,
+    /// The value it was recorded at (0 until [`values_of`] sets it).
     pub(super) value: u64,
+    /// The optimizer steps it made.
     pub(super) steps: u64,
 }
 

@@ -1,8 +1,8 @@
 //! What `plan` answers: its result types and its errors.
 
-use super::super::simulate::{Device, OomDescription};
 use crate::analysis::categories::CategoryTable;
 use crate::analysis::limits::Limit;
+use crate::command::simulate::{Device, OomDescription};
 use crate::simulate::Reserve;
 use crate::simulate::plan::law::LawKind;
 use crate::simulate::plan::{Range, Varied};

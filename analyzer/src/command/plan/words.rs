@@ -1,10 +1,10 @@
 //! The plan's sentences: its answer line, the full result's line, and
 //! its notes.
 
-use super::super::simulate::Device;
 use super::read::Run;
 use super::result::Point;
 use crate::analysis::limits::Limit;
+use crate::command::simulate::Device;
 use crate::simulate::plan::{self, Found, Model, Range, Target, Varied};
 use crate::sites::site_label;
 use crate::units;
