@@ -1,7 +1,7 @@
 //! The fit planner: the largest batch size (or sequence length) that fits,
 //! from runs of one program recorded at two or more values.
 //!
-//! The runs' allocations are lined up ([`align`]): the same sites, in the
+//! The runs' allocations are lined up ([`mod@align`]): the same sites, in the
 //! same phases, in the same order. Each allocation's size is fitted as a
 //! function of the varied value ([`law`]): constant, linear, quadratic, or
 //! a sum of those, exactly through every run. A [`Model`] then gives the
