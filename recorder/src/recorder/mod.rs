@@ -28,8 +28,7 @@ mod writer;
 use crate::allocator::{AllocError, Allocation, AllocatorStats, CachingAllocator, EventOrigin};
 use crate::device::DeviceMemory;
 use crate::format::{
-    Category, DeviceInfo, Event, EventData, FormatError, Header, KindCounts, LimitEvent,
-    ProcessInfo, StringId,
+    Category, DeviceInfo, Event, FormatError, Header, KindCounts, ProcessInfo, StringId,
 };
 use recording::{EventBuffer, Recording};
 use stacks::StackBuf;
@@ -469,15 +468,7 @@ impl<D: DeviceMemory> Recorder<D> {
             let total = g.subject.device().total_memory();
             (g.subject.memory_limit().unwrap_or(total), total)
         };
-        let device = self.device;
-        self.rec.push_now(|thread| {
-            EventData::Limit(LimitEvent {
-                device,
-                thread,
-                limit_bytes,
-                total_bytes,
-            })
-        });
+        self.rec.push_limit(self.device, limit_bytes, total_bytes);
         true
     }
 

@@ -23,7 +23,7 @@ use super::{
 use crate::allocator::{AllocatorConfig, ObservedBlocks};
 use crate::format::{
     BlockEvent, Category, DeviceInfo, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData,
-    EventKind, Header, InitialState, LimitEvent, OomEvent, ProcessInfo, SegmentEvent,
+    EventKind, Header, InitialState, OomEvent, ProcessInfo, SegmentEvent,
 };
 use std::io::Write;
 use std::path::Path;
@@ -278,15 +278,7 @@ impl Observer {
     /// 1.3): `limit_bytes` of `total_bytes` (equal: no cap). Returns whether
     /// it was recorded (not once the trace is finished).
     pub fn limit(&self, limit_bytes: u64, total_bytes: u64) -> bool {
-        let device = self.device;
-        self.rec.push_now(|thread| {
-            EventData::Limit(LimitEvent {
-                device,
-                thread,
-                limit_bytes,
-                total_bytes,
-            })
-        })
+        self.rec.push_limit(self.device, limit_bytes, total_bytes)
     }
 
     /// Records the device's free and total memory as the driver reports

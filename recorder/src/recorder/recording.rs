@@ -22,8 +22,8 @@ use super::stacks::{self, FrameSource, StackBuf};
 use super::writer::{self, Backlog, Batch, FlushTimer, Msg, TraceSummary, WriterSetup};
 use super::{CALL_EVENTS, RecorderError, RecorderOptions, StackMode, thread_id};
 use crate::format::{
-    Category, Event, EventData, FormatError, Header, InitialState, StackId, StringId, TagEvent,
-    TraceWriter, WriterOptions,
+    Category, Event, EventData, FormatError, Header, InitialState, LimitEvent, StackId, StringId,
+    TagEvent, TraceWriter, WriterOptions,
 };
 use rustc_hash::FxHashMap;
 use std::io::Write;
@@ -349,6 +349,19 @@ impl<B: EventBuffer> Recording<B> {
         let thread = thread_id();
         self.push_marker(g, |_| data(thread));
         true
+    }
+
+    /// Records the allocator's limit on `device`: `limit_bytes` of the
+    /// device's `total_bytes` (format 1.3; see [`Recording::push_now`]).
+    pub fn push_limit(&self, device: u32, limit_bytes: u64, total_bytes: u64) -> bool {
+        self.push_now(|thread| {
+            EventData::Limit(LimitEvent {
+                device,
+                thread,
+                limit_bytes,
+                total_bytes,
+            })
+        })
     }
 
     /// Records tags (format 1.2): each says what the live block at its

@@ -747,6 +747,17 @@ fn buffers_are_not_reallocated_by_the_call_that_fills_them() {
 
 use crate::format::{BlockState, BlockStatus, DeviceInfo, InitialState, SegmentState};
 
+/// An observed event of `kind` on the default stream.
+fn ev(kind: EventKind, addr: u64, size: u64) -> ObservedEvent {
+    ObservedEvent {
+        kind,
+        addr,
+        size,
+        stream: 0,
+        counter: 0,
+    }
+}
+
 fn observer(start: StartState, options: RecorderOptions) -> (Observer, SharedBuf) {
     let out = SharedBuf::default();
     let setup = ObserverSetup {
@@ -861,13 +872,6 @@ fn a_pending_start_state_comes_first_and_sizes_its_blocks() {
                 stack: StackId::NONE,
             },
         ],
-    };
-    let ev = |kind, addr, size| ObservedEvent {
-        kind,
-        addr,
-        size,
-        stream: 0,
-        counter: 0,
     };
     // Reported before the state is known: held back, then sized with it.
     obs.record(ev(EventKind::Alloc, 4 << 20, 15 << 20), None);
@@ -1128,13 +1132,6 @@ fn tags(events: &[Event]) -> Vec<TagEvent> {
 #[test]
 fn an_observers_tags_are_ordered_with_its_events_and_stamped() {
     let (obs, out) = observer(StartState::Empty, RecorderOptions::default());
-    let ev = |kind, addr, size| ObservedEvent {
-        kind,
-        addr,
-        size,
-        stream: 0,
-        counter: 0,
-    };
     obs.record(ev(EventKind::SegmentAlloc, 0, 2 << 20), None);
     obs.record(ev(EventKind::Alloc, 0, 4096), None);
     obs.record(ev(EventKind::Alloc, 4096, 4096), None);
@@ -1336,13 +1333,6 @@ fn observed_ooms_get_source_frames() {
 #[test]
 fn observer_records_limits_and_device_memory_in_order() {
     let (obs, out) = observer(StartState::Empty, RecorderOptions::default());
-    let ev = |kind, addr, size| ObservedEvent {
-        kind,
-        addr,
-        size,
-        stream: 0,
-        counter: 0,
-    };
     assert!(obs.limit(3 << 30, 80 << 30));
     obs.record(ev(EventKind::SegmentAlloc, 0, 20 << 20), None);
     assert!(obs.device_memory(70 << 30, 80 << 30));
