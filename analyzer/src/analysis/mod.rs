@@ -12,7 +12,6 @@
 //! asking for it is an error ([`AnalysisError::NoResult`]), never a report of
 //! zeros.
 
-pub mod annotations;
 pub mod categories;
 pub mod compare;
 pub mod explorer;

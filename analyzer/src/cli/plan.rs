@@ -24,11 +24,11 @@ pub struct Args {
     /// Each trace's batch size, in the traces' order (4,8), when the traces
     /// do not say it (`vramtrace.annotate("batch", 8)`, or `python -m
     /// vramtrace run --annotate batch=8`).
-    #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = positive, conflicts_with = "seq")]
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = units::parse_count, conflicts_with = "seq")]
     batch: Vec<u64>,
     /// Each trace's sequence length, in the traces' order (512,1024), when
     /// the traces do not say it (an annotation `seq`).
-    #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = positive)]
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = units::parse_count)]
     seq: Vec<u64>,
     /// The device's memory, with its unit (24GiB, 80GB); the reserve comes
     /// off it.
@@ -54,10 +54,10 @@ pub struct Args {
     #[arg(long = "alloc-conf", value_name = "CONF")]
     alloc_conf: Vec<String>,
     /// Values searched are multiples of this (64 for sequence lengths, say).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = positive)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = units::parse_count)]
     step: u64,
     /// Also simulate this value in full: peaks, fragmentation, categories.
-    #[arg(long, value_name = "N", value_parser = positive)]
+    #[arg(long, value_name = "N", value_parser = units::parse_count)]
     at: Option<u64>,
     /// Plan for this device of each trace (its index), for traces of several.
     #[arg(long, value_name = "N")]
@@ -71,15 +71,6 @@ pub struct Args {
     /// docs/performance.md).
     #[arg(long, hide = true)]
     timing: bool,
-}
-
-/// A whole number above 0.
-fn positive(text: &str) -> Result<u64, String> {
-    match units::parse_count(text) {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

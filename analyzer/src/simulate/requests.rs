@@ -529,19 +529,28 @@ impl Analysis for RequestExtractor {
         self.burst = None;
         // A convolution's workspace is made after its output and freed
         // before anything else is allocated (its output, an activation, and
-        // its backward's gradients live on); a failure at a convolution was
-        // survived when the run went on.
+        // its backward's gradients live on); a failure under a convolution
+        // was survived when the program allocated again after it (as the
+        // summary reads it, `OomReport::survived`).
         if self.convolution.iter().any(|&c| c) {
             let mut survivable = vec![false; self.list.allocs.len()];
             let mut last_alloc = None;
+            let mut failed = Vec::new();
             for r in &self.list.requests {
                 let id = r.id as usize;
                 match r.op {
                     Op::FailedAlloc => {
-                        survivable[id] = self.convolution[id];
+                        if self.convolution[id] {
+                            failed.push(id);
+                        }
                         last_alloc = Some(id);
                     }
-                    Op::Alloc => last_alloc = Some(id),
+                    Op::Alloc => {
+                        for f in failed.drain(..) {
+                            survivable[f] = true;
+                        }
+                        last_alloc = Some(id);
+                    }
                     Op::Free | Op::FreeRequest if last_alloc == Some(id) => {
                         survivable[id] = self.convolution[id];
                     }

@@ -18,6 +18,15 @@ fn load(name: &str) -> Extracted {
         .remove(0)
 }
 
+/// The requests of a trace held in memory (its first device).
+fn extracted(bytes: &[u8]) -> Extracted {
+    let mut reader = vramtrace_format::TraceReader::new(bytes).unwrap();
+    extract(&mut reader, Devices::Apart, &NoProgress)
+        .unwrap()
+        .devices
+        .remove(0)
+}
+
 fn recorded(e: &Extracted) -> AllocatorConfig {
     e.recorded_config.as_ref().unwrap().0.clone()
 }
@@ -202,11 +211,7 @@ fn cross_stream_frees_complete_when_recorded() {
         .free_completed(0x1000_0000, 1024)
         .alloc(0x1000_0000, 1024, 1000, s);
     let bytes = t.finish();
-    let mut reader = vramtrace_format::TraceReader::new(&bytes[..]).unwrap();
-    let e = extract(&mut reader, Devices::Apart, &NoProgress)
-        .unwrap()
-        .devices
-        .remove(0);
+    let e = extracted(&bytes);
     let ops: Vec<Op> = e.list.requests.iter().map(|r| r.op).collect();
     assert_eq!(
         ops,
@@ -389,11 +394,7 @@ fn a_convolutions_workspace_that_cannot_be_allocated_is_survived() {
         }
     }
     let bytes = t.finish();
-    let mut reader = vramtrace_format::TraceReader::new(&bytes[..]).unwrap();
-    let e = extract(&mut reader, Devices::Apart, &NoProgress)
-        .unwrap()
-        .devices
-        .remove(0);
+    let e = extracted(&bytes);
     let survivable: Vec<usize> = (e.list.survivable.iter().enumerate())
         .filter(|(_, s)| **s)
         .map(|(id, _)| id)
@@ -441,11 +442,26 @@ fn device_memory_samples_inside_a_release_and_retry_leave_it_one_burst() {
         .device_memory(80 * MIB, 100 * MIB)
         .oom(200 * MIB, s);
     let bytes = t.finish();
-    let mut reader = vramtrace_format::TraceReader::new(&bytes[..]).unwrap();
-    let e = extract(&mut reader, Devices::Apart, &NoProgress)
-        .unwrap()
-        .devices
-        .remove(0);
+    let e = extracted(&bytes);
     assert_eq!(e.list.retry_bursts, 1);
     assert_eq!(e.list.inferred_empty_cache, 0);
+}
+
+#[test]
+fn a_failure_under_a_convolution_is_survivable_only_if_the_program_went_on() {
+    use crate::testing::TraceBuilder;
+    let mut t = TraceBuilder::new();
+    let conv = t.stack(&[("conv2d", "model.py", 12)]);
+    let other = t.site("forward", "model.py", 14);
+    t.segment(0x1000, 1 << 20)
+        .oom(1 << 30, conv)
+        .alloc(0x1000, 4096, 4096, other)
+        .oom(1 << 30, conv);
+    let e = extracted(&t.finish());
+    let failed: Vec<bool> = (e.list.requests.iter())
+        .filter(|r| r.op == Op::FailedAlloc)
+        .map(|r| e.list.survivable[r.id as usize])
+        .collect();
+    // The first was followed by an allocation; the run ended at the second.
+    assert_eq!(failed, [true, false]);
 }

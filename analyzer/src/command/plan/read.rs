@@ -7,7 +7,6 @@ use super::result::PlanError;
 use super::words::request_words;
 use crate::Error;
 use crate::analysis::Devices;
-use crate::analysis::annotations;
 use crate::input::{EventStream, Input};
 use crate::progress::Progress;
 use crate::replay::categories::is_step_phase;
@@ -96,7 +95,7 @@ pub(super) fn values_of(read: &mut [Run<'_>], options: &PlanOptions) -> Result<V
     const BATCH: [&str; 3] = ["batch", "batch_size", "batch-size"];
     const SEQ: [&str; 5] = ["seq", "seq_len", "seq-len", "sequence_length", "seq_length"];
     let noted = |r: &Run<'_>, keys: &[&str]| -> Result<Option<u64>, PlanError> {
-        match annotations::last(&r.extracted.annotations, keys) {
+        match last_note(&r.extracted.annotations, keys) {
             None => Ok(None),
             Some(v) => match v.trim().parse::<u64>() {
                 Ok(n) if n > 0 => Ok(Some(n)),
@@ -258,5 +257,32 @@ pub(super) fn model_error(e: ModelError, read: &[Run<'_>], varied: Varied) -> Er
             }
             .into()
         }
+    }
+}
+
+/// The last value noted under any of `keys` (compared without case): a
+/// process's notes reach every trace it starts later, so a second
+/// recording in one process holds the first one's notes before its own.
+fn last_note<'a>(notes: &'a [(String, String)], keys: &[&str]) -> Option<&'a str> {
+    notes
+        .iter()
+        .rev()
+        .find(|(k, _)| keys.iter().any(|w| k.eq_ignore_ascii_case(w)))
+        .map(|(_, v)| v.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_note_of_a_key_is_found_without_case() {
+        let notes = vec![
+            ("step".to_string(), "1".to_string()),
+            ("Batch".to_string(), "8".to_string()),
+            ("batch".to_string(), "16".to_string()),
+        ];
+        assert_eq!(last_note(&notes, &["batch", "batch_size"]), Some("16"));
+        assert_eq!(last_note(&notes, &["seq"]), None);
     }
 }
