@@ -248,7 +248,7 @@ fn a_report_with_a_baseline_at_another_batch_says_how_far_it_fits() {
     // On the card they were recorded on, less the estimated reserve.
     let v = plan(&[&s(&b4), &s(&b8)]);
     let line = v["answer"]["line"].as_str().unwrap().to_string();
-    assert!(line.contains("fits on the recorded"), "{line}");
+    assert!(line.contains("fits on the card the runs ran on"), "{line}");
     assert_eq!(v["capacity_bytes"], (2u64 << 30) - (512 << 20));
     let html = dir.join("report.html");
     let out = vramtrace(["report", &s(&b8), "--baseline", &s(&b4), "-o", &s(&html)])

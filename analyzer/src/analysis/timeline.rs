@@ -119,6 +119,10 @@ pub struct Timeline {
     /// command, which reads the header: a chart of a run that ran out of
     /// memory draws it).
     pub capacity_bytes: Option<u64>,
+    /// What that line is, when not the device's memory (the allocator's
+    /// cap, named as the limit analysis names it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_label: Option<String>,
 }
 
 /// Categories whose bytes each sample keeps by name; more would cost more
@@ -556,6 +560,7 @@ impl TimelineAnalysis {
             ooms: std::mem::take(&mut self.ooms),
             idle: self.pauses.finish(),
             capacity_bytes: None,
+            capacity_label: None,
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::progress::Progress;
 use crate::simulate::fixes::FixesTried;
 use crate::simulate::what_if::{WhatIf, what_if};
 use crate::simulate::{RequestExtractor, RequestList, Reserve, SimOptions};
+use crate::units;
 use serde::Serialize;
 use vramtrace_format::{EventSource, Header};
 use vramtrace_recorder::allocator::AllocatorConfig;
@@ -306,6 +307,16 @@ pub fn report(
     let fits_up_to = baseline.and_then(|b| {
         super::plan::fits_up_to(input, b, options.reserve, options.replay.device, progress)
     });
+    let timeline = drawn(
+        replay.result(timeline.into_report())?,
+        &summary,
+        recorded_capacity,
+    );
+    let category_timeline = drawn(
+        replay.result(category_timeline.into_report())?,
+        &summary,
+        recorded_capacity,
+    );
     Ok(ReportResult {
         path: input.path().display().to_string(),
         name: file_name(input.path()),
@@ -320,14 +331,8 @@ pub fn report(
         summary,
         fragmentation: replay.result(fragmentation.into_report())?,
         leaks,
-        timeline: Timeline {
-            capacity_bytes: recorded_capacity,
-            ..replay.result(timeline.into_report())?
-        },
-        category_timeline: Timeline {
-            capacity_bytes: recorded_capacity,
-            ..replay.result(category_timeline.into_report())?
-        },
+        timeline,
+        category_timeline,
         explorer: replay.result(explorer.into_report())?,
         default_axis: super::default_axis(input),
         what_if,
@@ -341,6 +346,26 @@ pub fn report(
             .collect(),
         baseline_warnings,
     })
+}
+
+/// A timeline as the report draws it: with the limit that bounded the run
+/// (its cap, when one is known, else the card's memory) and only the OOMs
+/// the program did not survive (a cuDNN workspace's failure is not one).
+fn drawn(mut t: Timeline, summary: &SummaryReport, card: Option<u64>) -> Timeline {
+    match summary.limit.as_ref().filter(|l| l.is_cap()) {
+        Some(cap) => {
+            t.capacity_bytes = Some(cap.bytes);
+            t.capacity_label = Some(format!("cap {}", units::capacity(cap.bytes)));
+        }
+        None => t.capacity_bytes = card,
+    }
+    t.ooms.retain(|p| {
+        !summary
+            .ooms
+            .iter()
+            .any(|o| o.survived && o.time_ns == p.time_ns && o.requested_bytes == p.bytes)
+    });
+    t
 }
 
 /// The request extractor, given up (its requests dropped) past

@@ -416,12 +416,15 @@ fn recorded_card(run: &Run<'_>) -> Option<Device> {
     .filter(|n| !n.is_empty());
     Some(match name {
         Some(name) => Device {
-            name: format!("the recorded {name} ({})", units::capacity(total)),
+            name: format!(
+                "the card the runs ran on ({name}, {})",
+                units::capacity(total)
+            ),
             total_bytes: total,
             source: None,
         },
         None => Device {
-            name: format!("the recorded device ({})", units::capacity(total)),
+            name: format!("the card the runs ran on ({})", units::capacity(total)),
             ..Device::of_size(total)
         },
     })

@@ -480,15 +480,22 @@ fn findings(input: &ReportInput<'_>) -> String {
             "bad",
         ),
     });
+    // A failure the program went on from (a cuDNN workspace's) is said
+    // beside the count, not counted in it.
+    let fatal = s.oom_count - s.survived_oom_count;
+    let survived = match s.survived_oom_count {
+        0 => String::new(),
+        n => format!("; {} survived (cuDNN fell back)", units::count(n)),
+    };
     html.push_str(&card(
         "out of memory",
-        &s.oom_count.to_string(),
-        if s.oom_count == 0 {
-            "no allocation failed"
-        } else {
-            "allocations failed"
+        &fatal.to_string(),
+        &match (fatal, s.survived_oom_count) {
+            (0, 0) => "no allocation failed".to_string(),
+            (0, _) => format!("none the run did not survive{survived}"),
+            _ => format!("allocations failed{survived}"),
         },
-        if s.oom_count == 0 { "good" } else { "bad" },
+        if fatal == 0 { "good" } else { "bad" },
     ));
     let frag = s.at_peak.external_fragmentation.unwrap_or(0.0);
     html.push_str(&card(

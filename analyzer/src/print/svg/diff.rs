@@ -209,7 +209,15 @@ fn draw_timelines(
     };
     let range = ctx.x_range();
     let along = axes[0].scale.ticks(range.start, range.end);
-    let rep_label = |v: &f64| format!("{v:.0}");
+    // Repetitions are counted whole: a tick between two is left unlabelled
+    // (rounded, 0.5 and 0.4 would both read `0`, and -0.2 `-0`).
+    let rep_label = |v: &f64| {
+        if (v - v.round()).abs() < 1e-9 {
+            format!("{}", v.round().abs() as u64)
+        } else {
+            String::new()
+        }
+    };
     let x_label: &dyn Fn(&f64) -> String = if repetitions { &rep_label } else { &along };
     ctx.configure_mesh()
         .x_label_formatter(x_label)

@@ -143,7 +143,8 @@ pub fn render(
             super::draw_capacity_line(&mut ctx, (t0, t1), y)?;
             let (px, py) = ctx.backend_coord(&(t0, y));
             root.draw(&Text::new(
-                format!("device memory {}", units::bytes(c)),
+                (chart.capacity_label.clone())
+                    .unwrap_or_else(|| format!("device memory {}", units::bytes(c))),
                 (px + 6, py - 20),
                 (FONT, super::font_size(LABEL_PX - 2))
                     .into_font()
@@ -493,6 +494,7 @@ mod tests {
             }],
             idle: Default::default(),
             capacity_bytes: None,
+            capacity_label: None,
         }
     }
 

@@ -160,9 +160,13 @@ fn target_words(r: &PlanResult) -> String {
     let policy = format!("policy {}", r.policy);
     match (&r.device, &r.reserve, &r.limit, r.cap_bytes) {
         (Some(d), Some(reserve), _, _) => format!(
-            "{}: {}, less {} reserved {} = {} for the allocator; {policy}",
-            d.name,
-            units::capacity(d.total_bytes),
+            "{}, less {} reserved {} = {} for the allocator; {policy}",
+            // A preset's name says no size; the others' names do.
+            if d.source.is_some() {
+                format!("{}: {}", d.name, units::capacity(d.total_bytes))
+            } else {
+                d.name.clone()
+            },
             units::capacity(reserve.bytes),
             reserve.covers,
             units::capacity(r.capacity_bytes)

@@ -29,8 +29,16 @@ pub fn report_written(w: &ReportWritten<'_>) -> String {
             f.passed.len() + f.failed.len()
         )
     });
+    // Failures the program went on from did not end the run.
+    let survived = match r.summary.survived_oom_count {
+        0 => String::new(),
+        n => format!(
+            " ({} survived: cuDNN fell back to an algorithm that needs less workspace)",
+            units::count(n)
+        ),
+    };
     let mut text = format!(
-        "wrote {} ({}): peak allocated {}, reserved {}; {leak}; {}{fixes}\n",
+        "wrote {} ({}): peak allocated {}, reserved {}; {leak}; {}{survived}{fixes}\n",
         w.wrote.path,
         units::bytes(w.wrote.bytes),
         units::bytes(r.summary.peak_allocated_bytes),
