@@ -31,7 +31,7 @@ use crate::format::{
     Category, DeviceInfo, Event, FormatError, Header, KindCounts, ProcessInfo, StringId,
 };
 use recording::{EventBuffer, Recording};
-use stacks::StackBuf;
+use stacks::{StackBuf, StackKey};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -44,7 +44,7 @@ use writer::WriterSetup;
 pub use writer::TraceSummary;
 
 pub use observer::{ObservedEvent, Observer, ObserverSetup, StartState};
-pub use stacks::{CodeInfo, FrameSink, FrameSource, MAX_STACK_DEPTH, capture_frames};
+pub use stacks::{CodeInfo, FrameSink, FrameSource, MAX_STACK_DEPTH, WalkId, capture_frames};
 
 /// Room a buffer has beyond its batch size: the buffer is handed over once a
 /// call leaves it at least that full, so the call that crosses the line
@@ -328,14 +328,14 @@ impl<D: DeviceMemory> Recorder<D> {
     pub fn malloc(&self, size: u64, stream: u64) -> Result<Allocation, AllocError> {
         if self.rec.stacks == StackMode::None && self.rec.source.is_none() {
             // Nothing to capture: the most common call skips the stack buffer.
-            return self.call(&[], |a| a.malloc(size, stream));
+            return self.call(StackKey::NONE, |a| a.malloc(size, stream));
         }
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.rec.capture(&marker, &mut stack);
         self.rec.capture_source(&mut stack);
         self.rec.seal(&mut stack);
-        self.call(stack.as_slice(), |a| a.malloc(size, stream))
+        self.call(stack.key(), |a| a.malloc(size, stream))
     }
 
     /// Frees the block at `addr`, recording `FreeRequested` (and
@@ -344,13 +344,13 @@ impl<D: DeviceMemory> Recorder<D> {
     pub fn free(&self, addr: u64) -> Result<(), AllocError> {
         if self.rec.stacks == StackMode::None {
             // Frees get native stacks only: nothing to capture.
-            return self.call(&[], |a| a.free(addr));
+            return self.call(StackKey::NONE, |a| a.free(addr));
         }
         let marker = 0u8;
         let mut stack = StackBuf::new();
         self.rec.capture(&marker, &mut stack);
         self.rec.seal(&mut stack);
-        self.call(stack.as_slice(), |a| a.free(addr))
+        self.call(stack.key(), |a| a.free(addr))
     }
 
     /// Notes that the block at `addr` is used on `stream` too (nothing is
@@ -367,7 +367,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let mut stack = StackBuf::new();
         self.rec.capture(&marker, &mut stack);
         self.rec.seal(&mut stack);
-        self.call(stack.as_slice(), |a| a.synchronize_stream(stream));
+        self.call(stack.key(), |a| a.synchronize_stream(stream));
     }
 
     /// Marks every stream's work complete (`torch.cuda.synchronize()`).
@@ -377,7 +377,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let mut stack = StackBuf::new();
         self.rec.capture(&marker, &mut stack);
         self.rec.seal(&mut stack);
-        self.call(stack.as_slice(), |a| a.synchronize());
+        self.call(stack.key(), |a| a.synchronize());
     }
 
     /// Returns the cache to the device, recording `EmptyCache` then the
@@ -388,7 +388,7 @@ impl<D: DeviceMemory> Recorder<D> {
         let mut stack = StackBuf::new();
         self.rec.capture(&marker, &mut stack);
         self.rec.seal(&mut stack);
-        self.call(stack.as_slice(), |a| a.empty_cache());
+        self.call(stack.key(), |a| a.empty_cache());
     }
 
     /// Begins a phase of the calling thread that ends when the returned
@@ -509,7 +509,7 @@ impl<D: DeviceMemory> Recorder<D> {
     /// events land finished in the allocator's log, which is the recording's
     /// buffer.
     #[inline(always)]
-    fn call<R>(&self, stack: &[usize], f: impl FnOnce(&mut CachingAllocator<D>) -> R) -> R {
+    fn call<R>(&self, stack: StackKey<'_>, f: impl FnOnce(&mut CachingAllocator<D>) -> R) -> R {
         self.rec.call(stack, 0, |a, stamp| {
             if let Some(s) = stamp {
                 a.set_event_origin(EventOrigin {

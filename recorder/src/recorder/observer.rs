@@ -14,7 +14,7 @@
 //! events before that point are left out, being part of the state.
 
 use super::recording::{Recording, Stamp};
-use super::stacks::StackBuf;
+use super::stacks::{StackBuf, StackKey};
 use super::writer::WriterSetup;
 use super::{
     PhaseGuard, RecorderError, RecorderOptions, StackMode, TraceSummary, create_file,
@@ -173,7 +173,7 @@ impl Observer {
         let with_source =
             matches!(event.kind, EventKind::Alloc | EventKind::Oom) && self.rec.source.is_some();
         if self.rec.stacks == StackMode::None && !with_source {
-            return self.push(&[], event);
+            return self.push(StackKey::NONE, event);
         }
         let marker = 0u8;
         let mut stack = StackBuf::new();
@@ -189,11 +189,11 @@ impl Observer {
             }
         }
         self.rec.seal(&mut stack);
-        self.push(stack.as_slice(), event);
+        self.push(stack.key(), event);
     }
 
     #[inline(always)]
-    fn push(&self, stack: &[usize], event: ObservedEvent) {
+    fn push(&self, stack: StackKey<'_>, event: ObservedEvent) {
         let device = self.device;
         self.rec.call(stack, event.counter, |events, stamp| {
             if let Some(stamp) = stamp

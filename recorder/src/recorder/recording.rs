@@ -18,7 +18,7 @@
 
 use super::biased::{BiasedGuard, BiasedMutex};
 use super::clock::Clock;
-use super::stacks::{self, FrameSource, StackBuf};
+use super::stacks::{self, FrameSource, StackBuf, StackKey, WalkId};
 use super::writer::{self, Backlog, Batch, FlushTimer, Msg, TraceSummary, WriterSetup};
 use super::{CALL_EVENTS, RecorderError, RecorderOptions, StackMode, thread_id};
 use crate::format::{
@@ -35,6 +35,10 @@ use std::thread::JoinHandle;
 /// thread: buffers this small stay in cache (a 64k-event buffer made each
 /// push a cache miss).
 const BATCH_EVENTS: usize = 4096;
+
+/// The most walks a recording remembers the stacks of (it forgets them all
+/// past this; the stacks stay interned).
+const MAX_WALK_STACKS: usize = 1 << 16;
 
 /// Where a recording's events wait for the writer thread: a recorder's
 /// allocator logs them itself (its event log is the buffer, so no event is
@@ -86,6 +90,9 @@ pub(crate) struct Log {
     strings: FxHashMap<Box<str>, StringId>,
     new_strings: Vec<Box<str>>,
     stack_ids: FxHashMap<Box<[usize]>, StackId>,
+    /// The stacks of walks that frame sources named: a stack seen before
+    /// costs one lookup of a word rather than hashing its frames.
+    walk_stacks: FxHashMap<WalkId, StackId>,
     new_stacks: Vec<Box<[usize]>>,
     /// Each thread's open phases, innermost last: a thread's phases nest,
     /// and no thread ends another's.
@@ -133,6 +140,7 @@ impl<B: EventBuffer + Send + 'static> Recording<B> {
                 strings: FxHashMap::default(),
                 new_strings: Vec::new(),
                 stack_ids: FxHashMap::default(),
+                walk_stacks: FxHashMap::default(),
                 new_stacks: Vec::new(),
                 open_phases: FxHashMap::default(),
                 tx: Some(tx),
@@ -212,7 +220,7 @@ impl<B: EventBuffer> Recording<B> {
     #[inline(always)]
     pub fn call<R>(
         &self,
-        stack: &[usize],
+        stack: StackKey<'_>,
         counter: u64,
         f: impl FnOnce(&mut B, Option<Stamp>) -> R,
     ) -> R {
@@ -226,11 +234,7 @@ impl<B: EventBuffer> Recording<B> {
         } else {
             log.clock.counter_ns(counter)
         };
-        let stack = if stack.is_empty() {
-            StackId::NONE
-        } else {
-            log.stack_id(stack)
-        };
+        let stack = log.stack_id(stack);
         let result = f(
             subject,
             Some(Stamp {
@@ -453,6 +457,7 @@ impl<B: EventBuffer> Recording<B> {
             // it keeps nothing it no longer needs.
             log.strings = FxHashMap::default();
             log.stack_ids = FxHashMap::default();
+            log.walk_stacks = FxHashMap::default();
             log.open_phases = FxHashMap::default();
             *subject.events() = Vec::new();
             close(subject)
@@ -494,7 +499,30 @@ impl Log {
         id
     }
 
-    fn stack_id(&mut self, ips: &[usize]) -> StackId {
+    /// The id of the stack `key`, interned now if it is new.
+    #[inline]
+    fn stack_id(&mut self, key: StackKey<'_>) -> StackId {
+        if key.words.is_empty() {
+            return StackId::NONE;
+        }
+        if let Some(walk) = key.walk
+            && let Some(&id) = self.walk_stacks.get(&walk)
+        {
+            return id;
+        }
+        let id = self.intern_stack(key.words);
+        if let Some(walk) = key.walk {
+            // Sources forget walks and name them anew: bounded, as the
+            // stacks themselves stay interned.
+            if self.walk_stacks.len() >= MAX_WALK_STACKS {
+                self.walk_stacks.clear();
+            }
+            self.walk_stacks.insert(walk, id);
+        }
+        id
+    }
+
+    fn intern_stack(&mut self, ips: &[usize]) -> StackId {
         if let Some(&id) = self.stack_ids.get(ips) {
             return id;
         }

@@ -1452,3 +1452,79 @@ fn recorder_memory_fraction_is_enforced_and_recorded() {
     assert_eq!(limits, [(256 << 20, 1 << 30)]);
     assert_eq!(events[0].kind(), EventKind::Limit);
 }
+
+/// A frame source that names its walks, as a caching interpreter source
+/// does: each thread's walk is whatever the test sets.
+#[derive(Default)]
+struct WalkFrames;
+
+thread_local! {
+    static WALK: std::cell::RefCell<Option<(crate::recorder::WalkId, Vec<usize>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl FrameSource for WalkFrames {
+    fn name(&self) -> &str {
+        "walks"
+    }
+    fn capture(&self, sink: &mut FrameSink<'_>) {
+        WALK.with(|w| {
+            if let Some((walk, frames)) = &*w.borrow() {
+                sink.push_walk(*walk, frames);
+            }
+        });
+    }
+    fn describe(&self, code: usize) -> Option<CodeInfo> {
+        Some(CodeInfo {
+            function: format!("fn{code:x}"),
+            file: "walks.py".into(),
+        })
+    }
+}
+
+#[test]
+fn named_walks_are_interned_by_their_frames_once_then_by_name() {
+    use crate::recorder::WalkId;
+    let (r, out) = recorder(RecorderOptions {
+        frame_source: Some(Arc::new(WalkFrames)),
+        max_stack_depth: 3,
+        ..RecorderOptions::default()
+    });
+    let set = |walk: WalkId, frames: &[usize]| {
+        WALK.with(|w| *w.borrow_mut() = Some((walk, frames.to_vec())));
+    };
+    let (a, b, long) = (WalkId::fresh(), WalkId::fresh(), WalkId::fresh());
+    let mut live = Vec::new();
+    set(a, &[0x20, 7, 0x10, 3]);
+    live.push(r.malloc(1000, 0).unwrap());
+    live.push(r.malloc(1000, 0).unwrap());
+    // Another walk of the same frames: the same stack.
+    set(b, &[0x20, 7, 0x10, 3]);
+    live.push(r.malloc(1000, 0).unwrap());
+    // A walk deeper than the recorder keeps: cut at 3 frames, like the
+    // same frames pushed one by one.
+    set(long, &[1, 1, 2, 2, 3, 3, 4, 4]);
+    live.push(r.malloc(1000, 0).unwrap());
+    live.push(r.malloc(1000, 0).unwrap());
+    // The first walk again, after others.
+    set(a, &[0x20, 7, 0x10, 3]);
+    live.push(r.malloc(1000, 0).unwrap());
+    for x in &live {
+        r.free(x.addr).unwrap();
+    }
+    let summary = r.finish().unwrap();
+    let bytes = out.bytes();
+    let (reader, events) = read(&bytes);
+    let stacks = alloc_stacks(&events);
+    assert_eq!(stacks[0], stacks[1]);
+    assert_eq!(stacks[0], stacks[2]);
+    assert_eq!(stacks[3], stacks[4]);
+    assert_ne!(stacks[0], stacks[3]);
+    assert_eq!(stacks[5], stacks[0]);
+    let sym = reader.symbols();
+    let lines: Vec<u32> = symbol_frames(sym, stacks[3]).iter().map(|f| f.2).collect();
+    assert_eq!(lines, [1, 2, 3]);
+    let s = |f: &str, l| (format!("fn{f}"), "walks.py".to_string(), l);
+    assert_eq!(symbol_frames(sym, stacks[0]), vec![s("20", 7), s("10", 3)]);
+    assert_eq!(summary.stacks, 2);
+}

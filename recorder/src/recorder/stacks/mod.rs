@@ -6,6 +6,8 @@ use rustc_hash::FxHashMap;
 use std::ffi::c_void;
 use std::io::Write;
 use std::mem::MaybeUninit;
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod unwind;
@@ -73,6 +75,24 @@ impl std::fmt::Debug for dyn FrameSource {
     }
 }
 
+/// A name a [`FrameSource`] gives to one sequence of frames that it
+/// pushes again and again (a walk it remembers): every capture that names
+/// a walk pushes the same frames. Unique in the process.
+///
+/// With it, a recorder finds the stack it interned for these frames the
+/// last time by one lookup of a word, rather than by hashing the frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WalkId(NonZeroU64);
+
+impl WalkId {
+    /// A walk id never given before in this process.
+    pub fn fresh() -> WalkId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        WalkId(NonZeroU64::new(id).expect("2^64 walks"))
+    }
+}
+
 /// Where a [`FrameSource`] puts the frames it captures.
 pub struct FrameSink<'a> {
     buf: &'a mut StackBuf,
@@ -90,7 +110,30 @@ impl FrameSink<'_> {
         self.buf.words[self.buf.len] = MaybeUninit::new(code);
         self.buf.words[self.buf.len + 1] = MaybeUninit::new(line as usize);
         self.buf.len += 2;
+        self.buf.walk = None;
         self.buf.len + 2 <= self.end
+    }
+
+    /// Adds the frames of the walk `walk`, given as `push` would write
+    /// them: code and line, code and line, innermost first. What does not
+    /// fit is dropped, as by [`push`](Self::push).
+    ///
+    /// Where these frames are the whole stack (nothing captured before
+    /// them, and all of them fit), the stack is known by `walk` too, and
+    /// the recorder interns it by that alone once it has seen it.
+    #[inline]
+    pub fn push_walk(&mut self, walk: WalkId, frames: &[usize]) {
+        let whole = self.buf.len == 0;
+        let room = self.end.saturating_sub(self.buf.len) & !1;
+        let n = frames.len().min(room) & !1;
+        let slots = &mut self.buf.words[self.buf.len..self.buf.len + n];
+        // SAFETY: `slots` and `frames[..n]` are `n` words each, apart;
+        // `MaybeUninit<usize>` has the layout of `usize`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(frames.as_ptr(), slots.as_mut_ptr().cast::<usize>(), n);
+        }
+        self.buf.len += n;
+        self.buf.walk = (whole && n == frames.len()).then_some(walk);
     }
 }
 
@@ -113,6 +156,24 @@ pub(crate) struct StackBuf {
     words: [MaybeUninit<usize>; KEY_WORDS],
     len: usize,
     native: usize,
+    /// The walk the whole key is, if a frame source said so.
+    walk: Option<WalkId>,
+}
+
+/// A stack as the recorder interns it: the key's words, and the walk they
+/// are, where a frame source named one (see [`FrameSink::push_walk`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StackKey<'a> {
+    pub words: &'a [usize],
+    pub walk: Option<WalkId>,
+}
+
+impl StackKey<'_> {
+    /// No stack.
+    pub const NONE: StackKey<'static> = StackKey {
+        words: &[],
+        walk: None,
+    };
 }
 
 impl StackBuf {
@@ -122,12 +183,22 @@ impl StackBuf {
             words: [const { MaybeUninit::uninit() }; KEY_WORDS],
             len: 0,
             native: 0,
+            walk: None,
         }
     }
 
     pub fn as_slice(&self) -> &[usize] {
         // SAFETY: the first `len` entries were written by the captures.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<usize>(), self.len) }
+    }
+
+    /// The key to intern: the words, and the walk they are if a source
+    /// named one and nothing else went into the key.
+    pub fn key(&self) -> StackKey<'_> {
+        StackKey {
+            words: self.as_slice(),
+            walk: self.walk,
+        }
     }
 
     /// Appends up to `depth` frames of `source`; after any native capture.
@@ -355,5 +426,57 @@ impl SourceFrames {
     /// Distinct codes described so far.
     pub fn codes(&self) -> u64 {
         self.codes.len() as u64
+    }
+}
+
+#[cfg(test)]
+mod walk_tests {
+    use super::*;
+
+    fn sink(buf: &mut StackBuf, depth: usize) -> FrameSink<'_> {
+        let end = (buf.len + 2 * depth).min(KEY_WORDS - 1);
+        FrameSink { buf, end }
+    }
+
+    #[test]
+    fn a_walk_that_is_the_whole_stack_names_the_key() {
+        let walk = WalkId::fresh();
+        let mut buf = StackBuf::new();
+        sink(&mut buf, 8).push_walk(walk, &[1, 10, 2, 20]);
+        assert_eq!(buf.key().words, &[1, 10, 2, 20]);
+        assert_eq!(buf.key().walk, Some(walk));
+        buf.seal();
+        assert_eq!(buf.key().words, &[1, 10, 2, 20, 0]);
+        assert_eq!(buf.key().walk, Some(walk));
+    }
+
+    #[test]
+    fn a_walk_cut_short_or_after_other_frames_names_nothing() {
+        let walk = WalkId::fresh();
+        // Room for one frame of two: the frame is kept, the walk is not.
+        let mut buf = StackBuf::new();
+        sink(&mut buf, 1).push_walk(walk, &[1, 10, 2, 20]);
+        assert_eq!(buf.key().words, &[1, 10]);
+        assert_eq!(buf.key().walk, None);
+        // After a frame pushed alone.
+        let mut buf = StackBuf::new();
+        let mut s = sink(&mut buf, 8);
+        s.push(7, 70);
+        s.push_walk(walk, &[1, 10]);
+        assert_eq!(buf.key().words, &[7, 70, 1, 10]);
+        assert_eq!(buf.key().walk, None);
+        // A frame pushed after the walk.
+        let mut buf = StackBuf::new();
+        let mut s = sink(&mut buf, 8);
+        s.push_walk(walk, &[1, 10]);
+        s.push(7, 70);
+        assert_eq!(buf.key().walk, None);
+    }
+
+    #[test]
+    fn walk_ids_are_never_given_twice() {
+        let a = WalkId::fresh();
+        let b = WalkId::fresh();
+        assert_ne!(a, b);
     }
 }
