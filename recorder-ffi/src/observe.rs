@@ -629,7 +629,12 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
     let (native, python) = stack_setting(stacks.as_deref())?;
     let frame_source = if python {
         match nogil::source() {
-            Ok(s) => Some(s as Arc<dyn FrameSource>),
+            Ok(s) => {
+                // Here, called from Python and not under the allocator's
+                // lock, the GIL may be taken.
+                s.watch_codes();
+                Some(s as Arc<dyn FrameSource>)
+            }
             Err(e) => {
                 report(&format!("no Python stacks: {e}"));
                 None
@@ -964,6 +969,9 @@ pub unsafe extern "C" fn vramtrace_observe_python_stack(buf: *mut c_char, len: u
     }
     let r = catch_unwind(AssertUnwindSafe(|| match nogil::source() {
         Ok(source) => {
+            // As a recording reads them (called from Python: the GIL may be
+            // taken).
+            source.watch_codes();
             let frames = capture_frames(&*source as &dyn FrameSource, 128);
             let mut text = String::new();
             for &(code, line) in &frames {

@@ -60,6 +60,9 @@ pub const FRAME_OWNED_BY_CSTACK: u8 = 3;
 pub const OB_TYPE: usize = 8;
 /// `PyASCIIObject`'s `length` (code points).
 pub const UNICODE_LENGTH: usize = 16;
+/// Offset of a `str`'s cached hash (`-1` until computed), in every
+/// version read.
+pub const UNICODE_HASH: usize = 24;
 /// `PyASCIIObject`'s `state` bit field: `interned:2, kind:3, compact:1,
 /// ascii:1` from the low bit up, in every supported version.
 pub const UNICODE_STATE: usize = 32;

@@ -26,20 +26,25 @@
 //! `vramtrace` checks it against the running interpreter first.
 
 use super::layout::{
-    self, Current, FRAME_OWNED_BY_CSTACK, Lasti, Layout, OB_TYPE, UNICODE_LENGTH, UNICODE_STATE,
+    self, Current, FRAME_OWNED_BY_CSTACK, Lasti, Layout, OB_TYPE, UNICODE_HASH, UNICODE_LENGTH,
+    UNICODE_STATE,
 };
-use recorder::recorder::{CodeInfo, FrameSink, FrameSource};
+use recorder::recorder::{CodeInfo, FrameSink, FrameSource, WalkId};
 use rustc_hash::{FxHashMap, FxHasher};
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::hash::Hasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 type Obj = *mut c_void;
 
-/// The addresses that identify a code object beyond its own: a code object
-/// made at the address of a freed one has other strings.
-type Check = [usize; 3];
+/// What identifies a code object beyond its address: the addresses of its
+/// name, file name and line table, and a hash of the name's and file
+/// name's text. A code object made at the address of a freed one may have
+/// its strings at the freed strings' addresses too (functions of one shape
+/// made and freed in turn do), so the text is part of it.
+type Check = [usize; 4];
 
 /// The CPython functions and types used, found in the running process.
 struct Api {
@@ -47,6 +52,12 @@ struct Api {
     is_finalizing: Option<unsafe extern "C" fn() -> c_int>,
     this_thread_state: unsafe extern "C" fn() -> Obj,
     addr2line: unsafe extern "C" fn(Obj, c_int) -> c_int,
+    /// `PyCode_AddWatcher` (CPython 3.12 and later) and what calling it
+    /// needs: the GIL, and clearing the error it may set.
+    add_code_watcher: Option<unsafe extern "C" fn(extern "C" fn(c_int, Obj) -> c_int) -> c_int>,
+    gil_ensure: unsafe extern "C" fn() -> c_int,
+    gil_release: unsafe extern "C" fn(c_int),
+    err_clear: unsafe extern "C" fn(),
     code_type: usize,
     unicode_type: usize,
 }
@@ -109,6 +120,21 @@ impl Api {
                     *mut c_void,
                     unsafe extern "C" fn(Obj, c_int) -> c_int,
                 >(f(c"PyCode_Addr2Line")?),
+                add_code_watcher: symbol(c"PyCode_AddWatcher").map(|p| {
+                    std::mem::transmute::<
+                        *mut c_void,
+                        unsafe extern "C" fn(extern "C" fn(c_int, Obj) -> c_int) -> c_int,
+                    >(p)
+                }),
+                gil_ensure: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(f(
+                    c"PyGILState_Ensure",
+                )?),
+                gil_release: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int)>(f(
+                    c"PyGILState_Release",
+                )?),
+                err_clear: std::mem::transmute::<*mut c_void, unsafe extern "C" fn()>(f(
+                    c"PyErr_Clear",
+                )?),
                 code_type: f(c"PyCode_Type")? as usize,
                 unicode_type: f(c"PyUnicode_Type")? as usize,
             };
@@ -154,13 +180,38 @@ const MAX_CACHED_FRAMES: usize = 256;
 /// The most walks a thread remembers (it forgets them all past this).
 const MAX_CHAINS: usize = 4096;
 
-/// A walk remembered: its raw frames, the checks of their codes, and the
-/// frames it gave (hidden ones left out).
+/// A walk remembered: its raw frames (code address, instruction offset),
+/// the checks of their codes, the frames it gave (hidden ones left out) as
+/// code and line words, and the id the recorder knows them by.
 struct Chain {
-    raw: Box<[(usize, c_int)]>,
+    raw: Box<[[usize; 2]]>,
     checks: Box<[Check]>,
-    frames: Box<[(usize, u32)]>,
+    frames: Box<[usize]>,
+    walk: WalkId,
+    /// The [`CODE_GENERATION`] at which the checks last held.
+    checked: u64,
 }
+
+/// Counts code objects freed, where the interpreter tells (a code watcher,
+/// CPython 3.12 and later): while it stands still, a code address seen
+/// before is the same code, and a remembered walk needs no checks.
+static CODE_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Whether [`CODE_GENERATION`] is kept (a code watcher is installed).
+static CODE_WATCHED: AtomicBool = AtomicBool::new(false);
+
+/// The code watcher: called by CPython, GIL held, as code objects are made
+/// and freed (`PyCodeEvent`: 0 made, 1 freed).
+extern "C" fn on_code_event(event: c_int, _code: Obj) -> c_int {
+    if event == 1 {
+        CODE_GENERATION.fetch_add(1, Ordering::Release);
+    }
+    0
+}
+
+/// The raw frames of a walk in progress (code address, instruction
+/// offset), in a buffer a thread keeps.
+type Scratch = [[usize; 2]; MAX_CACHED_FRAMES];
 
 /// What a thread remembers of the codes and walks it met, so that a walk
 /// seen before costs one lookup, and other frames two lookups in maps of
@@ -175,6 +226,8 @@ struct Caches {
     lines: FxHashMap<(usize, c_int), u32>,
     /// Label text -> id.
     labels: FxHashMap<Box<str>, usize>,
+    /// The raw frames of the walk in progress (kept to reuse its memory).
+    scratch: Option<Box<Scratch>>,
 }
 
 thread_local! {
@@ -323,6 +376,37 @@ impl NoGilFrames {
         (id, hidden)
     }
 
+    /// Installs a code watcher where the interpreter has them (CPython 3.12
+    /// and later), so that a remembered walk is trusted without reading
+    /// its codes while no code object was freed since it was last checked.
+    /// Returns whether one is installed (once per process).
+    ///
+    /// Takes the GIL: call it from a thread that may (never from an
+    /// allocator's trace tracker).
+    pub fn watch_codes(&self) -> bool {
+        static INSTALLED: OnceLock<bool> = OnceLock::new();
+        let Some(add) = self.api.add_code_watcher else {
+            return false;
+        };
+        *INSTALLED.get_or_init(|| {
+            // SAFETY: the GIL is taken around the call, as it requires; a
+            // failure sets an error, which is cleared.
+            unsafe {
+                if (self.api.is_initialized)() == 0 {
+                    return false;
+                }
+                let gil = (self.api.gil_ensure)();
+                let ok = add(on_code_event) >= 0;
+                if !ok {
+                    (self.api.err_clear)();
+                }
+                (self.api.gil_release)(gil);
+                CODE_WATCHED.store(ok, Ordering::Release);
+                ok
+            }
+        })
+    }
+
     /// Leaves out, from now on, the frames of files whose path starts with
     /// `prefix` (vramtrace's own package), as it leaves out `runpy`'s.
     pub fn hide(&self, prefix: &str) {
@@ -353,8 +437,12 @@ impl NoGilFrames {
     unsafe fn walk(&self, tstate: usize, sink: &mut FrameSink<'_>, caches: &mut Caches) {
         // The raw frames first: code addresses and instruction offsets, and
         // their hash. A walk seen before (allocations repeat along the same
-        // paths) then costs one lookup, not two per frame.
-        let mut raw = [(0usize, 0 as c_int); MAX_CACHED_FRAMES];
+        // paths) then costs one lookup and a comparison of its raw frames,
+        // and its frames are copied out as one block with the walk's id.
+        let mut raw = caches
+            .scratch
+            .take()
+            .unwrap_or_else(|| Box::new([[0; 2]; MAX_CACHED_FRAMES]));
         let mut n = 0;
         let mut deep = false;
         let mut hasher = FxHasher::default();
@@ -365,10 +453,10 @@ impl NoGilFrames {
                     deep = true;
                     return false;
                 }
-                raw[n] = (code, lasti);
+                let lasti = lasti as usize;
+                raw[n] = [code, lasti];
                 n += 1;
-                hasher.write_usize(code);
-                hasher.write_i32(lasti);
+                hasher.write_usize(code ^ lasti.rotate_right(16));
                 true
             });
             if deep {
@@ -377,50 +465,71 @@ impl NoGilFrames {
                     let (id, hidden) = self.code_id(caches, code);
                     hidden || sink.push(id, self.line(caches, code, id, lasti))
                 });
-                return;
+            } else {
+                self.walk_remembered(&raw[..n], hasher.finish(), sink, caches);
             }
-            let raw = &raw[..n];
-            let hash = hasher.finish();
-            if let Some(chain) = caches.chains.get(&hash)
-                && *chain.raw == *raw
-                && raw
+        }
+        caches.scratch = Some(raw);
+    }
+
+    /// Pushes the frames of the walk whose raw frames are `raw` (of hash
+    /// `hash`), remembering it if it is new.
+    ///
+    /// # Safety
+    /// `raw` was just read from the calling thread's frames: its codes are
+    /// alive.
+    unsafe fn walk_remembered(
+        &self,
+        raw: &[[usize; 2]],
+        hash: u64,
+        sink: &mut FrameSink<'_>,
+        caches: &mut Caches,
+    ) {
+        // Read before the checks: a code freed after this reading makes the
+        // next walk check again.
+        let generation = CODE_GENERATION.load(Ordering::Acquire);
+        let watched = CODE_WATCHED.load(Ordering::Relaxed);
+        if let Some(chain) = caches.chains.get_mut(&hash)
+            && chain.raw.as_flattened() == raw.as_flattened()
+        {
+            // SAFETY: the caller's contract.
+            let same = (watched && chain.checked == generation)
+                || raw
                     .iter()
                     .zip(chain.checks.iter())
-                    .all(|(&(code, _), check)| self.check_of(code) == *check)
-            {
-                for &(id, line) in chain.frames.iter() {
-                    if !sink.push(id, line) {
-                        return;
-                    }
-                }
+                    .all(|(&[code, _], check)| unsafe { self.check_of(code) } == *check);
+            if same {
+                chain.checked = generation;
+                sink.push_walk(chain.walk, &chain.frames);
                 return;
             }
-            let mut frames = Vec::with_capacity(n);
-            let mut checks = Vec::with_capacity(n);
-            for &(code, lasti) in raw {
-                let (id, hidden) = self.code_id(caches, code);
-                checks.push(self.check_of(code));
-                if !hidden {
-                    frames.push((id, self.line(caches, code, id, lasti)));
-                }
-            }
-            for &(id, line) in &frames {
-                if !sink.push(id, line) {
-                    break;
-                }
-            }
-            if caches.chains.len() >= MAX_CHAINS {
-                caches.chains.clear();
-            }
-            caches.chains.insert(
-                hash,
-                Chain {
-                    raw: raw.into(),
-                    checks: checks.into(),
-                    frames: frames.into(),
-                },
-            );
         }
+        let mut frames = Vec::with_capacity(2 * raw.len());
+        let mut checks = Vec::with_capacity(raw.len());
+        for &[code, lasti] in raw {
+            // SAFETY: the caller's contract.
+            let (id, hidden) = unsafe { self.code_id(caches, code) };
+            checks.push(unsafe { self.check_of(code) });
+            if !hidden {
+                let line = unsafe { self.line(caches, code, id, lasti as c_int) };
+                frames.extend([id, line as usize]);
+            }
+        }
+        let walk = WalkId::fresh();
+        sink.push_walk(walk, &frames);
+        if caches.chains.len() >= MAX_CHAINS {
+            caches.chains.clear();
+        }
+        caches.chains.insert(
+            hash,
+            Chain {
+                raw: raw.into(),
+                checks: checks.into(),
+                frames: frames.into(),
+                walk,
+                checked: generation,
+            },
+        );
     }
 
     /// Calls `f(code, lasti)` for each frame of `tstate` that runs a code
@@ -479,13 +588,59 @@ impl NoGilFrames {
     #[inline(always)]
     unsafe fn check_of(&self, code: usize) -> Check {
         let l = self.layout;
-        // SAFETY: the caller's contract.
+        // SAFETY: the caller's contract; a live code's strings are alive.
         unsafe {
+            let name: usize = read(code + l.code_name);
+            let file: usize = read(code + l.code_filename);
+            let mut hasher = FxHasher::default();
+            self.hash_text(name, &mut hasher);
+            self.hash_text(file, &mut hasher);
             [
-                read(code + l.code_name),
-                read(code + l.code_filename),
+                name,
+                file,
                 read(code + l.code_linetable),
+                hasher.finish() as usize,
             ]
+        }
+    }
+
+    /// Feeds the text of the string object at `obj` to `hasher`: its hash
+    /// where the string has one cached (interned names do), else the text
+    /// as stored (nothing, unless it is a compact `str` of sane length).
+    ///
+    /// # Safety
+    /// `obj` is 0 or a live object.
+    #[inline(always)]
+    unsafe fn hash_text(&self, obj: usize, hasher: &mut FxHasher) {
+        if obj == 0 {
+            return;
+        }
+        // SAFETY: as in `text`.
+        unsafe {
+            if read::<usize>(obj + OB_TYPE) != self.api.unicode_type {
+                return;
+            }
+            let cached: isize = read(obj + UNICODE_HASH);
+            if cached != -1 {
+                hasher.write_isize(cached);
+                return;
+            }
+            let len: isize = read(obj + UNICODE_LENGTH);
+            let state: u32 = read(obj + UNICODE_STATE);
+            let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
+            if !(0..=1 << 20).contains(&len) || compact == 0 || !matches!(kind, 1 | 2 | 4) {
+                return;
+            }
+            let data = obj
+                + if ascii == 1 {
+                    self.layout.ascii_size
+                } else {
+                    self.layout.compact_size
+                };
+            hasher.write(std::slice::from_raw_parts(
+                data as *const u8,
+                len as usize * kind as usize,
+            ));
         }
     }
 }
