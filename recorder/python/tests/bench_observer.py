@@ -29,11 +29,18 @@ vramtrace once per block:
 
 A block is (1) allocation pairs: one ``torch.empty`` (sizes log-uniform from
 512 B to 40 MiB, fixed seed) replacing one of 32 live tensors, ns per pair
-over 20,000 pairs, at a Python depth of 4 and of 34 frames; (2) 6 GPT-2
+over 20,000 pairs, at a Python depth of 4, 22 and 40 frames; (2) 6 GPT-2
 training steps (12 layers, batch 8 x 512, bf16 autocast, AdamW), median
 step time. Each process runs every block ``--rounds`` times, in rotated
 order; each figure is the median over blocks and processes of its ratio to
 the native median of its process.
+
+``--baseline-lib PATH`` compares two builds of the library in one run:
+processes alternate between it and ``VRAMTRACE_LIB``, and the baseline's
+configurations are labelled ``CONFIG@baseline`` (each against the native
+blocks of its own process, and the fastest block against the fastest
+native block of its build). ``--configs`` picks the attached
+configurations to run.
 """
 
 from __future__ import annotations
@@ -56,6 +63,8 @@ ATTACHED = ["tracker", "observe-none", "observe-python-bare", "observe-python-ph
 LIVE = 32
 PAIRS = 20_000
 STEPS = 6
+# Calls below the block's own frames: Python depths of 4, 22 and 40.
+DEPTHS = (0, 18, 36)
 
 
 def at_depth(n: int, fn, *args):
@@ -92,7 +101,7 @@ class Pairs:
         return elapsed / n
 
     def block(self) -> dict:
-        return {f"pair_ns_depth{d + 4}": at_depth(d, self.run, PAIRS) for d in (0, 30)}
+        return {f"pair_ns_depth{d + 4}": at_depth(d, self.run, PAIRS) for d in DEPTHS}
 
 
 class Gpt2:
@@ -127,7 +136,7 @@ class Gpt2:
         return {"gpt2_step_ms": statistics.median(self.steps(STEPS)) * 1e3}
 
 
-def child(rounds: int, trace_dir: str, gpt2: bool, seed: int) -> None:
+def child(rounds: int, trace_dir: str, gpt2: bool, seed: int, configs: list) -> None:
     import torch
     import vramtrace
 
@@ -160,7 +169,7 @@ def child(rounds: int, trace_dir: str, gpt2: bool, seed: int) -> None:
     # Attach the tracker once, then leave it stopped for "tracker".
     vramtrace.start(os.path.join(trace_dir, "attach.vtrace"), strict=True)
     vramtrace.stop()
-    order = list(ATTACHED)
+    order = list(configs)
     for r in range(rounds):
         k = (r + seed) % len(order)
         for config in order[k:] + order[:k]:
@@ -180,10 +189,16 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-observer-out"))
     ap.add_argument("--no-gpt2", action="store_true")
     ap.add_argument("--cpus", help="taskset CPU list for every child")
+    ap.add_argument("--baseline-lib", help="another build of the library, in alternate processes")
+    ap.add_argument("--configs", default=",".join(ATTACHED),
+                    help="attached configurations to run, comma-separated")
     ns, rest = ap.parse_known_args()
     if rest and rest[0] == "child":
-        child(int(rest[1]), rest[2], rest[3] == "gpt2", int(rest[4]))
+        child(int(rest[1]), rest[2], rest[3] == "gpt2", int(rest[4]), rest[5].split(","))
         return 0
+    attached = ns.configs.split(",")
+    if unknown := set(attached) - set(ATTACHED):
+        ap.error(f"unknown configurations {sorted(unknown)}; known: {', '.join(ATTACHED)}")
     import torch
 
     out = Path(ns.out)
@@ -191,12 +206,16 @@ def main() -> int:
     env = dict(os.environ, VRAMTRACE_CACHE=str(out / "cache"))
     ratios: dict = {}
     values: dict = {}
-    for proc in range(ns.processes):
+    builds = [("", env)]
+    if ns.baseline_lib:
+        builds.append(("@baseline", dict(env, VRAMTRACE_LIB=str(Path(ns.baseline_lib).resolve()))))
+    for proc in range(ns.processes * len(builds)):
+        suffix, child_env = builds[proc % len(builds)]
         cmd = [sys.executable, str(HERE), "child", str(ns.rounds), str(out),
-               "no" if ns.no_gpt2 else "gpt2", str(proc)]
+               "no" if ns.no_gpt2 else "gpt2", str(proc // len(builds)), ",".join(attached)]
         if ns.cpus:
             cmd = ["taskset", "-c", ns.cpus, *cmd]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=600)
         found = [json.loads(l[7:]) for l in p.stdout.splitlines() if l.startswith("RESULT ")]
         if p.returncode != 0 or not found:
             print(f"process {proc} failed:\n{p.stdout[-1000:]}\n{p.stderr[-2000:]}", flush=True)
@@ -209,20 +228,23 @@ def main() -> int:
                 print(line, flush=True)
         for r in found:
             print(f"process {proc}: {json.dumps(r)}", flush=True)
+            r["config"] += suffix
             for m in metrics:
                 ratios.setdefault((r["config"], m), []).append(r[m] / base[m])
                 values.setdefault((r["config"], m), []).append(r[m])
-    configs = ["native", "history", *ATTACHED]
+    configs = [c + suffix for suffix, _ in builds for c in ("native", "history", *attached)]
     lines = [f"# bench_observer.py, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
              "", f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
-             f"python {sys.version.split()[0]}; {ns.processes} processes x {ns.rounds} blocks", "",
+             f"python {sys.version.split()[0]}; {ns.processes * len(builds)} processes x "
+             f"{ns.rounds} blocks", "",
              "| configuration | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
     for c in configs:
         cells = []
         for m in metrics:
             rs, vs = ratios[(c, m)], values[(c, m)]
             q = statistics.quantiles(rs, n=4) if len(rs) > 1 else [rs[0]] * 3
-            best = min(vs) / min(values[("native", m)])
+            native = "native" + c[c.index("@"):] if "@" in c else "native"
+            best = min(vs) / min(values[(native, m)])
             cells.append(f"{statistics.median(vs):.1f}: {statistics.median(rs):.3f}x "
                          f"({q[0]:.3f}-{q[2]:.3f}); best {best:.3f}x")
         lines.append(f"| {c} | " + " | ".join(cells) + " |")

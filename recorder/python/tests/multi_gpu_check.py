@@ -18,8 +18,11 @@ written to OUT/multi-gpu-check.md:
 
 - each rank's trace has that rank's `max_memory_allocated()` and
   `max_memory_reserved()` as its peaks, to the byte, and names its rank;
-- recording changes no loss, and the step time by no more than the
-  overhead bench's figure for a GPT-2 step (docs/performance.md);
+- recording changes no loss; the step time, recorded with the defaults,
+  is at most 1.03 x native (issue #31), measured in one torchrun job:
+  native blocks of 8 steps, then blocks recorded and blocks with the
+  tracker attached but stopped, alternating (runs of separate processes
+  differ by more than that; their ratio is shown too);
 - FSDP2 shards: per rank, parameters and optimizer state are about half
   of DDP's (PyTorch's own count), and so is the memory that stays
   allocated between steps (the traces' live memory at the end);
@@ -56,6 +59,23 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 # natively (bench_observer.py, docs/performance.md: 0.998 to 1.038), with
 # the machine's noise on top.
 STEP_TIME_BOUND = 1.05
+# The in-process comparison (child_bench): blocks of steps, rounds of
+# blocks, and its bound (issue #31).
+BENCH_BLOCK = 8
+BENCH_ROUNDS = 4
+BENCH_BOUND = 1.03
+# What `vramtrace.start` is given in each configuration of the in-process
+# comparison: the defaults first (the one checked), then each feature off.
+BENCH_CONFIGS = {
+    "defaults": {},
+    "no-stacks": {"stacks": "none"},
+    "no-phases": {"phases": False},
+    "no-backward-names": {"backward_names": False},
+    "no-iterations": {"iterations": False},
+    "no-categories": {"categories": False},
+    "bare": {"stacks": "none", "phases": False, "backward_names": False,
+             "iterations": False, "categories": False},
+}
 
 
 def result(obj) -> None:
@@ -68,8 +88,10 @@ def local_bytes(t) -> int:
     return local.numel() * local.element_size()
 
 
-def child_train(strategy: str) -> None:
-    """One rank of GPT-2 training, DDP or FSDP2 (torchrun starts it)."""
+def setup_training(strategy: str):
+    """One rank's GPT-2 under DDP or FSDP2 (torchrun starts it): the rank,
+    the model, its optimizer and a function that trains one step and
+    returns its loss (a tensor, not synchronized)."""
     import torch
     import torch.distributed as dist
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -90,18 +112,31 @@ def child_train(strategy: str) -> None:
         fully_shard(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     gen = torch.Generator(device="cuda").manual_seed(1000 + rank)
-    losses, times = [], []
-    for step in range(STEPS):
+
+    def step():
         ids = torch.randint(0, 50257, (8, 512), device="cuda", generator=gen)
-        torch.cuda.synchronize()
-        began = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())  # synchronizes
-        if step >= TIMED_FROM:
+        return loss
+
+    return rank, model, opt, step
+
+
+def child_train(strategy: str) -> None:
+    """One rank of GPT-2 training, DDP or FSDP2 (torchrun starts it)."""
+    import torch
+    import torch.distributed as dist
+
+    rank, model, opt, step = setup_training(strategy)
+    losses, times = [], []
+    for i in range(STEPS):
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        losses.append(step().item())  # synchronizes
+        if i >= TIMED_FROM:
             times.append(time.perf_counter() - began)
     torch.cuda.synchronize()
     stats = {
@@ -121,6 +156,44 @@ def child_train(strategy: str) -> None:
         sys.modules["vramtrace"].stop()
     dist.destroy_process_group()
     result(stats)
+
+
+def child_bench(strategy: str, out: str, configs: list, rounds: int) -> None:
+    """One rank's step time natively and recorded with the defaults, in one
+    process: runs of different processes differ by more than the cost
+    measured. Native blocks come first (a tracker, once attached, stays);
+    then blocks with vramtrace started (each of `configs` in turn) alternate
+    with blocks where it is attached but stopped (PyTorch's own cost of any
+    tracker)."""
+    import torch
+    import torch.distributed as dist
+    import vramtrace
+
+    rank, _model, _opt, step = setup_training(strategy)
+
+    def block() -> float:
+        times = []
+        for _ in range(BENCH_BLOCK):
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            step().item()
+            times.append(time.perf_counter() - began)
+        return statistics.median(times)
+
+    block()  # warm-up
+    native = [block() for _ in range(rounds)]
+    vramtrace.start(os.path.join(out, f"bench-{strategy}-attach-%r.vtrace"))
+    vramtrace.stop()
+    times: dict = {"stopped": []}
+    for r in range(rounds):
+        for name in configs:
+            times["stopped"].append(block())
+            vramtrace.start(os.path.join(out, f"bench-{strategy}-{name}-{r}-%r.vtrace"),
+                            **BENCH_CONFIGS[name])
+            times.setdefault(name, []).append(block())
+            vramtrace.stop()
+    dist.destroy_process_group()
+    result({"rank": rank, "native": native, **times})
 
 
 def torchrun(ranks: int, env: dict, trace: str | None, strategy: str, run_args: list):
@@ -156,9 +229,15 @@ def check_traces(rep: Report, binary: Path, label: str, pattern: str, found: dic
                   f"{label} rank {rank}: trace's peaks = torch's max allocated/reserved",
                   f"{s['peak_allocated_bytes']:,}/{s['peak_reserved_bytes']:,} vs "
                   f"{r['max_allocated']:,}/{r['max_reserved']:,}")
-        iters = sum(bool(re.fullmatch(r"iter\d+", p["name"]))
-                    for p in vt(binary, "timeline", trace)["phases"])
-        rep.check(iters == STEPS, f"{label} rank {rank}: an `iterN` phase per step", f"{iters}")
+        # iterN runs from step N to step N+1 (iter0 from the optimizer's
+        # making); the last, from the last step to the stop, holds what the
+        # rank does after training (its statistics) when that allocates.
+        iters = {p["name"] for p in vt(binary, "timeline", trace)["phases"]
+                 if re.fullmatch(r"iter\d+", p["name"])}
+        steps = {f"iter{i}" for i in range(STEPS)}
+        rep.check(steps <= iters <= steps | {f"iter{STEPS}"},
+                  f"{label} rank {rank}: an `iterN` phase per step",
+                  f"{len(iters)} (iter0 to iter{len(iters) - 1}; {STEPS} steps)")
         rep.check(process.get("rank") == rank and process.get("world_size") == ranks,
                   f"{label} rank {rank}: the trace names its rank",
                   f"rank {process.get('rank')}, world_size {process.get('world_size')}")
@@ -188,6 +267,47 @@ def check_categories(rep: Report, label: str, rank: int, summary: dict, theirs: 
             f"{gib(cats.bytes('at_end', 'parameters'))}")
 
 
+def bench_step_time(rep: Report, ranks: int, env: dict, label: str, strategy: str,
+                    out: Path, configs: list, rounds: int) -> None:
+    """The step time recorded / native of each rank, measured in one
+    process (child_bench), for each configuration of `configs`; the first
+    is checked."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={ranks}", "--no-python", sys.executable, str(HERE), "child",
+           "bench", strategy, str(out), ",".join(configs), str(rounds)]
+    p = subprocess.run(cmd, env=env, timeout=480, capture_output=True, text=True)
+    found = {}
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            r = json.loads(line[7:])
+            found[r["rank"]] = r
+    if not rep.check(len(found) == ranks, f"{label}: step time in one process, {ranks} ranks",
+                     "" if len(found) == ranks else tail(p)):
+        return
+    for stale in out.glob(f"bench-{strategy}-*.vtrace"):
+        stale.unlink()
+    ms = lambda xs: ", ".join(f"{x * 1e3:.1f}" for x in xs)  # noqa: E731
+    for rank in range(ranks):
+        r = found[rank]
+        native, stopped = statistics.median(r["native"]), statistics.median(r["stopped"])
+        for i, name in enumerate(configs):
+            recorded = statistics.median(r[name])
+            # Each recorded block against the stopped block just before it.
+            before = r["stopped"][i::len(configs)]
+            paired = statistics.median(b / a for a, b in zip(before, r[name]))
+            detail = (f"{recorded * 1e3:.2f} / {native * 1e3:.2f} ms = {recorded / native:.3f} "
+                      f"(medians of {rounds} blocks of {BENCH_BLOCK} steps); recorded / "
+                      f"attached but stopped, the blocks alternating: {paired:.3f}; blocks "
+                      f"{ms(r[name])} ms")
+            what = f"{label} rank {rank}: step time, {name}, recorded / native"
+            if i == 0:
+                rep.check(recorded / native <= BENCH_BOUND, f"{what} <= {BENCH_BOUND}, one process",
+                          detail + f"; native {ms(r['native'])} ms; attached but stopped "
+                          f"{stopped / native:.3f}, {ms(r['stopped'])} ms")
+            else:
+                rep.add("INFO", what, detail)
+
+
 def gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
@@ -198,9 +318,19 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "multi-gpu-check-out"))
     ap.add_argument("--run-args", default="", help="more options of `vramtrace run`, as one string")
     ap.add_argument("--strategies", default="ddp,fsdp", help="ddp, fsdp or both")
+    ap.add_argument("--step-time-only", action="store_true",
+                    help="only the in-process step-time comparison, no separate runs")
+    ap.add_argument("--bench-rounds", type=int, default=BENCH_ROUNDS,
+                    help="rounds of blocks of the in-process comparison")
+    ap.add_argument("--bench-configs", default="defaults",
+                    help="configurations of the in-process step-time comparison, comma-"
+                    f"separated, defaults first: {', '.join(BENCH_CONFIGS)}")
     ns, rest = ap.parse_known_args()
     if rest[:2] == ["child", "train"]:
         child_train(rest[2])
+        return 0
+    if rest[:2] == ["child", "bench"]:
+        child_bench(rest[2], rest[3], rest[4].split(","), int(rest[5]))
         return 0
 
     import torch
@@ -223,6 +353,10 @@ def main() -> int:
         # Native and recorded alternate, ROUNDS times: the machine's noise
         # shows between rounds of one mode.
         native_runs, recorded_runs = [], []
+        if ns.step_time_only:
+            bench_step_time(rep, ranks, env, label, strategy, out, ns.bench_configs.split(","),
+                            ns.bench_rounds)
+            continue
         for round_, mode in ((r, m) for r in range(ROUNDS) for m in ("native", "recorded")):
             # Only the first round's traces are kept.
             trace = None if mode == "native" else pattern if round_ == 0 else str(out / "again-%r.vtrace")
@@ -255,8 +389,9 @@ def main() -> int:
             nt = [run[rank]["step_s"] for run in native_runs]
             rt = [run[rank]["step_s"] for run in recorded_runs]
             ratio = min(rt) / min(nt)
-            rep.check(ratio <= STEP_TIME_BOUND,
-                      f"{label} rank {rank}: step time recorded / native <= {STEP_TIME_BOUND}",
+            rep.add("PASS" if ratio <= STEP_TIME_BOUND else "INFO",
+                    f"{label} rank {rank}: step time, separate runs, recorded / native <= "
+                    f"{STEP_TIME_BOUND}",
                       f"fastest round {min(rt) * 1e3:.1f} / {min(nt) * 1e3:.1f} ms = {ratio:.3f}; rounds: "
                       f"native {', '.join(f'{t * 1e3:.1f}' for t in nt)} ms, recorded "
                       f"{', '.join(f'{t * 1e3:.1f}' for t in rt)} ms (median of steps {TIMED_FROM}..{STEPS - 1})")
@@ -265,6 +400,8 @@ def main() -> int:
                     f"allocated at end {gib(r['allocated_at_end'])} (trace: "
                     f"{gib(at_end[rank])}), peak {gib(r['max_allocated'])}")
         runs[strategy] = recorded
+        bench_step_time(rep, ranks, env, label, strategy, out, ns.bench_configs.split(","),
+                        ns.bench_rounds)
     if "ddp" in runs and "fsdp" in runs:
         for rank in range(ranks):
             d, f = runs["ddp"][rank], runs["fsdp"][rank]
