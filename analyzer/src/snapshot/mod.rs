@@ -101,7 +101,17 @@ pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapsho
 /// making its events: [`ParsedSnapshot::stream`] sends them to a reader as they are
 /// made, and [`ParsedSnapshot::write_trace`] writes them to a file.
 pub fn parse(read: impl Read, progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, ImportError> {
-    let mut parser = pickle::Parser::new(read, progress);
+    parse_with(pickle::Parser::new(read, progress))
+}
+
+/// [`parse`] over a whole pickle in memory (a mapped file, say), read where it lies
+/// rather than copied through a buffer. `progress` is called with the number of bytes
+/// consumed so far, every 2 MiB or so: the parse never reads them again.
+pub fn parse_bytes(bytes: &[u8], progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, ImportError> {
+    parse_with(pickle::Parser::over_bytes(bytes, progress))
+}
+
+fn parse_with<R: Read>(mut parser: pickle::Parser<'_, R>) -> Result<ParsedSnapshot, ImportError> {
     let mut collector = Collector::new(parser.heap_mut());
     let root = parser.run(&mut collector)?;
     let protocol = parser.protocol();
