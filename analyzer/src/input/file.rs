@@ -48,7 +48,7 @@ pub(super) struct Mapped {
 }
 
 /// Pages are handed back once this many bytes behind the reader.
-const RELEASE_STEP: usize = 8 << 20;
+const RELEASE_STEP: usize = 2 << 20;
 
 impl Mapped {
     /// The file's bytes.
