@@ -399,7 +399,9 @@ impl Snapshot {
             let g = |k: &str| heap.dict_get_str(b, k);
             let baddr = int(heap, g("address")).map_or(at, |a| a as u64);
             let bsize = int(heap, g("size")).unwrap_or(0) as u64;
-            at = baddr + bsize;
+            // A hostile snapshot's address and size may pass 2^64: wrap, as the
+            // release build always did (a debug build panicked here).
+            at = baddr.wrapping_add(bsize);
             let status = match g("state") {
                 Some(Val::Str(s)) => match heap.str_bytes(s) {
                     b"active_allocated" => BlockStatus::Allocated,
