@@ -166,7 +166,7 @@ mod tests {
             10,
             RELEASE_STEP + 7,
             2 * RELEASE_STEP + 4097,
-            content.len() as usize * 2,
+            content.len() * 2,
         ] {
             mapped.consumed(at as u64);
             assert_eq!(mapped.bytes(), &content[..]);

@@ -848,7 +848,7 @@ mod tests {
     fn stack_hints_fold_each_frames_own_bits_in_order() {
         use vramtrace_format::TraceChannel;
         let mut ch = TraceChannel::new(Header::default());
-        let mut frame = |ch: &mut TraceChannel, function: &str, file: &str| {
+        let frame = |ch: &mut TraceChannel, function: &str, file: &str| {
             let frame = Frame::Symbol {
                 function: ch.intern_string(function),
                 file: ch.intern_string(file),
