@@ -411,3 +411,22 @@ fn entries_out_of_time_order_are_raised_with_a_warning() {
         ]
     );
 }
+
+#[test]
+fn end_blocks_past_2_pow_64_are_no_panic() {
+    // pickle.dumps({'segments': [{'address': 2**64 - 1, 'total_size': 1, 'blocks':
+    // [{'address': 2**64 - 1, 'size': 2}, {'size': 1}]}]}, protocol=2): the second
+    // block's address follows the first's end, past 2^64 (found by the fuzzer; a
+    // debug build panicked on the overflow).
+    let pickle: &[u8] = &[
+        128, 2, 125, 113, 0, 88, 8, 0, 0, 0, 115, 101, 103, 109, 101, 110, 116, 115, 113, 1, 93,
+        113, 2, 125, 113, 3, 40, 88, 7, 0, 0, 0, 97, 100, 100, 114, 101, 115, 115, 113, 4, 138, 9,
+        255, 255, 255, 255, 255, 255, 255, 255, 0, 88, 10, 0, 0, 0, 116, 111, 116, 97, 108, 95,
+        115, 105, 122, 101, 113, 5, 75, 1, 88, 6, 0, 0, 0, 98, 108, 111, 99, 107, 115, 113, 6, 93,
+        113, 7, 40, 125, 113, 8, 40, 104, 4, 138, 9, 255, 255, 255, 255, 255, 255, 255, 255, 0, 88,
+        4, 0, 0, 0, 115, 105, 122, 101, 113, 9, 75, 2, 117, 125, 113, 10, 104, 9, 75, 1, 115, 101,
+        117, 97, 115, 46,
+    ];
+    let opened = Input::from_bytes(pickle.to_vec(), &NoProgress).unwrap();
+    assert_eq!(opened.kind(), InputKind::TorchSnapshot);
+}

@@ -92,6 +92,7 @@ enum Command {
 pub fn main() -> ExitCode {
     install_panic_hook();
     restore_default_sigpipe();
+    report_sigbus();
     let cli = match parse_arguments() {
         Ok(cli) => cli,
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
@@ -298,6 +299,31 @@ fn restore_default_sigpipe() {
     // setting a signal's disposition to its default is always sound.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// A plain snapshot is parsed from a mapping of its file (`input`): if another
+/// process truncates the file meanwhile, reading a page past its new end raises
+/// `SIGBUS`, which would kill the process with the shell's bare "Bus error".
+/// Say what happened in one line instead, and exit with status 1 like any
+/// other error. Only a mapped file can raise it in this program.
+fn report_sigbus() {
+    #[cfg(unix)]
+    {
+        extern "C" fn on_sigbus(_: libc::c_int) {
+            const MESSAGE: &[u8] =
+                b"error: an input file was truncated or changed while it was being read\n";
+            // SAFETY: write(2) and _exit(2) are async-signal-safe; MESSAGE is static.
+            unsafe {
+                libc::write(2, MESSAGE.as_ptr().cast(), MESSAGE.len());
+                libc::_exit(1);
+            }
+        }
+        // SAFETY: called once at start-up, before any other thread exists; the
+        // handler only calls async-signal-safe functions.
+        unsafe {
+            libc::signal(libc::SIGBUS, on_sigbus as *const () as libc::sighandler_t);
+        }
     }
 }
 

@@ -274,11 +274,27 @@ impl Input {
             Compression::None => stream,
             _ => Box::new(read_ahead::ReadAhead::new(stream)),
         };
-        let parsed = snapshot::parse(stream, &|bytes| meter.update(bytes)).map_err(|source| {
-            InputError::Snapshot {
-                path: path.to_owned(),
-                source,
+        let parsed = match (compression, &source) {
+            // Bytes in memory, or a plain file mapped: parsed where they lie.
+            (Compression::None, Source::Bytes(bytes)) => {
+                drop(stream);
+                snapshot::parse_bytes(bytes, &|bytes| meter.update(bytes))
             }
+            (Compression::None, Source::File(..)) => match source.map() {
+                Some(mapped) => {
+                    drop(stream);
+                    snapshot::parse_bytes(mapped.bytes(), &|bytes| {
+                        meter.update(bytes);
+                        mapped.consumed(bytes);
+                    })
+                }
+                None => snapshot::parse(stream, &|bytes| meter.update(bytes)),
+            },
+            _ => snapshot::parse(stream, &|bytes| meter.update(bytes)),
+        }
+        .map_err(|source| InputError::Snapshot {
+            path: path.to_owned(),
+            source,
         })?;
         Ok(Input {
             path: path.to_owned(),

@@ -853,12 +853,34 @@ impl<'a> OpReader<'a> {
 // not pay a trait call per byte.
 struct Source<'p, R> {
     inner: R,
-    buf: Vec<u8>,
+    buf: Buf<'p>,
     pos: usize,
     end: usize,
     base: u64,
     eof: bool,
     progress: &'p dyn Fn(u64),
+}
+
+// The bytes the opcode loop reads: its own buffer, refilled from a reader, or the
+// whole pickle lent by the caller (a mapped file, bytes in memory), read where it
+// lies with no copy. Over a lent pickle, `end` still advances a window at a time,
+// so that progress is told as often as with a reader and the lookahead checks
+// stay the same.
+enum Buf<'p> {
+    Owned(Vec<u8>),
+    Lent(&'p [u8]),
+}
+
+impl std::ops::Deref for Buf<'_> {
+    type Target = [u8];
+
+    #[inline(always)]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Buf::Owned(v) => v,
+            Buf::Lent(s) => s,
+        }
+    }
 }
 
 // Over twice the `BufReader` that `input::decompress` puts in front of a file, so
@@ -884,25 +906,44 @@ impl<R: Read> Source<'_, R> {
 
     #[cold]
     fn fill(&mut self, n: usize, what: &'static str) -> Result<(), PickleError> {
-        self.buf.copy_within(self.pos..self.end, 0);
+        let buf = match &mut self.buf {
+            Buf::Owned(buf) => buf,
+            Buf::Lent(all) => {
+                // Nothing to copy: the window moves on. Progress hears the bytes
+                // consumed, which the lender may drop from memory (see
+                // `Parser::over_bytes`).
+                (self.progress)(self.pos as u64);
+                let want = n.max(BUF_SIZE / 2);
+                self.end = all.len().min(self.pos.saturating_add(want).max(self.end));
+                self.eof = self.end == all.len();
+                if self.end - self.pos < n {
+                    return Err(PickleError::Truncated {
+                        offset: self.end as u64,
+                        what,
+                    });
+                }
+                return Ok(());
+            }
+        };
+        buf.copy_within(self.pos..self.end, 0);
         self.base += self.pos as u64;
         self.end -= self.pos;
         self.pos = 0;
-        if self.buf.len() < BUF_SIZE {
-            self.buf.resize(BUF_SIZE, 0);
+        if buf.len() < BUF_SIZE {
+            buf.resize(BUF_SIZE, 0);
         }
         // Fill at least half the buffer so refills (and progress calls) stay rare even
         // when the reader hands out small pieces.
-        let target = n.max(self.buf.len() / 2);
+        let target = n.max(buf.len() / 2);
         while self.end < target && !self.eof {
-            if self.end == self.buf.len() {
+            if self.end == buf.len() {
                 // A long string: the buffer grows as its bytes arrive, never to a
                 // length the input has not borne out (a 14-byte pickle may claim
                 // a string of 512 GiB).
-                let grown = self.buf.len().saturating_mul(2).min(target);
-                self.buf.resize(grown, 0);
+                let grown = buf.len().saturating_mul(2).min(target);
+                buf.resize(grown, 0);
             }
-            match self.inner.read(&mut self.buf[self.end..]) {
+            match self.inner.read(&mut buf[self.end..]) {
                 Ok(0) => self.eof = true,
                 Ok(k) => self.end += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -1054,14 +1095,29 @@ fn unsupported_name(opcode: u8) -> Option<&'static str> {
     })
 }
 
+impl<'p> Parser<'p, io::Empty> {
+    /// A parser over a whole pickle in memory (a mapped file, say), read where it lies:
+    /// no byte is copied into a buffer of the parser's. `progress` is called with the
+    /// number of bytes consumed so far, every 2 MiB or so; the parser never reads
+    /// those bytes again, so the lender may drop them from memory (a mapping's pages,
+    /// see `input`).
+    pub fn over_bytes(bytes: &'p [u8], progress: &'p dyn Fn(u64)) -> Self {
+        Parser::with_buf(io::empty(), Buf::Lent(bytes), progress)
+    }
+}
+
 impl<'p, R: Read> Parser<'p, R> {
     /// A parser over `read`; `progress` is called with the number of bytes read so far
     /// each time the input buffer is refilled (every MiB or so).
     pub fn new(read: R, progress: &'p dyn Fn(u64)) -> Self {
+        Parser::with_buf(read, Buf::Owned(Vec::new()), progress)
+    }
+
+    fn with_buf(read: R, buf: Buf<'p>, progress: &'p dyn Fn(u64)) -> Self {
         Parser {
             src: Source {
                 inner: read,
-                buf: Vec::new(),
+                buf,
                 pos: 0,
                 end: 0,
                 base: 0,
@@ -1691,8 +1747,52 @@ fn malformed(offset: u64, message: impl Into<String>) -> PickleError {
 mod tests {
     use super::*;
 
+    // Every test's pickle is read both ways, from a reader and in place: the two
+    // must agree, errors and their offsets included.
     fn parse(bytes: &[u8]) -> Result<Value, PickleError> {
-        load(bytes)
+        let read = load(bytes);
+        let lent = load_lent(bytes);
+        assert_eq!(format!("{read:?}"), format!("{lent:?}"));
+        read
+    }
+
+    fn load_lent(bytes: &[u8]) -> Result<Value, PickleError> {
+        let mut parser = Parser::over_bytes(bytes, &|_| {});
+        let root = parser.run(&mut KeepAll)?;
+        let budget = (parser.offset() as usize).saturating_mul(16).max(1 << 10);
+        parser
+            .heap()
+            .to_value(root, budget)
+            .map_err(|e| PickleError::Malformed {
+                offset: parser.offset(),
+                message: e.to_string(),
+            })
+    }
+
+    #[test]
+    fn a_lent_pickle_is_read_a_window_at_a_time() {
+        // A list of 3 million small ints (about 6 MiB): progress is told more than
+        // once, with offsets that only grow and that the parser has consumed.
+        let n = 3_000_000u32;
+        let mut p = vec![0x80, 4, op::EMPTY_LIST, op::MARK];
+        for i in 0..n {
+            p.extend([op::BININT1, i as u8]);
+        }
+        p.extend([op::APPENDS, op::STOP]);
+        let seen = std::cell::RefCell::new(Vec::new());
+        let progress = |b: u64| seen.borrow_mut().push(b);
+        let mut parser = Parser::over_bytes(&p, &progress);
+        let root = parser.run(&mut KeepAll).unwrap();
+        let Val::Obj(list) = root else { panic!() };
+        assert_eq!(parser.heap().obj(list).items.len(), n as usize);
+        let seen = seen.into_inner();
+        assert!(seen.len() >= 3, "{seen:?}");
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]));
+        assert!(*seen.last().unwrap() < p.len() as u64);
+        // Cut anywhere, it is the same error as from a reader.
+        for cut in [1, 2, 3, 1000, p.len() / 2, p.len() - 1] {
+            parse(&p[..cut]).unwrap_err();
+        }
     }
 
     // pickle.dumps({'a': [1, 2**64 - 1, -5, 1.5, None, True, 'x', b'y', (1, 2)]}, protocol=4)
