@@ -229,13 +229,12 @@ def check_traces(rep: Report, binary: Path, label: str, pattern: str, found: dic
                   f"{label} rank {rank}: trace's peaks = torch's max allocated/reserved",
                   f"{s['peak_allocated_bytes']:,}/{s['peak_reserved_bytes']:,} vs "
                   f"{r['max_allocated']:,}/{r['max_reserved']:,}")
-        # iterN runs from step N to step N+1 (iter0 from the optimizer's
-        # making); the last, from the last step to the stop, holds what the
-        # rank does after training (its statistics) when that allocates.
+        # iter0 runs from the optimizer's making to the first step, iterN
+        # from step N to step N+1, and the last from the last step to the
+        # stop: one more than the steps (docs/recording.md).
         iters = {p["name"] for p in vt(binary, "timeline", trace)["phases"]
                  if re.fullmatch(r"iter\d+", p["name"])}
-        steps = {f"iter{i}" for i in range(STEPS)}
-        rep.check(steps <= iters <= steps | {f"iter{STEPS}"},
+        rep.check(iters == {f"iter{i}" for i in range(STEPS + 1)},
                   f"{label} rank {rank}: an `iterN` phase per step",
                   f"{len(iters)} (iter0 to iter{len(iters) - 1}; {STEPS} steps)")
         rep.check(process.get("rank") == rank and process.get("world_size") == ranks,

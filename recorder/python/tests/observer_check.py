@@ -19,7 +19,7 @@ written to OUT/observer-check.md too:
    run to the byte, its event counts per action equal those of torch's own
    memory history in the same process, `vramtrace simulate` is exact, its
    sites name Python lines and backward nodes, and it has an `iter` phase
-   per step;
+   per step (and one from the last step to the stop);
 4. the same with expandable segments, on a smaller model;
 5. recording started mid-run (`vramtrace.start()` with memory in use) and
    stopped: the trace's initial state and peaks are exact; the trace of a
@@ -379,10 +379,11 @@ def check_gpt2(rep: Report, binary: Path, out: Path, env: dict, layers: int, lab
     rep.check(bool(sim["fidelity"]["exact"]), f"GPT-2 {label}: vramtrace simulate is exact",
               json.dumps(sim["fidelity"])[:300])
     names = collections.Counter(p["name"] for p in vt(binary, "timeline", trace)["phases"])
-    # An `iter` phase runs from the end of one optimizer step to the end of
-    # the next, the last one to the stop: one per step.
+    # iter0 runs from the start to the first optimizer step, iterN from step
+    # N to step N+1, and the last from the last step to the stop: one more
+    # than the steps (docs/recording.md).
     iters = sum(n for k, n in names.items() if re.fullmatch(r"iter\d+", k))
-    rep.check(iters == GPT2_STEPS and names["Optimizer.step#AdamW.step"] == GPT2_STEPS,
+    rep.check(iters == GPT2_STEPS + 1 and names["Optimizer.step#AdamW.step"] == GPT2_STEPS,
               f"GPT-2 {label}: an `iterN` phase per step, and record_function ranges",
               f"{iters} iterN, " + ", ".join(f"{n} {k}" for k, n in names.most_common(3)))
     sites = summary.get("top_sites_at_peak", [])
