@@ -510,7 +510,11 @@ impl Hook for KeepAll {
 
 /// Reads a whole pickle into an owned [`Value`] (small pickles and tests).
 pub fn load(read: impl Read) -> Result<Value, PickleError> {
-    let mut parser = Parser::new(read, &|_| {});
+    into_value(Parser::new(read, &|_| {}))
+}
+
+/// Runs `parser` to the end and builds the whole pickle as a [`Value`].
+fn into_value<R: Read>(mut parser: Parser<'_, R>) -> Result<Value, PickleError> {
     let root = parser.run(&mut KeepAll)?;
     // Sharing through the memo is fine; a tree many times the pickle's size
     // is a bomb.
@@ -1757,16 +1761,7 @@ mod tests {
     }
 
     fn load_lent(bytes: &[u8]) -> Result<Value, PickleError> {
-        let mut parser = Parser::over_bytes(bytes, &|_| {});
-        let root = parser.run(&mut KeepAll)?;
-        let budget = (parser.offset() as usize).saturating_mul(16).max(1 << 10);
-        parser
-            .heap()
-            .to_value(root, budget)
-            .map_err(|e| PickleError::Malformed {
-                offset: parser.offset(),
-                message: e.to_string(),
-            })
+        into_value(Parser::over_bytes(bytes, &|_| {}))
     }
 
     #[test]

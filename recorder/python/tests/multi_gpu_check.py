@@ -196,14 +196,14 @@ def child_bench(strategy: str, out: str, configs: list, rounds: int) -> None:
     result({"rank": rank, "native": native, **times})
 
 
-def torchrun(ranks: int, env: dict, trace: str | None, strategy: str, run_args: list):
-    """Runs the training under torchrun, recorded when `trace` is given;
-    returns the ranks' results by rank, and the process."""
+def torchrun(ranks: int, env: dict, trace: str | None, child_args: list, run_args=()):
+    """Runs this script's `child CHILD_ARGS` under torchrun, recorded when
+    `trace` is given; returns the ranks' results by rank, and the process."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={ranks}", "--no-python", sys.executable]
     if trace is not None:
         cmd += ["-m", "vramtrace", "run", "--out", trace, *run_args]
-    cmd += [str(HERE), "child", "train", strategy]
+    cmd += [str(HERE), "child", *child_args]
     p = subprocess.run(cmd, env=env, timeout=480, capture_output=True, text=True)
     found = {}
     for line in p.stdout.splitlines():
@@ -271,15 +271,8 @@ def bench_step_time(rep: Report, ranks: int, env: dict, label: str, strategy: st
     """The step time recorded / native of each rank, measured in one
     process (child_bench), for each configuration of `configs`; the first
     is checked."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={ranks}", "--no-python", sys.executable, str(HERE), "child",
-           "bench", strategy, str(out), ",".join(configs), str(rounds)]
-    p = subprocess.run(cmd, env=env, timeout=480, capture_output=True, text=True)
-    found = {}
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            r = json.loads(line[7:])
-            found[r["rank"]] = r
+    found, p = torchrun(ranks, env, None, ["bench", strategy, str(out), ",".join(configs),
+                                           str(rounds)])
     if not rep.check(len(found) == ranks, f"{label}: step time in one process, {ranks} ranks",
                      "" if len(found) == ranks else tail(p)):
         return
@@ -359,7 +352,7 @@ def main() -> int:
         for round_, mode in ((r, m) for r in range(ROUNDS) for m in ("native", "recorded")):
             # Only the first round's traces are kept.
             trace = None if mode == "native" else pattern if round_ == 0 else str(out / "again-%r.vtrace")
-            found, p = torchrun(ranks, env, trace, strategy, ns.run_args.split())
+            found, p = torchrun(ranks, env, trace, ["train", strategy], ns.run_args.split())
             if not rep.check(len(found) == ranks, f"{label}, {ranks} ranks, {mode}, round {round_ + 1}",
                              "" if len(found) == ranks else tail(p)):
                 break
