@@ -482,3 +482,129 @@ fn messages_name_the_argument_the_path_and_the_offset() {
         run.stderr
     );
 }
+
+/// Characters a terminal obeys or a page hides, as a reader would see them
+/// raw: control characters (but newline and tab, and a page's carriage
+/// return), DEL, C1 and the bidirectional overrides.
+fn raw_controls(text: &str) -> usize {
+    text.chars()
+        .filter(|&c| {
+            matches!(c, '\0'..='\u{8}' | '\u{b}'..='\u{c}' | '\u{e}'..='\u{1f}'
+                | '\u{7f}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .count()
+}
+
+/// A trace whose frames and phases are named with escape sequences: a
+/// file name that retitles the terminal, a function name that clears it,
+/// a C1 CSI, a right-to-left override.
+fn trace_with_hostile_names() -> (Vec<u8>, &'static str, &'static str) {
+    const FILE: &str = "/home/u/\u{1b}]0;pwned\u{7}train\u{1b}[31m.py";
+    const FUNCTION: &str = "forward\u{9b}2J\u{202e}drawkcab";
+    let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
+    let stack = w.intern_symbol_stack([(FUNCTION, FILE, 7), ("main", "/home/u/main.py", 3)]);
+    let phase = w.intern_string("step\u{1b}[2J");
+    let mut t = 0;
+    let mut push = |w: &mut TraceWriter<Vec<u8>>, data| {
+        t += 1;
+        w.push(Event { time_ns: t, data }).unwrap();
+    };
+    push(
+        &mut w,
+        EventData::SegmentAlloc(SegmentEvent {
+            addr: 0,
+            size: 1 << 30,
+            ..Default::default()
+        }),
+    );
+    for i in 0..3 {
+        push(
+            &mut w,
+            EventData::PhaseBegin {
+                name: phase,
+                thread: 0,
+            },
+        );
+        let block = BlockEvent {
+            addr: i << 20,
+            size: 1 << 20,
+            requested: 1 << 20,
+            stack,
+            ..Default::default()
+        };
+        push(&mut w, EventData::Alloc(block));
+        push(
+            &mut w,
+            EventData::PhaseEnd {
+                name: phase,
+                thread: 0,
+            },
+        );
+    }
+    (w.finish().unwrap(), FILE, FUNCTION)
+}
+
+#[test]
+fn names_from_the_input_reach_no_terminal_and_no_page_raw() {
+    let dir = scratch("hostile-names");
+    let path = dir.join("names.vtrace");
+    let (bytes, file, function) = trace_with_hostile_names();
+    std::fs::write(&path, bytes).unwrap();
+    for command in ["summary", "leaks", "info", "fragmentation", "simulate"] {
+        let run = vramtrace([command.as_ref(), os(&path)]).success();
+        assert_eq!(raw_controls(&run.stdout), 0, "{command}: {:?}", run.stdout);
+        assert_eq!(raw_controls(&run.stderr), 0, "{command}: {:?}", run.stderr);
+    }
+    // The text shows them as escapes.
+    let summary = vramtrace(["summary".as_ref(), os(&path)]).success();
+    assert!(
+        summary.stdout.contains("forward\\x9b2J\\u{202e}drawkcab"),
+        "{}",
+        summary.stdout
+    );
+    // JSON keeps the names as they are, as JSON escapes.
+    let json = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
+    assert_eq!(raw_controls(&json.stdout), 0);
+    let frame = &json.json()["top_sites_at_peak"][0]["frames"][0];
+    assert_eq!(
+        frame.as_str(),
+        Some(format!("{function} ({file}:7)").as_str())
+    );
+    // Charts and the page show them as escapes too.
+    let svg = dir.join("timeline.svg");
+    let html = dir.join("report.html");
+    vramtrace(["timeline".as_ref(), os(&path), "-o".as_ref(), os(&svg)]).success();
+    vramtrace(["report".as_ref(), os(&path), "-o".as_ref(), os(&html)]).success();
+    for page in [&svg, &html] {
+        let text = std::fs::read_to_string(page).unwrap();
+        assert_eq!(raw_controls(&text), 0, "{}", page.display());
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("\\x1b]0;pwned\\x07train"),
+        "the file name, shown"
+    );
+}
+
+#[test]
+fn a_message_quoting_a_long_value_stays_one_readable_line() {
+    let dir = scratch("hostile-message");
+    let path = dir.join("names.vtrace");
+    std::fs::write(&path, trace_with_hostile_names().0).unwrap();
+    let setting = format!("bogus\u{1b}]0;x\u{7}:{}", "x".repeat(100_000));
+    let run = vramtrace([
+        "simulate".as_ref(),
+        os(&path),
+        "--alloc-conf".as_ref(),
+        setting.as_ref(),
+    ])
+    .fails_with(2);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", &run.stderr[..200]);
+    assert!(run.stderr.len() < 2_000, "{} bytes", run.stderr.len());
+    assert!(
+        run.stderr.contains("bogus\\x1b]0;x\\x07"),
+        "{}",
+        &run.stderr[..200]
+    );
+    assert!(run.stderr.contains("more characters)"));
+}

@@ -169,7 +169,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // Whoever reads the JSON may not show it: say why the exit code is 1.
         for d in &results.devices {
             for failed in &d.result.gate.failed {
-                eprintln!("threshold crossed: {failed}");
+                eprintln!(
+                    "threshold crossed: {}",
+                    vramtrace::print::printable(&failed.to_string())
+                );
             }
         }
     }

@@ -31,7 +31,7 @@ use vramtrace::analysis::window::WindowError;
 use vramtrace::command::Warning;
 use vramtrace::command::plan::PlanError;
 use vramtrace::input::ExpansionExceeded;
-use vramtrace::print::ChartError;
+use vramtrace::print::{ChartError, printable, printable_cut};
 use vramtrace::simulate::SimulateError;
 use vramtrace::sites::PatternError;
 use vramtrace::units;
@@ -105,7 +105,10 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {} (see 'vramtrace --help')", usage_error(&e));
+            eprintln!(
+                "error: {} (see 'vramtrace --help')",
+                printable_cut(&usage_error(&e), MESSAGE_CHARS)
+            );
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -127,7 +130,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            eprintln!("error: {}", printable_cut(&one_line(&e), MESSAGE_CHARS));
             ExitCode::from(EXIT_USAGE)
         }
     }
@@ -344,9 +347,18 @@ fn install_panic_hook() {
     }));
 }
 
-/// Prints a warning line on stderr.
+/// The most characters of a message quoting the input: a value of
+/// megabytes (an allocator setting) is cut, so that the message stays one
+/// line.
+const MESSAGE_CHARS: usize = 1000;
+
+/// Prints a warning line on stderr, its control characters shown, not
+/// obeyed (they may come from the input).
 fn warn(message: impl std::fmt::Display) {
-    eprintln!("warning: {message}");
+    eprintln!(
+        "warning: {}",
+        printable_cut(&message.to_string(), MESSAGE_CHARS)
+    );
 }
 
 /// Prints a pass's warnings about an input, in the CLI's terms. Phases of
@@ -365,10 +377,12 @@ fn warn_about(path: &Path, warnings: &[Warning]) {
     }
 }
 
-/// Writes text to stdout. A closed pipe (`| head`) is not an error: the
-/// reader has what it wanted.
+/// Writes text to stdout, names from the input with their control
+/// characters shown, not obeyed (JSON is already so). A closed pipe
+/// (`| head`) is not an error: the reader has what it wanted.
 fn emit(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
+    let text = printable(text);
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),

@@ -8,13 +8,17 @@
 //! - [`html`]: the self-contained report page, charts inline.
 //!
 //! [`labels`] and [`table`] are what the printers share: how figures and
-//! sites read, and tables whose columns line up.
+//! sites read, and tables whose columns line up; [`printable`], how a name
+//! from the input is shown without its control characters acting.
 
 pub mod html;
 pub mod labels;
+mod printable;
 pub mod svg;
 pub mod table;
 pub mod text;
+
+pub use printable::{printable, printable_cut};
 
 use serde::Serialize;
 
@@ -40,7 +44,8 @@ pub enum ChartError {
 pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
     let mut text = serde_json::to_string_pretty(value).expect("results serialize to JSON");
     text.push('\n');
-    text
+    // Names from the input may hold characters a terminal obeys.
+    printable::json_safe(text)
 }
 
 /// A result as pretty JSON with every object's keys in alphabetical order,

@@ -15,8 +15,24 @@ const SCRIPT: &str = include_str!("assets/explorer.js");
 /// The explorer's styles, added to the page's.
 pub const STYLE: &str = include_str!("assets/explorer.css");
 
-/// JSON inside a `<script>` element: `</` would end it.
+/// JSON inside a `<script>` element: `</` would end it. Its strings (names
+/// from the input) show their control characters as escapes, as the rest
+/// of the page does ([`printable`](crate::print::printable)).
 fn script_json(value: &serde_json::Value) -> String {
+    fn shown(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::String(s) => {
+                if let std::borrow::Cow::Owned(t) = crate::print::printable(s) {
+                    *s = t;
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(shown),
+            serde_json::Value::Object(fields) => fields.values_mut().for_each(shown),
+            _ => {}
+        }
+    }
+    let mut value = value.clone();
+    shown(&mut value);
     value.to_string().replace("</", "<\\/")
 }
 

@@ -116,7 +116,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             _ => None,
         })
         .collect();
-    Ok(render(&ReportInput {
+    let page = render(&ReportInput {
         name: &r.name,
         header: &r.header,
         summary: &r.summary,
@@ -130,7 +130,14 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         what_if_left_out: r.what_if_left_out.as_deref(),
         fixes: r.fixes.as_ref(),
         busy: (r.default_axis == XAxis::Busy).then_some(&r.explorer),
-    }))
+    });
+    // Every name is escaped where it is written; this is the net under
+    // them: the page's own markup, styles and script hold no control
+    // character, so only a name's can be changed here.
+    Ok(match super::printable(&page) {
+        std::borrow::Cow::Owned(shown) => shown,
+        std::borrow::Cow::Borrowed(_) => page,
+    })
 }
 
 /// Everything one report shows about one trace.

@@ -88,7 +88,7 @@ pub fn render(
         draw_bars(&full, &bars, &sites, &mut tips)?;
         full.present().map_err(super::draw_error)?;
     }
-    tips.insert_into(&mut out);
+    tips.finish(&mut out);
     Ok(out)
 }
 

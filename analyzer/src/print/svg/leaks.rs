@@ -229,7 +229,7 @@ pub fn render(growth: &PhaseGrowth, palette: &mut Palette) -> Result<String, Cha
         }
         root.present().map_err(super::draw_error)?;
     }
-    tips.insert_into(&mut out);
+    tips.finish(&mut out);
     Ok(out)
 }
 

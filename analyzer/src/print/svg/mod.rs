@@ -120,8 +120,10 @@ impl ByteScale {
     }
 }
 
-/// Escapes text for SVG and HTML.
+/// Escapes text for SVG and HTML; control characters and bidirectional
+/// overrides become visible escapes ([`printable`](super::printable)).
 pub fn escape(text: &str) -> String {
+    let text = super::printable(text);
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -164,9 +166,14 @@ impl Tooltips {
         );
     }
 
-    /// Inserts the tooltips as the last group of an SVG document, so they
-    /// lie above everything plotters drew.
-    pub fn insert_into(self, svg: &mut String) {
+    /// Finishes an SVG document: inserts the tooltips as its last group, so
+    /// they lie above everything plotters drew, and shows the control
+    /// characters of every name in it as escapes (plotters writes labels'
+    /// text as given; the document's own markup has none).
+    pub fn finish(self, svg: &mut String) {
+        if let std::borrow::Cow::Owned(shown) = super::printable(svg) {
+            *svg = shown;
+        }
         if self.elements.is_empty() {
             return;
         }
@@ -395,7 +402,7 @@ mod tests {
         let mut svg = String::from("<svg></svg>");
         let mut t = Tooltips::default();
         t.rect(1, 2, 3, 4, "a < b & c");
-        t.insert_into(&mut svg);
+        t.finish(&mut svg);
         assert!(svg.ends_with("</g></svg>"));
         assert!(svg.contains("<title>a &lt; b &amp; c</title>"));
     }

@@ -193,6 +193,6 @@ pub fn render(
         }
         root.present().map_err(super::draw_error)?;
     }
-    tips.insert_into(&mut out);
+    tips.finish(&mut out);
     Ok(out)
 }

@@ -235,7 +235,7 @@ pub fn render(
         add_sample_tooltips(&mut tips, &ctx, chart, top, &xs);
         root.present().map_err(super::draw_error)?;
     }
-    tips.insert_into(&mut out);
+    tips.finish(&mut out);
     Ok(out)
 }
 
