@@ -380,6 +380,30 @@ fn outputs_never_destroy_inputs() {
 }
 
 #[test]
+fn an_output_over_a_trace_of_an_input_folder_is_refused_and_hidden_files_are_no_ranks() {
+    let dir = scratch("hostile-folder-outputs");
+    let ranks = dir.join("ranks");
+    std::fs::create_dir_all(&ranks).unwrap();
+    let rank1 = ranks.join("rank-1.vtrace");
+    for name in ["rank-0.vtrace", "rank-1.vtrace"] {
+        std::fs::copy(fixture("leak.vtrace"), ranks.join(name)).unwrap();
+    }
+    let original = std::fs::read(&rank1).unwrap();
+    let run = vramtrace(["report".as_ref(), os(&ranks), "-o".as_ref(), os(&rank1)]).fails_with(2);
+    assert!(
+        run.stderr.contains("would destroy the input"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(std::fs::read(&rank1).unwrap(), original);
+    // A write that a kill left behind (`.NAME.PID.tmp`) is not a rank.
+    std::fs::write(ranks.join(".rank-2.vtrace.4242.tmp"), b"partial").unwrap();
+    let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&ranks)]).success();
+    assert!(!run.stderr.contains(".tmp"), "{}", run.stderr);
+    assert!(!run.stdout.contains(".tmp"), "{}", run.stdout);
+}
+
+#[test]
 fn messages_name_the_argument_the_path_and_the_offset() {
     let run = vramtrace(["simulate"]).fails_with(2);
     assert!(

@@ -232,8 +232,8 @@ pub struct RankArgs {
 }
 
 /// The traces named on the command line: files as given, and each folder's
-/// traces and snapshots (names holding `.vtrace`, `.pickle` or `.pkl`),
-/// sorted by name.
+/// traces and snapshots (names holding `.vtrace`, `.pickle` or `.pkl`, not
+/// hidden), sorted by name.
 pub fn expand_folders(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut traces = Vec::new();
     for path in paths {
@@ -246,9 +246,14 @@ pub fn expand_folders(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
             .filter_map(|entry| entry.ok().map(|e| e.path()))
             .filter(|p| {
                 let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+                // Hidden files are left out: a write in progress (or one a
+                // kill left behind) is `.NAME.PID.tmp`.
                 p.is_file()
                     && name.is_some_and(|n| {
-                        n.contains(".vtrace") || n.contains(".pickle") || n.contains(".pkl")
+                        !n.starts_with('.')
+                            && (n.contains(".vtrace")
+                                || n.contains(".pickle")
+                                || n.contains(".pkl"))
                     })
             })
             .collect();
@@ -349,10 +354,22 @@ pub fn x_axis(x: Option<XArg>, input: &Input) -> vramtrace::analysis::pauses::XA
 /// work, so nothing is lost.
 pub fn check_outputs<'a>(
     outputs: impl IntoIterator<Item = &'a Path>,
-    inputs: impl IntoIterator<Item = &'a Path> + Clone,
+    inputs: impl IntoIterator<Item = &'a Path>,
 ) -> anyhow::Result<()> {
+    // A folder's inputs are the traces in it: an output over one of them
+    // destroys it as surely as one named on the command line.
+    let inputs: Vec<PathBuf> = inputs
+        .into_iter()
+        .flat_map(|input| {
+            if input.is_dir() {
+                expand_folders(&[input.to_path_buf()]).unwrap_or_default()
+            } else {
+                vec![input.to_path_buf()]
+            }
+        })
+        .collect();
     for output in outputs {
-        for input in inputs.clone() {
+        for input in &inputs {
             if same_file(output, input) {
                 anyhow::bail!(
                     "the output {} is the input {}: writing it would destroy the input; choose another output",

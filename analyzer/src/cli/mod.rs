@@ -418,14 +418,49 @@ fn write_with(
     temporary_name.push(format!(".{}.tmp", std::process::id()));
     let temporary = path.with_file_name(temporary_name);
     let result = (|| {
-        let mut out =
-            std::io::BufWriter::with_capacity(4 << 20, std::fs::File::create(&temporary)?);
+        // A new file, or none: a file or a symlink planted at the temporary
+        // name is neither followed nor overwritten (O_EXCL).
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temporary)?;
+        let mut out = std::io::BufWriter::with_capacity(4 << 20, file);
         write(&mut out)?;
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         std::fs::rename(&temporary, path)
     })();
-    if result.is_err() {
+    if let Err(e) = &result
+        && e.kind() != std::io::ErrorKind::AlreadyExists
+    {
         let _ = std::fs::remove_file(&temporary);
     }
     result.with_context(context)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_planted_at_the_temporary_name_is_not_followed() {
+        let dir = std::env::temp_dir().join(format!("vramtrace-planted-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim.txt");
+        std::fs::write(&victim, b"precious").unwrap();
+        let out = dir.join("report.html");
+        // The name write_file gives its temporary file in this process.
+        let temporary = dir.join(format!(".report.html.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &temporary).unwrap();
+        assert!(write_file(&out, b"<html>").is_err());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(!out.exists());
+        // Without the plant, the file is written whole and nothing is left.
+        std::fs::remove_file(&temporary).unwrap();
+        write_file(&out, b"<html>").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"<html>");
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(left.len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
