@@ -401,6 +401,25 @@ fn an_output_over_a_trace_of_an_input_folder_is_refused_and_hidden_files_are_no_
     let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&ranks)]).success();
     assert!(!run.stderr.contains(".tmp"), "{}", run.stderr);
     assert!(!run.stdout.contains(".tmp"), "{}", run.stdout);
+    // An empty file among them is left out with a warning naming it; the
+    // others are still summarized, with or without --ranks.
+    std::fs::write(ranks.join("rank-3.vtrace"), b"").unwrap();
+    for args in [vec![os(&ranks)], vec![os(&ranks), "--ranks".as_ref()]] {
+        let run = vramtrace(std::iter::once("summary".as_ref()).chain(args)).success();
+        assert!(
+            run.stderr.contains("rank-3.vtrace") && run.stderr.contains("left out"),
+            "{}",
+            run.stderr
+        );
+        assert!(run.stdout.contains("rank-1.vtrace"), "{}", run.stdout);
+    }
+    // Named on the command line, it is still an error.
+    vramtrace([
+        "summary".as_ref(),
+        os(&rank1),
+        os(&ranks.join("rank-3.vtrace")),
+    ])
+    .fails_with(2);
 }
 
 #[test]

@@ -279,15 +279,31 @@ pub fn rank_inputs(
     input: &InputArgs,
 ) -> anyhow::Result<(Vec<PathBuf>, bool)> {
     let traces = expand_folders(paths)?;
-    if ranks.ranks || traces.len() < 2 {
+    if traces.len() < 2 {
         return Ok((traces, ranks.ranks));
     }
-    let headers = traces
-        .iter()
-        .map(|path| Input::peek_header(path, input.options()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let set = vramtrace::command::ranks::one_run(&headers);
-    Ok((traces, set))
+    // A folder's file that is no trace at all (empty, another format) is
+    // left out with a warning, so that one bad file does not cost the
+    // others' table; a file named on the command line must be read.
+    let mut kept = Vec::with_capacity(traces.len());
+    let mut headers = Vec::with_capacity(traces.len());
+    for path in traces {
+        match Input::peek_header(&path, input.options()) {
+            Ok(header) => {
+                kept.push(path);
+                headers.push(header);
+            }
+            Err(e) if !paths.contains(&path) => {
+                warn(format_args!("{e}: left out of its folder's traces"))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if kept.is_empty() {
+        anyhow::bail!("no file of the folders given could be read as a trace or snapshot");
+    }
+    let set = ranks.ranks || vramtrace::command::ranks::one_run(&headers);
+    Ok((kept, set))
 }
 
 /// The device a chart shows (see [`ByDevice::shown`]), and what its title
