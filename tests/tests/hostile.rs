@@ -651,3 +651,27 @@ fn a_message_quoting_a_long_value_stays_one_readable_line() {
     );
     assert!(run.stderr.contains("more characters)"));
 }
+
+#[cfg(unix)]
+#[test]
+fn a_pipe_as_input_is_refused_plainly() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(vramtrace_e2e::binary())
+        .args(["summary", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let trace = std::fs::read(fixture("leak.vtrace")).unwrap();
+    // The reader may refuse before reading it all: a broken pipe is fine.
+    let _ = child.stdin.take().unwrap().write_all(&trace);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is not a regular file") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+}

@@ -70,6 +70,15 @@ pub enum InputError {
         #[source]
         source: io::Error,
     },
+    /// The input is a pipe, a terminal or a device: it is read more than
+    /// once (its start, then each pass), so it must be a file.
+    #[error(
+        "{path} is not a regular file (a pipe or a device): inputs are read more than once; save it to a file first"
+    )]
+    NotAFile {
+        /// The input.
+        path: PathBuf,
+    },
     /// The content is neither a trace nor a pickle.
     #[error("{path}: not a vramtrace trace nor a PyTorch snapshot pickle (it starts with {start})")]
     UnknownFormat {
@@ -184,6 +193,21 @@ impl std::fmt::Debug for Input {
     }
 }
 
+/// Opens the input file at `path`, refusing what cannot be read twice.
+fn open_file(path: &Path) -> Result<File, InputError> {
+    let io = |source| InputError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    if !file.metadata().map_err(io)?.is_file() {
+        return Err(InputError::NotAFile {
+            path: path.to_owned(),
+        });
+    }
+    Ok(file)
+}
+
 impl Input {
     /// Opens a trace or snapshot file, compressed or not. A snapshot is parsed here,
     /// with `progress` hearing the pickle bytes read.
@@ -198,10 +222,7 @@ impl Input {
         progress: &dyn Progress,
     ) -> Result<Input, InputError> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|source| InputError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let file = open_file(path)?;
         Input::from_source(path, Source::file(file), options, progress)
     }
 
@@ -225,10 +246,7 @@ impl Input {
         options: InputOptions,
     ) -> Result<Option<vramtrace_format::Header>, InputError> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|source| InputError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let file = open_file(path)?;
         match start_of(path, &Source::file(file), options)? {
             (Start::Trace, stream, _) => trace_reader(stream)
                 .map(|reader| Some(reader.header().clone()))
