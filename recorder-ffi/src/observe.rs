@@ -187,6 +187,11 @@ static SLOTS: [Slot; MAX_DEVICES] = [const {
     }
 }; MAX_DEVICES];
 
+/// Whether a device's trace could not be created during the recording in
+/// progress (reported then): [`vramtrace_observe_stop`] then fails, so the
+/// program hears that a trace is missing.
+static CREATE_FAILED: AtomicBool = AtomicBool::new(false);
+
 /// Every observer ever created: they must outlive any pointer to them.
 static OBSERVERS: Mutex<Vec<Arc<Observer>>> = Mutex::new(Vec::new());
 
@@ -294,6 +299,7 @@ fn route_slowly(slot: &Slot, device: u32, e: &TorchEvent, kind: Option<EventKind
                     }
                     Err(msg) => {
                         report(&msg);
+                        CREATE_FAILED.store(true, Ordering::Relaxed);
                         *route = Route::Idle;
                         return false;
                     }
@@ -662,6 +668,37 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
     })
 }
 
+/// Refuses a trace file pattern whose folder does not exist or cannot be
+/// written: the traces are created at each device's first event, too late
+/// to tell the program that started the recording.
+fn writable_folder(pattern: &str) -> Result<(), String> {
+    let folder = std::path::Path::new(pattern)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if folder.to_string_lossy().contains('%') {
+        // A folder per rank or device: made by whoever names it so.
+        return Ok(());
+    }
+    if !folder.is_dir() {
+        return Err(format!(
+            "cannot write traces to {}: no such folder",
+            folder.display()
+        ));
+    }
+    let c = std::ffi::CString::new(folder.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("cannot write traces to {}", folder.display()))?;
+    // SAFETY: `c` is a NUL-terminated path; access() only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Err(format!(
+            "cannot write traces to {}: {}",
+            folder.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
 /// Starts recording what the shim reports. `config` is `key=value` lines:
 ///
 /// - `out=PATTERN`: the trace file pattern (`%p`, `%r`, `%d`, as in
@@ -687,6 +724,7 @@ pub unsafe extern "C" fn vramtrace_observe_start(config: *const c_char) -> c_int
     let text = unsafe { c_str(config) };
     let r = catch_unwind(AssertUnwindSafe(|| {
         let request = parse_start(&text)?;
+        writable_folder(&request.config.pattern)?;
         {
             let mut s = session();
             if s.is_some() {
@@ -699,6 +737,7 @@ pub unsafe extern "C" fn vramtrace_observe_start(config: *const c_char) -> c_int
             });
         }
         reset_iterations();
+        CREATE_FAILED.store(false, Ordering::Relaxed);
         for slot in &SLOTS {
             *lock(&slot.pending_limit) = None;
             *slot.route() = if request.pending_state {
@@ -744,7 +783,12 @@ pub extern "C" fn vramtrace_observe_stop() -> c_int {
             .filter(|o| stopped.contains(&Arc::as_ptr(o)))
             .cloned()
             .collect();
-        let mut status = 0;
+        // A device whose trace could not be created was told of then.
+        let mut status = if CREATE_FAILED.swap(false, Ordering::Relaxed) {
+            -1
+        } else {
+            0
+        };
         for o in &finished {
             match o.finish() {
                 Ok(_) | Err(recorder::recorder::RecorderError::Finished) => {}

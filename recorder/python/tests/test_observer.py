@@ -234,7 +234,7 @@ def test_replacement_mode_without_a_cuda_device_says_so_and_records_nothing(monk
     assert "PyTorch is not installed: running without recording" in capsys.readouterr().err
 
 
-def test_the_recorder_is_told_the_devices_and_allocator_settings():
+def test_the_recorder_is_told_the_devices_and_allocator_settings(tmp_path):
     text = _observer._config(fake_torch(cuda=True), "run-%d.vtrace", "python", pending=True)
     lines = text.splitlines()
     assert "state=pending" in lines and "stacks=python" in lines
@@ -246,7 +246,7 @@ def test_the_recorder_is_told_the_devices_and_allocator_settings():
     # The library accepts it.
     lib = vramtrace._load()
     assert lib.vramtrace_observe_start(text.replace("state=pending", "state=empty")
-                                       .replace("out=run-%d.vtrace", "out=/nonexistent/x")
+                                       .replace("out=run-%d.vtrace", f"out={tmp_path / 'x'}")
                                        .encode()) == 0
     assert lib.vramtrace_observe_active() == 1
     assert lib.vramtrace_observe_stop() == 0
@@ -347,3 +347,32 @@ def test_install_modes():
         vramtrace.install("x.vtrace", mode="swap")
 
 
+
+
+def test_a_trace_that_cannot_be_created_fails_start_or_stop(tmp_path):
+    import ctypes
+
+    import torch_sink
+    from vramtrace import _library
+
+    lib = _library.load()
+    sink = torch_sink.sink(lib)
+    config = "out={}\nstacks=none\nstate=empty\ndevice=0\t85899345920\tno GPU\n"
+    # No such folder: refused at start, not at the first allocation.
+    missing = tmp_path / "missing" / "run.vtrace"
+    assert lib.vramtrace_observe_start(config.format(missing).encode()) == -1
+    # The folder goes away after the start: the trace cannot be created at
+    # the device's first event, and stop says so.
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    assert lib.vramtrace_observe_start(config.format(folder / "run.vtrace").encode()) == 0
+    folder.rmdir()
+    event = torch_sink.TorchEvent(torch_sink.ALLOC, 0, 1 << 40, 512, 0, 0, None)
+    sink.event(ctypes.byref(event))
+    assert lib.vramtrace_observe_stop() == -1
+    # The next recording starts afresh.
+    folder.mkdir()
+    assert lib.vramtrace_observe_start(config.format(folder / "run.vtrace").encode()) == 0
+    sink.event(ctypes.byref(event))
+    assert lib.vramtrace_observe_stop() == 0
+    assert (folder / "run.vtrace").exists()
