@@ -308,7 +308,7 @@ fn restore_default_sigpipe() {
 /// A plain snapshot is parsed from a mapping of its file (`input`): if another
 /// process truncates the file meanwhile, reading a page past its new end raises
 /// `SIGBUS`, which would kill the process with the shell's bare "Bus error".
-/// Say what happened in one line instead, and exit with status 1 like any
+/// Say what happened in one line instead, and exit with the status of any
 /// other error. Only a mapped file can raise it in this program.
 fn report_sigbus() {
     #[cfg(unix)]
@@ -319,7 +319,7 @@ fn report_sigbus() {
             // SAFETY: write(2) and _exit(2) are async-signal-safe; MESSAGE is static.
             unsafe {
                 libc::write(2, MESSAGE.as_ptr().cast(), MESSAGE.len());
-                libc::_exit(1);
+                libc::_exit(EXIT_USAGE as libc::c_int);
             }
         }
         // SAFETY: called once at start-up, before any other thread exists; the
