@@ -241,24 +241,34 @@ fn an_unknown_record_is_reported_and_the_footer_checked() {
 
 /// A trace of `depth` nested phases (the audit's 30,000 took 5.3 GB in
 /// `compare`; 100,000 aborted it).
+/// Pushes events one nanosecond apart, after a 1 GiB segment at address 0:
+/// the start of the hand-made traces below.
+fn one_gib_then(
+    w: &mut TraceWriter<Vec<u8>>,
+) -> impl FnMut(&mut TraceWriter<Vec<u8>>, EventData) + use<> {
+    let mut t = 1;
+    let segment = SegmentEvent {
+        addr: 0,
+        size: 1 << 30,
+        ..Default::default()
+    };
+    w.push(Event {
+        time_ns: t,
+        data: EventData::SegmentAlloc(segment),
+    })
+    .unwrap();
+    move |w: &mut TraceWriter<Vec<u8>>, data| {
+        t += 1;
+        w.push(Event { time_ns: t, data }).unwrap();
+    }
+}
+
 fn nested_phases(depth: usize) -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
     let names: Vec<_> = (0..7)
         .map(|i| w.intern_string(&format!("level{i}")))
         .collect();
-    let mut t = 0;
-    let mut push = |w: &mut TraceWriter<Vec<u8>>, data| {
-        t += 1;
-        w.push(Event { time_ns: t, data }).unwrap();
-    };
-    push(
-        &mut w,
-        EventData::SegmentAlloc(SegmentEvent {
-            addr: 0,
-            size: 1 << 30,
-            ..Default::default()
-        }),
-    );
+    let mut push = one_gib_then(&mut w);
     for i in 0..depth {
         let name = names[i % 7];
         push(&mut w, EventData::PhaseBegin { name, thread: 0 });
@@ -547,19 +557,7 @@ fn trace_with_hostile_names() -> (Vec<u8>, &'static str, &'static str) {
     let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
     let stack = w.intern_symbol_stack([(FUNCTION, FILE, 7), ("main", "/home/u/main.py", 3)]);
     let phase = w.intern_string("step\u{1b}[2J");
-    let mut t = 0;
-    let mut push = |w: &mut TraceWriter<Vec<u8>>, data| {
-        t += 1;
-        w.push(Event { time_ns: t, data }).unwrap();
-    };
-    push(
-        &mut w,
-        EventData::SegmentAlloc(SegmentEvent {
-            addr: 0,
-            size: 1 << 30,
-            ..Default::default()
-        }),
-    );
+    let mut push = one_gib_then(&mut w);
     for i in 0..3 {
         push(
             &mut w,

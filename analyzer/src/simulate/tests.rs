@@ -253,15 +253,6 @@ fn nccl_adds_to_the_reserve_where_a_trace_shows_it() {
     assert!(stated.stated && stated.nccl);
 }
 
-/// Extracts the requests of a trace in memory.
-fn load_bytes(bytes: &[u8]) -> Extracted {
-    let mut reader = vramtrace_format::TraceReader::new(bytes).unwrap();
-    extract(&mut reader, Devices::Apart, &NoProgress)
-        .unwrap()
-        .devices
-        .remove(0)
-}
-
 #[test]
 fn a_capped_run_that_ran_out_of_memory_is_reproduced_under_its_cap() {
     const MIB: u64 = 1 << 20;
@@ -270,7 +261,7 @@ fn a_capped_run_that_ran_out_of_memory_is_reproduced_under_its_cap() {
     let card = 80 * 1024 * MIB;
     let cap = 12 * 1024 * MIB;
     let bytes = crate::testing::capped_run(card, Some(cap), 500 * MIB, 1500, MIB, 5530 * MIB);
-    let e = load_bytes(&bytes);
+    let e = extracted(&bytes);
     assert_eq!(e.limits.limit.unwrap().bytes, cap);
     assert_eq!(e.recorded_capacity, Some(cap));
     assert_eq!(e.list.recorded_ooms, 1);
@@ -296,7 +287,7 @@ fn a_simulated_oom_has_a_waterfall_that_sums_to_its_capacity() {
     let card = 80 * 1024 * MIB;
     let cap = 12 * 1024 * MIB;
     let bytes = crate::testing::capped_run(card, Some(cap), 500 * MIB, 1434, MIB, 5530 * MIB);
-    let e = load_bytes(&bytes);
+    let e = extracted(&bytes);
     let sim = simulate(
         &e.list,
         &recorded(&e),
@@ -339,7 +330,7 @@ fn a_capped_run_collecting_garbage_is_reproduced_under_its_cap() {
         14 * MIB,
         "garbage_collection_threshold:0.6",
     );
-    let e = load_bytes(&bytes);
+    let e = extracted(&bytes);
     let config = recorded(&e);
     assert!(config.garbage_collection_threshold > 0.0);
     assert_eq!(e.recorded_capacity, Some(130 * MIB));
