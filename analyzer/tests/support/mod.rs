@@ -1,0 +1,3 @@
+//! Helpers shared by the analyzer's integration tests.
+
+pub mod scaling;
