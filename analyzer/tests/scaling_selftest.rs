@@ -1,5 +1,7 @@
 //! The scaling check itself: it passes linear work and fails quadratic work.
 
+#![allow(clippy::ptr_arg)] // the check hands the input over as it was built
+
 mod support;
 
 use support::scaling::assert_linear;
