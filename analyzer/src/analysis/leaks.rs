@@ -716,7 +716,9 @@ impl Analysis for Leaks {
                 }
                 for open in &mut self.open {
                     let s = open.sites.entry(a.site).or_default();
-                    s.bytes += a.size;
+                    // Net bytes of the phase: saturating, as a hostile trace's
+                    // frees may never come.
+                    s.bytes = s.bytes.saturating_add(a.size);
                     s.blocks += 1;
                 }
             }
@@ -789,7 +791,7 @@ impl Analysis for Leaks {
         for a in state.live() {
             if self.window_start_ns.is_none_or(|start| a.time_ns > start) {
                 let s = never.entry(a.site).or_default();
-                s.bytes += a.size;
+                s.bytes = s.bytes.saturating_add(a.size);
                 s.blocks += 1;
             }
         }

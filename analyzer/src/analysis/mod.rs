@@ -29,6 +29,7 @@ pub mod waterfall;
 pub mod window;
 
 use crate::progress::Meter;
+use crate::replay::plausible::{ImpossibleValues, impossible, plausible_initial};
 use crate::replay::{Applied, ReplayState};
 use peaks::Peaks;
 use std::collections::BTreeSet;
@@ -140,6 +141,9 @@ pub struct PassInfo {
     pub damage: Vec<TraceDamage>,
     /// How much damage there was, listed or not.
     pub damage_count: u64,
+    /// Events (and starting segments) left out for values no allocator
+    /// records.
+    pub impossible: ImpossibleValues,
 }
 
 impl PassInfo {
@@ -424,7 +428,13 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
     let mut process = blank;
     let mut passes: Vec<DevicePass<A>> = Vec::new();
     let mut seen = BTreeSet::new();
-    match (devices, reader.initial_state()) {
+    let mut info = PassInfo::default();
+    let initial = reader.initial_state().map(|initial| {
+        let (kept, left_out) = plausible_initial(initial);
+        info.impossible.initial_segments = left_out;
+        kept
+    });
+    match (devices, initial.as_deref()) {
         (Devices::Together, initial) => {
             if let Some(initial) = initial {
                 process.load_initial(initial, reader.symbols());
@@ -451,7 +461,6 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
     }
     let together = devices == Devices::Together;
     let stops_when_done = devices != Devices::Apart;
-    let mut info = PassInfo::default();
     let mut started = false;
     let mut index = 0u64;
     let bounds = window.bounds();
@@ -461,6 +470,11 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
         for event in events {
             if bounds.is_after(index, event.time_ns) {
                 return ControlFlow::Break(());
+            }
+            if let Some(why) = impossible(&event.data) {
+                info.impossible.note(index, why);
+                index += 1;
+                continue;
             }
             let inside = bounds.started(index, event.time_ns);
             // The device this event goes to (`None`: all of them).

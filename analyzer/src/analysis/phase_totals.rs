@@ -106,7 +106,7 @@ impl Analysis for PhaseTotals {
                 }
                 let allocated = state.totals().allocated;
                 for open in &mut self.open {
-                    open.retained += a.size;
+                    open.retained = open.retained.saturating_add(a.size);
                     open.peak = open.peak.max(allocated);
                 }
             }

@@ -95,12 +95,27 @@ pub fn info(input: &Input) -> Result<InfoResult, Error> {
     let total = scan.counts.total();
     let header = events.header();
     let symbols = events.symbols();
-    let initial = events.initial_state();
+    // Sums over the starting state count only what an allocator could hold.
+    let (initial, left_out) = match events.initial_state() {
+        Some(initial) => {
+            let (kept, left_out) = crate::replay::plausible::plausible_initial(initial);
+            (Some(kept), left_out)
+        }
+        None => (None, 0),
+    };
+    let initial = initial.as_deref();
     let truncation = events.truncation().copied();
     let mut damage: Vec<String> = events.damage().iter().map(ToString::to_string).collect();
     let unlisted = events.damage_count() - damage.len() as u64;
     if unlisted > 0 {
         damage.push(format!("{unlisted} more damaged places were skipped"));
+    }
+    if left_out > 0 {
+        let values = crate::replay::plausible::ImpossibleValues {
+            initial_segments: left_out,
+            ..Default::default()
+        };
+        damage.push(values.to_string());
     }
     let status = match (truncation, events.is_complete()) {
         _ if !damage.is_empty() => Status::Damaged,

@@ -33,6 +33,7 @@ use crate::input::Input;
 use crate::progress::Progress;
 use crate::replay::ReplayState;
 use crate::replay::categories::CategoryOptions;
+use crate::replay::plausible::ImpossibleValues;
 use crate::sites::{FoldRules, SiteFolder};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 use std::fmt;
@@ -81,6 +82,8 @@ pub enum Warning {
     /// A bad limit or device-memory event was left out, or the allocator's
     /// limit changed during the run (what analyses did about it).
     Memory(String),
+    /// Events or starting segments with impossible values were left out.
+    Impossible(ImpossibleValues),
     /// Other threads than the one followed began phases, which are not
     /// shown: `(thread, phase begins)`, and the thread followed.
     OtherThreadPhases {
@@ -102,6 +105,7 @@ impl fmt::Display for Warning {
             ),
             Warning::EmptyWindow => f.write_str("no event lies inside the window"),
             Warning::Memory(why) => f.write_str(why),
+            Warning::Impossible(values) => write!(f, "{values}"),
             Warning::UnreadableSettings(why) => {
                 write!(f, "the recorded allocator settings cannot be read ({why})")
             }
@@ -134,6 +138,9 @@ impl Warning {
             warnings.push(Warning::Truncated(t));
         } else if !info.complete && !info.stopped_early {
             warnings.push(Warning::Unfinished);
+        }
+        if !info.impossible.is_empty() {
+            warnings.push(Warning::Impossible(info.impossible));
         }
         if info.events_in_window == 0 && !window.is_all() {
             warnings.push(Warning::EmptyWindow);

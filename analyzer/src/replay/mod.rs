@@ -23,6 +23,7 @@
 //! | `reserved` (segment sizes) | `SegmentAlloc`, `SegmentMap` | `SegmentFree`, `SegmentUnmap` |
 
 pub mod categories;
+pub mod plausible;
 
 use crate::sites::{SiteFolder, SiteId};
 use categories::{

@@ -1046,7 +1046,12 @@ pub fn extract<S: vramtrace_format::EventSource>(
     let header = reader.header();
     let recorded_config = AllocatorConfig::from_settings(&header.allocator_settings);
     let listed = header.devices.clone();
-    let initial = reader.initial_state().cloned();
+    // The starting state the pass replays: without impossible segments.
+    let initial = reader.initial_state().map(|i| {
+        crate::replay::plausible::plausible_initial(i)
+            .0
+            .into_owned()
+    });
     let categories = crate::replay::categories::CategoryOptions::of_header(header);
     let passes = crate::analysis::run_device_pass(
         reader,
