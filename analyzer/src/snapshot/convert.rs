@@ -80,6 +80,8 @@ struct EntryFields {
     // `list` and `action` are filled in when the entry is recorded.
     e: LogEntry,
     has_frames: bool,
+    // A number field out of its range (a negative size, a time past 2^63 µs).
+    impossible: bool,
     text: StrId,
 }
 
@@ -97,6 +99,7 @@ impl Default for EntryFields {
                 stack: 0,
             },
             has_frames: false,
+            impossible: false,
             text: 0,
         }
     }
@@ -107,7 +110,6 @@ impl EntryFields {
     /// trace entry (its `action` is not a str).
     #[inline(always)]
     fn set(&mut self, heap: &Heap, field: u8, v: Val) -> Option<()> {
-        // Ints as u64, two's complement for negative ones (as the i128 cast did).
         let int = || match v {
             Val::Int(i) => Some(i as i128),
             Val::BigInt(_) => heap.int(v),
@@ -119,10 +121,22 @@ impl EntryFields {
                 Val::Str(s) => self.action = Some(s),
                 _ => return None,
             },
-            F_ADDR => self.e.addr = int().unwrap_or(0) as u64,
-            F_SIZE => self.e.size = int().unwrap_or(0) as u64,
+            F_ADDR | F_SIZE => {
+                let value = int().map_or(Some(0), |i| u64::try_from(i).ok());
+                self.impossible |= value.is_none();
+                let value = value.unwrap_or(0);
+                if field == F_ADDR {
+                    self.e.addr = value;
+                } else {
+                    self.e.size = value;
+                }
+            }
+            // Streams are handles, not quantities: any 64 bits name one.
             F_STREAM => self.e.stream = int().unwrap_or(0) as u64,
-            F_TIME => self.e.time_us = int().map(|t| t as i64),
+            F_TIME => {
+                self.e.time_us = int().and_then(|t| i64::try_from(t).ok().filter(|&t| t >= 0));
+                self.impossible |= int().is_some() && self.e.time_us.is_none();
+            }
             F_FRAMES => {
                 self.has_frames = true;
                 if let Val::Custom {
@@ -196,6 +210,10 @@ pub(crate) struct Collector {
     pub entries_without_time: u64,
     /// Entries without `frames`.
     pub entries_without_frames: u64,
+    /// Entries left out for values no allocator records (see
+    /// [`crate::replay::plausible`]): a negative or too large size or address, a
+    /// negative time or one past 2^63 µs.
+    pub entries_impossible: u64,
     /// Entries earlier than an entry before them in their list (device), filled by
     /// [`Collector::finish_parsing`].
     pub entries_out_of_order: u64,
@@ -276,6 +294,7 @@ impl Collector {
             log: EventLog::default(),
             action_counts: FxHashMap::default(),
             entries_without_time: 0,
+            entries_impossible: 0,
             entries_without_frames: 0,
             entries_out_of_order: 0,
             scratch: Vec::new(),
@@ -364,6 +383,10 @@ impl Collector {
         let mut e = f.e;
         e.list = list;
         e.action = Action::ALL[pos as usize];
+        if f.impossible || e.action.impossible(e.addr, e.size) {
+            self.entries_impossible += 1;
+            return Some(Attach::Consume);
+        }
         if e.action == Action::UserDefined {
             e.size = f.text as u64;
         }

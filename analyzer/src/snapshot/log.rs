@@ -24,6 +24,26 @@ pub(crate) enum Action {
 }
 
 impl Action {
+    /// Whether an entry of this action with these fields holds values no
+    /// allocator records (the judgement of [`crate::replay::plausible`]): a
+    /// block or segment past 2^50 bytes or ending past 2^64, an OOM's device
+    /// figure (`device_free`, read into `addr`) past 2^50 bytes. The size an
+    /// OOM asked for may be anything.
+    pub fn impossible(self, addr: u64, size: u64) -> bool {
+        use crate::replay::plausible::MAX_BYTES;
+        match self {
+            Action::Alloc
+            | Action::FreeRequested
+            | Action::FreeCompleted
+            | Action::SegmentAlloc
+            | Action::SegmentFree
+            | Action::SegmentMap
+            | Action::SegmentUnmap => size > MAX_BYTES || addr.checked_add(size).is_none(),
+            Action::Oom => addr > MAX_BYTES,
+            Action::Snapshot | Action::UserDefined => false,
+        }
+    }
+
     pub const ALL: [Action; 10] = [
         Action::Alloc,
         Action::FreeRequested,

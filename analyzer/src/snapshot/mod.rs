@@ -14,6 +14,7 @@ mod log;
 pub mod pickle;
 mod rebuild;
 
+use crate::replay::plausible::MAX_BYTES;
 use convert::{Collected, Collector};
 use log::{Action, LogEntry};
 use pickle::{Heap, ObjKind, PickleError, StrId, Val};
@@ -210,6 +211,19 @@ struct Snapshot {
     // (time_us, is START, name)
     annotations: Option<Vec<(i64, bool, String)>>,
     warnings: Vec<String>,
+    // Segments and blocks of `segments` left out for impossible values.
+    impossible_segments: u64,
+    impossible_blocks: u64,
+}
+
+/// An address and a size from a pickle as an allocator could have recorded
+/// them: neither negative, the size at most [`MAX_BYTES`], the end within
+/// 64 bits.
+fn plausible_range(addr: i128, size: i128) -> Option<(u64, u64)> {
+    let addr = u64::try_from(addr).ok()?;
+    let size = u64::try_from(size).ok().filter(|&s| s <= MAX_BYTES)?;
+    addr.checked_add(size)?;
+    Some((addr, size))
 }
 
 fn int(heap: &Heap, v: Option<Val>) -> Option<i128> {
@@ -253,6 +267,8 @@ impl Snapshot {
             settings: BTreeMap::new(),
             annotations: None,
             warnings: Vec::new(),
+            impossible_segments: 0,
+            impossible_blocks: 0,
         };
         match traces {
             Some(Val::Obj(t)) if heap.obj(t).kind == ObjKind::List => {
@@ -376,8 +392,12 @@ impl Snapshot {
                     MAX_DEVICES - 1
                 ))
             })?;
-        let addr = int(heap, g("address")).ok_or_else(|| bad("has no `address`"))? as u64;
-        let size = int(heap, g("total_size")).ok_or_else(|| bad("has no `total_size`"))? as u64;
+        let addr = int(heap, g("address")).ok_or_else(|| bad("has no `address`"))?;
+        let size = int(heap, g("total_size")).ok_or_else(|| bad("has no `total_size`"))?;
+        let Some((addr, size)) = plausible_range(addr, size) else {
+            self.impossible_segments += 1;
+            return Ok(());
+        };
         let stream = int(heap, g("stream")).unwrap_or(0) as u64;
         let expandable = int(heap, g("is_expandable")).unwrap_or(0) != 0;
         self.end_segments.push(EndSegment {
@@ -397,11 +417,17 @@ impl Snapshot {
         for &b in &heap.obj(blocks).items {
             let Val::Obj(b) = b else { continue };
             let g = |k: &str| heap.dict_get_str(b, k);
-            let baddr = int(heap, g("address")).map_or(at, |a| a as u64);
-            let bsize = int(heap, g("size")).unwrap_or(0) as u64;
-            // A hostile snapshot's address and size may pass 2^64: wrap, as the
-            // release build always did (a debug build panicked here).
-            at = baddr.wrapping_add(bsize);
+            let baddr = int(heap, g("address")).unwrap_or(at as i128);
+            let bsize = int(heap, g("size")).unwrap_or(0);
+            let requested = int(heap, g("requested_size")).unwrap_or(0);
+            let (Some((baddr, bsize)), Some(requested)) = (
+                plausible_range(baddr, bsize),
+                u64::try_from(requested).ok().filter(|&r| r <= MAX_BYTES),
+            ) else {
+                self.impossible_blocks += 1;
+                continue;
+            };
+            at = baddr + bsize;
             let status = match g("state") {
                 Some(Val::Str(s)) => match heap.str_bytes(s) {
                     b"active_allocated" => BlockStatus::Allocated,
@@ -421,7 +447,7 @@ impl Snapshot {
                 baddr,
                 EndBlock {
                     size: bsize,
-                    requested: int(heap, g("requested_size")).unwrap_or(0) as u64,
+                    requested,
                     status,
                     stack,
                 },
@@ -509,6 +535,12 @@ impl Plan {
             report.warnings.push(format!(
                 "{} trace entries have no `frames` (recorded without context?): they have no stack",
                 c.entries_without_frames
+            ));
+        }
+        if s.impossible_segments + s.impossible_blocks + c.entries_impossible > 0 {
+            report.warnings.push(format!(
+                "{} segments, {} blocks and {} trace entries with impossible values (negative, sizes past 2^50 bytes, address ranges past 2^64, times past 2^63 µs) left out",
+                s.impossible_segments, s.impossible_blocks, c.entries_impossible
             ));
         }
         if c.entries_out_of_order > 0 {
