@@ -19,7 +19,9 @@
 //! target for `VRAMTRACE_FUZZ_SECONDS` (default 10; CI runs the default in
 //! a debug build), from `VRAMTRACE_FUZZ_SEED` (default: the clock; printed).
 //! A failing input is written to `target/tmp/fuzz-failures/` and named in
-//! the failure. `docs/fuzzing.md` has the executions run clean.
+//! the failure; once fixed, it goes into `fixtures/fuzz/`, where
+//! `fuzz_failures_stay_fixed` runs it on every test run. `docs/fuzzing.md`
+//! has the executions run clean.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Read;
@@ -443,6 +445,35 @@ fn fuzz(target: Target, seed: u64, budget: Duration) -> Result<u64, String> {
         started.elapsed()
     );
     Ok(runs)
+}
+
+/// Every input a fuzz run (or an audit) once failed on, kept in
+/// `fixtures/fuzz/` under the name the fuzzer gave it (`TARGET-SEED-RUN.bin`):
+/// each must now run clean, in this build (the tests' debug build has
+/// overflow checks on).
+#[test]
+fn fuzz_failures_stay_fixed() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/fuzz");
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "bin"))
+        .collect();
+    inputs.sort();
+    assert!(!inputs.is_empty(), "no inputs in {}", dir.display());
+    for path in inputs {
+        let input = std::fs::read(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy();
+        let bytes = if name.starts_with("replay-") {
+            replay_trace(&input)
+        } else {
+            input
+        };
+        eprintln!("{name}");
+        if let Ok(opened) = Input::from_bytes(bytes, &NoProgress) {
+            analyze(&opened);
+        }
+    }
 }
 
 /// Runs one input again, with panics reported as usual (where, and a
