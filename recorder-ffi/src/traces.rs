@@ -60,12 +60,17 @@ pub(crate) struct Markers {
     open_phases: Vec<(u32, String)>,
     annotations: Vec<(String, String)>,
     traces: Vec<Arc<dyn Trace>>,
+    /// Why a trace could not be begun (its file not created, say), the first
+    /// time: flush and finish fail while it stands, since what was to be
+    /// recorded is lost.
+    not_begun: Option<String>,
 }
 
 static MARKERS: Mutex<Markers> = Mutex::new(Markers {
     open_phases: Vec::new(),
     annotations: Vec::new(),
     traces: Vec::new(),
+    not_begun: None,
 });
 
 fn markers() -> MutexGuard<'static, Markers> {
@@ -86,6 +91,12 @@ pub(crate) fn register(trace: Arc<dyn Trace>) {
     m.traces.push(trace);
     drop(m);
     install_exit_hooks();
+}
+
+/// Notes a trace that could not be begun: [`vramtrace_flush`] and
+/// [`vramtrace_finish`] return -1 from now on, naming it.
+pub(crate) fn not_begun(why: &str) {
+    markers().not_begun.get_or_insert_with(|| why.to_string());
 }
 
 /// Removes finished traces (by identity) from the broadcast list.
@@ -198,11 +209,16 @@ pub(crate) fn end_phase_of(thread: u32, name: &str) -> c_int {
 }
 
 /// Writes everything recorded so far to the trace files. Returns 0, or -1
-/// if a trace could not be written (reported on standard error).
+/// if a trace could not be written, or could not be begun (reported on
+/// standard error).
 #[unsafe(no_mangle)]
 pub extern "C" fn vramtrace_flush() -> c_int {
     let mut status = 0;
     broadcast("vramtrace_flush", |m| {
+        if let Some(why) = &m.not_begun {
+            report(&format!("flush: a trace could not be begun: {why}"));
+            status = -1;
+        }
         for r in &m.traces {
             if let Err(e) = r.flush() {
                 report(&format!("flush: {e}"));
@@ -220,6 +236,10 @@ pub extern "C" fn vramtrace_flush() -> c_int {
 pub extern "C" fn vramtrace_finish() -> c_int {
     let mut status = 0;
     broadcast("vramtrace_finish", |m| {
+        if let Some(why) = &m.not_begun {
+            report(&format!("finish: a trace could not be begun: {why}"));
+            status = -1;
+        }
         for r in &m.traces {
             match r.finish() {
                 Ok(()) | Err(RecorderError::Finished) => {}
