@@ -495,7 +495,12 @@ impl SimResult {
             }
             at.categories = CategoryTable::of(&mix);
             let stats = alloc.stats();
-            let needed = allocation_size(alloc.config().round_size(at.requested_bytes));
+            // A request past the largest block any allocator makes needs
+            // at least itself (rounding it would saturate).
+            let needed = alloc
+                .config()
+                .checked_round_size(at.requested_bytes)
+                .map_or(at.requested_bytes, allocation_size);
             at.reserved_bytes = stats.reserved_bytes.all.current;
             at.allocated_bytes = stats.allocated_bytes.all.current;
             (at.cached_free_bytes, at.largest_free_block) = alloc.cached_free();

@@ -8,10 +8,14 @@ use crate::units;
 /// The fixes that passed their replay, ranked, then those that did not, in
 /// one line each; or how much more memory the run needs.
 pub fn fixes(f: &FixesTried) -> String {
+    let limit = if f.limit_bytes == u64::MAX {
+        "with no limit".to_string()
+    } else {
+        format!("under the {} limit", units::capacity(f.limit_bytes))
+    };
     let mut text = format!(
-        "fixes tried for the out-of-memory error at event {}, each replayed under the {} limit:\n",
+        "fixes tried for the out-of-memory error at event {}, each replayed {limit}:\n",
         units::count(f.event_index),
-        units::capacity(f.limit_bytes)
     );
     if f.passed.is_empty() {
         text.push_str("  nothing tried gets past it");

@@ -124,10 +124,11 @@ pub fn simulate(r: &SimulateResult) -> String {
             site_label(&o.site),
             units::bytes(o.requested_bytes),
             units::bytes(o.free_bytes),
-            if r.device.is_none() && r.limit.is_some_and(|l| l.is_cap()) {
-                "under the cap"
-            } else {
-                "on the device"
+            match (&r.device, r.limit) {
+                (None, Some(l)) if l.is_cap() => "under the cap",
+                // The device without limit is a simulated 1 PiB one.
+                (None, None) => "on a device without limit (simulated as 1 PiB)",
+                _ => "on the device",
             },
             units::bytes(o.cached_free_bytes),
             units::bytes(o.largest_free_block),
