@@ -330,8 +330,10 @@ def pytest_runtest_call(item):
     record = TestRecord(item.nodeid)
     plugin.records.append(record)
     path = plugin.trace_path(item.nodeid)
-    recording = plugin.start_recording(path)
+    # PyTorch's peak is reset first, then the trace begins: the trace's peak
+    # is the test's, as max_memory_allocated() reads it.
     record.measure = cuda.begin()
+    recording = plugin.start_recording(path)
     outcome = yield
     try:
         cuda.end(record.measure)
