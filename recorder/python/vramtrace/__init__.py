@@ -268,3 +268,11 @@ def _stop_at_exit() -> None:
     except Exception:  # noqa: BLE001 - exit must go on
         pass
 
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext vramtrace`` in IPython or Jupyter: the ``%%vramtrace``
+    cell magic records a cell and shows its summary and timeline;
+    ``%vramtrace_report`` shows the last recorded cell's report inline."""
+    from ._jupyter import load_ipython_extension as load
+    load(ipython)
