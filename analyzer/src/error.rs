@@ -53,6 +53,14 @@ pub enum Error {
         /// The devices it has.
         seen: Vec<u32>,
     },
+    /// The moment asked for never comes in an input (no OOM in it).
+    #[error("{}: the trace has no {what} (inside the window)", .path.display())]
+    NoMoment {
+        /// The input.
+        path: PathBuf,
+        /// What it lacks.
+        what: &'static str,
+    },
     /// Two runs have different numbers of devices: which to compare is unclear.
     #[error("the runs have different devices (base: {}; new: {}): compare one of each", list_devices(.base), list_devices(.new))]
     DevicesDiffer {

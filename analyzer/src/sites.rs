@@ -455,6 +455,23 @@ impl SiteFolder {
         out
     }
 
+    /// A stack's frames as reports show them, outermost first, without the
+    /// recorder's own (hidden) frames; [`NO_STACK`] alone for a block that
+    /// came with no stack.
+    pub fn stack_frames(&self, stack: StackId, symbols: &SymbolTable) -> Vec<String> {
+        let mut frames: Vec<String> = symbols
+            .stack(stack)
+            .iter()
+            .rev()
+            .filter(|&&f| !self.rules.classify(symbols, f).hidden)
+            .map(|&f| symbols.describe_frame(f))
+            .collect();
+        if frames.is_empty() {
+            frames.push(NO_STACK.to_string());
+        }
+        frames
+    }
+
     /// A site rendered for reports.
     pub fn describe(&self, site: SiteId, symbols: &SymbolTable) -> SiteDescription {
         SiteDescription {

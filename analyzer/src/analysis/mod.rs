@@ -15,6 +15,7 @@
 pub mod categories;
 pub mod compare;
 pub mod explorer;
+pub mod flame;
 pub mod fragmentation;
 pub mod leaks;
 pub mod limits;

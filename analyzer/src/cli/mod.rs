@@ -8,6 +8,7 @@
 
 mod common;
 mod compare;
+mod flamegraph;
 mod fragmentation;
 mod import;
 mod info;
@@ -73,6 +74,9 @@ enum Command {
     Leaks(leaks::Args),
     /// Draw memory over time (SVG, or JSON), stacked by site, phase or category.
     Timeline(timeline::Args),
+    /// Draw the memory live at the peak (or at an OOM, or a time) as a flame
+    /// graph of the stacks that allocated it (SVG, folded stacks, or JSON).
+    Flamegraph(flamegraph::Args),
     /// Write every analysis of a trace into one self-contained HTML page.
     Report(report::Args),
     /// Write a synthetic training-loop trace (deterministic by seed).
@@ -120,6 +124,7 @@ pub fn main() -> ExitCode {
         Command::Fragmentation(args) => fragmentation::run(args),
         Command::Leaks(args) => leaks::run(args),
         Command::Timeline(args) => timeline::run(args),
+        Command::Flamegraph(args) => flamegraph::run(args),
         Command::Report(args) => report::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Compare(args) => compare::run(args),

@@ -6,6 +6,7 @@
 
 pub mod axis;
 pub mod diff;
+pub mod flame;
 pub mod fragmentation;
 pub mod leaks;
 pub mod palette;
