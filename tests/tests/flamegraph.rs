@@ -77,6 +77,13 @@ fn svg_and_folded_outputs() {
     assert!(run.stdout.contains("(exact)"), "{}", run.stdout);
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("<svg") && text.contains("GPU memory by stack: leak.vtrace"));
+    // inferno writes the SVG 1.1 doctype: allowed here, nothing else relaxed.
+    let xml = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    roxmltree::Document::parse_with_options(&text, xml)
+        .expect("the flame graph is well-formed XML");
     // The same stacks make the same file.
     let again = dir.join("again.svg");
     vramtrace(["flamegraph", arg(&input), "-o", arg(&again)]).success();

@@ -8,6 +8,7 @@
 
 mod common;
 mod compare;
+mod export;
 mod flamegraph;
 mod fragmentation;
 mod import;
@@ -77,6 +78,9 @@ enum Command {
     /// Draw the memory live at the peak (or at an OOM, or a time) as a flame
     /// graph of the stacks that allocated it (SVG, folded stacks, or JSON).
     Flamegraph(flamegraph::Args),
+    /// Write a trace as a Perfetto trace (memory counters, phases, OOMs) or
+    /// a pprof profile (live memory at the peak by stack).
+    Export(export::Args),
     /// Write every analysis of a trace into one self-contained HTML page.
     Report(report::Args),
     /// Write a synthetic training-loop trace (deterministic by seed).
@@ -125,6 +129,7 @@ pub fn main() -> ExitCode {
         Command::Leaks(args) => leaks::run(args),
         Command::Timeline(args) => timeline::run(args),
         Command::Flamegraph(args) => flamegraph::run(args),
+        Command::Export(args) => export::run(args),
         Command::Report(args) => report::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Compare(args) => compare::run(args),
@@ -176,6 +181,18 @@ fn usage_error(e: &clap::Error) -> String {
             .map(str::trim)
             .collect();
         line = format!("{} {}", line.trim_end(), missing.join(", "));
+    }
+    // A value outside a fixed set: name the set ("[possible values: a, b]").
+    if e.kind() == clap::error::ErrorKind::InvalidValue
+        && let Some(possible) = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("[possible values: "))
+    {
+        line = format!(
+            "{}; one of: {}",
+            line.trim_end(),
+            possible.trim_end_matches(']')
+        );
     }
     line
 }

@@ -11,6 +11,7 @@
 //! time span `fragmentation` cuts its buckets from.
 
 pub mod compare;
+pub mod export;
 pub mod flamegraph;
 pub mod fragmentation;
 pub mod import;

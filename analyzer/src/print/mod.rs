@@ -13,6 +13,7 @@
 
 pub mod html;
 pub mod labels;
+pub mod pprof;
 mod printable;
 pub mod svg;
 pub mod table;

@@ -1,0 +1,106 @@
+//! `vramtrace export`: a trace as a Perfetto trace or a pprof profile.
+
+use super::common::{CommonArgs, open, print_json};
+use super::progress::Bars;
+use super::{warn_about, write_file};
+use anyhow::bail;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vramtrace::command::export::{perfetto, pprof};
+use vramtrace::{print, units};
+
+/// Arguments of `vramtrace export`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// The format written.
+    #[arg(long, value_enum)]
+    format: Format,
+    /// Where to write it.
+    #[arg(short, long, value_name = "FILE", required = true)]
+    output: PathBuf,
+}
+
+/// What `export` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// Chrome trace-event JSON for Perfetto's UI (ui.perfetto.dev) and
+    /// chrome://tracing: memory counters, phases as slices, OOMs and
+    /// empty_cache() as instants, on Unix time beside a torch.profiler trace.
+    Perfetto,
+    /// A pprof profile (gzip-compressed profile.proto) of the memory live at
+    /// the allocated peak by stack, for `go tool pprof` and speedscope.
+    Pprof,
+}
+
+/// What was written, for --json.
+#[derive(serde::Serialize)]
+struct Written {
+    path: String,
+    format: &'static str,
+    output: String,
+    bytes: u64,
+    /// Perfetto: counter samples; pprof: stacks.
+    samples: usize,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let options = args.common.replay.options()?;
+    if args.common.traces.len() > 1 {
+        bail!("export takes one trace; export several one at a time");
+    }
+    args.common.check_one_chart(Some(&args.output))?;
+    let progress = Bars::new();
+    let path = &args.common.traces[0];
+    let input = open(path, &args.common.input, &progress)?;
+    let (bytes, samples, what) = match args.format {
+        Format::Perfetto => {
+            let export = perfetto(&input, &options, &progress)?;
+            warn_about(input.path(), &export.warnings);
+            let text = serde_json::to_vec(&export.document)?;
+            (
+                text,
+                export.samples,
+                format!(
+                    "{} counter samples, {} phase slices",
+                    units::count(export.samples as u64),
+                    units::count(export.slices as u64)
+                ),
+            )
+        }
+        Format::Pprof => {
+            let (profile, warnings) = pprof(&input, &options, &progress)?;
+            warn_about(input.path(), &warnings);
+            let stacks = profile.sample.len();
+            (
+                print::pprof::encode(&profile)?,
+                stacks,
+                format!(
+                    "{} stacks live at the allocated peak",
+                    units::count(stacks as u64)
+                ),
+            )
+        }
+    };
+    write_file(&args.output, &bytes)?;
+    if args.common.json {
+        print_json(&[Written {
+            path: path.display().to_string(),
+            format: match args.format {
+                Format::Perfetto => "perfetto",
+                Format::Pprof => "pprof",
+            },
+            output: args.output.display().to_string(),
+            bytes: bytes.len() as u64,
+            samples,
+        }])?;
+    } else {
+        println!(
+            "wrote {} ({}): {what}",
+            args.output.display(),
+            units::bytes(bytes.len() as u64)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,133 @@
+//! `vramtrace export --format perfetto`: a trace-event document that
+//! Perfetto's UI opens, checked against the trace-event format's rules and
+//! the summary's figures.
+
+use serde_json::Value;
+use vramtrace_e2e::{fixture, scratch, vramtrace};
+
+fn export(name: &str) -> (Value, Value) {
+    let dir = scratch("export-perfetto");
+    let out = dir.join(format!("{}.json", name.replace('/', "_")));
+    let input = fixture(name);
+    let run = vramtrace([
+        "export",
+        "--format",
+        "perfetto",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .success();
+    assert!(run.stdout.starts_with("wrote "), "{}", run.stdout);
+    let document: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let summary = vramtrace(["summary", "--json", input.to_str().unwrap()])
+        .success()
+        .json();
+    (document, summary)
+}
+
+/// The trace-event format's rules for the phases this export writes.
+fn check_schema(document: &Value) {
+    let events = document["traceEvents"]
+        .as_array()
+        .expect("traceEvents array");
+    assert!(!events.is_empty());
+    for e in events {
+        let ph = e["ph"].as_str().expect("ph");
+        assert!(e["pid"].is_u64(), "{e}");
+        assert!(e["name"].is_string(), "{e}");
+        match ph {
+            "M" => assert!(e["args"]["name"].is_string(), "{e}"),
+            "C" => {
+                assert!(e["ts"].is_f64() || e["ts"].is_u64(), "{e}");
+                let args = e["args"].as_object().expect("counter args");
+                assert!(!args.is_empty() && args.values().all(Value::is_u64), "{e}");
+            }
+            "X" => {
+                assert!(
+                    e["ts"].is_number() && e["dur"].as_f64().unwrap() >= 0.0,
+                    "{e}"
+                );
+                assert!(e["tid"].is_u64(), "{e}");
+            }
+            "i" => assert!(["t", "p", "g"].contains(&e["s"].as_str().unwrap()), "{e}"),
+            other => panic!("phase {other} is not one this export writes: {e}"),
+        }
+    }
+}
+
+#[test]
+fn counters_hold_the_peaks_and_phases_become_slices() {
+    let (document, summary) = export("leak.vtrace");
+    check_schema(&document);
+    let events = document["traceEvents"].as_array().unwrap();
+    let memory: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "GPU 0 memory")
+        .collect();
+    let max = |key: &str| {
+        memory
+            .iter()
+            .map(|e| e["args"][key].as_u64().unwrap())
+            .max()
+    };
+    assert_eq!(max("allocated"), summary["peak_allocated_bytes"].as_u64());
+    assert_eq!(max("reserved"), summary["peak_reserved_bytes"].as_u64());
+    // Category counters sum to allocated at every sample.
+    let categories: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "GPU 0 allocated by category")
+        .collect();
+    assert_eq!(categories.len(), memory.len());
+    for (c, m) in categories.iter().zip(&memory) {
+        let sum: u64 = c["args"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(Some(sum), m["args"]["allocated"].as_u64(), "{c} {m}");
+    }
+    // Ten iterations, each with forward, backward and optimizer.
+    let slices = events.iter().filter(|e| e["ph"] == "X").count();
+    assert_eq!(slices, 40);
+    // Unix time: the trace's start plus the event's offset, in µs.
+    let start = document["otherData"]["start_unix_ns"].as_u64().unwrap();
+    let first = memory[0]["ts"].as_f64().unwrap();
+    assert!(first >= start as f64 / 1000.0, "{first} {start}");
+}
+
+#[test]
+fn an_oom_is_an_instant() {
+    let (document, summary) = export("oom.vtrace");
+    check_schema(&document);
+    let ooms: Vec<&Value> = document["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["name"] == "out of memory")
+        .collect();
+    assert_eq!(ooms.len() as u64, summary["oom_count"].as_u64().unwrap());
+    assert_eq!(
+        ooms[0]["args"]["requested_bytes"],
+        summary["ooms"][0]["requested_bytes"]
+    );
+}
+
+#[test]
+fn a_bad_format_names_the_valid_ones() {
+    let run = vramtrace([
+        "export",
+        "--format",
+        "speedscope",
+        fixture("leak.vtrace").to_str().unwrap(),
+        "-o",
+        "/dev/null",
+    ])
+    .fails_with(2);
+    assert!(
+        run.stderr.contains("one of: perfetto, pprof"),
+        "{}",
+        run.stderr
+    );
+}
