@@ -120,3 +120,20 @@ fn bad_moments_and_missing_ones_are_one_line() {
     let run = vramtrace(["flamegraph", arg(&clean)]).fails_with(2);
     assert!(run.stderr.contains("-o FILE.svg"), "{}", run.stderr);
 }
+
+#[test]
+fn the_report_shows_the_peak_graph_in_a_frame_of_its_own() {
+    let dir = scratch("flamegraph-report");
+    let page = dir.join("r.html");
+    vramtrace(["report", arg(&fixture("leak.vtrace")), "-o", arg(&page)]).success();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("<section id=\"flame\"><h2>Live at the peak, by stack</h2>"));
+    let at = html
+        .find("src=\"data:image/svg+xml;base64,")
+        .expect("the graph's frame");
+    assert!(
+        html[..at].ends_with("sandbox=\"allow-scripts\" "),
+        "its script runs apart"
+    );
+    assert!(html.contains("422.1 MiB in 124 blocks (exact)"));
+}

@@ -5,9 +5,10 @@
 //! allocated peak as `summary` finds it, or the first OOM), the second
 //! replays each device up to it and folds the live blocks by stack.
 
-use super::{ByDevice, OnDevice, Replay, ReplayOptions};
+use super::{ByDevice, OnDevice, Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::flame::{FirstOom, FoldAt, FoldedStacks, LiveStacks};
+use crate::analysis::peaks::DevicePeaks;
 use crate::analysis::window::Window;
 use crate::analysis::{Devices, run_device_pass};
 use crate::input::Input;
@@ -56,14 +57,31 @@ pub struct FlameGraph {
     pub stacks: FoldedStacks,
 }
 
+/// Where to fold one device's live memory: a moment found on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FoldPoint {
+    /// The starting state (at this time).
+    Start(u64),
+    /// After the event with this index (at this time).
+    After(u64, u64),
+    /// After the last event at or before this time.
+    AtTime(u64),
+}
+
+impl FoldPoint {
+    /// The moment of an allocated peak.
+    pub fn of_peak(peak: &crate::analysis::summary::Peak) -> FoldPoint {
+        if peak.replayed_events == 0 {
+            FoldPoint::Start(peak.time_ns)
+        } else {
+            FoldPoint::After(peak.index, peak.time_ns)
+        }
+    }
+}
+
 /// The moment on one device, found by the first pass.
 enum Found {
-    /// Fold the starting state.
-    Start(u64),
-    /// Fold after the event with this index.
-    After(u64, u64),
-    /// Fold after the last event at or before this time.
-    AtTime(u64),
+    At(FoldPoint),
     /// The moment never came on this device (no OOM).
     Never,
 }
@@ -84,7 +102,7 @@ pub fn flamegraph(
             let (devices, _) = replay.run(|_| ())?;
             devices
                 .into_iter()
-                .map(|d| (d.device, Found::AtTime(t)))
+                .map(|d| (d.device, Found::At(FoldPoint::AtTime(t))))
                 .collect()
         }
         Moment::AllocatedPeak => {
@@ -93,12 +111,7 @@ pub fn flamegraph(
                 .into_iter()
                 .map(|d| {
                     let peak = replay.result(d.peaks.into_report(d.device))?.peak_allocated;
-                    let found = if peak.replayed_events == 0 {
-                        Found::Start(peak.time_ns)
-                    } else {
-                        Found::After(peak.index, peak.time_ns)
-                    };
-                    Ok((d.device, found))
+                    Ok((d.device, Found::At(FoldPoint::of_peak(&peak))))
                 })
                 .collect::<Result<_, Error>>()?
         }
@@ -109,7 +122,7 @@ pub fn flamegraph(
                 .map(|d| {
                     let (oom,) = d.analyses;
                     let found = match oom.into_report() {
-                        Some((index, time)) => Found::After(index, time),
+                        Some((index, time)) => Found::At(FoldPoint::After(index, time)),
                         None => Found::Never,
                     };
                     (d.device, found)
@@ -127,88 +140,15 @@ pub fn flamegraph(
     let mut devices = Vec::new();
     let mut warnings = Vec::new();
     for (device, found) in found {
-        let (window, at, index, time_ns) = match found {
-            Found::Never => continue,
-            Found::Start(time) => (Window::ALL, FoldAt::Begin, None, time),
-            Found::After(index, time) => (
-                Window {
-                    to_index: Some(index),
-                    ..Window::ALL
-                },
-                FoldAt::End,
-                Some(index),
-                time,
-            ),
-            Found::AtTime(t) => (
-                Window {
-                    to_ns: Some(t),
-                    ..Window::ALL
-                },
-                FoldAt::End,
-                None,
-                t,
-            ),
-        };
-        let mut events = input.events()?;
-        let meter = progress.begin(input.pass_work(&events));
-        let folder = SiteFolder::new(options.fold.clone(), options.full_stacks);
-        let categories = CategoryOptions {
-            infer: false,
-            ..CategoryOptions::of_header(events.header())
-        };
-        let state = ReplayState::new(folder)
-            .with_phase_thread(options.phase_thread)
-            .with_categories(categories);
-        let mut passes = run_device_pass(
-            &mut events,
-            state,
-            Devices::Only(device),
-            |_| (LiveStacks::new(at),),
-            &window,
-            &*meter,
-        )
-        .map_err(|e| super::pass_error(input.path(), e))?;
-        let Some(pass) = passes.devices.pop() else {
-            // No event of the device before the moment, and no starting
-            // state on it: nothing of it was live.
-            devices.push(OnDevice {
-                peaks: crate::analysis::peaks::DevicePeaks {
-                    device,
-                    ..Default::default()
-                },
-                result: FlameGraph {
-                    path: input.path().display().to_string(),
-                    at: MomentFound {
-                        moment,
-                        index: None,
-                        time_ns,
-                    },
-                    stacks: FoldedStacks::default(),
-                },
-            });
-            continue;
-        };
-        let (index, time_ns) = match (index, found_time(&passes.info, at)) {
-            (Some(i), _) => (Some(i), time_ns),
-            // At a time: the last event replayed, if any.
-            (None, Some((i, t))) => (Some(i), t),
-            (None, None) => (None, time_ns),
-        };
+        let Found::At(point) = found else { continue };
+        let (graph, peaks, pass_warnings) =
+            fold_at(input, options, device, point, moment, progress)?;
         if warnings.is_empty() {
-            warnings = super::Warning::of_pass(&passes.info, &window);
+            warnings = pass_warnings;
         }
-        let (live,) = pass.analyses;
         devices.push(OnDevice {
-            peaks: replay.result(pass.peaks.into_report(device))?,
-            result: FlameGraph {
-                path: input.path().display().to_string(),
-                at: MomentFound {
-                    moment,
-                    index,
-                    time_ns,
-                },
-                stacks: live.into_report(),
-            },
+            peaks,
+            result: graph,
         });
     }
     Ok(ByDevice {
@@ -216,6 +156,97 @@ pub fn flamegraph(
         rank: super::ranks::header_rank(input.events()?.header()),
         warnings,
     })
+}
+
+/// Replays one device of an input from its start to `point` and folds its
+/// live memory by stack; with the device's peaks up to there and what the
+/// pass found worth a warning. `moment` is what `point` was found as.
+pub fn fold_at(
+    input: &Input,
+    options: &ReplayOptions,
+    device: u32,
+    point: FoldPoint,
+    moment: Moment,
+    progress: &dyn Progress,
+) -> Result<(FlameGraph, DevicePeaks, Vec<Warning>), Error> {
+    let (window, at, index, time_ns) = match point {
+        FoldPoint::Start(time) => (Window::ALL, FoldAt::Begin, None, time),
+        FoldPoint::After(index, time) => (
+            Window {
+                to_index: Some(index),
+                ..Window::ALL
+            },
+            FoldAt::End,
+            Some(index),
+            time,
+        ),
+        FoldPoint::AtTime(t) => (
+            Window {
+                to_ns: Some(t),
+                ..Window::ALL
+            },
+            FoldAt::End,
+            None,
+            t,
+        ),
+    };
+    let mut events = input.events()?;
+    let meter = progress.begin(input.pass_work(&events));
+    let folder = SiteFolder::new(options.fold.clone(), options.full_stacks);
+    let categories = CategoryOptions {
+        infer: false,
+        ..CategoryOptions::of_header(events.header())
+    };
+    let state = ReplayState::new(folder)
+        .with_phase_thread(options.phase_thread)
+        .with_categories(categories);
+    let mut passes = run_device_pass(
+        &mut events,
+        state,
+        Devices::Only(device),
+        |_| (LiveStacks::new(at),),
+        &window,
+        &*meter,
+    )
+    .map_err(|e| super::pass_error(input.path(), e))?;
+    let warnings = Warning::of_pass(&passes.info, &window);
+    let graph = |index, time_ns, stacks| FlameGraph {
+        path: input.path().display().to_string(),
+        at: MomentFound {
+            moment,
+            index,
+            time_ns,
+        },
+        stacks,
+    };
+    let Some(pass) = passes.devices.pop() else {
+        // No event of the device before the moment, and no starting state
+        // on it: nothing of it was live.
+        let peaks = DevicePeaks {
+            device,
+            ..Default::default()
+        };
+        return Ok((
+            graph(None, time_ns, FoldedStacks::default()),
+            peaks,
+            warnings,
+        ));
+    };
+    let (index, time_ns) = match (index, found_time(&passes.info, at)) {
+        (Some(i), _) => (Some(i), time_ns),
+        // At a time: the last event replayed, if any.
+        (None, Some((i, t))) => (Some(i), t),
+        (None, None) => (None, time_ns),
+    };
+    let peaks = pass
+        .peaks
+        .into_report(device)
+        .map_err(|source| Error::Analysis {
+            path: input.path().to_owned(),
+            source,
+        })?;
+    let (live,) = pass.analyses;
+    Ok((graph(index, time_ns, live.into_report()), peaks, warnings))
 }
 
 /// The last event a pass folded after, for a moment given as a time.

@@ -83,6 +83,10 @@ pub struct ReportResult {
     /// What the page's explorer draws (too large for JSON).
     #[serde(skip)]
     pub explorer: Explorer,
+    /// The memory live at the allocated peak, by stack (in JSON from
+    /// `flamegraph --json`).
+    #[serde(skip)]
+    pub flame: super::flamegraph::FlameGraph,
     /// The x axis the page opens with: busy time for a snapshot (whose
     /// history holds long pauses), time for a trace.
     pub default_axis: XAxis,
@@ -317,7 +321,18 @@ pub fn report(
         &summary,
         recorded_capacity,
     );
+    // The live memory at the allocated peak by stack: a second pass, up to
+    // the peak, of the device shown.
+    let (flame, _, _) = super::flamegraph::fold_at(
+        input,
+        &options.replay,
+        shown_peaks.device,
+        super::flamegraph::FoldPoint::of_peak(&shown_peaks.peak_allocated),
+        super::flamegraph::Moment::AllocatedPeak,
+        progress,
+    )?;
     Ok(ReportResult {
+        flame,
         path: input.path().display().to_string(),
         name: file_name(input.path()),
         header: pass.header,

@@ -101,6 +101,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             .chart_phase()
             .map(|phase| svg::leaks::render(phase, &mut palette))
             .transpose()?,
+        flame: svg::flame::render(&r.flame, &format!("Live at the peak: {}", r.name)).ok(),
     };
     let warnings = r
         .warnings
@@ -109,7 +110,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             Warning::Truncated(t) => Some(format!("This trace was cut short: {t}.")),
             Warning::Unfinished => Some("This trace has no footer: the recording process did not close it, so its last events may be missing.".into()),
             Warning::Damaged(d) => Some(format!("This trace is damaged: {d}; the rest was read.")),
-            Warning::MoreDamage(_) => Some(format!("{w}.")),
+            Warning::MoreDamage(_) | Warning::Impossible(_) => Some(format!("{w}.")),
             Warning::OtherThreadPhases { .. } => Some(format!(
                 "In this report, {w} (--phase-thread N reports another thread's)."
             )),
@@ -130,6 +131,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         what_if_left_out: r.what_if_left_out.as_deref(),
         fixes: r.fixes.as_ref(),
         busy: (r.default_axis == XAxis::Busy).then_some(&r.explorer),
+        flame: &r.flame,
     });
     // Every name is escaped where it is written; this is the net under
     // them: the page's own markup, styles and script hold no control
@@ -169,6 +171,8 @@ struct ReportInput<'a> {
     /// The explorer's data, when its axis opens on busy time: moments are
     /// then told in busy time too, as the axis shows them.
     pub busy: Option<&'a crate::analysis::explorer::Explorer>,
+    /// The memory live at the allocated peak, by stack.
+    pub flame: &'a crate::command::flamegraph::FlameGraph,
 }
 
 impl ReportInput<'_> {
@@ -197,6 +201,8 @@ struct Charts {
     pub fragmentation: String,
     /// Growth of the leaking (or most repeated) phase, if any phase repeats.
     pub leaks: Option<String>,
+    /// The flame graph at the allocated peak (`None`: inferno refused it).
+    pub flame: Option<String>,
 }
 
 /// A section of the report: an anchor, a heading and HTML content.
@@ -245,6 +251,7 @@ code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospac
 .muted { color: var(--muted); }
 .warning { border-left: 4px solid #e6a000; background: #fff8e6; padding: 8px 12px; margin: 8px 0; border-radius: 4px; }
 footer { color: var(--muted); font-size: 12px; text-align: center; padding: 16px; }
+iframe.flame { width: 100%; height: 480px; border: 1px solid var(--line); border-radius: 4px; }
 i.swatch { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 6px; vertical-align: -1px; }
 "#;
 
@@ -325,6 +332,12 @@ fn render(input: &ReportInput<'_>) -> String {
         ),
     );
     section(&mut html, "sites", "Top sites at the peak", &sites_table(s));
+    section(
+        &mut html,
+        "flame",
+        "Live at the peak, by stack",
+        &flame_section(input),
+    );
     section(&mut html, "leaks", "Leaks", &leaks_section(input));
     section(
         &mut html,
@@ -374,6 +387,25 @@ fn render(input: &ReportInput<'_>) -> String {
         escape(input.name)
     );
     html
+}
+
+/// The flame graph of the memory live at the allocated peak, in a frame of
+/// its own: inferno's script (click to zoom, search) runs there, apart from
+/// the page's.
+fn flame_section(input: &ReportInput<'_>) -> String {
+    let graph = input.flame;
+    let caption = format!(
+        "Each box is a frame; its width, the bytes live under it at the allocated peak; the stacks outermost at the bottom. Click a frame to zoom into it (Reset Zoom at the top left), search by name at the top right. {} (<code>vramtrace flamegraph</code> draws it on its own, at an OOM or any time too.)",
+        escape(&svg::flame::moment_line(graph))
+    );
+    match &input.charts.flame {
+        // As an SVG document of its own (a data URL), as the file opens.
+        Some(svg) => format!(
+            "<figure><iframe class=\"flame\" title=\"flame graph\" sandbox=\"allow-scripts\" src=\"data:image/svg+xml;base64,{}\"></iframe><figcaption>{caption}</figcaption></figure>",
+            data::base64(svg.as_bytes())
+        ),
+        None => "<p class=\"muted\">No flame graph: it could not be drawn.</p>".to_string(),
+    }
 }
 
 fn section(html: &mut String, id: &str, title: &str, body: &str) {
