@@ -68,9 +68,10 @@ fn cost_in(unit: Unit, run: impl Fn()) -> (Unit, u64) {
     }
 }
 
-/// The least thread CPU time of five runs: interference only ever adds.
+/// The least thread CPU time of seven runs: interference (cache misses
+/// from other processes, frequency changes) only ever adds.
 fn least_cpu_time(run: &impl Fn()) -> u64 {
-    (0..5)
+    (0..7)
         .map(|_| {
             let start = thread_cpu_time();
             run();
