@@ -9,7 +9,7 @@ use crate::format::{
     TraceWriter,
 };
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -48,21 +48,49 @@ pub(crate) struct WriterSetup {
 /// channel itself is unbounded, so that handing a batch over never blocks
 /// under the recording's lock (where the writer thread, taking a buffer
 /// left too long, could wait for it); a recording more than `limit` batches
-/// ahead waits here instead, outside the lock.
+/// ahead waits here instead, outside the lock, for at most `max_wait` (and
+/// drops the buffers that fill while the writer is still that far behind:
+/// `docs/recording.md`, "A disk slower than the program").
 pub(crate) struct Backlog {
     batches: AtomicUsize,
     limit: usize,
+    /// How long a recording thread waits for the writer; `None`: until it
+    /// catches up.
+    max_wait: Option<Duration>,
+    /// The longest a recording thread waited here, in nanoseconds.
+    longest_wait_ns: AtomicU64,
+    /// Events dropped so far, and the spans they were dropped in (each
+    /// becomes one marker in the trace).
+    dropped_events: AtomicU64,
+    drops: AtomicU64,
     /// Set when the writer thread ends: nobody waits for it any more.
     closed: AtomicBool,
     lock: Mutex<()>,
     drained: Condvar,
 }
 
+/// How a recording kept up with its output: what the program waited and
+/// what it lost. See [`Recorder::queue_stats`](super::Recorder::queue_stats).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Events dropped because the output could not keep up.
+    pub dropped_events: u64,
+    /// Spans of consecutive dropped events (each marked in the trace by an
+    /// `events_dropped` event).
+    pub drops: u64,
+    /// The longest a recording thread waited for the writer thread.
+    pub longest_wait: Duration,
+}
+
 impl Backlog {
-    pub fn new(limit: usize) -> Self {
+    pub fn new(limit: usize, max_wait: Option<Duration>) -> Self {
         Backlog {
             batches: AtomicUsize::new(0),
             limit,
+            max_wait,
+            longest_wait_ns: AtomicU64::new(0),
+            dropped_events: AtomicU64::new(0),
+            drops: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             lock: Mutex::new(()),
             drained: Condvar::new(),
@@ -81,16 +109,59 @@ impl Backlog {
         self.batches.load(Ordering::Relaxed) > self.limit
     }
 
+    /// Whether a full buffer is dropped rather than sent: the writer thread
+    /// is still behind (after the wait of the buffer before), and waiting
+    /// is bounded.
+    #[inline]
+    pub fn drops_now(&self) -> bool {
+        self.max_wait.is_some() && self.behind()
+    }
+
+    /// `count` events were dropped; `new_span`: they begin a span of their
+    /// own (the previous span's marker was sent).
+    pub fn dropped(&self, count: u64, new_span: bool) {
+        self.dropped_events.fetch_add(count, Ordering::Relaxed);
+        if new_span {
+            self.drops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// What was waited and dropped so far.
+    pub fn stats(&self) -> QueueStats {
+        QueueStats {
+            dropped_events: self.dropped_events.load(Ordering::Relaxed),
+            drops: self.drops.load(Ordering::Relaxed),
+            longest_wait: Duration::from_nanos(self.longest_wait_ns.load(Ordering::Relaxed)),
+        }
+    }
+
     /// Waits until the writer thread is at most `limit` batches behind (or
-    /// gone).
+    /// gone), or `max_wait` passed.
     #[cold]
     pub fn wait(&self) {
+        let start = Instant::now();
+        let deadline = self.max_wait.map(|w| start + w);
         let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         while self.batches.load(Ordering::Acquire) > self.limit
             && !self.closed.load(Ordering::Acquire)
         {
-            g = self.drained.wait(g).unwrap_or_else(|e| e.into_inner());
+            g = match deadline {
+                None => self.drained.wait(g).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    self.drained
+                        .wait_timeout(g, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
         }
+        drop(g);
+        let waited = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.longest_wait_ns.fetch_max(waited, Ordering::Relaxed);
     }
 
     /// The writer thread took a batch off the channel.
@@ -213,6 +284,10 @@ pub struct TraceSummary {
     pub addresses: u64,
     /// Distinct codes of the frame source named.
     pub codes: u64,
+    /// Events the recording dropped because the output could not keep up
+    /// (the sum of the trace's `events_dropped` markers, which `events`
+    /// counts; the dropped events are not).
+    pub dropped_events: u64,
 }
 
 /// A writer that counts the bytes through it.
@@ -251,6 +326,8 @@ struct State {
     /// per event).
     identity: bool,
     blocks: Option<ObservedBlocks>,
+    /// The events the markers written say were dropped.
+    dropped_events: u64,
 }
 
 pub(crate) fn run<W: Write>(
@@ -271,6 +348,7 @@ pub(crate) fn run<W: Write>(
         scratch: Vec::new(),
         identity: true,
         blocks: setup.blocks,
+        dropped_events: 0,
     };
     let mut failed: Option<FormatError> = None;
     // Batches waiting for the initial state, while one is awaited.
@@ -377,6 +455,7 @@ pub(crate) fn run<W: Write>(
         stacks: state.stacks.len() as u64 - 1,
         addresses: state.symbolizer.addresses(),
         codes: state.source.as_ref().map_or(0, SourceFrames::codes),
+        dropped_events: state.dropped_events,
     })
 }
 
@@ -425,6 +504,9 @@ fn write_batch<W: Write>(
         }
         if let Some(blocks) = &mut state.blocks {
             size_blocks(&mut event.data, blocks);
+        }
+        if let EventData::EventsDropped(d) = event.data {
+            state.dropped_events += d.count;
         }
         trace.push(*event)?;
     }
@@ -475,6 +557,9 @@ fn remap(data: &mut EventData, state: &State) {
             string(key);
             string(value);
         }
-        EventData::Tag(_) | EventData::Limit(_) | EventData::DeviceMemory(_) => {}
+        EventData::Tag(_)
+        | EventData::Limit(_)
+        | EventData::DeviceMemory(_)
+        | EventData::EventsDropped(_) => {}
     }
 }
