@@ -140,6 +140,8 @@ pub struct PassInfo {
     pub damage: Vec<TraceDamage>,
     /// How much damage there was, listed or not.
     pub damage_count: u64,
+    /// The events the recorder dropped, as the trace's markers say.
+    pub dropped: crate::replay::DroppedReport,
 }
 
 impl PassInfo {
@@ -554,6 +556,7 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
     info.damage = reader.damage().to_vec();
     info.damage_count = reader.damage_count();
     info.phase_thread = phases.phase_thread();
+    info.dropped = phases.dropped().clone();
     info.other_thread_phases = phases
         .other_thread_phases()
         .iter()
