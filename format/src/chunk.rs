@@ -21,8 +21,8 @@
 
 use super::FormatError;
 use super::event::{
-    BlockEvent, DeviceMemoryEvent, DroppedEvents, EmptyCacheEvent, Event, EventData, LimitEvent, OomEvent,
-    SegmentEvent, TagEvent,
+    BlockEvent, DeviceMemoryEvent, DroppedEvents, EmptyCacheEvent, Event, EventData, LimitEvent,
+    OomEvent, SegmentEvent, TagEvent,
 };
 use super::event::{EventKind, KindCounts};
 use super::symbols::{StackId, StringId};

@@ -73,8 +73,8 @@ pub use chunk::{MAX_CHUNK_EVENTS, RawChunk};
 pub use error::FormatError;
 
 pub use event::{
-    BlockEvent, Category, DeviceMemoryEvent, DroppedEvents, EmptyCacheEvent, Event, EventData, EventKind,
-    KindCounts, LimitEvent, OomEvent, SegmentEvent, TagEvent,
+    BlockEvent, Category, DeviceMemoryEvent, DroppedEvents, EmptyCacheEvent, Event, EventData,
+    EventKind, KindCounts, LimitEvent, OomEvent, SegmentEvent, TagEvent,
 };
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,

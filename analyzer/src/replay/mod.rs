@@ -694,7 +694,13 @@ impl ReplayState {
         }
     }
 
-    fn count_inconsistency(&mut self, kind: InconsistencyKind, index: u64, time_ns: u64, addr: u64) {
+    fn count_inconsistency(
+        &mut self,
+        kind: InconsistencyKind,
+        index: u64,
+        time_ns: u64,
+        addr: u64,
+    ) {
         let n = &mut self.inconsistency_counts[kind as usize];
         *n += 1;
         if *n as usize <= KEPT_PER_KIND {

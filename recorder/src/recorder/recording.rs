@@ -23,9 +23,7 @@
 use super::biased::{BiasedGuard, BiasedMutex};
 use super::clock::Clock;
 use super::stacks::{self, FrameSource, StackBuf, StackKey, WalkId};
-use super::writer::{
-    self, Backlog, Batch, FlushTimer, Msg, QueueStats, TraceSummary, WriterSetup,
-};
+use super::writer::{self, Backlog, Batch, FlushTimer, Msg, QueueStats, TraceSummary, WriterSetup};
 use super::{CALL_EVENTS, RecorderError, RecorderOptions, StackMode, thread_id};
 use crate::format::{
     Category, DroppedEvents, Event, EventData, FormatError, Header, InitialState, LimitEvent,
@@ -136,10 +134,7 @@ impl<B: EventBuffer + Send + 'static> Recording<B> {
             },
         )?;
         trace.flush()?;
-        let backlog = Arc::new(Backlog::new(
-            options.queue_batches.max(1),
-            options.max_wait,
-        ));
+        let backlog = Arc::new(Backlog::new(options.queue_batches.max(1), options.max_wait));
         let (tx, rx) = channel();
         let (spare_tx, spare_rx) = sync_channel(options.queue_batches.max(1) + 2);
         *subject.events() = Vec::with_capacity(batch_events + CALL_EVENTS);

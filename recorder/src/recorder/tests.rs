@@ -1610,7 +1610,11 @@ fn a_disk_slower_than_the_program_costs_events_not_time() {
         })
         .collect();
     assert_eq!(markers.len() as u64, stats.drops);
-    assert!(markers.iter().all(|(to, d)| d.from_ns <= *to && d.count > 0));
+    assert!(
+        markers
+            .iter()
+            .all(|(to, d)| d.from_ns <= *to && d.count > 0)
+    );
     let dropped: u64 = markers.iter().map(|(_, d)| d.count).sum();
     assert_eq!(dropped, stats.dropped_events);
     assert_eq!(

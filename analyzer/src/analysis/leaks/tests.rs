@@ -411,7 +411,10 @@ fn training_with_gaps(iterations: u64, marked: bool) -> Vec<u8> {
         } else {
             b.now += 7;
             if marked {
-                b.event(EventData::EventsDropped(DroppedEvents { count: 7, from_ns }));
+                b.event(EventData::EventsDropped(DroppedEvents {
+                    count: 7,
+                    from_ns,
+                }));
             }
         }
         prev_grad = Some(g);
@@ -448,7 +451,10 @@ fn dropped_events_make_no_leak_and_no_inconsistency() {
     // Each gap's kept free of a dropped allocation contradicts the state.
     assert!(d.explained_inconsistencies >= 7);
     let said = d.to_string();
-    assert!(said.starts_with("49 events dropped by the recorder between"), "{said}");
+    assert!(
+        said.starts_with("49 events dropped by the recorder between"),
+        "{said}"
+    );
     assert!(said.contains("lower bound"), "{said}");
 
     // The same gaps unmarked: what the marker saves the analyses from.
