@@ -438,6 +438,18 @@ pub(crate) fn run<W: Write>(
                 });
             }
         }
+        // A writer that never runs out of batches (an output slower than
+        // the recording) never times out waiting: its timer is run here,
+        // so that chunks are still cut and flushed within the interval
+        // rather than at `chunk_events`, seconds of events later.
+        if let Some(t) = &mut timer
+            && held.is_none()
+        {
+            let now = Instant::now();
+            if t.timeout(now).is_zero() {
+                t.tick(now, &mut trace, &mut failed);
+            }
+        }
     }
     // An initial state that never came: the events are written all the same.
     for b in held.take().into_iter().flatten() {
