@@ -86,6 +86,7 @@ fn main() {
         // in the figure, however fast the loop allocates.
         let options = RecorderOptions {
             max_wait: None,
+            max_queue_age: None,
             ..RecorderOptions::default()
         };
         let r = Recorder::new(allocator(), std::io::sink(), options).unwrap();

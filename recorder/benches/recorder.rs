@@ -156,6 +156,7 @@ fn pairs<M: Measurement>(c: &mut Criterion<M>, name: &str) {
                 // waiting for it keeps its work in the figure (a dropped
                 // buffer would make recording look cheaper than it is).
                 max_wait: None,
+                max_queue_age: None,
                 ..RecorderOptions::default()
             };
             let r = Recorder::new(allocator(), std::io::sink(), options).unwrap();

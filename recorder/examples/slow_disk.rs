@@ -6,11 +6,12 @@
 //!
 //! ```sh
 //! cargo run --release -p vramtrace-recorder --example slow_disk -- \
-//!     [bytes/s=200000] [events/s=30000] [seconds=17] [unbounded]
+//!     [bytes/s=200000] [events/s=30000] [seconds=17] [unbounded | age=MS]
 //! ```
 //!
 //! `unbounded` records as before issue #32 (64 batches queued, the program
-//! waits as long as it takes, nothing dropped).
+//! waits as long as it takes, nothing dropped); `age=MS` sets
+//! `max_queue_age` (0: none).
 
 use std::time::{Duration, Instant};
 use vramtrace_recorder::format::{DeviceInfo, EventData, EventKind, TraceReader};
@@ -25,14 +26,23 @@ fn main() {
     let num = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (rate, events_per_s, seconds) = (num(0, 200_000), num(1, 30_000), num(2, 17));
     let unbounded = args.iter().any(|a| a == "unbounded");
+    let age = args
+        .iter()
+        .find_map(|a| a.strip_prefix("age=")?.parse::<u64>().ok());
     let options = if unbounded {
         RecorderOptions {
             queue_batches: 64,
             max_wait: None,
+            max_queue_age: None,
             ..RecorderOptions::default()
         }
     } else {
-        RecorderOptions::default()
+        RecorderOptions {
+            max_queue_age: age.map_or(RecorderOptions::default().max_queue_age, |ms| {
+                (ms > 0).then(|| Duration::from_millis(ms))
+            }),
+            ..RecorderOptions::default()
+        }
     };
     let disk = SlowDisk::new(rate);
     let setup = ObserverSetup {
@@ -43,6 +53,7 @@ fn main() {
         },
         ..ObserverSetup::default()
     };
+    let options_age = options.max_queue_age;
     let obs = Observer::new(disk.clone(), setup, options).unwrap();
     let ev = |kind, addr, size| ObservedEvent {
         kind,
@@ -87,12 +98,13 @@ fn main() {
     let elapsed = start.elapsed();
     let stats = obs.queue_stats();
     println!(
-        "{}: disk {} B/s, program {} events/s asked, {:.0} kept ({:.0}%), longest call {:?}, longest wait {:?}, {} events dropped in {} gaps",
+        "{} (queue age bound {:?}): disk {} B/s, program {} events/s asked, {:.0} kept ({:.0}%), longest call {:?}, longest wait {:?}, {} events dropped in {} gaps",
         if unbounded {
             "unbounded (before)"
         } else {
             "bounded (after)"
         },
+        options_age,
         rate,
         events_per_s,
         produced as f64 / elapsed.as_secs_f64(),

@@ -70,6 +70,10 @@ pub const DEFAULT_QUEUE_BATCHES: usize = 8;
 /// long enough for a fast disk's hiccup, short beside a training step.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(5);
 
+/// How long a buffer may wait for the writer thread by default: with the
+/// flush interval, the second a killed process may lose.
+pub const DEFAULT_MAX_QUEUE_AGE: Duration = Duration::from_secs(1);
+
 /// Which stacks the recorder captures for allocator events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StackMode {
@@ -118,6 +122,12 @@ pub struct RecorderOptions {
     /// `events_dropped` event). `None`: wait as long as it takes and drop
     /// nothing, however slow the output (the program slows to its pace).
     pub max_wait: Option<Duration>,
+    /// How long a buffer may wait for the writer thread: one taken later is
+    /// dropped (counted, and marked in the trace where it was), so that an
+    /// output slower than the recording writes recent events rather than
+    /// ever older ones, and a killed process loses about this much plus
+    /// the flush interval. `None`: write every buffer, however late.
+    pub max_queue_age: Option<Duration>,
     /// The header's start time; `None` reads the system clock.
     pub start_unix_ns: Option<u64>,
     /// The header's process; `None` describes this process.
@@ -136,6 +146,7 @@ impl Default for RecorderOptions {
             flush_interval: Some(DEFAULT_FLUSH_INTERVAL),
             queue_batches: DEFAULT_QUEUE_BATCHES,
             max_wait: Some(DEFAULT_MAX_WAIT),
+            max_queue_age: Some(DEFAULT_MAX_QUEUE_AGE),
             start_unix_ns: None,
             process: None,
             metadata: BTreeMap::new(),

@@ -9,12 +9,14 @@
 //! it a buffer for that long, it takes the buffer itself (under the lock,
 //! so an idle or slow recording loses nothing), and it flushes what it
 //! wrote within that interval too. The allocating thread only hands over
-//! full buffers, and reads no clock for it. Nothing holds the lock while
+//! full buffers, and reads the clock once per buffer for it. Nothing holds the lock while
 //! waiting for the writer thread: a recording ahead of it by more than
 //! [`RecorderOptions::queue_batches`] waits after leaving the lock, for at
 //! most [`RecorderOptions::max_wait`]; a buffer that fills while the writer
 //! is still that far behind is dropped, counted, and marked in the trace by
-//! an `events_dropped` event sent ahead of the next buffer
+//! an `events_dropped` event sent ahead of the next buffer; a buffer that
+//! waited in the queue past [`RecorderOptions::max_queue_age`] is dropped by
+//! the writer thread, which writes its marker in its place
 //! (`docs/recording.md`, "A disk slower than the program").
 //!
 //! [`Recorder`]: super::Recorder
@@ -134,7 +136,11 @@ impl<B: EventBuffer + Send + 'static> Recording<B> {
             },
         )?;
         trace.flush()?;
-        let backlog = Arc::new(Backlog::new(options.queue_batches.max(1), options.max_wait));
+        let backlog = Arc::new(Backlog::new(
+            options.queue_batches.max(1),
+            options.max_wait,
+            options.max_queue_age,
+        ));
         let (tx, rx) = channel();
         let (spare_tx, spare_rx) = sync_channel(options.queue_batches.max(1) + 2);
         *subject.events() = Vec::with_capacity(batch_events + CALL_EVENTS);
@@ -618,6 +624,8 @@ impl Log {
             stacks: std::mem::take(&mut self.new_stacks),
             events: std::mem::replace(events, fresh),
             flush,
+            // One clock reading per buffer, for the queue's age bound.
+            sent: std::time::Instant::now(),
         };
         self.backlog.sent();
         if tx.send(Msg::Batch(batch)).is_err() {

@@ -230,6 +230,7 @@ fn many_threads_lose_no_event() {
         // Eight threads allocating flat out outrun the writer thread (by far
         // in a debug build): here they wait for it, so that none is dropped.
         max_wait: None,
+        max_queue_age: None,
         ..RecorderOptions::default()
     });
     let held: Vec<Vec<u64>> = std::thread::scope(|s| {
@@ -465,6 +466,7 @@ fn a_recording_ahead_of_a_slow_output_waits_and_loses_nothing() {
             queue_batches: 1,
             // Backpressure without a bound: the program waits, nothing drops.
             max_wait: None,
+            max_queue_age: None,
             flush_interval: Some(Duration::from_millis(1)),
             ..RecorderOptions::default()
         },
@@ -1237,6 +1239,7 @@ fn a_long_batch_of_tags_is_handed_over_in_buffers_and_lost_nowhere() {
             chunk_events: 100,
             queue_batches: 1,
             max_wait: None,
+            max_queue_age: None,
             flush_interval: None,
             ..RecorderOptions::default()
         },
@@ -1637,6 +1640,8 @@ fn a_marker_goes_out_with_the_next_flush() {
             chunk_events: 100,
             queue_batches: 1,
             max_wait: Some(Duration::ZERO),
+            // The drops of a full queue alone (its buffers wait a second).
+            max_queue_age: None,
             flush_interval: None,
             ..RecorderOptions::default()
         },

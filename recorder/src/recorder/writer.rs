@@ -5,8 +5,8 @@
 use super::stacks::{FrameSource, SourceFrames, Symbolizer, split_key};
 use crate::allocator::ObservedBlocks;
 use crate::format::{
-    Event, EventData, FormatError, FrameId, InitialState, KindCounts, StackId, StringId,
-    TraceWriter,
+    DroppedEvents, Event, EventData, FormatError, FrameId, InitialState, KindCounts, StackId,
+    StringId, TraceWriter,
 };
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -22,6 +22,9 @@ pub(crate) struct Batch {
     pub events: Vec<Event>,
     /// Write a chunk and flush the output after this batch.
     pub flush: bool,
+    /// When it was handed over: a batch that waited longer than the
+    /// queue's age bound is dropped.
+    pub sent: Instant,
 }
 
 pub(crate) enum Msg {
@@ -57,6 +60,9 @@ pub(crate) struct Backlog {
     /// How long a recording thread waits for the writer; `None`: until it
     /// catches up.
     max_wait: Option<Duration>,
+    /// How long a batch may wait for the writer thread before it is
+    /// dropped when taken; `None`: any time.
+    max_age: Option<Duration>,
     /// The longest a recording thread waited here, in nanoseconds.
     longest_wait_ns: AtomicU64,
     /// Events dropped so far, and the spans they were dropped in (each
@@ -83,11 +89,12 @@ pub struct QueueStats {
 }
 
 impl Backlog {
-    pub fn new(limit: usize, max_wait: Option<Duration>) -> Self {
+    pub fn new(limit: usize, max_wait: Option<Duration>, max_age: Option<Duration>) -> Self {
         Backlog {
             batches: AtomicUsize::new(0),
             limit,
             max_wait,
+            max_age,
             longest_wait_ns: AtomicU64::new(0),
             dropped_events: AtomicU64::new(0),
             drops: AtomicU64::new(0),
@@ -124,6 +131,14 @@ impl Backlog {
         if new_span {
             self.drops.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Whether `batch` waited in the queue longer than its age bound: then
+    /// its events are older than what a killed process may lose, and
+    /// writing them would only make the events behind them older still.
+    fn is_stale(&self, batch: &Batch) -> bool {
+        self.max_age
+            .is_some_and(|age| !batch.events.is_empty() && batch.sent.elapsed() > age)
     }
 
     /// What was waited and dropped so far.
@@ -410,7 +425,13 @@ pub(crate) fn run<W: Write>(
                     write(&mut trace, &mut state, &mut failed, &mut timer, batch);
                     flush_now(&mut trace, &mut failed, &mut timer);
                 }
-                None => write(&mut trace, &mut state, &mut failed, &mut timer, batch),
+                None => {
+                    let mut batch = batch;
+                    if backlog.is_stale(&batch) {
+                        drop_stale(&mut batch, &backlog);
+                    }
+                    write(&mut trace, &mut state, &mut failed, &mut timer, batch)
+                }
             },
             Msg::InitialState(initial) => {
                 // Only the first state counts, and only before any event.
@@ -469,6 +490,34 @@ pub(crate) fn run<W: Write>(
         codes: state.source.as_ref().map_or(0, SourceFrames::codes),
         dropped_events: state.dropped_events,
     })
+}
+
+/// Replaces the events of a batch that waited too long with one marker
+/// saying how many there were (folding in the marker the batch may begin
+/// with). Its strings and stacks are still written: later events use them.
+fn drop_stale(batch: &mut Batch, backlog: &Backlog) {
+    let (Some(first), Some(last)) = (batch.events.first(), batch.events.last()) else {
+        return;
+    };
+    let (mut marker, had_marker) = match first.data {
+        EventData::EventsDropped(d) => (d, true),
+        _ => (
+            DroppedEvents {
+                count: 0,
+                from_ns: first.time_ns,
+            },
+            false,
+        ),
+    };
+    let to_ns = last.time_ns;
+    let dropped_now = batch.events.len() as u64 - had_marker as u64;
+    marker.count += dropped_now;
+    backlog.dropped(dropped_now, !had_marker);
+    batch.events.clear();
+    batch.events.push(Event {
+        time_ns: to_ns,
+        data: EventData::EventsDropped(marker),
+    });
 }
 
 /// Writes the buffered events as a chunk and flushes the output.
