@@ -1670,3 +1670,50 @@ fn a_marker_goes_out_with_the_next_flush() {
     assert_eq!(events.len() as u64 - 1 + d.count, 400);
     obs.finish().unwrap();
 }
+
+/// A buffer that waited in the queue past the age bound is dropped by the
+/// writer thread, which writes its marker in its place: the trace stays in
+/// order and accounts for every event, and the program never waited.
+#[test]
+fn buffers_older_than_the_age_bound_are_dropped_by_the_writer() {
+    let disk = crate::workload::SlowDisk::new(5_000);
+    let obs = Observer::new(
+        disk.clone(),
+        ObserverSetup::default(),
+        RecorderOptions {
+            chunk_events: 100,
+            queue_batches: 64,
+            // No drop of a full queue: any drop here is the writer's.
+            max_wait: None,
+            max_queue_age: Some(Duration::from_millis(50)),
+            flush_interval: None,
+            ..RecorderOptions::default()
+        },
+    )
+    .unwrap();
+    // Ten buffers at once: the first chunk takes the disk a fifth of a
+    // second, so the buffers behind it are stale when the writer gets them.
+    for i in 0..1000u64 {
+        obs.record(ev(EventKind::Alloc, i << 20, 512), None);
+    }
+    obs.flush().unwrap();
+    let stats = obs.queue_stats();
+    assert!(stats.dropped_events > 0, "{stats:?}");
+    assert_eq!(stats.longest_wait, Duration::ZERO);
+    disk.unthrottle();
+    let summary = obs.finish().unwrap();
+    assert_eq!(summary.dropped_events, stats.dropped_events);
+    let (_, events) = read(&disk.bytes());
+    let markers: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e.data {
+            EventData::EventsDropped(d) => Some(d),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(markers.len() as u64, stats.drops);
+    let dropped: u64 = markers.iter().map(|d| d.count).sum();
+    assert_eq!(dropped, stats.dropped_events);
+    assert_eq!(events.len() as u64 - markers.len() as u64 + dropped, 1000);
+    assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+}
