@@ -21,8 +21,8 @@
 
 use super::FormatError;
 use super::event::{
-    BlockEvent, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData, LimitEvent, OomEvent,
-    SegmentEvent, TagEvent,
+    BlockEvent, DeviceMemoryEvent, DroppedEvents, EmptyCacheEvent, Event, EventData, LimitEvent,
+    OomEvent, SegmentEvent, TagEvent,
 };
 use super::event::{EventKind, KindCounts};
 use super::symbols::{StackId, StringId};
@@ -61,6 +61,9 @@ fn fields_of(kind: EventKind) -> u8 {
         EventKind::Tag => ADDR | DEVICE | THREAD | EXTRA1,
         // Format 1.3: older readers skip both whole.
         EventKind::Limit | EventKind::DeviceMemory => DEVICE | THREAD | EXTRA1 | EXTRA2,
+        // Format 1.5: older readers skip the marker whole (and so read a
+        // trace with a gap as before).
+        EventKind::EventsDropped => EXTRA1 | EXTRA2,
     }
 }
 
@@ -157,6 +160,11 @@ impl Fields {
                 extra2: m.total_bytes,
                 ..Fields::default()
             },
+            EventData::EventsDropped(d) => Fields {
+                extra1: d.count,
+                extra2: d.from_ns,
+                ..Fields::default()
+            },
         }
     }
 
@@ -230,6 +238,10 @@ impl Fields {
                 thread: self.thread,
                 free_bytes: self.extra1,
                 total_bytes: self.extra2,
+            }),
+            EventKind::EventsDropped => EventData::EventsDropped(DroppedEvents {
+                count: self.extra1,
+                from_ns: self.extra2,
             }),
         }
     }
@@ -919,6 +931,13 @@ mod tests {
                     thread: 4,
                     free_bytes: 70_000_000_000,
                     total_bytes: 85_045_477_376,
+                }),
+            },
+            Event {
+                time_ns: 39,
+                data: EventData::EventsDropped(DroppedEvents {
+                    count: 4096,
+                    from_ns: 38,
                 }),
             },
             Event {

@@ -68,6 +68,11 @@ pub enum EventData {
     /// `cudaMemGetInfo`): sampled at the start, at device actions, at
     /// out-of-memory errors and at the end.
     DeviceMemory(DeviceMemoryEvent),
+    /// The recorder dropped events because its output could not keep up
+    /// (format 1.5): this many, recorded from `from_ns` to the marker's own
+    /// time, which is the last dropped event's. The events around it are
+    /// complete; the ones in the span are not.
+    EventsDropped(DroppedEvents),
 }
 
 /// A block-level action: an allocation or one of the two steps of its free.
@@ -294,6 +299,15 @@ pub struct DeviceMemoryEvent {
     pub total_bytes: u64,
 }
 
+/// Events the recorder left out of the trace, and when they were recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DroppedEvents {
+    /// How many events were dropped, all kinds.
+    pub count: u64,
+    /// The time of the first dropped event (the marker's time is the last's).
+    pub from_ns: u64,
+}
+
 impl DeviceMemoryEvent {
     /// Bytes in use on the device, by every process and the driver.
     pub fn used_bytes(&self) -> u64 {
@@ -337,11 +351,13 @@ pub enum EventKind {
     Limit = 13,
     /// See [`EventData::DeviceMemory`] (format 1.3).
     DeviceMemory = 14,
+    /// See [`EventData::EventsDropped`] (format 1.5).
+    EventsDropped = 15,
 }
 
 impl EventKind {
     /// Every kind, in code order.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::Alloc,
         EventKind::FreeRequested,
         EventKind::FreeCompleted,
@@ -357,6 +373,7 @@ impl EventKind {
         EventKind::Tag,
         EventKind::Limit,
         EventKind::DeviceMemory,
+        EventKind::EventsDropped,
     ];
 
     /// The number of kinds this version knows.
@@ -390,6 +407,7 @@ impl EventKind {
             EventKind::Tag => "tag",
             EventKind::Limit => "limit",
             EventKind::DeviceMemory => "device_memory",
+            EventKind::EventsDropped => "events_dropped",
         }
     }
 }
@@ -419,6 +437,7 @@ impl EventData {
             EventData::Tag(_) => EventKind::Tag,
             EventData::Limit(_) => EventKind::Limit,
             EventData::DeviceMemory(_) => EventKind::DeviceMemory,
+            EventData::EventsDropped(_) => EventKind::EventsDropped,
         }
     }
 
@@ -439,11 +458,13 @@ impl EventData {
             | EventData::Annotation { .. }
             | EventData::Tag(_)
             | EventData::Limit(_)
-            | EventData::DeviceMemory(_) => None,
+            | EventData::DeviceMemory(_)
+            | EventData::EventsDropped(_) => None,
         }
     }
-    /// The device whose memory this event concerns; `None` for phases and
-    /// annotations, which belong to the process (every device it uses).
+    /// The device whose memory this event concerns; `None` for phases,
+    /// annotations and dropped-event markers, which belong to the process
+    /// (every device it uses).
     pub fn device(&self) -> Option<u32> {
         match self {
             EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
@@ -460,7 +481,8 @@ impl EventData {
             EventData::DeviceMemory(m) => Some(m.device),
             EventData::PhaseBegin { .. }
             | EventData::PhaseEnd { .. }
-            | EventData::Annotation { .. } => None,
+            | EventData::Annotation { .. }
+            | EventData::EventsDropped(_) => None,
         }
     }
 }

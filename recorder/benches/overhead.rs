@@ -82,7 +82,14 @@ fn main() {
             a.lock().unwrap().malloc(size, 0).unwrap().addr
         };
         times[1].push(time_pairs(locked, &steps, pairs));
-        let r = Recorder::new(allocator(), std::io::sink(), RecorderOptions::default()).unwrap();
+        // Waiting for the writer thread rather than dropping keeps its work
+        // in the figure, however fast the loop allocates.
+        let options = RecorderOptions {
+            max_wait: None,
+            max_queue_age: None,
+            ..RecorderOptions::default()
+        };
+        let r = Recorder::new(allocator(), std::io::sink(), options).unwrap();
         let recording = |old: Option<u64>, size| {
             if let Some(addr) = old {
                 r.free(addr).unwrap();

@@ -152,6 +152,11 @@ fn pairs<M: Measurement>(c: &mut Criterion<M>, name: &str) {
             let options = RecorderOptions {
                 stacks,
                 max_stack_depth: 32,
+                // A loop allocating flat out may outrun the writer thread:
+                // waiting for it keeps its work in the figure (a dropped
+                // buffer would make recording look cheaper than it is).
+                max_wait: None,
+                max_queue_age: None,
                 ..RecorderOptions::default()
             };
             let r = Recorder::new(allocator(), std::io::sink(), options).unwrap();

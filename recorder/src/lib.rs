@@ -11,7 +11,8 @@
 //! - [`recorder`]: a caching allocator that records every event it causes,
 //!   with time, thread and stack, to a trace file.
 //! - [`workload`]: a deterministic synthetic training loop on a simulated
-//!   device, for fixtures, tests and benchmarks.
+//!   device, and a slow disk ([`workload::SlowDisk`]), for fixtures, tests
+//!   and benchmarks.
 //!
 //! A program that only reads or writes traces needs `vramtrace-format`
 //! alone: this crate adds the stack unwinder and the devices.

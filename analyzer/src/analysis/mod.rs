@@ -145,6 +145,8 @@ pub struct PassInfo {
     /// Events (and starting segments) left out for values no allocator
     /// records.
     pub impossible: ImpossibleValues,
+    /// The events the recorder dropped, as the trace's markers say.
+    pub dropped: crate::replay::DroppedReport,
 }
 
 impl PassInfo {
@@ -569,6 +571,7 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
     info.damage = reader.damage().to_vec();
     info.damage_count = reader.damage_count();
     info.phase_thread = phases.phase_thread();
+    info.dropped = phases.dropped().clone();
     info.other_thread_phases = phases
         .other_thread_phases()
         .iter()

@@ -23,8 +23,8 @@ use super::waterfall::{Moment, TOP_SITES, Waterfall, moment_now};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::categories::{CATEGORIES, dominant, is_convolution_stack};
 use crate::replay::{
-    Applied, FreeSpace, Inconsistency, InconsistencyKind, LiveAlloc, Occupancy, PhaseId,
-    ReplayState, Segment, SiteLive, Totals,
+    Applied, DroppedReport, FreeSpace, Inconsistency, InconsistencyKind, LiveAlloc, Occupancy,
+    PhaseId, ReplayState, Segment, SiteLive, Totals,
 };
 use crate::sites::{SiteDescription, SiteId};
 use rustc_hash::FxHashMap;
@@ -374,6 +374,10 @@ pub struct SummaryReport {
     /// Bad limit or device-memory events left out, and a limit that changed.
     #[serde(skip)]
     pub limit_warnings: Vec<String>,
+    /// The events the recorder dropped (its output could not keep up), when
+    /// the trace marks any: figures over their span are a lower bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped_events: Option<DroppedReport>,
     /// Whether the window holds no event (one past the trace's end): then
     /// no peak was reached inside it, and the peaks, the state at the peak
     /// and the sites at the peak are empty ([`SummaryReport::of_empty_window`]).
@@ -397,6 +401,7 @@ impl SummaryReport {
             counts: self.counts,
             end: self.end,
             inconsistencies: self.inconsistencies,
+            dropped_events: self.dropped_events,
             categories: CategoryReport {
                 source: self.categories.source,
                 at_end: self.categories.at_end,
@@ -583,7 +588,8 @@ impl Summary {
             | EventData::Annotation { .. }
             | EventData::Tag(_)
             | EventData::Limit(_)
-            | EventData::DeviceMemory(_) => false,
+            | EventData::DeviceMemory(_)
+            | EventData::EventsDropped(_) => false,
         }
     }
 }
@@ -840,6 +846,7 @@ impl Analysis for Summary {
             outside_allocator,
             waterfall_at_peak,
             limit_warnings: limits.warnings,
+            dropped_events: state.dropped().any().then(|| state.dropped().clone()),
             empty_window: false,
         });
         Ok(())

@@ -77,6 +77,9 @@ pub enum Warning {
     MoreDamage(u64),
     /// The trace has no footer: the process that recorded it did not close it.
     Unfinished,
+    /// The recorder dropped events (its output could not keep up): the
+    /// analyses went on across the gaps, and say how.
+    EventsDropped(crate::replay::DroppedReport),
     /// No event lies inside the window.
     EmptyWindow,
     /// The recorded allocator settings cannot be read (the reason).
@@ -105,6 +108,7 @@ impl fmt::Display for Warning {
             Warning::Unfinished => f.write_str(
                 "the trace has no footer: the recording process did not close it (killed?)",
             ),
+            Warning::EventsDropped(d) => write!(f, "{d}"),
             Warning::EmptyWindow => f.write_str("no event lies inside the window"),
             Warning::Memory(why) => f.write_str(why),
             Warning::Impossible(values) => write!(f, "{values}"),
@@ -143,6 +147,9 @@ impl Warning {
         }
         if !info.impossible.is_empty() {
             warnings.push(Warning::Impossible(info.impossible));
+        }
+        if info.dropped.any() {
+            warnings.push(Warning::EventsDropped(info.dropped.clone()));
         }
         if info.events_in_window == 0 && !window.is_all() {
             warnings.push(Warning::EmptyWindow);

@@ -34,8 +34,8 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vramtrace_format::{
-    BlockEvent, BlockStatus, DeviceMemoryEvent, Event, EventData, InitialState, LimitEvent,
-    SegmentEvent, StackId, StringId, SymbolTable, TagEvent,
+    BlockEvent, BlockStatus, DeviceMemoryEvent, DroppedEvents, Event, EventData, InitialState,
+    LimitEvent, SegmentEvent, StackId, StringId, SymbolTable, TagEvent,
 };
 
 /// A phase instance: one execution of a named phase, numbered in order of
@@ -219,6 +219,16 @@ impl InconsistencyKind {
         InconsistencyKind::UnknownCategory,
     ];
 
+    /// Whether events missing from the trace (dropped by the recorder) can
+    /// cause this contradiction: all but sizes past 64 bits and unknown
+    /// categories, which no gap explains.
+    pub fn may_follow_a_gap(self) -> bool {
+        !matches!(
+            self,
+            InconsistencyKind::ImplausibleSize | InconsistencyKind::UnknownCategory
+        )
+    }
+
     /// A short description for reports.
     pub fn describe(self) -> &'static str {
         match self {
@@ -256,6 +266,68 @@ pub struct Inconsistency {
 /// How many inconsistencies of each kind are kept with their details; the
 /// rest are only counted, so a badly broken trace cannot exhaust memory.
 pub const KEPT_PER_KIND: usize = 20;
+
+/// A span of events the recorder dropped (its output could not keep up):
+/// an `events_dropped` marker (format 1.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DroppedSpan {
+    /// How many events were dropped.
+    pub events: u64,
+    /// The time of the first of them.
+    pub from_ns: u64,
+    /// The time of the last.
+    pub to_ns: u64,
+}
+
+/// How many dropped spans are kept with their times; the rest are counted.
+pub const KEPT_DROPPED_SPANS: usize = 64;
+
+/// The events the recorder dropped, as the trace's markers say, and what the
+/// replay made of the gaps.
+///
+/// A dropped event leaves the state unknown from then on: a dropped free
+/// leaves its block live, a dropped allocation makes its free look
+/// unknown. So after a drop, the contradictions a gap explains (a free of
+/// an unknown block, an allocation over a live one born before the gap, a
+/// segment freed with blocks in it, ...) are counted here and not as
+/// inconsistencies, and the blocks live at a gap are *in doubt*: their free
+/// may have been dropped, so leak analyses leave them out (a lower bound).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DroppedReport {
+    /// Events dropped, all spans.
+    pub events: u64,
+    /// Spans of dropped events (markers).
+    pub spans: u64,
+    /// The first dropped event's time.
+    pub from_ns: u64,
+    /// The last dropped event's time.
+    pub to_ns: u64,
+    /// The first [`KEPT_DROPPED_SPANS`] spans.
+    pub kept_spans: Vec<DroppedSpan>,
+    /// Contradictions of the state after a gap, which the gap explains:
+    /// not counted as inconsistencies.
+    pub explained_inconsistencies: u64,
+}
+
+impl DroppedReport {
+    /// Whether the trace marks any drop.
+    pub fn any(&self) -> bool {
+        self.spans > 0
+    }
+}
+
+impl std::fmt::Display for DroppedReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} dropped by the recorder between {} and {} ({}; the disk could not keep up): figures over that span are a lower bound, and blocks live then are left out of leaks",
+            crate::units::counted(self.events, "event", "events"),
+            crate::units::duration_ns(self.from_ns),
+            crate::units::duration_ns(self.to_ns),
+            crate::units::counted(self.spans, "gap", "gaps"),
+        )
+    }
+}
 
 /// What one event did to the state, for analyses to react to without
 /// looking it up again.
@@ -355,6 +427,13 @@ pub struct ReplayState {
     /// The program's notes (key, value), in order, at most
     /// [`KEPT_ANNOTATIONS`]: they belong to the process, like phases.
     annotations: Vec<(StringId, StringId)>,
+    /// The recorder's dropped events, as marked in the trace.
+    dropped: DroppedReport,
+    /// The number of events replayed up to the last drop marker (its index
+    /// + 1): blocks born no later ([`LiveAlloc::born`]) are in doubt.
+    last_drop: Option<u64>,
+    /// Bytes the caller holds in blocks in doubt, by site.
+    site_doubt: Vec<u64>,
 }
 
 /// The most annotations a state keeps: a program that notes every step
@@ -396,6 +475,9 @@ impl ReplayState {
             recategorized: Vec::new(),
             limit: None,
             device_memory: None,
+            dropped: DroppedReport::default(),
+            last_drop: None,
+            site_doubt: Vec::new(),
         }
     }
 
@@ -424,6 +506,11 @@ impl ReplayState {
         state.time_ns = self.time_ns;
         state.classifier = self.classifier.fork();
         state.annotations.clone_from(&self.annotations);
+        // The gaps are the process's: a device seen later tells of them too
+        // (its blocks, all born since, are in no doubt).
+        state.dropped.clone_from(&self.dropped);
+        state.dropped.explained_inconsistencies = 0;
+        state.last_drop = self.last_drop;
         state
     }
 
@@ -552,10 +639,69 @@ impl ReplayState {
                 Applied::Other
             }
             EventData::EmptyCache(_) => Applied::Other,
+            EventData::EventsDropped(d) => self.events_dropped(index, event.time_ns, d),
         }
     }
 
+    /// A gap in the trace: every block live now is in doubt (its free may
+    /// be among the dropped events).
+    #[cold]
+    fn events_dropped(&mut self, index: u64, time_ns: u64, d: &DroppedEvents) -> Applied {
+        let r = &mut self.dropped;
+        if r.spans == 0 {
+            r.from_ns = d.from_ns;
+        }
+        r.events = r.events.saturating_add(d.count);
+        r.spans += 1;
+        r.to_ns = time_ns;
+        if r.kept_spans.len() < KEPT_DROPPED_SPANS {
+            r.kept_spans.push(DroppedSpan {
+                events: d.count,
+                from_ns: d.from_ns,
+                to_ns: time_ns,
+            });
+        }
+        self.last_drop = Some(index + 1);
+        self.site_doubt.clear();
+        self.site_doubt
+            .extend(self.site_live.iter().map(|s| s.bytes));
+        Applied::Other
+    }
+
+    /// Whether the block's free may have been dropped: it was live at a gap.
+    #[inline]
+    pub fn in_doubt(&self, a: &LiveAlloc) -> bool {
+        self.last_drop.is_some_and(|gap| a.born <= gap)
+    }
+
+    /// The bytes the caller holds at `site` in blocks in doubt.
+    pub fn site_doubt(&self, site: SiteId) -> u64 {
+        self.site_doubt.get(site.0 as usize).copied().unwrap_or(0)
+    }
+
+    /// The recorder's dropped events, as marked in the trace so far.
+    pub fn dropped(&self) -> &DroppedReport {
+        &self.dropped
+    }
+
+    /// Records a contradiction, unless a gap before it explains it: after
+    /// a drop, the state is not known well enough to tell (see
+    /// [`DroppedReport`]).
     fn record(&mut self, kind: InconsistencyKind, index: u64, time_ns: u64, addr: u64) {
+        if self.last_drop.is_some() && kind.may_follow_a_gap() {
+            self.dropped.explained_inconsistencies += 1;
+        } else {
+            self.count_inconsistency(kind, index, time_ns, addr);
+        }
+    }
+
+    fn count_inconsistency(
+        &mut self,
+        kind: InconsistencyKind,
+        index: u64,
+        time_ns: u64,
+        addr: u64,
+    ) {
         let n = &mut self.inconsistency_counts[kind as usize];
         *n += 1;
         if *n as usize <= KEPT_PER_KIND {
@@ -645,6 +791,11 @@ impl ReplayState {
     /// bytes were counted as `counted`, its class until it was settled now).
     #[inline]
     fn release(&mut self, a: &LiveAlloc, counted: Class) {
+        if self.in_doubt(a)
+            && let Some(doubt) = self.site_doubt.get_mut(a.site.0 as usize)
+        {
+            *doubt = doubt.saturating_sub(a.size);
+        }
         self.totals.allocated -= a.size;
         self.totals.requested -= a.requested;
         self.categories.remove(counted, a.size);
@@ -711,7 +862,12 @@ impl ReplayState {
         // One probe of the map: insert, and only look back on a collision.
         if let Some(old) = self.live.insert(b.addr, a) {
             // The old block must have been freed unrecorded; the new one wins.
-            self.record(InconsistencyKind::AllocOverLive, index, time_ns, b.addr);
+            // Born after the last gap, its free cannot have been dropped.
+            if self.in_doubt(&old) {
+                self.dropped.explained_inconsistencies += 1;
+            } else {
+                self.count_inconsistency(InconsistencyKind::AllocOverLive, index, time_ns, b.addr);
+            }
             self.remove_live(&old, old.class);
             self.replaced = Some((index, old));
         }

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use writer::WriterSetup;
 
-pub use writer::TraceSummary;
+pub use writer::{QueueStats, TraceSummary};
 
 pub use observer::{ObservedEvent, Observer, ObserverSetup, StartState};
 pub use stacks::{CodeInfo, FrameSink, FrameSource, MAX_STACK_DEPTH, WalkId, capture_frames};
@@ -59,6 +59,20 @@ const CALL_EVENTS: usize = 64;
 /// to write, a process killed at any moment keeps every event recorded more
 /// than a second before (`docs/recording.md`, crash safety).
 pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How many batches may wait for the writer thread by default: at 30,000
+/// events per second, about a second of events (`docs/recording.md`, "A
+/// disk slower than the program").
+pub const DEFAULT_QUEUE_BATCHES: usize = 8;
+
+/// How long a recording thread waits for a writer thread that is behind, by
+/// default, before recording goes on and drops what the writer cannot take:
+/// long enough for a fast disk's hiccup, short beside a training step.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(5);
+
+/// How long a buffer may wait for the writer thread by default: with the
+/// flush interval, the second a killed process may lose.
+pub const DEFAULT_MAX_QUEUE_AGE: Duration = Duration::from_secs(1);
 
 /// Which stacks the recorder captures for allocator events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,9 +112,22 @@ pub struct RecorderOptions {
     /// the end write events (for tests that count chunks).
     pub flush_interval: Option<Duration>,
     /// Batches (of up to 4096 events) that may wait for the writer thread
-    /// before recording waits for it: backpressure rather than unbounded
-    /// memory or lost events.
+    /// before recording waits for it: memory stays bounded, and so does what
+    /// a killed process loses (`docs/recording.md`, "A disk slower than the
+    /// program").
     pub queue_batches: usize,
+    /// How long a recording thread waits for a writer thread more than
+    /// `queue_batches` behind: a buffer that fills while the writer is still
+    /// that far behind is dropped (counted, and marked in the trace by an
+    /// `events_dropped` event). `None`: wait as long as it takes and drop
+    /// nothing, however slow the output (the program slows to its pace).
+    pub max_wait: Option<Duration>,
+    /// How long a buffer may wait for the writer thread: one taken later is
+    /// dropped (counted, and marked in the trace where it was), so that an
+    /// output slower than the recording writes recent events rather than
+    /// ever older ones, and a killed process loses about this much plus
+    /// the flush interval. `None`: write every buffer, however late.
+    pub max_queue_age: Option<Duration>,
     /// The header's start time; `None` reads the system clock.
     pub start_unix_ns: Option<u64>,
     /// The header's process; `None` describes this process.
@@ -117,7 +144,9 @@ impl Default for RecorderOptions {
             max_stack_depth: 64,
             chunk_events: 64 * 1024,
             flush_interval: Some(DEFAULT_FLUSH_INTERVAL),
-            queue_batches: 64,
+            queue_batches: DEFAULT_QUEUE_BATCHES,
+            max_wait: Some(DEFAULT_MAX_WAIT),
+            max_queue_age: Some(DEFAULT_MAX_QUEUE_AGE),
             start_unix_ns: None,
             process: None,
             metadata: BTreeMap::new(),
@@ -172,6 +201,9 @@ pub struct RecordingSummary {
     pub addresses: u64,
     /// Distinct codes of the frame source named.
     pub codes: u64,
+    /// Events dropped because the output could not keep up (`events`
+    /// counts their markers, not them).
+    pub dropped_events: u64,
     /// The allocator's statistics at the end.
     pub allocator: AllocatorStats,
 }
@@ -478,6 +510,11 @@ impl<D: DeviceMemory> Recorder<D> {
         self.rec.flush()
     }
 
+    /// What recording waited for its output and dropped so far.
+    pub fn queue_stats(&self) -> QueueStats {
+        self.rec.queue_stats()
+    }
+
     /// The allocator's statistics now.
     pub fn stats(&self) -> AllocatorStats {
         *self.rec.lock().subject.stats()
@@ -532,6 +569,7 @@ impl RecordingSummary {
             stacks: summary.stacks,
             addresses: summary.addresses,
             codes: summary.codes,
+            dropped_events: summary.dropped_events,
             allocator,
         }
     }

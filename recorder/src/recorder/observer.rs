@@ -17,7 +17,7 @@ use super::recording::{Recording, Stamp};
 use super::stacks::{StackBuf, StackKey};
 use super::writer::WriterSetup;
 use super::{
-    PhaseGuard, RecorderError, RecorderOptions, StackMode, TraceSummary, create_file,
+    PhaseGuard, QueueStats, RecorderError, RecorderOptions, StackMode, TraceSummary, create_file,
     stacks_metadata, start_unix_ns, thread_id,
 };
 use crate::allocator::{AllocatorConfig, ObservedBlocks};
@@ -300,6 +300,11 @@ impl Observer {
     /// Writes everything recorded so far to the output and flushes it.
     pub fn flush(&self) -> Result<(), RecorderError> {
         self.rec.flush()
+    }
+
+    /// What recording waited for its output and dropped so far.
+    pub fn queue_stats(&self) -> QueueStats {
+        self.rec.queue_stats()
     }
 
     /// Ends the trace: writes the remaining events and the footer. Events

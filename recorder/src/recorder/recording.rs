@@ -9,9 +9,15 @@
 //! it a buffer for that long, it takes the buffer itself (under the lock,
 //! so an idle or slow recording loses nothing), and it flushes what it
 //! wrote within that interval too. The allocating thread only hands over
-//! full buffers, and reads no clock for it. Nothing holds the lock while
+//! full buffers, and reads the clock once per buffer for it. Nothing holds the lock while
 //! waiting for the writer thread: a recording ahead of it by more than
-//! [`RecorderOptions::queue_batches`] waits after leaving the lock.
+//! [`RecorderOptions::queue_batches`] waits after leaving the lock, for at
+//! most [`RecorderOptions::max_wait`]; a buffer that fills while the writer
+//! is still that far behind is dropped, counted, and marked in the trace by
+//! an `events_dropped` event sent ahead of the next buffer; a buffer that
+//! waited in the queue past [`RecorderOptions::max_queue_age`] is dropped by
+//! the writer thread, which writes its marker in its place
+//! (`docs/recording.md`, "A disk slower than the program").
 //!
 //! [`Recorder`]: super::Recorder
 //! [`Observer`]: super::Observer
@@ -19,11 +25,11 @@
 use super::biased::{BiasedGuard, BiasedMutex};
 use super::clock::Clock;
 use super::stacks::{self, FrameSource, StackBuf, StackKey, WalkId};
-use super::writer::{self, Backlog, Batch, FlushTimer, Msg, TraceSummary, WriterSetup};
+use super::writer::{self, Backlog, Batch, FlushTimer, Msg, QueueStats, TraceSummary, WriterSetup};
 use super::{CALL_EVENTS, RecorderError, RecorderOptions, StackMode, thread_id};
 use crate::format::{
-    Category, Event, EventData, FormatError, Header, InitialState, LimitEvent, StackId, StringId,
-    TagEvent, TraceWriter, WriterOptions,
+    Category, DroppedEvents, Event, EventData, FormatError, Header, InitialState, LimitEvent,
+    StackId, StringId, TagEvent, TraceWriter, WriterOptions,
 };
 use rustc_hash::FxHashMap;
 use std::io::Write;
@@ -100,6 +106,9 @@ pub(crate) struct Log {
     tx: Option<Sender<Msg>>,
     spare: Receiver<Vec<Event>>,
     backlog: Arc<Backlog>,
+    /// Events dropped since the last buffer sent (their marker goes first in
+    /// the next one), and the time of the last of them.
+    dropped: Option<(DroppedEvents, u64)>,
 }
 
 impl<B: EventBuffer + Send + 'static> Recording<B> {
@@ -127,7 +136,11 @@ impl<B: EventBuffer + Send + 'static> Recording<B> {
             },
         )?;
         trace.flush()?;
-        let backlog = Arc::new(Backlog::new(options.queue_batches.max(1)));
+        let backlog = Arc::new(Backlog::new(
+            options.queue_batches.max(1),
+            options.max_wait,
+            options.max_queue_age,
+        ));
         let (tx, rx) = channel();
         let (spare_tx, spare_rx) = sync_channel(options.queue_batches.max(1) + 2);
         *subject.events() = Vec::with_capacity(batch_events + CALL_EVENTS);
@@ -146,6 +159,7 @@ impl<B: EventBuffer + Send + 'static> Recording<B> {
                 tx: Some(tx),
                 spare: spare_rx,
                 backlog: backlog.clone(),
+                dropped: None,
             },
         }));
         let timer = options.flush_interval.map(|interval| {
@@ -405,6 +419,11 @@ impl<B: EventBuffer> Recording<B> {
         n
     }
 
+    /// What the recording waited for its writer thread and dropped so far.
+    pub fn queue_stats(&self) -> QueueStats {
+        self.backlog.stats()
+    }
+
     /// Gives the writer thread the state the trace starts from, for a writer
     /// set up to wait for one.
     pub fn send_initial_state(&self, state: InitialState) -> Result<(), RecorderError> {
@@ -532,11 +551,42 @@ impl Log {
         id
     }
 
-    /// Hands a full buffer over. Returns whether the writer thread is
+    /// Hands a full buffer over, or drops it if the writer thread is still
+    /// behind after the last wait. Returns whether the writer thread is
     /// behind: the caller then waits for it, once out of the lock.
     #[inline]
     fn after_push(&mut self, events: &mut Vec<Event>) -> bool {
-        events.len() >= self.batch_events && self.handoff(events, false) && self.backlog.behind()
+        if events.len() < self.batch_events {
+            return false;
+        }
+        if self.backlog.drops_now() {
+            self.drop_events(events);
+            return false;
+        }
+        self.handoff(events, false) && self.backlog.behind()
+    }
+
+    /// Drops the buffer's events, counting them into the marker the next
+    /// buffer sent begins with. Its strings and stacks still go with that
+    /// buffer: later events may use them.
+    #[cold]
+    fn drop_events(&mut self, events: &mut Vec<Event>) {
+        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+            return;
+        };
+        let count = events.len() as u64;
+        let (first, last) = (first.time_ns, last.time_ns);
+        events.clear();
+        self.backlog.dropped(count, self.dropped.is_none());
+        let (marker, to_ns) = self.dropped.get_or_insert((
+            DroppedEvents {
+                count: 0,
+                from_ns: first,
+            },
+            last,
+        ));
+        marker.count += count;
+        *to_ns = last;
     }
 
     /// Sends the buffer (and the symbols it needs) to the writer thread;
@@ -547,8 +597,23 @@ impl Log {
             events.clear();
             return false;
         };
-        if events.is_empty() && self.new_strings.is_empty() && self.new_stacks.is_empty() {
+        if events.is_empty()
+            && self.new_strings.is_empty()
+            && self.new_stacks.is_empty()
+            && self.dropped.is_none()
+        {
             return false;
+        }
+        if let Some((marker, to_ns)) = self.dropped.take() {
+            // The dropped events came before the buffer's: so does their
+            // marker, stamped with the last one's time (times stay monotonic).
+            events.insert(
+                0,
+                Event {
+                    time_ns: to_ns,
+                    data: EventData::EventsDropped(marker),
+                },
+            );
         }
         let fresh = self
             .spare
@@ -559,6 +624,8 @@ impl Log {
             stacks: std::mem::take(&mut self.new_stacks),
             events: std::mem::replace(events, fresh),
             flush,
+            // One clock reading per buffer, for the queue's age bound.
+            sent: std::time::Instant::now(),
         };
         self.backlog.sent();
         if tx.send(Msg::Batch(batch)).is_err() {

@@ -5,11 +5,11 @@
 use super::stacks::{FrameSource, SourceFrames, Symbolizer, split_key};
 use crate::allocator::ObservedBlocks;
 use crate::format::{
-    Event, EventData, FormatError, FrameId, InitialState, KindCounts, StackId, StringId,
-    TraceWriter,
+    DroppedEvents, Event, EventData, FormatError, FrameId, InitialState, KindCounts, StackId,
+    StringId, TraceWriter,
 };
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +22,9 @@ pub(crate) struct Batch {
     pub events: Vec<Event>,
     /// Write a chunk and flush the output after this batch.
     pub flush: bool,
+    /// When it was handed over: a batch that waited longer than the
+    /// queue's age bound is dropped.
+    pub sent: Instant,
 }
 
 pub(crate) enum Msg {
@@ -48,21 +51,53 @@ pub(crate) struct WriterSetup {
 /// channel itself is unbounded, so that handing a batch over never blocks
 /// under the recording's lock (where the writer thread, taking a buffer
 /// left too long, could wait for it); a recording more than `limit` batches
-/// ahead waits here instead, outside the lock.
+/// ahead waits here instead, outside the lock, for at most `max_wait` (and
+/// drops the buffers that fill while the writer is still that far behind:
+/// `docs/recording.md`, "A disk slower than the program").
 pub(crate) struct Backlog {
     batches: AtomicUsize,
     limit: usize,
+    /// How long a recording thread waits for the writer; `None`: until it
+    /// catches up.
+    max_wait: Option<Duration>,
+    /// How long a batch may wait for the writer thread before it is
+    /// dropped when taken; `None`: any time.
+    max_age: Option<Duration>,
+    /// The longest a recording thread waited here, in nanoseconds.
+    longest_wait_ns: AtomicU64,
+    /// Events dropped so far, and the spans they were dropped in (each
+    /// becomes one marker in the trace).
+    dropped_events: AtomicU64,
+    drops: AtomicU64,
     /// Set when the writer thread ends: nobody waits for it any more.
     closed: AtomicBool,
     lock: Mutex<()>,
     drained: Condvar,
 }
 
+/// How a recording kept up with its output: what the program waited and
+/// what it lost. See [`Recorder::queue_stats`](super::Recorder::queue_stats).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Events dropped because the output could not keep up.
+    pub dropped_events: u64,
+    /// Spans of consecutive dropped events (each marked in the trace by an
+    /// `events_dropped` event).
+    pub drops: u64,
+    /// The longest a recording thread waited for the writer thread.
+    pub longest_wait: Duration,
+}
+
 impl Backlog {
-    pub fn new(limit: usize) -> Self {
+    pub fn new(limit: usize, max_wait: Option<Duration>, max_age: Option<Duration>) -> Self {
         Backlog {
             batches: AtomicUsize::new(0),
             limit,
+            max_wait,
+            max_age,
+            longest_wait_ns: AtomicU64::new(0),
+            dropped_events: AtomicU64::new(0),
+            drops: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             lock: Mutex::new(()),
             drained: Condvar::new(),
@@ -81,16 +116,67 @@ impl Backlog {
         self.batches.load(Ordering::Relaxed) > self.limit
     }
 
+    /// Whether a full buffer is dropped rather than sent: the writer thread
+    /// is still behind (after the wait of the buffer before), and waiting
+    /// is bounded.
+    #[inline]
+    pub fn drops_now(&self) -> bool {
+        self.max_wait.is_some() && self.behind()
+    }
+
+    /// `count` events were dropped; `new_span`: they begin a span of their
+    /// own (the previous span's marker was sent).
+    pub fn dropped(&self, count: u64, new_span: bool) {
+        self.dropped_events.fetch_add(count, Ordering::Relaxed);
+        if new_span {
+            self.drops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `batch` waited in the queue longer than its age bound: then
+    /// its events are older than what a killed process may lose, and
+    /// writing them would only make the events behind them older still.
+    fn is_stale(&self, batch: &Batch) -> bool {
+        self.max_age
+            .is_some_and(|age| !batch.events.is_empty() && batch.sent.elapsed() > age)
+    }
+
+    /// What was waited and dropped so far.
+    pub fn stats(&self) -> QueueStats {
+        QueueStats {
+            dropped_events: self.dropped_events.load(Ordering::Relaxed),
+            drops: self.drops.load(Ordering::Relaxed),
+            longest_wait: Duration::from_nanos(self.longest_wait_ns.load(Ordering::Relaxed)),
+        }
+    }
+
     /// Waits until the writer thread is at most `limit` batches behind (or
-    /// gone).
+    /// gone), or `max_wait` passed.
     #[cold]
     pub fn wait(&self) {
+        let start = Instant::now();
+        let deadline = self.max_wait.map(|w| start + w);
         let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         while self.batches.load(Ordering::Acquire) > self.limit
             && !self.closed.load(Ordering::Acquire)
         {
-            g = self.drained.wait(g).unwrap_or_else(|e| e.into_inner());
+            g = match deadline {
+                None => self.drained.wait(g).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    self.drained
+                        .wait_timeout(g, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
         }
+        drop(g);
+        let waited = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.longest_wait_ns.fetch_max(waited, Ordering::Relaxed);
     }
 
     /// The writer thread took a batch off the channel.
@@ -213,6 +299,10 @@ pub struct TraceSummary {
     pub addresses: u64,
     /// Distinct codes of the frame source named.
     pub codes: u64,
+    /// Events the recording dropped because the output could not keep up
+    /// (the sum of the trace's `events_dropped` markers, which `events`
+    /// counts; the dropped events are not).
+    pub dropped_events: u64,
 }
 
 /// A writer that counts the bytes through it.
@@ -251,6 +341,8 @@ struct State {
     /// per event).
     identity: bool,
     blocks: Option<ObservedBlocks>,
+    /// The events the markers written say were dropped.
+    dropped_events: u64,
 }
 
 pub(crate) fn run<W: Write>(
@@ -271,6 +363,7 @@ pub(crate) fn run<W: Write>(
         scratch: Vec::new(),
         identity: true,
         blocks: setup.blocks,
+        dropped_events: 0,
     };
     let mut failed: Option<FormatError> = None;
     // Batches waiting for the initial state, while one is awaited.
@@ -332,7 +425,13 @@ pub(crate) fn run<W: Write>(
                     write(&mut trace, &mut state, &mut failed, &mut timer, batch);
                     flush_now(&mut trace, &mut failed, &mut timer);
                 }
-                None => write(&mut trace, &mut state, &mut failed, &mut timer, batch),
+                None => {
+                    let mut batch = batch;
+                    if backlog.is_stale(&batch) {
+                        drop_stale(&mut batch, &backlog);
+                    }
+                    write(&mut trace, &mut state, &mut failed, &mut timer, batch)
+                }
             },
             Msg::InitialState(initial) => {
                 // Only the first state counts, and only before any event.
@@ -360,6 +459,18 @@ pub(crate) fn run<W: Write>(
                 });
             }
         }
+        // A writer that never runs out of batches (an output slower than
+        // the recording) never times out waiting: its timer is run here,
+        // so that chunks are still cut and flushed within the interval
+        // rather than at `chunk_events`, seconds of events later.
+        if let Some(t) = &mut timer
+            && held.is_none()
+        {
+            let now = Instant::now();
+            if t.timeout(now).is_zero() {
+                t.tick(now, &mut trace, &mut failed);
+            }
+        }
     }
     // An initial state that never came: the events are written all the same.
     for b in held.take().into_iter().flatten() {
@@ -377,7 +488,36 @@ pub(crate) fn run<W: Write>(
         stacks: state.stacks.len() as u64 - 1,
         addresses: state.symbolizer.addresses(),
         codes: state.source.as_ref().map_or(0, SourceFrames::codes),
+        dropped_events: state.dropped_events,
     })
+}
+
+/// Replaces the events of a batch that waited too long with one marker
+/// saying how many there were (folding in the marker the batch may begin
+/// with). Its strings and stacks are still written: later events use them.
+fn drop_stale(batch: &mut Batch, backlog: &Backlog) {
+    let (Some(first), Some(last)) = (batch.events.first(), batch.events.last()) else {
+        return;
+    };
+    let (mut marker, had_marker) = match first.data {
+        EventData::EventsDropped(d) => (d, true),
+        _ => (
+            DroppedEvents {
+                count: 0,
+                from_ns: first.time_ns,
+            },
+            false,
+        ),
+    };
+    let to_ns = last.time_ns;
+    let dropped_now = batch.events.len() as u64 - had_marker as u64;
+    marker.count += dropped_now;
+    backlog.dropped(dropped_now, !had_marker);
+    batch.events.clear();
+    batch.events.push(Event {
+        time_ns: to_ns,
+        data: EventData::EventsDropped(marker),
+    });
 }
 
 /// Writes the buffered events as a chunk and flushes the output.
@@ -425,6 +565,9 @@ fn write_batch<W: Write>(
         }
         if let Some(blocks) = &mut state.blocks {
             size_blocks(&mut event.data, blocks);
+        }
+        if let EventData::EventsDropped(d) = event.data {
+            state.dropped_events += d.count;
         }
         trace.push(*event)?;
     }
@@ -475,6 +618,9 @@ fn remap(data: &mut EventData, state: &State) {
             string(key);
             string(value);
         }
-        EventData::Tag(_) | EventData::Limit(_) | EventData::DeviceMemory(_) => {}
+        EventData::Tag(_)
+        | EventData::Limit(_)
+        | EventData::DeviceMemory(_)
+        | EventData::EventsDropped(_) => {}
     }
 }

@@ -21,6 +21,9 @@
 //! up front, which is what lets it produce hundreds of millions of events.
 
 mod sites;
+mod slow_disk;
+
+pub use slow_disk::SlowDisk;
 
 use crate::allocator::{
     AllocError, AllocatorConfig, CachingAllocator, EventOrigin, MAX_BLOCK_SIZE,

@@ -124,6 +124,13 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
         units::bytes(r.never_freed_bytes),
         units::count(r.never_freed_blocks)
     ));
+    if let Some(d) = &r.dropped_events {
+        text.push_str(&format!(
+            "  {d}; left out: {} in {} blocks live at a gap (their free may have been dropped)\n",
+            units::bytes(r.in_doubt_bytes),
+            units::count(r.in_doubt_blocks)
+        ));
+    }
     if !r.never_freed.is_empty() {
         let mut t = Table::new(&[
             ("bytes", Align::Right),

@@ -238,6 +238,12 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
 
     let inc = &r.inconsistencies;
     text.push_str(&format!("\ninconsistencies: {}\n", units::count(inc.total)));
+    if let Some(d) = &r.dropped_events {
+        text.push_str(&format!(
+            "  {d}; {} contradictions after the gaps are put down to them\n",
+            units::count(d.explained_inconsistencies)
+        ));
+    }
     if inc.total > 0 {
         let mut t = Table::new(&[
             ("count", Align::Right),
