@@ -87,7 +87,7 @@ pub use writer::{TraceWriter, WriterOptions};
 /// The format's major version: readers reject any other.
 pub const VERSION_MAJOR: u16 = 1;
 /// The format's minor version: readers accept newer minors of their major.
-pub const VERSION_MINOR: u16 = 3;
+pub const VERSION_MINOR: u16 = 4;
 /// The first bytes of every trace: the MessagePack string `"vramtrace"`.
 pub const MAGIC: &[u8; 10] = b"\xa9vramtrace";
 /// The conventional file extension.

@@ -283,12 +283,23 @@ fn trailing_bytes_and_unknown_records_are_reported() {
         r.damage()[0],
         TraceDamage::UnknownRecord { code: 42, .. }
     ));
+    // The chunk's place (format 1.4) says which chunk and events are gone.
     assert!(matches!(
         r.damage()[1],
+        TraceDamage::Missing {
+            first_chunk: 0,
+            chunks: 1,
+            first_event: 0,
+            events: 4,
+            ..
+        }
+    ));
+    assert!(matches!(
+        r.damage()[2],
         TraceDamage::CountMismatch { footer_events, read_events, footer_chunks, read_chunks }
             if footer_events == read_events + 4 && footer_chunks == read_chunks + 1
     ));
-    assert!(r.damage()[1].to_string().contains("4 events are missing"));
+    assert!(r.damage()[2].to_string().contains("4 events are missing"));
 }
 
 /// Bytes that are no record at all, between two records: skipped up to the
