@@ -639,7 +639,12 @@ impl<R: Read> TraceReader<R> {
             match read_record(&mut self.input)? {
                 ReadRecord::End => self.done = true,
                 ReadRecord::Truncated { read } => {
-                    self.recover(at, read, "the record runs past the end of the trace", true)?;
+                    self.recover(
+                        at,
+                        read,
+                        "a record header claims more bytes than the trace holds",
+                        true,
+                    )?;
                 }
                 ReadRecord::Damaged { reason, read } => self.recover(at, read, reason, false)?,
                 ReadRecord::Record {
