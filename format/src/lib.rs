@@ -79,7 +79,7 @@ pub use event::{
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,
 };
-pub use reader::{Events, KEPT_DAMAGE, TraceDamage, TraceReader, Truncation};
+pub use reader::{Events, KEPT_DAMAGE, REORDER_CHUNKS, TraceDamage, TraceReader, Truncation};
 pub use source::EventSource;
 pub use symbols::{Frame, FrameId, StackId, StringId, SymbolTable};
 pub use writer::{TraceWriter, WriterOptions};
