@@ -5,8 +5,7 @@ use super::error::FormatError;
 use super::event::{Event, KindCounts};
 use super::header::{Footer, Header, InitialState};
 use super::record::{
-    Probe, RECORD_OVERHEAD, ReadRecord, RecordType, is_record_header, probe_record, read_full,
-    read_record,
+    RECORD_OVERHEAD, ReadRecord, RecordType, is_record_header, read_full, read_record,
 };
 use super::symbols::{SymbolDefinitions, SymbolTable};
 use super::{MAGIC, VERSION_MAJOR};
@@ -296,10 +295,6 @@ pub const KEPT_DAMAGE: usize = 100;
 pub const REORDER_CHUNKS: usize = 16;
 /// The most bytes of chunks held back, whatever their number.
 const REORDER_BYTES: usize = 256 << 20;
-/// Bytes a scan after damage may hash, past four times the bytes it reads,
-/// to check the payloads of the records it finds: a run of forged record
-/// headers cannot make the scan quadratic.
-const SCAN_HASH_SLACK: u64 = 64 << 20;
 
 /// Reads a trace record by record.
 ///
@@ -709,26 +704,31 @@ impl<R: Read> TraceReader<R> {
     /// and then payload checksum check out. A damaged length is never
     /// trusted: a byte lost or added inside a record moves the next one.
     /// Memory: the bytes from the candidate looked at to what its length
-    /// claims, at most the rest of the input.
+    /// claims, at most the rest of the input. Time: linear, however many
+    /// forged headers claim long payloads ([`Prefixes`]).
     fn scan(&mut self, mut buf: Vec<u8>, mut cut: Option<u64>) -> io::Result<Scan> {
         const MARKER: u8 = 0xc9;
         const STEP: u64 = 1 << 16;
         // `buf[0]` is at `dropped` bytes from the damage's start.
         let mut dropped = 0u64;
+        let mut sums = Prefixes::new();
+        sums.extend(&buf, dropped);
         let mut p = 1usize;
         let mut eof = false;
-        let mut hashed = 0u64;
         loop {
             if buf.len() < p + RECORD_OVERHEAD && !eof {
-                // Keep what is left to look at, and read on.
-                if p as u64 > STEP {
-                    buf.drain(..p);
-                    dropped += p as u64;
-                    p = 0;
+                // Keep what is left to look at (whole blocks go), and read on.
+                let done = p / PREFIX_BLOCK * PREFIX_BLOCK;
+                if done as u64 > STEP {
+                    buf.drain(..done);
+                    dropped += done as u64;
+                    p -= done;
+                    sums.drop_to(dropped);
                 }
                 let before = buf.len();
                 (&mut self.input).take(STEP).read_to_end(&mut buf)?;
                 eof = buf.len() == before;
+                sums.extend(&buf, dropped);
                 continue;
             }
             if p >= buf.len() {
@@ -744,45 +744,39 @@ impl<R: Read> TraceReader<R> {
                     continue;
                 }
             }
-            let bytes = &buf[p..];
-            if bytes.len() < RECORD_OVERHEAD && !eof {
+            let head = &buf[p..];
+            if head.len() < RECORD_OVERHEAD && !eof {
                 continue;
             }
-            if !is_record_header(bytes) {
+            if !is_record_header(head) {
                 p += 1;
                 continue;
             }
-            let len = 6 + u32::from_be_bytes(bytes[1..5].try_into().expect("4 bytes")) as u64;
-            let consumed = dropped + buf.len() as u64;
-            if hashed + len > 4 * consumed.max(len) + SCAN_HASH_SLACK {
-                // Forged headers by the dozen: not worth hashing more.
-                p += 1;
-                continue;
-            }
-            match probe_record(bytes) {
-                Probe::Sound(_) => {
-                    self.input.unread(&buf[p..]);
-                    return Ok(Scan::Found(dropped + p as u64));
-                }
-                Probe::Needs(_) if eof => {
+            let len = 6 + u32::from_be_bytes(head[1..5].try_into().expect("4 bytes")) as usize;
+            if head.len() < len {
+                if eof {
                     // Its data runs past the end: the trace may be cut
                     // here, unless a sound record follows.
                     cut.get_or_insert(dropped + p as u64);
                     p += 1;
-                }
-                Probe::Needs(len) => {
+                } else {
                     // Read what its length claims, as far as the input
                     // goes, to check its payload.
-                    let missing = (len - (buf.len() - p)) as u64;
+                    let missing = (len - head.len()) as u64;
                     let before = buf.len();
                     (&mut self.input).take(missing).read_to_end(&mut buf)?;
                     eof = ((buf.len() - before) as u64) < missing;
+                    sums.extend(&buf, dropped);
                 }
-                Probe::BadPayload | Probe::NoRecord => {
-                    hashed += len;
-                    p += 1;
-                }
+                continue;
             }
+            let crc = u32::from_le_bytes(head[10..14].try_into().expect("4 bytes"));
+            let payload = dropped + (p + RECORD_OVERHEAD) as u64..dropped + (p + len) as u64;
+            if sums.crc(&buf, dropped, payload) == crc {
+                self.input.unread(&buf[p..]);
+                return Ok(Scan::Found(dropped + p as u64));
+            }
+            p += 1;
         }
     }
 
@@ -1068,6 +1062,73 @@ impl<R: Read> TraceReader<R> {
             footer_chunks,
             read_chunks: chunks,
         });
+    }
+}
+
+/// The spacing of [`Prefixes`]' checksums.
+const PREFIX_BLOCK: usize = 1024;
+
+/// The CRC-32 of the bytes of a scan (from the damage's start) up to every
+/// [`PREFIX_BLOCK`]: the CRC of any range follows from those at its ends
+/// (CRC-32 is linear: `crc(A B) = crc(A) shifted by |B| ^ crc(B)`), each
+/// hashing less than a block from the nearest sum. A scan thus checks the
+/// payload of every candidate record in constant time, where hashing each
+/// payload would make a run of forged headers, each claiming the rest of
+/// the trace, cost the square of its length.
+struct Prefixes {
+    /// The CRC of the bytes up to block `first + i`'s start.
+    sums: Vec<u32>,
+    first: u64,
+}
+
+impl Prefixes {
+    fn new() -> Self {
+        Prefixes {
+            sums: vec![0],
+            first: 0,
+        }
+    }
+
+    /// Adds the sums of the whole blocks in `buf`, which starts `dropped`
+    /// bytes from the damage's start (a multiple of the block).
+    fn extend(&mut self, buf: &[u8], dropped: u64) {
+        loop {
+            let last = self.first + self.sums.len() as u64 - 1;
+            let from = (last * PREFIX_BLOCK as u64 - dropped) as usize;
+            let Some(block) = buf.get(from..from + PREFIX_BLOCK) else {
+                return;
+            };
+            let mut h = crc32fast::Hasher::new_with_initial(*self.sums.last().expect("a sum"));
+            h.update(block);
+            self.sums.push(h.finalize());
+        }
+    }
+
+    /// Forgets the sums before `dropped` (a multiple of the block).
+    fn drop_to(&mut self, dropped: u64) {
+        let first = dropped / PREFIX_BLOCK as u64;
+        self.sums.drain(..(first - self.first) as usize);
+        self.first = first;
+    }
+
+    /// The CRC of the bytes up to `at` (from the damage's start).
+    fn prefix(&self, buf: &[u8], dropped: u64, at: u64) -> u32 {
+        let block = at / PREFIX_BLOCK as u64;
+        let from = (block * PREFIX_BLOCK as u64 - dropped) as usize;
+        let mut h = crc32fast::Hasher::new_with_initial(self.sums[(block - self.first) as usize]);
+        h.update(&buf[from..(at - dropped) as usize]);
+        h.finalize()
+    }
+
+    /// The CRC of the bytes in `range` (from the damage's start).
+    fn crc(&self, buf: &[u8], dropped: u64, range: Range<u64>) -> u32 {
+        let mut shifted =
+            crc32fast::Hasher::new_with_initial(self.prefix(buf, dropped, range.start));
+        shifted.combine(&crc32fast::Hasher::new_with_initial_len(
+            0,
+            range.end - range.start,
+        ));
+        self.prefix(buf, dropped, range.end) ^ shifted.finalize()
     }
 }
 
@@ -1522,6 +1583,32 @@ mod tests {
                 assert_eq!(r.damage(), []);
             }
         }
+    }
+
+    /// The CRC of any range, from the prefix sums, is the CRC of its bytes,
+    /// also once the front of the bytes is dropped.
+    #[test]
+    fn prefix_sums_give_the_crc_of_any_range() {
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 7919 % 251) as u8).collect();
+        let mut sums = Prefixes::new();
+        sums.extend(&bytes, 0);
+        for (start, end) in [
+            (0, 0),
+            (0, 5000),
+            (3, 1024),
+            (1024, 2048),
+            (1500, 4999),
+            (7, 8),
+        ] {
+            let direct = crc32fast::hash(&bytes[start..end]);
+            assert_eq!(sums.crc(&bytes, 0, start as u64..end as u64), direct);
+        }
+        sums.drop_to(2048);
+        let rest = &bytes[2048..];
+        assert_eq!(
+            sums.crc(rest, 2048, 2100..4321),
+            crc32fast::hash(&bytes[2100..4321])
+        );
     }
 
     /// Forged headers by the thousand, each claiming more than the trace

@@ -83,46 +83,6 @@ pub enum ReadRecord {
     Damaged { reason: &'static str, read: Vec<u8> },
 }
 
-/// What a look at some bytes as the start of a record finds.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Probe {
-    /// No record header starts here.
-    NoRecord,
-    /// A header that checks out, of a record this many bytes long (framing
-    /// included), more than the bytes looked at: the rest is needed to
-    /// check its payload.
-    Needs(usize),
-    /// A whole record, header and payload checking out, this many bytes long.
-    Sound(usize),
-    /// A header that checks out over a payload that does not.
-    BadPayload,
-}
-
-/// Looks at `bytes` as the start of a record, checking both checksums: what
-/// the reader trusts after damage, where a header alone (2^-32 odds for
-/// bytes that are not one) could be a damaged record's stale length.
-pub fn probe_record(bytes: &[u8]) -> Probe {
-    if bytes.first() != Some(&EXT32) {
-        return Probe::NoRecord;
-    }
-    if bytes.len() < RECORD_OVERHEAD {
-        return Probe::Needs(RECORD_OVERHEAD);
-    }
-    if !is_record_header(bytes) {
-        return Probe::NoRecord;
-    }
-    let len = 6 + u32::from_be_bytes(bytes[1..5].try_into().expect("4 bytes")) as usize;
-    if bytes.len() < len {
-        return Probe::Needs(len);
-    }
-    let crc = u32::from_le_bytes(bytes[10..14].try_into().expect("4 bytes"));
-    if crc32fast::hash(&bytes[RECORD_OVERHEAD..len]) == crc {
-        Probe::Sound(len)
-    } else {
-        Probe::BadPayload
-    }
-}
-
 /// Whether `head` (at least 10 bytes) starts with a plausible record
 /// header: the marker, a length within bounds, and a header CRC that
 /// checks out (a chance of 2^-32 for bytes that are not one).
@@ -218,8 +178,6 @@ mod tests {
         let mut buf = Vec::new();
         write_record(&mut buf, RecordType::Chunk, b"hello").unwrap();
         assert!(is_record_header(&buf));
-        assert_eq!(probe_record(&buf), Probe::Sound(buf.len()));
-        assert_eq!(probe_record(&buf[..buf.len() - 1]), Probe::Needs(buf.len()));
         match read_record(&mut &buf[..]).unwrap() {
             ReadRecord::Record { kind, payload, .. } => {
                 assert_eq!(kind, Some(RecordType::Chunk));
@@ -249,14 +207,6 @@ mod tests {
                 ReadRecord::Damaged { read, .. } => {
                     let expected = if i >= 10 { buf.len() } else { RECORD_OVERHEAD };
                     assert_eq!(read.len(), expected, "flip at {i}");
-                    assert_eq!(
-                        probe_record(&bad),
-                        if i >= 10 {
-                            Probe::BadPayload
-                        } else {
-                            Probe::NoRecord
-                        }
-                    );
                 }
                 other => panic!("flip at byte {i} went unnoticed: {other:?}"),
             }
@@ -278,6 +228,5 @@ mod tests {
             read_record(&mut &head[..]).unwrap(),
             ReadRecord::Truncated { read } if read == head
         ));
-        assert_eq!(probe_record(&head), Probe::Needs(MAX_PAYLOAD + 14));
     }
 }
