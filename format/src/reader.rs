@@ -1151,6 +1151,14 @@ impl<R: Read> Rewind<R> {
 
     /// Puts `bytes` back in front of the input.
     fn unread(&mut self, bytes: &[u8]) {
+        if bytes.len() <= self.pos {
+            // Room in what was read of the bytes put back before (after
+            // damage inside a long record, the rest of the input may be
+            // there): no copy of it per damage.
+            self.pos -= bytes.len();
+            self.back[self.pos..self.pos + bytes.len()].copy_from_slice(bytes);
+            return;
+        }
         let mut back = bytes.to_vec();
         back.extend_from_slice(&self.back[self.pos..]);
         self.back = back;
