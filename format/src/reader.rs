@@ -980,7 +980,12 @@ impl<R: Read> TraceReader<R> {
                 self.symbols.extend(defs, self.damaged_bytes)?;
             }
             Some(RecordType::InitialState) => {
-                if self.chunks_read > 0 || self.ahead.is_some() || self.initial_state.is_some() {
+                let held = matches!(&self.order, Order::Numbered { held, .. } if !held.is_empty());
+                if self.chunks_read > 0
+                    || self.ahead.is_some()
+                    || held
+                    || self.initial_state.is_some()
+                {
                     return Err("an initial state after the first events".into());
                 }
                 self.initial_state = Some(
