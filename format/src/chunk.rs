@@ -18,6 +18,20 @@
 //!
 //! The field mask of each kind is stored in the chunk, so a reader can skip
 //! the fields of an event kind it does not know.
+//!
+//! Since format 1.4 the payload ends with the chunk's place in the trace,
+//! after the columns, where readers of 1.0 to 1.3 (which stop after the
+//! ninth column) never look:
+//!
+//! ```text
+//! varint sequence | varint first_event | u8 byte length of the two varints
+//! ```
+//!
+//! `sequence` counts chunks from 0 and `first_event` is the number of
+//! events in the chunks before this one, so a reader tells a swapped,
+//! repeated or missing chunk, and how many events are missing, without
+//! decoding anything. The length byte comes last so the trailer is read from
+//! the payload's end in constant time, and may grow in a later version.
 
 use super::FormatError;
 use super::event::{
@@ -447,6 +461,29 @@ pub fn encode(events: &[Event], out: &mut Vec<u8>) {
 /// memory in proportion).
 pub const MAX_CHUNK_EVENTS: u64 = 1 << 22;
 
+/// Appends a chunk's place in the trace (format 1.4) to its encoded payload.
+pub fn put_order(out: &mut Vec<u8>, sequence: u64, first_event: u64) {
+    let start = out.len();
+    varint::put(out, sequence);
+    varint::put(out, first_event);
+    let len = (out.len() - start) as u8;
+    out.push(len);
+}
+
+/// Reads the place in the trace from the end of a 1.4 chunk payload.
+fn order_of(payload: &[u8]) -> Result<(u64, u64), &'static str> {
+    let damaged = "chunk order trailer is damaged";
+    let (&len, rest) = payload.split_last().ok_or(damaged)?;
+    let len = len as usize;
+    if len > rest.len() {
+        return Err(damaged);
+    }
+    let mut cur = Cursor::new(&rest[rest.len() - len..]);
+    let sequence = cur.varint().map_err(|_| damaged)?;
+    let first_event = cur.varint().map_err(|_| damaged)?;
+    Ok((sequence, first_event))
+}
+
 /// An event chunk as read from a trace, not yet decoded.
 ///
 /// Chunks decode independently of each other (events carry only ids), so a
@@ -458,10 +495,14 @@ pub struct RawChunk {
     events: u64,
     first_time_ns: u64,
     last_time_ns: u64,
+    /// The sequence number and first event's index (format 1.4).
+    order: Option<(u64, u64)>,
 }
 
 impl RawChunk {
     /// Reads the chunk's leading counts; the columns are checked on decode.
+    /// The chunk is taken as one without a place in the trace (as formats
+    /// 1.0 to 1.3 write them, or as their readers read any).
     pub(crate) fn parse(offset: u64, payload: Vec<u8>) -> Result<RawChunk, FormatError> {
         let mut cur = Cursor::new(&payload);
         let bad = |_| FormatError::corrupt(offset, "chunk header is incomplete");
@@ -480,7 +521,29 @@ impl RawChunk {
             first_time_ns,
             last_time_ns: first_time_ns.wrapping_add(span),
             payload,
+            order: None,
         })
+    }
+
+    /// As [`parse`](Self::parse), for a chunk of format 1.4 or later, which
+    /// ends with its sequence number and first event's index.
+    pub(crate) fn parse_ordered(offset: u64, payload: Vec<u8>) -> Result<RawChunk, FormatError> {
+        let order = order_of(&payload).map_err(|r| FormatError::corrupt(offset, r))?;
+        let mut chunk = Self::parse(offset, payload)?;
+        chunk.order = Some(order);
+        Ok(chunk)
+    }
+
+    /// The chunk's sequence number: 0 for a trace's first chunk, then one
+    /// more for each (format 1.4; `None` in older traces).
+    pub fn sequence(&self) -> Option<u64> {
+        self.order.map(|o| o.0)
+    }
+
+    /// The number of events in the chunks before this one: the index of
+    /// its first event in the trace (format 1.4; `None` in older traces).
+    pub fn first_event(&self) -> Option<u64> {
+        self.order.map(|o| o.1)
     }
 
     /// The byte offset of the chunk's record in the trace.
@@ -1001,5 +1064,33 @@ mod tests {
             .unwrap();
         assert_eq!(skipped, 1);
         assert_eq!(out, events[1..3].to_vec());
+    }
+
+    /// The 1.4 trailer reads back, and a reader of 1.3 (which takes the
+    /// chunk as unordered) decodes the same events from it.
+    #[test]
+    fn the_order_trailer_is_invisible_to_older_readers() {
+        let events = sample_events();
+        let mut payload = Vec::new();
+        encode(&events, &mut payload);
+        for (sequence, first_event) in [(0, 0), (7, 123_456), (u64::MAX, u64::MAX)] {
+            let mut ordered = payload.clone();
+            put_order(&mut ordered, sequence, first_event);
+            let chunk = RawChunk::parse_ordered(9, ordered.clone()).unwrap();
+            assert_eq!(chunk.sequence(), Some(sequence));
+            assert_eq!(chunk.first_event(), Some(first_event));
+            assert_eq!(chunk.decode().unwrap(), events);
+            let old = RawChunk::parse(9, ordered).unwrap();
+            assert_eq!(old.sequence(), None);
+            assert_eq!(old.decode().unwrap(), events);
+            assert_eq!(old.count_kinds().unwrap().total(), events.len() as u64);
+        }
+        // A trailer whose varints end early, or whose length byte claims
+        // more than the payload: damage.
+        let mut bad = payload.clone();
+        bad.extend_from_slice(&[0x80, 1]);
+        assert!(RawChunk::parse_ordered(9, bad).is_err());
+        assert!(RawChunk::parse_ordered(9, vec![5]).is_err());
+        assert!(RawChunk::parse_ordered(9, Vec::new()).is_err());
     }
 }

@@ -10,9 +10,11 @@
 //! - [`Header`], [`InitialState`], [`Footer`]: what a trace says about itself.
 //! - [`Event`], [`EventData`]: the events, one enum variant per kind.
 //! - [`SymbolTable`]: strings, frames and stacks, interned and referred to by id.
-//! - [`TraceWriter`]: writes events in columnar chunks; [`TraceReader`] reads
-//!   them back, checking every record and telling a file cut short
-//!   ([`Truncation`]) from a damaged one ([`FormatError`]).
+//! - [`TraceWriter`]: writes events in columnar chunks, each numbered with
+//!   its place (format 1.4); [`TraceReader`] reads them back, checking every
+//!   record, telling a file cut short ([`Truncation`]) from a damaged one
+//!   ([`TraceDamage`], [`FormatError`]), reading every intact chunk past
+//!   damage, and handing chunks out in their order, each once.
 //! - [`EventSource`]: anything that yields decoded events in batches: a
 //!   [`TraceReader`] (decoding chunks on all cores while the batch before is
 //!   used) or a [`TraceReceiver`], the far end of a [`TraceChannel`] that a
@@ -79,7 +81,7 @@ pub use event::{
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,
 };
-pub use reader::{Events, KEPT_DAMAGE, TraceDamage, TraceReader, Truncation};
+pub use reader::{Events, KEPT_DAMAGE, REORDER_CHUNKS, TraceDamage, TraceReader, Truncation};
 pub use source::EventSource;
 pub use symbols::{Frame, FrameId, StackId, StringId, SymbolTable};
 pub use writer::{TraceWriter, WriterOptions};

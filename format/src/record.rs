@@ -30,7 +30,7 @@ pub enum RecordType {
 }
 
 impl RecordType {
-    fn from_code(code: u8) -> Option<RecordType> {
+    pub(crate) fn from_code(code: u8) -> Option<RecordType> {
         Some(match code {
             1 => RecordType::Header,
             2 => RecordType::Symbols,
@@ -62,27 +62,25 @@ pub fn write_record<W: Write>(out: &mut W, kind: RecordType, payload: &[u8]) -> 
 #[derive(Debug)]
 pub enum ReadRecord {
     /// A complete, intact record. `kind` is `None` for a type this version
-    /// does not know; `code` is its type byte.
+    /// does not know; `code` is its type byte; `crc` its payload's CRC.
     Record {
         kind: Option<RecordType>,
         code: u8,
+        crc: u32,
         payload: Vec<u8>,
     },
     /// The input ended cleanly at a record boundary.
     End,
-    /// The input ended inside a record: `present` bytes of it were there.
-    Truncated { present: u64 },
-    /// The bytes at the offset are not a sound record. With `length`, its
-    /// header checked out and only its payload is damaged: the record's
-    /// `length` bytes were consumed, and the next record follows. Without,
-    /// the header itself is damaged (its length cannot be trusted): `read`
-    /// holds the bytes consumed, for the reader to look for the next record
-    /// in.
-    Damaged {
-        reason: &'static str,
-        length: Option<u64>,
-        read: Vec<u8>,
-    },
+    /// The input ended inside what claims to be a record: `read` holds the
+    /// bytes of it that were there (a cut, unless a sound record starts
+    /// among them: the reader looks).
+    Truncated { read: Vec<u8> },
+    /// The bytes at the offset are not a sound record: its header or its
+    /// payload fails its checksum. `read` holds the bytes consumed (the
+    /// whole record when only the payload is damaged), for the reader to
+    /// look for the next record in: a damaged record's length is not
+    /// trusted, as a byte lost or added inside it moves the next record.
+    Damaged { reason: &'static str, read: Vec<u8> },
 }
 
 /// Whether `head` (at least 10 bytes) starts with a plausible record
@@ -107,17 +105,15 @@ pub fn read_record<R: Read>(input: &mut R) -> io::Result<ReadRecord> {
     }
     let damaged = |reason, head: &[u8]| ReadRecord::Damaged {
         reason,
-        length: None,
         read: head.to_vec(),
     };
     if head[0] != EXT32 {
         return Ok(damaged("expected the start of a record", &head[..got]));
     }
     if got < RECORD_OVERHEAD {
-        // Too little is left to check the header: a cut, unless the bytes we
-        // have already contradict a record header.
+        // Too little is left to check the header: a cut.
         return Ok(ReadRecord::Truncated {
-            present: got as u64,
+            read: head[..got].to_vec(),
         });
     }
     let head_crc = u32::from_le_bytes(head[6..10].try_into().expect("4 bytes"));
@@ -133,22 +129,28 @@ pub fn read_record<R: Read>(input: &mut R) -> io::Result<ReadRecord> {
     let want = (data_len - 8) as u64;
     let mut payload = Vec::with_capacity(want.min(1 << 16) as usize);
     input.take(want).read_to_end(&mut payload)?;
+    let whole = |payload: Vec<u8>| {
+        let mut read = Vec::with_capacity(RECORD_OVERHEAD + payload.len());
+        read.extend_from_slice(&head);
+        read.extend_from_slice(&payload);
+        read
+    };
     if (payload.len() as u64) < want {
         return Ok(ReadRecord::Truncated {
-            present: (RECORD_OVERHEAD + payload.len()) as u64,
+            read: whole(payload),
         });
     }
     let payload_crc = u32::from_le_bytes(head[10..14].try_into().expect("4 bytes"));
     if crc32fast::hash(&payload) != payload_crc {
         return Ok(ReadRecord::Damaged {
             reason: "record payload checksum mismatch",
-            length: Some((RECORD_OVERHEAD + payload.len()) as u64),
-            read: Vec::new(),
+            read: whole(payload),
         });
     }
     Ok(ReadRecord::Record {
         kind: RecordType::from_code(head[5]),
         code: head[5],
+        crc: payload_crc,
         payload,
     })
 }
@@ -186,7 +188,7 @@ mod tests {
         for cut in 1..buf.len() {
             assert!(matches!(
                 read_record(&mut &buf[..cut]).unwrap(),
-                ReadRecord::Truncated { present } if present == cut as u64
+                ReadRecord::Truncated { read } if read == buf[..cut]
             ));
         }
     }
@@ -200,9 +202,11 @@ mod tests {
             bad[i] ^= 0x10;
             match read_record(&mut &bad[..]).unwrap() {
                 // A flip past the header CRC (in the payload CRC or the
-                // payload) leaves the length trusted.
-                ReadRecord::Damaged { length, .. } => {
-                    assert_eq!(length.is_some(), i >= 10, "flip at {i}");
+                // payload) lets the whole record be read, for the reader to
+                // look in; a flip in the header stops at the header.
+                ReadRecord::Damaged { read, .. } => {
+                    let expected = if i >= 10 { buf.len() } else { RECORD_OVERHEAD };
+                    assert_eq!(read.len(), expected, "flip at {i}");
                 }
                 other => panic!("flip at byte {i} went unnoticed: {other:?}"),
             }
@@ -222,7 +226,7 @@ mod tests {
         head.extend_from_slice(b"short");
         assert!(matches!(
             read_record(&mut &head[..]).unwrap(),
-            ReadRecord::Truncated { present } if present == head.len() as u64
+            ReadRecord::Truncated { read } if read == head
         ));
     }
 }

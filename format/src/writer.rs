@@ -57,6 +57,8 @@ pub struct TraceWriter<W: Write> {
     payload: Vec<u8>,
     counts: KindCounts,
     chunks: u64,
+    /// Events in the chunks written: the next chunk's first event's index.
+    chunked_events: u64,
     end_time_ns: u64,
     events_written: bool,
     last_chunk_at: Instant,
@@ -95,6 +97,7 @@ impl<W: Write> TraceWriter<W> {
             payload: Vec::new(),
             counts: KindCounts::default(),
             chunks: 0,
+            chunked_events: 0,
             end_time_ns: 0,
             events_written: false,
             last_chunk_at: Instant::now(),
@@ -233,8 +236,12 @@ impl<W: Write> TraceWriter<W> {
         self.write_pending_symbols()?;
         self.payload.clear();
         chunk::encode(&self.pending, &mut self.payload);
+        // The chunk's place, so a reader puts swapped chunks back in order
+        // and counts the events of missing ones.
+        chunk::put_order(&mut self.payload, self.chunks, self.chunked_events);
         let out = self.out.as_mut().expect("output present until finish");
         write_record(out, RecordType::Chunk, &self.payload)?;
+        self.chunked_events += self.pending.len() as u64;
         self.pending.clear();
         self.chunks += 1;
         self.events_written = true;
