@@ -131,3 +131,91 @@ fn a_bad_format_names_the_valid_ones() {
         run.stderr
     );
 }
+
+#[test]
+fn beside_a_profiler_trace_the_memory_joins_it_on_its_clock() {
+    let dir = scratch("export-beside");
+    // A real snapshot: its times are Unix time, as a recording's are.
+    let input = fixture("torch/gpt2_train.pickle.xz");
+    let info = vramtrace(["info", "--json", input.to_str().unwrap()])
+        .success()
+        .json();
+    let start = info["start_unix_ns"].as_u64().unwrap();
+    // A torch.profiler trace whose clock starts 1 ms before the recording.
+    let base = start - 1_000_000;
+    let profiler = dir.join("torch_profiler.json");
+    std::fs::write(
+        &profiler,
+        serde_json::json!({
+            "schemaVersion": 1,
+            "baseTimeNanoseconds": base,
+            "traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1500.0, "dur": 2.0, "pid": 7, "tid": 7}],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = dir.join("joined.json");
+    vramtrace([
+        "export",
+        "--format",
+        "perfetto",
+        input.to_str().unwrap(),
+        "--beside",
+        profiler.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .success();
+    let joined: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    check_schema_of_ours(&joined);
+    let events = joined["traceEvents"].as_array().unwrap();
+    assert_eq!(
+        events[0]["name"], "aten::mm",
+        "the profiler's events stay first"
+    );
+    assert_eq!(joined["baseTimeNanoseconds"], base);
+    // Our first sample: 1 ms (the clocks' offset) plus its time in the trace.
+    let first_time = vramtrace(["timeline", "--json", input.to_str().unwrap()])
+        .success()
+        .json()["samples"][0]["time_ns"]
+        .as_u64()
+        .unwrap();
+    let ours = events
+        .iter()
+        .find(|e| e["ph"] == "C")
+        .expect("our counters");
+    let expected = (1_000_000 + first_time) as f64 / 1000.0;
+    assert!(
+        (ours["ts"].as_f64().unwrap() - expected).abs() < 1e-6,
+        "{ours} vs {expected}"
+    );
+    // The profiler's trace is an input: never the output.
+    let run = vramtrace([
+        "export",
+        "--format",
+        "perfetto",
+        input.to_str().unwrap(),
+        "--beside",
+        profiler.to_str().unwrap(),
+        "-o",
+        profiler.to_str().unwrap(),
+    ])
+    .fails_with(2);
+    assert!(
+        run.stderr.contains("would destroy the input"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// The schema check of our own events in a joined document.
+fn check_schema_of_ours(document: &Value) {
+    let ours: Vec<Value> = document["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] != "aten::mm")
+        .cloned()
+        .collect();
+    check_schema(&serde_json::json!({ "traceEvents": ours }));
+}

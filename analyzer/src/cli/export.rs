@@ -1,12 +1,12 @@
 //! `vramtrace export`: a trace as a Perfetto trace or a pprof profile.
 
-use super::common::{CommonArgs, open, print_json};
+use super::common::{CommonArgs, check_outputs, open, print_json};
 use super::progress::Bars;
 use super::{warn_about, write_file};
 use anyhow::bail;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace::command::export::{perfetto, pprof};
+use vramtrace::command::export::{join_profiler_trace, perfetto, pprof, profiler_time_base};
 use vramtrace::{print, units};
 
 /// Arguments of `vramtrace export`.
@@ -20,6 +20,11 @@ pub struct Args {
     /// Where to write it.
     #[arg(short, long, value_name = "FILE", required = true)]
     output: PathBuf,
+    /// With perfetto: a torch.profiler trace of the same run
+    /// (`prof.export_chrome_trace(...)`); the output is that trace with the
+    /// memory tracks added, on its clock.
+    #[arg(long, value_name = "TORCH_TRACE.json")]
+    beside: Option<PathBuf>,
 }
 
 /// What `export` writes.
@@ -47,25 +52,57 @@ struct Written {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = args.common.replay.options()?;
+    if args.beside.is_some() && args.format != Format::Perfetto {
+        bail!("--beside joins a torch.profiler trace: it goes with --format perfetto");
+    }
     if args.common.traces.len() > 1 {
         bail!("export takes one trace; export several one at a time");
     }
     args.common.check_one_chart(Some(&args.output))?;
+    // The profiler's trace is an input too: never written over.
+    check_outputs(
+        Some(args.output.as_path()),
+        args.beside.iter().map(PathBuf::as_path),
+    )?;
     let progress = Bars::new();
     let path = &args.common.traces[0];
     let input = open(path, &args.common.input, &progress)?;
     let (bytes, samples, what) = match args.format {
         Format::Perfetto => {
-            let export = perfetto(&input, &options, &progress)?;
+            let profiler = match &args.beside {
+                Some(path) => {
+                    let file = std::fs::File::open(path)
+                        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+                    let trace: serde_json::Value =
+                        serde_json::from_reader(std::io::BufReader::new(file)).map_err(|e| {
+                            anyhow::anyhow!("{}: not a JSON trace ({e})", path.display())
+                        })?;
+                    let base = profiler_time_base(&trace)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                    Some((trace, base))
+                }
+                None => None,
+            };
+            let base = profiler.as_ref().map_or(0, |(_, base)| *base);
+            let export = perfetto(&input, &options, base, &progress)?;
             warn_about(input.path(), &export.warnings);
-            let text = serde_json::to_vec(&export.document)?;
+            let (samples, slices) = (export.samples, export.slices);
+            let document = match profiler {
+                Some((trace, _)) => join_profiler_trace(trace, export)?,
+                None => export.document,
+            };
             (
-                text,
-                export.samples,
+                serde_json::to_vec(&document)?,
+                samples,
                 format!(
-                    "{} counter samples, {} phase slices",
-                    units::count(export.samples as u64),
-                    units::count(export.slices as u64)
+                    "{} counter samples, {} phase slices{}",
+                    units::count(samples as u64),
+                    units::count(slices as u64),
+                    if args.beside.is_some() {
+                        ", in the torch.profiler trace"
+                    } else {
+                        ""
+                    }
                 ),
             )
         }

@@ -56,15 +56,21 @@ pub struct PerfettoExport {
     pub warnings: Vec<Warning>,
 }
 
-/// Unix time in microseconds of an offset from the trace's start.
-fn micros(start_unix_ns: u64, time_ns: u64) -> f64 {
-    start_unix_ns.saturating_add(time_ns) as f64 / 1000.0
+/// Microseconds since `base_unix_ns` of an offset from the trace's start
+/// (which is at `start_unix_ns`).
+/// Negative before the base (a recording begun before the profiler).
+fn micros(start_unix_ns: u64, base_unix_ns: u64, time_ns: u64) -> f64 {
+    (i128::from(start_unix_ns) + i128::from(time_ns) - i128::from(base_unix_ns)) as f64 / 1000.0
 }
 
-/// Replays an input once (each device apart) into a Perfetto trace.
+/// Replays an input once (each device apart) into a Perfetto trace whose
+/// timestamps are microseconds since `base_unix_ns` (0: Unix time; a
+/// `torch.profiler` trace's `baseTimeNanoseconds` to join it, see
+/// [`join_profiler_trace`]).
 pub fn perfetto(
     input: &Input,
     options: &ReplayOptions,
+    base_unix_ns: u64,
     progress: &dyn Progress,
 ) -> Result<PerfettoExport, Error> {
     let replay = Replay::new(input, options, progress)?;
@@ -96,7 +102,7 @@ pub fn perfetto(
             "args": {"name": format!("GPU {device} memory (vramtrace)")},
         }));
         for s in &timeline.samples {
-            let ts = micros(start, s.time_ns);
+            let ts = micros(start, base_unix_ns, s.time_ns);
             events.push(json!({
                 "ph": "C", "pid": pid, "tid": tid, "ts": ts,
                 "name": format!("GPU {device} memory"),
@@ -118,7 +124,7 @@ pub fn perfetto(
         for p in &timeline.phases {
             events.push(json!({
                 "ph": "X", "pid": pid, "tid": tid, "name": p.name,
-                "ts": micros(start, p.start_ns),
+                "ts": micros(start, base_unix_ns, p.start_ns),
                 "dur": p.end_ns.saturating_sub(p.start_ns) as f64 / 1000.0,
                 "cat": "phase",
             }));
@@ -127,14 +133,14 @@ pub fn perfetto(
         for oom in &timeline.ooms {
             events.push(json!({
                 "ph": "i", "s": "t", "pid": pid, "tid": tid, "cat": "oom",
-                "name": "out of memory", "ts": micros(start, oom.time_ns),
+                "name": "out of memory", "ts": micros(start, base_unix_ns, oom.time_ns),
                 "args": {"requested_bytes": oom.bytes, "site": oom.category},
             }));
         }
         for &t in &empty_caches.0 {
             events.push(json!({
                 "ph": "i", "s": "t", "pid": pid, "tid": tid, "cat": "allocator",
-                "name": "empty_cache()", "ts": micros(start, t),
+                "name": "empty_cache()", "ts": micros(start, base_unix_ns, t),
             }));
         }
     }
@@ -145,7 +151,8 @@ pub fn perfetto(
             "producer": "vramtrace",
             "source": input.path().display().to_string(),
             "start_unix_ns": start,
-            "timestamps": "microseconds of Unix time",
+            "base_unix_ns": base_unix_ns,
+            "timestamps": "microseconds since base_unix_ns (0: Unix time)",
         },
     });
     Ok(PerfettoExport {
@@ -154,6 +161,56 @@ pub fn perfetto(
         slices,
         warnings: pass.warnings,
     })
+}
+
+/// A `torch.profiler` trace (`export_chrome_trace`) that a Perfetto export
+/// cannot join.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ProfilerTraceError(String);
+
+/// Where a `torch.profiler` trace's timestamps count from: its
+/// `baseTimeNanoseconds` (Unix time, in ns; its events' `ts` are
+/// microseconds after it), or 0 when it has none (they are Unix time).
+pub fn profiler_time_base(trace: &Value) -> Result<u64, ProfilerTraceError> {
+    if !trace["traceEvents"].is_array() {
+        return Err(ProfilerTraceError(
+            "not a trace-event document (no traceEvents array): give the JSON file torch.profiler's export_chrome_trace writes".into(),
+        ));
+    }
+    match &trace["baseTimeNanoseconds"] {
+        Value::Null => Ok(0),
+        v => v.as_u64().ok_or_else(|| {
+            ProfilerTraceError(format!("its baseTimeNanoseconds ({v}) is not a time in ns"))
+        }),
+    }
+}
+
+/// Adds an export's events (made with the profiler trace's time base, see
+/// [`profiler_time_base`]) to a `torch.profiler` trace: one document, whose
+/// memory tracks line up with the profiler's kernels and ranges.
+pub fn join_profiler_trace(
+    mut trace: Value,
+    export: PerfettoExport,
+) -> Result<Value, ProfilerTraceError> {
+    let Value::Object(mut ours) = export.document else {
+        return Err(ProfilerTraceError("the export is not a document".into()));
+    };
+    let Some(Value::Array(events)) = ours.remove("traceEvents") else {
+        return Err(ProfilerTraceError("the export has no events".into()));
+    };
+    match trace["traceEvents"].as_array_mut() {
+        Some(theirs) => theirs.extend(events),
+        None => {
+            return Err(ProfilerTraceError(
+                "not a trace-event document (no traceEvents array)".into(),
+            ));
+        }
+    }
+    if let Some(other) = ours.remove("otherData") {
+        trace["vramtrace"] = other;
+    }
+    Ok(trace)
 }
 
 /// The memory live at the allocated peak on each device, by stack, as a

@@ -101,12 +101,19 @@ def main() -> int:
     check("two tests fail, three pass", "2 failed, 3 passed" in text)
     check("the limit failure is exact and names the excess",
           "peak allocated GPU memory 300.0 MiB passed the limit of 256.0 MiB by 44.0 MiB" in text)
+    source = (out / "test_gpu_memory.py").read_text().splitlines()
+    line_of = {tag: i + 1 for i, l in enumerate(source) for tag in ("LINE_OVER", "LINE_LEAK")
+               if tag in l}
+    test_file = out / "test_gpu_memory.py"
     check("the limit failure names the test's own line at the peak",
-          "test_over_the_limit (test_gpu_memory.py:" in text)
+          f"test_over_the_limit ({test_file}:{line_of['LINE_OVER']})" in text,
+          f"(line {line_of['LINE_OVER']})")
     check("the leak failure names the 64 MiB left behind",
           "64.0 MiB more GPU memory allocated after the test than before it" in text)
     check("the leak failure names the line that leaked",
-          "test_leaks (test_gpu_memory.py:" in text)
+          f"test_leaks ({test_file}:{line_of['LINE_LEAK']})" in text,
+          f"(line {line_of['LINE_LEAK']})")
+    check("the session shows no warning from vramtrace's own scans", "_categories.py" not in text)
     check("the table of peaks is printed", "GPU memory per test (vramtrace)" in text)
     peaks = json.loads((out / "peaks.json").read_text())
     vramtrace_bin = env.get("VRAMTRACE_BIN", "vramtrace")

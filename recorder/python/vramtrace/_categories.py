@@ -40,6 +40,7 @@ import array
 import ctypes
 import gc
 import threading
+import warnings
 import weakref
 from typing import Callable, Iterable, Optional
 
@@ -142,7 +143,11 @@ class Walker:
     def scan_modules(self, module_type: type) -> int:
         """Finds the modules that exist now (a start in the middle of a
         run): one pass over the objects the garbage collector tracks."""
-        found = [o for o in gc.get_objects() if isinstance(o, module_type)]
+        # isinstance() on some objects (a deprecated torch alias, say) warns;
+        # the scan is vramtrace's, so the program sees none of it.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found = [o for o in gc.get_objects() if isinstance(o, module_type)]
         self.add_modules(found)
         return len(found)
 
