@@ -9,6 +9,8 @@ pub enum ProgressUnit {
     Bytes,
     /// Events replayed.
     Events,
+    /// Iterations of a synthetic run.
+    Iterations,
 }
 
 /// A piece of long work, as it begins.

@@ -2,15 +2,10 @@
 //! (or of rank tables), made anywhere.
 
 use super::emit;
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace::command::ranks::merge;
+use vramtrace::command::ranks::merge_from;
 use vramtrace::print;
-
-/// The largest JSON file read: summaries are kilobytes, a table of a
-/// hundred thousand ranks tens of megabytes.
-const MAX_JSON_BYTES: u64 = 1 << 30;
 
 /// Arguments of `vramtrace merge`.
 #[derive(clap::Args)]
@@ -25,20 +20,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut documents = Vec::with_capacity(args.files.len());
-    for path in &args.files {
-        let file = std::fs::File::open(path)
-            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
-        let mut text = String::new();
-        file.take(MAX_JSON_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-        if text.len() as u64 > MAX_JSON_BYTES {
-            anyhow::bail!("{}: larger than 1 GiB: not a summary", path.display());
-        }
-        documents.push((path.clone(), text));
-    }
-    let table = merge(&documents)?;
+    // One file open at a time, read as a stream.
+    let table = merge_from(&args.files, |path| {
+        std::fs::File::open(path).map(std::io::BufReader::new)
+    })?;
     if args.json {
         emit(&print::json(&table))?;
     } else {

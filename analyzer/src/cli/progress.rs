@@ -33,6 +33,10 @@ impl Progress for Bars {
             (ProgressUnit::Bytes, false) => "{msg:>10} {spinner} {bytes} ({bytes_per_sec})",
             (ProgressUnit::Events, true) => "{msg:>10} [{bar:30}] {human_pos}/{human_len} events",
             (ProgressUnit::Events, false) => "{msg:>10} {spinner} {human_pos} events",
+            (ProgressUnit::Iterations, true) => {
+                "{msg:>10} [{bar:30}] {human_pos}/{human_len} iterations ({eta})"
+            }
+            (ProgressUnit::Iterations, false) => "{msg:>10} {spinner} {human_pos} iterations",
         };
         let bar = ProgressBar::with_draw_target(work.total, ProgressDrawTarget::hidden());
         bar.set_style(

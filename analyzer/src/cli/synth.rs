@@ -1,23 +1,27 @@
 //! `vramtrace synth`: write a synthetic training-loop trace (fixtures,
 //! demos, benchmarks at any size).
 
+use super::progress::Bars;
 use super::{emit, write_with};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use vramtrace::command::synth::synth;
+use vramtrace::command::synth::{SynthResult, synth};
 use vramtrace::print;
+use vramtrace::progress::NoProgress;
 use vramtrace::units;
 use vramtrace_recorder::allocator::AllocatorConfig;
-use vramtrace_recorder::workload::WorkloadConfig;
+use vramtrace_recorder::workload::{WorkloadConfig, WorkloadError};
 
 /// Arguments of `vramtrace synth`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Training iterations (ignored with --events).
+    /// Training iterations (ignored with --events). A run that would write
+    /// more than 2^33 events is refused after its first iteration.
     #[arg(long, default_value_t = 10)]
     iters: u64,
-    /// Run until at least this many events are written (e.g. 100M, 1e8).
+    /// Run until at least this many events are written (e.g. 100M, 1e8;
+    /// at most 2^33).
     #[arg(long, value_parser = units::parse_count)]
     events: Option<u64>,
     /// Bytes leaked every iteration from their own call site (e.g. 1MiB).
@@ -38,7 +42,7 @@ pub struct Args {
     /// Allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax.
     #[arg(long, value_name = "STR", default_value = "")]
     alloc_conf: String,
-    /// Transformer layers.
+    /// Transformer layers (1 to 4096).
     #[arg(long, default_value_t = 4)]
     layers: u32,
     /// Hidden size.
@@ -108,19 +112,42 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(world) = args.world_size {
         return ranks(&config, world, &args.output, args.json);
     }
-    let path = &args.output;
-    let mut result = None;
-    write_with(path, |out| {
-        result = Some(synth(&config, out, path).map_err(std::io::Error::other)?);
-        Ok(())
-    })?;
-    let result = result.ok_or_else(|| anyhow::anyhow!("{}: nothing written", path.display()))?;
+    let result = write_synth(&config, &args.output, &Bars::new())?;
     if args.json {
         emit(&print::json_sorted(&result))?;
     } else {
         emit(&print::text::synth(&result))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes one synthetic trace to `path`. A workload refused (its settings,
+/// or its length once its first iteration is known) is reported as such,
+/// not as a failure to write.
+fn write_synth(
+    config: &WorkloadConfig,
+    path: &Path,
+    progress: &dyn vramtrace::progress::Progress,
+) -> anyhow::Result<SynthResult> {
+    let mut result = None;
+    let mut invalid = None;
+    let written = write_with(path, |out| match synth(config, out, path, progress) {
+        Ok(r) => {
+            result = Some(r);
+            Ok(())
+        }
+        Err(e @ WorkloadError::Invalid(_)) => {
+            let message = e.to_string();
+            invalid = Some(e);
+            Err(std::io::Error::other(message))
+        }
+        Err(e) => Err(std::io::Error::other(e)),
+    });
+    if let Some(e) = invalid {
+        return Err(e.into());
+    }
+    written?;
+    result.ok_or_else(|| anyhow::anyhow!("{}: nothing written", path.display()))
 }
 
 /// Writes one trace per rank, `%r` in the path standing for the rank, on
@@ -145,12 +172,8 @@ fn ranks(
                 world_size: Some(world),
                 ..config.clone()
             };
-            let mut result = None;
-            write_with(&path, |out| {
-                result = Some(synth(&config, out, &path).map_err(std::io::Error::other)?);
-                Ok(())
-            })?;
-            result.ok_or_else(|| anyhow::anyhow!("{}: nothing written", path.display()))
+            // Ranks run side by side: no bar each.
+            write_synth(&config, &path, &NoProgress)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     if json {

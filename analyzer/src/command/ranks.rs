@@ -397,33 +397,49 @@ pub struct MergeError {
 /// place. A trace's rank is its `rank` (from its header), else the number
 /// in its file name, else its order; a table's rows keep theirs.
 pub fn merge(documents: &[(PathBuf, String)]) -> Result<RankTable, MergeError> {
-    let mut traces = Vec::new();
-    let mut tables = Vec::new();
-    for (path, text) in documents {
+    let paths: Vec<PathBuf> = documents.iter().map(|(path, _)| path.clone()).collect();
+    let mut texts = documents.iter().map(|(_, text)| text.as_bytes());
+    merge_from(&paths, |_| Ok(texts.next().unwrap_or_default()))
+}
+
+/// [`merge`] over files, each opened in turn by `open` (wrap a file in a
+/// `BufReader`) and read as a stream: a JSON array is taken one element at
+/// a time, so memory holds one summary and the table being made, never the
+/// whole document.
+pub fn merge_from<R: std::io::Read>(
+    paths: &[PathBuf],
+    mut open: impl FnMut(&Path) -> std::io::Result<R>,
+) -> Result<RankTable, MergeError> {
+    let mut parts = Parts::default();
+    for path in paths {
         let error = |why: String| MergeError {
             path: path.clone(),
             why,
         };
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| error(format!("not JSON: {e}")))?;
-        let values = match value {
-            serde_json::Value::Array(all) => all,
-            one => vec![one],
-        };
-        for value in values {
-            if value.get("rows").is_some() {
-                let table: RankTable = serde_json::from_value(value)
-                    .map_err(|e| error(format!("not a rank table: {e}")))?;
-                tables.push(table);
-            } else {
-                traces.push(trace_of_summary(&value).ok_or_else(|| {
-                    error(
-                        "neither a summary (vramtrace summary --json) nor a rank table".to_string(),
-                    )
-                })?);
-            }
+        let read = open(path).map_err(|e| error(format!("cannot open: {e}")))?;
+        let mut why = None;
+        let mut de = serde_json::Deserializer::from_reader(read);
+        let result = serde::de::DeserializeSeed::deserialize(
+            Document {
+                parts: &mut parts,
+                why: &mut why,
+            },
+            &mut de,
+        )
+        .and_then(|()| de.end());
+        if let Err(e) = result {
+            // What the visitor found wrong with a well-formed value, else the
+            // JSON's own error (with its line and column).
+            return Err(error(why.unwrap_or_else(|| {
+                if e.is_io() {
+                    format!("cannot read: {e}")
+                } else {
+                    format!("not JSON: {e}")
+                }
+            })));
         }
     }
+    let Parts { traces, tables } = parts;
     let mut table = rank_table(&traces);
     let mut rows = std::mem::take(&mut table.rows);
     let mut source = table.ranks_from;
@@ -434,6 +450,102 @@ pub fn merge(documents: &[(PathBuf, String)]) -> Result<RankTable, MergeError> {
         rows.extend(t.rows);
     }
     Ok(RankTable::of(source, rows))
+}
+
+/// What the documents of a merge hold so far.
+#[derive(Default)]
+struct Parts {
+    traces: Vec<RankTrace>,
+    tables: Vec<RankTable>,
+}
+
+impl Parts {
+    /// Takes in one summary or rank table.
+    fn add(&mut self, value: serde_json::Value) -> Result<(), String> {
+        if value.get("rows").is_some() {
+            let table: RankTable =
+                serde_json::from_value(value).map_err(|e| format!("not a rank table: {e}"))?;
+            self.tables.push(table);
+        } else {
+            self.traces.push(trace_of_summary(&value).ok_or_else(|| {
+                "neither a summary (vramtrace summary --json) nor a rank table".to_string()
+            })?);
+        }
+        Ok(())
+    }
+}
+
+/// One JSON document of a merge, as it streams by: an array's elements are
+/// built and taken in one at a time, any other value whole.
+struct Document<'a> {
+    parts: &'a mut Parts,
+    // Why a well-formed value was refused (the deserializer's error then only
+    // carries where).
+    why: &'a mut Option<String>,
+}
+
+impl Document<'_> {
+    fn add<E: serde::de::Error>(&mut self, value: serde_json::Value) -> Result<(), E> {
+        self.parts.add(value).map_err(|why| {
+            let e = E::custom(&why);
+            *self.why = Some(why);
+            e
+        })
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Document<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Document<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a summary, a rank table, or an array of them")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(value) = seq.next_element::<serde_json::Value>()? {
+            self.add(value)?;
+        }
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(mut self, map: A) -> Result<(), A::Error> {
+        let value =
+            serde_json::Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        self.add(value)
+    }
+
+    // Anything else (a number, a string, null) is one value that is neither.
+    fn visit_bool<E: serde::de::Error>(mut self, v: bool) -> Result<(), E> {
+        self.add(v.into())
+    }
+
+    fn visit_i64<E: serde::de::Error>(mut self, v: i64) -> Result<(), E> {
+        self.add(v.into())
+    }
+
+    fn visit_u64<E: serde::de::Error>(mut self, v: u64) -> Result<(), E> {
+        self.add(v.into())
+    }
+
+    fn visit_f64<E: serde::de::Error>(mut self, v: f64) -> Result<(), E> {
+        self.add(v.into())
+    }
+
+    fn visit_str<E: serde::de::Error>(mut self, v: &str) -> Result<(), E> {
+        self.add(v.into())
+    }
+
+    fn visit_unit<E: serde::de::Error>(mut self) -> Result<(), E> {
+        self.add(serde_json::Value::Null)
+    }
 }
 
 /// A trace's peaks from its `summary --json`: `{path, rank?, peak_allocated,

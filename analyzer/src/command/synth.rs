@@ -1,6 +1,7 @@
 //! `synth`: a synthetic training-loop trace (fixtures, demos, benchmarks at
 //! any size).
 
+use crate::progress::{Progress, ProgressUnit, Work};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -63,13 +64,30 @@ pub struct SynthOom {
 }
 
 /// Runs the synthetic workload, writing its trace to `out`; `path` names it
-/// in the result.
+/// in the result. `progress` hears of the events written (a run to a number
+/// of events) or of the iterations done.
 pub fn synth(
     config: &WorkloadConfig,
     out: impl Write,
     path: &std::path::Path,
+    progress: &dyn Progress,
 ) -> Result<SynthResult, WorkloadError> {
-    let report = workload::generate(config, out)?;
+    let (unit, total) = match config.events {
+        Some(n) => (ProgressUnit::Events, n),
+        None => (ProgressUnit::Iterations, config.iters),
+    };
+    let meter = progress.begin(Work {
+        label: "writing",
+        total: Some(total),
+        unit,
+    });
+    let report = workload::generate_with_progress(config, out, &mut |p| {
+        meter.update(match unit {
+            ProgressUnit::Events => p.events,
+            _ => p.iterations,
+        })
+    })?;
+    drop(meter);
     let secs = report.elapsed.as_secs_f64();
     Ok(SynthResult {
         bytes: report.bytes,

@@ -366,7 +366,10 @@ impl Input {
 
     /// Writes a snapshot's events as a trace to `out`; returns `out` and the
     /// complete import report (its event counts included).
-    pub fn write_trace<W: std::io::Write>(&self, out: W) -> Result<(W, ImportReport), InputError> {
+    pub fn write_trace<W: std::io::Write + Send>(
+        &self,
+        out: W,
+    ) -> Result<(W, ImportReport), InputError> {
         match &self.content {
             Content::Trace(_) => Err(InputError::NotASnapshot {
                 path: self.path.clone(),

@@ -8,7 +8,7 @@ mod entry;
 use super::log::{Action, EventLog, LogEntry};
 use super::pickle::{Attach, Heap, Hook, ObjId, ObjKind, OpReader, StrId, Val};
 use super::rebuild::DeviceReplay;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
@@ -226,8 +226,9 @@ pub(crate) struct Collector {
     // Counts of the known actions, merged into `action_counts` after parsing.
     known_counts: [u64; 10],
     // The lists trace entries were appended to: `entry::decode` takes any dict of their
-    // batches, and elsewhere only dicts whose first key is `action`.
-    trace_lists: Vec<ObjId>,
+    // batches, and elsewhere only dicts whose first key is `action`. A set: a
+    // hand-made pickle may have a hundred thousand.
+    trace_lists: FxHashSet<ObjId>,
     // Entries decoded straight from the opcodes, waiting for their APPENDS so that
     // they are logged in list order with any read the generic way. Taken when logged.
     pending: Vec<Option<EntryFields>>,
@@ -298,7 +299,7 @@ impl Collector {
             entries_without_frames: 0,
             entries_out_of_order: 0,
             scratch: Vec::new(),
-            trace_lists: Vec::new(),
+            trace_lists: FxHashSet::default(),
             pending: Vec::new(),
             replays: Vec::new(),
             direct_entries: 0,
@@ -370,9 +371,7 @@ impl Collector {
     // Logs an entry appended to `list`. None: not a trace entry (no `action`).
     fn record(&mut self, list: ObjId, f: &EntryFields) -> Option<Attach> {
         let action = f.action?;
-        if self.trace_lists.last() != Some(&list) && !self.trace_lists.contains(&list) {
-            self.trace_lists.push(list);
-        }
+        self.trace_lists.insert(list);
         let known = self.action_of.get(action as usize).copied();
         let Some(pos) = known.filter(|&a| a != u8::MAX) else {
             // Unknown actions are counted (and reported) but not converted.
@@ -430,6 +429,8 @@ impl Collector {
 struct Logged {
     log: EventLog,
     replays: Vec<(ObjId, DeviceReplay)>,
+    // The index in `replays` of each list.
+    replay_of: FxHashMap<ObjId, usize>,
     // The latest time of each list's entries so far, as `replays`.
     latest: Vec<i64>,
     out_of_order: u64,
@@ -442,6 +443,7 @@ impl Default for Logged {
         Logged {
             log: EventLog::default(),
             replays: Vec::new(),
+            replay_of: FxHashMap::default(),
             latest: Vec::new(),
             out_of_order: 0,
             stacks: LocalStacks::new(),
@@ -476,13 +478,13 @@ impl Logged {
         let index = self.log.len();
         self.log.push(e);
         // Lists come one after another: the last replay is nearly always the one.
-        let i = match self.replays.iter().rposition(|r| r.0 == e.list) {
-            Some(i) => i,
-            None => {
+        let i = match self.replays.last() {
+            Some(r) if r.0 == e.list => self.replays.len() - 1,
+            _ => *self.replay_of.entry(e.list).or_insert_with(|| {
                 self.replays.push((e.list, DeviceReplay::default()));
                 self.latest.push(i64::MIN);
                 self.replays.len() - 1
-            }
+            }),
         };
         self.replays[i].1.apply(index, e);
         if let Some(t) = e.time_us {

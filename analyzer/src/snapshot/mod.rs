@@ -181,20 +181,39 @@ impl ParsedSnapshot {
     }
 
     /// Writes the trace to `out`; returns the output and the complete report.
-    pub fn write_trace<W: std::io::Write>(
+    /// The devices' logs are merged into events on the calling thread while a
+    /// thread of its own encodes them.
+    pub fn write_trace<W: std::io::Write + Send>(
         self: &Arc<Self>,
         out: W,
     ) -> Result<(W, ImportReport), ImportError> {
         let mut report = self.report.clone();
-        let rx = self.stream();
+        let (channel, begun) = self.begin();
+        let (mut tx, rx) = channel.open(QUEUE_BATCHES);
         let options = WriterOptions {
             chunk_interval: None,
             ..WriterOptions::default()
         };
-        let mut w = TraceWriter::with_options(out, rx.header().clone(), options)?;
-        rx.write_to(&mut w)?;
-        report.event_counts = *w.counts();
-        Ok((w.finish()?, report))
+        let (out, counts) = std::thread::scope(|scope| {
+            let writer = scope.spawn(move || {
+                let mut w = TraceWriter::with_options(out, rx.header().clone(), options)?;
+                rx.write_to(&mut w)?;
+                let counts = *w.counts();
+                Ok::<_, FormatError>((w.finish()?, counts))
+            });
+            // A writer that failed dropped its receiver: sending stops, and
+            // its error is the one reported.
+            if self.send_events(begun, &mut tx).is_ok() {
+                tx.finish();
+            } else {
+                drop(tx);
+            }
+            writer
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })?;
+        report.event_counts = counts;
+        Ok((out, report))
     }
 }
 
@@ -272,7 +291,18 @@ impl Snapshot {
         };
         match traces {
             Some(Val::Obj(t)) if heap.obj(t).kind == ObjKind::List => {
-                for v in &heap.obj(t).items {
+                let lists = &heap.obj(t).items;
+                // Tables are kept per device, and every analysis goes over the
+                // devices: past the limit `segments` has, the rest is skipped.
+                if lists.len() > MAX_DEVICES as usize {
+                    s.warnings.push(format!(
+                        "`device_traces` (the list at byte {}) holds {} lists, one per device: only devices 0 to {} are read, the rest skipped",
+                        heap.obj(t).offset(),
+                        lists.len(),
+                        MAX_DEVICES - 1
+                    ));
+                }
+                for v in lists.iter().take(MAX_DEVICES as usize) {
                     let Val::Obj(l) = *v else {
                         return Err(ImportError::NotASnapshot(format!(
                             "an item of `device_traces` (the list at byte {}) is not a list",
@@ -575,13 +605,13 @@ impl Plan {
             (0..devices).map(|_| DeviceReplay::default()).collect();
         let empty_blocks = FxMap::default();
         let end_blocks = |d: usize| s.end_blocks.get(d).unwrap_or(&empty_blocks);
-        let end_segments = |d: usize| -> Vec<EndSegment> {
-            s.end_segments
-                .iter()
-                .filter(|x| x.device as usize == d)
-                .cloned()
-                .collect()
-        };
+        // The end segments by device, in one pass (not one per device).
+        let mut end_segments: Vec<Vec<EndSegment>> = vec![Vec::new(); devices];
+        for seg in &s.end_segments {
+            if let Some(segs) = end_segments.get_mut(seg.device as usize) {
+                segs.push(seg.clone());
+            }
+        }
 
         // The replays (done while parsing) find the first touches and check the end.
         for (list, r) in list_replays {
@@ -593,7 +623,7 @@ impl Plan {
         let mut start = Vec::new();
         let (mut uncertain_blocks, mut uncertain_bytes) = (0, 0);
         for (d, r) in replays.iter_mut().enumerate() {
-            let segs = end_segments(d);
+            let segs = std::mem::take(&mut end_segments[d]);
             if s.has_segments {
                 live_sizes.extend(r.check_end(d as u32, end_blocks(d), &segs));
             }
@@ -827,13 +857,19 @@ impl ParsedSnapshot {
         let mut last_ns = 0u64;
         let t0 = plan.t0;
         let to_ns = |t: i64| (t.saturating_sub(t0).max(0) as u64).saturating_mul(1000);
+        // The runs by their next entry, the first on top: a device's entries
+        // are one run each in CPython's pickles, but a hand-made pickle may
+        // interleave its lists into as many runs as entries.
+        let key = |i: usize, index: u64, e: &LogEntry| {
+            std::cmp::Reverse((e.time_us.unwrap_or(i64::MAX), index, i))
+        };
+        let mut queue: std::collections::BinaryHeap<_> = cursors
+            .iter()
+            .enumerate()
+            .map(|(i, (_, index, _, e))| key(i, *index, e))
+            .collect();
         loop {
-            // The run whose next entry comes first (k is the number of devices: tiny).
-            let best = cursors
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, (_, index, _, e))| (e.time_us.unwrap_or(i64::MAX), *index))
-                .map(|(i, _)| i);
+            let best = queue.peek().map(|k| k.0.2);
             let next_time = best.and_then(|i| cursors[i].3.time_us);
             // Phases starting at an event's time come before it, ends after it.
             while let Some(&(t, begin, name)) = begun.phases.get(phase_i) {
@@ -857,14 +893,13 @@ impl ParsedSnapshot {
                 tx.push(Event { time_ns: ns, data })?;
             }
             let Some(i) = best else { break };
+            queue.pop();
             let (d, index, it, e) = &mut cursors[i];
             let (device, idx, entry) = (*d, *index, *e);
             *index += 1;
-            match it.next() {
-                Some(n) => *e = n,
-                None => {
-                    cursors.swap_remove(i);
-                }
+            if let Some(n) = it.next() {
+                *e = n;
+                queue.push(key(i, *index, e));
             }
             let ns = match entry.time_us {
                 Some(t) => to_ns(t),

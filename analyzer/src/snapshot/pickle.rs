@@ -173,6 +173,10 @@ pub struct Heap {
     // Retired in the current item batch: recycled when the batch is done, since items
     // later in the batch may still name them.
     retired: Vec<ObjId>,
+    // Values held in live containers' items: bounded by `MAX_HELD`.
+    held: usize,
+    // Key to pair index of each dict past `SCAN_PAIRS` pairs.
+    dict_index: FxHashMap<ObjId, FxHashMap<(u8, u64), u32>>,
     memo: Memo,
 }
 
@@ -339,7 +343,11 @@ impl Heap {
         if memo != u32::MAX {
             self.memo.set(memo as u64, replacement);
         }
+        if !self.dict_index.is_empty() {
+            self.dict_index.remove(&id);
+        }
         let o = &mut self.objs[id as usize];
+        self.held -= o.items.len();
         o.items.clear();
         o.replaced = Some(replacement);
         self.retired.push(id);
@@ -363,9 +371,50 @@ impl Heap {
         self.memo = Memo::default();
     }
 
-    /// The number of memo slots.
+    /// The number of memo entries.
     pub fn memo_len(&self) -> usize {
-        self.memo.slots.len()
+        self.memo.len()
+    }
+
+    /// The number of values held in live containers (for memory diagnostics).
+    pub fn held_values(&self) -> usize {
+        self.held
+    }
+
+    // Counts `n` more values held, refusing past `MAX_HELD`.
+    #[inline(always)]
+    fn hold(&mut self, n: usize, at: u64) -> Result<(), PickleError> {
+        self.held += n;
+        if self.held > MAX_HELD {
+            return Err(malformed(
+                at,
+                format!(
+                    "more than {MAX_HELD} values held at once (16 bytes each): past what a memory snapshot holds"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Dicts up to this many pairs are scanned for a repeated key; larger ones
+/// are indexed.
+const SCAN_PAIRS: usize = 32;
+
+// A dict key as a hash key: the variant and its payload's bits (so floats are
+// told apart by their bits, where `Val`'s `==` compares them as numbers).
+fn key_bits(v: Val) -> (u8, u64) {
+    match v {
+        Val::None => (0, 0),
+        Val::Bool(b) => (1, b as u64),
+        Val::Int(i) => (2, i as u64),
+        Val::BigInt(b) => (3, b as u64),
+        Val::Float(f) => (4, f.to_bits()),
+        Val::Str(s) => (5, s as u64),
+        Val::Bytes(b) => (6, b as u64),
+        Val::Obj(o) => (7, o as u64),
+        Val::Custom { kind, id } => (8, (kind as u64) << 32 | id as u64),
+        Val::Consumed => (9, 0),
     }
 }
 
@@ -548,19 +597,24 @@ const T_CONSUMED: u32 = 4;
 const T_CUSTOM0: u32 = 5; // kinds 0..=2 use tags 5..=7
 
 impl Memo {
-    // Inlined, so that a store of a known kind (every trace entry stores a str and
-    // a consumed dict) folds to a few instructions.
+    // A value packed into a slot, when it fits one.
     #[inline(always)]
-    fn encode(&mut self, v: Val) -> u32 {
+    fn pack(v: Val) -> Option<u32> {
         let compact = |tag: u32, id: u32| (id <= PAYLOAD).then_some((tag << TAG_SHIFT) | id);
-        let packed = match v {
+        match v {
             Val::Str(s) => compact(T_STR, s),
             Val::Obj(o) => compact(T_OBJ, o),
             Val::Consumed => Some(T_CONSUMED << TAG_SHIFT),
             Val::Custom { kind, id } if kind <= 2 => compact(T_CUSTOM0 + kind as u32, id),
             _ => None,
-        };
-        match packed {
+        }
+    }
+
+    // Inlined, so that a store of a known kind (every trace entry stores a str and
+    // a consumed dict) folds to a few instructions.
+    #[inline(always)]
+    fn encode(&mut self, v: Val) -> u32 {
+        match Self::pack(v) {
             Some(slot) => slot,
             None => self.encode_side(v),
         }
@@ -600,16 +654,41 @@ impl Memo {
         })
     }
 
+    /// The number of entries, as Python's `len(memo)`: where MEMOIZE stores.
+    fn len(&self) -> usize {
+        // The dense slots have no holes, and the sparse entries all lie past them.
+        self.slots.len() + self.sparse.len()
+    }
+
     fn set(&mut self, idx: u64, v: Val) {
         let len = self.slots.len() as u64;
-        // CPython numbers memo slots densely; a far-off index (only in odd or hostile
-        // input) must not make us allocate gigabytes.
-        if idx < len + (1 << 16) && idx < u32::MAX as u64 {
-            let slot = self.encode(v);
-            if idx >= len {
-                self.slots.resize(idx as usize + 1, T_EMPTY);
-            }
+        if idx < len {
+            let old = self.slots[idx as usize];
+            // A value out of line overwriting another reuses its side entry: the
+            // same index stored over and over must not grow the side table.
+            let slot = match Self::pack(v) {
+                Some(slot) => slot,
+                None if old >> TAG_SHIFT == T_SIDE
+                    && ((old & PAYLOAD) as usize) < self.side.len() =>
+                {
+                    self.side[(old & PAYLOAD) as usize] = v;
+                    old
+                }
+                None => self.encode_side(v),
+            };
             self.slots[idx as usize] = slot;
+        } else if idx == len && idx < PAYLOAD as u64 {
+            self.push(v);
+            // CPython numbers memo entries densely from 0: anything else (odd or
+            // hostile input, an index far ahead) waits in the sparse map, so memory
+            // follows the entries stored, never the indices named. Entries stored
+            // ahead join the dense slots as these reach them.
+            while !self.sparse.is_empty() && (self.slots.len() as u64) < PAYLOAD as u64 {
+                match self.sparse.remove(&(self.slots.len() as u64)) {
+                    Some(next) => self.push(next),
+                    None => break,
+                }
+            }
         } else {
             self.sparse.insert(idx, v);
         }
@@ -713,7 +792,9 @@ impl<'a> OpReader<'a> {
             }
             _ => return Some(false),
         };
-        if idx != self.memo_len() || idx >= PAYLOAD as usize {
+        // Entries stored out of order (in the sparse map) shift where MEMOIZE
+        // stores: the generic reader handles that.
+        if idx != self.memo_len() || idx >= PAYLOAD as usize || !self.heap.memo.sparse.is_empty() {
             return None;
         }
         self.heap.memo.push(v);
@@ -1009,6 +1090,12 @@ pub const MAX_STACK: usize = 1 << 22;
 
 /// The most MARKs open at once.
 pub const MAX_MARKS: usize = 1 << 16;
+
+/// The most values held in containers at once (256 MiB of them). A snapshot
+/// holds what its end state lists, about ten values per block, while its trace
+/// entries are consumed as they are read; a list of 300 M NONEs, 300 MB of
+/// opcodes (or a few hundred KB compressed), would take 4.8 GB.
+pub const MAX_HELD: usize = 1 << 24;
 
 /// The pickle reader: a stack machine over the opcodes, with the memo and the
 /// containers in a [`Heap`].
@@ -1323,7 +1410,10 @@ impl<'p, R: Read> Parser<'p, R> {
             };
             let t = &mut self.heap.objs[target as usize];
             match stored {
-                Some(v) => t.items.push(v),
+                Some(v) => {
+                    t.items.push(v);
+                    self.heap.hold(1, at)?;
+                }
                 None => t.consumed += 1,
             }
         }
@@ -1376,7 +1466,8 @@ impl<'p, R: Read> Parser<'p, R> {
                     }
                 }
             }
-            let t = &mut self.heap.objs[target as usize];
+            let heap = &mut self.heap;
+            let t = &mut heap.objs[target as usize];
             let known_new = match key {
                 Val::Str(k) if fresh && k < 64 => {
                     let new = seen & (1 << k) == 0;
@@ -1395,16 +1486,29 @@ impl<'p, R: Read> Parser<'p, R> {
                 (Val::Str(_), _) => false,
                 _ => *k == key,
             };
-            let slot = if known_new {
+            let pair = if known_new {
                 None
+            } else if t.items.len() < 2 * SCAN_PAIRS {
+                t.items.chunks_exact(2).position(|kv| same(&kv[0]))
             } else {
-                t.items.chunks_exact_mut(2).find(|kv| same(&kv[0]))
+                // A large dict (not a snapshot's: a hand-made one of many int
+                // keys, say) is indexed, so that each key costs O(1), not a scan.
+                let index = heap.dict_index.entry(target).or_insert_with(|| {
+                    let pairs = t.items.chunks_exact(2).enumerate();
+                    pairs.map(|(i, kv)| (key_bits(kv[0]), i as u32)).collect()
+                });
+                index.get(&key_bits(key)).map(|&i| i as usize)
             };
-            if let Some(slot) = slot {
-                slot[1] = value;
-            } else {
-                t.items.push(key);
-                t.items.push(value);
+            match pair {
+                Some(p) => t.items[2 * p + 1] = value,
+                None => {
+                    if let Some(index) = heap.dict_index.get_mut(&target) {
+                        index.insert(key_bits(key), (t.items.len() / 2) as u32);
+                    }
+                    t.items.push(key);
+                    t.items.push(value);
+                    heap.hold(2, at)?;
+                }
             }
             i += 2;
         }
@@ -1455,12 +1559,18 @@ impl<'p, R: Read> Parser<'p, R> {
         }
     }
 
-    fn new_container_from(&mut self, kind: ObjKind, from: usize, at: u64) -> ObjId {
+    fn new_container_from(
+        &mut self,
+        kind: ObjKind,
+        from: usize,
+        at: u64,
+    ) -> Result<ObjId, PickleError> {
         let id = self.heap.new_obj(kind, at);
         let items = &mut self.heap.objs[id as usize].items;
         items.extend_from_slice(&self.stack[from..]);
+        self.heap.hold(self.stack.len() - from, at)?;
         self.stack.truncate(from);
-        id
+        Ok(id)
     }
 
     // One opcode; Ok(false) at STOP.
@@ -1480,7 +1590,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 self.stack.push(v);
             }
             op::MEMOIZE => {
-                let idx = self.heap.memo.slots.len() as u64;
+                let idx = self.heap.memo.len() as u64;
                 self.memo_put(idx, at)?;
             }
             op::BINPUT => {
@@ -1655,7 +1765,7 @@ impl<'p, R: Read> Parser<'p, R> {
                     return Err(malformed(at, "stack underflow"));
                 }
                 let from = self.stack.len() - n;
-                let id = self.new_container_from(ObjKind::Tuple, from, at);
+                let id = self.new_container_from(ObjKind::Tuple, from, at)?;
                 self.stack.push(Val::Obj(id));
             }
             op::TUPLE | op::FROZENSET => {
@@ -1665,7 +1775,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 } else {
                     ObjKind::Set
                 };
-                let id = self.new_container_from(kind, from, at);
+                let id = self.new_container_from(kind, from, at)?;
                 self.stack.push(Val::Obj(id));
             }
             op::LIST | op::DICT => {
@@ -2025,5 +2135,102 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Memo indices far apart (80 KB of them once allocated 4 GiB): the memo
+    /// holds the entries stored, each still read back, and MEMOIZE stores
+    /// at Python's `len(memo)`.
+    #[test]
+    fn the_memo_takes_memory_for_its_entries_not_their_indices() {
+        let puts = 16_000u32;
+        let mut p = vec![0x80, 4, op::NONE];
+        for i in 1..=puts {
+            p.push(op::LONG_BINPUT);
+            p.extend((i * 65_535).to_le_bytes());
+        }
+        // Read the last back; MEMOIZE a True at index `puts`.
+        p.extend([op::POP, op::LONG_BINGET]);
+        p.extend((puts * 65_535).to_le_bytes());
+        p.extend([op::POP, op::NEWTRUE, op::MEMOIZE, op::POP, op::LONG_BINGET]);
+        p.extend(puts.to_le_bytes());
+        p.push(op::STOP);
+        let mut parser = Parser::new(&p[..], &|_| {});
+        assert_eq!(parser.run(&mut KeepAll).unwrap(), Val::Bool(true));
+        let memo = &parser.heap().memo;
+        assert_eq!(memo.len(), puts as usize + 1);
+        assert!(memo.slots.capacity() < 1024, "{}", memo.slots.capacity());
+
+        // Entries stored ahead join the dense slots as these reach them.
+        let p = [
+            0x80,
+            4,
+            op::NONE,
+            op::BINPUT,
+            2,
+            op::BINPUT,
+            1,
+            op::BINPUT,
+            0,
+            op::STOP,
+        ];
+        let mut parser = Parser::new(&p[..], &|_| {});
+        parser.run(&mut KeepAll).unwrap();
+        let memo = &parser.heap().memo;
+        assert_eq!((memo.slots.len(), memo.sparse.len()), (3, 0));
+    }
+
+    /// Storing an out-of-line value (an int) at one index over and over
+    /// reuses its side entry.
+    #[test]
+    fn a_memo_index_stored_again_reuses_its_entry() {
+        let mut p = vec![0x80, 4];
+        for i in 0..1000u16 {
+            p.push(op::BININT2);
+            p.extend(i.to_le_bytes());
+            p.extend([op::BINPUT, 0, op::POP]);
+        }
+        p.extend([op::BINGET, 0, op::STOP]);
+        let mut parser = Parser::new(&p[..], &|_| {});
+        assert_eq!(parser.run(&mut KeepAll).unwrap(), Val::Int(999));
+        assert_eq!(parser.heap().memo.side.len(), 1);
+    }
+
+    /// A list of Nones is 16 bytes a value, and the values held at once are
+    /// bounded: past `MAX_HELD`, an error, not gigabytes.
+    #[test]
+    fn the_values_held_are_bounded() {
+        assert_eq!(std::mem::size_of::<Val>(), 16);
+        let mut p = vec![0x80, 4, op::EMPTY_LIST];
+        let batch = 1 << 16;
+        for _ in 0..MAX_HELD / batch + 1 {
+            p.push(op::MARK);
+            p.resize(p.len() + batch, op::NONE);
+            p.push(op::APPENDS);
+        }
+        p.push(op::STOP);
+        match parse(&p) {
+            Err(PickleError::Malformed { message, .. }) => {
+                assert!(message.contains("values held at once"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A dict of many distinct keys is indexed past `SCAN_PAIRS`; a key
+    /// repeated then still replaces its value.
+    #[test]
+    fn a_large_dict_keeps_one_value_per_key() {
+        let mut p = vec![0x80, 4, op::EMPTY_DICT, op::MARK];
+        for k in 0..100u8 {
+            p.extend([op::BININT1, k, op::BININT1, k]);
+        }
+        p.extend([op::BININT1, 7, op::NONE, op::SETITEMS, op::STOP]);
+        let value = load(&p[..]).unwrap();
+        let Value::Dict(pairs) = value else {
+            panic!("{value:?}")
+        };
+        assert_eq!(pairs.len(), 100);
+        assert_eq!(pairs[7], (Value::Int(7), Value::None));
+        assert_eq!(pairs[8], (Value::Int(8), Value::Int(8)));
     }
 }

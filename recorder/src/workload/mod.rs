@@ -185,8 +185,38 @@ pub struct WorkloadReport {
     pub elapsed: Duration,
 }
 
+/// The most transformer layers a run may have: the largest models have a
+/// few hundred, and each iteration's work and events grow with them.
+pub const MAX_LAYERS: u32 = 4096;
+
+/// The most events a run may write (about 8.6 billion: hundreds of GB of
+/// trace, hours of generation). A run of `iters` iterations that would
+/// write more is refused after its first iteration, when the events of one
+/// are known; a run to `events` is refused at once.
+pub const MAX_EVENTS: u64 = 1 << 33;
+
+/// How far a run got, as [`generate_with_progress`] reports it after each
+/// iteration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunProgress {
+    /// Iterations completed.
+    pub iterations: u64,
+    /// Events written.
+    pub events: u64,
+}
+
 /// Generates a trace to `out`. See the [module docs](self).
 pub fn generate(config: &WorkloadConfig, out: impl Write) -> Result<WorkloadReport, WorkloadError> {
+    generate_with_progress(config, out, &mut |_| {})
+}
+
+/// [`generate`], telling `progress` how far the run got after each
+/// iteration (long runs write billions of events).
+pub fn generate_with_progress(
+    config: &WorkloadConfig,
+    out: impl Write,
+    progress: &mut dyn FnMut(RunProgress),
+) -> Result<WorkloadReport, WorkloadError> {
     validate(config)?;
     let started = Instant::now();
     let devices: Vec<SimulatedDevice> = (0..config.devices)
@@ -272,7 +302,7 @@ pub fn generate(config: &WorkloadConfig, out: impl Write) -> Result<WorkloadRepo
     if config.annotate {
         g.annotate()?;
     }
-    let completed = g.run()?;
+    let completed = g.run(progress)?;
     let counts = *g.w.counts();
     let duration_ns = g.time_ns;
     // Figures of a GPU: the busiest device's (each device is alike in
@@ -309,6 +339,18 @@ fn validate(c: &WorkloadConfig) -> Result<(), WorkloadError> {
     let bad = |m: &str| Err(WorkloadError::Invalid(m.to_string()));
     if c.layers == 0 || c.hidden == 0 || c.heads == 0 || c.vocab == 0 {
         return bad("layers, hidden, heads and vocab must be positive");
+    }
+    if c.layers > MAX_LAYERS {
+        return bad(&format!(
+            "{} layers: at most {MAX_LAYERS} are simulated",
+            c.layers
+        ));
+    }
+    if c.events.is_some_and(|n| n > MAX_EVENTS) {
+        return bad(&format!(
+            "{} events: at most {MAX_EVENTS} are written",
+            c.events.unwrap_or(0)
+        ));
     }
     if c.batch.0 == 0 || c.batch.0 > c.batch.1 {
         return bad("the batch range must be positive and ordered");
@@ -613,7 +655,7 @@ impl<W: Write> Gen<'_, W> {
             .map_err(WorkloadError::Alloc)
     }
 
-    fn run(&mut self) -> Result<u64, WorkloadError> {
+    fn run(&mut self, progress: &mut dyn FnMut(RunProgress)) -> Result<u64, WorkloadError> {
         let step = self.w.intern_string("step");
         for device in 0..self.work.len() {
             self.cur = device;
@@ -622,6 +664,9 @@ impl<W: Write> Gen<'_, W> {
             }
         }
         let mut completed = 0;
+        // Events before the first iteration (parameters): the rest is per
+        // iteration.
+        let before = self.w.counts().total();
         loop {
             let done = match self.cfg.events {
                 Some(n) => self.w.counts().total() >= n,
@@ -650,6 +695,25 @@ impl<W: Write> Gen<'_, W> {
             }
             self.marker(EventData::PhaseEnd { name, thread: 0 })?;
             completed += 1;
+            let events = self.w.counts().total();
+            if completed == 1 && self.cfg.events.is_none() {
+                // Every iteration writes about as many events as the first
+                // (its batch and sequence drawn from the same ranges).
+                let estimate = (self.cfg.iters - 1)
+                    .saturating_mul(events.saturating_sub(before))
+                    .saturating_add(events);
+                if estimate > MAX_EVENTS {
+                    return Err(WorkloadError::Invalid(format!(
+                        "{} iterations of {} events would write about {estimate} events: at most {MAX_EVENTS} are written",
+                        self.cfg.iters,
+                        events.saturating_sub(before)
+                    )));
+                }
+            }
+            progress(RunProgress {
+                iterations: completed,
+                events,
+            });
         }
         Ok(completed)
     }
