@@ -1,3 +1,4 @@
 //! Helpers shared by the analyzer's integration tests.
 
+pub mod hostile;
 pub mod scaling;
