@@ -221,7 +221,8 @@ fn devices_past_the_bound_are_left_out_and_counted() {
     let s = b.site("f", "a.py", 1);
     let devices = MAX_DEVICES + 3;
     for device in 0..devices {
-        // Two events each: the devices past the bound leave out both.
+        // Three events each (an allocation, a free request and its
+        // completion): the devices past the bound leave out all three.
         b.on_device(device)
             .alloc(0x1000, 10, 10, s)
             .free(0x1000, 10);
@@ -241,7 +242,7 @@ fn devices_past_the_bound_are_left_out_and_counted() {
     .unwrap();
     assert_eq!(passes.devices.len(), MAX_DEVICES as usize);
     assert_eq!(passes.info.skipped_devices, 3);
-    assert_eq!(passes.info.skipped_events, 6);
-    assert_eq!(passes.devices[0].analyses.0.0.len(), 3);
+    assert_eq!(passes.info.skipped_events, 9);
+    assert_eq!(passes.devices[0].analyses.0.0.len(), 4);
     assert_eq!(passes.seen.len(), MAX_DEVICES as usize);
 }
