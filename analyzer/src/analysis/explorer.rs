@@ -25,10 +25,11 @@
 use super::pauses::{IdleGaps, PauseTracker};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::categories::{Category, Class};
-use crate::replay::{Applied, FreeSpace, Occupancy, PhaseId, ReplayState, Segment};
+use crate::replay::{Applied, FreeSpace, Occupancy, PhaseId, ReplayState, Segment, SegmentUndo};
 use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use vramtrace_format::{Event, EventData, StackId, SymbolTable};
 
 /// Bounds on what the explorer keeps.
@@ -343,6 +344,35 @@ struct RawCheckpoint {
 // number of its record, site.
 type RawBlock = (u64, u64, bool, StackId, Option<u64>, SiteId);
 
+// The totals of a checkpoint's moment.
+#[derive(Clone, Copy, Debug)]
+struct Moment {
+    index: u64,
+    time_ns: u64,
+    allocated: u64,
+    active: u64,
+    reserved: u64,
+}
+
+// What one event changed of the live blocks and segments, as they were
+// before it: the addresses (or segment starts) it may have changed, and
+// what was there.
+#[derive(Clone, Copy, Debug)]
+enum Undo {
+    Block(u64, Option<RawBlock>),
+    Segments(SegmentUndo),
+}
+
+// A peak's moment, kept as the changes made since (undone at the end)
+// rather than captured at every new peak: a rising peak would otherwise
+// cost all live blocks each time it rises.
+#[derive(Clone, Debug)]
+struct PeakLog {
+    kind: CheckpointKind,
+    at: Moment,
+    undo: Vec<Undo>,
+}
+
 // A record as kept during the pass: the stack and site raw, and a sequence
 // number (its key: blocks live when the window opened share an index).
 #[derive(Clone, Copy, Debug)]
@@ -382,12 +412,17 @@ pub struct ExplorerAnalysis {
     live_kept: FxHashMap<u64, u64>,
     // Phase ends by phase id.
     phase_end_index: Vec<u64>,
+    // The phases begun in the window and not ended, outermost first.
+    open: Vec<PhaseId>,
     // Checkpoints.
     even_every: u64,
     even: Vec<RawCheckpoint>,
     ooms: Vec<RawCheckpoint>,
     allocated_peak: Option<RawCheckpoint>,
     reserved_peak: Option<RawCheckpoint>,
+    // The peaks not captured yet: their moments and the changes since.
+    allocated_peak_log: Option<PeakLog>,
+    reserved_peak_log: Option<PeakLog>,
     peak_allocated: u64,
     peak_reserved: u64,
     // A new peak was reached and not captured yet: the state is captured
@@ -420,11 +455,14 @@ impl ExplorerAnalysis {
             allocations_total: 0,
             live_kept: FxHashMap::default(),
             phase_end_index: Vec::new(),
+            open: Vec::new(),
             even_every: 1,
             even: Vec::new(),
             ooms: Vec::new(),
             allocated_peak: None,
             reserved_peak: None,
+            allocated_peak_log: None,
+            reserved_peak_log: None,
             peak_allocated: 0,
             peak_reserved: 0,
             allocated_peak_pending: None,
@@ -562,22 +600,111 @@ impl ExplorerAnalysis {
         }
     }
 
-    fn capture(&self, kind: CheckpointKind, state: &ReplayState) -> RawCheckpoint {
+    /// A live block as a checkpoint holds it.
+    fn raw_block(&self, a: &crate::replay::LiveAlloc) -> RawBlock {
+        let record = self
+            .live_kept
+            .get(&a.addr)
+            .copied()
+            .filter(|_| a.size >= self.threshold);
+        (a.addr, a.size, a.free_requested, a.stack, record, a.site)
+    }
+
+    fn moment(state: &ReplayState) -> Moment {
         let t = state.totals();
+        Moment {
+            index: state.events_applied().saturating_sub(1),
+            time_ns: state.time_ns(),
+            allocated: t.allocated,
+            active: t.active,
+            reserved: t.reserved,
+        }
+    }
+
+    fn capture(&self, kind: CheckpointKind, state: &ReplayState) -> RawCheckpoint {
         let segments: Vec<_> = state.segments().cloned().collect();
-        let mut blocks: Vec<RawBlock> = state
-            .live()
-            .map(|a| {
-                let record = self
-                    .live_kept
-                    .get(&a.addr)
-                    .copied()
-                    .filter(|_| a.size >= self.threshold);
-                (a.addr, a.size, a.free_requested, a.stack, record, a.site)
-            })
-            .collect();
+        let blocks: Vec<RawBlock> = state.live().map(|a| self.raw_block(a)).collect();
+        Self::checkpoint(kind, Self::moment(state), segments, blocks, &self.options)
+    }
+
+    /// The checkpoint of a logged peak: the state now, its changes since the
+    /// peak undone, latest first.
+    fn rebuild(&self, log: PeakLog, state: &ReplayState) -> RawCheckpoint {
+        let mut blocks: FxHashMap<u64, RawBlock> =
+            state.live().map(|a| (a.addr, self.raw_block(a))).collect();
+        let mut segments: BTreeMap<u64, Segment> =
+            state.segments().map(|s| (s.start, *s)).collect();
+        for undo in log.undo.into_iter().rev() {
+            match undo {
+                Undo::Block(addr, was) => match was {
+                    Some(b) => {
+                        blocks.insert(addr, b);
+                    }
+                    None => {
+                        blocks.remove(&addr);
+                    }
+                },
+                Undo::Segments(were) => were.undo(&mut segments),
+            }
+        }
+        Self::checkpoint(
+            log.kind,
+            log.at,
+            segments.into_values().collect(),
+            blocks.into_values().collect(),
+            &self.options,
+        )
+    }
+
+    /// Notes what an event about to be applied changes, in the logs of the
+    /// peaks not captured yet; a log grown larger than a capture is
+    /// replaced by the capture.
+    fn log_change(&mut self, event: &Event, state: &ReplayState) {
+        if self.allocated_peak_log.is_none() && self.reserved_peak_log.is_none() {
+            return;
+        }
+        let undo = match &event.data {
+            EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
+                Undo::Block(b.addr, state.live_at(b.addr).map(|a| self.raw_block(a)))
+            }
+            EventData::SegmentAlloc(s)
+            | EventData::SegmentMap(s)
+            | EventData::SegmentFree(s)
+            | EventData::SegmentUnmap(s) => Undo::Segments(state.segment_undo(s)),
+            _ => return,
+        };
+        let bound = 2 * (state.totals().live_blocks + state.totals().segments) as usize + 1024;
+        let mut full = [false; 2];
+        for (log, full) in [&mut self.allocated_peak_log, &mut self.reserved_peak_log]
+            .into_iter()
+            .zip(&mut full)
+        {
+            if let Some(log) = log {
+                log.undo.push(undo);
+                *full = log.undo.len() > bound;
+            }
+        }
+        if full[0]
+            && let Some(log) = self.allocated_peak_log.take()
+        {
+            self.allocated_peak = Some(self.rebuild(log, state));
+        }
+        if full[1]
+            && let Some(log) = self.reserved_peak_log.take()
+        {
+            self.reserved_peak = Some(self.rebuild(log, state));
+        }
+    }
+
+    fn checkpoint(
+        kind: CheckpointKind,
+        at: Moment,
+        segments: Vec<Segment>,
+        mut blocks: Vec<RawBlock>,
+        options: &ExplorerOptions,
+    ) -> RawCheckpoint {
         let mut occupancy = Occupancy::of_blocks(
-            t.reserved,
+            at.reserved,
             segments.clone(),
             blocks.iter().map(|b| (b.0, b.1)),
         );
@@ -605,20 +732,22 @@ impl ExplorerAnalysis {
             largest_free.push(largest);
         }
         let mut blocks_left_out = 0;
-        let cap = self.options.checkpoint_blocks;
+        let cap = options.checkpoint_blocks;
         if blocks.len() > cap {
             blocks_left_out = (blocks.len() - cap) as u64;
-            blocks.select_nth_unstable_by(cap, |a, b| b.1.cmp(&a.1));
+            // The largest, the lowest address first among equals: the same
+            // blocks whatever order they came in.
+            blocks.select_nth_unstable_by(cap, |a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             blocks.truncate(cap);
             blocks.sort_unstable_by_key(|b| b.0);
         }
         RawCheckpoint {
             kinds: vec![kind],
-            index: state.events_applied().saturating_sub(1),
-            time_ns: state.time_ns(),
-            allocated: t.allocated,
-            active: t.active,
-            reserved: t.reserved,
+            index: at.index,
+            time_ns: at.time_ns,
+            allocated: at.allocated,
+            active: at.active,
+            reserved: at.reserved,
             segments,
             blocks,
             blocks_left_out,
@@ -889,9 +1018,15 @@ impl Analysis for ExplorerAnalysis {
         // A peak is captured just before the first event that may lower it:
         // the state then is the peak's. Allocations only raise allocated
         // memory, segment reservations only raise reserved memory.
+        // It is kept as a log of the changes from then on, undone at the end.
         if self.allocated_peak_pending.is_some() && !matches!(event.data, EventData::Alloc(_)) {
             self.allocated_peak_pending = None;
-            self.allocated_peak = Some(self.capture(CheckpointKind::AllocatedPeak, state));
+            self.allocated_peak = None;
+            self.allocated_peak_log = Some(PeakLog {
+                kind: CheckpointKind::AllocatedPeak,
+                at: Self::moment(state),
+                undo: Vec::new(),
+            });
         }
         if self.reserved_peak_pending.is_some()
             && !matches!(
@@ -900,8 +1035,14 @@ impl Analysis for ExplorerAnalysis {
             )
         {
             self.reserved_peak_pending = None;
-            self.reserved_peak = Some(self.capture(CheckpointKind::ReservedPeak, state));
+            self.reserved_peak = None;
+            self.reserved_peak_log = Some(PeakLog {
+                kind: CheckpointKind::ReservedPeak,
+                at: Self::moment(state),
+                undo: Vec::new(),
+            });
         }
+        self.log_change(event, state);
     }
 
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
@@ -925,21 +1066,20 @@ impl Analysis for ExplorerAnalysis {
             }
             Applied::FreeRequested(a) => self.freed(index, time_ns, a.addr),
             Applied::FreeCompleted(a) if !a.free_requested => self.freed(index, time_ns, a.addr),
+            Applied::PhaseBegin(id) => self.open.push(id),
             Applied::PhaseEnd(id) => {
-                let phases = state.phases();
-                if self.phase_end_index.len() < phases.len() {
-                    self.phase_end_index.resize(phases.len(), u64::MAX);
+                let phases = state.phases().len();
+                if self.phase_end_index.len() < phases {
+                    self.phase_end_index.resize(phases, u64::MAX);
                 }
                 // Phases begun after this one are nested in it: those it
-                // closed end here too.
-                let start = id.0 as usize;
-                for (phase, end) in phases[start..]
-                    .iter()
-                    .zip(&mut self.phase_end_index[start..])
+                // closed end here too, the top of the stack.
+                while let Some(&top) = self.open.last()
+                    && top >= id
+                    && state.phase(top).is_some_and(|p| p.end_ns.is_some())
                 {
-                    if phase.end_ns.is_some() && *end == u64::MAX {
-                        *end = index;
-                    }
+                    self.phase_end_index[top.0 as usize] = index;
+                    self.open.pop();
                 }
             }
             Applied::Oom(_) if self.ooms.len() < self.options.oom_checkpoints => {
@@ -978,10 +1118,18 @@ impl Analysis for ExplorerAnalysis {
         self.follow_categories(state);
         // A peak still pending holds at the end.
         if self.allocated_peak_pending.take().is_some() {
+            self.allocated_peak_log = None;
             self.allocated_peak = Some(self.capture(CheckpointKind::AllocatedPeak, state));
         }
         if self.reserved_peak_pending.take().is_some() {
+            self.reserved_peak_log = None;
             self.reserved_peak = Some(self.capture(CheckpointKind::ReservedPeak, state));
+        }
+        if let Some(log) = self.allocated_peak_log.take() {
+            self.allocated_peak = Some(self.rebuild(log, state));
+        }
+        if let Some(log) = self.reserved_peak_log.take() {
+            self.reserved_peak = Some(self.rebuild(log, state));
         }
         self.report = Some(self.build(state, symbols));
         Ok(())

@@ -405,12 +405,37 @@ struct Instance {
 }
 
 /// An open phase instance: the live bytes allocated inside it, by site, and
-/// whether an allocation failed in it.
+/// whether an allocation failed in it. Its figures count only what happened
+/// while it was the innermost instance followed; an ending instance hands
+/// them to the one around it, so that an event costs one update however
+/// deep the nesting.
 #[derive(Clone, Debug)]
 struct Open {
     phase: PhaseId,
-    sites: FxHashMap<SiteId, SiteLive>,
+    depth: u32,
+    /// By site: bytes and blocks allocated while it was innermost (or in
+    /// the instances that ended inside it), less those released while it
+    /// was the innermost open one holding them. What it retains is the sum
+    /// over itself and the instances open inside it. Signed: a release may
+    /// come while an inner instance holds the allocation.
+    sites: FxHashMap<SiteId, (i128, i64)>,
     oom: bool,
+}
+
+impl Open {
+    /// Takes in the figures of an instance that ended inside it (the
+    /// smaller map into the larger).
+    fn absorb(&mut self, mut inner: Open) {
+        self.oom |= inner.oom;
+        if inner.sites.len() > self.sites.len() {
+            std::mem::swap(&mut inner.sites, &mut self.sites);
+        }
+        for (site, (bytes, blocks)) in inner.sites {
+            let s = self.sites.entry(site).or_default();
+            s.0 += bytes;
+            s.1 += blocks;
+        }
+    }
 }
 
 /// A site growing across the repetitions of one group, before attribution.
@@ -460,16 +485,34 @@ impl Leaks {
         // open by a mismatched end are closed with it.
         let mut retained = Vec::new();
         let mut cut_short = false;
-        if let Some(pos) = self.open.iter().rposition(|o| o.phase == id) {
+        let pos = self.open.partition_point(|o| o.depth < inst.depth);
+        if self.open.get(pos).is_some_and(|o| o.phase == id) {
+            // Instances left open inside it end with it, their figures in
+            // its own.
+            while self.open.len() > pos + 1
+                && let Some(inner) = self.open.pop()
+                && let Some(outer) = self.open.last_mut()
+            {
+                outer.absorb(inner);
+            }
             let open = self.open.swap_remove(pos);
-            self.open.truncate(pos);
             self.instance_count += 1;
             cut_short = open.oom;
             let mut sites: Vec<(SiteId, SiteLive)> = open
                 .sites
-                .into_iter()
-                .filter(|(_, s)| s.blocks > 0)
+                .iter()
+                .filter(|(_, s)| s.1 > 0)
+                .map(|(&site, &(bytes, blocks))| {
+                    let live = SiteLive {
+                        bytes: u64::try_from(bytes.max(0)).unwrap_or(u64::MAX),
+                        blocks: blocks as u64,
+                    };
+                    (site, live)
+                })
                 .collect();
+            if let Some(outer) = self.open.last_mut() {
+                outer.absorb(open);
+            }
             retained = sites
                 .iter()
                 .map(|(site, live)| (*site, live.bytes))
@@ -487,6 +530,11 @@ impl Leaks {
                     self.prune_instances();
                 }
             }
+        } else {
+            // Begun before the window: the instances followed inside it
+            // ended with it (their figures go nowhere, as theirs did not
+            // reach it), so the stack stays in depth order.
+            self.open.truncate(pos);
         }
         let group = self.groups.entry(inst.path).or_insert_with(|| Group {
             stride: 1,
@@ -534,28 +582,16 @@ impl Leaks {
             return;
         }
         // The open phases holding the block are the open ancestors of the
-        // phase it was allocated in: a prefix of the stack.
-        let mut p = a.phase;
-        let mut depth = None;
-        while let Some(inst) = state.phase(p) {
-            if inst.end_ns.is_none() {
-                depth = Some(inst.depth as usize);
-                break;
-            }
-            p = inst.parent;
-        }
-        let Some(depth) = depth else { return };
-        for open in self.open.iter_mut() {
-            if state
-                .phase(open.phase)
-                .is_none_or(|i| i.depth as usize > depth)
-            {
-                break;
-            }
-            if let Some(s) = open.sites.get_mut(&a.site) {
-                s.bytes = s.bytes.saturating_sub(a.size);
-                s.blocks = s.blocks.saturating_sub(1);
-            }
+        // phase it was allocated in, a prefix of the stack: the innermost of
+        // them takes the release for all.
+        let Some(depth) = state.open_depth(a.phase) else {
+            return;
+        };
+        let holders = self.open.partition_point(|o| o.depth <= depth);
+        if let Some(innermost) = holders.checked_sub(1) {
+            let s = self.open[innermost].sites.entry(a.site).or_default();
+            s.0 -= i128::from(a.size);
+            s.1 -= 1;
         }
     }
 
@@ -730,12 +766,10 @@ impl Analysis for Leaks {
                 if let Some(old) = state.replaced_by(step.index) {
                     self.released(old, state);
                 }
-                for open in &mut self.open {
+                if let Some(open) = self.open.last_mut() {
                     let s = open.sites.entry(a.site).or_default();
-                    // Net bytes of the phase: saturating, as a hostile trace's
-                    // frees may never come.
-                    s.bytes = s.bytes.saturating_add(a.size);
-                    s.blocks += 1;
+                    s.0 += i128::from(a.size);
+                    s.1 += 1;
                 }
             }
             Applied::FreeRequested(a) | Applied::FreeCompleted(a)
@@ -746,13 +780,14 @@ impl Analysis for Leaks {
             Applied::PhaseBegin(id) => {
                 self.open.push(Open {
                     phase: id,
+                    depth: state.phase(id).map_or(0, |p| p.depth),
                     sites: FxHashMap::default(),
                     oom: false,
                 });
             }
             Applied::PhaseEnd(id) => self.phase_ended(id, state),
             Applied::Oom(_) => {
-                for open in &mut self.open {
+                if let Some(open) = self.open.last_mut() {
                     open.oom = true;
                 }
             }

@@ -32,7 +32,9 @@ pub mod window;
 use crate::progress::Meter;
 use crate::replay::plausible::{ImpossibleValues, impossible, plausible_initial};
 use crate::replay::{Applied, ReplayState};
+use crate::snapshot::MAX_DEVICES;
 use peaks::Peaks;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use vramtrace_format::EventSource;
@@ -147,6 +149,11 @@ pub struct PassInfo {
     pub impossible: ImpossibleValues,
     /// The events the recorder dropped, as the trace's markers say.
     pub dropped: crate::replay::DroppedReport,
+    /// Devices whose events were left out, past the first
+    /// [`MAX_DEVICES`] (more than any machine has: the ids are bad).
+    pub skipped_devices: u64,
+    /// The events of those devices.
+    pub skipped_events: u64,
 }
 
 impl PassInfo {
@@ -357,7 +364,8 @@ impl<A: AnalysisSet> DevicePass<A> {
 pub struct DevicePasses<A> {
     /// Each device replayed, by device index.
     pub devices: Vec<DevicePass<A>>,
-    /// Every device seen in the events, those skipped included.
+    /// The devices seen in the events, those skipped included (the first
+    /// [`MAX_DEVICES`]).
     pub seen: Vec<u32>,
     /// What the pass read.
     pub info: PassInfo,
@@ -431,6 +439,10 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
     let mut process = blank;
     let mut passes: Vec<DevicePass<A>> = Vec::new();
     let mut seen = BTreeSet::new();
+    // Where each device's pass is in `passes`: one probe an event, however
+    // many devices.
+    let mut by_device: FxHashMap<u32, usize> = FxHashMap::default();
+    let mut skipped: FxHashSet<u32> = FxHashSet::default();
     let mut info = PassInfo::default();
     let initial = reader.initial_state().map(|initial| {
         let (kept, left_out) = plausible_initial(initial);
@@ -451,11 +463,19 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
             let mut on: Vec<u32> = initial.segments.iter().map(|s| s.device).collect();
             on.sort_unstable();
             on.dedup();
+            if devices == Devices::Apart && on.len() > MAX_DEVICES as usize {
+                for &device in &on[MAX_DEVICES as usize..] {
+                    skipped.insert(device);
+                }
+                info.skipped_devices = skipped.len() as u64;
+                on.truncate(MAX_DEVICES as usize);
+            }
             seen.extend(on.iter().copied());
             for device in on {
                 if devices == Devices::Apart || devices == Devices::Only(device) {
                     let mut state = process.clone();
                     state.load_initial(&initial_on(initial, device), reader.symbols());
+                    by_device.insert(device, passes.len());
                     passes.push(DevicePass::new(device, state, make(device)));
                 }
             }
@@ -486,13 +506,23 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
                 None => None,
                 Some(device) => {
                     if passes.get(last).is_none_or(|p| p.device != device) {
-                        match passes.iter().position(|p| p.device == device) {
-                            Some(i) => last = i,
+                        match by_device.get(&device) {
+                            Some(&i) => last = i,
                             None => {
-                                seen.insert(device);
-                                if let Devices::Only(only) = devices
-                                    && only != device
-                                {
+                                if seen.len() < MAX_DEVICES as usize {
+                                    seen.insert(device);
+                                }
+                                let other =
+                                    matches!(devices, Devices::Only(only) if only != device);
+                                if other || passes.len() >= MAX_DEVICES as usize {
+                                    if !other {
+                                        // Past the bound, each device would cost a
+                                        // state and analyses: its events are left out.
+                                        info.skipped_events += 1;
+                                        if skipped.insert(device) {
+                                            info.skipped_devices += 1;
+                                        }
+                                    }
                                     index += 1;
                                     continue;
                                 }
@@ -506,6 +536,7 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
                                 }
                                 passes.push(pass);
                                 last = passes.len() - 1;
+                                by_device.insert(device, last);
                             }
                         }
                     }

@@ -33,16 +33,26 @@ pub struct PhaseTotalsReport {
     pub phases: Vec<PhaseTotal>,
 }
 
+/// An open instance. Its figures count only what happened while it was
+/// the innermost instance followed; an ending instance hands them to the one
+/// around it, so that every event costs one update however deep the nesting.
 #[derive(Clone, Copy, Debug)]
 struct Open {
     id: PhaseId,
     depth: u32,
+    /// The most allocated bytes while it was innermost (and in the instances
+    /// that ended inside it).
     peak: u64,
-    retained: u64,
+    /// Bytes allocated while it was innermost (or in the instances that
+    /// ended inside it), less those released while it was the innermost
+    /// open one holding them: its retained bytes are the sum of this over
+    /// itself and the instances open inside it. Wider than the bytes so a
+    /// difference never wraps.
+    own: i128,
 }
 
-/// Computes a [`PhaseTotalsReport`]; costs O(nesting depth) per allocation
-/// and free.
+/// Computes a [`PhaseTotalsReport`]; costs O(1) per allocation and phase
+/// end, O(log nesting depth) per free.
 #[derive(Clone, Debug, Default)]
 pub struct PhaseTotals {
     // The open instances begun inside the window, outermost first.
@@ -64,25 +74,30 @@ impl PhaseTotals {
 
     /// A block stopped counting as allocated: the open instances it was
     /// allocated in no longer retain it. Those are the open ancestors of the
-    /// phase it was allocated in, a prefix of the open stack.
+    /// phase it was allocated in, a prefix of the open stack: the innermost
+    /// of them takes the release for all.
     fn released(&mut self, a: &LiveAlloc, state: &ReplayState) {
         if self.open.is_empty() || a.phase.is_none() {
             return;
         }
-        let mut p = a.phase;
-        let depth = loop {
-            match state.phase(p) {
-                Some(inst) if inst.end_ns.is_none() => break inst.depth,
-                Some(inst) => p = inst.parent,
-                None => return,
-            }
+        let Some(depth) = state.open_depth(a.phase) else {
+            return;
         };
-        for open in self.open.iter_mut().take_while(|o| o.depth <= depth) {
-            open.retained = open.retained.saturating_sub(a.size);
+        let holders = self.open.partition_point(|o| o.depth <= depth);
+        if let Some(innermost) = holders.checked_sub(1) {
+            self.open[innermost].own -= i128::from(a.size);
         }
     }
 
-    fn ended(&mut self, open: Open, state: &ReplayState) {
+    /// Ends the innermost instance: its figures go to its group, and to the
+    /// instance around it.
+    fn end_innermost(&mut self, state: &ReplayState) {
+        let Some(open) = self.open.pop() else { return };
+        if let Some(outer) = self.open.last_mut() {
+            outer.own += open.own;
+            outer.peak = outer.peak.max(open.peak);
+        }
+        let retained = u64::try_from(open.own.max(0)).unwrap_or(u64::MAX);
         let path = state.phase(open.id).map_or(PathId::NONE, |p| p.path);
         let group = self.groups.entry(path).or_insert_with(|| PhaseTotal {
             phase: state.path_name(path),
@@ -90,8 +105,8 @@ impl PhaseTotals {
         });
         group.instances += 1;
         group.peak_allocated_bytes = group.peak_allocated_bytes.max(open.peak);
-        group.retained_bytes = group.retained_bytes.saturating_add(open.retained);
-        group.max_retained_bytes = group.max_retained_bytes.max(open.retained);
+        group.retained_bytes = group.retained_bytes.saturating_add(retained);
+        group.max_retained_bytes = group.max_retained_bytes.max(retained);
     }
 }
 
@@ -104,10 +119,9 @@ impl Analysis for PhaseTotals {
                     let old = *old;
                     self.released(&old, state);
                 }
-                let allocated = state.totals().allocated;
-                for open in &mut self.open {
-                    open.retained = open.retained.saturating_add(a.size);
-                    open.peak = open.peak.max(allocated);
+                if let Some(open) = self.open.last_mut() {
+                    open.own += i128::from(a.size);
+                    open.peak = open.peak.max(state.totals().allocated);
                 }
             }
             Applied::FreeRequested(a) | Applied::FreeCompleted(a)
@@ -121,16 +135,22 @@ impl Analysis for PhaseTotals {
                     id,
                     depth,
                     peak: state.totals().allocated,
-                    retained: 0,
+                    own: 0,
                 });
             }
             Applied::PhaseEnd(id) => {
                 // A mismatched end closes the phases nested in it too.
-                if let Some(pos) = self.open.iter().rposition(|o| o.id == id) {
-                    let closed: Vec<Open> = self.open.drain(pos..).collect();
-                    for open in closed.into_iter().rev() {
-                        self.ended(open, state);
+                let depth = state.phase(id).map_or(0, |p| p.depth);
+                let pos = self.open.partition_point(|o| o.depth < depth);
+                if self.open.get(pos).is_some_and(|o| o.id == id) {
+                    while self.open.len() > pos {
+                        self.end_innermost(state);
                     }
+                } else {
+                    // Begun before the window: the instances followed
+                    // inside it ended with it, unreported (it is), and the
+                    // stack stays in depth order.
+                    self.open.truncate(pos);
                 }
             }
             _ => {}

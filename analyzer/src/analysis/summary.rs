@@ -10,12 +10,14 @@
 //! that moment, sorted, and is computed once, at the end, in the same pass.
 //! Nothing is copied at the peak: from the first event after it that changes
 //! blocks or segments (not an allocation that makes a newer peak), the
-//! summary logs each block added or removed, and saves the segments before
-//! their first change. At the end, the blocks of the peak are the final ones
-//! with the log undone. A newer peak clears the log, so a trace whose peak
-//! keeps moving (a leak) costs a push per event, not a copy per peak; a log
-//! grown past [`UNDO_BUDGET`] times the blocks of the peak is undone then,
-//! once, into a copy, which bounds its memory by the state's.
+//! summary logs each block added or removed, and each segment event's
+//! segments as they were before it ([`SegmentUndo`]). At the end, the blocks
+//! and segments of the peak are the final ones with the log undone. A newer
+//! peak clears the log, so a trace whose peak keeps moving (a leak, or
+//! segments reserved one by one) costs a push per event, not a copy per
+//! peak; a log grown past [`UNDO_BUDGET`] times the blocks and segments of
+//! the peak is undone then, once, into a copy, which bounds its memory by
+//! the state's.
 
 use super::categories::{Category, CategoryMoment, CategoryReport, CategoryTable};
 use super::limits::{Limit, LimitWatch, OutsideReport};
@@ -24,7 +26,7 @@ use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::categories::{CATEGORIES, dominant, is_convolution_stack};
 use crate::replay::{
     Applied, DroppedReport, FreeSpace, Inconsistency, InconsistencyKind, LiveAlloc, Occupancy,
-    PhaseId, ReplayState, Segment, SiteLive, Totals,
+    PhaseId, ReplayState, Segment, SegmentUndo, SiteLive, Totals,
 };
 use crate::sites::{SiteDescription, SiteId};
 use rustc_hash::FxHashMap;
@@ -36,7 +38,7 @@ use vramtrace_format::{Event, EventData, KindCounts, StackId, SymbolTable};
 pub const MAX_OOMS: usize = 100;
 
 /// How long the log of changes since the allocated peak may grow, in blocks
-/// live at the peak (but at least [`UNDO_MIN`]), before it is undone into a
+/// live and segments at the peak (but at least [`UNDO_MIN`]), before it is undone into a
 /// copy of the peak's blocks: the copy costs what the log's entries did.
 pub const UNDO_BUDGET: usize = 2;
 
@@ -66,6 +68,8 @@ pub struct Summary {
     peak_occupancy: Occupancy,
     // The shortest log undone into a copy ([`UNDO_MIN`]; less in tests).
     undo_min: usize,
+    // The segments at the allocated peak, once it is logged.
+    peak_segments: usize,
     ooms: Vec<OomReport>,
     oom_count: u64,
     // OOMs under a convolution (kept ones by index, and a count of all)
@@ -106,15 +110,21 @@ struct SincePeak {
     /// Blocks added to (`true`) or removed from the segments, in order:
     /// `(address, size, added)`.
     blocks: Vec<(u64, u64, bool)>,
-    /// The segments and reserved bytes at the peak, saved before their first
-    /// change after it.
-    segments: Option<(Vec<Segment>, u64)>,
+    /// What each segment event since changed, as it was before.
+    segments: Vec<SegmentUndo>,
+    /// Reserved bytes at the peak, saved before their first change after it.
+    reserved: Option<u64>,
 }
 
 impl SincePeak {
     fn clear(&mut self) {
         self.blocks.clear();
-        self.segments = None;
+        self.segments.clear();
+        self.reserved = None;
+    }
+
+    fn len(&self) -> usize {
+        self.blocks.len() + self.segments.len()
     }
 
     /// The blocks and segments at the peak: `state`'s, with the log undone.
@@ -127,10 +137,17 @@ impl SincePeak {
                 blocks.insert(addr, size);
             }
         }
-        let (segments, reserved) = match &self.segments {
-            Some((segments, reserved)) => (segments.clone(), *reserved),
-            None => (state.segments().copied().collect(), state.totals().reserved),
+        let segments = if self.segments.is_empty() {
+            state.segments().copied().collect()
+        } else {
+            let mut segments: BTreeMap<u64, Segment> =
+                state.segments().map(|s| (s.start, *s)).collect();
+            for undo in self.segments.iter().rev() {
+                undo.undo(&mut segments);
+            }
+            segments.into_values().collect()
         };
+        let reserved = self.reserved.unwrap_or(state.totals().reserved);
         Occupancy::of_blocks(reserved, segments, blocks)
     }
 }
@@ -432,6 +449,7 @@ impl Summary {
             since_peak: SincePeak::default(),
             peak_occupancy: Occupancy::default(),
             undo_min: UNDO_MIN,
+            peak_segments: 0,
             ooms: Vec::new(),
             oom_count: 0,
             awaiting: Vec::new(),
@@ -555,8 +573,14 @@ impl Summary {
             Applied::FreeCompleted(a) => log.push((a.addr, a.size, false)),
             _ => return,
         }
-        let budget = (UNDO_BUDGET * self.at_peak.live_blocks as usize).max(self.undo_min);
-        if log.len() > budget {
+        self.check_undo_budget(state);
+    }
+
+    /// Undoes the log into a copy once it has grown past what a copy costs.
+    fn check_undo_budget(&mut self, state: &ReplayState) {
+        let at_peak = self.at_peak.live_blocks as usize + self.peak_segments;
+        let budget = (UNDO_BUDGET * at_peak).max(self.undo_min);
+        if self.since_peak.len() > budget {
             self.peak_occupancy = self.since_peak.undo(state);
             self.since_peak.clear();
             self.peak_space = PeakSpace::Copied;
@@ -619,20 +643,20 @@ impl Analysis for Summary {
     fn before(&mut self, _index: u64, event: &Event, state: &ReplayState) {
         if self.peak_space == PeakSpace::Live && self.ends_peak_state(event, state) {
             self.since_peak.clear();
+            self.peak_segments = state.totals().segments as usize;
             self.peak_space = PeakSpace::Logged;
         }
         if self.peak_space == PeakSpace::Logged
-            && self.since_peak.segments.is_none()
-            && matches!(
-                event.data,
-                EventData::SegmentAlloc(_)
-                    | EventData::SegmentFree(_)
-                    | EventData::SegmentMap(_)
-                    | EventData::SegmentUnmap(_)
-            )
+            && let EventData::SegmentAlloc(s)
+            | EventData::SegmentFree(s)
+            | EventData::SegmentMap(s)
+            | EventData::SegmentUnmap(s) = &event.data
         {
-            self.since_peak.segments =
-                Some((state.segments().copied().collect(), state.totals().reserved));
+            self.since_peak
+                .reserved
+                .get_or_insert(state.totals().reserved);
+            self.since_peak.segments.push(state.segment_undo(s));
+            self.check_undo_budget(state);
         }
     }
 

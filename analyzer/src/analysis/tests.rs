@@ -214,3 +214,35 @@ fn each_device_has_its_own_state_and_the_process_phases() {
         1
     );
 }
+
+#[test]
+fn devices_past_the_bound_are_left_out_and_counted() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    let devices = MAX_DEVICES + 3;
+    for device in 0..devices {
+        // Three events each (an allocation, a free request and its
+        // completion): the devices past the bound leave out all three.
+        b.on_device(device)
+            .alloc(0x1000, 10, 10, s)
+            .free(0x1000, 10);
+    }
+    // A device replayed still gets its later events.
+    b.on_device(0).alloc(0x2000, 20, 20, s);
+    let (bytes, _) = b.finish_symbols();
+    let mut reader = TraceReader::new(&bytes[..]).unwrap();
+    let passes = run_device_pass(
+        &mut reader,
+        ReplayState::default(),
+        Devices::Apart,
+        |_| (Recorder(Vec::new(), 0),),
+        &Window::ALL,
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!(passes.devices.len(), MAX_DEVICES as usize);
+    assert_eq!(passes.info.skipped_devices, 3);
+    assert_eq!(passes.info.skipped_events, 9);
+    assert_eq!(passes.devices[0].analyses.0.0.len(), 4);
+    assert_eq!(passes.seen.len(), MAX_DEVICES as usize);
+}

@@ -97,6 +97,14 @@ pub enum Warning {
         /// The other threads with phases, and how many each began.
         others: Vec<(u32, u64)>,
     },
+    /// More devices than any machine has: the events of those past the
+    /// first [`MAX_DEVICES`](crate::snapshot::MAX_DEVICES) were left out.
+    TooManyDevices {
+        /// The devices left out.
+        devices: u64,
+        /// Their events.
+        events: u64,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -126,6 +134,11 @@ impl fmt::Display for Warning {
                     threads.join(", ")
                 )
             }
+            Warning::TooManyDevices { devices, events } => write!(
+                f,
+                "{devices} devices past the first {} were left out ({events} events): no machine has that many, the device ids are likely bad",
+                crate::snapshot::MAX_DEVICES
+            ),
         }
     }
 }
@@ -153,6 +166,12 @@ impl Warning {
         }
         if info.events_in_window == 0 && !window.is_all() {
             warnings.push(Warning::EmptyWindow);
+        }
+        if info.skipped_devices > 0 {
+            warnings.push(Warning::TooManyDevices {
+                devices: info.skipped_devices,
+                events: info.skipped_events,
+            });
         }
         if !info.other_thread_phases.is_empty() {
             warnings.push(Warning::OtherThreadPhases {

@@ -286,6 +286,12 @@ fn simulate_device(
     if let Some(t) = extracted.info.truncation {
         warnings.push(Warning::Truncated(t));
     }
+    if extracted.info.skipped_devices > 0 {
+        warnings.push(Warning::TooManyDevices {
+            devices: extracted.info.skipped_devices,
+            events: extracted.info.skipped_events,
+        });
+    }
     let recorded = match &extracted.recorded_config {
         Ok((config, _)) => Ok(config.clone()),
         Err(e) => Err(e.clone()),

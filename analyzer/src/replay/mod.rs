@@ -32,7 +32,7 @@ use categories::{
 };
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use vramtrace_format::{
     BlockEvent, BlockStatus, DeviceMemoryEvent, DroppedEvents, Event, EventData, InitialState,
     LimitEvent, SegmentEvent, StackId, StringId, SymbolTable, TagEvent,
@@ -365,6 +365,28 @@ impl Applied {
     }
 }
 
+/// The segments a segment event may change (by start address), as they
+/// were before it: undone in reverse order, a log of these turns the
+/// segments of a later moment back into those of an earlier one, at the
+/// cost of the events rather than of every segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentUndo([(u64, Option<Segment>); 3]);
+
+impl SegmentUndo {
+    /// Puts the segments back as they were before the event, in `segments`
+    /// (by start) as they were right after it.
+    pub fn undo(&self, segments: &mut BTreeMap<u64, Segment>) {
+        for (start, _) in &self.0 {
+            segments.remove(start);
+        }
+        for (start, was) in &self.0 {
+            if let Some(seg) = was {
+                segments.insert(*start, *seg);
+            }
+        }
+    }
+}
+
 /// The free space of the reserved segments at one moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct FreeSpace {
@@ -391,6 +413,12 @@ impl FreeSpace {
 #[derive(Clone, Debug)]
 pub struct ReplayState {
     live: FxHashMap<u64, LiveAlloc>,
+    /// The live blocks' addresses in order, built the first time a segment
+    /// event needs the blocks of an address range (blocks outside every
+    /// segment, a segment freed in part with blocks in it) and kept from
+    /// then on: a range then costs its blocks, not every live one, and
+    /// traces that never need it never pay for it.
+    by_addr: Option<BTreeSet<u64>>,
     /// By start address: finding, inserting and removing one is `O(log n)`.
     segments: BTreeMap<u64, Segment>,
     /// The live blocks the segments count (`Segment::live_blocks`, summed).
@@ -402,6 +430,13 @@ pub struct ReplayState {
     /// Each instance's ancestor holding the first names of its path shown.
     phase_heads: Vec<PhaseId>,
     open: Vec<PhaseId>,
+    /// The depths in `open` of each name's open instances, innermost last:
+    /// a phase end finds its instance in one probe however deep the stack.
+    open_by_name: FxHashMap<StringId, Vec<u32>>,
+    /// By nesting depth: 1 + the index of the event that last ended the
+    /// instance open at that depth (0: none ended). An instance's ancestor
+    /// at a depth is still open if no instance ended there since it began.
+    ended_at_depth: Vec<u64>,
     paths: PathTable,
     /// The thread whose phases are replayed.
     phase_thread: u32,
@@ -451,6 +486,7 @@ impl ReplayState {
     pub fn new(sites: SiteFolder) -> Self {
         ReplayState {
             live: FxHashMap::default(),
+            by_addr: None,
             segments: BTreeMap::new(),
             blocks_in_segments: 0,
             totals: Totals::default(),
@@ -459,6 +495,8 @@ impl ReplayState {
             phases: Vec::new(),
             phase_heads: Vec::new(),
             open: Vec::new(),
+            open_by_name: FxHashMap::default(),
+            ended_at_depth: Vec::new(),
             paths: PathTable::default(),
             phase_thread: MAIN_THREAD,
             other_thread_phases: BTreeMap::new(),
@@ -497,6 +535,8 @@ impl ReplayState {
         state.phases.clone_from(&self.phases);
         state.phase_heads.clone_from(&self.phase_heads);
         state.open.clone_from(&self.open);
+        state.ended_at_depth.clone_from(&self.ended_at_depth);
+        state.open_by_name.clone_from(&self.open_by_name);
         state.paths = self.paths.clone();
         state.phase_thread = self.phase_thread;
         state
@@ -759,7 +799,51 @@ impl ReplayState {
 
     fn add_live(&mut self, a: LiveAlloc) {
         self.live.insert(a.addr, a);
+        if let Some(by_addr) = &mut self.by_addr {
+            by_addr.insert(a.addr);
+        }
         self.count_live(&a);
+    }
+
+    /// The live blocks starting in `start..end`: their number and bytes.
+    fn live_in(&mut self, start: u64, end: u64) -> (u64, u64) {
+        let live = &self.live;
+        let by_addr = self
+            .by_addr
+            .get_or_insert_with(|| live.keys().copied().collect());
+        by_addr
+            .range(start..end)
+            .filter_map(|addr| live.get(addr))
+            .fold((0, 0), |(n, bytes), a| (n + 1, bytes + a.size))
+    }
+
+    /// The live blocks of the smaller of two address ranges, walking both
+    /// at once so the cost is that of the smaller: which one (`true`: the
+    /// first), and its blocks' number and bytes.
+    fn live_in_smaller(&mut self, a: (u64, u64), b: (u64, u64)) -> (bool, u64, u64) {
+        let live = &self.live;
+        let by_addr = self
+            .by_addr
+            .get_or_insert_with(|| live.keys().copied().collect());
+        let mut first = by_addr.range(a.0..a.1);
+        let mut second = by_addr.range(b.0..b.1);
+        let (mut na, mut nb, mut bytes_a, mut bytes_b) = (0, 0, 0, 0);
+        loop {
+            match first.next() {
+                None => return (true, na, bytes_a),
+                Some(addr) => {
+                    na += 1;
+                    bytes_a += live.get(addr).map_or(0, |l| l.size);
+                }
+            }
+            match second.next() {
+                None => return (false, nb, bytes_b),
+                Some(addr) => {
+                    nb += 1;
+                    bytes_b += live.get(addr).map_or(0, |l| l.size);
+                }
+            }
+        }
     }
 
     /// Adds a block, already in the map, to the totals.
@@ -859,6 +943,9 @@ impl ReplayState {
         if !birth.settled {
             self.wait_for_step(b.addr, index + 1);
         }
+        if let Some(by_addr) = &mut self.by_addr {
+            by_addr.insert(b.addr);
+        }
         // One probe of the map: insert, and only look back on a collision.
         if let Some(old) = self.live.insert(b.addr, a) {
             // The old block must have been freed unrecorded; the new one wins.
@@ -911,6 +998,9 @@ impl ReplayState {
             self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
             return Applied::Inconsistent;
         };
+        if let Some(by_addr) = &mut self.by_addr {
+            by_addr.remove(&b.addr);
+        }
         let counted = if a.free_requested {
             a.class
         } else {
@@ -961,12 +1051,7 @@ impl ReplayState {
         // Blocks outside every segment may have been allocated before it was
         // known (a trace without an initial state); count them now.
         if self.totals.live_blocks > self.blocks_in_segments {
-            for a in self.live.values() {
-                if a.addr >= start && a.addr < end {
-                    seg.live_blocks += 1;
-                    seg.live_bytes += a.size;
-                }
-            }
+            (seg.live_blocks, seg.live_bytes) = self.live_in(start, end);
         }
         if mapped {
             // Mapped ranges of an expandable segment grow it in place: merge
@@ -1029,15 +1114,12 @@ impl ReplayState {
         };
         let seg = self.segments[&key];
         let end = if unmapped { end } else { seg.end };
-        let live_inside = if seg.live_blocks == 0 {
-            0
+        let (live_inside, bytes_inside) = if seg.live_blocks == 0 {
+            (0, 0)
         } else if start == seg.start && end == seg.end {
-            seg.live_blocks
+            (seg.live_blocks, seg.live_bytes)
         } else {
-            self.live
-                .values()
-                .filter(|a| a.addr >= start && a.addr < end)
-                .count() as u64
+            self.live_in(start, end)
         };
         if live_inside > 0 {
             // The blocks stay live (their frees will come); only the
@@ -1052,29 +1134,41 @@ impl ReplayState {
         self.remove_segment(key);
         self.totals.reserved -= end - start;
         self.totals.segments -= 1;
-        let mut pieces = Vec::new();
-        if seg.start < start {
-            pieces.push((seg.start, start));
-        }
-        if end < seg.end {
-            pieces.push((end, seg.end));
-        }
-        for (a, b) in pieces {
-            let mut piece = Segment {
-                start: a,
-                end: b,
-                live_blocks: 0,
-                live_bytes: 0,
-                expandable: seg.expandable,
-            };
-            if seg.live_blocks > 0 {
-                for l in self.live.values() {
-                    if l.addr >= a && l.addr < b {
-                        piece.live_blocks += 1;
-                        piece.live_bytes += l.size;
-                    }
+        let left = (seg.start < start).then_some((seg.start, start));
+        let right = (end < seg.end).then_some((end, seg.end));
+        // The blocks of the pieces left: those of the smaller one counted
+        // (so that cutting a segment again and again costs each block a
+        // count only when its piece at least halves), the rest are the
+        // other's.
+        let rest = (
+            seg.live_blocks.saturating_sub(live_inside),
+            seg.live_bytes.saturating_sub(bytes_inside),
+        );
+        let counts = match (left, right) {
+            _ if rest.0 == 0 => [(0, 0); 2],
+            (Some(l), Some(r)) => {
+                let (first, n, bytes) = self.live_in_smaller(l, r);
+                let other = (rest.0.saturating_sub(n), rest.1.saturating_sub(bytes));
+                if first {
+                    [(n, bytes), other]
+                } else {
+                    [other, (n, bytes)]
                 }
             }
+            _ => [rest; 2],
+        };
+        for ((a, b), (blocks, bytes)) in [left, right]
+            .into_iter()
+            .zip(counts)
+            .filter_map(|(p, c)| Some((p?, c)))
+        {
+            let piece = Segment {
+                start: a,
+                end: b,
+                live_blocks: blocks,
+                live_bytes: bytes,
+                expandable: seg.expandable,
+            };
             // insert_segment counts the piece's bytes again: take them off first.
             self.totals.reserved -= b - a;
             self.insert_segment(piece);
@@ -1108,7 +1202,14 @@ impl ReplayState {
             begin_index: index,
             end_ns: None,
         });
+        self.open_by_name
+            .entry(name)
+            .or_default()
+            .push(depth as u32);
         self.open.push(id);
+        if self.ended_at_depth.len() < self.open.len() {
+            self.ended_at_depth.push(0);
+        }
         Applied::PhaseBegin(id)
     }
 
@@ -1120,9 +1221,10 @@ impl ReplayState {
         symbols: &SymbolTable,
     ) -> Applied {
         let Some(pos) = self
-            .open
-            .iter()
-            .rposition(|&p| self.phases[p.0 as usize].name == name)
+            .open_by_name
+            .get(&name)
+            .and_then(|depths| depths.last())
+            .map(|&d| d as usize)
         else {
             self.record(InconsistencyKind::UnmatchedPhaseEnd, index, time_ns, 0);
             return Applied::Inconsistent;
@@ -1132,9 +1234,16 @@ impl ReplayState {
         }
         let id = self.open[pos];
         let mut step_ended = false;
+        self.ended_at_depth[pos..self.open.len()].fill(index + 1);
         // Innermost first: phases left open inside it end with it.
         for p in self.open.drain(pos..).rev() {
             let phase = &mut self.phases[p.0 as usize];
+            if let Some(depths) = self.open_by_name.get_mut(&phase.name) {
+                depths.pop();
+                if depths.is_empty() {
+                    self.open_by_name.remove(&phase.name);
+                }
+            }
             phase.end_ns = Some(time_ns);
             step_ended |= self.classifier.phase_end(phase.name, symbols);
         }
@@ -1372,6 +1481,18 @@ impl ReplayState {
         self.segments.values()
     }
 
+    /// What a segment event about to be applied may change of the
+    /// segments, as it is now: see [`SegmentUndo`].
+    pub fn segment_undo(&self, s: &SegmentEvent) -> SegmentUndo {
+        // A reservation merges at most with the segment ending at its start
+        // and the one starting at its end; a release removes the segment
+        // holding its start and leaves pieces at that segment's start and at
+        // its own end. Anything else refuses the event.
+        let before = (self.segments.range(..=s.addr).next_back()).map_or(s.addr, |(&k, _)| k);
+        let end = s.addr.saturating_add(s.size);
+        SegmentUndo([before, s.addr, end].map(|start| (start, self.segments.get(&start).copied())))
+    }
+
     /// Live bytes and blocks per site, indexed by [`SiteId`].
     pub fn site_live(&self) -> &[SiteLive] {
         &self.site_live
@@ -1395,6 +1516,18 @@ impl ReplayState {
     /// The open phases, outermost first.
     pub fn open_phases(&self) -> &[PhaseId] {
         &self.open
+    }
+
+    /// The depth of the innermost phase still open among `id` and the
+    /// phases around it (`None`: none is), in `O(log depth)`.
+    pub fn open_depth(&self, id: PhaseId) -> Option<u32> {
+        let inst = self.phase(id)?;
+        let depths =
+            &self.ended_at_depth[..(inst.depth as usize + 1).min(self.ended_at_depth.len())];
+        // Open ancestors are a prefix: those whose depth saw no end since
+        // `id` began.
+        let open = depths.partition_point(|&ended| ended <= inst.begin_index);
+        open.checked_sub(1).map(|d| d as u32)
     }
 
     /// The innermost open phase.

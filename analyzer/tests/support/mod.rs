@@ -1,4 +1,5 @@
 //! Helpers shared by the analyzer's integration tests.
 
+pub mod hostile;
 pub mod pickle;
 pub mod scaling;

@@ -157,6 +157,16 @@ impl Class {
         (c, find(self.chunk(c), size, addr))
     }
 
+    /// The block of (`size`, `addr`), if there is one.
+    fn get(&self, size: u64, addr: u64) -> Option<BlockId> {
+        let (c, pos) = if self.tail.is_empty() {
+            (0, find(&self.head, size, addr))
+        } else {
+            self.find_chunked(size, addr)
+        };
+        pos.ok().map(|pos| self.chunk(c)[pos].id)
+    }
+
     /// Adds `e`; false (and no change) if its (size, address) is there.
     #[inline]
     fn insert(&mut self, e: Entry) -> bool {
@@ -365,6 +375,13 @@ impl SizeIndex {
         }
         s.nonempty[class / 64] |= 1 << (class % 64);
         true
+    }
+
+    /// The block under `key`, if any.
+    pub fn get(&self, key: &SizeKey) -> Option<BlockId> {
+        let &(stream, size, addr) = key;
+        let i = self.position(stream).ok()?;
+        self.streams[i].classes[size_class(size)].get(size, addr)
     }
 
     /// Removes the block under `key`, if any.

@@ -999,10 +999,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     fn release_blocks(&mut self, small: bool) {
-        let pool = if small { &self.small } else { &self.large };
-        let ids: Vec<BlockId> = pool.blocks.iter().map(|(_, id)| id).collect();
+        // The blocks cached since the last release, in the cache's order:
+        // the others were there then, and what kept them (a split segment,
+        // no whole page to unmap) still does.
+        let pool = if small {
+            &mut self.small
+        } else {
+            &mut self.large
+        };
+        let ids = pool.take_cached_since_release(&self.slab);
         let mut to_unmap = Vec::new();
-        for id in ids {
+        for (_, id) in ids {
             let b = &self.slab[id];
             if b.segment != NONE {
                 to_unmap.push(id);

@@ -123,6 +123,13 @@ pub(crate) struct BlockPool {
     pub unmapped: BTreeMap<AddrKey, BlockId>,
     /// Free-block searches so far (only counted while GC is active).
     pub get_free_blocks_call_count: u64,
+    /// The blocks cached since the last release of cached blocks (some
+    /// taken again since, some twice). A cached block changes only by
+    /// leaving the cache, so only these can have become releasable: a
+    /// release looks at them rather than at every cached block, and a
+    /// run of `empty_cache()` calls over a cache of split blocks costs the
+    /// blocks cached in between, not the cache each time.
+    cached_since_release: Vec<BlockId>,
 }
 
 impl BlockPool {
@@ -133,6 +140,31 @@ impl BlockPool {
         b.gc_count_base = self.get_free_blocks_call_count;
         let fresh = self.blocks.insert(b.size_key(), id);
         debug_assert!(fresh, "block cached twice");
+        self.cached_since_release.push(id);
+        if self.cached_since_release.len() > 2 * slab.blocks.len() + 64 {
+            // Kept no longer than twice the blocks there are: the blocks
+            // since taken go, each id once.
+            let blocks = &self.blocks;
+            let list = &mut self.cached_since_release;
+            list.retain(|&id| blocks.get(&slab[id].size_key()) == Some(id));
+            list.sort_unstable();
+            list.dedup();
+        }
+    }
+
+    /// The blocks cached since the last call that are still cached, in the
+    /// cache's order, and a fresh start for the next call.
+    pub fn take_cached_since_release(&mut self, slab: &Slab) -> Vec<(SizeKey, BlockId)> {
+        let mut ids = std::mem::take(&mut self.cached_since_release);
+        ids.sort_unstable();
+        ids.dedup();
+        let mut cached: Vec<(SizeKey, BlockId)> = ids
+            .into_iter()
+            .map(|id| (slab[id].size_key(), id))
+            .filter(|(key, id)| self.blocks.get(key) == Some(*id))
+            .collect();
+        cached.sort_unstable();
+        cached
     }
 
     /// The smallest free block of `stream` with at least `size` bytes.

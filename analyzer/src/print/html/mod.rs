@@ -110,7 +110,9 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             Warning::Truncated(t) => Some(format!("This trace was cut short: {t}.")),
             Warning::Unfinished => Some("This trace has no footer: the recording process did not close it, so its last events may be missing.".into()),
             Warning::Damaged(d) => Some(format!("This trace is damaged: {d}; the rest was read.")),
-            Warning::MoreDamage(_) | Warning::Impossible(_) => Some(format!("{w}.")),
+            Warning::MoreDamage(_) | Warning::Impossible(_) | Warning::TooManyDevices { .. } => {
+                Some(format!("{w}."))
+            }
             Warning::EventsDropped(d) => Some(format!("In this trace, {d}.")),
             Warning::OtherThreadPhases { .. } => Some(format!(
                 "In this report, {w} (--phase-thread N reports another thread's)."
