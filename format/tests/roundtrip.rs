@@ -557,7 +557,6 @@ fn a_1_3_trace_reads_as_its_1_4_rewrite() {
     let mut new = TraceReader::open(fixture("leak.vtrace")).unwrap();
     assert_eq!(old.header().version_minor, 3);
     assert_eq!(new.header().version_minor, vramtrace_format::VERSION_MINOR);
-    assert!(vramtrace_format::VERSION_MINOR >= 4);
     let mut chunks = Vec::new();
     for r in [&mut old, &mut new] {
         let mut events = Vec::new();
