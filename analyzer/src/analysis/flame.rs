@@ -35,15 +35,29 @@ pub struct FoldedStacks {
     pub stacks: Vec<FoldedStack>,
 }
 
+/// Bytes and blocks by stack id.
+type ByStack = FxHashMap<StackId, (u64, u64)>;
+
+/// The blocks the program holds (allocated, not yet freed by the caller):
+/// bytes and blocks by stack id.
+fn live_by_stack(state: &ReplayState) -> ByStack {
+    let mut by_stack = ByStack::default();
+    for block in state.live().filter(|b| !b.free_requested) {
+        let entry = by_stack.entry(block.stack).or_default();
+        entry.0 += block.size;
+        entry.1 += 1;
+    }
+    by_stack
+}
+
 impl FoldedStacks {
     /// The blocks the program holds in `state`, folded by their frames.
     pub fn of_live(state: &ReplayState, symbols: &SymbolTable) -> FoldedStacks {
-        let mut by_stack: FxHashMap<StackId, (u64, u64)> = FxHashMap::default();
-        for block in state.live().filter(|b| !b.free_requested) {
-            let entry = by_stack.entry(block.stack).or_default();
-            entry.0 += block.size;
-            entry.1 += 1;
-        }
+        Self::named(live_by_stack(state), state, symbols)
+    }
+
+    /// Bytes and blocks by stack id, named by their frames.
+    fn named(by_stack: ByStack, state: &ReplayState, symbols: &SymbolTable) -> FoldedStacks {
         // Stacks that differ only in hidden frames show as one.
         let mut by_frames: FxHashMap<Vec<String>, (u64, u64)> = FxHashMap::default();
         for (stack, (bytes, blocks)) in by_stack {
@@ -94,52 +108,106 @@ impl FoldedStacks {
     }
 }
 
-/// When [`LiveStacks`] folds the live blocks.
+/// When [`LiveStacks`] folds a device's live blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FoldAt {
-    /// As the window opens: the state before its first event.
-    Begin,
-    /// As the window closes: the state after its last event.
-    End,
+    /// The starting state, before the first event.
+    Start,
+    /// Just after the device's event with this index.
+    After(u64),
+    /// Just after the device's last event at or before this time (ns).
+    AtTime(u64),
+    /// Never (the moment does not come on this device).
+    Never,
 }
 
-/// Folds the live blocks at the window's start or end.
+/// The live blocks folded, and the device's last event before them (its
+/// index and time; `None`: the starting state).
+pub type Folded = (Option<(u64, u64)>, FoldedStacks);
+
+/// Folds a device's live blocks at one moment, then is done: every device
+/// of one pass folds at its own.
 #[derive(Debug)]
 pub struct LiveStacks {
     at: FoldAt,
-    folded: Option<FoldedStacks>,
+    last: Option<(u64, u64)>,
+    // Taken before an event, where no symbols are at hand: named at the
+    // next call that has them.
+    unnamed: Option<(Option<(u64, u64)>, ByStack)>,
+    folded: Option<Folded>,
 }
 
 impl LiveStacks {
     /// Folds at `at`.
     pub fn new(at: FoldAt) -> Self {
-        LiveStacks { at, folded: None }
+        LiveStacks {
+            at,
+            last: None,
+            unnamed: None,
+            folded: None,
+        }
     }
 
-    /// The folded stacks (empty if the pass never reached the moment).
-    pub fn into_report(self) -> FoldedStacks {
-        self.folded.unwrap_or_default()
+    fn fold(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+        self.folded = Some((self.last, FoldedStacks::of_live(state, symbols)));
+    }
+
+    fn name(&mut self, state: &ReplayState, symbols: &SymbolTable) {
+        if let Some((last, by_stack)) = self.unnamed.take() {
+            self.folded = Some((last, FoldedStacks::named(by_stack, state, symbols)));
+        }
+    }
+
+    /// What was folded (`None`: the moment never came).
+    pub fn into_report(self) -> Option<Folded> {
+        self.folded
     }
 }
 
 impl Analysis for LiveStacks {
     fn begin(&mut self, state: &ReplayState, symbols: &SymbolTable) {
-        if self.at == FoldAt::Begin {
-            self.folded = Some(FoldedStacks::of_live(state, symbols));
+        if self.at == FoldAt::Start {
+            self.fold(state, symbols);
         }
     }
 
-    fn event(&mut self, _step: &Step<'_>, _state: &ReplayState) -> Result<Flow, AnalysisError> {
-        Ok(if self.at == FoldAt::Begin {
-            Flow::Done
-        } else {
-            Flow::Continue
-        })
+    fn wants_before(&self) -> bool {
+        matches!(self.at, FoldAt::AtTime(_))
+    }
+
+    fn before(&mut self, _index: u64, event: &vramtrace_format::Event, state: &ReplayState) {
+        // The first event past the time: the state before it is the one.
+        if let FoldAt::AtTime(t) = self.at
+            && self.folded.is_none()
+            && self.unnamed.is_none()
+            && event.time_ns > t
+        {
+            self.unnamed = Some((self.last, live_by_stack(state)));
+        }
+    }
+
+    fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
+        // The blocks' stacks are the same after the event: only sites'
+        // names are read, and a stack's frames never change.
+        self.name(state, step.symbols);
+        if self.folded.is_some() || self.at == FoldAt::Never {
+            return Ok(Flow::Done);
+        }
+        self.last = Some((step.index, step.event.time_ns));
+        if let FoldAt::After(index) = self.at
+            && step.index >= index
+        {
+            self.fold(state, step.symbols);
+            return Ok(Flow::Done);
+        }
+        Ok(Flow::Continue)
     }
 
     fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
-        if self.at == FoldAt::End || self.folded.is_none() {
-            self.folded = Some(FoldedStacks::of_live(state, symbols));
+        self.name(state, symbols);
+        // A time past the device's last event: its state at the end.
+        if self.folded.is_none() && matches!(self.at, FoldAt::AtTime(_)) {
+            self.fold(state, symbols);
         }
         Ok(())
     }

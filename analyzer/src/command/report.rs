@@ -86,7 +86,7 @@ pub struct ReportResult {
     /// The memory live at the allocated peak, by stack (in JSON from
     /// `flamegraph --json`).
     #[serde(skip)]
-    pub flame: super::flamegraph::FlameGraph,
+    pub flame: Option<super::flamegraph::FlameGraph>,
     /// The x axis the page opens with: busy time for a snapshot (whose
     /// history holds long pauses), time for a trace.
     pub default_axis: XAxis,
@@ -323,14 +323,17 @@ pub fn report(
     );
     // The live memory at the allocated peak by stack: a second pass, up to
     // the peak, of the device shown.
-    let (flame, _, _) = super::flamegraph::fold_at(
+    let flame = super::flamegraph::fold(
         input,
         &options.replay,
-        shown_peaks.device,
-        super::flamegraph::FoldPoint::of_peak(&shown_peaks.peak_allocated),
+        crate::analysis::Devices::Only(shown_peaks.device),
+        |_| super::flamegraph::fold_at_peak(&shown_peaks.peak_allocated),
         super::flamegraph::Moment::AllocatedPeak,
         progress,
-    )?;
+    )?
+    .devices
+    .pop()
+    .map(|d| d.result);
     Ok(ReportResult {
         flame,
         path: input.path().display().to_string(),

@@ -101,7 +101,10 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
             .chart_phase()
             .map(|phase| svg::leaks::render(phase, &mut palette))
             .transpose()?,
-        flame: svg::flame::render(&r.flame, &format!("Live at the peak: {}", r.name)).ok(),
+        flame: r
+            .flame
+            .as_ref()
+            .and_then(|f| svg::flame::render(f, &format!("Live at the peak: {}", r.name)).ok()),
     };
     let warnings = r
         .warnings
@@ -134,7 +137,7 @@ pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
         what_if_left_out: r.what_if_left_out.as_deref(),
         fixes: r.fixes.as_ref(),
         busy: (r.default_axis == XAxis::Busy).then_some(&r.explorer),
-        flame: &r.flame,
+        flame: r.flame.as_ref(),
     });
     // Every name is escaped where it is written; this is the net under
     // them: the page's own markup, styles and script hold no control
@@ -175,7 +178,7 @@ struct ReportInput<'a> {
     /// then told in busy time too, as the axis shows them.
     pub busy: Option<&'a crate::analysis::explorer::Explorer>,
     /// The memory live at the allocated peak, by stack.
-    pub flame: &'a crate::command::flamegraph::FlameGraph,
+    pub flame: Option<&'a crate::command::flamegraph::FlameGraph>,
 }
 
 impl ReportInput<'_> {
@@ -396,19 +399,18 @@ fn render(input: &ReportInput<'_>) -> String {
 /// its own: inferno's script (click to zoom, search) runs there, apart from
 /// the page's.
 fn flame_section(input: &ReportInput<'_>) -> String {
-    let graph = input.flame;
+    let (Some(graph), Some(svg)) = (input.flame, &input.charts.flame) else {
+        return "<p class=\"muted\">No flame graph: it could not be drawn.</p>".to_string();
+    };
     let caption = format!(
-        "Each box is a frame; its width, the bytes live under it at the allocated peak; the stacks outermost at the bottom. Click a frame to zoom into it (Reset Zoom at the top left), search by name at the top right. {} (<code>vramtrace flamegraph</code> draws it on its own, at an OOM or any time too.)",
+        "Each box is a frame; its width, the bytes live under it at the allocated peak; the stacks outermost at the bottom. Click a frame to zoom into it (Reset Zoom at the top left), search by name at the top right. Memory {}. (<code>vramtrace flamegraph</code> draws it on its own, at an OOM or any time too.)",
         escape(&svg::flame::moment_line(graph))
     );
-    match &input.charts.flame {
-        // As an SVG document of its own (a data URL), as the file opens.
-        Some(svg) => format!(
-            "<figure><iframe class=\"flame\" title=\"flame graph\" sandbox=\"allow-scripts\" src=\"data:image/svg+xml;base64,{}\"></iframe><figcaption>{caption}</figcaption></figure>",
-            data::base64(svg.as_bytes())
-        ),
-        None => "<p class=\"muted\">No flame graph: it could not be drawn.</p>".to_string(),
-    }
+    // As an SVG document of its own (a data URL), as the file opens.
+    format!(
+        "<figure><iframe class=\"flame\" title=\"flame graph\" sandbox=\"allow-scripts\" src=\"data:image/svg+xml;base64,{}\"></iframe><figcaption>{caption}</figcaption></figure>",
+        data::base64(svg.as_bytes())
+    )
 }
 
 fn section(html: &mut String, id: &str, title: &str, body: &str) {
