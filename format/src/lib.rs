@@ -63,6 +63,7 @@ mod chunk;
 mod error;
 mod event;
 mod header;
+mod join;
 mod reader;
 mod record;
 mod source;
@@ -81,6 +82,7 @@ pub use event::{
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,
 };
+pub use join::{JoinSummary, PREAMBLE_EVENTS_KEY, join};
 pub use reader::{Events, KEPT_DAMAGE, REORDER_CHUNKS, TraceDamage, TraceReader, Truncation};
 pub use source::EventSource;
 pub use symbols::{Frame, FrameId, StackId, StringId, SymbolTable};

@@ -316,6 +316,47 @@ impl Interner {
         id.0 < self.frame_count
     }
 
+    /// Every definition so far, in id order, as one record (for an output
+    /// that starts with the whole table). What was pending is in it, and is
+    /// no longer pending.
+    pub fn all_definitions(&mut self) -> SymbolDefinitions {
+        fn in_order<K: Clone>(
+            ids: impl Iterator<Item = (K, u32)>,
+            count: u32,
+            first: u32,
+        ) -> Vec<K> {
+            let mut v: Vec<Option<K>> = vec![None; (count - first) as usize];
+            for (k, id) in ids {
+                if id >= first {
+                    v[(id - first) as usize] = Some(k);
+                }
+            }
+            v.into_iter().map(|k| k.expect("ids are dense")).collect()
+        }
+        let defs = SymbolDefinitions {
+            first_string: 1,
+            strings: in_order(
+                self.strings.iter().map(|(s, id)| (s.clone(), id.0)),
+                self.string_count,
+                1,
+            ),
+            first_frame: 0,
+            frames: in_order(
+                self.frames.iter().map(|(f, id)| (*f, id.0)),
+                self.frame_count,
+                0,
+            ),
+            first_stack: 1,
+            stacks: in_order(
+                self.stacks.iter().map(|(s, id)| (s.clone(), id.0)),
+                self.stack_count,
+                1,
+            ),
+        };
+        self.take_pending();
+        defs
+    }
+
     /// The definitions made since the last call, to be written before any
     /// event that uses them.
     pub fn take_pending(&mut self) -> SymbolDefinitions {

@@ -51,6 +51,9 @@ impl Default for WriterOptions {
 /// ```
 pub struct TraceWriter<W: Write> {
     out: Option<W>,
+    /// The header written, versions set: [`rotate`](Self::rotate) starts
+    /// from it.
+    header: Header,
     options: WriterOptions,
     interner: Interner,
     pending: Vec<Event>,
@@ -80,12 +83,10 @@ impl<W: Write> TraceWriter<W> {
     ) -> Result<Self, FormatError> {
         header.version_major = VERSION_MAJOR;
         header.version_minor = VERSION_MINOR;
-        out.write_all(MAGIC)?;
-        out.write_all(&rmp_serde::to_vec(&(VERSION_MAJOR, VERSION_MINOR)).map_err(encode_err)?)?;
-        let payload = rmp_serde::to_vec_named(&header).map_err(encode_err)?;
-        write_record(&mut out, RecordType::Header, &payload)?;
+        write_start(&mut out, &header)?;
         Ok(TraceWriter {
             out: Some(out),
+            header,
             options: WriterOptions {
                 chunk_events: options
                     .chunk_events
@@ -195,9 +196,72 @@ impl<W: Write> TraceWriter<W> {
         &self.counts
     }
 
+    /// The output.
+    pub fn get_ref(&self) -> &W {
+        self.out.as_ref().expect("output present until finish")
+    }
+
+    /// The output, to change what it holds (never to write to it: the
+    /// trace's records would be broken).
+    pub fn get_mut(&mut self) -> &mut W {
+        self.out_mut()
+    }
+
+    /// The header written at the start of the output.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Ends the output as a complete trace (its last chunk and its footer)
+    /// and goes on in `out` with a trace of its own that starts mid-run:
+    /// `header`, every string, frame and stack defined so far, and `state`
+    /// as its initial state. Returns the finished output.
+    ///
+    /// Ids stay valid across the rotation, so the caller goes on using the
+    /// ones it holds; a reader of the new output alone sees a whole trace.
+    /// Chunk numbers and counts start again in each output. This is how a
+    /// recording keeps only its last part on disk: see
+    /// [`join`](crate::join) for putting the parts back together.
+    pub fn rotate(
+        &mut self,
+        mut out: W,
+        mut header: Header,
+        state: &InitialState,
+    ) -> Result<W, FormatError> {
+        self.write_chunk()?;
+        self.write_footer()?;
+        let mut old = self.out.take().expect("output present until finish");
+        old.flush()?;
+        header.version_major = VERSION_MAJOR;
+        header.version_minor = VERSION_MINOR;
+        write_start(&mut out, &header)?;
+        let defs = self.interner.all_definitions();
+        if !defs.is_empty() {
+            let payload = rmp_serde::to_vec(&defs).map_err(encode_err)?;
+            write_record(&mut out, RecordType::Symbols, &payload)?;
+        }
+        let payload = rmp_serde::to_vec_named(state).map_err(encode_err)?;
+        write_record(&mut out, RecordType::InitialState, &payload)?;
+        self.out = Some(out);
+        self.header = header;
+        self.counts = KindCounts::default();
+        self.chunks = 0;
+        self.chunked_events = 0;
+        self.end_time_ns = 0;
+        self.events_written = false;
+        Ok(old)
+    }
+
     /// Writes the last chunk and the footer, and returns the output.
     pub fn finish(mut self) -> Result<W, FormatError> {
         self.write_chunk()?;
+        self.write_footer()?;
+        let mut out = self.out.take().expect("output present until finish");
+        out.flush()?;
+        Ok(out)
+    }
+
+    fn write_footer(&mut self) -> Result<(), FormatError> {
         let mut footer = Footer {
             events: self.counts.total(),
             chunks: self.chunks,
@@ -209,10 +273,8 @@ impl<W: Write> TraceWriter<W> {
         }
         self.write_pending_symbols()?;
         let payload = rmp_serde::to_vec_named(&footer).map_err(encode_err)?;
-        let mut out = self.out.take().expect("output present until finish");
-        write_record(&mut out, RecordType::Footer, &payload)?;
-        out.flush()?;
-        Ok(out)
+        write_record(self.out_mut(), RecordType::Footer, &payload)?;
+        Ok(())
     }
 
     fn out_mut(&mut self) -> &mut W {
@@ -257,6 +319,15 @@ impl<W: Write> Drop for TraceWriter<W> {
             let _ = self.flush();
         }
     }
+}
+
+/// The signature, the version and the header: how every output begins.
+fn write_start<W: Write>(out: &mut W, header: &Header) -> Result<(), FormatError> {
+    out.write_all(MAGIC)?;
+    out.write_all(&rmp_serde::to_vec(&(VERSION_MAJOR, VERSION_MINOR)).map_err(encode_err)?)?;
+    let payload = rmp_serde::to_vec_named(header).map_err(encode_err)?;
+    write_record(out, RecordType::Header, &payload)?;
+    Ok(())
 }
 
 fn encode_err(e: rmp_serde::encode::Error) -> FormatError {

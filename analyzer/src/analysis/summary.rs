@@ -832,7 +832,15 @@ impl Analysis for Summary {
             })
             .collect();
         let first = self.first_time_ns.unwrap_or(0);
-        let allocated = self.allocated.report(state, symbols);
+        // A peak of the starting state (a trace that starts mid-run, such as
+        // a bounded recording's window) is had when the trace starts.
+        let at_start = |mut p: Peak| {
+            if p.replayed_events == 0 {
+                p.time_ns = p.time_ns.max(first);
+            }
+            p
+        };
+        let allocated = at_start(self.allocated.report(state, symbols));
         self.report = Some(SummaryReport {
             events: self.counts.total(),
             counts: self
@@ -850,8 +858,8 @@ impl Analysis for Summary {
             peak_time_ns: allocated.time_ns,
             peak_phase: allocated.phase.clone(),
             peak_allocated: allocated,
-            peak_reserved: self.reserved.report(state, symbols),
-            peak_requested: self.requested.report(state, symbols),
+            peak_reserved: at_start(self.reserved.report(state, symbols)),
+            peak_requested: at_start(self.requested.report(state, symbols)),
             at_peak: self.at_peak.clone(),
             top_sites_at_peak,
             ooms: std::mem::take(&mut self.ooms),

@@ -20,8 +20,10 @@
 
 mod biased;
 mod clock;
+mod live;
 mod observer;
 mod recording;
+mod ring;
 mod stacks;
 mod writer;
 
@@ -41,6 +43,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use writer::WriterSetup;
 
+pub use ring::{
+    DumpSummary, KeepLast, MIN_KEEP_BYTES, MIN_KEEP_DURATION, oom_dump_path, ring_folder, suffixed,
+};
 pub use writer::{QueueStats, TraceSummary};
 
 pub use observer::{ObservedEvent, Observer, ObserverSetup, StartState};
@@ -134,6 +139,11 @@ pub struct RecorderOptions {
     pub process: Option<ProcessInfo>,
     /// Extra header metadata.
     pub metadata: BTreeMap<String, String>,
+    /// Keep only the last part of the trace on disk, in a ring of parts
+    /// beside it (see [`KeepLast`] and `docs/recording.md`, "Bounded
+    /// recording"); the trace is written when the recording ends. Only for
+    /// a recording to a file (`create`).
+    pub keep_last: Option<KeepLast>,
 }
 
 impl Default for RecorderOptions {
@@ -150,6 +160,7 @@ impl Default for RecorderOptions {
             start_unix_ns: None,
             process: None,
             metadata: BTreeMap::new(),
+            keep_last: None,
         }
     }
 }
@@ -181,6 +192,9 @@ pub enum RecorderError {
     /// The recording was finished already.
     #[error("the recording is finished")]
     Finished,
+    /// A dump of the kept window failed, or the recording keeps no window.
+    #[error("cannot dump: {0}")]
+    Dump(String),
     /// [`Recorder::phase_end`] without an open phase on the calling thread.
     #[error("no phase is open on this thread")]
     NoOpenPhase,
@@ -300,13 +314,21 @@ fn stacks_metadata(options: &RecorderOptions) -> String {
     }
 }
 
-/// Opens `path` for a trace, buffered.
-fn create_file(path: &Path) -> Result<impl Write + Send + 'static, RecorderError> {
-    let file = std::fs::File::create(path).map_err(|source| RecorderError::Create {
+/// Opens `path` for a trace, buffered; for a bounded recording, the first
+/// part of its ring, with the writer thread's side of the ring.
+fn create_file(
+    path: &Path,
+    keep_last: Option<KeepLast>,
+) -> Result<(impl Write + Send + 'static, Option<ring::Window>), RecorderError> {
+    let created = match keep_last {
+        None => std::fs::File::create(path).map(|f| (f, None)),
+        Some(keep) => ring::Window::create(path, keep).map(|(w, f)| (f, Some(w))),
+    };
+    let (file, window) = created.map_err(|source| RecorderError::Create {
         path: path.to_path_buf(),
         source,
     })?;
-    Ok(io::BufWriter::with_capacity(1 << 20, file))
+    Ok((io::BufWriter::with_capacity(1 << 20, file), window))
 }
 
 impl<D: DeviceMemory + Send + 'static> Recorder<D> {
@@ -314,9 +336,18 @@ impl<D: DeviceMemory + Send + 'static> Recorder<D> {
     /// and starts the writer thread (which takes the allocator's events from
     /// under its lock when they wait too long: hence `Send + 'static`).
     pub fn new(
+        allocator: CachingAllocator<D>,
+        out: impl Write + Send + 'static,
+        options: RecorderOptions,
+    ) -> Result<Self, RecorderError> {
+        Self::start(allocator, out, options, None)
+    }
+
+    fn start(
         mut allocator: CachingAllocator<D>,
         out: impl Write + Send + 'static,
         options: RecorderOptions,
+        window: Option<ring::Window>,
     ) -> Result<Self, RecorderError> {
         let device = allocator.device();
         let index = device.index();
@@ -339,17 +370,24 @@ impl<D: DeviceMemory + Send + 'static> Recorder<D> {
             ..Header::default()
         };
         allocator.set_event_log(true);
-        let rec = Recording::new(allocator, out, header, &options, WriterSetup::default())?;
+        let setup = WriterSetup {
+            window,
+            ..WriterSetup::default()
+        };
+        let rec = Recording::new(allocator, out, header, &options, setup)?;
         Ok(Recorder { rec, device: index })
     }
 
-    /// Starts recording `allocator` to a new file at `path`.
+    /// Starts recording `allocator` to a new file at `path` (with
+    /// [`RecorderOptions::keep_last`], to a ring of parts beside it, joined
+    /// into `path` at the end).
     pub fn create(
         path: impl AsRef<Path>,
         allocator: CachingAllocator<D>,
         options: RecorderOptions,
     ) -> Result<Self, RecorderError> {
-        Self::new(allocator, create_file(path.as_ref())?, options)
+        let (out, window) = create_file(path.as_ref(), options.keep_last)?;
+        Self::start(allocator, out, options, window)
     }
 }
 
@@ -513,6 +551,12 @@ impl<D: DeviceMemory> Recorder<D> {
     /// What recording waited for its output and dropped so far.
     pub fn queue_stats(&self) -> QueueStats {
         self.rec.queue_stats()
+    }
+
+    /// Writes the kept window of a bounded recording, joined into one
+    /// trace, to `path` (see [`RecorderOptions::keep_last`]).
+    pub fn dump(&self, path: impl AsRef<Path>) -> Result<DumpSummary, RecorderError> {
+        self.rec.dump(path.as_ref())
     }
 
     /// The allocator's statistics now.

@@ -14,6 +14,7 @@
 //! events before that point are left out, being part of the state.
 
 use super::recording::{Recording, Stamp};
+use super::ring::DumpSummary;
 use super::stacks::{StackBuf, StackKey};
 use super::writer::WriterSetup;
 use super::{
@@ -91,6 +92,15 @@ impl Observer {
         setup: ObserverSetup,
         options: RecorderOptions,
     ) -> Result<Self, RecorderError> {
+        Self::start(out, setup, options, None)
+    }
+
+    fn start(
+        out: impl Write + Send + 'static,
+        setup: ObserverSetup,
+        options: RecorderOptions,
+        window: Option<super::ring::Window>,
+    ) -> Result<Self, RecorderError> {
         let mut metadata = options.metadata.clone();
         metadata
             .entry("stacks".into())
@@ -121,6 +131,7 @@ impl Observer {
             // A known state goes through the same message as a later one.
             await_initial_state: pending || known.is_some(),
             blocks: Some(blocks),
+            window,
         };
         let rec = Recording::new(Vec::new(), out, header, &options, writer)?;
         let observer = Observer {
@@ -139,7 +150,8 @@ impl Observer {
         setup: ObserverSetup,
         options: RecorderOptions,
     ) -> Result<Self, RecorderError> {
-        Self::new(create_file(path.as_ref())?, setup, options)
+        let (out, window) = create_file(path.as_ref(), options.keep_last)?;
+        Self::start(out, setup, options, window)
     }
 
     /// The index of the observed device.
@@ -305,6 +317,12 @@ impl Observer {
     /// What recording waited for its output and dropped so far.
     pub fn queue_stats(&self) -> QueueStats {
         self.rec.queue_stats()
+    }
+
+    /// Writes the kept window of a bounded recording, joined into one
+    /// trace, to `path` (see [`RecorderOptions::keep_last`]).
+    pub fn dump(&self, path: impl AsRef<Path>) -> Result<DumpSummary, RecorderError> {
+        self.rec.dump(path.as_ref())
     }
 
     /// Ends the trace: writes the remaining events and the footer. Events

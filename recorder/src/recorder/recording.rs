@@ -24,6 +24,7 @@
 
 use super::biased::{BiasedGuard, BiasedMutex};
 use super::clock::Clock;
+use super::ring::DumpSummary;
 use super::stacks::{self, FrameSource, StackBuf, StackKey, WalkId};
 use super::writer::{self, Backlog, Batch, FlushTimer, Msg, QueueStats, TraceSummary, WriterSetup};
 use super::{CALL_EVENTS, RecorderError, RecorderOptions, StackMode, thread_id};
@@ -119,13 +120,22 @@ impl<B: EventBuffer + Send + 'static> Recording<B> {
     pub fn new(
         mut subject: B,
         out: impl Write + Send + 'static,
-        header: Header,
+        mut header: Header,
         options: &RecorderOptions,
         setup: WriterSetup,
     ) -> Result<Self, RecorderError> {
         let clock = Clock::start();
-        let chunk_events = options.chunk_events.max(1);
+        let mut chunk_events = options.chunk_events.max(1);
+        if let Some(window) = &setup.window {
+            // A part is ended between batches: a chunk per batch at most
+            // keeps what a part may run over its share of the bound small.
+            chunk_events = chunk_events.min(window.chunk_events());
+            header
+                .metadata
+                .insert("keep_last".into(), window.keep().to_string());
+        }
         let batch_events = chunk_events.min(BATCH_EVENTS);
+        let out: Box<dyn Write + Send> = Box::new(out);
         let mut trace = TraceWriter::with_options(
             writer::Counting::new(out),
             header,
@@ -448,6 +458,29 @@ impl<B: EventBuffer> Recording<B> {
         match ack_rx.recv() {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(RecorderError::WriterStopped(e)),
+            Err(_) => Err(RecorderError::WriterStopped(
+                "the writer thread is gone".into(),
+            )),
+        }
+    }
+
+    /// Writes the kept window of a bounded recording, joined into one
+    /// trace, to `path`: everything recorded so far that the bound keeps.
+    /// Waits for it (without holding the lock; the recording goes on).
+    pub fn dump(&self, path: &std::path::Path) -> Result<DumpSummary, RecorderError> {
+        let tx = {
+            let mut g = self.lock();
+            let Inner { subject, log } = &mut *g;
+            log.handoff(subject.events(), true);
+            log.tx.clone()
+        };
+        let tx = tx.ok_or(RecorderError::Finished)?;
+        let (done_tx, done_rx) = sync_channel(1);
+        tx.send(Msg::Dump(path.to_path_buf(), done_tx))
+            .map_err(|_| RecorderError::WriterStopped("the writer thread is gone".into()))?;
+        match done_rx.recv() {
+            Ok(Ok(summary)) => Ok(summary),
+            Ok(Err(e)) => Err(RecorderError::Dump(e)),
             Err(_) => Err(RecorderError::WriterStopped(
                 "the writer thread is gone".into(),
             )),

@@ -2,6 +2,7 @@
 //! stacks, works out the block sizes of observed allocations, encodes and
 //! writes.
 
+use super::ring::{DumpSummary, Output, Window};
 use super::stacks::{FrameSource, SourceFrames, Symbolizer, split_key};
 use crate::allocator::ObservedBlocks;
 use crate::format::{
@@ -9,6 +10,7 @@ use crate::format::{
     StringId, TraceWriter,
 };
 use std::io::{self, Write};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -33,6 +35,8 @@ pub(crate) enum Msg {
     InitialState(Box<InitialState>),
     /// Acknowledge once everything before this message is written and flushed.
     Sync(SyncSender<Result<(), String>>),
+    /// Write the kept window of a bounded recording, joined, to a file.
+    Dump(PathBuf, SyncSender<Result<DumpSummary, String>>),
 }
 
 /// What the writer thread needs beyond the trace: set by an observer.
@@ -45,6 +49,8 @@ pub(crate) struct WriterSetup {
     /// Fill in the block sizes of block events, which an observed allocator
     /// does not report.
     pub blocks: Option<ObservedBlocks>,
+    /// Keep only the last part of the trace on disk (a bounded recording).
+    pub window: Option<Window>,
 }
 
 /// Batches sent to the writer thread and not yet taken off the channel. The
@@ -315,6 +321,16 @@ impl<W> Counting<W> {
     pub fn new(inner: W) -> Self {
         Counting { inner, bytes: 0 }
     }
+
+    /// The bytes written through it (and counted in by [`add_bytes`](Self::add_bytes)).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Counts bytes written elsewhere in (those of an output before it).
+    pub fn add_bytes(&mut self, bytes: u64) {
+        self.bytes += bytes;
+    }
 }
 
 impl<W: Write> Write for Counting<W> {
@@ -343,10 +359,11 @@ struct State {
     blocks: Option<ObservedBlocks>,
     /// The events the markers written say were dropped.
     dropped_events: u64,
+    window: Option<Window>,
 }
 
-pub(crate) fn run<W: Write>(
-    mut trace: TraceWriter<Counting<W>>,
+pub(crate) fn run(
+    mut trace: TraceWriter<Output>,
     rx: Receiver<Msg>,
     spare: SyncSender<Vec<Event>>,
     source: Option<Arc<dyn FrameSource>>,
@@ -364,12 +381,13 @@ pub(crate) fn run<W: Write>(
         identity: true,
         blocks: setup.blocks,
         dropped_events: 0,
+        window: setup.window,
     };
     let mut failed: Option<FormatError> = None;
     // Batches waiting for the initial state, while one is awaited.
     let mut held: Option<Vec<Batch>> = setup.await_initial_state.then(Vec::new);
     let mut held_events = 0usize;
-    let write = |trace: &mut TraceWriter<Counting<W>>,
+    let write = |trace: &mut TraceWriter<Output>,
                  state: &mut State,
                  failed: &mut Option<FormatError>,
                  timer: &mut Option<FlushTimer>,
@@ -439,6 +457,9 @@ pub(crate) fn run<W: Write>(
                     if let Some(blocks) = &mut state.blocks {
                         blocks.load(&initial);
                     }
+                    if let Some(window) = &mut state.window {
+                        window.live.load(&initial);
+                    }
                     if failed.is_none()
                         && let Err(e) = trace.write_initial_state(&initial)
                     {
@@ -457,6 +478,25 @@ pub(crate) fn run<W: Write>(
                     Some(e) => Err(e.to_string()),
                     None => Ok(()),
                 });
+            }
+            Msg::Dump(path, done) => {
+                flush_now(&mut trace, &mut failed, &mut timer);
+                match (&mut state.window, &failed) {
+                    (_, Some(e)) => {
+                        let _ = done.send(Err(e.to_string()));
+                    }
+                    (None, None) => {
+                        let _ = done.send(Err(
+                            "only a bounded recording (one that keeps its last part) can be dumped"
+                                .into(),
+                        ));
+                    }
+                    (Some(window), None) => {
+                        if let Err(e) = window.dump(&mut trace, path, Some(done)) {
+                            failed = Some(e);
+                        }
+                    }
+                }
             }
         }
         // A writer that never runs out of batches (an output slower than
@@ -480,11 +520,14 @@ pub(crate) fn run<W: Write>(
         return Err(e);
     }
     let counts = *trace.counts();
-    let out = trace.finish()?;
+    let bytes = match state.window.take() {
+        Some(window) => window.finish(trace)?.0,
+        None => trace.finish()?.bytes,
+    };
     Ok(TraceSummary {
         events: counts.total(),
         counts,
-        bytes: out.bytes,
+        bytes,
         stacks: state.stacks.len() as u64 - 1,
         addresses: state.symbolizer.addresses(),
         codes: state.source.as_ref().map_or(0, SourceFrames::codes),
@@ -536,8 +579,8 @@ fn flush_now<W: Write>(
     }
 }
 
-fn write_batch<W: Write>(
-    trace: &mut TraceWriter<W>,
+fn write_batch(
+    trace: &mut TraceWriter<Output>,
     state: &mut State,
     batch: &mut Batch,
 ) -> Result<(), FormatError> {
@@ -573,6 +616,10 @@ fn write_batch<W: Write>(
     }
     if batch.flush {
         trace.flush()?;
+    }
+    if let Some(window) = &mut state.window {
+        let oom = window.follow(&batch.events);
+        window.after_batch(trace, oom)?;
     }
     Ok(())
 }
