@@ -28,7 +28,7 @@ use recorder::format::{
     BlockState, BlockStatus, DeviceInfo, EventKind, InitialState, SegmentState, StackId,
 };
 use recorder::recorder::{
-    FrameSource, ObservedEvent, Observer, ObserverSetup, RecorderOptions, StartState,
+    FrameSource, KeepLast, ObservedEvent, Observer, ObserverSetup, RecorderOptions, StartState,
     capture_frames, thread_id,
 };
 use std::collections::BTreeMap;
@@ -577,6 +577,7 @@ struct StartRequest {
 fn parse_start(text: &str) -> Result<StartRequest, String> {
     let mut pattern = "vramtrace-%p.vtrace".to_string();
     let mut stacks = None;
+    let mut keep_last = None;
     let mut pending_state = false;
     let mut settings = BTreeMap::new();
     let mut devices = BTreeMap::new();
@@ -588,6 +589,7 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
         match key {
             "out" => pattern = value.to_string(),
             "stacks" => stacks = Some(value.to_string()),
+            "keep_last" => keep_last = Some(value.parse::<KeepLast>()?),
             "state" => {
                 pending_state = match value {
                     "pending" => true,
@@ -655,6 +657,7 @@ fn parse_start(text: &str) -> Result<StartRequest, String> {
         stacks: native,
         frame_source,
         metadata,
+        keep_last,
         ..RecorderOptions::default()
     };
     Ok(StartRequest {
@@ -705,6 +708,8 @@ fn writable_folder(pattern: &str) -> Result<(), String> {
 ///   replacement mode; see [`trace_path`](crate::trace_path));
 /// - `stacks=python|native|all|none` (default `python`, read without the
 ///   GIL: [`nogil`]);
+/// - `keep_last=SIZE|DURATION` (`50MiB`, `10min`): keep only the last part
+///   of each trace on disk, in a ring beside it ([`KeepLast`]);
 /// - `state=empty` (default: the allocator holds nothing yet) or
 ///   `state=pending` (the shim's snapshot will give the state);
 /// - `device=INDEX<TAB>TOTAL_BYTES<TAB>NAME`, for each device, for the

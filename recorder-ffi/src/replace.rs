@@ -20,6 +20,11 @@
 //!   settings (`PYTORCH_CUDA_ALLOC_CONF` syntax).
 //! - `VRAMTRACE_STACKS`: `python` (default; see [`python::gil`]), `native`,
 //!   `all` or `none`.
+//! - `VRAMTRACE_KEEP_LAST`: a size or a duration (`50MiB`, `10min`): keep
+//!   only the last part of each trace on disk, in a ring beside it (see
+//!   [`KeepLast`]); the trace is written at the end, and
+//!   [`vramtrace_dump`](crate::traces::vramtrace_dump) writes the part
+//!   kept so far.
 //! - `VRAMTRACE_OOM`: `raise` (default): an allocation that fails throws a
 //!   C++ exception, which PyTorch raises as a `RuntimeError` whose message
 //!   begins with `CUDA out of memory`; `null`: return NULL (for C callers).
@@ -27,7 +32,7 @@
 use crate::{MAX_DEVICES, env_nonempty, python, report, stack_setting, trace_path, traces};
 use recorder::allocator::{AllocError, AllocatorConfig, CachingAllocator};
 use recorder::device::{CudaDevice, DeviceMemory};
-use recorder::recorder::{FrameSource, Recorder, RecorderOptions};
+use recorder::recorder::{FrameSource, KeepLast, Recorder, RecorderOptions};
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -83,9 +88,16 @@ fn create(device: u32) -> Result<Arc<Rec>, String> {
     let pattern = env_nonempty("VRAMTRACE_OUT").unwrap_or_else(|| "vramtrace-%p.vtrace".into());
     let rank = env_nonempty("RANK").unwrap_or_else(|| "0".into());
     let path = trace_path(&pattern, device, first, std::process::id(), rank.trim());
+    let keep_last = env_nonempty("VRAMTRACE_KEEP_LAST")
+        .map(|v| {
+            v.parse::<KeepLast>()
+                .map_err(|e| format!("VRAMTRACE_KEEP_LAST: {e}"))
+        })
+        .transpose()?;
     let mut options = RecorderOptions {
         stacks,
         frame_source,
+        keep_last,
         ..RecorderOptions::default()
     };
     options

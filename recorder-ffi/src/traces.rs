@@ -4,9 +4,10 @@
 
 use crate::{c_str, report};
 use recorder::device::CudaDevice;
-use recorder::recorder::{Observer, Recorder, RecorderError, thread_id};
+use recorder::recorder::{DumpSummary, Observer, Recorder, RecorderError, suffixed, thread_id};
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
 
@@ -19,6 +20,8 @@ pub(crate) trait Trace: Send + Sync {
     fn annotate(&self, key: &str, value: &str);
     fn flush(&self) -> Result<(), RecorderError>;
     fn finish(&self) -> Result<(), RecorderError>;
+    fn dump(&self, path: Option<&Path>) -> Result<DumpSummary, RecorderError>;
+    fn device(&self) -> u32;
 }
 
 macro_rules! impl_trace {
@@ -44,6 +47,12 @@ macro_rules! impl_trace {
             }
             fn finish(&self) -> Result<(), RecorderError> {
                 <$t>::finish(self).map(|_| ())
+            }
+            fn dump(&self, path: Option<&Path>) -> Result<DumpSummary, RecorderError> {
+                <$t>::dump(self, path)
+            }
+            fn device(&self) -> u32 {
+                <$t>::device(self)
             }
         }
     };
@@ -251,6 +260,95 @@ pub extern "C" fn vramtrace_finish() -> c_int {
         }
     });
     status
+}
+
+/// Writes the kept window of every bounded recording (one begun with a
+/// `keep_last`), each joined into one trace: to `path` (`%d` stands for the
+/// device; without it, several devices' dumps are told apart by a
+/// `-devN` suffix), or, when `path` is NULL or empty, beside each trace,
+/// numbered (`serve-dump-1.vtrace`). Waits for the dumps; recording goes
+/// on meanwhile. The paths written go to `out` (NUL-terminated lines,
+/// truncated to `len`). Returns how many were written, or -1 when one
+/// could not be (reported on standard error) or no recording is bounded.
+///
+/// # Safety
+/// `path` is NULL or a valid NUL-terminated string; `out` is NULL or
+/// points to `len` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_dump(
+    path: *const c_char,
+    out: *mut c_char,
+    len: usize,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    let pattern = unsafe { c_str(path) };
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        // Not under the markers' lock: a dump takes a while, and phases
+        // must not wait for it.
+        let traces = markers().traces.clone();
+        if traces.is_empty() {
+            return Err("dump: nothing is being recorded".to_string());
+        }
+        let several = traces.len() > 1;
+        let mut written = Vec::new();
+        let mut failed = None;
+        for t in &traces {
+            let path = dump_path(&pattern, t.device(), several);
+            match t.dump(path.as_deref()) {
+                Ok(summary) => written.push(summary.path.display().to_string()),
+                Err(e) => {
+                    failed.get_or_insert_with(|| format!("dump of device {}: {e}", t.device()));
+                }
+            }
+        }
+        Ok((written, failed))
+    }));
+    match r {
+        Ok(Ok((written, failed))) => {
+            let text = written.join("\n");
+            if !out.is_null() && len > 0 {
+                let n = text.len().min(len - 1);
+                // SAFETY: the caller's contract: `len` writable bytes; n + 1 <= len.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(text.as_ptr(), out.cast::<u8>(), n);
+                    *out.add(n) = 0;
+                }
+            }
+            match failed {
+                Some(why) => {
+                    report(&why);
+                    -1
+                }
+                None => written.len() as c_int,
+            }
+        }
+        Ok(Err(why)) => {
+            report(&why);
+            -1
+        }
+        Err(_) => {
+            report("internal error (panic) in vramtrace_dump");
+            -1
+        }
+    }
+}
+
+/// Where device `device`'s dump goes: `pattern` with `%d` expanded (or a
+/// `-devN` suffix when several devices dump and it has none); `None`: the
+/// default, beside the trace.
+fn dump_path(pattern: &str, device: u32, several: bool) -> Option<PathBuf> {
+    if pattern.is_empty() {
+        return None;
+    }
+    if pattern.contains("%d") {
+        return Some(PathBuf::from(pattern.replace("%d", &device.to_string())));
+    }
+    let path = PathBuf::from(pattern);
+    Some(if several {
+        suffixed(&path, &format!("-dev{device}"))
+    } else {
+        path
+    })
 }
 
 /// The number of traces being written (for tests and the Python side).

@@ -87,7 +87,7 @@ fn serve(trace: &Path, keep_last: Option<KeepLast>) -> Ran {
         }
         if keep_last.is_some() && i == DUMP_AT {
             let dump = trace.with_file_name("mid-dump.vtrace");
-            let summary = rec.dump(&dump).unwrap();
+            let summary = rec.dump(Some(&dump)).unwrap();
             assert!(summary.joined.parts >= 2, "{summary:?}");
             ran.dump = Some(dump);
         }

@@ -29,7 +29,7 @@ import ctypes
 import functools
 from typing import Optional
 
-from . import _observer, _replace
+from . import _bounded, _observer, _replace
 from ._library import VramtraceError, library_path
 from ._library import load as _load
 from .analysis import (AnalyzerError, AnalyzerWarning, Chart, Result, Trace,
@@ -45,6 +45,7 @@ __all__ = [
     "annotate",
     "empty_cache",
     "flush",
+    "dump",
     "finish",
     "memory_stats",
     "python_stack",
@@ -65,7 +66,7 @@ __all__ = [
 
 def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bool = True,
           backward_names: bool = True, iterations: bool = True, categories: bool = True,
-          strict: Optional[bool] = None) -> bool:
+          strict: Optional[bool] = None, keep_last: Optional[str] = None) -> bool:
     """Starts recording PyTorch's CUDA caching allocator, unchanged.
 
     ``out`` names the trace file (``%p`` pid, ``%r`` the ``RANK`` variable,
@@ -81,6 +82,12 @@ def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bo
     ``categories``: the blocks holding parameters, buffers, gradients and
     optimizer state are tagged, at each optimizer step and at the stop
     (activations and temporaries are told by the analyzer from lifetimes).
+    ``keep_last``: a size (``"50MiB"``) or a duration (``"10min"``), default
+    ``VRAMTRACE_KEEP_LAST``: keep only the last part of each trace on disk,
+    in a ring beside it, for a job or a server that runs for days; the
+    trace is written at the end, ``dump()`` (or ``SIGUSR2``) writes the part
+    kept so far, and the first out-of-memory error dumps to
+    ``TRACE-oom.vtrace``.
 
     Before CUDA is initialized, recording begins when the program
     initializes it; afterwards, at once, with the memory already in use
@@ -93,7 +100,18 @@ def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bo
     ``strict`` (default ``VRAMTRACE_STRICT``) that raises ``VramtraceError``.
     """
     return _observer.start(out, stacks, phases=phases, backward_names=backward_names,
-                           iterations=iterations, categories=categories, strict=strict)
+                           iterations=iterations, categories=categories, strict=strict,
+                           keep_last=keep_last)
+
+
+def dump(path: Optional[str] = None) -> list:
+    """Writes the kept window of a bounded recording (``start(keep_last=...)``)
+    to a trace of its own, and returns the paths written (one per device).
+    ``path``: where (``%d`` for the device when several are recorded); by
+    default beside the trace, numbered (``serve-dump-1.vtrace``). The window
+    starts mid-run with the allocator's state then, so its peaks are exact.
+    The program goes on meanwhile; this call waits for the dump."""
+    return _bounded.dump(path)
 
 
 def stop() -> None:

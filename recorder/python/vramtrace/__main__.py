@@ -16,6 +16,7 @@ import runpy
 import sys
 
 import vramtrace
+from vramtrace import _bounded
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,6 +51,10 @@ def parser() -> argparse.ArgumentParser:
                      help="stacks recorded per allocation (default python)")
     run.add_argument("--alloc-conf", metavar="CONF",
                      help="allocator settings, PYTORCH_CUDA_ALLOC_CONF syntax (--mode replace)")
+    run.add_argument("--keep-last", metavar="SIZE|DURATION",
+                     help="keep only the last part of the trace on disk (50MiB, 10min), for "
+                     "long jobs and servers; SIGUSR2 or vramtrace.dump() writes the part kept "
+                     "so far, the first out-of-memory error writes TRACE-oom.vtrace")
     run.add_argument("--no-phases", action="store_true",
                      help="do not turn record_function ranges into phases")
     run.add_argument("--no-iterations", action="store_true",
@@ -72,6 +77,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     ns = parser().parse_args(argv)
+    if ns.keep_last is not None:
+        try:
+            ns.keep_last = _bounded.check_keep_last(ns.keep_last)
+        except vramtrace.VramtraceError as e:
+            parser().error(str(e))
     if ns.alloc_conf is not None and ns.mode != "replace":
         parser().error("--alloc-conf needs --mode replace (an observed PyTorch uses "
                        "PYTORCH_CUDA_ALLOC_CONF)")
@@ -88,12 +98,15 @@ def main(argv=None) -> int:
     strict = ns.strict or None
     try:
         if ns.mode == "replace":
+            if ns.keep_last:
+                os.environ["VRAMTRACE_KEEP_LAST"] = ns.keep_last
+                _bounded.install_signal_handler()
             vramtrace.install(ns.out, alloc_conf=ns.alloc_conf, stacks=ns.stacks,
                               mode="replace", strict=strict)
         else:
             vramtrace.start(ns.out, stacks=ns.stacks, phases=not ns.no_phases,
                             iterations=not ns.no_iterations, categories=not ns.no_categories,
-                            strict=strict)
+                            strict=strict, keep_last=ns.keep_last)
         if vramtrace.installed():
             # Kept by the library until each trace begins (in observer mode,
             # when the program initializes CUDA): every trace opens with them.

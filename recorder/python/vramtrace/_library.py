@@ -51,6 +51,8 @@ _SIGNATURES = {
     "vramtrace_flush": ([], ctypes.c_int),
     "vramtrace_finish": ([], ctypes.c_int),
     "vramtrace_device_count": ([], ctypes.c_int),
+    # path (NULL: beside each trace), out, length: the kept windows dumped
+    "vramtrace_dump": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
     # replace.rs
     "vramtrace_empty_cache": ([], None),
     "vramtrace_memory_stats": ([ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),

@@ -32,7 +32,7 @@ import weakref
 from pathlib import Path
 from typing import Optional
 
-from . import _categories, _library, _shim
+from . import _bounded, _categories, _library, _shim
 from ._library import VramtraceError
 
 PACKAGE_DIR = str(Path(__file__).resolve().parent) + os.sep
@@ -210,10 +210,12 @@ def _optimizer_exists(torch) -> bool:
 
 
 def _config(torch, out: Optional[str], stacks: str, pending: bool,
-            categories: bool = False) -> str:
+            categories: bool = False, keep_last: Optional[str] = None) -> str:
     lines = [f"state={'pending' if pending else 'empty'}", f"stacks={stacks}"]
     if out:
         lines.append(f"out={out}")
+    if keep_last:
+        lines.append(f"keep_last={keep_last}")
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
         lines.append(f"device={i}\t{p.total_memory}\t{p.name}")
@@ -234,7 +236,7 @@ def _config(torch, out: Optional[str], stacks: str, pending: bool,
 
 
 def _begin(torch, out, stacks, phases, backward_names, iterations, categories,
-           pending) -> None:
+           pending, keep_last=None) -> None:
     """Starts recording; CUDA is initialized."""
     global _active
     lib = _library.load()
@@ -245,7 +247,7 @@ def _begin(torch, out, stacks, phases, backward_names, iterations, categories,
         if not ok:
             message(f"recording without Python stacks: {reason}")
             stacks = "native" if stacks == "all" else "none"
-    config = _config(torch, out, stacks, pending, categories)
+    config = _config(torch, out, stacks, pending, categories, keep_last)
     if lib.vramtrace_observe_start(config.encode()) != 0:
         raise VramtraceError("the recorder refused to start (see the message above)")
     status = shim.vramtrace_shim_attach(lib.vramtrace_torch_sink(), int(phases), int(backward_names))
@@ -261,6 +263,8 @@ def _begin(torch, out, stacks, phases, backward_names, iterations, categories,
     _record_start_limits(torch, lib)
     _sample_device_memory(torch, lib)
     _install_hooks(torch, lib, iterations, deferred=phases, categories=categories)
+    if keep_last:
+        _bounded.install_signal_handler()
     _active = True
     if iterations:
         try:
@@ -384,10 +388,13 @@ def _wrap_memory_fraction(torch, lib) -> None:
 
 
 def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations=True,
-          categories=True, strict=None) -> bool:
+          categories=True, strict=None, keep_last=None) -> bool:
     """Starts recording PyTorch's CUDA allocator. See ``vramtrace.start``."""
     global _pending_start
     strict = _strict(strict)
+    keep_last = keep_last or os.environ.get("VRAMTRACE_KEEP_LAST") or None
+    if keep_last is not None:
+        keep_last = _bounded.check_keep_last(keep_last)
     stacks = stacks or os.environ.get("VRAMTRACE_STACKS") or "python"
     if stacks not in ("python", "native", "all", "none"):
         raise VramtraceError(f"invalid stacks {stacks!r}: expected python, native, all or none")
@@ -410,7 +417,7 @@ def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations
         if categories:
             categories = _start_categories(torch, lib, shim)
         args = dict(out=out, stacks=stacks, phases=phases, backward_names=backward_names,
-                    iterations=iterations, categories=categories)
+                    iterations=iterations, categories=categories, keep_last=keep_last)
         if torch.cuda.is_initialized():
             _begin_or_report(torch, args, pending=True, strict=strict)
         else:

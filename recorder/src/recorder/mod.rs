@@ -553,10 +553,16 @@ impl<D: DeviceMemory> Recorder<D> {
         self.rec.queue_stats()
     }
 
+    /// The index of the recorded device.
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
     /// Writes the kept window of a bounded recording, joined into one
-    /// trace, to `path` (see [`RecorderOptions::keep_last`]).
-    pub fn dump(&self, path: impl AsRef<Path>) -> Result<DumpSummary, RecorderError> {
-        self.rec.dump(path.as_ref())
+    /// trace, to `path`, or by default beside the trace, numbered
+    /// (`serve-dump-1.vtrace`). See [`RecorderOptions::keep_last`].
+    pub fn dump(&self, path: Option<&Path>) -> Result<DumpSummary, RecorderError> {
+        self.rec.dump(path)
     }
 
     /// The allocator's statistics now.

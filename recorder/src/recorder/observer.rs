@@ -320,9 +320,10 @@ impl Observer {
     }
 
     /// Writes the kept window of a bounded recording, joined into one
-    /// trace, to `path` (see [`RecorderOptions::keep_last`]).
-    pub fn dump(&self, path: impl AsRef<Path>) -> Result<DumpSummary, RecorderError> {
-        self.rec.dump(path.as_ref())
+    /// trace, to `path`, or by default beside the trace, numbered
+    /// (`serve-dump-1.vtrace`). See [`RecorderOptions::keep_last`].
+    pub fn dump(&self, path: Option<&Path>) -> Result<DumpSummary, RecorderError> {
+        self.rec.dump(path)
     }
 
     /// Ends the trace: writes the remaining events and the footer. Events

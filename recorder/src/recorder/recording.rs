@@ -465,9 +465,10 @@ impl<B: EventBuffer> Recording<B> {
     }
 
     /// Writes the kept window of a bounded recording, joined into one
-    /// trace, to `path`: everything recorded so far that the bound keeps.
-    /// Waits for it (without holding the lock; the recording goes on).
-    pub fn dump(&self, path: &std::path::Path) -> Result<DumpSummary, RecorderError> {
+    /// trace, to `path` (by default beside the trace): everything recorded
+    /// so far that the bound keeps. Waits for it (without holding the
+    /// lock; the recording goes on).
+    pub fn dump(&self, path: Option<&std::path::Path>) -> Result<DumpSummary, RecorderError> {
         let tx = {
             let mut g = self.lock();
             let Inner { subject, log } = &mut *g;
@@ -476,7 +477,7 @@ impl<B: EventBuffer> Recording<B> {
         };
         let tx = tx.ok_or(RecorderError::Finished)?;
         let (done_tx, done_rx) = sync_channel(1);
-        tx.send(Msg::Dump(path.to_path_buf(), done_tx))
+        tx.send(Msg::Dump(path.map(|p| p.to_path_buf()), done_tx))
             .map_err(|_| RecorderError::WriterStopped("the writer thread is gone".into()))?;
         match done_rx.recv() {
             Ok(Ok(summary)) => Ok(summary),

@@ -182,6 +182,8 @@ pub(crate) struct Window {
     current_has_events: bool,
     pub live: LiveState,
     oom_dumped: bool,
+    /// Dumps asked for without a path so far (they are numbered).
+    dumps_named: u64,
     dumps: Vec<Dumping>,
 }
 
@@ -218,6 +220,7 @@ impl Window {
             current_has_events: false,
             live: LiveState::default(),
             oom_dumped: false,
+            dumps_named: 0,
             dumps: Vec::new(),
         };
         Ok((window, file))
@@ -263,7 +266,7 @@ impl Window {
         if saw_oom && !self.oom_dumped {
             self.oom_dumped = true;
             let path = oom_dump_path(&self.trace);
-            return self.dump(trace, path, None);
+            return self.dump(trace, Some(path), None);
         }
         if self.part_is_full(trace) {
             self.rotate(trace)?;
@@ -344,16 +347,21 @@ impl Window {
         }
     }
 
-    /// Writes the parts kept so far, joined, to `path` (through a temporary
-    /// name, so a half-written dump is never left under it): ends the
+    /// Writes the parts kept so far, joined, to `path` (by default beside
+    /// the trace, numbered: `serve-dump-1.vtrace`), through a temporary
+    /// name, so a half-written dump is never left under it. Ends the
     /// current part first, and joins on a thread of its own. `done` hears
     /// the result.
     pub fn dump(
         &mut self,
         trace: &mut TraceWriter<Output>,
-        path: PathBuf,
+        path: Option<PathBuf>,
         done: Option<SyncSender<Result<DumpSummary, String>>>,
     ) -> Result<(), FormatError> {
+        let path = path.unwrap_or_else(|| {
+            self.dumps_named += 1;
+            suffixed(&self.trace, &format!("-dump-{}", self.dumps_named))
+        });
         if self.current_has_events {
             self.rotate(trace)?;
         }

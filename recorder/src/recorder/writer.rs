@@ -35,8 +35,9 @@ pub(crate) enum Msg {
     InitialState(Box<InitialState>),
     /// Acknowledge once everything before this message is written and flushed.
     Sync(SyncSender<Result<(), String>>),
-    /// Write the kept window of a bounded recording, joined, to a file.
-    Dump(PathBuf, SyncSender<Result<DumpSummary, String>>),
+    /// Write the kept window of a bounded recording, joined, to a file (by
+    /// default, one beside the trace).
+    Dump(Option<PathBuf>, SyncSender<Result<DumpSummary, String>>),
 }
 
 /// What the writer thread needs beyond the trace: set by an observer.
