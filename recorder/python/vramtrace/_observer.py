@@ -263,8 +263,6 @@ def _begin(torch, out, stacks, phases, backward_names, iterations, categories,
     _record_start_limits(torch, lib)
     _sample_device_memory(torch, lib)
     _install_hooks(torch, lib, iterations, deferred=phases, categories=categories)
-    if keep_last:
-        _bounded.install_signal_handler()
     _active = True
     if iterations:
         try:
@@ -418,6 +416,11 @@ def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations
             categories = _start_categories(torch, lib, shim)
         args = dict(out=out, stacks=stacks, phases=phases, backward_names=backward_names,
                     iterations=iterations, categories=categories, keep_last=keep_last)
+        if keep_last:
+            # Here, on the caller's thread (the main one, as a rule), not
+            # where CUDA happens to be initialized: only the main thread
+            # may set a signal handler.
+            _bounded.install_signal_handler()
         if torch.cuda.is_initialized():
             _begin_or_report(torch, args, pending=True, strict=strict)
         else:
