@@ -46,10 +46,18 @@ pub fn join<R: Read, W: Write>(
     let mut writer: Option<TraceWriter<W>> = None;
     let mut out = Some(out);
     let mut known = Known::default();
+    let mut first: Option<(u64, u32)> = None;
     for part in parts {
         let mut reader = TraceReader::new(part)?;
+        let header = reader.header();
+        let origin = (header.start_unix_ns, header.process.pid);
         let skip = if writer.is_some() {
-            // A later part begins with every symbol defined so far.
+            // A later part is the same recording's (its clock and process),
+            // starts from a state, and begins with every symbol defined so
+            // far.
+            if first != Some(origin) || reader.initial_state().is_none() {
+                return Err(FormatError::InvalidUse(MISMATCH));
+            }
             known.check_continues(&reader)?;
             preamble_events(&reader)
         } else {
@@ -62,6 +70,7 @@ pub fn join<R: Read, W: Write>(
                     chunk_interval: None,
                     ..WriterOptions::default()
                 };
+                first = Some(origin);
                 let out = out.take().expect("taken once");
                 let mut w = TraceWriter::with_options(out, reader.header().clone(), options)?;
                 if let Some(state) = reader.initial_state().cloned() {

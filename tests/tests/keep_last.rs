@@ -14,11 +14,13 @@ const BOUND: u64 = 96 << 10;
 const OPS: usize = 120_000;
 const DUMP_AT: usize = 90_000;
 
-/// What a run saw: the largest the ring folder got, and the dump made
-/// mid-run (for a bounded run).
+/// What a run saw: the largest the ring folder got, the dump made mid-run
+/// (for a bounded run), and a copy of the ring taken just before it, as a
+/// recording killed then would have left it.
 struct Ran {
     largest_ring: u64,
     dump: Option<PathBuf>,
+    left_behind: Option<PathBuf>,
 }
 
 fn folder_bytes(dir: &Path) -> u64 {
@@ -57,6 +59,7 @@ fn serve(trace: &Path, keep_last: Option<KeepLast>) -> Ran {
     let mut ran = Ran {
         largest_ring: 0,
         dump: None,
+        left_behind: None,
     };
     for i in 0..OPS {
         if i % 40 == 0 {
@@ -86,6 +89,15 @@ fn serve(trace: &Path, keep_last: Option<KeepLast>) -> Ran {
             ran.largest_ring = ran.largest_ring.max(folder_bytes(&ring_folder(trace)));
         }
         if keep_last.is_some() && i == DUMP_AT {
+            rec.flush().unwrap();
+            let copy = trace.with_file_name("left-behind.ring");
+            let _ = std::fs::remove_dir_all(&copy);
+            std::fs::create_dir(&copy).unwrap();
+            for part in std::fs::read_dir(ring_folder(trace)).unwrap() {
+                let part = part.unwrap().path();
+                std::fs::copy(&part, copy.join(part.file_name().unwrap())).unwrap();
+            }
+            ran.left_behind = Some(copy);
             let dump = trace.with_file_name("mid-dump.vtrace");
             let summary = rec.dump(Some(&dump)).unwrap();
             assert!(summary.joined.parts >= 2, "{summary:?}");
@@ -222,4 +234,113 @@ fn a_bounded_recording_stays_in_bounds_and_its_windows_are_exact() {
         );
         assert!(matches!(events[0].data, EventData::PhaseBegin { .. }));
     }
+
+    // What a recording killed at the dump would have left: its current part
+    // unfinished. Joined, it is the dump's window.
+    let joined = dir.join("joined.vtrace");
+    let left = ran.left_behind.unwrap();
+    let run = vramtrace([
+        "join",
+        left.to_str().unwrap(),
+        "-o",
+        joined.to_str().unwrap(),
+        "--json",
+    ])
+    .success();
+    let result = run.json();
+    assert!(result["parts"].as_array().unwrap().len() >= 2, "{result}");
+    // The dump ended the current part first, which may have let the
+    // oldest go: its window ends where the copy's does, and may start later.
+    let dump = ran.dump.unwrap();
+    let (dump_events, dump_restated) = events(&dump);
+    let (joined_events, joined_restated) = events(&joined);
+    let (dump_own, joined_own) = (
+        &dump_events[dump_restated..],
+        &joined_events[joined_restated..],
+    );
+    assert!(dump_own.len() <= joined_own.len());
+    assert_eq!(dump_own, &joined_own[joined_own.len() - dump_own.len()..]);
+    let end = |path: &Path| {
+        vramtrace(["summary", "--json", path.to_str().unwrap()])
+            .success()
+            .json()["end"]
+            .clone()
+    };
+    assert_eq!(end(&joined), end(&dump));
+    let text = vramtrace([
+        "join",
+        left.to_str().unwrap(),
+        "-o",
+        joined.to_str().unwrap(),
+    ])
+    .success()
+    .stdout;
+    assert!(text.starts_with("joined "), "{text}");
+}
+
+#[test]
+fn join_refuses_what_is_not_one_recordings_parts() {
+    let dir = scratch("keep_last_join");
+    let empty = dir.join("empty.ring");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = dir.join("out.vtrace");
+    let err = vramtrace(["join", empty.to_str().unwrap(), "-o", out.to_str().unwrap()])
+        .fails_with(2)
+        .stderr;
+    assert!(err.contains("no parts"), "{err}");
+    let a = vramtrace_e2e::fixture("clean.vtrace");
+    let b = vramtrace_e2e::fixture("leak.vtrace");
+    let err = vramtrace([
+        "join",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .fails_with(2)
+    .stderr;
+    assert!(err.contains("not parts of one recording"), "{err}");
+    assert!(!out.exists(), "nothing is left under the output's name");
+    let missing = dir.join("missing.vtrace");
+    vramtrace([
+        "join",
+        missing.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .fails_with(2);
+}
+
+#[test]
+fn a_duration_bound_keeps_at_least_that_long_and_not_much_more() {
+    let dir = scratch("keep_last_duration");
+    let trace = dir.join("timed.vtrace");
+    let keep = std::time::Duration::from_millis(400);
+    let options = RecorderOptions {
+        keep_last: Some(KeepLast::Duration(keep)),
+        max_wait: None,
+        max_queue_age: None,
+        ..RecorderOptions::default()
+    };
+    let alloc = CachingAllocator::new(SimulatedDevice::new(1 << 40), AllocatorConfig::default());
+    let rec = Recorder::create(&trace, alloc, options).unwrap();
+    let began = std::time::Instant::now();
+    while began.elapsed() < std::time::Duration::from_millis(1500) {
+        for _ in 0..200 {
+            let a = rec.malloc(1 << 20, 0).unwrap();
+            rec.free(a.addr).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    rec.finish().unwrap();
+    let json = vramtrace(["summary", "--json", trace.to_str().unwrap()])
+        .success()
+        .json();
+    let kept_ns = json["duration_ns"].as_u64().unwrap();
+    let last_ns = json["last_time_ns"].as_u64().unwrap();
+    assert!(kept_ns >= keep.as_nanos() as u64, "kept {kept_ns} ns");
+    // A part is ended an eighth of the bound after it began; one older than
+    // the bound goes when the next part begins.
+    assert!(kept_ns <= 2 * keep.as_nanos() as u64, "kept {kept_ns} ns");
+    assert!(last_ns >= 1_400_000_000, "the window ends at the end: {last_ns}");
 }

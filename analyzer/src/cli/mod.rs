@@ -13,6 +13,7 @@ mod flamegraph;
 mod fragmentation;
 mod import;
 mod info;
+mod join;
 mod leaks;
 mod merge;
 mod plan;
@@ -87,6 +88,9 @@ enum Command {
     Synth(synth::Args),
     /// Merge per-rank `summary --json` files (or rank tables) into one rank table.
     Merge(merge::Args),
+    /// Join the parts a bounded recording (`--keep-last`) left on disk when
+    /// it was killed (`TRACE.ring/`) into one trace.
+    Join(join::Args),
     /// Compare two runs: what grew, where, and by how much; a CI gate with --fail-on.
     Compare(compare::Args),
     /// What if: would the run fit on another GPU or allocator setting; if not, where.
@@ -134,6 +138,7 @@ pub fn main() -> ExitCode {
         Command::Synth(args) => synth::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Merge(args) => merge::run(args),
+        Command::Join(args) => join::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Plan(args) => plan::run(args),
     };

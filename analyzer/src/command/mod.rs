@@ -16,6 +16,7 @@ pub mod flamegraph;
 pub mod fragmentation;
 pub mod import;
 pub mod info;
+pub mod join;
 pub mod leaks;
 pub mod plan;
 pub mod ranks;
