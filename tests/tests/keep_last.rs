@@ -342,5 +342,8 @@ fn a_duration_bound_keeps_at_least_that_long_and_not_much_more() {
     // A part is ended an eighth of the bound after it began; one older than
     // the bound goes when the next part begins.
     assert!(kept_ns <= 2 * keep.as_nanos() as u64, "kept {kept_ns} ns");
-    assert!(last_ns >= 1_400_000_000, "the window ends at the end: {last_ns}");
+    assert!(
+        last_ns >= 1_400_000_000,
+        "the window ends at the end: {last_ns}"
+    );
 }
