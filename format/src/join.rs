@@ -10,7 +10,7 @@
 //! others: their events follow on from the part before.
 
 use crate::error::FormatError;
-use crate::event::Event;
+use crate::event::{Event, KindCounts};
 use crate::reader::TraceReader;
 use crate::symbols::{FrameId, StackId, StringId};
 use crate::writer::{TraceWriter, WriterOptions};
@@ -27,6 +27,8 @@ pub struct JoinSummary {
     pub parts: usize,
     /// Events written.
     pub events: u64,
+    /// Events written, by kind.
+    pub counts: KindCounts,
     /// Parts that could not be read whole (one cut off by a crash, say):
     /// their readable events are joined all the same.
     pub damaged_parts: usize,
@@ -105,6 +107,7 @@ pub fn join<R: Read, W: Write>(
             (reader.damage_count() > 0 || reader.truncation().is_some()) as usize;
     }
     let w = writer.ok_or(FormatError::InvalidUse("no parts to join"))?;
+    summary.counts = *w.counts();
     Ok((w.finish()?, summary))
 }
 

@@ -499,3 +499,26 @@ fn install_signal_handlers() -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::dump_path;
+    use std::path::Path;
+
+    #[test]
+    fn dump_paths_tell_devices_apart() {
+        assert_eq!(dump_path("", 0, false), None, "beside the trace");
+        assert_eq!(
+            dump_path("w.vtrace", 3, false).unwrap(),
+            Path::new("w.vtrace")
+        );
+        assert_eq!(
+            dump_path("w-%d.vtrace", 3, true).unwrap(),
+            Path::new("w-3.vtrace")
+        );
+        assert_eq!(
+            dump_path("out/w.vtrace", 1, true).unwrap(),
+            Path::new("out/w-dev1.vtrace")
+        );
+    }
+}

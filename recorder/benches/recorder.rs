@@ -6,9 +6,14 @@
 //!   (and the recorder) uses it;
 //! - `record_no_stacks`: through a `Recorder` without stacks;
 //! - `record_native_stacks`: through a `Recorder` capturing native stacks of
-//!   up to 32 frames (the pair runs 40 calls deep).
+//!   up to 32 frames (the pair runs 40 calls deep);
+//! - `record_to_file` and `record_keep_last`: without stacks, to a file in
+//!   the temporary folder, whole or bounded (`--keep-last 64MiB`: the
+//!   writer thread also follows the allocator's state and ends a part at
+//!   each 8 MiB). A loop allocating flat out outruns the writer thread, so
+//!   these measure what the writer thread gets through.
 //!
-//! The recorder writes to `io::sink()`, so the writer thread's encoding runs
+//! The first recorders write to `io::sink()`, so the writer thread's encoding runs
 //! (on another core) but no disk is involved.
 //!
 //! Each is measured twice: `alloc_free_pair` in wall time, and
@@ -24,7 +29,7 @@ use common::{LIVE, STEPS, allocator, workload};
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use vramtrace_recorder::recorder::{Recorder, RecorderOptions, StackMode};
+use vramtrace_recorder::recorder::{KeepLast, Recorder, RecorderOptions, StackMode};
 
 /// Runs `f` `depth` calls deeper than the caller, so stacks have frames to walk.
 #[inline(never)]
@@ -171,6 +176,36 @@ fn pairs<M: Measurement>(c: &mut Criterion<M>, name: &str) {
                 })
             });
             r.finish().unwrap();
+        });
+    }
+
+    for (name, keep_last) in [
+        ("record_to_file", None),
+        ("record_keep_last", Some(KeepLast::Bytes(64 << 20))),
+    ] {
+        group.bench_function(name, |b| {
+            let dir = std::env::temp_dir().join(format!("vramtrace-bench-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(format!("{name}.vtrace"));
+            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_dir_all(dir.join(format!("{name}.vtrace.ring")));
+            let options = RecorderOptions {
+                keep_last,
+                max_wait: None,
+                max_queue_age: None,
+                ..RecorderOptions::default()
+            };
+            let r = Recorder::create(&path, allocator(), options).unwrap();
+            let mut live: Vec<u64> = (0..LIVE).map(|_| r.malloc(512, 0).unwrap().addr).collect();
+            let mut i = 0;
+            b.iter(|| {
+                let (slot, size) = steps[i % STEPS];
+                i += 1;
+                r.free(live[slot]).unwrap();
+                live[slot] = r.malloc(size, 0).unwrap().addr;
+            });
+            r.finish().unwrap();
+            let _ = std::fs::remove_dir_all(&dir);
         });
     }
     group.finish();

@@ -520,10 +520,14 @@ pub(crate) fn run(
     if let Some(e) = failed {
         return Err(e);
     }
-    let counts = *trace.counts();
-    let bytes = match state.window.take() {
-        Some(window) => window.finish(trace)?.0,
-        None => trace.finish()?.bytes,
+    // A bounded recording's summary is of the trace it leaves: the parts
+    // kept, joined.
+    let (counts, bytes) = match state.window.take() {
+        Some(window) => {
+            let (bytes, joined) = window.finish(trace)?;
+            (joined.counts, bytes)
+        }
+        None => (*trace.counts(), trace.finish()?.bytes),
     };
     Ok(TraceSummary {
         events: counts.total(),
