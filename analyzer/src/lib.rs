@@ -5,8 +5,8 @@
 //! over it. Data flows one way: an [opened input](input::Input) streams its
 //! events, the [replay engine](replay) rebuilds the allocator's state event
 //! by event, [analyses](analysis) fed by one pass compute their reports, a
-//! [command](command) gathers them into one typed result, and a
-//! [printer](print) turns that into text, JSON, SVG or HTML.
+//! [command] gathers them into one typed result, and a
+//! [printer](mod@print) turns that into text, JSON, SVG or HTML.
 //!
 //! - [`input`]: opens traces and snapshots alike, decompressing on the fly;
 //!   an opened input streams its events again for each pass.
@@ -18,7 +18,7 @@
 //! - [`simulate`]: what-if replays of a trace's requests under another
 //!   device capacity or allocator setting.
 //! - [`command`]: one function per command, returning its typed result.
-//! - [`print`]: the results as text, JSON, SVG charts and the HTML report.
+//! - [`print`](mod@print): the results as text, JSON, SVG charts and the HTML report.
 //! - [`progress`]: how long work reports its progress; [`units`]: human units.
 //!
 //! The trace format itself is the `vramtrace-format` crate.

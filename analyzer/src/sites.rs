@@ -573,7 +573,7 @@ pub fn site_lines_within(site: &str, max: usize) -> Vec<String> {
 }
 
 /// One frame within `max` characters: its [`frame_label`] if that fits,
-/// else with its file to its name alone ([`compact_frame`]), cut from the
+/// else with its file to its name alone (`compact_frame`), cut from the
 /// left if need be.
 pub fn frame_within(frame: &str, max: usize) -> String {
     let label = frame_label(frame);

@@ -45,8 +45,10 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 const BATCH_EVENTS: usize = 16384;
 
 /// The beginning of a trace sent through a channel: its header, the symbols
-/// known before the first event and its initial state. See the [module
-/// documentation](self).
+/// known before the first event and its initial state. A producer in the
+/// consumer's process builds one, [`opens`](TraceChannel::open) it into a
+/// [`TraceSender`] and a [`TraceReceiver`], and pushes events on its thread
+/// while the consumer reads them on its own.
 #[derive(Debug)]
 pub struct TraceChannel {
     header: Header,

@@ -13,8 +13,11 @@ pub struct Event {
     pub data: EventData,
 }
 
-/// The payload of an [`Event`], one variant per [`EventKind`].
+/// The payload of an [`Event`], one variant per [`EventKind`]. A later
+/// minor version may add kinds: a `match` outside this crate needs an arm
+/// for those.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EventData {
     /// A block was handed to the caller.
     Alloc(BlockEvent),
@@ -145,6 +148,7 @@ pub struct EmptyCacheEvent {
 /// As JSON, the [`name`](Category::name) (`"optimizer_state"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum Category {
     /// A module's parameter (`nn.Parameter`), sharded or not.
     #[serde(rename = "parameters")]

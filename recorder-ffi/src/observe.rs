@@ -705,7 +705,7 @@ fn writable_folder(pattern: &str) -> Result<(), String> {
 /// Starts recording what the shim reports. `config` is `key=value` lines:
 ///
 /// - `out=PATTERN`: the trace file pattern (`%p`, `%r`, `%d`, as in
-///   replacement mode; see [`trace_path`](crate::trace_path));
+///   replacement mode; see `trace_path`);
 /// - `stacks=python|native|all|none` (default `python`, read without the
 ///   GIL: [`nogil`]);
 /// - `keep_last=SIZE|DURATION` (`50MiB`, `10min`): keep only the last part

@@ -15,7 +15,7 @@
 //! first allocation; configuration is read from the environment then:
 //!
 //! - `VRAMTRACE_OUT`: the trace file, default `vramtrace-%p.vtrace` (see
-//!   [`trace_path`](crate::trace_path)).
+//!   `trace_path` in `lib.rs`).
 //! - `VRAMTRACE_ALLOC_CONF`, else `PYTORCH_CUDA_ALLOC_CONF`: the allocator
 //!   settings (`PYTORCH_CUDA_ALLOC_CONF` syntax).
 //! - `VRAMTRACE_STACKS`: `python` (default; see [`python::gil`]), `native`,

@@ -1,7 +1,7 @@
 //! # vramtrace-recorder
 //!
 //! The recording half of vramtrace, above the trace format
-//! ([`vramtrace_format`], re-exported here as [`format`]):
+//! ([`vramtrace_format`], re-exported here as [`format`](mod@format)):
 //!
 //! - [`allocator`]: a caching allocator with PyTorch's policy, generic over
 //!   the device it carves memory from. It serves recording and offline

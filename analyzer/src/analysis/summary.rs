@@ -614,6 +614,9 @@ impl Summary {
             | EventData::Limit(_)
             | EventData::DeviceMemory(_)
             | EventData::EventsDropped(_) => false,
+            // A kind this version does not know may change the free space:
+            // end the pending state, which is always right.
+            _ => true,
         }
     }
 }

@@ -680,6 +680,10 @@ impl ReplayState {
             }
             EventData::EmptyCache(_) => Applied::Other,
             EventData::EventsDropped(d) => self.events_dropped(index, event.time_ns, d),
+            // A kind a later minor version adds: the reader skips what it
+            // cannot decode, so none reaches here; were one to, it changes
+            // nothing this version knows of.
+            _ => Applied::Other,
         }
     }
 

@@ -22,7 +22,7 @@
 //! stores, valid for the life of the process.
 //!
 //! The structures read are CPython's internal ones, at the offsets of
-//! [`layout`](super::layout); a layout is used only for its version, and
+//! [`super::layout`]; a layout is used only for its version, and
 //! `vramtrace` checks it against the running interpreter first.
 
 use super::layout::{

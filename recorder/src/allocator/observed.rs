@@ -37,8 +37,11 @@ struct Reserved {
 }
 
 /// Segments and blocks in use of an observed allocator, rebuilt from its
-/// events, to tell the size of each block it hands out. See the [module
-/// docs](self).
+/// events, to tell the size of each block it hands out: a block starts at
+/// the free run the allocator picked, which runs to the next block in use
+/// or the end of its segment, and whether it was split follows from that
+/// run's size and the policy (`allocator/observed.rs` says why that is
+/// exact).
 #[derive(Clone, Debug)]
 pub struct ObservedBlocks {
     config: AllocatorConfig,

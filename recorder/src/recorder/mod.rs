@@ -82,7 +82,7 @@ pub const DEFAULT_MAX_QUEUE_AGE: Duration = Duration::from_secs(1);
 /// Which stacks the recorder captures for allocator events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StackMode {
-    /// No stacks: every event carries [`StackId::NONE`].
+    /// No stacks: every event carries [`StackId::NONE`](crate::format::StackId::NONE).
     #[default]
     None,
     /// Native stacks: raw instruction pointers captured on each call,

@@ -74,7 +74,7 @@ pub struct ObserverSetup {
     pub start: StartState,
 }
 
-/// Records another allocator's events. See the [module docs](self).
+/// Records another allocator's events (`recorder/observer.rs` says how).
 ///
 /// `Observer` is `Send + Sync`: the observed allocator may report from any
 /// thread, in its own order (PyTorch reports under its allocator lock, so

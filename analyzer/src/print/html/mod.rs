@@ -1,7 +1,7 @@
 //! The HTML report: one self-contained page (inline CSS, SVG and script,
 //! no font or anything else fetched) that opens anywhere, offline. Its
-//! explorer ([`explorer`]) draws on canvas from data embedded in the page
-//! ([`data`]); every other section is plain HTML and SVG, readable without
+//! explorer (`explorer.rs`) draws on canvas from data embedded in the page
+//! (`data.rs`); every other section is plain HTML and SVG, readable without
 //! JavaScript.
 
 mod compare;

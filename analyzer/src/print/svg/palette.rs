@@ -41,7 +41,8 @@ pub fn of_category(category: Category) -> RGBColor {
         Category::OptimizerState => RGBColor(230, 159, 0),
         Category::Activation => RGBColor(213, 94, 0),
         Category::Temporary => RGBColor(204, 121, 167),
-        Category::Other => OTHER,
+        // "other", and a category a later format adds.
+        _ => OTHER,
     }
 }
 
@@ -88,6 +89,18 @@ pub fn hex(c: RGBColor) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The format's categories may grow (`#[non_exhaustive]`), so no match
+    /// says when one lacks a colour: this does.
+    #[test]
+    fn every_category_has_a_colour_of_its_own() {
+        let colours: Vec<RGBColor> = Category::ALL.into_iter().map(of_category).collect();
+        for (i, c) in colours.iter().enumerate() {
+            let other = Category::ALL[i] == Category::Other;
+            assert_eq!(*c == OTHER, other, "{:?}", Category::ALL[i]);
+            assert_eq!(colours.iter().filter(|d| *d == c).count(), 1);
+        }
+    }
 
     #[test]
     fn the_same_name_keeps_its_colour() {
