@@ -21,7 +21,7 @@ use crate::print::pprof::Profile;
 use crate::progress::Progress;
 use crate::replay::ReplayState;
 use serde_json::{Value, json};
-use vramtrace_format::{EventData, EventSource};
+use vramtrace_format::EventData;
 
 /// Counter samples per device in a Perfetto export: each column keeps its
 /// lowest and highest moment, so peaks survive exactly.
@@ -222,7 +222,7 @@ pub fn pprof(
     progress: &dyn Progress,
 ) -> Result<(Profile, Vec<Warning>), Error> {
     let graphs: ByDevice<FlameGraph> = flamegraph(input, options, Moment::AllocatedPeak, progress)?;
-    let start = input.events()?.header().start_unix_ns;
+    let start = input.header().start_unix_ns;
     Ok((
         crate::print::pprof::profile(&graphs, start),
         graphs.warnings,

@@ -24,7 +24,7 @@ use crate::simulate::what_if::{WhatIf, what_if};
 use crate::simulate::{RequestExtractor, RequestList, Reserve, SimOptions};
 use crate::units;
 use serde::Serialize;
-use vramtrace_format::{EventSource, Header};
+use vramtrace_format::Header;
 use vramtrace_recorder::allocator::AllocatorConfig;
 
 /// Buckets of the fragmentation chart: about one per two pixels.
@@ -144,9 +144,9 @@ pub fn report(
     // A comparison matches every site at the peak, so with a baseline the
     // summary keeps them all and the report's tables take the top ones.
     // What-if runs the whole trace's requests: not for a window. The
-    // request extractor needs the recorded device's size before the pass:
-    // a stream's header comes first, and a stream dropped early is no error.
-    let header = input.events()?.header().clone();
+    // request extractor needs the recorded device's size before the pass,
+    // which the header read at opening gives.
+    let header = input.header().clone();
     let header_devices = header.devices.clone();
     let recorded_config =
         vramtrace_recorder::allocator::AllocatorConfig::from_settings(&header.allocator_settings)

@@ -6,7 +6,6 @@ use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOpt
 use crate::input::Input;
 use crate::progress::Progress;
 use serde::Serialize;
-use vramtrace_format::EventSource;
 
 /// What `timeline` computes.
 #[derive(Clone, Debug, Default)]
@@ -44,7 +43,7 @@ pub fn timeline(
         replay = replay.without_categories();
     }
     // The devices' memory, from the header (a stream's comes first).
-    let devices = input.events()?.header().devices.clone();
+    let devices = input.header().devices.clone();
     let mut result = replay.by_device(
         |_| {
             (TimelineAnalysis::new(TimelineOptions {

@@ -170,6 +170,8 @@ impl ExpansionExceeded {
 /// command; every [`events`](Input::events) is a fresh pass over it.
 pub struct Input {
     path: PathBuf,
+    /// The trace's header, read at opening (a snapshot's, as imported).
+    header: Header,
     kind: InputKind,
     compression: Compression,
     content: Content,
@@ -267,12 +269,16 @@ impl Input {
         let (start, stream, compression) = start_of(path, &source, options)?;
         if start == Start::Trace {
             // Read the header now, so that a damaged one is an error of opening.
-            trace_reader(stream).map_err(|source| InputError::Trace {
-                path: path.to_owned(),
-                source,
-            })?;
+            let header = trace_reader(stream)
+                .map_err(|source| InputError::Trace {
+                    path: path.to_owned(),
+                    source,
+                })?
+                .header()
+                .clone();
             return Ok(Input {
                 path: path.to_owned(),
+                header,
                 kind: InputKind::Trace,
                 compression,
                 content: Content::Trace(source),
@@ -316,11 +322,18 @@ impl Input {
         })?;
         Ok(Input {
             path: path.to_owned(),
+            header: parsed.header(),
             kind: InputKind::TorchSnapshot,
             compression,
             content: Content::Snapshot(Arc::new(parsed)),
             options,
         })
+    }
+
+    /// The trace's header, read when it was opened (a snapshot's is the
+    /// header its import writes): no pass is started for it.
+    pub fn header(&self) -> &Header {
+        &self.header
     }
 
     /// The path it was opened from (`-` for bytes in memory).

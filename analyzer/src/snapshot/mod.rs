@@ -704,8 +704,9 @@ pub const IMPORTED_BY: &str = "vramtrace import";
 
 impl ParsedSnapshot {
     /// The trace's header, symbols and initial state, in a channel to open.
-    fn begin(&self) -> (TraceChannel, Begun) {
-        let (heap, c, s, plan) = (&self.heap, &self.collected, &self.snapshot, &self.plan);
+    /// The header of the trace this snapshot is imported as.
+    pub fn header(&self) -> Header {
+        let (c, s, plan) = (&self.collected, &self.snapshot, &self.plan);
         let report = &self.report;
         let mut header = Header {
             producer: IMPORTED_BY.into(),
@@ -751,7 +752,12 @@ impl ParsedSnapshot {
                 format!("{} differences", plan.mismatches)
             },
         );
-        let mut channel = TraceChannel::new(header);
+        header
+    }
+
+    fn begin(&self) -> (TraceChannel, Begun) {
+        let (heap, c, s, plan) = (&self.heap, &self.collected, &self.snapshot, &self.plan);
+        let mut channel = TraceChannel::new(self.header());
 
         // Symbols: local frames and stacks to the trace's ids.
         let mut strings = FxMap::default();
