@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use vramtrace_e2e::{binary, scratch};
 use vramtrace_format::{
     BlockEvent, Event, EventData, Header, SegmentEvent, StackId, TraceWriter, WriterOptions,
 };
@@ -10,16 +11,14 @@ use vramtrace_format::{
 const MIB: u64 = 1 << 20;
 
 fn vramtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+    Command::new(binary())
         .args(args)
         .output()
         .expect("the binary runs")
 }
 
 fn temp_path(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("vramtrace-cli");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    scratch(&format!("commands-{name}")).join(name)
 }
 
 /// A training loop of `iterations` phases `iter{i}` with torch-like stacks,

@@ -1,11 +1,12 @@
 //! Several devices and several ranks: each device replayed apart, the
 //! table of devices, `--device`, per-GPU simulation, rank sets and merging.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
+use vramtrace_e2e::{binary, scratch};
 
 fn vramtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+    Command::new(binary())
         .args(args)
         .output()
         .expect("run vramtrace")
@@ -26,18 +27,11 @@ fn json(args: &[&str]) -> serde_json::Value {
 }
 
 fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures")
-        .join(name)
-        .display()
-        .to_string()
+    vramtrace_e2e::fixture(name).display().to_string()
 }
 
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    scratch(name)
 }
 
 #[test]
