@@ -29,7 +29,7 @@ use recorder::format::{
 };
 use recorder::recorder::{
     FrameSource, KeepLast, ObservedEvent, Observer, ObserverSetup, RecorderOptions, StartState,
-    capture_frames, thread_id,
+    Trace, capture_frames, thread_id,
 };
 use std::collections::BTreeMap;
 use std::ffi::{CStr, c_char, c_int};
@@ -803,9 +803,9 @@ pub extern "C" fn vramtrace_observe_stop() -> c_int {
                 }
             }
         }
-        let finished: Vec<Arc<dyn traces::Trace>> = finished
+        let finished: Vec<Arc<dyn traces::Written>> = finished
             .into_iter()
-            .map(|o| o as Arc<dyn traces::Trace>)
+            .map(|o| o as Arc<dyn traces::Written>)
             .collect();
         traces::unregister(&finished);
         status

@@ -32,7 +32,7 @@
 use crate::{MAX_DEVICES, env_nonempty, python, report, stack_setting, trace_path, traces};
 use recorder::allocator::{AllocError, AllocatorConfig, CachingAllocator};
 use recorder::device::{CudaDevice, DeviceMemory};
-use recorder::recorder::{FrameSource, KeepLast, Recorder, RecorderOptions};
+use recorder::recorder::{FrameSource, KeepLast, Recorder, RecorderOptions, Trace};
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

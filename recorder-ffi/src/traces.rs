@@ -4,62 +4,30 @@
 
 use crate::{c_str, report};
 use recorder::device::CudaDevice;
-use recorder::recorder::{DumpSummary, Observer, Recorder, RecorderError, suffixed, thread_id};
+use recorder::recorder::{Observer, Recorder, RecorderError, Trace, suffixed, thread_id};
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock};
 
-/// What the process-wide calls do to a trace, whichever mode writes it.
-pub(crate) trait Trace: Send + Sync {
-    fn phase_begin(&self, name: &str);
-    fn phase_begin_for(&self, thread: u32, name: &str);
-    fn phase_end(&self) -> Result<(), RecorderError>;
-    fn phase_end_named_for(&self, thread: u32, name: &str) -> bool;
-    fn annotate(&self, key: &str, value: &str);
-    fn flush(&self) -> Result<(), RecorderError>;
+/// A trace the process writes, whichever mode writes it: the recorder's
+/// [`Trace`] (phases, notes, flushing, dumps), and finishing it.
+pub(crate) trait Written: Trace + Send + Sync {
     fn finish(&self) -> Result<(), RecorderError>;
-    fn dump(&self, path: Option<&Path>) -> Result<DumpSummary, RecorderError>;
-    fn device(&self) -> u32;
 }
 
-macro_rules! impl_trace {
-    ($t:ty) => {
-        impl Trace for $t {
-            fn phase_begin(&self, name: &str) {
-                <$t>::phase_begin(self, name)
-            }
-            fn phase_begin_for(&self, thread: u32, name: &str) {
-                <$t>::phase_begin_for(self, thread, name)
-            }
-            fn phase_end(&self) -> Result<(), RecorderError> {
-                <$t>::phase_end(self)
-            }
-            fn phase_end_named_for(&self, thread: u32, name: &str) -> bool {
-                <$t>::phase_end_named_for(self, thread, name)
-            }
-            fn annotate(&self, key: &str, value: &str) {
-                <$t>::annotate(self, key, value)
-            }
-            fn flush(&self) -> Result<(), RecorderError> {
-                <$t>::flush(self)
-            }
-            fn finish(&self) -> Result<(), RecorderError> {
-                <$t>::finish(self).map(|_| ())
-            }
-            fn dump(&self, path: Option<&Path>) -> Result<DumpSummary, RecorderError> {
-                <$t>::dump(self, path)
-            }
-            fn device(&self) -> u32 {
-                <$t>::device(self)
-            }
-        }
-    };
+impl Written for Recorder<CudaDevice> {
+    fn finish(&self) -> Result<(), RecorderError> {
+        Recorder::finish(self).map(|_| ())
+    }
 }
 
-impl_trace!(Recorder<CudaDevice>);
-impl_trace!(Observer);
+impl Written for Observer {
+    fn finish(&self) -> Result<(), RecorderError> {
+        Observer::finish(self).map(|_| ())
+    }
+}
 
 /// Process-wide markers: phases open now (each thread's, in the order they
 /// began) and annotations so far, replayed into a trace begun later, plus
@@ -68,7 +36,7 @@ impl_trace!(Observer);
 pub(crate) struct Markers {
     open_phases: Vec<(u32, String)>,
     annotations: Vec<(String, String)>,
-    traces: Vec<Arc<dyn Trace>>,
+    traces: Vec<Arc<dyn Written>>,
     /// Why a trace could not be begun (its file not created, say), the first
     /// time: flush and finish fail while it stands, since what was to be
     /// recorded is lost.
@@ -89,7 +57,7 @@ fn markers() -> MutexGuard<'static, Markers> {
 /// Adds a trace just begun: the open phases and the annotations so far are
 /// replayed into it, and markers reach it from now on. Installs the exit
 /// hooks on first use.
-pub(crate) fn register(trace: Arc<dyn Trace>) {
+pub(crate) fn register(trace: Arc<dyn Written>) {
     let mut m = markers();
     for (k, v) in &m.annotations {
         trace.annotate(k, v);
@@ -109,7 +77,7 @@ pub(crate) fn not_begun(why: &str) {
 }
 
 /// Removes finished traces (by identity) from the broadcast list.
-pub(crate) fn unregister(finished: &[Arc<dyn Trace>]) {
+pub(crate) fn unregister(finished: &[Arc<dyn Written>]) {
     markers()
         .traces
         .retain(|t| !finished.iter().any(|f| Arc::ptr_eq(f, t)));

@@ -15,7 +15,9 @@
 
 use std::time::{Duration, Instant};
 use vramtrace_recorder::format::{DeviceInfo, EventData, EventKind, TraceReader};
-use vramtrace_recorder::recorder::{ObservedEvent, Observer, ObserverSetup, RecorderOptions};
+use vramtrace_recorder::recorder::{
+    ObservedEvent, Observer, ObserverSetup, RecorderOptions, Trace,
+};
 use vramtrace_recorder::workload::SlowDisk;
 
 /// The moments a kill is looked at, in seconds from the start.

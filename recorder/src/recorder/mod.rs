@@ -25,13 +25,12 @@ mod observer;
 mod recording;
 mod ring;
 mod stacks;
+mod trace;
 mod writer;
 
 use crate::allocator::{AllocError, Allocation, AllocatorStats, CachingAllocator, EventOrigin};
 use crate::device::DeviceMemory;
-use crate::format::{
-    Category, DeviceInfo, Event, FormatError, Header, KindCounts, ProcessInfo, StringId,
-};
+use crate::format::{DeviceInfo, Event, FormatError, Header, KindCounts, ProcessInfo};
 use recording::{EventBuffer, Recording};
 use stacks::{StackBuf, StackKey};
 use std::cell::Cell;
@@ -46,6 +45,7 @@ use writer::WriterSetup;
 pub use ring::{
     DumpSummary, KeepLast, MIN_KEEP_BYTES, MIN_KEEP_DURATION, oom_dump_path, ring_folder, suffixed,
 };
+pub use trace::{PhaseGuard, Trace};
 pub use writer::{QueueStats, TraceSummary};
 
 pub use observer::{ObservedEvent, Observer, ObserverSetup, StartState};
@@ -113,7 +113,7 @@ pub struct RecorderOptions {
     /// output at most about this long after it was recorded, whatever the
     /// rate (an idle recording's buffer is taken by the writer thread), so a
     /// process killed at any moment loses at most about this much, plus the
-    /// writer's backlog. `None`: only full buffers, [`Recorder::flush`] and
+    /// writer's backlog. `None`: only full buffers, [`Trace::flush`] and
     /// the end write events (for tests that count chunks).
     pub flush_interval: Option<Duration>,
     /// Batches (of up to 4096 events) that may wait for the writer thread
@@ -195,7 +195,7 @@ pub enum RecorderError {
     /// A dump of the kept window failed, or the recording keeps no window.
     #[error("cannot dump: {0}")]
     Dump(String),
-    /// [`Recorder::phase_end`] without an open phase on the calling thread.
+    /// [`Trace::phase_end`] without an open phase on the calling thread.
     #[error("no phase is open on this thread")]
     NoOpenPhase,
 }
@@ -236,22 +236,6 @@ impl<D: DeviceMemory> EventBuffer for CachingAllocator<D> {
     #[inline]
     fn events(&mut self) -> &mut Vec<Event> {
         self.event_log_mut()
-    }
-}
-
-/// Ends its phase when dropped: the phase of the thread that began it,
-/// never another thread's. See [`Recorder::phase`] and [`Observer::phase`].
-#[must_use = "the phase ends when the guard is dropped"]
-pub struct PhaseGuard<'r> {
-    recording: &'r dyn recording::EndPhase,
-    name: StringId,
-    thread: u32,
-}
-
-impl Drop for PhaseGuard<'_> {
-    fn drop(&mut self) {
-        // A guard's phase may have been ended by phase_end() already.
-        self.recording.end_phase(self.name, self.thread);
     }
 }
 
@@ -461,68 +445,6 @@ impl<D: DeviceMemory> Recorder<D> {
         self.call(stack.key(), |a| a.empty_cache());
     }
 
-    /// Begins a phase of the calling thread that ends when the returned
-    /// guard is dropped. Each thread's phases nest, apart from other
-    /// threads'.
-    pub fn phase(&self, name: &str) -> PhaseGuard<'_> {
-        let thread = thread_id();
-        PhaseGuard {
-            name: self.rec.begin_phase(name, thread),
-            recording: &self.rec,
-            thread,
-        }
-    }
-
-    /// Begins a phase of the calling thread, to be ended by
-    /// [`phase_end`](Self::phase_end) (for callers that cannot hold a
-    /// guard, such as a C API).
-    pub fn phase_begin(&self, name: &str) {
-        self.rec.begin_phase(name, thread_id());
-    }
-
-    /// Begins a phase of `thread` (a [`thread_id`]) rather than the
-    /// caller's: for a host that replays the phases open in its other
-    /// traces into one begun later.
-    pub fn phase_begin_for(&self, thread: u32, name: &str) {
-        self.rec.begin_phase(name, thread);
-    }
-
-    /// Ends the calling thread's innermost open phase.
-    pub fn phase_end(&self) -> Result<(), RecorderError> {
-        self.rec.end_innermost_phase(thread_id())
-    }
-
-    /// Ends the calling thread's innermost open phase named `name`, leaving
-    /// phases opened inside it open. Returns whether such a phase was open.
-    pub fn phase_end_named(&self, name: &str) -> bool {
-        self.rec.end_phase_named(name, thread_id())
-    }
-
-    /// Ends `thread`'s innermost open phase named `name` (see
-    /// [`phase_begin_for`](Self::phase_begin_for)). Returns whether such a
-    /// phase was open.
-    pub fn phase_end_named_for(&self, thread: u32, name: &str) -> bool {
-        self.rec.end_phase_named(name, thread)
-    }
-
-    /// Records a key/value note (a step number, a config value).
-    pub fn annotate(&self, key: &str, value: &str) {
-        self.rec.annotate(key, value);
-    }
-
-    /// Says what the live block at `addr` holds, for its whole life (a
-    /// [`Tag`](crate::format::EventData::Tag), format 1.2), stamped with the
-    /// time and the calling thread.
-    pub fn tag(&self, addr: u64, category: Category) {
-        self.tag_all([(addr, category)]);
-    }
-
-    /// [`tag`](Self::tag) for many blocks at once, under one lock and at one
-    /// moment. Returns the number recorded: 0 once the trace is finished.
-    pub fn tag_all(&self, tags: impl IntoIterator<Item = (u64, Category)>) -> usize {
-        self.rec.tag(self.device, tags)
-    }
-
     /// Limits what the allocator may reserve to `fraction` of the device's
     /// total ([`CachingAllocator::set_memory_fraction`], PyTorch's
     /// `set_per_process_memory_fraction`) and records the limit (a `Limit`
@@ -540,29 +462,6 @@ impl<D: DeviceMemory> Recorder<D> {
         };
         self.rec.push_limit(self.device, limit_bytes, total_bytes);
         true
-    }
-
-    /// Writes everything recorded so far to the output and flushes it; waits
-    /// for the writer thread (without holding the allocator lock).
-    pub fn flush(&self) -> Result<(), RecorderError> {
-        self.rec.flush()
-    }
-
-    /// What recording waited for its output and dropped so far.
-    pub fn queue_stats(&self) -> QueueStats {
-        self.rec.queue_stats()
-    }
-
-    /// The index of the recorded device.
-    pub fn device(&self) -> u32 {
-        self.device
-    }
-
-    /// Writes the kept window of a bounded recording, joined into one
-    /// trace, to `path`, or by default beside the trace, numbered
-    /// (`serve-dump-1.vtrace`). See [`RecorderOptions::keep_last`].
-    pub fn dump(&self, path: Option<&Path>) -> Result<DumpSummary, RecorderError> {
-        self.rec.dump(path)
     }
 
     /// The allocator's statistics now.

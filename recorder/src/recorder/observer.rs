@@ -14,17 +14,16 @@
 //! events before that point are left out, being part of the state.
 
 use super::recording::{Recording, Stamp};
-use super::ring::DumpSummary;
 use super::stacks::{StackBuf, StackKey};
 use super::writer::WriterSetup;
 use super::{
-    PhaseGuard, QueueStats, RecorderError, RecorderOptions, StackMode, TraceSummary, create_file,
-    stacks_metadata, start_unix_ns, thread_id,
+    RecorderError, RecorderOptions, StackMode, TraceSummary, create_file, stacks_metadata,
+    start_unix_ns,
 };
 use crate::allocator::{AllocatorConfig, ObservedBlocks};
 use crate::format::{
-    BlockEvent, Category, DeviceInfo, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData,
-    EventKind, Header, InitialState, OomEvent, ProcessInfo, SegmentEvent,
+    BlockEvent, DeviceInfo, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData, EventKind,
+    Header, InitialState, OomEvent, ProcessInfo, SegmentEvent,
 };
 use std::io::Write;
 use std::path::Path;
@@ -81,7 +80,7 @@ pub struct ObserverSetup {
 /// one device's events come one at a time).
 pub struct Observer {
     pub(super) rec: Recording<Vec<Event>>,
-    device: u32,
+    pub(super) device: u32,
 }
 
 impl Observer {
@@ -154,11 +153,6 @@ impl Observer {
         Self::start(out, setup, options, window)
     }
 
-    /// The index of the observed device.
-    pub fn device(&self) -> u32 {
-        self.device
-    }
-
     /// Gives the state the trace starts from, for an observer set up with
     /// [`StartState::Pending`]; events recorded so far follow it. A second
     /// state is ignored.
@@ -219,72 +213,6 @@ impl Observer {
         });
     }
 
-    /// Begins a phase of the calling thread that ends when the returned
-    /// guard is dropped. Each thread's phases nest, apart from other
-    /// threads'.
-    pub fn phase(&self, name: &str) -> PhaseGuard<'_> {
-        let thread = thread_id();
-        PhaseGuard {
-            name: self.rec.begin_phase(name, thread),
-            recording: &self.rec,
-            thread,
-        }
-    }
-
-    /// Begins a phase of the calling thread, to be ended by
-    /// [`phase_end`](Self::phase_end) or
-    /// [`phase_end_named`](Self::phase_end_named).
-    pub fn phase_begin(&self, name: &str) {
-        self.rec.begin_phase(name, thread_id());
-    }
-
-    /// Begins a phase of `thread` (a [`thread_id`]) rather than the
-    /// caller's: for a host that replays the phases open in its other
-    /// traces into one begun later.
-    pub fn phase_begin_for(&self, thread: u32, name: &str) {
-        self.rec.begin_phase(name, thread);
-    }
-
-    /// Ends the calling thread's innermost open phase.
-    pub fn phase_end(&self) -> Result<(), RecorderError> {
-        self.rec.end_innermost_phase(thread_id())
-    }
-
-    /// Ends the calling thread's innermost open phase named `name`, leaving
-    /// phases opened inside it open (a phase that another source of phases
-    /// interleaves with, such as an iteration that ends inside a user's
-    /// phase). Returns whether such a phase was open.
-    pub fn phase_end_named(&self, name: &str) -> bool {
-        self.rec.end_phase_named(name, thread_id())
-    }
-
-    /// Ends `thread`'s innermost open phase named `name` (see
-    /// [`phase_begin_for`](Self::phase_begin_for)). Returns whether such a
-    /// phase was open.
-    pub fn phase_end_named_for(&self, thread: u32, name: &str) -> bool {
-        self.rec.end_phase_named(name, thread)
-    }
-
-    /// Records a key/value note.
-    pub fn annotate(&self, key: &str, value: &str) {
-        self.rec.annotate(key, value);
-    }
-
-    /// Says what the live block at `addr` holds, for its whole life (a
-    /// [`Tag`](crate::format::EventData::Tag), format 1.2): the caller may
-    /// learn it long after the allocation. Stamped with the time and the
-    /// calling thread, in order with the allocator's events reported so far.
-    pub fn tag(&self, addr: u64, category: Category) {
-        self.rec.tag(self.device, [(addr, category)]);
-    }
-
-    /// [`tag`](Self::tag) for many blocks at once, under one lock and at one
-    /// moment (what a walk over a model's tensors found). Returns the number
-    /// recorded: 0 once the trace is finished.
-    pub fn tag_all(&self, tags: impl IntoIterator<Item = (u64, Category)>) -> usize {
-        self.rec.tag(self.device, tags)
-    }
-
     /// Records the most the observed allocator may reserve on the device
     /// from now on (a [`Limit`](crate::format::EventData::Limit), format
     /// 1.3): `limit_bytes` of `total_bytes` (equal: no cap). Returns whether
@@ -307,23 +235,6 @@ impl Observer {
                 total_bytes,
             })
         })
-    }
-
-    /// Writes everything recorded so far to the output and flushes it.
-    pub fn flush(&self) -> Result<(), RecorderError> {
-        self.rec.flush()
-    }
-
-    /// What recording waited for its output and dropped so far.
-    pub fn queue_stats(&self) -> QueueStats {
-        self.rec.queue_stats()
-    }
-
-    /// Writes the kept window of a bounded recording, joined into one
-    /// trace, to `path`, or by default beside the trace, numbered
-    /// (`serve-dump-1.vtrace`). See [`RecorderOptions::keep_last`].
-    pub fn dump(&self, path: Option<&Path>) -> Result<DumpSummary, RecorderError> {
-        self.rec.dump(path)
     }
 
     /// Ends the trace: writes the remaining events and the footer. Events

@@ -526,18 +526,6 @@ impl<B: EventBuffer> Recording<B> {
     }
 }
 
-/// What a [`PhaseGuard`](super::PhaseGuard) ends its phase through, whatever
-/// the recording's subject.
-pub(crate) trait EndPhase {
-    fn end_phase(&self, name: StringId, thread: u32) -> bool;
-}
-
-impl<B: EventBuffer> EndPhase for Recording<B> {
-    fn end_phase(&self, name: StringId, thread: u32) -> bool {
-        Recording::end_phase(self, name, thread)
-    }
-}
-
 impl Log {
     fn intern(&mut self, s: &str) -> StringId {
         if s.is_empty() {

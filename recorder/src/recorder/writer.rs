@@ -83,7 +83,7 @@ pub(crate) struct Backlog {
 }
 
 /// How a recording kept up with its output: what the program waited and
-/// what it lost. See [`Recorder::queue_stats`](super::Recorder::queue_stats).
+/// what it lost. See [`Trace::queue_stats`](super::Trace::queue_stats).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueStats {
     /// Events dropped because the output could not keep up.
