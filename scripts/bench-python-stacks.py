@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What observer mode's Python stacks cost the allocating thread, without a
-GPU or PyTorch (docs/performance.md, "Recording as cheap as PyTorch's own
+GPU or PyTorch (docs/performance-history.md, "Recording as cheap as PyTorch's own
 hook"): the library's sink is fed alloc, free_requested and free_completed
 as PyTorch's tracker feeds the shim, at Python depths of 4, 22 and 40
 frames, with `stacks=python` and with `stacks=none`; the figure is the

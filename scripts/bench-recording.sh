@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every comparison of issue #31 in one run on a GPU machine, alternating,
-# with the table written to OUT/table.md (docs/performance.md, "Recording
+# with the table written to OUT/table.md (docs/performance-history.md, "Recording
 # as cheap as PyTorch's own hook"):
 #
 # - pairs: observer mode's cost per `torch.empty` + free pair at Python

@@ -1,5 +1,5 @@
 // What a time-stamp counter read costs on this machine, with and without a
-// lock's atomic instructions around it (docs/performance.md, recorder section,
+// lock's atomic instructions around it (docs/performance-history.md, recorder section,
 // fifth session). The recorder reads the counter once per allocator call; on
 // the KVM hosts we measured, the read costs 1 to 30 ns on its own but 20 to 60 ns
 // once a locked instruction follows it closely, which is why the recorder's

@@ -281,7 +281,7 @@ fn the_explorer_zooms_shows_stacks_and_the_allocator_state() {
 /// The explorer on a large report (`VRAMTRACE_BIG_REPORT=path`, made from
 /// `analyzer/benches/make_big_snapshot.py`): its first paint, and that any
 /// 1,000-event window shows allocations one by one. Run by hand: see
-/// docs/performance.md.
+/// docs/performance-history.md, "The report's explorer".
 #[test]
 #[ignore = "needs a large report: VRAMTRACE_BIG_REPORT=path"]
 fn a_large_report_paints_fast_and_shows_allocations_in_any_small_window() {

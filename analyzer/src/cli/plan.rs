@@ -68,7 +68,7 @@ pub struct Args {
     #[command(flatten)]
     text: TextArgs,
     /// Print how long reading, fitting and simulating took on stderr (for
-    /// docs/performance.md).
+    /// docs/performance-history.md).
     #[arg(long, hide = true)]
     timing: bool,
 }

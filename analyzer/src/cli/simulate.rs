@@ -65,7 +65,7 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE.svg")]
     output: Option<PathBuf>,
     /// Print how long reading and simulating took on stderr (for
-    /// docs/performance.md).
+    /// docs/performance-history.md).
     #[arg(long, hide = true)]
     timing: bool,
 }

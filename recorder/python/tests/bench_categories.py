@@ -1,5 +1,5 @@
 """What the categories walker costs a GPT-2 step, part by part (see
-docs/performance.md, "Categories").
+docs/performance-history.md, "Categories").
 
     PYTHONPATH=recorder/python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
         python3 recorder/python/tests/bench_categories.py

@@ -1,4 +1,4 @@
-"""Recording overhead on a GPU (see docs/performance.md, "Recording overhead
+"""Recording overhead on a GPU (see docs/performance-history.md, "Recording overhead
 on a GPU"): one command, every configuration in its own process.
 
     VRAMTRACE_LIB=$PWD/libvramtrace_recorder.so PYTHONPATH=$PWD/python \

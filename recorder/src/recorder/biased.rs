@@ -7,7 +7,7 @@
 //! that releases it), which are cheap on their own but wait for every earlier
 //! instruction, the time-stamp counter read among them: on the KVM hosts we
 //! measured, a `RDTSC` costs 1 to 30 ns with no locked instruction near it and
-//! 20 to 60 ns with one (`docs/performance.md`, recorder section). Two of
+//! 20 to 60 ns with one (`docs/performance-history.md`, recorder section). Two of
 //! each per pair took most of the recording budget.
 //!
 //! How: once one thread has taken the lock [`BIAS_AFTER`] times in a row, the
