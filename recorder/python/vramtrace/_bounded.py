@@ -5,7 +5,7 @@ The recorder keeps each trace as a ring of parts beside it
 (``TRACE.ring/``), deletes the oldest past the bound, and joins what is
 left into ``TRACE`` at the end; a dump joins the parts kept so far into a
 trace of its own, which starts mid-run with the allocator's state then, so
-its peaks are exact (docs/recording.md, "Bounded recording").
+its peaks are exact (docs/keep-last.md).
 """
 
 import ctypes
