@@ -126,6 +126,19 @@ pub struct BlockState {
     pub stack: StackId,
 }
 
+impl BlockState {
+    /// A free block: cached, its request and stack none.
+    pub fn free(addr: u64, size: u64) -> Self {
+        BlockState {
+            addr,
+            size,
+            requested: 0,
+            status: BlockStatus::Free,
+            stack: StackId::NONE,
+        }
+    }
+}
+
 /// The state of a block.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]

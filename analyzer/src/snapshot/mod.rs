@@ -798,7 +798,7 @@ impl ParsedSnapshot {
                 let mut at = seg.addr;
                 for &(addr, b) in &seg.blocks {
                     if addr > at {
-                        seg_blocks.push(free_block(at, addr - at));
+                        seg_blocks.push(BlockState::free(at, addr - at));
                     }
                     seg_blocks.push(BlockState {
                         addr,
@@ -812,7 +812,7 @@ impl ParsedSnapshot {
                 }
                 let end = seg.addr.saturating_add(seg.size);
                 if at < end {
-                    seg_blocks.push(free_block(at, end - at));
+                    seg_blocks.push(BlockState::free(at, end - at));
                 }
                 let segment = SegmentState {
                     device: d as u32,
@@ -927,16 +927,6 @@ impl ParsedSnapshot {
             tx.push(event)?;
         }
         Ok(())
-    }
-}
-
-fn free_block(addr: u64, size: u64) -> BlockState {
-    BlockState {
-        addr,
-        size,
-        requested: 0,
-        status: BlockStatus::Free,
-        stack: StackId::NONE,
     }
 }
 

@@ -222,7 +222,7 @@ impl LiveState {
                     continue;
                 }
                 if b_addr > at {
-                    blocks.push(free_block(at, b_addr - at));
+                    blocks.push(BlockState::free(at, b_addr - at));
                 }
                 let size = b.size.min(r.end - b_addr);
                 blocks.push(BlockState {
@@ -239,7 +239,7 @@ impl LiveState {
                 at = b_addr + size;
             }
             if at < r.end {
-                blocks.push(free_block(at, r.end - at));
+                blocks.push(BlockState::free(at, r.end - at));
             }
             segments.push(SegmentState {
                 device,
@@ -290,16 +290,6 @@ impl LiveState {
         tags.sort_unstable_by_key(|t| (t.device, t.addr));
         events.extend(tags.into_iter().map(|t| at(EventData::Tag(t))));
         events
-    }
-}
-
-fn free_block(addr: u64, size: u64) -> BlockState {
-    BlockState {
-        addr,
-        size,
-        requested: 0,
-        status: BlockStatus::Free,
-        stack: StackId::NONE,
     }
 }
 

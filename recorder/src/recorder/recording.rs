@@ -34,7 +34,7 @@ use crate::format::{
 };
 use rustc_hash::FxHashMap;
 use std::io::Write;
-use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -445,23 +445,8 @@ impl<B: EventBuffer> Recording<B> {
     /// Writes everything recorded so far to the output and flushes it; waits
     /// for the writer thread (without holding the lock).
     pub fn flush(&self) -> Result<(), RecorderError> {
-        let tx = {
-            let mut g = self.lock();
-            let Inner { subject, log } = &mut *g;
-            log.handoff(subject.events(), true);
-            log.tx.clone()
-        };
-        let tx = tx.ok_or(RecorderError::Finished)?;
-        let (ack_tx, ack_rx) = sync_channel(1);
-        tx.send(Msg::Sync(ack_tx))
-            .map_err(|_| RecorderError::WriterStopped("the writer thread is gone".into()))?;
-        match ack_rx.recv() {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(RecorderError::WriterStopped(e)),
-            Err(_) => Err(RecorderError::WriterStopped(
-                "the writer thread is gone".into(),
-            )),
-        }
+        self.ask_writer(Msg::Sync)?
+            .map_err(RecorderError::WriterStopped)
     }
 
     /// Writes the kept window of a bounded recording, joined into one
@@ -469,6 +454,18 @@ impl<B: EventBuffer> Recording<B> {
     /// so far that the bound keeps. Waits for it (without holding the
     /// lock; the recording goes on).
     pub fn dump(&self, path: Option<&std::path::Path>) -> Result<DumpSummary, RecorderError> {
+        self.ask_writer(|reply| Msg::Dump(path.map(|p| p.to_path_buf()), reply))?
+            .map_err(RecorderError::Dump)
+    }
+
+    /// Hands the buffer over (to be flushed), sends the writer thread the
+    /// message `ask` makes around a reply channel, and waits for the reply,
+    /// which comes once everything before the message is written.
+    fn ask_writer<T>(
+        &self,
+        ask: impl FnOnce(SyncSender<Result<T, String>>) -> Msg,
+    ) -> Result<Result<T, String>, RecorderError> {
+        let gone = || RecorderError::WriterStopped("the writer thread is gone".into());
         let tx = {
             let mut g = self.lock();
             let Inner { subject, log } = &mut *g;
@@ -476,16 +473,9 @@ impl<B: EventBuffer> Recording<B> {
             log.tx.clone()
         };
         let tx = tx.ok_or(RecorderError::Finished)?;
-        let (done_tx, done_rx) = sync_channel(1);
-        tx.send(Msg::Dump(path.map(|p| p.to_path_buf()), done_tx))
-            .map_err(|_| RecorderError::WriterStopped("the writer thread is gone".into()))?;
-        match done_rx.recv() {
-            Ok(Ok(summary)) => Ok(summary),
-            Ok(Err(e)) => Err(RecorderError::Dump(e)),
-            Err(_) => Err(RecorderError::WriterStopped(
-                "the writer thread is gone".into(),
-            )),
-        }
+        let (reply_tx, reply_rx) = sync_channel(1);
+        tx.send(ask(reply_tx)).map_err(|_| gone())?;
+        reply_rx.recv().map_err(|_| gone())
     }
 
     /// Ends the recording: hands over the last events, runs `close` on the
