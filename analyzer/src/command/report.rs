@@ -6,7 +6,6 @@
 use super::compare::measure;
 use super::{Replay, ReplayOptions, Warning, file_name};
 use crate::Error;
-use crate::analysis::Analysis;
 use crate::analysis::compare::{CompareOptions, Comparison, RunFigures, compare};
 use crate::analysis::explorer::{Explorer, ExplorerAnalysis, ExplorerOptions};
 use crate::analysis::fragmentation::{Fragmentation, FragmentationReport};
@@ -17,6 +16,7 @@ use crate::analysis::phase_totals::PhaseTotals;
 use crate::analysis::site_totals::SiteTotals;
 use crate::analysis::summary::{Summary, SummaryReport};
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
+use crate::analysis::{Analysis, AnalysisSet};
 use crate::input::Input;
 use crate::progress::Progress;
 use crate::simulate::fixes::FixesTried;
@@ -155,28 +155,28 @@ pub fn report(
     let what_if_runs = options.what_if && replay.window().is_all();
     let make = |device: u32| {
         let recorded_capacity = crate::simulate::device_capacity(&header_devices, device);
-        (
+        ReportAnalyses {
             // A comparison matches every site at the peak, so with a
             // baseline the summary keeps them all and the report's tables
             // take the top ones.
-            Summary::new(if baseline.is_some() {
+            summary: Summary::new(if baseline.is_some() {
                 usize::MAX
             } else {
                 options.top
             }),
-            Fragmentation::new(CHART_BUCKETS),
-            Leaks::new(),
-            TimelineAnalysis::new(TimelineOptions {
+            fragmentation: Fragmentation::new(CHART_BUCKETS),
+            leaks: Leaks::new(),
+            timeline: TimelineAnalysis::new(TimelineOptions {
                 group_by: GroupBy::Site,
                 top: options.top,
                 ..TimelineOptions::default()
             }),
-            TimelineAnalysis::new(TimelineOptions {
+            category_timeline: TimelineAnalysis::new(TimelineOptions {
                 group_by: GroupBy::Category,
                 ..TimelineOptions::default()
             }),
-            ExplorerAnalysis::new(options.explorer),
-            what_if_runs.then(|| BoundedRequests {
+            explorer: ExplorerAnalysis::new(options.explorer),
+            requests: what_if_runs.then(|| BoundedRequests {
                 extractor: RequestExtractor::new(recorded_capacity),
                 events: 0,
                 over: false,
@@ -185,9 +185,9 @@ pub fn report(
                 list: None,
                 fixes: None,
             }),
-            baseline.is_some().then(SiteTotals::new),
-            baseline.is_some().then(PhaseTotals::new),
-        )
+            site_totals: baseline.is_some().then(SiteTotals::new),
+            phase_totals: baseline.is_some().then(PhaseTotals::new),
+        }
     };
     // The baseline replays on its own thread while this run does.
     let (passes, base) = rayon::join(
@@ -220,7 +220,7 @@ pub fn report(
             seen: Vec::new(),
         });
     };
-    let (
+    let ReportAnalyses {
         summary,
         fragmentation,
         leaks,
@@ -230,7 +230,7 @@ pub fn report(
         requests,
         site_totals,
         phase_totals,
-    ) = analyses;
+    } = analyses;
     let recorded_capacity = crate::simulate::device_capacity(&header_devices, shown_peaks.device);
     let base = base.map(|base| {
         let index = base
@@ -384,6 +384,38 @@ fn drawn(mut t: Timeline, summary: &SummaryReport, card: Option<u64>) -> Timelin
             .any(|o| o.survived && o.time_ns == p.time_ns && o.requested_bytes == p.bytes)
     });
     t
+}
+
+/// The analyses of a report's one pass over a device.
+struct ReportAnalyses {
+    summary: Summary,
+    fragmentation: Fragmentation,
+    leaks: Leaks,
+    /// Memory over time by site, and by category.
+    timeline: TimelineAnalysis,
+    category_timeline: TimelineAnalysis,
+    explorer: ExplorerAnalysis,
+    /// The what-if section's requests (none for a window, or without it).
+    requests: Option<BoundedRequests>,
+    /// With a baseline, the totals a comparison matches sites and phases by.
+    site_totals: Option<SiteTotals>,
+    phase_totals: Option<PhaseTotals>,
+}
+
+impl AnalysisSet for ReportAnalyses {
+    fn with<R>(&mut self, f: impl FnOnce(&mut [&mut dyn Analysis]) -> R) -> R {
+        f(&mut [
+            &mut self.summary,
+            &mut self.fragmentation,
+            &mut self.leaks,
+            &mut self.timeline,
+            &mut self.category_timeline,
+            &mut self.explorer,
+            &mut self.requests,
+            &mut self.site_totals,
+            &mut self.phase_totals,
+        ])
+    }
 }
 
 /// The request extractor, given up (its requests dropped) past
