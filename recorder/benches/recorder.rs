@@ -27,8 +27,9 @@ mod common;
 
 use common::{LIVE, STEPS, allocator, workload};
 use criterion::measurement::{Measurement, ValueFormatter};
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Bencher, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
+use vramtrace_recorder::device::SimulatedDevice;
 use vramtrace_recorder::recorder::{KeepLast, Recorder, RecorderOptions, StackMode};
 
 /// Runs `f` `depth` calls deeper than the caller, so stacks have frames to walk.
@@ -165,16 +166,7 @@ fn pairs<M: Measurement>(c: &mut Criterion<M>, name: &str) {
                 ..RecorderOptions::default()
             };
             let r = Recorder::new(allocator(), std::io::sink(), options).unwrap();
-            let mut live: Vec<u64> = (0..LIVE).map(|_| r.malloc(512, 0).unwrap().addr).collect();
-            let mut i = 0;
-            deep(40, &mut || {
-                b.iter(|| {
-                    let (slot, size) = steps[i % STEPS];
-                    i += 1;
-                    r.free(live[slot]).unwrap();
-                    live[slot] = r.malloc(size, 0).unwrap().addr;
-                })
-            });
+            deep(40, &mut || recorded_pairs(b, &r, &steps));
             r.finish().unwrap();
         });
     }
@@ -196,19 +188,29 @@ fn pairs<M: Measurement>(c: &mut Criterion<M>, name: &str) {
                 ..RecorderOptions::default()
             };
             let r = Recorder::create(&path, allocator(), options).unwrap();
-            let mut live: Vec<u64> = (0..LIVE).map(|_| r.malloc(512, 0).unwrap().addr).collect();
-            let mut i = 0;
-            b.iter(|| {
-                let (slot, size) = steps[i % STEPS];
-                i += 1;
-                r.free(live[slot]).unwrap();
-                live[slot] = r.malloc(size, 0).unwrap().addr;
-            });
+            recorded_pairs(b, &r, &steps);
             r.finish().unwrap();
             let _ = std::fs::remove_dir_all(&dir);
         });
     }
     group.finish();
+}
+
+/// Times alloc+free pairs through `r`: each of `steps` in turn frees one of
+/// 32 live blocks and allocates its replacement.
+fn recorded_pairs<M: Measurement>(
+    b: &mut Bencher<'_, M>,
+    r: &Recorder<SimulatedDevice>,
+    steps: &[(usize, u64)],
+) {
+    let mut live: Vec<u64> = (0..LIVE).map(|_| r.malloc(512, 0).unwrap().addr).collect();
+    let mut i = 0;
+    b.iter(|| {
+        let (slot, size) = steps[i % STEPS];
+        i += 1;
+        r.free(live[slot]).unwrap();
+        live[slot] = r.malloc(size, 0).unwrap().addr;
+    });
 }
 
 criterion_group!(wall_time, wall);
