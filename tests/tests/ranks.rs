@@ -116,3 +116,54 @@ fn equal_peaks_are_said_to_be_equal_not_a_rank_against_itself() {
     assert!(!page.contains("rank 0 to rank 0"), "the report's spread");
     assert!(page.contains("equal on every rank"));
 }
+
+#[test]
+fn a_set_tells_each_traces_warnings_once_in_rank_order() {
+    // Three ranks, two cut short, and a file of the folder that is no trace.
+    let dir = scratch("ranks-warnings");
+    let pattern = dir.join("run-%r.vtrace").display().to_string();
+    vramtrace(["synth", "--world-size", "3", "-o", &pattern]).success();
+    for rank in [2, 0] {
+        let trace = dir.join(format!("run-{rank}.vtrace"));
+        let bytes = std::fs::read(&trace).unwrap();
+        std::fs::write(&trace, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    }
+    std::fs::write(dir.join("notes.vtrace.txt"), b"not a trace").unwrap();
+    let set = dir.display().to_string();
+    let pass_warnings = |stderr: &str| -> Vec<String> {
+        stderr
+            .lines()
+            .filter(|l| l.contains("run-") && !l.contains("left out"))
+            .map(|l| l.split(".vtrace").next().unwrap_or_default().to_string())
+            .collect()
+    };
+    for command in [&["summary"][..], &["leaks"][..]] {
+        let run = vramtrace(command.iter().copied().chain([set.as_str()])).success();
+        let left_out: Vec<&str> = (run.stderr.lines())
+            .filter(|l| l.contains("left out of its folder's traces"))
+            .collect();
+        assert_eq!(left_out.len(), 1, "{}", run.stderr);
+        assert!(left_out[0].contains("notes.vtrace.txt"), "{}", run.stderr);
+        let told = pass_warnings(&run.stderr);
+        // Rank 0's, then rank 2's: each trace's, once.
+        assert!(!told.is_empty(), "{}", run.stderr);
+        assert!(told.iter().all(|w| !w.ends_with("run-1")), "{}", run.stderr);
+        let first_two = told.iter().position(|w| w.ends_with("run-2")).unwrap();
+        assert!(
+            told[..first_two].iter().all(|w| w.ends_with("run-0")),
+            "{}",
+            run.stderr
+        );
+        let mut each = told.clone();
+        each.dedup();
+        assert_eq!(each.len(), 2, "{}", run.stderr);
+    }
+    // The report: the rank pass tells them; the page's own pass repeats none.
+    let out = dir.join("report.html").display().to_string();
+    let run = vramtrace(["report", &set, "-o", &out]).success();
+    let mut lines: Vec<&str> = run.stderr.lines().filter(|l| l.contains("run-")).collect();
+    let all = lines.len();
+    lines.sort();
+    lines.dedup();
+    assert_eq!(lines.len(), all, "a warning told twice:\n{}", run.stderr);
+}

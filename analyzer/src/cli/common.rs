@@ -2,11 +2,13 @@
 //! and printing one result per input.
 
 use super::progress::Bars;
-use super::{emit, warn, write_file};
+use super::{emit, warn, warn_about, write_file};
 use std::path::{Path, PathBuf};
 use vramtrace::analysis::window::{BoundSpec, WindowSpec};
 use vramtrace::command::ranks::IN_FLIGHT;
+use vramtrace::command::ranks::set::{self, SetOptions, TraceWarnings};
 use vramtrace::command::{ByDevice, ReplayOptions};
+use vramtrace::input::folders::expand_folders;
 use vramtrace::input::{Input, InputOptions};
 use vramtrace::sites::{Attribution, FoldRules};
 
@@ -73,7 +75,8 @@ pub struct InputArgs {
 pub struct Expansion(Option<u64>);
 
 impl InputArgs {
-    fn options(&self) -> InputOptions {
+    /// The library's options.
+    pub fn options(&self) -> InputOptions {
         InputOptions {
             max_expansion: self.max_expansion.0,
         }
@@ -231,79 +234,41 @@ pub struct RankArgs {
     pub in_flight: u16,
 }
 
-/// The traces named on the command line: files as given, and each folder's
-/// traces and snapshots (names holding `.vtrace`, `.pickle` or `.pkl`, not
-/// hidden), sorted by name.
-pub fn expand_folders(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut traces = Vec::new();
-    for path in paths {
-        if !path.is_dir() {
-            traces.push(path.clone());
-            continue;
-        }
-        let mut inside: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| anyhow::anyhow!("cannot read the folder {}: {e}", path.display()))?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|p| {
-                let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
-                // Hidden files are left out: a write in progress (or one a
-                // kill left behind) is `.NAME.PID.tmp`.
-                p.is_file()
-                    && name.is_some_and(|n| {
-                        !n.starts_with('.')
-                            && (n.contains(".vtrace")
-                                || n.contains(".pickle")
-                                || n.contains(".pkl"))
-                    })
-            })
-            .collect();
-        if inside.is_empty() {
-            anyhow::bail!(
-                "the folder {} holds no trace (.vtrace) or snapshot (.pickle, .pkl)",
-                path.display()
-            );
-        }
-        inside.sort();
-        traces.extend(inside);
-    }
-    Ok(traces)
-}
-
-/// The traces named on the command line (see [`expand_folders`]), and
-/// whether they are a rank set: asked for (`--ranks`), or several whose
-/// headers say they are the ranks of one run (read alone: a snapshot is not
-/// parsed for this).
+/// The traces named on the command line (files, and each folder's traces),
+/// and whether they are a rank set: asked for (`--ranks`), or several whose
+/// headers say they are the ranks of one run. A folder's file that is no
+/// trace is left out with a warning.
 pub fn rank_inputs(
     paths: &[PathBuf],
     ranks: &RankArgs,
     input: &InputArgs,
 ) -> anyhow::Result<(Vec<PathBuf>, bool)> {
-    let traces = expand_folders(paths)?;
-    if traces.len() < 2 {
-        return Ok((traces, ranks.ranks));
+    let traces = set::resolve(paths, ranks.ranks, input.options())?;
+    for e in &traces.left_out {
+        warn(format_args!("{e}: left out of its folder's traces"));
     }
-    // A folder's file that is no trace at all (empty, another format) is
-    // left out with a warning, so that one bad file does not cost the
-    // others' table; a file named on the command line must be read.
-    let mut kept = Vec::with_capacity(traces.len());
-    let mut headers = Vec::with_capacity(traces.len());
-    for path in traces {
-        match Input::peek_header(&path, input.options()) {
-            Ok(header) => {
-                kept.push(path);
-                headers.push(header);
-            }
-            Err(e) if !paths.contains(&path) => {
-                warn(format_args!("{e}: left out of its folder's traces"))
-            }
-            Err(e) => return Err(e.into()),
+    Ok((traces.paths, traces.rank_set))
+}
+
+impl RankArgs {
+    /// How the library reads the set.
+    pub fn set_options(&self, input: &InputArgs) -> SetOptions {
+        SetOptions {
+            input: input.options(),
+            in_flight: self.in_flight.into(),
         }
     }
-    if kept.is_empty() {
-        anyhow::bail!("no file of the folders given could be read as a trace or snapshot");
+}
+
+/// Tells what each trace of a set told besides its result, once per trace,
+/// in the traces' order.
+pub fn warn_about_set(warnings: &[TraceWarnings]) {
+    for told in warnings {
+        for warning in &told.conversion {
+            warn(format_args!("{}: {warning}", told.path.display()));
+        }
+        warn_about(&told.path, &told.pass);
     }
-    let set = ranks.ranks || vramtrace::command::ranks::one_run(&headers);
-    Ok((kept, set))
 }
 
 /// The device a chart shows (see [`ByDevice::shown`]), and what its title

@@ -2,7 +2,7 @@
 //! by how much; a CI gate with `--fail-on`.
 
 use super::common::{
-    InputArgs, ReplayArgs, TextArgs, XArg, check_outputs, expand_folders, open, shown, x_axis,
+    InputArgs, ReplayArgs, TextArgs, XArg, check_outputs, open, shown, warn_about_set, x_axis,
 };
 use super::progress::Bars;
 use super::{warn_about, write_file};
@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use vramtrace::analysis::compare::{CompareOptions, Threshold, ThresholdError, parse_thresholds};
 use vramtrace::analysis::pauses::XAxis;
 use vramtrace::command::compare::{CompareCommandOptions, compare};
-use vramtrace::command::ranks::{self, IN_FLIGHT, RankResult, RankResults};
+use vramtrace::command::ranks::{self, IN_FLIGHT, set::SetOptions};
+use vramtrace::input::folders::expand_folders;
 use vramtrace::print::{self, svg::diff::AlignBy, svg::diff::DiffRun};
 use vramtrace::units;
 
@@ -191,35 +192,15 @@ fn rank_sets(args: &Args, options: &CompareCommandOptions) -> anyhow::Result<Exi
     }
     let base = expand_folders(std::slice::from_ref(&args.base))?;
     let new = expand_folders(std::slice::from_ref(&args.new))?;
-    let (ranks_from, pairs) = ranks::pair_ranks(&base, &new)?;
     let progress = Bars::new();
-    let compared = ranks::for_each_rank(&pairs, IN_FLIGHT, |(rank, b, n)| -> anyhow::Result<_> {
-        let (base, new) = (
-            open(b, &args.input, &progress)?,
-            open(n, &args.input, &progress)?,
-        );
-        let result = compare(&base, &new, options, &progress)?;
-        let mut rows = Vec::new();
-        for d in result.devices {
-            for (path, warning) in &d.result.warnings {
-                warn_about(path, std::slice::from_ref(warning));
-            }
-            // The charts' timelines are not kept: a set may have thousands.
-            let mut result = d.result;
-            result.base_timeline = Default::default();
-            result.new_timeline = Default::default();
-            rows.push(RankResult {
-                rank: *rank,
-                device: d.peaks.device,
-                result,
-            });
-        }
-        Ok(rows)
-    })?;
-    let set = RankResults {
-        ranks_from,
-        rows: compared.into_iter().flatten().collect(),
+    let set_options = SetOptions {
+        input: args.input.options(),
+        in_flight: IN_FLIGHT,
     };
+    let run = ranks::set::compare(&base, &new, &set_options, options, &progress)?;
+    drop(progress);
+    warn_about_set(&run.warnings);
+    let set = run.result;
     args.text.print(
         args.json,
         || print::json(&set),

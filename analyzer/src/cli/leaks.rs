@@ -1,12 +1,12 @@
 //! `vramtrace leaks`: memory retained by phases, growth across repetitions,
 //! and blocks never freed.
 
-use super::common::{CommonArgs, RankArgs, for_each_trace, open, rank_inputs, shown};
+use super::common::{CommonArgs, RankArgs, for_each_trace, rank_inputs, shown, warn_about_set};
 use super::progress::Bars;
 use super::{warn, warn_about, write_file};
 use std::process::ExitCode;
 use vramtrace::command::leaks::leaks;
-use vramtrace::command::ranks::{self, RankResults};
+use vramtrace::command::ranks;
 use vramtrace::print::{self, ChartError, svg::palette::Palette};
 
 /// Arguments of `vramtrace leaks`.
@@ -35,17 +35,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         // Each rank's leaks, read a few traces at a time.
         let progress = Bars::new();
-        let results = ranks::for_each_rank(
-            &traces,
-            args.ranks.in_flight.into(),
-            |path| -> anyhow::Result<_> {
-                let input = open(path, &args.common.input, &progress)?;
-                let result = leaks(&input, &options, &progress)?;
-                warn_about(path, &result.warnings);
-                Ok((path.clone(), result))
-            },
-        )?;
-        let set = RankResults::of(results);
+        let set_options = args.ranks.set_options(&args.common.input);
+        let run = ranks::set::leaks(&traces, &set_options, &options, &progress)?;
+        drop(progress);
+        warn_about_set(&run.warnings);
+        let set = run.result;
         args.common.text.print(
             args.common.json,
             || print::json(&set),

@@ -1,7 +1,9 @@
 //! `vramtrace report`: every analysis of a trace in one self-contained HTML
 //! page.
 
-use super::common::{InputArgs, RankArgs, ReplayArgs, check_outputs, open, rank_inputs};
+use super::common::{
+    InputArgs, RankArgs, ReplayArgs, check_outputs, open, rank_inputs, warn_about_set,
+};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
@@ -73,42 +75,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             traces.len()
         );
     }
-    let ranks = if set {
+    let (ranks, trace) = if set {
         if args.baseline.is_some() {
             anyhow::bail!("--baseline compares one trace: report one rank's trace to compare it");
         }
-        let measured = ranks::for_each_rank(
-            &traces,
-            args.ranks.in_flight.into(),
-            |path| -> anyhow::Result<_> {
-                let input = open(path, &args.input, &progress)?;
-                let measured = ranks::measure_rank_timeline(&input, &options.replay, &progress)?;
-                warn_about(path, &measured.0.warnings);
-                Ok(measured)
-            },
-        )?;
-        Some(measured)
+        let set_options = args.ranks.set_options(&args.input);
+        let run = ranks::set::report_section(&traces, &set_options, &options.replay, &progress)?;
+        warn_about_set(&run.warnings);
+        let (section, highest) = run.result;
+        (Some((section, run.warnings)), highest)
     } else {
-        None
-    };
-    // Each rank's warnings are told once, by the rank pass.
-    let warned: Vec<(PathBuf, Vec<Warning>)> = (ranks.iter().flatten())
-        .map(|(t, _)| (t.path.clone(), t.warnings.clone()))
-        .collect();
-    let ranks = ranks.map(ranks::ranks_section);
-    // The page is the highest rank's (the first of equals).
-    let trace = match &ranks {
-        Some(section) => section
-            .table
-            .allocated
-            .as_ref()
-            .and_then(|a| {
-                (section.table.rows.iter())
-                    .find(|r| r.rank == a.highest.rank && r.device == a.highest.device)
-            })
-            .map(|row| PathBuf::from(&row.path))
-            .unwrap_or_else(|| traces[0].clone()),
-        None => traces[0].clone(),
+        (None, traces[0].clone())
     };
     // Snapshots are parsed side by side, as the passes then run.
     let (input, baseline) = rayon::join(
@@ -122,10 +99,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let (input, baseline) = (input?, baseline?);
     let mut result = report(&input, baseline.as_ref(), &options, &progress)?;
+    // Each rank's warnings are told once, by the rank pass.
+    let (ranks, warned) = ranks.unzip();
     result.ranks = ranks;
-    let told = (warned.iter())
-        .find(|(path, _)| path == input.path())
-        .map_or(&[][..], |(_, w)| w.as_slice());
+    let told = (warned.iter().flatten())
+        .find(|told| told.path == input.path())
+        .map_or(&[][..], |told| told.pass.as_slice());
     let untold: Vec<Warning> = (result.warnings.iter())
         .filter(|w| !told.contains(w))
         .cloned()

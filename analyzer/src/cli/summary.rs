@@ -1,12 +1,10 @@
 //! `vramtrace summary`: the first thing to run on a trace, or the rank
 //! table of a distributed run's traces.
 
-use super::common::{CommonArgs, RankArgs, for_each_trace, open, rank_inputs};
+use super::common::{CommonArgs, RankArgs, for_each_trace, rank_inputs, warn_about_set};
 use super::progress::Bars;
 use super::warn_about;
-use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace::command::ReplayOptions;
 use vramtrace::command::ranks;
 use vramtrace::command::summary::{SummaryOptions, summary};
 use vramtrace::print;
@@ -38,11 +36,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let (traces, set) = rank_inputs(&args.common.traces, &args.ranks, &args.common.input)?;
     if set {
-        rank_table(
-            &args.common,
-            &options.replay,
-            &traces,
-            args.ranks.in_flight.into(),
+        let progress = Bars::new();
+        let set_options = args.ranks.set_options(&args.common.input);
+        let run = ranks::set::summary(&traces, &set_options, &options.replay, &progress)?;
+        drop(progress);
+        warn_about_set(&run.warnings);
+        let table = run.result;
+        args.common.text.print(
+            args.common.json,
+            || print::json(&table),
+            || print::text::ranks(&table),
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -58,26 +61,4 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         |result| print::text::by_device(result, |r| print::text::summary(r, full)),
     )?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The rank table of several traces, read `in_flight` at a time.
-fn rank_table(
-    common: &CommonArgs,
-    options: &ReplayOptions,
-    traces: &[PathBuf],
-    in_flight: usize,
-) -> anyhow::Result<()> {
-    let progress = Bars::new();
-    let measured = ranks::for_each_rank(traces, in_flight, |path| -> anyhow::Result<_> {
-        let input = open(path, &common.input, &progress)?;
-        let trace = ranks::measure_rank(&input, options, &progress)?;
-        warn_about(path, &trace.warnings);
-        Ok(trace)
-    })?;
-    let table = ranks::rank_table(&measured);
-    common.text.print(
-        common.json,
-        || print::json(&table),
-        || print::text::ranks(&table),
-    )
 }

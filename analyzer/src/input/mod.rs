@@ -9,6 +9,7 @@
 //! parsed pickle.
 
 mod file;
+pub mod folders;
 mod read_ahead;
 
 use crate::progress::{Progress, ProgressUnit, Work};
@@ -102,6 +103,24 @@ pub enum InputError {
         /// The input.
         path: PathBuf,
     },
+    /// A folder of traces could not be listed.
+    #[error("cannot read the folder {path}: {source}")]
+    Folder {
+        /// The folder.
+        path: PathBuf,
+        /// The failure.
+        #[source]
+        source: io::Error,
+    },
+    /// A folder holds no trace or snapshot.
+    #[error("the folder {path} holds no trace (.vtrace) or snapshot (.pickle, .pkl)")]
+    EmptyFolder {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// No file of the folders given is a trace or snapshot.
+    #[error("no file of the folders given could be read as a trace or snapshot")]
+    NoReadableTrace,
     /// The snapshot could not be imported.
     #[error("{path}: {source}")]
     Snapshot {

@@ -1,0 +1,275 @@
+//! A rank set, read: which traces a command was given and whether they are
+//! the ranks of one run ([`resolve`]), then each command's work on every
+//! rank, a few traces at a time ([`summary`], [`leaks`], [`compare`],
+//! [`report_section`]).
+//!
+//! Every function opens its own inputs, on the pool's threads, and returns
+//! its result with what each trace told besides ([`TraceWarnings`], in the
+//! traces' order), so the caller shows each warning once and nothing is
+//! printed from a worker thread.
+
+use super::{
+    RankResult, RankResults, RankTable, RankTrace, RanksSection, for_each_rank, measure_rank,
+    measure_rank_timeline, one_run, pair_ranks, rank_table, ranks_section,
+};
+use crate::Error;
+use crate::command::compare::{CompareCommandOptions, CompareResult};
+use crate::command::leaks::LeaksResult;
+use crate::command::{ReplayOptions, Warning};
+use crate::input::folders::expand_folders;
+use crate::input::{Input, InputError, InputOptions};
+use crate::progress::Progress;
+use std::path::{Path, PathBuf};
+
+/// The traces a command was given, resolved.
+#[derive(Debug)]
+pub struct Traces {
+    /// Files as named, and each folder's traces (sorted by name), less those
+    /// left out.
+    pub paths: Vec<PathBuf>,
+    /// Whether they are the ranks of one run: asked for, or several traces
+    /// whose headers say so.
+    pub rank_set: bool,
+    /// Files of the folders given that are no trace at all (empty, another
+    /// format), left out so that one bad file does not cost the others'
+    /// table, with why.
+    pub left_out: Vec<InputError>,
+}
+
+/// The traces named (files, and each folder's traces; see
+/// [`expand_folders`]), and whether they are a rank set: `asked`, or
+/// several whose headers say they are the ranks of one run ([`one_run`];
+/// headers are read alone, a snapshot is not parsed for this). A file
+/// named itself must be readable; a folder's file that is not is left out.
+pub fn resolve(paths: &[PathBuf], asked: bool, options: InputOptions) -> Result<Traces, Error> {
+    let traces = expand_folders(paths)?;
+    if traces.len() < 2 {
+        return Ok(Traces {
+            paths: traces,
+            rank_set: asked,
+            left_out: Vec::new(),
+        });
+    }
+    let mut kept = Vec::with_capacity(traces.len());
+    let mut headers = Vec::with_capacity(traces.len());
+    let mut left_out = Vec::new();
+    for path in traces {
+        match Input::peek_header(&path, options) {
+            Ok(header) => {
+                kept.push(path);
+                headers.push(header);
+            }
+            Err(e) if !paths.contains(&path) => left_out.push(e),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if kept.is_empty() {
+        return Err(InputError::NoReadableTrace.into());
+    }
+    Ok(Traces {
+        rank_set: asked || one_run(&headers),
+        paths: kept,
+        left_out,
+    })
+}
+
+/// How a rank set's traces are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetOptions {
+    /// How each trace is opened.
+    pub input: InputOptions,
+    /// How many traces are read at once (at least one), which bounds memory:
+    /// each holds its replay state and a batch of decoded chunks.
+    pub in_flight: usize,
+}
+
+impl Default for SetOptions {
+    fn default() -> Self {
+        SetOptions {
+            input: InputOptions::default(),
+            in_flight: super::IN_FLIGHT,
+        }
+    }
+}
+
+/// What one trace of a set told besides its result.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceWarnings {
+    /// The trace.
+    pub path: PathBuf,
+    /// What converting it found (a PyTorch snapshot's import report).
+    pub conversion: Vec<String>,
+    /// What its pass found.
+    pub pass: Vec<Warning>,
+}
+
+/// A command's result on a rank set, and each trace's warnings, in the
+/// traces' order (those with none left out).
+#[derive(Clone, Debug)]
+pub struct SetRun<T> {
+    /// The result.
+    pub result: T,
+    /// What the traces told besides.
+    pub warnings: Vec<TraceWarnings>,
+}
+
+/// Opens one trace of a set, and starts its warnings with what its
+/// conversion found.
+fn open(
+    path: &Path,
+    options: &SetOptions,
+    progress: &dyn Progress,
+) -> Result<(Input, TraceWarnings), Error> {
+    let input = Input::open_with(path, options.input, progress)?;
+    let conversion = input
+        .import_report()
+        .map(|report| report.warnings.clone())
+        .unwrap_or_default();
+    Ok((
+        input,
+        TraceWarnings {
+            path: path.to_owned(),
+            conversion,
+            pass: Vec::new(),
+        },
+    ))
+}
+
+/// Runs `each` on every path of the set, `in_flight` at a time, and splits
+/// what it returns into the results and the warnings (in the paths' order).
+fn run_set<I: Sync, T: Send>(
+    items: &[I],
+    options: &SetOptions,
+    each: impl Fn(&I) -> Result<(T, Vec<TraceWarnings>), Error> + Sync,
+) -> Result<(Vec<T>, Vec<TraceWarnings>), Error> {
+    let done = for_each_rank(items, options.in_flight, each)?;
+    let mut results = Vec::with_capacity(done.len());
+    let mut warnings = Vec::new();
+    for (result, told) in done {
+        results.push(result);
+        warnings.extend(
+            told.into_iter()
+                .filter(|w| !w.conversion.is_empty() || !w.pass.is_empty()),
+        );
+    }
+    Ok((results, warnings))
+}
+
+/// The rank table of a set: each trace replayed for its peaks alone, each
+/// device apart.
+pub fn summary(
+    paths: &[PathBuf],
+    options: &SetOptions,
+    replay: &ReplayOptions,
+    progress: &dyn Progress,
+) -> Result<SetRun<RankTable>, Error> {
+    let (measured, warnings) = run_set(paths, options, |path| {
+        let (input, mut told) = open(path, options, progress)?;
+        let trace: RankTrace = measure_rank(&input, replay, progress)?;
+        told.pass.clone_from(&trace.warnings);
+        Ok((trace, vec![told]))
+    })?;
+    Ok(SetRun {
+        result: rank_table(&measured),
+        warnings,
+    })
+}
+
+/// Every rank's leaks, on each of its devices.
+pub fn leaks(
+    paths: &[PathBuf],
+    options: &SetOptions,
+    replay: &ReplayOptions,
+    progress: &dyn Progress,
+) -> Result<SetRun<RankResults<LeaksResult>>, Error> {
+    let (results, warnings) = run_set(paths, options, |path| {
+        let (input, mut told) = open(path, options, progress)?;
+        let result = crate::command::leaks::leaks(&input, replay, progress)?;
+        told.pass.clone_from(&result.warnings);
+        Ok(((path.clone(), result), vec![told]))
+    })?;
+    Ok(SetRun {
+        result: RankResults::of(results),
+        warnings,
+    })
+}
+
+/// Two rank sets compared rank by rank (paired by [`pair_ranks`]): rank i of
+/// `new` against rank i of `base`, on each device. The charts' timelines are
+/// not kept: a set may have thousands of ranks.
+pub fn compare(
+    base: &[PathBuf],
+    new: &[PathBuf],
+    options: &SetOptions,
+    compare: &CompareCommandOptions,
+    progress: &dyn Progress,
+) -> Result<SetRun<RankResults<CompareResult>>, Error> {
+    let (ranks_from, pairs) = pair_ranks(base, new)?;
+    let (rows, warnings) = run_set(&pairs, options, |(rank, b, n)| {
+        let (base, mut base_told) = open(b, options, progress)?;
+        let (new, mut new_told) = open(n, options, progress)?;
+        let result = crate::command::compare::compare(&base, &new, compare, progress)?;
+        let mut rows = Vec::with_capacity(result.devices.len());
+        for d in result.devices {
+            let mut result = d.result;
+            for (path, warning) in std::mem::take(&mut result.warnings) {
+                let told = if path == b.as_path() {
+                    &mut base_told
+                } else {
+                    &mut new_told
+                };
+                if !told.pass.contains(&warning) {
+                    told.pass.push(warning);
+                }
+            }
+            result.base_timeline = Default::default();
+            result.new_timeline = Default::default();
+            rows.push(RankResult {
+                rank: *rank,
+                device: d.peaks.device,
+                result,
+            });
+        }
+        Ok((rows, vec![base_told, new_told]))
+    })?;
+    Ok(SetRun {
+        result: RankResults {
+            ranks_from,
+            rows: rows.into_iter().flatten().collect(),
+        },
+        warnings,
+    })
+}
+
+/// A report's section on a rank set (the rank table, and each rank's memory
+/// over time), and the trace the report is of: the highest allocated peak's
+/// (the first of equals).
+pub fn report_section(
+    paths: &[PathBuf],
+    options: &SetOptions,
+    replay: &ReplayOptions,
+    progress: &dyn Progress,
+) -> Result<SetRun<(RanksSection, PathBuf)>, Error> {
+    let (measured, warnings) = run_set(paths, options, |path| {
+        let (input, mut told) = open(path, options, progress)?;
+        let measured = measure_rank_timeline(&input, replay, progress)?;
+        told.pass.clone_from(&measured.0.warnings);
+        Ok((measured, vec![told]))
+    })?;
+    let section = ranks_section(measured);
+    let highest = section
+        .table
+        .allocated
+        .as_ref()
+        .and_then(|a| {
+            (section.table.rows.iter())
+                .find(|r| r.rank == a.highest.rank && r.device == a.highest.device)
+        })
+        .map(|row| PathBuf::from(&row.path))
+        .or_else(|| paths.first().cloned())
+        .unwrap_or_default();
+    Ok(SetRun {
+        result: (section, highest),
+        warnings,
+    })
+}
