@@ -45,6 +45,39 @@ pub fn binary() -> &'static Path {
     })
 }
 
+/// A command's JSON with one device's result at the top: a document of one
+/// device (`{schema_version, rank, warnings, devices, by_device: [one]}`) as
+/// that device's result, with the document's `schema_version`, `rank` and
+/// `warnings` beside its fields (as the Python package's
+/// `vramtrace.one_device` reads it); any other document as it is. An array
+/// of documents, each so.
+pub fn one_device(json: serde_json::Value) -> serde_json::Value {
+    fn one(document: serde_json::Value) -> serde_json::Value {
+        let serde_json::Value::Object(fields) = &document else {
+            return document;
+        };
+        let Some(serde_json::Value::Array(by_device)) = fields.get("by_device") else {
+            return document;
+        };
+        let [serde_json::Value::Object(result)] = by_device.as_slice() else {
+            return document;
+        };
+        let mut result = result.clone();
+        for key in ["schema_version", "rank", "warnings"] {
+            if let Some(value) = fields.get(key) {
+                result.entry(key).or_insert_with(|| value.clone());
+            }
+        }
+        serde_json::Value::Object(result)
+    }
+    match json {
+        serde_json::Value::Array(documents) => {
+            serde_json::Value::Array(documents.into_iter().map(one).collect())
+        }
+        document => one(document),
+    }
+}
+
 /// The result of one run of the binary.
 #[derive(Debug)]
 pub struct Run {
@@ -61,6 +94,11 @@ impl Run {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+
+    /// The JSON printed on stdout, read by [`one_device`].
+    pub fn result(&self) -> serde_json::Value {
+        one_device(self.json())
     }
 
     /// Asserts exit code 0 and returns self.

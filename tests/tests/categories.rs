@@ -33,7 +33,7 @@ fn bytes_of(rows: &[(String, u64, u64)], category: &str) -> u64 {
 fn summary(path: &std::path::Path) -> serde_json::Value {
     vramtrace(["summary", &path.display().to_string(), "--json"])
         .success()
-        .json()
+        .result()
 }
 
 /// Within `tolerance` (a fraction) of `want`.
@@ -133,7 +133,7 @@ fn every_command_shows_categories() {
     let leak = fixture("leak.vtrace").display().to_string();
     let clean = fixture("clean.vtrace").display().to_string();
     // leaks: what grows.
-    let leaks = vramtrace(["leaks", &leak, "--json"]).success().json();
+    let leaks = vramtrace(["leaks", &leak, "--json"]).success().result();
     assert_eq!(leaks["leaks"][0]["category"], "other");
     // compare: what changed, by category.
     let compare = vramtrace(["compare", &clean, &leak]).success().stdout;
@@ -143,7 +143,7 @@ fn every_command_shows_categories() {
     );
     let json = vramtrace(["compare", &clean, &leak, "--json"])
         .success()
-        .json();
+        .result();
     let at_end = json["categories"]["at_end"].as_array().unwrap();
     let other = at_end.iter().find(|d| d["category"] == "other").unwrap();
     assert_eq!(
@@ -153,7 +153,7 @@ fn every_command_shows_categories() {
     // timeline: areas by category, each sample's adding up to it.
     let t = vramtrace(["timeline", &leak, "--by", "category", "--json"])
         .success()
-        .json();
+        .result();
     assert_eq!(t["grouped_by"], "category");
     let names: Vec<&str> = t["categories"]
         .as_array()
@@ -216,7 +216,7 @@ fn every_command_shows_categories() {
     );
     let json = vramtrace(["summary", &ranks.display().to_string(), "--json"])
         .success()
-        .json();
+        .result();
     let row = &json["rows"][0]["categories_at_peak"];
     assert!(
         row.as_array().is_some_and(|r| r.len() == Category::COUNT),

@@ -90,7 +90,7 @@ fn the_timeline_as_json_has_samples_and_categories() {
     let trace = fixture("clean.vtrace");
     let v = vramtrace(["timeline".as_ref(), trace.as_os_str(), "--json".as_ref()])
         .success()
-        .json();
+        .result();
     let samples = v["samples"].as_array().unwrap();
     assert!(samples.len() > 100, "{}", samples.len());
     let categories = v["categories"].as_array().unwrap().len();
@@ -514,7 +514,7 @@ fn a_snapshots_table_and_charts_default_to_busy_time_with_no_empty_row() {
             args.push("--x".as_ref());
             args.push(x.as_ref());
         }
-        vramtrace(args).success().json()
+        vramtrace(args).success().result()
     };
     // On wall-clock time, the snapshot's pauses leave rows without events.
     let time = table(Some("time"));

@@ -98,7 +98,7 @@ fn json(out: &Output) -> serde_json::Value {
         "failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("valid JSON")
+    vramtrace_e2e::one_device(serde_json::from_slice(&out.stdout).expect("valid JSON"))
 }
 
 #[test]
@@ -280,7 +280,19 @@ fn a_truncated_trace_is_analyzed_with_a_warning() {
         "{err}"
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v["events"].as_u64().unwrap() > 0);
+    assert!(v["by_device"][0]["events"].as_u64().unwrap() > 0);
+    // The JSON tells the warning too, once, with its input and a kind to
+    // match on.
+    let warnings = v["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{v:#}");
+    assert_eq!(warnings[0]["kind"], "truncated");
+    assert_eq!(warnings[0]["path"], cut.to_str().unwrap());
+    assert!(
+        warnings[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cut short")
+    );
 }
 
 #[test]

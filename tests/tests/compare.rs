@@ -20,7 +20,7 @@ fn a_trace_against_itself_changes_nothing() {
         "peak_allocated:+0%,leak:+0,ooms:+0,duration:+0",
     ])
     .success();
-    let json = run.json();
+    let json = run.result();
     for m in json["headline"].as_array().unwrap() {
         assert_eq!(m["delta"], 0, "{m}");
     }
@@ -47,7 +47,7 @@ fn the_leak_site_comes_first_and_trips_the_gate() {
 
     let json = vramtrace(["compare", &clean, &leak, "--json"])
         .success()
-        .json();
+        .result();
     let first_positive = json["sites"]
         .as_array()
         .unwrap()
@@ -76,7 +76,7 @@ fn the_leak_site_comes_first_and_trips_the_gate() {
         "peak_allocated:+5%",
     ])
     .success();
-    assert_eq!(run.json()["gate"]["passed"], true);
+    assert_eq!(run.result()["gate"]["passed"], true);
 
     let run = vramtrace([
         "compare",
@@ -88,7 +88,7 @@ fn the_leak_site_comes_first_and_trips_the_gate() {
     ]);
     assert_eq!(run.code, Some(1));
     assert_eq!(
-        run.json()["gate"]["failed"],
+        run.result()["gate"]["failed"],
         serde_json::json!(["leak:+1MiB", "peak_allocated:+1%"])
     );
     assert!(run.stderr.contains("threshold crossed: leak:+1MiB"));
@@ -126,7 +126,7 @@ fn real_snapshots_compare_in_any_mix() {
         assert!(run.stdout.contains("sites (matched by"));
         let json = vramtrace(["compare", &path(pair[0]), &path(pair[1]), "--json"])
             .success()
-            .json();
+            .result();
         assert!(!json["sites"].as_array().unwrap().is_empty());
     }
     // A trace against a snapshot, lines ignored.

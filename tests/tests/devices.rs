@@ -53,7 +53,13 @@ fn each_device_is_summarized_apart_under_a_table_of_devices() {
     let peak = |i: usize| devices[i]["peak_allocated"]["bytes"].as_u64().unwrap();
     assert!(peak(1) > peak(0), "{} {}", peak(0), peak(1));
     let one = json(&["summary", "--json", &fixture("leak.vtrace")]);
-    assert!(peak(0) < one["peak_allocated_bytes"].as_u64().unwrap() * 2);
+    assert!(
+        peak(0)
+            < one["by_device"][0]["peak_allocated_bytes"]
+                .as_u64()
+                .unwrap()
+                * 2
+    );
 
     let text = ok(&["summary", &two]);
     let first = text.lines().next().unwrap();
@@ -62,8 +68,9 @@ fn each_device_is_summarized_apart_under_a_table_of_devices() {
 
     // --device picks one: its output is that of a single device.
     let only = json(&["summary", "--json", "--device", "1", &two]);
-    assert_eq!(only["device"], 1);
-    assert_eq!(only["peak_allocated_bytes"], peak(1));
+    assert_eq!(only["devices"].as_array().map(Vec::len), Some(1));
+    assert_eq!(only["by_device"][0]["device"], 1);
+    assert_eq!(only["by_device"][0]["peak_allocated_bytes"], peak(1));
     assert!(!ok(&["summary", "--device", "1", &two]).contains("== device"));
 
     let missing = vramtrace(&["summary", "--device", "5", &two]);
@@ -76,12 +83,40 @@ fn each_device_is_summarized_apart_under_a_table_of_devices() {
 }
 
 #[test]
-fn a_single_device_reads_as_before() {
-    // No table of devices, no `by_device`.
+fn a_single_device_reads_as_before_and_the_json_has_one_shape() {
+    // No table of devices in the text.
     let text = ok(&["summary", &fixture("leak.vtrace")]);
     assert!(text.starts_with("trace "), "{text}");
-    let v = json(&["leaks", "--json", &fixture("leak.vtrace")]);
-    assert!(v.get("by_device").is_none());
+    // The JSON has the same keys, in the same order, with one device or two.
+    let keys =
+        |v: &serde_json::Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+    let envelope = ["by_device", "devices", "rank", "schema_version", "warnings"];
+    for command in [
+        &["summary"][..],
+        &["leaks"],
+        &["fragmentation"],
+        &["timeline"],
+        &["flamegraph"],
+        &["simulate"],
+    ] {
+        for trace in ["leak.vtrace", "two-devices.vtrace"] {
+            let path = fixture(trace);
+            let args: Vec<&str> = (command.iter().copied())
+                .chain(["--json", path.as_str()])
+                .collect();
+            let text = ok(&args);
+            assert!(text.starts_with("{\n  \"schema_version\": 2,"), "{text}");
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(keys(&v), envelope, "{command:?} {trace}");
+            assert_eq!(v["schema_version"], 2);
+            let devices = v["devices"].as_array().unwrap().len();
+            assert_eq!(devices, v["by_device"].as_array().unwrap().len());
+            assert_eq!(devices, if trace == "leak.vtrace" { 1 } else { 2 });
+        }
+    }
+    let leak = fixture("leak.vtrace");
+    let cmp = json(&["compare", "--json", &leak, &leak]);
+    assert_eq!(keys(&cmp), envelope);
 }
 
 #[test]
@@ -139,7 +174,7 @@ fn every_command_keeps_devices_apart() {
     assert_eq!(err.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&err.stderr).contains("different devices"));
     assert_eq!(
-        json(&["compare", "--json", "--device", "0", &two, &two])["gate"]["passed"],
+        json(&["compare", "--json", "--device", "0", &two, &two])["by_device"][0]["gate"]["passed"],
         true
     );
     // A chart draws one device, named in its title.
@@ -293,7 +328,8 @@ fn a_snapshot_of_two_gpus_is_not_summed() {
         "summary",
         "--json",
         &fixture("torch/mlp_empty_cache.pickle.xz"),
-    ]);
+    ])["by_device"][0]
+        .clone();
     let v = json(&["summary", "--json", &two]);
     for d in v["by_device"].as_array().unwrap() {
         assert_eq!(d["peak_allocated_bytes"], one["peak_allocated_bytes"]);
@@ -306,7 +342,8 @@ fn a_snapshot_of_two_gpus_is_not_summed() {
         "--json",
         "--min-capacity",
         &fixture("torch/mlp_empty_cache.pickle.xz"),
-    ]);
+    ])["by_device"][0]
+        .clone();
     let sim = json(&["simulate", "--json", "--min-capacity", &two]);
     let per_gpu = sim["by_device"].as_array().unwrap();
     assert_eq!(per_gpu.len(), 2);

@@ -22,7 +22,7 @@ fn export(name: &str) -> (Value, Value) {
     let document: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let summary = vramtrace(["summary", "--json", input.to_str().unwrap()])
         .success()
-        .json();
+        .result();
     (document, summary)
 }
 
@@ -139,7 +139,7 @@ fn beside_a_profiler_trace_the_memory_joins_it_on_its_clock() {
     let input = fixture("torch/gpt2_train.pickle.xz");
     let info = vramtrace(["info", "--json", input.to_str().unwrap()])
         .success()
-        .json();
+        .result();
     let start = info["start_unix_ns"].as_u64().unwrap();
     // A torch.profiler trace whose clock starts 1 ms before the recording.
     let base = start - 1_000_000;
@@ -177,7 +177,7 @@ fn beside_a_profiler_trace_the_memory_joins_it_on_its_clock() {
     // Our first sample: 1 ms (the clocks' offset) plus its time in the trace.
     let first_time = vramtrace(["timeline", "--json", input.to_str().unwrap()])
         .success()
-        .json()["samples"][0]["time_ns"]
+        .result()["samples"][0]["time_ns"]
         .as_u64()
         .unwrap();
     let ours = events

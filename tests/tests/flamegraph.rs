@@ -17,10 +17,10 @@ fn the_peak_graph_holds_exactly_the_allocated_peak() {
         let input = fixture(name);
         let summary = vramtrace(["summary", "--json", arg(&input)])
             .success()
-            .json();
+            .result();
         let graph = vramtrace(["flamegraph", "--json", arg(&input)])
             .success()
-            .json();
+            .result();
         assert_eq!(
             graph["total_bytes"], summary["peak_allocated_bytes"],
             "{name}: the stacks at the peak sum to the peak"
@@ -46,8 +46,10 @@ fn the_graph_at_an_oom_and_at_a_time() {
     let oom = fixture("oom.vtrace");
     let graph = vramtrace(["flamegraph", "--json", "--at", "oom", arg(&oom)])
         .success()
-        .json();
-    let summary = vramtrace(["summary", "--json", arg(&oom)]).success().json();
+        .result();
+    let summary = vramtrace(["summary", "--json", arg(&oom)])
+        .success()
+        .result();
     assert_eq!(graph["at"]["moment"], "first_oom");
     assert_eq!(
         graph["at"]["index"], summary["ooms"][0]["index"],
@@ -63,7 +65,7 @@ fn the_graph_at_an_oom_and_at_a_time() {
         arg(&fixture("leak.vtrace")),
     ])
     .success()
-    .json();
+    .result();
     assert_eq!(early["total_bytes"], 0);
 }
 
@@ -97,7 +99,7 @@ fn svg_and_folded_outputs() {
         .sum();
     let summary = vramtrace(["summary", "--json", arg(&input)])
         .success()
-        .json();
+        .result();
     assert_eq!(Some(total), summary["peak_allocated_bytes"].as_u64());
     assert!(folded.stdout.lines().all(|l| l.contains(" (train.py:")));
 }

@@ -172,7 +172,7 @@ fn one_damaged_record_costs_only_itself() {
         let path = dir.join("whole.vtrace");
         std::fs::write(&path, &bytes).unwrap();
         let run = vramtrace(["info".as_ref(), "--json".as_ref(), os(&path)]).success();
-        run.json()["events"].as_u64().unwrap()
+        run.result()["events"].as_u64().unwrap()
     };
     // A bit flipped in chunk 8 of 16: its events are lost, and said to be.
     let mut flipped = bytes.clone();
@@ -181,7 +181,7 @@ fn one_damaged_record_costs_only_itself() {
     let path = dir.join("flipped.vtrace");
     std::fs::write(&path, &flipped).unwrap();
     let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
-    let events = run.json()["events"].as_u64().unwrap();
+    let events = run.result()["events"].as_u64().unwrap();
     assert_eq!(events, total - 1000, "{}", run.stderr);
     assert!(
         run.stderr
@@ -200,7 +200,7 @@ fn one_damaged_record_costs_only_itself() {
     flipped[at + len - 2] ^= 0x04;
     std::fs::write(&path, &flipped).unwrap();
     let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
-    assert_eq!(run.json()["events"].as_u64(), Some(total));
+    assert_eq!(run.result()["events"].as_u64(), Some(total));
     assert!(run.stderr.contains("are damaged"), "{}", run.stderr);
 
     // One zero byte after a complete trace: a warning, every event read.
@@ -208,7 +208,7 @@ fn one_damaged_record_costs_only_itself() {
     trailing.push(0);
     std::fs::write(&path, &trailing).unwrap();
     let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
-    assert_eq!(run.json()["events"].as_u64(), Some(total));
+    assert_eq!(run.result()["events"].as_u64(), Some(total));
     assert!(
         run.stderr.contains("1 byte after the footer, at byte"),
         "{}",
@@ -230,7 +230,7 @@ fn an_unknown_record_is_reported_and_the_footer_checked() {
     let path = dir.join("unknown.vtrace");
     std::fs::write(&path, &bytes).unwrap();
     let run = vramtrace(["info".as_ref(), "--json".as_ref(), os(&path)]).success();
-    let json = run.json();
+    let json = run.result();
     assert_eq!(json["status"], "damaged");
     let damage = json["damage"].to_string();
     assert!(
@@ -337,7 +337,7 @@ fn segments_in_descending_order() {
     std::fs::write(&path, w.finish().unwrap()).unwrap();
     let run = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
     assert_eq!(
-        run.json()["peak_reserved_bytes"].as_u64(),
+        run.result()["peak_reserved_bytes"].as_u64(),
         Some(N << 20),
         "{}",
         run.stderr
@@ -606,7 +606,7 @@ fn names_from_the_input_reach_no_terminal_and_no_page_raw() {
     // JSON keeps the names as they are, as JSON escapes.
     let json = vramtrace(["summary".as_ref(), "--json".as_ref(), os(&path)]).success();
     assert_eq!(raw_controls(&json.stdout), 0);
-    let frame = &json.json()["top_sites_at_peak"][0]["frames"][0];
+    let frame = &json.result()["top_sites_at_peak"][0]["frames"][0];
     assert_eq!(
         frame.as_str(),
         Some(format!("{function} ({file}:7)").as_str())

@@ -42,7 +42,7 @@ fn device_lists_past_the_device_limit_are_skipped_with_one_warning() {
         );
     }
     let run = vramtrace(["summary".as_ref(), os(&path), "--json".as_ref()]).success();
-    let devices = run.json()["devices"].as_array().map(Vec::len);
+    let devices = run.result()["devices"].as_array().map(Vec::len);
     assert_eq!(devices, Some(1024), "{}", run.stdout);
 }
 
@@ -95,14 +95,14 @@ fn merge_reads_an_array_one_summary_at_a_time() {
         // A summary padded with a long list (as `warnings` may be), which a
         // reader holding the whole document as values pays for many times.
         text.push_str(&format!(
-            r#"{{"path": "rank-{i}.vtrace", "rank": {i}, "warnings": [{pad}], "peak_allocated": {{"bytes": {i}, "time_ns": 5, "index": 1, "replayed_events": 2, "phase": ""}}, "peak_reserved": {{"bytes": {i}, "time_ns": 6, "index": 2, "replayed_events": 3, "phase": ""}}}}"#,
+            r#"{{"schema_version": 2, "rank": {i}, "warnings": [{pad}], "devices": [{{"device": 0, "peak_allocated": {{"bytes": {i}, "time_ns": 5, "index": 1, "replayed_events": 2, "phase": null}}, "peak_reserved": {{"bytes": {i}, "time_ns": 6, "index": 2, "replayed_events": 3, "phase": null}}}}], "by_device": [{{"path": "rank-{i}.vtrace"}}]}}"#,
             pad = ["0"; 100].join(",")
         ));
     }
     text.push(']');
     let path = write(&dir, "ranks.json", text.as_bytes());
     let run = vramtrace_within(256, ["merge".as_ref(), os(&path), "--json".as_ref()]).success();
-    let rows = run.json()["rows"].as_array().map(Vec::len);
+    let rows = run.result()["rows"].as_array().map(Vec::len);
     assert_eq!(
         rows,
         Some(n),

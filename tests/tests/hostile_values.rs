@@ -240,7 +240,7 @@ fn impossible_values_in_a_trace_are_skipped_and_named() {
     // and freed, and two 1 MiB blocks after.
     let summary = vramtrace(["summary", "--json", trace.to_str().unwrap()])
         .success()
-        .json();
+        .result();
     assert_eq!(summary["peak_allocated_bytes"], 7 << 20, "{summary:#}");
     assert_eq!(
         summary["peak_reserved_bytes"],

@@ -53,17 +53,17 @@ fn a_snapshot_imports_to_a_trace_with_the_same_counts() {
         "--json".as_ref(),
     ])
     .success();
-    let report = run.json();
+    let report = run.result();
     assert_eq!(report["counts"]["alloc"], 3587);
     assert_eq!(report["counts"]["segment_alloc"], 47);
     assert_eq!(report["end_state_matches"], true);
     // The snapshot itself and its imported trace describe the same run.
     let from_trace = vramtrace(["info".as_ref(), out.as_os_str(), "--json".as_ref()])
         .success()
-        .json();
+        .result();
     let from_snapshot = vramtrace(["info".as_ref(), snapshot.as_os_str(), "--json".as_ref()])
         .success()
-        .json();
+        .result();
     assert_eq!(from_trace["counts"], from_snapshot["counts"]);
     assert_eq!(from_trace["duration_ns"], from_snapshot["duration_ns"]);
     assert_eq!(from_trace["counts"]["free_completed"], 3397);
@@ -118,7 +118,7 @@ fn a_truncated_trace_is_read_up_to_the_cut_with_a_warning() {
         "{}",
         run.stderr
     );
-    assert_eq!(run.json()["status"], "truncated");
+    assert_eq!(run.result()["status"], "truncated");
 }
 
 #[test]

@@ -176,7 +176,7 @@ fn figures(json: &serde_json::Value, first: u64) -> serde_json::Value {
 
 fn summary(args: &[&str], first: usize) -> serde_json::Value {
     let run = vramtrace(args).success();
-    figures(&run.json(), first as u64)
+    figures(&run.result(), first as u64)
 }
 
 #[test]
@@ -251,7 +251,7 @@ fn a_bounded_recording_stays_in_bounds_and_its_windows_are_exact() {
         "--json",
     ])
     .success();
-    let result = run.json();
+    let result = run.result();
     assert!(result["parts"].as_array().unwrap().len() >= 2, "{result}");
     // The dump ended the current part first, which may have let the
     // oldest go: its window ends where the copy's does, and may start later.
@@ -267,7 +267,7 @@ fn a_bounded_recording_stays_in_bounds_and_its_windows_are_exact() {
     let end = |path: &Path| {
         vramtrace(["summary", "--json", path.to_str().unwrap()])
             .success()
-            .json()["end"]
+            .result()["end"]
             .clone()
     };
     assert_eq!(end(&joined), end(&dump));
@@ -339,7 +339,7 @@ fn a_duration_bound_keeps_at_least_that_long_and_not_much_more() {
     rec.finish().unwrap();
     let json = vramtrace(["summary", "--json", trace.to_str().unwrap()])
         .success()
-        .json();
+        .result();
     let kept_ns = json["duration_ns"].as_u64().unwrap();
     let last_ns = json["last_time_ns"].as_u64().unwrap();
     assert!(kept_ns >= keep.as_nanos() as u64, "kept {kept_ns} ns");

@@ -7,7 +7,7 @@ const MIB: u64 = 1 << 20;
 
 fn leaks(name: &str) -> serde_json::Value {
     let path = fixture(name).display().to_string();
-    vramtrace(["leaks", &path, "--json"]).success().json()
+    vramtrace(["leaks", &path, "--json"]).success().result()
 }
 
 /// (phase, trend) of every repeated phase, in order.

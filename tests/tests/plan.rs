@@ -33,7 +33,7 @@ fn synth(dir: &Path, batch: u64, seq: u64, extra: &[&str]) -> (PathBuf, serde_js
     let p = path.display().to_string();
     args.push(&p);
     args.extend_from_slice(extra);
-    let report = vramtrace(&args).success().json();
+    let report = vramtrace(&args).success().result();
     (path, report)
 }
 
@@ -41,7 +41,7 @@ fn plan(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["plan"];
     all.extend_from_slice(args);
     all.push("--json");
-    vramtrace(&all).success().json()
+    vramtrace(&all).success().result()
 }
 
 fn s(p: &Path) -> String {

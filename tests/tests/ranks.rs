@@ -24,7 +24,7 @@ fn unrelated_traces_are_summarized_each_on_its_own() {
         assert!(text.contains(&format!("trace     {folder}")), "{text}");
         assert!(text.contains(name), "{name} not summarized:\n{text}");
     }
-    let all = vramtrace(["summary", &folder, "--json"]).success().json();
+    let all = vramtrace(["summary", &folder, "--json"]).success().result();
     assert_eq!(all.as_array().map(Vec::len), Some(5), "{all:#}");
     // Two files named on the command line alike.
     let two = vramtrace([
@@ -34,7 +34,7 @@ fn unrelated_traces_are_summarized_each_on_its_own() {
         "--json",
     ])
     .success()
-    .json();
+    .result();
     assert_eq!(two[1]["path"], path("leak.vtrace"), "{two:#}");
     let help = vramtrace(["summary", "--help"]).success().stdout;
     assert!(help.contains("--ranks"), "{help}");
@@ -64,13 +64,13 @@ fn ranks_are_read_from_headers_or_when_asked_and_rows_name_their_files() {
     let pattern = dir.join("run-%r.vtrace").display().to_string();
     vramtrace(["synth", "--world-size", "3", "-o", &pattern]).success();
     let set = dir.display().to_string();
-    let table = vramtrace(["summary", &set, "--json"]).success().json();
+    let table = vramtrace(["summary", &set, "--json"]).success().result();
     assert_eq!(table["ranks_from"], "header", "{table:#}");
     assert_eq!(table["rows"].as_array().map(Vec::len), Some(3));
     // A stray trace among them: not one run, so each on its own.
     let stray = dir.join("stray.vtrace");
     std::fs::copy(fixture("clean.vtrace"), &stray).unwrap();
-    let each = vramtrace(["summary", &set, "--json"]).success().json();
+    let each = vramtrace(["summary", &set, "--json"]).success().result();
     assert_eq!(each.as_array().map(Vec::len), Some(4), "{each:#}");
     // A report of traces that are not ranks of one run is refused in one line.
     let out = dir.join("report.html").display().to_string();

@@ -132,7 +132,7 @@ fn summary(dir: &Path, name: &str, bytes: &[u8]) -> Summary {
     let path: PathBuf = dir.join(name);
     std::fs::write(&path, bytes).unwrap();
     let run = vramtrace(["summary".as_ref(), "--json".as_ref(), path.as_os_str()]).success();
-    let json = run.json();
+    let json = run.result();
     Summary {
         events: json["events"].as_u64().unwrap(),
         peak: json["peak_allocated_bytes"].as_u64().unwrap(),

@@ -7,7 +7,7 @@ fn simulate_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["simulate"];
     all.extend_from_slice(args);
     all.push("--json");
-    vramtrace(&all).success().json()
+    vramtrace(&all).success().result()
 }
 
 fn path(name: &str) -> String {
@@ -55,7 +55,7 @@ fn summary_and_simulate_of_real_snapshots_give_torchs_own_peaks() {
     ] {
         let summary = vramtrace(["summary", &path(name), "--json"])
             .success()
-            .json();
+            .result();
         assert_eq!(summary["peak_allocated_bytes"], allocated, "{name}");
         assert_eq!(summary["peak_reserved_bytes"], reserved, "{name}");
         let sim = simulate_json(&[&path(name)]);
@@ -271,7 +271,7 @@ fn the_reports_what_if_agrees_with_simulate_reserve_included() {
             "--json",
         ])
         .success()
-        .json();
+        .result();
         let what_if = &report["what_if"];
         let simulated = simulate_json(&[&path(name), "--min-capacity"]);
         assert_eq!(

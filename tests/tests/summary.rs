@@ -20,7 +20,7 @@ fn a_window_past_the_end_is_empty_and_has_no_peak() {
     }
     let json = vramtrace(["summary", &trace, "--from", "5s", "--json"])
         .success()
-        .json();
+        .result();
     assert_eq!(json["empty_window"], true);
     assert_eq!(json["events"], 0);
     for key in [
@@ -35,7 +35,7 @@ fn a_window_past_the_end_is_empty_and_has_no_peak() {
     // A window with events is not empty.
     let whole = vramtrace(["summary", &trace, "--from", "5ms", "--json"])
         .success()
-        .json();
+        .result();
     assert_eq!(whole["empty_window"], false);
 }
 
@@ -128,7 +128,7 @@ fn other_threads_phases_are_told_once_in_the_summary_header() {
         "{}",
         run.stdout
     );
-    let json = vramtrace(["summary", &path, "--json"]).success().json();
+    let json = vramtrace(["summary", &path, "--json"]).success().result();
     assert_eq!(json["hidden_phases"][0]["thread"], 1);
     assert_eq!(json["hidden_phases"][0]["phases"], 2);
     // No other command warns of them.
@@ -139,7 +139,7 @@ fn other_threads_phases_are_told_once_in_the_summary_header() {
     // Followed, thread 1's phases are shown and thread 0's are the hidden.
     let json = vramtrace(["summary", &path, "--phase-thread", "1", "--json"])
         .success()
-        .json();
+        .result();
     assert_eq!(json["hidden_phases"][0]["thread"], 0);
 }
 
@@ -210,7 +210,7 @@ fn dropped_events_are_told_and_make_no_inconsistency_or_leak() {
     assert!(run.stderr.contains(told), "{}", run.stderr);
     assert!(run.stdout.contains(told), "{}", run.stdout);
     assert!(run.stdout.contains("inconsistencies: 0"), "{}", run.stdout);
-    let json = vramtrace(["summary", &path, "--json"]).success().json();
+    let json = vramtrace(["summary", &path, "--json"]).success().result();
     assert_eq!(json["inconsistencies"]["total"], 0);
     let dropped = &json["dropped_events"];
     assert_eq!(dropped["events"], 3);
@@ -223,7 +223,7 @@ fn dropped_events_are_told_and_make_no_inconsistency_or_leak() {
 
     let run = vramtrace(["leaks", &path]).success();
     assert!(run.stderr.contains(told), "{}", run.stderr);
-    let json = vramtrace(["leaks", &path, "--json"]).success().json();
+    let json = vramtrace(["leaks", &path, "--json"]).success().result();
     // The block at 1 MiB + 4 KiB was live at the gap: in doubt, not a leak;
     // the one allocated after the gap is never freed.
     assert_eq!(json["never_freed_blocks"], 1);

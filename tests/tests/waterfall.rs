@@ -32,7 +32,7 @@ fn term(w: &serde_json::Value, name: &str) -> u64 {
 #[test]
 fn summary_explains_an_oom_under_a_cap() {
     let trace = issue_trace("waterfall_summary", Some(12 * GIB));
-    let v = vramtrace(["summary", &trace, "--json"]).success().json();
+    let v = vramtrace(["summary", &trace, "--json"]).success().result();
     let w = &v["ooms"][0]["waterfall"];
     assert_eq!(w["limit_bytes"], 12 * GIB);
     assert_eq!(w["limit_source"], "cap");
@@ -78,7 +78,7 @@ fn summary_explains_an_oom_under_a_cap() {
 #[test]
 fn without_a_cap_the_waterfall_sums_to_the_card() {
     let trace = issue_trace("waterfall_card", None);
-    let v = vramtrace(["summary", &trace, "--json"]).success().json();
+    let v = vramtrace(["summary", &trace, "--json"]).success().result();
     let w = &v["waterfall_at_peak"];
     assert_eq!(w["sums_to"], "card_total");
     assert_eq!(w["total_bytes"], CARD);
@@ -92,7 +92,7 @@ fn without_a_cap_the_waterfall_sums_to_the_card() {
 #[test]
 fn simulate_reproduces_the_capped_oom_and_speaks_of_the_cap() {
     let trace = issue_trace("waterfall_simulate", Some(12 * GIB));
-    let v = vramtrace(["simulate", &trace, "--json"]).success().json();
+    let v = vramtrace(["simulate", &trace, "--json"]).success().result();
     assert_eq!(v["fidelity"]["exact"], true, "{:#}", v["fidelity"]);
     assert_eq!(v["fidelity"]["capacity_bytes"], 12 * GIB);
     assert_eq!(v["capacity_bytes"], 12 * GIB);
@@ -177,12 +177,12 @@ fn bad_limits_and_samples_are_warnings_not_verdicts() {
             run.stderr
         );
     }
-    let v = vramtrace(["summary", &p, "--json"]).success().json();
+    let v = vramtrace(["summary", &p, "--json"]).success().result();
     assert!(v["limit"].is_null());
     assert!(v["outside_allocator"].is_null());
     assert_eq!(v["waterfall_at_peak"]["sums_to"], "reserved");
     assert_eq!(v["waterfall_at_peak"]["total_bytes"], 20 * MIB);
-    let s = vramtrace(["simulate", &p, "--json"]).success().json();
+    let s = vramtrace(["simulate", &p, "--json"]).success().result();
     assert_eq!(s["verdict"]["outcome"], "needs");
     assert_eq!(s["reserve"]["source"], "estimated");
 }
@@ -192,7 +192,7 @@ fn a_snapshots_cap_is_inferred_from_its_oom() {
     let p = vramtrace_e2e::fixture("torch/synthetic/capped_oom_p4.pickle")
         .display()
         .to_string();
-    let v = vramtrace(["summary", &p, "--json"]).success().json();
+    let v = vramtrace(["summary", &p, "--json"]).success().result();
     assert_eq!(v["limit"]["source"], "inferred_cap");
     assert_eq!(v["limit"]["known"], "inferred");
     assert_eq!(v["limit"]["low_bytes"], 2000 * MIB);
@@ -206,7 +206,7 @@ fn a_snapshots_cap_is_inferred_from_its_oom() {
     assert_eq!(w["total_bytes"], 2000 * MIB);
     assert_eq!(term(w, "allocated"), 600 * MIB);
     assert_eq!(term(w, "cached_in_used_segments"), 1400 * MIB);
-    let s = vramtrace(["simulate", &p, "--json"]).success().json();
+    let s = vramtrace(["simulate", &p, "--json"]).success().result();
     assert_eq!(s["fidelity"]["exact"], true, "{:#}", s["fidelity"]);
     assert_eq!(s["fidelity"]["capacity_bytes"], 2000 * MIB);
     assert_eq!(s["oom"]["recorded"], true);
@@ -221,7 +221,7 @@ fn a_snapshots_cap_is_inferred_from_its_oom() {
 #[test]
 fn the_fix_offered_for_the_issues_run_is_freeing_the_kept_tensors() {
     let trace = issue_trace("waterfall_fixes", Some(12 * GIB));
-    let v = vramtrace(["simulate", &trace, "--json"]).success().json();
+    let v = vramtrace(["simulate", &trace, "--json"]).success().result();
     let f = &v["fixes"];
     assert_eq!(f["limit_bytes"], 12 * GIB, "{f:#}");
     let passed = f["passed"].as_array().unwrap();
@@ -249,7 +249,7 @@ fn the_fix_offered_for_the_issues_run_is_freeing_the_kept_tensors() {
     let page = scratch("waterfall_fixes_report").join("report.html");
     let r = vramtrace(["report", &trace, "-o", page.to_str().unwrap(), "--json"])
         .success()
-        .json();
+        .result();
     assert_eq!(r["fixes"], *f, "the report's fixes are simulate's");
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("Fixes that were tried"));

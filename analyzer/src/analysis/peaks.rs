@@ -28,7 +28,7 @@ pub struct DevicePeaks {
     pub peak_reserved: Peak,
     /// Allocated bytes at the end: what stays live (in a training run, the
     /// parameters and optimizer state, which sharding divides).
-    #[serde(default)]
+    #[serde(default, rename = "end_allocated_bytes", alias = "end_allocated")]
     pub end_allocated: u64,
     /// Allocated memory by category at the allocated peak.
     #[serde(default)]

@@ -213,7 +213,8 @@ pub struct Peak {
     /// The number of events replayed when the peak was reached (0 for the
     /// trace's initial state).
     pub replayed_events: u64,
-    /// The phase path open then (empty outside phases).
+    /// The phase path open then (empty outside phases; JSON `null`).
+    #[serde(with = "open_phase")]
     pub phase: String,
 }
 
@@ -276,7 +277,8 @@ pub struct OomReport {
     pub allocated_bytes: u64,
     /// Reserved bytes then.
     pub reserved_bytes: u64,
-    /// The open phase path.
+    /// The open phase path (empty outside phases; JSON `null`).
+    #[serde(with = "open_phase")]
     pub phase: String,
     /// The requesting site.
     #[serde(flatten)]
@@ -355,7 +357,9 @@ pub struct SummaryReport {
     pub peak_active_bytes: u64,
     /// When allocated bytes peaked.
     pub peak_time_ns: u64,
-    /// The phase path at the allocated peak.
+    /// The phase path at the allocated peak (empty outside phases; JSON
+    /// `null`).
+    #[serde(with = "open_phase")]
     pub peak_phase: String,
     /// Each peak with its time, event and phase.
     pub peak_allocated: Peak,
@@ -374,7 +378,9 @@ pub struct SummaryReport {
     /// Those the program survived (cuDNN workspaces, see
     /// [`OomReport::survived`]).
     pub survived_oom_count: u64,
-    /// The state at the end of the window.
+    /// The state at the end of the window (in JSON, its byte totals are
+    /// named `*_bytes`, as at the peak).
+    #[serde(serialize_with = "end_state")]
     pub end: Totals,
     /// Contradictions found while replaying.
     pub inconsistencies: InconsistencyReport,
@@ -886,6 +892,41 @@ impl Analysis for Summary {
         });
         Ok(())
     }
+}
+
+/// A phase path in JSON: `null` outside phases (the empty path), as a
+/// reader tests for "no phase" without knowing the text's convention.
+pub mod open_phase {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// The empty path as `null`, any other as itself.
+    pub fn serialize<S: Serializer>(phase: &str, serializer: S) -> Result<S::Ok, S::Error> {
+        if phase.is_empty() {
+            serializer.serialize_none()
+        } else {
+            serializer.serialize_some(phase)
+        }
+    }
+
+    /// `null` (or an empty string, as JSON before version 2 had it) as the
+    /// empty path.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+        Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_default())
+    }
+}
+
+/// The state at the end in JSON: byte totals named as the state at the peak
+/// names them (`allocated_bytes`, ...), then the counts.
+fn end_state<S: serde::Serializer>(end: &Totals, serializer: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut s = serializer.serialize_struct("End", 6)?;
+    s.serialize_field("allocated_bytes", &end.allocated)?;
+    s.serialize_field("requested_bytes", &end.requested)?;
+    s.serialize_field("active_bytes", &end.active)?;
+    s.serialize_field("reserved_bytes", &end.reserved)?;
+    s.serialize_field("live_blocks", &end.live_blocks)?;
+    s.serialize_field("segments", &end.segments)?;
+    s.end()
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@ use super::progress::Bars;
 use super::{emit, warn, warn_about, write_file};
 use std::path::{Path, PathBuf};
 use vramtrace::analysis::window::{BoundSpec, WindowSpec};
+use vramtrace::command::InputWarning;
 use vramtrace::command::ranks::IN_FLIGHT;
-use vramtrace::command::ranks::set::{self, SetOptions, TraceWarnings};
+use vramtrace::command::ranks::set::{self, SetOptions};
 use vramtrace::command::{ByDevice, ReplayOptions};
 use vramtrace::input::folders::expand_folders;
 use vramtrace::input::{Input, InputOptions};
@@ -168,6 +169,8 @@ impl ReplayArgs {
 /// is parsed, and warns about what its conversion found.
 pub fn open(path: &Path, args: &InputArgs, progress: &Bars) -> anyhow::Result<Input> {
     let input = Input::open_with(path, args.options(), progress)?;
+    // Told here, as the input opens: the results' warnings leave them out
+    // (`warn_inputs`).
     if let Some(report) = input.import_report() {
         for warning in &report.warnings {
             warn(format_args!("{}: {warning}", path.display()));
@@ -213,7 +216,7 @@ pub fn for_each_trace<T: serde::Serialize>(
 pub fn print_json<T: serde::Serialize>(results: &[T]) -> anyhow::Result<()> {
     match results {
         [one] => emit(&vramtrace::print::json(one)),
-        all => emit(&vramtrace::print::json(all)),
+        all => emit(&vramtrace::print::json_each(all)),
     }
 }
 
@@ -260,14 +263,12 @@ impl RankArgs {
     }
 }
 
-/// Tells what each trace of a set told besides its result, once per trace,
-/// in the traces' order.
-pub fn warn_about_set(warnings: &[TraceWarnings]) {
-    for told in warnings {
-        for warning in &told.conversion {
-            warn(format_args!("{}: {warning}", told.path.display()));
-        }
-        warn_about(&told.path, &told.pass);
+/// Tells what the traces of a set told besides its result, in the traces'
+/// order: each once, what converting a snapshot found included (the
+/// library opened them, so nothing was told at the opening).
+pub fn warn_about_set(warnings: &[InputWarning]) {
+    for w in warnings {
+        warn_about(&w.path, std::slice::from_ref(&w.warning));
     }
 }
 

@@ -5,7 +5,7 @@ use super::common::{
     InputArgs, ReplayArgs, TextArgs, XArg, check_outputs, open, shown, warn_about_set, x_axis,
 };
 use super::progress::Bars;
-use super::{warn_about, write_file};
+use super::{warn_inputs, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::analysis::compare::{CompareOptions, Threshold, ThresholdError, parse_thresholds};
@@ -116,11 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let (base, new) = (base?, new?);
     let results = compare(&base, &new, &options, &progress)?;
-    for d in &results.devices {
-        for (path, warning) in &d.result.warnings {
-            warn_about(path, std::slice::from_ref(warning));
-        }
-    }
+    warn_inputs(&results.warnings);
     if let Some(output) = &args.output {
         let (result, _) = shown(&args.new, &results)?;
         let comparison = &result.comparison;
@@ -200,13 +196,12 @@ fn rank_sets(args: &Args, options: &CompareCommandOptions) -> anyhow::Result<Exi
     let run = ranks::set::compare(&base, &new, &set_options, options, &progress)?;
     drop(progress);
     warn_about_set(&run.warnings);
-    let set = run.result;
     args.text.print(
         args.json,
-        || print::json(&set),
-        || print::text::rank_compare(&set),
+        || print::json(&run),
+        || print::text::rank_compare(&run.result),
     )?;
-    Ok(if set.rows.iter().all(|r| r.result.gate.passed) {
+    Ok(if run.result.rows.iter().all(|r| r.result.gate.passed) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_GATE)

@@ -2,7 +2,7 @@
 
 use super::common::{CommonArgs, file_name, open, print_json, shown};
 use super::progress::Bars;
-use super::{warn_about, write_file};
+use super::{warn_inputs, write_file};
 use anyhow::bail;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,7 +54,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for path in &args.common.traces {
         let input = open(path, &args.common.input, &progress)?;
         let result = flamegraph(&input, &options, args.at, &progress)?;
-        warn_about(input.path(), &result.warnings);
+        warn_inputs(&result.warnings);
         let (graph, device) = shown(path, &result)?;
         if args.folded {
             let mut text = graph.stacks.folded_lines().join("\n");

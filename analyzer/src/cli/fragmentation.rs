@@ -1,7 +1,7 @@
 //! `vramtrace fragmentation`: cached and fragmented memory over time.
 
 use super::common::{CommonArgs, XArg, file_name, for_each_trace, shown, x_axis};
-use super::{warn_about, write_file};
+use super::{warn_inputs, write_file};
 use std::process::ExitCode;
 use vramtrace::command::fragmentation::{FragmentationOptions, fragmentation};
 use vramtrace::print;
@@ -45,7 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 chart_buckets: args.output.is_some().then_some(CHART_BUCKETS),
             };
             let result = fragmentation(input, &options, progress)?;
-            warn_about(input.path(), &result.warnings);
+            warn_inputs(&result.warnings);
             let (drawn, device) = match &args.output {
                 Some(_) => shown(input.path(), &result)?,
                 None => (&result.devices[0].result, String::new()),

@@ -3,7 +3,7 @@
 
 use super::common::{CommonArgs, RankArgs, for_each_trace, rank_inputs, shown, warn_about_set};
 use super::progress::Bars;
-use super::{warn, warn_about, write_file};
+use super::{warn, warn_inputs, write_file};
 use std::process::ExitCode;
 use vramtrace::command::leaks::leaks;
 use vramtrace::command::ranks;
@@ -39,11 +39,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let run = ranks::set::leaks(&traces, &set_options, &options, &progress)?;
         drop(progress);
         warn_about_set(&run.warnings);
-        let set = run.result;
         args.common.text.print(
             args.common.json,
-            || print::json(&set),
-            || print::text::rank_leaks(&set),
+            || print::json(&run),
+            || print::text::rank_leaks(&run.result),
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -52,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         &traces,
         |input, progress| {
             let result = leaks(input, &options, progress)?;
-            warn_about(input.path(), &result.warnings);
+            warn_inputs(&result.warnings);
             if let Some(svg_path) = &args.output {
                 let (shown, _) = shown(input.path(), &result)?;
                 // The report stands without a chart: say why there is none.

@@ -404,6 +404,17 @@ fn warn_about(path: &Path, warnings: &[Warning]) {
     }
 }
 
+/// Prints the warnings of a result's passes, each about its input (see
+/// [`warn_about`]), less what converting a snapshot found: that was told as
+/// the input opened (`common::open`).
+fn warn_inputs(warnings: &[vramtrace::command::InputWarning]) {
+    for w in warnings {
+        if !matches!(w.warning, Warning::Conversion(_)) {
+            warn_about(&w.path, std::slice::from_ref(&w.warning));
+        }
+    }
+}
+
 /// Writes text to stdout, names from the input with their control
 /// characters shown, not obeyed (JSON is already so). A closed pipe
 /// (`| head`) is not an error: the reader has what it wanted.

@@ -102,9 +102,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Each rank's warnings are told once, by the rank pass.
     let (ranks, warned) = ranks.unzip();
     result.ranks = ranks;
-    let told = (warned.iter().flatten())
-        .find(|told| told.path == input.path())
-        .map_or(&[][..], |told| told.pass.as_slice());
+    let told: Vec<&Warning> = (warned.iter().flatten())
+        .filter(|told| told.path == input.path())
+        .map(|told| &told.warning)
+        .collect();
     let untold: Vec<Warning> = (result.warnings.iter())
         .filter(|w| !told.contains(w))
         .cloned()

@@ -3,7 +3,7 @@
 
 use super::common::{CommonArgs, RankArgs, for_each_trace, rank_inputs, warn_about_set};
 use super::progress::Bars;
-use super::warn_about;
+use super::warn_inputs;
 use std::process::ExitCode;
 use vramtrace::command::ranks;
 use vramtrace::command::summary::{SummaryOptions, summary};
@@ -41,11 +41,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let run = ranks::set::summary(&traces, &set_options, &options.replay, &progress)?;
         drop(progress);
         warn_about_set(&run.warnings);
-        let table = run.result;
         args.common.text.print(
             args.common.json,
-            || print::json(&table),
-            || print::text::ranks(&table),
+            || print::json(&run),
+            || print::text::ranks(&run.result),
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -55,7 +54,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         &traces,
         |input, progress| {
             let result = summary(input, &options, progress)?;
-            warn_about(input.path(), &result.warnings);
+            warn_inputs(&result.warnings);
             Ok(result)
         },
         |result| print::text::by_device(result, |r| print::text::summary(r, full)),

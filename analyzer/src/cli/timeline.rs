@@ -2,7 +2,7 @@
 
 use super::common::{CommonArgs, XArg, file_name, open, print_json, shown, x_axis};
 use super::progress::Bars;
-use super::{warn_about, write_file};
+use super::{warn_inputs, write_file};
 use anyhow::bail;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,7 +74,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for path in &args.common.traces {
         let input = open(path, &args.common.input, &progress)?;
         let result = timeline(&input, &options, &progress)?;
-        warn_about(input.path(), &result.warnings);
+        warn_inputs(&result.warnings);
         if let Some(output) = &args.output {
             let (drawn, device) = shown(path, &result)?;
             let title = format!("Memory over time: {}{device}", file_name(path));

@@ -3,7 +3,7 @@
 //! pass spreads over the cores), then matched by
 //! [`analysis::compare`](crate::analysis::compare).
 
-use super::{ByDevice, OnDevice, Replay, ReplayOptions, Warning, file_name};
+use super::{ByDevice, OnDevice, Replay, ReplayOptions, file_name};
 use crate::Error;
 use crate::analysis::compare::{
     CompareOptions, Comparison, GateResult, RunFigures, Threshold, compare as match_runs, gate,
@@ -16,7 +16,6 @@ use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOpt
 use crate::input::Input;
 use crate::progress::Progress;
 use serde::Serialize;
-use std::path::PathBuf;
 
 /// What `compare` computes.
 #[derive(Clone, Debug, Default)]
@@ -43,9 +42,6 @@ pub struct CompareResult {
     /// The new run's memory over time, for the chart.
     #[serde(skip)]
     pub new_timeline: Timeline,
-    /// What each run's pass found worth a warning, with its path.
-    #[serde(skip)]
-    pub warnings: Vec<(PathBuf, Warning)>,
 }
 
 /// A run measured for a comparison, with its timeline for the chart.
@@ -55,8 +51,6 @@ pub struct Measured {
     pub figures: RunFigures,
     /// Allocated and reserved memory over time.
     pub timeline: Timeline,
-    /// What the pass found worth a warning.
-    pub warnings: Vec<Warning>,
 }
 
 /// Replays one run with everything a comparison needs, in one pass, each
@@ -82,7 +76,7 @@ pub fn measure(
                 }),
             )
         },
-        |(summary, leaks, sites, phases, timeline), pass| {
+        |(summary, leaks, sites, phases, timeline), _| {
             Ok(Measured {
                 figures: RunFigures {
                     name: file_name(input.path()),
@@ -92,7 +86,6 @@ pub fn measure(
                     phases: replay.result(phases.into_report())?,
                 },
                 timeline: replay.result(timeline.into_report())?,
-                warnings: pass.warnings.clone(),
             })
         },
     )
@@ -142,28 +135,16 @@ pub fn compare(
                     gate,
                     base_timeline: b.result.timeline.clone(),
                     new_timeline: n.result.timeline.clone(),
-                    warnings: Vec::new(),
                 },
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    let warnings = (b
-        .warnings
-        .iter()
-        .map(|w| (base.path().to_owned(), w.clone())))
-    .chain(
-        n.warnings
-            .iter()
-            .map(|w| (new.path().to_owned(), w.clone())),
-    )
-    .collect();
-    let mut result = ByDevice {
+    let mut warnings = b.warnings.clone();
+    warnings.extend(n.warnings.iter().cloned());
+    let result = ByDevice {
         devices,
         rank: n.rank,
-        warnings: Vec::new(),
+        warnings,
     };
-    if let Some(first) = result.devices.first_mut() {
-        first.result.warnings = warnings;
-    }
     Ok(result)
 }

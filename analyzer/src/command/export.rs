@@ -225,6 +225,6 @@ pub fn pprof(
     let start = input.header().start_unix_ns;
     Ok((
         crate::print::pprof::profile(&graphs, start),
-        graphs.warnings,
+        graphs.warnings.into_iter().map(|w| w.warning).collect(),
     ))
 }

@@ -7,7 +7,7 @@
 //! OOM), the second replays every device at once, each folding just after
 //! its own moment.
 
-use super::{ByDevice, OnDevice, Replay, ReplayOptions, Warning};
+use super::{ByDevice, InputWarning, OnDevice, Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::flame::{FirstOom, FoldAt, FoldedStacks, LiveStacks};
 use crate::analysis::window::Window;
@@ -197,6 +197,6 @@ pub fn fold(
     Ok(ByDevice {
         devices: graphs,
         rank: super::ranks::header_rank(events.header()),
-        warnings: Warning::of_pass(&passes.info, &window),
+        warnings: InputWarning::of_input(input, Warning::of_pass(&passes.info, &window)),
     })
 }

@@ -98,6 +98,10 @@ pub enum Warning {
         /// The other threads with phases, and how many each began.
         others: Vec<(u32, u64)>,
     },
+    /// Converting a PyTorch snapshot found this (its import report: missing
+    /// fields of older snapshots, unknown actions, a replayed end state that
+    /// differs from the recorded one).
+    Conversion(String),
     /// More devices than any machine has: the events of those past the
     /// first [`MAX_DEVICES`](crate::snapshot::MAX_DEVICES) were left out.
     TooManyDevices {
@@ -119,7 +123,7 @@ impl fmt::Display for Warning {
             ),
             Warning::EventsDropped(d) => write!(f, "{d}"),
             Warning::EmptyWindow => f.write_str("no event lies inside the window"),
-            Warning::Memory(why) => f.write_str(why),
+            Warning::Memory(why) | Warning::Conversion(why) => f.write_str(why),
             Warning::Impossible(values) => write!(f, "{values}"),
             Warning::UnreadableSettings(why) => {
                 write!(f, "the recorded allocator settings cannot be read ({why})")
@@ -145,6 +149,24 @@ impl fmt::Display for Warning {
 }
 
 impl Warning {
+    /// The warning's kind, as JSON names it: stable, to match on.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Warning::Truncated(_) => "truncated",
+            Warning::Damaged(_) => "damaged",
+            Warning::MoreDamage(_) => "more_damage",
+            Warning::Unfinished => "unfinished",
+            Warning::EventsDropped(_) => "events_dropped",
+            Warning::EmptyWindow => "empty_window",
+            Warning::UnreadableSettings(_) => "unreadable_settings",
+            Warning::Memory(_) => "memory",
+            Warning::Impossible(_) => "impossible_values",
+            Warning::OtherThreadPhases { .. } => "other_thread_phases",
+            Warning::TooManyDevices { .. } => "too_many_devices",
+            Warning::Conversion(_) => "conversion",
+        }
+    }
+
     /// What a pass's end says about the trace and the window.
     fn of_pass(info: &PassInfo, window: &Window) -> Vec<Warning> {
         let mut warnings: Vec<Warning> =
@@ -322,7 +344,7 @@ impl<'a> Replay<'a> {
         Ok(ByDevice {
             devices,
             rank: ranks::header_rank(&pass.header),
-            warnings: pass.warnings,
+            warnings: InputWarning::of_input(self.input, pass.warnings),
         })
     }
 
@@ -337,8 +359,8 @@ impl<'a> Replay<'a> {
 
 /// A command's result on each device of an input, in device order.
 ///
-/// As JSON, the result of a single device is that result alone (as before
-/// devices were kept apart); several are `{"devices": [their peaks],
+/// As JSON it has one shape whatever the number of devices (docs/json.md):
+/// `{"rank": N|null, "warnings": [...], "devices": [each device's peaks],
 /// "by_device": [{"device": N, ...its result}]}`.
 #[derive(Clone, Debug)]
 pub struct ByDevice<T> {
@@ -346,8 +368,51 @@ pub struct ByDevice<T> {
     pub devices: Vec<OnDevice<T>>,
     /// The rank of the process that recorded the input, when its header says.
     pub rank: Option<u32>,
-    /// What the pass found worth a warning (one pass for every device).
-    pub warnings: Vec<Warning>,
+    /// What the passes found worth a warning, each with its input (one pass
+    /// for every device; a comparison's two runs each have theirs). Kept
+    /// here only, never in a device's result.
+    pub warnings: Vec<InputWarning>,
+}
+
+/// A [`Warning`] about one input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputWarning {
+    /// The input.
+    pub path: std::path::PathBuf,
+    /// What was found.
+    pub warning: Warning,
+}
+
+impl InputWarning {
+    /// An input's warnings: what converting it found, then its pass's.
+    pub fn of_input(input: &Input, pass: Vec<Warning>) -> Vec<InputWarning> {
+        let conversion = (input.import_report().into_iter())
+            .flat_map(|report| report.warnings.iter().cloned())
+            .map(Warning::Conversion);
+        InputWarning::all(input.path(), conversion.chain(pass))
+    }
+
+    /// The warnings of one input's pass.
+    pub fn all(path: &Path, warnings: impl IntoIterator<Item = Warning>) -> Vec<InputWarning> {
+        (warnings.into_iter())
+            .map(|warning| InputWarning {
+                path: path.to_owned(),
+                warning,
+            })
+            .collect()
+    }
+}
+
+/// As JSON: `{"path", "kind", "message"}`, the kind a stable name to match
+/// on and the message the sentence the CLI prints.
+impl Serialize for InputWarning {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("InputWarning", 3)?;
+        s.serialize_field("path", &self.path.display().to_string())?;
+        s.serialize_field("kind", self.warning.kind())?;
+        s.serialize_field("message", &self.warning.to_string())?;
+        s.end()
+    }
 }
 
 /// A command's result on one device.
@@ -378,29 +443,46 @@ impl<T> ByDevice<T> {
 
 impl<T: Serialize> Serialize for ByDevice<T> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::Error as _;
-        if let [one] = self.devices.as_slice() {
-            return one.result.serialize(serializer);
-        }
-        let mut s = serializer.serialize_struct("ByDevice", 2)?;
-        s.serialize_field("devices", &self.peaks())?;
         // Each result with its device first, unless it names a `device` of
-        // its own (the summary's index, the simulated GPU).
-        let entries = self
-            .devices
-            .iter()
-            .map(|d| {
-                let mut entry = serde_json::Map::new();
-                entry.insert("device".into(), d.peaks.device.into());
-                match serde_json::to_value(&d.result).map_err(S::Error::custom)? {
-                    serde_json::Value::Object(fields) => entry.extend(fields),
-                    other => {
-                        entry.insert("result".into(), other);
+        // its own (the summary's index, the simulated GPU); its keys then
+        // in the order the result declares them.
+        struct Entry<'a, T>(&'a OnDevice<T>);
+        #[derive(serde::Serialize)]
+        struct WithDevice<'a, T> {
+            device: u32,
+            #[serde(flatten)]
+            result: &'a T,
+        }
+        #[derive(serde::Serialize)]
+        struct NotAnObject<'a> {
+            device: u32,
+            result: &'a serde_json::Value,
+        }
+        impl<T: Serialize> Serialize for Entry<'_, T> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::Error as _;
+                let device = self.0.peaks.device;
+                let result = &self.0.result;
+                match serde_json::to_value(result).map_err(S::Error::custom)? {
+                    serde_json::Value::Object(fields) if fields.contains_key("device") => {
+                        result.serialize(serializer)
                     }
+                    serde_json::Value::Object(_) => {
+                        WithDevice { device, result }.serialize(serializer)
+                    }
+                    other => NotAnObject {
+                        device,
+                        result: &other,
+                    }
+                    .serialize(serializer),
                 }
-                Ok(serde_json::Value::Object(entry))
-            })
-            .collect::<Result<Vec<_>, S::Error>>()?;
+            }
+        }
+        let mut s = serializer.serialize_struct("ByDevice", 4)?;
+        s.serialize_field("rank", &self.rank)?;
+        s.serialize_field("warnings", &self.warnings)?;
+        s.serialize_field("devices", &self.peaks())?;
+        let entries: Vec<Entry<'_, T>> = self.devices.iter().map(Entry).collect();
         s.serialize_field("by_device", &entries)?;
         s.end()
     }

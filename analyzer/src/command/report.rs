@@ -237,11 +237,13 @@ pub fn report(
             .devices
             .iter()
             .position(|d| d.peaks.device == shown_peaks.device);
+        let warnings: Vec<Warning> = base.warnings.into_iter().map(|w| w.warning).collect();
         let mut devices = base.devices;
-        match index {
+        let measured = match index {
             Some(i) => devices.swap_remove(i).result,
             None => devices.swap_remove(0).result,
-        }
+        };
+        (measured, warnings)
     });
     let what_if_left_out = if !options.what_if {
         None
@@ -290,7 +292,7 @@ pub fn report(
     });
     let leaks = replay.result(leaks.into_report())?;
     let (comparison, base_timeline, baseline_warnings) = match (base, site_totals, phase_totals) {
-        (Some(base), Some(site_totals), Some(phase_totals)) => {
+        (Some((base, base_warnings)), Some(site_totals), Some(phase_totals)) => {
             let new = RunFigures {
                 name: file_name(input.path()),
                 summary: summary.clone(),
@@ -304,7 +306,7 @@ pub fn report(
             };
             let comparison = compare(&base.figures, &new, matching)?;
             summary.top_sites_at_peak.truncate(options.top);
-            (Some(comparison), Some(base.timeline), base.warnings)
+            (Some(comparison), Some(base.timeline), base_warnings)
         }
         _ => (None, None, Vec::new()),
     };

@@ -115,7 +115,8 @@ pub struct OomDescription {
     pub cached_free_bytes: u64,
     /// The largest of those cached free blocks.
     pub largest_free_block: u64,
-    /// The phase path open then.
+    /// The phase path open then (JSON `null` outside phases).
+    #[serde(with = "crate::analysis::summary::open_phase")]
     pub phase: String,
     /// Whether the recorded run ran out of memory here too.
     pub recorded: bool,

@@ -1,6 +1,6 @@
 //! `summary`: the first thing to run on a trace.
 
-use super::{ByDevice, Pass, Replay, ReplayOptions, Warning};
+use super::{ByDevice, InputWarning, Pass, Replay, ReplayOptions, Warning};
 use crate::Error;
 use crate::analysis::summary::{Summary, SummaryReport};
 use crate::input::Input;
@@ -34,10 +34,6 @@ pub struct SummaryResult {
     /// each with how many it began. Told once, in the summary's header,
     /// rather than as a warning of every command.
     pub hidden_phases: Vec<ThreadPhases>,
-    /// What the pass found worth a warning (empty per device: see
-    /// [`ByDevice::warnings`]).
-    #[serde(skip)]
-    pub warnings: Vec<Warning>,
 }
 
 /// Phases a thread began that the summary does not show.
@@ -86,7 +82,6 @@ pub fn summary(
                 rank: super::ranks::header_rank(&pass.header),
                 summary: of_window(replay.result(summary.into_report())?, pass),
                 hidden_phases: hidden_phases(pass),
-                warnings: Vec::new(),
             })
         },
     )?;
@@ -94,9 +89,10 @@ pub fn summary(
     for d in &mut result.devices {
         d.result.device = d.peaks.device;
         let warnings = std::mem::take(&mut d.result.summary.limit_warnings);
-        result
-            .warnings
-            .extend(warnings.into_iter().map(Warning::Memory));
+        result.warnings.extend(InputWarning::all(
+            input.path(),
+            warnings.into_iter().map(Warning::Memory),
+        ));
     }
     Ok(result)
 }

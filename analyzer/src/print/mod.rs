@@ -3,7 +3,8 @@
 //! input or replays anything.
 //!
 //! - [`text`]: aligned tables with human units, for terminals.
-//! - [`json`] and [`json_sorted`]: the results as serde serializes them.
+//! - [`json`], [`json_each`] and [`json_sorted`]: the results as serde
+//!   serializes them, each document versioned ([`JSON_SCHEMA_VERSION`]).
 //! - [`svg`]: charts, drawn with plotters.
 //! - [`html`]: the self-contained report page, charts inline.
 //!
@@ -40,20 +41,63 @@ pub enum ChartError {
     NoRepeatedPhase,
 }
 
-/// A result as pretty JSON, its keys in the order of its fields, with a
-/// final newline. Several results (one per input) print as an array.
-pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
-    let mut text = serde_json::to_string_pretty(value).expect("results serialize to JSON");
-    text.push('\n');
-    // Names from the input may hold characters a terminal obeys.
-    printable::json_safe(text)
+/// The version of the JSON the commands print: every document's first key,
+/// `schema_version` (see docs/json.md). It grows when a field is renamed,
+/// moved or removed, or changes meaning; added fields keep it.
+///
+/// - 1 (no `schema_version` key): a result of one device was that result
+///   alone, and several were `{devices, by_device}`.
+/// - 2: one shape whatever the number of devices (`{rank, warnings,
+///   devices, by_device}`); `end`'s byte totals end in `_bytes`; a phase path
+///   outside phases is `null`, not `""`.
+pub const JSON_SCHEMA_VERSION: u32 = 2;
+
+/// A document: the version first, then the result's own keys.
+#[derive(Serialize)]
+struct Versioned<'a, T: ?Sized> {
+    schema_version: u32,
+    #[serde(flatten)]
+    result: &'a T,
 }
 
-/// A result as pretty JSON with every object's keys in alphabetical order,
-/// with a final newline: the order `info`, `import`, `synth` and `simulate`
-/// have always printed.
-pub fn json_sorted<T: Serialize + ?Sized>(value: &T) -> String {
+fn pretty<T: Serialize + ?Sized>(value: &T) -> Result<String, serde_json::Error> {
+    let mut text = serde_json::to_string_pretty(value)?;
+    text.push('\n');
+    // Names from the input may hold characters a terminal obeys.
+    Ok(printable::json_safe(text))
+}
+
+/// A result as one pretty JSON document: `schema_version` first, then its
+/// keys in the order of its fields, with a final newline.
+pub fn json<T: Serialize + ?Sized>(result: &T) -> String {
+    pretty(&Versioned {
+        schema_version: JSON_SCHEMA_VERSION,
+        result,
+    })
+    // Only an object takes a version: anything else prints as it is.
+    .or_else(|_| pretty(result))
+    .expect("results serialize to JSON")
+}
+
+/// Results of several inputs (one document each, see [`json`]) as an array.
+pub fn json_each<T: Serialize>(results: &[T]) -> String {
+    let documents: Vec<Versioned<'_, T>> = (results.iter())
+        .map(|result| Versioned {
+            schema_version: JSON_SCHEMA_VERSION,
+            result,
+        })
+        .collect();
+    pretty(&documents).expect("results serialize to JSON")
+}
+
+/// A result as a JSON document with every object's keys in alphabetical
+/// order (after `schema_version`, first as in every document), with a final
+/// newline: the order `info`, `import`, `synth` and `simulate` have always
+/// printed. An array of results is an array of documents.
+pub fn json_sorted<T: Serialize + ?Sized>(result: &T) -> String {
     // `serde_json::Value` keeps its objects' keys sorted.
-    let value = serde_json::to_value(value).expect("results serialize to JSON");
-    json(&value)
+    match serde_json::to_value(result).expect("results serialize to JSON") {
+        serde_json::Value::Array(results) => json_each(&results),
+        value => json(&value),
+    }
 }

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from small_model import small_transformer, token_batches
+from vramtrace.analysis import one_device
 
 HERE = Path(__file__).resolve()
 PAIR_CONFIGS = {
@@ -327,7 +328,7 @@ def main() -> int:
         print("\n".join(summary.stdout.splitlines()[:30]))
         print()
         try:
-            report = json.loads(leaks.stdout)
+            report = one_device(json.loads(leaks.stdout))
             report = report[0] if isinstance(report, list) else report
             growth = [(g["phase"], g["bytes_per_repetition"], g["site"])
                       for g in report["leaks"]]

@@ -215,8 +215,8 @@ def main() -> int:
         report.check(window["peak_allocated_bytes"] == cp["expected"],
                      f"{name}: peak from the phase's start = max_memory_allocated() (exact)",
                      f"{window['peak_allocated_bytes']:,} vs {cp['expected']:,}")
-        report.check(whole["end"]["allocated"] == cp["allocated"]
-                     and whole["end"]["reserved"] == cp["reserved"],
+        report.check(whole["end"]["allocated_bytes"] == cp["allocated"]
+                     and whole["end"]["reserved_bytes"] == cp["reserved"],
                      f"{name}: end state = memory_allocated(), memory_reserved() (exact)",
                      f"{whole['end']['allocated']:,} / {whole['end']['reserved']:,} vs "
                      f"{cp['allocated']:,} / {cp['reserved']:,}")

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from gpu_report import Report
 from small_model import small_transformer, token_batches
+from vramtrace.analysis import one_device
 
 HERE = Path(__file__).resolve()
 STEPS = 12
@@ -260,7 +261,7 @@ def main() -> int:
             if cmd == "simulate" and p.returncode == 0:
                 # The text output is in human units: compare bytes from --json.
                 peak = results.get("vramtrace", {}).get("peak_reserved")
-                sim = json.loads(run([str(vt), cmd, str(trace), "--json"]).stdout)
+                sim = one_device(json.loads(run([str(vt), cmd, str(trace), "--json"]).stdout))
                 rep.check(sim.get("peak_reserved_bytes") == peak,
                           "simulate reproduces the reserved peak",
                           f"PyTorch-side peak {peak} B, simulated {sim.get('peak_reserved_bytes')} B")

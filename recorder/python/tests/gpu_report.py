@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from vramtrace.analysis import one_device
+
 
 def run(cmd, env=None, timeout=900) -> subprocess.CompletedProcess:
     """Runs `cmd`, its output captured as text."""
@@ -46,7 +48,7 @@ def vt(binary: Path, *args) -> dict:
     p = run([str(binary), *args, "--json"])
     if p.returncode != 0:
         raise RuntimeError(f"vramtrace {' '.join(args)}: {p.stderr.strip()[:300]}")
-    return json.loads(p.stdout)
+    return one_device(json.loads(p.stdout))
 
 
 class Report:

@@ -223,7 +223,7 @@ def check_traces(rep: Report, binary: Path, label: str, pattern: str, found: dic
         trace = pattern.replace("%r", str(rank))
         s = vt(binary, "summary", trace)
         process = vt(binary, "info", trace).get("process", {})
-        at_end[rank] = s["end"]["allocated"]
+        at_end[rank] = s["end"]["allocated_bytes"]
         rep.check(s["peak_allocated_bytes"] == r["max_allocated"]
                   and s["peak_reserved_bytes"] == r["max_reserved"],
                   f"{label} rank {rank}: trace's peaks = torch's max allocated/reserved",
@@ -402,8 +402,8 @@ def main() -> int:
                       f"rank {rank}: FSDP2 holds about 1/{ranks} of DDP's parameters and optimizer state",
                       f"{gib(f['param_bytes'] + f['optimizer_bytes'])} vs "
                       f"{gib(d['param_bytes'] + d['optimizer_bytes'])} = {state:.3f}")
-            d_end = vt(binary, "summary", str(out / f"ddp-rank{rank}.vtrace"))["end"]["allocated"]
-            f_end = vt(binary, "summary", str(out / f"fsdp-rank{rank}.vtrace"))["end"]["allocated"]
+            d_end = vt(binary, "summary", str(out / f"ddp-rank{rank}.vtrace"))["end"]["allocated_bytes"]
+            f_end = vt(binary, "summary", str(out / f"fsdp-rank{rank}.vtrace"))["end"]["allocated_bytes"]
             # DDP also keeps its gradient buckets (one more copy of the
             # parameters) between steps: FSDP2's share is below 1/ranks.
             rep.check(f_end < d_end / ranks * 1.1,

@@ -21,6 +21,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from vramtrace.analysis import one_device
+
 FAILED = []
 
 
@@ -230,7 +232,7 @@ def main() -> int:
         s = subprocess.run([str(bin_dir / "vramtrace"), "summary", str(trace), "--json"],
                            capture_output=True, text=True)
         if s.returncode == 0:
-            ooms = json.loads(s.stdout).get("ooms", [])
+            ooms = one_device(json.loads(s.stdout)).get("ooms", [])
             figures[f"b_{'early' if early else 'late'}"]["summary_oom"] = [
                 {k: o.get(k) for k in ("phase", "site")} for o in ooms]
             check(f"(b) early={early} summary's oom phase is iter1",

@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from vramtrace.analysis import one_device
+
 HERE = Path(__file__).resolve()
 MIB = 1 << 20
 GIB = 1 << 30
@@ -292,7 +294,7 @@ def analyzer(binary: Path, args: list, clock: Clock, most: float = PLAN_TIMEOUT_
         raise RuntimeError(f"vramtrace {args[0]} exited {p.returncode}: "
                            f"{p.stderr.strip()[-300:]}")
     try:
-        return json.loads(p.stdout)
+        return one_device(json.loads(p.stdout))
     except json.JSONDecodeError as e:
         raise RuntimeError(f"vramtrace {args[0]} printed no JSON: {e}") from None
 

@@ -19,6 +19,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from vramtrace.analysis import one_device
+
 FAILED = []
 
 
@@ -128,7 +130,7 @@ def main() -> int:
         if s.returncode != 0:
             check(f"{nodeid}: trace readable", False, s.stderr.strip())
             continue
-        peak = json.loads(s.stdout)["peak_allocated_bytes"]
+        peak = one_device(json.loads(s.stdout))["peak_allocated_bytes"]
         check(f"{nodeid}: trace peak = torch.cuda.max_memory_allocated()", peak == torch_peak,
               f"({peak} vs {torch_peak})")
     print(f"{len(FAILED)} failed", flush=True)

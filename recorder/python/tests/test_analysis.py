@@ -33,10 +33,28 @@ MIB = 1 << 20
 
 
 def cli_json(*args) -> dict:
-    """What the command line prints for the same question."""
+    """What the command line prints for the same question, one device's
+    result at the top (as the package reads it)."""
     out = subprocess.run([os.fspath(vramtrace.analyzer_path()), *args, "--json"],
                          capture_output=True, text=True)
-    return json.loads(out.stdout)
+    return vramtrace.one_device(json.loads(out.stdout))
+
+
+def test_one_device_lifts_a_single_devices_result_only():
+    one = {"schema_version": 2, "rank": None, "warnings": [{"kind": "truncated"}],
+           "devices": [{"device": 0}], "by_device": [{"device": 0, "events": 5}]}
+    assert vramtrace.one_device(one) == {
+        "device": 0, "events": 5, "schema_version": 2, "rank": None,
+        "warnings": [{"kind": "truncated"}]}
+    two = dict(one, by_device=[{"device": 0}, {"device": 1}])
+    assert vramtrace.one_device(two) is two
+    assert vramtrace.one_device({"rows": []}) == {"rows": []}
+    # The CLI's document itself: one shape, versioned.
+    out = subprocess.run([os.fspath(vramtrace.analyzer_path()), "summary", "--json",
+                          os.fspath(LEAK)], capture_output=True, text=True)
+    document = json.loads(out.stdout)
+    assert list(document)[:3] == ["schema_version", "rank", "warnings"]
+    assert len(document["by_device"]) == 1
 
 
 def svg_root(chart: vramtrace.Chart) -> ET.Element:

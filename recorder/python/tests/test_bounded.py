@@ -32,7 +32,7 @@ def summary(path) -> dict:
     p = subprocess.run([os.fspath(vramtrace.analyzer_path()), "summary", "--json",
                         os.fspath(path)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
+    return vramtrace.one_device(json.loads(p.stdout))
 
 
 def ring_bytes(trace) -> int:
@@ -102,7 +102,7 @@ def test_a_bounded_recording_stays_in_bounds_and_dumps_exact_windows(tmp_path):
         # from holds them, so the peak is exact.
         assert first["peak_allocated_bytes"] == WEIGHTS + SPIKE
         assert first["first_time_ns"] > 0 and first["events"] < 200_000
-        assert first["end"]["allocated"] == WEIGHTS
+        assert first["end"]["allocated_bytes"] == WEIGHTS
         # On SIGUSR2, on a thread of the package's.
         assert _bounded.install_signal_handler()
         try:

@@ -23,7 +23,7 @@ def analyze(command: str, path, *flags: str) -> tuple[dict, str]:
     p = subprocess.run([os.fspath(vramtrace.analyzer_path()), command, os.fspath(path), "--json",
                         *flags], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout), p.stderr
+    return vramtrace.one_device(json.loads(p.stdout)), p.stderr
 
 
 def test_threads_phases_nest_apart_and_the_main_threads_are_shown(tmp_path):

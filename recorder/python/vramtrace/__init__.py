@@ -33,7 +33,7 @@ from . import _bounded, _observer, _replace
 from ._library import VramtraceError, library_path
 from ._library import load as _load
 from .analysis import (AnalyzerError, AnalyzerWarning, Chart, Result, Trace,
-                       analyzer_path, compare, load, plan)
+                       analyzer_path, compare, load, one_device, plan)
 
 __all__ = [
     "start",
@@ -55,6 +55,7 @@ __all__ = [
     "load",
     "compare",
     "plan",
+    "one_device",
     "analyzer_path",
     "Trace",
     "Result",

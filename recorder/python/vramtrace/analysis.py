@@ -30,7 +30,7 @@ import sysconfig
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 __all__ = [
     "load",
@@ -290,6 +290,28 @@ def _compared_device(base: PathLike, new: PathLike, device: Optional[int]) -> Li
     return [] if device is None else ["--device", str(device)]
 
 
+def one_device(document: Dict[str, Any]) -> Dict[str, Any]:
+    """A command's JSON document, with one device's result at the top.
+
+    Every command that analyzes each device prints one shape (docs/json.md):
+    ``{schema_version, rank, warnings, devices, by_device}``. A document of
+    one device reads more simply as that device's result, so this returns
+    ``by_device[0]`` with the document's ``schema_version``, ``rank`` and
+    ``warnings`` beside its own fields. A document of several devices, or
+    of no per-device result (``info``, ``plan``, a rank table), is returned
+    as it is. Works on any ``dict``, so scripts reading the CLI's JSON use it
+    too.
+    """
+    by_device = document.get("by_device")
+    if not isinstance(by_device, list) or len(by_device) != 1:
+        return document
+    one = type(document)(by_device[0])
+    for key in ("schema_version", "rank", "warnings"):
+        if key in document and key not in one:
+            one[key] = document[key]
+    return one
+
+
 def _decode(text: str, command: str) -> Result:
     try:
         value = json.loads(text, object_hook=Result)
@@ -297,7 +319,7 @@ def _decode(text: str, command: str) -> Result:
         raise AnalyzerError(f"`vramtrace {command} --json` printed no JSON: {e}") from None
     if not isinstance(value, Result):
         raise AnalyzerError(f"`vramtrace {command} --json` printed no JSON object")
-    return value
+    return one_device(value)
 
 
 def _json(command: str, options: Sequence[str], inputs: Sequence[PathLike],
@@ -334,7 +356,8 @@ class Trace:
     ``device`` picks one device of a trace of several (a snapshot of a
     process driving two GPUs); without it, a command's result on such a
     trace is ``devices`` (each one's peaks) and ``by_device`` (each one's
-    result). ``start`` and ``end`` bound the analyzed window: seconds since the trace
+    result), and on a trace of one device that device's result (see
+    :func:`one_device`). ``start`` and ``end`` bound the analyzed window: seconds since the trace
     start (``1.5``), a time with its unit (``"300ms"``), or a phase name
     (its first begin, its last end). ``full_stacks`` shows whole stacks
     instead of folding each to its most telling frame; ``skip_frames`` are

@@ -4,7 +4,6 @@
 
 use super::{RankTable, RankTrace, rank_table};
 use crate::analysis::peaks::DevicePeaks;
-use crate::analysis::summary::Peak;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -88,19 +87,53 @@ struct Parts {
 }
 
 impl Parts {
-    /// Takes in one summary or rank table.
+    /// Takes in one summary or rank table, through its type.
     fn add(&mut self, value: serde_json::Value) -> Result<(), String> {
+        let version = value
+            .get("schema_version")
+            .and_then(serde_json::Value::as_u64);
         if value.get("rows").is_some() {
+            // A table's rows read the same in every version.
             let table: RankTable =
                 serde_json::from_value(value).map_err(|e| format!("not a rank table: {e}"))?;
             self.tables.push(table);
-        } else {
-            self.traces.push(trace_of_summary(&value).ok_or_else(|| {
-                "neither a summary (vramtrace summary --json) nor a rank table".to_string()
-            })?);
+            return Ok(());
         }
+        let summary: SummaryDocument = serde_json::from_value(value).map_err(|_| {
+            "neither a summary (vramtrace summary --json) nor a rank table".to_string()
+        })?;
+        if version != Some(u64::from(crate::print::JSON_SCHEMA_VERSION)) {
+            return Err(format!(
+                "a summary of JSON version {} (this vramtrace reads version {}): run its summary --json again",
+                version.map_or_else(|| "1".to_string(), |v| v.to_string()),
+                crate::print::JSON_SCHEMA_VERSION
+            ));
+        }
+        let path = (summary.by_device.first())
+            .map(|d| PathBuf::from(&d.path))
+            .ok_or_else(|| "a summary of no device".to_string())?;
+        self.traces.push(RankTrace {
+            path,
+            header_rank: summary.rank,
+            devices: summary.devices,
+            warnings: Vec::new(),
+        });
         Ok(())
     }
+}
+
+/// What a merge reads of a summary (`summary --json` of one trace): its
+/// rank, each device's peaks, and its path (each device's result names it).
+#[derive(Deserialize)]
+struct SummaryDocument {
+    rank: Option<u32>,
+    devices: Vec<DevicePeaks>,
+    by_device: Vec<SummaryPath>,
+}
+
+#[derive(Deserialize)]
+struct SummaryPath {
+    path: String,
 }
 
 /// One JSON document of a merge, as it streams by: an array's elements are
@@ -176,56 +209,10 @@ impl<'de> serde::de::Visitor<'de> for Document<'_> {
     }
 }
 
-/// A trace's peaks from its `summary --json`: `{path, rank?, peak_allocated,
-/// peak_reserved}` for one device, `{devices: [...], by_device: [{path,
-/// rank?}, ...]}` for several.
-fn trace_of_summary(value: &serde_json::Value) -> Option<RankTrace> {
-    let peak = |v: &serde_json::Value, key: &str| -> Option<Peak> {
-        serde_json::from_value(v.get(key)?.clone()).ok()
-    };
-    let rank = |v: &serde_json::Value| {
-        v.get("rank")
-            .and_then(serde_json::Value::as_u64)
-            .and_then(|r| u32::try_from(r).ok())
-    };
-    let path = |v: &serde_json::Value| v.get("path")?.as_str().map(PathBuf::from);
-    if let Some(devices) = value.get("devices") {
-        let devices: Vec<DevicePeaks> = serde_json::from_value(devices.clone()).ok()?;
-        let first = value.get("by_device")?.get(0)?;
-        return Some(RankTrace {
-            path: path(first)?,
-            header_rank: rank(first),
-            devices,
-            warnings: Vec::new(),
-        });
-    }
-    Some(RankTrace {
-        path: path(value)?,
-        header_rank: rank(value),
-        devices: vec![DevicePeaks {
-            device: value
-                .get("device")
-                .and_then(serde_json::Value::as_u64)
-                .and_then(|d| u32::try_from(d).ok())
-                .unwrap_or(0),
-            peak_allocated: peak(value, "peak_allocated")?,
-            peak_reserved: peak(value, "peak_reserved")?,
-            end_allocated: (value.get("end"))
-                .and_then(|e| e.get("allocated"))
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0),
-            categories_at_peak: (value.get("categories"))
-                .and_then(|c| c.get("at_allocated_peak"))
-                .and_then(|t| serde_json::from_value(t.clone()).ok())
-                .unwrap_or_default(),
-        }],
-        warnings: Vec::new(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::summary::Peak;
 
     fn rank_zero() -> RankTrace {
         let peak = |bytes| Peak {
@@ -248,10 +235,11 @@ mod tests {
 
     #[test]
     fn summaries_and_tables_merge_into_one_table() {
+        let peak = |bytes, time_ns, phase: Option<&str>| serde_json::json!({"bytes": bytes, "time_ns": time_ns, "index": 1, "replayed_events": 2, "phase": phase});
         let one = serde_json::json!({
-            "path": "run-3.vtrace", "rank": 3,
-            "peak_allocated": {"bytes": 10, "time_ns": 5, "index": 1, "replayed_events": 2, "phase": "step1"},
-            "peak_reserved": {"bytes": 20, "time_ns": 6, "index": 2, "replayed_events": 3, "phase": ""},
+            "schema_version": crate::print::JSON_SCHEMA_VERSION, "rank": 3, "warnings": [],
+            "devices": [{"device": 0, "peak_allocated": peak(10, 5, Some("step1")), "peak_reserved": peak(20, 6, None), "end_allocated_bytes": 4}],
+            "by_device": [{"path": "run-3.vtrace", "device": 0}],
         });
         let table = serde_json::to_string(&rank_table(&[rank_zero()])).unwrap();
         let merged = merge(&[
@@ -264,8 +252,14 @@ mod tests {
             vec![0, 3]
         );
         assert_eq!(merged.rows[1].peak_allocated.phase, "step1");
+        assert_eq!(merged.rows[1].peak_reserved.phase, "", "null: no phase");
+        assert_eq!(merged.rows[1].end_allocated, 4);
         assert_eq!(merged.allocated.unwrap().highest.rank, 3);
         let bad = merge(&[(PathBuf::from("c.json"), "{\"x\": 1}".into())]).unwrap_err();
         assert!(bad.to_string().starts_with("c.json: neither"), "{bad}");
+        // A summary of version 1 (one device's result alone) is named as such.
+        let old = serde_json::json!({"devices": [], "by_device": [{"path": "x"}]});
+        let bad = merge(&[(PathBuf::from("d.json"), old.to_string())]).unwrap_err();
+        assert!(bad.to_string().contains("JSON version 1"), "{bad}");
     }
 }

@@ -62,7 +62,9 @@ impl RankTrace {
             path: path.to_owned(),
             header_rank: result.rank,
             devices: result.peaks(),
-            warnings: result.warnings.clone(),
+            warnings: (result.warnings.iter())
+                .map(|w| w.warning.clone())
+                .collect(),
         }
     }
 }
@@ -170,7 +172,7 @@ pub struct RankRow {
     pub peak_reserved: Peak,
     /// Allocated bytes at the end (what stays live: parameters and
     /// optimizer state, in training).
-    #[serde(default)]
+    #[serde(default, rename = "end_allocated_bytes", alias = "end_allocated")]
     pub end_allocated: u64,
     /// Allocated memory by category at the allocated peak.
     #[serde(default)]

@@ -4,8 +4,8 @@
 //! [`report_section`]).
 //!
 //! Every function opens its own inputs, on the pool's threads, and returns
-//! its result with what each trace told besides ([`TraceWarnings`], in the
-//! traces' order), so the caller shows each warning once and nothing is
+//! its result with what each trace told besides ([`SetRun::warnings`], in
+//! the traces' order), so the caller shows each warning once and nothing is
 //! printed from a worker thread.
 
 use super::{
@@ -15,11 +15,12 @@ use super::{
 use crate::Error;
 use crate::command::compare::{CompareCommandOptions, CompareResult};
 use crate::command::leaks::LeaksResult;
-use crate::command::{ReplayOptions, Warning};
+use crate::command::{InputWarning, ReplayOptions};
 use crate::input::folders::expand_folders;
 use crate::input::{Input, InputError, InputOptions};
 use crate::progress::Progress;
-use std::path::{Path, PathBuf};
+use serde::Serialize;
+use std::path::PathBuf;
 
 /// The traces a command was given, resolved.
 #[derive(Debug)]
@@ -92,47 +93,19 @@ impl Default for SetOptions {
     }
 }
 
-/// What one trace of a set told besides its result.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TraceWarnings {
-    /// The trace.
-    pub path: PathBuf,
-    /// What converting it found (a PyTorch snapshot's import report).
-    pub conversion: Vec<String>,
-    /// What its pass found.
-    pub pass: Vec<Warning>,
-}
-
-/// A command's result on a rank set, and each trace's warnings, in the
-/// traces' order (those with none left out).
-#[derive(Clone, Debug)]
+/// A command's result on a rank set, and what its traces told besides
+/// (each trace's warnings, in the traces' order: what converting it found,
+/// then its pass's).
+///
+/// As JSON: the result's keys, then `warnings` (as a command's result on
+/// one input has them, docs/json.md).
+#[derive(Clone, Debug, Serialize)]
 pub struct SetRun<T> {
     /// The result.
+    #[serde(flatten)]
     pub result: T,
     /// What the traces told besides.
-    pub warnings: Vec<TraceWarnings>,
-}
-
-/// Opens one trace of a set, and starts its warnings with what its
-/// conversion found.
-fn open(
-    path: &Path,
-    options: &SetOptions,
-    progress: &dyn Progress,
-) -> Result<(Input, TraceWarnings), Error> {
-    let input = Input::open_with(path, options.input, progress)?;
-    let conversion = input
-        .import_report()
-        .map(|report| report.warnings.clone())
-        .unwrap_or_default();
-    Ok((
-        input,
-        TraceWarnings {
-            path: path.to_owned(),
-            conversion,
-            pass: Vec::new(),
-        },
-    ))
+    pub warnings: Vec<InputWarning>,
 }
 
 /// Runs `each` on every path of the set, `in_flight` at a time, and splits
@@ -140,17 +113,14 @@ fn open(
 fn run_set<I: Sync, T: Send>(
     items: &[I],
     options: &SetOptions,
-    each: impl Fn(&I) -> Result<(T, Vec<TraceWarnings>), Error> + Sync,
-) -> Result<(Vec<T>, Vec<TraceWarnings>), Error> {
+    each: impl Fn(&I) -> Result<(T, Vec<InputWarning>), Error> + Sync,
+) -> Result<(Vec<T>, Vec<InputWarning>), Error> {
     let done = for_each_rank(items, options.in_flight, each)?;
     let mut results = Vec::with_capacity(done.len());
     let mut warnings = Vec::new();
     for (result, told) in done {
         results.push(result);
-        warnings.extend(
-            told.into_iter()
-                .filter(|w| !w.conversion.is_empty() || !w.pass.is_empty()),
-        );
+        warnings.extend(told);
     }
     Ok((results, warnings))
 }
@@ -164,10 +134,10 @@ pub fn summary(
     progress: &dyn Progress,
 ) -> Result<SetRun<RankTable>, Error> {
     let (measured, warnings) = run_set(paths, options, |path| {
-        let (input, mut told) = open(path, options, progress)?;
+        let input = Input::open_with(path, options.input, progress)?;
         let trace: RankTrace = measure_rank(&input, replay, progress)?;
-        told.pass.clone_from(&trace.warnings);
-        Ok((trace, vec![told]))
+        let told = InputWarning::of_input(&input, trace.warnings.clone());
+        Ok((trace, told))
     })?;
     Ok(SetRun {
         result: rank_table(&measured),
@@ -183,10 +153,10 @@ pub fn leaks(
     progress: &dyn Progress,
 ) -> Result<SetRun<RankResults<LeaksResult>>, Error> {
     let (results, warnings) = run_set(paths, options, |path| {
-        let (input, mut told) = open(path, options, progress)?;
-        let result = crate::command::leaks::leaks(&input, replay, progress)?;
-        told.pass.clone_from(&result.warnings);
-        Ok(((path.clone(), result), vec![told]))
+        let input = Input::open_with(path, options.input, progress)?;
+        let mut result = crate::command::leaks::leaks(&input, replay, progress)?;
+        let told = std::mem::take(&mut result.warnings);
+        Ok(((path.clone(), result), told))
     })?;
     Ok(SetRun {
         result: RankResults::of(results),
@@ -206,22 +176,12 @@ pub fn compare(
 ) -> Result<SetRun<RankResults<CompareResult>>, Error> {
     let (ranks_from, pairs) = pair_ranks(base, new)?;
     let (rows, warnings) = run_set(&pairs, options, |(rank, b, n)| {
-        let (base, mut base_told) = open(b, options, progress)?;
-        let (new, mut new_told) = open(n, options, progress)?;
+        let base = Input::open_with(b, options.input, progress)?;
+        let new = Input::open_with(n, options.input, progress)?;
         let result = crate::command::compare::compare(&base, &new, compare, progress)?;
         let mut rows = Vec::with_capacity(result.devices.len());
         for d in result.devices {
             let mut result = d.result;
-            for (path, warning) in std::mem::take(&mut result.warnings) {
-                let told = if path == b.as_path() {
-                    &mut base_told
-                } else {
-                    &mut new_told
-                };
-                if !told.pass.contains(&warning) {
-                    told.pass.push(warning);
-                }
-            }
             result.base_timeline = Default::default();
             result.new_timeline = Default::default();
             rows.push(RankResult {
@@ -230,7 +190,7 @@ pub fn compare(
                 result,
             });
         }
-        Ok((rows, vec![base_told, new_told]))
+        Ok((rows, result.warnings))
     })?;
     Ok(SetRun {
         result: RankResults {
@@ -251,10 +211,10 @@ pub fn report_section(
     progress: &dyn Progress,
 ) -> Result<SetRun<(RanksSection, PathBuf)>, Error> {
     let (measured, warnings) = run_set(paths, options, |path| {
-        let (input, mut told) = open(path, options, progress)?;
+        let input = Input::open_with(path, options.input, progress)?;
         let measured = measure_rank_timeline(&input, replay, progress)?;
-        told.pass.clone_from(&measured.0.warnings);
-        Ok((measured, vec![told]))
+        let told = InputWarning::of_input(&input, measured.0.warnings.clone());
+        Ok((measured, told))
     })?;
     let section = ranks_section(measured);
     let highest = section
