@@ -39,7 +39,7 @@ pub const DEFAULT_SKIP_FUNCTIONS: &[&str] = &[
     r"^([\w:<>,*&]+\s+)?(c10|at|torch|caffe2|pybind11)::",
     r"^THP",
     r"^_?Py[A-Z_]",
-    r"^vramtrace_recorder::",
+    r"^vramtrace_(recorder|allocator)::",
     r"^std::",
     r"^__libc_",
     r"^_start$",
@@ -91,8 +91,9 @@ pub const HIDDEN_FILES: &[&str] = &[
     r"^<frozen runpy>$",
 ];
 
-/// Functions of the recorder itself, whose frames never show.
-pub const HIDDEN_FUNCTIONS: &[&str] = &[r"^vramtrace_recorder(_ffi)?::"];
+/// Functions of the recorder itself (and of the allocator it runs in
+/// replacement mode), whose frames never show.
+pub const HIDDEN_FUNCTIONS: &[&str] = &[r"^vramtrace_(recorder(_ffi)?|allocator)::"];
 
 /// Files of library code rather than the user's: installed packages, the
 /// standard library, frozen modules, and native sources.
@@ -859,6 +860,32 @@ mod tests {
             );
             assert_eq!(frames.last().unwrap(), "<module> (/home/me/train.py:120)");
         }
+        // Replacement mode's native frames: the allocator's, the recorder's
+        // and the C library's, above the user's.
+        let mut b = TraceBuilder::new();
+        let native = b.stack(&[
+            (
+                "vramtrace_allocator::allocator::CachingAllocator<D>::malloc",
+                "allocator/src/allocator/mod.rs",
+                300,
+            ),
+            (
+                "vramtrace_recorder::recorder::Recorder<D>::malloc",
+                "recorder/src/recorder/mod.rs",
+                100,
+            ),
+            (
+                "vramtrace_recorder_ffi::replace::vramtrace_malloc",
+                "recorder-ffi/src/replace.rs",
+                50,
+            ),
+            ("train_step", "/home/me/train.py", 90),
+        ]);
+        let (_, symbols) = b.finish_symbols();
+        let mut folder = SiteFolder::new(FoldRules::default(), true);
+        let site = folder.site(native, &symbols);
+        let frames = folder.frames(site, &symbols, 10);
+        assert_eq!(frames, vec!["train_step (/home/me/train.py:90)"]);
     }
 
     #[test]

@@ -326,8 +326,8 @@ pub fn capped_run_with(
     big: u64,
     alloc_conf: &str,
 ) -> Vec<u8> {
-    use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
-    use vramtrace_recorder::device::SimulatedDevice;
+    use vramtrace_allocator::device::SimulatedDevice;
+    use vramtrace_allocator::{AllocatorConfig, CachingAllocator};
     let config = AllocatorConfig::parse(alloc_conf).unwrap();
     let mut b = TraceBuilder::with_header(Header {
         allocator_settings: config.to_settings(),

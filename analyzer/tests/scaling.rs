@@ -25,7 +25,7 @@ use vramtrace::command::summary::summary;
 use vramtrace::input::Input;
 use vramtrace::progress::NoProgress;
 use vramtrace::simulate::{SimOptions, extract, simulate};
-use vramtrace_recorder::allocator::AllocatorConfig;
+use vramtrace_allocator::AllocatorConfig;
 
 fn input(bytes: Vec<u8>) -> Input {
     Input::from_bytes(bytes, &NoProgress).unwrap()

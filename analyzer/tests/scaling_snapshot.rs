@@ -112,7 +112,7 @@ fn merging_an_array_of_summaries() {
 /// Synthetic iterations: each costs the same.
 #[test]
 fn synth_iterations() {
-    use vramtrace_recorder::workload::{WorkloadConfig, generate};
+    use vramtrace_allocator::workload::{WorkloadConfig, generate};
     assert_linear(
         "synth iterations",
         5,

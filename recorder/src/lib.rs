@@ -3,26 +3,25 @@
 //! The recording half of vramtrace, above the trace format
 //! ([`vramtrace_format`], re-exported here as [`format`](mod@format)):
 //!
-//! - [`allocator`]: a caching allocator with PyTorch's policy, generic over
-//!   the device it carves memory from. It serves recording and offline
-//!   simulation alike.
-//! - [`device`]: the devices the allocator runs on: a simulated one, and CUDA
-//!   behind the `cuda` feature.
 //! - [`recorder`]: a caching allocator that records every event it causes,
-//!   with time, thread and stack, to a trace file.
-//! - [`workload`]: a deterministic synthetic training loop on a simulated
-//!   device, and a slow disk ([`workload::SlowDisk`]), for fixtures, tests
-//!   and benchmarks.
+//!   with time, thread and stack, to a trace file; and the observer that
+//!   records another allocator's events (PyTorch's).
+//! - [`allocator`], [`device`] and [`workload`]: the caching allocator with
+//!   PyTorch's policy, its devices and a synthetic workload, from their own
+//!   crate ([`vramtrace_allocator`]), re-exported here.
 //!
 //! A program that only reads or writes traces needs `vramtrace-format`
-//! alone: this crate adds the stack unwinder and the devices.
+//! alone, and one that simulates `vramtrace-allocator`: this crate adds the
+//! clock, the stack unwinder and the writer thread.
 
 #![warn(missing_docs)]
 
-pub mod allocator;
-pub mod device;
 pub mod recorder;
-pub mod workload;
+
+/// The caching allocator, from its own crate ([`vramtrace_allocator`]):
+/// code that says `allocator::CachingAllocator` keeps working.
+pub use vramtrace_allocator as allocator;
+pub use vramtrace_allocator::{device, workload};
 
 /// The trace format, from its own crate: code that says `format::TraceWriter`
 /// keeps working.

@@ -239,9 +239,9 @@ pub fn write_capped_run(
     count: u64,
     big: u64,
 ) {
+    use vramtrace_allocator::device::SimulatedDevice;
+    use vramtrace_allocator::{AllocatorConfig, CachingAllocator};
     use vramtrace_format::{DeviceMemoryEvent, Event, EventData, Header, LimitEvent, TraceWriter};
-    use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
-    use vramtrace_recorder::device::SimulatedDevice;
     const MIB: u64 = 1 << 20;
     let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let mut w = TraceWriter::new(file, Header::default()).unwrap();

@@ -4,10 +4,10 @@
 //! the same program does: peaks, the end state, categories and phases.
 
 use std::path::{Path, PathBuf};
+use vramtrace_allocator::device::SimulatedDevice;
+use vramtrace_allocator::{AllocatorConfig, CachingAllocator};
 use vramtrace_e2e::{scratch, vramtrace};
 use vramtrace_format::{Category, Event, EventData, PREAMBLE_EVENTS_KEY, TraceReader};
-use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
-use vramtrace_recorder::device::SimulatedDevice;
 use vramtrace_recorder::recorder::{KeepLast, Recorder, RecorderOptions, Trace, ring_folder};
 
 const BOUND: u64 = 96 << 10;

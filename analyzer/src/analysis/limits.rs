@@ -27,8 +27,8 @@ use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::ReplayState;
 use crate::units;
 use serde::Serialize;
+use vramtrace_allocator::{AllocatorConfig, allocation_size};
 use vramtrace_format::{DeviceMemoryEvent, EventData, LimitEvent, SymbolTable};
-use vramtrace_recorder::allocator::{AllocatorConfig, allocation_size};
 
 /// How a figure a user sees is known.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

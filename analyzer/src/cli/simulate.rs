@@ -13,7 +13,7 @@ use vramtrace::print::{self, svg::simulate::Series};
 use vramtrace::simulate::SimulateError;
 use vramtrace::simulate::gpus::{self, GpuPreset};
 use vramtrace::units;
-use vramtrace_recorder::allocator::AllocatorConfig;
+use vramtrace_allocator::AllocatorConfig;
 
 /// Arguments of `vramtrace simulate`.
 #[derive(clap::Args)]

@@ -10,8 +10,8 @@ use vramtrace::command::synth::{SynthResult, synth};
 use vramtrace::print;
 use vramtrace::progress::NoProgress;
 use vramtrace::units;
-use vramtrace_recorder::allocator::AllocatorConfig;
-use vramtrace_recorder::workload::{WorkloadConfig, WorkloadError};
+use vramtrace_allocator::AllocatorConfig;
+use vramtrace_allocator::workload::{WorkloadConfig, WorkloadError};
 
 /// Arguments of `vramtrace synth`.
 #[derive(clap::Args)]

@@ -24,8 +24,8 @@ use crate::simulate::what_if::{WhatIf, what_if};
 use crate::simulate::{RequestExtractor, RequestList, Reserve, SimOptions};
 use crate::units;
 use serde::Serialize;
+use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::Header;
-use vramtrace_recorder::allocator::AllocatorConfig;
 
 /// Buckets of the fragmentation chart: about one per two pixels.
 pub const CHART_BUCKETS: usize = 400;
@@ -149,7 +149,7 @@ pub fn report(
     let header = input.header().clone();
     let header_devices = header.devices.clone();
     let recorded_config =
-        vramtrace_recorder::allocator::AllocatorConfig::from_settings(&header.allocator_settings)
+        vramtrace_allocator::AllocatorConfig::from_settings(&header.allocator_settings)
             .ok()
             .map(|(config, _)| config);
     let what_if_runs = options.what_if && replay.window().is_all();
@@ -270,9 +270,8 @@ pub fn report(
     // allocator at any device-memory sample), unless one is stated.
     let measured_reserve = summary.outside_allocator.map(|o| o.max_bytes);
     let what_if = list.map(|list| {
-        let recorded = vramtrace_recorder::allocator::AllocatorConfig::from_settings(
-            &pass.header.allocator_settings,
-        );
+        let recorded =
+            vramtrace_allocator::AllocatorConfig::from_settings(&pass.header.allocator_settings);
         let (config, recorded_settings) = match recorded {
             Ok((config, _)) => (config, true),
             Err(_) => (Default::default(), false),

@@ -18,8 +18,8 @@ use crate::simulate::{
 use crate::sites::site_label;
 use crate::units;
 use serde::Serialize;
+use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::EventSource;
-use vramtrace_recorder::allocator::AllocatorConfig;
 
 /// What `simulate` runs.
 #[derive(Clone, Debug, Default)]

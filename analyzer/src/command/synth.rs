@@ -5,7 +5,7 @@ use crate::progress::{Progress, ProgressUnit, Work};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
-use vramtrace_recorder::workload::{self, OomReport, WorkloadConfig, WorkloadError};
+use vramtrace_allocator::workload::{self, OomReport, WorkloadConfig, WorkloadError};
 
 /// What a synthetic run wrote. Its JSON keys are in alphabetical order, as
 /// `synth --json` has always printed them.

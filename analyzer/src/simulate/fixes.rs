@@ -33,8 +33,8 @@ use crate::sites::SiteId;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use vramtrace_allocator::{AllocatorConfig, MIB, allocation_size};
 use vramtrace_format::{Category, SymbolTable};
-use vramtrace_recorder::allocator::{AllocatorConfig, MIB, allocation_size};
 
 /// Sites whose kept blocks are tried, largest first.
 const KEPT_SITES: usize = 3;

@@ -27,11 +27,11 @@ pub use requests::{
     AllocInfo, Op, Request, RequestExtractor, RequestList, SegmentAction, SegmentKind,
 };
 use serde::Serialize;
-use vramtrace_recorder::allocator::{
+use vramtrace_allocator::device::{DeviceMemory, SimulatedDevice};
+use vramtrace_allocator::{
     AllocError, AllocatorConfig, CachingAllocator, ConfigError, MIB, allocation_size,
 };
-use vramtrace_recorder::device::{DeviceMemory, SimulatedDevice};
-use vramtrace_recorder::format::BlockStatus;
+use vramtrace_format::BlockStatus;
 
 /// The precision of [`min_capacity`]: 2 MiB, the granularity of every
 /// segment the allocator reserves.

@@ -7,7 +7,7 @@
 use super::{CAPACITY_STEP, RequestList, Reserve, SimOptions, min_capacity, simulate};
 use rayon::prelude::*;
 use serde::Serialize;
-use vramtrace_recorder::allocator::AllocatorConfig;
+use vramtrace_allocator::AllocatorConfig;
 
 /// The first OOM of a simulated run, where the page can point at it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

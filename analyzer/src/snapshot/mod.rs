@@ -23,12 +23,12 @@ use rustc_hash::FxHashMap as FxMap;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
+use vramtrace_allocator::{AllocatorConfig, ObservedBlocks};
 use vramtrace_format::{
     BlockEvent, BlockState, BlockStatus, DeviceInfo, Event, EventData, FormatError, Frame, FrameId,
     Header, InitialState, KindCounts, OomEvent, ReceiverGone, SegmentEvent, SegmentState, StackId,
     StringId, TraceChannel, TraceReceiver, TraceSender, TraceWriter, WriterOptions,
 };
-use vramtrace_recorder::allocator::{AllocatorConfig, ObservedBlocks};
 
 /// Device indices a snapshot may use, from 0: tables are kept per device, so
 /// an index from a damaged or hostile file must not size them.

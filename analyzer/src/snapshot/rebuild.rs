@@ -11,8 +11,8 @@
 use super::log::{Action, LogEntry};
 use rustc_hash::{FxHashMap as FxMap, FxHashSet as FxSet};
 use std::collections::BTreeMap;
+use vramtrace_allocator::{AllocatorConfig, ObservedBlocks, SMALL_SIZE};
 use vramtrace_format::{BlockState, BlockStatus, SegmentState};
-use vramtrace_recorder::allocator::{AllocatorConfig, ObservedBlocks, SMALL_SIZE};
 
 /// A block of the end state (`segments[].blocks[]`), not free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -27,8 +27,8 @@ use crate::simulate::plan::{self, Evaluated, Found, Keys, Model, RunInput, Targe
 use crate::simulate::{self as sim, Extracted, Op, Reserve, SimOptions, SimulateError, scenarios};
 use crate::units;
 use rayon::prelude::*;
+use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::EventSource;
-use vramtrace_recorder::allocator::AllocatorConfig;
 
 /// What `plan` looks for.
 #[derive(Clone, Debug, Default)]

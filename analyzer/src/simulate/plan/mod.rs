@@ -25,8 +25,8 @@ use law::{Law, LawKind};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::SymbolTable;
-use vramtrace_recorder::allocator::AllocatorConfig;
 
 pub use super::requests::RequestList;
 

@@ -3,9 +3,9 @@ use crate::analysis::Devices;
 use crate::input::Input;
 use crate::progress::NoProgress;
 use crate::simulate::{Extracted, extract};
+use vramtrace_allocator::MIB;
+use vramtrace_allocator::workload::{WorkloadConfig, WorkloadReport, generate};
 use vramtrace_format::EventSource;
-use vramtrace_recorder::allocator::MIB;
-use vramtrace_recorder::workload::{WorkloadConfig, WorkloadReport, generate};
 
 /// A synthetic training run: 2 layers, 3 iterations, at a batch size and
 /// sequence length, on a device of `capacity` bytes (unlimited: `None`).

@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
-use vramtrace_recorder::device::SimulatedDevice;
-use vramtrace_recorder::format::EventData;
+use vramtrace_allocator::device::SimulatedDevice;
+use vramtrace_allocator::{AllocatorConfig, CachingAllocator};
+use vramtrace_format::EventData;
 
 // The snapshots come from an H200 (143,771 MiB); its size bounds the address
 // range of expandable segments, and no run comes near it.
