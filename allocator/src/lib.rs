@@ -8,8 +8,11 @@
 //! needs no stack unwinder: a program that simulates depends on this crate
 //! and the format alone.
 //!
-//! - The crate's root: [`CachingAllocator`], generic over the device it
-//!   carves memory from, its settings ([`AllocatorConfig`], read from
+//! - The crate's root: [`CachingAllocator`], with the policy of PyTorch's
+//!   `CUDACachingAllocator` (torch 2.x defaults; `docs/allocator.md` tells
+//!   it), generic over the [`DeviceMemory`](device::DeviceMemory) it carves
+//!   segments from and reporting every action as an
+//!   [`EventData`](vramtrace_format::EventData); its settings ([`AllocatorConfig`], read from
 //!   `PYTORCH_CUDA_ALLOC_CONF`), and [`ObservedBlocks`], the block sizes of
 //!   an allocator seen only through its events.
 //! - [`device`]: the devices the allocator runs on: a simulated one, and

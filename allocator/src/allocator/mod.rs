@@ -94,7 +94,8 @@ impl ExpandableSegment {
     }
 }
 
-/// The caching allocator. See the [module docs](self).
+/// The caching allocator: PyTorch's policy (see the [crate docs](crate) and
+/// `docs/allocator.md`).
 pub struct CachingAllocator<D: DeviceMemory> {
     device: D,
     config: AllocatorConfig,
