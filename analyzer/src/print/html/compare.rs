@@ -1,126 +1,142 @@
-//! The comparison section of the report.
+//! The comparison section of the report: a baseline run against this one.
 
-use super::escape;
-use crate::analysis::compare::{Comparison, PhaseDelta, Presence, SiteDelta, Unit};
+use super::Stack;
+use crate::analysis::compare::{Comparison as Compared, PhaseDelta, Presence, SiteDelta, Unit};
+use crate::command::plan::FitsUpTo;
 use crate::print::labels::{format_delta, format_percent, format_value, repetitions};
+use askama::Template;
 
 /// The comparison as an HTML section for the report: the chart inline, the
-/// headline figures, and the sites and phases that changed most.
-/// `fits`: the plan from the two runs, when they were recorded at different
-/// batch sizes (or sequence lengths): its answer leads the section.
-pub fn section(
-    comparison: &Comparison,
-    chart: &str,
-    top: usize,
-    fits: Option<&crate::command::plan::FitsUpTo>,
-) -> String {
-    use std::fmt::Write as _;
-    let mut html = String::new();
-    if let Some(f) = fits {
-        let _ = write!(
-            html,
-            "<p><strong>Fits up to:</strong> {} <span class=\"muted\">(vramtrace plan, from the two runs)</span></p>",
-            escape(&f.line)
-        );
-    }
-    let _ = write!(
-        html,
-        "<p>Baseline <code>{}</code> against this run, <code>{}</code>{}.</p>",
-        escape(&comparison.base.name),
-        escape(&comparison.new.name),
-        if comparison.per_iteration {
-            ", per iteration"
-        } else {
-            ""
+/// headline figures, and the sites and phases that changed most. When the
+/// two runs were recorded at different batch sizes (or sequence lengths),
+/// the plan from them leads it.
+#[derive(Template)]
+#[template(path = "compare.html", config = "src/print/html/askama.toml")]
+pub struct Comparison<'a> {
+    /// What the plan says fits, from the two runs.
+    fits: Option<&'a str>,
+    /// The baseline's name.
+    pub base: &'a str,
+    /// This run's name.
+    new: &'a str,
+    /// Whether the figures are per iteration.
+    per_iteration: bool,
+    /// The chart of both runs (SVG).
+    chart: &'a str,
+    headline: Vec<Figure<'a>>,
+    /// How many sites changed, of how many.
+    sites_changed: usize,
+    sites: usize,
+    /// The sites that changed most, and the phases.
+    sites_shown: Vec<Site>,
+    phases_shown: Vec<Phase<'a>>,
+}
+
+/// A headline figure of both runs.
+struct Figure<'a> {
+    label: &'a str,
+    base: String,
+    new: String,
+    change: String,
+    /// The change in percent (none for a ratio).
+    percent: String,
+    /// Whether it grew where growing is worse (said in red).
+    worse: bool,
+    /// An event kind, set under the event total.
+    event_kind: bool,
+}
+
+/// A site that changed.
+struct Site {
+    at_peak: String,
+    at_peak_percent: String,
+    retained: String,
+    allocations: String,
+    presence: Presence,
+    stack: Stack,
+}
+
+/// A phase that changed.
+struct Phase<'a> {
+    peak: String,
+    peak_percent: String,
+    retained: String,
+    leak_per_repetition: String,
+    repetitions: String,
+    name: &'a str,
+    presence: Presence,
+}
+
+impl<'a> Comparison<'a> {
+    /// The section for `comparison`, its chart drawn, the `top` sites and
+    /// phases that changed most shown.
+    pub fn new(
+        comparison: &'a Compared,
+        chart: &'a str,
+        top: usize,
+        fits: Option<&'a FitsUpTo>,
+    ) -> Comparison<'a> {
+        let changed: Vec<&SiteDelta> = comparison.sites.iter().filter(|s| s.changed()).collect();
+        let phases: Vec<&PhaseDelta> = comparison.phases.iter().filter(|p| p.changed()).collect();
+        Comparison {
+            fits: fits.map(|f| f.line.as_str()),
+            base: &comparison.base.name,
+            new: &comparison.new.name,
+            per_iteration: comparison.per_iteration,
+            chart,
+            headline: comparison
+                .headline
+                .iter()
+                .map(|m| {
+                    let c = &m.change;
+                    Figure {
+                        label: m.label.trim(),
+                        base: format_value(m.unit, c.base),
+                        new: format_value(m.unit, c.new),
+                        change: format_delta(m.unit, c.delta),
+                        percent: if m.unit == Unit::Ratio {
+                            String::new()
+                        } else {
+                            format_percent(c)
+                        },
+                        worse: c.delta > 0.0
+                            && m.unit != Unit::Nanoseconds
+                            && !m.metric.starts_with("events"),
+                        event_kind: m.metric.starts_with("events."),
+                    }
+                })
+                .collect(),
+            sites_changed: changed.len(),
+            sites: comparison.sites.len(),
+            sites_shown: changed
+                .iter()
+                .take(top)
+                .map(|s| Site {
+                    at_peak: format_delta(Unit::Bytes, s.at_peak.delta),
+                    at_peak_percent: format_percent(&s.at_peak),
+                    retained: format_delta(Unit::Bytes, s.retained.delta),
+                    allocations: format_delta(Unit::Count, s.allocations.delta),
+                    presence: s.presence,
+                    // Sites are compared by their names as labelled.
+                    stack: Stack {
+                        site: s.site.clone(),
+                        frames: s.frames.join("\n"),
+                    },
+                })
+                .collect(),
+            phases_shown: phases
+                .iter()
+                .take(top)
+                .map(|p| Phase {
+                    peak: format_delta(Unit::Bytes, p.peak.delta),
+                    peak_percent: format_percent(&p.peak),
+                    retained: format_delta(Unit::Bytes, p.retained.delta),
+                    leak_per_repetition: format_delta(Unit::Bytes, p.leak_per_repetition.delta),
+                    repetitions: repetitions(&p.repetitions),
+                    name: &p.phase,
+                    presence: p.presence,
+                })
+                .collect(),
         }
-    );
-    let _ = write!(
-        html,
-        "<figure>{chart}<figcaption>Above: allocated memory of both runs (solid) and reserved memory (dashed), the peaks marked. Below: the sites whose memory changed most; red grew, green shrank. Hover for exact values.</figcaption></figure>"
-    );
-    html.push_str("<table><tr><th>figure</th><th class=\"num\">baseline</th><th class=\"num\">this run</th><th class=\"num\">change</th><th class=\"num\">%</th></tr>");
-    for m in &comparison.headline {
-        let c = &m.change;
-        let style =
-            if c.delta > 0.0 && m.unit != Unit::Nanoseconds && !m.metric.starts_with("events") {
-                " style=\"color: var(--alert)\""
-            } else {
-                ""
-            };
-        // Event kinds sit under the event total.
-        let indent = if m.metric.starts_with("events.") {
-            " style=\"padding-left: 28px\""
-        } else {
-            ""
-        };
-        let _ = write!(
-            html,
-            "<tr><td{indent}>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\"{style}>{}</td><td class=\"num\">{}</td></tr>",
-            escape(m.label.trim()),
-            format_value(m.unit, c.base),
-            format_value(m.unit, c.new),
-            format_delta(m.unit, c.delta),
-            if m.unit == Unit::Ratio {
-                String::new()
-            } else {
-                format_percent(c)
-            }
-        );
     }
-    html.push_str("</table>");
-    let changed: Vec<&SiteDelta> = comparison.sites.iter().filter(|s| s.changed()).collect();
-    let _ = write!(
-        html,
-        "<h3>Sites</h3><p class=\"muted\">{} of {} sites changed; the {} that changed most, by bytes live at the peak (or retained at the end if that moved more).</p>",
-        changed.len(),
-        comparison.sites.len(),
-        changed.len().min(top)
-    );
-    if !changed.is_empty() {
-        html.push_str("<table><tr><th class=\"num\">at peak: change</th><th class=\"num\">%</th><th class=\"num\">retained: change</th><th class=\"num\">allocations: change</th><th>site</th></tr>");
-        for s in changed.iter().take(top) {
-            let marker = match s.presence {
-                Presence::New => "<strong>new</strong> ",
-                Presence::Gone => "<strong>gone</strong> ",
-                Presence::Both => "",
-            };
-            let _ = write!(
-                html,
-                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{marker}<details><summary><code>{}</code></summary><pre>{}</pre></details></td></tr>",
-                format_delta(Unit::Bytes, s.at_peak.delta),
-                format_percent(&s.at_peak),
-                format_delta(Unit::Bytes, s.retained.delta),
-                format_delta(Unit::Count, s.allocations.delta),
-                escape(&s.site),
-                escape(&s.frames.join("\n"))
-            );
-        }
-        html.push_str("</table>");
-    }
-    let phases: Vec<&PhaseDelta> = comparison.phases.iter().filter(|p| p.changed()).collect();
-    if !phases.is_empty() {
-        let _ = write!(
-            html,
-            "<h3>Phases</h3><table><tr><th class=\"num\">peak: change</th><th class=\"num\">%</th><th class=\"num\">retained: change</th><th class=\"num\">leak per repetition: change</th><th class=\"num\">repetitions</th><th>phase</th></tr>"
-        );
-        for p in phases.iter().take(top) {
-            let _ = write!(
-                html,
-                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code>{}</td></tr>",
-                format_delta(Unit::Bytes, p.peak.delta),
-                format_percent(&p.peak),
-                format_delta(Unit::Bytes, p.retained.delta),
-                format_delta(Unit::Bytes, p.leak_per_repetition.delta),
-                repetitions(&p.repetitions),
-                escape(&p.phase),
-                match p.presence {
-                    Presence::New => " (new)",
-                    Presence::Gone => " (gone)",
-                    Presence::Both => "",
-                }
-            );
-        }
-        html.push_str("</table>");
-    }
-    html
 }

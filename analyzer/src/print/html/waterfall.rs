@@ -4,99 +4,131 @@
 use crate::analysis::summary::OomReport;
 use crate::analysis::waterfall::{SumsTo, Waterfall};
 use crate::print::labels::site_label;
-use crate::print::svg::escape;
 use crate::units;
-use std::fmt::Write as _;
+use askama::Template;
 
 /// A waterfall as a table: each term, its bytes, how it is known, and a bar
 /// of its share of the total; the parts of allocated memory under it; the
 /// sum; what lies beside it; the notes.
-pub fn table(w: &Waterfall) -> String {
-    let mut html = String::new();
-    let limit = if w.limit_source == "unknown" {
-        "unknown".to_string()
-    } else {
-        format!(
-            "{} ({})",
-            escape(&w.limit_line),
-            w.limit_known.map_or("", |k| k.word())
-        )
-    };
-    let _ = write!(
-        html,
-        "<p>Limit: {limit}</p><table class=\"vt-waterfall\"><tr><th>where</th><th class=\"num\">bytes</th><th>known</th><th>share</th><th></th></tr>"
-    );
-    let total = w.total_bytes.max(1) as f64;
-    let mut offset = 0.0;
-    for term in &w.terms {
-        let share = term.bytes as f64 / total * 100.0;
-        let detail = match term.name {
-            "cached_in_used_segments" => format!(
-                "in {} of the {} segments holding live blocks; largest free block {}{}",
-                units::count(w.fragmentation.segments_with_free),
-                units::count(w.fragmentation.segments_in_use),
-                units::bytes(w.fragmentation.largest_free_block),
-                w.fragmentation
-                    .requested_bytes
-                    .map(|r| format!("; asked for {}", units::bytes(r)))
-                    .unwrap_or_default()
-            ),
-            _ => String::new(),
-        };
-        let _ = write!(
-            html,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td style=\"width:30%\"><div style=\"margin-left:{offset:.2}%;width:{share:.2}%;min-width:1px;height:10px;background:#5b7db1\"></div></td><td>{}</td></tr>",
-            escape(term.label()),
-            units::bytes(term.bytes),
-            term.known.word(),
-            escape(&detail)
-        );
-        offset += share;
-        for part in &term.categories {
-            let _ = write!(
-                html,
-                "<tr><td>&nbsp;&nbsp;{}</td><td class=\"num\">{}</td><td>{}</td><td></td><td></td></tr>",
-                escape(&part.name.replace('_', " ")),
-                units::bytes(part.bytes),
-                part.known.word()
-            );
+#[derive(Template)]
+#[template(path = "waterfall.html", config = "src/print/html/askama.toml")]
+pub struct Table<'a> {
+    /// The limit and how it is known, or `unknown`.
+    limit: String,
+    terms: Vec<Term>,
+    /// What the terms add up to.
+    sums_to: SumsTo,
+    /// The total at the precision the limit is named with (`5.37 GiB cap`).
+    total: String,
+    /// The total in bytes.
+    total_bytes: String,
+    /// Terms beside the sum (not counted by the cap).
+    beside: Vec<Row>,
+    notes: &'a [String],
+}
+
+/// A term of the sum, with its bar and the parts it holds.
+struct Term {
+    row: Row,
+    /// Where its bar starts and how wide it is, in percent of the total.
+    offset: String,
+    share: String,
+    /// More about the term (where cached free memory lies).
+    detail: String,
+    /// The categories of memory under it.
+    categories: Vec<Row>,
+    /// The sites under it.
+    sites: Vec<Row>,
+}
+
+/// A line of the table: what, how many bytes, how known.
+struct Row {
+    name: String,
+    bytes: String,
+    known: &'static str,
+}
+
+impl<'a> Table<'a> {
+    /// The table of `w`.
+    pub fn new(w: &'a Waterfall) -> Table<'a> {
+        let total = w.total_bytes.max(1) as f64;
+        let mut offset = 0.0;
+        let terms = w
+            .terms
+            .iter()
+            .map(|term| {
+                let share = term.bytes as f64 / total * 100.0;
+                let detail = match term.name {
+                    "cached_in_used_segments" => format!(
+                        "in {} of the {} segments holding live blocks; largest free block {}{}",
+                        units::count(w.fragmentation.segments_with_free),
+                        units::count(w.fragmentation.segments_in_use),
+                        units::bytes(w.fragmentation.largest_free_block),
+                        w.fragmentation
+                            .requested_bytes
+                            .map(|r| format!("; asked for {}", units::bytes(r)))
+                            .unwrap_or_default()
+                    ),
+                    _ => String::new(),
+                };
+                let shown = Term {
+                    row: Row {
+                        name: term.label().to_string(),
+                        bytes: units::bytes(term.bytes),
+                        known: term.known.word(),
+                    },
+                    offset: format!("{offset:.2}"),
+                    share: format!("{share:.2}"),
+                    detail,
+                    categories: term
+                        .categories
+                        .iter()
+                        .map(|part| Row {
+                            name: part.name.replace('_', " "),
+                            bytes: units::bytes(part.bytes),
+                            known: part.known.word(),
+                        })
+                        .collect(),
+                    sites: term
+                        .sites
+                        .iter()
+                        .map(|part| Row {
+                            name: site_label(&part.name),
+                            bytes: units::bytes(part.bytes),
+                            known: part.known.word(),
+                        })
+                        .collect(),
+                };
+                offset += share;
+                shown
+            })
+            .collect();
+        Table {
+            limit: if w.limit_source == "unknown" {
+                "unknown".to_string()
+            } else {
+                format!(
+                    "{} ({})",
+                    w.limit_line,
+                    w.limit_known.map_or("", |k| k.word())
+                )
+            },
+            terms,
+            sums_to: w.sums_to,
+            total: units::capacity(w.total_bytes),
+            total_bytes: units::count(w.total_bytes),
+            beside: w
+                .beside
+                .iter()
+                .map(|term| Row {
+                    name: term.label().to_string(),
+                    bytes: units::bytes(term.bytes),
+                    known: term.known.word(),
+                })
+                .collect(),
+            notes: &w.notes,
         }
-        for part in &term.sites {
-            let _ = write!(
-                html,
-                "<tr><td>&nbsp;&nbsp;at <code>{}</code></td><td class=\"num\">{}</td><td>{}</td><td></td><td></td></tr>",
-                escape(&site_label(&part.name)),
-                units::bytes(part.bytes),
-                part.known.word()
-            );
-        }
     }
-    let sum = match w.sums_to {
-        SumsTo::Limit => "= the limit",
-        SumsTo::CardTotal => "= the card's total",
-        SumsTo::Reserved => "= reserved (the limit is unknown)",
-    };
-    let _ = write!(
-        html,
-        "<tr><th>{sum}</th><th class=\"num\">{}</th><th></th><th></th><th>{} bytes</th></tr>",
-        // At the precision the limit is named with (`5.37 GiB cap`).
-        units::capacity(w.total_bytes),
-        units::count(w.total_bytes)
-    );
-    for term in &w.beside {
-        let _ = write!(
-            html,
-            "<tr><td>beside: {}</td><td class=\"num\">{}</td><td>{}</td><td></td><td>not counted by the cap: it bounds reserved memory only</td></tr>",
-            escape(term.label()),
-            units::bytes(term.bytes),
-            term.known.word()
-        );
-    }
-    html.push_str("</table>");
-    for note in &w.notes {
-        let _ = write!(html, "<p class=\"note\">{}</p>", escape(note));
-    }
-    html
 }
 
 /// An OOM in words, as the findings tell it: under which limit (the card's
@@ -104,10 +136,10 @@ pub fn table(w: &Waterfall) -> String {
 pub fn oom_words(o: &OomReport) -> String {
     let w = &o.waterfall;
     match w.limit_source {
-        "cap" | "inferred_cap" => format!("under the {}", escape(&w.limit_line)),
+        "cap" | "inferred_cap" => format!("under the {}", w.limit_line),
         "card" => format!(
             "on {}, with {} free on the device (measured)",
-            escape(&w.limit_line),
+            w.limit_line,
             units::bytes(o.device_free_bytes)
         ),
         _ => "(the limit is unknown)".to_string(),

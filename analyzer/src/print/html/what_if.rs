@@ -1,71 +1,153 @@
 //! The what-if section: the recorded settings simulated at a range of
 //! capacities, a slider to pick one, and a table of them all.
 
-use super::escape;
-use crate::simulate::what_if::WhatIf;
+use crate::simulate::what_if::WhatIf as Simulated;
 use crate::units;
-use std::fmt::Write as _;
+use askama::Template;
 
-/// The section's HTML.
-pub fn section(w: &WhatIf) -> String {
-    let settings = if w.alloc_conf.is_empty() {
-        "PyTorch's default settings".to_string()
-    } else {
-        format!("<code>{}</code>", escape(&w.alloc_conf))
-    };
-    let mut html = format!(
-        "<p>The trace's allocation requests replayed through PyTorch's caching allocator policy with {settings}{} on devices of several sizes, each keeping {} {} off the allocator, as <code>vramtrace simulate</code> does (<code>--capacity</code> runs one size; <code>--reserve</code> states your own reserve, here and there). The smallest device that runs without running out of memory has <b>{}</b>; on a device that never runs out, the allocator's reserved memory peaks at {}.</p>",
-        if w.recorded_settings {
-            " (as recorded)"
-        } else {
-            " (the recorded settings could not be read)"
-        },
-        units::bytes(w.reserve.bytes),
-        escape(&w.reserve.covers),
-        units::bytes(w.min_capacity_bytes),
-        units::bytes(w.unlimited_peak_reserved_bytes)
-    );
-    let default = w
-        .points
-        .iter()
-        .position(|p| p.capacity_bytes == w.min_capacity_bytes)
-        .unwrap_or(0);
-    let _ = write!(
-        html,
-        "<div class=\"vt-whatif\"><label>Capacity: <output id=\"vt-wi-out\"></output><input type=\"range\" id=\"vt-wi\" min=\"0\" max=\"{}\" value=\"{default}\" step=\"1\"></label><p id=\"vt-wi-text\"></p></div>",
-        w.points.len().saturating_sub(1)
-    );
-    html.push_str("<table id=\"vt-wi-table\"><tr><th class=\"num\">device memory</th><th class=\"num\">reserved peak</th><th class=\"num\">allocated peak</th><th>outcome</th></tr>");
-    for p in &w.points {
-        let outcome = match &p.first_oom {
-            Some(o) => format!(
-                "<b style=\"color:var(--alert)\">out of memory</b> at <a href=\"#explorer\" data-event=\"{}\">{}</a>, asking for {} with {} reserved",
-                o.event_index,
-                units::duration_ns(o.time_ns),
-                units::bytes(o.requested_bytes),
-                units::bytes(o.reserved_bytes)
-            ),
-            None => "fits".to_string(),
-        };
-        let mut note = String::new();
-        if p.capacity_bytes == w.min_capacity_bytes {
-            note.push_str(" (smallest that fits)");
+/// The section's content.
+#[derive(Template)]
+#[template(path = "what_if.html", config = "src/print/html/askama.toml")]
+pub struct WhatIf<'a> {
+    /// The allocator settings simulated (empty: PyTorch's defaults).
+    alloc_conf: &'a str,
+    /// Whether they are the recorded ones (else they could not be read).
+    recorded_settings: bool,
+    /// What each device keeps off the allocator, and for what.
+    reserve: String,
+    reserve_covers: &'a str,
+    /// The smallest device that fits, and the reserved peak on one that
+    /// never runs out.
+    min_capacity: String,
+    unlimited_peak_reserved: String,
+    /// The slider's last position, and where it starts (the smallest fit).
+    last: usize,
+    start: usize,
+    points: Vec<Point>,
+}
+
+/// A device size simulated, and how the run went on it.
+struct Point {
+    capacity: String,
+    smallest_that_fits: bool,
+    recorded_device: bool,
+    peak_reserved: String,
+    peak_allocated: String,
+    /// Where it first ran out of memory, when it did.
+    first_oom: Option<Oom>,
+}
+
+/// The first out-of-memory error on a device simulated.
+struct Oom {
+    event: u64,
+    at: String,
+    requested: String,
+    reserved: String,
+}
+
+impl<'a> WhatIf<'a> {
+    /// The section of a what-if simulation.
+    pub fn new(w: &'a Simulated) -> WhatIf<'a> {
+        WhatIf {
+            alloc_conf: &w.alloc_conf,
+            recorded_settings: w.recorded_settings,
+            reserve: units::bytes(w.reserve.bytes),
+            reserve_covers: &w.reserve.covers,
+            min_capacity: units::bytes(w.min_capacity_bytes),
+            unlimited_peak_reserved: units::bytes(w.unlimited_peak_reserved_bytes),
+            last: w.points.len().saturating_sub(1),
+            start: w
+                .points
+                .iter()
+                .position(|p| p.capacity_bytes == w.min_capacity_bytes)
+                .unwrap_or(0),
+            points: w
+                .points
+                .iter()
+                .map(|p| Point {
+                    capacity: units::bytes(p.capacity_bytes),
+                    smallest_that_fits: p.capacity_bytes == w.min_capacity_bytes,
+                    recorded_device: Some(p.capacity_bytes) == w.device_bytes,
+                    peak_reserved: units::bytes(p.peak_reserved_bytes),
+                    peak_allocated: units::bytes(p.peak_allocated_bytes),
+                    first_oom: p.first_oom.as_ref().map(|o| Oom {
+                        event: o.event_index,
+                        at: units::duration_ns(o.time_ns),
+                        requested: units::bytes(o.requested_bytes),
+                        reserved: units::bytes(o.reserved_bytes),
+                    }),
+                })
+                .collect(),
         }
-        if Some(p.capacity_bytes) == w.device_bytes {
-            note.push_str(" (the recorded device)");
-        }
-        let _ = write!(
-            html,
-            "<tr><td class=\"num\">{}{note}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{outcome}</td></tr>",
-            units::bytes(p.capacity_bytes),
-            units::bytes(p.peak_reserved_bytes),
-            units::bytes(p.peak_allocated_bytes)
-        );
     }
-    html.push_str("</table><p class=\"muted\">Up to the first OOM, the peaks are those reached before it. A run that fits a device reserves no more than it would on a larger one, less the segments it could not keep cached.</p>");
-    // The slider shows one row of the table at a time.
-    html.push_str(
-        "<script>(function(){const s=document.getElementById('vt-wi'),o=document.getElementById('vt-wi-out'),t=document.getElementById('vt-wi-text'),rows=[...document.querySelectorAll('#vt-wi-table tr')].slice(1);function show(){const c=rows[s.value].cells;o.textContent=c[0].textContent;t.innerHTML='Reserved peak <b>'+c[1].textContent+'</b>, allocated peak '+c[2].textContent+': '+c[3].innerHTML+'.';rows.forEach((r,i)=>r.classList.toggle('vt-on',i==s.value));}s.oninput=show;show();})();</script>",
-    );
-    html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WhatIf;
+    use crate::simulate::what_if::{WhatIf as Simulated, WhatIfOom, WhatIfPoint};
+    use crate::simulate::{Reserve, ReserveSource};
+    use askama::Template;
+
+    const GIB: u64 = 1 << 30;
+
+    fn simulated(alloc_conf: &str) -> Simulated {
+        let point = |capacity_bytes, first_oom| WhatIfPoint {
+            capacity_bytes,
+            peak_reserved_bytes: GIB,
+            peak_allocated_bytes: GIB / 2,
+            first_oom,
+        };
+        Simulated {
+            alloc_conf: alloc_conf.to_string(),
+            recorded_settings: true,
+            unlimited_peak_reserved_bytes: GIB,
+            min_capacity_bytes: 2 * GIB,
+            reserve: Reserve {
+                bytes: GIB / 2,
+                stated: false,
+                nccl: false,
+                covers: "for the CUDA context".to_string(),
+                source: ReserveSource::Estimated,
+            },
+            device_bytes: Some(4 * GIB),
+            points: vec![
+                point(
+                    GIB,
+                    Some(WhatIfOom {
+                        event_index: 42,
+                        time_ns: 1_000_000,
+                        requested_bytes: GIB,
+                        reserved_bytes: GIB / 2,
+                    }),
+                ),
+                point(2 * GIB, None),
+                point(4 * GIB, None),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_settings_are_escaped_and_the_slider_starts_at_the_smallest_fit() {
+        let w = simulated("max_split_size_mb:<128>&x");
+        let html = WhatIf::new(&w).render().unwrap();
+        assert!(
+            html.contains("with <code>max_split_size_mb:&lt;128&gt;&amp;x</code> (as recorded)")
+        );
+        assert!(html.contains(r#"min="0" max="2" value="1""#), "{html}");
+        assert!(html.contains("2.0 GiB (smallest that fits)</td>"), "{html}");
+        assert!(
+            html.contains("4.0 GiB (the recorded device)</td>"),
+            "{html}"
+        );
+        assert!(html.contains(r##"at <a href="#explorer" data-event="42">"##));
+        assert_eq!(html.matches("<td>fits</td>").count(), 2);
+    }
+
+    #[test]
+    fn default_settings_are_named() {
+        let w = simulated("");
+        let html = WhatIf::new(&w).render().unwrap();
+        assert!(html.contains("with PyTorch's default settings (as recorded) on devices"));
+    }
 }

@@ -1,0 +1,92 @@
+//! The "What fills the GPU" section: allocated memory by category at the
+//! peaks and at the end, what dominates the peak, the chart of categories
+//! over time, and where the limit went at the allocated peak.
+
+use super::ReportInput;
+use super::waterfall;
+use crate::analysis::categories::Category;
+use crate::print::labels;
+use crate::print::svg::palette;
+use crate::units;
+use askama::Template;
+
+/// The section's content.
+#[derive(Template)]
+#[template(path = "categories.html", config = "src/print/html/askama.toml")]
+pub struct Categories<'a> {
+    /// How the categories are known.
+    source: &'static str,
+    rows: Vec<Row>,
+    /// What dominates the allocated peak, and what lowers it.
+    dominant: Option<String>,
+    /// The chart of categories over time (SVG).
+    chart: &'a str,
+    /// Where the limit went at the allocated peak.
+    waterfall: Option<waterfall::Table<'a>>,
+    /// Memory outside the allocator, when the trace samples the device.
+    outside: Option<Outside>,
+}
+
+/// A category's bytes at the allocated peak, the reserved peak and the end.
+struct Row {
+    /// Its colour in the charts.
+    colour: String,
+    label: &'static str,
+    bytes: Vec<String>,
+    /// How its figures are known.
+    basis: &'static str,
+}
+
+/// The memory outside the allocator over the run (measured).
+struct Outside {
+    samples: String,
+    at_start: String,
+    at_peak: String,
+    max: String,
+    at_end: String,
+}
+
+impl<'a> Categories<'a> {
+    /// The section of one report.
+    pub fn new(input: &'a ReportInput<'a>) -> Categories<'a> {
+        let s = &input.report.summary;
+        let c = &s.categories;
+        let columns = [&c.at_allocated_peak, &c.at_reserved_peak, &c.at_end];
+        let rows = Category::ALL
+            .into_iter()
+            .filter_map(|category| {
+                let shares: Vec<_> = columns.iter().map(|t| t.get(category)).collect();
+                if shares.iter().all(|s| s.bytes == 0) {
+                    return None;
+                }
+                let bases: Vec<_> = shares
+                    .iter()
+                    .filter(|s| s.bytes > 0)
+                    .map(|s| s.basis())
+                    .collect();
+                Some(Row {
+                    colour: palette::hex(palette::of_category(category)),
+                    label: category.label(),
+                    bytes: shares.iter().map(|s| units::bytes(s.bytes)).collect(),
+                    basis: labels::category_row_basis(&bases),
+                })
+            })
+            .collect();
+        Categories {
+            source: labels::category_source(c.source),
+            rows,
+            dominant: c.dominant.as_ref().map(|d| {
+                labels::category_dominant_line(d, s.peak_allocated_bytes, "the allocated peak")
+            }),
+            chart: &input.charts.categories,
+            waterfall: s.waterfall_at_peak.as_ref().map(waterfall::Table::new),
+            outside: s.outside_allocator.as_ref().map(|o| Outside {
+                samples: units::count(o.samples),
+                at_start: units::bytes(o.at_start_bytes),
+                at_peak: o.at_peak_bytes.map_or("unknown".to_string(), units::bytes),
+                max: units::bytes(o.max_bytes),
+                at_end: units::bytes(o.at_end_bytes),
+            }),
+        }
+    }
+}
