@@ -3,17 +3,19 @@
 //! compressed with zlib and base64-encoded. The page inflates them with the
 //! browser's own `DecompressionStream`, so nothing but this file is needed.
 //!
-//! Each column is a sequence of unsigned varints; signed values are
-//! zigzag-encoded, and most are deltas from the value before, so the numbers
-//! are small. The column order and lengths are listed in the JSON
-//! (`columns`), and the page decodes them in that order.
+//! Each column is a sequence of unsigned varints, the trace format's own
+//! ([`vramtrace_format::varint`]); signed values are zigzag-encoded, and
+//! most are deltas from the value before, so the numbers are small. The
+//! column order and lengths are listed in the JSON (`columns`), and the
+//! page decodes them in that order (`assets/explorer/decode.js`).
 
 use crate::analysis::categories::Category;
 use crate::analysis::explorer::Explorer;
 use crate::print::labels;
-use crate::print::svg::palette;
+use crate::print::svg::palette::{self, Palette};
 use serde_json::{Value, json};
 use std::io::Write as _;
+use vramtrace_format::varint;
 
 /// Columns of varints, in order, with their names and lengths.
 #[derive(Default)]
@@ -26,28 +28,22 @@ impl Columns {
     fn column(&mut self, name: &'static str, values: impl IntoIterator<Item = u64>) {
         let mut n = 0;
         for v in values {
-            put_varint(&mut self.bytes, v);
+            varint::put(&mut self.bytes, v);
             n += 1;
         }
         self.index.push((name, n));
     }
 
+    /// A column of signed values, zigzag-encoded; a difference past 64
+    /// bits (only a damaged trace has one) is clamped to them.
     fn signed(&mut self, name: &'static str, values: impl IntoIterator<Item = i128>) {
-        self.column(name, values.into_iter().map(zigzag));
+        self.column(
+            name,
+            values
+                .into_iter()
+                .map(|v| varint::zigzag(v.clamp(i64::MIN as i128, i64::MAX as i128) as i64)),
+        );
     }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn zigzag(v: i128) -> u64 {
-    let v = v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
-    ((v << 1) ^ (v >> 63)) as u64
 }
 
 /// Deltas of a sequence from the value before (the first from `origin`).
@@ -61,8 +57,9 @@ fn deltas(values: impl IntoIterator<Item = u64>, origin: u64) -> impl Iterator<I
 }
 
 /// The explorer's data: `(json, bulk)`, the bulk compressed and
-/// base64-encoded.
-pub fn encode(e: &Explorer) -> (Value, String) {
+/// base64-encoded. Sites take their colours from `palette`, which the
+/// report's charts have coloured theirs with.
+pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
     let mut c = Columns::default();
     let buckets = &e.series.buckets;
     let start = e.start_ns;
@@ -84,6 +81,14 @@ pub fn encode(e: &Explorer) -> (Value, String) {
         c.column(hi, buckets.iter().map(|b| pick(b).max - pick(b).last));
         c.column(lo, buckets.iter().map(|b| pick(b).last - pick(b).min));
     }
+
+    let knots = Knots::of(e);
+    c.column(
+        "kn_index",
+        deltas(knots.index.iter().copied(), 0).map(|d| d.max(0) as u64),
+    );
+    c.signed("kn_time", deltas(knots.time.iter().copied(), 0));
+    c.signed("kn_busy", deltas(knots.busy.iter().copied(), 0));
 
     let allocs = &e.allocations;
     c.column(
@@ -187,6 +192,7 @@ pub fn encode(e: &Explorer) -> (Value, String) {
         "depth": e.phases.iter().map(|p| p.depth).collect::<Vec<_>>(),
         "begin": e.phases.iter().map(|p| p.begin_index - e.first_index).collect::<Vec<_>>(),
         "end": e.phases.iter().map(|p| p.end_index - e.first_index).collect::<Vec<_>>(),
+        "tint": e.phases.iter().map(|p| palette::phase_tint(&p.name)).collect::<Vec<_>>(),
     });
     let json = json!({
         "first_index": e.first_index,
@@ -206,13 +212,27 @@ pub fn encode(e: &Explorer) -> (Value, String) {
         "phases_left_out": e.phases_left_out,
         "frames": e.frames,
         "sites": e.sites,
-        "site_key": site_key(e),
+        "site_key": site_key(e, palette),
         "phase_paths": e.phase_paths,
         // What blocks hold, by code: their names and fixed colours.
         "categories": Category::ALL.iter().map(|&c| json!({
             "label": c.label(),
             "colour": palette::hex(palette::of_category(c)),
         })).collect::<Vec<_>>(),
+        // The colours of what the explorer draws, from the charts' palette.
+        "colours": {
+            "reserved": palette::hex(palette::RESERVED),
+            "allocated": palette::hex(palette::ALLOCATED),
+            "cached_free": palette::hex(palette::CACHED_FREE),
+            "alert": palette::hex(palette::ALERT),
+            "pending_free": palette::hex(palette::PENDING_FREE),
+            "segment_free": palette::hex(palette::SEGMENT_FREE),
+            "block_in_use": palette::hex(palette::BLOCK_IN_USE),
+            "dimmed": palette::hex(palette::DIMMED),
+            "other_sites": palette::hex(palette::OTHER),
+            "phase_tints": palette::PHASE_TINTS.map(palette::hex),
+        },
+        "axis_end": { "index": knots.end_index, "time": knots.end_time, "busy": knots.end_busy },
         "checkpoints": checkpoints,
         "columns": c.index.iter().map(|(name, n)| json!([name, n])).collect::<Vec<_>>(),
     });
@@ -224,9 +244,10 @@ pub fn encode(e: &Explorer) -> (Value, String) {
 const SITE_COLOURS: usize = 11;
 
 /// The explorer's key of sites: the [`SITE_COLOURS`] sites with the most
-/// bytes among the allocations kept, most first, each with its index and
-/// its name within 80 characters, the user's own line first (no two alike).
-fn site_key(e: &Explorer) -> Vec<Value> {
+/// bytes among the allocations kept, most first, each with its index, its
+/// name within 80 characters, the user's own line first (no two alike), and
+/// its colour in `palette`.
+fn site_key(e: &Explorer, palette: &mut Palette) -> Vec<Value> {
     let mut bytes = vec![0u64; e.sites.len()];
     for a in &e.allocations {
         if let Some(b) = bytes.get_mut(a.site as usize) {
@@ -244,8 +265,68 @@ fn site_key(e: &Explorer) -> Vec<Value> {
     labels::number_alike(&mut names, 80);
     top.iter()
         .zip(names)
-        .map(|(&site, label)| json!({ "site": site, "label": label }))
+        .map(|(&site, label)| {
+            let colour = palette::hex(palette.colour(&e.sites[site]));
+            json!({ "site": site, "label": label, "colour": colour })
+        })
         .collect()
+}
+
+/// The knots of the explorer's x axes: each bucket's first and last event
+/// (window indices), with its time from the window's start (never going
+/// back: times of merged devices may) and its busy time (the time less the
+/// idle gaps up to the event, shrunk as [`Explorer::busy_ns`] shrinks
+/// them); then one knot past the last event, a 2000th of the span later, so
+/// that the last event has a width. The page places anything between two
+/// knots in proportion.
+#[derive(Debug, Default, PartialEq)]
+struct Knots {
+    index: Vec<u64>,
+    time: Vec<u64>,
+    busy: Vec<u64>,
+    end_index: u64,
+    end_time: f64,
+    end_busy: f64,
+}
+
+impl Knots {
+    fn of(e: &Explorer) -> Knots {
+        let mut knots = Knots::default();
+        let width = e.series.bucket_events.max(1);
+        let since_start = |ns: u64| ns.saturating_sub(e.start_ns);
+        // The idle gaps by window index, and what busy time cut from those
+        // up to the next knot: knots come in order, so one walk does.
+        let mut gaps = e.idle.gaps.iter().peekable();
+        let mut cut = 0u64;
+        let mut cut_up_to = |index: u64| {
+            while let Some(g) = gaps.next_if(|g| g.index - e.first_index <= index) {
+                cut += g.gap_ns.saturating_sub(e.idle.threshold_ns);
+            }
+            cut
+        };
+        let mut latest = 0;
+        for (b, bucket) in e.series.buckets.iter().enumerate() {
+            let first = b as u64 * width;
+            let last = (first + width).min(e.events).saturating_sub(1);
+            latest = latest.max(since_start(bucket.start_ns));
+            knots.push(first, latest, cut_up_to(first));
+            if last > first {
+                latest = latest.max(since_start(bucket.end_ns.max(bucket.start_ns)));
+                knots.push(last, latest, cut_up_to(last));
+            }
+        }
+        let span = latest.max(1) as f64;
+        knots.end_index = e.events;
+        knots.end_time = latest as f64 + (span / 2000.0).max(1.0);
+        knots.end_busy = knots.end_time - cut_up_to(e.events) as f64;
+        knots
+    }
+
+    fn push(&mut self, index: u64, time: u64, cut: u64) {
+        self.index.push(index);
+        self.time.push(time);
+        self.busy.push(time.saturating_sub(cut));
+    }
 }
 
 /// Standard base64 with padding.
@@ -283,14 +364,66 @@ mod tests {
         assert_eq!(base64(b"foobar"), "Zm9vYmFy");
     }
 
+    /// Knots at each bucket's first and last event; busy time as
+    /// [`Explorer::busy_ns`] counts it; one knot past the end.
     #[test]
-    fn varints_and_zigzag() {
-        let mut out = Vec::new();
-        put_varint(&mut out, 300);
-        assert_eq!(out, [0xac, 0x02]);
-        assert_eq!(zigzag(0), 0);
-        assert_eq!(zigzag(-1), 1);
-        assert_eq!(zigzag(1), 2);
-        assert_eq!(zigzag(-2), 3);
+    fn knots_follow_the_buckets_and_busy_time() {
+        use crate::analysis::explorer::SeriesBucket;
+        use crate::analysis::pauses::{IdleGap, IdleGaps};
+        let bucket = |start_ns, end_ns| SeriesBucket {
+            start_ns,
+            end_ns,
+            ..SeriesBucket::default()
+        };
+        let e = Explorer {
+            first_index: 100,
+            events: 7,
+            start_ns: 1_000,
+            end_ns: 9_000,
+            series: crate::analysis::explorer::Series {
+                bucket_events: 3,
+                // Events 0-2, 3-5 and 6; the second bucket's start goes
+                // back (merged devices): its knot keeps the time before.
+                buckets: vec![
+                    bucket(1_000, 1_200),
+                    bucket(1_100, 8_000),
+                    bucket(9_000, 9_000),
+                ],
+            },
+            idle: IdleGaps {
+                threshold_ns: 100,
+                gaps: vec![IdleGap {
+                    gap_ns: 6_000,
+                    index: 105,
+                    time_ns: 8_000,
+                }],
+                left_out: 0,
+                median_ns: 10,
+            },
+            ..Explorer::default()
+        };
+        let knots = Knots::of(&e);
+        assert_eq!(knots.index, [0, 2, 3, 5, 6]);
+        assert_eq!(knots.time, [0, 200, 200, 7_000, 8_000]);
+        assert_eq!(knots.busy, [0, 200, 200, 1_100, 2_100]);
+        for (k, &index) in knots.index.iter().enumerate() {
+            let time = e.start_ns + knots.time[k];
+            assert_eq!(knots.busy[k], e.busy_ns(e.first_index + index, time));
+        }
+        assert_eq!(knots.end_index, 7);
+        assert_eq!(knots.end_time, 8_004.0);
+        assert_eq!(knots.end_busy, 2_104.0);
+    }
+
+    #[test]
+    fn columns_are_varints_and_signed_ones_zigzag() {
+        let mut c = Columns::default();
+        c.column("u", [300]);
+        c.signed("s", [0, -1, 1, -2, i128::MIN]);
+        assert_eq!(c.bytes[..2], [0xac, 0x02]);
+        assert_eq!(c.bytes[2..6], [0, 1, 2, 3]);
+        // Clamped to i64::MIN, whose zigzag is u64::MAX: ten bytes.
+        assert_eq!(c.bytes.len(), 6 + 10);
+        assert_eq!(c.index, [("u", 1), ("s", 5)]);
     }
 }
