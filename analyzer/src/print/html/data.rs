@@ -1,6 +1,6 @@
 //! The explorer's data as the page reads it: small parts as JSON, the bulk
-//! (series, allocations, stacks, checkpoints) as columns of LEB128 varints,
-//! compressed with zlib and base64-encoded. The page inflates them with the
+//! (series, axis knots, allocations, stacks, checkpoints) as columns of
+//! LEB128 varints, compressed with zlib and base64-encoded. The page inflates them with the
 //! browser's own `DecompressionStream`, so nothing but this file is needed.
 //!
 //! Each column is a sequence of unsigned varints, the trace format's own
@@ -63,13 +63,6 @@ pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
     let mut c = Columns::default();
     let buckets = &e.series.buckets;
     let start = e.start_ns;
-    c.signed("s_start", deltas(buckets.iter().map(|b| b.start_ns), start));
-    c.signed(
-        "s_span",
-        buckets
-            .iter()
-            .map(|b| b.end_ns as i128 - b.start_ns as i128),
-    );
     type Pick = fn(&crate::analysis::explorer::SeriesBucket) -> crate::analysis::explorer::Extent;
     let quantities: [(&'static str, &'static str, &'static str, Pick); 3] = [
         ("a_last", "a_hi", "a_lo", |b| b.allocated),
@@ -82,13 +75,19 @@ pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
         c.column(lo, buckets.iter().map(|b| pick(b).last - pick(b).min));
     }
 
+    // The buckets' times reach the page as knots only. Busy time goes as
+    // what it cut from time, which changes only at idle gaps: nearly all
+    // zeros, where busy times would double the bytes of the times.
     let knots = Knots::of(e);
     c.column(
         "kn_index",
         deltas(knots.index.iter().copied(), 0).map(|d| d.max(0) as u64),
     );
     c.signed("kn_time", deltas(knots.time.iter().copied(), 0));
-    c.signed("kn_busy", deltas(knots.busy.iter().copied(), 0));
+    c.signed(
+        "kn_cut",
+        deltas(knots.time.iter().zip(&knots.busy).map(|(t, b)| t - b), 0),
+    );
 
     let allocs = &e.allocations;
     c.column(
@@ -413,6 +412,137 @@ mod tests {
         assert_eq!(knots.end_index, 7);
         assert_eq!(knots.end_time, 8_004.0);
         assert_eq!(knots.end_busy, 2_104.0);
+    }
+
+    /// What the page's tests (`assets/explorer/tests`, run with `node
+    /// --test`) decode and compare: the explorer's data of a small trace as
+    /// this encoder writes it, with what the page should find in it, and
+    /// [`units`](crate::units)' forms of a table of values for the
+    /// page's to match. The file must be what this writes now; after a
+    /// change, `VRAMTRACE_BLESS=1 cargo test -p vramtrace --lib the_pages_tests_read`
+    /// writes it.
+    #[test]
+    fn the_pages_tests_read_what_this_writes() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/print/html/assets/explorer/tests/rust-fixture.json"
+        );
+        let text = rust_fixture();
+        if std::env::var_os("VRAMTRACE_BLESS").is_some() {
+            std::fs::write(path, &text).unwrap();
+        }
+        let kept = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            kept == text,
+            "{path} is not what the encoder writes now: run \
+             VRAMTRACE_BLESS=1 cargo test -p vramtrace --lib the_pages_tests_read"
+        );
+    }
+
+    fn rust_fixture() -> String {
+        use crate::analysis::explorer::{ExplorerAnalysis, ExplorerOptions};
+        use crate::analysis::window::Window;
+        use crate::testing::{TraceBuilder, replay_trace};
+        use crate::units;
+        const MIB: u64 = 1 << 20;
+        // A segment, two phases, allocations of growing size each freed
+        // after the next is made, a pause of a second, and an OOM.
+        let mut b = TraceBuilder::new();
+        let site = b.site("forward", "model.py", 3);
+        let other = b.site("step", "train.py", 9);
+        b.at(1_000).segment(0, 64 * MIB);
+        let mut t = 2_000;
+        for i in 0..6u64 {
+            t += if i == 3 { 1_000_000_000 } else { 1_000 };
+            b.at(t)
+                .begin(if i % 2 == 0 { "forward" } else { "backward" });
+            let stack = if i % 2 == 0 { site } else { other };
+            b.at(t + 10)
+                .alloc(i * 4 * MIB, (i + 1) * MIB, (i + 1) * MIB - 3, stack);
+            if i > 0 {
+                b.at(t + 20).free((i - 1) * 4 * MIB, i * MIB);
+            }
+            b.at(t + 30)
+                .end(if i % 2 == 0 { "forward" } else { "backward" });
+        }
+        b.at(t + 100).oom(512 * MIB, site);
+        let mut analysis = ExplorerAnalysis::new(ExplorerOptions::default());
+        replay_trace(&b.finish(), &mut [&mut analysis], &Window::default());
+        let e = analysis.into_report().unwrap();
+        let (data, bulk) = encode(&e, &mut Palette::new());
+        let knots = Knots::of(&e);
+        let a = &e.allocations;
+        let expect = json!({
+            "knots": { "index": knots.index, "time": knots.time, "busy": knots.busy },
+            "allocations": {
+                "allocEvent": a.iter().map(|a| a.alloc_index - e.first_index).collect::<Vec<_>>(),
+                "allocTime": a.iter().map(|a| a.alloc_ns - e.start_ns).collect::<Vec<_>>(),
+                "freeEvent": a.iter().map(|a| a.free_index.map_or(e.events, |f| f - e.first_index)).collect::<Vec<_>>(),
+                "freeTime": a.iter().map(|a| a.free_ns.map(|f| f - e.start_ns)).collect::<Vec<_>>(),
+                "size": a.iter().map(|a| a.size).collect::<Vec<_>>(),
+                "requested": a.iter().map(|a| a.requested).collect::<Vec<_>>(),
+                "site": a.iter().map(|a| a.site).collect::<Vec<_>>(),
+            },
+            "allocated_last": e.series.buckets.iter().map(|b| b.allocated.last).collect::<Vec<_>>(),
+            "stacks": e.stacks,
+            "checkpoints": e.checkpoints.iter().map(|c| json!({
+                "event": c.index - e.first_index,
+                "segments": c.segments.iter().map(|s| json!({
+                    "addr": s.addr,
+                    "size": s.size,
+                    "blocks": s.blocks.iter().map(|b| json!([b.offset, b.size, b.allocation.map_or(-1, |a| a as i64)])).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "phases": e.phases.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        });
+        const GIB: u64 = 1 << 30;
+        let sizes = [
+            0,
+            1,
+            1023,
+            1024,
+            1280,
+            1536,
+            1792,
+            2047,
+            1_048_575,
+            1_048_576,
+            20 * MIB,
+            1_288_490_188,
+            80 * GIB,
+            1 << 50,
+            1 << 60,
+            u64::MAX >> 11,
+        ];
+        let times = [
+            0,
+            999,
+            1_000,
+            12_250,
+            12_350,
+            999_949,
+            999_950,
+            1_125_000,
+            3_205_000,
+            999_994_999,
+            1_250_000_000,
+            59_994_999_999,
+            60_000_000_000,
+            125_000_000_000,
+            3_600_000_000_000,
+            7_265_000_000_000,
+        ];
+        let counts = [0, 12, 999, 1_000, 1_234_567, 9_007_199_254_740_991];
+        let fixture = json!({
+            "about": "Written by analyzer/src/print/html/data.rs (the_pages_tests_read_what_this_writes); read by assets/explorer/tests.",
+            "units": {
+                "bytes": sizes.map(|n| json!([n, units::bytes(n)])),
+                "duration_ns": times.map(|n| json!([n, units::duration_ns(n)])),
+                "count": counts.map(|n| json!([n, units::count(n)])),
+            },
+            "explorer": { "data": data, "bulk": bulk, "expect": expect },
+        });
+        serde_json::to_string_pretty(&fixture).unwrap() + "\n"
     }
 
     #[test]

@@ -68,10 +68,13 @@ const axis = (() => {
     return Math.min(1024, niceStep(raw / unit, [1, 2, 2.5, 5])) * unit;
   }
 
+  // The units of a bytes axis, as the static charts' (svg::ByteScale).
+  const AXIS_UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
+
   // The labels of a bytes axis up to `max`, all in the unit of the largest
   // (0.5 GiB, 1 GiB, not 512 MiB, 1 GiB), with the decimals `step` needs.
   function byteTicks(max, step) {
-    const names = units.BYTE_UNITS;
+    const names = AXIS_UNITS;
     let i = 0, divisor = 1;
     while (max / divisor >= 1024 && i < names.length - 1) { divisor *= 1024; i++; }
     const inUnit = step / divisor;

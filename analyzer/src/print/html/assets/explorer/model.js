@@ -14,23 +14,19 @@ const model = (() => {
   const MERGED = 4, COARSEST = 600;
 
   function emptyLevel(bucketEvents, buckets) {
-    const level = { bucketEvents, buckets, start: new Float64Array(buckets), end: new Float64Array(buckets) };
+    const level = { bucketEvents, buckets };
     for (const q of QUANTITIES) level[q] = { min: new Float64Array(buckets), max: new Float64Array(buckets), last: new Float64Array(buckets) };
     return level;
   }
 
   // Memory over the events at every resolution: the data's buckets, then
-  // levels of MERGED buckets to one, each bucket with its first and last
-  // event's times and each quantity's lowest, highest and last value.
+  // levels of MERGED buckets to one, each bucket with each quantity's
+  // lowest, highest and last value.
   function levels(data, columns) {
-    const buckets = columns.s_start.length;
+    const buckets = columns.a_last.length;
     const finest = emptyLevel(data.bucket_events, buckets);
-    let time = 0;
     const last = { allocated: 0, reserved: 0, cached: 0 };
     for (let b = 0; b < buckets; b++) {
-      time += unzigzag(columns.s_start[b]);
-      finest.start[b] = time;
-      finest.end[b] = Math.max(time, time + unzigzag(columns.s_span[b]));
       for (const q of QUANTITIES) {
         const prefix = COLUMN_PREFIX[q];
         last[q] += unzigzag(columns[prefix + "_last"][b]);
@@ -45,8 +41,6 @@ const model = (() => {
       const level = emptyLevel(fine.bucketEvents * MERGED, Math.ceil(fine.buckets / MERGED));
       for (let b = 0; b < level.buckets; b++) {
         const lo = b * MERGED, hi = Math.min(fine.buckets, lo + MERGED) - 1;
-        level.start[b] = fine.start[lo];
-        level.end[b] = fine.end[hi];
         for (const q of QUANTITIES) {
           let min = Infinity, max = -Infinity;
           for (let k = lo; k <= hi; k++) { min = Math.min(min, fine[q].min[k]); max = Math.max(max, fine[q].max[k]); }
@@ -61,17 +55,17 @@ const model = (() => {
   }
 
   // The knots of the x axes, as data.rs computed them: each bucket's first
-  // and last event with its time and busy time, then one past the last
-  // event, a little after it.
+  // and last event with its time and busy time (sent as what busy time cut
+  // from time), then one past the last event, a little after it.
   function knots(data, columns) {
     const n = columns.kn_index.length;
     const index = new Float64Array(n + 1), time = new Float64Array(n + 1), busy = new Float64Array(n + 1);
-    let i = 0, t = 0, b = 0;
+    let i = 0, t = 0, cut = 0;
     for (let k = 0; k < n; k++) {
       i += columns.kn_index[k];
       t += unzigzag(columns.kn_time[k]);
-      b += unzigzag(columns.kn_busy[k]);
-      index[k] = i; time[k] = t; busy[k] = b;
+      cut += unzigzag(columns.kn_cut[k]);
+      index[k] = i; time[k] = t; busy[k] = t - cut;
     }
     index[n] = data.axis_end.index;
     time[n] = data.axis_end.time;
