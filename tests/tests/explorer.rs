@@ -2,7 +2,8 @@
 //! through its DevTools protocol (the `headless_chrome` crate, over the
 //! system's Chromium). The page loads without a script error, a drag zooms,
 //! hovering the largest allocation shows its stack, and a click on a moment
-//! shows the allocator's segments then.
+//! shows the allocator's segments then; a site has the colour the static
+//! charts give it.
 
 use headless_chrome::protocol::cdp::Input::{
     DispatchMouseEvent, DispatchMouseEventTypeOption, MouseButton,
@@ -336,6 +337,19 @@ fn colours_by_site_have_a_key_and_small_segments_are_summarized() {
         .collect();
     assert!((3..=12).contains(&key.len()), "{key:?}");
     assert_eq!(key.last(), Some(&"other sites"));
+    // A site keeps its colour: the key's sites that the timeline chart's
+    // legend names (on one line) have the chart's colour there.
+    let alike = page.eval(
+        "(() => { const data = JSON.parse(document.getElementById('vt-data').textContent); const legend = new Map(); for (const t of document.querySelectorAll('svg text')) { const r = t.previousElementSibling; if (r && r.tagName === 'rect' && r.getAttribute('fill')) legend.set(t.textContent.trim(), r.getAttribute('fill').toLowerCase()); } return data.site_key.filter((k) => legend.has(k.label)).map((k) => [k.label, k.colour, legend.get(k.label)]); })()",
+    );
+    let alike = alike.as_array().unwrap();
+    assert!(
+        !alike.is_empty(),
+        "no site of the key in the chart's legend"
+    );
+    for site in alike {
+        assert_eq!(site[1], site[2], "{site}");
+    }
     assert!(
         key.iter()
             .any(|k| k.starts_with("steps (") && k.contains(" via ")),

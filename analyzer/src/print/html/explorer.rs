@@ -1,19 +1,79 @@
 //! The report's explorer: a canvas timeline to zoom, pan and hover, the
 //! allocator's state at checkpoints, and the fragmentation on the same axis.
-//! The drawing is hand-written canvas code (`assets/explorer.js`): the
+//! The drawing is hand-written canvas code (`assets/explorer/`): the
 //! layout of allocations one by one, three x axes mapped through the same
 //! knots, and min/max bands are what a charting library would have to be
 //! bent into, and the page must load nothing.
+//!
+//! The script is plain ES2020 in one file per job, put together here with
+//! no build step: [`SCRIPT_PARTS`], in that order, inside one function.
+//! Each part but the last is one `const` namespace object made by an
+//! immediately invoked function (`const axis = (() => { ...; return {...};
+//! })();`), which names the parts it uses in a `/* global */` line; the
+//! last, `interact.js`, runs the page. Not ES modules: a module script
+//! cannot import from a page opened as a file without a server or a
+//! bundler, and the page must be one file that loads nothing. The outer
+//! function keeps the names off the page's global scope (the flame graph
+//! has a script of its own). The pure parts (units, decode, axis, model,
+//! layout) run in Node too: `assets/explorer/tests` loads them the same
+//! way and tests them with `node --test`.
+//!
+//! What the script draws in colour comes from the charts' palette
+//! ([`palette`]) through the data, so a site or a category has the same
+//! colour here as in the static charts; the knots of the x axes are
+//! computed on this side too ([`data`]).
 
 use super::data;
 use crate::analysis::pauses::XAxis;
 use crate::command::report::ReportResult;
+use crate::print::svg::palette::{self, Palette};
 use serde_json::json;
 use std::fmt::Write as _;
 
-const SCRIPT: &str = include_str!("assets/explorer.js");
+/// The explorer's script, part by part, each after those it uses.
+const SCRIPT_PARTS: [(&str, &str); 8] = [
+    ("units.js", include_str!("assets/explorer/units.js")),
+    ("decode.js", include_str!("assets/explorer/decode.js")),
+    ("axis.js", include_str!("assets/explorer/axis.js")),
+    ("model.js", include_str!("assets/explorer/model.js")),
+    ("layout.js", include_str!("assets/explorer/layout.js")),
+    ("describe.js", include_str!("assets/explorer/describe.js")),
+    ("draw.js", include_str!("assets/explorer/draw.js")),
+    ("interact.js", include_str!("assets/explorer/interact.js")),
+];
+
 /// The explorer's styles, added to the page's.
 pub const STYLE: &str = include_str!("assets/explorer.css");
+
+/// The script of the page: the parts in order, in one function.
+fn script() -> String {
+    let mut script = String::from("(() => {\n\"use strict\";\n");
+    for (name, part) in SCRIPT_PARTS {
+        let _ = writeln!(script, "// ---- {name} ----\n{part}");
+    }
+    script.push_str("})();");
+    script
+}
+
+/// The palette as the report's charts leave it (the timelines, then the
+/// leaks chart, each asking for its names in the order it draws them), so
+/// that a site the charts show keeps their colour in the explorer and the
+/// others take the next ones.
+fn charts_palette(r: &ReportResult) -> Palette {
+    let mut palette = Palette::new();
+    for timeline in [&r.timeline, &r.category_timeline] {
+        for name in timeline.categories.iter().rev() {
+            palette.colour(name);
+        }
+    }
+    if let Some(phase) = r.leaks.chart_phase() {
+        let leaking = phase.leaking_sites.iter();
+        for site in leaking.filter(|s| s.bytes_per_repetition > 0).take(8) {
+            palette.colour(&site.site.site);
+        }
+    }
+    palette
+}
 
 /// JSON inside a `<script>` element: `</` would end it. Its strings (names
 /// from the input) show their control characters as escapes, as the rest
@@ -38,7 +98,7 @@ fn script_json(value: &serde_json::Value) -> String {
 
 /// The explorer section's HTML, with its data and script.
 pub fn section(r: &ReportResult) -> String {
-    let (mut meta, bulk) = data::encode(&r.explorer);
+    let (mut meta, bulk) = data::encode(&r.explorer, &mut charts_palette(r));
     let start = r.explorer.start_ns;
     let buckets = &r.fragmentation.buckets;
     meta["default_axis"] = json!(r.default_axis);
@@ -74,18 +134,36 @@ pub fn section(r: &ReportResult) -> String {
     html.push_str(
         "<div class=\"vt-wrap\"><canvas id=\"vt-chart\" tabindex=\"0\"></canvas><div id=\"vt-tip\" class=\"vt-tip\" hidden></div><div id=\"vt-loading\" class=\"vt-loading\">Loading the explorer…</div></div>",
     );
-    html.push_str("<div class=\"vt-legend\"><span><i style=\"background:#1d2433\"></i>reserved</span><span><i style=\"background:#0072b2\"></i>allocated</span><span><i class=\"dash\" style=\"border-color:#e69f00\"></i>cached free (reserved, in no block in use)</span><span><i style=\"background:rgba(0,114,178,0.2)\"></i>allocated, not drawn one by one</span><span class=\"muted\">Drag to zoom, wheel to zoom at the cursor, shift-drag to pan, double-click to reset. Click a phase to zoom to it, a moment for the allocator's state.</span></div>");
+    let hex = palette::hex;
+    let allocated = palette::ALLOCATED;
+    let _ = write!(
+        html,
+        "<div class=\"vt-legend\"><span><i style=\"background:{}\"></i>reserved</span><span><i style=\"background:{}\"></i>allocated</span><span><i class=\"dash\" style=\"border-color:{}\"></i>cached free (reserved, in no block in use)</span><span><i style=\"background:rgba({},{},{},0.2)\"></i>allocated, not drawn one by one</span><span class=\"muted\">Drag to zoom, wheel to zoom at the cursor, shift-drag to pan, double-click to reset. Click a phase to zoom to it, a moment for the allocator's state.</span></div>",
+        hex(palette::RESERVED),
+        hex(allocated),
+        hex(palette::CACHED_FREE),
+        allocated.0,
+        allocated.1,
+        allocated.2,
+    );
     html.push_str("<div id=\"vt-categories\" class=\"vt-legend\"></div><div id=\"vt-sites\" class=\"vt-legend\" hidden></div>");
     html.push_str("<p id=\"vt-site\" class=\"vt-site\"></p><p id=\"vt-status\" class=\"muted\"></p><div id=\"vt-pinned\" class=\"vt-pinned\" hidden></div>");
     html.push_str("<h3>The allocator's state</h3><div class=\"vt-toolbar\"><select id=\"vt-checkpoint\" aria-label=\"checkpoint\"></select></div><p id=\"vt-cp-info\"></p>");
-    html.push_str("<div class=\"vt-legend\"><span><i style=\"background:#4a78a8\"></i>allocated (coloured as the explorer is)</span><span><i style=\"background:#f0a35e\"></i>freed, waiting for another stream (inactive)</span><span><i style=\"background:#eef0f3;border:1px solid #9aa3b2\"></i>cached free</span></div>");
+    let _ = write!(
+        html,
+        "<div class=\"vt-legend\"><span><i style=\"background:{}\"></i>allocated (coloured as the explorer is)</span><span><i style=\"background:{}\"></i>freed, waiting for another stream (inactive)</span><span><i style=\"background:{};border:1px solid #9aa3b2\"></i>cached free</span></div>",
+        hex(palette::BLOCK_IN_USE),
+        hex(palette::PENDING_FREE),
+        hex(palette::SEGMENT_FREE),
+    );
     html.push_str("<div class=\"vt-wrap\"><canvas id=\"vt-segments\"></canvas><div id=\"vt-seg-tip\" class=\"vt-tip\" hidden></div></div><p id=\"vt-seg-more\" class=\"muted\"></p>");
     html.push_str("<h3>Fragmentation on the same axis</h3><div class=\"vt-wrap\"><canvas id=\"vt-frag\"></canvas></div>");
     html.push_str("<noscript><p class=\"warning\">The explorer needs JavaScript; the static charts below do not.</p></noscript>");
     let _ = write!(
         html,
-        "<script type=\"application/json\" id=\"vt-data\">{}</script>\n<script type=\"text/plain\" id=\"vt-bulk\">{bulk}</script>\n<script>{SCRIPT}</script>",
-        script_json(&meta)
+        "<script type=\"application/json\" id=\"vt-data\">{}</script>\n<script type=\"text/plain\" id=\"vt-bulk\">{bulk}</script>\n<script>{}</script>",
+        script_json(&meta),
+        script()
     );
     html
 }

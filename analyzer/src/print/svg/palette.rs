@@ -31,6 +31,36 @@ pub const ALERT: RGBColor = RGBColor(200, 30, 30);
 /// Phase bands, alternating.
 pub const BANDS: [RGBColor; 2] = [RGBColor(236, 240, 247), RGBColor(247, 243, 232)];
 
+/// Allocated memory as one quantity (the report explorer's line).
+pub const ALLOCATED: RGBColor = RGBColor(0, 114, 178);
+/// Cached free memory: reserved, in no block in use.
+pub const CACHED_FREE: RGBColor = RGBColor(230, 159, 0);
+/// A block freed by the program, waiting for another stream's work.
+pub const PENDING_FREE: RGBColor = RGBColor(240, 163, 94);
+/// The free space of a segment.
+pub const SEGMENT_FREE: RGBColor = RGBColor(238, 240, 243);
+/// A block in use whose allocation is not kept one by one.
+pub const BLOCK_IN_USE: RGBColor = RGBColor(74, 120, 168);
+/// What is not highlighted, beside what is.
+pub const DIMMED: RGBColor = RGBColor(217, 221, 227);
+/// The explorer's phases, each tinted by its name ([`phase_tint`]), so a
+/// phase and its repetitions look alike.
+pub const PHASE_TINTS: [RGBColor; 4] = [
+    RGBColor(219, 231, 243),
+    RGBColor(227, 238, 219),
+    RGBColor(243, 230, 214),
+    RGBColor(233, 222, 240),
+];
+
+/// Which of [`PHASE_TINTS`] a phase of this name gets: a hash of its
+/// UTF-16 code units (as a page's JavaScript would hash it).
+pub fn phase_tint(name: &str) -> usize {
+    let hash = name
+        .encode_utf16()
+        .fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(unit as i32));
+    (hash.unsigned_abs() % PHASE_TINTS.len() as u32) as usize
+}
+
 /// The fixed colours of what blocks hold, by [`Category`]: a category keeps
 /// its colour in every chart ("other" is [`OTHER`]).
 pub fn of_category(category: Category) -> RGBColor {
@@ -100,6 +130,16 @@ mod tests {
             assert_eq!(*c == OTHER, other, "{:?}", Category::ALL[i]);
             assert_eq!(colours.iter().filter(|d| *d == c).count(), 1);
         }
+    }
+
+    #[test]
+    fn phases_get_the_tint_of_their_name() {
+        // Java's String.hashCode of "forward" is -677145915, "backward"
+        // 2121976803: their absolute values modulo 4.
+        assert_eq!(phase_tint("forward"), 3);
+        assert_eq!(phase_tint("backward"), 3);
+        assert_eq!(phase_tint(""), 0);
+        assert_eq!(phase_tint("iter1"), phase_tint("iter1"));
     }
 
     #[test]
