@@ -8,6 +8,7 @@ mod config;
 mod index;
 mod observed;
 mod pool;
+mod reserved;
 mod stats;
 
 pub use config::{
@@ -15,6 +16,7 @@ pub use config::{
     MIN_LARGE_ALLOC, ROUND_LARGE, ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
 };
 pub use observed::ObservedBlocks;
+pub use reserved::{Reserved, ReservedRanges};
 pub use stats::{AllocatorStats, Stat, StatArray};
 
 use crate::device::{DeviceError, DeviceMemory};

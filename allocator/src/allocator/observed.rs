@@ -24,17 +24,10 @@
 //! reads.
 
 use super::config::{AllocatorConfig, SMALL_SIZE};
+use super::reserved::ReservedRanges;
 use crate::format::{BlockStatus, InitialState, SegmentState};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-
-/// A reserved range of device memory: a segment (`cudaMalloc`), or the
-/// mapped pages of an expandable segment, merged where they touch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Reserved {
-    end: u64,
-    mapped: bool,
-}
 
 /// Segments and blocks in use of an observed allocator, rebuilt from its
 /// events, to tell the size of each block it hands out: a block starts at
@@ -46,7 +39,7 @@ struct Reserved {
 pub struct ObservedBlocks {
     config: AllocatorConfig,
     /// Reserved ranges by start address.
-    reserved: BTreeMap<u64, Reserved>,
+    reserved: ReservedRanges<()>,
     /// Large blocks not in the cache (allocated, or freed and waiting for
     /// other streams) by start address, with their sizes.
     blocks: BTreeMap<u64, u64>,
@@ -59,7 +52,7 @@ impl ObservedBlocks {
     pub fn new(config: AllocatorConfig) -> Self {
         ObservedBlocks {
             config,
-            reserved: BTreeMap::new(),
+            reserved: ReservedRanges::new(),
             blocks: BTreeMap::new(),
             small: FxHashMap::default(),
         }
@@ -94,43 +87,14 @@ impl ObservedBlocks {
     /// touch; else a segment of its own, never merged: two segments that
     /// happen to be adjacent are still two).
     pub fn reserve(&mut self, addr: u64, size: u64, mapped: bool) {
-        let mut start = addr;
-        let mut end = addr.saturating_add(size);
-        if mapped {
-            if let Some((&s, r)) = self.reserved.range(..addr).next_back()
-                && r.mapped
-                && r.end == addr
-            {
-                start = s;
-            }
-            if let Some(r) = self.reserved.get(&end).copied()
-                && r.mapped
-            {
-                self.reserved.remove(&end);
-                end = r.end;
-            }
-        }
-        self.reserved.insert(start, Reserved { end, mapped });
+        self.reserved.reserve(addr, size, mapped, ());
     }
 
     /// `size` bytes at `addr` were returned to the device: a whole segment,
     /// or pages unmapped from an expandable one (which may split its mapped
     /// range in two).
     pub fn release(&mut self, addr: u64, size: u64) {
-        let end = addr.saturating_add(size);
-        let Some((&start, &r)) = self.reserved.range(..=addr).next_back() else {
-            return;
-        };
-        if r.end <= addr {
-            return;
-        }
-        self.reserved.remove(&start);
-        if start < addr {
-            self.reserved.insert(start, Reserved { end: addr, ..r });
-        }
-        if end < r.end {
-            self.reserved.insert(end, r);
-        }
+        self.reserved.release(addr, size);
     }
 
     /// The block size of an allocation of `requested` bytes at `addr`, which
@@ -185,10 +149,7 @@ impl ObservedBlocks {
     /// reserved range holding `addr`; `None` when no range holds it or a
     /// block in use covers it.
     fn free_at(&self, addr: u64) -> Option<u64> {
-        let (_, r) = self.reserved.range(..=addr).next_back()?;
-        if r.end <= addr {
-            return None;
-        }
+        let (_, r) = self.reserved.holding(addr)?;
         if let Some((&start, &size)) = self.blocks.range(..=addr).next_back()
             && start.saturating_add(size) > addr
         {

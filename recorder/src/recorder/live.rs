@@ -8,6 +8,7 @@
 //! device reading, the categories of live blocks), restated as its first
 //! events.
 
+use crate::allocator::ReservedRanges;
 use crate::format::{
     BlockState, BlockStatus, DeviceMemoryEvent, Event, EventData, InitialState, LimitEvent,
     SegmentState, StackId, StringId, TagEvent,
@@ -19,15 +20,6 @@ use std::collections::BTreeMap;
 /// that annotates every step with a new key would otherwise grow each
 /// part's start without bound.
 const MAX_ANNOTATIONS: usize = 1024;
-
-/// A reserved range: a segment, or mapped pages of an expandable one
-/// (merged where they touch).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Range {
-    end: u64,
-    stream: u64,
-    mapped: bool,
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Block {
@@ -42,8 +34,9 @@ struct Block {
 /// the [module docs](self).
 #[derive(Default)]
 pub(crate) struct LiveState {
-    /// Reserved ranges by (device, start).
-    ranges: BTreeMap<(u32, u64), Range>,
+    /// Each device's reserved ranges, each with its stream (the observed
+    /// allocator's own bookkeeping, `ObservedBlocks`, keeps them alike).
+    ranges: BTreeMap<u32, ReservedRanges<u64>>,
     /// Blocks in use (allocated, or freed and waiting on other streams) by
     /// (device, address).
     blocks: FxHashMap<(u32, u64), Block>,
@@ -60,12 +53,8 @@ impl LiveState {
     /// Starts from the state a trace starts with.
     pub fn load(&mut self, state: &InitialState) {
         for s in &state.segments {
-            let range = Range {
-                end: s.addr.saturating_add(s.size),
-                stream: s.stream,
-                mapped: s.expandable,
-            };
-            self.ranges.insert((s.device, s.addr), range);
+            self.device(s.device)
+                .reserve(s.addr, s.size, s.expandable, s.stream);
             for b in s.blocks.iter().filter(|b| b.status != BlockStatus::Free) {
                 let block = Block {
                     size: b.size,
@@ -103,19 +92,16 @@ impl LiveState {
             EventData::FreeCompleted(b) => {
                 self.blocks.remove(&(b.device, b.addr));
             }
-            EventData::SegmentAlloc(s) => {
-                self.ranges.insert(
-                    (s.device, s.addr),
-                    Range {
-                        end: s.addr.saturating_add(s.size),
-                        stream: s.stream,
-                        mapped: false,
-                    },
-                );
-            }
-            EventData::SegmentMap(s) => self.map(s.device, s.addr, s.size, s.stream),
+            EventData::SegmentAlloc(s) => self
+                .device(s.device)
+                .reserve(s.addr, s.size, false, s.stream),
+            EventData::SegmentMap(s) => self
+                .device(s.device)
+                .reserve(s.addr, s.size, true, s.stream),
             EventData::SegmentFree(s) | EventData::SegmentUnmap(s) => {
-                self.release(s.device, s.addr, s.size)
+                if let Some(ranges) = self.ranges.get_mut(&s.device) {
+                    ranges.release(s.addr, s.size);
+                }
             }
             EventData::PhaseBegin { name, thread } => self.phases.push((thread, name)),
             EventData::PhaseEnd { name, thread } => {
@@ -153,50 +139,9 @@ impl LiveState {
         false
     }
 
-    /// Pages mapped into an expandable segment, merged with mapped pages
-    /// they touch.
-    fn map(&mut self, device: u32, addr: u64, size: u64, stream: u64) {
-        let mut start = addr;
-        let mut end = addr.saturating_add(size);
-        if let Some((&(d, s), r)) = self.ranges.range(..(device, addr)).next_back()
-            && d == device
-            && r.mapped
-            && r.end == addr
-        {
-            start = s;
-        }
-        if let Some(r) = self.ranges.get(&(device, end)).copied()
-            && r.mapped
-        {
-            self.ranges.remove(&(device, end));
-            end = r.end;
-        }
-        let mapped = Range {
-            end,
-            stream,
-            mapped: true,
-        };
-        self.ranges.insert((device, start), mapped);
-    }
-
-    /// `size` bytes at `addr` returned to the device: a whole segment, or
-    /// pages unmapped from a mapped range (which may split it).
-    fn release(&mut self, device: u32, addr: u64, size: u64) {
-        let end = addr.saturating_add(size);
-        let Some((&(d, start), &r)) = self.ranges.range(..=(device, addr)).next_back() else {
-            return;
-        };
-        if d != device || r.end <= addr {
-            return;
-        }
-        self.ranges.remove(&(device, start));
-        if start < addr {
-            self.ranges
-                .insert((device, start), Range { end: addr, ..r });
-        }
-        if end < r.end {
-            self.ranges.insert((device, end), r);
-        }
+    /// A device's reserved ranges.
+    fn device(&mut self, device: u32) -> &mut ReservedRanges<u64> {
+        self.ranges.entry(device).or_default()
     }
 
     /// The segments reserved now, each tiled by its blocks: those in use as
@@ -206,8 +151,10 @@ impl LiveState {
         let mut in_use: Vec<(&(u32, u64), &Block)> = self.blocks.iter().collect();
         in_use.sort_unstable_by_key(|(k, _)| **k);
         let mut next = 0;
-        let mut segments = Vec::with_capacity(self.ranges.len());
-        for (&(device, addr), r) in &self.ranges {
+        let mut segments = Vec::with_capacity(self.ranges.values().map(ReservedRanges::len).sum());
+        let ranges = (self.ranges.iter())
+            .flat_map(|(&device, ranges)| ranges.iter().map(move |(addr, r)| (device, addr, r)));
+        for (device, addr, r) in ranges {
             let mut blocks = Vec::new();
             let mut at = addr;
             // Blocks before this range (none, unless events were lost) are
@@ -245,7 +192,7 @@ impl LiveState {
                 device,
                 addr,
                 size: r.end - addr,
-                stream: r.stream,
+                stream: r.tag,
                 expandable: r.mapped,
                 blocks,
             });
