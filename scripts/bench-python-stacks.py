@@ -85,8 +85,7 @@ def main() -> int:
     builds = [b.split("=", 1) for b in ns.builds]
     if any(len(b) != 2 or not os.path.isfile(b[1]) for b in builds):
         ap.error("each build is NAME=PATH of an existing libvramtrace_recorder.so")
-    tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recorder", "python",
-                         "tests")
+    tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests")
     rows: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(ns.rounds):

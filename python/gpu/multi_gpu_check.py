@@ -1,8 +1,8 @@
 """Several GPUs: Hugging Face GPT-2 under torchrun, with DDP and with FSDP2,
 recorded rank by rank (see docs/gpu-check.md).
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
-        python3 recorder/python/tests/multi_gpu_check.py --bin carry --out "$OUT/multi"
+    PYTHONPATH=python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
+        python3 python/gpu/multi_gpu_check.py --bin carry --out "$OUT/multi"
 
 Needs two or more CUDA GPUs, PyTorch 2.6+ (``fully_shard``) and
 transformers; not part of the test suite (CI has no GPU). NVLink multicast

@@ -13,7 +13,7 @@ IPython = pytest.importorskip("IPython")
 import vramtrace  # noqa: E402
 from vramtrace._jupyter import MagicUsage, ReportFrame, parse_cell_line  # noqa: E402
 
-FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "leak.vtrace"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "leak.vtrace"
 
 
 @pytest.fixture

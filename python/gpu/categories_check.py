@@ -1,7 +1,7 @@
 """What fills the GPU, checked on one (issue #27, see docs/gpu-check.md).
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
-        python3 recorder/python/tests/categories_check.py --bin carry --out "$OUT/categories"
+    PYTHONPATH=python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
+        python3 python/gpu/categories_check.py --bin carry --out "$OUT/categories"
 
 Needs a CUDA GPU, PyTorch, torchvision and transformers (lightning or
 pytorch_lightning for its row, else SKIP); not part of the test suite (CI

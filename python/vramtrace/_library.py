@@ -29,7 +29,7 @@ def library_path() -> Path:
         return path
     here = Path(__file__).resolve().parent
     candidates = [here / LIBRARY_NAME, here.parent / LIBRARY_NAME]
-    # A source checkout: recorder/python/vramtrace -> <workspace>/target/release.
+    # A source checkout: python/vramtrace -> <workspace>/target/release.
     for parent in here.parents:
         candidates.append(parent / "target" / "release" / LIBRARY_NAME)
     for path in candidates:

@@ -1,8 +1,8 @@
 """What observer mode costs a PyTorch program, side by side with PyTorch's
 own memory history (see docs/performance-history.md, "Observer mode on a GPU").
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
-        python3 recorder/python/tests/bench_observer.py --processes 3 --out "$OUT"
+    PYTHONPATH=python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
+        python3 python/bench/bench_observer.py --processes 3 --out "$OUT"
 
 Needs a CUDA GPU, PyTorch and transformers; a benchmark, not a test.
 

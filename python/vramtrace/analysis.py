@@ -162,7 +162,7 @@ def analyzer_path() -> Path:
     on_path = shutil.which(ANALYZER_NAME)
     if on_path:
         candidates.append(Path(on_path))
-    # A source checkout: recorder/python/vramtrace -> <workspace>/target/release.
+    # A source checkout: python/vramtrace -> <workspace>/target/release.
     here = Path(__file__).resolve().parent
     candidates += [parent / "target" / "release" / ANALYZER_NAME for parent in here.parents]
     for path in candidates:

@@ -1,7 +1,7 @@
 """The recorder's Python frame walk, without a GPU or PyTorch.
 
-    VRAMTRACE_LIB=target/debug/libvramtrace_recorder.so PYTHONPATH=recorder/python \
-        python3 recorder/python/tests/test_python_stacks.py
+    VRAMTRACE_LIB=target/debug/libvramtrace_recorder.so PYTHONPATH=python \
+        python3 python/tests/test_python_stacks.py
 
 Calls the library's ``vramtrace_python_stack`` (the capture an allocation
 would make) from known lines, from a thread, and with the GIL released by

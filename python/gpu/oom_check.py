@@ -3,8 +3,8 @@ allocator's limit, the card's memory, and iterations as the loop counts
 them, in observer mode. Needs a CUDA GPU and PyTorch; prints each check and
 a JSON line of figures, and exits non-zero if a check fails.
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=.../libvramtrace_recorder.so \\
-        python3 recorder/python/tests/oom_check.py --bin DIR --out OUTDIR
+    PYTHONPATH=python VRAMTRACE_LIB=.../libvramtrace_recorder.so \\
+        python3 python/gpu/oom_check.py --bin DIR --out OUTDIR
 
 DIR holds the `vramtrace` binary and `dump_events` (the recorder's example
 that prints a trace's events one per line).

@@ -5,8 +5,8 @@ line that leaked, that passing tests pass, and that each recorded trace's
 peak equals PyTorch's `max_memory_allocated()` for that test, to the byte.
 Prints each check and exits non-zero if one fails.
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=.../libvramtrace_recorder.so \\
-        VRAMTRACE_BIN=.../vramtrace python3 recorder/python/tests/pytest_plugin_check.py --out OUTDIR
+    PYTHONPATH=python VRAMTRACE_LIB=.../libvramtrace_recorder.so \\
+        VRAMTRACE_BIN=.../vramtrace python3 python/gpu/pytest_plugin_check.py --out OUTDIR
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Bounded recording checked on a GPU (issue #33, part 5; docs/gpu-check.md).
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
-        python3 recorder/python/tests/bounded_check.py --bin carry --out "$OUT/bounded" \\
+    PYTHONPATH=python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
+        python3 python/gpu/bounded_check.py --bin carry --out "$OUT/bounded" \\
         --seconds 480
 
 Needs a CUDA GPU and PyTorch; not part of the test suite (CI has no GPU).

@@ -1,8 +1,8 @@
 """The fit planner (`vramtrace plan`, issue #30) checked on a GPU: its answer
 against what the card does at the value it names and one step past it.
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
-        python3 recorder/python/tests/plan_check.py --bin carry --out "$OUT/plan"
+    PYTHONPATH=python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
+        python3 python/gpu/plan_check.py --bin carry --out "$OUT/plan"
 
 Needs a CUDA GPU, PyTorch, transformers and torchvision; not part of the
 test suite (CI has no GPU). One invocation, under 9 minutes on an H100.

@@ -6,7 +6,7 @@ Run against an installed package (CI installs the wheel into a fresh
 virtual environment and sets VRAMTRACE_TEST_INSTALLED=1, which turns "not
 installed" from a skip into a failure):
 
-    pip install . && python -m pytest recorder/python/tests
+    pip install . && python -m pytest python/tests
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 
 import vramtrace
 
-ROOT = Path(__file__).resolve().parents[3]
-SOURCE_PACKAGE = ROOT / "recorder" / "python" / "vramtrace"
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_PACKAGE = ROOT / "python" / "vramtrace"
 PACKAGE = Path(vramtrace.__file__).resolve().parent
 INSTALLED = PACKAGE != SOURCE_PACKAGE.resolve()
 

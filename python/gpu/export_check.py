@@ -7,8 +7,8 @@ two files. Also checks that the export's counters peak at PyTorch's
 `max_memory_allocated()`. Prints each check and a JSON line of figures;
 exits non-zero if a check fails.
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=.../libvramtrace_recorder.so \\
-        python3 recorder/python/tests/export_check.py --bin DIR --out OUTDIR
+    PYTHONPATH=python VRAMTRACE_LIB=.../libvramtrace_recorder.so \\
+        python3 python/gpu/export_check.py --bin DIR --out OUTDIR
 """
 
 from __future__ import annotations

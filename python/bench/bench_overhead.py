@@ -44,9 +44,11 @@ import sys
 import time
 from pathlib import Path
 
-from small_model import small_transformer, token_batches
-
 HERE = Path(__file__).resolve()
+# The small transformer is the GPU checks' (python/gpu/small_model.py).
+sys.path.insert(0, str(HERE.parents[1] / "gpu"))
+
+from small_model import small_transformer, token_batches  # noqa: E402 - after the path
 PAIR_CONFIGS = {
     "a": "PyTorch allocator",
     "b": "PyTorch + _record_memory_history(stacks='python')",

@@ -4,7 +4,7 @@ a GPU or PyTorch: results as Python objects, charts, errors.
 Needs the analyzer: the installed `vramtrace` command, one built in this
 source tree (`cargo build --release -p vramtrace`), or VRAMTRACE_BIN.
 
-    python -m pytest recorder/python/tests
+    python -m pytest python/tests
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 import vramtrace
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 CLEAN = FIXTURES / "clean.vtrace"
 LEAK = FIXTURES / "leak.vtrace"

@@ -1,8 +1,8 @@
 """An out-of-memory error that explains itself, checked on a GPU (issue #28,
 see docs/gpu-check.md).
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
-        python3 recorder/python/tests/oom_explain_check.py --bin carry --out "$OUT/oom"
+    PYTHONPATH=python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
+        python3 python/gpu/oom_explain_check.py --bin carry --out "$OUT/oom"
 
 Needs a CUDA GPU, PyTorch and transformers; not part of the test suite (CI
 has no GPU). Each program runs unmodified under `python -m vramtrace run`;

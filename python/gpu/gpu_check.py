@@ -1,7 +1,7 @@
 """One GPU run that checks replacement mode (vramtrace's allocator as PyTorch's, `mode="replace"`) end to end (see docs/gpu-check.md).
 
-    VRAMTRACE_LIB=carry/libvramtrace_recorder.so PYTHONPATH=recorder/python \
-        python3 recorder/python/tests/gpu_check.py --bin carry --out "$OUT"
+    VRAMTRACE_LIB=carry/libvramtrace_recorder.so PYTHONPATH=python \
+        python3 python/gpu/gpu_check.py --bin carry --out "$OUT"
 
 Needs a CUDA GPU and PyTorch; not part of `cargo test` (CI has no GPU).
 Checks, each a line PASS/FAIL/SKIP in the report:

@@ -1,8 +1,8 @@
 """What the categories walker costs a GPT-2 step, part by part (see
 docs/performance-history.md, "Categories").
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
-        python3 recorder/python/tests/bench_categories.py
+    PYTHONPATH=python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
+        python3 python/bench/bench_categories.py
 
 Needs a CUDA GPU, PyTorch and transformers; a benchmark, not a test. Builds
 Hugging Face GPT-2 (12 layers, AdamW), runs steps so that its parameters,

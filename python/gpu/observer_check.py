@@ -1,7 +1,7 @@
 """One GPU run that checks observer mode end to end (see docs/gpu-check.md).
 
-    PYTHONPATH=recorder/python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
-        python3 recorder/python/tests/observer_check.py --bin carry --out "$OUT"
+    PYTHONPATH=python VRAMTRACE_LIB=carry/libvramtrace_recorder.so \\
+        python3 python/gpu/observer_check.py --bin carry --out "$OUT"
 
 Needs a CUDA GPU, PyTorch, torchvision and transformers; not part of the
 test suite (CI has no GPU). Each check is a line PASS/FAIL/SKIP of a table,
