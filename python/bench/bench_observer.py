@@ -138,6 +138,7 @@ class Gpt2:
 
 def child(rounds: int, trace_dir: str, gpt2: bool, seed: int, configs: list) -> None:
     import torch
+
     import vramtrace
 
     torch.cuda.init()
@@ -160,11 +161,11 @@ def child(rounds: int, trace_dir: str, gpt2: bool, seed: int, configs: list) -> 
         block("history")
         torch.cuda.memory._record_memory_history(enabled=None)
     options = {
-        "observe-none": dict(stacks="none", phases=False, backward_names=False),
-        "observe-python-bare": dict(stacks="python", phases=False, backward_names=False),
-        "observe-python-phases": dict(stacks="python", phases=True, backward_names=False),
-        "observe-python-names": dict(stacks="python", phases=False, backward_names=True),
-        "observe-python": dict(),
+        "observe-none": {"stacks": "none", "phases": False, "backward_names": False},
+        "observe-python-bare": {"stacks": "python", "phases": False, "backward_names": False},
+        "observe-python-phases": {"stacks": "python", "phases": True, "backward_names": False},
+        "observe-python-names": {"stacks": "python", "phases": False, "backward_names": True},
+        "observe-python": {},
     }
     # Attach the tracker once, then leave it stopped for "tracker".
     vramtrace.start(os.path.join(trace_dir, "attach.vtrace"), strict=True)
@@ -234,9 +235,9 @@ def main() -> int:
                 values.setdefault((r["config"], m), []).append(r[m])
     configs = [c + suffix for suffix, _ in builds for c in ("native", "history", *attached)]
     lines = [f"# bench_observer.py, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-             "", f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
+             "", (f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, "
              f"python {sys.version.split()[0]}; {ns.processes * len(builds)} processes x "
-             f"{ns.rounds} blocks", "",
+             f"{ns.rounds} blocks"), "",
              "| configuration | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
     for c in configs:
         cells = []

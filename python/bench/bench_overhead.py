@@ -49,6 +49,7 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[1] / "gpu"))
 
 from small_model import small_transformer, token_batches  # noqa: E402 - after the path
+
 PAIR_CONFIGS = {
     "a": "PyTorch allocator",
     "b": "PyTorch + _record_memory_history(stacks='python')",

@@ -70,6 +70,7 @@ def ring_bytes(folder: str) -> tuple:
 
 def child(seconds: float, trace: str, out_dir: str) -> None:
     import torch
+
     import vramtrace
 
     folder = trace + ".ring"
@@ -134,9 +135,9 @@ def child(seconds: float, trace: str, out_dir: str) -> None:
                 t0 = time.monotonic()
                 written = vramtrace.dump(path)
                 took = time.monotonic() - t0
-            checkpoints.append(dict(name=name, path=path, written=written, expected=expected,
-                                    allocated=allocated, reserved=reserved,
-                                    dump_seconds=took))
+            checkpoints.append({"name": name, "path": path, "written": written, "expected": expected,
+                                    "allocated": allocated, "reserved": reserved,
+                                    "dump_seconds": took})
             continue
         if signalled is None and elapsed >= seconds * 0.2:
             os.kill(os.getpid(), signal.SIGUSR2)
@@ -156,11 +157,11 @@ def child(seconds: float, trace: str, out_dir: str) -> None:
         time.sleep(0.1)
     stop.set()
     watcher.join()
-    print("RESULT " + json.dumps(dict(
-        served=served[0], seconds=time.monotonic() - began, largest_ring=largest[0],
-        parts=parts[0],
-        checkpoints=checkpoints, oom=oom, before_oom=before_oom, oom_path=oom_path,
-        oom_dump_written=os.path.exists(oom_path))), flush=True)
+    print("RESULT " + json.dumps({
+        "served": served[0], "seconds": time.monotonic() - began, "largest_ring": largest[0],
+        "parts": parts[0],
+        "checkpoints": checkpoints, "oom": oom, "before_oom": before_oom, "oom_path": oom_path,
+        "oom_dump_written": os.path.exists(oom_path)}), flush=True)
 
 
 def main() -> int:

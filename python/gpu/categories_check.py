@@ -287,6 +287,7 @@ def child_overhead(out_dir: str) -> None:
     more than the walk costs); the walk's own time; then a global
     saved_tensors_hooks reading each saved tensor's address / none."""
     import torch
+
     import vramtrace
     from vramtrace import _observer
 

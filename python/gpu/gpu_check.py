@@ -92,6 +92,7 @@ def child_train(mode: str, trace: str, conf: str) -> None:
 
 def child_oom(trace: str) -> None:
     import torch
+
     import vramtrace
 
     vramtrace.install(trace, mode="replace")
@@ -116,6 +117,7 @@ def child_oom(trace: str) -> None:
 
 def child_sigterm(trace: str) -> None:
     import torch
+
     import vramtrace
 
     vramtrace.install(trace, mode="replace")
@@ -129,6 +131,7 @@ def child_sigterm(trace: str) -> None:
 
 def child_late(trace: str) -> None:
     import torch
+
     import vramtrace
 
     torch.ones(1, device="cuda")

@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 
 def run(cmd, env=None, timeout=900) -> subprocess.CompletedProcess:
@@ -18,7 +17,7 @@ def run(cmd, env=None, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
 
 
-def child(script: Path, args: list, env: dict, trace: Optional[str] = None, extra=(),
+def child(script: Path, args: list, env: dict, trace: str | None = None, extra=(),
           timeout: int = 900) -> tuple:
     """Runs `script child ARGS...` natively, or under `python -m vramtrace
     run --out TRACE EXTRA...` when `trace` is given; returns (the object of

@@ -167,6 +167,7 @@ def child_bench(strategy: str, out: str, configs: list, rounds: int) -> None:
     tracker)."""
     import torch
     import torch.distributed as dist
+
     import vramtrace
 
     rank, _model, _opt, step = setup_training(strategy)

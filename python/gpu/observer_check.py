@@ -314,6 +314,7 @@ def check_sigkill(rep: Report, binary: Path, out: Path, env: dict) -> None:
 
 def child_midrun(trace: str) -> None:
     import torch
+
     import vramtrace
 
     keep = [torch.randn(n, device="cuda") for n in (1000, 300_000, 5_000_000, 20_000_000)]

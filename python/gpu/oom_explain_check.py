@@ -136,8 +136,8 @@ def run_child(args: list, env: dict, trace: str | None = None) -> dict:
     memory, the loop index it was at, its last CARD line."""
     res, p = gpu_report.child(HERE, args, env, trace, timeout=900)
     out = p.stdout
-    steps = re.findall(r"^STEP (\d+)$", out, re.M)
-    cards = re.findall(r"^CARD (.*)$", out, re.M)
+    steps = re.findall(r"^STEP (\d+)$", out, re.MULTILINE)
+    cards = re.findall(r"^CARD (.*)$", out, re.MULTILINE)
     return {
         "result": res,
         "oom": "OutOfMemoryError" in p.stderr,

@@ -50,7 +50,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 HERE = Path(__file__).resolve()
 MIB = 1 << 20
@@ -223,8 +222,8 @@ class Run:
     """What one run of a program said."""
     value: int
     trace: str
-    code: Optional[int]
-    result: Optional[dict]
+    code: int | None
+    result: dict | None
     tail: str
     seconds: float
 
@@ -315,7 +314,7 @@ def site_key(site: str) -> str:
     return " via ".join(parts)
 
 
-def plan(binary: Path, case: Case, traces: list, clock: Clock, rep) -> Optional[dict]:
+def plan(binary: Path, case: Case, traces: list, clock: Clock, rep) -> dict | None:
     """`vramtrace plan` of the case's runs; their values from the
     annotations (else, a FAIL said, given on the command line)."""
     args = ["plan", *traces, "--step", str(case.step)]
@@ -388,7 +387,7 @@ def check_case(rep, binary: Path, out: Path, env: dict, case: Case, clock: Clock
         rep.add("FAIL", f"{case.name}: the runs at {largest} and {largest + step} finish or "
                 "run out of memory", f"{at.outcome()}; {past.outcome()}")
         return
-    failing: Optional[Run] = None
+    failing: Run | None = None
     if at.fits and past.oom:
         real, failing = largest, past
     elif at.oom:
@@ -472,9 +471,9 @@ def main(argv=None) -> int:
     started = time.time()
 
     sys.path.insert(0, str(HERE.parent))
-    from gpu_report import Report
-
     import torch
+
+    from gpu_report import Report
 
     out = Path(ns.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -85,7 +85,7 @@ def test_result_fields_as_attributes():
     summary = vramtrace.load(LEAK).summary()
     assert "peak_phase" in dir(summary)
     with pytest.raises(AttributeError, match="no field 'peak_bytes'.*peak_allocated_bytes"):
-        summary.peak_bytes
+        _ = summary.peak_bytes
     assert summary.chart is None and summary._repr_svg_() is None
 
 

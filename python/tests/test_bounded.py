@@ -17,10 +17,9 @@ import time
 
 import pytest
 
+import torch_sink
 import vramtrace
 from vramtrace import _bounded, _library
-
-import torch_sink
 
 MiB = 1 << 20
 WEIGHTS = 64 * MiB

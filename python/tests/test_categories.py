@@ -16,16 +16,15 @@ import itertools
 import json
 import os
 import subprocess
-import time
 import weakref
+from typing import ClassVar
 
 import pytest
 
+import torch_sink
 import vramtrace
 from vramtrace import _library
 from vramtrace._categories import BUFFER, GRADIENT, OPTIMIZER_STATE, PARAMETER, Walker
-
-import torch_sink
 
 
 class T:
@@ -315,7 +314,7 @@ def test_nothing_is_kept_alive():
 
 def test_forget_tags_everything_again_for_a_new_recording():
     w, sink = walker()
-    m, params = model(2)
+    m, _ = model(2)
     w.add_module(m)
     w.final()
     assert len(sink.take()) == 2
@@ -385,7 +384,7 @@ class Watch:
     """A gradient watch as the shim keeps one: tags each new gradient of
     its parameters itself (here, into `sink` directly)."""
 
-    made = []
+    made: ClassVar[list[Watch]] = []
 
     def __init__(self, params, sink) -> None:
         self.params = [weakref.ref(p) for p in params]
@@ -507,7 +506,7 @@ def test_categories_line_in_the_recorders_configuration():
         def device_count():
             return 0
 
-        class memory:  # noqa: N801 - torch's name
+        class memory:  # torch's name
             @staticmethod
             def _snapshot():
                 return {}

@@ -15,10 +15,9 @@ import types
 
 import pytest
 
+import torch_sink
 import vramtrace
 from vramtrace import _library, _observer
-
-import torch_sink
 
 GiB = 1 << 30
 TOTAL = 150109880320  # an H200's totalGlobalMem

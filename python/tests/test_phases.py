@@ -13,10 +13,9 @@ import os
 import subprocess
 import threading
 
+import torch_sink
 import vramtrace
 from vramtrace import _library
-
-import torch_sink
 
 
 def analyze(command: str, path, *flags: str) -> tuple[dict, str]:
@@ -41,9 +40,8 @@ def test_threads_phases_nest_apart_and_the_main_threads_are_shown(tmp_path):
 
         def worker(n: int):
             for _ in range(200):
-                with vramtrace.phase("worker"):
-                    with vramtrace.phase(f"inner{n}"):
-                        pass
+                with vramtrace.phase("worker"), vramtrace.phase(f"inner{n}"):
+                    pass
             # A phase named like the iterations, open while the main thread
             # cuts them: it must stay open.
             with vramtrace.phase("iter0"):

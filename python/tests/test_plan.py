@@ -207,8 +207,8 @@ def test_a_bad_annotation_is_a_one_line_usage_error(tmp_path):
         p = run_main("run", "--annotate", bad, str(script))
         assert p.returncode == 2, p
         assert p.stderr.strip().splitlines() == [
-            f"error: python -m vramtrace run: argument --annotate: expected KEY=VALUE "
-            f"(batch=8), got {bad!r} (see --help)"], p.stderr
+            (f"error: python -m vramtrace run: argument --annotate: expected KEY=VALUE "
+            f"(batch=8), got {bad!r} (see --help)")], p.stderr
         assert "ran" not in p.stdout
 
 

@@ -27,13 +27,21 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
-from typing import Optional
 
 from . import _bounded, _observer, _replace
 from ._library import VramtraceError, library_path
 from ._library import load as _load
-from .analysis import (AnalyzerError, AnalyzerWarning, Chart, Result, Trace,
-                       analyzer_path, compare, load, plan)
+from .analysis import (
+    AnalyzerError,
+    AnalyzerWarning,
+    Chart,
+    Result,
+    Trace,
+    analyzer_path,
+    compare,
+    load,
+    plan,
+)
 
 __all__ = [
     "start",
@@ -64,9 +72,9 @@ __all__ = [
 ]
 
 
-def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bool = True,
+def start(out: str | None = None, *, stacks: str | None = None, phases: bool = True,
           backward_names: bool = True, iterations: bool = True, categories: bool = True,
-          strict: Optional[bool] = None, keep_last: Optional[str] = None) -> bool:
+          strict: bool | None = None, keep_last: str | None = None) -> bool:
     """Starts recording PyTorch's CUDA caching allocator, unchanged.
 
     ``out`` names the trace file (``%p`` pid, ``%r`` the ``RANK`` variable,
@@ -104,7 +112,7 @@ def start(out: Optional[str] = None, *, stacks: Optional[str] = None, phases: bo
                            keep_last=keep_last)
 
 
-def dump(path: Optional[str] = None) -> list:
+def dump(path: str | None = None) -> list:
     """Writes the kept window of a bounded recording (``start(keep_last=...)``)
     to a trace of its own, and returns the paths written (one per device).
     ``path``: where (``%d`` for the device when several are recorded); by
@@ -125,11 +133,11 @@ class recording:
     """``with vramtrace.recording("run.vtrace"): ...`` records the block (the
     arguments are ``start``'s)."""
 
-    def __init__(self, out: Optional[str] = None, **options) -> None:
+    def __init__(self, out: str | None = None, **options) -> None:
         self.out = out
         self.options = options
 
-    def __enter__(self) -> "recording":
+    def __enter__(self) -> recording:
         start(self.out, **self.options)
         return self
 
@@ -137,9 +145,9 @@ class recording:
         stop()
 
 
-def install(out: Optional[str] = None, alloc_conf: Optional[str] = None,
-            stacks: Optional[str] = None, mode: str = "observe",
-            strict: Optional[bool] = None, categories: bool = True) -> None:
+def install(out: str | None = None, alloc_conf: str | None = None,
+            stacks: str | None = None, mode: str = "observe",
+            strict: bool | None = None, categories: bool = True) -> None:
     """Records the program from now on, in one of two modes.
 
     ``mode="observe"`` (the default) is ``start(out, stacks=stacks,
@@ -183,7 +191,7 @@ class phase:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __enter__(self) -> "phase":
+    def __enter__(self) -> phase:
         _load().vramtrace_phase_begin(self.name.encode())
         return self
 

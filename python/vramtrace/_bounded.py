@@ -7,13 +7,13 @@ left into ``TRACE`` at the end; a dump joins the parts kept so far into a
 trace of its own, which starts mid-run with the allocator's state then, so
 its peaks are exact (docs/keep-last.md).
 """
+from __future__ import annotations
 
 import ctypes
 import re
 import signal
 import sys
 import threading
-from typing import List, Optional
 
 from ._library import VramtraceError, load
 
@@ -44,7 +44,7 @@ def check_keep_last(text: str) -> str:
     return text.strip()
 
 
-def dump(path: Optional[str] = None) -> List[str]:
+def dump(path: str | None = None) -> list[str]:
     """Writes the kept window of each bounded recording (``keep_last``) to a
     trace of its own, and returns the paths written. ``path``: where (``%d``
     for the device where several are recorded); by default beside the

@@ -42,7 +42,8 @@ import gc
 import threading
 import warnings
 import weakref
-from typing import Callable, Iterable, Optional
+from collections.abc import Iterable
+from typing import Callable
 
 PARAMETER, BUFFER, GRADIENT, OPTIMIZER_STATE = 0, 1, 2, 3
 
@@ -60,8 +61,17 @@ MODULE_WALK_EVERY = 32
 class _OptimizerState:
     """What the walks saw of one optimizer."""
 
-    __slots__ = ("dirty", "container", "entries", "signature", "orphans", "groups", "params",
-                 "watch", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "container",
+        "dirty",
+        "entries",
+        "groups",
+        "orphans",
+        "params",
+        "signature",
+        "watch",
+    )
 
     def __init__(self) -> None:
         self.dirty = True
@@ -88,8 +98,8 @@ class Walker:
     could not be walked."""
 
     def __init__(self, emit: Callable, plain: Iterable[type] = (),
-                 report: Optional[Callable[[str], None]] = None,
-                 watch: Optional[Callable[[list], object]] = None) -> None:
+                 report: Callable[[str], None] | None = None,
+                 watch: Callable[[list], object] | None = None) -> None:
         plain = list(plain)
         self._emit = emit
         # Makes a watch of plain parameters' gradients that tags the new
@@ -102,7 +112,7 @@ class Walker:
         self._kinds = {cls: _PLAIN for cls in plain}
         self._tensor_types = tuple(plain) or (object,)
         self._lock = threading.Lock()
-        self._modules: "weakref.WeakSet" = weakref.WeakSet()
+        self._modules: weakref.WeakSet = weakref.WeakSet()
         # id(module) -> weakref: whether a module is known, in one lookup.
         self._module_ids: dict = {}
         self._module_refs: list = []
@@ -110,8 +120,8 @@ class Walker:
         # Bumped whenever a module registers a tensor: the optimizers'
         # parameters of no module are worked out again.
         self._generation = 0
-        self._optimizers: "weakref.WeakSet" = weakref.WeakSet()
-        self._states: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._optimizers: weakref.WeakSet = weakref.WeakSet()
+        self._states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # id(tensor) -> [weakref, data_ptr (None: not on a GPU; _SKIP: not
         # readable), weakref of the gradient last tagged, device, wrapped]:
         # parameters and buffers, whose storage may change under the object.
@@ -250,7 +260,7 @@ class Walker:
             slot[1].append(code)
         return ptr
 
-    def _tensor(self, t, code: int, out: dict, e: Optional[list]) -> list:
+    def _tensor(self, t, code: int, out: dict, e: list | None) -> list:
         """The slow path of a parameter or buffer: first seen, moved, not on
         a GPU, or not readable. Returns its entry, tagged if it is on a GPU
         and was not (or moved). A moved parameter's gradient is tagged again."""
@@ -460,12 +470,12 @@ class Walker:
 
 # ---------------------------------------------------------------- PyTorch
 
-_walker: Optional[Walker] = None
+_walker: Walker | None = None
 _hooks = False
 _install_lock = threading.Lock()
 
 
-def walker() -> Optional[Walker]:
+def walker() -> Walker | None:
     """The process's walker, once categories were turned on."""
     return _walker
 
@@ -517,7 +527,8 @@ def install(torch, lib, report: Callable[[str], None], scan: bool = True,
             try:
                 from torch.nn.modules.module import (
                     register_module_buffer_registration_hook,
-                    register_module_parameter_registration_hook)
+                    register_module_parameter_registration_hook,
+                )
             except ImportError:
                 report("this PyTorch has no module registration hooks: modules made "
                        "from now on are found through their optimizer only")
@@ -527,7 +538,6 @@ def install(torch, lib, report: Callable[[str], None], scan: bool = True,
                         w.add_module(module)
                     except Exception:  # noqa: BLE001 - never break the program
                         pass
-                    return None
 
                 register_module_parameter_registration_hook(registered)
                 register_module_buffer_registration_hook(registered)

@@ -19,7 +19,6 @@ import html
 import shlex
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 _BY = ("site", "phase", "category", "none")
 
@@ -64,10 +63,10 @@ class CellRecorder:
     """Records cells and keeps the last one's trace (the magics' state)."""
 
     def __init__(self) -> None:
-        self.last: Optional[Path] = None
-        self._scratch: Optional[tempfile.TemporaryDirectory] = None
+        self.last: Path | None = None
+        self._scratch: tempfile.TemporaryDirectory | None = None
 
-    def _path(self, out: Optional[str]) -> Path:
+    def _path(self, out: str | None) -> Path:
         if out:
             return Path(out)
         if self._scratch is None:
@@ -87,7 +86,7 @@ class CellRecorder:
         path = self._path(args.out)
         try:
             started = vramtrace.start(str(path), stacks=args.stacks, strict=True)
-        except Exception as e:  # no CUDA, no compiler for the shim, already recording
+        except Exception as e:  # noqa: BLE001 - no CUDA, no compiler for the shim, already recording
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             print(f"vramtrace: the cell runs unrecorded: {first}")
             run_cell()

@@ -6,11 +6,10 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
-from typing import Optional
 
 LIBRARY_NAME = "libvramtrace_recorder.so"
 
-_lib: Optional[ctypes.CDLL] = None
+_lib: ctypes.CDLL | None = None
 
 
 class VramtraceError(RuntimeError):

@@ -30,7 +30,6 @@ import threading
 import warnings
 import weakref
 from pathlib import Path
-from typing import Optional
 
 from . import _bounded, _categories, _library, _shim
 from ._library import VramtraceError
@@ -39,15 +38,15 @@ PACKAGE_DIR = str(Path(__file__).resolve().parent) + os.sep
 
 _lock = threading.RLock()
 _active = False
-_pending_start: Optional[dict] = None
+_pending_start: dict | None = None
 _hooks_installed = False
 _optimizer_init_wrapped = False
 _step_hook = None
-_first_optimizer: Optional[weakref.ref] = None
+_first_optimizer: weakref.ref | None = None
 # What the step hook does in the recording in progress.
 _iterations = False
 _categories_on = False
-_python_frames: Optional[tuple] = None  # (usable, reason), checked once
+_python_frames: tuple | None = None  # (usable, reason), checked once
 _hidden = False
 
 
@@ -173,7 +172,7 @@ def _record_start_limits(torch, lib) -> None:
             total = int(torch.cuda.get_device_properties(device).total_memory)
             # PyTorch returns limit / total: the product rounds back to the
             # whole number of bytes it holds.
-            limit = int(round(fraction * total))
+            limit = round(fraction * total)
             lib.vramtrace_observe_limit(device, min(limit, total), total)
         except Exception as e:  # noqa: BLE001 - recording goes on without it
             message(f"the memory limit of device {device} could not be read: {e}")
@@ -209,8 +208,8 @@ def _optimizer_exists(torch) -> bool:
         return any(isinstance(o, optimizer) for o in gc.get_objects())
 
 
-def _config(torch, out: Optional[str], stacks: str, pending: bool,
-            categories: bool = False, keep_last: Optional[str] = None) -> str:
+def _config(torch, out: str | None, stacks: str, pending: bool,
+            categories: bool = False, keep_last: str | None = None) -> str:
     lines = [f"state={'pending' if pending else 'empty'}", f"stacks={stacks}"]
     if out:
         lines.append(f"out={out}")
@@ -286,7 +285,9 @@ def _install_hooks(torch, lib, iterations: bool, deferred: bool,
         try:
             # A submodule that `torch.optim` does not bind as an attribute
             # (torch 2.11): imported by name.
-            from torch.optim.optimizer import register_optimizer_step_post_hook as register
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook as register,
+            )
         except ImportError:
             register = None
             message("this PyTorch has no optimizer step hooks: no iteration phases, and "
@@ -414,8 +415,8 @@ def start(out=None, stacks=None, *, phases=True, backward_names=True, iterations
             return _give_up(str(e), strict, e)
         if categories:
             categories = _start_categories(torch, lib, shim)
-        args = dict(out=out, stacks=stacks, phases=phases, backward_names=backward_names,
-                    iterations=iterations, categories=categories, keep_last=keep_last)
+        args = {"out": out, "stacks": stacks, "phases": phases, "backward_names": backward_names,
+                    "iterations": iterations, "categories": categories, "keep_last": keep_last}
         if keep_last:
             # Here, on the caller's thread (the main one, as a rule), not
             # where CUDA happens to be initialized: only the main thread
@@ -463,7 +464,7 @@ def _begin_or_report(torch, args, pending: bool, strict: bool) -> None:
         _give_up(str(e), strict, e)
 
 
-def _give_up(reason: str, strict: bool, cause: Optional[BaseException] = None) -> bool:
+def _give_up(reason: str, strict: bool, cause: BaseException | None = None) -> bool:
     """Recording cannot start, for `reason`. Strict, that is an error: the
     program must not go on unrecorded. Otherwise one line says so, and the
     program runs unrecorded."""

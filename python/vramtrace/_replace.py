@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from typing import Optional
 
 from . import _library, _observer
 from ._library import VramtraceError
@@ -25,8 +24,8 @@ from ._library import VramtraceError
 _installed = False
 
 
-def install(out: Optional[str], alloc_conf: Optional[str], stacks: Optional[str],
-            strict: Optional[bool] = None) -> bool:
+def install(out: str | None, alloc_conf: str | None, stacks: str | None,
+            strict: bool | None = None) -> bool:
     """Switches PyTorch to the recorder; must run before PyTorch's first
     CUDA allocation. Calling it again does nothing. Without PyTorch or a
     CUDA device there is nothing to record: one line says so and the

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 from ._library import VramtraceError
 
@@ -108,7 +107,8 @@ def build(torch, quiet: bool = False) -> Path:
         return target
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        lock = open(folder / (target.name + ".lock"), "w")
+        # Opened here, held by the `with` below: the error of opening it is the cache's.
+        lock = open(folder / (target.name + ".lock"), "w")  # noqa: SIM115
     except OSError as e:
         raise ShimError(f"cannot write vramtrace's cache {folder}: {e} (set VRAMTRACE_CACHE)") from e
     with lock:
@@ -123,7 +123,7 @@ def build(torch, quiet: bool = False) -> Path:
             partial = Path(tmp.name)
         try:
             proc = subprocess.run(build_command(torch, cxx, include, partial),
-                                  capture_output=True, text=True)
+                                  check=False, capture_output=True, text=True)
             if proc.returncode != 0:
                 first = next((l for l in proc.stderr.splitlines() if "error" in l),
                              proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "")
@@ -138,7 +138,7 @@ def build(torch, quiet: bool = False) -> Path:
     return target
 
 
-_shim: Optional[ctypes.CDLL] = None
+_shim: ctypes.CDLL | None = None
 
 
 def load(torch, quiet: bool = False) -> ctypes.CDLL:

@@ -29,19 +29,20 @@ import sys
 import sysconfig
 import tempfile
 import warnings
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Union
+from typing import Union
 
 __all__ = [
-    "load",
-    "compare",
-    "plan",
-    "analyzer_path",
-    "Trace",
-    "Result",
-    "Chart",
     "AnalyzerError",
     "AnalyzerWarning",
+    "Chart",
+    "Result",
+    "Trace",
+    "analyzer_path",
+    "compare",
+    "load",
+    "plan",
 ]
 
 ANALYZER_NAME = "vramtrace"
@@ -77,9 +78,9 @@ class Result(dict):
     :attr:`chart` is the command's chart where one was asked for.
     """
 
-    chart: Optional["Chart"] = None
+    chart: Chart | None = None
     # The command's tables, written by the same run as its JSON.
-    _text: Optional[str] = None
+    _text: str | None = None
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -91,7 +92,7 @@ class Result(dict):
                 f"this result has no field {name!r} (fields: {', '.join(self)})"
             ) from None
 
-    def __dir__(self) -> List[str]:
+    def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | {k for k in self if k.isidentifier()})
 
     def text(self) -> str:
@@ -110,14 +111,14 @@ class Result(dict):
     def _repr_pretty_(self, printer, cycle: bool) -> None:
         printer.text("..." if cycle else self.text())
 
-    def _repr_html_(self) -> Optional[str]:
+    def _repr_html_(self) -> str | None:
         if self._text is None:
             return None
         import html
         chart = self.chart.svg if self.chart is not None else ""
         return f"{chart}<pre>{html.escape(self.text())}</pre>"
 
-    def _repr_svg_(self) -> Optional[str]:
+    def _repr_svg_(self) -> str | None:
         return self.chart.svg if self.chart is not None else None
 
 
@@ -180,7 +181,8 @@ def _run(args: Sequence[str], ok_codes: Iterable[int] = (0,)) -> str:
     become :class:`AnalyzerWarning` and its errors :class:`AnalyzerError`."""
     command = [os.fspath(analyzer_path()), *args]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, errors="replace")
+        done = subprocess.run(command, check=False, capture_output=True, text=True,
+                              errors="replace")
     except OSError as e:
         raise AnalyzerError(f"cannot run {command[0]}: {e.strerror or e}") from None
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -217,7 +219,7 @@ def _bound(value: Bound) -> str:
     return value
 
 
-def _window(start: Bound, end: Bound, full_stacks: bool, skip_frames: Sequence[str]) -> List[str]:
+def _window(start: Bound, end: Bound, full_stacks: bool, skip_frames: Sequence[str]) -> list[str]:
     """The options every replaying command shares."""
     args = []
     if start is not None:
@@ -227,7 +229,7 @@ def _window(start: Bound, end: Bound, full_stacks: bool, skip_frames: Sequence[s
     return [*args, *_switches(full_stacks=full_stacks), *_repeated("--skip-frames", skip_frames)]
 
 
-def _repeated(flag: str, values: Union[None, str, Sequence[str]]) -> List[str]:
+def _repeated(flag: str, values: None | str | Sequence[str]) -> list[str]:
     """``FLAG VALUE`` for one value, or for each of a list."""
     if values is None:
         return []
@@ -236,19 +238,19 @@ def _repeated(flag: str, values: Union[None, str, Sequence[str]]) -> List[str]:
     return [arg for value in values for arg in (flag, value)]
 
 
-def _switches(**switches: bool) -> List[str]:
+def _switches(**switches: bool) -> list[str]:
     """``--name`` for each keyword that is true (``full_stacks`` gives
     ``--full-stacks``)."""
     return ["--" + name.replace("_", "-") for name, on in switches.items() if on]
 
 
-def _size(value: Union[int, str]) -> str:
+def _size(value: int | str) -> str:
     if isinstance(value, bool):
         raise TypeError("a size is a number of bytes or a string such as '24GiB'")
     return f"{value}B" if isinstance(value, int) else value
 
 
-def _values(flag: str, values: Union[None, int, Sequence[int]]) -> List[str]:
+def _values(flag: str, values: None | int | Sequence[int]) -> list[str]:
     """``FLAG 4,8`` for a list of whole numbers, ``FLAG 8`` for one."""
     if values is None:
         return []
@@ -261,7 +263,7 @@ def _values(flag: str, values: Union[None, int, Sequence[int]]) -> List[str]:
     return [flag, ",".join(str(v) for v in values)]
 
 
-def _picked_device(traces: Sequence[PathLike], device: Optional[int]) -> List[str]:
+def _picked_device(traces: Sequence[PathLike], device: int | None) -> list[str]:
     """``--device N`` for a command of several traces: the one asked for,
     else the one the traces picked as :class:`Trace` objects."""
     if device is None:
@@ -275,7 +277,7 @@ def _picked_device(traces: Sequence[PathLike], device: Optional[int]) -> List[st
     return [] if device is None else ["--device", str(device)]
 
 
-def _compared_device(base: PathLike, new: PathLike, device: Optional[int]) -> List[str]:
+def _compared_device(base: PathLike, new: PathLike, device: int | None) -> list[str]:
     """``--device N`` for :func:`compare`: the one asked for, else the one
     the runs picked as :class:`Trace` objects."""
     if device is None:
@@ -341,12 +343,12 @@ class Trace:
     regular expressions of frames also skipped when folding.
     """
 
-    def __init__(self, path: PathLike, device: Optional[int] = None) -> None:
+    def __init__(self, path: PathLike, device: int | None = None) -> None:
         self.path = Path(path)
         self.device = device
-        self._info: Optional[Result] = None
+        self._info: Result | None = None
 
-    def _device(self) -> List[str]:
+    def _device(self) -> list[str]:
         """``--device N`` when one device was picked."""
         return [] if self.device is None else ["--device", str(self.device)]
 
@@ -380,7 +382,7 @@ class Trace:
         return _json("leaks", [*options, *self._device()], [self.path], chart=chart)
 
     def fragmentation(self, *, buckets: int = 20, chart: bool = False,
-                      x: Optional[str] = None, start: Bound = None, end: Bound = None,
+                      x: str | None = None, start: Bound = None, end: Bound = None,
                       full_stacks: bool = False,
                       skip_frames: Sequence[str] = ()) -> Result:
         """Cached free memory, largest free block and fragmentation over
@@ -391,7 +393,7 @@ class Trace:
                    *(["--x", x] if x is not None else [])]
         return _json("fragmentation", [*options, *self._device()], [self.path], chart=chart)
 
-    def timeline(self, *, by: str = "site", top: int = 8, x: Optional[str] = None,
+    def timeline(self, *, by: str = "site", top: int = 8, x: str | None = None,
                  start: Bound = None, end: Bound = None, full_stacks: bool = False,
                  skip_frames: Sequence[str] = ()) -> Result:
         """Memory over time, stacked by ``by`` (``"site"``, ``"phase"`` or
@@ -410,9 +412,9 @@ class Trace:
         return _json("timeline", [*options, *self._device()], [self.path], chart=True,
                      tables=False)
 
-    def simulate(self, *, capacity: Union[None, int, str] = None,
-                 gpu: Optional[str] = None, reserve: Union[None, int, str] = None,
-                 alloc_conf: Union[None, str, Sequence[str]] = None,
+    def simulate(self, *, capacity: None | int | str = None,
+                 gpu: str | None = None, reserve: None | int | str = None,
+                 alloc_conf: None | str | Sequence[str] = None,
                  compare_policies: bool = False, min_capacity: bool = False,
                  chart: bool = False) -> Result:
         """Replays the run's requests on another GPU size or allocator
@@ -449,9 +451,9 @@ class Trace:
         run alone, ``run.plan(batch=4, gpu="h100")``. See :func:`plan`."""
         return plan([self, *others], **options)
 
-    def report(self, output: PathLike, *, baseline: Optional[PathLike] = None,
+    def report(self, output: PathLike, *, baseline: PathLike | None = None,
                top: int = 10, what_if: bool = True,
-               reserve: Union[None, int, str] = None, start: Bound = None,
+               reserve: None | int | str = None, start: Bound = None,
                end: Bound = None, full_stacks: bool = False,
                skip_frames: Sequence[str] = ()) -> Path:
         """Writes every analysis into one self-contained HTML page at
@@ -471,7 +473,7 @@ class Trace:
         return output
 
 
-def load(path: PathLike, device: Optional[int] = None) -> Trace:
+def load(path: PathLike, device: int | None = None) -> Trace:
     """Opens a vramtrace trace or a PyTorch memory snapshot (a pickle from
     ``torch.cuda.memory._dump_snapshot``, plain or gzip/xz/zstd) for
     analysis.
@@ -485,10 +487,10 @@ def load(path: PathLike, device: Optional[int] = None) -> Trace:
     return trace
 
 
-def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence[str]] = None,
+def compare(base: PathLike, new: PathLike, *, fail_on: None | str | Sequence[str] = None,
             ignore_lines: bool = False, per_iteration: bool = False, top: int = 15,
-            chart: bool = False, align: str = "time", x: Optional[str] = None,
-            device: Optional[int] = None, start: Bound = None,
+            chart: bool = False, align: str = "time", x: str | None = None,
+            device: int | None = None, start: Bound = None,
             end: Bound = None, full_stacks: bool = False,
             skip_frames: Sequence[str] = ()) -> Result:
     """What grew between two runs, and where (``vramtrace compare``).
@@ -519,13 +521,13 @@ def compare(base: PathLike, new: PathLike, *, fail_on: Union[None, str, Sequence
     return _json("compare", options, [base, new], chart=chart, ok_codes=(0, 1))
 
 
-def plan(traces: Union[PathLike, Sequence[PathLike]], *,
-         batch: Union[None, int, Sequence[int]] = None,
-         seq: Union[None, int, Sequence[int]] = None, gpu: Optional[str] = None,
-         capacity: Union[None, int, str] = None, cap: Union[None, int, str] = None,
-         reserve: Union[None, int, str] = None,
-         alloc_conf: Union[None, str, Sequence[str]] = None, step: Optional[int] = None,
-         at: Optional[int] = None, device: Optional[int] = None) -> Result:
+def plan(traces: PathLike | Sequence[PathLike], *,
+         batch: None | int | Sequence[int] = None,
+         seq: None | int | Sequence[int] = None, gpu: str | None = None,
+         capacity: None | int | str = None, cap: None | int | str = None,
+         reserve: None | int | str = None,
+         alloc_conf: None | str | Sequence[str] = None, step: int | None = None,
+         at: int | None = None, device: int | None = None) -> Result:
     """The largest batch size (or sequence length) that fits on a GPU,
     from runs of one program recorded at other values (``vramtrace plan``).
 

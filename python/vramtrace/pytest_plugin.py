@@ -25,13 +25,11 @@ session says so once; a test never fails for lack of a GPU.
 from __future__ import annotations
 
 import gc
-import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -103,8 +101,8 @@ class Measure:
 class TestRecord:
     """What the plugin saw of one test."""
     nodeid: str
-    measure: Optional[Measure] = None
-    trace: Optional[Path] = None
+    measure: Measure | None = None
+    trace: Path | None = None
     keep_trace: bool = False
 
 
@@ -115,16 +113,16 @@ class Cuda:
     only)."""
 
     def __init__(self) -> None:
-        self.why_not: Optional[str] = None
+        self.why_not: str | None = None
         self.torch = None
         try:
-            import torch  # noqa: F401  (the program's own torch)
-        except Exception as e:  # ImportError, or a broken install
+            import torch  # the program's own torch
+        except Exception as e:  # noqa: BLE001 - ImportError, or a broken install
             self.why_not = f"torch cannot be imported ({type(e).__name__})"
             return
         try:
             available = torch.cuda.is_available()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - whatever a broken CUDA raises
             self.why_not = f"CUDA cannot be queried ({type(e).__name__}: {e})"
             return
         if not available:
@@ -168,11 +166,11 @@ class Plugin:
         option = config.getoption("vramtrace")
         self.record_all = option is not None
         self.trace_dir = Path(option) if option else None
-        self.scratch: Optional[Path] = None
-        self._cuda: Optional[Cuda] = None
-        self.records: List[TestRecord] = []
+        self.scratch: Path | None = None
+        self._cuda: Cuda | None = None
+        self.records: list[TestRecord] = []
         self.skipped_checks = 0
-        self.recording_failed: Optional[str] = None
+        self.recording_failed: str | None = None
 
     # What is made lazily: torch is imported only once a test needs it.
     @property
@@ -196,7 +194,7 @@ class Plugin:
         import vramtrace
         try:
             return bool(vramtrace.start(str(path), strict=True))
-        except Exception as e:  # VramtraceError: no shim, an unsupported torch
+        except Exception as e:  # noqa: BLE001 - VramtraceError: no shim, an unsupported torch
             self.recording_failed = str(e).splitlines()[0] if str(e) else type(e).__name__
             return False
 
@@ -252,7 +250,7 @@ def pytest_configure(config) -> None:
         config.stash[_KEY] = plugin
 
 
-def _limit_of(item) -> Optional[Limit]:
+def _limit_of(item) -> Limit | None:
     marker = item.get_closest_marker("limit_gpu_memory")
     if marker is None:
         return None
@@ -264,7 +262,7 @@ def _limit_of(item) -> Optional[Limit]:
     return Limit(parse_size(marker.args[0]), kind)
 
 
-def _tolerance_of(item) -> Optional[int]:
+def _tolerance_of(item) -> int | None:
     marker = item.get_closest_marker("no_gpu_leak")
     if marker is None:
         return None
@@ -303,7 +301,7 @@ def _trace_facts(trace: Path, *, leaks: bool) -> str:
                     f"{c['category']} {human(c['bytes'])}" for c in cats))
         lines.append(f"trace: {trace}")
         return "\n".join(lines)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the report goes on without this trace
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         return f"(the trace {trace} could not be analyzed: {first})"
 
@@ -349,16 +347,16 @@ def pytest_runtest_call(item):
         peak = m.peak_allocated if limit.kind == "allocated" else m.peak_reserved
         if peak > limit.bytes:
             failures.append((
-                f"peak {limit.kind} GPU memory {human(peak)} passed the limit of {human(limit.bytes)} "
-                f"by {human(peak - limit.bytes)} (exact: torch.cuda.max_memory_{limit.kind}(), device {m.device})",
+                (f"peak {limit.kind} GPU memory {human(peak)} passed the limit of {human(limit.bytes)} "
+                f"by {human(peak - limit.bytes)} (exact: torch.cuda.max_memory_{limit.kind}(), device {m.device})"),
                 False))
     if tolerance is not None:
         grown = m.after_allocated - m.before_allocated
         if grown > tolerance:
             failures.append((
-                f"{human(grown)} more GPU memory allocated after the test than before it "
+                (f"{human(grown)} more GPU memory allocated after the test than before it "
                 f"({human(m.before_allocated)} -> {human(m.after_allocated)}; tolerance {human(tolerance)}; "
-                f"exact: torch.cuda.memory_allocated(), device {m.device})",
+                f"exact: torch.cuda.memory_allocated(), device {m.device})"),
                 True))
     if not failures:
         return
@@ -397,10 +395,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     plugin.cleanup()
 
 
-def peak_table(records: List[TestRecord]) -> List[str]:
+def peak_table(records: list[TestRecord]) -> list[str]:
     """Each recorded test's peaks, largest allocated peak first: an aligned
     table, figures exact (PyTorch's counters)."""
-    rows: List[Tuple[str, ...]] = [("peak allocated", "peak reserved", "left allocated", "test")]
+    rows: list[tuple[str, ...]] = [("peak allocated", "peak reserved", "left allocated", "test")]
     measured = [r for r in records if r.measure is not None]
     measured.sort(key=lambda r: -r.measure.peak_allocated)
     for r in measured:
