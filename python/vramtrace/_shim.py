@@ -28,6 +28,9 @@ from pathlib import Path
 from ._library import VramtraceError
 
 SOURCE = Path(__file__).resolve().parent / "shim" / "torch_observer.cpp"
+# The sink's structures, which SOURCE includes (generated from the library's
+# Rust by cbindgen).
+HEADER = SOURCE.parent / "vramtrace_sink.h"
 SHIM_ABI = 4
 
 
@@ -97,8 +100,9 @@ def build(torch, quiet: bool = False) -> Path:
     cxx = compiler()
     include = cuda_include()
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), torch.__version__.encode(), torch.__file__.encode(),
-                 cxx.encode(), str(include).encode(), sys.platform.encode()):
+    for part in (SOURCE.read_bytes(), HEADER.read_bytes(), torch.__version__.encode(),
+                 torch.__file__.encode(), cxx.encode(), str(include).encode(),
+                 sys.platform.encode()):
         key.update(part)
         key.update(b"\0")
     folder = cache_dir()

@@ -12,7 +12,7 @@
 // and tags each new one: the per-step part of the categories walk
 // (vramtrace/_categories.py), which in Python cost a GPT-2 step 1%.
 //
-// The ABI with the library is plain C (the structures below mirror
+// The ABI with the library is plain C (vramtrace_sink.h, generated from
 // observe.rs, version kSinkAbi); the ABI with torch is whatever the headers
 // it is compiled against say, which is why it is compiled on the user's
 // machine.
@@ -26,6 +26,7 @@
 #endif
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -37,54 +38,38 @@
 
 namespace CCA = c10::cuda::CUDACachingAllocator;
 
-extern "C" {
+// The sink's structures and constants, generated from observe.rs by
+// cbindgen (recorder-ffi/tests/sink_header.rs keeps it in step).
+#include "vramtrace_sink.h"
 
-struct vt_event {
-  uint32_t kind;
-  int32_t device;
-  uint64_t addr;
-  uint64_t size;
-  uint64_t stream;
-  uint64_t counter;
-  const char* context;
-};
-
-struct vt_block {
-  uint64_t size;
-  uint64_t requested;
-  uint32_t state;
-  uint32_t reserved;
-};
-
-struct vt_segment {
-  int32_t device;
-  uint32_t expandable;
-  uint64_t addr;
-  uint64_t size;
-  uint64_t stream;
-  const vt_block* blocks;
-  uint64_t block_count;
-};
-
-struct vt_sink {
-  uint32_t abi;
-  // Returns 1 when the library wants the device's memory measured now.
-  uint32_t (*event)(const vt_event*);
-  void (*segment)(const vt_segment*);
-  void (*snapshot_done)();
-  void (*phase)(int begin, const char* name);
-  int (*tag)(int device, const uint64_t* addrs, const uint8_t* codes, size_t count);
-  int (*device_memory)(int device, uint64_t free_bytes, uint64_t total_bytes);
-};
-
-}  // extern "C"
+// The layout observe.rs asserts too: a header of another layout (an edited
+// one, or a platform whose C ABI differs) fails here rather than at run time.
+static_assert(sizeof(vt_event) == 48, "vt_event");
+static_assert(offsetof(vt_event, device) == 4 && offsetof(vt_event, addr) == 8 &&
+                  offsetof(vt_event, size) == 16 && offsetof(vt_event, stream) == 24 &&
+                  offsetof(vt_event, counter) == 32 && offsetof(vt_event, context) == 40,
+              "vt_event fields");
+static_assert(sizeof(vt_block) == 24, "vt_block");
+static_assert(offsetof(vt_block, requested) == 8 && offsetof(vt_block, state) == 16 &&
+                  offsetof(vt_block, reserved) == 20,
+              "vt_block fields");
+static_assert(sizeof(vt_segment) == 48, "vt_segment");
+static_assert(offsetof(vt_segment, expandable) == 4 && offsetof(vt_segment, addr) == 8 &&
+                  offsetof(vt_segment, size) == 16 && offsetof(vt_segment, stream) == 24 &&
+                  offsetof(vt_segment, blocks) == 32 && offsetof(vt_segment, block_count) == 40,
+              "vt_segment fields");
+static_assert(sizeof(vt_sink) == 56, "vt_sink");
+static_assert(offsetof(vt_sink, event) == 8 && offsetof(vt_sink, segment) == 16 &&
+                  offsetof(vt_sink, snapshot_done) == 24 && offsetof(vt_sink, phase) == 32 &&
+                  offsetof(vt_sink, tag) == 40 && offsetof(vt_sink, device_memory) == 48,
+              "vt_sink fields");
 
 namespace {
 
-constexpr uint32_t kSinkAbi = 4;
+constexpr uint32_t kSinkAbi = VT_SINK_ABI;
 // The category code of a gradient (vramtrace_format::Category::Gradient).
 constexpr uint8_t kGradient = 2;
-constexpr uint32_t kSnapshot = 100;
+constexpr uint32_t kSnapshot = VT_KIND_SNAPSHOT;
 constexpr uint32_t kIgnored = UINT32_MAX;
 constexpr int kMaxNodes = 64;
 
