@@ -89,6 +89,12 @@ def test_shim_sources_are_installed():
         assert (PACKAGE / "shim" / name).read_bytes() == (shim / name).read_bytes()
 
 
+@needs_install
+def test_type_hints_are_installed():
+    # PEP 561: type checkers read the package's hints only with this marker.
+    assert (PACKAGE / "py.typed").is_file()
+
+
 def test_library_override(tmp_path, monkeypatch):
     lib = tmp_path / "libother.so"
     lib.write_bytes(b"")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
+from typing import Any, Callable, TypeVar, cast
 
 from . import _bounded, _observer, _replace
 from ._library import VramtraceError, library_path
@@ -112,7 +113,7 @@ def start(out: str | None = None, *, stacks: str | None = None, phases: bool = T
                            keep_last=keep_last)
 
 
-def dump(path: str | None = None) -> list:
+def dump(path: str | None = None) -> list[str]:
     """Writes the kept window of a bounded recording (``start(keep_last=...)``)
     to a trace of its own, and returns the paths written (one per device).
     ``path``: where (``%d`` for the device when several are recorded); by
@@ -133,7 +134,7 @@ class recording:
     """``with vramtrace.recording("run.vtrace"): ...`` records the block (the
     arguments are ``start``'s)."""
 
-    def __init__(self, out: str | None = None, **options) -> None:
+    def __init__(self, out: str | None = None, **options: Any) -> None:
         self.out = out
         self.options = options
 
@@ -141,7 +142,7 @@ class recording:
         start(self.out, **self.options)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         stop()
 
 
@@ -179,6 +180,10 @@ def installed() -> bool:
     return _observer.active() or _replace.installed()
 
 
+# A function `phase` wraps, whose signature the wrapper keeps.
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
 class phase:
     """A named phase of the program, recorded on every device.
 
@@ -195,19 +200,19 @@ class phase:
         _load().vramtrace_phase_begin(self.name.encode())
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         _load().vramtrace_phase_end_named(self.name.encode())
 
-    def __call__(self, fn):
+    def __call__(self, fn: _F) -> _F:
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             with phase(self.name):
                 return fn(*args, **kwargs)
 
-        return wrapper
+        return cast(_F, wrapper)
 
 
-def annotate(key: str, value) -> None:
+def annotate(key: str, value: object) -> None:
     """Records a key/value note (a step number, a setting) on every device.
 
     A note made before recording begins (before ``start``, or, in observer
@@ -244,7 +249,7 @@ def finish() -> None:
         raise VramtraceError("finishing a trace failed (see standard error)")
 
 
-def memory_stats(device: int = 0) -> dict:
+def memory_stats(device: int = 0) -> dict[str, int]:
     """Allocated and reserved bytes (current, peak), requested bytes and OOMs
     of ``device``: PyTorch's own (``torch.cuda.memory_stats``) in observer
     mode, the recorder's allocator's under ``mode="replace"`` (where
@@ -261,7 +266,7 @@ def memory_stats(device: int = 0) -> dict:
     return {k.replace(".all", ""): int(stats.get(k, 0)) for k in keys}
 
 
-def python_stack(observer: bool = False) -> list:
+def python_stack(observer: bool = False) -> list[tuple[str, str, int]]:
     """The calling thread's Python frames as the recorder captures them for
     an allocation made now: ``[(function, file, line), ...]``, innermost
     first (for tests and diagnostics). ``observer``: as observer mode reads
@@ -278,7 +283,7 @@ def python_stack(observer: bool = False) -> list:
     buf = ctypes.create_string_buffer(1 << 16)
     if fn(buf, len(buf)) < 0:
         raise VramtraceError("the library found no Python API in this process")
-    frames = []
+    frames: list[tuple[str, str, int]] = []
     for line in buf.value.decode("utf-8", "replace").splitlines():
         function, file, lineno = line.split("\t")
         frames.append((function, file, int(lineno)))
@@ -296,7 +301,7 @@ def _stop_at_exit() -> None:
 
 
 
-def load_ipython_extension(ipython) -> None:
+def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext vramtrace`` in IPython or Jupyter: the ``%%vramtrace``
     cell magic records a cell and shows its summary and timeline;
     ``%vramtrace_report`` shows the last recorded cell's report inline."""

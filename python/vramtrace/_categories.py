@@ -43,7 +43,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Iterable
-from typing import Callable
+from typing import Any, Callable
 
 PARAMETER, BUFFER, GRADIENT, OPTIMIZER_STATE = 0, 1, 2, 3
 
@@ -77,11 +77,11 @@ class _OptimizerState:
         self.dirty = True
         self.container = 0  # id of optimizer.state at the last scan
         self.entries = -1  # len(optimizer.state) then
-        self.signature = None  # the parameter lists and modules the orphans are of
+        self.signature: tuple | None = None  # the parameter lists and modules the orphans are of
         self.orphans: list = []  # parameters of no registered module
-        self.groups = None  # the parameter lists `params` was made from: (id, len) each
+        self.groups: list[tuple[int, int]] | None = None  # the parameter lists `params` was made from: (id, len) each
         self.params: list = []  # weak references to the parameters read here, flattened
-        self.watch = None  # the watch of the others' gradients (see Walker)
+        self.watch: Any = None  # the watch of the others' gradients (see Walker)
 
 
 # A parameter's or buffer's entry: what the last walk saw of it.
@@ -358,7 +358,7 @@ class Walker:
         signature = (self._generation, len(self._module_refs),
                      tuple((id(g["params"]), len(g["params"])) for g in groups))
         if signature != st.signature:
-            held = set()
+            held: set[int] = set()
             for r in self._module_refs:
                 m = r()
                 params = m.__dict__.get("_parameters") if m is not None else None
@@ -423,12 +423,12 @@ class Walker:
             params = [p for g in groups for p in g["params"]]
             watched = [p for p in params if type(p) in self._plain] if self._watch else []
             st.watch = None
-            if watched:
+            if watched and self._watch is not None:
                 try:
                     st.watch = self._watch(watched)
                 except Exception as ex:  # noqa: BLE001 - read them here instead
                     self.fail(ex)
-            kept = set(map(id, watched)) if st.watch is not None else set()
+            kept: set[int] = set(map(id, watched)) if st.watch is not None else set()
             st.params = [weakref.ref(p) for p in params if id(p) not in kept]
         if st.watch is not None:
             n = st.watch.tag_new()

@@ -30,6 +30,7 @@ import threading
 import warnings
 import weakref
 from pathlib import Path
+from types import FrameType
 
 from . import _bounded, _categories, _library, _shim
 from ._library import VramtraceError
@@ -84,14 +85,14 @@ def hide_own_frames(lib) -> None:
         _hidden = True
 
 
-def frames_read_without_the_gil(lib) -> list:
+def frames_read_without_the_gil(lib: ctypes.CDLL) -> list[tuple[str, str, int]]:
     """The calling thread's frames as an observed allocation would record
     them: ``[(function, file, line), ...]``, innermost first."""
     hide_own_frames(lib)
     buf = ctypes.create_string_buffer(1 << 16)
     if lib.vramtrace_observe_python_stack(buf, len(buf)) < 0:
         raise VramtraceError(buf.value.decode("utf-8", "replace"))
-    frames = []
+    frames: list[tuple[str, str, int]] = []
     for line in buf.value.decode("utf-8", "replace").splitlines():
         function, file, lineno = line.split("\t")
         frames.append((function, file, int(lineno)))
@@ -115,7 +116,7 @@ def python_frames_usable(lib) -> tuple:
             _python_frames = (False, str(e))
             return _python_frames
         expected = [("check", "<vramtrace frame check>", 2)]
-        frame = sys._getframe(0)
+        frame: FrameType | None = sys._getframe(0)
         while frame is not None and len(expected) < 8:
             code = frame.f_code
             if not code.co_filename.startswith(PACKAGE_DIR) and not code.co_filename.endswith(

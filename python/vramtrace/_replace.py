@@ -97,7 +97,7 @@ def installed() -> bool:
     return _installed
 
 
-def memory_stats(device: int = 0) -> dict:
+def memory_stats(device: int = 0) -> dict[str, int]:
     """The recorder's allocator statistics for ``device``, or ``{}`` before
     the device's first allocation."""
     out = (ctypes.c_uint64 * 6)()

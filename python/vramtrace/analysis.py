@@ -31,7 +31,8 @@ import tempfile
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Union
+from types import FrameType
+from typing import Any, Union
 
 __all__ = [
     "AnalyzerError",
@@ -63,7 +64,7 @@ class AnalyzerWarning(UserWarning):
     result covers what could be read)."""
 
 
-class Result(dict):
+class Result(dict[str, Any]):
     """One command's result: its JSON object, as a ``dict``.
 
     Fields also read as attributes (``summary.peak_allocated_bytes``), and so
@@ -82,7 +83,7 @@ class Result(dict):
     # The command's tables, written by the same run as its JSON.
     _text: str | None = None
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         try:
@@ -108,7 +109,7 @@ class Result(dict):
     def __repr__(self) -> str:
         return self.text()
 
-    def _repr_pretty_(self, printer, cycle: bool) -> None:
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text("..." if cycle else self.text())
 
     def _repr_html_(self) -> str | None:
@@ -205,13 +206,14 @@ def _caller_stacklevel() -> int:
     """The ``stacklevel`` of the first frame outside this module, for
     warnings that name the caller's line (Python 3.12's
     ``skip_file_prefixes``, on every version)."""
-    level, frame = 1, sys._getframe(1)
+    level = 1
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename == __file__:
         level, frame = level + 1, frame.f_back
     return level
 
 
-def _bound(value: Bound) -> str:
+def _bound(value: float | str) -> str:
     if isinstance(value, bool):
         raise TypeError("a window bound is a time in seconds, a time with its unit or a phase name")
     if isinstance(value, (int, float)):
@@ -267,7 +269,7 @@ def _picked_device(traces: Sequence[PathLike], device: int | None) -> list[str]:
     """``--device N`` for a command of several traces: the one asked for,
     else the one the traces picked as :class:`Trace` objects."""
     if device is None:
-        picked = {getattr(run, "device", None) for run in traces} - {None}
+        picked = {run.device for run in traces if isinstance(run, Trace) and run.device is not None}
         if len(picked) > 1:
             raise ValueError(
                 f"plan takes one device of each run, by its index: the runs pick devices "
@@ -281,11 +283,13 @@ def _compared_device(base: PathLike, new: PathLike, device: int | None) -> list[
     """``--device N`` for :func:`compare`: the one asked for, else the one
     the runs picked as :class:`Trace` objects."""
     if device is None:
-        picked = {getattr(run, "device", None) for run in (base, new)} - {None}
+        picked = {run.device for run in (base, new)
+                  if isinstance(run, Trace) and run.device is not None}
         if len(picked) > 1:
             raise ValueError(
                 f"compare takes one device of each run, by its index: device "
-                f"{base.device} of the baseline and device {new.device} of the new run "
+                f"{getattr(base, 'device', None)} of the baseline and device "
+                f"{getattr(new, 'device', None)} of the new run "
                 "differ (pass device= to pick one for both)"
             )
         device = picked.pop() if picked else None
@@ -440,11 +444,11 @@ class Trace:
         ]
         return _json("simulate", [*options, *self._device()], [self.path], chart=chart)
 
-    def compare(self, new: PathLike, **options) -> Result:
+    def compare(self, new: PathLike, **options: Any) -> Result:
         """This run as the baseline of ``new``: see :func:`compare`."""
         return compare(self, new, **options)
 
-    def plan(self, *others: PathLike, **options) -> Result:
+    def plan(self, *others: PathLike, **options: Any) -> Result:
         """The largest batch (or sequence length) that fits, from this run
         and ``others``, runs of the same program at other values:
         ``run.plan("b8.vtrace", batch=[4, 8], gpu="h100")``, or from this

@@ -30,6 +30,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,7 +115,8 @@ class Cuda:
 
     def __init__(self) -> None:
         self.why_not: str | None = None
-        self.torch = None
+        # torch, once imported and CUDA found (untyped: torch is optional).
+        self.torch: Any = None
         try:
             import torch  # the program's own torch
         except Exception as e:  # noqa: BLE001 - ImportError, or a broken install
@@ -399,10 +401,9 @@ def peak_table(records: list[TestRecord]) -> list[str]:
     """Each recorded test's peaks, largest allocated peak first: an aligned
     table, figures exact (PyTorch's counters)."""
     rows: list[tuple[str, ...]] = [("peak allocated", "peak reserved", "left allocated", "test")]
-    measured = [r for r in records if r.measure is not None]
-    measured.sort(key=lambda r: -r.measure.peak_allocated)
-    for r in measured:
-        m = r.measure
+    measured = [(r, r.measure) for r in records if r.measure is not None]
+    measured.sort(key=lambda rm: -rm[1].peak_allocated)
+    for r, m in measured:
         rows.append((human(m.peak_allocated), human(m.peak_reserved),
                      human(m.after_allocated - m.before_allocated), r.nodeid))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
