@@ -10,9 +10,8 @@ is in pyproject.toml; docs/packaging.md says why this backend):
 import os
 
 from setuptools import setup
-from setuptools_rust import Binding, RustBin, RustExtension, Strip, build_rust
-
 from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools_rust import Binding, RustBin, RustExtension, Strip, build_rust
 
 LIBRARY = "libvramtrace_recorder.so"
 

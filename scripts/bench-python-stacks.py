@@ -29,7 +29,7 @@ import tempfile
 
 DEPTHS = (4, 22, 40)
 
-CHILD = r'''
+CHILD = rf'''
 import ctypes, json, os, sys, time
 sys.path.insert(0, sys.argv[4])
 from torch_sink import TorchEvent, sink, ALLOC, FREE_REQUESTED, FREE_COMPLETED
@@ -41,10 +41,10 @@ memset = ctypes.memset
 def at(depth, fn):
     return fn() if depth <= 0 else at(depth - 1, fn)
 
-result = {}
+result = {{}}
 for stacks in ("none", "python"):
-    out = os.path.join(out_dir, f"bench-{os.getpid()}-{stacks}.vtrace")
-    config = f"out={out}\nstacks={stacks}\nstate=empty\ndevice=0\t85899345920\tno GPU\n"
+    out = os.path.join(out_dir, f"bench-{{os.getpid()}}-{{stacks}}.vtrace")
+    config = f"out={{out}}\nstacks={{stacks}}\nstate=empty\ndevice=0\t85899345920\tno GPU\n"
     assert lib.vramtrace_observe_start(config.encode()) == 0
     event = sink(lib).event
     alloc, requested, completed = (TorchEvent(k, 0, 0x10000, 512, 0, 0, None)
@@ -60,13 +60,13 @@ for stacks in ("none", "python"):
         return (time.perf_counter_ns() - began) / pairs
 
     # The loop's own frames (module, at, loop) are the first 3.
-    for depth in %s:
+    for depth in {DEPTHS}:
         at(depth - 4, loop)
-        result[f"{stacks}{depth}"] = min(at(depth - 4, loop) for _ in range(5))
+        result[f"{{stacks}}{{depth}}"] = min(at(depth - 4, loop) for _ in range(5))
     lib.vramtrace_observe_stop()
     os.unlink(out)
 print(json.dumps(result))
-''' % (DEPTHS,)
+'''
 
 
 def size(text: str) -> int:
@@ -85,8 +85,7 @@ def main() -> int:
     builds = [b.split("=", 1) for b in ns.builds]
     if any(len(b) != 2 or not os.path.isfile(b[1]) for b in builds):
         ap.error("each build is NAME=PATH of an existing libvramtrace_recorder.so")
-    tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recorder", "python",
-                         "tests")
+    tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests")
     rows: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(ns.rounds):

@@ -5,11 +5,11 @@
 #
 # - pairs: observer mode's cost per `torch.empty` + free pair at Python
 #   depths of 4, 22 and 40 frames, and on a GPT-2 step, against native and
-#   PyTorch's history (recorder/python/tests/bench_observer.py), this build
+#   PyTorch's history (python/bench/bench_observer.py), this build
 #   and BASELINE's in alternate processes;
 # - multi: DDP and FSDP2 GPT-2 steps on every GPU under torchrun, native
 #   and recorded with the defaults in turn, with the traces' peaks checked
-#   against PyTorch's (recorder/python/tests/multi_gpu_check.py); skipped
+#   against PyTorch's (python/gpu/multi_gpu_check.py); skipped
 #   with fewer than two GPUs;
 # - snapshot: `vramtrace summary` of a 3 M-event snapshot against PyTorch's
 #   `_memory_viz stats`, both on the same two pinned cores
@@ -29,7 +29,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 parts=",${PARTS:-pairs,multi,snapshot},"
-export PYTHONPATH="$here/recorder/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
 export VRAMTRACE_LIB="$dir/libvramtrace_recorder.so"
 table="$out/table.md"
 {
@@ -40,14 +40,14 @@ table="$out/table.md"
   echo
 } > "$table"
 if [[ $parts == *,pairs,* ]]; then
-  python3 "$here/recorder/python/tests/bench_observer.py" --out "$out/pairs" \
+  python3 "$here/python/bench/bench_observer.py" --out "$out/pairs" \
     --processes "${PROCESSES:-2}" --rounds "${ROUNDS:-3}" \
     --configs "${CONFIGS:-tracker,observe-none,observe-python}" ${CPUS:+--cpus "$CPUS"} \
     ${base:+--baseline-lib "$base/libvramtrace_recorder.so"}
   cat "$out/pairs/bench-observer.md" >> "$table"
 fi
 if [[ $parts == *,multi,* ]]; then
-  python3 "$here/recorder/python/tests/multi_gpu_check.py" --bin "$dir" --out "$out/multi" \
+  python3 "$here/python/gpu/multi_gpu_check.py" --bin "$dir" --out "$out/multi" \
     --strategies "${STRATEGIES:-ddp,fsdp}" ${MULTI_ARGS:-} || true
   { echo; cat "$out/multi/multi-gpu-check.md"; } >> "$table" 2> /dev/null || true
 fi

@@ -62,8 +62,7 @@ def memo_bomb(path, puts):
     step = min(65535, (2**32 - 1) // puts)
     with open(path, "wb") as f:
         f.write(PROTO4 + b"N")
-        for i in range(1, puts + 1):
-            f.write(b"r" + struct.pack("<I", i * step))
+        f.writelines(b"r" + struct.pack("<I", i * step) for i in range(1, puts + 1))
         f.write(STOP)
 
 
@@ -72,8 +71,7 @@ def none_list(path, nones):
         f.write(PROTO4 + EMPTY_DICT + short_str("device_traces") + EMPTY_LIST)
         f.write(EMPTY_LIST)  # device 0's list
         batch = MARK + b"N" * 1000 + APPENDS
-        for _ in range(nones // 1000):
-            f.write(batch)
+        f.writelines(batch for _ in range(nones // 1000))
         # The device list into device_traces, then device_traces into the dict.
         f.write(b"a" + b"s" + STOP)
 

@@ -828,7 +828,7 @@ mod tests {
             ("<module>", &format!("{venv}/vramtrace/__main__.py"), 36),
             (
                 "start",
-                "/home/me/checkout/recorder/python/vramtrace/_observer.py",
+                "/home/me/checkout/python/vramtrace/_observer.py",
                 40,
             ),
             ("_run_module_as_main", "/usr/lib/python3.12/runpy.py", 198),

@@ -5,7 +5,10 @@
 //! (`vramtrace/shim/torch_observer.cpp`, built against the installed torch)
 //! attaches an allocator trace tracker and calls the functions of
 //! [`vramtrace_torch_sink`] for each trace entry, with PyTorch's allocator
-//! lock held. Each device gets an [`Observer`], created at its first event,
+//! lock held. The structures of that ABI ([`TorchSink`] and what it passes)
+//! reach the C++ side as `vramtrace/shim/vramtrace_sink.h`, which cbindgen
+//! generates from this file (`tests/sink_header.rs` checks the committed
+//! one). Each device gets an [`Observer`], created at its first event,
 //! writing its own trace file; the hot path is one atomic load to find it.
 //!
 //! Starting mid-run: [`vramtrace_observe_start`] with `state=pending` arms
@@ -118,6 +121,38 @@ pub struct TorchSink {
     /// (ABI 4).
     pub device_memory: extern "C" fn(c_int, u64, u64) -> c_int,
 }
+
+// The layout of the sink's structures, which the shim's C++ asserts too
+// (python/vramtrace/shim/torch_observer.cpp) and tests/sink_header.rs writes
+// into the header it includes: changing it is a new SINK_ABI.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<TorchEvent>() == 48);
+    assert!(offset_of!(TorchEvent, device) == 4);
+    assert!(offset_of!(TorchEvent, addr) == 8);
+    assert!(offset_of!(TorchEvent, size) == 16);
+    assert!(offset_of!(TorchEvent, stream) == 24);
+    assert!(offset_of!(TorchEvent, counter) == 32);
+    assert!(offset_of!(TorchEvent, context) == 40);
+    assert!(size_of::<TorchBlock>() == 24);
+    assert!(offset_of!(TorchBlock, requested) == 8);
+    assert!(offset_of!(TorchBlock, state) == 16);
+    assert!(offset_of!(TorchBlock, reserved) == 20);
+    assert!(size_of::<TorchSegment>() == 48);
+    assert!(offset_of!(TorchSegment, expandable) == 4);
+    assert!(offset_of!(TorchSegment, addr) == 8);
+    assert!(offset_of!(TorchSegment, size) == 16);
+    assert!(offset_of!(TorchSegment, stream) == 24);
+    assert!(offset_of!(TorchSegment, blocks) == 32);
+    assert!(offset_of!(TorchSegment, block_count) == 40);
+    assert!(size_of::<TorchSink>() == 56);
+    assert!(offset_of!(TorchSink, event) == 8);
+    assert!(offset_of!(TorchSink, segment) == 16);
+    assert!(offset_of!(TorchSink, snapshot_done) == 24);
+    assert!(offset_of!(TorchSink, phase) == 32);
+    assert!(offset_of!(TorchSink, tag) == 40);
+    assert!(offset_of!(TorchSink, device_memory) == 48);
+};
 
 static SINK: TorchSink = TorchSink {
     abi: SINK_ABI,

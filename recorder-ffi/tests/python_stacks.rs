@@ -1,4 +1,4 @@
-//! Runs `recorder/python/tests/test_python_stacks.py` against the library
+//! Runs `python/tests/test_python_stacks.py` against the library
 //! cargo just built: the Python frame walk checked in a real interpreter,
 //! without a GPU. Skipped (with a note) where `python3` is missing, or
 //! where the library is not built: `cargo test` does not build a
@@ -44,11 +44,11 @@ fn python_frames_from_a_real_interpreter() {
         .join("..")
         .canonicalize()
         .expect("workspace root");
-    let script = root.join("recorder/python/tests/test_python_stacks.py");
+    let script = root.join("python/tests/test_python_stacks.py");
     let out = Command::new("python3")
         .arg(&script)
         .env("VRAMTRACE_LIB", &lib)
-        .env("PYTHONPATH", root.join("recorder/python"))
+        .env("PYTHONPATH", root.join("python"))
         .output()
         .expect("run python3");
     let text = String::from_utf8_lossy(&out.stderr);

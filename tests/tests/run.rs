@@ -13,7 +13,7 @@ fn run(dir: &std::path::Path, path: &str, args: &[&str]) -> std::process::Output
         .args(args)
         .current_dir(dir)
         .env("PATH", path)
-        .env("PYTHONPATH", repo().join("recorder/python"))
+        .env("PYTHONPATH", repo().join("python"))
         .output()
         .expect("run vramtrace")
 }
