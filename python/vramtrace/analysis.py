@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 __all__ = [
     "AnalyzerError",
@@ -296,7 +296,11 @@ def _compared_device(base: PathLike, new: PathLike, device: int | None) -> list[
     return [] if device is None else ["--device", str(device)]
 
 
-def one_device(document: dict[str, Any]) -> dict[str, Any]:
+# A JSON document: a plain dict, or a Result (kept as it came).
+_Document = TypeVar("_Document", bound="dict[str, Any]")
+
+
+def one_device(document: _Document) -> _Document:
     """A command's JSON document, with one device's result at the top.
 
     Every command that analyzes each device prints one shape (docs/json.md):
