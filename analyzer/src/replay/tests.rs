@@ -4,7 +4,7 @@ use categories::Class;
 use std::collections::BTreeMap;
 use vramtrace_format::{BlockState, SegmentState, TraceReader};
 
-fn replay(bytes: &[u8]) -> (ReplayState, Vec<Applied>) {
+pub(super) fn replay(bytes: &[u8]) -> (ReplayState, Vec<Applied>) {
     let mut reader = TraceReader::new(bytes).unwrap();
     let mut state = ReplayState::default();
     if let Some(init) = reader.initial_state().cloned() {
@@ -99,38 +99,6 @@ fn starts_from_the_initial_state() {
 }
 
 #[test]
-fn inconsistencies_are_reported_not_fatal() {
-    let mut b = TraceBuilder::new();
-    let s = b.site("f", "a.py", 1);
-    b.segment(0, 4096);
-    b.free(777, 10); // unknown: two events
-    b.alloc(0, 100, 100, s)
-        .free_requested(0, 100)
-        .free_requested(0, 100); // double free
-    b.free_completed(0, 100).free_completed(0, 100); // the second is unknown
-    b.alloc(0, 100, 100, s).alloc(0, 200, 200, s); // over a live block
-    b.segment(2048, 4096); // overlaps
-    b.segment_free(0, 4096); // with a live block
-    b.segment_free(1 << 40, 10); // unknown segment
-    b.end("nothing"); // unmatched phase end
-    let (state, applied) = replay(&b.finish());
-    use InconsistencyKind::*;
-    assert_eq!(state.inconsistency_count(UnknownFree), 3);
-    assert_eq!(state.inconsistency_count(DoubleFree), 1);
-    assert_eq!(state.inconsistency_count(AllocOverLive), 1);
-    assert_eq!(state.inconsistency_count(OverlappingSegment), 1);
-    assert_eq!(state.inconsistency_count(SegmentFreedWithLiveBlocks), 1);
-    assert_eq!(state.inconsistency_count(UnknownSegment), 1);
-    assert_eq!(state.inconsistency_count(UnmatchedPhaseEnd), 1);
-    let first = &state.inconsistencies()[0];
-    assert_eq!((first.index, first.kind, first.addr), (1, UnknownFree, 777));
-    assert_eq!(applied[1], Applied::Inconsistent);
-    // The replacing block is the one live; the reservation is gone.
-    assert_eq!(state.totals().allocated, 200);
-    assert_eq!(state.totals().reserved, 0);
-}
-
-#[test]
 fn expandable_segments_map_and_unmap() {
     let mut b = TraceBuilder::new();
     let s = b.site("f", "a.py", 1);
@@ -153,30 +121,6 @@ fn expandable_segments_map_and_unmap() {
     assert_eq!(state.segments().len(), 1);
     assert_eq!(state.segments().next().unwrap().live_blocks, 1);
     assert_eq!(state.inconsistency_total(), 0);
-}
-
-#[test]
-fn phases_nest_and_blocks_remember_theirs() {
-    let mut b = TraceBuilder::new();
-    let s = b.site("f", "a.py", 1);
-    b.begin("train")
-        .begin("iter0")
-        .alloc(0, 10, 10, s)
-        .end("iter0");
-    b.begin("iter1").begin("inner").end("iter1"); // closes inner too
-    b.end("train");
-    let (bytes, symbols) = b.finish_symbols();
-    let (state, applied) = replay(&bytes);
-    let a = state.live_at(0).unwrap();
-    assert_eq!(state.phase_path(a.phase, &symbols), "train/iter0");
-    assert!(state.open_phases().is_empty());
-    assert_eq!(state.phases().len(), 4);
-    assert!(matches!(applied[6], Applied::PhaseEnd(PhaseId(2))));
-    assert_eq!(
-        state.inconsistency_count(InconsistencyKind::UnmatchedPhaseEnd),
-        1
-    );
-    assert!(state.phase_within(a.phase, PhaseId(0)));
 }
 
 mod random {
@@ -258,91 +202,6 @@ mod random {
     }
 }
 
-/// Two threads' phases interleave: each nests within its own thread, so
-/// following one thread sees no mismatch, and the other's are counted.
-#[test]
-fn each_threads_phases_nest_on_their_own() {
-    let mut b = TraceBuilder::new();
-    let s = b.site("f", "a.py", 1);
-    b.segment(0, 1 << 20);
-    b.begin_on(0, "train").begin_on(7, "load");
-    b.alloc(0, 512, 512, s);
-    b.end_on(0, "train").begin_on(7, "decode");
-    b.alloc(512, 512, 512, s);
-    b.end_on(7, "decode").end_on(7, "load");
-    let bytes = b.finish();
-    let (state, _) = replay(&bytes);
-    assert_eq!(state.inconsistency_total(), 0);
-    assert_eq!(state.phases().len(), 1);
-    assert_eq!(state.other_thread_phases().get(&7), Some(&2));
-    let on_7 = |bytes: &[u8]| {
-        let mut reader = TraceReader::new(bytes).unwrap();
-        let mut state = ReplayState::default().with_phase_thread(7);
-        let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
-        for (i, e) in events.iter().enumerate() {
-            state.apply(i as u64, e, reader.symbols());
-        }
-        (state, reader.symbols().clone())
-    };
-    let (state, symbols) = on_7(&bytes);
-    assert_eq!(state.inconsistency_total(), 0);
-    let names: Vec<String> = (0..state.phases().len() as u32)
-        .map(|i| state.phase_path(PhaseId(i), &symbols))
-        .collect();
-    assert_eq!(names, ["load", "load/decode"]);
-    let blocks: Vec<String> = [0, 512]
-        .iter()
-        .map(|a| state.phase_path(state.live_at(*a).unwrap().phase, &symbols))
-        .collect();
-    assert_eq!(blocks, ["load", "load/decode"]);
-    assert_eq!(state.other_thread_phases().get(&0), Some(&1));
-}
-
-/// Nesting tens of thousands deep costs linear time and memory: paths are
-/// interned, and shown with their middle left out.
-#[test]
-fn deep_nesting_is_linear_and_shown_short() {
-    const DEPTH: usize = 50_000;
-    let mut b = TraceBuilder::new();
-    let s = b.site("f", "a.py", 1);
-    b.segment(0, 1 << 30);
-    for i in 0..DEPTH {
-        b.begin(&format!("level{}", i % 7));
-    }
-    b.alloc(0, 512, 512, s);
-    for i in (0..DEPTH).rev() {
-        b.end(&format!("level{}", i % 7));
-    }
-    let (bytes, symbols) = b.finish_symbols();
-    let (state, _) = replay(&bytes);
-    assert_eq!(state.phases().len(), DEPTH);
-    assert_eq!(state.inconsistency_total(), 0);
-    let innermost = state.live_at(0).unwrap().phase;
-    let path = state.phase_path(innermost, &symbols);
-    assert!(path.len() < 400, "{path}");
-    assert!(path.starts_with("level0/level1/level2/"), "{path}");
-    assert!(
-        path.contains(&format!("…({} phases)…", DEPTH - SHOWN_PATH_DEPTH)),
-        "{path}"
-    );
-    let normalized = state.path_name(state.phase(innermost).unwrap().path);
-    assert!(normalized.starts_with("level#/level#/"), "{normalized}");
-    assert_eq!(
-        normalized.matches('/').count(),
-        path.matches('/').count(),
-        "{normalized} against {path}"
-    );
-    // Shallow paths are whole.
-    assert_eq!(
-        state.phase_path(PhaseId(2), &symbols),
-        "level0/level1/level2"
-    );
-    assert_eq!(
-        state.path_name(state.phase(PhaseId(1)).unwrap().path),
-        "level#/level#"
-    );
-}
-
 /// Segments arriving in descending address order (each one inserted before
 /// all the others) are found, merged and freed as in ascending order.
 #[test]
@@ -378,31 +237,6 @@ fn segments_in_any_order() {
         assert_eq!(state.totals().reserved, 3 * 4096);
         assert_eq!(state.totals().segments, 1);
     }
-}
-
-/// Sizes no allocator hands out (found by fuzzing): a block or segment that
-/// would take a total past 2^64 bytes is an inconsistency, skipped, and the
-/// totals stay exact.
-#[test]
-fn sizes_past_64_bits_of_totals_are_skipped() {
-    let mut b = TraceBuilder::new();
-    let s = b.site("f", "a.py", 1);
-    b.segment(0, u64::MAX).segment(1 << 62, u64::MAX);
-    b.alloc(0, u64::MAX - 10, 5, s)
-        .alloc(512, 512, 512, s)
-        .alloc(1024, 512, 512, s);
-    let (state, applied) = replay(&b.finish());
-    assert_eq!(
-        state.inconsistency_count(InconsistencyKind::ImplausibleSize),
-        3
-    );
-    assert!(matches!(applied[1], Applied::Inconsistent));
-    assert!(matches!(applied[2], Applied::Alloc(_)));
-    assert!(matches!(applied[3], Applied::Inconsistent));
-    assert!(matches!(applied[4], Applied::Inconsistent));
-    assert_eq!(state.totals().allocated, u64::MAX - 10);
-    assert_eq!(state.totals().requested, 5);
-    assert_eq!(state.totals().reserved, u64::MAX);
 }
 
 /// Replays `bytes` with the categories its header asks for, settling what

@@ -9,11 +9,19 @@
 //! dozen decodes. [`fidelity`] checks that the recorded settings reproduce
 //! the recorded device actions. See `docs/simulate.md`.
 
+mod capacity;
 pub mod fixes;
 pub mod gpus;
 pub mod plan;
 pub mod requests;
+mod scenarios;
 pub mod what_if;
+
+pub use capacity::{
+    CAPACITY_STEP, CUDA_CONTEXT_BYTES, MinCapacity, NCCL_BYTES, Reserve, ReserveSource,
+    device_capacity, min_capacity, recorded_capacity, shows_nccl, smallest_capacity,
+};
+pub use scenarios::{Scenario, ScenarioResult, scenarios, sweep};
 
 #[cfg(test)]
 mod tests;
@@ -22,20 +30,15 @@ use crate::analysis::categories::CategoryTable;
 use crate::replay::PhaseId;
 use crate::replay::categories::CategoryBytes;
 use crate::sites::SiteId;
-use rayon::prelude::*;
 pub use requests::{
     AllocInfo, Op, Request, RequestExtractor, RequestList, SegmentAction, SegmentKind,
 };
 use serde::Serialize;
 use vramtrace_allocator::device::{DeviceMemory, SimulatedDevice};
 use vramtrace_allocator::{
-    AllocError, AllocatorConfig, CachingAllocator, ConfigError, MIB, allocation_size,
+    AllocError, AllocatorConfig, CachingAllocator, ConfigError, allocation_size,
 };
 use vramtrace_format::BlockStatus;
-
-/// The precision of [`min_capacity`]: 2 MiB, the granularity of every
-/// segment the allocator reserves.
-pub const CAPACITY_STEP: u64 = 2 * MIB;
 
 /// Simulated addresses of blocks whose allocation failed: their frees are
 /// skipped. Real addresses are never 0.
@@ -565,173 +568,6 @@ fn pseudo_stream(id: usize) -> u64 {
     u64::MAX - id as u64
 }
 
-/// What a CUDA context takes of a device before the caching allocator has
-/// any: about 500 MiB with CUDA's lazy loading. PyTorch's out-of-memory
-/// messages show it as the memory a process has in use beyond what PyTorch
-/// reserved: 0.49 GiB on an RTX 4090, an L40 and an A100
-/// (github.com/3DTopia/Phidias-Diffusion/issues/8,
-/// github.com/QwenLM/Qwen3-VL/issues/2097,
-/// github.com/TianheWu/CoSeR/issues/10). An estimate: measure yours and
-/// state it (`--reserve`).
-pub const CUDA_CONTEXT_BYTES: u64 = 512 * MIB;
-
-/// What NCCL's communication buffers take, when a trace shows NCCL: an
-/// estimate, since they grow with channels and peers (and NVLink SHARP);
-/// measure yours (`nvidia-smi` after `init_process_group`) and state it.
-pub const NCCL_BYTES: u64 = 1024 * MIB;
-
-/// Memory a what-if keeps off the caching allocator's device: what the CUDA
-/// context (and NCCL) take at run time.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Reserve {
-    /// Bytes in all.
-    pub bytes: u64,
-    /// Whether they were stated (`--reserve`) rather than estimated.
-    pub stated: bool,
-    /// Whether the trace shows NCCL (a distributed run).
-    pub nccl: bool,
-    /// What they cover, in words.
-    pub covers: String,
-    /// Where the figure comes from: `stated`, `estimated`, or `measured`
-    /// (the most memory outside the allocator the trace's device-memory
-    /// samples saw).
-    pub source: ReserveSource,
-}
-
-/// Where a [`Reserve`] comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReserveSource {
-    /// Stated by the user.
-    Stated,
-    /// The estimate of [`Reserve::estimate`].
-    Estimated,
-    /// Measured by the recording: the most memory outside the allocator at
-    /// any device-memory sample.
-    Measured,
-}
-
-impl Reserve {
-    /// The reserve stated, else the estimate.
-    pub fn stated_or_estimated(stated: Option<u64>, nccl: bool) -> Reserve {
-        match stated {
-            Some(bytes) => Reserve::stated(bytes, nccl),
-            None => Reserve::estimate(nccl),
-        }
-    }
-
-    /// The reserve stated, else the one measured (the most memory outside
-    /// the allocator that the trace's device-memory samples saw), else the
-    /// estimate.
-    pub fn stated_measured_or_estimated(
-        stated: Option<u64>,
-        measured: Option<u64>,
-        nccl: bool,
-    ) -> Reserve {
-        match (stated, measured) {
-            (Some(bytes), _) => Reserve::stated(bytes, nccl),
-            (None, Some(bytes)) => Reserve::measured(bytes, nccl),
-            (None, None) => Reserve::estimate(nccl),
-        }
-    }
-
-    /// A reserve measured by the recording: the most memory outside the
-    /// allocator at any device-memory sample.
-    pub fn measured(bytes: u64, nccl: bool) -> Reserve {
-        Reserve {
-            bytes,
-            stated: false,
-            nccl,
-            covers: "for memory outside the allocator (measured: the most the recording's device-memory samples saw)".into(),
-            source: ReserveSource::Measured,
-        }
-    }
-
-    /// The estimate: [`CUDA_CONTEXT_BYTES`], and [`NCCL_BYTES`] when the
-    /// trace shows NCCL.
-    pub fn estimate(nccl: bool) -> Reserve {
-        Reserve {
-            bytes: CUDA_CONTEXT_BYTES + if nccl { NCCL_BYTES } else { 0 },
-            stated: false,
-            nccl,
-            covers: if nccl {
-                "for the CUDA context and NCCL's buffers (estimated)".into()
-            } else {
-                "for the CUDA context (estimated)".into()
-            },
-            source: ReserveSource::Estimated,
-        }
-    }
-
-    /// A reserve of `bytes`, as stated.
-    pub fn stated(bytes: u64, nccl: bool) -> Reserve {
-        Reserve {
-            bytes,
-            stated: true,
-            nccl,
-            covers: "(stated)".into(),
-            source: ReserveSource::Stated,
-        }
-    }
-}
-
-/// Whether a trace shows NCCL: a launcher's `WORLD_SIZE` above 1, or a frame
-/// of NCCL or `torch.distributed`.
-pub fn shows_nccl(
-    header: &vramtrace_format::Header,
-    symbols: &vramtrace_format::SymbolTable,
-) -> bool {
-    if header.process.world_size.is_some_and(|n| n > 1) {
-        return true;
-    }
-    (0..symbols.string_count() as u32)
-        .filter_map(|i| symbols.string(vramtrace_format::StringId(i)))
-        .any(|s| {
-            s.contains("nccl")
-                || s.contains("NCCL")
-                || s.contains("torch/distributed/")
-                || s.contains("c10d::")
-        })
-}
-
-/// A policy and capacity to simulate.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Scenario {
-    /// The name shown in tables and legends.
-    pub name: String,
-    /// The allocator's settings.
-    pub config: AllocatorConfig,
-}
-
-impl Scenario {
-    /// A scenario named after its settings (`default` for PyTorch's).
-    pub fn new(config: AllocatorConfig) -> Self {
-        let conf = config.to_conf_string();
-        Scenario {
-            name: if conf.is_empty() {
-                "default".into()
-            } else {
-                conf
-            },
-            config,
-        }
-    }
-
-    /// The standard policies set side by side: PyTorch's default,
-    /// expandable segments, and two `max_split_size_mb` limits.
-    pub fn standard() -> Vec<Scenario> {
-        [
-            "",
-            "expandable_segments:True",
-            "max_split_size_mb:128",
-            "max_split_size_mb:512",
-        ]
-        .iter()
-        .map(|s| Scenario::new(AllocatorConfig::parse(s).expect("built-in settings parse")))
-        .collect()
-    }
-}
-
 /// Why a simulation cannot run as asked.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -753,146 +589,6 @@ pub enum SimulateError {
         /// The device's memory.
         device: u64,
     },
-}
-
-/// The scenarios a simulation runs, in order, each settings once: the
-/// recorded settings (when no others are named, or beside the standard
-/// ones), the named ones, then with `standard`, [`Scenario::standard`].
-pub fn scenarios(
-    recorded: &Result<AllocatorConfig, ConfigError>,
-    named: Vec<AllocatorConfig>,
-    standard: bool,
-) -> Result<Vec<Scenario>, SimulateError> {
-    let mut scenarios = Vec::new();
-    if named.is_empty() || standard {
-        match recorded {
-            Ok(config) => {
-                let mut s = Scenario::new(config.clone());
-                s.name = format!("recorded ({})", s.name);
-                scenarios.push(s);
-            }
-            Err(e) if named.is_empty() && !standard => {
-                return Err(SimulateError::NoSettings(e.to_string()));
-            }
-            Err(_) => {}
-        }
-    }
-    let extra = named.into_iter().map(Scenario::new).chain(if standard {
-        Scenario::standard()
-    } else {
-        Vec::new()
-    });
-    for s in extra {
-        if !scenarios.iter().any(|x| x.config == s.config) {
-            scenarios.push(s);
-        }
-    }
-    Ok(scenarios)
-}
-
-/// The smallest capacity that runs without an OOM, to [`CAPACITY_STEP`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct MinCapacity {
-    /// The smallest multiple of [`CAPACITY_STEP`] at which the run fits
-    /// (`CAPACITY_STEP` less does not, unless this is 0).
-    pub bytes: u64,
-    /// Simulations the bisection ran.
-    pub runs: u32,
-}
-
-/// Finds the smallest capacity at which the requests run without an OOM,
-/// by bisection over multiples of [`CAPACITY_STEP`]. `unlimited_peak` is
-/// the peak reserved bytes without a limit (at that capacity the run
-/// behaves as without one, so it fits).
-pub fn min_capacity(
-    list: &RequestList,
-    config: &AllocatorConfig,
-    unlimited_peak: u64,
-) -> MinCapacity {
-    let fits = |capacity: u64| {
-        let options = SimOptions {
-            capacity: Some(capacity),
-            stop_at_first_oom: true,
-            ..Default::default()
-        };
-        simulate(list, config, &options).ooms == 0
-    };
-    // In units of CAPACITY_STEP: `hi` fits, `lo` does not (0 never fits a
-    // run with an allocation; a run without one fits in 0).
-    let mut hi = unlimited_peak.div_ceil(CAPACITY_STEP);
-    let mut lo = 0u64;
-    let mut runs = 0;
-    if hi == 0 {
-        return MinCapacity { bytes: 0, runs };
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        runs += 1;
-        if fits(mid * CAPACITY_STEP) {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    MinCapacity {
-        bytes: hi * CAPACITY_STEP,
-        runs,
-    }
-}
-
-/// [`min_capacity`], running the requests without a limit first unless
-/// their peak reserved without one is known.
-pub fn smallest_capacity(
-    list: &RequestList,
-    config: &AllocatorConfig,
-    unlimited_peak: Option<u64>,
-) -> MinCapacity {
-    let peak = unlimited_peak
-        .unwrap_or_else(|| simulate(list, config, &SimOptions::default()).peak_reserved_bytes);
-    min_capacity(list, config, peak)
-}
-
-/// One scenario's outcome in a [`sweep`].
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ScenarioResult {
-    /// The scenario's name.
-    pub policy: String,
-    /// Its settings as `PYTORCH_CUDA_ALLOC_CONF`.
-    pub alloc_conf: String,
-    /// The run at the requested capacity.
-    #[serde(flatten)]
-    pub result: SimResult,
-    /// The smallest capacity that fits, when asked for.
-    pub min_capacity: Option<MinCapacity>,
-}
-
-/// Simulates every scenario at `options`' capacity, in parallel, and finds
-/// each one's smallest fitting capacity when `find_min` says so.
-pub fn sweep(
-    list: &RequestList,
-    scenarios: &[Scenario],
-    options: &SimOptions,
-    find_min: bool,
-) -> Vec<ScenarioResult> {
-    scenarios
-        .par_iter()
-        .map(|s| {
-            let result = simulate(list, &s.config, options);
-            let min_capacity = find_min.then(|| {
-                let unlimited_peak = options
-                    .capacity
-                    .is_none()
-                    .then_some(result.peak_reserved_bytes);
-                smallest_capacity(list, &s.config, unlimited_peak)
-            });
-            ScenarioResult {
-                policy: s.name.clone(),
-                alloc_conf: s.config.to_conf_string(),
-                result,
-                min_capacity,
-            }
-        })
-        .collect()
 }
 
 /// How closely a simulation with the recorded settings reproduces the
@@ -918,23 +614,6 @@ pub struct Fidelity {
     /// Why the trace cannot be reproduced exactly, when that is known in
     /// advance.
     pub caveats: Vec<String>,
-}
-
-/// The capacity a fidelity run simulates: the recorded device's, when the
-/// header gives one that a simulation can use.
-pub fn recorded_capacity(total_memory: u64) -> Option<u64> {
-    (total_memory > 0 && total_memory < SimulatedDevice::unlimited().total_memory())
-        .then_some(total_memory)
-}
-
-/// The capacity of `device` as the header's list of devices records it
-/// (the one listed when it lists one), when a simulation can use it.
-pub fn device_capacity(devices: &[vramtrace_format::DeviceInfo], device: u32) -> Option<u64> {
-    let info = match devices {
-        [one] => Some(one),
-        all => all.iter().find(|d| d.index == device),
-    };
-    info.and_then(|d| recorded_capacity(d.total_memory))
 }
 
 /// Replays the list with the recorded settings on the recorded device and

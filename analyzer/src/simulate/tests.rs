@@ -10,7 +10,7 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn load(name: &str) -> Extracted {
+pub(super) fn load(name: &str) -> Extracted {
     let input = Input::open(fixture(name), &NoProgress).unwrap();
     extract(&mut input.events().unwrap(), Devices::Apart, &NoProgress)
         .unwrap()
@@ -27,7 +27,7 @@ fn extracted(bytes: &[u8]) -> Extracted {
         .remove(0)
 }
 
-fn recorded(e: &Extracted) -> AllocatorConfig {
+pub(super) fn recorded(e: &Extracted) -> AllocatorConfig {
     e.recorded_config.as_ref().unwrap().0.clone()
 }
 
@@ -178,28 +178,6 @@ fn the_oom_fixture_fails_at_the_recorded_request_on_1_gib_only() {
 }
 
 #[test]
-fn min_capacity_fits_and_one_step_less_does_not() {
-    let e = load("oom.vtrace");
-    let config = recorded(&e);
-    let peak = simulate(&e.list, &config, &SimOptions::default()).peak_reserved_bytes;
-    let min = min_capacity(&e.list, &config, peak);
-    let run = |c| {
-        simulate(
-            &e.list,
-            &config,
-            &SimOptions {
-                capacity: Some(c),
-                ..Default::default()
-            },
-        )
-        .ooms
-    };
-    assert_eq!(run(min.bytes), 0);
-    assert!(run(min.bytes - CAPACITY_STEP) > 0);
-    assert!(min.bytes > 1 << 30 && min.bytes <= peak.next_multiple_of(CAPACITY_STEP));
-}
-
-#[test]
 fn cross_stream_frees_complete_when_recorded() {
     use crate::testing::TraceBuilder;
     let mut t = TraceBuilder::new();
@@ -226,31 +204,6 @@ fn cross_stream_frees_complete_when_recorded() {
     assert_eq!(e.list.cross_stream_frees, 1);
     let f = fidelity(&e.list, &AllocatorConfig::default(), None);
     assert!(f.exact, "{f:#?}");
-}
-
-#[test]
-fn nccl_adds_to_the_reserve_where_a_trace_shows_it() {
-    use vramtrace_format::Header;
-    let mut header = Header::default();
-    let plain = crate::testing::TraceBuilder::new().finish_symbols().1;
-    assert!(!shows_nccl(&header, &plain));
-    header.process.world_size = Some(8);
-    assert!(shows_nccl(&header, &plain));
-    let mut b = crate::testing::TraceBuilder::new();
-    b.stack(&[(
-        "allreduce",
-        "/opt/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py",
-        2501,
-    )]);
-    let (_, symbols) = b.finish_symbols();
-    assert!(shows_nccl(&Header::default(), &symbols));
-    assert_eq!(Reserve::estimate(false).bytes, CUDA_CONTEXT_BYTES);
-    assert_eq!(
-        Reserve::estimate(true).bytes,
-        CUDA_CONTEXT_BYTES + NCCL_BYTES
-    );
-    let stated = Reserve::stated(0, true);
-    assert!(stated.stated && stated.nccl);
 }
 
 #[test]

@@ -2,13 +2,14 @@
 
 use super::full_stacks;
 use crate::analysis::categories::CategoryDelta;
-use crate::analysis::compare::{Comparison, Presence, RunInfo, Unit};
+use crate::analysis::compare::{Comparison, GateResult, Presence, RunInfo, Unit};
 use crate::command::compare::CompareResult;
 use crate::print::labels::{self, format_delta, format_percent, format_value, repetitions};
 use crate::print::table::{Align, Table};
 use crate::sites::SiteDescription;
 use crate::units;
 
+/// One run's line: its role, name, duration and repetitions.
 fn run_line(role: &str, run: &RunInfo, c: &Comparison) -> String {
     let duration = c
         .metric("duration")
@@ -45,7 +46,16 @@ pub fn compare(result: &CompareResult, top: usize, full: bool) -> String {
     let mut text = run_line("baseline", &c.base, c);
     text.push_str(&run_line("new", &c.new, c));
     text.push('\n');
+    text.push_str(&headline(c));
+    text.push_str(&categories(c));
+    text.push_str(&sites(c, top, full));
+    text.push_str(&phases(c, top));
+    text.push_str(&gate_checks(c, gate));
+    text
+}
 
+/// The headline figures of both runs, as a table.
+fn headline(c: &Comparison) -> String {
     let mut t = Table::new(&[
         ("", Align::Left),
         ("baseline", Align::Right),
@@ -67,9 +77,13 @@ pub fn compare(result: &CompareResult, top: usize, full: bool) -> String {
             },
         ]);
     }
-    text.push_str(&t.render(0));
-    text.push_str(&categories(c));
+    t.render(0)
+}
 
+/// The sites that changed, largest change first, at most `top` (`full`:
+/// their whole stacks below the table).
+fn sites(c: &Comparison, top: usize, full: bool) -> String {
+    let mut text = String::new();
     let changed: Vec<_> = c.sites.iter().filter(|s| s.changed()).collect();
     let matched_by = match (c.ignore_lines, full) {
         (false, false) => "function, file and line",
@@ -131,7 +145,12 @@ pub fn compare(result: &CompareResult, top: usize, full: bool) -> String {
             text.push_str(&full_stacks(&sites, 4));
         }
     }
+    text
+}
 
+/// The phases that changed, at most `top`.
+fn phases(c: &Comparison, top: usize) -> String {
+    let mut text = String::new();
     let phases: Vec<_> = c.phases.iter().filter(|p| p.changed()).collect();
     if !c.phases.is_empty() {
         text.push_str(&format!(
@@ -174,7 +193,13 @@ pub fn compare(result: &CompareResult, top: usize, full: bool) -> String {
         text.push_str(&t.render(2));
         more(&mut text, phases.len(), top);
     }
+    text
+}
 
+/// The gate's verdict and each threshold checked (nothing without
+/// thresholds).
+fn gate_checks(c: &Comparison, gate: &GateResult) -> String {
+    let mut text = String::new();
     if !gate.checks.is_empty() {
         let failed = gate.failed.len();
         text.push_str(&format!(
@@ -283,6 +308,7 @@ by category at the allocated peak: {line}
     text
 }
 
+/// Says how many of `changed` rows a table of `top` left out, if any.
 fn more(text: &mut String, changed: usize, top: usize) {
     if changed > top {
         text.push_str(&format!(

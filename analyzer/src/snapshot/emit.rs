@@ -1,0 +1,409 @@
+//! Emitting the trace a parsed snapshot makes: its header and initial state,
+//! then the devices' logs merged into events, streamed to a reader or written
+//! to a file.
+
+use super::log::{Action, LogEntry};
+use super::pickle::{Heap, StrId};
+use super::{ImportError, ImportReport, ParsedSnapshot};
+use rustc_hash::FxHashMap as FxMap;
+use std::sync::Arc;
+use vramtrace_allocator::ObservedBlocks;
+use vramtrace_format::{
+    BlockEvent, BlockState, DeviceInfo, Event, EventData, FormatError, Frame, FrameId, Header,
+    InitialState, OomEvent, ReceiverGone, SegmentEvent, SegmentState, StackId, StringId,
+    TraceChannel, TraceReceiver, TraceSender, TraceWriter, WriterOptions,
+};
+
+/// Batches of events that may wait for the reader of a streamed snapshot:
+/// two of 16,384 events hold as many as eight of 4,096 did, with a quarter
+/// of the hand-offs between the merging thread and the replay.
+const QUEUE_BATCHES: usize = 2;
+
+/// What the events of a trace being streamed need from its beginning.
+struct Begun {
+    /// Trace stack ids by the collector's stack ids.
+    stacks: Vec<StackId>,
+    /// Each device's segments and blocks in use, from the initial state on:
+    /// the size of each block allocated follows from them (see
+    /// [`ObservedBlocks`]), where the snapshot gives requested sizes only.
+    blocks: Vec<ObservedBlocks>,
+    /// The annotations: (time_us, is START, name).
+    phases: Vec<(i64, bool, StringId)>,
+}
+
+/// The producer a trace made from a PyTorch snapshot names in its header.
+pub const IMPORTED_BY: &str = "vramtrace import";
+
+impl ParsedSnapshot {
+    /// Sends the trace through a channel: a thread of its own merges the devices'
+    /// logs into events while the receiver reads them, with no encoding in between.
+    /// The snapshot stays shared, so it can be streamed again.
+    pub fn stream(self: &Arc<Self>) -> TraceReceiver {
+        let (channel, begun) = self.begin();
+        let (mut tx, rx) = channel.open(QUEUE_BATCHES);
+        let parsed = Arc::clone(self);
+        std::thread::spawn(move || {
+            // A receiver gone early (a pass that stopped at its window) is not an
+            // error; a panic drops `tx` unfinished, which the receiver reports.
+            if parsed.send_events(begun, &mut tx).is_ok() {
+                tx.finish();
+            }
+        });
+        rx
+    }
+
+    /// Writes the trace to `out`; returns the output and the complete report.
+    /// The devices' logs are merged into events on the calling thread while a
+    /// thread of its own encodes them.
+    pub fn write_trace<W: std::io::Write + Send>(
+        self: &Arc<Self>,
+        out: W,
+    ) -> Result<(W, ImportReport), ImportError> {
+        let mut report = self.report.clone();
+        let (channel, begun) = self.begin();
+        let (mut tx, rx) = channel.open(QUEUE_BATCHES);
+        let options = WriterOptions {
+            chunk_interval: None,
+            ..WriterOptions::default()
+        };
+        let (out, counts) = std::thread::scope(|scope| {
+            let writer = scope.spawn(move || {
+                let mut w = TraceWriter::with_options(out, rx.header().clone(), options)?;
+                rx.write_to(&mut w)?;
+                let counts = *w.counts();
+                Ok::<_, FormatError>((w.finish()?, counts))
+            });
+            // A writer that failed dropped its receiver: sending stops, and
+            // its error is the one reported.
+            if self.send_events(begun, &mut tx).is_ok() {
+                tx.finish();
+            } else {
+                drop(tx);
+            }
+            writer
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })?;
+        report.event_counts = counts;
+        Ok((out, report))
+    }
+
+    /// The trace's header, symbols and initial state, in a channel to open.
+    /// The header of the trace this snapshot is imported as.
+    pub fn header(&self) -> Header {
+        let (c, s, plan) = (&self.collected, &self.snapshot, &self.plan);
+        let report = &self.report;
+        let mut header = Header {
+            producer: IMPORTED_BY.into(),
+            producer_version: env!("CARGO_PKG_VERSION").into(),
+            start_unix_ns: if plan.epoch_based {
+                plan.t0 as u64 * 1000
+            } else {
+                0
+            },
+            devices: (0..plan.devices)
+                .map(|i| DeviceInfo {
+                    index: i as u32,
+                    name: format!("cuda:{i}"),
+                    total_memory: 0,
+                })
+                .collect(),
+            allocator_settings: s.settings.clone(),
+            ..Header::default()
+        };
+        let m = &mut header.metadata;
+        m.insert("source".into(), "torch-snapshot".into());
+        m.insert(
+            "torch.pickle_protocol".into(),
+            report.pickle_protocol.to_string(),
+        );
+        m.insert("torch.trace_entries".into(), c.log.len().to_string());
+        m.insert(
+            "torch.time_base".into(),
+            if plan.epoch_based {
+                "epoch"
+            } else {
+                "relative"
+            }
+            .into(),
+        );
+        m.insert(
+            "torch.end_state_check".into(),
+            if report.end_state_matches {
+                "ok".into()
+            } else if !s.has_segments {
+                "no segments".into()
+            } else {
+                format!("{} differences", plan.mismatches)
+            },
+        );
+        header
+    }
+
+    fn begin(&self) -> (TraceChannel, Begun) {
+        let (heap, c, s, plan) = (&self.heap, &self.collected, &self.snapshot, &self.plan);
+        let mut channel = TraceChannel::new(self.header());
+
+        // Symbols: local frames and stacks to the trace's ids.
+        let mut strings = FxMap::default();
+        let mut string = |ch: &mut TraceChannel, id: StrId| {
+            *strings
+                .entry(id)
+                .or_insert_with(|| ch.intern_string(&heap.str(id)))
+        };
+        let frames: Vec<FrameId> = c
+            .frames
+            .iter()
+            .map(|f| {
+                let frame = Frame::Symbol {
+                    function: string(&mut channel, f.name),
+                    file: string(&mut channel, f.file),
+                    line: f.line,
+                };
+                channel.intern_frame(frame)
+            })
+            .collect();
+        let mut buf = Vec::new();
+        let stacks: Vec<StackId> = (0..c.stacks.len() as u32)
+            .map(|i| {
+                buf.clear();
+                buf.extend(c.stacks.get(i).iter().map(|&f| frames[f as usize]));
+                channel.intern_stack(&buf)
+            })
+            .collect();
+
+        // The initial state, and each device's blocks seeded with it.
+        let mut initial = InitialState::default();
+        let mut blocks: Vec<ObservedBlocks> = (0..plan.devices)
+            .map(|_| ObservedBlocks::new(plan.config.clone()))
+            .collect();
+        for (d, segs) in plan.start.iter().enumerate() {
+            for seg in segs {
+                let mut seg_blocks = Vec::new();
+                let mut at = seg.addr;
+                for &(addr, b) in &seg.blocks {
+                    if addr > at {
+                        seg_blocks.push(BlockState::free(at, addr - at));
+                    }
+                    seg_blocks.push(BlockState {
+                        addr,
+                        size: b.size,
+                        requested: b.requested,
+                        status: b.status,
+                        stack: stacks[b.stack as usize],
+                    });
+                    // A hostile snapshot's sizes may pass 2^64: saturate.
+                    at = addr.saturating_add(b.size);
+                }
+                let end = seg.addr.saturating_add(seg.size);
+                if at < end {
+                    seg_blocks.push(BlockState::free(at, end - at));
+                }
+                let segment = SegmentState {
+                    device: d as u32,
+                    addr: seg.addr,
+                    size: seg.size,
+                    stream: seg.stream,
+                    expandable: seg.expandable,
+                    blocks: seg_blocks,
+                };
+                blocks[d].load_segment(&segment);
+                initial.segments.push(segment);
+            }
+        }
+        channel.set_initial_state(initial);
+        let phases = s
+            .annotations
+            .as_deref()
+            .unwrap_or(&[])
+            .iter()
+            .map(|a| (a.0, a.1, channel.intern_string(&a.2)))
+            .collect();
+        (
+            channel,
+            Begun {
+                stacks,
+                blocks,
+                phases,
+            },
+        )
+    }
+
+    /// Sends the events: the devices' logs merged by time, with the phases.
+    /// Stops early, without an error, once the receiver is gone.
+    fn send_events(&self, mut begun: Begun, tx: &mut TraceSender) -> Result<(), ReceiverGone> {
+        let (heap, c, plan) = (&self.heap, &self.collected, &self.plan);
+        let mut cursors: Vec<_> = c
+            .log
+            .runs
+            .iter()
+            .filter_map(|r| {
+                let d = *plan.device_of.get(&r.list)?;
+                let mut it = c.log.run(r);
+                let next = it.next()?;
+                Some((d, r.first_index, it, next))
+            })
+            .collect();
+        let mut phase_i = 0;
+        let mut last_ns = 0u64;
+        let t0 = plan.t0;
+        let to_ns = |t: i64| (t.saturating_sub(t0).max(0) as u64).saturating_mul(1000);
+        // The runs by their next entry, the first on top: a device's entries
+        // are one run each in CPython's pickles, but a hand-made pickle may
+        // interleave its lists into as many runs as entries.
+        let key = |i: usize, index: u64, e: &LogEntry| {
+            std::cmp::Reverse((e.time_us.unwrap_or(i64::MAX), index, i))
+        };
+        let mut queue: std::collections::BinaryHeap<_> = cursors
+            .iter()
+            .enumerate()
+            .map(|(i, (_, index, _, e))| key(i, *index, e))
+            .collect();
+        loop {
+            let best = queue.peek().map(|k| k.0.2);
+            let next_time = best.and_then(|i| cursors[i].3.time_us);
+            // Phases starting at an event's time come before it, ends after it.
+            while let Some(&(t, begin, name)) = begun.phases.get(phase_i) {
+                let due = match (best, next_time) {
+                    (None, _) => true,
+                    (Some(_), Some(nt)) => t < nt || (t == nt && begin),
+                    (Some(_), None) => false,
+                };
+                if !due {
+                    break;
+                }
+                let ns = to_ns(t).max(last_ns);
+                last_ns = ns;
+                // A snapshot's phases are the program's: its main thread's.
+                let data = if begin {
+                    EventData::PhaseBegin { name, thread: 0 }
+                } else {
+                    EventData::PhaseEnd { name, thread: 0 }
+                };
+                phase_i += 1;
+                tx.push(Event { time_ns: ns, data })?;
+            }
+            let Some(i) = best else { break };
+            queue.pop();
+            let (d, index, it, e) = &mut cursors[i];
+            let (device, idx, entry) = (*d, *index, *e);
+            *index += 1;
+            if let Some(n) = it.next() {
+                *e = n;
+                queue.push(key(i, *index, e));
+            }
+            let ns = match entry.time_us {
+                Some(t) => to_ns(t),
+                None => idx,
+            };
+            // Out of order (counted while logging): raised.
+            last_ns = ns.max(last_ns);
+            let event = to_event(
+                device,
+                idx,
+                last_ns,
+                &entry,
+                &begun.stacks,
+                &plan.live_sizes,
+                &mut begun.blocks[device as usize],
+                heap,
+                tx,
+            );
+            tx.push(event)?;
+        }
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn to_event(
+    device: u32,
+    index: u64,
+    time_ns: u64,
+    e: &LogEntry,
+    stacks: &[StackId],
+    live_sizes: &FxMap<u64, u64>,
+    blocks: &mut ObservedBlocks,
+    heap: &Heap,
+    tx: &mut TraceSender,
+) -> Event {
+    let round_size = |blocks: &ObservedBlocks, requested| blocks.config().round_size(requested);
+    let stack = stacks
+        .get(e.stack as usize)
+        .copied()
+        .unwrap_or(StackId::NONE);
+    let block = |size| BlockEvent {
+        addr: e.addr,
+        size,
+        requested: e.size,
+        stream: e.stream,
+        device,
+        stack,
+        thread: 0,
+    };
+    let segment = SegmentEvent {
+        addr: e.addr,
+        size: e.size,
+        stream: e.stream,
+        device,
+        stack,
+        thread: 0,
+    };
+    let data = match e.action {
+        Action::Alloc => {
+            // The end state has the size of a block still live then: where it
+            // could differ from the inferred one, it is the record.
+            let inferred = blocks.alloc(e.addr, e.size);
+            EventData::Alloc(block(live_sizes.get(&index).copied().unwrap_or(inferred)))
+        }
+        Action::FreeRequested => {
+            let size = blocks
+                .size(e.addr)
+                .unwrap_or_else(|| round_size(blocks, e.size));
+            EventData::FreeRequested(block(size))
+        }
+        Action::FreeCompleted => {
+            let size = blocks
+                .free(e.addr)
+                .unwrap_or_else(|| round_size(blocks, e.size));
+            EventData::FreeCompleted(block(size))
+        }
+        Action::SegmentAlloc => {
+            blocks.reserve(e.addr, e.size, false);
+            EventData::SegmentAlloc(segment)
+        }
+        Action::SegmentFree => {
+            blocks.release(e.addr, e.size);
+            EventData::SegmentFree(segment)
+        }
+        Action::SegmentMap => {
+            blocks.reserve(e.addr, e.size, true);
+            EventData::SegmentMap(segment)
+        }
+        Action::SegmentUnmap => {
+            blocks.release(e.addr, e.size);
+            EventData::SegmentUnmap(segment)
+        }
+        Action::Oom => EventData::Oom(OomEvent {
+            requested: e.size,
+            free_bytes: e.addr,
+            stream: e.stream,
+            device,
+            stack,
+            thread: 0,
+        }),
+        Action::Snapshot => EventData::Annotation {
+            key: tx.intern_string("torch.snapshot"),
+            value: tx.intern_string(&format!("device {device}")),
+        },
+        Action::UserDefined => EventData::Annotation {
+            key: tx.intern_string("torch.user_defined"),
+            value: if e.size == 0 {
+                StringId::EMPTY
+            } else {
+                tx.intern_string(&heap.str(e.size as StrId))
+            },
+        },
+    };
+    Event { time_ns, data }
+}

@@ -1,0 +1,308 @@
+//! The layout of a snapshot beside its trace entries: the device lists, the
+//! segments and blocks at the end (`segments`), the allocator's settings and
+//! the annotations, read from the pickle and checked for plausible values.
+
+use super::convert::{self, Collector};
+use super::pickle::{self, Heap, ObjKind, Val};
+use super::rebuild::{EndBlock, EndSegment};
+use super::{ImportError, MAX_DEVICES, MAX_SETTING_VALUES};
+use crate::replay::plausible::MAX_BYTES;
+use rustc_hash::FxHashMap as FxMap;
+use std::collections::BTreeMap;
+use vramtrace_format::BlockStatus;
+
+// The parts of the snapshot other than the trace entries.
+pub(super) struct Snapshot {
+    // The list objects of device_traces, by device index.
+    pub(super) device_lists: Vec<u32>,
+    // Consumed entries per device list.
+    pub(super) entries_per_device: Vec<u64>,
+    pub(super) has_segments: bool,
+    pub(super) end_segments: Vec<EndSegment>,
+    pub(super) end_blocks: Vec<FxMap<u64, EndBlock>>,
+    pub(super) settings: BTreeMap<String, String>,
+    // (time_us, is START, name)
+    pub(super) annotations: Option<Vec<(i64, bool, String)>>,
+    pub(super) warnings: Vec<String>,
+    // Segments and blocks of `segments` left out for impossible values.
+    pub(super) impossible_segments: u64,
+    pub(super) impossible_blocks: u64,
+}
+
+/// An address and a size from a pickle as an allocator could have recorded
+/// them: neither negative, the size at most [`MAX_BYTES`], the end within
+/// 64 bits.
+fn plausible_range(addr: i128, size: i128) -> Option<(u64, u64)> {
+    let addr = u64::try_from(addr).ok()?;
+    let size = u64::try_from(size).ok().filter(|&s| s <= MAX_BYTES)?;
+    addr.checked_add(size)?;
+    Some((addr, size))
+}
+
+fn int(heap: &Heap, v: Option<Val>) -> Option<i128> {
+    heap.int(v?)
+}
+
+/// ` (the container at byte N)` for a container, else nothing.
+fn at_byte(heap: &Heap, v: Val) -> String {
+    match v {
+        Val::Obj(o) => format!(" (the container at byte {})", heap.obj(o).offset()),
+        _ => String::new(),
+    }
+}
+
+impl Snapshot {
+    pub(super) fn read(heap: &Heap, c: &Collector, root: Val) -> Result<Snapshot, ImportError> {
+        let Val::Obj(root) = root else {
+            return Err(ImportError::NotASnapshot(
+                "the top-level value is not a dict".into(),
+            ));
+        };
+        if heap.obj(root).kind != ObjKind::Dict {
+            return Err(ImportError::NotASnapshot(
+                "the top-level value is not a dict".into(),
+            ));
+        }
+        let get = |key: &str| heap.dict_get_str(root, key);
+        let traces = get("device_traces");
+        let segments = get("segments");
+        if traces.is_none() && segments.is_none() {
+            return Err(ImportError::NotASnapshot(
+                "the top-level dict has neither `device_traces` nor `segments`".into(),
+            ));
+        }
+        let mut s = Snapshot {
+            device_lists: Vec::new(),
+            entries_per_device: Vec::new(),
+            has_segments: segments.is_some(),
+            end_segments: Vec::new(),
+            end_blocks: Vec::new(),
+            settings: BTreeMap::new(),
+            annotations: None,
+            warnings: Vec::new(),
+            impossible_segments: 0,
+            impossible_blocks: 0,
+        };
+        match traces {
+            Some(Val::Obj(t)) if heap.obj(t).kind == ObjKind::List => {
+                let lists = &heap.obj(t).items;
+                // Tables are kept per device, and every analysis goes over the
+                // devices: past the limit `segments` has, the rest is skipped.
+                if lists.len() > MAX_DEVICES as usize {
+                    s.warnings.push(format!(
+                        "`device_traces` (the list at byte {}) holds {} lists, one per device: only devices 0 to {} are read, the rest skipped",
+                        heap.obj(t).offset(),
+                        lists.len(),
+                        MAX_DEVICES - 1
+                    ));
+                }
+                for v in lists.iter().take(MAX_DEVICES as usize) {
+                    let Val::Obj(l) = *v else {
+                        return Err(ImportError::NotASnapshot(format!(
+                            "an item of `device_traces` (the list at byte {}) is not a list",
+                            heap.obj(t).offset()
+                        )));
+                    };
+                    let o = heap.obj(l);
+                    if !o.items.is_empty() {
+                        s.warnings.push(format!(
+                            "device {}: {} trace entries were not recognized (no `action`) and were skipped",
+                            s.device_lists.len(),
+                            o.items.len()
+                        ));
+                    }
+                    s.device_lists.push(l);
+                    s.entries_per_device.push(o.consumed);
+                }
+            }
+            Some(v) => {
+                return Err(ImportError::NotASnapshot(format!(
+                    "`device_traces` is not a list{}",
+                    at_byte(heap, v)
+                )));
+            }
+            None => s
+                .warnings
+                .push("no `device_traces`: the snapshot holds no events".into()),
+        }
+        match segments {
+            Some(Val::Obj(l)) => {
+                for &seg in &heap.obj(l).items {
+                    s.read_segment(heap, c, seg)?;
+                }
+            }
+            Some(v) => {
+                return Err(ImportError::NotASnapshot(format!(
+                    "`segments` is not a list{}",
+                    at_byte(heap, v)
+                )));
+            }
+            None => s.warnings.push(
+                "no `segments`: the end state is unknown, so the initial state holds only what the events imply and cannot be checked"
+                    .into(),
+            ),
+        }
+        if let Some(Val::Obj(d)) = get("allocator_settings") {
+            let items = &heap.obj(d).items;
+            let setting = |v| {
+                heap.to_value(v, MAX_SETTING_VALUES).map_err(|e| {
+                    ImportError::NotASnapshot(format!(
+                        "an allocator setting (in the dict at byte {}): {e}",
+                        heap.obj(d).offset()
+                    ))
+                })
+            };
+            for kv in items.chunks_exact(2) {
+                let key = setting(kv[0])?;
+                let value = setting(kv[1])?;
+                s.settings.insert(setting_text(&key), setting_text(&value));
+            }
+        }
+        match get("external_annotations") {
+            Some(Val::Obj(l)) => {
+                let mut out = Vec::new();
+                for &a in &heap.obj(l).items {
+                    let Val::Obj(a) = a else { continue };
+                    let stage = match heap.dict_get_str(a, "stage") {
+                        Some(Val::Str(x)) => heap.str(x).into_owned(),
+                        _ => continue,
+                    };
+                    let name = match heap.dict_get_str(a, "name") {
+                        Some(Val::Str(x)) => heap.str(x).into_owned(),
+                        _ => String::new(),
+                    };
+                    let Some(t) = int(heap, heap.dict_get_str(a, "time_us")) else {
+                        continue;
+                    };
+                    let begin = match stage.as_str() {
+                        "START" => true,
+                        "END" => false,
+                        _ => continue,
+                    };
+                    out.push((t as i64, begin, name));
+                }
+                // One annotation is recorded once per device: keep one.
+                out.sort_by(|a, b| (a.0, !a.1, &a.2).cmp(&(b.0, !b.1, &b.2)));
+                out.dedup();
+                s.annotations = Some(out);
+            }
+            _ => s.warnings.push(
+                "no `external_annotations` (PyTorch before 2.5?): the trace has no phases".into(),
+            ),
+        }
+        Ok(s)
+    }
+
+    fn read_segment(&mut self, heap: &Heap, c: &Collector, seg: Val) -> Result<(), ImportError> {
+        let Val::Obj(seg) = seg else {
+            return Err(ImportError::NotASnapshot(
+                "an item of `segments` is not a dict".into(),
+            ));
+        };
+        let bad = |what: &str| {
+            ImportError::NotASnapshot(format!(
+                "the segment at byte {} {what}",
+                heap.obj(seg).offset()
+            ))
+        };
+        let g = |k: &str| heap.dict_get_str(seg, k);
+        let device = int(heap, g("device")).unwrap_or(0);
+        let device = u32::try_from(device)
+            .ok()
+            .filter(|&d| d < MAX_DEVICES)
+            .ok_or_else(|| {
+                bad(&format!(
+                    "is on device {device}, not one of 0 to {}",
+                    MAX_DEVICES - 1
+                ))
+            })?;
+        let addr = int(heap, g("address")).ok_or_else(|| bad("has no `address`"))?;
+        let size = int(heap, g("total_size")).ok_or_else(|| bad("has no `total_size`"))?;
+        let Some((addr, size)) = plausible_range(addr, size) else {
+            self.impossible_segments += 1;
+            return Ok(());
+        };
+        let stream = int(heap, g("stream")).unwrap_or(0) as u64;
+        let expandable = int(heap, g("is_expandable")).unwrap_or(0) != 0;
+        self.end_segments.push(EndSegment {
+            device,
+            addr,
+            size,
+            stream,
+            expandable,
+        });
+        while self.end_blocks.len() <= device as usize {
+            self.end_blocks.push(FxMap::default());
+        }
+        let Some(Val::Obj(blocks)) = g("blocks") else {
+            return Ok(());
+        };
+        let mut at = addr;
+        for &b in &heap.obj(blocks).items {
+            let Val::Obj(b) = b else { continue };
+            let g = |k: &str| heap.dict_get_str(b, k);
+            let baddr = int(heap, g("address")).unwrap_or(at as i128);
+            let bsize = int(heap, g("size")).unwrap_or(0);
+            let requested = int(heap, g("requested_size")).unwrap_or(0);
+            let (Some((baddr, bsize)), Some(requested)) = (
+                plausible_range(baddr, bsize),
+                u64::try_from(requested).ok().filter(|&r| r <= MAX_BYTES),
+            ) else {
+                self.impossible_blocks += 1;
+                continue;
+            };
+            at = baddr + bsize;
+            let status = match g("state") {
+                Some(Val::Str(s)) => match heap.str_bytes(s) {
+                    b"active_allocated" => BlockStatus::Allocated,
+                    b"active_pending_free" => BlockStatus::PendingFree,
+                    _ => continue,
+                },
+                _ => continue,
+            };
+            let stack = match g("frames") {
+                Some(Val::Custom {
+                    kind: convert::CUSTOM_STACK,
+                    id,
+                }) => c.stack_id(id),
+                _ => 0,
+            };
+            self.end_blocks[device as usize].insert(
+                baddr,
+                EndBlock {
+                    size: bsize,
+                    requested,
+                    status,
+                    stack,
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+// Settings as PYTORCH_CUDA_ALLOC_CONF writes them: True/False, `[1:0,2:0]` for dicts.
+fn setting_text(v: &pickle::Value) -> String {
+    use pickle::Value as V;
+    match v {
+        V::None => "None".into(),
+        V::Bool(true) => "True".into(),
+        V::Bool(false) => "False".into(),
+        V::Int(i) => i.to_string(),
+        V::Float(f) => format!("{f:?}"),
+        V::Str(s) => s.clone(),
+        V::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+        V::List(x) | V::Tuple(x) | V::Set(x) => {
+            let parts: Vec<String> = x.iter().map(setting_text).collect();
+            format!("[{}]", parts.join(","))
+        }
+        V::Dict(kv) => {
+            let parts: Vec<String> = kv
+                .iter()
+                .map(|(k, v)| format!("{}:{}", setting_text(k), setting_text(v)))
+                .collect();
+            format!("[{}]", parts.join(","))
+        }
+        V::Custom { .. } | V::Consumed => String::new(),
+    }
+}
