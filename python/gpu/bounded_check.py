@@ -219,7 +219,7 @@ def main() -> int:
         report.check(whole["end"]["allocated_bytes"] == cp["allocated"]
                      and whole["end"]["reserved_bytes"] == cp["reserved"],
                      f"{name}: end state = memory_allocated(), memory_reserved() (exact)",
-                     f"{whole['end']['allocated']:,} / {whole['end']['reserved']:,} vs "
+                     f"{whole['end']['allocated_bytes']:,} / {whole['end']['reserved_bytes']:,} vs "
                      f"{cp['allocated']:,} / {cp['reserved']:,}")
         report.check(info["initial_segments"] > 0 and whole["first_time_ns"] > 0
                      and info["bytes"] <= BOUND,

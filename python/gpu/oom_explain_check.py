@@ -247,7 +247,7 @@ def check_summary(rep: Report, label: str, s: dict, run: dict, program: str) -> 
                   f"{label}: the OOM names the line (or backward node) that asked", site[:200])
         check_waterfall(rep, f"{label}: waterfall at the OOM", o.get("waterfall"), limit)
         if program == "gpt2":
-            rep.check(f"iter{run['step']}" in o.get("phase", "").split("/")[0] + "/",
+            rep.check(f"iter{run['step']}" in (o.get("phase") or "").split("/")[0] + "/",
                       f"{label}: the OOM's iteration is the loop index",
                       f"phase {o.get('phase')!r}, loop index {run['step']}")
     else:
