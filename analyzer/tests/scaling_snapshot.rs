@@ -94,7 +94,7 @@ fn merging_an_array_of_summaries() {
             let items: Vec<String> = (0..n)
                 .map(|i| {
                     format!(
-                        r#"{{"path": "rank-{i}.vtrace", "rank": {i}, "peak_allocated": {{"bytes": {i}, "time_ns": 5, "index": 1, "replayed_events": 2, "phase": ""}}, "peak_reserved": {{"bytes": {i}, "time_ns": 6, "index": 2, "replayed_events": 3, "phase": ""}}}}"#
+                        r#"{{"schema_version": 2, "rank": {i}, "warnings": [], "devices": [{{"device": 0, "peak_allocated": {{"bytes": {i}, "time_ns": 5, "index": 1, "replayed_events": 2, "phase": null}}, "peak_reserved": {{"bytes": {i}, "time_ns": 6, "index": 2, "replayed_events": 3, "phase": null}}}}], "by_device": [{{"path": "rank-{i}.vtrace"}}]}}"#
                     )
                 })
                 .collect();
