@@ -55,26 +55,6 @@ fn script() -> String {
     script
 }
 
-/// The palette as the report's charts leave it (the timelines, then the
-/// leaks chart, each asking for its names in the order it draws them), so
-/// that a site the charts show keeps their colour in the explorer and the
-/// others take the next ones.
-fn charts_palette(r: &ReportResult) -> Palette {
-    let mut palette = Palette::new();
-    for timeline in [&r.timeline, &r.category_timeline] {
-        for name in timeline.categories.iter().rev() {
-            palette.colour(name);
-        }
-    }
-    if let Some(phase) = r.leaks.chart_phase() {
-        let leaking = phase.leaking_sites.iter();
-        for site in leaking.filter(|s| s.bytes_per_repetition > 0).take(8) {
-            palette.colour(&site.site.site);
-        }
-    }
-    palette
-}
-
 /// JSON inside a `<script>` element: `</` would end it. Its strings (names
 /// from the input) show their control characters as escapes, as the rest
 /// of the page does ([`printable`](crate::print::printable)).
@@ -96,9 +76,11 @@ fn script_json(value: &serde_json::Value) -> String {
     value.to_string().replace("</", "<\\/")
 }
 
-/// The explorer section's HTML, with its data and script.
-pub fn section(r: &ReportResult) -> String {
-    let (mut meta, bulk) = data::encode(&r.explorer, &mut charts_palette(r));
+/// The explorer section's HTML, with its data and script; its sites take
+/// their colours from `palette`, as the page's charts left it, so a site keeps
+/// its colour between the charts and the explorer.
+pub fn section(r: &ReportResult, palette: &mut Palette) -> String {
+    let (mut meta, bulk) = data::encode(&r.explorer, palette);
     let start = r.explorer.start_ns;
     let buckets = &r.fragmentation.buckets;
     meta["default_axis"] = json!(r.default_axis);

@@ -52,11 +52,15 @@ use askama::Template;
 /// The report page of a [`ReportResult`], its charts drawn inline with `top`
 /// sites named.
 pub fn report(r: &ReportResult, top: usize) -> Result<String, ChartError> {
+    // One palette for every chart and the explorer: a site keeps its
+    // colour throughout the page.
+    let mut palette = Palette::new();
+    let charts = Charts::draw(r, top, &mut palette)?;
     let input = ReportInput {
         report: r,
-        charts: Charts::draw(r, top)?,
+        charts,
         warnings: warnings(&r.warnings),
-        explorer: explorer::section(r),
+        explorer: explorer::section(r, &mut palette),
         top,
     };
     let page = page::Page::new(&input)
@@ -111,8 +115,9 @@ struct Charts {
 }
 
 impl Charts {
-    /// The charts of `r`, `top` sites named.
-    fn draw(r: &ReportResult, top: usize) -> Result<Charts, ChartError> {
+    /// The charts of `r`, `top` sites named, their sites coloured from
+    /// `palette` (the timelines, then the leaks chart).
+    fn draw(r: &ReportResult, top: usize, palette: &mut Palette) -> Result<Charts, ChartError> {
         let comparison = match (&r.comparison, &r.base_timeline) {
             (Some(comparison), Some(base_timeline)) => {
                 // Runs that repeat a phase line up repetition by repetition;
@@ -143,19 +148,17 @@ impl Charts {
             }
             _ => None,
         };
-        // One palette for every chart: a site keeps its colour throughout.
-        let mut palette = Palette::new();
         Ok(Charts {
             timeline: svg::timeline::render(
                 &r.timeline,
                 &format!("Memory over time: {}", r.name),
-                &mut palette,
+                palette,
                 r.default_axis,
             )?,
             categories: svg::timeline::render(
                 &r.category_timeline,
                 &format!("What fills the GPU: {}", r.name),
-                &mut palette,
+                palette,
                 r.default_axis,
             )?,
             fragmentation: svg::fragmentation::render(
@@ -166,7 +169,7 @@ impl Charts {
             leaks: r
                 .leaks
                 .chart_phase()
-                .map(|phase| svg::leaks::render(phase, &mut palette))
+                .map(|phase| svg::leaks::render(phase, palette))
                 .transpose()?,
             flame: r
                 .flame
