@@ -194,8 +194,6 @@ fn rank_sets(args: &Args, options: &CompareCommandOptions) -> anyhow::Result<Exi
         in_flight: IN_FLIGHT,
     };
     let run = ranks::set::compare(&base, &new, &set_options, options, &progress)?;
-    // The bars are cleared before the warnings, which would print among them.
-    drop(progress);
     warn_about_set(&run.warnings);
     args.text.print(
         args.json,

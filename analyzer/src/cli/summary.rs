@@ -39,8 +39,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let progress = Bars::new();
         let set_options = args.ranks.set_options(&args.common.input);
         let run = ranks::set::summary(&traces, &set_options, &options.replay, &progress)?;
-        // The bars are cleared before the warnings, which would print among them.
-        drop(progress);
         warn_about_set(&run.warnings);
         args.common.text.print(
             args.common.json,
