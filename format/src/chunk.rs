@@ -36,7 +36,7 @@
 use super::FormatError;
 use super::event::{
     BlockEvent, DeviceMemoryEvent, DroppedEvents, EmptyCacheEvent, Event, EventData, LimitEvent,
-    OomEvent, SegmentEvent, TagEvent,
+    OomEvent, PoolEvent, PoolId, SegmentEvent, SegmentPoolEvent, TagEvent,
 };
 use super::event::{EventKind, KindCounts};
 use super::symbols::{StackId, StringId};
@@ -78,6 +78,11 @@ fn fields_of(kind: EventKind) -> u8 {
         // Format 1.5: older readers skip the marker whole (and so read a
         // trace with a gap as before).
         EventKind::EventsDropped => EXTRA1 | EXTRA2,
+        // Format 1.6: older readers skip both whole, and read every segment
+        // as the default pools' (as they did). A pool event's address
+        // column holds its action's code; the extras, its pool's two ids.
+        EventKind::Pool => ADDR | STREAM | DEVICE | THREAD | STACK | EXTRA1 | EXTRA2,
+        EventKind::SegmentPool => ADDR | DEVICE | THREAD | EXTRA1 | EXTRA2,
     }
 }
 
@@ -179,6 +184,24 @@ impl Fields {
                 extra2: d.from_ns,
                 ..Fields::default()
             },
+            EventData::Pool(p) => Fields {
+                addr: p.code as u64,
+                stream: p.stream,
+                device: p.device,
+                thread: p.thread,
+                stack: p.stack.0,
+                extra1: p.pool.0,
+                extra2: p.pool.1,
+                ..Fields::default()
+            },
+            EventData::SegmentPool(s) => Fields {
+                addr: s.addr,
+                device: s.device,
+                thread: s.thread,
+                extra1: s.pool.0,
+                extra2: s.pool.1,
+                ..Fields::default()
+            },
         }
     }
 
@@ -256,6 +279,21 @@ impl Fields {
             EventKind::EventsDropped => EventData::EventsDropped(DroppedEvents {
                 count: self.extra1,
                 from_ns: self.extra2,
+            }),
+            EventKind::Pool => EventData::Pool(PoolEvent {
+                pool: PoolId(self.extra1, self.extra2),
+                stream: self.stream,
+                device: self.device,
+                thread: self.thread,
+                stack: StackId(self.stack),
+                // As a tag's code: one past a byte stays unknown.
+                code: u8::try_from(self.addr).unwrap_or(u8::MAX),
+            }),
+            EventKind::SegmentPool => EventData::SegmentPool(SegmentPoolEvent {
+                addr: self.addr,
+                pool: PoolId(self.extra1, self.extra2),
+                device: self.device,
+                thread: self.thread,
             }),
         }
     }
@@ -888,6 +926,7 @@ fn decode_event(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::PoolAction;
 
     pub(crate) fn sample_events() -> Vec<Event> {
         let block = BlockEvent {
@@ -1001,6 +1040,26 @@ mod tests {
                 data: EventData::EventsDropped(DroppedEvents {
                     count: 4096,
                     from_ns: 38,
+                }),
+            },
+            Event {
+                time_ns: 39,
+                data: EventData::Pool(PoolEvent {
+                    pool: PoolId(0, 3),
+                    stream: 0x5555_0000,
+                    device: 1,
+                    thread: 2,
+                    stack: StackId(0),
+                    code: PoolAction::CaptureBegin.code(),
+                }),
+            },
+            Event {
+                time_ns: 39,
+                data: EventData::SegmentPool(SegmentPoolEvent {
+                    addr: 0x7f00_0000_0000,
+                    pool: PoolId(7, 0),
+                    device: 1,
+                    thread: 2,
                 }),
             },
             Event {

@@ -76,6 +76,14 @@ pub enum EventData {
     /// time, which is the last dropped event's. The events around it are
     /// complete; the ones in the span are not.
     EventsDropped(DroppedEvents),
+    /// A memory pool's life (format 1.6): a CUDA graph's capture began or
+    /// ended in it, a thread began or stopped allocating to it
+    /// (`torch.cuda.use_mem_pool`), or its last user let it go.
+    Pool(PoolEvent),
+    /// The segment reserved at `addr` belongs to a private pool (format
+    /// 1.6): it follows that segment's `segment_alloc`. A segment with
+    /// none is in the default pools.
+    SegmentPool(SegmentPoolEvent),
 }
 
 /// A block-level action: an allocation or one of the two steps of its free.
@@ -312,6 +320,151 @@ pub struct DroppedEvents {
     pub from_ns: u64,
 }
 
+/// A memory pool of PyTorch's caching allocator: its `MempoolId_t`, a pair
+/// of counters. The default pools (every allocation outside a capture or a
+/// `use_mem_pool` block) are `(0, 0)`; a pool a CUDA graph's capture made
+/// for itself is `(n, 0)`; one made by `torch.cuda.graph_pool_handle()` or
+/// `torch.cuda.MemPool()`, which several graphs (or allocations) may share,
+/// is `(0, n)`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct PoolId(pub u64, pub u64);
+
+impl PoolId {
+    /// The default pools.
+    pub const DEFAULT: PoolId = PoolId(0, 0);
+
+    /// Whether this is the default pools rather than a private pool.
+    pub fn is_default(self) -> bool {
+        self == PoolId::DEFAULT
+    }
+
+    /// Whether a graph's capture made the pool for itself (`(n, 0)`),
+    /// rather than the program (`graph_pool_handle()`, `MemPool`).
+    pub fn made_by_capture(self) -> bool {
+        self.0 != 0
+    }
+}
+
+impl std::fmt::Display for PoolId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "({}, {})", self.0, self.1)
+    }
+}
+
+/// What happened to a pool in a [`PoolEvent`]. The discriminants are the
+/// codes used on disk and never change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum PoolAction {
+    /// A CUDA graph's capture began on `stream`: the stream's allocations
+    /// come from the pool until the capture ends.
+    CaptureBegin = 0,
+    /// The capture on `stream` ended.
+    CaptureEnd = 1,
+    /// The thread began allocating from the pool (`use_mem_pool`).
+    UseBegin = 2,
+    /// The thread stopped allocating from the pool.
+    UseEnd = 3,
+    /// One of the pool's users (a graph, a `MemPool`) let it go. PyTorch
+    /// counts a pool's users: each capture into it and each `use_mem_pool`
+    /// block adds one, as a `MemPool` does for its life ([`Hold`](Self::Hold));
+    /// each graph destroyed or reset, `use_mem_pool` block ended and
+    /// `MemPool` deleted takes one away. Once none is left, the pool's free
+    /// segments may be returned to the device, at the next `empty_cache()`
+    /// or release-and-retry.
+    Release = 4,
+    /// A `torch.cuda.MemPool` was made: it holds the pool until it is
+    /// deleted (a [`Release`](Self::Release)).
+    Hold = 5,
+}
+
+impl PoolAction {
+    /// Every action, in code order.
+    pub const ALL: [PoolAction; 6] = [
+        PoolAction::CaptureBegin,
+        PoolAction::CaptureEnd,
+        PoolAction::UseBegin,
+        PoolAction::UseEnd,
+        PoolAction::Release,
+        PoolAction::Hold,
+    ];
+
+    /// The action with this on-disk code, if this version knows it.
+    pub fn from_code(code: u8) -> Option<PoolAction> {
+        Self::ALL.get(code as usize).copied()
+    }
+
+    /// The on-disk code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The snake_case name used in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolAction::CaptureBegin => "capture_begin",
+            PoolAction::CaptureEnd => "capture_end",
+            PoolAction::UseBegin => "use_begin",
+            PoolAction::UseEnd => "use_end",
+            PoolAction::Release => "release",
+            PoolAction::Hold => "hold",
+        }
+    }
+}
+
+/// A memory pool's life: see [`EventData::Pool`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PoolEvent {
+    /// The pool.
+    pub pool: PoolId,
+    /// The capturing stream (captures); 0 otherwise.
+    pub stream: u64,
+    /// The device index.
+    pub device: u32,
+    /// The recording thread's id.
+    pub thread: u32,
+    /// The stack of the call ([`StackId::NONE`] when not captured).
+    pub stack: StackId,
+    /// A [`PoolAction`] code; a code this version does not know is kept as
+    /// read ([`action`](Self::action) says `None`).
+    pub code: u8,
+}
+
+impl PoolEvent {
+    /// An event of `action` on `pool` of `device`.
+    pub fn new(action: PoolAction, pool: PoolId, device: u32, stream: u64) -> PoolEvent {
+        PoolEvent {
+            pool,
+            stream,
+            device,
+            thread: 0,
+            stack: StackId::NONE,
+            code: action.code(),
+        }
+    }
+
+    /// The action, if this version knows its code.
+    pub fn action(&self) -> Option<PoolAction> {
+        PoolAction::from_code(self.code)
+    }
+}
+
+/// The pool a segment belongs to: see [`EventData::SegmentPool`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SegmentPoolEvent {
+    /// The segment's address (its `segment_alloc`'s).
+    pub addr: u64,
+    /// Its pool.
+    pub pool: PoolId,
+    /// The device index.
+    pub device: u32,
+    /// The recording thread's id.
+    pub thread: u32,
+}
+
 impl DeviceMemoryEvent {
     /// Bytes in use on the device, by every process and the driver.
     pub fn used_bytes(&self) -> u64 {
@@ -357,11 +510,15 @@ pub enum EventKind {
     DeviceMemory = 14,
     /// See [`EventData::EventsDropped`] (format 1.5).
     EventsDropped = 15,
+    /// See [`EventData::Pool`] (format 1.6).
+    Pool = 16,
+    /// See [`EventData::SegmentPool`] (format 1.6).
+    SegmentPool = 17,
 }
 
 impl EventKind {
     /// Every kind, in code order.
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 18] = [
         EventKind::Alloc,
         EventKind::FreeRequested,
         EventKind::FreeCompleted,
@@ -378,6 +535,8 @@ impl EventKind {
         EventKind::Limit,
         EventKind::DeviceMemory,
         EventKind::EventsDropped,
+        EventKind::Pool,
+        EventKind::SegmentPool,
     ];
 
     /// The number of kinds this version knows.
@@ -412,6 +571,8 @@ impl EventKind {
             EventKind::Limit => "limit",
             EventKind::DeviceMemory => "device_memory",
             EventKind::EventsDropped => "events_dropped",
+            EventKind::Pool => "pool",
+            EventKind::SegmentPool => "segment_pool",
         }
     }
 }
@@ -442,6 +603,8 @@ impl EventData {
             EventData::Limit(_) => EventKind::Limit,
             EventData::DeviceMemory(_) => EventKind::DeviceMemory,
             EventData::EventsDropped(_) => EventKind::EventsDropped,
+            EventData::Pool(_) => EventKind::Pool,
+            EventData::SegmentPool(_) => EventKind::SegmentPool,
         }
     }
 
@@ -457,12 +620,14 @@ impl EventData {
             | EventData::SegmentUnmap(s) => Some(s.stack),
             EventData::Oom(o) => Some(o.stack),
             EventData::EmptyCache(e) => Some(e.stack),
+            EventData::Pool(p) => Some(p.stack),
             EventData::PhaseBegin { .. }
             | EventData::PhaseEnd { .. }
             | EventData::Annotation { .. }
             | EventData::Tag(_)
             | EventData::Limit(_)
             | EventData::DeviceMemory(_)
+            | EventData::SegmentPool(_)
             | EventData::EventsDropped(_) => None,
         }
     }
@@ -483,6 +648,8 @@ impl EventData {
             EventData::Tag(t) => Some(t.device),
             EventData::Limit(l) => Some(l.device),
             EventData::DeviceMemory(m) => Some(m.device),
+            EventData::Pool(p) => Some(p.device),
+            EventData::SegmentPool(s) => Some(s.device),
             EventData::PhaseBegin { .. }
             | EventData::PhaseEnd { .. }
             | EventData::Annotation { .. }

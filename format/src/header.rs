@@ -1,6 +1,6 @@
 //! The trace's metadata records: header, initial state and footer.
 
-use super::event::{EventKind, KindCounts};
+use super::event::{EventKind, KindCounts, PoolId};
 use super::symbols::StackId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -108,6 +108,14 @@ pub struct SegmentState {
     pub expandable: bool,
     /// Its blocks, in address order.
     pub blocks: Vec<BlockState>,
+    /// The pool it belongs to (format 1.6; absent for the default pools,
+    /// and in older traces, whose segments all are).
+    #[serde(skip_serializing_if = "pool_is_default")]
+    pub pool: PoolId,
+}
+
+fn pool_is_default(pool: &PoolId) -> bool {
+    pool.is_default()
 }
 
 /// A block of a segment in an [`InitialState`].

@@ -35,8 +35,11 @@ def header_structs() -> dict[str, type[ctypes.Structure]]:
                 fields.append((pointer.group(1), ctypes.c_void_p))
                 continue
             kind, field = decl.rsplit(None, 1)
+            array = re.fullmatch(r"(\w+)\[(\d+)\]", field)  # an array field
             if field.startswith("*") or kind.endswith("*"):
                 fields.append((field.lstrip("*"), ctypes.c_void_p))
+            elif array:
+                fields.append((array.group(1), SCALARS[kind] * int(array.group(2))))
             else:
                 fields.append((field, SCALARS[kind]))
         structs[name] = type(name, (ctypes.Structure,), {"_fields_": fields})

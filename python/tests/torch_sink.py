@@ -14,7 +14,7 @@ class TorchEvent(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_uint32), ("device", ctypes.c_int32),
                 ("addr", ctypes.c_uint64), ("size", ctypes.c_uint64),
                 ("stream", ctypes.c_uint64), ("counter", ctypes.c_uint64),
-                ("context", ctypes.c_char_p)]
+                ("context", ctypes.c_char_p), ("pool", ctypes.c_uint64 * 2)]
 
 
 # Returns 1 when the library wants the device's memory sampled next.

@@ -73,6 +73,9 @@ _SIGNATURES = {
                                         ctypes.c_int),
     # device, limit bytes, total bytes (format 1.3)
     "vramtrace_observe_limit": ([ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64], ctypes.c_int),
+    # device, action, pool's first and second id, stream (format 1.6)
+    "vramtrace_observe_pool": ([ctypes.c_int, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64,
+                                ctypes.c_uint64], ctypes.c_int),
     # int* out, length: the devices being recorded
     "vramtrace_observe_devices": ([ctypes.c_void_p, ctypes.c_size_t], ctypes.c_int),
     # addresses (uint64_t*), category codes (uint8_t*), count

@@ -32,7 +32,7 @@ import weakref
 from pathlib import Path
 from types import FrameType
 
-from . import _bounded, _categories, _library, _shim
+from . import _bounded, _categories, _library, _pools, _shim
 from ._library import VramtraceError
 
 PACKAGE_DIR = str(Path(__file__).resolve().parent) + os.sep
@@ -325,6 +325,7 @@ def _install_hooks(torch, lib, iterations: bool, deferred: bool,
         _wrap_optimizer_init(torch, lib)
     if not _hooks_installed:
         _wrap_memory_fraction(torch, lib)
+        _pools.install(torch, lib, lambda: _active, message)
         original = torch.cuda.empty_cache
 
         @functools.wraps(original)

@@ -31,7 +31,7 @@ SOURCE = Path(__file__).resolve().parent / "shim" / "torch_observer.cpp"
 # The sink's structures, which SOURCE includes (generated from the library's
 # Rust by cbindgen).
 HEADER = SOURCE.parent / "vramtrace_sink.h"
-SHIM_ABI = 4
+SHIM_ABI = 5
 
 
 class ShimError(VramtraceError):

@@ -28,7 +28,8 @@ use crate::python::nogil;
 use crate::{MAX_DEVICES, c_str, report, stack_setting, trace_path, traces};
 use recorder::allocator::AllocatorConfig;
 use recorder::format::{
-    BlockState, BlockStatus, DeviceInfo, EventKind, InitialState, SegmentState, StackId,
+    BlockState, BlockStatus, DeviceInfo, EventKind, InitialState, PoolAction, PoolEvent, PoolId,
+    SegmentState, StackId,
 };
 use recorder::recorder::{
     FrameSource, KeepLast, ObservedEvent, Observer, ObserverSetup, RecorderOptions, StartState,
@@ -42,7 +43,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The version of [`TorchSink`] and the structures it passes; the shim
 /// refuses a sink of another version.
-pub const SINK_ABI: u32 = 4;
+pub const SINK_ABI: u32 = 5;
 
 /// [`TorchEvent::kind`] of the snapshot marker; other kinds are
 /// [`EventKind`] codes.
@@ -70,6 +71,10 @@ pub struct TorchEvent {
     /// NULL, or the name of the autograd node the calling thread is running
     /// (for allocations of threads without Python frames).
     pub context: *const c_char,
+    /// The pool of the block or segment (PyTorch's `TraceEntry::mempool_`,
+    /// ABI 5): `(0, 0)` for the default pools, or where the torch the shim
+    /// was built against does not say.
+    pub pool: [u64; 2],
 }
 
 /// A block of a [`TorchSegment`], in address order.
@@ -95,6 +100,8 @@ pub struct TorchSegment {
     pub stream: u64,
     pub blocks: *const TorchBlock,
     pub block_count: u64,
+    /// The segment's pool (`SegmentInfo::owner_private_pool_id`, ABI 5).
+    pub pool: [u64; 2],
 }
 
 /// The functions the shim calls. See the [module docs](self).
@@ -127,24 +134,26 @@ pub struct TorchSink {
 // into the header it includes: changing it is a new SINK_ABI.
 const _: () = {
     use std::mem::{offset_of, size_of};
-    assert!(size_of::<TorchEvent>() == 48);
+    assert!(size_of::<TorchEvent>() == 64);
     assert!(offset_of!(TorchEvent, device) == 4);
     assert!(offset_of!(TorchEvent, addr) == 8);
     assert!(offset_of!(TorchEvent, size) == 16);
     assert!(offset_of!(TorchEvent, stream) == 24);
     assert!(offset_of!(TorchEvent, counter) == 32);
     assert!(offset_of!(TorchEvent, context) == 40);
+    assert!(offset_of!(TorchEvent, pool) == 48);
     assert!(size_of::<TorchBlock>() == 24);
     assert!(offset_of!(TorchBlock, requested) == 8);
     assert!(offset_of!(TorchBlock, state) == 16);
     assert!(offset_of!(TorchBlock, reserved) == 20);
-    assert!(size_of::<TorchSegment>() == 48);
+    assert!(size_of::<TorchSegment>() == 64);
     assert!(offset_of!(TorchSegment, expandable) == 4);
     assert!(offset_of!(TorchSegment, addr) == 8);
     assert!(offset_of!(TorchSegment, size) == 16);
     assert!(offset_of!(TorchSegment, stream) == 24);
     assert!(offset_of!(TorchSegment, blocks) == 32);
     assert!(offset_of!(TorchSegment, block_count) == 40);
+    assert!(offset_of!(TorchSegment, pool) == 48);
     assert!(size_of::<TorchSink>() == 56);
     assert!(offset_of!(TorchSink, event) == 8);
     assert!(offset_of!(TorchSink, segment) == 16);
@@ -278,7 +287,11 @@ extern "C" fn on_event(e: *const TorchEvent) -> u32 {
         if !obs.is_null() {
             if let Some(kind) = kind {
                 // SAFETY: observers are never freed (see the module docs).
-                unsafe { &*obs }.record(observed(e, kind), context(e, kind));
+                let obs = unsafe { &*obs };
+                obs.record(observed(e, kind), context(e, kind));
+                if kind == EventKind::SegmentAlloc && e.pool != [0, 0] {
+                    obs.segment_pool(e.addr, PoolId(e.pool[0], e.pool[1]));
+                }
                 return samples_device_memory(kind) as u32;
             }
             return 0;
@@ -341,7 +354,11 @@ fn route_slowly(slot: &Slot, device: u32, e: &TorchEvent, kind: Option<EventKind
                 }
             }
             // SAFETY: observers are never freed.
-            unsafe { &*obs }.record(observed(e, kind), context(e, kind));
+            let obs = unsafe { &*obs };
+            obs.record(observed(e, kind), context(e, kind));
+            if kind == EventKind::SegmentAlloc && e.pool != [0, 0] {
+                obs.segment_pool(e.addr, PoolId(e.pool[0], e.pool[1]));
+            }
             created || samples_device_memory(kind)
         }
     }
@@ -437,6 +454,7 @@ extern "C" fn on_segment(s: *const TorchSegment) {
                     stream: s.stream,
                     expandable: s.expandable != 0,
                     blocks,
+                    pool: PoolId(s.pool[0], s.pool[1]),
                 });
         }
     }));
@@ -908,6 +926,46 @@ pub extern "C" fn vramtrace_observe_device_memory(device: c_int, free: u64, tota
     })
 }
 
+/// Records a memory pool's life on `device` (a `pool` event, format 1.6):
+/// `action` a [`PoolAction`] code (0 a capture began on `stream`, 1 it
+/// ended, 2 the thread began allocating from the pool, 3 it stopped, 4 one
+/// of the pool's users let it go, 5 a `MemPool` was made), `pool` the
+/// pool's two ids (PyTorch's `MempoolId_t`). The Python package calls it around
+/// `torch.cuda.graph` captures, `use_mem_pool` blocks and the end of
+/// graphs and `MemPool`s. Returns 1 if recorded, 0 when the device is not
+/// being recorded, -1 for an unknown action.
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_observe_pool(
+    device: c_int,
+    action: c_int,
+    pool_first: u64,
+    pool_second: u64,
+    stream: u64,
+) -> c_int {
+    if traces::forked_child() {
+        return 0;
+    }
+    let Some(action) = u8::try_from(action).ok().and_then(PoolAction::from_code) else {
+        return -1;
+    };
+    let r = catch_unwind(|| match observer_of(device) {
+        Some(obs) => {
+            let event = PoolEvent::new(
+                action,
+                PoolId(pool_first, pool_second),
+                device as u32,
+                stream,
+            );
+            obs.pool(event) as c_int
+        }
+        None => 0,
+    });
+    r.unwrap_or_else(|_| {
+        report("internal error (panic) in vramtrace_observe_pool");
+        -1
+    })
+}
+
 /// Records the most PyTorch's allocator may reserve on `device` from now
 /// on (`torch.cuda.set_per_process_memory_fraction`, or the limit in force
 /// when recording began; a `limit` event, format 1.3): `limit` bytes of
@@ -1125,6 +1183,7 @@ mod tests {
             stream: 0,
             counter: 0,
             context: std::ptr::null(),
+            pool: [0, 0],
         };
         let alloc = EventKind::Alloc.code() as u32;
         let free = EventKind::FreeRequested.code() as u32;
@@ -1157,6 +1216,7 @@ mod tests {
             stream: 0,
             blocks: blocks.as_ptr(),
             block_count: 2,
+            pool: [0, 0],
         });
         // A device that holds memory but reported nothing since.
         on_segment(&TorchSegment {
@@ -1167,6 +1227,7 @@ mod tests {
             stream: 0,
             blocks: std::ptr::null(),
             block_count: 0,
+            pool: [0, 0],
         });
         on_snapshot_done();
         on_event(&ev(alloc, 5, 0x1000, 300));
@@ -1248,6 +1309,7 @@ mod tests {
             stream: 0,
             counter: 0,
             context: std::ptr::null(),
+            pool: [0, 0],
         };
         on_event(&ev(EventKind::SegmentAlloc, 0x10_0000, 2 << 20));
         on_event(&ev(EventKind::Alloc, 0x10_0000, 1000));
@@ -1328,6 +1390,7 @@ mod tests {
             stream: 0,
             counter: 0,
             context: std::ptr::null(),
+            pool: [0, 0],
         };
         use EventKind::*;
         // The first event (a device's first: sampled even for a block).

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use vramtrace_allocator::ObservedBlocks;
 use vramtrace_format::{
     BlockEvent, BlockState, DeviceInfo, Event, EventData, FormatError, Frame, FrameId, Header,
-    InitialState, OomEvent, ReceiverGone, SegmentEvent, SegmentState, StackId, StringId,
-    TraceChannel, TraceReceiver, TraceSender, TraceWriter, WriterOptions,
+    InitialState, OomEvent, ReceiverGone, SegmentEvent, SegmentPoolEvent, SegmentState, StackId,
+    StringId, TraceChannel, TraceReceiver, TraceSender, TraceWriter, WriterOptions,
 };
 
 /// Batches of events that may wait for the reader of a streamed snapshot:
@@ -206,6 +206,7 @@ impl ParsedSnapshot {
                     stream: seg.stream,
                     expandable: seg.expandable,
                     blocks: seg_blocks,
+                    pool: seg.pool,
                 };
                 blocks[d].load_segment(&segment);
                 initial.segments.push(segment);
@@ -233,6 +234,7 @@ impl ParsedSnapshot {
     /// Stops early, without an error, once the receiver is gone.
     fn send_events(&self, mut begun: Begun, tx: &mut TraceSender) -> Result<(), ReceiverGone> {
         let (heap, c, plan) = (&self.heap, &self.collected, &self.plan);
+        let mut pools = plan.segment_pools.clone();
         let mut cursors: Vec<_> = c
             .log
             .runs
@@ -310,6 +312,25 @@ impl ParsedSnapshot {
                 tx,
             );
             tx.push(event)?;
+            // The last segment_alloc at the address of a segment the end
+            // state puts in a private pool reserved that segment: its pool
+            // follows it.
+            if let EventData::SegmentAlloc(seg) = &event.data
+                && let Some((pool, n)) = pools.get_mut(&(device, seg.addr))
+            {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    tx.push(Event {
+                        time_ns: event.time_ns,
+                        data: EventData::SegmentPool(SegmentPoolEvent {
+                            addr: seg.addr,
+                            pool: *pool,
+                            device,
+                            thread: 0,
+                        }),
+                    })?;
+                }
+            }
         }
         Ok(())
     }

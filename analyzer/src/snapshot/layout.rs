@@ -9,7 +9,7 @@ use super::{ImportError, MAX_DEVICES, MAX_SETTING_VALUES};
 use crate::replay::plausible::MAX_BYTES;
 use rustc_hash::FxHashMap as FxMap;
 use std::collections::BTreeMap;
-use vramtrace_format::BlockStatus;
+use vramtrace_format::{BlockStatus, PoolId};
 
 // The parts of the snapshot other than the trace entries.
 pub(super) struct Snapshot {
@@ -41,6 +41,22 @@ fn plausible_range(addr: i128, size: i128) -> Option<(u64, u64)> {
 
 fn int(heap: &Heap, v: Option<Val>) -> Option<i128> {
     heap.int(v?)
+}
+
+/// A segment's `segment_pool_id` (PyTorch 2.1 and later): a pair of
+/// counters. Anything else (absent, or not two counters) reads as the
+/// default pools, as older snapshots' segments all were.
+fn pool_id(heap: &Heap, v: Option<Val>) -> PoolId {
+    let Some(Val::Obj(pair)) = v else {
+        return PoolId::DEFAULT;
+    };
+    let ids: Vec<u64> = (heap.obj(pair).items.iter())
+        .map_while(|&i| heap.int(i).and_then(|n| u64::try_from(n).ok()))
+        .collect();
+    match ids[..] {
+        [a, b] if heap.obj(pair).items.len() == 2 => PoolId(a, b),
+        _ => PoolId::DEFAULT,
+    }
 }
 
 /// ` (the container at byte N)` for a container, else nothing.
@@ -224,12 +240,14 @@ impl Snapshot {
         };
         let stream = int(heap, g("stream")).unwrap_or(0) as u64;
         let expandable = int(heap, g("is_expandable")).unwrap_or(0) != 0;
+        let pool = pool_id(heap, g("segment_pool_id"));
         self.end_segments.push(EndSegment {
             device,
             addr,
             size,
             stream,
             expandable,
+            pool,
         });
         while self.end_blocks.len() <= device as usize {
             self.end_blocks.push(FxMap::default());

@@ -9,6 +9,7 @@ use super::rebuild::{self, DeviceReplay, EndSegment};
 use super::{ImportReport, Snapshot};
 use rustc_hash::FxHashMap as FxMap;
 use vramtrace_allocator::AllocatorConfig;
+use vramtrace_format::PoolId;
 
 /// What writing the trace needs beyond the snapshot: the state at the first event, the
 /// sizes of blocks, the time base.
@@ -22,6 +23,10 @@ pub(super) struct Plan {
     // Block sizes of allocs still live at the end, by log index.
     pub(super) live_sizes: FxMap<u64, u64>,
     pub(super) mismatches: u64,
+    // The private pool of each segment that lives to the end in one, by
+    // (device, address), with the number of `segment_alloc` entries at that
+    // address: the last of them reserved the segment the end state has.
+    pub(super) segment_pools: FxMap<(u32, u64), (PoolId, u64)>,
     // The time (in µs) that becomes 0, and whether it is since the epoch.
     pub(super) t0: i64,
     pub(super) epoch_based: bool,
@@ -116,6 +121,7 @@ impl Plan {
                 replays[d as usize] = r;
             }
         }
+        let segment_pools = segment_pools(c, &device_of, &s.end_segments);
         let mut live_sizes: FxMap<u64, u64> = FxMap::default();
         let mut start = Vec::new();
         let (mut uncertain_blocks, mut uncertain_bytes) = (0, 0);
@@ -173,8 +179,41 @@ impl Plan {
             start,
             live_sizes,
             mismatches,
+            segment_pools,
             t0,
             epoch_based,
         }
     }
+}
+
+/// The end state's segments in private pools, by (device, address), each
+/// with the number of `segment_alloc` entries at its address (a pass over
+/// the log only when there are such segments).
+fn segment_pools(
+    c: &Collector,
+    device_of: &FxMap<u32, u32>,
+    end_segments: &[EndSegment],
+) -> FxMap<(u32, u64), (PoolId, u64)> {
+    let mut pools: FxMap<(u32, u64), (PoolId, u64)> = end_segments
+        .iter()
+        .filter(|s| !s.pool.is_default())
+        .map(|s| ((s.device, s.addr), (s.pool, 0)))
+        .collect();
+    if pools.is_empty() {
+        return pools;
+    }
+    for run in &c.log.runs {
+        for e in c.log.run(run) {
+            if e.action != Action::SegmentAlloc {
+                continue;
+            }
+            let Some(&device) = device_of.get(&e.list) else {
+                continue;
+            };
+            if let Some((_, n)) = pools.get_mut(&(device, e.addr)) {
+                *n += 1;
+            }
+        }
+    }
+    pools
 }

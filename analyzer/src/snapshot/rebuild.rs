@@ -12,7 +12,7 @@ use super::log::{Action, LogEntry};
 use rustc_hash::{FxHashMap as FxMap, FxHashSet as FxSet};
 use std::collections::BTreeMap;
 use vramtrace_allocator::{AllocatorConfig, ObservedBlocks, SMALL_SIZE};
-use vramtrace_format::{BlockState, BlockStatus, SegmentState};
+use vramtrace_format::{BlockState, BlockStatus, PoolId, SegmentState};
 
 /// A block of the end state (`segments[].blocks[]`), not free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +31,8 @@ pub(crate) struct EndSegment {
     pub size: u64,
     pub stream: u64,
     pub expandable: bool,
+    /// Its pool (`segment_pool_id`).
+    pub pool: PoolId,
 }
 
 /// A segment at the start, with its allocated (and pending-free) blocks.
@@ -42,6 +44,8 @@ pub(crate) struct StartSegment {
     pub expandable: bool,
     /// `(addr, block)`, in address order.
     pub blocks: Vec<(u64, EndBlock)>,
+    /// Its pool, where the end state says (a segment that lives to the end).
+    pub pool: PoolId,
 }
 
 // Sorted, disjoint, non-adjacent half-open ranges: the mapped parts of expandable
@@ -370,7 +374,9 @@ impl DeviceReplay {
         let mut segs: BTreeMap<u64, StartSegment> = BTreeMap::new();
         for s in end_segments.iter().filter(|s| !s.expandable) {
             if !self.seg_touched.contains(&s.addr) {
-                segs.insert(s.addr, start_segment(s.addr, s.size, s.stream, false));
+                let mut seg = start_segment(s.addr, s.size, s.stream, false);
+                seg.pool = s.pool;
+                segs.insert(s.addr, seg);
             }
         }
         for &(addr, size, stream) in &self.start_segments {
@@ -502,6 +508,7 @@ fn start_segment(addr: u64, size: u64, stream: u64, expandable: bool) -> StartSe
         stream,
         expandable,
         blocks: Vec::new(),
+        pool: PoolId::DEFAULT,
     }
 }
 
@@ -573,6 +580,7 @@ mod tests {
                 size: 4096,
                 stream: 0,
                 expandable: false,
+                pool: PoolId::DEFAULT,
             },
             EndSegment {
                 device: 0,
@@ -580,6 +588,7 @@ mod tests {
                 size: 2048,
                 stream: 0,
                 expandable: false,
+                pool: PoolId::DEFAULT,
             },
         ];
         let live = EndBlock {
@@ -638,6 +647,7 @@ mod tests {
             size: 20 * MIB,
             stream: 0,
             expandable: false,
+            pool: PoolId::DEFAULT,
         }];
         let kept = EndBlock {
             size: 3 * MIB / 2,
@@ -683,6 +693,7 @@ mod tests {
             size: 200,
             stream: 0,
             expandable: true,
+            pool: PoolId::DEFAULT,
         }];
         r.check_end(0, &FxMap::default(), &end);
         assert_eq!(r.inconsistencies, Vec::<String>::new());

@@ -44,19 +44,21 @@ namespace CCA = c10::cuda::CUDACachingAllocator;
 
 // The layout observe.rs asserts too: a header of another layout (an edited
 // one, or a platform whose C ABI differs) fails here rather than at run time.
-static_assert(sizeof(vt_event) == 48, "vt_event");
+static_assert(sizeof(vt_event) == 64, "vt_event");
 static_assert(offsetof(vt_event, device) == 4 && offsetof(vt_event, addr) == 8 &&
                   offsetof(vt_event, size) == 16 && offsetof(vt_event, stream) == 24 &&
-                  offsetof(vt_event, counter) == 32 && offsetof(vt_event, context) == 40,
+                  offsetof(vt_event, counter) == 32 && offsetof(vt_event, context) == 40 &&
+                  offsetof(vt_event, pool) == 48,
               "vt_event fields");
 static_assert(sizeof(vt_block) == 24, "vt_block");
 static_assert(offsetof(vt_block, requested) == 8 && offsetof(vt_block, state) == 16 &&
                   offsetof(vt_block, reserved) == 20,
               "vt_block fields");
-static_assert(sizeof(vt_segment) == 48, "vt_segment");
+static_assert(sizeof(vt_segment) == 64, "vt_segment");
 static_assert(offsetof(vt_segment, expandable) == 4 && offsetof(vt_segment, addr) == 8 &&
                   offsetof(vt_segment, size) == 16 && offsetof(vt_segment, stream) == 24 &&
-                  offsetof(vt_segment, blocks) == 32 && offsetof(vt_segment, block_count) == 40,
+                  offsetof(vt_segment, blocks) == 32 && offsetof(vt_segment, block_count) == 40 &&
+                  offsetof(vt_segment, pool) == 48,
               "vt_segment fields");
 static_assert(sizeof(vt_sink) == 56, "vt_sink");
 static_assert(offsetof(vt_sink, event) == 8 && offsetof(vt_sink, segment) == 16 &&
@@ -134,6 +136,48 @@ uint64_t counter_of(const T& te) {
   return 0;
 }
 
+// The pool PyTorch says the entry's block or segment belongs to
+// (`TraceEntry::mempool_`, in torch 2.6 and later), as the sink's pair;
+// (0, 0), the default pools, where the torch compiled against has no such
+// field.
+template <typename T, typename = void>
+struct has_mempool : std::false_type {};
+template <typename T>
+struct has_mempool<T, std::void_t<decltype(std::declval<const T&>().mempool_)>>
+    : std::true_type {};
+
+template <typename T>
+void pool_of(const T& te, uint64_t* pool) {
+  if constexpr (has_mempool<T>::value) {
+    pool[0] = static_cast<uint64_t>(te.mempool_.first);
+    pool[1] = static_cast<uint64_t>(te.mempool_.second);
+  } else {
+    (void)te;
+    pool[0] = 0;
+    pool[1] = 0;
+  }
+}
+
+// The same for a segment of the allocator's snapshot
+// (`SegmentInfo::owner_private_pool_id`).
+template <typename T, typename = void>
+struct has_owner_pool : std::false_type {};
+template <typename T>
+struct has_owner_pool<T, std::void_t<decltype(std::declval<const T&>().owner_private_pool_id)>>
+    : std::true_type {};
+
+template <typename T>
+void segment_pool_of(const T& segment, uint64_t* pool) {
+  if constexpr (has_owner_pool<T>::value) {
+    pool[0] = static_cast<uint64_t>(segment.owner_private_pool_id.first);
+    pool[1] = static_cast<uint64_t>(segment.owner_private_pool_id.second);
+  } else {
+    (void)segment;
+    pool[0] = 0;
+    pool[1] = 0;
+  }
+}
+
 // Measures `device`'s free and total memory (cudaMemGetInfo) and gives them
 // to the sink. Runs in the tracker, on the thread that asked, under the
 // allocator's lock: no GIL, no allocation. The device is normally current;
@@ -187,7 +231,9 @@ void on_entry(const CCA::TraceEntry& te) {
              static_cast<uint64_t>(te.size_),
              static_cast<uint64_t>(reinterpret_cast<uintptr_t>(te.stream_)),
              counter_of(te),
-             depth > 0 && depth <= kMaxNodes ? t_nodes[depth - 1] : nullptr};
+             depth > 0 && depth <= kMaxNodes ? t_nodes[depth - 1] : nullptr,
+             {0, 0}};
+  pool_of(te, e.pool);
   // After a segment event or an OOM (and a device's first event): the
   // card's memory right after it, next in the trace.
   if (sink->event(&e) != 0) {
@@ -442,7 +488,9 @@ int vramtrace_shim_snapshot() {
                    static_cast<uint64_t>(segment.total_size),
                    static_cast<uint64_t>(reinterpret_cast<uintptr_t>(segment.stream)),
                    blocks.data(),
-                   blocks.size()};
+                   blocks.size(),
+                   {0, 0}};
+      segment_pool_of(segment, s.pool);
       sink->segment(&s);
     }
     sink->snapshot_done();

@@ -11,7 +11,7 @@
 
 // The version of [`TorchSink`] and the structures it passes; the shim
 // refuses a sink of another version.
-#define VT_SINK_ABI 4
+#define VT_SINK_ABI 5
 
 // [`TorchEvent::kind`] of the snapshot marker; other kinds are
 // [`EventKind`] codes.
@@ -37,6 +37,10 @@ typedef struct vt_event {
   // NULL, or the name of the autograd node the calling thread is running
   // (for allocations of threads without Python frames).
   const char *context;
+  // The pool of the block or segment (PyTorch's `TraceEntry::mempool_`,
+  // ABI 5): `(0, 0)` for the default pools, or where the torch the shim
+  // was built against does not say.
+  uint64_t pool[2];
 } vt_event;
 
 // A block of a [`TorchSegment`], in address order.
@@ -58,6 +62,8 @@ typedef struct vt_segment {
   uint64_t stream;
   const struct vt_block *blocks;
   uint64_t block_count;
+  // The segment's pool (`SegmentInfo::owner_private_pool_id`, ABI 5).
+  uint64_t pool[2];
 } vt_segment;
 
 // The functions the shim calls. See the [module docs](self).

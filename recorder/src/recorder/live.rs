@@ -11,7 +11,7 @@
 use crate::allocator::ReservedRanges;
 use crate::format::{
     BlockState, BlockStatus, DeviceMemoryEvent, Event, EventData, InitialState, LimitEvent,
-    SegmentState, StackId, StringId, TagEvent,
+    PoolAction, PoolEvent, PoolId, SegmentState, StackId, StringId, TagEvent,
 };
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -45,6 +45,10 @@ pub(crate) struct LiveState {
     annotations: Vec<(StringId, StringId)>,
     limits: BTreeMap<u32, LimitEvent>,
     readings: BTreeMap<u32, DeviceMemoryEvent>,
+    /// The private pool of each segment in one, by (device, address).
+    segment_pools: BTreeMap<(u32, u64), PoolId>,
+    /// The captures and pool uses begun and not yet ended, in order.
+    open_pools: Vec<PoolEvent>,
     /// The latest event's time.
     pub time_ns: u64,
 }
@@ -55,6 +59,9 @@ impl LiveState {
         for s in &state.segments {
             self.device(s.device)
                 .reserve(s.addr, s.size, s.expandable, s.stream);
+            if !s.pool.is_default() {
+                self.segment_pools.insert((s.device, s.addr), s.pool);
+            }
             for b in s.blocks.iter().filter(|b| b.status != BlockStatus::Free) {
                 let block = Block {
                     size: b.size,
@@ -102,7 +109,22 @@ impl LiveState {
                 if let Some(ranges) = self.ranges.get_mut(&s.device) {
                     ranges.release(s.addr, s.size);
                 }
+                self.segment_pools.remove(&(s.device, s.addr));
             }
+            EventData::SegmentPool(s) => {
+                self.segment_pools.insert((s.device, s.addr), s.pool);
+            }
+            EventData::Pool(p) => match p.action() {
+                Some(PoolAction::CaptureBegin | PoolAction::UseBegin) => self.open_pools.push(p),
+                Some(PoolAction::CaptureEnd | PoolAction::UseEnd) => {
+                    if let Some(i) = self.open_pools.iter().rposition(|o| {
+                        o.device == p.device && o.pool == p.pool && o.thread == p.thread
+                    }) {
+                        self.open_pools.remove(i);
+                    }
+                }
+                _ => {}
+            },
             EventData::PhaseBegin { name, thread } => self.phases.push((thread, name)),
             EventData::PhaseEnd { name, thread } => {
                 if let Some(i) = self
@@ -195,6 +217,7 @@ impl LiveState {
                 stream: r.tag,
                 expandable: r.mapped,
                 blocks,
+                pool: (self.segment_pools.get(&(device, addr)).copied()).unwrap_or_default(),
             });
         }
         InitialState { segments }
@@ -217,6 +240,7 @@ impl LiveState {
             events.push(at(EventData::Annotation { key, value }));
         }
         events.extend(self.limits.values().map(|&l| at(EventData::Limit(l))));
+        events.extend(self.open_pools.iter().map(|&p| at(EventData::Pool(p))));
         events.extend(
             self.readings
                 .values()

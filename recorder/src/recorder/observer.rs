@@ -23,7 +23,7 @@ use super::{
 use crate::allocator::{AllocatorConfig, ObservedBlocks};
 use crate::format::{
     BlockEvent, DeviceInfo, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData, EventKind,
-    Header, InitialState, OomEvent, ProcessInfo, SegmentEvent,
+    Header, InitialState, OomEvent, PoolEvent, PoolId, ProcessInfo, SegmentEvent, SegmentPoolEvent,
 };
 use std::io::Write;
 use std::path::Path;
@@ -233,6 +233,39 @@ impl Observer {
                 thread,
                 free_bytes,
                 total_bytes,
+            })
+        })
+    }
+
+    /// Records that the segment just reserved at `addr` belongs to the
+    /// private `pool` (a [`SegmentPool`](crate::format::EventData::SegmentPool)
+    /// event, format 1.6), right after its `segment_alloc`. Returns whether
+    /// it was recorded.
+    pub fn segment_pool(&self, addr: u64, pool: PoolId) -> bool {
+        let device = self.device;
+        self.rec.push_now(|thread| {
+            EventData::SegmentPool(SegmentPoolEvent {
+                addr,
+                pool,
+                device,
+                thread,
+            })
+        })
+    }
+
+    /// Records a memory pool's life (a
+    /// [`Pool`](crate::format::EventData::Pool) event, format 1.6: a
+    /// capture's begin or end, a `use_mem_pool` block's, a pool let go), in
+    /// order with the allocator's events reported so far. The event's
+    /// device and thread are the observer's and the caller's. Returns
+    /// whether it was recorded.
+    pub fn pool(&self, event: PoolEvent) -> bool {
+        let device = self.device;
+        self.rec.push_now(|thread| {
+            EventData::Pool(PoolEvent {
+                device,
+                thread,
+                ..event
             })
         })
     }

@@ -879,6 +879,7 @@ fn a_pending_start_state_comes_first_and_sizes_its_blocks() {
                 stack: StackId::NONE,
             },
         ],
+        pool: Default::default(),
     };
     // Reported before the state is known: held back, then sized with it.
     obs.record(ev(EventKind::Alloc, 4 << 20, 15 << 20), None);
@@ -1212,6 +1213,7 @@ fn tags_before_a_pending_state_wait_for_it() {
                 status: BlockStatus::Allocated,
                 stack: StackId::NONE,
             }],
+            pool: Default::default(),
         }],
     })
     .unwrap();
