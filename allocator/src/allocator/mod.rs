@@ -22,7 +22,7 @@ pub use stats::{AllocatorStats, Stat, StatArray};
 use crate::device::{DeviceError, DeviceMemory};
 use crate::format::{
     BlockEvent, BlockStatus, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData, OomEvent,
-    SegmentEvent, SegmentState, StackId,
+    PoolId, SegmentEvent, SegmentPoolEvent, SegmentState, StackId,
 };
 use pool::{Block, BlockId, BlockPool, NONE, Slab};
 use rustc_hash::FxHashMap;
@@ -96,6 +96,99 @@ impl ExpandableSegment {
     }
 }
 
+/// A private pool (PyTorch's `PrivatePool`): the free blocks of the
+/// segments reserved for a CUDA graph's captures or a `MemPool`, which serve
+/// only allocations made to that pool.
+#[derive(Debug, Default)]
+struct PrivatePool {
+    id: PoolId,
+    small: BlockPool,
+    large: BlockPool,
+    /// Its users (captures into it, `use_mem_pool` blocks, a `MemPool`):
+    /// at 0 its free segments may be returned to the device.
+    users: i64,
+    /// Segments reserved for it and not yet returned.
+    segments: u64,
+    /// Their bytes.
+    reserved: u64,
+}
+
+/// The free blocks of every pool, by the pool index blocks carry (0: the
+/// default pools).
+#[derive(Debug, Default)]
+struct Pools {
+    small: BlockPool,
+    large: BlockPool,
+    private: Vec<PrivatePool>,
+    index: FxHashMap<PoolId, u16>,
+}
+
+impl Pools {
+    #[inline]
+    fn get(&mut self, pool: u16, small: bool) -> &mut BlockPool {
+        match (pool, small) {
+            (0, true) => &mut self.small,
+            (0, false) => &mut self.large,
+            (p, true) => &mut self.private[p as usize - 1].small,
+            (p, false) => &mut self.private[p as usize - 1].large,
+        }
+    }
+
+    #[inline]
+    fn get_ref(&self, pool: u16, small: bool) -> &BlockPool {
+        match (pool, small) {
+            (0, true) => &self.small,
+            (0, false) => &self.large,
+            (p, true) => &self.private[p as usize - 1].small,
+            (p, false) => &self.private[p as usize - 1].large,
+        }
+    }
+
+    /// The index of a pool, made (with no user) on first mention. `None`
+    /// past the 65,535 private pools a block's index can name.
+    fn index_of(&mut self, id: PoolId) -> Option<u16> {
+        if id.is_default() {
+            return Some(0);
+        }
+        if let Some(&i) = self.index.get(&id) {
+            return Some(i);
+        }
+        let i = u16::try_from(self.private.len() + 1).ok()?;
+        self.private.push(PrivatePool {
+            id,
+            ..PrivatePool::default()
+        });
+        self.index.insert(id, i);
+        Some(i)
+    }
+
+    fn private(&mut self, pool: u16) -> Option<&mut PrivatePool> {
+        (pool as usize)
+            .checked_sub(1)
+            .and_then(|i| self.private.get_mut(i))
+    }
+
+    /// Every pool's free blocks, the default pools first.
+    fn all(&self) -> impl Iterator<Item = &BlockPool> {
+        [&self.small, &self.large]
+            .into_iter()
+            .chain(self.private.iter().flat_map(|p| [&p.small, &p.large]))
+    }
+}
+
+/// A private pool's memory at one moment ([`CachingAllocator::pool_usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// The pool.
+    pub id: PoolId,
+    /// Bytes reserved for it.
+    pub reserved: u64,
+    /// Bytes of it cached free.
+    pub cached_free: u64,
+    /// Its users now (0: its free segments may go back to the device).
+    pub users: i64,
+}
+
 /// The caching allocator: PyTorch's policy (see the [crate docs](crate) and
 /// `docs/allocator.md`).
 pub struct CachingAllocator<D: DeviceMemory> {
@@ -103,8 +196,12 @@ pub struct CachingAllocator<D: DeviceMemory> {
     config: AllocatorConfig,
     device_index: u32,
     slab: Slab,
-    small: BlockPool,
-    large: BlockPool,
+    /// The free blocks of every pool: the default pools and the private ones.
+    pools: Pools,
+    /// Captures (and `use_mem_pool` blocks) under way: while any is, a
+    /// failed allocation is not retried after releasing the whole cache,
+    /// as in PyTorch.
+    captures_underway: u32,
     /// Allocated blocks by address.
     active: AddrMap<BlockId>,
     /// Streams recorded with `record_stream`, by allocated block address.
@@ -150,8 +247,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             config,
             device_index,
             slab: Slab::default(),
-            small: BlockPool::default(),
-            large: BlockPool::default(),
+            pools: Pools::default(),
+            captures_underway: 0,
             active: AddrMap::default(),
             stream_uses: AddrMap::default(),
             pending: Vec::new(),
@@ -242,27 +339,56 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.allowed_maximum = Some(bytes);
     }
 
-    /// Allocates a block of at least `requested` bytes for use on `stream`.
+    /// Allocates a block of at least `requested` bytes for use on `stream`,
+    /// from the default pools.
     /// A request beyond [`MAX_BLOCK_SIZE`] is out of memory, as on any device.
+    #[inline]
     pub fn malloc(&mut self, requested: u64, stream: u64) -> Result<Allocation, AllocError> {
+        self.malloc_to(requested, stream, 0)
+    }
+
+    /// Allocates as [`malloc`](Self::malloc) does, from `pool`: a private
+    /// pool's free blocks serve only its own allocations, and the segments
+    /// reserved for it are its own (never expandable, as in PyTorch). A
+    /// pool first named here has no user yet.
+    pub fn malloc_in(
+        &mut self,
+        requested: u64,
+        stream: u64,
+        pool: PoolId,
+    ) -> Result<Allocation, AllocError> {
+        match self.pools.index_of(pool) {
+            Some(index) => self.malloc_to(requested, stream, index),
+            None => Err(self.out_of_memory(requested, stream)),
+        }
+    }
+
+    fn malloc_to(
+        &mut self,
+        requested: u64,
+        stream: u64,
+        pool: u16,
+    ) -> Result<Allocation, AllocError> {
         let Some(size) = self.config.checked_round_size(requested) else {
             return Err(self.out_of_memory(requested, stream));
         };
         let small = size <= SMALL_SIZE;
         let alloc_size = allocation_size(size);
 
-        let mut found = self.get_free_block(small, stream, size);
+        let mut found = self.get_free_block(pool, small, stream, size);
         if found.is_none() {
             if self.gc_active() {
                 self.garbage_collect_cached_blocks();
             }
-            found = self.alloc_block(small, stream, size, alloc_size, false)?;
-            if found.is_none() && self.release_available_cached_blocks(small, stream, size) {
-                found = self.alloc_block(small, stream, size, alloc_size, false)?;
+            found = self.alloc_block(pool, small, stream, size, alloc_size, false)?;
+            if found.is_none() && self.release_available_cached_blocks(pool, small, stream, size) {
+                found = self.alloc_block(pool, small, stream, size, alloc_size, false)?;
             }
-            if found.is_none() {
+            // PyTorch releases the whole cache and retries only while no
+            // capture (nor `use_mem_pool` block) is under way.
+            if found.is_none() && self.captures_underway == 0 {
                 self.release_cached_blocks();
-                found = self.alloc_block(small, stream, size, alloc_size, true)?;
+                found = self.alloc_block(pool, small, stream, size, alloc_size, true)?;
             }
         }
         let Some(id) = found else {
@@ -270,6 +396,67 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         };
         let split = self.should_split(id, size);
         Ok(self.alloc_found_block(id, size, requested, split))
+    }
+
+    /// A capture into `pool` (or a `use_mem_pool` block) begins: PyTorch's
+    /// `beginAllocateToPool`, which counts a user of the pool. The caller
+    /// routes the allocations themselves ([`malloc_in`](Self::malloc_in)).
+    pub fn begin_allocate_to_pool(&mut self, pool: PoolId) {
+        self.captures_underway += 1;
+        self.hold_pool(pool);
+    }
+
+    /// The capture (or block) ends: PyTorch's `endAllocateToPool`. A
+    /// graph's pool keeps its user until the graph goes
+    /// ([`release_pool`](Self::release_pool)).
+    pub fn end_allocate_to_pool(&mut self) {
+        self.captures_underway = self.captures_underway.saturating_sub(1);
+    }
+
+    /// Counts a user of `pool` (a `MemPool` made, a capture into it).
+    pub fn hold_pool(&mut self, pool: PoolId) {
+        if let Some(p) = (self.pools.index_of(pool)).and_then(|i| self.pools.private(i)) {
+            p.users += 1;
+        }
+    }
+
+    /// One of `pool`'s users let it go (PyTorch's `releasePool`): once none
+    /// is left, `empty_cache()` and a failed allocation's release return its
+    /// free segments to the device.
+    pub fn release_pool(&mut self, pool: PoolId) {
+        if let Some(p) = (self.pools.index_of(pool)).and_then(|i| self.pools.private(i)) {
+            p.users -= 1;
+        }
+    }
+
+    /// `torch.cuda.empty_cache()` of one pool (PyTorch's `emptyCache(id)`,
+    /// as a `MemPool` does when it is deleted): returns its wholly free
+    /// segments, if it has no user left.
+    pub fn empty_pool(&mut self, pool: PoolId) {
+        let Some(index) = self.pools.index.get(&pool).copied() else {
+            return;
+        };
+        if self.pools.private(index).is_some_and(|p| p.users <= 0) {
+            self.synchronize();
+            self.release_blocks(index, false);
+            self.release_blocks(index, true);
+        }
+    }
+
+    /// Each private pool's memory now, in the order they were first named.
+    pub fn pool_usage(&self) -> Vec<PoolUsage> {
+        (self.pools.private.iter())
+            .map(|p| PoolUsage {
+                id: p.id,
+                reserved: p.reserved,
+                cached_free: [&p.small, &p.large]
+                    .iter()
+                    .flat_map(|b| b.blocks.iter())
+                    .map(|((_, size, _), _)| size)
+                    .sum(),
+                users: p.users,
+            })
+            .collect()
     }
 
     /// Records an `Oom` for a request that could not be served.
@@ -412,6 +599,17 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         };
         let small = segment.size <= SMALL_BUFFER;
         let stream = segment.stream;
+        // A segment of a private pool the recording began with: the pool is
+        // taken as held (its users are not known), until a release says
+        // otherwise.
+        let pool = self.pools.index_of(segment.pool).unwrap_or(0);
+        if let Some(p) = self.pools.private(pool) {
+            if p.segments == 0 && p.users == 0 {
+                p.users = 1;
+            }
+            p.segments += 1;
+            p.reserved += segment.size;
+        }
         self.total_reserved += segment.size;
         self.stats.segment.increase(small, 1);
         self.stats.reserved_bytes.increase(small, segment.size);
@@ -441,6 +639,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 stream,
                 small,
             ));
+            self.slab[id].pool = pool;
             self.slab[id].prev = prev;
             if prev != NONE {
                 self.slab[prev].next = id;
@@ -448,14 +647,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             prev = id;
             match requested {
                 Some(requested) => self.hand_out(id, requested),
-                None => {
-                    let pool = if small {
-                        &mut self.small
-                    } else {
-                        &mut self.large
-                    };
-                    pool.insert(&mut self.slab, id);
-                }
+                None => self.pools.get(pool, small).insert(&mut self.slab, id),
             }
         }
         Ok(base)
@@ -465,8 +657,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// bytes, and the size of its largest block. What the device still has
     /// is [`DeviceMemory::free_memory`].
     pub fn cached_free(&self) -> (u64, u64) {
-        [&self.small, &self.large]
-            .iter()
+        (self.pools.all())
             .flat_map(|pool| pool.blocks.iter())
             .fold((0, 0), |(total, largest), ((_, size, _), _)| {
                 (total + size, largest.max(size))
@@ -560,12 +751,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
+    /// The default pool of that size (expandable segments live only there).
     fn pool(&mut self, small: bool) -> &mut BlockPool {
-        if small {
-            &mut self.small
-        } else {
-            &mut self.large
-        }
+        self.pools.get(0, small)
     }
 
     fn gc_active(&self) -> bool {
@@ -588,16 +776,18 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     // PyTorch's get_free_block: best fit in the pool, with the oversize rules.
-    fn get_free_block(&mut self, small: bool, stream: u64, size: u64) -> Option<BlockId> {
+    fn get_free_block(
+        &mut self,
+        pool: u16,
+        small: bool,
+        stream: u64,
+        size: u64,
+    ) -> Option<BlockId> {
         let gc = self.gc_active();
         let expandable_on = self.config.expandable_segments;
         let max_split = self.config.max_split_size;
         let max_rounding = self.config.max_non_split_rounding_size;
-        let (slab, pool) = if small {
-            (&self.slab, &mut self.small)
-        } else {
-            (&self.slab, &mut self.large)
-        };
+        let (slab, pool) = (&self.slab, self.pools.get(pool, small));
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
@@ -644,6 +834,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     // PyTorch's alloc_block: a new segment (or newly mapped pages).
     fn alloc_block(
         &mut self,
+        pool: u16,
         small: bool,
         stream: u64,
         size: u64,
@@ -658,7 +849,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         {
             return Ok(None);
         }
-        if self.config.expandable_segments {
+        // PyTorch keeps private pools out of expandable segments.
+        if self.config.expandable_segments && pool == 0 {
             return self.try_allocate_expandable_block(small, stream, size);
         }
         let addr = match self.device.allocate(alloc_size) {
@@ -670,11 +862,23 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let id = self
             .slab
             .insert(Block::new(addr, alloc_size, stream, small));
+        self.slab[id].pool = pool;
         self.stats.segment.increase(small, 1);
         self.stats.reserved_bytes.increase(small, alloc_size);
         self.stats.num_device_alloc += 1;
         let ev = self.segment_event(addr, alloc_size, stream);
         self.emit(EventData::SegmentAlloc(ev));
+        if let Some(p) = self.pools.private(pool) {
+            p.segments += 1;
+            p.reserved += alloc_size;
+            let id = p.id;
+            self.emit(EventData::SegmentPool(SegmentPoolEvent {
+                addr,
+                pool: id,
+                device: self.device_index,
+                thread: self.origin.thread,
+            }));
+        }
         Ok(Some(id))
     }
 
@@ -686,7 +890,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         stream: u64,
         size: u64,
     ) -> Result<BlockId, AllocError> {
-        let pool = if small { &self.small } else { &self.large };
+        let pool = self.pools.get_ref(0, small);
         for (_, &u) in pool
             .unmapped
             .range((stream, 0)..)
@@ -781,12 +985,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.try_merge_blocks(id, prev);
         let next = self.slab[id].next;
         self.try_merge_blocks(id, next);
-        let pool = if small {
-            &mut self.small
-        } else {
-            &mut self.large
-        };
-        pool.insert(&mut self.slab, id);
+        self.pools.get(0, small).insert(&mut self.slab, id);
 
         self.total_reserved += mapped_size;
         self.stats.reserved_bytes.increase(small, mapped_size);
@@ -852,11 +1051,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             }
         }
         self.slab[dst].size += s.size;
-        let pool = if s.small {
-            &mut self.small
-        } else {
-            &mut self.large
-        };
+        let pool = self.pools.get(s.pool, s.small);
         if s.mapped {
             pool.blocks.remove(&(s.stream, s.size, s.addr));
         } else {
@@ -880,9 +1075,10 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             let r = &self.slab[rem];
             let mut block = Block::new(r.addr, size, r.stream, r.small);
             block.segment = r.segment;
+            block.pool = r.pool;
             block.prev = r.prev;
             block.next = rem;
-            let small = r.small;
+            let (small, pool) = (r.small, r.pool);
             id = self.slab.insert(block);
             let prev = self.slab[id].prev;
             if prev != NONE {
@@ -892,12 +1088,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             r.prev = id;
             r.addr += size;
             r.size -= size;
-            let pool = if small {
-                &mut self.small
-            } else {
-                &mut self.large
-            };
-            pool.insert(&mut self.slab, rem);
+            self.pools.get(pool, small).insert(&mut self.slab, rem);
         }
         self.hand_out(id, requested);
         let b = &self.slab[id];
@@ -932,21 +1123,16 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     fn free_block(&mut self, id: BlockId) {
         let ev = self.block_event(id);
         self.emit(EventData::FreeCompleted(ev));
-        let (small, size, requested) = {
+        let (small, size, requested, pool) = {
             let b = &self.slab[id];
-            (b.small, b.size, b.requested)
+            (b.small, b.size, b.requested, b.pool)
         };
         let prev = self.slab[id].prev;
         self.try_merge_blocks(id, prev);
         let next = self.slab[id].next;
         self.try_merge_blocks(id, next);
         self.slab[id].requested = 0;
-        let pool = if small {
-            &mut self.small
-        } else {
-            &mut self.large
-        };
-        pool.insert(&mut self.slab, id);
+        self.pools.get(pool, small).insert(&mut self.slab, id);
         let st = &mut self.stats;
         st.active.decrease(small, 1);
         st.active_bytes.decrease(small, size);
@@ -955,13 +1141,19 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     // PyTorch's release_available_cached_blocks: with max_split_size set,
     // free oversize cached segments (just enough of them) before retrying.
-    fn release_available_cached_blocks(&mut self, small: bool, stream: u64, size: u64) -> bool {
+    fn release_available_cached_blocks(
+        &mut self,
+        pool: u16,
+        small: bool,
+        stream: u64,
+        size: u64,
+    ) -> bool {
         let max_split = self.config.max_split_size;
         if max_split == u64::MAX {
             return false;
         }
         let key_size = size.max(max_split);
-        let pool = if small { &self.small } else { &self.large };
+        let pool = self.pools.get_ref(pool, small);
         if let Some((_, id)) = pool.lower_bound(stream, key_size) {
             if self.slab[id].segment != NONE || self.slab[id].is_split() {
                 return false;
@@ -994,23 +1186,32 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     // PyTorch's release_cached_blocks: wait for all streams, then free every
     // wholly free segment and unmap every free page.
+    // The default pools only while no capture is under way; then the
+    // private pools no user holds any more.
     fn release_cached_blocks(&mut self) {
-        self.stats.num_sync_all_streams += 1;
-        self.synchronize();
-        self.release_blocks(false);
-        self.release_blocks(true);
+        if self.captures_underway == 0 {
+            self.stats.num_sync_all_streams += 1;
+            self.synchronize();
+            self.release_blocks(0, false);
+            self.release_blocks(0, true);
+        }
+        for i in 0..self.pools.private.len() {
+            if self.pools.private[i].users <= 0 {
+                let index = (i + 1) as u16;
+                self.release_blocks(index, false);
+                self.release_blocks(index, true);
+            }
+        }
     }
 
-    fn release_blocks(&mut self, small: bool) {
+    fn release_blocks(&mut self, pool: u16, small: bool) {
         // The blocks cached since the last release, in the cache's order:
         // the others were there then, and what kept them (a split segment,
         // no whole page to unmap) still does.
-        let pool = if small {
-            &mut self.small
-        } else {
-            &mut self.large
-        };
-        let ids = pool.take_cached_since_release(&self.slab);
+        let ids = self
+            .pools
+            .get(pool, small)
+            .take_cached_since_release(&self.slab);
         let mut to_unmap = Vec::new();
         for (_, id) in ids {
             let b = &self.slab[id];
@@ -1032,7 +1233,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     fn release_block(&mut self, id: BlockId) {
         let b = &self.slab[id];
         debug_assert!(b.segment == NONE && !b.is_split());
-        let (small, addr, size, stream) = (b.small, b.addr, b.size, b.stream);
+        let (small, addr, size, stream, pool) = (b.small, b.addr, b.size, b.stream, b.pool);
         self.stats.num_device_free += 1;
         let ev = self.segment_event(addr, size, stream);
         // Freed first: a device-memory sample after the event sees it.
@@ -1041,7 +1242,14 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.total_reserved -= size;
         self.stats.segment.decrease(small, 1);
         self.stats.reserved_bytes.decrease(small, size);
-        self.pool(small).blocks.remove(&(stream, size, addr));
+        self.pools
+            .get(pool, small)
+            .blocks
+            .remove(&(stream, size, addr));
+        if let Some(p) = self.pools.private(pool) {
+            p.segments -= 1;
+            p.reserved -= size;
+        }
         self.slab.remove(id);
     }
 
@@ -1074,12 +1282,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 self.slab[p].next = bf_id;
             }
             self.slab[id].prev = bf_id;
-            let pool = if small {
-                &mut self.small
-            } else {
-                &mut self.large
-            };
-            pool.insert(&mut self.slab, bf_id);
+            self.pools.get(0, small).insert(&mut self.slab, bf_id);
         }
         let after = size - before - un_size;
         if after > 0 {
@@ -1093,12 +1296,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 self.slab[n].prev = af_id;
             }
             self.slab[id].next = af_id;
-            let pool = if small {
-                &mut self.small
-            } else {
-                &mut self.large
-            };
-            pool.insert(&mut self.slab, af_id);
+            self.pools.get(0, small).insert(&mut self.slab, af_id);
         }
         let b = &mut self.slab[id];
         b.addr = un_addr;
@@ -1141,12 +1339,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             return;
         }
         let target = self.total_reserved - threshold;
-        let calls = self.large.get_free_blocks_call_count;
+        let calls = self.pools.large.get_free_blocks_call_count;
         let age = |b: &Block| calls - b.gc_count_base;
         let freeable = |b: &Block| !b.is_split() && b.segment == NONE;
         let mut total_age = 0u64;
         let mut count = 0u64;
-        for (_, id) in self.large.blocks.iter() {
+        for (_, id) in self.pools.large.blocks.iter() {
             let b = &self.slab[id];
             if freeable(b) {
                 total_age += age(b);
@@ -1158,7 +1356,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         while reclaimed < target && freed_one && count > 0 {
             let age_threshold = total_age as f64 / count as f64;
             freed_one = false;
-            let ids: Vec<BlockId> = self.large.blocks.iter().map(|(_, id)| id).collect();
+            let ids: Vec<BlockId> = self.pools.large.blocks.iter().map(|(_, id)| id).collect();
             for id in ids {
                 let b = &self.slab[id];
                 if freeable(b) && age(b) as f64 >= age_threshold {
@@ -1194,6 +1392,7 @@ struct Links {
     prev: BlockId,
     next: BlockId,
     small: bool,
+    pool: u16,
     mapped: bool,
 }
 
@@ -1206,6 +1405,7 @@ impl Block {
             prev: self.prev,
             next: self.next,
             small: self.small,
+            pool: self.pool,
             mapped: self.mapped,
         }
     }

@@ -22,6 +22,9 @@ pub(crate) struct Block {
     /// The expandable segment holding this block, or [`NONE`].
     pub segment: u32,
     pub small: bool,
+    /// The pool it belongs to: 0 the default pools, `n` the allocator's
+    /// `n`th private pool.
+    pub pool: u16,
     pub allocated: bool,
     /// Backed by memory; false only for the unmapped parts of expandable segments.
     pub mapped: bool,
@@ -44,6 +47,7 @@ impl Block {
             next: NONE,
             segment: NONE,
             small,
+            pool: 0,
             allocated: false,
             mapped: true,
             pending_uses: 0,

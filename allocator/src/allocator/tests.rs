@@ -509,3 +509,108 @@ fn rounding_never_wraps() {
         }
     }
 }
+
+const GRAPH_POOL: PoolId = PoolId(1, 0);
+const SHARED_POOL: PoolId = PoolId(0, 1);
+
+#[test]
+fn a_private_pool_and_the_default_pools_never_share_free_blocks() {
+    let mut a = alloc("");
+    let x = a.malloc(4 * MIB, 0).unwrap();
+    a.free(x.addr).unwrap();
+    // The default pool's free 20 MiB segment does not serve the graph's pool.
+    a.begin_allocate_to_pool(GRAPH_POOL);
+    let y = a.malloc_in(4 * MIB, 0, GRAPH_POOL).unwrap();
+    a.end_allocate_to_pool();
+    a.free(y.addr).unwrap();
+    // Nor does the graph pool's serve the default pools.
+    let z = a.malloc(4 * MIB, 0).unwrap();
+    assert_eq!(z.addr, x.addr);
+    assert_ne!(y.addr, x.addr);
+    let events: Vec<EventData> = a.drain_events().collect();
+    let segments = events
+        .iter()
+        .filter(|e| matches!(e, EventData::SegmentAlloc(_)))
+        .count();
+    assert_eq!(segments, 2);
+    // The graph pool's segment says so, right after its segment_alloc.
+    let pooled: Vec<SegmentPoolEvent> = events
+        .iter()
+        .filter_map(|e| match e {
+            EventData::SegmentPool(p) => Some(*p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pooled.len(), 1);
+    assert_eq!(pooled[0].pool, GRAPH_POOL);
+    assert_eq!(
+        pooled[0].addr & !(LARGE_BUFFER - 1),
+        y.addr & !(LARGE_BUFFER - 1)
+    );
+}
+
+#[test]
+fn a_held_pool_survives_empty_cache_and_a_released_one_does_not() {
+    let mut a = alloc("");
+    a.begin_allocate_to_pool(GRAPH_POOL);
+    let y = a.malloc_in(30 * MIB, 0, GRAPH_POOL).unwrap();
+    a.end_allocate_to_pool();
+    a.free(y.addr).unwrap();
+    a.drain_events().for_each(drop);
+    a.empty_cache();
+    assert_eq!(segment_sizes(&mut a), vec![]);
+    assert_eq!(a.pool_usage()[0].reserved, 30 * MIB);
+    assert_eq!(a.pool_usage()[0].cached_free, 30 * MIB);
+    a.release_pool(GRAPH_POOL);
+    a.empty_cache();
+    assert_eq!(
+        segment_sizes(&mut a),
+        vec![(EventKind::SegmentFree, 30 * MIB)]
+    );
+    assert_eq!(a.pool_usage()[0].reserved, 0);
+    assert_eq!(a.stats().reserved_bytes.all.current, 0);
+}
+
+#[test]
+fn graphs_sharing_a_pool_reuse_each_others_freed_memory() {
+    // Two captures of 8 MiB of temporaries each: in one shared pool they
+    // need one 20 MiB segment; in a pool each, two.
+    let capture = |a: &mut CachingAllocator<SimulatedDevice>, pool| {
+        a.begin_allocate_to_pool(pool);
+        let t = a.malloc_in(8 * MIB, 7, pool).unwrap();
+        a.free(t.addr).unwrap();
+        a.end_allocate_to_pool();
+    };
+    let mut shared = alloc("");
+    capture(&mut shared, SHARED_POOL);
+    capture(&mut shared, SHARED_POOL);
+    assert_eq!(shared.stats().reserved_bytes.all.current, LARGE_BUFFER);
+    let mut apart = alloc("");
+    capture(&mut apart, PoolId(1, 0));
+    capture(&mut apart, PoolId(2, 0));
+    assert_eq!(apart.stats().reserved_bytes.all.current, 2 * LARGE_BUFFER);
+}
+
+#[test]
+fn no_whole_cache_release_while_a_capture_is_under_way() {
+    let mut a = CachingAllocator::new(SimulatedDevice::new(64 * MIB), AllocatorConfig::default());
+    let x = a.malloc(40 * MIB, 0).unwrap();
+    a.free(x.addr).unwrap();
+    a.begin_allocate_to_pool(GRAPH_POOL);
+    // The default pool's cached 40 MiB would have to go: during a capture
+    // PyTorch does not release it, and the allocation fails.
+    assert!(a.malloc_in(40 * MIB, 0, GRAPH_POOL).is_err());
+    a.end_allocate_to_pool();
+    assert!(a.malloc_in(40 * MIB, 0, GRAPH_POOL).is_ok());
+}
+
+#[test]
+fn private_pools_take_plain_segments_under_expandable_segments() {
+    let mut a = alloc("expandable_segments:True");
+    a.malloc(4 * MIB, 0).unwrap();
+    a.begin_allocate_to_pool(GRAPH_POOL);
+    a.malloc_in(4 * MIB, 0, GRAPH_POOL).unwrap();
+    a.end_allocate_to_pool();
+    let kinds: Vec<EventKind> = segment_sizes(&mut a).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(kinds, vec![EventKind::SegmentMap, EventKind::SegmentAlloc]);
+}
