@@ -378,3 +378,147 @@ pub fn capped_run_with(
     write(&mut b, &mut alloc, large);
     b.finish()
 }
+
+/// What [`serving_run`] records.
+#[derive(Clone, Debug)]
+pub struct Serving {
+    /// The device's memory.
+    pub card: u64,
+    /// The allocator's cap (`set_per_process_memory_fraction`), if any.
+    pub cap: Option<u64>,
+    /// The model's weights, in 24 MiB tensors.
+    pub weights: u64,
+    /// The paged KV cache, one tensor.
+    pub kv_cache: u64,
+    /// The decode batch sizes captured, largest first, as servers do.
+    pub batches: Vec<u64>,
+    /// Whether the graphs share one pool (`graph_pool_handle()`), or each
+    /// has its own.
+    pub shared_pool: bool,
+    /// Decode steps replayed after the captures.
+    pub steps: u64,
+    /// Whether the first graph is let go and `empty_cache()` called at the
+    /// end.
+    pub release_first: bool,
+}
+
+impl Default for Serving {
+    fn default() -> Self {
+        const MIB: u64 = 1 << 20;
+        Serving {
+            card: 80 << 30,
+            cap: None,
+            weights: 480 * MIB,
+            kv_cache: 1 << 30,
+            batches: vec![8, 4, 2, 1],
+            shared_pool: true,
+            steps: 6,
+            release_first: true,
+        }
+    }
+}
+
+/// An inference server's memory as PyTorch's allocator would record it (the
+/// crate's allocator, with its private pools): weights, a KV cache, decode
+/// steps captured as CUDA graphs for each batch size (each capture's
+/// temporaries freed inside it, its output kept for the graph's life) on a
+/// capture stream, into one shared pool or a pool each, then eager steps
+/// between replays. Pool events say what the Python package records. The
+/// allocation of a capture that fails ends the run there, as in PyTorch.
+pub fn serving_run(s: &Serving) -> Vec<u8> {
+    use vramtrace_allocator::device::SimulatedDevice;
+    use vramtrace_allocator::{AllocatorConfig, CachingAllocator};
+    use vramtrace_format::{PoolAction, PoolEvent, PoolId};
+    const MIB: u64 = 1 << 20;
+    const CAPTURE_STREAM: u64 = 0x7000;
+    let mut b = TraceBuilder::new();
+    let load = b.site("load_weights", "serve.py", 20);
+    let kv = b.site("allocate_kv_cache", "serve.py", 31);
+    let capture = b.site("capture_decode", "serve.py", 44);
+    let step = b.site("decode_step", "serve.py", 60);
+    let mut alloc = CachingAllocator::new(SimulatedDevice::new(s.card), AllocatorConfig::default());
+    if let Some(cap) = s.cap {
+        alloc.set_reserve_limit(cap);
+        b.limit(cap, s.card);
+    }
+    let write = |b: &mut TraceBuilder, alloc: &mut CachingAllocator<SimulatedDevice>, stack| {
+        for mut e in alloc.drain_events().collect::<Vec<_>>() {
+            match &mut e {
+                EventData::Alloc(x) | EventData::FreeRequested(x) | EventData::FreeCompleted(x) => {
+                    x.stack = stack
+                }
+                EventData::Oom(o) => o.stack = stack,
+                _ => {}
+            }
+            b.event(e);
+        }
+    };
+    let pool_event = |b: &mut TraceBuilder, action, pool, stream| {
+        b.event(EventData::Pool(PoolEvent::new(action, pool, 0, stream)));
+    };
+    let mut weights = Vec::new();
+    for _ in 0..s.weights / (24 * MIB) {
+        weights.push(alloc.malloc(24 * MIB, 0).unwrap().addr);
+        write(&mut b, &mut alloc, load);
+    }
+    let Ok(_kv) = alloc.malloc(s.kv_cache, 0) else {
+        write(&mut b, &mut alloc, kv);
+        return b.finish();
+    };
+    write(&mut b, &mut alloc, kv);
+    let mut graphs = Vec::new();
+    for (i, &batch) in s.batches.iter().enumerate() {
+        let pool = if s.shared_pool {
+            PoolId(0, 1)
+        } else {
+            PoolId(i as u64 + 1, 0)
+        };
+        alloc.begin_allocate_to_pool(pool);
+        pool_event(&mut b, PoolAction::CaptureBegin, pool, CAPTURE_STREAM);
+        let mut failed = false;
+        let mut temporaries = Vec::new();
+        for layer in 0..4u64 {
+            match alloc.malloc_in(batch * (3 + layer) * MIB, CAPTURE_STREAM, pool) {
+                Ok(a) => temporaries.push(a.addr),
+                Err(_) => failed = true,
+            }
+            write(&mut b, &mut alloc, capture);
+            if failed {
+                break;
+            }
+            if temporaries.len() > 1 {
+                alloc.free(temporaries.remove(0)).unwrap();
+                write(&mut b, &mut alloc, capture);
+            }
+        }
+        for t in temporaries.drain(..) {
+            alloc.free(t).unwrap();
+        }
+        let output = (!failed)
+            .then(|| alloc.malloc_in(batch * 2 * MIB, CAPTURE_STREAM, pool).ok())
+            .flatten();
+        write(&mut b, &mut alloc, capture);
+        alloc.end_allocate_to_pool();
+        pool_event(&mut b, PoolAction::CaptureEnd, pool, CAPTURE_STREAM);
+        match output {
+            Some(out) => graphs.push((pool, out.addr)),
+            None => return b.finish(),
+        }
+    }
+    for i in 0..s.steps {
+        let logits = alloc.malloc((i % 3 + 1) * 5 * MIB, 0).unwrap();
+        write(&mut b, &mut alloc, step);
+        alloc.free(logits.addr).unwrap();
+        write(&mut b, &mut alloc, step);
+    }
+    if s.release_first {
+        let (pool, out) = graphs.remove(0);
+        alloc.free(out).unwrap();
+        write(&mut b, &mut alloc, capture);
+        alloc.release_pool(pool);
+        pool_event(&mut b, PoolAction::Release, pool, 0);
+        alloc.empty_cache();
+        write(&mut b, &mut alloc, step);
+    }
+    b.finish()
+}

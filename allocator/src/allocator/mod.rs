@@ -599,14 +599,10 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         };
         let small = segment.size <= SMALL_BUFFER;
         let stream = segment.stream;
-        // A segment of a private pool the recording began with: the pool is
-        // taken as held (its users are not known), until a release says
-        // otherwise.
+        // A segment of a private pool the recording began with: its users
+        // are the caller's to say (`hold_pool`).
         let pool = self.pools.index_of(segment.pool).unwrap_or(0);
         if let Some(p) = self.pools.private(pool) {
-            if p.segments == 0 && p.users == 0 {
-                p.users = 1;
-            }
             p.segments += 1;
             p.reserved += segment.size;
         }

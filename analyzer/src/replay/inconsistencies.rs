@@ -35,11 +35,18 @@ pub enum InconsistencyKind {
     TagWithoutBlock,
     /// A tag with a category this reader does not know (read as `other`).
     UnknownCategory,
+    /// A CUDA graph capture (or a `use_mem_pool` block) still under way
+    /// when the trace ends.
+    CaptureNeverEnded,
+    /// A segment reserved for a pool after its last user let it go.
+    PoolUsedAfterRelease,
+    /// A pool ended or let go that nothing began, held or reserved.
+    UnknownPool,
 }
 
 impl InconsistencyKind {
     /// Every kind, in report order.
-    pub const ALL: [InconsistencyKind; 12] = [
+    pub const ALL: [InconsistencyKind; 15] = [
         InconsistencyKind::UnknownFree,
         InconsistencyKind::DoubleFree,
         InconsistencyKind::AllocOverLive,
@@ -52,6 +59,9 @@ impl InconsistencyKind {
         InconsistencyKind::ImplausibleSize,
         InconsistencyKind::TagWithoutBlock,
         InconsistencyKind::UnknownCategory,
+        InconsistencyKind::CaptureNeverEnded,
+        InconsistencyKind::PoolUsedAfterRelease,
+        InconsistencyKind::UnknownPool,
     ];
 
     /// Whether events missing from the trace (dropped by the recorder) can
@@ -81,6 +91,11 @@ impl InconsistencyKind {
             InconsistencyKind::UnknownCategory => {
                 "tag with a category this version does not know (read as other)"
             }
+            InconsistencyKind::CaptureNeverEnded => "CUDA graph capture that never ended",
+            InconsistencyKind::PoolUsedAfterRelease => {
+                "segment reserved for a pool after its last user let it go"
+            }
+            InconsistencyKind::UnknownPool => "pool ended or released that was never begun",
         }
     }
 }

@@ -27,6 +27,7 @@ mod inconsistencies;
 mod occupancy;
 mod phases;
 pub mod plausible;
+mod pools;
 
 pub use inconsistencies::{
     DroppedReport, DroppedSpan, Inconsistency, InconsistencyKind, KEPT_DROPPED_SPANS, KEPT_PER_KIND,
@@ -34,6 +35,7 @@ pub use inconsistencies::{
 pub use occupancy::{FreeSpace, Occupancy};
 use phases::PathTable;
 pub use phases::{MAIN_THREAD, PathId, PhaseId, PhaseInstance, SHOWN_PATH_DEPTH, normalize_name};
+pub use pools::{PoolKind, PoolTally};
 
 use crate::sites::{SiteFolder, SiteId};
 use categories::{
@@ -44,7 +46,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use vramtrace_format::{
-    BlockEvent, BlockStatus, DeviceMemoryEvent, Event, EventData, InitialState, LimitEvent,
+    BlockEvent, BlockStatus, DeviceMemoryEvent, Event, EventData, InitialState, LimitEvent, PoolId,
     SegmentEvent, StackId, StringId, SymbolTable, TagEvent,
 };
 
@@ -90,6 +92,9 @@ pub struct Segment {
     pub live_bytes: u64,
     /// Whether it is (part of) an expandable segment.
     pub expandable: bool,
+    /// Its pool: 0 the default pools, `n` the `n - 1`th of
+    /// [`ReplayState::pools`].
+    pub pool: u16,
 }
 
 impl Segment {
@@ -243,6 +248,9 @@ pub struct ReplayState {
     last_drop: Option<u64>,
     /// Bytes the caller holds in blocks in doubt, by site.
     site_doubt: Vec<u64>,
+    /// The private pools met (format 1.6), by index - 1.
+    pools: Vec<PoolTally>,
+    pool_indices: FxHashMap<PoolId, u16>,
 }
 
 /// The most annotations a state keeps: a program that notes every step
@@ -290,6 +298,8 @@ impl ReplayState {
             dropped: DroppedReport::default(),
             last_drop: None,
             site_doubt: Vec::new(),
+            pools: Vec::new(),
+            pool_indices: FxHashMap::default(),
         }
     }
 
@@ -346,6 +356,7 @@ impl ReplayState {
                 live_blocks: 0,
                 live_bytes: 0,
                 expandable: seg.expandable,
+                pool: 0,
             });
             for block in &seg.blocks {
                 if block.status == BlockStatus::Free {
@@ -380,6 +391,9 @@ impl ReplayState {
                 if alloc.free_requested {
                     self.release(&alloc, alloc.class);
                 }
+            }
+            if !seg.pool.is_default() {
+                self.assign_segment(seg.addr, seg.pool);
             }
         }
     }
@@ -435,6 +449,8 @@ impl ReplayState {
             }
             EventData::EmptyCache(_) => Applied::Other,
             EventData::EventsDropped(d) => self.events_dropped(index, event.time_ns, d),
+            EventData::Pool(p) => self.pool_event(index, event.time_ns, p),
+            EventData::SegmentPool(s) => self.segment_pool(index, event.time_ns, s),
             // A kind a later minor version adds: the reader skips what it
             // cannot decode, so none reaches here; were one to, it changes
             // nothing this version knows of.
@@ -547,7 +563,11 @@ impl ReplayState {
         if let Some(seg) = self.segment_of(a.addr) {
             seg.live_blocks += 1;
             seg.live_bytes += a.size;
+            let pool = seg.pool;
             self.blocks_in_segments += 1;
+            if pool != 0 {
+                self.pool_live(pool, a.size, true);
+            }
         } else if self.saw_segments {
             self.inconsistent(InconsistencyKind::AllocOutsideSegment, a.addr);
         }
@@ -583,7 +603,11 @@ impl ReplayState {
         {
             seg.live_blocks -= 1;
             seg.live_bytes = seg.live_bytes.saturating_sub(a.size);
+            let pool = seg.pool;
             self.blocks_in_segments -= 1;
+            if pool != 0 {
+                self.pool_live(pool, a.size, false);
+            }
         }
     }
 
@@ -729,6 +753,7 @@ impl ReplayState {
             live_blocks: 0,
             live_bytes: 0,
             expandable: mapped,
+            pool: 0,
         };
         // Blocks outside every segment may have been allocated before it was
         // known (a trace without an initial state); count them now.
@@ -816,6 +841,9 @@ impl ReplayState {
         self.remove_segment(key);
         self.totals.reserved -= end - start;
         self.totals.segments -= 1;
+        if seg.pool != 0 {
+            self.pool_segment_gone(seg.pool, end - start);
+        }
         let left = (seg.start < start).then_some((seg.start, start));
         let right = (end < seg.end).then_some((end, seg.end));
         // The blocks of the pieces left: those of the smaller one counted
@@ -850,6 +878,7 @@ impl ReplayState {
                 live_blocks: blocks,
                 live_bytes: bytes,
                 expandable: seg.expandable,
+                pool: seg.pool,
             };
             // insert_segment counts the piece's bytes again: take them off first.
             self.totals.reserved -= b - a;
@@ -1005,6 +1034,7 @@ impl ReplayState {
         }
         self.classifier.waiting.clear();
         self.classifier.setup.clear();
+        self.close_pools();
     }
 
     /// Allocated bytes by category (blocks the caller holds).

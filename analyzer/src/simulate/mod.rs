@@ -328,6 +328,11 @@ pub(crate) fn simulate_edited<E: Edits>(
     let mut addrs = vec![FAILED; list.allocs.len()];
     let mut r = SimResult::default();
     take_over_initial_segments(&mut alloc, list, &mut addrs, &mut r);
+    // A pool the trace names but does not follow is held from the start
+    // (its release, where the recording returned its memory, is a request).
+    for &pool in &list.unfollowed_pools {
+        alloc.hold_pool(list.pools[pool as usize - 1]);
+    }
     let mut index = 0u64;
     let mut peak_reserved = 0u64;
     let mut cached_at_peak = 0u64;
@@ -358,7 +363,12 @@ pub(crate) fn simulate_edited<E: Edits>(
             Op::Alloc | Op::FailedAlloc => {
                 let info = &list.allocs[id];
                 let stream = list.streams[req.stream as usize];
-                match alloc.malloc(edits.size(id, info.requested), stream) {
+                let size = edits.size(id, info.requested);
+                let result = match list.pool_of(id) {
+                    pool if pool.is_default() => alloc.malloc(size, stream),
+                    pool => alloc.malloc_in(size, stream, pool),
+                };
+                match result {
                     Ok(a) if req.op == Op::Alloc => addrs[id] = a.addr,
                     Ok(a) => {
                         r.recorded_ooms_avoided += 1;
@@ -421,6 +431,11 @@ pub(crate) fn simulate_edited<E: Edits>(
                 r.empty_cache_calls += 1;
                 alloc.empty_cache();
             }
+            Op::PoolBegin => alloc.begin_allocate_to_pool(list.pools[id - 1]),
+            Op::PoolEnd => alloc.end_allocate_to_pool(),
+            Op::PoolHold => alloc.hold_pool(list.pools[id - 1]),
+            Op::PoolRelease => alloc.release_pool(list.pools[id - 1]),
+            Op::EmptyPool => alloc.empty_pool(list.pools[id - 1]),
             Op::Nop => {}
         }
         let stats = alloc.stats();

@@ -15,7 +15,8 @@ use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use vramtrace_format::{
-    BlockStatus, EventData, EventKind, InitialState, SegmentState, StackId, SymbolTable,
+    BlockStatus, EventData, EventKind, InitialState, PoolAction, PoolEvent, PoolId, SegmentState,
+    StackId, SymbolTable,
 };
 
 /// What a [`Request`] asks of the allocator.
@@ -43,6 +44,19 @@ pub enum Op {
     /// Nothing to do: an inference withdrawn, or a filler that carries a
     /// long run of events without requests (see [`Request::delta`]).
     Nop,
+    /// A capture into pool `id` (a [`RequestList::pools`] index), or a
+    /// `use_mem_pool` block, began: a user of the pool, and no whole-cache
+    /// release while it is under way.
+    PoolBegin,
+    /// The capture (or block) in pool `id` ended.
+    PoolEnd,
+    /// A `MemPool` made pool `id`: it holds it.
+    PoolHold,
+    /// One of pool `id`'s users let it go.
+    PoolRelease,
+    /// `emptyCache` of pool `id` alone (a `MemPool` deleted): inferred from
+    /// a burst of segment frees all of that pool.
+    EmptyPool,
 }
 
 /// One request, 16 bytes: a sweep of many simulations reads millions of
@@ -147,6 +161,19 @@ pub struct RequestList {
     /// (`cudaMalloc`), in order: a simulation lays its segments out the
     /// same way while it makes the same requests of the device.
     pub recorded_allocations: Vec<(u64, u64)>,
+    /// The private pools (format 1.6): a request's or allocation's pool
+    /// index `n` is `pools[n - 1]`, and 0 the default pools.
+    pub pools: Vec<PoolId>,
+    /// Each allocation's pool index, by id; empty when every allocation is
+    /// in the default pools.
+    pub alloc_pools: Vec<u16>,
+    /// The pools the trace names without saying how they are used (no
+    /// `pool` event: a snapshot, or a recorder before format 1.6): held
+    /// from the start, and let go where the recording returned their
+    /// segments (an inferred release).
+    pub unfollowed_pools: Vec<u16>,
+    /// Releases of unfollowed pools inferred from their segments' return.
+    pub inferred_pool_releases: u64,
     /// The recorded peak of reserved bytes.
     pub recorded_peak_reserved: u64,
     /// The recorded peak of allocated bytes.
@@ -196,6 +223,16 @@ impl RequestList {
         self.streams[r.stream as usize]
     }
 
+    /// The pool of allocation `id` (the default pools' unless the trace put
+    /// it in a private one).
+    #[inline]
+    pub fn pool_of(&self, id: usize) -> PoolId {
+        match self.alloc_pools.get(id).copied().unwrap_or(0) {
+            0 => PoolId::DEFAULT,
+            p => self.pools[p as usize - 1],
+        }
+    }
+
     /// Bytes of memory the list holds, for the performance notes.
     pub fn memory_bytes(&self) -> usize {
         self.requests.capacity() * size_of::<Request>()
@@ -216,6 +253,11 @@ struct Burst {
     request: usize,
     /// Reserved bytes before the burst.
     reserved_before: u64,
+    /// The pool of the segments it freed so far, while all are of one
+    /// private pool (a `MemPool`'s own `emptyCache`).
+    pool: Option<u16>,
+    /// Whether it freed segments of several pools.
+    mixed: bool,
 }
 
 /// The [`Analysis`] that builds a [`RequestList`] in one replay pass.
@@ -238,6 +280,15 @@ pub struct RequestExtractor {
     convolution: Vec<bool>,
     /// Whether a stack is a convolution's, by stack.
     convolution_stacks: FxHashMap<StackId, bool>,
+    /// The pool index of each private pool's segment, by recorded address.
+    pooled_segments: FxHashMap<u64, u16>,
+    /// Captures and `use_mem_pool` blocks under way: (stream of a capture,
+    /// or `None` and the thread of a block; pool index).
+    routes: Vec<(Option<u64>, u32, u16)>,
+    /// Pools with `pool` events, by index.
+    followed: Vec<bool>,
+    /// Unfollowed pools whose release was inferred.
+    inferred_release: Vec<bool>,
     finished: bool,
 }
 
@@ -336,6 +387,106 @@ impl RequestExtractor {
         }
     }
 
+    /// Puts allocation `id` in pool `pool` (an index).
+    fn set_pool(&mut self, id: u32, pool: u16) {
+        if pool == 0 && self.list.alloc_pools.is_empty() {
+            return;
+        }
+        let id = id as usize;
+        if self.list.alloc_pools.len() <= id {
+            self.list.alloc_pools.resize(id + 1, 0);
+        }
+        self.list.alloc_pools[id] = pool;
+    }
+
+    /// A `pool` event: its requests (a capture's or block's begin and end, a
+    /// hold, a release), and the routes of failed allocations.
+    fn pool_event(&mut self, index: u64, time: u64, p: &PoolEvent, state: &ReplayState) {
+        let Some(pool) = state.pool_index_of(p.pool) else {
+            return;
+        };
+        if self.followed.len() <= pool as usize {
+            self.followed.resize(pool as usize + 1, false);
+        }
+        self.followed[pool as usize] = true;
+        let id = pool as u32;
+        match p.action() {
+            Some(PoolAction::CaptureBegin) => {
+                self.routes.push((Some(p.stream), p.thread, pool));
+                self.push(index, time, Op::PoolBegin, id, 0);
+            }
+            Some(PoolAction::UseBegin) => {
+                self.routes.push((None, p.thread, pool));
+                self.push(index, time, Op::PoolBegin, id, 0);
+            }
+            Some(action @ (PoolAction::CaptureEnd | PoolAction::UseEnd)) => {
+                if let Some(i) = self.routes.iter().rposition(|r| r.2 == pool) {
+                    self.routes.remove(i);
+                }
+                self.push(index, time, Op::PoolEnd, id, 0);
+                if action == PoolAction::UseEnd {
+                    self.push(index, time, Op::PoolRelease, id, 0);
+                }
+            }
+            Some(PoolAction::Hold) => self.push(index, time, Op::PoolHold, id, 0),
+            Some(PoolAction::Release) => self.push(index, time, Op::PoolRelease, id, 0),
+            _ => {}
+        }
+    }
+
+    /// The recording returned a segment of `pool`: a pool no `pool` event
+    /// follows was let go by then (once).
+    fn infer_release(&mut self, index: u64, time: u64, pool: u16) {
+        let p = pool as usize;
+        if self.followed.get(p).copied().unwrap_or(false)
+            || self.inferred_release.get(p).copied().unwrap_or(false)
+        {
+            return;
+        }
+        if self.inferred_release.len() <= p {
+            self.inferred_release.resize(p + 1, false);
+        }
+        self.inferred_release[p] = true;
+        self.list.inferred_pool_releases += 1;
+        // Before the burst the free belongs to, or the `empty_cache()` it
+        // follows.
+        let after_empty_cache = matches!(
+            self.prev_kind,
+            Some(EventKind::EmptyCache | EventKind::SegmentFree | EventKind::SegmentUnmap)
+        ) && self
+            .list
+            .requests
+            .last()
+            .is_some_and(|r| r.op == Op::EmptyCache);
+        let at = match self.burst {
+            Some(b) => Some(b.request),
+            None if after_empty_cache => Some(self.list.requests.len() - 1),
+            None => None,
+        };
+        match at {
+            Some(at) => {
+                let r = self.list.requests[at];
+                self.list.requests.insert(
+                    at,
+                    Request {
+                        op: Op::PoolRelease,
+                        id: pool as u32,
+                        delta: 0,
+                        stream: 0,
+                        ..r
+                    },
+                );
+                if let Some(b) = self.burst.as_mut() {
+                    b.request += 1;
+                }
+                for end in self.list.phase_ends.iter_mut().filter(|(i, _)| *i >= at) {
+                    end.0 += 1;
+                }
+            }
+            None => self.push(index, time, Op::PoolRelease, pool as u32, 0),
+        }
+    }
+
     /// Closes a burst of segment frees at the first event after it: a burst
     /// right before an OOM, or before a segment that could not have fit
     /// beside the burst's memory, was the allocator's release-and-retry.
@@ -346,6 +497,17 @@ impl RequestExtractor {
             return;
         };
         let capacity = limit.or(self.device_capacity);
+        // A burst of one private pool's segments, no OOM after it: that
+        // pool's own release (a `MemPool` deleted), not `empty_cache()`.
+        if let (Some(pool), false) = (burst.pool, burst.mixed)
+            && !matches!(data, EventData::Oom(_))
+        {
+            let r = &mut self.list.requests[burst.request];
+            r.op = Op::EmptyPool;
+            r.id = pool as u32;
+            self.list.inferred_empty_cache -= 1;
+            return;
+        }
         let retry = match data {
             EventData::Oom(_) => true,
             EventData::SegmentAlloc(s) | EventData::SegmentMap(s) => {
@@ -428,6 +590,9 @@ impl Analysis for RequestExtractor {
             (EventData::Alloc(b), Applied::Alloc(a)) => {
                 let stream = self.stream(b.stream);
                 let id = self.new_alloc(a.requested, a.phase, a.site, a.class);
+                if state.has_pools() {
+                    self.set_pool(id, state.pool_at(b.addr));
+                }
                 self.convolution[id as usize] = self.under_convolution(b.stack, step.symbols);
                 self.live.insert(b.addr, (id, false));
                 self.push(index, time, Op::Alloc, id, stream);
@@ -475,6 +640,12 @@ impl Analysis for RequestExtractor {
                 };
                 let stream = self.stream(o.stream);
                 let id = self.new_alloc(o.requested, state.current_phase(), site, Class::default());
+                // A failure during a capture (or block) was its pool's.
+                if let Some(&(_, _, pool)) = self.routes.iter().rev().find(|(s, thread, _)| {
+                    *s == Some(o.stream) || (s.is_none() && *thread == o.thread)
+                }) {
+                    self.set_pool(id, pool);
+                }
                 self.convolution[id as usize] = self.under_convolution(o.stack, step.symbols);
                 self.push(index, time, Op::FailedAlloc, id, stream);
             }
@@ -485,14 +656,30 @@ impl Analysis for RequestExtractor {
             (_, Applied::PhaseEnd(phase)) => {
                 self.list.phase_ends.push((self.list.requests.len(), phase));
             }
+            (EventData::SegmentPool(sp), _) => {
+                let pool = state.pool_at(sp.addr);
+                if pool != 0 {
+                    self.pooled_segments.insert(sp.addr, pool);
+                }
+            }
+            (EventData::Pool(p), _) => self.pool_event(index, time, p, state),
             _ => {}
         }
         if let Some(action) = SegmentAction::of(data) {
+            // The pool of a segment returned: an unfollowed pool let go
+            // before it, and the burst's pool.
+            let freed_pool = match data {
+                EventData::SegmentFree(s) => self.pooled_segments.remove(&s.addr).unwrap_or(0),
+                _ => 0,
+            };
             let starts_burst = matches!(action.kind, SegmentKind::Free | SegmentKind::Unmap)
                 && !matches!(
                     self.prev_kind,
                     Some(EventKind::SegmentFree | EventKind::SegmentUnmap | EventKind::EmptyCache)
                 );
+            if freed_pool != 0 {
+                self.infer_release(index, time, freed_pool);
+            }
             if starts_burst {
                 self.list.inferred_empty_cache += 1;
                 let request = self.list.requests.len();
@@ -501,7 +688,14 @@ impl Analysis for RequestExtractor {
                     request,
                     // The state already applied this free.
                     reserved_before: state.totals().reserved.saturating_add(action.size),
+                    pool: (freed_pool != 0).then_some(freed_pool),
+                    mixed: false,
                 });
+            } else if let Some(burst) = self.burst.as_mut()
+                && matches!(action.kind, SegmentKind::Free | SegmentKind::Unmap)
+                && burst.pool != Some(freed_pool)
+            {
+                burst.mixed = true;
             }
             self.list.recorded_segments.push(action);
             if let EventData::SegmentAlloc(s) = data {
@@ -524,6 +718,10 @@ impl Analysis for RequestExtractor {
 
     fn finish(&mut self, state: &ReplayState, _symbols: &SymbolTable) -> Result<(), AnalysisError> {
         self.follow_categories(state);
+        self.list.pools = state.pools().iter().map(|p| p.id).collect();
+        self.list.unfollowed_pools = (1..=state.pools().len() as u16)
+            .filter(|&i| !self.followed.get(i as usize).copied().unwrap_or(false))
+            .collect();
         // A trace ending inside a burst: nothing follows it, so it was not
         // an allocation's retry.
         self.burst = None;

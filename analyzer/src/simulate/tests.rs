@@ -409,3 +409,63 @@ fn a_failure_under_a_convolution_is_survivable_only_if_the_program_went_on() {
     // The first was followed by an allocation; the run ended at the second.
     assert_eq!(failed, [true, false]);
 }
+
+/// An inference server's graphs in one shared pool, or a pool each: the
+/// replay of the pools reproduces every device action, and the same
+/// requests replayed as if the pools were the default ones do not.
+#[test]
+fn graph_pools_are_reproduced_exactly() {
+    use crate::testing::{Serving, serving_run};
+    for shared_pool in [true, false] {
+        let bytes = serving_run(&Serving {
+            shared_pool,
+            ..Serving::default()
+        });
+        let e = extracted(&bytes);
+        let expected_pools = if shared_pool { 1 } else { 4 };
+        assert_eq!(e.list.pools.len(), expected_pools);
+        assert!(e.list.unfollowed_pools.is_empty());
+        let f = fidelity(&e.list, &AllocatorConfig::default(), None);
+        assert!(f.exact, "shared {shared_pool}: {f:#?}");
+        let mut blind = e.list.clone();
+        blind.alloc_pools.clear();
+        blind.pools.clear();
+        blind.requests.retain(|r| {
+            !matches!(
+                r.op,
+                Op::PoolBegin | Op::PoolEnd | Op::PoolHold | Op::PoolRelease | Op::EmptyPool
+            )
+        });
+        let f = fidelity(&blind, &AllocatorConfig::default(), None);
+        assert!(
+            !f.exact,
+            "a pool-blind replay matched (shared {shared_pool})"
+        );
+    }
+}
+
+/// A snapshot-like trace: segments say their pool but no `pool` event says
+/// how it is used. The pool is held from the start and let go where the
+/// recording returned its memory.
+#[test]
+fn an_unfollowed_pool_is_held_until_its_memory_returns() {
+    use crate::testing::{Serving, serving_run};
+    let bytes = serving_run(&Serving {
+        shared_pool: false,
+        ..Serving::default()
+    });
+    // The same trace without its pool events.
+    let mut reader = vramtrace_format::TraceReader::new(&bytes[..]).unwrap();
+    let mut b = crate::testing::TraceBuilder::new();
+    let events: Vec<_> = reader.events().map(|e| e.unwrap()).collect();
+    for e in events {
+        if !matches!(e.data, vramtrace_format::EventData::Pool(_)) {
+            b.at(e.time_ns).event(e.data);
+        }
+    }
+    let e = extracted(&b.finish());
+    assert_eq!(e.list.unfollowed_pools.len(), 4);
+    assert_eq!(e.list.inferred_pool_releases, 1);
+    let f = fidelity(&e.list, &AllocatorConfig::default(), None);
+    assert!(f.exact, "{f:#?}");
+}
