@@ -426,6 +426,12 @@ impl Default for Serving {
 /// between replays. Pool events say what the Python package records. The
 /// allocation of a capture that fails ends the run there, as in PyTorch.
 pub fn serving_run(s: &Serving) -> Vec<u8> {
+    serving_run_with_pools(s).0
+}
+
+/// [`serving_run`], with each private pool's memory at the end as the
+/// allocator that made the trace holds it.
+pub fn serving_run_with_pools(s: &Serving) -> (Vec<u8>, Vec<vramtrace_allocator::PoolUsage>) {
     use vramtrace_allocator::device::SimulatedDevice;
     use vramtrace_allocator::{AllocatorConfig, CachingAllocator};
     use vramtrace_format::{PoolAction, PoolEvent, PoolId};
@@ -463,7 +469,7 @@ pub fn serving_run(s: &Serving) -> Vec<u8> {
     }
     let Ok(_kv) = alloc.malloc(s.kv_cache, 0) else {
         write(&mut b, &mut alloc, kv);
-        return b.finish();
+        return (b.finish(), alloc.pool_usage());
     };
     write(&mut b, &mut alloc, kv);
     let mut graphs = Vec::new();
@@ -502,11 +508,14 @@ pub fn serving_run(s: &Serving) -> Vec<u8> {
         pool_event(&mut b, PoolAction::CaptureEnd, pool, CAPTURE_STREAM);
         match output {
             Some(out) => graphs.push((pool, out.addr)),
-            None => return b.finish(),
+            None => return (b.finish(), alloc.pool_usage()),
         }
     }
     for i in 0..s.steps {
-        let logits = alloc.malloc((i % 3 + 1) * 5 * MIB, 0).unwrap();
+        let Ok(logits) = alloc.malloc((i % 3 + 1) * 5 * MIB, 0) else {
+            write(&mut b, &mut alloc, step);
+            return (b.finish(), alloc.pool_usage());
+        };
         write(&mut b, &mut alloc, step);
         alloc.free(logits.addr).unwrap();
         write(&mut b, &mut alloc, step);
@@ -520,5 +529,6 @@ pub fn serving_run(s: &Serving) -> Vec<u8> {
         alloc.empty_cache();
         write(&mut b, &mut alloc, step);
     }
-    b.finish()
+    let usage = alloc.pool_usage();
+    (b.finish(), usage)
 }

@@ -57,6 +57,8 @@ def install(torch, lib, active: Callable[[], bool], message: Callable[[str], Non
         pair = _pool_pair(pool)
         if pair is None or not active():
             return
+        if pair == (0, 0) and action != CAPTURE_BEGIN:
+            return
         try:
             lib.vramtrace_observe_pool(device, action, pair[0], pair[1], stream)
         except Exception as e:  # noqa: BLE001 - never break the program
@@ -86,15 +88,13 @@ def _wrap_graph(torch, graph_class, record) -> None:
         result = original_begin(self, *args, **kwargs)
         try:
             device = torch.cuda.current_device()
-            pool = self.pool()
             stream = torch.cuda.current_stream().cuda_stream
-            record(device, CAPTURE_BEGIN, pool, stream)
-            # The graph's hold on the pool ends with it (or its reset).
-            finalizer = getattr(self, "_vramtrace_release", None)
-            if finalizer is not None:
-                finalizer.detach()
-            self._vramtrace_release = weakref.finalize(self, release, device, pool)
-            self._vramtrace_capture = (device, pool, stream)
+            # The pool given (a handle, another graph's pool), else one of
+            # the graph's own, whose id PyTorch tells (`pool()`) only once
+            # the capture has ended: (0, 0) until then.
+            given = args[0] if args else kwargs.get("pool")
+            record(device, CAPTURE_BEGIN, given if given is not None else (0, 0), stream)
+            self._vramtrace_capture = (device, stream)
         except Exception:  # noqa: BLE001, S110 - never break a capture
             pass
         return result
@@ -104,8 +104,17 @@ def _wrap_graph(torch, graph_class, record) -> None:
         result = original_end(self, *args, **kwargs)
         capture = getattr(self, "_vramtrace_capture", None)
         if capture is not None:
-            device, pool, stream = capture
-            record(device, CAPTURE_END, pool, stream)
+            try:
+                device, stream = capture
+                pool = self.pool()
+                record(device, CAPTURE_END, pool, stream)
+                # The graph's hold on the pool ends with it (or its reset).
+                finalizer = getattr(self, "_vramtrace_release", None)
+                if finalizer is not None:
+                    finalizer.detach()
+                self._vramtrace_release = weakref.finalize(self, release, device, pool)
+            except Exception:  # noqa: BLE001, S110 - never break a capture
+                pass
         return result
 
     graph_class.capture_begin = capture_begin

@@ -296,3 +296,41 @@ fn damaged_and_foreign_inputs_are_one_line_or_a_plan_of_what_can_be_read() {
         }
     }
 }
+
+/// `plan --kv-cache` on a trace without graphs: the largest allocation
+/// alive at the end (inferred) resized until it no longer fits under the
+/// cap, checked by replaying the answer with `simulate`'s own figures: the
+/// cache found plus what the rest of the run needs stays under the cap.
+#[test]
+fn kv_cache_plan_answers_under_a_cap_and_refuses_bad_input() {
+    let leak = vramtrace_e2e::fixture("leak.vtrace");
+    let p = leak.display().to_string();
+    let v = vramtrace([
+        "plan", &p, "--kv-cache", "--kv-block", "1MiB", "--cap", "1GiB", "--json",
+    ])
+    .success()
+    .json();
+    assert_eq!(v["kv_cache"]["basis"], "inferred", "{v:#}");
+    let blocks = v["largest_blocks"].as_u64().unwrap();
+    let recorded = v["kv_cache"]["recorded_bytes"].as_u64().unwrap();
+    assert!(blocks << 20 > recorded, "{v:#}");
+    assert!(blocks << 20 < 1 << 30, "{v:#}");
+    assert!(v["fit"]["next_oom"].is_object(), "{v:#}");
+    assert_eq!(v["basis"], "exact", "{v:#}");
+    let text = vramtrace(["plan", &p, "--kv-cache", "--kv-block", "1MiB", "--cap", "1GiB"])
+        .success()
+        .stdout;
+    assert!(text.contains(&format!("({blocks} blocks)")), "{text}");
+    // Bad input: one line, exit 2.
+    for (args, wanted) in [
+        (vec!["--kv-block", "0B"], "0 bytes"),
+        (vec!["--kv-site", "nowhere.py:1"], "no allocation comes from a site matching"),
+    ] {
+        let mut all = vec!["plan", p.as_str(), "--kv-cache", "--cap", "1GiB"];
+        all.extend(args);
+        let run = vramtrace(&all).fails_with(2);
+        assert!(run.stderr.contains(wanted), "{wanted}: {}", run.stderr);
+    }
+    let run = vramtrace(["plan", &p, &p, "--kv-cache"]).fails_with(2);
+    assert!(run.stderr.contains("give one trace"), "{}", run.stderr);
+}

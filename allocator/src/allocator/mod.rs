@@ -438,8 +438,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         };
         if self.pools.private(index).is_some_and(|p| p.users <= 0) {
             self.synchronize();
-            self.release_blocks(index, false);
+            // A private pool's small blocks go first, as in PyTorch.
             self.release_blocks(index, true);
+            self.release_blocks(index, false);
         }
     }
 
@@ -1193,9 +1194,11 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
         for i in 0..self.pools.private.len() {
             if self.pools.private[i].users <= 0 {
+                // A private pool's small blocks go first, as in PyTorch
+                // (the default pools' large blocks do).
                 let index = (i + 1) as u16;
-                self.release_blocks(index, false);
                 self.release_blocks(index, true);
+                self.release_blocks(index, false);
             }
         }
     }

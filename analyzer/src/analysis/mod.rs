@@ -23,6 +23,7 @@ pub mod pauses;
 pub mod peaks;
 pub mod phase_totals;
 pub mod phases;
+pub mod pools;
 pub mod site_totals;
 pub mod summary;
 pub mod timeline;

@@ -21,12 +21,13 @@
 
 use super::categories::{Category, CategoryMoment, CategoryReport, CategoryTable};
 use super::limits::{Limit, LimitWatch, OutsideReport};
+use super::pools::PoolsReport;
 use super::waterfall::{Moment, TOP_SITES, Waterfall, moment_now};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::categories::{CATEGORIES, dominant, is_convolution_stack};
 use crate::replay::{
     Applied, DroppedReport, FreeSpace, Inconsistency, InconsistencyKind, LiveAlloc, Occupancy,
-    PhaseId, ReplayState, Segment, SegmentUndo, SiteLive, Totals,
+    PhaseId, PoolTally, ReplayState, Segment, SegmentUndo, SiteLive, Totals,
 };
 use crate::sites::{SiteDescription, SiteId};
 use rustc_hash::FxHashMap;
@@ -90,6 +91,8 @@ pub struct Summary {
     // Allocated bytes by category at the allocated and reserved peaks.
     categories_at_allocated: CategoryMoment,
     categories_at_reserved: CategoryMoment,
+    /// Each private pool's tally at the allocated peak.
+    pools_at_peak: Vec<PoolTally>,
     report: Option<SummaryReport>,
 }
 
@@ -394,6 +397,10 @@ pub struct SummaryReport {
     pub outside_allocator: Option<OutsideReport>,
     /// Where every byte under the limit was at the allocated peak.
     pub waterfall_at_peak: Option<Waterfall>,
+    /// Memory by private pool (CUDA graphs, `MemPool`s; format 1.6), when
+    /// the trace has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pools: Option<PoolsReport>,
     /// Bad limit or device-memory events left out, and a limit that changed.
     #[serde(skip)]
     pub limit_warnings: Vec<String>,
@@ -469,6 +476,7 @@ impl Summary {
             peak_outside: None,
             categories_at_allocated: CategoryMoment::default(),
             categories_at_reserved: CategoryMoment::default(),
+            pools_at_peak: Vec::new(),
             report: None,
         }
     }
@@ -494,6 +502,10 @@ impl Summary {
         self.peak_limit = self.limits.in_force();
         self.peak_device = self.limits.last_sample();
         self.peak_outside = self.limits.outside_now();
+        if state.has_pools() {
+            self.pools_at_peak.clear();
+            self.pools_at_peak.extend_from_slice(state.pools());
+        }
     }
 
     /// Copies the per-site tables at the allocated peak: the state's now,
@@ -619,7 +631,9 @@ impl Summary {
             | EventData::Tag(_)
             | EventData::Limit(_)
             | EventData::DeviceMemory(_)
-            | EventData::EventsDropped(_) => false,
+            | EventData::EventsDropped(_)
+            | EventData::Pool(_)
+            | EventData::SegmentPool(_) => false,
             // A kind this version does not know may change the free space:
             // end the pending state, which is always right.
             _ => true,
@@ -886,6 +900,7 @@ impl Analysis for Summary {
             limit: limits.limit,
             outside_allocator,
             waterfall_at_peak,
+            pools: PoolsReport::of(&self.pools_at_peak, state.pools()),
             limit_warnings: limits.warnings,
             dropped_events: state.dropped().any().then(|| state.dropped().clone()),
             empty_window: false,
@@ -930,7 +945,7 @@ fn end_state<S: serde::Serializer>(end: &Totals, serializer: S) -> Result<S::Ok,
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::analysis::run_pass;
     use crate::analysis::window::Window;
@@ -963,7 +978,7 @@ mod tests {
         free_space_at(&mut reader, r.peak_allocated.replayed_events)
     }
 
-    pub(super) fn summarize(bytes: &[u8], window: Window) -> SummaryReport {
+    pub(crate) fn summarize(bytes: &[u8], window: Window) -> SummaryReport {
         summarize_with(bytes, window, UNDO_MIN)
     }
 

@@ -6,7 +6,7 @@ use super::progress::Bars;
 use super::simulate::{device_of, parse_confs, parse_gpu};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace::command::plan::{PlanOptions, plan};
+use vramtrace::command::plan::{KvPlanOptions, PlanOptions, kv_cache, plan};
 use vramtrace::print;
 use vramtrace::simulate::gpus::GpuPreset;
 use vramtrace::simulate::plan::Varied;
@@ -62,6 +62,19 @@ pub struct Args {
     /// Plan for this device of each trace (its index), for traces of several.
     #[arg(long, value_name = "N")]
     device: Option<u32>,
+    /// Plan an inference server's KV cache instead: the largest that fits,
+    /// from one recorded run, its CUDA graphs replayed in their pools.
+    #[arg(long, conflicts_with_all = ["batch", "seq", "at"])]
+    kv_cache: bool,
+    /// With --kv-cache: a part of the KV cache's site (serve.py:31), when
+    /// the largest allocation made outside the captures and private pools
+    /// is not it.
+    #[arg(long, value_name = "SITE", requires = "kv_cache")]
+    kv_site: Option<String>,
+    /// With --kv-cache: a KV block's bytes, with the unit (1MiB): the answer
+    /// is a whole number of blocks.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, requires = "kv_cache")]
+    kv_block: Option<u64>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -105,6 +118,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         recorded_device: args.device,
     };
     let progress = Bars::new();
+    if args.kv_cache {
+        let [trace] = args.traces.as_slice() else {
+            anyhow::bail!(
+                "--kv-cache plans from one recorded run of the server: give one trace, not {}",
+                args.traces.len()
+            );
+        };
+        let input = open(trace, &args.input, &progress)?;
+        let options = KvPlanOptions {
+            plan: options,
+            site: args.kv_site.clone(),
+            block_bytes: args.kv_block,
+        };
+        let result = kv_cache(&input, &options, &progress)?;
+        args.text.print(
+            args.json,
+            || print::json(&result),
+            || print::text::plan_kv(&result),
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let inputs = args
         .traces
         .iter()

@@ -100,6 +100,52 @@ pub struct Verdict {
     pub needs_bytes: Option<u64>,
     /// The first other policy that fits where the first runs out.
     pub fits_with: Option<String>,
+    /// Whether the answer is exact: the recorded settings replay the
+    /// recorded run's every device action and its reserved peak to the
+    /// byte. Otherwise it is an estimate, and its line begins so.
+    pub basis: VerdictBasis,
+    /// Why, in words.
+    pub basis_note: String,
+}
+
+/// How far a verdict can be trusted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictBasis {
+    /// The replay of the recorded run is exact.
+    Exact,
+    /// The replay of the recorded run differs from it, or cannot be
+    /// checked.
+    #[default]
+    Estimate,
+}
+
+/// The verdict's basis: exact where the recorded run replays exactly.
+fn basis_of(fidelity: Option<&Fidelity>) -> (VerdictBasis, String) {
+    match fidelity {
+        Some(f) if f.exact => (
+            VerdictBasis::Exact,
+            format!(
+                "exact: the recorded run replays to the byte ({} device actions, reserved peak {})",
+                units::count(f.recorded_segment_actions as u64),
+                units::bytes(f.recorded_peak_reserved_bytes)
+            ),
+        ),
+        Some(f) => (
+            VerdictBasis::Estimate,
+            format!(
+                "estimate: the replay of the recorded run is not exact ({} device actions against {} recorded, reserved peak {} against {})",
+                units::count(f.simulated_segment_actions as u64),
+                units::count(f.recorded_segment_actions as u64),
+                units::bytes(f.simulated_peak_reserved_bytes),
+                units::bytes(f.recorded_peak_reserved_bytes)
+            ),
+        ),
+        None => (
+            VerdictBasis::Estimate,
+            "estimate: the trace does not say its allocator settings, so the replay of the recorded run cannot be checked".into(),
+        ),
+    }
 }
 
 /// Where a simulated run first ran out of memory, described.
@@ -421,7 +467,7 @@ fn simulate_device(
         })
         .collect();
     let first = &policies[0];
-    let verdict = match cap {
+    let mut verdict = match cap {
         Some(cap) => cap_verdict(&cap, &policies, &others, cap_needs),
         None => verdict(
             options.device.as_ref(),
@@ -431,6 +477,10 @@ fn simulate_device(
             needed,
         ),
     };
+    (verdict.basis, verdict.basis_note) = basis_of(fidelity.as_ref());
+    if verdict.basis == VerdictBasis::Estimate {
+        verdict.line = format!("estimate: {}", verdict.line);
+    }
     Ok(SimulateResult {
         alloc_retries: first.scenario.result.alloc_retries,
         cache_flushes: first.scenario.result.cache_flushes,
@@ -536,6 +586,8 @@ fn verdict(
             spare_bytes: None,
             needs_bytes: Some(needs),
             fits_with: None,
+            basis: VerdictBasis::Estimate,
+            basis_note: String::new(),
         };
     };
     let capacity = device.total_bytes.saturating_sub(reserve.bytes);
@@ -554,6 +606,8 @@ fn verdict(
             spare_bytes: Some(spare),
             needs_bytes: min,
             fits_with: None,
+            basis: VerdictBasis::Estimate,
+            basis_note: String::new(),
         };
     };
     let free = oom.free_bytes + oom.cached_free_bytes;
@@ -587,6 +641,8 @@ fn verdict(
         spare_bytes: None,
         needs_bytes: min,
         fits_with,
+        basis: VerdictBasis::Estimate,
+        basis_note: String::new(),
     }
 }
 
@@ -614,6 +670,8 @@ fn cap_verdict(
             spare_bytes: Some(spare),
             needs_bytes: first.min_capacity_bytes,
             fits_with: None,
+            basis: VerdictBasis::Estimate,
+            basis_note: String::new(),
         };
     };
     let free = oom.free_bytes + oom.cached_free_bytes;
@@ -650,6 +708,8 @@ fn cap_verdict(
         spare_bytes: None,
         needs_bytes: needs,
         fits_with,
+        basis: VerdictBasis::Estimate,
+        basis_note: String::new(),
     }
 }
 

@@ -251,6 +251,9 @@ pub struct ReplayState {
     /// The private pools met (format 1.6), by index - 1.
     pools: Vec<PoolTally>,
     pool_indices: FxHashMap<PoolId, u16>,
+    /// Captures under way into a pool of the graph's own, not yet named:
+    /// (stream, thread).
+    anonymous_captures: Vec<(u64, u32)>,
 }
 
 /// The most annotations a state keeps: a program that notes every step
@@ -300,6 +303,7 @@ impl ReplayState {
             site_doubt: Vec::new(),
             pools: Vec::new(),
             pool_indices: FxHashMap::default(),
+            anonymous_captures: Vec::new(),
         }
     }
 

@@ -229,8 +229,28 @@ impl ReplayState {
 
     pub(super) fn pool_event(&mut self, index: u64, time_ns: u64, e: &PoolEvent) -> Applied {
         if e.pool.is_default() {
+            // A capture into a pool of the graph's own: PyTorch names it only
+            // when the capture ends (its `capture_end` carries the id).
+            if e.action() == Some(PoolAction::CaptureBegin) {
+                self.anonymous_captures.push((e.stream, e.thread));
+            }
             return Applied::Other;
         }
+        // The end of such a capture: the capture was this pool's.
+        let anonymous = if e.action() == Some(PoolAction::CaptureEnd)
+            && !self
+                .pool_indices
+                .get(&e.pool)
+                .is_some_and(|&i| self.pools[i as usize - 1].open > 0)
+        {
+            let found = self
+                .anonymous_captures
+                .iter()
+                .rposition(|&(stream, _)| stream == e.stream);
+            found.map(|i| self.anonymous_captures.remove(i)).is_some()
+        } else {
+            false
+        };
         let known = self.pool_indices.contains_key(&e.pool);
         let Some(i) = self.pool_index(e.pool) else {
             return Applied::Other;
@@ -249,6 +269,10 @@ impl ReplayState {
             Some(PoolAction::UseBegin) => {
                 p.uses += 1;
                 p.open += 1;
+                p.users += 1;
+            }
+            Some(PoolAction::CaptureEnd) if anonymous => {
+                p.captures += 1;
                 p.users += 1;
             }
             Some(PoolAction::CaptureEnd) => {
@@ -286,7 +310,8 @@ impl ReplayState {
     /// At the pass's end: each capture or block still under way is one
     /// inconsistency (a capture that never ended).
     pub(super) fn close_pools(&mut self) {
-        let open: u32 = self.pools.iter().map(|p| p.open).sum();
+        let open: u32 =
+            self.pools.iter().map(|p| p.open).sum::<u32>() + self.anonymous_captures.len() as u32;
         for _ in 0..open.min(64) {
             self.inconsistent(InconsistencyKind::CaptureNeverEnded, 0);
         }

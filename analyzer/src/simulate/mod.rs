@@ -12,6 +12,7 @@
 mod capacity;
 pub mod fixes;
 pub mod gpus;
+pub mod kv;
 pub mod plan;
 pub mod requests;
 mod scenarios;
@@ -38,7 +39,7 @@ use vramtrace_allocator::device::{DeviceMemory, SimulatedDevice};
 use vramtrace_allocator::{
     AllocError, AllocatorConfig, CachingAllocator, ConfigError, allocation_size,
 };
-use vramtrace_format::BlockStatus;
+use vramtrace_format::{BlockStatus, PoolId};
 
 /// Simulated addresses of blocks whose allocation failed: their frees are
 /// skipped. Real addresses are never 0.
@@ -431,6 +432,9 @@ pub(crate) fn simulate_edited<E: Edits>(
                 r.empty_cache_calls += 1;
                 alloc.empty_cache();
             }
+            // Index 0: a capture into a pool of the graph's own, named at its
+            // end (which holds it then).
+            Op::PoolBegin if id == 0 => alloc.begin_allocate_to_pool(PoolId::DEFAULT),
             Op::PoolBegin => alloc.begin_allocate_to_pool(list.pools[id - 1]),
             Op::PoolEnd => alloc.end_allocate_to_pool(),
             Op::PoolHold => alloc.hold_pool(list.pools[id - 1]),

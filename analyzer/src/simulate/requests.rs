@@ -402,6 +402,15 @@ impl RequestExtractor {
     /// A `pool` event: its requests (a capture's or block's begin and end, a
     /// hold, a release), and the routes of failed allocations.
     fn pool_event(&mut self, index: u64, time: u64, p: &PoolEvent, state: &ReplayState) {
+        // A capture into a pool of the graph's own begins unnamed (index 0):
+        // its end names it.
+        if p.pool.is_default() {
+            if p.action() == Some(PoolAction::CaptureBegin) {
+                self.routes.push((Some(p.stream), p.thread, 0));
+                self.push(index, time, Op::PoolBegin, 0, 0);
+            }
+            return;
+        }
         let Some(pool) = state.pool_index_of(p.pool) else {
             return;
         };
@@ -420,16 +429,46 @@ impl RequestExtractor {
                 self.push(index, time, Op::PoolBegin, id, 0);
             }
             Some(action @ (PoolAction::CaptureEnd | PoolAction::UseEnd)) => {
-                if let Some(i) = self.routes.iter().rposition(|r| r.2 == pool) {
+                let stream = (action == PoolAction::CaptureEnd).then_some(p.stream);
+                let route = self
+                    .routes
+                    .iter()
+                    .rposition(|r| r.2 == pool && r.0 == stream)
+                    .or_else(|| {
+                        self.routes
+                            .iter()
+                            .rposition(|r| r.2 == 0 && r.0 == stream && stream.is_some())
+                    });
+                let unnamed = route.is_some_and(|i| self.routes[i].2 == 0);
+                if let Some(i) = route {
                     self.routes.remove(i);
                 }
                 self.push(index, time, Op::PoolEnd, id, 0);
+                // The unnamed capture's hold on its pool, now named.
+                if unnamed {
+                    self.push(index, time, Op::PoolHold, id, 0);
+                }
                 if action == PoolAction::UseEnd {
                     self.push(index, time, Op::PoolRelease, id, 0);
                 }
             }
             Some(PoolAction::Hold) => self.push(index, time, Op::PoolHold, id, 0),
-            Some(PoolAction::Release) => self.push(index, time, Op::PoolRelease, id, 0),
+            Some(PoolAction::Release) => {
+                self.push(index, time, Op::PoolRelease, id, 0);
+                // A `MemPool` deleted returns its memory as it lets its pool
+                // go (`releasePool`, then `emptyCache` of the pool), but its
+                // Python end comes after: the release goes before the
+                // return it made possible.
+                let n = self.list.requests.len();
+                if n >= 2
+                    && self.list.requests[n - 2].op == Op::EmptyPool
+                    && self.list.requests[n - 2].id == id
+                {
+                    let (a, b) = (self.list.requests[n - 2], self.list.requests[n - 1]);
+                    self.list.requests[n - 2].op = b.op;
+                    self.list.requests[n - 1].op = a.op;
+                }
+            }
             _ => {}
         }
     }

@@ -2,9 +2,12 @@
 //! of one program recorded at different values (see
 //! [`crate::simulate::plan`] and `docs/plan.md`).
 
+mod kv;
 mod read;
 mod result;
 mod words;
+
+pub use kv::{KvPlanOptions, KvPlanResult, kv_cache};
 
 pub use result::{
     Answer, AtValue, Basis, FitsUpTo, LawRow, NoLawSite, PlanError, PlanResult, PlanTiming, Point,

@@ -12,6 +12,25 @@ use serde::Serialize;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PlanError {
+    /// The KV cache's site was named, and no allocation comes from it.
+    #[error("{path}: no allocation comes from a site matching '{site}'")]
+    NoKvSite {
+        /// The run.
+        path: String,
+        /// The site asked for.
+        site: String,
+    },
+    /// No allocation can be the KV cache.
+    #[error(
+        "{path}: no allocation was made outside the CUDA graph captures and private pools, so none can be the KV cache: name its site"
+    )]
+    NoKvCache {
+        /// The run.
+        path: String,
+    },
+    /// A KV block of 0 bytes.
+    #[error("a KV block of 0 bytes: give its size with its unit (1MiB)")]
+    ZeroBlock,
     /// A run says neither its batch size nor its sequence length.
     #[error(
         "{path} does not say its batch size or sequence length (it has no `batch` or `seq` annotation): give each run's value"

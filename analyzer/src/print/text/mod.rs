@@ -26,7 +26,7 @@ pub use import::import;
 pub use info::info;
 pub use join::join;
 pub use leaks::leaks;
-pub use plan::plan;
+pub use plan::{plan, plan_kv};
 pub(crate) use ranks::spread_line;
 pub use ranks::{rank_compare, rank_leaks, ranks};
 pub use report::report_written;

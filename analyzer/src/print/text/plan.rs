@@ -1,9 +1,11 @@
 //! The fit planner's answer as text.
 
 use super::categories;
+use crate::command::plan::KvPlanResult;
 use crate::command::plan::{Basis, PlanResult, Point, request_words};
 use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
+use crate::simulate::kv::KvBasis;
 use crate::simulate::plan::Range;
 use crate::units;
 
@@ -195,4 +197,39 @@ fn oom_words(p: &Point) -> String {
     p.oom.as_ref().map_or_else(String::new, |o| {
         request_words(&o.site, &o.phase, o.requested_bytes)
     })
+}
+
+/// `plan --kv-cache` as text: the answer, how it is known, and the search.
+pub fn plan_kv(r: &KvPlanResult) -> String {
+    let mut text = format!("trace     {}\n", r.path);
+    let how = match r.kv_cache.basis {
+        KvBasis::Named => "named",
+        KvBasis::Inferred => {
+            "inferred: the largest allocation made outside the captures and private pools"
+        }
+    };
+    text.push_str(&format!(
+        "kv cache  {} at {} ({how})\n",
+        units::bytes(r.kv_cache.recorded_bytes),
+        crate::print::labels::site_label(&r.site)
+    ));
+    if r.pools > 0 {
+        text.push_str(&format!(
+            "graphs    {} replayed as recorded (exact)\n",
+            units::counted(r.pools as u64, "private pool", "private pools")
+        ));
+    }
+    text.push_str(&format!(
+        "search    {} simulations, in steps of {}\n",
+        units::count(r.fit.runs as u64),
+        match r.block_bytes {
+            Some(b) => format!("one block ({})", units::bytes(b)),
+            None => units::bytes(r.fit.unit_bytes),
+        }
+    ));
+    text.push_str(&format!(
+        "\nanswer    {}\nbasis     {}\n",
+        r.line, r.basis_note
+    ));
+    text
 }

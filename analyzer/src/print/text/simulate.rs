@@ -78,7 +78,10 @@ pub fn simulate(r: &SimulateResult) -> String {
             )),
         },
     }
-    text.push_str(&format!("\nverdict    {}\n\n", r.verdict.line));
+    text.push_str(&format!(
+        "\nverdict    {}\nbasis      {}\n\n",
+        r.verdict.line, r.verdict.basis_note
+    ));
     let mut t = Table::new(&[
         ("policy", Align::Left),
         ("peak reserved", Align::Right),

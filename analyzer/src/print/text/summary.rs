@@ -120,6 +120,9 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             units::bytes(o.at_end_bytes)
         ));
     }
+    if let Some(p) = &r.pools {
+        text.push_str(&format!("{:<10}{}\n", "pools", labels::pools_line(p)));
+    }
     text.push_str(&format!(
         "{:<10}{} allocated, {} reserved, {} live blocks\n",
         "at end",
@@ -153,6 +156,10 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
                 )
             ));
         }
+    }
+
+    if let Some(p) = r.pools.as_ref().filter(|p| !p.pools.is_empty()) {
+        text.push_str(&pools_table(p));
     }
 
     text.push_str("\ntop sites live at the allocated peak:\n");
@@ -261,4 +268,47 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
         text.push_str(&t.render(2));
     }
     text
+}
+
+/// Each private pool: at the allocated peak, its own peak and at the end
+/// (every figure exact: replayed from the pool's segments and blocks).
+fn pools_table(p: &crate::analysis::pools::PoolsReport) -> String {
+    let mut t = Table::new(&[
+        ("pool", Align::Left),
+        ("made by", Align::Left),
+        ("graphs", Align::Right),
+        ("at peak", Align::Right),
+        ("in use", Align::Right),
+        ("free", Align::Right),
+        ("own peak", Align::Right),
+        ("at end", Align::Right),
+        ("users", Align::Left),
+    ]);
+    for pool in &p.pools {
+        t.row([
+            format!("({}, {})", pool.id.0, pool.id.1),
+            labels::pool_kind(pool.kind).to_string(),
+            if pool.followed {
+                units::count(pool.captures as u64)
+            } else {
+                "?".to_string()
+            },
+            units::bytes(pool.reserved_at_peak_bytes),
+            units::bytes(pool.live_at_peak_bytes),
+            units::bytes(pool.free_at_peak_bytes()),
+            units::bytes(pool.peak_reserved_bytes),
+            units::bytes(pool.reserved_at_end_bytes),
+            if !pool.followed {
+                "not recorded".to_string()
+            } else if pool.released {
+                "all let go".to_string()
+            } else {
+                "held".to_string()
+            },
+        ]);
+    }
+    format!(
+        "\nmemory pools (exact; a pool's free bytes serve only its own allocations):\n{}",
+        t.render(2)
+    )
 }

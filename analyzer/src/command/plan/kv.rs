@@ -1,0 +1,184 @@
+//! `plan --kv-cache`: the largest KV cache an inference server fits under a
+//! cap or on a card, from one recorded run of it (see
+//! [`crate::simulate::kv`] and `docs/pools.md`). The run's CUDA graphs are
+//! replayed in their pools, not summed.
+
+use super::read::read_run;
+use super::{PlanError, PlanOptions, target_of};
+use crate::Error;
+use crate::input::Input;
+use crate::progress::Progress;
+use crate::simulate::kv::{KvCacheAllocation, KvCacheFit, find_kv_cache, largest_kv_cache};
+use crate::simulate::{OomAt, fidelity_under, scenarios};
+use crate::units;
+use serde::Serialize;
+use vramtrace_format::EventSource;
+
+/// What `plan --kv-cache` looks for.
+#[derive(Clone, Debug, Default)]
+pub struct KvPlanOptions {
+    /// Where to plan for (a device, a cap, else the recorded cap or card),
+    /// and the settings.
+    pub plan: PlanOptions,
+    /// A part of the KV cache's site (`serve.py:31`), when the largest
+    /// allocation outside the captures is not it.
+    pub site: Option<String>,
+    /// A KV block's bytes, when known: the answer is a whole number of them.
+    pub block_bytes: Option<u64>,
+}
+
+/// The largest KV cache that fits, and how it is known.
+#[derive(Clone, Debug, Serialize)]
+pub struct KvPlanResult {
+    /// The input's path.
+    pub path: String,
+    /// The answer in one line.
+    pub line: String,
+    /// `exact` when the recorded run replays to the byte with the settings
+    /// planned for, else `estimate`.
+    pub basis: &'static str,
+    /// Why, in words.
+    pub basis_note: String,
+    /// The allocation taken for the KV cache.
+    pub kv_cache: KvCacheAllocation,
+    /// Its site.
+    pub site: String,
+    /// A KV block's bytes, when given.
+    pub block_bytes: Option<u64>,
+    /// The KV cache the recording allocated, in blocks (when given).
+    pub recorded_blocks: Option<u64>,
+    /// The search.
+    pub fit: KvCacheFit,
+    /// The largest KV cache that fits, in blocks (when given).
+    pub largest_blocks: Option<u64>,
+    /// Where one unit more runs out of memory: its site.
+    pub next_oom_site: Option<String>,
+    /// Where the plan is for, in words.
+    pub place: String,
+    /// The private pools replayed (CUDA graphs' and `MemPool`s').
+    pub pools: usize,
+}
+
+/// Plans the KV cache of the one run in `input`.
+pub fn kv_cache(
+    input: &Input,
+    options: &KvPlanOptions,
+    progress: &dyn Progress,
+) -> Result<KvPlanResult, Error> {
+    if options.block_bytes == Some(0) {
+        return Err(PlanError::ZeroBlock.into());
+    }
+    let run = read_run(input, &options.plan, progress)?;
+    let path = input.path().display().to_string();
+    let list = &run.extracted.list;
+    let state = &run.extracted.state;
+    let symbols = run.events.symbols();
+    let site_name = |site| state.sites().name(site, symbols);
+    let site = match &options.site {
+        Some(wanted) => {
+            let id = (0..list.allocs.len())
+                .map(|i| list.allocs[i].site)
+                .find(|&s| site_name(s).contains(wanted.as_str()))
+                .ok_or_else(|| PlanError::NoKvSite {
+                    path: path.clone(),
+                    site: wanted.clone(),
+                })?;
+            Some(id)
+        }
+        None => None,
+    };
+    let kv = find_kv_cache(list, site).ok_or(PlanError::NoKvCache { path: path.clone() })?;
+    let recorded = run
+        .extracted
+        .recorded_config
+        .as_ref()
+        .map(|(c, _)| c.clone())
+        .map_err(|e| e.clone());
+    let policies =
+        scenarios(&recorded, options.plan.settings.clone(), false).map_err(|source| {
+            Error::Simulate {
+                path: input.path().to_owned(),
+                source,
+            }
+        })?;
+    let config = &policies[0].config;
+    let place = target_of(&options.plan, &run)?;
+    let unit = options.block_bytes.unwrap_or(1 << 20);
+    let fit = largest_kv_cache(list, config, &place.sim, &kv, unit);
+    // The recorded run under its own card and cap: does it replay exactly?
+    let recorded_cap = run.extracted.limits.cap().map(|l| l.bytes);
+    let fidelity = fidelity_under(list, config, run.extracted.recorded_capacity, recorded_cap);
+    let (basis, basis_note) = if fidelity.exact {
+        (
+            "exact",
+            "exact: the recorded run replays to the byte, its CUDA graphs in their pools"
+                .to_string(),
+        )
+    } else {
+        (
+            "estimate",
+            format!(
+                "estimate: the replay of the recorded run is not exact ({} device actions against {} recorded)",
+                fidelity.simulated_segment_actions, fidelity.recorded_segment_actions
+            ),
+        )
+    };
+    let place_text = match (&place.device, place.cap) {
+        (Some(d), _) => format!("on {}", d.name),
+        (None, Some(cap)) => format!("under a cap of {}", units::bytes(cap)),
+        (None, None) => "on the recorded card".to_string(),
+    };
+    let blocks = |bytes: u64| options.block_bytes.map(|b| bytes / b);
+    let in_blocks = |bytes: u64| match options.block_bytes {
+        Some(b) => format!(
+            "{} ({})",
+            units::bytes(bytes),
+            units::counted(bytes / b, "block", "blocks")
+        ),
+        None => units::bytes(bytes),
+    };
+    let next_oom_site = fit
+        .next_oom
+        .as_ref()
+        .map(|o: &OomAt| crate::sites::site_label(&site_name(o.site)));
+    let mut line = match fit.largest_bytes {
+        Some(largest) => format!(
+            "the largest KV cache that fits {place_text} is {}, with the recorded CUDA graphs in their pools (recorded: {}{})",
+            in_blocks(largest),
+            in_blocks(kv.recorded_bytes),
+            if fit.recorded_fits {
+                ""
+            } else {
+                ", which does not fit"
+            }
+        ),
+        None => {
+            format!("no KV cache fits {place_text}: the rest of the run alone runs out of memory")
+        }
+    };
+    if let (Some(_), Some(site)) = (fit.largest_bytes, &next_oom_site) {
+        let more = match options.block_bytes {
+            Some(_) => "a block".to_string(),
+            None => units::bytes(fit.unit_bytes),
+        };
+        line.push_str(&format!("; {more} more runs out at {site}"));
+    }
+    if basis == "estimate" {
+        line = format!("estimate: {line}");
+    }
+    Ok(KvPlanResult {
+        path,
+        line,
+        basis,
+        basis_note,
+        site: site_name(kv.site),
+        kv_cache: kv,
+        block_bytes: options.block_bytes,
+        recorded_blocks: blocks(kv.recorded_bytes),
+        largest_blocks: fit.largest_bytes.and_then(blocks),
+        next_oom_site,
+        place: place_text,
+        pools: list.pools.len(),
+        fit,
+    })
+}
