@@ -195,6 +195,36 @@ fn a_size_without_a_unit_is_refused_and_units_mean_what_they_say() {
 }
 
 #[test]
+fn a_gpu_name_of_several_cards_is_refused_with_the_matches() {
+    // An A100 has 40 or 80 GB: picking one would answer for a card the
+    // user may not have.
+    for command in ["simulate", "plan"] {
+        let leak = path("leak.vtrace");
+        let args: Vec<&str> = match command {
+            "plan" => vec![command, &leak, &leak, "--gpu", "a100"],
+            _ => vec![command, &leak, "--gpu", "a100"],
+        };
+        let run = vramtrace(args).fails_with(2);
+        assert!(
+            run.stderr.contains("a100-80gb") && run.stderr.contains("a100-40gb"),
+            "{command}: lists the matches: {}",
+            run.stderr
+        );
+    }
+    // A whole name still picks its card.
+    let run = vramtrace([
+        "simulate",
+        &path("leak.vtrace"),
+        "--gpu",
+        "A100 40GB",
+        "--reserve",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(run.success().result()["capacity_bytes"], 42_298_834_944u64);
+}
+
+#[test]
 fn the_verdict_is_one_line_that_text_and_json_share() {
     // GPT-2 on an H100: PyTorch's peak reserved, 8,082,423,808 bytes, on
     // 79.18 GiB less 512 MiB for the CUDA context.
