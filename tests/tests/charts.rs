@@ -640,3 +640,40 @@ fn the_fragmentation_chart_reaches_the_peaks_the_summary_states() {
         }
     }
 }
+
+#[test]
+fn a_chart_under_a_name_of_another_format_is_refused() {
+    // Charts are SVG: `-o out.png` would write SVG under a PNG's name,
+    // which an image viewer then fails to open.
+    let dir = scratch("chart-names");
+    let trace = fixture("leak.vtrace");
+    let t = trace.to_str().unwrap();
+    for (command, name) in [
+        (&["timeline", t][..], "timeline.png"),
+        (&["fragmentation", t][..], "fragmentation.PDF"),
+        (&["leaks", t][..], "leaks.jpg"),
+        (&["flamegraph", t][..], "peak.png"),
+        (&["compare", t, t][..], "diff.png"),
+        (&["simulate", t, "--capacity", "1GiB"][..], "simulate.png"),
+    ] {
+        let out = dir.join(name);
+        let mut args: Vec<&std::ffi::OsStr> = command.iter().map(|a| a.as_ref()).collect();
+        args.extend(["-o".as_ref(), out.as_os_str()]);
+        let run = vramtrace(args).fails_with(2);
+        assert!(run.stderr.contains(".svg"), "{command:?}: {}", run.stderr);
+        assert!(!out.exists(), "{command:?} wrote {}", out.display());
+    }
+    // An SVG name of any case, a name without an extension (a device such
+    // as /dev/stdout) and folded stacks (text) are written.
+    for (command, name) in [
+        (&["timeline", t][..], "timeline.SVG"),
+        (&["timeline", t][..], "timeline"),
+        (&["flamegraph", t, "--folded"][..], "peak.folded.txt"),
+    ] {
+        let out = dir.join(name);
+        let mut args: Vec<&std::ffi::OsStr> = command.iter().map(|a| a.as_ref()).collect();
+        args.extend(["-o".as_ref(), out.as_os_str()]);
+        vramtrace(args).success();
+        assert!(out.is_file(), "{command:?} {name}");
+    }
+}

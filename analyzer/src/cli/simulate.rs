@@ -115,6 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         recorded_device: args.device,
     };
     check_outputs(args.output.as_deref(), [args.trace.as_path()])?;
+    super::common::check_svg_name(args.output.as_deref())?;
     let progress = Bars::new();
     let input = open(&args.trace, &args.input, &progress)?;
     let results = simulate(&input, &options, &progress).inspect_err(|e| {
