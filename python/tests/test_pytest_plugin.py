@@ -4,6 +4,7 @@ CUDA, and bad markers. The GPU half is pytest_plugin_check.py
 (docs/gpu-check.md)."""
 
 import os
+from importlib import metadata
 
 import pytest
 
@@ -12,9 +13,25 @@ from vramtrace.pytest_plugin import SizeError, human, parse_size
 
 pytest_plugins = ["pytester"]
 
-# Installed from the wheel, the plugin is loaded by its entry point;
-# from the source tree, by name.
-LOAD = [] if os.environ.get("VRAMTRACE_TEST_INSTALLED") else ["-p", "vramtrace.pytest_plugin"]
+
+def plugin_loads_itself() -> bool:
+    """Whether pytest loads the plugin by itself in the inner sessions: the
+    package is installed (its ``pytest11`` entry point is there) and plugin
+    autoloading is on. Naming it with ``-p`` as well would register it twice,
+    under two names, which pytest refuses ("Plugin already registered under
+    a different name"); the inner sessions import whichever vramtrace comes
+    first on their path, so this depends on the entry point alone."""
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    eps = metadata.entry_points()
+    # (Python 3.9's entry_points() is a dict of groups; 3.10 has select().)
+    group = eps.select(group="pytest11") if hasattr(eps, "select") else eps.get("pytest11", ())
+    return any(ep.value == "vramtrace.pytest_plugin" for ep in group)
+
+
+# Installed (as the README's `pip install . pytest` does, or CI's wheel), the
+# plugin is loaded by its entry point; from the source tree alone, by name.
+LOAD = [] if plugin_loads_itself() else ["-p", "vramtrace.pytest_plugin"]
 
 # A conftest for the inner sessions: PyTorch's counters faked by a `gpu`
 # fixture that allocates and frees, and recording off (no GPU to record).
