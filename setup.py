@@ -87,6 +87,15 @@ class BuildRust(build_rust):
     observer shim), under the name the docs give.
     """
 
+    def run(self):
+        # setuptools runs every command at verbosity 1 (pip's -v does not
+        # change it, only whether the output is shown), which setuptools-rust
+        # turns into `cargo -v`: a full rustc command line per crate. Cargo's
+        # own progress, a "Compiling" line per crate, is what `pip install -v`
+        # promises.
+        self.verbose = 0
+        super().run()
+
     def get_dylib_ext_path(self, ext, target_fname):
         path = super().get_dylib_ext_path(ext, target_fname)
         return os.path.join(os.path.dirname(path), LIBRARY)
