@@ -155,15 +155,18 @@ pub fn category_row_basis(cells: &[Basis]) -> &'static str {
 }
 
 /// "activations dominate the allocated peak: 4.2 GiB of 7.2 GiB (58%,
-/// inferred); activation checkpointing ... lowers it".
+/// inferred); activation checkpointing ... lowers it". A category under
+/// half of the total "is the largest part of" it: it does not dominate.
 pub fn category_dominant_line(d: &Dominant, total: u64, moment: &str) -> String {
+    let plural = d.category.label().ends_with('s');
     format!(
         "{} {} {moment}: {} of {} ({}, {}); {}",
         d.category.label(),
-        if d.category.label().ends_with('s') {
-            "dominate"
-        } else {
-            "dominates"
+        match (d.share > 0.5, plural) {
+            (true, true) => "dominate",
+            (true, false) => "dominates",
+            (false, true) => "are the largest part of",
+            (false, false) => "is the largest part of",
         },
         units::bytes(d.bytes),
         units::bytes(total),
@@ -190,6 +193,21 @@ pub fn category_source(source: CategorySource) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_category_under_half_of_the_peak_is_its_largest_part_not_dominant() {
+        let line = |bytes: u64| {
+            let d = Dominant {
+                category: Category::Activation,
+                bytes,
+                share: bytes as f64 / 1000.0,
+                basis: Basis::Inferred,
+            };
+            category_dominant_line(&d, 1000, "the allocated peak")
+        };
+        assert!(line(494).starts_with("activations are the largest part of the allocated peak: "));
+        assert!(line(501).starts_with("activations dominate the allocated peak: "));
+    }
 
     /// As for colours: a category the format adds needs a remedy of its own.
     #[test]
