@@ -89,7 +89,7 @@ def run_error(message: str):
 
 def main(argv=None) -> int:
     global _COMMAND
-    _COMMAND = os.environ.pop("VRAMTRACE_COMMAND", None) or _COMMAND
+    _COMMAND = os.environ.pop("VRAMTRACE_COMMAND", "") or _COMMAND
     ns = parser().parse_args(argv)
     if ns.keep_last is not None:
         try:
