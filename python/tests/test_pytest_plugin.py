@@ -188,7 +188,11 @@ def test_a_limit_without_a_unit_is_one_line_naming_the_forms(inner):
         "*'2' has no unit: write an int of bytes, or a number with a unit: '2 GiB'*",
         "*kind='peak' is not one of allocated, reserved*",
     ])
-    assert "Traceback" not in result.stdout.str()
+    out = result.stdout.str()
+    assert "Traceback" not in out
+    # Said once per test, not again as the context of the failure.
+    assert "During handling" not in out, out
+    assert out.count("'2' has no unit") == 1, out
 
 
 def test_without_a_gpu_checks_are_skipped_and_said_once(inner):
