@@ -258,7 +258,9 @@ fn the_verdict_is_one_line_that_text_and_json_share() {
     let line = verdict["line"].as_str().unwrap();
     assert!(
         line.starts_with("runs out of memory on 2.70 GiB at iter18/backward, at train_step (train.py:90) via LogSoftmaxBackward0, asking for 208.2 MiB with ")
-            && line.contains("free but fragmented (largest free block 76.9 MiB)")
+            // Memory not reserved is not fragmented: the free memory is
+            // told apart, unreserved and cached, with the largest piece.
+            && line.contains("with 279.9 MiB free in pieces: 100.8 MiB unreserved on the device and 179.1 MiB cached (largest cached block 76.9 MiB)")
             && line.ends_with("; expandable_segments:True fits"),
         "{line}"
     );
