@@ -183,9 +183,14 @@ pub fn category_source(source: CategorySource) -> &'static str {
             "parameters, buffers, gradients and optimizer state tagged by the recorder; \
              activations and temporaries inferred from lifetimes"
         }
+        // Said of every trace without the recorder's tags, those that
+        // `python -m vramtrace run` recorded included (with
+        // --no-categories, or of a run without parameters or an optimizer
+        // it saw): the words must hold for those too.
         CategorySource::Inferred => {
-            "inferred from lifetimes, phases and frames; a trace recorded by \
-             `python -m vramtrace run` has exact ones"
+            "inferred from lifetimes, phases and frames: the trace has no tags; \
+             `python -m vramtrace run` tags the parameters, gradients and \
+             optimizer state it sees"
         }
     }
 }
@@ -193,6 +198,15 @@ pub fn category_source(source: CategorySource) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_untagged_trace_is_not_told_that_recording_it_would_tag_it() {
+        // A trace that `python -m vramtrace run` recorded without tags gets
+        // these words too: they must not promise what it lacks.
+        let words = category_source(CategorySource::Inferred);
+        assert!(!words.contains("has exact ones"), "{words}");
+        assert!(words.contains("the trace has no tags"), "{words}");
+    }
 
     #[test]
     fn a_category_under_half_of_the_peak_is_its_largest_part_not_dominant() {
