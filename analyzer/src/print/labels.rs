@@ -188,9 +188,7 @@ pub fn category_source(source: CategorySource) -> &'static str {
         // --no-categories, or of a run without parameters or an optimizer
         // it saw): the words must hold for those too.
         CategorySource::Inferred => {
-            "inferred from lifetimes, phases and frames: the trace has no tags; \
-             `python -m vramtrace run` tags the parameters, gradients and \
-             optimizer state it sees"
+            "inferred from lifetimes, phases and frames: the trace has no recorder tags"
         }
     }
 }
@@ -205,7 +203,7 @@ mod tests {
         // these words too: they must not promise what it lacks.
         let words = category_source(CategorySource::Inferred);
         assert!(!words.contains("has exact ones"), "{words}");
-        assert!(words.contains("the trace has no tags"), "{words}");
+        assert!(words.contains("the trace has no recorder tags"), "{words}");
     }
 
     #[test]
