@@ -331,6 +331,51 @@ fn the_reports_what_if_agrees_with_simulate_reserve_included() {
 }
 
 #[test]
+fn the_reports_what_if_lists_capacities_a_reader_can_tell_apart() {
+    // GPT-2's smallest fitting device (8.02 GiB) is within 11 MiB of the
+    // device its unlimited peak needs: the steps between them made five
+    // rows that all read 8.0 GiB, with the same outcome.
+    for name in [
+        "torch/gpt2_train.pickle.xz",
+        "torch/mlp_empty_cache.pickle.xz",
+        "leak.vtrace",
+        "oom.vtrace",
+    ] {
+        let dir = scratch("what-if-apart");
+        let page = dir.join("report.html");
+        let report = vramtrace([
+            "report",
+            &path(name),
+            "-o",
+            &page.display().to_string(),
+            "--json",
+        ])
+        .success()
+        .result();
+        let what_if = &report["what_if"];
+        let capacities: Vec<u64> = what_if["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["capacity_bytes"].as_u64().unwrap())
+            .collect();
+        let min = what_if["min_capacity_bytes"].as_u64().unwrap();
+        assert!(
+            capacities.contains(&min),
+            "{name}: the smallest that fits is listed"
+        );
+        for pair in capacities.windows(2) {
+            assert!(
+                (pair[1] - pair[0]) * 40 >= min,
+                "{name}: {} and {} bytes are under a 40th of the smallest fitting device apart: {capacities:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
+}
+
+#[test]
 fn a_negative_size_is_told_apart_from_an_unknown_flag() {
     for size in ["-5GiB", "-1"] {
         let run = vramtrace(["simulate", &path("leak.vtrace"), "--capacity", size]).fails_with(2);
