@@ -61,6 +61,17 @@ pub enum Error {
         /// What it lacks.
         what: &'static str,
     },
+    /// A moment asked for by time lies past the input's last event: its
+    /// state there would be the end's, which was not asked for.
+    #[error("{}: the trace ends at {}; {} is past its end", .path.display(), crate::units::duration_ns(*.end_ns), crate::units::duration_ns(*.at_ns))]
+    MomentPastEnd {
+        /// The input.
+        path: PathBuf,
+        /// The time asked for (ns, on the trace's clock).
+        at_ns: u64,
+        /// The input's last event's time (ns).
+        end_ns: u64,
+    },
     /// Two runs have different numbers of devices: which to compare is unclear.
     #[error("the runs have different devices (base: {}; new: {}): compare one of each", list_devices(.base), list_devices(.new))]
     DevicesDiffer {

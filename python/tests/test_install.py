@@ -95,6 +95,27 @@ def test_type_hints_are_installed():
     assert (PACKAGE / "py.typed").is_file()
 
 
+@needs_install
+def test_the_license_is_in_the_metadata():
+    meta = metadata.metadata("vramtrace")
+    assert meta["License-Expression"] == "MIT OR Apache-2.0"
+    files = {Path(f).name for f in metadata.files("vramtrace") or ()}
+    assert {"LICENSE-MIT", "LICENSE-APACHE"} <= files
+
+
+@pytest.mark.skipif(not os.environ.get("VRAMTRACE_TEST_INSTALLED"),
+                    reason="only CI installs the auditwheel-repaired wheel "
+                           "(`pip install .` builds a linux_* one)")
+def test_the_installed_wheel_is_manylinux():
+    # Package indexes refuse a plain linux_* wheel, and another
+    # distribution's pip may not install it.
+    wheel = metadata.distribution("vramtrace").read_text("WHEEL") or ""
+    tags = [line.split(":", 1)[1].strip() for line in wheel.splitlines()
+            if line.startswith("Tag:")]
+    assert tags, "the installed wheel names no tag"
+    assert all(tag.startswith("py3-none-manylinux") for tag in tags), tags
+
+
 def test_library_override(tmp_path, monkeypatch):
     lib = tmp_path / "libother.so"
     lib.write_bytes(b"")

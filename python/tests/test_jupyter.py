@@ -78,6 +78,22 @@ def test_without_recording_the_cell_runs_and_one_line_says_why(shell, monkeypatc
     assert "vramtrace: the cell runs unrecorded: no CUDA device" in capsys.readouterr().out
 
 
+def test_a_cell_unrecorded_says_why_without_a_strictness_it_did_not_ask_for(
+        shell, monkeypatch, capsys):
+    # The magic starts strictly to learn why recording cannot start; the
+    # user asked for nothing strict, so the line says only why.
+    from vramtrace import _observer
+
+    def start(out, strict=None, **options):
+        return _observer._give_up("no CUDA device", _observer._strict(strict))
+
+    monkeypatch.setattr(vramtrace, "start", start)
+    shell.run_cell("%%vramtrace\nran = 1\n")
+    assert shell.user_ns["ran"] == 1
+    out = capsys.readouterr().out
+    assert out.strip() == "vramtrace: the cell runs unrecorded: no CUDA device", out
+
+
 def test_a_report_before_any_cell_says_what_to_do(shell, capsys):
     shell.run_line_magic("vramtrace_report", "")
     assert "no cell recorded yet" in capsys.readouterr().out

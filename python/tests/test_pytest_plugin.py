@@ -4,6 +4,7 @@ CUDA, and bad markers. The GPU half is pytest_plugin_check.py
 (docs/gpu-check.md)."""
 
 import os
+from importlib import metadata
 
 import pytest
 
@@ -12,9 +13,25 @@ from vramtrace.pytest_plugin import SizeError, human, parse_size
 
 pytest_plugins = ["pytester"]
 
-# Installed from the wheel, the plugin is loaded by its entry point;
-# from the source tree, by name.
-LOAD = [] if os.environ.get("VRAMTRACE_TEST_INSTALLED") else ["-p", "vramtrace.pytest_plugin"]
+
+def plugin_loads_itself() -> bool:
+    """Whether pytest loads the plugin by itself in the inner sessions: the
+    package is installed (its ``pytest11`` entry point is there) and plugin
+    autoloading is on. Naming it with ``-p`` as well would register it twice,
+    under two names, which pytest refuses ("Plugin already registered under
+    a different name"); the inner sessions import whichever vramtrace comes
+    first on their path, so this depends on the entry point alone."""
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    eps = metadata.entry_points()
+    # (Python 3.9's entry_points() is a dict of groups; 3.10 has select().)
+    group = eps.select(group="pytest11") if hasattr(eps, "select") else eps.get("pytest11", ())
+    return any(ep.value == "vramtrace.pytest_plugin" for ep in group)
+
+
+# Installed (as the README's `pip install . pytest` does, or CI's wheel), the
+# plugin is loaded by its entry point; from the source tree alone, by name.
+LOAD = [] if plugin_loads_itself() else ["-p", "vramtrace.pytest_plugin"]
 
 # A conftest for the inner sessions: PyTorch's counters faked by a `gpu`
 # fixture that allocates and frees, and recording off (no GPU to record).
@@ -171,7 +188,11 @@ def test_a_limit_without_a_unit_is_one_line_naming_the_forms(inner):
         "*'2' has no unit: write an int of bytes, or a number with a unit: '2 GiB'*",
         "*kind='peak' is not one of allocated, reserved*",
     ])
-    assert "Traceback" not in result.stdout.str()
+    out = result.stdout.str()
+    assert "Traceback" not in out
+    # Said once per test, not again as the context of the failure.
+    assert "During handling" not in out, out
+    assert out.count("'2' has no unit") == 1, out
 
 
 def test_without_a_gpu_checks_are_skipped_and_said_once(inner):

@@ -35,9 +35,15 @@ def annotation(text: str) -> tuple:
     return key.strip(), value
 
 
+# How the user started this module, for usage errors: `vramtrace run` runs
+# it and says so in VRAMTRACE_COMMAND (taken out of the environment before
+# the program runs, so that nothing the program starts inherits it).
+_COMMAND = "python -m vramtrace"
+
+
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
-        prog="python -m vramtrace",
+        prog=_COMMAND,
         description="Record a PyTorch program's GPU memory with vramtrace.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run a script or module with its GPU memory recorded",
@@ -75,15 +81,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def run_error(message: str):
+    """A usage error of `run`, on one line, naming the command typed."""
+    sub = _Parser(prog=f"{_COMMAND} run")
+    sub.error(message)
+
+
 def main(argv=None) -> int:
+    global _COMMAND
+    _COMMAND = os.environ.pop("VRAMTRACE_COMMAND", "") or _COMMAND
     ns = parser().parse_args(argv)
     if ns.keep_last is not None:
         try:
             ns.keep_last = _bounded.check_keep_last(ns.keep_last)
         except vramtrace.VramtraceError as e:
-            parser().error(str(e))
+            run_error(str(e))
     if ns.alloc_conf is not None and ns.mode != "replace":
-        parser().error("--alloc-conf needs --mode replace (an observed PyTorch uses "
+        run_error("--alloc-conf needs --mode replace (an observed PyTorch uses "
                        "PYTORCH_CUDA_ALLOC_CONF)")
     if ns.module:
         import importlib.util
@@ -92,9 +106,9 @@ def main(argv=None) -> int:
         except (ImportError, ValueError):
             found = False
         if not found:
-            parser().error(f"no module named {ns.script}")
+            run_error(f"no module named {ns.script}")
     elif not os.path.isfile(ns.script):
-        parser().error(f"no such script: {ns.script}")
+        run_error(f"no such script: {ns.script}")
     strict = ns.strict or None
     try:
         if ns.mode == "replace":

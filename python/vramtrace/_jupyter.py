@@ -87,7 +87,10 @@ class CellRecorder:
         try:
             started = vramtrace.start(str(path), stacks=args.stacks, strict=True)
         except Exception as e:  # noqa: BLE001 - no CUDA, no compiler for the shim, already recording
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            # Started strictly only to learn why: the user asked for
+            # nothing strict, so the line gives the reason alone.
+            why = getattr(e, "reason", None) or str(e)
+            first = why.splitlines()[0] if why else type(e).__name__
             print(f"vramtrace: the cell runs unrecorded: {first}")
             run_cell()
             return

@@ -466,12 +466,22 @@ def _begin_or_report(torch, args, pending: bool, strict: bool) -> None:
         _give_up(str(e), strict, e)
 
 
+class NotRecording(VramtraceError):
+    """Recording could not start, under ``strict``; ``reason`` says why,
+    without the words about strictness (for callers that start strictly
+    only to learn why, as the notebook magic does)."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"{reason}: not recording (strict)")
+        self.reason = reason
+
+
 def _give_up(reason: str, strict: bool, cause: BaseException | None = None) -> bool:
     """Recording cannot start, for `reason`. Strict, that is an error: the
     program must not go on unrecorded. Otherwise one line says so, and the
     program runs unrecorded."""
     if strict:
-        raise VramtraceError(f"{reason}: not recording (strict)") from cause
+        raise NotRecording(reason) from cause
     message(f"{reason}: running without recording")
     return False
 

@@ -311,12 +311,17 @@ def _trace_facts(trace: Path, *, leaks: bool) -> str:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     plugin = _plugin(item.config)
+    bad_marker = None
     try:
         limit = _limit_of(item)
         tolerance = _tolerance_of(item)
     except SizeError as e:
-        # The marker is wrong: the test fails with one line naming the forms.
-        pytest.fail(str(e), pytrace=False)
+        bad_marker = str(e)
+    if bad_marker is not None:
+        # The marker is wrong: the test fails with one line naming the forms
+        # (outside the except block, where pytest would print the
+        # SizeError again as the failure's context).
+        pytest.fail(bad_marker, pytrace=False)
     wanted = limit is not None or tolerance is not None
     if not (wanted or plugin.record_all):
         yield

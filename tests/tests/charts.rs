@@ -549,3 +549,131 @@ fn a_snapshots_table_and_charts_default_to_busy_time_with_no_empty_row() {
         assert!(texts(&read_svg(&out)).contains("busy time (idle gaps cut)"));
     }
 }
+
+/// A byte label of a chart's y axis ("0", "50 MiB", "1.5 GiB") in bytes.
+fn axis_bytes(label: &str) -> Option<f64> {
+    let label = label.trim();
+    if label == "0" {
+        return Some(0.0);
+    }
+    let (number, unit) = label.split_once(' ')?;
+    let shift = match unit {
+        "B" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        "TiB" => 40,
+        _ => return None,
+    };
+    Some(number.parse::<f64>().ok()? * (1u64 << shift) as f64)
+}
+
+/// The bytes that a pixel row of the chart's left axis stands for: a line
+/// through its tick labels (each placed at its tick's row), as
+/// `(bytes at row 0, bytes per row downwards)`.
+fn y_axis(svg: &str) -> (f64, f64) {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let ticks: Vec<(f64, f64)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("text-anchor") == Some("end"))
+        .filter_map(|n| {
+            let bytes = axis_bytes(n.text()?)?;
+            Some((n.attribute("y")?.parse::<f64>().ok()?, bytes))
+        })
+        .collect();
+    assert!(ticks.len() >= 2, "no byte axis: {ticks:?}");
+    let (first, last) = (ticks[0], ticks[ticks.len() - 1]);
+    let per_row = (last.1 - first.1) / (last.0 - first.0);
+    (first.1 - per_row * first.0, per_row)
+}
+
+#[test]
+fn the_fragmentation_chart_reaches_the_peaks_the_summary_states() {
+    let dir = scratch("fragmentation-peaks");
+    for name in [
+        "leak.vtrace",
+        "fragmenting.vtrace",
+        "oom.vtrace",
+        "torch/gpt2_train.pickle.xz",
+    ] {
+        let trace = fixture(name);
+        let summary = vramtrace(["summary".as_ref(), trace.as_os_str(), "--json".as_ref()])
+            .success()
+            .result();
+        let device = &summary;
+        let out = dir.join(format!("{}.svg", name.replace('/', "-")));
+        vramtrace([
+            "fragmentation".as_ref(),
+            trace.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ])
+        .success();
+        let svg = read_svg(&out);
+        let (at_zero, per_row) = y_axis(&svg);
+        // The highest point of a series, in bytes: the smallest row.
+        let top = |element: &str| {
+            // The series, not its legend's mark (of two points).
+            let (_, points) = series_points(&svg)
+                .into_iter()
+                .filter(|(e, _)| e == element)
+                .max_by_key(|(_, points)| points.len())
+                .unwrap_or_else(|| panic!("no {element} in the chart of {name}"));
+            let row = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+            at_zero + per_row * row
+        };
+        // Rows are whole pixels: a peak is drawn within one row of it.
+        let row_bytes = -per_row;
+        for (element, key) in [
+            ("<polygon #0072B2>", "peak_allocated_bytes"),
+            ("<polyline #282828>", "peak_reserved_bytes"),
+        ] {
+            let stated = device[key].as_f64().unwrap();
+            let drawn = top(element);
+            assert!(
+                (drawn - stated).abs() <= row_bytes,
+                "{name}: the chart's {element} tops at {:.1} MiB, the summary's {key} is {:.1} MiB (a row is {:.2} MiB)",
+                drawn / (1 << 20) as f64,
+                stated / (1 << 20) as f64,
+                row_bytes / (1 << 20) as f64
+            );
+        }
+    }
+}
+
+#[test]
+fn a_chart_under_a_name_of_another_format_is_refused() {
+    // Charts are SVG: `-o out.png` would write SVG under a PNG's name,
+    // which an image viewer then fails to open.
+    let dir = scratch("chart-names");
+    let trace = fixture("leak.vtrace");
+    let t = trace.to_str().unwrap();
+    for (command, name) in [
+        (&["timeline", t][..], "timeline.png"),
+        (&["fragmentation", t][..], "fragmentation.PDF"),
+        (&["leaks", t][..], "leaks.jpg"),
+        (&["flamegraph", t][..], "peak.png"),
+        (&["compare", t, t][..], "diff.png"),
+        (&["simulate", t, "--capacity", "1GiB"][..], "simulate.png"),
+    ] {
+        let out = dir.join(name);
+        let mut args: Vec<&std::ffi::OsStr> = command.iter().map(|a| a.as_ref()).collect();
+        args.extend(["-o".as_ref(), out.as_os_str()]);
+        let run = vramtrace(args).fails_with(2);
+        assert!(run.stderr.contains(".svg"), "{command:?}: {}", run.stderr);
+        assert!(!out.exists(), "{command:?} wrote {}", out.display());
+    }
+    // An SVG name of any case, a name without an extension (a device such
+    // as /dev/stdout) and folded stacks (text) are written.
+    for (command, name) in [
+        (&["timeline", t][..], "timeline.SVG"),
+        (&["timeline", t][..], "timeline"),
+        (&["flamegraph", t, "--folded"][..], "peak.folded.txt"),
+    ] {
+        let out = dir.join(name);
+        let mut args: Vec<&std::ffi::OsStr> = command.iter().map(|a| a.as_ref()).collect();
+        args.extend(["-o".as_ref(), out.as_os_str()]);
+        vramtrace(args).success();
+        assert!(out.is_file(), "{command:?} {name}");
+    }
+}

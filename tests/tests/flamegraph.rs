@@ -139,3 +139,26 @@ fn the_report_shows_the_peak_graph_in_a_frame_of_its_own() {
     );
     assert!(html.contains("422.1 MiB in 124 blocks (exact)"));
 }
+
+#[test]
+fn a_time_past_the_traces_end_is_refused_not_drawn_as_the_end() {
+    // leak.vtrace's last event is at 10.56 ms: 12.5 s would silently be
+    // its end state.
+    let leak = fixture("leak.vtrace");
+    let run = vramtrace(["flamegraph", "--json", "--at", "12.5s", arg(&leak)]).fails_with(2);
+    assert!(
+        run.stderr.contains("12.50 s") && run.stderr.contains("10.56 ms"),
+        "{}",
+        run.stderr
+    );
+    // Times inside the trace are drawn.
+    for at in ["5ms", "10ms"] {
+        let graph = vramtrace(["flamegraph", "--json", "--at", at, arg(&leak)])
+            .success()
+            .result();
+        assert!(
+            graph["at"]["time_ns"].as_u64().unwrap() <= 10_560_000,
+            "{at}"
+        );
+    }
+}

@@ -67,6 +67,24 @@ fn run_records_a_script_or_a_module_through_python() {
 }
 
 #[test]
+fn a_missing_script_is_blamed_on_the_command_typed() {
+    let path = std::env::var("PATH").unwrap_or_default();
+    if !std::env::split_paths(&path).any(|d| d.join("python3").exists()) {
+        assert!(std::env::var_os("CI").is_none(), "CI must have python3");
+        eprintln!("skipped: no python3 on this machine");
+        return;
+    }
+    let dir = scratch("run-missing");
+    let out = run(&dir, &path, &["nothere.py"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        "error: vramtrace run: no such script: nothere.py (see --help)"
+    );
+}
+
+#[test]
 fn run_without_python_is_a_one_line_error() {
     let dir = scratch("run-no-python");
     let out = run(&dir, "/nonexistent", &["train.py"]);

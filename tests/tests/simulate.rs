@@ -195,6 +195,36 @@ fn a_size_without_a_unit_is_refused_and_units_mean_what_they_say() {
 }
 
 #[test]
+fn a_gpu_name_of_several_cards_is_refused_with_the_matches() {
+    // An A100 has 40 or 80 GB: picking one would answer for a card the
+    // user may not have.
+    for command in ["simulate", "plan"] {
+        let leak = path("leak.vtrace");
+        let args: Vec<&str> = match command {
+            "plan" => vec![command, &leak, &leak, "--gpu", "a100"],
+            _ => vec![command, &leak, "--gpu", "a100"],
+        };
+        let run = vramtrace(args).fails_with(2);
+        assert!(
+            run.stderr.contains("a100-80gb") && run.stderr.contains("a100-40gb"),
+            "{command}: lists the matches: {}",
+            run.stderr
+        );
+    }
+    // A whole name still picks its card.
+    let run = vramtrace([
+        "simulate",
+        &path("leak.vtrace"),
+        "--gpu",
+        "A100 40GB",
+        "--reserve",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(run.success().result()["capacity_bytes"], 42_298_834_944u64);
+}
+
+#[test]
 fn the_verdict_is_one_line_that_text_and_json_share() {
     // GPT-2 on an H100: PyTorch's peak reserved, 8,082,423,808 bytes, on
     // 79.18 GiB less 512 MiB for the CUDA context.
@@ -228,7 +258,9 @@ fn the_verdict_is_one_line_that_text_and_json_share() {
     let line = verdict["line"].as_str().unwrap();
     assert!(
         line.starts_with("runs out of memory on 2.70 GiB at iter18/backward, at train_step (train.py:90) via LogSoftmaxBackward0, asking for 208.2 MiB with ")
-            && line.contains("free but fragmented (largest free block 76.9 MiB)")
+            // Memory not reserved is not fragmented: the free memory is
+            // told apart, unreserved and cached, with the largest piece.
+            && line.contains("with 279.9 MiB free in pieces: 100.8 MiB unreserved on the device and 179.1 MiB cached (largest cached block 76.9 MiB)")
             && line.ends_with("; expandable_segments:True fits"),
         "{line}"
     );
@@ -295,6 +327,51 @@ fn the_reports_what_if_agrees_with_simulate_reserve_included() {
             html.contains("for the CUDA context (estimated)"),
             "{name}: the page says what it keeps off the allocator"
         );
+    }
+}
+
+#[test]
+fn the_reports_what_if_lists_capacities_a_reader_can_tell_apart() {
+    // GPT-2's smallest fitting device (8.02 GiB) is within 11 MiB of the
+    // device its unlimited peak needs: the steps between them made five
+    // rows that all read 8.0 GiB, with the same outcome.
+    for name in [
+        "torch/gpt2_train.pickle.xz",
+        "torch/mlp_empty_cache.pickle.xz",
+        "leak.vtrace",
+        "oom.vtrace",
+    ] {
+        let dir = scratch("what-if-apart");
+        let page = dir.join("report.html");
+        let report = vramtrace([
+            "report",
+            &path(name),
+            "-o",
+            &page.display().to_string(),
+            "--json",
+        ])
+        .success()
+        .result();
+        let what_if = &report["what_if"];
+        let capacities: Vec<u64> = what_if["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["capacity_bytes"].as_u64().unwrap())
+            .collect();
+        let min = what_if["min_capacity_bytes"].as_u64().unwrap();
+        assert!(
+            capacities.contains(&min),
+            "{name}: the smallest that fits is listed"
+        );
+        for pair in capacities.windows(2) {
+            assert!(
+                (pair[1] - pair[0]) * 40 >= min,
+                "{name}: {} and {} bytes are under a 40th of the smallest fitting device apart: {capacities:?}",
+                pair[0],
+                pair[1]
+            );
+        }
     }
 }
 

@@ -104,6 +104,11 @@ fn simulate_reproduces_the_capped_oom_and_speaks_of_the_cap() {
         "{line}"
     );
     assert!(line.contains("it needs a cap of"), "{line}");
+    // Memory under the cap that the allocator had not reserved then (it may
+    // have been reserved before, and released) is unreserved, not "never
+    // reserved".
+    assert!(!line.contains("never reserved"), "{line}");
+    assert!(line.contains(" unreserved under the cap and "), "{line}");
     assert_eq!(v["reserve"]["source"], "measured");
     assert_eq!(v["reserve"]["bytes"], 500 * MIB);
     let text = vramtrace(["simulate", &trace]).success().stdout;

@@ -384,3 +384,21 @@ fn same_file(a: &Path, b: &Path) -> bool {
         _ => a == b,
     }
 }
+
+/// A chart's `-o` name: charts are SVG, so a name with another format's
+/// extension (`out.png`) is refused rather than given SVG that an image
+/// viewer then fails to open. A name without an extension (a device such
+/// as `/dev/stdout`) is taken as it is.
+pub fn check_svg_name(output: Option<&Path>) -> anyhow::Result<()> {
+    let Some(path) = output else { return Ok(()) };
+    match path.extension() {
+        Some(ext) if !ext.eq_ignore_ascii_case("svg") => anyhow::bail!(
+            "charts are SVG: {} would hold SVG under a .{} name; name it {} \
+             (a browser, or rsvg-convert, turns it into a PNG)",
+            path.display(),
+            ext.to_string_lossy(),
+            path.with_extension("svg").display()
+        ),
+        _ => Ok(()),
+    }
+}

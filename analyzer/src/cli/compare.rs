@@ -105,6 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.output.as_deref(),
         [args.base.as_path(), args.new.as_path()],
     )?;
+    super::common::check_svg_name(args.output.as_deref())?;
     if args.base.is_dir() || args.new.is_dir() {
         return rank_sets(&args, &options);
     }

@@ -49,6 +49,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("say where to write the flame graph with -o FILE.svg, or ask for --folded or --json");
     }
     args.common.check_one_chart(args.output.as_deref())?;
+    if !args.folded {
+        super::common::check_svg_name(args.output.as_deref())?;
+    }
     let progress = Bars::new();
     let mut results = Vec::new();
     for path in &args.common.traces {

@@ -33,6 +33,7 @@ const CHART_BUCKETS: usize = 400;
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let replay = args.common.replay.options()?;
     args.common.check_one_chart(args.output.as_deref())?;
+    super::common::check_svg_name(args.output.as_deref())?;
     for_each_trace(
         &args.common,
         &args.common.traces,

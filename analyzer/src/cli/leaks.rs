@@ -28,6 +28,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = args.common.replay.options()?;
     args.common.check_one_chart(args.output.as_deref())?;
+    super::common::check_svg_name(args.output.as_deref())?;
     let (traces, set) = rank_inputs(&args.common.traces, &args.ranks, &args.common.input)?;
     if set {
         if args.output.is_some() {

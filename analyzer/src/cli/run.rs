@@ -49,7 +49,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let mut command = Command::new(&python);
-    command.args(["-m", "vramtrace", "run"]).args(&args.args);
+    // Usage errors then name the command the user typed, not the module.
+    command
+        .args(["-m", "vramtrace", "run"])
+        .args(&args.args)
+        .env("VRAMTRACE_COMMAND", "vramtrace");
     exec(command, &python)
 }
 

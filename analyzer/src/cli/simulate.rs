@@ -73,9 +73,10 @@ pub struct Args {
 /// Time buckets of the chart: about one per two pixels of its width.
 const CHART_BUCKETS: usize = 500;
 
-/// A `--gpu` name: a preset, or an error listing them.
+/// A `--gpu` name: a preset, or an error listing them (or the presets an
+/// ambiguous name matches).
 pub(super) fn parse_gpu(name: &str) -> Result<&'static GpuPreset, String> {
-    gpus::find(name).ok_or_else(|| format!("unknown GPU '{name}' (known: {})", gpus::names()))
+    gpus::lookup(name).map_err(|e| e.to_string())
 }
 
 /// Parses the `--alloc-conf` values: a bad one is a usage error naming it.
@@ -114,6 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         recorded_device: args.device,
     };
     check_outputs(args.output.as_deref(), [args.trace.as_path()])?;
+    super::common::check_svg_name(args.output.as_deref())?;
     let progress = Bars::new();
     let input = open(&args.trace, &args.input, &progress)?;
     let results = simulate(&input, &options, &progress).inspect_err(|e| {

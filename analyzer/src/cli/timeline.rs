@@ -69,6 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("say where to write the chart with -o FILE.svg, or ask for --json");
     }
     args.common.check_one_chart(args.output.as_deref())?;
+    super::common::check_svg_name(args.output.as_deref())?;
     let progress = Bars::new();
     let mut results = Vec::new();
     for path in &args.common.traces {

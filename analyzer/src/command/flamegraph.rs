@@ -165,6 +165,19 @@ pub fn fold(
         &*meter,
     )
     .map_err(|e| super::pass_error(input.path(), e))?;
+    // A time past the last event would fold the end state, which was not
+    // asked for. (A pass stopped early saw an event past the time.)
+    if let Moment::Time(t) = moment
+        && passes.info.first_time_ns.is_some()
+        && !passes.info.stopped_early
+        && t > passes.info.last_time_ns
+    {
+        return Err(Error::MomentPastEnd {
+            path: input.path().to_owned(),
+            at_ns: t,
+            end_ns: passes.info.last_time_ns,
+        });
+    }
     let mut graphs = Vec::new();
     for pass in passes.devices {
         let (live,) = pass.analyses;

@@ -388,7 +388,7 @@ fn simulate_device(
     };
     // Under the recorded cap, the allocator is capped too (as PyTorch's is:
     // that arms `garbage_collection_threshold`), on a device of the cap's
-    // size (what the verdict counts as never reserved).
+    // size (what the verdict counts as unreserved).
     let sim = SimOptions {
         capacity,
         cap: cap.map(|c| c.bytes),
@@ -611,10 +611,14 @@ fn verdict(
         };
     };
     let free = oom.free_bytes + oom.cached_free_bytes;
+    // Enough free memory in all, but in pieces: memory the allocator has
+    // not reserved is not fragmented, so the two parts are told apart.
     let why = if free >= oom.requested_bytes {
         format!(
-            "with {} free but fragmented (largest free block {})",
+            "with {} free in pieces: {} unreserved on the device and {} cached (largest cached block {})",
             units::bytes(free),
+            units::bytes(oom.free_bytes),
+            units::bytes(oom.cached_free_bytes),
             units::bytes(oom.largest_free_block)
         )
     } else {
@@ -675,12 +679,14 @@ fn cap_verdict(
         };
     };
     let free = oom.free_bytes + oom.cached_free_bytes;
+    // Unreserved, not "never reserved": the allocator may have reserved
+    // and released it before.
     let why = format!(
-        "with {} never reserved under the cap and {} cached free{} (largest free block {})",
+        "with {} unreserved under the cap and {} cached free{} (largest cached block {})",
         units::bytes(oom.free_bytes),
         units::bytes(oom.cached_free_bytes),
         if free >= oom.requested_bytes {
-            " but fragmented"
+            ", enough in all but in pieces"
         } else {
             ""
         },

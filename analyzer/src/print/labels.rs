@@ -157,15 +157,18 @@ pub fn category_row_basis(cells: &[Basis]) -> &'static str {
 }
 
 /// "activations dominate the allocated peak: 4.2 GiB of 7.2 GiB (58%,
-/// inferred); activation checkpointing ... lowers it".
+/// inferred); activation checkpointing ... lowers it". A category under
+/// half of the total "is the largest part of" it: it does not dominate.
 pub fn category_dominant_line(d: &Dominant, total: u64, moment: &str) -> String {
+    let plural = d.category.label().ends_with('s');
     format!(
         "{} {} {moment}: {} of {} ({}, {}); {}",
         d.category.label(),
-        if d.category.label().ends_with('s') {
-            "dominate"
-        } else {
-            "dominates"
+        match (d.share > 0.5, plural) {
+            (true, true) => "dominate",
+            (true, false) => "dominates",
+            (false, true) => "are the largest part of",
+            (false, false) => "is the largest part of",
         },
         units::bytes(d.bytes),
         units::bytes(total),
@@ -182,9 +185,12 @@ pub fn category_source(source: CategorySource) -> &'static str {
             "parameters, buffers, gradients and optimizer state tagged by the recorder; \
              activations and temporaries inferred from lifetimes"
         }
+        // Said of every trace without the recorder's tags, those that
+        // `python -m vramtrace run` recorded included (with
+        // --no-categories, or of a run without parameters or an optimizer
+        // it saw): the words must hold for those too.
         CategorySource::Inferred => {
-            "inferred from lifetimes, phases and frames; a trace recorded by \
-             `python -m vramtrace run` has exact ones"
+            "inferred from lifetimes, phases and frames: the trace has no recorder tags"
         }
     }
 }
@@ -192,6 +198,30 @@ pub fn category_source(source: CategorySource) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_untagged_trace_is_not_told_that_recording_it_would_tag_it() {
+        // A trace that `python -m vramtrace run` recorded without tags gets
+        // these words too: they must not promise what it lacks.
+        let words = category_source(CategorySource::Inferred);
+        assert!(!words.contains("has exact ones"), "{words}");
+        assert!(words.contains("the trace has no recorder tags"), "{words}");
+    }
+
+    #[test]
+    fn a_category_under_half_of_the_peak_is_its_largest_part_not_dominant() {
+        let line = |bytes: u64| {
+            let d = Dominant {
+                category: Category::Activation,
+                bytes,
+                share: bytes as f64 / 1000.0,
+                basis: Basis::Inferred,
+            };
+            category_dominant_line(&d, 1000, "the allocated peak")
+        };
+        assert!(line(494).starts_with("activations are the largest part of the allocated peak: "));
+        assert!(line(501).starts_with("activations dominate the allocated peak: "));
+    }
 
     /// As for colours: a category the format adds needs a remedy of its own.
     #[test]

@@ -1,7 +1,8 @@
 //! Live memory by stack as a pprof profile (`profile.proto`, gzip-compressed):
 //! what `go tool pprof`, speedscope and other pprof readers open. Two sample
 //! values per stack: `inuse_space` (bytes) and `inuse_objects` (blocks),
-//! as Go's heap profiles name them; one label, the device.
+//! as Go's heap profiles name them (a pair per device when there are
+//! several: see [`profile`]); one label, the device.
 //!
 //! The messages are declared here from the format's published schema
 //! (github.com/google/pprof, proto/profile.proto), with the fields this
@@ -192,39 +193,60 @@ impl Builder {
 
 /// The profile of live memory by stack on every device (a `device` label on
 /// each sample), taken at `start_unix_ns` plus the first device's moment.
+///
+/// A reader totals a sample type over every sample, so with several
+/// devices each has its own pair of sample types (`inuse_space_device1`,
+/// `inuse_objects_device1`), zero on the other devices' samples: one
+/// `inuse_space` would add peaks of different devices, reached at different
+/// times, into a total that never happened.
 pub fn profile(graphs: &ByDevice<FlameGraph>, start_unix_ns: u64) -> Profile {
     let mut b = Builder::default();
     b.string("");
-    let space = b.string("inuse_space");
     let bytes = b.string("bytes");
-    let objects = b.string("inuse_objects");
     let count = b.string("count");
     let device_key = b.string("device");
-    b.profile.sample_type = vec![
-        ValueType {
-            r#type: space,
-            unit: bytes,
-        },
-        ValueType {
-            r#type: objects,
-            unit: count,
-        },
-    ];
-    b.profile.default_sample_type = space;
-    let note = b.string(
-        "GPU memory live at the allocated peak, by the stack that allocated it (vramtrace; exact)",
-    );
-    b.profile.comment = vec![note];
+    let several = graphs.devices.len() > 1;
     for d in &graphs.devices {
+        let suffix = if several {
+            format!("_device{}", d.peaks.device)
+        } else {
+            String::new()
+        };
+        let space = b.string(&format!("inuse_space{suffix}"));
+        let objects = b.string(&format!("inuse_objects{suffix}"));
+        b.profile.sample_type.extend([
+            ValueType {
+                r#type: space,
+                unit: bytes,
+            },
+            ValueType {
+                r#type: objects,
+                unit: count,
+            },
+        ]);
+    }
+    b.profile.default_sample_type = b.profile.sample_type.first().map_or(0, |t| t.r#type);
+    let note = b.string(if several {
+        "GPU memory live at each device's own allocated peak, by the stack that \
+         allocated it, one sample type per device (vramtrace; exact)"
+    } else {
+        "GPU memory live at the allocated peak, by the stack that allocated it (vramtrace; exact)"
+    });
+    b.profile.comment = vec![note];
+    let values = b.profile.sample_type.len();
+    for (i, d) in graphs.devices.iter().enumerate() {
         let graph = &d.result;
         if b.profile.time_nanos == 0 {
             b.profile.time_nanos = start_unix_ns.saturating_add(graph.at.time_ns) as i64;
         }
         for stack in &graph.stacks.stacks {
             let location_id = stack.frames.iter().rev().map(|f| b.location(f)).collect();
+            let mut value = vec![0; values];
+            value[2 * i] = stack.bytes as i64;
+            value[2 * i + 1] = stack.blocks as i64;
             b.profile.sample.push(Sample {
                 location_id,
-                value: vec![stack.bytes as i64, stack.blocks as i64],
+                value,
                 label: vec![Label {
                     key: device_key,
                     str: 0,

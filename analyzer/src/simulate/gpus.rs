@@ -56,7 +56,7 @@ pub const GPUS: &[GpuPreset] = &[
     },
     GpuPreset {
         id: "a100-40gb",
-        aliases: &["a100", "a100-40g", "a100-sxm4-40gb"],
+        aliases: &["a100-40g", "a100-sxm4-40gb"],
         name: "A100 40GB",
         usable_bytes: 42_298_834_944,
         source: "42,298,834,944 bytes: deviceQuery's total global memory on an A100-SXM4-40GB (github.com/bottlerocket-os/bottlerocket/pull/3873)",
@@ -127,7 +127,8 @@ fn normalize(name: &str) -> String {
 }
 
 /// The preset a name means, ignoring case, spaces, dashes and a leading
-/// `nvidia`: `H100`, `h100-80gb`, `A100 40GB`, `rtx4090`.
+/// `nvidia`: `H100`, `h100-80gb`, `A100 40GB`, `rtx4090`. A name of a
+/// family with several sizes (`a100`) means none: see [`lookup`].
 pub fn find(name: &str) -> Option<&'static GpuPreset> {
     let wanted = normalize(name);
     let wanted = wanted.strip_prefix("nvidia").unwrap_or(&wanted);
@@ -136,6 +137,58 @@ pub fn find(name: &str) -> Option<&'static GpuPreset> {
             .chain(g.aliases.iter().copied())
             .chain(std::iter::once(g.name))
             .any(|n| normalize(n) == wanted)
+    })
+}
+
+/// Why a name is not one preset.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GpuNameError {
+    /// No preset has that name.
+    #[error("unknown GPU '{name}' (known: {known})")]
+    Unknown {
+        /// The name given.
+        name: String,
+        /// Every preset's name.
+        known: String,
+    },
+    /// The name begins the names of several presets, or of one preset of
+    /// a family that has other sizes (an A100 has 40 or 80 GB): choosing
+    /// would answer for a card the user may not have.
+    #[error("GPU '{name}' is ambiguous: {matches}; name one")]
+    Ambiguous {
+        /// The name given.
+        name: String,
+        /// The presets it begins, with their memory.
+        matches: String,
+    },
+}
+
+/// The preset a name means, as [`find`]; a name that only begins preset
+/// names (`a100`: `a100-80gb`, `a100-40gb`) is refused with them, rather
+/// than resolved to one of them.
+pub fn lookup(name: &str) -> Result<&'static GpuPreset, GpuNameError> {
+    if let Some(gpu) = find(name) {
+        return Ok(gpu);
+    }
+    let wanted = normalize(name);
+    let wanted = wanted.strip_prefix("nvidia").unwrap_or(&wanted);
+    let matches: Vec<&GpuPreset> = GPUS
+        .iter()
+        .filter(|g| !wanted.is_empty() && normalize(g.id).starts_with(wanted))
+        .collect();
+    if matches.is_empty() {
+        return Err(GpuNameError::Unknown {
+            name: name.to_string(),
+            known: names(),
+        });
+    }
+    Err(GpuNameError::Ambiguous {
+        name: name.to_string(),
+        matches: matches
+            .iter()
+            .map(|g| format!("{} ({})", g.id, crate::units::bytes(g.usable_bytes)))
+            .collect::<Vec<_>>()
+            .join(", "),
     })
 }
 
@@ -162,6 +215,21 @@ mod tests {
         assert_eq!(find("a100 40GB").unwrap().id, "a100-40gb");
         assert_eq!(find("RTX 4090").unwrap().id, "rtx4090");
         assert!(find("h1000").is_none());
+        assert!(find("a100").is_none(), "an A100 has 40 or 80 GB");
+        assert_eq!(lookup("A100-80GB").unwrap().id, "a100-80gb");
+        let Err(GpuNameError::Ambiguous { matches, .. }) = lookup("a100") else {
+            panic!("a100 is ambiguous");
+        };
+        assert!(
+            matches.starts_with("a100-80gb (79.2 GiB), a100-40gb ("),
+            "{matches}"
+        );
+        // One preset of a family with other sizes (V100s have 16 or 32 GB).
+        assert!(matches!(
+            lookup("v100"),
+            Err(GpuNameError::Ambiguous { .. })
+        ));
+        assert!(matches!(lookup("h1000"), Err(GpuNameError::Unknown { .. })));
         assert!(names().contains("h200"));
         for g in GPUS {
             // Below the nominal size, above half of it.

@@ -64,6 +64,27 @@ const BELOW: [f64; 5] = [0.5, 0.6, 0.7, 0.8, 0.9];
 /// Steps between the smallest fitting capacity and the unlimited peak.
 const BETWEEN: [f64; 3] = [0.25, 0.5, 0.75];
 
+/// The fraction of the smallest fitting device that listed capacities are
+/// at least apart: closer ones read the same in the page's table (8.02 and
+/// 8.03 GiB are both "8.0 GiB") and run alike.
+const APART: u64 = 40;
+
+/// `capacities` with `kept` (the smallest that fits, the recorded device),
+/// smallest first, less each other capacity within `spacing` of one listed.
+fn apart(capacities: Vec<u64>, kept: [Option<u64>; 2], spacing: u64) -> Vec<u64> {
+    let mut listed: Vec<u64> = kept.into_iter().flatten().collect();
+    let mut others = capacities;
+    others.sort_unstable();
+    for c in others {
+        if listed.iter().all(|&l| c.abs_diff(l) >= spacing.max(1)) {
+            listed.push(c);
+        }
+    }
+    listed.sort_unstable();
+    listed.dedup();
+    listed
+}
+
 /// Simulates `config` on devices from the reserve and half of what the
 /// allocator needs up to the unlimited peak (and the recorded device, when
 /// known), in parallel. Runs below the smallest fitting capacity stop at
@@ -93,10 +114,14 @@ pub fn what_if(
         *c = c.saturating_add(reserve.bytes);
     }
     // A device too small to leave the allocator anything is no what-if.
-    capacities.extend(device_bytes.filter(|&d| d > reserve.bytes));
-    capacities.sort_unstable();
-    capacities.dedup();
+    let device = device_bytes.filter(|&d| d > reserve.bytes);
     let min = needs.saturating_add(reserve.bytes);
+    // (A run that needs nothing has no smallest fitting device to list.)
+    let capacities = apart(
+        capacities,
+        [(needs > 0).then_some(min), device],
+        min / APART,
+    );
     let points = capacities
         .par_iter()
         .map(|&capacity| {
@@ -130,5 +155,35 @@ pub fn what_if(
         reserve,
         device_bytes,
         points,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::apart;
+
+    #[test]
+    fn capacities_closer_than_the_spacing_give_way_to_the_kept_ones() {
+        const MIB: u64 = 1 << 20;
+        // GPT-2's: the smallest fit at 8,208 MiB, steps of 3 MiB above it.
+        let listed = apart(
+            vec![
+                4_360 * MIB,
+                8_208 * MIB,
+                8_211 * MIB,
+                8_214 * MIB,
+                8_219 * MIB,
+            ],
+            [Some(8_208 * MIB), None],
+            205 * MIB,
+        );
+        assert_eq!(listed, [4_360 * MIB, 8_208 * MIB]);
+        // The recorded device is kept, the step next to it is not.
+        let listed = apart(
+            vec![1_000 * MIB, 1_020 * MIB, 1_200 * MIB],
+            [Some(1_578 * MIB), Some(1_024 * MIB)],
+            39 * MIB,
+        );
+        assert_eq!(listed, [1_024 * MIB, 1_200 * MIB, 1_578 * MIB]);
     }
 }

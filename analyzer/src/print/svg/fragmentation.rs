@@ -1,6 +1,11 @@
 //! The fragmentation chart: reserved against allocated memory, the cached
 //! free memory and its largest block, and external fragmentation on a
 //! second axis.
+//!
+//! Allocated and reserved memory are drawn at each bucket's most, as the
+//! timeline draws them, so the chart reaches the peaks that the summary
+//! states; the free memory and fragmentation are each bucket's end state
+//! (a sweep of the free ranges, taken once a bucket closes).
 
 use super::axis::XScale;
 use super::palette;
@@ -73,8 +78,10 @@ pub fn render(
                     .flat_map(|b| [(xs.x(b.start_ns), value(b)), (xs.x(b.end_ns), value(b))])
                     .collect::<Vec<_>>()
             };
-        let reserved = steps(&|b| scale.scale(b.reserved_bytes));
-        let allocated = steps(&|b| scale.scale(b.allocated_bytes));
+        // A bucket's end state would miss every peak that falls between
+        // two bucket ends: its most is drawn instead.
+        let reserved = steps(&|b| scale.scale(b.max_reserved_bytes.max(b.reserved_bytes)));
+        let allocated = steps(&|b| scale.scale(b.max_allocated_bytes.max(b.allocated_bytes)));
         let free = steps(&|b| scale.scale(b.cached_free_bytes));
         let largest = steps(&|b| scale.scale(b.largest_free_block));
         let ratio = steps(&|b| b.external_fragmentation);
@@ -107,19 +114,23 @@ pub fn render(
             plot_y.start,
             &[
                 LegendEntry::new(
-                    "allocated",
+                    "allocated (most in each bucket)",
                     palette::on_white(allocated_colour, 0.35),
                     Mark::Area,
                 ),
-                LegendEntry::new("reserved", palette::RESERVED, Mark::Line),
                 LegendEntry::new(
-                    "cached free\n(reserved - allocated)",
+                    "reserved (most in each bucket)",
+                    palette::RESERVED,
+                    Mark::Line,
+                ),
+                LegendEntry::new(
+                    "cached free at each bucket's end\n(reserved - allocated)",
                     free_colour,
                     Mark::Line,
                 ),
-                LegendEntry::new("largest free block", largest_colour, Mark::Line),
+                LegendEntry::new("largest free block (at end)", largest_colour, Mark::Line),
                 LegendEntry::new(
-                    "external fragmentation\n(right axis)",
+                    "external fragmentation\n(at end, right axis)",
                     palette::ALERT,
                     Mark::Dashed,
                 ),
@@ -141,10 +152,12 @@ pub fn render(
                 (x1 - x0).max(3),
                 y_range.end - y_range.start,
                 &format!(
-                    "{} – {}\nreserved {}\nallocated {}\ncached free {}\nlargest free block {}\nexternal fragmentation {}\ninternal fragmentation {}\nsegments {}",
+                    "{} – {}\nreserved: most {}, at end {}\nallocated: most {}, at end {}\nat end:\ncached free {}\nlargest free block {}\nexternal fragmentation {}\ninternal fragmentation {}\nsegments {}",
                     units::duration_ns(b.start_ns),
                     units::duration_ns(b.end_ns),
+                    units::bytes(b.max_reserved_bytes.max(b.reserved_bytes)),
                     units::bytes(b.reserved_bytes),
+                    units::bytes(b.max_allocated_bytes.max(b.allocated_bytes)),
                     units::bytes(b.allocated_bytes),
                     units::bytes(b.cached_free_bytes),
                     units::bytes(b.largest_free_block),
