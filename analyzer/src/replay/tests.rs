@@ -489,3 +489,57 @@ fn a_trace_without_steps_keeps_its_waiting_list_bounded() {
         assert!(state.classifier.waiting.len() <= 2 * state.live.len() + 1025);
     }
 }
+
+/// Pools as the replay follows them: a segment's pool, its live bytes, a
+/// graph's capture into a pool named only at its end, and the three
+/// contradictions (a capture never ended, a pool used after its release, a
+/// pool let go that nothing began), each counted once.
+#[test]
+fn pools_are_followed_and_their_contradictions_counted() {
+    use vramtrace_format::{PoolAction, PoolEvent, PoolId, SegmentPoolEvent};
+    let pool = |action, id, stream| EventData::Pool(PoolEvent::new(action, id, 0, stream));
+    let segment_pool = |addr, id| {
+        EventData::SegmentPool(SegmentPoolEvent {
+            addr,
+            pool: id,
+            device: 0,
+            thread: 0,
+        })
+    };
+    let graph = PoolId(1, 0);
+    let mut t = TraceBuilder::new();
+    let s = t.site("capture", "serve.py", 44);
+    // A capture into a pool of the graph's own: named at its end.
+    t.event(pool(PoolAction::CaptureBegin, PoolId::DEFAULT, 7))
+        .segment(0x1000_0000, 20 << 20)
+        .event(segment_pool(0x1000_0000, graph))
+        .alloc(0x1000_0000, 4 << 20, 4 << 20, s)
+        .alloc(0x1040_0000, 2 << 20, 2 << 20, s)
+        .free(0x1040_0000, 2 << 20)
+        .event(pool(PoolAction::CaptureEnd, graph, 7));
+    // The graph goes; its pool's memory is returned; then a segment
+    // reserved for the pool anyway, a release of a pool never seen, and a
+    // capture that never ends.
+    t.free(0x1000_0000, 4 << 20)
+        .event(pool(PoolAction::Release, graph, 0))
+        .segment_free(0x1000_0000, 20 << 20)
+        .segment(0x2000_0000, 2 << 20)
+        .event(segment_pool(0x2000_0000, graph))
+        .event(pool(PoolAction::Release, PoolId(0, 9), 0))
+        .event(pool(PoolAction::CaptureBegin, PoolId(0, 3), 7));
+    let (mut state, _) = replay(&t.finish());
+    let p = state.pools()[0];
+    assert_eq!(p.id, graph);
+    assert_eq!((p.captures, p.open, p.users), (1, 0, 0));
+    assert!(p.released && p.followed);
+    assert_eq!(p.peak_reserved, 20 << 20);
+    assert_eq!((p.reserved, p.live), (2 << 20, 0));
+    state.settle_at_end();
+    for kind in [
+        InconsistencyKind::PoolUsedAfterRelease,
+        InconsistencyKind::UnknownPool,
+        InconsistencyKind::CaptureNeverEnded,
+    ] {
+        assert_eq!(state.inconsistency_count(kind), 1, "{kind:?}");
+    }
+}
