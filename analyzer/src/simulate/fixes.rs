@@ -34,7 +34,11 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use vramtrace_allocator::{AllocatorConfig, MIB, allocation_size};
-use vramtrace_format::{Category, SymbolTable};
+use vramtrace_format::{Category, PoolId, SymbolTable};
+
+/// The pool every graph's own pool is merged into by the fix that shares
+/// one: an id no program makes (PyTorch counts handles up from 1).
+const SHARED_GRAPH_POOL: PoolId = PoolId(0, u64::MAX);
 
 /// Sites whose kept blocks are tried, largest first.
 const KEPT_SITES: usize = 3;
@@ -52,6 +56,11 @@ pub enum FixKind {
     /// A remedy for one category of memory (activation checkpointing, an
     /// 8-bit optimizer).
     Category,
+    /// A change to how CUDA graphs are captured: one pool shared by every
+    /// graph, fewer graphs captured.
+    Graphs,
+    /// A smaller KV cache (an inference server's).
+    KvCache,
 }
 
 /// How far a fix's replay can be trusted.
@@ -198,6 +207,10 @@ struct Edit {
     insert: Option<Insert>,
     dropped: Vec<bool>,
     quartered: Vec<bool>,
+    /// One allocation resized: (id, bytes).
+    resized: Option<(usize, u64)>,
+    /// Every pool a capture made for its graph replayed as one shared pool.
+    shared_graph_pools: bool,
     // What the replay saw.
     target: usize,
     check_until: usize,
@@ -217,10 +230,23 @@ impl Edits for Edit {
         self.dropped.get(id).copied().unwrap_or(false)
     }
     fn size(&self, id: usize, requested: u64) -> u64 {
+        if let Some((resized, bytes)) = self.resized
+            && resized == id
+        {
+            return bytes;
+        }
         if self.quartered.get(id).copied().unwrap_or(false) {
             requested.div_ceil(4)
         } else {
             requested
+        }
+    }
+    fn pool(&self, list: &RequestList, index: usize) -> PoolId {
+        let pool = list.pools[index - 1];
+        if self.shared_graph_pools && pool.made_by_capture() {
+            SHARED_GRAPH_POOL
+        } else {
+            pool
         }
     }
     fn after(&mut self, i: usize, oom: bool, reserved: u64, _allocated: u64) {
@@ -283,6 +309,8 @@ pub fn try_fixes(
         boundary,
         target.config,
     ));
+    candidates.extend(graph_candidates(list, at, target.config));
+    candidates.extend(kv_candidate(list, &lifetimes, at, target));
     let options = SimOptions {
         stop_at_first_oom: false,
         segments: false,
@@ -374,6 +402,112 @@ pub fn for_first_oom(
         smallest: None,
     };
     Some(try_fixes(list, &target, state, symbols))
+}
+
+/// The CUDA-graph fixes: when graphs were captured each into a pool of its
+/// own, all of them into one (`torch.cuda.graph(g, pool=handle)` with one
+/// `handle = torch.cuda.graph_pool_handle()`), exact; when the failure is
+/// inside a capture, capturing no graph from that one on, an estimate (the
+/// eager warm-up runs before those captures stay in the replay, so the real
+/// change frees at least as much).
+fn graph_candidates(list: &RequestList, at: usize, config: &AllocatorConfig) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    let own_pools = list.pools.iter().filter(|p| p.made_by_capture()).count();
+    if own_pools > 1 {
+        out.push(Candidate {
+            kind: FixKind::Graphs,
+            change: format!(
+                "capture the {own_pools} graphs into one pool: torch.cuda.graph(g, pool=handle) with one handle = torch.cuda.graph_pool_handle()"
+            ),
+            detail: "graphs in one pool reuse each other's free memory: the pool needs the largest working set, not their sum".into(),
+            site: None,
+            basis: Basis::Exact,
+            config: config.clone(),
+            edit: Edit {
+                shared_graph_pools: true,
+                ..Edit::default()
+            },
+        });
+    }
+    // The capture the failure is in, and each capture's allocations.
+    let mut capture = None;
+    let mut captures = 0usize;
+    let mut in_capture = vec![usize::MAX; list.allocs.len()];
+    let mut failing_capture = None;
+    for (i, r) in list.requests.iter().enumerate() {
+        match r.op {
+            Op::PoolBegin => {
+                capture = Some(captures);
+                captures += 1;
+            }
+            Op::PoolEnd => capture = None,
+            Op::Alloc | Op::FailedAlloc => {
+                if let Some(c) = capture {
+                    in_capture[r.id as usize] = c;
+                }
+            }
+            _ => {}
+        }
+        if i == at {
+            failing_capture = capture;
+        }
+    }
+    if let Some(k) = failing_capture {
+        let dropped: Vec<bool> = in_capture.iter().map(|&c| c != usize::MAX && c >= k).collect();
+        out.push(Candidate {
+            kind: FixKind::Graphs,
+            change: format!(
+                "capture {k} of the {captures} graphs: stop before the capture that runs out (capture {}), with fewer batch sizes",
+                k + 1
+            ),
+            detail: "the graphs not captured allocate nothing in their pool; their eager warm-ups stay in this replay, so leaving them out too frees more".into(),
+            site: None,
+            basis: Basis::Estimate,
+            config: config.clone(),
+            edit: Edit {
+                dropped,
+                ..Edit::default()
+            },
+        });
+    }
+    out
+}
+
+/// A smaller KV cache: where the largest allocation made outside the
+/// captures and private pools (an inference server's KV cache) is held at
+/// the failure, the largest size that lets the run through, in MiB,
+/// exact.
+fn kv_candidate(
+    list: &RequestList,
+    lifetimes: &Lifetimes,
+    at: usize,
+    target: &FixTarget<'_>,
+) -> Option<Candidate> {
+    if list.pools.is_empty() {
+        return None;
+    }
+    let kv = super::kv::find_kv_cache(list, None)?;
+    if !lifetimes.live_at(kv.id as usize, at) {
+        return None;
+    }
+    let fit = super::kv::largest_kv_cache(list, target.config, &target.options, &kv, MIB);
+    let bytes = fit.largest_bytes.filter(|&b| b < kv.recorded_bytes)?;
+    Some(Candidate {
+        kind: FixKind::KvCache,
+        change: format!(
+            "a KV cache of {} instead of {} (vramtrace plan --kv-cache gives it in blocks)",
+            crate::units::bytes(bytes),
+            crate::units::bytes(kv.recorded_bytes)
+        ),
+        detail: "the largest KV cache with which the run, its graphs replayed in their pools, fits".into(),
+        site: None,
+        basis: Basis::Exact,
+        config: target.config.clone(),
+        edit: Edit {
+            resized: Some((kv.id as usize, bytes)),
+            ..Edit::default()
+        },
+    })
 }
 
 /// The trace event index of request `i`.

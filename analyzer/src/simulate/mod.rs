@@ -271,6 +271,11 @@ pub(crate) trait Edits {
     /// Request `i` was simulated: whether it ran out of memory, and the
     /// reserved and allocated bytes after it.
     fn after(&mut self, i: usize, oom: bool, reserved: u64, allocated: u64);
+    /// The pool that pool index `index` (of [`RequestList::pools`]) is
+    /// replayed as: its own, unless the edits merge pools.
+    fn pool(&self, list: &RequestList, index: usize) -> PoolId {
+        list.pools[index - 1]
+    }
     /// The device's segment addresses to lay out as recorded (see
     /// `SimulatedDevice::with_recorded_addresses`): the list's own, unless
     /// the edits make another run's requests.
@@ -332,7 +337,7 @@ pub(crate) fn simulate_edited<E: Edits>(
     // A pool the trace names but does not follow is held from the start
     // (its release, where the recording returned its memory, is a request).
     for &pool in &list.unfollowed_pools {
-        alloc.hold_pool(list.pools[pool as usize - 1]);
+        alloc.hold_pool(edits.pool(list, pool as usize));
     }
     let mut index = 0u64;
     let mut peak_reserved = 0u64;
@@ -365,9 +370,9 @@ pub(crate) fn simulate_edited<E: Edits>(
                 let info = &list.allocs[id];
                 let stream = list.streams[req.stream as usize];
                 let size = edits.size(id, info.requested);
-                let result = match list.pool_of(id) {
-                    pool if pool.is_default() => alloc.malloc(size, stream),
-                    pool => alloc.malloc_in(size, stream, pool),
+                let result = match list.alloc_pools.get(id).copied().unwrap_or(0) {
+                    0 => alloc.malloc(size, stream),
+                    pool => alloc.malloc_in(size, stream, edits.pool(list, pool as usize)),
                 };
                 match result {
                     Ok(a) if req.op == Op::Alloc => addrs[id] = a.addr,
@@ -435,11 +440,11 @@ pub(crate) fn simulate_edited<E: Edits>(
             // Index 0: a capture into a pool of the graph's own, named at its
             // end (which holds it then).
             Op::PoolBegin if id == 0 => alloc.begin_allocate_to_pool(PoolId::DEFAULT),
-            Op::PoolBegin => alloc.begin_allocate_to_pool(list.pools[id - 1]),
+            Op::PoolBegin => alloc.begin_allocate_to_pool(edits.pool(list, id)),
             Op::PoolEnd => alloc.end_allocate_to_pool(),
-            Op::PoolHold => alloc.hold_pool(list.pools[id - 1]),
-            Op::PoolRelease => alloc.release_pool(list.pools[id - 1]),
-            Op::EmptyPool => alloc.empty_pool(list.pools[id - 1]),
+            Op::PoolHold => alloc.hold_pool(edits.pool(list, id)),
+            Op::PoolRelease => alloc.release_pool(edits.pool(list, id)),
+            Op::EmptyPool => alloc.empty_pool(edits.pool(list, id)),
             Op::Nop => {}
         }
         let stats = alloc.stats();

@@ -469,3 +469,79 @@ fn an_unfollowed_pool_is_held_until_its_memory_returns() {
     let f = fidelity(&e.list, &AllocatorConfig::default(), None);
     assert!(f.exact, "{f:#?}");
 }
+
+/// A server whose graphs each have a pool runs out of memory capturing
+/// under a cap where one shared pool fits: the fixes name one pool and a
+/// smaller KV cache, replayed exactly, and the runs recorded with each
+/// change fit.
+#[test]
+fn a_capture_that_runs_out_is_fixed_by_one_pool_or_a_smaller_kv_cache() {
+    use crate::testing::{Serving, serving_run};
+    let peak = |s: &Serving| {
+        let e = extracted(&serving_run(s));
+        (e.list.recorded_peak_reserved, e.list.recorded_ooms)
+    };
+    let shared = Serving::default();
+    let apart = Serving {
+        shared_pool: false,
+        ..Serving::default()
+    };
+    let (shared_peak, _) = peak(&shared);
+    let (apart_peak, _) = peak(&apart);
+    assert!(apart_peak > shared_peak + (8 << 20), "{apart_peak} {shared_peak}");
+    let cap = (shared_peak + apart_peak) / 2;
+    let capped = |s: &Serving| Serving {
+        cap: Some(cap),
+        ..s.clone()
+    };
+    let e = extracted(&serving_run(&capped(&apart)));
+    assert_eq!(e.list.recorded_ooms, 1);
+    let options = SimOptions {
+        cap: Some(cap),
+        capacity: Some(80 << 30),
+        ..SimOptions::default()
+    };
+    let fixes = fixes::for_first_oom(
+        &e.list,
+        &recorded(&e),
+        &options,
+        &e.state,
+        &vramtrace_format::SymbolTable::default(),
+    )
+    .expect("the capped run runs out");
+    let passed: Vec<&fixes::TriedFix> = fixes.passed.iter().collect();
+    let one_pool = passed
+        .iter()
+        .find(|f| f.kind == fixes::FixKind::Graphs && f.change.contains("one pool"))
+        .expect("one pool passes");
+    assert_eq!(one_pool.basis, fixes::Basis::Exact);
+    assert_eq!(peak(&capped(&shared)).1, 0, "recorded with one pool: it fits");
+    let kv = passed
+        .iter()
+        .find(|f| f.kind == fixes::FixKind::KvCache)
+        .expect("a smaller KV cache passes");
+    let mib: u64 = kv.change["a KV cache of ".len()..]
+        .split(" MiB")
+        .next()
+        .unwrap()
+        .parse::<f64>()
+        .map(|m| (m * 1024.0 * 1024.0) as u64)
+        .unwrap_or(0);
+    assert!(mib > 0 && mib < 1 << 30, "{}", kv.change);
+    // The recording stopped at its failure, so a fix is replayed as far as
+    // it goes (issue #44 makes that part of its basis): recorded with that
+    // KV cache, the server gets past the request that failed.
+    let failure = |s: &Serving| {
+        let e = extracted(&serving_run(s));
+        e.list
+            .requests
+            .iter()
+            .position(|r| r.op == Op::FailedAlloc)
+            .unwrap_or(usize::MAX)
+    };
+    let smaller = Serving {
+        kv_cache: mib,
+        ..capped(&apart)
+    };
+    assert!(failure(&smaller) > failure(&capped(&apart)));
+}

@@ -25,6 +25,26 @@ pub struct Categories<'a> {
     waterfall: Option<waterfall::Table<'a>>,
     /// Memory outside the allocator, when the trace samples the device.
     outside: Option<Outside>,
+    /// Memory by private pool (CUDA graphs, `MemPool`s), when there are any.
+    pools: Option<Pools>,
+}
+
+/// The private pools: a line, and a row each.
+struct Pools {
+    line: String,
+    rows: Vec<PoolRow>,
+}
+
+/// One private pool's figures (exact).
+struct PoolRow {
+    id: String,
+    made_by: &'static str,
+    graphs: String,
+    at_peak: String,
+    in_use: String,
+    free: String,
+    own_peak: String,
+    at_end: String,
 }
 
 /// A category's bytes at the allocated peak, the reserved peak and the end.
@@ -86,6 +106,27 @@ impl<'a> Categories<'a> {
                 at_peak: o.at_peak_bytes.map_or("unknown".to_string(), units::bytes),
                 max: units::bytes(o.max_bytes),
                 at_end: units::bytes(o.at_end_bytes),
+            }),
+            pools: s.pools.as_ref().map(|p| Pools {
+                line: labels::pools_line(p),
+                rows: p
+                    .pools
+                    .iter()
+                    .map(|pool| PoolRow {
+                        id: format!("({}, {})", pool.id.0, pool.id.1),
+                        made_by: labels::pool_kind(pool.kind),
+                        graphs: if pool.followed {
+                            units::count(pool.captures as u64)
+                        } else {
+                            "not recorded".to_string()
+                        },
+                        at_peak: units::bytes(pool.reserved_at_peak_bytes),
+                        in_use: units::bytes(pool.live_at_peak_bytes),
+                        free: units::bytes(pool.free_at_peak_bytes()),
+                        own_peak: units::bytes(pool.peak_reserved_bytes),
+                        at_end: units::bytes(pool.reserved_at_end_bytes),
+                    })
+                    .collect(),
             }),
         }
     }
