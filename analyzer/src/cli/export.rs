@@ -1,6 +1,6 @@
 //! `vramtrace export`: a trace as a Perfetto trace or a pprof profile.
 
-use super::common::{CommonArgs, check_outputs, open, print_json};
+use super::common::{CommonArgs, Files, open, print_json};
 use super::progress::Bars;
 use super::{warn_about, write_file};
 use anyhow::bail;
@@ -50,6 +50,16 @@ struct Written {
     samples: usize,
 }
 
+impl Args {
+    /// What it reads (the trace, and the profiler's trace it joins) and
+    /// writes.
+    pub fn files(&self) -> Files<'_> {
+        let mut files = self.common.files([Some(self.output.as_path())]);
+        files.inputs.extend(self.beside.as_deref());
+        files
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = args.common.replay.options()?;
     if args.beside.is_some() && args.format != Format::Perfetto {
@@ -59,11 +69,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("export takes one trace; export several one at a time");
     }
     args.common.check_one_chart(Some(&args.output))?;
-    // The profiler's trace is an input too: never written over.
-    check_outputs(
-        Some(args.output.as_path()),
-        args.beside.iter().map(PathBuf::as_path),
-    )?;
     let progress = Bars::new();
     let path = &args.common.traces[0];
     let input = open(path, &args.common.input, &progress)?;

@@ -1,6 +1,6 @@
 //! `vramtrace flamegraph`: memory live at one moment, by stack.
 
-use super::common::{CommonArgs, file_name, open, print_json, shown};
+use super::common::{CommonArgs, Files, file_name, open, print_json, shown};
 use super::progress::Bars;
 use super::{warn_inputs, write_file};
 use anyhow::bail;
@@ -40,6 +40,13 @@ fn parse_moment(text: &str) -> Result<Moment, String> {
                 "{text:?} is not a moment: write peak, oom, or a time such as 1.5s or 300ms"
             )),
         },
+    }
+}
+
+impl Args {
+    /// What it reads and writes.
+    pub fn files(&self) -> Files<'_> {
+        self.common.files([self.output.as_deref()])
     }
 }
 

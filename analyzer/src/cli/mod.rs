@@ -124,6 +124,30 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Every output of every command is checked here, once, before any
+    // work: none may replace an input.
+    let files = match &cli.command {
+        Command::Info(args) => args.files(),
+        Command::Import(args) => args.files(),
+        Command::Summary(args) => args.files(),
+        Command::Fragmentation(args) => args.files(),
+        Command::Leaks(args) => args.files(),
+        Command::Timeline(args) => args.files(),
+        Command::Flamegraph(args) => args.files(),
+        Command::Export(args) => args.files(),
+        Command::Report(args) => args.files(),
+        Command::Compare(args) => args.files(),
+        Command::Join(args) => args.files(),
+        Command::Simulate(args) => args.files(),
+        Command::Plan(args) => args.files(),
+        // `synth` reads no file and `merge` writes none; `run` hands its
+        // arguments, unparsed, to Python (`python -m vramtrace run`).
+        Command::Run(_) | Command::Synth(_) | Command::Merge(_) => common::Files::default(),
+    };
+    if let Err(e) = common::check_files(&files) {
+        eprintln!("error: {}", printable_cut(&one_line(&e), MESSAGE_CHARS));
+        return ExitCode::from(EXIT_USAGE);
+    }
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Info(args) => info::run(args),
