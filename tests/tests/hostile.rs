@@ -673,3 +673,114 @@ fn a_pipe_as_input_is_refused_plainly() {
         "{stderr}"
     );
 }
+
+/// A trace of `n` devices, each named by one event alone (a tag, a limit
+/// or a device-memory sample, in turn), ids spread over the `u32` range
+/// and the last at `u32::MAX`: a few bytes each.
+fn devices_of_one_event(n: u32) -> Vec<u8> {
+    use vramtrace_format::{Category, DeviceMemoryEvent, LimitEvent, TagEvent};
+    let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
+    for i in 0..n {
+        let device = if i + 1 == n {
+            u32::MAX
+        } else {
+            i.wrapping_mul(2_654_435_761)
+        };
+        let data = match i % 3 {
+            0 => EventData::Tag(TagEvent::new(0x1000, device, Category::Parameter)),
+            1 => EventData::Limit(LimitEvent {
+                device,
+                limit_bytes: 1 << 30,
+                total_bytes: 1 << 34,
+                ..Default::default()
+            }),
+            _ => EventData::DeviceMemory(DeviceMemoryEvent {
+                device,
+                free_bytes: 1 << 33,
+                total_bytes: 1 << 34,
+                ..Default::default()
+            }),
+        };
+        w.push(Event {
+            time_ns: u64::from(i) * 1_000_000,
+            data,
+        })
+        .unwrap();
+    }
+    w.finish().unwrap()
+}
+
+#[test]
+fn a_device_costs_what_its_events_do() {
+    // Issue #46: each device cost 19.2 MB in a Perfetto export and 2 MB in
+    // `report` and `compare`, allocated before its first event: 255 tagged
+    // devices (2.3 KB) aborted the export at 2 GiB, 1,023 aborted `report`.
+    // Within 1 GiB of address space (the binary's own start costs most of
+    // it), each device may take about half a MiB at most.
+    let dir = scratch("hostile-devices-of-one-event");
+    let trace = dir.join("devices.vtrace");
+    std::fs::write(&trace, devices_of_one_event(1023)).unwrap();
+    let t = os(&trace);
+    let out = dir.join("out");
+    let o = os(&out);
+    let runs: [Vec<&std::ffi::OsStr>; 5] = [
+        vec![
+            "export".as_ref(),
+            t,
+            "--format".as_ref(),
+            "perfetto".as_ref(),
+            "-o".as_ref(),
+            o,
+        ],
+        vec!["report".as_ref(), t, "-o".as_ref(), o],
+        vec!["compare".as_ref(), t, t, "--json".as_ref()],
+        vec!["summary".as_ref(), t, "--json".as_ref()],
+        vec![
+            "timeline".as_ref(),
+            t,
+            "--json".as_ref(),
+            "--by".as_ref(),
+            "category".as_ref(),
+        ],
+    ];
+    for args in runs {
+        let run = vramtrace_within(MIB, &args);
+        assert_eq!(run.code, Some(0), "{args:?}: {}", run.stderr);
+    }
+    // Every device is in the export, the highest id's track included (its
+    // thread id once overflowed 32 bits).
+    vramtrace_within(
+        MIB,
+        [
+            "export".as_ref(),
+            t,
+            "--format".as_ref(),
+            "perfetto".as_ref(),
+            "-o".as_ref(),
+            o,
+        ],
+    )
+    .success();
+    let export: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let names: Vec<&str> = export["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 1023);
+    assert!(
+        names.contains(&"GPU 4294967295 memory (vramtrace)"),
+        "{:?}",
+        &names[..3]
+    );
+    let tid = export["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["args"]["name"] == "GPU 4294967295 memory (vramtrace)")
+        .unwrap()["tid"]
+        .as_u64();
+    assert_eq!(tid, Some(1_000_000 + u64::from(u32::MAX)));
+}

@@ -25,7 +25,7 @@ use vramtrace_format::EventData;
 
 /// Counter samples per device in a Perfetto export: each column keeps its
 /// lowest and highest moment, so peaks survive exactly.
-const PERFETTO_COLUMNS: usize = 20_000;
+pub const PERFETTO_COLUMNS: usize = 20_000;
 
 /// The times of `empty_cache()` calls, for instant events.
 #[derive(Debug, Default)]
@@ -95,8 +95,9 @@ pub fn perfetto(
         let device = d.device;
         let (timeline, empty_caches) = d.analyses;
         let timeline = replay.result(timeline.into_report())?;
-        // One thread per device: its phases nest as slices on it.
-        let tid = 1_000_000 + device;
+        // One thread per device: its phases nest as slices on it. In 64
+        // bits: a device id past 4,293,967,295 would overflow 32.
+        let tid = 1_000_000 + u64::from(device);
         events.push(json!({
             "ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
             "args": {"name": format!("GPU {device} memory (vramtrace)")},
