@@ -52,6 +52,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => e,
     })?;
     let result = result.expect("joined");
+    for l in &result.left_out {
+        super::warn(format_args!("{}: left out of the join: {}", l.part, l.why));
+    }
     if args.json {
         emit(&print::json_sorted(&result))?;
     } else {
