@@ -624,7 +624,21 @@ fn names_from_the_input_reach_no_terminal_and_no_page_raw() {
     assert!(
         page.contains("\\x1b]0;pwned\\x07train"),
         "the file name, shown"
-    );
+    ); // The folded stacks, written to a file that `cat` shows, as escapes
+    // (issue #46: ESC, BEL and NUL went out raw and set the terminal's
+    // title).
+    let folded = dir.join("stacks.folded");
+    vramtrace([
+        "flamegraph".as_ref(),
+        os(&path),
+        "--folded".as_ref(),
+        "-o".as_ref(),
+        os(&folded),
+    ])
+    .success();
+    let text = std::fs::read_to_string(&folded).unwrap();
+    assert_eq!(raw_controls(&text), 0, "{text:?}");
+    assert!(text.contains("\\x1b]0:pwned\\x07train"), "{text}");
 }
 
 #[test]

@@ -67,7 +67,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let mut text = graph.stacks.folded_lines().join("\n");
             text.push('\n');
             match &args.output {
-                Some(output) => write_file(output, text.as_bytes())?,
+                // Names from the input shown as escapes, as on stdout: the
+                // file is text a terminal shows (`cat`).
+                Some(output) => write_file(output, print::printable(&text).as_bytes())?,
                 None if !args.common.json => print!("{}", print::printable(&text)),
                 None => {}
             }
