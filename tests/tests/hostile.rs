@@ -798,3 +798,42 @@ fn a_device_costs_what_its_events_do() {
         .as_u64();
     assert_eq!(tid, Some(1_000_000 + u64::from(u32::MAX)));
 }
+
+#[test]
+fn a_killed_synth_leaves_no_file_behind() {
+    // Issue #46: SIGKILL left `.NAME.PID.tmp` beside the output. The file
+    // being written now has no name until it is whole.
+    let dir = scratch("hostile-killed-synth");
+    let out = dir.join("big.vtrace");
+    let mut child = std::process::Command::new(vramtrace_e2e::binary())
+        .args(["synth", "--events", "1e9", "-o"])
+        .arg(&out)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once it has written something: a file open in `dir` (named or
+    // not), past its first bytes.
+    let fds = PathBuf::from(format!("/proc/{}/fd", child.id()));
+    let writing = || {
+        std::fs::read_dir(&fds)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|target| target.starts_with(&dir))
+                    && std::fs::metadata(fd.path()).is_ok_and(|m| m.len() > 1 << 20)
+            })
+    };
+    while !writing() {
+        assert!(child.try_wait().unwrap().is_none(), "synth ended early");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
