@@ -17,8 +17,10 @@ const EVENTS_PER_PART: u64 = 10;
 /// `forged` a part whose header claims `900` restating events. With every
 /// event the ring holds past the first part's start, in order.
 fn ring(n: u64, ring: &str, forged: Option<u64>) -> (Vec<Vec<u8>>, Vec<Event>) {
-    let mut header = Header::default();
-    header.start_unix_ns = 1_700_000_000_000_000_000;
+    let mut header = Header {
+        start_unix_ns: 1_700_000_000_000_000_000,
+        ..Header::default()
+    };
     header.process.pid = 4242;
     header.metadata.insert(RING_KEY.into(), ring.into());
     let mut w = TraceWriter::new(Vec::new(), header.clone()).unwrap();

@@ -295,10 +295,10 @@ pub fn join(parts: &[PathBuf], out: impl Write, output: &Path) -> Result<JoinRes
 
 /// The value of `key` most parts have (`None`: no part has one), or two
 /// parts of different values with as many parts each.
-fn most<'a, K: PartialEq>(
-    parts: &'a [Readable],
+fn most<K: PartialEq>(
+    parts: &[Readable],
     key: impl Fn(&Readable) -> Option<K>,
-) -> Result<Option<K>, (&'a Readable, &'a Readable)> {
+) -> Result<Option<K>, (&Readable, &Readable)> {
     let count = |k: &K| parts.iter().filter(|p| key(p).as_ref() == Some(k)).count();
     let mut best: Option<(usize, &Readable)> = None;
     let mut tie = None;
