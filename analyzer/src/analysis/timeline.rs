@@ -218,6 +218,9 @@ pub struct TimelineAnalysis {
     // The columns an event fell in, by their index (time since the origin
     // over the width).
     columns: BTreeMap<u64, Column>,
+    // The column the last event fell in, held out of the map while events
+    // fall in it (most do): no lookup an event.
+    open: Option<(u64, Column)>,
     origin_ns: Option<u64>,
     width_ns: u64,
     current: u64,
@@ -247,6 +250,7 @@ impl TimelineAnalysis {
             phase_names: Default::default(),
             tracked: [u32::MAX; TRACKED],
             columns: BTreeMap::new(),
+            open: None,
             pending: Vec::new(),
             origin_ns: None,
             width_ns: 1_000,
@@ -361,6 +365,7 @@ impl TimelineAnalysis {
         if self.pending.is_empty() {
             return;
         }
+        self.close_open();
         let mut pending = std::mem::take(&mut self.pending);
         pending.retain(|p| p.born.saturating_sub(1) < p.at);
         let mut opens: Vec<(u64, usize)> = (pending.iter().enumerate())
@@ -427,10 +432,22 @@ impl TimelineAnalysis {
         }
     }
 
+    /// Puts the open column back in the map (beside what an event that
+    /// went back in time left there).
+    fn close_open(&mut self) {
+        if let Some((i, column)) = self.open.take() {
+            let held = self.columns.entry(i).or_default();
+            *held = Column::merge(*held, column);
+        }
+    }
+
     fn column_for(&mut self, time_ns: u64) -> u64 {
         let origin = *self.origin_ns.get_or_insert(time_ns);
         let capacity = 2 * self.options.columns as u64;
         let offset = time_ns.saturating_sub(origin);
+        if offset / self.width_ns >= capacity {
+            self.close_open();
+        }
         while offset / self.width_ns >= capacity {
             // Outgrown: halve the resolution, keeping each pair's extremes.
             let columns = std::mem::take(&mut self.columns);
@@ -450,22 +467,26 @@ impl TimelineAnalysis {
             self.current = column;
             self.retrack();
         }
+        if self.open.as_ref().is_none_or(|&(i, _)| i != column) {
+            self.close_open();
+            let held = self.columns.remove(&column).unwrap_or_default();
+            self.open = Some((column, held));
+        }
         let totals = state.totals();
         let allocated = totals.allocated;
-        let col = self.columns.get(&column).copied().unwrap_or_default();
+        let col = self.open.as_ref().map(|&(_, c)| c).unwrap_or_default();
         let new_max = col.max.is_none_or(|m| allocated > m.allocated);
         let new_min = col.min.is_none_or(|m| allocated < m.allocated);
-        if new_max || new_min {
-            let s = self.sample(index, time_ns, allocated);
-            let col = self.columns.entry(column).or_default();
-            if new_max {
-                col.max = Some(s);
-            }
-            if new_min {
-                col.min = Some(s);
-            }
+        let s = (new_max || new_min).then(|| self.sample(index, time_ns, allocated));
+        let Some((_, col)) = self.open.as_mut() else {
+            return;
+        };
+        if new_max {
+            col.max = s;
         }
-        let col = self.columns.entry(column).or_default();
+        if new_min {
+            col.min = s;
+        }
         col.outside_max = col.outside_max.max(self.outside);
         if col.max.is_some() && (new_max && new_min) {
             col.reserved_min = totals.reserved;
@@ -498,6 +519,7 @@ impl TimelineAnalysis {
     }
 
     fn build(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Timeline {
+        self.close_open();
         self.apply_pending();
         // Which categories to name: the largest seen at any kept moment.
         let mut largest: rustc_hash::FxHashMap<u32, u64> = Default::default();
