@@ -103,6 +103,21 @@ pub enum Error {
         #[source]
         source: SimulateError,
     },
+    /// Parts of several recordings (or rings), none with the most parts:
+    /// which to join is not for a guess.
+    #[error(
+        "the parts are not parts of one recording: {detail}; join each recording's parts apart"
+    )]
+    JoinMixed {
+        /// The recordings, and their parts.
+        detail: String,
+    },
+    /// No part of a ring can be joined: each part, and why not.
+    #[error("no part can be joined: {}", .left_out.join("; "))]
+    NothingToJoin {
+        /// `PART: why`, for each part given.
+        left_out: Vec<String>,
+    },
 }
 
 fn list_devices(seen: &[u32]) -> String {

@@ -30,6 +30,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use vramtrace::command::ReplayOptions;
+use vramtrace::command::export::{ProfilerTrace, join_profiler_trace, perfetto, pprof};
+use vramtrace::command::flamegraph::{Moment, flamegraph};
 use vramtrace::command::plan::{PlanOptions, plan};
 use vramtrace::command::report::{ReportOptions, report};
 use vramtrace::command::simulate::{SimulateOptions, simulate};
@@ -37,8 +39,8 @@ use vramtrace::input::{Input, decompress};
 use vramtrace::progress::NoProgress;
 use vramtrace::simulate::plan::Varied;
 use vramtrace_format::{
-    BlockEvent, DeviceMemoryEvent, Event, EventData, Header, LimitEvent, OomEvent, SegmentEvent,
-    StringId, TagEvent, TraceWriter, WriterOptions,
+    BlockEvent, DeviceMemoryEvent, Event, EventData, Header, LimitEvent, OomEvent, PART_KEY,
+    PREAMBLE_EVENTS_KEY, RING_KEY, SegmentEvent, StringId, TagEvent, TraceWriter, WriterOptions,
 };
 
 /// Counts the bytes allocated now, and the most since the last reset.
@@ -250,6 +252,7 @@ fn analyze(input: &Input) {
         let _ = vramtrace::print::html::report(&result, 5);
     }
     let _ = simulate(input, &SimulateOptions::default(), &NoProgress);
+    exports(input);
     // The planner: the input against itself at two batch sizes (every law
     // fitted through it), and alone (activations assumed to scale), under
     // a cap and on the card it names.
@@ -265,6 +268,83 @@ fn analyze(input: &Input) {
         if let Ok(result) = plan(&runs, &options, &NoProgress) {
             let _ = vramtrace::print::text::plan(&result);
         }
+    }
+}
+
+/// The exports: Perfetto (alone, and joined to a profiler trace that
+/// starts with the input), pprof, and the folded stacks of each device.
+fn exports(input: &Input) {
+    let options = ReplayOptions::default();
+    let start = input.header().start_unix_ns;
+    if let Ok(export) = perfetto(input, &options, start, &NoProgress) {
+        let doc = format!(
+            r#"{{"baseTimeNanoseconds": {start}, "traceEvents": [{{"ph": "X", "name": "k", "ts": 0, "dur": 1}}], "vramtrace": 1}}"#
+        );
+        if let Ok(trace) = ProfilerTrace::read(doc.into_bytes()) {
+            let _ = join_profiler_trace(trace, export);
+        }
+    }
+    if let Ok((profile, _)) = pprof(input, &options, &NoProgress) {
+        let _ = vramtrace::print::pprof::encode(&profile);
+    }
+    if let Ok(graphs) = flamegraph(input, &options, Moment::AllocatedPeak, &NoProgress) {
+        for d in &graphs.devices {
+            let _ = d.result.stacks.folded_lines();
+        }
+    }
+}
+
+/// A ring of two sound parts, as the recorder writes them (made once).
+fn ring_parts() -> &'static [Vec<u8>] {
+    static PARTS: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+    PARTS.get_or_init(|| {
+        let mut header = Header::default();
+        header.metadata.insert(RING_KEY.into(), "fuzz".into());
+        let mut w = TraceWriter::new(Vec::new(), header.clone()).unwrap();
+        let mut parts = Vec::new();
+        for p in 0..2u64 {
+            for i in 0..20u64 {
+                let addr = (p * 20 + i) << 12;
+                w.push(Event {
+                    time_ns: 1_000 * (p * 20 + i + 1),
+                    data: EventData::Alloc(BlockEvent {
+                        addr,
+                        size: 4096,
+                        requested: 4096,
+                        ..Default::default()
+                    }),
+                })
+                .unwrap();
+            }
+            let mut next = header.clone();
+            next.metadata.insert(PART_KEY.into(), (p + 1).to_string());
+            next.metadata.insert(PREAMBLE_EVENTS_KEY.into(), "0".into());
+            parts.push(w.rotate(Vec::new(), next, &Default::default()).unwrap());
+        }
+        parts
+    })
+}
+
+/// `join` of a ring whose newest part (and, in turn, whose oldest) is the
+/// input, and of the input given twice: whatever the input, no panic.
+fn join_with(input: &[u8]) {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-join-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sound = ring_parts();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let a = write("part-000000.vtrace", &sound[0]);
+    let b = write("part-000001.vtrace", &sound[1]);
+    let c = write("part-000002.vtrace", input);
+    for parts in [
+        vec![a.clone(), b.clone(), c.clone()],
+        vec![c.clone(), a, b, c.clone()],
+    ] {
+        let _ = vramtrace::command::join::join(&parts, std::io::sink(), Path::new("joined"));
     }
 }
 
@@ -296,6 +376,10 @@ fn events_of(bytes: &[u8]) -> Vec<Event> {
         // Phase names: iter0, forward, iter1, an optimizer step, backward.
         let name = StringId(1 + [0, 1, 2, 4, 5][rng.below(5)]);
         let thread = rng.below(3) as u32;
+        // Devices: mostly the first; at times one whose id is past what a
+        // Perfetto track id held in 32 bits, or the last id.
+        let device = [0, 0, 0, 0, 1, 4_293_967_296, u32::MAX][rng.below(7)];
+        let block = BlockEvent { device, ..block };
         let data = match op % 15 {
             0 | 1 => EventData::Alloc(block),
             2 => EventData::FreeRequested(block),
@@ -317,7 +401,7 @@ fn events_of(bytes: &[u8]) -> Vec<Event> {
             // Limits and device-memory samples: plausible, zero, past the
             // card, and absurd.
             13 => EventData::Limit(LimitEvent {
-                device: 0,
+                device,
                 thread,
                 limit_bytes: [0, 1 << 30, 12 << 30, u64::MAX][rng.below(4)],
                 total_bytes: [0, 80 << 30, 8 << 30, u64::MAX][rng.below(4)],
@@ -331,7 +415,7 @@ fn events_of(bytes: &[u8]) -> Vec<Event> {
             // Categories known and unknown, on blocks live or not.
             _ => EventData::Tag(TagEvent {
                 addr,
-                device: 0,
+                device,
                 thread,
                 code: rng.below(9) as u8,
             }),
@@ -407,6 +491,9 @@ fn fuzz(target: Target, seed: u64, budget: Duration) -> Result<u64, String> {
                 Target::Replay => replay_trace(&input),
                 _ => input.clone(),
             };
+            if target == Target::Trace {
+                join_with(&bytes);
+            }
             if let Ok(opened) = Input::from_bytes(bytes, &NoProgress) {
                 analyze(&opened);
             }

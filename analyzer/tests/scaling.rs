@@ -57,6 +57,21 @@ fn run_report(input: &Input) {
         .unwrap();
 }
 
+/// The timeline of a Perfetto export: by category, at its width.
+fn run_perfetto_timeline(input: &Input) {
+    let options = ReplayOptions::default();
+    let replay = Replay::new(input, &options, &NoProgress).unwrap();
+    replay
+        .run(|_| {
+            (TimelineAnalysis::new(TimelineOptions {
+                columns: vramtrace::command::export::PERFETTO_COLUMNS,
+                group_by: GroupBy::Category,
+                top: 8,
+            }),)
+        })
+        .unwrap();
+}
+
 fn run_leaks(input: &Input) {
     leaks(input, &ReplayOptions::default(), &NoProgress).unwrap();
 }
@@ -149,6 +164,28 @@ fn many_devices() {
         300,
         |n| input(hostile::many_devices(n)),
         run_summary,
+    );
+}
+
+#[test]
+fn blocks_recategorized_long_after_their_birth() {
+    // Issue #46: each block whose category changed walked back over every
+    // column since its birth (100,000 blocks in a Perfetto export: 39.7 s).
+    // On a pool of one thread, the measuring one: the replay runs beside
+    // the decoding (`rayon::join`), on whichever thread is free.
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap()
+        .install(blocks_tagged_late_scale);
+}
+
+fn blocks_tagged_late_scale() {
+    assert_linear(
+        "perfetto timeline, blocks tagged late",
+        1_000,
+        |n| input(hostile::blocks_tagged_late(n)),
+        run_perfetto_timeline,
     );
 }
 

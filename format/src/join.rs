@@ -10,7 +10,7 @@
 //! others: their events follow on from the part before.
 
 use crate::error::FormatError;
-use crate::event::{Event, KindCounts};
+use crate::event::{Event, EventData, KindCounts};
 use crate::reader::TraceReader;
 use crate::symbols::{FrameId, StackId, StringId};
 use crate::writer::{TraceWriter, WriterOptions};
@@ -19,6 +19,15 @@ use std::io::{Read, Write};
 /// The header metadata key of a part that starts mid-run: how many of its
 /// first events restate the state at its start rather than happen there.
 pub const PREAMBLE_EVENTS_KEY: &str = "window.preamble_events";
+
+/// The header metadata key of a bounded recording's parts: an id its
+/// rotations share and no other ring has (several rings of one process, a
+/// ring per device, share its clock and process id).
+pub const RING_KEY: &str = "window.ring";
+
+/// The header metadata key of a part's number in its ring (0 for the part
+/// that starts the recording, which lacks the key).
+pub const PART_KEY: &str = "window.part";
 
 /// What [`join`] wrote.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -32,6 +41,9 @@ pub struct JoinSummary {
     /// Parts that could not be read whole (one cut off by a crash, say):
     /// their readable events are joined all the same.
     pub damaged_parts: usize,
+    /// Parts whose header claimed more restating events than they begin
+    /// with: only those they begin with were left out.
+    pub forged_preambles: usize,
 }
 
 /// Joins the parts of a rotated trace, oldest first, into `out`: the first
@@ -39,50 +51,164 @@ pub struct JoinSummary {
 /// past its restatements. Returns the output.
 ///
 /// Fails if a part is not a trace, or if its symbols do not continue those
-/// of the parts before it (parts of different recordings).
+/// of the parts before it (parts of different recordings). To join what can
+/// be joined of a damaged or mixed ring instead, [`scan`] each part, choose
+/// the ones that follow on, and give them to a [`Joiner`].
 pub fn join<R: Read, W: Write>(
     parts: impl IntoIterator<Item = R>,
     out: W,
 ) -> Result<(W, JoinSummary), FormatError> {
-    let mut summary = JoinSummary::default();
-    let mut writer: Option<TraceWriter<W>> = None;
-    let mut out = Some(out);
-    let mut known = Known::default();
-    let mut first: Option<(u64, u32)> = None;
+    let mut joiner = Joiner::new(out);
     for part in parts {
+        joiner.add(part)?;
+    }
+    joiner.finish()
+}
+
+/// What a part holds, read through once: enough to tell which recording
+/// and ring it is of, where in the ring it goes, and whether it follows on
+/// from another.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartScan {
+    /// The recording's start (Unix time, ns): every part of a ring has it.
+    pub start_unix_ns: u64,
+    /// The recording process.
+    pub pid: u32,
+    /// The ring's id ([`RING_KEY`]), when the recorder wrote one.
+    pub ring: Option<String>,
+    /// The part's number in its ring ([`PART_KEY`]): `Some(0)` for a ring's
+    /// first part, `None` when the recorder wrote no ring id.
+    pub part: Option<u64>,
+    /// Whether it starts from a state (every part but a recording's first).
+    pub has_state: bool,
+    /// The time of its first and last event (offsets from the start).
+    pub first_ns: Option<u64>,
+    /// See `first_ns`.
+    pub last_ns: Option<u64>,
+    /// Events read.
+    pub events: u64,
+    /// Whether it could not be read whole.
+    pub damaged: bool,
+}
+
+/// Reads a part through: see [`PartScan`]. An error when not even its
+/// start (header, symbols, initial state) can be read.
+pub fn scan<R: Read>(part: R) -> Result<PartScan, FormatError> {
+    let mut reader = TraceReader::new(part)?;
+    let header = reader.header();
+    let ring = header.metadata.get(RING_KEY).cloned();
+    let part = match header.metadata.get(PART_KEY) {
+        Some(n) => n.parse().ok(),
+        None => ring.as_ref().map(|_| 0),
+    };
+    let mut scan = PartScan {
+        start_unix_ns: header.start_unix_ns,
+        pid: header.process.pid,
+        ring,
+        part,
+        has_state: reader.initial_state().is_some(),
+        first_ns: None,
+        last_ns: None,
+        events: 0,
+        damaged: false,
+    };
+    let mut batch: Vec<Event> = Vec::new();
+    while let Some(chunk) = reader.next_chunk()? {
+        batch.clear();
+        if let Err(e) = chunk.decode_into(&mut batch) {
+            reader.note_undecodable(&chunk, e.to_string());
+            continue;
+        }
+        for e in &batch {
+            scan.first_ns.get_or_insert(e.time_ns);
+            scan.last_ns = Some(scan.last_ns.map_or(e.time_ns, |l| l.max(e.time_ns)));
+            scan.events += 1;
+        }
+    }
+    scan.damaged = reader.damage_count() > 0 || reader.truncation().is_some();
+    Ok(scan)
+}
+
+/// What one part gave a [`Joiner`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartJoined {
+    /// Events written from it.
+    pub events: u64,
+    /// Whether it could not be read whole.
+    pub damaged: bool,
+    /// The restating events its header claims, when it claims more than
+    /// it begins with (a forged or damaged count).
+    pub claimed_preamble: Option<u64>,
+    /// Restating events left out.
+    pub preamble: u64,
+}
+
+/// Joins parts one at a time (each opened only while it is read): the
+/// first part's header, initial state and events, then each later part's
+/// events past its restatements.
+pub struct Joiner<W: Write> {
+    out: Option<W>,
+    writer: Option<TraceWriter<W>>,
+    known: Known,
+    first: Option<(u64, u32)>,
+    summary: JoinSummary,
+}
+
+impl<W: Write> Joiner<W> {
+    /// A join into `out`.
+    pub fn new(out: W) -> Self {
+        Joiner {
+            out: Some(out),
+            writer: None,
+            known: Known::default(),
+            first: None,
+            summary: JoinSummary::default(),
+        }
+    }
+
+    /// Adds the next part. Fails if it is not a trace, or does not follow
+    /// on from the parts before it (another recording's clock or process,
+    /// no initial state, symbols that disagree).
+    pub fn add<R: Read>(&mut self, part: R) -> Result<PartJoined, FormatError> {
         let mut reader = TraceReader::new(part)?;
         let header = reader.header();
         let origin = (header.start_unix_ns, header.process.pid);
-        let skip = if writer.is_some() {
+        let claimed = if self.writer.is_some() {
             // A later part is the same recording's (its clock and process),
             // starts from a state, and begins with every symbol defined so
             // far.
-            if first != Some(origin) || reader.initial_state().is_none() {
+            if self.first != Some(origin) || reader.initial_state().is_none() {
                 return Err(FormatError::InvalidUse(MISMATCH));
             }
-            known.check_continues(&reader)?;
+            self.known.check_continues(&reader)?;
             preamble_events(&reader)
         } else {
             0
         };
-        let w = match &mut writer {
+        let known = &mut self.known;
+        let w = match &mut self.writer {
             Some(w) => w,
             None => {
                 let options = WriterOptions {
                     chunk_interval: None,
                     ..WriterOptions::default()
                 };
-                first = Some(origin);
-                let out = out.take().expect("taken once");
+                self.first = Some(origin);
+                let out = self.out.take().expect("taken once");
                 let mut w = TraceWriter::with_options(out, reader.header().clone(), options)?;
                 if let Some(state) = reader.initial_state().cloned() {
                     known.catch_up(&reader, &mut w)?;
                     w.write_initial_state(&state)?;
                 }
-                writer.insert(w)
+                self.writer.insert(w)
             }
         };
-        let mut events = 0u64;
+        let mut joined = PartJoined::default();
+        // The restatement is what the part begins with, at its first
+        // event's time, of the kinds a rotation restates: a count in the
+        // header past it (forged, damaged) leaves out no real event.
+        let mut restating = claimed > 0;
+        let mut restated_at = None;
         let mut batch: Vec<Event> = Vec::new();
         while let Some(chunk) = reader.next_chunk()? {
             batch.clear();
@@ -95,20 +221,51 @@ pub fn join<R: Read, W: Write>(
             // The symbols a chunk uses are defined before it.
             known.catch_up(&reader, w)?;
             for e in &batch {
-                if events >= skip {
-                    w.push(*e)?;
-                    summary.events += 1;
+                if restating {
+                    let at = *restated_at.get_or_insert(e.time_ns);
+                    restating = joined.preamble < claimed && e.time_ns == at && restates(e);
+                    if restating {
+                        joined.preamble += 1;
+                        continue;
+                    }
                 }
-                events += 1;
+                w.push(*e)?;
+                joined.events += 1;
             }
         }
-        summary.parts += 1;
-        summary.damaged_parts +=
-            (reader.damage_count() > 0 || reader.truncation().is_some()) as usize;
+        if joined.preamble < claimed {
+            joined.claimed_preamble = Some(claimed);
+            self.summary.forged_preambles += 1;
+        }
+        joined.damaged = reader.damage_count() > 0 || reader.truncation().is_some();
+        self.summary.parts += 1;
+        self.summary.events += joined.events;
+        self.summary.damaged_parts += joined.damaged as usize;
+        Ok(joined)
     }
-    let w = writer.ok_or(FormatError::InvalidUse("no parts to join"))?;
-    summary.counts = *w.counts();
-    Ok((w.finish()?, summary))
+
+    /// Ends the trace; an error if no part was added.
+    pub fn finish(self) -> Result<(W, JoinSummary), FormatError> {
+        let w = self
+            .writer
+            .ok_or(FormatError::InvalidUse("no parts to join"))?;
+        let mut summary = self.summary;
+        summary.counts = *w.counts();
+        Ok((w.finish()?, summary))
+    }
+}
+
+/// Whether an event is of a kind a rotation restates (open phases,
+/// annotations, limits, device-memory readings, tags).
+fn restates(e: &Event) -> bool {
+    matches!(
+        e.data,
+        EventData::PhaseBegin { .. }
+            | EventData::Annotation { .. }
+            | EventData::Limit(_)
+            | EventData::DeviceMemory(_)
+            | EventData::Tag(_)
+    )
 }
 
 /// How many of a part's first events restate its starting state.

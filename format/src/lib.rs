@@ -83,7 +83,9 @@ pub use event::{
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,
 };
-pub use join::{JoinSummary, PREAMBLE_EVENTS_KEY, join};
+pub use join::{
+    JoinSummary, Joiner, PART_KEY, PREAMBLE_EVENTS_KEY, PartJoined, PartScan, RING_KEY, join, scan,
+};
 pub use reader::{Events, KEPT_DAMAGE, REORDER_CHUNKS, TraceDamage, TraceReader, Truncation};
 pub use source::EventSource;
 pub use symbols::{Frame, FrameId, StackId, StringId, SymbolTable};

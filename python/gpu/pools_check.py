@@ -353,6 +353,44 @@ def check_kv_plan(rep: Report, binary: Path, out: Path, env: dict, cap: int) -> 
               f"{'' if more is not None else ' (' + tail(p2)[-120:] + ')'}")
 
 
+def check_capture_oom(rep: Report, binary: Path, out: Path, env: dict, blocks: int) -> None:
+    """A server whose graphs each have a pool, under a cap halfway between
+    the smallest caps of the shared and the separate pools (from
+    `simulate --min-capacity`): it runs out of memory; `simulate` names a
+    fix that shares one pool, and the server with one pool fits under that
+    cap on the card."""
+    caps = {}
+    for name in ("serve", "serve-separate"):
+        trace = out / f"{name}.vtrace"
+        if not trace.exists():
+            return
+        m = vt(binary, "simulate", str(trace), "--min-capacity", "--reserve", "0B")
+        caps[name] = m.get("min_capacity_bytes") or 0
+    if not caps["serve"] or caps["serve-separate"] <= caps["serve"] + 4 * MIB:
+        rep.add("INFO", "serve: capture OOM check skipped", f"smallest caps {caps}")
+        return
+    cap = (caps["serve"] + caps["serve-separate"]) // 2 // MIB * MIB
+    trace = str(out / "serve-oom.vtrace")
+    got, p = child(HERE, ["serve", "--kv-blocks", str(blocks), "--separate",
+                          "--cap-bytes", str(cap)], env, trace=trace)
+    if got is None or "oom" not in got:
+        rep.add("FAIL", "serve, a pool per graph, capped: runs out", tail(p) if got is None else "it fit")
+        return
+    sim = vt(binary, "simulate", trace)
+    fixes = (sim.get("fixes") or {}).get("passed", [])
+    one_pool = [f for f in fixes if f["kind"] == "graphs" and "one pool" in f["change"]]
+    kv = [f for f in fixes if f["kind"] == "kv_cache"]
+    rep.add("INFO", "serve, a pool per graph, capped: simulate's verdict and fixes",
+            sim["verdict"]["line"][:250] + " / " + "; ".join(f["change"][:80] for f in fixes)[:400])
+    shared, p2 = child(HERE, ["serve", "--kv-blocks", str(blocks), "--cap-bytes", str(cap)], env)
+    fits = shared is not None and "oom" not in shared
+    rep.check(bool(one_pool) and fits,
+              "serve: a capture that runs out is fixed by one pool, as the card confirms",
+              f"cap {cap:,} B: fix offered {bool(one_pool)} ({one_pool[0]['basis'] if one_pool else ''}),"
+              f" one pool fits on the card {fits}{'' if shared is not None else ' ' + tail(p2)[-100:]};"
+              f" a smaller KV cache offered {bool(kv)}")
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         child_main(sys.argv[2:])
@@ -384,6 +422,7 @@ def main() -> int:
             check_program(rep, binary, out, env, "serve",
                           ["--kv-blocks", str(sized["kv_blocks"])], min_capacity=True)
             check_kv_plan(rep, binary, out, env, 24 << 30)
+            kv_blocks = sized["kv_blocks"]
             apart = str(out / "serve-separate.vtrace")
             got, p = child(HERE, ["serve", "--kv-blocks", str(sized["kv_blocks"]), "--separate"],
                            env, trace=apart)
@@ -394,6 +433,7 @@ def main() -> int:
                           and s["peak_reserved_bytes"] == got["max_reserved"],
                           "serve, a pool per graph: peaks and simulate exact",
                           f"reserved {got['max_reserved']:,} B (shared pool: see above)")
+                check_capture_oom(rep, binary, out, env, kv_blocks)
     try:
         import triton  # noqa: F401
         has_triton = True

@@ -236,3 +236,23 @@ def test_the_option_is_offered():
     # The plugin's own hooks, as pytest reads them.
     assert hasattr(pytest_plugin, "pytest_addoption")
     assert hasattr(pytest_plugin, "pytest_runtest_call")
+
+
+def test_trace_names_never_collide(tmp_path):
+    """Two tests whose ids make one safe name (parametrized tests of the
+    same name, ids differing only in the characters replaced) get two
+    traces; the same test gets its own name back."""
+    class Config:
+        def getoption(self, name):
+            return str(tmp_path)
+
+    plugin = pytest_plugin.Plugin(Config())
+    a = plugin.trace_path("tests/a/test_m.py::test_f[x/y]")
+    b = plugin.trace_path("tests/a/test_m.py::test_f[x-y]")
+    c = plugin.trace_path("tests_a/test_m.py::test_f[x/y]")
+    assert len({a, b, c}) == 3
+    assert a.name == "tests_a_test_m.py_test_f_x_y.vtrace"
+    assert plugin.trace_path("tests/a/test_m.py::test_f[x/y]") == a
+    assert plugin.trace_path("tests/a/test_m.py::test_f[x-y]") == b
+    long = "t/test_m.py::test_f[" + "x" * 200
+    assert plugin.trace_path(long + "1]") != plugin.trace_path(long + "2]")

@@ -25,6 +25,7 @@ session says so once; a test never fails for lack of a GPU.
 from __future__ import annotations
 
 import gc
+import hashlib
 import re
 import shutil
 import tempfile
@@ -173,6 +174,8 @@ class Plugin:
         self.records: list[TestRecord] = []
         self.skipped_checks = 0
         self.recording_failed: str | None = None
+        # The trace names given, and to which test: none is given twice.
+        self.names: dict[str, str] = {}
 
     # What is made lazily: torch is imported only once a test needs it.
     @property
@@ -190,7 +193,19 @@ class Plugin:
             if self.scratch is None:
                 self.scratch = Path(tempfile.mkdtemp(prefix="vramtrace-pytest-"))
             folder = self.scratch
-        return folder / f"{_safe_name(nodeid)}.vtrace"
+        return folder / f"{self._unique_name(nodeid)}.vtrace"
+
+    def _unique_name(self, nodeid: str) -> str:
+        """The test's file name, readable, and no other test's of the
+        session: two node ids can make one safe name (characters replaced,
+        names cut at 150), so the second gets its id's hash beside it."""
+        name = _safe_name(nodeid)
+        owner = self.names.setdefault(name, nodeid)
+        if owner != nodeid:
+            digest = hashlib.sha256(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+            name = f"{name[:137]}-{digest}"
+            self.names[name] = nodeid
+        return name
 
     def start_recording(self, path: Path) -> bool:
         import vramtrace

@@ -219,3 +219,111 @@ fn check_schema_of_ours(document: &Value) {
         .collect();
     check_schema(&serde_json::json!({ "traceEvents": ours }));
 }
+
+/// A torch.profiler trace of `events` kernels a microsecond apart from
+/// `ts0` µs after `base` (ns of Unix time), each with some arguments.
+fn profiler_trace(base: u64, ts0: f64, events: usize) -> String {
+    let mut text =
+        format!(r#"{{"schemaVersion": 1, "baseTimeNanoseconds": {base}, "traceEvents": ["#);
+    for i in 0..events {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&format!(
+            r#"{{"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "ts": {}, "dur": 0.5, "pid": 7, "tid": 7, "args": {{"grid": [1, 2, 3], "block": [128, 1, 1], "stream": 7, "correlation": {i}}}}}"#,
+            ts0 + i as f64
+        ));
+    }
+    text.push_str("]}");
+    text
+}
+
+#[test]
+fn a_profiler_trace_of_another_time_is_joined_with_a_warning() {
+    let dir = scratch("export-beside-apart");
+    let input = fixture("torch/gpt2_train.pickle.xz");
+    let info = vramtrace(["info", "--json", input.to_str().unwrap()])
+        .success()
+        .result();
+    let start = info["start_unix_ns"].as_u64().unwrap();
+    let out = dir.join("joined.json");
+    let day = 86_400_000_000_000u64;
+    for (name, base, apart) in [
+        ("same", start - 1_000_000, false),
+        ("a day later", start + day, true),
+        ("decades earlier", start - 30 * 365 * day, true),
+    ] {
+        let profiler = dir.join("torch_profiler.json");
+        std::fs::write(&profiler, profiler_trace(base, 1000.0, 3)).unwrap();
+        let run = vramtrace([
+            "export",
+            "--format",
+            "perfetto",
+            input.to_str().unwrap(),
+            "--beside",
+            profiler.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .success();
+        assert_eq!(
+            run.stderr.contains("do not overlap in time"),
+            apart,
+            "{name}: {}",
+            run.stderr
+        );
+        // Joined all the same: every event of theirs, then ours.
+        let joined: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        assert_eq!(joined["traceEvents"][2]["args"]["correlation"], 2);
+        assert_eq!(joined["baseTimeNanoseconds"], base);
+    }
+}
+
+#[test]
+fn a_large_profiler_trace_is_joined_in_memory_near_its_size() {
+    // Issue #46: an 87 MB profiler trace took 1.74 GB, parsed into values
+    // (a 41 MB one here: 514 MB). It now joins within 192 MiB of address
+    // space more than the export alone needs: under five times its size.
+    let dir = scratch("export-beside-large");
+    let input = fixture("leak.vtrace");
+    let profiler = dir.join("torch_profiler.json");
+    let text = profiler_trace(1_700_000_000_000_000_000, 0.0, 210_000);
+    assert!(text.len() > 40_000_000, "{}", text.len());
+    std::fs::write(&profiler, &text).unwrap();
+    let out = dir.join("joined.json");
+    let alone = dir.join("alone.json");
+    let export = |beside: bool, mib: u64| {
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "export".as_ref(),
+            "--format".as_ref(),
+            "perfetto".as_ref(),
+            input.as_os_str(),
+        ];
+        if beside {
+            args.extend([
+                "--beside".as_ref(),
+                profiler.as_os_str(),
+                "-o".as_ref(),
+                out.as_os_str(),
+            ]);
+        } else {
+            args.extend(["-o".as_ref(), alone.as_os_str()]);
+        }
+        vramtrace_e2e::vramtrace_within(mib, args)
+    };
+    // The least address space the export alone runs in, to a 64 MiB step.
+    let floor = (4..64u64)
+        .map(|k| k * 64)
+        .find(|&mib| export(false, mib).code == Some(0))
+        .expect("the export alone runs within 4 GiB");
+    let run = export(true, floor + 192);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "within {} MiB: {}",
+        floor + 192,
+        run.stderr
+    );
+    let joined: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert!(joined["traceEvents"].as_array().unwrap().len() > 210_000);
+}

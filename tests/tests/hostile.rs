@@ -624,7 +624,21 @@ fn names_from_the_input_reach_no_terminal_and_no_page_raw() {
     assert!(
         page.contains("\\x1b]0;pwned\\x07train"),
         "the file name, shown"
-    );
+    ); // The folded stacks, written to a file that `cat` shows, as escapes
+    // (issue #46: ESC, BEL and NUL went out raw and set the terminal's
+    // title).
+    let folded = dir.join("stacks.folded");
+    vramtrace([
+        "flamegraph".as_ref(),
+        os(&path),
+        "--folded".as_ref(),
+        "-o".as_ref(),
+        os(&folded),
+    ])
+    .success();
+    let text = std::fs::read_to_string(&folded).unwrap();
+    assert_eq!(raw_controls(&text), 0, "{text:?}");
+    assert!(text.contains("\\x1b]0:pwned\\x07train"), "{text}");
 }
 
 #[test]
@@ -672,4 +686,154 @@ fn a_pipe_as_input_is_refused_plainly() {
         stderr.contains("is not a regular file") && stderr.lines().count() == 1,
         "{stderr}"
     );
+}
+
+/// A trace of `n` devices, each named by one event alone (a tag, a limit
+/// or a device-memory sample, in turn), ids spread over the `u32` range
+/// and the last at `u32::MAX`: a few bytes each.
+fn devices_of_one_event(n: u32) -> Vec<u8> {
+    use vramtrace_format::{Category, DeviceMemoryEvent, LimitEvent, TagEvent};
+    let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
+    for i in 0..n {
+        let device = if i + 1 == n {
+            u32::MAX
+        } else {
+            i.wrapping_mul(2_654_435_761)
+        };
+        let data = match i % 3 {
+            0 => EventData::Tag(TagEvent::new(0x1000, device, Category::Parameter)),
+            1 => EventData::Limit(LimitEvent {
+                device,
+                limit_bytes: 1 << 30,
+                total_bytes: 1 << 34,
+                ..Default::default()
+            }),
+            _ => EventData::DeviceMemory(DeviceMemoryEvent {
+                device,
+                free_bytes: 1 << 33,
+                total_bytes: 1 << 34,
+                ..Default::default()
+            }),
+        };
+        w.push(Event {
+            time_ns: u64::from(i) * 1_000_000,
+            data,
+        })
+        .unwrap();
+    }
+    w.finish().unwrap()
+}
+
+#[test]
+fn a_device_costs_what_its_events_do() {
+    // Issue #46: each device cost 19.2 MB in a Perfetto export and 2 MB in
+    // `report` and `compare`, allocated before its first event: 255 tagged
+    // devices (2.3 KB) aborted the export at 2 GiB, 1,023 aborted `report`.
+    // Within 1 GiB of address space (the binary's own start costs most of
+    // it), each device may take about half a MiB at most.
+    let dir = scratch("hostile-devices-of-one-event");
+    let trace = dir.join("devices.vtrace");
+    std::fs::write(&trace, devices_of_one_event(1023)).unwrap();
+    let t = os(&trace);
+    let out = dir.join("out");
+    let o = os(&out);
+    let runs: [Vec<&std::ffi::OsStr>; 5] = [
+        vec![
+            "export".as_ref(),
+            t,
+            "--format".as_ref(),
+            "perfetto".as_ref(),
+            "-o".as_ref(),
+            o,
+        ],
+        vec!["report".as_ref(), t, "-o".as_ref(), o],
+        vec!["compare".as_ref(), t, t, "--json".as_ref()],
+        vec!["summary".as_ref(), t, "--json".as_ref()],
+        vec![
+            "timeline".as_ref(),
+            t,
+            "--json".as_ref(),
+            "--by".as_ref(),
+            "category".as_ref(),
+        ],
+    ];
+    for args in runs {
+        let run = vramtrace_within(MIB, &args);
+        assert_eq!(run.code, Some(0), "{args:?}: {}", run.stderr);
+    }
+    // Every device is in the export, the highest id's track included (its
+    // thread id once overflowed 32 bits).
+    vramtrace_within(
+        MIB,
+        [
+            "export".as_ref(),
+            t,
+            "--format".as_ref(),
+            "perfetto".as_ref(),
+            "-o".as_ref(),
+            o,
+        ],
+    )
+    .success();
+    let export: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let names: Vec<&str> = export["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 1023);
+    assert!(
+        names.contains(&"GPU 4294967295 memory (vramtrace)"),
+        "{:?}",
+        &names[..3]
+    );
+    let tid = export["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["args"]["name"] == "GPU 4294967295 memory (vramtrace)")
+        .unwrap()["tid"]
+        .as_u64();
+    assert_eq!(tid, Some(1_000_000 + u64::from(u32::MAX)));
+}
+
+#[test]
+fn a_killed_synth_leaves_no_file_behind() {
+    // Issue #46: SIGKILL left `.NAME.PID.tmp` beside the output. The file
+    // being written now has no name until it is whole.
+    let dir = scratch("hostile-killed-synth");
+    let out = dir.join("big.vtrace");
+    let mut child = std::process::Command::new(vramtrace_e2e::binary())
+        .args(["synth", "--events", "1e9", "-o"])
+        .arg(&out)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once it has written something: a file open in `dir` (named or
+    // not), past its first bytes.
+    let fds = PathBuf::from(format!("/proc/{}/fd", child.id()));
+    let writing = || {
+        std::fs::read_dir(&fds)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|target| target.starts_with(&dir))
+                    && std::fs::metadata(fd.path()).is_ok_and(|m| m.len() > 1 << 20)
+            })
+    };
+    while !writing() {
+        assert!(child.try_wait().unwrap().is_none(), "synth ended early");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

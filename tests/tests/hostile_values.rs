@@ -255,3 +255,102 @@ fn impossible_values_in_a_snapshot_are_skipped_and_named() {
     let snapshot = fixture("torch/synthetic/extreme_values_p4.pickle");
     check_every_command(&snapshot, &dir, "impossible");
 }
+
+/// A sound trace (a segment, a block, freed) with `extra` events after
+/// its allocation.
+fn sound_trace_with(extra: &[EventData]) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
+    let block = BlockEvent {
+        addr: 1 << 40,
+        size: 1 << 20,
+        requested: 1 << 20,
+        ..Default::default()
+    };
+    let mut events = vec![
+        EventData::SegmentAlloc(SegmentEvent {
+            addr: 1 << 40,
+            size: 2 << 20,
+            ..Default::default()
+        }),
+        EventData::Alloc(block),
+    ];
+    events.extend_from_slice(extra);
+    events.push(EventData::FreeCompleted(block));
+    for (i, data) in events.into_iter().enumerate() {
+        w.push(Event {
+            time_ns: 1_000 * (i as u64 + 1),
+            data,
+        })
+        .unwrap();
+    }
+    w.finish().unwrap()
+}
+
+#[test]
+fn a_device_figure_of_exactly_two_to_the_fifty_is_analyzed_or_left_out_never_fatal() {
+    let dir = scratch("hostile-values-2-50");
+    let sample = DeviceMemoryEvent {
+        free_bytes: 1 << 49,
+        total_bytes: 1 << 50,
+        ..Default::default()
+    };
+    let trace = write(
+        &dir,
+        "sample.vtrace",
+        &sound_trace_with(&[EventData::DeviceMemory(sample)]),
+    );
+    for args in [
+        vec!["simulate", "--gpu", "h100"],
+        vec!["simulate"],
+        vec!["summary"],
+        vec!["plan", "--batch", "4", "--gpu", "h100"],
+    ] {
+        let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        all.push(trace.as_os_str());
+        let run = vramtrace(&all);
+        assert_eq!(run.code, Some(0), "{args:?}: {}", run.stderr);
+        if args == ["simulate", "--gpu", "h100"] {
+            // Said, not silent: the sample's reserve gave way to the estimate.
+            assert!(
+                run.stderr.contains("is as much as the device's"),
+                "{}",
+                run.stderr
+            );
+        }
+    }
+}
+
+#[test]
+fn impossible_dropped_markers_are_left_out_and_counted() {
+    use vramtrace_format::DroppedEvents;
+    let dir = scratch("hostile-values-dropped");
+    let trace = write(
+        &dir,
+        "dropped.vtrace",
+        &sound_trace_with(&[
+            // 2^64 − 1 events, and a span that ends before it starts.
+            EventData::EventsDropped(DroppedEvents {
+                count: TOP,
+                from_ns: 100,
+            }),
+            EventData::EventsDropped(DroppedEvents {
+                count: 5,
+                from_ns: 1 << 40,
+            }),
+            EventData::EventsDropped(DroppedEvents {
+                count: 7,
+                from_ns: 100,
+            }),
+        ]),
+    );
+    let run = vramtrace(["summary".as_ref(), "--json".as_ref(), trace.as_os_str()]).success();
+    assert!(
+        run.stderr
+            .contains("2 events (the first, event 2, has an events_dropped marker"),
+        "{}",
+        run.stderr
+    );
+    // The sound marker alone is told: 7 events, not a saturated sum.
+    assert!(run.stderr.contains("7 events dropped"), "{}", run.stderr);
+    assert!(!run.stdout.contains(&TOP.to_string()), "{}", run.stdout);
+}

@@ -495,7 +495,7 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
             if bounds.is_after(index, event.time_ns) {
                 return ControlFlow::Break(());
             }
-            if let Some(why) = impossible(&event.data) {
+            if let Some(why) = impossible(event) {
                 info.impossible.note(index, why);
                 index += 1;
                 continue;

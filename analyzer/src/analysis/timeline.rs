@@ -5,12 +5,16 @@
 //! The column width is unknown until the trace ends, so columns start narrow
 //! and pairs of them merge (keeping the lower minimum and the higher maximum)
 //! whenever the trace outgrows them: one pass, memory independent of length.
+//! Only columns that an event fell in are held, so a device with a few
+//! events costs a few columns, not the chart's width (issue #46: a trace of
+//! 255 devices with one tag each once took 4.9 GB in a Perfetto export).
 
 use super::pauses::{GAP_BUDGET, IdleGaps, PauseTracker};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::categories::{CATEGORIES, Category};
 use crate::replay::{Applied, LiveAlloc, ReplayState};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use vramtrace_format::{EventData, SymbolTable};
 
 /// What the stacked areas are split by.
@@ -129,6 +133,18 @@ pub struct Timeline {
 /// per sample, fewer would miss sites that matter at some moment.
 const TRACKED: usize = 12;
 
+/// Adds each `(category, bytes)` to a sample's count of that category, if
+/// it keeps one (saturating: a hostile trace's sizes may not sum).
+fn shift(sample: &mut Sample, changes: &[(u32, i128)]) {
+    for &(category, delta) in changes {
+        for (c, bytes) in sample.tracked.iter_mut() {
+            if *c == category {
+                *bytes = (*bytes as i128 + delta).clamp(0, u64::MAX as i128) as u64;
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Sample {
     time_ns: u64,
@@ -176,6 +192,18 @@ impl Column {
     }
 }
 
+/// A block's bytes moved from one category to another by the event at
+/// `at` (`u64::MAX`: the pass's end), to move in every sample kept before it
+/// while the block was live.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    born: u64,
+    at: u64,
+    from: u32,
+    to: u32,
+    size: u64,
+}
+
 /// Builds a [`Timeline`] in one pass.
 pub struct TimelineAnalysis {
     options: TimelineOptions,
@@ -187,10 +215,18 @@ pub struct TimelineAnalysis {
     phase_category: Vec<u32>,
     phase_names: rustc_hash::FxHashMap<String, u32>,
     tracked: [u32; TRACKED],
-    columns: Vec<Column>,
+    // The columns an event fell in, by their index (time since the origin
+    // over the width).
+    columns: BTreeMap<u64, Column>,
+    // The column the last event fell in, held out of the map while events
+    // fall in it (most do): no lookup an event.
+    open: Option<(u64, Column)>,
     origin_ns: Option<u64>,
     width_ns: u64,
-    current: usize,
+    current: u64,
+    // Category changes not yet moved in the kept samples (see
+    // `follow_categories`).
+    pending: Vec<Pending>,
     peak: Option<(Sample, u64)>,
     ooms: Vec<TimelinePoint>,
     last_time_ns: u64,
@@ -213,7 +249,9 @@ impl TimelineAnalysis {
             phase_category: Vec::new(),
             phase_names: Default::default(),
             tracked: [u32::MAX; TRACKED],
-            columns: Vec::new(),
+            columns: BTreeMap::new(),
+            open: None,
+            pending: Vec::new(),
             origin_ns: None,
             width_ns: 1_000,
             current: 0,
@@ -280,8 +318,11 @@ impl TimelineAnalysis {
     }
 
     /// Moves the bytes of blocks whose category changed (by category only):
-    /// in the running counts, and in every kept moment the block was live at.
-    fn follow_categories(&mut self, state: &ReplayState) {
+    /// in the running counts and the peak at once, and in every kept moment
+    /// the block was live at, in batches (`apply_pending`). A block
+    /// recategorized long after its birth once walked back over every column
+    /// since, each time: 100,000 such blocks took 40 s.
+    fn follow_categories(&mut self, state: &ReplayState, at: u64) {
         if self.options.group_by != GroupBy::Category {
             return;
         }
@@ -292,41 +333,75 @@ impl TimelineAnalysis {
             }
             self.add(from, -(change.size as i128));
             self.add(to, change.size as i128);
-            let shift = |s: &mut Sample| {
-                // A sample after `index + 1` events; the block was live then
-                // if it was allocated by then.
-                if change.born <= s.index + 1 {
-                    for (c, bytes) in s.tracked.iter_mut() {
-                        if *c == from {
-                            *bytes = bytes.saturating_sub(change.size);
-                        } else if *c == to {
-                            *bytes = bytes.saturating_add(change.size);
-                        }
-                    }
-                }
-            };
-            if let Some((peak, _)) = &mut self.peak {
-                shift(peak);
+            if let Some((peak, _)) = &mut self.peak
+                && change.born <= peak.index + 1
+            {
+                shift(
+                    peak,
+                    &[(from, -(change.size as i128)), (to, change.size as i128)],
+                );
             }
-            // Columns in time order: from the current one back to the first
-            // whose samples all came before the block.
-            let end = (self.current + 1).min(self.columns.len());
-            for column in self.columns[..end].iter_mut().rev() {
-                let latest = [column.min, column.max]
-                    .iter()
-                    .flatten()
-                    .map(|s| s.index + 1)
-                    .max();
-                if let Some(s) = &mut column.min {
-                    shift(s);
-                }
-                if let Some(s) = &mut column.max {
-                    shift(s);
-                }
-                if latest.is_some_and(|l| l < change.born) {
-                    break;
+            self.pending.push(Pending {
+                born: change.born,
+                at,
+                from,
+                to,
+                size: change.size,
+            });
+        }
+        // Applied once they outnumber the samples: each sample is touched
+        // once per batch, so the cost per change stays constant.
+        if self.pending.len() >= 4096 + 4 * self.columns.len() {
+            self.apply_pending();
+        }
+    }
+
+    /// Moves the pending changes' bytes in the kept samples: a change applies
+    /// to a sample taken before it (`index < at`) after its block was
+    /// allocated (`born <= index + 1`). One sweep over the samples in event
+    /// order, adding each change as its interval opens and taking it back
+    /// as it closes.
+    fn apply_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        self.close_open();
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.retain(|p| p.born.saturating_sub(1) < p.at);
+        let mut opens: Vec<(u64, usize)> = (pending.iter().enumerate())
+            .map(|(i, p)| (p.born.saturating_sub(1), i))
+            .collect();
+        let mut closes: Vec<(u64, usize)> =
+            pending.iter().enumerate().map(|(i, p)| (p.at, i)).collect();
+        opens.sort_unstable();
+        closes.sort_unstable();
+        let mut samples: Vec<&mut Sample> = (self.columns.values_mut())
+            .flat_map(|c| [c.min.as_mut(), c.max.as_mut()])
+            .flatten()
+            .collect();
+        samples.sort_unstable_by_key(|s| s.index);
+        let mut delta = [0i128; CATEGORIES];
+        let moved = |delta: &mut [i128; CATEGORIES], p: &Pending, sign: i128| {
+            for (c, bytes) in [(p.from, -(p.size as i128)), (p.to, p.size as i128)] {
+                if let Some(d) = delta.get_mut(c as usize) {
+                    *d += sign * bytes;
                 }
             }
+        };
+        let (mut o, mut c) = (0, 0);
+        let mut changes: Vec<(u32, i128)> = Vec::with_capacity(CATEGORIES);
+        for s in samples {
+            while o < opens.len() && opens[o].0 <= s.index {
+                moved(&mut delta, &pending[opens[o].1], 1);
+                o += 1;
+            }
+            while c < closes.len() && closes[c].0 <= s.index {
+                moved(&mut delta, &pending[closes[c].1], -1);
+                c += 1;
+            }
+            changes.clear();
+            changes.extend((0..CATEGORIES as u32).zip(delta).filter(|&(_, d)| d != 0));
+            shift(s, &changes);
         }
     }
 
@@ -357,26 +432,33 @@ impl TimelineAnalysis {
         }
     }
 
-    fn column_for(&mut self, time_ns: u64) -> usize {
-        let origin = *self.origin_ns.get_or_insert(time_ns);
-        let capacity = 2 * self.options.columns;
-        if self.columns.is_empty() {
-            self.columns.resize(capacity, Column::default());
+    /// Puts the open column back in the map (beside what an event that
+    /// went back in time left there).
+    fn close_open(&mut self) {
+        if let Some((i, column)) = self.open.take() {
+            let held = self.columns.entry(i).or_default();
+            *held = Column::merge(*held, column);
         }
+    }
+
+    fn column_for(&mut self, time_ns: u64) -> u64 {
+        let origin = *self.origin_ns.get_or_insert(time_ns);
+        let capacity = 2 * self.options.columns as u64;
         let offset = time_ns.saturating_sub(origin);
-        while offset / self.width_ns >= capacity as u64 {
+        if offset / self.width_ns >= capacity {
+            self.close_open();
+        }
+        while offset / self.width_ns >= capacity {
             // Outgrown: halve the resolution, keeping each pair's extremes.
-            let merged: Vec<Column> = self
-                .columns
-                .chunks(2)
-                .map(|pair| Column::merge(pair[0], pair.get(1).copied().unwrap_or_default()))
-                .collect();
-            self.columns = merged;
-            self.columns.resize(capacity, Column::default());
+            let columns = std::mem::take(&mut self.columns);
+            for (i, column) in columns {
+                let merged = self.columns.entry(i / 2).or_default();
+                *merged = Column::merge(*merged, column);
+            }
             self.width_ns *= 2;
             self.current /= 2;
         }
-        (offset / self.width_ns) as usize
+        offset / self.width_ns
     }
 
     fn observe(&mut self, index: u64, time_ns: u64, state: &ReplayState) {
@@ -385,22 +467,26 @@ impl TimelineAnalysis {
             self.current = column;
             self.retrack();
         }
+        if self.open.as_ref().is_none_or(|&(i, _)| i != column) {
+            self.close_open();
+            let held = self.columns.remove(&column).unwrap_or_default();
+            self.open = Some((column, held));
+        }
         let totals = state.totals();
         let allocated = totals.allocated;
-        let col = self.columns[column];
+        let col = self.open.as_ref().map(|&(_, c)| c).unwrap_or_default();
         let new_max = col.max.is_none_or(|m| allocated > m.allocated);
         let new_min = col.min.is_none_or(|m| allocated < m.allocated);
-        if new_max || new_min {
-            let s = self.sample(index, time_ns, allocated);
-            let col = &mut self.columns[column];
-            if new_max {
-                col.max = Some(s);
-            }
-            if new_min {
-                col.min = Some(s);
-            }
+        let s = (new_max || new_min).then(|| self.sample(index, time_ns, allocated));
+        let Some((_, col)) = self.open.as_mut() else {
+            return;
+        };
+        if new_max {
+            col.max = s;
         }
-        let col = &mut self.columns[column];
+        if new_min {
+            col.min = s;
+        }
         col.outside_max = col.outside_max.max(self.outside);
         if col.max.is_some() && (new_max && new_min) {
             col.reserved_min = totals.reserved;
@@ -433,11 +519,13 @@ impl TimelineAnalysis {
     }
 
     fn build(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Timeline {
+        self.close_open();
+        self.apply_pending();
         // Which categories to name: the largest seen at any kept moment.
         let mut largest: rustc_hash::FxHashMap<u32, u64> = Default::default();
         let samples: Vec<Sample> = self
             .columns
-            .iter()
+            .values()
             .flat_map(|c| {
                 let mut pair = [c.min, c.max];
                 pair.sort_by_key(|s| s.map(|s| s.time_ns));
@@ -486,7 +574,7 @@ impl TimelineAnalysis {
             }
         };
         let mut out = Vec::with_capacity(samples.len());
-        for column in &self.columns {
+        for column in self.columns.values() {
             let mut pair = [column.min, column.max];
             pair.sort_by_key(|s| s.map(|s| s.time_ns));
             let mut seen = None;
@@ -577,7 +665,7 @@ impl Analysis for TimelineAnalysis {
     }
 
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
-        self.follow_categories(state);
+        self.follow_categories(state, step.index);
         match step.applied {
             Applied::Alloc(alloc) => {
                 // A block allocated over a live one (an inconsistent trace)
@@ -622,7 +710,7 @@ impl Analysis for TimelineAnalysis {
     }
 
     fn finish(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Result<(), AnalysisError> {
-        self.follow_categories(state);
+        self.follow_categories(state, u64::MAX);
         self.report = Some(self.build(state, symbols));
         Ok(())
     }

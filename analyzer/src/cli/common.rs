@@ -25,8 +25,6 @@ pub struct CommonArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub text: TextArgs,
-    #[command(flatten)]
     pub replay: ReplayArgs,
     #[command(flatten)]
     pub input: InputArgs,
@@ -43,6 +41,11 @@ pub struct TextArgs {
 }
 
 impl TextArgs {
+    /// The file the tables go to, if any.
+    pub fn output(&self) -> Option<&Path> {
+        self.text_to.as_deref()
+    }
+
     /// Prints a result: as `text` when not `json`; else as `json`, the
     /// text going to the file asked for, if any.
     pub fn print(
@@ -96,13 +99,64 @@ fn parse_expansion(s: &str) -> Result<Expansion, String> {
 
 impl CommonArgs {
     /// A chart (`-o`) draws one trace: asking for one with several is a
-    /// usage error, and so is one that would overwrite the trace.
+    /// usage error. (An output over an input is refused for every command
+    /// at once: [`check_files`].)
     pub fn check_one_chart(&self, output: Option<&Path>) -> anyhow::Result<()> {
         if output.is_some() && self.traces.len() > 1 {
             anyhow::bail!("-o takes one trace; draw several traces one at a time");
         }
-        check_outputs(output, self.traces.iter().map(PathBuf::as_path))
+        Ok(())
     }
+
+    /// What the command reads (its traces) and writes (`outputs`).
+    pub fn files<'a>(&'a self, outputs: impl IntoIterator<Item = Option<&'a Path>>) -> Files<'a> {
+        Files {
+            inputs: self.traces.iter().map(PathBuf::as_path).collect(),
+            outputs: outputs.into_iter().flatten().collect(),
+        }
+    }
+}
+
+/// Every file a command reads and every file it writes, as its arguments
+/// name them: each command lists its own (`Args::files`), and
+/// [`check_files`] checks them all before any work.
+#[derive(Debug, Default)]
+pub struct Files<'a> {
+    /// Inputs: files, or folders standing for the traces in them.
+    pub inputs: Vec<&'a Path>,
+    /// Outputs: charts, pages, traces, tables.
+    pub outputs: Vec<&'a Path>,
+}
+
+impl<'a> Files<'a> {
+    /// Files read from these inputs and written to these outputs (`None`:
+    /// an optional one not given).
+    pub fn new(
+        inputs: impl IntoIterator<Item = &'a Path>,
+        outputs: impl IntoIterator<Item = Option<&'a Path>>,
+    ) -> Files<'a> {
+        Files {
+            inputs: inputs.into_iter().collect(),
+            outputs: outputs.into_iter().flatten().collect(),
+        }
+    }
+}
+
+/// The one check of every output path, made for every command before it
+/// opens anything: no output may be an input (under any name: a link, a
+/// trace of an input folder), and no two outputs may be one file (the
+/// second would replace the first).
+pub fn check_files(files: &Files<'_>) -> anyhow::Result<()> {
+    for (i, a) in files.outputs.iter().enumerate() {
+        if let Some(b) = files.outputs[..i].iter().find(|b| same_file(a, b)) {
+            anyhow::bail!(
+                "two outputs name one file ({} and {}): the second would replace the first; choose another output",
+                b.display(),
+                a.display()
+            );
+        }
+    }
+    check_outputs(files.outputs.iter().copied(), files.inputs.iter().copied())
 }
 
 /// How the traces are replayed: the window and site folding.
@@ -184,6 +238,7 @@ pub fn open(path: &Path, args: &InputArgs, progress: &Bars) -> anyhow::Result<In
 /// at the end as one object or an array.
 pub fn for_each_trace<T: serde::Serialize>(
     common: &CommonArgs,
+    tables: &TextArgs,
     traces: &[PathBuf],
     mut analyze: impl FnMut(&Input, &Bars) -> anyhow::Result<T>,
     text: impl Fn(&T) -> String,
@@ -204,7 +259,7 @@ pub fn for_each_trace<T: serde::Serialize>(
     }
     if json {
         print_json(&results)?;
-        if let Some(path) = &common.text.text_to {
+        if let Some(path) = &tables.text_to {
             let texts: Vec<String> = results.iter().map(text).collect();
             write_file(path, texts.join("\n").as_bytes())?;
         }
@@ -334,7 +389,7 @@ pub fn x_axis(x: Option<XArg>, input: &Input) -> vramtrace::analysis::pauses::XA
 /// Refuses an output that is one of the inputs (the same file, under any
 /// name): writing it would destroy what is being read. Checked before any
 /// work, so nothing is lost.
-pub fn check_outputs<'a>(
+fn check_outputs<'a>(
     outputs: impl IntoIterator<Item = &'a Path>,
     inputs: impl IntoIterator<Item = &'a Path>,
 ) -> anyhow::Result<()> {

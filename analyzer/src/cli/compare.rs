@@ -2,7 +2,7 @@
 //! by how much; a CI gate with `--fail-on`.
 
 use super::common::{
-    InputArgs, ReplayArgs, TextArgs, XArg, check_outputs, open, shown, warn_about_set, x_axis,
+    Files, InputArgs, ReplayArgs, TextArgs, XArg, open, shown, warn_about_set, x_axis,
 };
 use super::progress::Bars;
 use super::{warn_inputs, write_file};
@@ -91,6 +91,16 @@ fn parse_gate(text: &str) -> Result<Thresholds, ThresholdError> {
     parse_thresholds(text).map(Thresholds)
 }
 
+impl Args {
+    /// What it reads (two runs, each a trace or a folder) and writes.
+    pub fn files(&self) -> Files<'_> {
+        Files::new(
+            [self.base.as_path(), self.new.as_path()],
+            [self.output.as_deref(), self.text.output()],
+        )
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = CompareCommandOptions {
         replay: args.replay.options()?,
@@ -101,10 +111,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         thresholds: args.fail_on.iter().flat_map(|t| t.0.clone()).collect(),
     };
-    check_outputs(
-        args.output.as_deref(),
-        [args.base.as_path(), args.new.as_path()],
-    )?;
     super::common::check_svg_name(args.output.as_deref())?;
     if args.base.is_dir() || args.new.is_dir() {
         return rank_sets(&args, &options);

@@ -1,12 +1,12 @@
 //! `vramtrace export`: a trace as a Perfetto trace or a pprof profile.
 
-use super::common::{CommonArgs, check_outputs, open, print_json};
+use super::common::{CommonArgs, Files, open, print_json};
 use super::progress::Bars;
 use super::{warn_about, write_file};
 use anyhow::bail;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace::command::export::{join_profiler_trace, perfetto, pprof, profiler_time_base};
+use vramtrace::command::export::{ProfilerTrace, join_profiler_trace, perfetto, pprof};
 use vramtrace::{print, units};
 
 /// Arguments of `vramtrace export`.
@@ -50,6 +50,16 @@ struct Written {
     samples: usize,
 }
 
+impl Args {
+    /// What it reads (the trace, and the profiler's trace it joins) and
+    /// writes.
+    pub fn files(&self) -> Files<'_> {
+        let mut files = self.common.files([Some(self.output.as_path())]);
+        files.inputs.extend(self.beside.as_deref());
+        files
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = args.common.replay.options()?;
     if args.beside.is_some() && args.format != Format::Perfetto {
@@ -59,11 +69,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("export takes one trace; export several one at a time");
     }
     args.common.check_one_chart(Some(&args.output))?;
-    // The profiler's trace is an input too: never written over.
-    check_outputs(
-        Some(args.output.as_path()),
-        args.beside.iter().map(PathBuf::as_path),
-    )?;
     let progress = Bars::new();
     let path = &args.common.traces[0];
     let input = open(path, &args.common.input, &progress)?;
@@ -71,28 +76,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Format::Perfetto => {
             let profiler = match &args.beside {
                 Some(path) => {
-                    let file = std::fs::File::open(path)
+                    let bytes = std::fs::read(path)
                         .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
-                    let trace: serde_json::Value =
-                        serde_json::from_reader(std::io::BufReader::new(file)).map_err(|e| {
-                            anyhow::anyhow!("{}: not a JSON trace ({e})", path.display())
-                        })?;
-                    let base = profiler_time_base(&trace)
+                    let trace = ProfilerTrace::read(bytes)
                         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                    Some((trace, base))
+                    Some(trace)
                 }
                 None => None,
             };
-            let base = profiler.as_ref().map_or(0, |(_, base)| *base);
+            let base = profiler.as_ref().map_or(0, |t| t.base_unix_ns);
             let export = perfetto(&input, &options, base, &progress)?;
             warn_about(input.path(), &export.warnings);
             let (samples, slices) = (export.samples, export.slices);
             let document = match profiler {
-                Some((trace, _)) => join_profiler_trace(trace, export)?,
-                None => export.document,
+                Some(trace) => {
+                    let joined = join_profiler_trace(trace, export)?;
+                    if let Some(apart) = &joined.apart {
+                        super::warn(format_args!("{}: {apart}", input.path().display()));
+                    }
+                    joined.bytes
+                }
+                None => serde_json::to_vec(&export.document)?,
             };
             (
-                serde_json::to_vec(&document)?,
+                document,
                 samples,
                 format!(
                     "{} counter samples, {} phase slices{}",

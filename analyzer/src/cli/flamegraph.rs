@@ -1,6 +1,6 @@
 //! `vramtrace flamegraph`: memory live at one moment, by stack.
 
-use super::common::{CommonArgs, file_name, open, print_json, shown};
+use super::common::{CommonArgs, Files, file_name, open, print_json, shown};
 use super::progress::Bars;
 use super::{warn_inputs, write_file};
 use anyhow::bail;
@@ -43,6 +43,13 @@ fn parse_moment(text: &str) -> Result<Moment, String> {
     }
 }
 
+impl Args {
+    /// What it reads and writes.
+    pub fn files(&self) -> Files<'_> {
+        self.common.files([self.output.as_deref()])
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = args.common.replay.options()?;
     if args.output.is_none() && !args.common.json && !args.folded {
@@ -63,7 +70,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let mut text = graph.stacks.folded_lines().join("\n");
             text.push('\n');
             match &args.output {
-                Some(output) => write_file(output, text.as_bytes())?,
+                // Names from the input shown as escapes, as on stdout: the
+                // file is text a terminal shows (`cat`).
+                Some(output) => write_file(output, print::printable(&text).as_bytes())?,
                 None if !args.common.json => print!("{}", print::printable(&text)),
                 None => {}
             }

@@ -1,6 +1,6 @@
 //! `vramtrace fragmentation`: cached and fragmented memory over time.
 
-use super::common::{CommonArgs, XArg, file_name, for_each_trace, shown, x_axis};
+use super::common::{CommonArgs, Files, TextArgs, XArg, file_name, for_each_trace, shown, x_axis};
 use super::{warn_inputs, write_file};
 use std::process::ExitCode;
 use vramtrace::command::fragmentation::{FragmentationOptions, fragmentation};
@@ -11,6 +11,8 @@ use vramtrace::print;
 pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    text: TextArgs,
     /// How many buckets to show (of time with a window bounded by phases:
     /// between this and twice it).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -30,12 +32,21 @@ pub struct Args {
 /// Buckets of the chart: about one per two pixels of its width.
 const CHART_BUCKETS: usize = 400;
 
+impl Args {
+    /// What it reads and writes.
+    pub fn files(&self) -> Files<'_> {
+        self.common
+            .files([self.output.as_deref(), self.text.output()])
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let replay = args.common.replay.options()?;
     args.common.check_one_chart(args.output.as_deref())?;
     super::common::check_svg_name(args.output.as_deref())?;
     for_each_trace(
         &args.common,
+        &args.text,
         &args.common.traces,
         |input, progress| {
             let axis = x_axis(args.x, input);

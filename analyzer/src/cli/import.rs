@@ -1,7 +1,7 @@
 //! `vramtrace import`: convert a PyTorch snapshot into a trace once, so
 //! later analyses skip the pickle.
 
-use super::common::{InputArgs, check_outputs, open};
+use super::common::{Files, InputArgs, open};
 use super::progress::Bars;
 use super::{emit, write_file};
 use std::path::PathBuf;
@@ -25,8 +25,14 @@ pub struct Args {
     json: bool,
 }
 
+impl Args {
+    /// What it reads and writes.
+    pub fn files(&self) -> Files<'_> {
+        Files::new([self.snapshot.as_path()], [Some(self.output.as_path())])
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    check_outputs([args.output.as_path()], [args.snapshot.as_path()])?;
     let input = open(&args.snapshot, &args.input, &Bars::new())?;
     let result = import(&input, &args.output)?;
     write_file(&args.output, &result.trace)?;

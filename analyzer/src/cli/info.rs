@@ -1,6 +1,6 @@
 //! `vramtrace info`: what a trace holds, without replaying it.
 
-use super::common::{InputArgs, TextArgs, open};
+use super::common::{Files, InputArgs, TextArgs, open};
 use super::progress::Bars;
 use super::warn;
 use std::path::PathBuf;
@@ -20,6 +20,13 @@ pub struct Args {
     text: TextArgs,
     #[command(flatten)]
     input: InputArgs,
+}
+
+impl Args {
+    /// What it reads and writes.
+    pub fn files(&self) -> Files<'_> {
+        Files::new([self.trace.as_path()], [self.text.output()])
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -1,6 +1,6 @@
 //! `vramtrace join`: a bounded recording's parts into one trace.
 
-use super::common::check_outputs;
+use super::common::Files;
 use super::{emit, write_with};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,9 +22,18 @@ pub struct Args {
     json: bool,
 }
 
+impl Args {
+    /// What it reads (a ring folder stands for its parts) and writes.
+    pub fn files(&self) -> Files<'_> {
+        Files::new(
+            self.inputs.iter().map(PathBuf::as_path),
+            [Some(self.output.as_path())],
+        )
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let parts = parts_of(&args.inputs)?;
-    check_outputs([args.output.as_path()], parts.iter().map(|p| p.as_path()))?;
     let mut result = None;
     let mut failed = None;
     write_with(&args.output, |out| {
@@ -43,6 +52,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => e,
     })?;
     let result = result.expect("joined");
+    for l in &result.left_out {
+        super::warn(format_args!("{}: left out of the join: {}", l.part, l.why));
+    }
     if args.json {
         emit(&print::json_sorted(&result))?;
     } else {

@@ -1,7 +1,9 @@
 //! `vramtrace leaks`: memory retained by phases, growth across repetitions,
 //! and blocks never freed.
 
-use super::common::{CommonArgs, RankArgs, for_each_trace, rank_inputs, shown, warn_about_set};
+use super::common::{
+    CommonArgs, Files, RankArgs, TextArgs, for_each_trace, rank_inputs, shown, warn_about_set,
+};
 use super::progress::Bars;
 use super::{warn, warn_inputs, write_file};
 use std::process::ExitCode;
@@ -14,6 +16,8 @@ use vramtrace::print::{self, ChartError, svg::palette::Palette};
 pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    text: TextArgs,
     /// How many rows each table shows.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -23,6 +27,14 @@ pub struct Args {
     output: Option<std::path::PathBuf>,
     #[command(flatten)]
     ranks: RankArgs,
+}
+
+impl Args {
+    /// What it reads and writes.
+    pub fn files(&self) -> Files<'_> {
+        self.common
+            .files([self.output.as_deref(), self.text.output()])
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -39,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let set_options = args.ranks.set_options(&args.common.input);
         let run = ranks::set::leaks(&traces, &set_options, &options, &progress)?;
         warn_about_set(&run.warnings);
-        args.common.text.print(
+        args.text.print(
             args.common.json,
             || print::json(&run),
             || print::text::rank_leaks(&run.result),
@@ -48,6 +60,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     for_each_trace(
         &args.common,
+        &args.text,
         &traces,
         |input, progress| {
             let result = leaks(input, &options, progress)?;

@@ -124,6 +124,30 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Every output of every command is checked here, once, before any
+    // work: none may replace an input.
+    let files = match &cli.command {
+        Command::Info(args) => args.files(),
+        Command::Import(args) => args.files(),
+        Command::Summary(args) => args.files(),
+        Command::Fragmentation(args) => args.files(),
+        Command::Leaks(args) => args.files(),
+        Command::Timeline(args) => args.files(),
+        Command::Flamegraph(args) => args.files(),
+        Command::Export(args) => args.files(),
+        Command::Report(args) => args.files(),
+        Command::Compare(args) => args.files(),
+        Command::Join(args) => args.files(),
+        Command::Simulate(args) => args.files(),
+        Command::Plan(args) => args.files(),
+        // `synth` reads no file and `merge` writes none; `run` hands its
+        // arguments, unparsed, to Python (`python -m vramtrace run`).
+        Command::Run(_) | Command::Synth(_) | Command::Merge(_) => common::Files::default(),
+    };
+    if let Err(e) = common::check_files(&files) {
+        eprintln!("error: {}", printable_cut(&one_line(&e), MESSAGE_CHARS));
+        return ExitCode::from(EXIT_USAGE);
+    }
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Info(args) => info::run(args),
@@ -456,15 +480,26 @@ fn write_with(
     temporary_name.push(format!(".{}.tmp", std::process::id()));
     let temporary = path.with_file_name(temporary_name);
     let result = (|| {
-        // A new file, or none: a file or a symlink planted at the temporary
-        // name is neither followed nor overwritten (O_EXCL).
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temporary)?;
+        // A file without a name while it is written (O_TMPFILE), so that a
+        // kill (SIGKILL) leaves nothing behind: it is named only once
+        // whole. Where the file system has no such files, a new file under
+        // the temporary name.
+        let anonymous = anonymous_file_beside(path);
+        let file = match &anonymous {
+            Some(file) => file.try_clone()?,
+            // A new file, or none: a file or a symlink planted at the
+            // temporary name is neither followed nor overwritten (O_EXCL).
+            None => std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&temporary)?,
+        };
         let mut out = std::io::BufWriter::with_capacity(4 << 20, file);
         write(&mut out)?;
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        if let Some(file) = anonymous {
+            name_file(file, &temporary)?;
+        }
         std::fs::rename(&temporary, path)
     })();
     if let Err(e) = &result
@@ -473,6 +508,70 @@ fn write_with(
         let _ = std::fs::remove_file(&temporary);
     }
     result.with_context(context)
+}
+
+/// A new file without a name, in the folder of `path` (Linux's
+/// `O_TMPFILE`); `None` where the file system cannot make one.
+#[cfg(target_os = "linux")]
+fn anonymous_file_beside(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = (path.parent())
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o666)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
+        .ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn anonymous_file_beside(_path: &Path) -> Option<std::fs::File> {
+    None
+}
+
+/// Gives a file made by [`anonymous_file_beside`] the name `name`, which
+/// must be free: a file or a link planted there is left as it is (EEXIST).
+/// Without `/proc` to link it through, its content is copied to a new file
+/// of that name.
+#[cfg(target_os = "linux")]
+fn name_file(mut file: std::fs::File, name: &Path) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let from = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+    let to = std::ffi::CString::new(name.as_os_str().as_bytes())?;
+    // SAFETY: two valid NUL-terminated paths; linkat reads them only.
+    let rc = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == std::io::ErrorKind::AlreadyExists {
+        return Err(e);
+    }
+    let mut copy = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(name)?;
+    file.seek(SeekFrom::Start(0))?;
+    std::io::copy(&mut file, &mut copy)?;
+    copy.sync_all()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn name_file(_file: std::fs::File, _name: &Path) -> std::io::Result<()> {
+    unreachable!("no file is made without a name here")
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! `vramtrace plan`: the largest batch size (or sequence length) that fits,
 //! from runs recorded at two or more values.
 
-use super::common::{InputArgs, TextArgs, open};
+use super::common::{Files, InputArgs, TextArgs, open};
 use super::progress::Bars;
 use super::simulate::{device_of, parse_confs, parse_gpu};
 use std::path::PathBuf;
@@ -84,6 +84,16 @@ pub struct Args {
     /// docs/performance-history.md).
     #[arg(long, hide = true)]
     timing: bool,
+}
+
+impl Args {
+    /// What it reads and writes.
+    pub fn files(&self) -> Files<'_> {
+        Files::new(
+            self.traces.iter().map(PathBuf::as_path),
+            [self.text.output()],
+        )
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -1,9 +1,7 @@
 //! `vramtrace report`: every analysis of a trace in one self-contained HTML
 //! page.
 
-use super::common::{
-    InputArgs, RankArgs, ReplayArgs, check_outputs, open, rank_inputs, warn_about_set,
-};
+use super::common::{Files, InputArgs, RankArgs, ReplayArgs, open, rank_inputs, warn_about_set};
 use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
@@ -53,6 +51,18 @@ pub struct Args {
     input: InputArgs,
 }
 
+impl Args {
+    /// What it reads (the traces or folders, and the baseline) and writes.
+    pub fn files(&self) -> Files<'_> {
+        Files::new(
+            (self.traces.iter())
+                .chain(self.baseline.as_ref())
+                .map(PathBuf::as_path),
+            [Some(self.output.as_path())],
+        )
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = ReportOptions {
         replay: args.replay.options()?,
@@ -61,12 +71,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         what_if: !args.no_what_if,
         reserve: args.reserve,
     };
-    check_outputs(
-        [args.output.as_path()],
-        (args.traces.iter())
-            .chain(args.baseline.as_ref())
-            .map(PathBuf::as_path),
-    )?;
     let progress = Bars::new();
     let (traces, set) = rank_inputs(&args.traces, &args.ranks, &args.input)?;
     if !set && traces.len() > 1 {

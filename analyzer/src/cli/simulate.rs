@@ -1,7 +1,7 @@
 //! `vramtrace simulate`: a trace's requests replayed under another GPU size
 //! or allocator setting.
 
-use super::common::{InputArgs, TextArgs, check_outputs, file_name, open, shown};
+use super::common::{Files, InputArgs, TextArgs, file_name, open, shown};
 use super::progress::Bars;
 use super::{warn_about, write_file};
 use std::path::PathBuf;
@@ -99,6 +99,16 @@ pub(super) fn device_of(gpu: Option<&GpuPreset>, capacity: Option<u64>) -> Optio
     }
 }
 
+impl Args {
+    /// What it reads and writes.
+    pub fn files(&self) -> Files<'_> {
+        Files::new(
+            [self.trace.as_path()],
+            [self.output.as_deref(), self.text.output()],
+        )
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let device = device_of(args.gpu, args.capacity);
     let options = SimulateOptions {
@@ -114,7 +124,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         recorded_device: args.device,
     };
-    check_outputs(args.output.as_deref(), [args.trace.as_path()])?;
     super::common::check_svg_name(args.output.as_deref())?;
     let progress = Bars::new();
     let input = open(&args.trace, &args.input, &progress)?;

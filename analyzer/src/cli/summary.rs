@@ -1,7 +1,9 @@
 //! `vramtrace summary`: the first thing to run on a trace, or the rank
 //! table of a distributed run's traces.
 
-use super::common::{CommonArgs, RankArgs, for_each_trace, rank_inputs, warn_about_set};
+use super::common::{
+    CommonArgs, Files, RankArgs, TextArgs, for_each_trace, rank_inputs, warn_about_set,
+};
 use super::progress::Bars;
 use super::warn_inputs;
 use std::process::ExitCode;
@@ -22,11 +24,20 @@ use vramtrace::print;
 pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    text: TextArgs,
     /// How many sites to list at the peak.
     #[arg(long, default_value_t = 10)]
     top: usize,
     #[command(flatten)]
     ranks: RankArgs,
+}
+
+impl Args {
+    /// What it reads and writes.
+    pub fn files(&self) -> Files<'_> {
+        self.common.files([self.text.output()])
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -40,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let set_options = args.ranks.set_options(&args.common.input);
         let run = ranks::set::summary(&traces, &set_options, &options.replay, &progress)?;
         warn_about_set(&run.warnings);
-        args.common.text.print(
+        args.text.print(
             args.common.json,
             || print::json(&run),
             || print::text::ranks(&run.result),
@@ -50,6 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let full = options.replay.full_stacks;
     for_each_trace(
         &args.common,
+        &args.text,
         &traces,
         |input, progress| {
             let result = summary(input, &options, progress)?;

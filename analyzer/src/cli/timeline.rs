@@ -1,6 +1,6 @@
 //! `vramtrace timeline`: memory over time as an SVG chart.
 
-use super::common::{CommonArgs, XArg, file_name, open, print_json, shown, x_axis};
+use super::common::{CommonArgs, Files, XArg, file_name, open, print_json, shown, x_axis};
 use super::progress::Bars;
 use super::{warn_inputs, write_file};
 use anyhow::bail;
@@ -56,6 +56,13 @@ impl From<By> for GroupBy {
             By::Category => GroupBy::Category,
             By::None => GroupBy::None,
         }
+    }
+}
+
+impl Args {
+    /// What it reads and writes.
+    pub fn files(&self) -> Files<'_> {
+        self.common.files([self.output.as_deref()])
     }
 }
 

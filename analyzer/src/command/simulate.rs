@@ -362,11 +362,13 @@ fn simulate_device(
     for w in &extracted.limits.warnings {
         warnings.push(Warning::Memory(w.clone()));
     }
-    let reserve = Reserve::stated_measured_or_estimated(
+    let (reserve, too_large) = Reserve::for_device(
         options.reserve,
         extracted.limits.outside.map(|o| o.max_bytes),
         nccl,
+        options.device.as_ref().map_or(u64::MAX, |d| d.total_bytes),
     );
+    warnings.extend(too_large.map(Warning::Memory));
     // Without a device named, a recorded (or inferred) cap is the capacity:
     // it bounds what the allocator reserves, so no reserve comes off it.
     let cap = match options.device {

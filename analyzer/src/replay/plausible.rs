@@ -9,7 +9,7 @@
 //! program asked for and was refused (an OOM's request) may be anything.
 
 use std::borrow::Cow;
-use vramtrace_format::{EventData, InitialState, SegmentState};
+use vramtrace_format::{Event, EventData, InitialState, SegmentState};
 
 /// The most bytes any figure of one device may hold: 1 PiB, a thousand times
 /// the largest GPU memory made so far, and small enough that sums of
@@ -27,7 +27,16 @@ pub enum Impossible {
     AddressRange,
     /// A device figure (free, total, limit) past [`MAX_BYTES`].
     DeviceFigure,
+    /// An `events_dropped` marker counting more than [`MAX_DROPPED`]
+    /// events, or whose span ends before it starts.
+    DroppedMarker,
 }
+
+/// The most events one `events_dropped` marker may count: a recorder
+/// drops what a program allocates while its disk lags, far fewer than 2^50
+/// (a thousand years at a million events a second), and sums of such
+/// counts stay inside 64 bits.
+pub const MAX_DROPPED: u64 = 1 << 50;
 
 impl Impossible {
     /// What is wrong, for a message.
@@ -36,6 +45,9 @@ impl Impossible {
             Impossible::Size => "a size past 2^50 bytes",
             Impossible::AddressRange => "an address range past 2^64",
             Impossible::DeviceFigure => "a device figure past 2^50 bytes",
+            Impossible::DroppedMarker => {
+                "an events_dropped marker counting past 2^50 events or ending before it starts"
+            }
         }
     }
 }
@@ -52,8 +64,10 @@ fn range(addr: u64, size: u64) -> Option<Impossible> {
 
 /// Whether an event's values are impossible, and why.
 #[inline]
-pub fn impossible(data: &EventData) -> Option<Impossible> {
-    match data {
+pub fn impossible(event: &Event) -> Option<Impossible> {
+    match &event.data {
+        EventData::EventsDropped(d) => (d.count > MAX_DROPPED || d.from_ns > event.time_ns)
+            .then_some(Impossible::DroppedMarker),
         EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
             if b.requested > MAX_BYTES {
                 Some(Impossible::Size)
@@ -149,7 +163,7 @@ impl std::fmt::Display for ImpossibleValues {
         }
         write!(
             f,
-            "{} with impossible values (sizes past 2^50 bytes or address ranges past 2^64) left out",
+            "{} with impossible values (sizes past 2^50 bytes, address ranges past 2^64, impossible events_dropped markers) left out",
             parts.join(" and ")
         )
     }
@@ -158,7 +172,30 @@ impl std::fmt::Display for ImpossibleValues {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vramtrace_format::{BlockEvent, BlockState, OomEvent, SegmentEvent};
+    use vramtrace_format::{BlockEvent, BlockState, DroppedEvents, OomEvent, SegmentEvent};
+
+    fn impossible_data(data: &EventData) -> Option<Impossible> {
+        impossible(&Event {
+            time_ns: 1_000,
+            data: *data,
+        })
+    }
+
+    #[test]
+    fn a_dropped_marker_past_any_recording_is_impossible() {
+        let marker = |count, from_ns| EventData::EventsDropped(DroppedEvents { count, from_ns });
+        assert_eq!(impossible_data(&marker(40_000, 900)), None);
+        assert_eq!(impossible_data(&marker(MAX_DROPPED, 1_000)), None);
+        assert_eq!(
+            impossible_data(&marker(u64::MAX, 900)),
+            Some(Impossible::DroppedMarker)
+        );
+        // A span that ends (at the marker's time) before it starts.
+        assert_eq!(
+            impossible_data(&marker(10, 1_001)),
+            Some(Impossible::DroppedMarker)
+        );
+    }
 
     #[test]
     fn judges_sizes_ranges_and_device_figures() {
@@ -170,24 +207,27 @@ mod tests {
                 ..Default::default()
             })
         };
-        assert_eq!(impossible(&block(0, MAX_BYTES, MAX_BYTES)), None);
+        assert_eq!(impossible_data(&block(0, MAX_BYTES, MAX_BYTES)), None);
         assert_eq!(
-            impossible(&block(0, MAX_BYTES + 1, 1)),
+            impossible_data(&block(0, MAX_BYTES + 1, 1)),
             Some(Impossible::Size)
         );
-        assert_eq!(impossible(&block(0, 1, u64::MAX)), Some(Impossible::Size));
         assert_eq!(
-            impossible(&block(u64::MAX - 1, 2, 2)),
+            impossible_data(&block(0, 1, u64::MAX)),
+            Some(Impossible::Size)
+        );
+        assert_eq!(
+            impossible_data(&block(u64::MAX - 1, 2, 2)),
             Some(Impossible::AddressRange)
         );
         // An address above 2^63 is real (PyTorch's on some systems).
-        assert_eq!(impossible(&block(1 << 63, 1 << 20, 1 << 20)), None);
+        assert_eq!(impossible_data(&block(1 << 63, 1 << 20, 1 << 20)), None);
         let segment = EventData::SegmentUnmap(SegmentEvent {
             addr: 0,
             size: u64::MAX,
             ..Default::default()
         });
-        assert_eq!(impossible(&segment), Some(Impossible::Size));
+        assert_eq!(impossible_data(&segment), Some(Impossible::Size));
         // A program may ask for anything: its refused request is kept.
         let oom = |requested, free_bytes| {
             EventData::Oom(OomEvent {
@@ -196,9 +236,9 @@ mod tests {
                 ..Default::default()
             })
         };
-        assert_eq!(impossible(&oom(u64::MAX, 0)), None);
+        assert_eq!(impossible_data(&oom(u64::MAX, 0)), None);
         assert_eq!(
-            impossible(&oom(1, u64::MAX)),
+            impossible_data(&oom(1, u64::MAX)),
             Some(Impossible::DeviceFigure)
         );
     }

@@ -81,6 +81,30 @@ impl Reserve {
         }
     }
 
+    /// [`stated_measured_or_estimated`](Self::stated_measured_or_estimated)
+    /// for a device of `device_bytes`: a measured reserve as large as that
+    /// device (a sample no card of its size could give: a hostile trace's,
+    /// or a far larger card's) gives way to the estimate, with why.
+    pub fn for_device(
+        stated: Option<u64>,
+        measured: Option<u64>,
+        nccl: bool,
+        device_bytes: u64,
+    ) -> (Reserve, Option<String>) {
+        let reserve = Reserve::stated_measured_or_estimated(stated, measured, nccl);
+        if reserve.source != ReserveSource::Measured || reserve.bytes < device_bytes {
+            return (reserve, None);
+        }
+        let estimate = Reserve::estimate(nccl);
+        let why = format!(
+            "the memory measured outside the allocator ({}) is as much as the device's {}: the estimate ({}) is the reserve instead",
+            crate::units::capacity(reserve.bytes),
+            crate::units::capacity(device_bytes),
+            crate::units::capacity(estimate.bytes)
+        );
+        (estimate, Some(why))
+    }
+
     /// A reserve measured by the recording: the most memory outside the
     /// allocator at any device-memory sample.
     pub fn measured(bytes: u64, nccl: bool) -> Reserve {

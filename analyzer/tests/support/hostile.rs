@@ -207,3 +207,38 @@ pub fn many_devices(n: usize) -> Vec<u8> {
     }
     t.finish()
 }
+
+/// `n` blocks allocated a microsecond apart (a chart column each), then
+/// tagged, in the same order, a microsecond apart: every tag changes the
+/// category of a block born long before.
+pub fn blocks_tagged_late(n: usize) -> Vec<u8> {
+    let mut t = Trace::with_segment();
+    for i in 0..n as u64 {
+        t.t += 999;
+        t.push(EventData::Alloc(block(i * 512, 512)));
+    }
+    for i in 0..n as u64 {
+        t.t += 999;
+        t.push(EventData::Tag(vramtrace_format::TagEvent::new(
+            i * 512,
+            0,
+            vramtrace_format::Category::Parameter,
+        )));
+    }
+    t.finish()
+}
+
+/// `n` devices, each named by one tag event alone (an address never
+/// allocated), their ids spread over the `u32` range.
+pub fn tagged_devices(n: usize) -> Vec<u8> {
+    let mut t = Trace::new();
+    for i in 0..n as u32 {
+        let device = i.wrapping_mul(2_654_435_761);
+        t.push(EventData::Tag(vramtrace_format::TagEvent::new(
+            0x1000,
+            device,
+            vramtrace_format::Category::Parameter,
+        )));
+    }
+    t.finish()
+}

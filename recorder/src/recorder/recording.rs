@@ -133,6 +133,11 @@ impl<B: EventBuffer + Send + 'static> Recording<B> {
             header
                 .metadata
                 .insert("keep_last".into(), window.keep().to_string());
+            // Tells this ring's parts from another's of the same process
+            // (a ring per device): `vramtrace join` keeps to one ring.
+            header
+                .metadata
+                .insert(vramtrace_format::RING_KEY.into(), ring_id());
         }
         let batch_events = chunk_events.min(BATCH_EVENTS);
         let out: Box<dyn Write + Send> = Box::new(out);
@@ -648,4 +653,13 @@ impl Log {
         }
         true
     }
+}
+
+/// An id no other ring shares: random (std's hasher keys are), with the
+/// process id beside it for a reader.
+fn ring_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    format!("{}-{:016x}", std::process::id(), h.finish())
 }

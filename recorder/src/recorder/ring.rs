@@ -300,6 +300,10 @@ impl Window {
         header
             .metadata
             .insert(PREAMBLE_EVENTS_KEY.into(), restatement.len().to_string());
+        header.metadata.insert(
+            vramtrace_format::PART_KEY.into(),
+            self.next_part.to_string(),
+        );
         let state: InitialState = self.live.initial_state();
         let out: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(1 << 20, file));
         let mut old = trace.rotate(Counting::new(out), header, &state)?;

@@ -350,10 +350,13 @@ fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error>
     if let Some(device) = &options.device {
         let nccl = sim::shows_nccl(reference.events.header(), reference.events.symbols());
         let limits = &reference.extracted.limits;
-        let reserve = Reserve::stated_measured_or_estimated(
+        // (A measured reserve past the device gives way to the estimate, as
+        // in `simulate`.)
+        let (reserve, _) = Reserve::for_device(
             options.reserve,
             limits.outside.map(|o| o.max_bytes),
             nccl,
+            device.total_bytes,
         );
         if device.total_bytes <= reserve.bytes {
             return Err(Error::Simulate {
