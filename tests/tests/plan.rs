@@ -306,7 +306,14 @@ fn kv_cache_plan_answers_under_a_cap_and_refuses_bad_input() {
     let leak = vramtrace_e2e::fixture("leak.vtrace");
     let p = leak.display().to_string();
     let v = vramtrace([
-        "plan", &p, "--kv-cache", "--kv-block", "1MiB", "--cap", "1GiB", "--json",
+        "plan",
+        &p,
+        "--kv-cache",
+        "--kv-block",
+        "1MiB",
+        "--cap",
+        "1GiB",
+        "--json",
     ])
     .success()
     .json();
@@ -317,14 +324,25 @@ fn kv_cache_plan_answers_under_a_cap_and_refuses_bad_input() {
     assert!(blocks << 20 < 1 << 30, "{v:#}");
     assert!(v["fit"]["next_oom"].is_object(), "{v:#}");
     assert_eq!(v["basis"], "exact", "{v:#}");
-    let text = vramtrace(["plan", &p, "--kv-cache", "--kv-block", "1MiB", "--cap", "1GiB"])
-        .success()
-        .stdout;
+    let text = vramtrace([
+        "plan",
+        &p,
+        "--kv-cache",
+        "--kv-block",
+        "1MiB",
+        "--cap",
+        "1GiB",
+    ])
+    .success()
+    .stdout;
     assert!(text.contains(&format!("({blocks} blocks)")), "{text}");
     // Bad input: one line, exit 2.
     for (args, wanted) in [
         (vec!["--kv-block", "0B"], "0 bytes"),
-        (vec!["--kv-site", "nowhere.py:1"], "no allocation comes from a site matching"),
+        (
+            vec!["--kv-site", "nowhere.py:1"],
+            "no allocation comes from a site matching",
+        ),
     ] {
         let mut all = vec!["plan", p.as_str(), "--kv-cache", "--cap", "1GiB"];
         all.extend(args);

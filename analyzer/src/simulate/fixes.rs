@@ -453,7 +453,10 @@ fn graph_candidates(list: &RequestList, at: usize, config: &AllocatorConfig) -> 
         }
     }
     if let Some(k) = failing_capture {
-        let dropped: Vec<bool> = in_capture.iter().map(|&c| c != usize::MAX && c >= k).collect();
+        let dropped: Vec<bool> = in_capture
+            .iter()
+            .map(|&c| c != usize::MAX && c >= k)
+            .collect();
         out.push(Candidate {
             kind: FixKind::Graphs,
             change: format!(
@@ -495,11 +498,13 @@ fn kv_candidate(
     Some(Candidate {
         kind: FixKind::KvCache,
         change: format!(
-            "a KV cache of {} instead of {} (vramtrace plan --kv-cache gives it in blocks)",
-            crate::units::bytes(bytes),
-            crate::units::bytes(kv.recorded_bytes)
+            "a KV cache {} smaller ({} bytes instead of {}; vramtrace plan --kv-cache gives it in blocks)",
+            crate::units::bytes(kv.recorded_bytes - bytes),
+            crate::units::count(bytes),
+            crate::units::count(kv.recorded_bytes)
         ),
-        detail: "the largest KV cache with which the run, its graphs replayed in their pools, fits".into(),
+        detail: "the largest KV cache with which the run, its graphs replayed in their pools, fits"
+            .into(),
         site: None,
         basis: Basis::Exact,
         config: target.config.clone(),

@@ -488,7 +488,10 @@ fn a_capture_that_runs_out_is_fixed_by_one_pool_or_a_smaller_kv_cache() {
     };
     let (shared_peak, _) = peak(&shared);
     let (apart_peak, _) = peak(&apart);
-    assert!(apart_peak > shared_peak + (8 << 20), "{apart_peak} {shared_peak}");
+    assert!(
+        apart_peak > shared_peak + (8 << 20),
+        "{apart_peak} {shared_peak}"
+    );
     let cap = (shared_peak + apart_peak) / 2;
     let capped = |s: &Serving| Serving {
         cap: Some(cap),
@@ -515,17 +518,22 @@ fn a_capture_that_runs_out_is_fixed_by_one_pool_or_a_smaller_kv_cache() {
         .find(|f| f.kind == fixes::FixKind::Graphs && f.change.contains("one pool"))
         .expect("one pool passes");
     assert_eq!(one_pool.basis, fixes::Basis::Exact);
-    assert_eq!(peak(&capped(&shared)).1, 0, "recorded with one pool: it fits");
+    assert_eq!(
+        peak(&capped(&shared)).1,
+        0,
+        "recorded with one pool: it fits"
+    );
     let kv = passed
         .iter()
         .find(|f| f.kind == fixes::FixKind::KvCache)
         .expect("a smaller KV cache passes");
-    let mib: u64 = kv.change["a KV cache of ".len()..]
-        .split(" MiB")
+    let mib: u64 = kv
+        .change
+        .split(" bytes instead")
         .next()
-        .unwrap()
-        .parse::<f64>()
-        .map(|m| (m * 1024.0 * 1024.0) as u64)
+        .and_then(|s| s.rsplit('(').next())
+        .map(|n| n.replace(',', ""))
+        .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(mib > 0 && mib < 1 << 30, "{}", kv.change);
     // The recording stopped at its failure, so a fix is replayed as far as
