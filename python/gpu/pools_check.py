@@ -39,7 +39,6 @@ import random
 import sys
 from pathlib import Path
 
-import gpu_report
 from gpu_report import Report, child, tail, vt
 
 HERE = Path(__file__).resolve()
@@ -320,7 +319,7 @@ def check_program(rep: Report, binary: Path, out: Path, env: dict, name: str, ar
         rep.add("FAIL", f"{name}: simulate --min-capacity", json.dumps(m.get("verdict"))[:300])
         return recorded
     fits, p1 = child(HERE, [name, *args, "--cap-bytes", str(answer)], env)
-    below, p2 = child(HERE, [name, *args, "--cap-bytes", str(answer - 2 * MIB)], env)
+    below, _ = child(HERE, [name, *args, "--cap-bytes", str(answer - 2 * MIB)], env)
     ok_fit = fits is not None and "oom" not in fits
     ok_below = below is not None and "oom" in below
     rep.check(ok_fit and ok_below, f"{name}: --min-capacity exact to 2 MiB on the card",
@@ -451,5 +450,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    gpu_report.__name__  # the shared table helpers
     sys.exit(main())

@@ -95,7 +95,7 @@ def _wrap_graph(torch, graph_class, record) -> None:
             given = args[0] if args else kwargs.get("pool")
             record(device, CAPTURE_BEGIN, given if given is not None else (0, 0), stream)
             self._vramtrace_capture = (device, stream)
-        except Exception:  # noqa: BLE001, S110 - never break a capture
+        except Exception:  # noqa: BLE001 - never break a capture
             pass
         return result
 
@@ -113,7 +113,7 @@ def _wrap_graph(torch, graph_class, record) -> None:
                 if finalizer is not None:
                     finalizer.detach()
                 self._vramtrace_release = weakref.finalize(self, release, device, pool)
-            except Exception:  # noqa: BLE001, S110 - never break a capture
+            except Exception:  # noqa: BLE001 - never break a capture
                 pass
         return result
 
@@ -143,7 +143,7 @@ def _wrap_mem_pool(torch, pool_class, record) -> None:
             pool = self.id
             record(device, HOLD, pool)
             weakref.finalize(self, record, device, RELEASE, pool)
-        except Exception:  # noqa: BLE001, S110 - never break the program
+        except Exception:  # noqa: BLE001 - never break the program
             pass
 
     pool_class.__init__ = __init__

@@ -195,6 +195,62 @@ pub fn category_source(source: CategorySource) -> &'static str {
     }
 }
 
+/// What a pool is, in a table cell: who made it.
+pub fn pool_kind(kind: Option<PoolKind>) -> &'static str {
+    match kind {
+        Some(PoolKind::Graph) => "a graph's own",
+        Some(PoolKind::Shared) => "graph_pool_handle()",
+        Some(PoolKind::MemPool) => "MemPool",
+        None => "not recorded",
+    }
+}
+
+/// The private pools in one sentence: "CUDA graph pools: 4.7 GiB held by 3
+/// graphs sharing one pool, 1.2 GiB of it free at the allocated peak".
+pub fn pools_line(p: &PoolsReport) -> String {
+    let graph_pools = p.pools.iter().filter(|x| x.captures > 0).count();
+    let mem_pools = p
+        .pools
+        .iter()
+        .filter(|x| x.kind == Some(PoolKind::MemPool))
+        .count();
+    let holders = if !p.followed && p.captures == 0 {
+        format!(
+            "held by {} (how many graphs use them is not recorded)",
+            units::counted(p.pools.len() as u64, "private pool", "private pools")
+        )
+    } else {
+        let mut parts = Vec::new();
+        if p.captures > 0 {
+            let graphs = units::counted(p.captures as u64, "graph", "graphs");
+            parts.push(match graph_pools {
+                1 if p.captures > 1 => format!("{graphs} sharing one pool"),
+                1 => format!("{graphs} in its own pool"),
+                n if n as u32 == p.captures => format!("{graphs}, a pool each"),
+                n => format!("{graphs} in {n} pools"),
+            });
+        }
+        if mem_pools > 0 {
+            parts.push(units::counted(mem_pools as u64, "MemPool", "MemPools"));
+        }
+        let others = p.pools.len() - graph_pools - mem_pools;
+        if others > 0 {
+            parts.push(units::counted(others as u64, "other pool", "other pools"));
+        }
+        format!("held by {}", parts.join(" and "))
+    };
+    format!(
+        "{}: {} {holders}, {} of it free, at the allocated peak (exact)",
+        if graph_pools > 0 {
+            "CUDA graph pools"
+        } else {
+            "private pools"
+        },
+        units::bytes(p.reserved_at_peak_bytes),
+        units::bytes(p.free_at_peak_bytes())
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,60 +323,4 @@ mod tests {
         assert_eq!(format_percent(&Change::of(0.0, 1.0)), "new");
         assert_eq!(format_percent(&Change::of(5.0, 5.0)), "0.0%");
     }
-}
-
-/// What a pool is, in a table cell: who made it.
-pub fn pool_kind(kind: Option<PoolKind>) -> &'static str {
-    match kind {
-        Some(PoolKind::Graph) => "a graph's own",
-        Some(PoolKind::Shared) => "graph_pool_handle()",
-        Some(PoolKind::MemPool) => "MemPool",
-        None => "not recorded",
-    }
-}
-
-/// The private pools in one sentence: "CUDA graph pools: 4.7 GiB held by 3
-/// graphs sharing one pool, 1.2 GiB of it free at the allocated peak".
-pub fn pools_line(p: &PoolsReport) -> String {
-    let graph_pools = p.pools.iter().filter(|x| x.captures > 0).count();
-    let mem_pools = p
-        .pools
-        .iter()
-        .filter(|x| x.kind == Some(PoolKind::MemPool))
-        .count();
-    let holders = if !p.followed && p.captures == 0 {
-        format!(
-            "held by {} (how many graphs use them is not recorded)",
-            units::counted(p.pools.len() as u64, "private pool", "private pools")
-        )
-    } else {
-        let mut parts = Vec::new();
-        if p.captures > 0 {
-            let graphs = units::counted(p.captures as u64, "graph", "graphs");
-            parts.push(match graph_pools {
-                1 if p.captures > 1 => format!("{graphs} sharing one pool"),
-                1 => format!("{graphs} in its own pool"),
-                n if n as u32 == p.captures => format!("{graphs}, a pool each"),
-                n => format!("{graphs} in {n} pools"),
-            });
-        }
-        if mem_pools > 0 {
-            parts.push(units::counted(mem_pools as u64, "MemPool", "MemPools"));
-        }
-        let others = p.pools.len() - graph_pools - mem_pools;
-        if others > 0 {
-            parts.push(units::counted(others as u64, "other pool", "other pools"));
-        }
-        format!("held by {}", parts.join(" and "))
-    };
-    format!(
-        "{}: {} {holders}, {} of it free, at the allocated peak (exact)",
-        if graph_pools > 0 {
-            "CUDA graph pools"
-        } else {
-            "private pools"
-        },
-        units::bytes(p.reserved_at_peak_bytes),
-        units::bytes(p.free_at_peak_bytes())
-    )
 }

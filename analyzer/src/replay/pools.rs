@@ -238,10 +238,10 @@ impl ReplayState {
         }
         // The end of such a capture: the capture was this pool's.
         let anonymous = if e.action() == Some(PoolAction::CaptureEnd)
-            && !self
+            && self
                 .pool_indices
                 .get(&e.pool)
-                .is_some_and(|&i| self.pools[i as usize - 1].open > 0)
+                .is_none_or(|&i| self.pools[i as usize - 1].open == 0)
         {
             let found = self
                 .anonymous_captures

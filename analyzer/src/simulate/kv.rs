@@ -240,7 +240,7 @@ mod tests {
         let fit = largest_kv_cache(&e.list, &AllocatorConfig::default(), &options, &kv, 2 * MIB);
         let largest = fit.largest_bytes.unwrap();
         assert!(fit.recorded_fits);
-        assert!(largest > kv.recorded_bytes && largest % (2 * MIB) == 0);
+        assert!(largest > kv.recorded_bytes && largest.is_multiple_of(2 * MIB));
         assert!(fit.next_oom.is_some());
         // Recorded again with those sizes: the planner's verdicts hold.
         let run = |kv_cache| {
