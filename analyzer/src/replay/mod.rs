@@ -35,6 +35,7 @@ pub use inconsistencies::{
 pub use occupancy::{FreeSpace, Occupancy};
 use phases::PathTable;
 pub use phases::{MAIN_THREAD, PathId, PhaseId, PhaseInstance, SHOWN_PATH_DEPTH, normalize_name};
+pub(crate) use pools::MAX_OPEN_CAPTURES;
 pub use pools::{PoolKind, PoolTally};
 
 use crate::sites::{SiteFolder, SiteId};

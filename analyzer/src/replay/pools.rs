@@ -11,6 +11,11 @@
 //! a pool ended or let go that nothing began, held or reserved.
 
 use super::{Applied, InconsistencyKind, ReplayState};
+
+/// The most captures under way at once that the replay follows: a program
+/// has a few; a hostile trace's millions of unended begins would make each
+/// end a long search. Past it, the oldest is dropped.
+pub(crate) const MAX_OPEN_CAPTURES: usize = 256;
 use serde::Serialize;
 use vramtrace_format::{PoolAction, PoolEvent, PoolId, SegmentPoolEvent};
 
@@ -232,6 +237,9 @@ impl ReplayState {
             // A capture into a pool of the graph's own: PyTorch names it only
             // when the capture ends (its `capture_end` carries the id).
             if e.action() == Some(PoolAction::CaptureBegin) {
+                if self.anonymous_captures.len() >= MAX_OPEN_CAPTURES {
+                    self.anonymous_captures.remove(0);
+                }
                 self.anonymous_captures.push((e.stream, e.thread));
             }
             return Applied::Other;

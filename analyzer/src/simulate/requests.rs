@@ -387,6 +387,17 @@ impl RequestExtractor {
         }
     }
 
+    /// Follows a capture or block begun: past
+    /// [`MAX_OPEN_CAPTURES`](crate::replay::MAX_OPEN_CAPTURES) under way
+    /// (a hostile trace's), the oldest is dropped, so that each end and
+    /// failure searches a bounded list.
+    fn route(&mut self, route: (Option<u64>, u32, u16)) {
+        if self.routes.len() >= crate::replay::MAX_OPEN_CAPTURES {
+            self.routes.remove(0);
+        }
+        self.routes.push(route);
+    }
+
     /// Puts allocation `id` in pool `pool` (an index).
     fn set_pool(&mut self, id: u32, pool: u16) {
         if pool == 0 && self.list.alloc_pools.is_empty() {
@@ -406,7 +417,7 @@ impl RequestExtractor {
         // its end names it.
         if p.pool.is_default() {
             if p.action() == Some(PoolAction::CaptureBegin) {
-                self.routes.push((Some(p.stream), p.thread, 0));
+                self.route((Some(p.stream), p.thread, 0));
                 self.push(index, time, Op::PoolBegin, 0, 0);
             }
             return;
@@ -421,11 +432,11 @@ impl RequestExtractor {
         let id = pool as u32;
         match p.action() {
             Some(PoolAction::CaptureBegin) => {
-                self.routes.push((Some(p.stream), p.thread, pool));
+                self.route((Some(p.stream), p.thread, pool));
                 self.push(index, time, Op::PoolBegin, id, 0);
             }
             Some(PoolAction::UseBegin) => {
-                self.routes.push((None, p.thread, pool));
+                self.route((None, p.thread, pool));
                 self.push(index, time, Op::PoolBegin, id, 0);
             }
             Some(action @ (PoolAction::CaptureEnd | PoolAction::UseEnd)) => {

@@ -21,6 +21,10 @@ use std::collections::BTreeMap;
 /// part's start without bound.
 const MAX_ANNOTATIONS: usize = 1024;
 
+/// The most captures and `use_mem_pool` blocks under way that a part
+/// restates.
+const MAX_OPEN_POOLS: usize = 256;
+
 #[derive(Clone, Copy, Debug)]
 struct Block {
     size: u64,
@@ -115,7 +119,14 @@ impl LiveState {
                 self.segment_pools.insert((s.device, s.addr), s.pool);
             }
             EventData::Pool(p) => match p.action() {
-                Some(PoolAction::CaptureBegin | PoolAction::UseBegin) => self.open_pools.push(p),
+                Some(PoolAction::CaptureBegin | PoolAction::UseBegin) => {
+                    // A program has a few under way; a runaway one is not
+                    // restated whole in every part.
+                    if self.open_pools.len() >= MAX_OPEN_POOLS {
+                        self.open_pools.remove(0);
+                    }
+                    self.open_pools.push(p)
+                }
                 Some(PoolAction::CaptureEnd | PoolAction::UseEnd) => {
                     if let Some(i) = self.open_pools.iter().rposition(|o| {
                         o.device == p.device && o.pool == p.pool && o.thread == p.thread
