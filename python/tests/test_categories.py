@@ -469,7 +469,7 @@ def test_a_walk_tags_blocks_of_a_trace_through_the_library(tmp_path):
         w.step(opt)
         assert calls == [0]
         # The shim's way: through the sink (tags since ABI 3), its gradient watch's tags.
-        assert sink.abi == 4
+        assert sink.abi == 5
         grad = (ctypes.c_uint64 * 1)(base + (1 << 20)), (ctypes.c_uint8 * 1)(GRADIENT)
         assert sink.tag(0, grad[0], grad[1], 1) == 1
         # A code of no category is refused whole.
