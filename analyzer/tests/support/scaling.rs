@@ -4,8 +4,10 @@
 //! Cost is counted in user-space instructions retired by the measuring
 //! thread (Linux `perf_event_open`), which does not move with the machine's
 //! load. Where counters are not allowed (some containers and CI runners),
-//! the thread's own CPU time stands in, the least of several runs. Either
-//! way the check is a ratio between two sizes, never a time limit.
+//! the thread's own CPU time stands in, the least of several runs, and a
+//! ratio past the bound is measured again (three times at most, the least
+//! kept). Either way the check is a ratio between two sizes, never a time
+//! limit.
 //!
 //! Measure single-threaded code paths: work handed to other threads is not
 //! counted. Measurements are taken one at a time (a lock), so tests in the
@@ -40,8 +42,24 @@ pub fn assert_linear<I>(what: &str, n: usize, make: impl Fn(usize) -> I, run: im
     // Warm up: first-touch page faults and lazy statics count once, not in
     // the ratio.
     run(&small);
-    let (unit, small_cost) = cost(|| run(&small));
-    let (_, large_cost) = cost_in(unit, || run(&large));
+    // A ratio past the bound is measured again (up to three times in all),
+    // and the least kept: where CPU time stands in for instructions, one
+    // measurement disturbed by the machine (a cache flushed, a frequency
+    // change) must not fail linear work; quadratic work fails every time.
+    let mut best: Option<(Unit, u64, u64)> = None;
+    for _ in 0..3 {
+        let (unit, small_cost) = cost(|| run(&small));
+        let (_, large_cost) = cost_in(unit, || run(&large));
+        let ratio = large_cost as f64 / small_cost.max(1) as f64;
+        let better = best.is_none_or(|(_, s, l)| ratio < l as f64 / s.max(1) as f64);
+        if better {
+            best = Some((unit, small_cost, large_cost));
+        }
+        if ratio <= MAX_RATIO || unit == Unit::Instructions {
+            break;
+        }
+    }
+    let (unit, small_cost, large_cost) = best.expect("measured once at least");
     let ratio = large_cost as f64 / small_cost.max(1) as f64;
     eprintln!(
         "scaling {what}: n={n} {small_cost}, n={} {large_cost} ({unit:?}), ratio {ratio:.2}",
