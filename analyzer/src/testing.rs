@@ -6,7 +6,7 @@ use crate::replay::ReplayState;
 use crate::replay::categories::CategoryOptions;
 use vramtrace_format::{
     BlockEvent, Category, DeviceMemoryEvent, Event, EventData, Header, InitialState, LimitEvent,
-    OomEvent, SegmentEvent, StackId, SymbolTable, TagEvent, TraceReader, TraceWriter,
+    OomEvent, SegmentEvent, StackId, SymbolTable, TagEvent, TraceReader, TraceWriter, UserTagEvent,
     WriterOptions,
 };
 
@@ -78,6 +78,17 @@ impl TraceBuilder {
         self.push(EventData::Tag(TagEvent::new(addr, 0, category)))
     }
 
+    /// Tags the live block at `addr` with the program's own category `name`.
+    pub fn tag_user(&mut self, addr: u64, name: &str) -> &mut Self {
+        let name = self.writer.intern_string(name);
+        self.push(EventData::UserTag(UserTagEvent {
+            addr,
+            device: 0,
+            thread: 0,
+            name,
+        }))
+    }
+
     /// Makes the next events those of `device`.
     pub fn on_device(&mut self, device: u32) -> &mut Self {
         self.device = device;
@@ -97,6 +108,7 @@ impl TraceBuilder {
             EventData::Oom(o) => o.device = self.device,
             EventData::EmptyCache(e) => e.device = self.device,
             EventData::Tag(t) => t.device = self.device,
+            EventData::UserTag(t) => t.device = self.device,
             EventData::Limit(l) => l.device = self.device,
             EventData::DeviceMemory(m) => m.device = self.device,
             _ => {}

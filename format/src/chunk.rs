@@ -36,7 +36,7 @@
 use super::FormatError;
 use super::event::{
     BlockEvent, DeviceMemoryEvent, DroppedEvents, EmptyCacheEvent, Event, EventData, LimitEvent,
-    OomEvent, PoolEvent, PoolId, SegmentEvent, SegmentPoolEvent, TagEvent,
+    OomEvent, PoolEvent, PoolId, SegmentEvent, SegmentPoolEvent, TagEvent, UserTagEvent,
 };
 use super::event::{EventKind, KindCounts};
 use super::symbols::{StackId, StringId};
@@ -83,6 +83,9 @@ fn fields_of(kind: EventKind) -> u8 {
         // column holds its action's code; the extras, its pool's two ids.
         EventKind::Pool => ADDR | STREAM | DEVICE | THREAD | STACK | EXTRA1 | EXTRA2,
         EventKind::SegmentPool => ADDR | DEVICE | THREAD | EXTRA1 | EXTRA2,
+        // Format 1.7: older readers skip user tags whole (and count the
+        // block in its inferred category, as they did).
+        EventKind::UserTag => ADDR | DEVICE | THREAD | EXTRA1,
     }
 }
 
@@ -202,6 +205,13 @@ impl Fields {
                 extra2: s.pool.1,
                 ..Fields::default()
             },
+            EventData::UserTag(t) => Fields {
+                addr: t.addr,
+                device: t.device,
+                thread: t.thread,
+                extra1: t.name.0 as u64,
+                ..Fields::default()
+            },
         }
     }
 
@@ -294,6 +304,14 @@ impl Fields {
                 pool: PoolId(self.extra1, self.extra2),
                 device: self.device,
                 thread: self.thread,
+            }),
+            EventKind::UserTag => EventData::UserTag(UserTagEvent {
+                addr: self.addr,
+                device: self.device,
+                thread: self.thread,
+                // A name id past 32 bits names no string: kept as one the
+                // symbol table lacks, never wrapped onto one it has.
+                name: StringId(u32::try_from(self.extra1).unwrap_or(u32::MAX)),
             }),
         }
     }
@@ -1060,6 +1078,15 @@ mod tests {
                     pool: PoolId(7, 0),
                     device: 1,
                     thread: 2,
+                }),
+            },
+            Event {
+                time_ns: 39,
+                data: EventData::UserTag(UserTagEvent {
+                    addr: 0x7f00_0000_0000,
+                    device: 1,
+                    thread: 2,
+                    name: StringId(2),
                 }),
             },
             Event {

@@ -84,6 +84,11 @@ pub enum EventData {
     /// 1.6): it follows that segment's `segment_alloc`. A segment with
     /// none is in the default pools.
     SegmentPool(SegmentPoolEvent),
+    /// The program named what the live block at an address holds, in a
+    /// category of its own (format 1.7: `vramtrace.tag(kv, "kv_cache")`, or
+    /// PyTorch's `annotate` action): it holds that for its whole life, from
+    /// its allocation, as with [`EventData::Tag`].
+    UserTag(UserTagEvent),
 }
 
 /// A block-level action: an allocation or one of the two steps of its free.
@@ -452,6 +457,33 @@ impl PoolEvent {
     }
 }
 
+/// A category the program named itself: see [`EventData::UserTag`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UserTagEvent {
+    /// The block's address (the address its allocation returned).
+    pub addr: u64,
+    /// The device index.
+    pub device: u32,
+    /// The recording thread's id.
+    pub thread: u32,
+    /// The category's name, as the program gave it (`"kv_cache"`).
+    pub name: StringId,
+}
+
+/// The longest name of a user category, in bytes.
+pub const MAX_USER_CATEGORY_LEN: usize = 64;
+
+/// Whether `name` can name a user category: 1 to
+/// [`MAX_USER_CATEGORY_LEN`] bytes, no control characters, and not a
+/// built-in category's [`name`](Category::name) (those are plain tags).
+/// Readers accept any name a trace holds; recorders refuse others.
+pub fn user_category_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_USER_CATEGORY_LEN
+        && !name.chars().any(char::is_control)
+        && Category::ALL.iter().all(|c| c.name() != name)
+}
+
 /// The pool a segment belongs to: see [`EventData::SegmentPool`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SegmentPoolEvent {
@@ -514,11 +546,13 @@ pub enum EventKind {
     Pool = 16,
     /// See [`EventData::SegmentPool`] (format 1.6).
     SegmentPool = 17,
+    /// See [`EventData::UserTag`] (format 1.7).
+    UserTag = 18,
 }
 
 impl EventKind {
     /// Every kind, in code order.
-    pub const ALL: [EventKind; 18] = [
+    pub const ALL: [EventKind; 19] = [
         EventKind::Alloc,
         EventKind::FreeRequested,
         EventKind::FreeCompleted,
@@ -537,6 +571,7 @@ impl EventKind {
         EventKind::EventsDropped,
         EventKind::Pool,
         EventKind::SegmentPool,
+        EventKind::UserTag,
     ];
 
     /// The number of kinds this version knows.
@@ -573,6 +608,7 @@ impl EventKind {
             EventKind::EventsDropped => "events_dropped",
             EventKind::Pool => "pool",
             EventKind::SegmentPool => "segment_pool",
+            EventKind::UserTag => "user_tag",
         }
     }
 }
@@ -605,6 +641,7 @@ impl EventData {
             EventData::EventsDropped(_) => EventKind::EventsDropped,
             EventData::Pool(_) => EventKind::Pool,
             EventData::SegmentPool(_) => EventKind::SegmentPool,
+            EventData::UserTag(_) => EventKind::UserTag,
         }
     }
 
@@ -628,6 +665,7 @@ impl EventData {
             | EventData::Limit(_)
             | EventData::DeviceMemory(_)
             | EventData::SegmentPool(_)
+            | EventData::UserTag(_)
             | EventData::EventsDropped(_) => None,
         }
     }
@@ -650,6 +688,7 @@ impl EventData {
             EventData::DeviceMemory(m) => Some(m.device),
             EventData::Pool(p) => Some(p.device),
             EventData::SegmentPool(s) => Some(s.device),
+            EventData::UserTag(t) => Some(t.device),
             EventData::PhaseBegin { .. }
             | EventData::PhaseEnd { .. }
             | EventData::Annotation { .. }

@@ -256,7 +256,7 @@ impl<W: Write> Joiner<W> {
 }
 
 /// Whether an event is of a kind a rotation restates (open phases,
-/// annotations, limits, device-memory readings, tags).
+/// annotations, limits, device-memory readings, tags of both kinds).
 fn restates(e: &Event) -> bool {
     matches!(
         e.data,
@@ -265,6 +265,7 @@ fn restates(e: &Event) -> bool {
             | EventData::Limit(_)
             | EventData::DeviceMemory(_)
             | EventData::Tag(_)
+            | EventData::UserTag(_)
     )
 }
 

@@ -77,8 +77,8 @@ pub use error::FormatError;
 
 pub use event::{
     BlockEvent, Category, DeviceMemoryEvent, DroppedEvents, EmptyCacheEvent, Event, EventData,
-    EventKind, KindCounts, LimitEvent, OomEvent, PoolAction, PoolEvent, PoolId, SegmentEvent,
-    SegmentPoolEvent, TagEvent,
+    EventKind, KindCounts, LimitEvent, MAX_USER_CATEGORY_LEN, OomEvent, PoolAction, PoolEvent,
+    PoolId, SegmentEvent, SegmentPoolEvent, TagEvent, UserTagEvent, user_category_name_ok,
 };
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,
@@ -94,7 +94,7 @@ pub use writer::{TraceWriter, WriterOptions};
 /// The format's major version: readers reject any other.
 pub const VERSION_MAJOR: u16 = 1;
 /// The format's minor version: readers accept newer minors of their major.
-pub const VERSION_MINOR: u16 = 6;
+pub const VERSION_MINOR: u16 = 7;
 /// The first bytes of every trace: the MessagePack string `"vramtrace"`.
 pub const MAGIC: &[u8; 10] = b"\xa9vramtrace";
 /// The conventional file extension.

@@ -53,6 +53,7 @@ __all__ = [
     "installed",
     "phase",
     "annotate",
+    "tag",
     "empty_cache",
     "flush",
     "dump",
@@ -224,6 +225,80 @@ def annotate(key: str, value: object) -> None:
     ``annotate("batch", 8)`` (or ``"seq"``) tells ``vramtrace plan`` the
     run's batch size (sequence length), wherever the program makes it."""
     _load().vramtrace_annotate(str(key).encode(), str(value).encode())
+
+
+# A user category's longest name, in bytes (the format's MAX_USER_CATEGORY_LEN).
+_MAX_CATEGORY_LEN = 64
+
+
+def tag(obj: object, category: str) -> int:
+    """Names what a tensor's memory holds, in a category of your own:
+    ``vramtrace.tag(kv_cache, "kv_cache")``. The analyses show it beside the
+    built-in categories (parameters, gradients, ...), exact, in every
+    category table, for the block's whole life.
+
+    ``obj`` is a tensor, a module (its parameters and buffers), or a list,
+    tuple or dict of these. Each CUDA tensor's storage (the allocation
+    behind it, so views and slices count once) is tagged; tensors on other
+    devices are skipped. A built-in category's name (``"activations"``)
+    records that category. ``category`` is 1 to 64 bytes, without control
+    characters. Returns the number of allocations tagged: 0 when nothing is
+    being recorded. Tagging an allocation again replaces its category."""
+    if not isinstance(category, str):
+        raise TypeError(f"a category is a str, not {type(category).__name__}")
+    raw = category.encode()
+    if not raw or len(raw) > _MAX_CATEGORY_LEN or not category.isprintable():
+        raise ValueError(f"a category is 1 to {_MAX_CATEGORY_LEN} bytes of printable text: "
+                         f"{category!r}")
+    by_device: dict[int, list[int]] = {}
+    seen: set[tuple[int, int]] = set()
+    for t in _tensors_of(obj):
+        if not getattr(t, "is_cuda", False):
+            continue
+        try:
+            addr = t.untyped_storage().data_ptr()
+        except (AttributeError, RuntimeError):
+            continue
+        device = t.device.index if t.device.index is not None else 0
+        if addr and (device, addr) not in seen:
+            seen.add((device, addr))
+            by_device.setdefault(device, []).append(addr)
+    if not by_device:
+        return 0
+    import array
+    import ctypes
+
+    lib = _load()
+    fn = lib.vramtrace_tag_user if _replace.installed() else lib.vramtrace_observe_tag_user
+    tagged = 0
+    for device, addrs in sorted(by_device.items()):
+        buf = array.array("Q", addrs)
+        n = fn(device, raw, ctypes.c_void_p(buf.buffer_info()[0]), len(buf))
+        if n < 0:
+            raise VramtraceError(f"tagging {category!r} failed (see standard error)")
+        tagged += n
+    return tagged
+
+
+def _tensors_of(obj: object):
+    """The tensors ``tag`` takes from ``obj``: itself, a module's parameters
+    and buffers, or those of each item of a list, tuple, set or dict."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, torch.nn.Module):
+        yield from obj.parameters()
+        yield from obj.buffers()
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors_of(v)
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        for v in obj:
+            yield from _tensors_of(v)
+    else:
+        raise TypeError(f"vramtrace.tag takes a tensor, a module, or a list, tuple or dict of "
+                        f"them, not {type(obj).__name__}")
 
 
 def empty_cache() -> None:

@@ -57,6 +57,9 @@ _SIGNATURES = {
     "vramtrace_memory_stats": ([ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
     "vramtrace_tag": ([ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t],
                       ctypes.c_int),
+    # device, name, addresses (uint64_t*), count (format 1.7's user tags)
+    "vramtrace_tag_user": ([ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t],
+                           ctypes.c_int),
     "vramtrace_set_memory_fraction": ([ctypes.c_double, ctypes.c_int], None),
     # observe.rs
     "vramtrace_torch_sink": ([], ctypes.c_void_p),
@@ -81,6 +84,9 @@ _SIGNATURES = {
     # addresses (uint64_t*), category codes (uint8_t*), count
     "vramtrace_observe_tag": ([ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t],
                               ctypes.c_int),
+    # device, name, addresses (uint64_t*), count (format 1.7's user tags)
+    "vramtrace_observe_tag_user": ([ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,
+                                    ctypes.c_size_t], ctypes.c_int),
 }
 
 

@@ -150,6 +150,45 @@ unsafe fn tag_arrays<'a>(
     )
 }
 
+/// What a C caller's user tag names: a built-in category (the name of one,
+/// as `vramtrace_format::Category::name` spells it, is recorded as a plain
+/// tag) or a category of the program's own.
+pub(crate) enum TagName {
+    Builtin(Category),
+    Own(String),
+}
+
+/// A C caller's user tags: a category name and `count` addresses. `None`
+/// when a pointer is NULL (with `count` > 0 for `addrs`) or the name is not
+/// one [`recorder::format::user_category_name_ok`] accepts.
+///
+/// # Safety
+/// `name` is NULL or a valid NUL-terminated string; `addrs` is NULL or
+/// points to `count` readable values, valid for `'a`.
+unsafe fn user_tag_args<'a>(
+    name: *const c_char,
+    addrs: *const u64,
+    count: usize,
+) -> Option<(TagName, &'a [u64])> {
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    let name = unsafe { c_str(name) };
+    let addrs: &[u64] = if count == 0 {
+        &[]
+    } else if addrs.is_null() {
+        return None;
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(addrs, count) }
+    };
+    if let Some(c) = Category::ALL.into_iter().find(|c| c.name() == name) {
+        return Some((TagName::Builtin(c), addrs));
+    }
+    recorder::format::user_category_name_ok(&name).then_some((TagName::Own(name), addrs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

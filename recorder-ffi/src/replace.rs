@@ -378,6 +378,45 @@ pub unsafe extern "C" fn vramtrace_tag(
     })
 }
 
+/// [`vramtrace_observe_tag_user`](crate::observe::vramtrace_observe_tag_user)
+/// for replacement mode: the live blocks at `addrs` of `device`'s recorder
+/// hold the program's own category `name`. Returns the number recorded (0
+/// when the device has no recorder yet), or -1 for a refused name, invalid
+/// arguments or an internal error.
+///
+/// # Safety
+/// `name` is NULL or a valid NUL-terminated string; `addrs` is NULL or
+/// points to `count` readable values.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vramtrace_tag_user(
+    device: c_int,
+    name: *const c_char,
+    addrs: *const u64,
+    count: usize,
+) -> c_int {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: forwarded contract.
+        let Some((name, addrs)) = (unsafe { crate::user_tag_args(name, addrs, count) }) else {
+            return -1;
+        };
+        let Some(slot) = usize::try_from(device).ok().and_then(|d| SLOTS.get(d)) else {
+            return 0;
+        };
+        let Some(Ok(rec)) = slot.get() else {
+            return 0;
+        };
+        let n = match name {
+            crate::TagName::Builtin(c) => rec.tag_all(addrs.iter().map(|&a| (a, c))),
+            crate::TagName::Own(name) => rec.tag_user(&name, addrs.iter().copied()),
+        };
+        c_int::try_from(n).unwrap_or(c_int::MAX)
+    }));
+    r.unwrap_or_else(|_| {
+        report("internal error (panic) in vramtrace_tag_user");
+        -1
+    })
+}
+
 /// Writes the allocator statistics of `device` to `out[0..6]`: allocated
 /// bytes (current, peak), reserved bytes (current, peak), requested bytes
 /// (current), OOMs. Returns 0, or -1 when the device has no recorder (no

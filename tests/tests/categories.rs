@@ -300,3 +300,67 @@ fn bad_tags_are_counted_not_fatal() {
         "{text}"
     );
 }
+
+#[test]
+fn a_newer_torch_s_annotations_name_categories_of_their_own() {
+    // `annotate` entries (after PyTorch 2.11): one word, a JSON object's
+    // "category", and free text (fixtures/torch/synthetic/make_synthetic.py).
+    let p = fixture("torch/synthetic/annotate_p4.pickle");
+    let s = summary(&p);
+    let user = s["categories"]["user"].as_array().expect("user categories");
+    assert_eq!(user.len(), 1, "{user:?}");
+    assert_eq!(user[0]["name"], "kv_cache");
+    assert_eq!(user[0]["at_allocated_peak"], 32 << 20);
+    let peak = categories(&s, "at_allocated_peak");
+    assert_eq!(bytes_of(&peak, "activations"), 8 << 20);
+    // The kv cache is in "other" too (which it subdivides), exact; the
+    // block under free text is inferred.
+    let other = peak.iter().find(|r| r.0 == "other").unwrap();
+    assert_eq!((other.1, other.2), (33 << 20, 32 << 20));
+    let text = vramtrace(["summary", &p.display().to_string()])
+        .success()
+        .stdout;
+    let row = text.lines().find(|l| l.contains("kv_cache")).unwrap();
+    assert!(
+        row.contains("32.0 MiB") && row.ends_with("exact (your tag)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kv_cache (your tag) dominates the allocated peak"),
+        "{text}"
+    );
+    let other_row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("other"))
+        .unwrap();
+    assert!(other_row.contains("1.0 MiB"), "{text}");
+    // The free text is kept as a note of its block, not dropped.
+    let out = scratch("annotate").join("annotate.vtrace");
+    vramtrace([
+        "import",
+        &p.display().to_string(),
+        "-o",
+        &out.display().to_string(),
+    ])
+    .success();
+    let bytes = std::fs::read(&out).unwrap();
+    let mut reader = TraceReader::new(&bytes[..]).unwrap();
+    let events: Vec<Event> = reader.events().map(|e| e.unwrap()).collect();
+    let s = reader.symbols();
+    let notes: Vec<String> = (events.iter())
+        .filter_map(|e| match e.data {
+            EventData::Annotation { key, value } => Some(format!(
+                "{}={}",
+                s.string_or_unknown(key),
+                s.string_or_unknown(value)
+            )),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("torch.annotate=0x7e0002800000: retained by autograd")),
+        "{notes:?}"
+    );
+}

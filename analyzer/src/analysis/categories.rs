@@ -4,6 +4,7 @@
 
 use crate::replay::ReplayState;
 use crate::replay::categories::{CategoryBytes, CategorySource};
+use crate::replay::user_categories::{UserCategories, UserMoment};
 use serde::{Deserialize, Serialize};
 
 pub use crate::replay::categories::Category;
@@ -166,24 +167,82 @@ pub struct CategoryReport {
     pub at_end: CategoryTable,
     /// What dominates the allocated peak.
     pub dominant: Option<Dominant>,
+    /// The program's own categories (`vramtrace.tag(t, "kv_cache")`,
+    /// format 1.7), exact, largest at the allocated peak first. Their bytes
+    /// are also in the tables' `other`, which they subdivide; absent when
+    /// the program named none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user: Vec<UserCategoryRow>,
+}
+
+/// One of the program's own categories at the moments a
+/// [`CategoryReport`] tells: every byte exact (the program tagged it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserCategoryRow {
+    /// The name the program gave (`"kv_cache"`).
+    pub name: String,
+    /// Its bytes at the allocated peak.
+    pub at_allocated_peak: u64,
+    /// Its bytes at the reserved peak.
+    pub at_reserved_peak: u64,
+    /// Its bytes at the end of the window.
+    pub at_end: u64,
+    /// Its blocks at the allocated peak.
+    pub blocks_at_allocated_peak: u64,
+}
+
+impl UserCategoryRow {
+    /// The rows of the categories `user` named, at three moments, largest
+    /// at the allocated peak first (then by name); categories that held
+    /// nothing at any of them are left out.
+    pub fn rows(
+        user: &UserCategories,
+        at_allocated_peak: &UserMoment,
+        at_reserved_peak: &UserMoment,
+        at_end: &UserMoment,
+    ) -> Vec<UserCategoryRow> {
+        let share = |m: &UserMoment, i: usize| m.shares().get(i).copied().unwrap_or_default();
+        let mut rows: Vec<UserCategoryRow> = user
+            .names()
+            .iter()
+            .enumerate()
+            .map(|(i, name)| UserCategoryRow {
+                name: name.clone(),
+                at_allocated_peak: share(at_allocated_peak, i).bytes,
+                at_reserved_peak: share(at_reserved_peak, i).bytes,
+                at_end: share(at_end, i).bytes,
+                blocks_at_allocated_peak: share(at_allocated_peak, i).blocks,
+            })
+            .filter(|r| r.at_allocated_peak > 0 || r.at_reserved_peak > 0 || r.at_end > 0)
+            .collect();
+        rows.sort_by(|a, b| {
+            b.at_allocated_peak
+                .cmp(&a.at_allocated_peak)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        rows
+    }
 }
 
 /// Allocated bytes by category at one moment of a pass (once `replayed`
 /// events were applied), kept true as later events settle or tag the
 /// blocks live then: call [`follow`](Self::follow) after every event and in
 /// `finish`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CategoryMoment {
     replayed: u64,
     counts: CategoryBytes,
+    user: UserMoment,
 }
 
 impl CategoryMoment {
     /// The state's counts now.
     pub fn now(state: &ReplayState) -> CategoryMoment {
+        let replayed = state.events_applied();
         CategoryMoment {
-            replayed: state.events_applied(),
+            replayed,
             counts: *state.categories(),
+            user: UserMoment::now(replayed, state.user_categories()),
         }
     }
 
@@ -194,6 +253,14 @@ impl CategoryMoment {
         for change in state.recategorized() {
             self.counts.follow(self.replayed, change);
         }
+        if !state.user_categories().changes().is_empty() {
+            self.user.follow(state.user_categories());
+        }
+    }
+
+    /// The program's own categories' counts at this moment.
+    pub fn user(&self) -> &UserMoment {
+        &self.user
     }
 
     /// The table of the counts.

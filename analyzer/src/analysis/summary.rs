@@ -19,12 +19,13 @@
 //! the peak is undone then, once, into a copy, which bounds its memory by
 //! the state's.
 
-use super::categories::{Category, CategoryMoment, CategoryReport, CategoryTable};
+use super::categories::{Category, CategoryMoment, CategoryReport, CategoryTable, UserCategoryRow};
 use super::limits::{Limit, LimitWatch, OutsideReport};
 use super::pools::PoolsReport;
 use super::waterfall::{Moment, TOP_SITES, Waterfall, moment_now};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::categories::{CATEGORIES, dominant, is_convolution_stack};
+use crate::replay::user_categories::UserMoment;
 use crate::replay::{
     Applied, DroppedReport, FreeSpace, Inconsistency, InconsistencyKind, LiveAlloc, Occupancy,
     PhaseId, PoolTally, ReplayState, Segment, SegmentUndo, SiteLive, Totals,
@@ -896,6 +897,12 @@ impl Analysis for Summary {
                 at_allocated_peak,
                 at_reserved_peak: self.categories_at_reserved.table(),
                 at_end: CategoryTable::of(state.categories()),
+                user: UserCategoryRow::rows(
+                    state.user_categories(),
+                    self.categories_at_allocated.user(),
+                    self.categories_at_reserved.user(),
+                    &UserMoment::now(state.events_applied(), state.user_categories()),
+                ),
             },
             limit: limits.limit,
             outside_allocator,
@@ -989,6 +996,54 @@ pub(crate) mod tests {
         summary.undo_min = undo_min;
         replay_trace(bytes, &mut [&mut summary], &window);
         summary.into_report().unwrap()
+    }
+
+    #[test]
+    fn user_categories_at_each_moment_reach_back_to_the_allocation() {
+        let mut b = TraceBuilder::tagged();
+        let site = b.site("serve", "server.py", 7);
+        b.segment(0, 1 << 30);
+        b.alloc(0, 1 << 20, 1 << 20, site)
+            .tag(0, Category::Parameter);
+        // The KV cache makes the peak, and is tagged only after it.
+        b.alloc(1 << 20, 64 << 20, 64 << 20, site);
+        b.tag_user(1 << 20, "kv_cache");
+        b.alloc(65 << 20, 2 << 20, 2 << 20, site)
+            .tag_user(65 << 20, "draft_kv");
+        b.free(65 << 20, 2 << 20);
+        // A built-in tag after the user's leaves the user's category.
+        b.tag(1 << 20, Category::Activation);
+        // A name the trace never defined: counted once, read as other.
+        b.alloc(70 << 20, 4096, 4096, site);
+        b.event(EventData::UserTag(vramtrace_format::UserTagEvent {
+            addr: 70 << 20,
+            device: 0,
+            thread: 0,
+            name: vramtrace_format::StringId(999_999),
+        }));
+        let r = summarize(&b.finish(), Window::default());
+        let user = &r.categories.user;
+        assert_eq!(user.len(), 2, "{user:?}");
+        assert_eq!(user[0].name, "kv_cache");
+        assert_eq!(user[0].at_allocated_peak, 64 << 20);
+        assert_eq!(user[0].at_end, 64 << 20);
+        assert_eq!(user[0].blocks_at_allocated_peak, 1);
+        assert_eq!(user[1].name, "draft_kv");
+        assert_eq!(user[1].at_allocated_peak, 2 << 20);
+        assert_eq!(user[1].at_end, 0);
+        // The tagged blocks are "other", exact, in the built-in tables.
+        let other = r.categories.at_allocated_peak.get(Category::Other);
+        assert_eq!(other.exact_bytes, 66 << 20);
+        assert_eq!(r.categories.at_end.get(Category::Activation).bytes, 0);
+        assert_eq!(r.inconsistencies.total, 1, "{:?}", r.inconsistencies);
+        let json = serde_json::to_value(&r.categories).unwrap();
+        assert_eq!(json["user"][0]["name"], "kv_cache");
+        // Without user tags the JSON has no `user` key (the shape is kept).
+        let mut plain = TraceBuilder::new();
+        plain.segment(0, 1 << 20).alloc(0, 512, 512, StackId::NONE);
+        let r = summarize(&plain.finish(), Window::default());
+        let json = serde_json::to_value(&r.categories).unwrap();
+        assert!(json.get("user").is_none());
     }
 
     #[test]

@@ -178,6 +178,28 @@ pub fn category_dominant_line(d: &Dominant, total: u64, moment: &str) -> String 
     )
 }
 
+/// [`category_dominant_line`] when the largest part is one of the
+/// program's own categories (tagged, so exact).
+pub fn user_category_dominant_line(name: &str, bytes: u64, total: u64, moment: &str) -> String {
+    let share = if total == 0 {
+        0.0
+    } else {
+        bytes as f64 / total as f64
+    };
+    format!(
+        "{} (your tag) {} {moment}: {} of {} ({}, exact)",
+        crate::print::printable::printable_cut(name, 40),
+        if share > 0.5 {
+            "dominates"
+        } else {
+            "is the largest part of"
+        },
+        units::bytes(bytes),
+        units::bytes(total),
+        units::percent(share),
+    )
+}
+
 /// Where a run's categories come from, in a few words.
 pub fn category_source(source: CategorySource) -> &'static str {
     match source {

@@ -28,6 +28,7 @@ mod occupancy;
 mod phases;
 pub mod plausible;
 mod pools;
+pub mod user_categories;
 
 pub use inconsistencies::{
     DroppedReport, DroppedSpan, Inconsistency, InconsistencyKind, KEPT_DROPPED_SPANS, KEPT_PER_KIND,
@@ -48,7 +49,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use vramtrace_format::{
     BlockEvent, BlockStatus, DeviceMemoryEvent, Event, EventData, InitialState, LimitEvent, PoolId,
-    SegmentEvent, StackId, StringId, SymbolTable, TagEvent,
+    SegmentEvent, StackId, StringId, SymbolTable, TagEvent, UserTagEvent,
 };
 
 /// A live block: allocated and not yet returned to the cache.
@@ -249,6 +250,8 @@ pub struct ReplayState {
     last_drop: Option<u64>,
     /// Bytes the caller holds in blocks in doubt, by site.
     site_doubt: Vec<u64>,
+    /// The program's own categories of live blocks (format 1.7).
+    user_categories: user_categories::UserCategories,
     /// The private pools met (format 1.6), by index - 1.
     pools: Vec<PoolTally>,
     pool_indices: FxHashMap<PoolId, u16>,
@@ -302,6 +305,7 @@ impl ReplayState {
             dropped: DroppedReport::default(),
             last_drop: None,
             site_doubt: Vec::new(),
+            user_categories: Default::default(),
             pools: Vec::new(),
             pool_indices: FxHashMap::default(),
             anonymous_captures: Vec::new(),
@@ -412,6 +416,7 @@ impl ReplayState {
         if !self.recategorized.is_empty() {
             self.recategorized.clear();
         }
+        self.user_categories.clear_changes();
         match &event.data {
             EventData::Alloc(b) => self.alloc(index, event.time_ns, b, symbols),
             EventData::FreeRequested(b) => self.free_requested(index, event.time_ns, b, symbols),
@@ -456,6 +461,7 @@ impl ReplayState {
             EventData::EventsDropped(d) => self.events_dropped(index, event.time_ns, d),
             EventData::Pool(p) => self.pool_event(index, event.time_ns, p),
             EventData::SegmentPool(s) => self.segment_pool(index, event.time_ns, s),
+            EventData::UserTag(t) => self.user_tag(index, event.time_ns, t, symbols),
             // A kind a later minor version adds: the reader skips what it
             // cannot decode, so none reaches here; were one to, it changes
             // nothing this version knows of.
@@ -594,6 +600,9 @@ impl ReplayState {
         site.bytes -= a.size;
         site.blocks -= 1;
         self.site_categories[a.site.0 as usize][counted.category as usize] -= a.size;
+        if !self.user_categories.is_empty() {
+            self.user_categories.release(a.addr);
+        }
     }
 
     #[inline]
@@ -900,17 +909,50 @@ impl ReplayState {
                 Class::exact(Category::Other)
             }
         };
-        match self.live.get(&t.addr) {
+        // The program's own name for a block outranks a built-in tag, which
+        // a walk over modules and optimizers may make after it.
+        if !self.user_categories.is_empty() && self.user_categories.of(t.addr).is_some() {
+            return Applied::Other;
+        }
+        self.tag_class(index, time_ns, t.addr, class)
+    }
+
+    /// A user tag (format 1.7): the block counts as built-in "other",
+    /// exact, and under its own name in [`user_categories`](Self::user_categories).
+    fn user_tag(
+        &mut self,
+        index: u64,
+        time_ns: u64,
+        t: &UserTagEvent,
+        symbols: &SymbolTable,
+    ) -> Applied {
+        let id = symbols
+            .string(t.name)
+            .and_then(|name| self.user_categories.id(name));
+        if id.is_none() {
+            self.record(InconsistencyKind::UnknownCategory, index, time_ns, t.addr);
+        }
+        let applied = self.tag_class(index, time_ns, t.addr, Class::exact(Category::Other));
+        if let (Some(id), Some(a)) = (id, self.live.get(&t.addr))
+            && !a.free_requested
+        {
+            self.user_categories.tag(t.addr, a.born, a.size, id);
+        }
+        applied
+    }
+
+    fn tag_class(&mut self, index: u64, time_ns: u64, addr: u64, class: Class) -> Applied {
+        match self.live.get(&addr) {
             Some(a) if !a.free_requested => {
                 self.classifier.note(class.category, a.requested);
-                self.recategorize(t.addr, class);
-                if let Some(a) = self.live.get_mut(&t.addr) {
+                self.recategorize(addr, class);
+                if let Some(a) = self.live.get_mut(&addr) {
                     a.birth.settled = true;
                 }
                 Applied::Other
             }
             _ => {
-                self.record(InconsistencyKind::TagWithoutBlock, index, time_ns, t.addr);
+                self.record(InconsistencyKind::TagWithoutBlock, index, time_ns, addr);
                 Applied::Inconsistent
             }
         }
@@ -1040,6 +1082,12 @@ impl ReplayState {
         self.classifier.waiting.clear();
         self.classifier.setup.clear();
         self.close_pools();
+    }
+
+    /// The program's own categories of the blocks the caller holds
+    /// (format 1.7's user tags), with the last event's changes.
+    pub fn user_categories(&self) -> &user_categories::UserCategories {
+        &self.user_categories
     }
 
     /// Allocated bytes by category (blocks the caller holds).

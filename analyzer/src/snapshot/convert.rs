@@ -183,7 +183,7 @@ struct Keys {
     name: StrId,
     filename: StrId,
     line: StrId,
-    actions: [StrId; 10],
+    actions: [StrId; Action::ALL.len()],
 }
 
 /// What a [`Collector`] leaves once parsing is done: the log and the symbol tables
@@ -224,7 +224,7 @@ pub(crate) struct Collector {
     field_of: Vec<u8>,
     action_of: Vec<u8>,
     // Counts of the known actions, merged into `action_counts` after parsing.
-    known_counts: [u64; 10],
+    known_counts: [u64; Action::ALL.len()],
     // The lists trace entries were appended to: `entry::decode` takes any dict of their
     // batches, and elsewhere only dicts whose first key is `action`. A set: a
     // hand-made pickle may have a hundred thousand.
@@ -282,12 +282,14 @@ impl Collector {
             ],
             F_OTHER,
         );
-        let actions: Vec<(StrId, u8)> = (0..10).map(|i| (k.actions[i], i as u8)).collect();
+        let actions: Vec<(StrId, u8)> = (0..Action::ALL.len())
+            .map(|i| (k.actions[i], i as u8))
+            .collect();
         let action_of = table(&actions, u8::MAX);
         Collector {
             field_of,
             action_of,
-            known_counts: [0; 10],
+            known_counts: [0; Action::ALL.len()],
             k,
             frames: Vec::new(),
             stacks: LocalStacks::new(),
@@ -321,7 +323,7 @@ impl Collector {
                 *self.action_counts.entry(self.k.actions[i]).or_insert(0) += n;
             }
         }
-        self.known_counts = [0; 10];
+        self.known_counts = [0; Action::ALL.len()];
         self.scratch = Vec::new();
         self.pending = Vec::new();
     }
@@ -386,7 +388,7 @@ impl Collector {
             self.entries_impossible += 1;
             return Some(Attach::Consume);
         }
-        if e.action == Action::UserDefined {
+        if matches!(e.action, Action::UserDefined | Action::Annotate) {
             e.size = f.text as u64;
         }
         if e.time_us.is_none() {

@@ -9,9 +9,10 @@ use rustc_hash::FxHashMap as FxMap;
 use std::sync::Arc;
 use vramtrace_allocator::ObservedBlocks;
 use vramtrace_format::{
-    BlockEvent, BlockState, DeviceInfo, Event, EventData, FormatError, Frame, FrameId, Header,
-    InitialState, OomEvent, ReceiverGone, SegmentEvent, SegmentPoolEvent, SegmentState, StackId,
-    StringId, TraceChannel, TraceReceiver, TraceSender, TraceWriter, WriterOptions,
+    BlockEvent, BlockState, Category, DeviceInfo, Event, EventData, FormatError, Frame, FrameId,
+    Header, InitialState, OomEvent, ReceiverGone, SegmentEvent, SegmentPoolEvent, SegmentState,
+    StackId, StringId, TagEvent, TraceChannel, TraceReceiver, TraceSender, TraceWriter,
+    UserTagEvent, WriterOptions,
 };
 
 /// Batches of events that may wait for the reader of a streamed snapshot:
@@ -425,6 +426,89 @@ fn to_event(
                 tx.intern_string(&heap.str(e.size as StrId))
             },
         },
+        Action::Annotate => {
+            let text = if e.size == 0 {
+                String::new()
+            } else {
+                heap.str(e.size as StrId).into_owned()
+            };
+            match annotated_category(&text) {
+                Some(Annotated::Builtin(category)) => EventData::Tag(TagEvent {
+                    addr: e.addr,
+                    device,
+                    thread: 0,
+                    code: category.code(),
+                }),
+                Some(Annotated::Own(name)) => EventData::UserTag(UserTagEvent {
+                    addr: e.addr,
+                    device,
+                    thread: 0,
+                    name: tx.intern_string(&name),
+                }),
+                // A note that names no category stays a note, of its block.
+                None => EventData::Annotation {
+                    key: tx.intern_string("torch.annotate"),
+                    value: tx.intern_string(&format!("0x{:x}: {text}", e.addr)),
+                },
+            }
+        }
     };
     Event { time_ns, data }
+}
+
+/// What an `annotate` entry's text names.
+#[derive(Debug, PartialEq, Eq)]
+enum Annotated {
+    Builtin(Category),
+    Own(String),
+}
+
+/// The category an `annotate` entry's text names: a JSON object's
+/// `"category"` (PyTorch serializes dict metadata as JSON), or the text
+/// itself when it is one word that could name one (see
+/// [`vramtrace_format::user_category_name_ok`]); a built-in category's name
+/// is that category. `None` for other notes (free text, other JSON).
+fn annotated_category(text: &str) -> Option<Annotated> {
+    let text = text.trim();
+    let name = if text.starts_with('{') {
+        let value: serde_json::Value = serde_json::from_str(text).ok()?;
+        value.get("category")?.as_str()?.to_owned()
+    } else if text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/'))
+    {
+        // One word (`kv_cache`) names a category; free text is a note.
+        text.to_owned()
+    } else {
+        return None;
+    };
+    if let Some(c) = Category::ALL.into_iter().find(|c| c.name() == name) {
+        return Some(Annotated::Builtin(c));
+    }
+    vramtrace_format::user_category_name_ok(&name).then_some(Annotated::Own(name))
+}
+
+#[cfg(test)]
+mod annotate_tests {
+    use super::*;
+
+    #[test]
+    fn an_annotation_names_a_category_by_word_or_json_key() {
+        let own = |s: &str| Some(Annotated::Own(s.to_string()));
+        assert_eq!(annotated_category("kv_cache"), own("kv_cache"));
+        assert_eq!(annotated_category(" lora.A "), own("lora.A"));
+        assert_eq!(
+            annotated_category(r#"{"category": "draft kv", "layer": 3}"#),
+            own("draft kv")
+        );
+        assert_eq!(
+            annotated_category("activations"),
+            Some(Annotated::Builtin(Category::Activation))
+        );
+        assert_eq!(annotated_category("retained by autograd: layer 3"), None);
+        assert_eq!(annotated_category(r#"{"layer": 3}"#), None);
+        assert_eq!(annotated_category("{not json"), None);
+        assert_eq!(annotated_category(""), None);
+        assert_eq!(annotated_category(&"x".repeat(65)), None);
+    }
 }

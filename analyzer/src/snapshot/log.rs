@@ -21,6 +21,9 @@ pub(crate) enum Action {
     Oom = 7,
     Snapshot = 8,
     UserDefined = 9,
+    /// A newer PyTorch's note on a live block (`_annotate_memory`): `addr` is
+    /// the block's, its text says what the block holds.
+    Annotate = 10,
 }
 
 impl Action {
@@ -40,11 +43,11 @@ impl Action {
             | Action::SegmentMap
             | Action::SegmentUnmap => size > MAX_BYTES || addr.checked_add(size).is_none(),
             Action::Oom => addr > MAX_BYTES,
-            Action::Snapshot | Action::UserDefined => false,
+            Action::Snapshot | Action::UserDefined | Action::Annotate => false,
         }
     }
 
-    pub const ALL: [Action; 10] = [
+    pub const ALL: [Action; 11] = [
         Action::Alloc,
         Action::FreeRequested,
         Action::FreeCompleted,
@@ -55,6 +58,7 @@ impl Action {
         Action::Oom,
         Action::Snapshot,
         Action::UserDefined,
+        Action::Annotate,
     ];
 
     pub fn is_known(name: &str) -> bool {
@@ -73,12 +77,13 @@ impl Action {
             Action::Oom => "oom",
             Action::Snapshot => "snapshot",
             Action::UserDefined => "user_defined",
+            Action::Annotate => "annotate",
         }
     }
 }
 
 /// One logged trace entry. For `Oom`, `addr` is the device's free memory; for
-/// `UserDefined`, `size` is the heap string id of its text.
+/// `UserDefined` and `Annotate`, `size` is the heap string id of its text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LogEntry {
     pub action: Action,

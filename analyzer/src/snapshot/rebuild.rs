@@ -273,7 +273,7 @@ impl DeviceReplay {
                 }
                 self.map_touched.add(e.addr, end);
             }
-            Action::Oom | Action::Snapshot | Action::UserDefined => {}
+            Action::Oom | Action::Snapshot | Action::UserDefined | Action::Annotate => {}
         }
     }
 

@@ -11,7 +11,7 @@
 use crate::allocator::ReservedRanges;
 use crate::format::{
     BlockState, BlockStatus, DeviceMemoryEvent, Event, EventData, InitialState, LimitEvent,
-    PoolAction, PoolEvent, PoolId, SegmentState, StackId, StringId, TagEvent,
+    PoolAction, PoolEvent, PoolId, SegmentState, StackId, StringId, TagEvent, UserTagEvent,
 };
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -32,6 +32,8 @@ struct Block {
     stack: StackId,
     pending: bool,
     category: Option<(u32, u8)>,
+    /// The program's own category (format 1.7), with the tagging thread.
+    user: Option<(u32, StringId)>,
 }
 
 /// The state of a recording at its latest event, in the trace's ids. See
@@ -73,6 +75,7 @@ impl LiveState {
                     stack: b.stack,
                     pending: b.status == BlockStatus::PendingFree,
                     category: None,
+                    user: None,
                 };
                 self.blocks.insert((s.device, b.addr), block);
             }
@@ -92,6 +95,7 @@ impl LiveState {
                         stack: b.stack,
                         pending: false,
                         category: None,
+                        user: None,
                     },
                 );
             }
@@ -156,6 +160,11 @@ impl LiveState {
             EventData::Tag(t) => {
                 if let Some(block) = self.blocks.get_mut(&(t.device, t.addr)) {
                     block.category = Some((t.thread, t.code));
+                }
+            }
+            EventData::UserTag(t) => {
+                if let Some(block) = self.blocks.get_mut(&(t.device, t.addr)) {
+                    block.user = Some((t.thread, t.name));
                 }
             }
             EventData::Limit(l) => {
@@ -271,6 +280,20 @@ impl LiveState {
             .collect();
         tags.sort_unstable_by_key(|t| (t.device, t.addr));
         events.extend(tags.into_iter().map(|t| at(EventData::Tag(t))));
+        let mut user: Vec<UserTagEvent> = self
+            .blocks
+            .iter()
+            .filter_map(|(&(device, addr), b)| {
+                b.user.map(|(thread, name)| UserTagEvent {
+                    addr,
+                    device,
+                    thread,
+                    name,
+                })
+            })
+            .collect();
+        user.sort_unstable_by_key(|t| (t.device, t.addr));
+        events.extend(user.into_iter().map(|t| at(EventData::UserTag(t))));
         events
     }
 }

@@ -30,7 +30,7 @@ use super::writer::{self, Backlog, Batch, FlushTimer, Msg, QueueStats, TraceSumm
 use super::{CALL_EVENTS, RecorderError, RecorderOptions, StackMode, thread_id};
 use crate::format::{
     Category, DroppedEvents, Event, EventData, FormatError, Header, InitialState, LimitEvent,
-    StackId, StringId, TagEvent, TraceWriter, WriterOptions,
+    StackId, StringId, TagEvent, TraceWriter, UserTagEvent, WriterOptions,
 };
 use rustc_hash::FxHashMap;
 use std::io::Write;
@@ -422,6 +422,42 @@ impl<B: EventBuffer> Recording<B> {
                     device,
                     thread,
                     code: category.code(),
+                }),
+            });
+            n += 1;
+            behind |= log.after_push(events);
+        }
+        drop(g);
+        if behind {
+            self.backlog.wait();
+        }
+        n
+    }
+
+    /// Records user tags (format 1.7): the live blocks at `addrs` on
+    /// `device` hold the program's own category `name`, for their whole
+    /// lives. As [`tag`](Self::tag): one lock, one moment, the calling
+    /// thread. Returns the number recorded (0 once the recording is over).
+    pub fn tag_user(&self, device: u32, name: &str, addrs: impl IntoIterator<Item = u64>) -> usize {
+        let mut g = self.lock();
+        let Inner { subject, log } = &mut *g;
+        if !log.recording {
+            return 0;
+        }
+        let time_ns = log.clock.now_ns();
+        let thread = thread_id();
+        let name = log.intern(name);
+        let events = subject.events();
+        let mut behind = false;
+        let mut n = 0;
+        for addr in addrs {
+            events.push(Event {
+                time_ns,
+                data: EventData::UserTag(UserTagEvent {
+                    addr,
+                    device,
+                    thread,
+                    name,
                 }),
             });
             n += 1;

@@ -6,6 +6,7 @@ use super::ReportInput;
 use super::waterfall;
 use crate::analysis::categories::Category;
 use crate::print::labels;
+use crate::print::printable::printable_cut;
 use crate::print::svg::palette;
 use crate::units;
 use askama::Template;
@@ -51,7 +52,7 @@ struct PoolRow {
 struct Row {
     /// Its colour in the charts.
     colour: String,
-    label: &'static str,
+    label: String,
     bytes: Vec<String>,
     /// How its figures are known.
     basis: &'static str,
@@ -72,26 +73,52 @@ impl<'a> Categories<'a> {
         let s = &input.report.summary;
         let c = &s.categories;
         let columns = [&c.at_allocated_peak, &c.at_reserved_peak, &c.at_end];
-        let rows = Category::ALL
-            .into_iter()
-            .filter_map(|category| {
-                let shares: Vec<_> = columns.iter().map(|t| t.get(category)).collect();
-                if shares.iter().all(|s| s.bytes == 0) {
-                    return None;
-                }
-                let bases: Vec<_> = shares
-                    .iter()
-                    .filter(|s| s.bytes > 0)
-                    .map(|s| s.basis())
-                    .collect();
-                Some(Row {
-                    colour: palette::hex(palette::of_category(category)),
-                    label: category.label(),
-                    bytes: shares.iter().map(|s| units::bytes(s.bytes)).collect(),
-                    basis: labels::category_row_basis(&bases),
+        // The program's own categories subdivide "other": rows of their
+        // own just before it, and "other" keeps the rest.
+        let named = |i: usize| -> u64 {
+            (c.user.iter())
+                .map(|u| [u.at_allocated_peak, u.at_reserved_peak, u.at_end][i])
+                .sum()
+        };
+        let mut rows = Vec::new();
+        for category in Category::ALL {
+            if category == Category::Other {
+                rows.extend(c.user.iter().map(|u| {
+                    Row {
+                        colour: palette::hex(palette::of_category(Category::Other)),
+                        label: format!("{} (your tag)", printable_cut(&u.name, 40)),
+                        bytes: [u.at_allocated_peak, u.at_reserved_peak, u.at_end]
+                            .map(units::bytes)
+                            .to_vec(),
+                        basis: "exact",
+                    }
+                }));
+            }
+            let shares: Vec<_> = (columns.iter().enumerate())
+                .map(|(i, t)| {
+                    let mut share = t.get(category);
+                    if category == Category::Other {
+                        share.bytes = share.bytes.saturating_sub(named(i));
+                        share.exact_bytes = share.exact_bytes.saturating_sub(named(i));
+                    }
+                    share
                 })
-            })
-            .collect();
+                .collect();
+            if shares.iter().all(|s| s.bytes == 0) {
+                continue;
+            }
+            let bases: Vec<_> = shares
+                .iter()
+                .filter(|s| s.bytes > 0)
+                .map(|s| s.basis())
+                .collect();
+            rows.push(Row {
+                colour: palette::hex(palette::of_category(category)),
+                label: category.label().to_string(),
+                bytes: shares.iter().map(|s| units::bytes(s.bytes)).collect(),
+                basis: labels::category_row_basis(&bases),
+            });
+        }
         Categories {
             source: labels::category_source(c.source),
             rows,

@@ -146,7 +146,11 @@ pub fn plan(r: &PlanResult) -> String {
     if let Some(at) = &r.at {
         text.push_str(&format!("\nat {what} {}: {}\n", at.point.value, at.line));
         if at.categories.total() > 0 {
-            text.push_str(&categories::table(&[("at the peak", &at.categories)], 2));
+            text.push_str(&categories::table(
+                &[("at the peak", &at.categories)],
+                &[],
+                2,
+            ));
         }
     }
     for n in &r.notes {
