@@ -517,3 +517,82 @@ def test_categories_line_in_the_recorders_configuration():
 
     assert "meta.categories=tags\n" in _observer._config(Torch, None, "none", False, True)
     assert "categories" not in _observer._config(Torch, None, "none", False, False)
+
+
+# ------------------------------------------------------- categories of your own
+
+class Stored:
+    """A tensor as ``vramtrace.tag`` reads it: its storage's address."""
+
+    def __init__(self, addr: int, device: int = 0, cuda: bool = True) -> None:
+        self.is_cuda = cuda
+        self.get_device = itertools.repeat(device if cuda else -1).__next__
+        storage = type("S", (), {"data_ptr": itertools.repeat(addr).__next__})()
+        self.untyped_storage = itertools.repeat(storage).__next__
+
+
+class Holder:
+    """A module as ``vramtrace.tag`` reads it."""
+
+    def __init__(self, params, buffers=()) -> None:
+        self._p, self._b = list(params), list(buffers)
+
+    def parameters(self):
+        return iter(self._p)
+
+    def buffers(self):
+        return iter(self._b)
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 65, "kv\ncache", "bell\a"])
+def test_a_category_name_is_short_printable_text(bad):
+    with pytest.raises(ValueError):
+        vramtrace.tag([], bad)
+
+
+def test_tag_takes_tensors_modules_and_containers_only():
+    with pytest.raises(TypeError):
+        vramtrace.tag(42, "kv_cache")
+    with pytest.raises(TypeError):
+        vramtrace.tag([], b"kv_cache")  # type: ignore[arg-type]
+    # Nothing on a GPU: nothing to tag, and the library is not asked.
+    assert vramtrace.tag([Stored(0x1000, cuda=False)], "kv_cache") == 0
+
+
+def test_user_tags_reach_the_summary_as_rows_of_their_own(tmp_path):
+    """``vramtrace.tag`` through the library into a trace: the summary shows
+    the category exact, as its own row; views of one storage count once; a
+    built-in name records a built-in tag."""
+    lib = _library.load()
+    sink = torch_sink.sink(lib)
+    out = tmp_path / "user.vtrace"
+    config = f"out={out}\nstacks=none\nstate=empty\ndevice=0\t85899345920\tno GPU\n"
+    assert lib.vramtrace_observe_start(config.encode()) == 0
+    base = 1 << 40
+    try:
+        for kind, addr, size in [(torch_sink.SEGMENT_ALLOC, base, 64 << 20),
+                                 (torch_sink.ALLOC, base, 32 << 20),
+                                 (torch_sink.ALLOC, base + (32 << 20), 8 << 20),
+                                 (torch_sink.ALLOC, base + (40 << 20), 2 << 20)]:
+            event = torch_sink.TorchEvent(kind, 0, addr, size, 0, 0, None)
+            sink.event(ctypes.byref(event))
+        kv = [Stored(base), Stored(base)]  # a tensor and a view of it
+        assert vramtrace.tag({"k": kv[0], "v": kv[1]}, "kv_cache") == 1
+        assert vramtrace.tag(Holder([Stored(base + (32 << 20))]), "lora") == 1
+        assert vramtrace.tag(Stored(base + (40 << 20)), "activations") == 1
+        # A refused name from C: nothing recorded.
+        addrs = (ctypes.c_uint64 * 1)(base)
+        assert lib.vramtrace_observe_tag_user(0, b"", ctypes.addressof(addrs), 1) == -1
+        assert lib.vramtrace_observe_tag_user(0, None, ctypes.addressof(addrs), 1) == -1
+    finally:
+        assert lib.vramtrace_observe_stop() == 0
+    p = subprocess.run([os.fspath(vramtrace.analyzer_path()), "summary", os.fspath(out),
+                        "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    summary = vramtrace.one_device(json.loads(p.stdout))
+    cats = summary["categories"]
+    user = {u["name"]: u["at_end"] for u in cats["user"]}
+    assert user == {"kv_cache": 32 << 20, "lora": 8 << 20}, cats
+    at_end = {c["category"]: (c["bytes"], c["exact_bytes"]) for c in cats["at_end"]}
+    assert at_end["other"] == (40 << 20, 40 << 20), at_end
+    assert at_end["activations"] == (2 << 20, 2 << 20), at_end

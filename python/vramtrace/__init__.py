@@ -259,8 +259,8 @@ def tag(obj: object, category: str) -> int:
             addr = t.untyped_storage().data_ptr()
         except (AttributeError, RuntimeError):
             continue
-        device = t.device.index if t.device.index is not None else 0
-        if addr and (device, addr) not in seen:
+        device = t.get_device()
+        if addr and device >= 0 and (device, addr) not in seen:
             seen.add((device, addr))
             by_device.setdefault(device, []).append(addr)
     if not by_device:
@@ -282,14 +282,14 @@ def tag(obj: object, category: str) -> int:
 
 def _tensors_of(obj: object):
     """The tensors ``tag`` takes from ``obj``: itself, a module's parameters
-    and buffers, or those of each item of a list, tuple, set or dict."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
+    and buffers, or those of each item of a list, tuple, set or dict. Read
+    by their shape (``untyped_storage``; ``parameters`` and ``buffers``), so
+    that this never imports torch itself."""
+    if hasattr(obj, "untyped_storage"):
         yield obj
-    elif isinstance(obj, torch.nn.Module):
-        yield from obj.parameters()
-        yield from obj.buffers()
+    elif callable(getattr(obj, "parameters", None)) and callable(getattr(obj, "buffers", None)):
+        yield from obj.parameters()  # type: ignore[attr-defined]
+        yield from obj.buffers()  # type: ignore[attr-defined]
     elif isinstance(obj, dict):
         for v in obj.values():
             yield from _tensors_of(v)
