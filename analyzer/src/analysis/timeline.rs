@@ -74,6 +74,10 @@ pub struct TimelineSample {
     /// the first sample, or in a trace without samples.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outside: Option<u64>,
+    /// Bytes reserved in private pools (CUDA graphs, `MemPool`s; part of
+    /// `reserved`), taken as `reserved` is: `None` in a trace without them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pools: Option<u64>,
 }
 
 /// A phase instance, for bands along the time axis.
@@ -160,6 +164,9 @@ struct Column {
     max: Option<Sample>,
     reserved_min: u64,
     reserved_max: u64,
+    // Bytes in private pools, at the moments reserved_min and _max are.
+    pools_min: u64,
+    pools_max: u64,
     // The most memory outside the allocator in force during the column.
     outside_max: Option<u64>,
 }
@@ -186,6 +193,16 @@ impl Column {
                 max: pick(a.max, b.max, false),
                 reserved_min: a.reserved_min.min(b.reserved_min),
                 reserved_max: a.reserved_max.max(b.reserved_max),
+                pools_min: if a.reserved_min <= b.reserved_min {
+                    a.pools_min
+                } else {
+                    b.pools_min
+                },
+                pools_max: if a.reserved_max >= b.reserved_max {
+                    a.pools_max
+                } else {
+                    b.pools_max
+                },
                 outside_max: a.outside_max.max(b.outside_max),
             },
         }
@@ -488,10 +505,19 @@ impl TimelineAnalysis {
             col.min = s;
         }
         col.outside_max = col.outside_max.max(self.outside);
+        let pools = state.pools_reserved();
         if col.max.is_some() && (new_max && new_min) {
             col.reserved_min = totals.reserved;
             col.reserved_max = totals.reserved;
+            col.pools_min = pools;
+            col.pools_max = pools;
         } else {
+            if totals.reserved < col.reserved_min {
+                col.pools_min = pools;
+            }
+            if totals.reserved > col.reserved_max {
+                col.pools_max = pools;
+            }
             col.reserved_min = col.reserved_min.min(totals.reserved);
             col.reserved_max = col.reserved_max.max(totals.reserved);
         }
@@ -563,16 +589,18 @@ impl TimelineAnalysis {
         let other_index = categories.len();
         categories.push("other".into());
 
+        // (reserved, bytes in private pools) for a sample of the column.
         let reserved_of = |column: &Column, s: &Sample| {
             if column
                 .max
                 .is_some_and(|m| m.time_ns == s.time_ns && m.allocated == s.allocated)
             {
-                column.reserved_max
+                (column.reserved_max, column.pools_max)
             } else {
-                column.reserved_min
+                (column.reserved_min, column.pools_min)
             }
         };
+        let has_pools = state.has_pools();
         let mut out = Vec::with_capacity(samples.len());
         for column in self.columns.values() {
             let mut pair = [column.min, column.max];
@@ -592,13 +620,15 @@ impl TimelineAnalysis {
                     }
                 }
                 values[other_index] = s.allocated.saturating_sub(named);
+                let (reserved, pools) = reserved_of(column, &s);
                 out.push(TimelineSample {
                     time_ns: s.time_ns,
                     index: s.index,
                     allocated: s.allocated,
-                    reserved: reserved_of(column, &s),
+                    reserved,
                     values,
                     outside: column.outside_max,
+                    pools: has_pools.then_some(pools),
                 });
             }
         }
@@ -740,5 +770,34 @@ mod tests {
         assert_eq!(names, ["(no phase)", "forward"]);
         // One slot per phase instance, and one for "no phase".
         assert_eq!(timeline.phase_category.len(), 2);
+    }
+
+    #[test]
+    fn samples_carry_the_bytes_in_private_pools() {
+        use crate::testing::{Serving, serving_run_with_pools};
+        let (trace, pools) = serving_run_with_pools(&Serving::default());
+        let mut timeline = TimelineAnalysis::new(TimelineOptions {
+            columns: 100_000,
+            ..TimelineOptions::default()
+        });
+        replay_trace(&trace, &mut [&mut timeline], &Window::default());
+        let t = timeline.into_report().unwrap();
+        let held: Vec<u64> = t.samples.iter().map(|s| s.pools.unwrap()).collect();
+        let most = *held.iter().max().unwrap();
+        // The graphs' shared pool held memory at some point, never more than
+        // what was reserved then, and at the end what the allocator says.
+        assert!(most > 0);
+        assert!(t.samples.iter().all(|s| s.pools.unwrap() <= s.reserved));
+        let at_end: u64 = pools.iter().map(|p| p.reserved).sum();
+        assert_eq!(*held.last().unwrap(), at_end);
+        // A trace without pools has none in its samples (nor in its JSON).
+        let mut b = TraceBuilder::new();
+        b.segment(0, 1 << 20)
+            .alloc(0, 512, 512, vramtrace_format::StackId::NONE);
+        let mut plain = TimelineAnalysis::new(TimelineOptions::default());
+        replay_trace(&b.finish(), &mut [&mut plain], &Window::default());
+        let t = plain.into_report().unwrap();
+        assert!(t.samples.iter().all(|s| s.pools.is_none()));
+        assert!(!serde_json::to_string(&t.samples).unwrap().contains("pools"));
     }
 }

@@ -255,6 +255,8 @@ pub struct ReplayState {
     /// The private pools met (format 1.6), by index - 1.
     pools: Vec<PoolTally>,
     pool_indices: FxHashMap<PoolId, u16>,
+    /// Bytes reserved in private pools, summed over `pools`.
+    pools_reserved: u64,
     /// Captures under way into a pool of the graph's own, not yet named:
     /// (stream, thread).
     anonymous_captures: Vec<(u64, u32)>,
@@ -307,6 +309,7 @@ impl ReplayState {
             site_doubt: Vec::new(),
             user_categories: Default::default(),
             pools: Vec::new(),
+            pools_reserved: 0,
             pool_indices: FxHashMap::default(),
             anonymous_captures: Vec::new(),
         }

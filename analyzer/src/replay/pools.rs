@@ -96,6 +96,12 @@ impl ReplayState {
         &self.pools
     }
 
+    /// Bytes reserved in private pools now (every pool's `reserved`).
+    #[inline]
+    pub fn pools_reserved(&self) -> u64 {
+        self.pools_reserved
+    }
+
     /// Whether the trace has any private pool or pool event so far.
     #[inline]
     pub fn has_pools(&self) -> bool {
@@ -168,8 +174,10 @@ impl ReplayState {
             .checked_sub(1)
             .and_then(|i| self.pools.get_mut(i))
         {
-            p.reserved = p.reserved.saturating_sub(bytes);
+            let gone = p.reserved.min(bytes);
+            p.reserved -= gone;
             p.segments = p.segments.saturating_sub(1);
+            self.pools_reserved -= gone;
         }
     }
 
@@ -199,6 +207,7 @@ impl ReplayState {
             p.segments += 1;
             p.live += live;
             p.peak_reserved = p.peak_reserved.max(p.reserved);
+            self.pools_reserved += size;
         }
         true
     }

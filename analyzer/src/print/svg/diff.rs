@@ -466,6 +466,7 @@ mod tests {
                     reserved: 0,
                     values: vec![],
                     outside: None,
+                    pools: None,
                 })
                 .to_vec(),
             phases: vec![span(100, 200), span(250, 350)],

@@ -109,6 +109,7 @@ mod tests {
                         reserved: allocated * 2,
                         values: Vec::new(),
                         outside: None,
+                        pools: None,
                     })
                     .collect(),
                 ..Timeline::default()

@@ -21,6 +21,8 @@ const MIN_BAND_PX: i32 = 2;
 const BAND_HEIGHTS: [i32; 3] = [18, 12, 8];
 /// The band of memory outside the allocator.
 const OUTSIDE: RGBColor = RGBColor(150, 120, 170);
+/// The line of bytes reserved in private pools (CUDA graphs, `MemPool`s).
+const POOLS: RGBColor = RGBColor(0, 128, 128);
 
 /// Renders a timeline as an SVG document titled `title`, along `axis`.
 pub fn render(
@@ -137,6 +139,25 @@ pub fn render(
             0,
             LegendEntry::new("reserved", palette::RESERVED, Mark::Line),
         );
+        // The part of reserved memory in private pools: a dashed line under
+        // the reserved one, drawn only for a trace that has pools.
+        if shown.iter().any(|(_, s)| s.pools.is_some_and(|p| p > 0)) {
+            let pools = steps(
+                shown
+                    .iter()
+                    .map(|&(x, s)| (x, scale.scale(s.pools.unwrap_or(0)))),
+            );
+            ctx.draw_series(DashedLineSeries::new(pools, 6, 4, POOLS.stroke_width(2)))
+                .map_err(super::draw_error)?;
+            legend.insert(
+                1,
+                LegendEntry::new(
+                    "reserved in private pools\n(CUDA graphs, MemPool)",
+                    POOLS,
+                    Mark::Line,
+                ),
+            );
+        }
 
         if let Some(c) = capacity {
             let y = scale.scale(c);
@@ -458,6 +479,7 @@ mod tests {
                     reserved: 400 << 20,
                     values,
                     outside: None,
+                    pools: None,
                 }
             })
             .collect();
@@ -521,6 +543,27 @@ mod tests {
         ] {
             assert!(svg.contains(expected), "missing {expected}");
         }
+    }
+
+    #[test]
+    fn private_pools_are_a_dashed_line_only_when_the_trace_has_them() {
+        let plain = render(&chart(), "t", &mut Palette::new(), XAxis::Time).unwrap();
+        assert!(!plain.contains("private pools"));
+        let mut pooled = chart();
+        for (i, s) in pooled.samples.iter_mut().enumerate() {
+            s.pools = Some(if i >= 10 { s.reserved / 2 } else { 0 });
+        }
+        let svg = render(&pooled, "t", &mut Palette::new(), XAxis::Time).unwrap();
+        assert!(svg.contains("reserved in private pools"), "legend entry");
+        // The line itself, in its colour.
+        assert!(svg.to_ascii_uppercase().contains("#008080"), "no line");
+        // A trace whose pools hold nothing draws none.
+        let mut empty = chart();
+        for s in &mut empty.samples {
+            s.pools = Some(0);
+        }
+        let svg = render(&empty, "t", &mut Palette::new(), XAxis::Time).unwrap();
+        assert!(!svg.contains("private pools"));
     }
 
     #[test]
