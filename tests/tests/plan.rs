@@ -351,4 +351,14 @@ fn kv_cache_plan_answers_under_a_cap_and_refuses_bad_input() {
     }
     let run = vramtrace(["plan", &p, &p, "--kv-cache"]).fails_with(2);
     assert!(run.stderr.contains("give one trace"), "{}", run.stderr);
+    // The inverse question on a run that captured no graph; batch sizes
+    // without a KV cache to plan them for.
+    let run = vramtrace(["plan", &p, "--kv-cache", "--kv-size", "100MiB"]).fails_with(2);
+    assert!(
+        run.stderr.contains("captured no CUDA graph"),
+        "{}",
+        run.stderr
+    );
+    let run = vramtrace(["plan", &p, "--kv-cache", "--captured-batches", "8,4"]).fails_with(2);
+    assert!(run.stderr.contains("--kv-size"), "{}", run.stderr);
 }

@@ -75,6 +75,16 @@ pub struct Args {
     /// is a whole number of blocks.
     #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, requires = "kv_cache")]
     kv_block: Option<u64>,
+    /// With --kv-cache: the inverse question, for a KV cache of this size
+    /// (with its unit, 30GiB): how many of the recorded CUDA graphs fit
+    /// beside it, the smallest batches kept.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, requires = "kv_cache")]
+    kv_size: Option<u64>,
+    /// With --kv-size: the batch size of each recorded capture, in capture
+    /// order (256,128,...,1), to answer with the largest batch size to
+    /// capture.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = units::parse_count, requires = "kv_size")]
+    captured_batches: Option<Vec<u64>>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -140,6 +150,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             plan: options,
             site: args.kv_site.clone(),
             block_bytes: args.kv_block,
+            kv_bytes: args.kv_size,
+            captured_batches: args.captured_batches.clone(),
         };
         let result = kv_cache(&input, &options, &progress)?;
         args.text.print(

@@ -96,10 +96,12 @@ pub struct KvCacheFit {
     pub runs: u32,
 }
 
-/// The recorded requests with one allocation resized.
+/// The recorded requests with one allocation resized, and some left out.
 struct Resized {
     id: usize,
     bytes: u64,
+    /// By allocation id: left out (empty: none).
+    dropped: Vec<bool>,
     oom: bool,
 }
 
@@ -107,8 +109,8 @@ impl Edits for Resized {
     fn before(&self, _: usize) -> Option<&Insert> {
         None
     }
-    fn dropped(&self, _: usize) -> bool {
-        false
+    fn dropped(&self, id: usize) -> bool {
+        self.dropped.get(id).copied().unwrap_or(false)
     }
     fn size(&self, id: usize, requested: u64) -> u64 {
         if id == self.id { self.bytes } else { requested }
@@ -118,18 +120,21 @@ impl Edits for Resized {
     }
 }
 
-/// Replays `list` with allocation `id` resized to `bytes`: its first OOM,
-/// if any (failures the program survives, a cuDNN workspace's, are not).
+/// Replays `list` with allocation `id` resized to `bytes` and the
+/// allocations `dropped` says left out: its first OOM, if any (failures the
+/// program survives, a cuDNN workspace's, are not).
 fn first_oom(
     list: &RequestList,
     config: &AllocatorConfig,
     options: &SimOptions,
     id: usize,
     bytes: u64,
+    dropped: Vec<bool>,
 ) -> Option<OomAt> {
     let mut edits = Resized {
         id,
         bytes,
+        dropped,
         oom: false,
     };
     let options = SimOptions {
@@ -154,7 +159,14 @@ pub fn largest_kv_cache(
     let mut runs = 0u32;
     let mut oom_at = |units: u64| {
         runs += 1;
-        first_oom(list, config, options, id, units.saturating_mul(unit))
+        first_oom(
+            list,
+            config,
+            options,
+            id,
+            units.saturating_mul(unit),
+            Vec::new(),
+        )
     };
     let recorded_fits = oom_at(kv.recorded_bytes.div_ceil(unit)).is_none();
     // The most units worth trying: all the memory there is.
@@ -200,6 +212,107 @@ pub fn largest_kv_cache(
         largest_bytes: Some(lo * unit),
         next_oom: next,
         recorded_fits,
+        runs,
+    }
+}
+
+/// The CUDA graphs a run captured, in order: the capture each allocation
+/// was made in (`usize::MAX`: none), and how many there were.
+pub fn captures(list: &RequestList) -> (Vec<usize>, usize) {
+    let mut of = vec![usize::MAX; list.allocs.len()];
+    let (mut open, mut count) = (None, 0usize);
+    for r in &list.requests {
+        match r.op {
+            Op::PoolBegin => {
+                open = Some(count);
+                count += 1;
+            }
+            Op::PoolEnd => open = None,
+            Op::Alloc | Op::FailedAlloc => {
+                if let (Some(c), Some(slot)) = (open, of.get_mut(r.id as usize)) {
+                    *slot = c;
+                }
+            }
+            _ => {}
+        }
+    }
+    (of, count)
+}
+
+/// The most CUDA graphs a server can capture beside a KV cache of a given
+/// size: the run replayed with its KV cache that size and its first
+/// captures left out (servers capture the largest batch first, so the
+/// graphs kept are the smallest batches).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CaptureFit {
+    /// The graphs the recording captured.
+    pub captures: usize,
+    /// The most graphs that fit, kept from the last captured back; `None`
+    /// when even none fits (the KV cache and the rest do not).
+    pub kept: Option<usize>,
+    /// Where one graph more runs out of memory.
+    pub next_oom: Option<OomAt>,
+    /// Simulations run.
+    pub runs: u32,
+}
+
+/// The most graphs (the last `kept` of those recorded) that fit with the KV
+/// cache `kv` at `kv_bytes`, on the device and cap of `options`: a
+/// bisection over the count, each step a replay. An estimate: a graph left
+/// out allocates nothing in its pool, but its eager warm-up stays in the
+/// replay.
+pub fn most_captures(
+    list: &RequestList,
+    config: &AllocatorConfig,
+    options: &SimOptions,
+    kv: &KvCacheAllocation,
+    kv_bytes: u64,
+) -> CaptureFit {
+    let (of, count) = captures(list);
+    let mut runs = 0u32;
+    let id = kv.id as usize;
+    let mut oom_keeping = |kept: usize| {
+        runs += 1;
+        let first_kept = count - kept;
+        let dropped = of
+            .iter()
+            .map(|&c| c != usize::MAX && c < first_kept)
+            .collect();
+        first_oom(list, config, options, id, kv_bytes, dropped)
+    };
+    if oom_keeping(0).is_some() {
+        return CaptureFit {
+            captures: count,
+            kept: None,
+            next_oom: None,
+            runs,
+        };
+    }
+    let mut next = oom_keeping(count);
+    if next.is_none() {
+        return CaptureFit {
+            captures: count,
+            kept: Some(count),
+            next_oom: None,
+            runs,
+        };
+    }
+    // Fits keeping `lo`, runs out keeping `hi`.
+    let (mut lo, mut hi) = (0usize, count);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match oom_keeping(mid) {
+            None => lo = mid,
+            Some(o) => {
+                hi = mid;
+                next = Some(o);
+            }
+        }
+    }
+    CaptureFit {
+        captures: count,
+        kept: Some(lo),
+        next_oom: next,
         runs,
     }
 }
@@ -253,5 +366,48 @@ mod tests {
         };
         assert_eq!(run(largest), 0);
         assert!(run(largest + 2 * MIB) > 0);
+    }
+
+    /// The inverse: with the KV cache grown, fewer graphs fit, the smallest
+    /// batches kept; a recording that captures only those fits, one that
+    /// captures one more does not.
+    #[test]
+    fn the_most_graphs_beside_a_given_kv_cache_fit_and_one_more_does_not() {
+        let cap = 4 << 30;
+        let batches = vec![64, 32, 16, 8, 4, 2, 1];
+        let serving = |kv_cache, batches: Vec<u64>| Serving {
+            kv_cache,
+            cap: Some(cap),
+            batches,
+            shared_pool: true,
+            ..Serving::default()
+        };
+        let e = extracted(&serving_run(&serving(1 << 30, batches.clone())));
+        assert_eq!(captures(&e.list).1, batches.len());
+        let kv = find_kv_cache(&e.list, None).unwrap();
+        let options = SimOptions {
+            cap: Some(cap),
+            ..SimOptions::default()
+        };
+        let config = AllocatorConfig::default();
+        // With the recorded KV cache every graph fits.
+        let all = most_captures(&e.list, &config, &options, &kv, 1 << 30);
+        assert_eq!(all.kept, Some(batches.len()));
+        // Find a KV cache size where only some graphs fit.
+        let fit = largest_kv_cache(&e.list, &config, &options, &kv, MIB);
+        let tight = fit.largest_bytes.unwrap() + 64 * MIB;
+        let some = most_captures(&e.list, &config, &options, &kv, tight);
+        let kept = some.kept.expect("the smallest graphs fit");
+        assert!(kept < batches.len(), "{some:?}");
+        assert!(some.next_oom.is_some());
+        // Recorded with only the kept batches (and one more), at that size.
+        let run = |keep: usize| {
+            let kept_batches = batches[batches.len() - keep..].to_vec();
+            extracted(&serving_run(&serving(tight, kept_batches)))
+                .list
+                .recorded_ooms
+        };
+        assert_eq!(run(kept), 0);
+        assert!(run(kept + 1) > 0);
     }
 }

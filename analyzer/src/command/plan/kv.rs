@@ -8,7 +8,10 @@ use super::{PlanError, PlanOptions, target_of};
 use crate::Error;
 use crate::input::Input;
 use crate::progress::Progress;
-use crate::simulate::kv::{KvCacheAllocation, KvCacheFit, find_kv_cache, largest_kv_cache};
+use crate::simulate::kv::{
+    CaptureFit, KvCacheAllocation, KvCacheFit, captures, find_kv_cache, largest_kv_cache,
+    most_captures,
+};
 use crate::simulate::{OomAt, fidelity_under, scenarios};
 use crate::units;
 use serde::Serialize;
@@ -25,6 +28,30 @@ pub struct KvPlanOptions {
     pub site: Option<String>,
     /// A KV block's bytes, when known: the answer is a whole number of them.
     pub block_bytes: Option<u64>,
+    /// A KV cache of this many bytes: the question becomes the inverse, how
+    /// many of the recorded CUDA graphs fit beside it.
+    pub kv_bytes: Option<u64>,
+    /// The batch size of each recorded capture, in capture order (a server
+    /// captures the largest first), to answer in batch sizes.
+    pub captured_batches: Option<Vec<u64>>,
+}
+
+/// How many of the recorded CUDA graphs fit beside a given KV cache.
+#[derive(Clone, Debug, Serialize)]
+pub struct CapturePlan {
+    /// The KV cache planned for, in bytes.
+    pub kv_bytes: u64,
+    /// The search.
+    pub fit: CaptureFit,
+    /// The batch size of each recorded capture, in capture order, when
+    /// given.
+    pub batches: Option<Vec<u64>>,
+    /// The largest batch size among the graphs that fit, when the batch
+    /// sizes were given and one fits.
+    pub largest_batch: Option<u64>,
+    /// `estimate`: a graph left out allocates nothing in its pool, but its
+    /// eager warm-up stays in the replay.
+    pub basis: &'static str,
 }
 
 /// The largest KV cache that fits, and how it is known.
@@ -57,6 +84,9 @@ pub struct KvPlanResult {
     pub place: String,
     /// The private pools replayed (CUDA graphs' and `MemPool`s').
     pub pools: usize,
+    /// The inverse question, for a given KV cache: how many graphs fit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub captures: Option<CapturePlan>,
 }
 
 /// Plans the KV cache of the one run in `input`.
@@ -166,6 +196,75 @@ pub fn kv_cache(
     if basis == "estimate" {
         line = format!("estimate: {line}");
     }
+    let capture_plan = match options.kv_bytes {
+        None => None,
+        Some(kv_bytes) => {
+            let (_, recorded) = captures(list);
+            if recorded == 0 {
+                return Err(PlanError::NoCaptures { path }.into());
+            }
+            if let Some(b) = &options.captured_batches
+                && b.len() != recorded
+            {
+                return Err(PlanError::CaptureCount {
+                    path,
+                    captures: recorded,
+                    given: b.len(),
+                }
+                .into());
+            }
+            let fit = most_captures(list, config, &place.sim, &kv, kv_bytes);
+            let batches = options.captured_batches.clone();
+            let kept = |k: usize| batches.as_ref().map(|b| &b[b.len() - k..]);
+            let largest_batch = fit
+                .kept
+                .filter(|&k| k > 0)
+                .and_then(|k| kept(k).and_then(|b| b.iter().max().copied()));
+            let kv_text = in_blocks(kv_bytes);
+            line = match fit.kept {
+                None => format!(
+                    "estimate: a KV cache of {kv_text} does not fit {place_text} even with no CUDA graph captured"
+                ),
+                Some(k) if k == fit.captures => format!(
+                    "estimate: all {} recorded CUDA graphs fit {place_text} beside a KV cache of {kv_text}",
+                    fit.captures
+                ),
+                Some(0) => format!(
+                    "estimate: beside a KV cache of {kv_text}, no CUDA graph fits {place_text}: serve eagerly, or give the KV cache less"
+                ),
+                Some(k) => {
+                    let which = match (largest_batch, kept(k)) {
+                        (Some(n), Some(b)) => format!(
+                            "capture batch sizes up to {n} ({} of the {} recorded: {})",
+                            k,
+                            fit.captures,
+                            b.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+                        ),
+                        _ => format!(
+                            "capture the last {k} of the {} recorded graphs (the smallest batches, when captured largest first)",
+                            fit.captures
+                        ),
+                    };
+                    format!("estimate: beside a KV cache of {kv_text} {place_text}, {which}")
+                }
+            };
+            if let (Some(k), Some(o)) = (fit.kept, &fit.next_oom)
+                && k < fit.captures
+            {
+                line.push_str(&format!(
+                    "; one graph more runs out at {}",
+                    crate::sites::site_label(&site_name(o.site))
+                ));
+            }
+            Some(CapturePlan {
+                kv_bytes,
+                fit,
+                batches,
+                largest_batch,
+                basis: "estimate",
+            })
+        }
+    };
     Ok(KvPlanResult {
         path,
         line,
@@ -180,5 +279,88 @@ pub fn kv_cache(
         place: place_text,
         pools: list.pools.len(),
         fit,
+        captures: capture_plan,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::NoProgress;
+    use crate::testing::{Serving, serving_run};
+
+    const MIB: u64 = 1 << 20;
+
+    fn plan_of(serving: &Serving, options: &KvPlanOptions) -> Result<KvPlanResult, Error> {
+        let input = Input::from_bytes(serving_run(serving), &NoProgress).unwrap();
+        kv_cache(&input, options, &NoProgress)
+    }
+
+    /// The inverse question, whole: a KV cache past the largest that fits
+    /// with every graph leaves room for the smallest batches only, named by
+    /// the batch sizes given; a wrong count of them is refused.
+    #[test]
+    fn the_largest_batch_to_capture_beside_a_given_kv_cache() {
+        let batches = vec![64, 32, 16, 8, 4, 2, 1];
+        let serving = Serving {
+            batches: batches.clone(),
+            ..Serving::default()
+        };
+        let base = KvPlanOptions {
+            plan: PlanOptions {
+                cap: Some(4 << 30),
+                ..PlanOptions::default()
+            },
+            block_bytes: Some(2 * MIB),
+            ..KvPlanOptions::default()
+        };
+        let every = plan_of(&serving, &base).unwrap();
+        let tight = every.fit.largest_bytes.unwrap() + 64 * MIB;
+        let r = plan_of(
+            &serving,
+            &KvPlanOptions {
+                kv_bytes: Some(tight),
+                captured_batches: Some(batches.clone()),
+                ..base.clone()
+            },
+        )
+        .unwrap();
+        let c = r.captures.as_ref().unwrap();
+        let kept = c.fit.kept.unwrap();
+        assert!(kept > 0 && kept < batches.len(), "{c:?}");
+        assert_eq!(c.largest_batch, Some(batches[batches.len() - kept]));
+        assert!(r.line.starts_with("estimate: "), "{}", r.line);
+        assert!(
+            r.line.contains(&format!(
+                "capture batch sizes up to {}",
+                batches[batches.len() - kept]
+            )),
+            "{}",
+            r.line
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["captures"]["basis"], "estimate");
+        // Without it, the JSON has no `captures` (its shape is kept).
+        assert!(
+            serde_json::to_value(&every)
+                .unwrap()
+                .get("captures")
+                .is_none()
+        );
+        let wrong = plan_of(
+            &serving,
+            &KvPlanOptions {
+                kv_bytes: Some(tight),
+                captured_batches: Some(vec![8, 4]),
+                ..base.clone()
+            },
+        )
+        .unwrap_err();
+        assert!(
+            wrong
+                .to_string()
+                .contains("captured 7 CUDA graphs, and 2 batch sizes"),
+            "{wrong}"
+        );
+    }
 }

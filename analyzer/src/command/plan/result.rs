@@ -31,6 +31,24 @@ pub enum PlanError {
     /// A KV block of 0 bytes.
     #[error("a KV block of 0 bytes: give its size with its unit (1MiB)")]
     ZeroBlock,
+    /// The batch sizes given for the captures are not one per capture.
+    #[error(
+        "{path}: the run captured {captures} CUDA graphs, and {given} batch sizes were given: give one per capture, in capture order"
+    )]
+    CaptureCount {
+        /// The run.
+        path: String,
+        /// Graphs the run captured.
+        captures: usize,
+        /// Batch sizes given.
+        given: usize,
+    },
+    /// Graphs to plan for, in a run that captured none.
+    #[error("{path}: the run captured no CUDA graph, so there are no captures to plan")]
+    NoCaptures {
+        /// The run.
+        path: String,
+    },
     /// A run says neither its batch size nor its sequence length.
     #[error(
         "{path} does not say its batch size or sequence length (it has no `batch` or `seq` annotation): give each run's value"

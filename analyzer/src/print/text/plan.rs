@@ -231,6 +231,24 @@ pub fn plan_kv(r: &KvPlanResult) -> String {
             None => units::bytes(r.fit.unit_bytes),
         }
     ));
+    if let Some(c) = &r.captures {
+        text.push_str(&format!(
+            "graphs    {} captured; {} more simulations with the KV cache at {}\n",
+            units::count(c.fit.captures as u64),
+            units::count(c.fit.runs as u64),
+            units::bytes(c.kv_bytes)
+        ));
+        text.push_str(&format!(
+            "\nanswer    {}\nbasis     estimate: a graph left out allocates nothing in its pool, but its eager warm-up stays in the replay; {}\n",
+            r.line,
+            if r.basis == "exact" {
+                "the recorded run itself replays to the byte"
+            } else {
+                r.basis_note.as_str()
+            }
+        ));
+        return text;
+    }
     text.push_str(&format!(
         "\nanswer    {}\nbasis     {}\n",
         r.line, r.basis_note
