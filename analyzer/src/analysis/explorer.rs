@@ -115,6 +115,8 @@ pub struct SeriesBucket {
     pub reserved: Extent,
     /// Reserved bytes in no block in use: what the cache holds free.
     pub cached_free: Extent,
+    /// Reserved bytes in private pools (CUDA graphs, `MemPool`s).
+    pub pools: Extent,
 }
 
 impl SeriesBucket {
@@ -125,6 +127,7 @@ impl SeriesBucket {
             allocated: Extent::merge(a.allocated, b.allocated),
             reserved: Extent::merge(a.reserved, b.reserved),
             cached_free: Extent::merge(a.cached_free, b.cached_free),
+            pools: Extent::merge(a.pools, b.pools),
         }
     }
 }
@@ -137,6 +140,9 @@ pub struct Series {
     pub bucket_events: u64,
     /// The buckets, the last one possibly partial.
     pub buckets: Vec<SeriesBucket>,
+    /// Whether the trace has private pools (else every bucket's `pools`
+    /// is 0, and the page draws none).
+    pub has_pools: bool,
 }
 
 /// A phase instance with its event indices.
@@ -480,6 +486,7 @@ impl ExplorerAnalysis {
     fn observe(&mut self, offset: u64, time_ns: u64, state: &ReplayState) {
         let t = state.totals();
         let cached_free = t.reserved.saturating_sub(t.active);
+        let pools = state.pools_reserved();
         let b = (offset / self.bucket_events) as usize;
         if b >= self.options.series_buckets {
             // Outgrown: halve the resolution, keeping each pair's extremes.
@@ -506,6 +513,7 @@ impl ExplorerAnalysis {
                     allocated: Extent::of(l.allocated.last),
                     reserved: Extent::of(l.reserved.last),
                     cached_free: Extent::of(l.cached_free.last),
+                    pools: Extent::of(l.pools.last),
                 },
                 None => SeriesBucket {
                     start_ns: time_ns,
@@ -513,6 +521,7 @@ impl ExplorerAnalysis {
                     allocated: Extent::of(t.allocated),
                     reserved: Extent::of(t.reserved),
                     cached_free: Extent::of(cached_free),
+                    pools: Extent::of(pools),
                 },
             };
             self.buckets.push(held);
@@ -524,6 +533,7 @@ impl ExplorerAnalysis {
                 allocated: Extent::of(t.allocated),
                 reserved: Extent::of(t.reserved),
                 cached_free: Extent::of(cached_free),
+                pools: Extent::of(pools),
             });
         } else {
             let bucket = &mut self.buckets[b];
@@ -531,6 +541,7 @@ impl ExplorerAnalysis {
             bucket.allocated.add(t.allocated);
             bucket.reserved.add(t.reserved);
             bucket.cached_free.add(cached_free);
+            bucket.pools.add(pools);
         }
     }
 
@@ -898,6 +909,7 @@ impl ExplorerAnalysis {
             series: Series {
                 bucket_events: self.bucket_events,
                 buckets: std::mem::take(&mut self.buckets),
+                has_pools: state.has_pools(),
             },
             idle,
             phases,

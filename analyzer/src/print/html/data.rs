@@ -69,7 +69,11 @@ pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
         ("r_last", "r_hi", "r_lo", |b| b.reserved),
         ("c_last", "c_hi", "c_lo", |b| b.cached_free),
     ];
-    for (last, hi, lo, pick) in quantities {
+    let pools: (&'static str, &'static str, &'static str, Pick) =
+        ("p_last", "p_hi", "p_lo", |b| b.pools);
+    // Bytes in private pools: columns only for a trace that has them.
+    let pools = e.series.has_pools.then_some(pools);
+    for (last, hi, lo, pick) in quantities.into_iter().chain(pools) {
         c.signed(last, deltas(buckets.iter().map(|b| pick(b).last), 0));
         c.column(hi, buckets.iter().map(|b| pick(b).max - pick(b).last));
         c.column(lo, buckets.iter().map(|b| pick(b).last - pick(b).min));
@@ -223,6 +227,7 @@ pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
             "reserved": palette::hex(palette::RESERVED),
             "allocated": palette::hex(palette::ALLOCATED),
             "cached_free": palette::hex(palette::CACHED_FREE),
+            "pools": palette::hex(palette::POOLS),
             "alert": palette::hex(palette::ALERT),
             "pending_free": palette::hex(palette::PENDING_FREE),
             "segment_free": palette::hex(palette::SEGMENT_FREE),
@@ -388,6 +393,7 @@ mod tests {
                     bucket(1_100, 8_000),
                     bucket(9_000, 9_000),
                 ],
+                has_pools: false,
             },
             idle: IdleGaps {
                 threshold_ns: 100,
@@ -421,6 +427,39 @@ mod tests {
     /// page's to match. The file must be what this writes now; after a
     /// change, `VRAMTRACE_BLESS=1 cargo test -p vramtrace --lib the_pages_tests_read`
     /// writes it.
+    /// A trace with private pools sends their bytes as columns of their
+    /// own, which the page draws; one without sends none.
+    #[test]
+    fn bytes_in_private_pools_are_columns_only_when_there_are_pools() {
+        use crate::analysis::explorer::{ExplorerAnalysis, ExplorerOptions};
+        use crate::analysis::window::Window;
+        use crate::testing::{Serving, TraceBuilder, replay_trace, serving_run_with_pools};
+        let columns = |trace: &[u8]| {
+            let mut analysis = ExplorerAnalysis::new(ExplorerOptions::default());
+            replay_trace(trace, &mut [&mut analysis], &Window::default());
+            let e = analysis.into_report().unwrap();
+            let (data, _) = encode(&e, &mut Palette::new());
+            let names: Vec<String> = (data["columns"].as_array().unwrap().iter())
+                .map(|c| c[0].as_str().unwrap().to_string())
+                .collect();
+            (e, names)
+        };
+        let (trace, pools) = serving_run_with_pools(&Serving::default());
+        let (e, names) = columns(&trace);
+        assert!(e.series.has_pools);
+        assert!(names.iter().any(|n| n == "p_last"), "{names:?}");
+        let at_end: u64 = pools.iter().map(|p| p.reserved).sum();
+        assert_eq!(e.series.buckets.last().unwrap().pools.last, at_end);
+        assert!(e.series.buckets.iter().any(|b| b.pools.max > 0));
+        let mut plain = TraceBuilder::new();
+        plain
+            .segment(0, 1 << 20)
+            .alloc(0, 512, 512, vramtrace_format::StackId::NONE);
+        let (e, names) = columns(&plain.finish());
+        assert!(!e.series.has_pools);
+        assert!(!names.iter().any(|n| n.starts_with("p_")), "{names:?}");
+    }
+
     #[test]
     fn the_pages_tests_read_what_this_writes() {
         let path = concat!(

@@ -35,6 +35,9 @@ pub const BANDS: [RGBColor; 2] = [RGBColor(236, 240, 247), RGBColor(247, 243, 23
 pub const ALLOCATED: RGBColor = RGBColor(0, 114, 178);
 /// Cached free memory: reserved, in no block in use.
 pub const CACHED_FREE: RGBColor = RGBColor(230, 159, 0);
+/// Bytes reserved in private pools (CUDA graphs, `MemPool`s): a dashed
+/// line in the timeline and the explorer.
+pub const POOLS: RGBColor = RGBColor(0, 128, 128);
 /// A block freed by the program, waiting for another stream's work.
 pub const PENDING_FREE: RGBColor = RGBColor(240, 163, 94);
 /// The free space of a segment.

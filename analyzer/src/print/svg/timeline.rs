@@ -21,8 +21,6 @@ const MIN_BAND_PX: i32 = 2;
 const BAND_HEIGHTS: [i32; 3] = [18, 12, 8];
 /// The band of memory outside the allocator.
 const OUTSIDE: RGBColor = RGBColor(150, 120, 170);
-/// The line of bytes reserved in private pools (CUDA graphs, `MemPool`s).
-const POOLS: RGBColor = RGBColor(0, 128, 128);
 
 /// Renders a timeline as an SVG document titled `title`, along `axis`.
 pub fn render(
@@ -147,13 +145,18 @@ pub fn render(
                     .iter()
                     .map(|&(x, s)| (x, scale.scale(s.pools.unwrap_or(0)))),
             );
-            ctx.draw_series(DashedLineSeries::new(pools, 6, 4, POOLS.stroke_width(2)))
-                .map_err(super::draw_error)?;
+            ctx.draw_series(DashedLineSeries::new(
+                pools,
+                6,
+                4,
+                palette::POOLS.stroke_width(2),
+            ))
+            .map_err(super::draw_error)?;
             legend.insert(
                 1,
                 LegendEntry::new(
                     "reserved in private pools\n(CUDA graphs, MemPool)",
-                    POOLS,
+                    palette::POOLS,
                     Mark::Line,
                 ),
             );

@@ -125,6 +125,8 @@ const draw = (() => {
     series(explorer, ctx, level, b0, b1, sx, sy, "cached", { stroke: colours.cached_free, dash: [5, 3] });
     series(explorer, ctx, level, b0, b1, sx, sy, "allocated", { stroke: colours.allocated });
     series(explorer, ctx, level, b0, b1, sx, sy, "reserved", { stroke: colours.reserved });
+    // Bytes reserved in private pools (CUDA graphs, MemPools): part of reserved.
+    if (level.pools) series(explorer, ctx, level, b0, b1, sx, sy, "pools", { stroke: colours.pools, dash: [2, 3] });
     // A highlighted site: where its kept allocations were made.
     const site = explorer.highlightedSite;
     if (site >= 0 && !shown) {

@@ -198,7 +198,8 @@
     showTip(mx, my, `${where} at ${describe.atTime(explorer, timeOf(event))}${phase ? ` in <code>${escapeHtml(phase)}</code>` : ""}
 <div><span class="vt-key" style="background:${colours.reserved}"></span>reserved ${range("reserved")}</div>
 <div><span class="vt-key" style="background:${colours.allocated}"></span>allocated ${range("allocated")}</div>
-<div><span class="vt-key" style="background:${colours.cached_free}"></span>cached free ${range("cached")}</div><div class="muted">Click for the allocator's state here; drag to zoom.</div>`);
+<div><span class="vt-key" style="background:${colours.cached_free}"></span>cached free ${range("cached")}</div>${level.pools ? `
+<div><span class="vt-key" style="background:${colours.pools}"></span>in private pools (CUDA graphs, MemPool) ${range("pools")}</div>` : ""}<div class="muted">Click for the allocator's state here; drag to zoom.</div>`);
   }
   function click(mx, my) {
     const g = explorer.geometry, boxes = explorer.boxes;

@@ -7,15 +7,16 @@ const model = (() => {
   const { unzigzag } = decode;
   const QUANTITIES = ["allocated", "reserved", "cached"];
   // The columns of each quantity's last value and its distances to the
-  // bucket's highest and lowest (data.rs).
-  const COLUMN_PREFIX = { allocated: "a", reserved: "r", cached: "c" };
+  // bucket's highest and lowest (data.rs); "pools" (bytes in private
+  // pools) only in a trace that has them.
+  const COLUMN_PREFIX = { allocated: "a", reserved: "r", cached: "c", pools: "p" };
   // Coarser levels merge this many buckets of the level below, down to
   // about COARSEST buckets.
   const MERGED = 4, COARSEST = 600;
 
-  function emptyLevel(bucketEvents, buckets) {
+  function emptyLevel(bucketEvents, buckets, quantities) {
     const level = { bucketEvents, buckets };
-    for (const q of QUANTITIES) level[q] = { min: new Float64Array(buckets), max: new Float64Array(buckets), last: new Float64Array(buckets) };
+    for (const q of quantities) level[q] = { min: new Float64Array(buckets), max: new Float64Array(buckets), last: new Float64Array(buckets) };
     return level;
   }
 
@@ -24,10 +25,11 @@ const model = (() => {
   // lowest, highest and last value.
   function levels(data, columns) {
     const buckets = columns.a_last.length;
-    const finest = emptyLevel(data.bucket_events, buckets);
-    const last = { allocated: 0, reserved: 0, cached: 0 };
+    const quantities = columns.p_last ? [...QUANTITIES, "pools"] : QUANTITIES;
+    const finest = emptyLevel(data.bucket_events, buckets, quantities);
+    const last = { allocated: 0, reserved: 0, cached: 0, pools: 0 };
     for (let b = 0; b < buckets; b++) {
-      for (const q of QUANTITIES) {
+      for (const q of quantities) {
         const prefix = COLUMN_PREFIX[q];
         last[q] += unzigzag(columns[prefix + "_last"][b]);
         finest[q].last[b] = last[q];
@@ -38,10 +40,10 @@ const model = (() => {
     const all = [finest];
     while (all[all.length - 1].buckets > COARSEST) {
       const fine = all[all.length - 1];
-      const level = emptyLevel(fine.bucketEvents * MERGED, Math.ceil(fine.buckets / MERGED));
+      const level = emptyLevel(fine.bucketEvents * MERGED, Math.ceil(fine.buckets / MERGED), quantities);
       for (let b = 0; b < level.buckets; b++) {
         const lo = b * MERGED, hi = Math.min(fine.buckets, lo + MERGED) - 1;
-        for (const q of QUANTITIES) {
+        for (const q of quantities) {
           let min = Infinity, max = -Infinity;
           for (let k = lo; k <= hi; k++) { min = Math.min(min, fine[q].min[k]); max = Math.max(max, fine[q].max[k]); }
           level[q].min[b] = min;

@@ -55,4 +55,22 @@ test("coarser levels merge four buckets and keep their extremes", () => {
   // The last, partial, bucket: three of the finest.
   assert.equal(coarse.allocated.last[700], levels[0].allocated.last[n - 1]);
   assert.equal(coarse.allocated.max[700], Math.max(...levels[0].allocated.max.slice(n - 3)));
+  // No pool columns: no pools quantity, at any level.
+  assert.equal(levels[0].pools, undefined);
+  assert.equal(coarse.pools, undefined);
+});
+
+test("bytes in private pools are a quantity of every level when the data has them", () => {
+  const n = 9;
+  const col = (f) => Float64Array.from({ length: n }, (_, b) => f(b));
+  const zig = (v) => (v >= 0 ? 2 * v : -2 * v - 1);
+  const pools = [0, 0, 4, 4, 6, 2, 2, 8, 8];
+  const columns = {
+    a_last: col(() => 0), a_hi: col(() => 0), a_lo: col(() => 0),
+    r_last: col(() => 0), r_hi: col(() => 0), r_lo: col(() => 0),
+    c_last: col(() => 0), c_hi: col(() => 0), c_lo: col(() => 0),
+    p_last: col((b) => zig(pools[b] - (b ? pools[b - 1] : 0))), p_hi: col(() => 0), p_lo: col(() => 0),
+  };
+  const levels = model.levels({ bucket_events: 1 }, columns);
+  assert.deepEqual(Array.from(levels[0].pools.last), pools);
 });
