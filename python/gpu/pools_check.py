@@ -147,6 +147,11 @@ def serve(args) -> None:
         blocks = max(left // block_bytes, max_batch * context_blocks)
     try:
         kv = torch.zeros(layers, 2, blocks, KV_BLOCK_TOKENS, hidden, device=dev, dtype=dtype)
+        if "vramtrace" in sys.modules:
+            # A category of the program's own (format 1.7): no device memory.
+            sys.modules["vramtrace"].tag(kv, "kv_cache")
+        kv_block = next(b["size"] for seg in torch.cuda.memory._snapshot()["segments"]
+                        for a, b in _blocks(seg) if a == kv.data_ptr())
         graphs = {}
         pool = torch.cuda.graph_pool_handle() if args.shared else None
         for b in sorted(args.batches, reverse=True):
@@ -173,7 +178,16 @@ def serve(args) -> None:
     except torch.OutOfMemoryError as e:
         finish(torch, {"oom": str(e).split("\n")[0][:200], "kv_blocks": blocks})
         return
-    finish(torch, {"kv_blocks": blocks, "block_bytes": block_bytes, "graphs": len(graphs)})
+    finish(torch, {"kv_blocks": blocks, "block_bytes": block_bytes, "graphs": len(graphs),
+                   "kv_block_size": kv_block})
+
+
+def _blocks(seg):
+    """(address, block) of each block of a `_snapshot()` segment."""
+    addr = seg["address"]
+    for b in seg["blocks"]:
+        yield addr, b
+        addr += b["size"]
 
 
 def compiled(args) -> None:
@@ -305,6 +319,19 @@ def check_program(rep: Report, binary: Path, out: Path, env: dict, name: str, ar
         rep.add("INFO", f"{name}: pools at the allocated peak",
                 f"{len(pools['pools'])} pools, {pools['reserved_at_peak_bytes']:,} B reserved, "
                 f"{pools['live_at_peak_bytes']:,} B in use")
+    if pools["pools"]:
+        t = vt(binary, "timeline", trace)
+        at_end = t["samples"][-1].get("pools") if t.get("samples") else None
+        torch_end = sum(v["reserved"] for v in recorded["pools"].values())
+        rep.check(at_end == torch_end, f"{name}: the timeline's bytes in private pools at the end "
+                  "are PyTorch's", f"timeline {at_end}, torch {torch_end:,} B")
+    if "kv_block_size" in recorded:
+        user = {u["name"]: u for u in s["categories"].get("user", [])}
+        kv = user.get("kv_cache", {})
+        rep.check(kv.get("at_end") == recorded["kv_block_size"],
+                  f"{name}: vramtrace.tag(kv, 'kv_cache') is a category of its own, exact",
+                  f"summary {kv.get('at_end')}, PyTorch's block {recorded['kv_block_size']:,} B; "
+                  f"at the allocated peak {kv.get('at_allocated_peak')}")
     sim = vt(binary, "simulate", trace)
     fid = sim.get("fidelity") or {}
     rep.check(bool(fid.get("exact")), f"{name}: simulate is exact on the recorded run",
@@ -337,6 +364,8 @@ def check_kv_plan(rep: Report, binary: Path, out: Path, env: dict, cap: int) -> 
         return
     plan = vt(binary, "plan", trace, "--kv-cache", "--kv-block", "1MiB", "--cap", f"{cap}B")
     blocks = plan.get("largest_blocks")
+    if blocks:
+        check_capture_plan(rep, binary, out, env, cap, blocks)
     rep.add("INFO", "serve: plan --kv-cache under the cap", plan.get("line", "")[:300])
     if not blocks:
         rep.add("FAIL", "serve: plan --kv-cache gave no answer", json.dumps(plan)[:300])
@@ -350,6 +379,43 @@ def check_kv_plan(rep: Report, binary: Path, out: Path, env: dict, cap: int) -> 
               f"{'' if fits is not None else ' (' + tail(p1)[-120:] + ')'}, "
               f"{blocks + 1:,} runs out {ok_more}"
               f"{'' if more is not None else ' (' + tail(p2)[-120:] + ')'}")
+
+
+def check_capture_plan(rep: Report, binary: Path, out: Path, env: dict, cap: int,
+                       largest: int) -> None:
+    """`plan --kv-cache --kv-size`: with a KV cache 256 MiB past the largest
+    that fits beside every graph, the largest batch size to capture; a
+    server capturing up to it fits under the cap on the card, one capturing
+    the next batch size too runs out. The answer is an estimate (the
+    warm-ups of the graphs left out stay in the replay)."""
+    trace = str(out / "serve.vtrace")
+    batches = [256, 128, 64, 32, 16, 8, 4, 2, 1]
+    kv_bytes = (largest + 256) * MIB
+    plan = vt(binary, "plan", trace, "--kv-cache", "--kv-block", "1MiB", "--cap", f"{cap}B",
+              "--kv-size", f"{kv_bytes}B", "--captured-batches", ",".join(map(str, batches)))
+    c = plan.get("captures") or {}
+    kept = (c.get("fit") or {}).get("kept")
+    rep.add("INFO", "serve: plan --kv-size (the largest batch to capture)", plan.get("line", "")[:300])
+    if not kept or kept >= len(batches):
+        rep.add("FAIL", "serve: plan --kv-size gave no partial answer", json.dumps(c)[:300])
+        return
+    keep = batches[len(batches) - kept:]
+    more = batches[len(batches) - kept - 1:]
+    blocks = kv_bytes // MIB
+
+    def run(b):
+        return child(HERE, ["serve", "--cap-bytes", str(cap), "--kv-blocks", str(blocks),
+                            "--batches", ",".join(map(str, b))], env)
+
+    fits, p1 = run(keep)
+    over, p2 = run(more)
+    ok_fit = fits is not None and "oom" not in fits
+    ok_over = over is not None and "oom" in over
+    rep.check(ok_fit and ok_over,
+              "serve: the largest batch to capture beside a given KV cache holds on the card",
+              f"KV {blocks:,} blocks, capture up to {max(keep)} ({c.get('basis')}): fits {ok_fit}"
+              f"{'' if fits is not None else ' (' + tail(p1)[-120:] + ')'}; up to {max(more)} "
+              f"runs out {ok_over}{'' if over is not None else ' (' + tail(p2)[-120:] + ')'}")
 
 
 def check_capture_oom(rep: Report, binary: Path, out: Path, env: dict, blocks: int) -> None:
