@@ -251,8 +251,10 @@ pub(super) fn model_error(e: ModelError, read: &[Run<'_>], varied: Varied) -> Er
             PlanError::NotLinedUp {
                 path: read[run].input.path().display().to_string(),
                 reference: reference.input.path().display().to_string(),
-                unmatched: line_up.unmatched.max(line_up.reference_unmatched),
+                unmatched: line_up.unmatched,
                 allocations: line_up.allocations,
+                reference_unmatched: line_up.reference_unmatched,
+                reference_allocations: line_up.reference_allocations,
                 at,
             }
             .into()

@@ -127,17 +127,21 @@ pub enum PlanError {
     },
     /// Two runs do not line up: different programs or code paths.
     #[error(
-        "{path} does not line up with {reference}: {unmatched} of its {allocations} allocations have no partner there, the first difference at {at} (different programs, or code paths that change with the value)"
+        "{path} does not line up with {reference}: {unmatched} of its {allocations} allocations have no partner there, and {reference_unmatched} of the {reference_allocations} there none here; the first difference at {at} (different programs, or code paths that change with the value)"
     )]
     NotLinedUp {
         /// The run.
         path: String,
         /// The run it was lined up with.
         reference: String,
-        /// Allocations without a partner.
+        /// Its allocations without a partner there.
         unmatched: usize,
         /// Its allocations.
         allocations: usize,
+        /// The reference's allocations without a partner in the run.
+        reference_unmatched: usize,
+        /// The reference's allocations.
+        reference_allocations: usize,
         /// Where they first differ.
         at: String,
     },

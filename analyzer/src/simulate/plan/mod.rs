@@ -112,6 +112,8 @@ pub struct LineUp {
     pub unmatched: usize,
     /// The reference's allocations without a partner in it.
     pub reference_unmatched: usize,
+    /// The reference's allocations.
+    pub reference_allocations: usize,
     /// The first allocation of the reference where they differ (an alloc
     /// id), if any.
     #[serde(skip)]
@@ -179,6 +181,7 @@ impl Model {
                 partners.push(None);
                 line_ups.push(LineUp {
                     allocations: n,
+                    reference_allocations: n,
                     ..LineUp::default()
                 });
                 continue;
@@ -196,6 +199,7 @@ impl Model {
                 allocations: run.keys.len(),
                 unmatched: a.unmatched_second,
                 reference_unmatched: a.unmatched_first,
+                reference_allocations: n,
                 first_difference: a.first_difference,
             };
             if a.gave_up || a.unmatched_first.max(a.unmatched_second) > allowed {

@@ -205,6 +205,15 @@ fn runs_of_different_programs_do_not_line_up() {
     match Model::fit(&given, Varied::Batch) {
         Err(ModelError::NotLinedUp { run: 0, line_up }) => {
             assert_eq!(line_up.first_difference, Some(0));
+            // Each count is of its own run's allocations (issue #46: "650
+            // of its 378 allocations").
+            assert!(line_up.unmatched <= line_up.allocations, "{line_up:?}");
+            assert!(
+                line_up.reference_unmatched <= line_up.reference_allocations,
+                "{line_up:?}"
+            );
+            assert_eq!(line_up.allocations, runs[0].list.allocs.len());
+            assert_eq!(line_up.reference_allocations, runs[1].list.allocs.len());
         }
         other => panic!("{:?}", other.map(|m| m.values)),
     }
