@@ -176,15 +176,8 @@ pub fn report(
                 ..TimelineOptions::default()
             }),
             explorer: ExplorerAnalysis::new(options.explorer),
-            requests: what_if_runs.then(|| BoundedRequests {
-                extractor: RequestExtractor::new(recorded_capacity),
-                events: 0,
-                over: false,
-                fixes_under: recorded_config.clone().map(|c| (c, recorded_capacity)),
-                limits: crate::analysis::limits::LimitWatch::new(),
-                list: None,
-                fixes: None,
-            }),
+            requests: what_if_runs
+                .then(|| BoundedRequests::new(recorded_capacity, recorded_config.clone())),
             site_totals: baseline.is_some().then(SiteTotals::new),
             phase_totals: baseline.is_some().then(PhaseTotals::new),
         }
@@ -422,7 +415,7 @@ impl AnalysisSet for ReportAnalyses {
 /// The request extractor, given up (its requests dropped) past
 /// [`WHAT_IF_MAX_EVENTS`]. At the pass's end, where the recorded run ran out
 /// of memory, it tries the fixes (the pass's state names their sites).
-struct BoundedRequests {
+pub(crate) struct BoundedRequests {
     extractor: RequestExtractor,
     events: u64,
     over: bool,
@@ -436,6 +429,30 @@ struct BoundedRequests {
 }
 
 impl BoundedRequests {
+    /// An extractor for a device of `recorded_capacity` bytes (when the
+    /// header gives it) that tries the fixes under the recorded settings
+    /// (when readable).
+    pub(crate) fn new(
+        recorded_capacity: Option<u64>,
+        recorded_config: Option<AllocatorConfig>,
+    ) -> BoundedRequests {
+        BoundedRequests {
+            extractor: RequestExtractor::new(recorded_capacity),
+            events: 0,
+            over: false,
+            fixes_under: recorded_config.map(|c| (c, recorded_capacity)),
+            limits: crate::analysis::limits::LimitWatch::new(),
+            list: None,
+            fixes: None,
+        }
+    }
+
+    /// The fixes tried where the recorded run ran out of memory, once the
+    /// pass is over (`None` past [`WHAT_IF_MAX_EVENTS`] or without an OOM).
+    pub(crate) fn take_fixes(&mut self) -> Option<FixesTried> {
+        self.fixes.take()
+    }
+
     fn into_list(self) -> Result<RequestList, crate::analysis::AnalysisError> {
         self.list.ok_or(crate::analysis::AnalysisError::NoResult(
             "request extraction",
