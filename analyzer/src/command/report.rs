@@ -22,7 +22,6 @@ use crate::progress::Progress;
 use crate::simulate::fixes::FixesTried;
 use crate::simulate::what_if::{WhatIf, what_if};
 use crate::simulate::{RequestExtractor, RequestList, Reserve, SimOptions};
-use crate::units;
 use serde::Serialize;
 use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::Header;
@@ -367,7 +366,7 @@ fn drawn(mut t: Timeline, summary: &SummaryReport, card: Option<u64>) -> Timelin
     match summary.limit.as_ref().filter(|l| l.is_cap()) {
         Some(cap) => {
             t.capacity_bytes = Some(cap.bytes);
-            t.capacity_label = Some(format!("cap {}", units::capacity(cap.bytes)));
+            t.capacity_label = Some(cap.chart_label());
         }
         None => t.capacity_bytes = card,
     }
@@ -513,5 +512,49 @@ impl Analysis for BoundedRequests {
         }
         self.list = Some(list);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::limits::Limit;
+    use crate::units;
+
+    /// A cap inferred from an OOM is a range, not a fact: the chart's line
+    /// says so (issue #44: "cap 9.34 GiB" was drawn for a 12 GiB cap).
+    #[test]
+    fn an_inferred_cap_is_drawn_as_inferred() {
+        let summary = SummaryReport {
+            limit: Some(Limit::inferred(9 << 30, (12 << 30) - 1)),
+            ..SummaryReport::default()
+        };
+        let t = drawn(Timeline::default(), &summary, Some(140 << 30));
+        assert_eq!(t.capacity_bytes, Some(9 << 30));
+        let label = t.capacity_label.unwrap();
+        assert!(label.contains("inferred"), "{label}");
+        assert!(
+            label.contains(&units::capacity(9 << 30))
+                && label.contains(&units::capacity((12 << 30) - 1)),
+            "{label}"
+        );
+    }
+
+    #[test]
+    fn a_recorded_cap_is_drawn_as_recorded() {
+        let event = vramtrace_format::LimitEvent {
+            limit_bytes: 12 << 30,
+            total_bytes: 140 << 30,
+            ..Default::default()
+        };
+        let summary = SummaryReport {
+            limit: Some(Limit::of_event(&event).unwrap()),
+            ..SummaryReport::default()
+        };
+        let t = drawn(Timeline::default(), &summary, Some(140 << 30));
+        assert_eq!(
+            t.capacity_label.unwrap(),
+            format!("cap {}", units::capacity(12 << 30))
+        );
     }
 }
