@@ -235,3 +235,97 @@ fn activations_held_at_an_oom_in_backward_are_known_by_their_sites() {
         }
     }
 }
+
+/// A closure optimizer (LBFGS): the step phase holds two closures, each a
+/// forward, a `zero_grad` and a backward, with the optimizer's own state made
+/// between them at the first step; the batch is made once, before the loop.
+fn closure_optimizer_run(tagged: bool) -> Vec<u8> {
+    let mut b = if tagged {
+        TraceBuilder::tagged()
+    } else {
+        TraceBuilder::new()
+    };
+    let lbfgs = "/venv/site-packages/torch/optim/lbfgs.py";
+    let init = b.stack(&[
+        (
+            "_apply",
+            "/venv/site-packages/torch/nn/modules/module.py",
+            900,
+        ),
+        ("main", "train.py", 10),
+    ]);
+    let data = b.site("main", "train.py", 30);
+    let fwd = |b: &mut TraceBuilder, line: u32| {
+        b.stack(&[
+            ("forward", "model.py", line),
+            ("closure", "train.py", 40),
+            ("step", lbfgs, 300),
+            ("main", "train.py", 50),
+        ])
+    };
+    let act1 = fwd(&mut b, 20);
+    let act2 = fwd(&mut b, 21);
+    let loss = fwd(&mut b, 23);
+    let node = b.stack(&[("MmBackward0", "", 0)]);
+    let node_tmp = b.stack(&[("AddmmBackward0", "", 0)]);
+    let history = b.stack(&[("step", lbfgs, 380), ("main", "train.py", 50)]);
+    let step = "Optimizer.step#LBFGS.step";
+    b.segment(0, 1 << 30);
+    b.alloc(0x1000, PARAM, PARAM, init);
+    if tagged {
+        b.tag(0x1000, Category::Parameter);
+    }
+    b.alloc(0x8000, BATCH, BATCH, data);
+    let mut grad: Option<u64> = None;
+    for it in 0..3u64 {
+        b.begin(step);
+        for closure in 0..2u64 {
+            let base = 0x10_0000 * (2 * it + closure + 1);
+            b.alloc(base + 0x1000, ACT1, ACT1, act1);
+            b.alloc(base + 0x4000, ACT2, ACT2, act2);
+            b.alloc(base + 0xa000, LOSS, LOSS, loss);
+            if let Some(g) = grad.take() {
+                b.free(g, GRAD); // zero_grad(set_to_none=True)
+            }
+            b.on_thread(1);
+            b.alloc(base + 0x10000, GRAD, GRAD, node);
+            grad = Some(base + 0x10000);
+            b.alloc(base + 0x12000, GRAD_TMP, GRAD_TMP, node_tmp)
+                .free(base + 0x12000, GRAD_TMP);
+            b.free(base + 0x1000, ACT1).free(base + 0x4000, ACT2);
+            b.on_thread(0);
+            b.free(base + 0xa000, LOSS);
+            if it == 0 && closure == 0 {
+                b.alloc(0x2000, STATE, STATE, history)
+                    .alloc(0x3000, STATE, STATE, history);
+            }
+        }
+        b.end(step);
+        if tagged {
+            b.tag(grad.unwrap(), Category::Gradient);
+            if it == 0 {
+                b.tag(0x2000, Category::OptimizerState)
+                    .tag(0x3000, Category::OptimizerState);
+            }
+        }
+    }
+    b.finish()
+}
+
+#[test]
+fn a_closure_optimizers_activations_and_state_are_told_apart() {
+    for tagged in [false, true] {
+        let r = summarize(&closure_optimizer_run(tagged), Window::ALL);
+        assert_eq!(
+            bytes(&r.categories.at_allocated_peak),
+            expected_at_peak(),
+            "tagged {tagged}"
+        );
+        let end = &r.categories.at_end;
+        assert_eq!(end.get(Category::Gradient).bytes, GRAD, "tagged {tagged}");
+        assert_eq!(end.get(Category::OptimizerState).bytes, 2 * STATE);
+        assert_eq!(end.get(Category::Parameter).bytes, PARAM);
+        assert_eq!(end.get(Category::Other).bytes, BATCH);
+        assert_eq!(end.get(Category::Activation).bytes, 0);
+    }
+}
