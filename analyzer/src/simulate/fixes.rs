@@ -800,7 +800,7 @@ fn category_candidates(
             kind: FixKind::Category,
             change: "activation checkpointing (torch.utils.checkpoint) on the layers that save activations".into(),
             detail: format!(
-                "at most frees the {} saved activations live at the failure ({}): the replay drops them all, checkpointing keeps some",
+                "at most frees the {} saved activations live at the failure ({} as requested; summary counts their blocks, rounded up): the replay drops them all, checkpointing keeps some",
                 saved.0,
                 crate::units::bytes(saved.1)
             ),
@@ -824,7 +824,7 @@ fn category_candidates(
             kind: FixKind::Category,
             change: "an 8-bit optimizer (bitsandbytes' AdamW8bit) for the optimizer state".into(),
             detail: format!(
-                "optimizer state is {} at the failure; the replay keeps a quarter of every optimizer-state block, as 8-bit state does of 32-bit",
+                "optimizer state is {} at the failure (as requested; summary counts its blocks, rounded up); the replay keeps a quarter of every optimizer-state block, as 8-bit state does of 32-bit",
                 crate::units::bytes(state_bytes)
             ),
             site: None,
