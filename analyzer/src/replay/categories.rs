@@ -345,6 +345,10 @@ fn phase_role(name: &str) -> PhaseRole {
     }
 }
 
+/// A site whose freed blocks had different categories (see
+/// `Classifier::learned`).
+const DISAGREED: u8 = u8::MAX;
+
 /// Stack hint bits, computed once per stack.
 const COMPUTED: u8 = 1;
 const BACKWARD: u8 = 1 << 1;
@@ -504,9 +508,12 @@ pub struct Classifier {
     /// Requested sizes of the parameters and gradients known so far.
     parameter_sizes: FxHashSet<u64>,
     gradient_sizes: FxHashSet<u64>,
-    /// What each site's freed blocks turned out to be: the category, and
-    /// whether every one of them agreed (see [`learned`](Self::learned)).
-    learned: FxHashMap<crate::sites::SiteId, (Category, bool)>,
+    /// What each site's freed blocks turned out to be, indexed by site id
+    /// (dense, as the replay's tables by site are: one index per free
+    /// rather than a hash): 0 nothing yet, a category's code plus 1 when
+    /// every one of them was that, [`DISAGREED`] when they differed (see
+    /// [`learned`](Self::learned)).
+    learned: Vec<u8>,
 }
 
 impl Classifier {
@@ -804,17 +811,26 @@ impl Classifier {
         if site == crate::sites::SiteId::UNKNOWN {
             return;
         }
-        self.learned
-            .entry(site)
-            .and_modify(|(c, agreed)| *agreed &= *c == category)
-            .or_insert((category, true));
+        let i = site.0 as usize;
+        if i >= self.learned.len() {
+            self.learned.resize(i + 1, 0);
+        }
+        let code = category as u8 + 1;
+        let seen = &mut self.learned[i];
+        if *seen == 0 {
+            *seen = code;
+        } else if *seen != code {
+            *seen = DISAGREED;
+        }
     }
 
     /// What every freed block of `site` turned out to be, when they all
     /// agreed (activations, temporaries).
     pub fn learned(&self, site: crate::sites::SiteId) -> Option<Category> {
-        match self.learned.get(&site) {
-            Some(&(c, true)) => Some(c),
+        match self.learned.get(site.0 as usize).copied() {
+            Some(code) if code != 0 && code != DISAGREED => {
+                Category::ALL.get(code as usize - 1).copied()
+            }
             _ => None,
         }
     }
@@ -1007,6 +1023,22 @@ mod tests {
             "site-packages/torch/nn/modules/linear.py"
         ));
         assert!(!is_parameter_frame("__init__", "model.py"));
+    }
+
+    #[test]
+    fn a_site_is_learned_only_when_its_freed_blocks_agree() {
+        use crate::sites::SiteId;
+        let mut c = Classifier::default();
+        c.learn(SiteId(3), Category::Activation);
+        c.learn(SiteId(3), Category::Activation);
+        c.learn(SiteId(5), Category::Temporary);
+        c.learn(SiteId(5), Category::Other);
+        c.learn(SiteId::UNKNOWN, Category::Activation);
+        assert_eq!(c.learned(SiteId(3)), Some(Category::Activation));
+        assert_eq!(c.learned(SiteId(5)), None, "they disagreed");
+        assert_eq!(c.learned(SiteId(4)), None, "nothing freed");
+        assert_eq!(c.learned(SiteId(9)), None, "past the table");
+        assert_eq!(c.learned(SiteId::UNKNOWN), None, "no frames: no site");
     }
 
     #[test]
