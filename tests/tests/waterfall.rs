@@ -238,7 +238,10 @@ fn the_fix_offered_for_the_issues_run_is_freeing_the_kept_tensors() {
     let change = kept["change"].as_str().unwrap();
     assert!(change.contains("478 blocks"), "{change}");
     assert!(change.contains("issue28.py:5"), "{change}");
-    assert_eq!(kept["basis"], "exact");
+    // The recording ends at the failure (the program died of it): the fix
+    // is exact as far as the recording goes, and says so (issue #44).
+    assert_eq!(kept["basis"], "exact_to_recording_end");
+    assert_eq!(kept["holds_to"], "recording_end");
     // Left free under the cap: 12 GiB less the 5.4 GiB segment granted.
     assert_eq!(kept["headroom_bytes"], 12 * GIB - 5530 * MIB);
     // PyTorch already empties the cache before it fails: an empty_cache()
@@ -256,6 +259,15 @@ fn the_fix_offered_for_the_issues_run_is_freeing_the_kept_tensors() {
         .success()
         .result();
     assert_eq!(r["fixes"], *f, "the report's fixes are simulate's");
+    // And so are the summary's (issue #44: one answer in every command).
+    let sum = vramtrace(["summary", &trace, "--json"]).success().result();
+    assert_eq!(sum["fixes"], *f, "the summary's fixes are simulate's");
+    let text = vramtrace(["summary", &trace]).success().stdout;
+    assert!(
+        text.contains("fixes tried for the out-of-memory error")
+            && text.contains("exact to the recording's end"),
+        "{text}"
+    );
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("Fixes that were tried"));
 }

@@ -173,6 +173,13 @@ pub struct WorkloadReport {
     pub parameter_bytes: u64,
     /// Optimizer state bytes (allocated at the first step).
     pub optimizer_state_bytes: u64,
+    /// Parameter bytes in the allocator's blocks: what replay counts (a
+    /// block is the request rounded up, or more when a cached block was
+    /// handed out whole).
+    pub parameter_block_bytes: u64,
+    /// Optimizer state bytes in the allocator's blocks (see
+    /// `parameter_block_bytes`).
+    pub optimizer_state_block_bytes: u64,
     /// Peak allocated bytes.
     pub peak_allocated: u64,
     /// Peak reserved bytes.
@@ -282,6 +289,8 @@ pub fn generate_with_progress(
                 leaked: Vec::new(),
                 parameter_bytes: 0,
                 optimizer_state_bytes: 0,
+                parameter_block_bytes: 0,
+                optimizer_state_block_bytes: 0,
             }
         })
         .collect();
@@ -298,6 +307,7 @@ pub fn generate_with_progress(
         thread: 0,
         oom: None,
         iteration: 0,
+        last_block: 0,
     };
     if config.annotate {
         g.annotate()?;
@@ -316,6 +326,10 @@ pub fn generate_with_progress(
     let leaked_bytes = first.leaked.len() as u64 * config.leak_bytes;
     let (parameter_bytes, optimizer_state_bytes, oom) =
         (first.parameter_bytes, first.optimizer_state_bytes, g.oom);
+    let (parameter_block_bytes, optimizer_state_block_bytes) = (
+        first.parameter_block_bytes,
+        first.optimizer_state_block_bytes,
+    );
     let out = g.w.finish()?;
     Ok(WorkloadReport {
         iterations: completed,
@@ -327,6 +341,8 @@ pub fn generate_with_progress(
         leaked_bytes,
         parameter_bytes,
         optimizer_state_bytes,
+        parameter_block_bytes,
+        optimizer_state_block_bytes,
         peak_allocated: stats.allocated_bytes.all.peak,
         peak_reserved: stats.reserved_bytes.all.peak,
         final_allocated: stats.allocated_bytes.all.current,
@@ -488,6 +504,8 @@ struct Gen<'c, W: Write> {
     thread: u32,
     oom: Option<OomReport>,
     iteration: u64,
+    /// The size of the block the last successful `malloc_on` got.
+    last_block: u64,
 }
 
 /// One device of a run: its allocator and the tensors it holds.
@@ -500,6 +518,8 @@ struct DeviceWork {
     leaked: Vec<u64>,
     parameter_bytes: u64,
     optimizer_state_bytes: u64,
+    parameter_block_bytes: u64,
+    optimizer_state_block_bytes: u64,
 }
 
 /// Per-iteration shape.
@@ -619,7 +639,10 @@ impl<W: Write> Gen<'_, W> {
         self.tick(bytes);
         let result = self.call(stack, |a| a.malloc(bytes, stream))?;
         match result {
-            Ok(a) => Ok(Ok(a.addr)),
+            Ok(a) => {
+                self.last_block = a.size;
+                Ok(Ok(a.addr))
+            }
             Err(AllocError::OutOfMemory {
                 requested,
                 free_bytes,
@@ -751,6 +774,7 @@ impl<W: Write> Gen<'_, W> {
                 Ok(addr) => {
                     self.work[self.cur].params.push(addr);
                     self.work[self.cur].parameter_bytes += bytes;
+                    self.work[self.cur].parameter_block_bytes += self.last_block;
                 }
                 Err(e) => return Ok(Err(e)),
             }
@@ -894,6 +918,7 @@ impl<W: Write> Gen<'_, W> {
                     let addr = try_oom!(self.malloc_on(bytes, 0, s.adam_init));
                     self.work[self.cur].opt_state.push(addr);
                     self.work[self.cur].optimizer_state_bytes += bytes;
+                    self.work[self.cur].optimizer_state_block_bytes += self.last_block;
                 }
             }
         }

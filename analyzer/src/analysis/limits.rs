@@ -125,6 +125,39 @@ impl Limit {
         })
     }
 
+    /// No cap: the card itself, its total as a device-memory sample
+    /// measured it (a run that recorded no limit event).
+    pub fn sampled_card(total: u64) -> Limit {
+        Limit {
+            bytes: total,
+            source: LimitSource::Card,
+            known: Known::Measured,
+            fraction: Some(1.0),
+            card_total_bytes: Some(total),
+            low_bytes: None,
+            high_bytes: None,
+        }
+    }
+
+    /// The label of the line a chart draws at [`bytes`](Self::bytes): a
+    /// recorded cap as it is (`cap 12 GiB`), an inferred one as what it is,
+    /// a range (`cap inferred: 9.34 GiB to 12.1 GiB`), since the line sits
+    /// at its low end, the most the run was seen to reserve.
+    pub fn chart_label(&self) -> String {
+        match (self.source, self.low_bytes, self.high_bytes) {
+            (LimitSource::InferredCap, Some(low), Some(high)) => format!(
+                "cap inferred: {} to {}",
+                units::capacity(low),
+                units::capacity(high)
+            ),
+            (LimitSource::InferredCap, _, _) => {
+                format!("cap inferred: {}", units::capacity(self.bytes))
+            }
+            (LimitSource::Card, _, _) => format!("card {}", units::capacity(self.bytes)),
+            (LimitSource::Cap, _, _) => format!("cap {}", units::capacity(self.bytes)),
+        }
+    }
+
     /// A cap inferred to lie in `low..=high`; its figure is `low`.
     pub fn inferred(low: u64, high: u64) -> Limit {
         Limit {

@@ -618,3 +618,6 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod framework_tests;

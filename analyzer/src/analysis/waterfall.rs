@@ -258,7 +258,17 @@ impl Waterfall {
             known: Known::Measured,
         });
         let mut beside = Vec::new();
-        let (sums_to, total) = match m.limit {
+        // No limit recorded or inferred, but the card was sampled: an
+        // uncapped run's limit is the card itself, its total measured.
+        let limit = m.limit.or_else(|| {
+            let d = m.device_memory.filter(|d| d.total_bytes > 0)?;
+            notes.push(format!(
+                "no limit was recorded: the limit is the card's total as sampled ({})",
+                units::bytes(d.total_bytes)
+            ));
+            Some(Limit::sampled_card(d.total_bytes))
+        });
+        let (sums_to, total) = match limit {
             Some(limit) if limit.source == LimitSource::Card => {
                 let total = limit.bytes.max(reserved_part);
                 let room = total - reserved_part;
@@ -350,7 +360,7 @@ impl Waterfall {
                 ));
             }
         }
-        let (limit_source, limit_line) = match m.limit {
+        let (limit_source, limit_line) = match limit {
             Some(l) => (
                 match l.source {
                     LimitSource::Cap => "cap",
@@ -362,11 +372,11 @@ impl Waterfall {
             None => ("unknown", "unknown".to_string()),
         };
         Waterfall {
-            limit_bytes: m.limit.map(|l| l.bytes),
+            limit_bytes: limit.map(|l| l.bytes),
             limit_source,
-            limit_known: m.limit.map(|l| l.known),
+            limit_known: limit.map(|l| l.known),
             limit_line,
-            limit_range: m.limit.and_then(|l| l.low_bytes.zip(l.high_bytes)),
+            limit_range: limit.and_then(|l| l.low_bytes.zip(l.high_bytes)),
             sums_to,
             total_bytes: total,
             terms,

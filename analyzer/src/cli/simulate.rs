@@ -192,7 +192,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .as_ref()
             .map_or_else(|| "a device without limit".into(), |d| d.name.clone());
         let title = format!("What-if: {}{device} on {on}", file_name(&args.trace));
-        let svg = print::svg::simulate::render(&series, result.capacity_bytes, &title)?;
+        // A cap inferred from an OOM is the capacity simulated at its low
+        // end: its line says it is a range, not a recorded figure.
+        let label = result
+            .limit
+            .filter(|l| {
+                l.source == vramtrace::analysis::limits::LimitSource::InferredCap
+                    && Some(l.bytes) == result.capacity_bytes
+            })
+            .map(|l| l.chart_label());
+        let svg = print::svg::simulate::render_labelled(
+            &series,
+            result.capacity_bytes,
+            label.as_deref(),
+            &title,
+        )?;
         write_file(svg_path, svg.as_bytes())?;
     }
     args.text.print(

@@ -22,7 +22,6 @@ use crate::progress::Progress;
 use crate::simulate::fixes::FixesTried;
 use crate::simulate::what_if::{WhatIf, what_if};
 use crate::simulate::{RequestExtractor, RequestList, Reserve, SimOptions};
-use crate::units;
 use serde::Serialize;
 use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::Header;
@@ -176,15 +175,8 @@ pub fn report(
                 ..TimelineOptions::default()
             }),
             explorer: ExplorerAnalysis::new(options.explorer),
-            requests: what_if_runs.then(|| BoundedRequests {
-                extractor: RequestExtractor::new(recorded_capacity),
-                events: 0,
-                over: false,
-                fixes_under: recorded_config.clone().map(|c| (c, recorded_capacity)),
-                limits: crate::analysis::limits::LimitWatch::new(),
-                list: None,
-                fixes: None,
-            }),
+            requests: what_if_runs
+                .then(|| BoundedRequests::new(recorded_capacity, recorded_config.clone())),
             site_totals: baseline.is_some().then(SiteTotals::new),
             phase_totals: baseline.is_some().then(PhaseTotals::new),
         }
@@ -374,7 +366,7 @@ fn drawn(mut t: Timeline, summary: &SummaryReport, card: Option<u64>) -> Timelin
     match summary.limit.as_ref().filter(|l| l.is_cap()) {
         Some(cap) => {
             t.capacity_bytes = Some(cap.bytes);
-            t.capacity_label = Some(format!("cap {}", units::capacity(cap.bytes)));
+            t.capacity_label = Some(cap.chart_label());
         }
         None => t.capacity_bytes = card,
     }
@@ -422,7 +414,7 @@ impl AnalysisSet for ReportAnalyses {
 /// The request extractor, given up (its requests dropped) past
 /// [`WHAT_IF_MAX_EVENTS`]. At the pass's end, where the recorded run ran out
 /// of memory, it tries the fixes (the pass's state names their sites).
-struct BoundedRequests {
+pub(crate) struct BoundedRequests {
     extractor: RequestExtractor,
     events: u64,
     over: bool,
@@ -436,6 +428,30 @@ struct BoundedRequests {
 }
 
 impl BoundedRequests {
+    /// An extractor for a device of `recorded_capacity` bytes (when the
+    /// header gives it) that tries the fixes under the recorded settings
+    /// (when readable).
+    pub(crate) fn new(
+        recorded_capacity: Option<u64>,
+        recorded_config: Option<AllocatorConfig>,
+    ) -> BoundedRequests {
+        BoundedRequests {
+            extractor: RequestExtractor::new(recorded_capacity),
+            events: 0,
+            over: false,
+            fixes_under: recorded_config.map(|c| (c, recorded_capacity)),
+            limits: crate::analysis::limits::LimitWatch::new(),
+            list: None,
+            fixes: None,
+        }
+    }
+
+    /// The fixes tried where the recorded run ran out of memory, once the
+    /// pass is over (`None` past [`WHAT_IF_MAX_EVENTS`] or without an OOM).
+    pub(crate) fn take_fixes(&mut self) -> Option<FixesTried> {
+        self.fixes.take()
+    }
+
     fn into_list(self) -> Result<RequestList, crate::analysis::AnalysisError> {
         self.list.ok_or(crate::analysis::AnalysisError::NoResult(
             "request extraction",
@@ -496,5 +512,49 @@ impl Analysis for BoundedRequests {
         }
         self.list = Some(list);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::limits::Limit;
+    use crate::units;
+
+    /// A cap inferred from an OOM is a range, not a fact: the chart's line
+    /// says so (issue #44: "cap 9.34 GiB" was drawn for a 12 GiB cap).
+    #[test]
+    fn an_inferred_cap_is_drawn_as_inferred() {
+        let summary = SummaryReport {
+            limit: Some(Limit::inferred(9 << 30, (12 << 30) - 1)),
+            ..SummaryReport::default()
+        };
+        let t = drawn(Timeline::default(), &summary, Some(140 << 30));
+        assert_eq!(t.capacity_bytes, Some(9 << 30));
+        let label = t.capacity_label.unwrap();
+        assert!(label.contains("inferred"), "{label}");
+        assert!(
+            label.contains(&units::capacity(9 << 30))
+                && label.contains(&units::capacity((12 << 30) - 1)),
+            "{label}"
+        );
+    }
+
+    #[test]
+    fn a_recorded_cap_is_drawn_as_recorded() {
+        let event = vramtrace_format::LimitEvent {
+            limit_bytes: 12 << 30,
+            total_bytes: 140 << 30,
+            ..Default::default()
+        };
+        let summary = SummaryReport {
+            limit: Some(Limit::of_event(&event).unwrap()),
+            ..SummaryReport::default()
+        };
+        let t = drawn(Timeline::default(), &summary, Some(140 << 30));
+        assert_eq!(
+            t.capacity_label.unwrap(),
+            format!("cap {}", units::capacity(12 << 30))
+        );
     }
 }

@@ -35,9 +35,15 @@ pub struct SynthResult {
     pub leaked_bytes: u64,
     /// The out-of-memory that ended the run.
     pub oom: Option<SynthOom>,
-    /// Optimizer state bytes.
+    /// Optimizer state bytes in the allocator's blocks (requests rounded
+    /// up, or cached blocks handed out whole): the figure `summary` gives.
+    pub optimizer_state_block_bytes: u64,
+    /// Optimizer state bytes, as requested.
     pub optimizer_state_bytes: u64,
-    /// Parameter bytes.
+    /// Parameter bytes in the allocator's blocks (see
+    /// `optimizer_state_block_bytes`).
+    pub parameter_block_bytes: u64,
+    /// Parameter bytes, as requested.
     pub parameter_bytes: u64,
     /// Where the trace is written.
     pub path: String,
@@ -114,7 +120,9 @@ pub fn synth(
             iteration: o.iteration,
             requested: o.requested,
         }),
+        optimizer_state_block_bytes: report.optimizer_state_block_bytes,
         optimizer_state_bytes: report.optimizer_state_bytes,
+        parameter_block_bytes: report.parameter_block_bytes,
         parameter_bytes: report.parameter_bytes,
         path: path.display().to_string(),
         peak_allocated: report.peak_allocated,
@@ -122,4 +130,47 @@ pub fn synth(
         seed: config.seed,
         config: config.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::summary::{SummaryOptions, summary};
+    use crate::input::Input;
+    use crate::progress::NoProgress;
+    use vramtrace_format::Category;
+
+    /// Issue #44: synth's figures of the model's memory are summary's,
+    /// block for block (`synth` said 128.1 MiB of optimizer state where
+    /// `summary` of its trace said 131.1 MiB).
+    #[test]
+    fn synth_and_summary_agree_on_the_models_memory() {
+        let mut trace = Vec::new();
+        let r = synth(
+            &WorkloadConfig::default(),
+            &mut trace,
+            std::path::Path::new("-"),
+            &NoProgress,
+        )
+        .unwrap();
+        let input = Input::from_bytes(trace, &NoProgress).unwrap();
+        let s = summary(&input, &SummaryOptions::default(), &NoProgress).unwrap();
+        let end = &s.devices[0].result.summary.categories.at_end;
+        assert_eq!(
+            r.optimizer_state_block_bytes,
+            end.get(Category::OptimizerState).bytes
+        );
+        assert_eq!(r.parameter_block_bytes, end.get(Category::Parameter).bytes);
+        // The requested figure is below it (the allocator rounds up), and
+        // the text gives both, saying which is summary's.
+        assert!(r.optimizer_state_bytes < r.optimizer_state_block_bytes);
+        let text = crate::print::text::synth(&r);
+        assert!(
+            text.contains(&format!(
+                "{} in the allocator's blocks, as summary counts them",
+                crate::units::bytes(r.optimizer_state_block_bytes)
+            )),
+            "{text}"
+        );
+    }
 }

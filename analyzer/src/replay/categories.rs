@@ -19,22 +19,29 @@
 //!
 //! A step is an optimizer step: a phase named `Optimizer.step#...` (PyTorch
 //! opens one in every `Optimizer.step`, in snapshots and recordings alike)
-//! or `optimizer`. A block is allocated in one of four regions:
+//! or `optimizer`. What autograd does decides, not which phase holds a
+//! block: Lightning and closure optimizers (LBFGS) run the forward and the
+//! backward inside the step phase. A block is allocated in one of four
+//! regions:
 //!
 //! | region | when |
 //! |---|---|
-//! | step | inside a step; or by the optimizer's code (`torch/optim/`), as if in one |
-//! | backward | by the autograd engine: its thread, a backward node's frame, `loss.backward()`'s frames, a phase named `backward`; in a PyTorch snapshot, an allocation without frames in a run that has them (the engine's thread has no Python frames) |
+//! | backward | by the autograd engine, inside a step or not: its thread, a backward node's frame, `loss.backward()`'s frames, a phase named `backward`; in a PyTorch snapshot, an allocation without frames in a run that has them (the engine's thread has no Python frames) |
+//! | step | otherwise inside a step; or by the optimizer's code (`torch/optim/`), as if in one |
 //! | forward | anywhere else between steps |
 //! | initial | before the trace began (its initial state) |
 //!
 //! and is settled by what happens next:
 //!
-//! | born in | freed before the next step begins | alive when the next step ends |
+//! | born in | freed before the next step ends | alive when the next step ends |
 //! |---|---|---|
 //! | forward | by the autograd engine: **activation**; else **temporary** | **other** (inputs, outputs kept); born before the first step, alive after the second and of a gradient's size: **parameter** |
 //! | backward | **temporary** | **gradient** when of a parameter's size (not the autograd thread's cuBLAS workspace) |
-//! | step | (freed in the same step) **temporary** | **optimizer state** |
+//! | step | by the autograd engine: **activation**; else (in the same step) **temporary** | **optimizer state**; **other** when born before the engine ran in a step that then ran it (a closure's kept outputs) |
+//!
+//! A block still open when the pass ends (a run stopped by an
+//! out-of-memory error mid-iteration) takes the category its site's freed
+//! blocks all had, when they agreed ([`Classifier::learned`]).
 //!
 //! Frames name some blocks outright: a module's `to()`, `cuda()`,
 //! initializers and state-dict loads make parameters; DDP's gradient buckets (allocated by
@@ -218,6 +225,11 @@ pub struct Birth {
     pub hint: Hint,
     /// Whether its category is settled: tagged, or inferred for good.
     pub settled: bool,
+    /// Born in a step, outside the autograd engine, before the engine ran
+    /// in that step: the step's forward when the step turns out to hold a
+    /// backward (Lightning's `optimizer.step(closure)`, LBFGS), the
+    /// optimizer's own work when it does not (a plain loop).
+    pub before_backward: bool,
 }
 
 impl Birth {
@@ -228,6 +240,7 @@ impl Birth {
             steps: 0,
             hint: Hint::None,
             settled: true,
+            before_backward: false,
         }
     }
 }
@@ -331,6 +344,10 @@ fn phase_role(name: &str) -> PhaseRole {
         PhaseRole::None
     }
 }
+
+/// A site whose freed blocks had different categories (see
+/// `Classifier::learned`).
+const DISAGREED: u8 = u8::MAX;
 
 /// Stack hint bits, computed once per stack.
 const COMPUTED: u8 = 1;
@@ -467,6 +484,11 @@ pub struct Classifier {
     steps_ended: u32,
     step_depth: u32,
     backward_depth: u32,
+    /// Whether the autograd engine ran (allocated, freed, or a backward
+    /// phase began) since the current (or last) step began.
+    step_backward: bool,
+    /// Steps that held a backward (see `step_backward`).
+    steps_with_backward: u32,
     roles: FxHashMap<StringId, PhaseRole>,
     /// Hint bits by stack id (0: not computed yet).
     hints: Vec<u8>,
@@ -486,6 +508,12 @@ pub struct Classifier {
     /// Requested sizes of the parameters and gradients known so far.
     parameter_sizes: FxHashSet<u64>,
     gradient_sizes: FxHashSet<u64>,
+    /// What each site's freed blocks turned out to be, indexed by site id
+    /// (dense, as the replay's tables by site are: one index per free
+    /// rather than a hash): 0 nothing yet, a category's code plus 1 when
+    /// every one of them was that, [`DISAGREED`] when they differed (see
+    /// [`learned`](Self::learned)).
+    learned: Vec<u8>,
 }
 
 impl Classifier {
@@ -511,6 +539,8 @@ impl Classifier {
             steps_ended: self.steps_ended,
             step_depth: self.step_depth,
             backward_depth: self.backward_depth,
+            step_backward: self.step_backward,
+            steps_with_backward: self.steps_with_backward,
             roles: self.roles.clone(),
             ..Classifier::default()
         }
@@ -600,19 +630,27 @@ impl Classifier {
         if !no_frames {
             self.saw_frames = true;
         }
-        let region = if self.step_depth > 0 {
+        let by_engine = self.backward_depth > 0
+            || thread != super::MAIN_THREAD
+            || hints & BACKWARD != 0
+            || (no_frames && self.options.frees_have_stacks && self.saw_frames);
+        // What autograd does decides, not which phase holds the block: a
+        // step phase may enclose the forward and backward too (Lightning
+        // and closure optimizers run them inside `optimizer.step`), so the
+        // engine's blocks are the backward's wherever they are made.
+        let region = if self.step_depth > 0 && by_engine {
+            self.step_backward = true;
+            Region::Backward
+        } else if self.step_depth > 0 {
             Region::Step
         } else if hints & OPTIMIZER != 0 {
             Region::Optimizer
-        } else if self.backward_depth > 0
-            || thread != super::MAIN_THREAD
-            || hints & BACKWARD != 0
-            || (no_frames && self.options.frees_have_stacks && self.saw_frames)
-        {
+        } else if by_engine {
             Region::Backward
         } else {
             Region::Forward
         };
+        let before_backward = region == Region::Step && !self.step_backward;
         let hint = if hints & UNSHARDED != 0 {
             Hint::Unsharded
         } else if hints & PARAMETER != 0 {
@@ -627,6 +665,7 @@ impl Classifier {
             steps: self.steps_begun,
             hint,
             settled: false,
+            before_backward,
         };
         if hint == Hint::Unsharded || (hint == Hint::Parameter && !self.tagged()) {
             // Named by its frames: settled at once.
@@ -646,6 +685,9 @@ impl Classifier {
                 Category::Temporary
             }
             (_, Region::Forward) => Category::Activation,
+            (_, Region::Step) if before_backward && self.steps_with_backward > 0 => {
+                Category::Activation
+            }
             _ => Category::Temporary,
         };
         (birth, Class::inferred(provisional))
@@ -683,6 +725,7 @@ impl Classifier {
             steps: 0,
             hint: Hint::None,
             settled: true,
+            before_backward: false,
         };
         (birth, Class::inferred(category))
     }
@@ -714,6 +757,14 @@ impl Classifier {
         stack: StackId,
         symbols: &SymbolTable,
     ) -> Category {
+        let hints = self.hints(stack, symbols);
+        let by_engine = self.backward_depth > 0
+            || thread != super::MAIN_THREAD
+            || hints & BACKWARD != 0
+            || (self.options.frees_have_stacks && self.saw_frames && hints & NO_FRAMES != 0);
+        if by_engine && self.step_depth > 0 {
+            self.step_backward = true;
+        }
         match birth.region {
             // Lived into a step without being settled at its end: freed
             // inside the step, or a set-up block freed before a second step.
@@ -722,14 +773,10 @@ impl Classifier {
             {
                 self.survivor(birth, requested)
             }
+            // Saved for the backward pass, which freed it: an activation,
+            // whether a step phase held its forward (Lightning, LBFGS's
+            // closure) or not.
             Region::Forward => {
-                let hints = self.hints(stack, symbols);
-                let by_engine = self.backward_depth > 0
-                    || thread != super::MAIN_THREAD
-                    || hints & BACKWARD != 0
-                    || (self.options.frees_have_stacks
-                        && self.saw_frames
-                        && hints & NO_FRAMES != 0);
                 if by_engine {
                     self.forward_activations += 1;
                     Category::Activation
@@ -738,12 +785,53 @@ impl Classifier {
                     Category::Temporary
                 }
             }
+            Region::Step if by_engine && self.steps_ended < birth.steps => {
+                self.forward_activations += 1;
+                Category::Activation
+            }
             Region::Backward | Region::Optimizer => Category::Temporary,
             // Freed in the step it was born in (that step is the
             // `birth.steps`th begun).
-            Region::Step if self.steps_ended < birth.steps => Category::Temporary,
+            Region::Step if self.steps_ended < birth.steps => {
+                if birth.before_backward && self.step_backward {
+                    self.forward_temporaries += 1;
+                }
+                Category::Temporary
+            }
             Region::Step => self.survivor(birth, requested),
             Region::Initial => Category::Other,
+        }
+    }
+
+    /// Remembers what a freed block of `site` turned out to be, so that the
+    /// blocks of the same site a run never freed (it stopped at an
+    /// out-of-memory error, mid-iteration) read as the completed
+    /// iterations' did.
+    pub fn learn(&mut self, site: crate::sites::SiteId, category: Category) {
+        if site == crate::sites::SiteId::UNKNOWN {
+            return;
+        }
+        let i = site.0 as usize;
+        if i >= self.learned.len() {
+            self.learned.resize(i + 1, 0);
+        }
+        let code = category as u8 + 1;
+        let seen = &mut self.learned[i];
+        if *seen == 0 {
+            *seen = code;
+        } else if *seen != code {
+            *seen = DISAGREED;
+        }
+    }
+
+    /// What every freed block of `site` turned out to be, when they all
+    /// agreed (activations, temporaries).
+    pub fn learned(&self, site: crate::sites::SiteId) -> Option<Category> {
+        match self.learned.get(site.0 as usize).copied() {
+            Some(code) if code != 0 && code != DISAGREED => {
+                Category::ALL.get(code as usize - 1).copied()
+            }
+            _ => None,
         }
     }
 
@@ -754,6 +842,9 @@ impl Classifier {
             (Hint::Gradient, _) => Category::Gradient,
             (Hint::Parameter, _) if !self.tagged() => Category::Parameter,
             _ if self.tagged() => Category::Other,
+            // The forward's outputs kept past a step that held its forward
+            // and backward (a closure's loss), not the optimizer's.
+            (_, Region::Step) if birth.before_backward && self.step_backward => Category::Other,
             (_, Region::Step | Region::Optimizer) => Category::OptimizerState,
             // A parameter's gradient has a parameter's size, when any
             // parameter is known.
@@ -794,10 +885,16 @@ impl Classifier {
                 self.step_depth += 1;
                 if self.step_depth == 1 {
                     self.steps_begun += 1;
+                    self.step_backward = false;
                     return true;
                 }
             }
-            PhaseRole::Backward => self.backward_depth += 1,
+            PhaseRole::Backward => {
+                self.backward_depth += 1;
+                if self.step_depth > 0 {
+                    self.step_backward = true;
+                }
+            }
             PhaseRole::None => {}
         }
         false
@@ -810,6 +907,9 @@ impl Classifier {
                 self.step_depth -= 1;
                 if self.step_depth == 0 {
                     self.steps_ended += 1;
+                    if self.step_backward {
+                        self.steps_with_backward += 1;
+                    }
                     return true;
                 }
             }
@@ -923,6 +1023,22 @@ mod tests {
             "site-packages/torch/nn/modules/linear.py"
         ));
         assert!(!is_parameter_frame("__init__", "model.py"));
+    }
+
+    #[test]
+    fn a_site_is_learned_only_when_its_freed_blocks_agree() {
+        use crate::sites::SiteId;
+        let mut c = Classifier::default();
+        c.learn(SiteId(3), Category::Activation);
+        c.learn(SiteId(3), Category::Activation);
+        c.learn(SiteId(5), Category::Temporary);
+        c.learn(SiteId(5), Category::Other);
+        c.learn(SiteId::UNKNOWN, Category::Activation);
+        assert_eq!(c.learned(SiteId(3)), Some(Category::Activation));
+        assert_eq!(c.learned(SiteId(5)), None, "they disagreed");
+        assert_eq!(c.learned(SiteId(4)), None, "nothing freed");
+        assert_eq!(c.learned(SiteId(9)), None, "past the table");
+        assert_eq!(c.learned(SiteId::UNKNOWN), None, "no frames: no site");
     }
 
     #[test]

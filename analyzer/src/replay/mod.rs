@@ -1061,17 +1061,28 @@ impl ReplayState {
         if !self.recategorized.is_empty() {
             self.recategorized.clear();
         }
-        let mut open: Vec<(u64, Birth, u64)> = self
+        let mut open: Vec<(u64, Birth, u64, SiteId)> = self
             .live
             .values()
             .filter(|a| !a.birth.settled && !a.free_requested)
-            .map(|a| (a.addr, a.birth, a.requested))
+            .map(|a| (a.addr, a.birth, a.requested, a.site))
             .collect();
         // The same order whatever the map's: the list is a result, and
         // gradients are settled before the set-up blocks their sizes decide.
-        open.sort_unstable_by_key(|&(addr, birth, _)| (is_setup(&birth), addr));
-        for (addr, birth, requested) in open {
-            let category = if is_setup(&birth) {
+        open.sort_unstable_by_key(|&(addr, birth, _, _)| (is_setup(&birth), addr));
+        for (addr, birth, requested, site) in open {
+            // A run that stopped mid-iteration (at an out-of-memory error)
+            // never freed that iteration's blocks: those of a site whose
+            // freed blocks all turned out alike (saved activations, say)
+            // are what the completed iterations' were.
+            let learned = match birth.region {
+                categories::Region::Initial => None,
+                _ if is_setup(&birth) => None,
+                _ => self.classifier.learned(site),
+            };
+            let category = if let Some(category) = learned {
+                category
+            } else if is_setup(&birth) {
                 if self.classifier.setup_is_parameter(requested, true) {
                     Category::Parameter
                 } else {
@@ -1210,6 +1221,7 @@ fn settle_released(
     if !a.birth.settled {
         a.birth.settled = true;
         let category = classifier.at_free(&a.birth, a.requested, b.thread, b.stack, symbols);
+        classifier.learn(a.site, category);
         let to = Class::inferred(category);
         if to != counted {
             changes.push(Recategorized {

@@ -74,6 +74,12 @@ pub enum Basis {
     /// The replay assumes sizes the trace does not give (such as 32-bit
     /// optimizer state): an estimate.
     Estimate,
+    /// The replay is the program with the fix, request for request, but
+    /// only as far as the recording goes: the recording ends in the
+    /// failure's iteration (the program stopped at its error), so what the
+    /// program would do after that, with the fix, was never recorded and
+    /// may run out of memory later.
+    ExactToRecordingEnd,
 }
 
 impl TriedFix {
@@ -93,6 +99,7 @@ impl Basis {
             Basis::Exact => "exact",
             Basis::Bound => "bound",
             Basis::Estimate => "estimate",
+            Basis::ExactToRecordingEnd => "exact to the recording's end",
         }
     }
 }
@@ -124,6 +131,22 @@ pub struct TriedFix {
     /// Where the replay with the fix ran out of memory instead (its trace
     /// event index), when it did not pass.
     pub fails_at_event: Option<u64>,
+    /// How far the replay that passed could check the fix: to the next
+    /// recorded failure or the program's end, or only to where the
+    /// recording ends, in the failure's own iteration.
+    pub holds_to: HoldsTo,
+}
+
+/// How far a fix's replay reaches past the failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldsTo {
+    /// To the next failure the recording had, or to the end of a
+    /// recording that went on past the failure's iteration.
+    End,
+    /// To the end of a recording that stopped in the failure's iteration:
+    /// later iterations, with the fix, are not known.
+    RecordingEnd,
 }
 
 /// The fixes tried for a run's first out-of-memory error.
@@ -283,6 +306,12 @@ pub fn try_fixes(
             r.op == Op::FailedAlloc && !list.survivable.get(r.id as usize).copied().unwrap_or(false)
         })
         .map_or(list.requests.len(), |p| at + 1 + p);
+    let holds_to =
+        if check_until == list.requests.len() && recording_stops_in_iteration(list, at, state) {
+            HoldsTo::RecordingEnd
+        } else {
+            HoldsTo::End
+        };
     let lifetimes = Lifetimes::of(list);
     let mut candidates = setting_candidates(target.config, target.options.cap.is_some());
     candidates.extend(empty_cache_candidates(
@@ -328,12 +357,25 @@ pub fn try_fixes(
             let passed = c.edit.first_oom.is_none() && c.edit.reserved_after_target.is_some();
             let fails_at_event = c.edit.first_oom.map(|i| event_index(list, i));
             drop(sim);
+            let basis = match c.basis {
+                Basis::Exact if holds_to == HoldsTo::RecordingEnd => Basis::ExactToRecordingEnd,
+                basis => basis,
+            };
+            let detail = if holds_to == HoldsTo::RecordingEnd && passed {
+                format!(
+                    "{} (replayed only to the recording's end, in the failure's iteration: later iterations with the fix were not recorded)",
+                    c.detail
+                )
+            } else {
+                c.detail
+            };
             TriedFix {
                 kind: c.kind,
                 change: c.change,
-                detail: c.detail,
+                detail,
                 site: c.site,
-                basis: c.basis,
+                basis,
+                holds_to,
                 passed,
                 frees_bytes: c
                     .edit
@@ -348,12 +390,14 @@ pub fn try_fixes(
         })
         .collect();
     let (mut passed, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(|f| f.passed);
-    // Fixes replayed exactly first, then bounds and estimates; within each,
+    // Fixes whose replay reaches the program's end (or next failure) first,
+    // then those replayed exactly, then bounds and estimates; within each,
     // the most memory freed first, and at a tie the smaller change
     // (settings, then empty_cache, then code).
     passed.sort_by_key(|f| {
         (
-            f.basis != Basis::Exact,
+            f.holds_to != HoldsTo::End,
+            !matches!(f.basis, Basis::Exact | Basis::ExactToRecordingEnd),
             std::cmp::Reverse(f.frees_bytes),
             f.kind as u8,
         )
@@ -608,6 +652,21 @@ fn empty_cache_candidates(
 
 /// Where the failure's iteration (its outermost phase) began: the end of
 /// the last outermost phase before it, else the start.
+/// Whether the recording stops in the failure's iteration: no top-level
+/// phase ends after the failing request (in a run with phases), or nothing
+/// is allocated after it (in a run without).
+fn recording_stops_in_iteration(list: &RequestList, at: usize, state: &ReplayState) -> bool {
+    let top_level = |id| state.phase(id).is_some_and(|p| p.parent == PhaseId::NONE);
+    if list.phase_ends.iter().any(|&(_, id)| top_level(id)) {
+        !list
+            .phase_ends
+            .iter()
+            .any(|&(p, id)| p > at && top_level(id))
+    } else {
+        !list.requests[at + 1..].iter().any(|r| r.op == Op::Alloc)
+    }
+}
+
 fn iteration_start(list: &RequestList, at: usize, state: &ReplayState) -> usize {
     list.phase_ends
         .iter()
@@ -741,7 +800,7 @@ fn category_candidates(
             kind: FixKind::Category,
             change: "activation checkpointing (torch.utils.checkpoint) on the layers that save activations".into(),
             detail: format!(
-                "at most frees the {} saved activations live at the failure ({}): the replay drops them all, checkpointing keeps some",
+                "at most frees the {} saved activations live at the failure ({} as requested; summary counts their blocks, rounded up): the replay drops them all, checkpointing keeps some",
                 saved.0,
                 crate::units::bytes(saved.1)
             ),
@@ -765,7 +824,7 @@ fn category_candidates(
             kind: FixKind::Category,
             change: "an 8-bit optimizer (bitsandbytes' AdamW8bit) for the optimizer state".into(),
             detail: format!(
-                "optimizer state is {} at the failure; the replay keeps a quarter of every optimizer-state block, as 8-bit state does of 32-bit",
+                "optimizer state is {} at the failure (as requested; summary counts its blocks, rounded up); the replay keeps a quarter of every optimizer-state block, as 8-bit state does of 32-bit",
                 crate::units::bytes(state_bytes)
             ),
             site: None,
@@ -818,14 +877,23 @@ mod tests {
     /// past the failure (a test of the test's premise as much as of the
     /// ranking).
     fn assert_ranked(f: &FixesTried) {
-        let frees: Vec<(bool, u64)> = f
+        let frees: Vec<(bool, bool, u64)> = f
             .passed
             .iter()
-            .map(|x| (x.basis != Basis::Exact, u64::MAX - x.frees_bytes.unwrap()))
+            .map(|x| {
+                (
+                    x.holds_to != HoldsTo::End,
+                    !matches!(x.basis, Basis::Exact | Basis::ExactToRecordingEnd),
+                    u64::MAX - x.frees_bytes.unwrap(),
+                )
+            })
             .collect();
         let mut sorted = frees.clone();
         sorted.sort();
-        assert_eq!(frees, sorted, "ranked: exact first, most freed first");
+        assert_eq!(
+            frees, sorted,
+            "ranked: those replayed to the end first, then exact first, most freed first"
+        );
         assert!(
             f.passed
                 .iter()
@@ -911,6 +979,57 @@ mod tests {
         assert_eq!(empty.headroom_bytes, Some(370 * MIB));
         // Without the split the allocator would have held 1200 MiB.
         assert_eq!(empty.frees_bytes, Some(570 * MIB));
+    }
+
+    /// Issue #44: a fix replayed only to where the recording stops (in the
+    /// failure's own iteration: the program died of its error) is exact
+    /// only that far, and says so in its basis and its line; the same run
+    /// recorded past the failure's iteration gets plain `exact`.
+    #[test]
+    fn a_fix_replayed_to_a_recording_that_stops_at_its_failure_says_so() {
+        const MIB: u64 = 1 << 20;
+        for goes_on in [false, true] {
+            let mut t = TraceBuilder::new();
+            let s = t.site("step", "train.py", 5);
+            let seg = 0x7f00_0000_0000u64;
+            t.begin("iter0")
+                .segment(seg, 600 * MIB)
+                .alloc(seg, 600 * MIB, 600 * MIB, s)
+                .free(seg, 600 * MIB)
+                .end("iter0")
+                .begin("iter1")
+                .alloc(seg, 30 * MIB, 30 * MIB, s)
+                .oom(600 * MIB, s);
+            if goes_on {
+                t.end("iter1");
+            }
+            let f = tried(&t.finish(), 1000 * MIB);
+            assert_ranked(&f);
+            let empty = f
+                .passed
+                .iter()
+                .find(|x| x.kind == FixKind::EmptyCache)
+                .unwrap_or_else(|| panic!("{f:#?}"));
+            if goes_on {
+                assert_eq!(empty.basis, Basis::Exact);
+                assert_eq!(empty.holds_to, HoldsTo::End);
+                assert!(!empty.detail.contains("recording's end"));
+            } else {
+                assert_eq!(empty.basis, Basis::ExactToRecordingEnd);
+                assert_eq!(empty.basis.word(), "exact to the recording's end");
+                assert_eq!(empty.holds_to, HoldsTo::RecordingEnd);
+                assert!(
+                    empty
+                        .detail
+                        .contains("replayed only to the recording's end"),
+                    "{}",
+                    empty.detail
+                );
+                let json = serde_json::to_value(empty).unwrap();
+                assert_eq!(json["basis"], "exact_to_recording_end");
+                assert_eq!(json["holds_to"], "recording_end");
+            }
+        }
     }
 
     #[test]

@@ -100,8 +100,9 @@ pub(super) fn sites(
     options: CompareOptions,
     (db, dn): (f64, f64),
 ) -> Vec<SiteDelta> {
-    let b = site_figures(base, options);
+    let mut b = site_figures(base, options);
     let n = site_figures(new, options);
+    let renamed = match_path_suffixes(&mut b, &n);
     let keys: BTreeSet<&String> = b.keys().chain(n.keys()).collect();
     let empty = SiteFigures::default();
     let mut out: Vec<SiteDelta> = keys
@@ -128,6 +129,7 @@ pub(super) fn sites(
                     x.allocated_bytes as f64 / db,
                     y.allocated_bytes as f64 / dn,
                 ),
+                matched_by_path_suffix: renamed.get(key.as_str()).cloned(),
             }
         })
         .collect();
@@ -144,6 +146,122 @@ pub(super) fn sites(
             .then_with(|| a.site.cmp(&b.site))
     });
     out
+}
+
+/// A frame's text split into its function, its path's components and
+/// its line (`function (dir/file.py:13)`); `None` for a frame of another
+/// shape.
+fn frame_parts(frame: &str) -> Option<(&str, Vec<&str>, &str)> {
+    let inner = frame.strip_suffix(')')?;
+    let (function, place) = inner.split_once(" (")?;
+    let (path, line) = match place.rsplit_once(':') {
+        Some((path, line)) if line.bytes().all(|c| c.is_ascii_digit()) => (path, line),
+        _ => (place, ""),
+    };
+    let components = path
+        .split(['/', '\\'])
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    Some((function, components, line))
+}
+
+/// How many trailing path components two keys' frames share, summed over
+/// their frames, when every frame has the same function and line and shares
+/// at least its file's name; `None` when they are not the same code.
+fn suffix_match(a: &str, b: &str) -> Option<usize> {
+    let (fa, fb): (Vec<&str>, Vec<&str>) = (
+        a.split(['\n'])
+            .flat_map(|f| f.split(crate::sites::VIA))
+            .collect(),
+        b.split(['\n'])
+            .flat_map(|f| f.split(crate::sites::VIA))
+            .collect(),
+    );
+    if fa.len() != fb.len() {
+        return None;
+    }
+    let mut score = 0;
+    for (x, y) in fa.iter().zip(&fb) {
+        if x == y {
+            score += frame_parts(x).map_or(1, |p| p.1.len());
+            continue;
+        }
+        let ((f1, p1, l1), (f2, p2, l2)) = (frame_parts(x)?, frame_parts(y)?);
+        if f1 != f2 || l1 != l2 {
+            return None;
+        }
+        let common = p1
+            .iter()
+            .rev()
+            .zip(p2.iter().rev())
+            .take_while(|(c1, c2)| c1 == c2)
+            .count();
+        if common == 0 {
+            return None;
+        }
+        score += common;
+    }
+    Some(score)
+}
+
+/// Pairs the sites only the baseline has with those only the new run has
+/// when they are the same code under another folder (the same functions
+/// and lines, the longest common suffix of the paths; a tie is no match):
+/// each such baseline site is filed under the new run's key. Returns the
+/// baseline's name of each site so matched, by the new run's key.
+fn match_path_suffixes(
+    base: &mut BTreeMap<String, SiteFigures>,
+    new: &BTreeMap<String, SiteFigures>,
+) -> BTreeMap<String, String> {
+    let gone: Vec<String> = base
+        .keys()
+        .filter(|k| !new.contains_key(*k))
+        .cloned()
+        .collect();
+    let added: Vec<&String> = new.keys().filter(|k| !base.contains_key(*k)).collect();
+    // Every candidate pair with its score, best first: a pair is taken when
+    // neither side was taken and no other pair of either side scores as
+    // well (an ambiguous match is no match).
+    let mut pairs: Vec<(usize, &String, &String)> = Vec::new();
+    for g in &gone {
+        for a in &added {
+            if let Some(score) = suffix_match(g, a) {
+                pairs.push((score, g, a));
+            }
+        }
+    }
+    pairs.sort_by(|x, y| {
+        y.0.cmp(&x.0)
+            .then_with(|| x.1.cmp(y.1))
+            .then_with(|| x.2.cmp(y.2))
+    });
+    let mut taken: BTreeSet<&String> = BTreeSet::new();
+    let mut renames: Vec<(String, String)> = Vec::new();
+    for &(score, g, a) in &pairs {
+        if taken.contains(g) || taken.contains(a) {
+            continue;
+        }
+        let rival = pairs.iter().any(|&(s, g2, a2)| {
+            s == score && (g2 == g) != (a2 == a) && !taken.contains(g2) && !taken.contains(a2)
+        });
+        taken.insert(g);
+        taken.insert(a);
+        if !rival {
+            renames.push((g.clone(), a.clone()));
+        }
+    }
+    let mut names = BTreeMap::new();
+    for (g, a) in renames {
+        if let Some(figures) = base.remove(&g) {
+            let name = figures
+                .description
+                .as_ref()
+                .map_or_else(|| g.clone(), |d| d.site.clone());
+            base.insert(a.clone(), figures);
+            names.insert(a, name);
+        }
+    }
+    names
 }
 
 pub(super) fn phases(base: &RunFigures, new: &RunFigures, per_iteration: bool) -> Vec<PhaseDelta> {
@@ -210,6 +328,35 @@ mod tests {
     use super::*;
     use crate::analysis::compare::compare;
 
+    /// Issue #44: two runs of one program recorded from different folders
+    /// name its sites with different paths; they are one site, and the
+    /// comparison says the match needed the path's end.
+    #[test]
+    fn runs_from_two_checkouts_match_their_sites() {
+        let a = run(
+            "a",
+            1000,
+            0,
+            &[("training_step (lightning_train.py:13)", 1000, 0)],
+        );
+        let b = run(
+            "b",
+            1100,
+            0,
+            &[("training_step (gpu3/lightning_train.py:13)", 1100, 0)],
+        );
+        let c = compare(&a, &b, CompareOptions::default()).unwrap();
+        assert_eq!(c.sites.len(), 1, "{:#?}", c.sites);
+        let s = &c.sites[0];
+        assert_eq!(s.presence, Presence::Both);
+        assert_eq!(s.site, "training_step (gpu3/lightning_train.py:13)");
+        assert_eq!(s.at_peak.delta, 100.0);
+        assert_eq!(
+            s.matched_by_path_suffix.as_deref(),
+            Some("training_step (lightning_train.py:13)")
+        );
+    }
+
     #[test]
     fn sites_rank_by_change_and_are_marked_new_or_gone() {
         let a = run(
@@ -275,5 +422,72 @@ mod tests {
             "operator() (x.cpp)",
             "only the location's colon counts"
         );
+    }
+}
+
+#[cfg(test)]
+mod path_suffix_tests {
+    use super::*;
+
+    fn figures(site: &str, at_peak: u64) -> (String, SiteFigures) {
+        (
+            site.to_string(),
+            SiteFigures {
+                description: Some(SiteDescription {
+                    site: site.to_string(),
+                    frames: vec![site.to_string()],
+                }),
+                at_peak,
+                ..SiteFigures::default()
+            },
+        )
+    }
+
+    #[test]
+    fn sites_of_two_checkouts_match_by_function_and_path_suffix() {
+        let mut base: BTreeMap<String, SiteFigures> = [
+            figures("training_step (lightning_train.py:13)", 100),
+            figures("forward (model/layers.py:7)", 50),
+            figures("forward (other/layers.py:7)", 60),
+            figures("load (data.py:3)", 10),
+        ]
+        .into_iter()
+        .collect();
+        let new: BTreeMap<String, SiteFigures> = [
+            figures("training_step (gpu3/lightning_train.py:13)", 120),
+            figures("forward (gpu3/model/layers.py:7)", 55),
+            figures("load (data.py:4)", 10),
+        ]
+        .into_iter()
+        .collect();
+        let names = match_path_suffixes(&mut base, &new);
+        assert_eq!(
+            names
+                .get("training_step (gpu3/lightning_train.py:13)")
+                .map(String::as_str),
+            Some("training_step (lightning_train.py:13)")
+        );
+        // The longest common suffix wins: model/layers.py, not other/layers.py.
+        assert_eq!(
+            names
+                .get("forward (gpu3/model/layers.py:7)")
+                .map(String::as_str),
+            Some("forward (model/layers.py:7)")
+        );
+        assert_eq!(base["forward (gpu3/model/layers.py:7)"].at_peak, 50);
+        assert!(base.contains_key("forward (other/layers.py:7)"));
+        // Another line is other code.
+        assert!(!names.contains_key("load (data.py:4)"));
+        assert_eq!(names.len(), 2);
+    }
+
+    #[test]
+    fn an_ambiguous_suffix_is_no_match() {
+        let mut base: BTreeMap<String, SiteFigures> =
+            [figures("f (a/x.py:1)", 1), figures("f (b/x.py:1)", 1)]
+                .into_iter()
+                .collect();
+        let new: BTreeMap<String, SiteFigures> = [figures("f (c/x.py:1)", 1)].into_iter().collect();
+        assert!(match_path_suffixes(&mut base, &new).is_empty());
     }
 }

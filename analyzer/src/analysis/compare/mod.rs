@@ -232,6 +232,12 @@ pub struct SiteDelta {
     pub allocations: Change,
     /// Bytes the site allocated (per iteration with `per_iteration`).
     pub allocated_bytes: Change,
+    /// The baseline's name for the site when its text differs from the new
+    /// run's: the two were matched by function (and line) and the longest
+    /// common suffix of their files' paths, as two checkouts of one
+    /// program in different folders name the same code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matched_by_path_suffix: Option<String>,
 }
 
 impl SiteDelta {

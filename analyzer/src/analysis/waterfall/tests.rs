@@ -138,6 +138,36 @@ fn without_any_limit_terms_sum_to_reserved() {
     assert!(w.card.is_none());
 }
 
+/// An uncapped run that records no limit but samples the card (the HF
+/// Trainer's, issue #44): the card's sampled total is the limit, and the
+/// terms sum to it.
+#[test]
+fn without_a_recorded_limit_a_sampled_card_is_the_limit() {
+    let mut b = TraceBuilder::new();
+    fragmented(&mut b);
+    b.device_memory(900 * MIB, 1000 * MIB);
+    let (state, symbols, watch) = replay(&b.finish());
+    let w = waterfall_now(
+        &state,
+        &symbols,
+        watch.limit_now(),
+        None,
+        watch.outside_now(),
+    );
+    assert_eq!(w.sums_to, SumsTo::CardTotal);
+    assert_eq!(w.limit_source, "card");
+    assert_eq!(w.limit_known, Some(Known::Measured));
+    assert_eq!(w.limit_bytes, Some(1000 * MIB));
+    assert_eq!(w.sum(), 1000 * MIB);
+    assert_eq!(w.term("free_on_device").unwrap().bytes, 900 * MIB);
+    assert_eq!(w.term("outside_allocator").unwrap().bytes, 60 * MIB);
+    assert!(
+        w.notes.iter().any(|n| n.contains("no limit was recorded")),
+        "{:?}",
+        w.notes
+    );
+}
+
 #[test]
 fn a_cap_is_inferred_from_an_oom_while_the_device_had_room() {
     let mut b = TraceBuilder::new();

@@ -61,7 +61,7 @@ impl<'a> Fixes<'a> {
 #[cfg(test)]
 mod tests {
     use super::Fixes;
-    use crate::simulate::fixes::{Basis, FixKind, FixesTried, TriedFix};
+    use crate::simulate::fixes::{Basis, FixKind, FixesTried, HoldsTo, TriedFix};
     use askama::Template;
 
     fn tried(change: &str, passed: bool) -> TriedFix {
@@ -75,6 +75,7 @@ mod tests {
             frees_bytes: passed.then_some(1 << 20),
             headroom_bytes: None,
             fails_at_event: None,
+            holds_to: HoldsTo::End,
         }
     }
 

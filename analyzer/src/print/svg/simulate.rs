@@ -27,6 +27,17 @@ pub fn render(
     capacity: Option<u64>,
     title: &str,
 ) -> Result<String, ChartError> {
+    render_labelled(series, capacity, None, title)
+}
+
+/// [`render`], the capacity's line labelled `capacity_label` when given (an
+/// inferred cap is a range, not a figure: [`crate::analysis::limits::Limit::chart_label`]).
+pub fn render_labelled(
+    series: &[Series<'_>],
+    capacity: Option<u64>,
+    capacity_label: Option<&str>,
+    title: &str,
+) -> Result<String, ChartError> {
     let mut out = String::new();
     let mut tips = Tooltips::default();
     {
@@ -67,7 +78,10 @@ pub fn render(
         if let Some(c) = capacity {
             super::draw_capacity_line(&mut ctx, (t0, t1), scale.scale(c))?;
             legend.push(LegendEntry::new(
-                &format!("allocator's limit {}", units::bytes(c)),
+                &capacity_label.map_or_else(
+                    || format!("allocator's limit {}", units::bytes(c)),
+                    str::to_string,
+                ),
                 palette::ALERT,
                 Mark::Dashed,
             ));
@@ -195,4 +209,39 @@ pub fn render(
     }
     tips.finish(&mut out);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An inferred cap's line is labelled as the range it is (issue #44),
+    /// a capacity without a label as the figure it is.
+    #[test]
+    fn the_capacity_line_says_how_it_is_known() {
+        let samples = [
+            Sample {
+                start_ns: 0,
+                end_ns: 10,
+                reserved_bytes: 1 << 30,
+                allocated_bytes: 1 << 29,
+            },
+            Sample {
+                start_ns: 10,
+                end_ns: 20,
+                reserved_bytes: 2 << 30,
+                allocated_bytes: 1 << 30,
+            },
+        ];
+        let series = [Series {
+            name: "recorded",
+            samples: &samples,
+            oom: None,
+        }];
+        let label = crate::analysis::limits::Limit::inferred(2 << 30, (3 << 30) - 1).chart_label();
+        let svg = render_labelled(&series, Some(2 << 30), Some(&label), "t").unwrap();
+        assert!(svg.contains(&crate::print::svg::escape(&label)), "{svg}");
+        let plain = render(&series, Some(2 << 30), "t").unwrap();
+        assert!(!plain.contains("inferred"));
+    }
 }

@@ -91,8 +91,21 @@ fn sites(c: &Comparison, top: usize, full: bool) -> String {
         (false, true) => "whole stack",
         (true, true) => "whole stack without lines",
     };
+    let across = c
+        .sites
+        .iter()
+        .filter(|s| s.matched_by_path_suffix.is_some())
+        .count();
+    let across = if across > 0 {
+        format!(
+            "; {} matched across folders by the end of their paths",
+            units::count(across as u64)
+        )
+    } else {
+        String::new()
+    };
     text.push_str(&format!(
-        "\nsites (matched by {matched_by}): {} of {} changed{}\n",
+        "\nsites (matched by {matched_by}{across}): {} of {} changed{}\n",
         units::count(changed.len() as u64),
         units::count(c.sites.len() as u64),
         if changed.is_empty() {
@@ -132,6 +145,23 @@ fn sites(c: &Comparison, top: usize, full: bool) -> String {
         }
         text.push_str(&t.render(2));
         more(&mut text, changed.len(), top);
+        let renamed: Vec<_> = changed
+            .iter()
+            .take(top)
+            .filter_map(|s| Some((s, s.matched_by_path_suffix.as_ref()?)))
+            .collect();
+        if !renamed.is_empty() {
+            text.push_str(
+                "  matched across folders (same function and line, the longest common end of the path):\n",
+            );
+            for (s, base) in renamed {
+                text.push_str(&format!(
+                    "    {} = {} in the baseline\n",
+                    labels::site_label(&s.site),
+                    labels::site_label(base)
+                ));
+            }
+        }
         if full {
             text.push_str("\n  stacks:\n");
             let sites: Vec<SiteDescription> = changed

@@ -267,6 +267,16 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
                 units::count((fatal - OOM_WATERFALLS) as u64)
             ));
         }
+        // The same fixes `simulate` and the report offer, so that the first
+        // command run gives the answer.
+        if let Some(f) = &out.fixes {
+            text.push('\n');
+            for line in super::fixes(f).lines() {
+                text.push_str("  ");
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
     }
     if let Some(w) = &r.waterfall_at_peak {
         text.push_str("\nwhere the limit went at the allocated peak:\n");

@@ -17,7 +17,7 @@ pub fn synth(r: &SynthResult) -> String {
         "Wrote {}: {} iterations of a {}-layer synthetic transformer (hidden {}, batch {}, \
          sequence length {}, {} stream{}, seed {}){} on {} with {}: {} events \
          in {} ({:.1} bytes per event), spanning {} of simulated time. Parameters take {}, \
-         optimizer state {} (from the first step); peak allocated {}, peak reserved {}; \
+         optimizer state {} (from the first step{}); peak allocated {}, peak reserved {}; \
          at the end {} allocated and {} reserved.",
         r.path,
         units::count(r.iterations),
@@ -48,6 +48,20 @@ pub fn synth(r: &SynthResult) -> String {
         units::duration_ns(r.duration_ns),
         units::bytes(r.parameter_bytes),
         units::bytes(r.optimizer_state_bytes),
+        // Requested bytes; `summary` counts blocks, which the allocator
+        // rounds up (or hands out whole): both figures, so they can be told
+        // apart rather than seem to disagree.
+        if (r.parameter_block_bytes, r.optimizer_state_block_bytes)
+            == (r.parameter_bytes, r.optimizer_state_bytes)
+        {
+            String::new()
+        } else {
+            format!(
+                "; both as requested, {} and {} in the allocator's blocks, as summary counts them",
+                units::bytes(r.parameter_block_bytes),
+                units::bytes(r.optimizer_state_block_bytes)
+            )
+        },
         units::bytes(r.peak_allocated),
         units::bytes(r.peak_reserved),
         units::bytes(r.final_allocated),
