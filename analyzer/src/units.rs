@@ -225,29 +225,51 @@ pub fn parse_duration_ns(text: &str) -> Result<u64, UnitError> {
 const TWO_TO_64: f64 = 18_446_744_073_709_551_616.0;
 
 /// Parses a count with an optional decimal suffix: `5000`, `100k`, `100M`,
-/// `2G`, `1e8`; at least 1.
+/// `2G`, `1e8`; a whole number, at least 1. Digits are read exactly, to
+/// 2^64 − 1; a decimal or an exponent only where a float holds the whole
+/// number exactly (to 2^53), never rounded onto a neighbour.
 pub fn parse_count(text: &str) -> Result<u64, UnitError> {
     let t = text.trim().replace('_', "");
     let (number, scale) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1e3),
-        Some((i, 'M')) => (&t[..i], 1e6),
-        Some((i, 'G' | 'B')) => (&t[..i], 1e9),
-        _ => (t.as_str(), 1.0),
+        Some((i, 'k' | 'K')) => (&t[..i], 1_000u64),
+        Some((i, 'M')) => (&t[..i], 1_000_000),
+        Some((i, 'G' | 'B')) => (&t[..i], 1_000_000_000),
+        _ => (t.as_str(), 1),
     };
-    let value: f64 = number.parse().map_err(|_| UnitError::NotANumber {
+    let out_of_range = || UnitError::OutOfRange {
         text: text.to_string(),
         what: "count",
-        examples: "5000, 100M, 1e8",
-    })?;
-    let value = value * scale;
-    if !value.is_finite() || !(1.0..TWO_TO_64).contains(&value) {
-        return Err(UnitError::OutOfRange {
-            text: text.to_string(),
-            what: "count",
-        });
+    };
+    let value = match number.parse::<u64>() {
+        Ok(n) => n.checked_mul(scale).ok_or_else(out_of_range)?,
+        Err(_) => {
+            let v: f64 = number.parse().map_err(|_| UnitError::NotANumber {
+                text: text.to_string(),
+                what: "count",
+                examples: "5000, 100M, 1e8",
+            })?;
+            let v = v * scale as f64;
+            if !v.is_finite() || !(1.0..TWO_TO_64).contains(&v) {
+                return Err(out_of_range());
+            }
+            if v.fract() != 0.0 || v >= TWO_TO_53 {
+                return Err(UnitError::NotANumber {
+                    text: text.to_string(),
+                    what: "whole count (past 2^53, in digits)",
+                    examples: "5000, 100M, 1e8, 9007199254740993",
+                });
+            }
+            v as u64
+        }
+    };
+    if value == 0 {
+        return Err(out_of_range());
     }
-    Ok(value.round() as u64)
+    Ok(value)
 }
+
+/// 2^53: from here on a float no longer holds every whole number.
+const TWO_TO_53: f64 = 9_007_199_254_740_992.0;
 
 /// Parses `N` or a range `MIN:MAX` of positive whole numbers.
 pub fn parse_range(text: &str) -> Result<(u64, u64), UnitError> {
@@ -356,6 +378,15 @@ mod tests {
         assert_eq!(parse_count("100M"), Ok(100_000_000));
         assert_eq!(parse_count("1e8"), Ok(100_000_000));
         assert_eq!(parse_count("5_000"), Ok(5000));
+        assert_eq!(parse_count("2.5k"), Ok(2500));
+        // Digits are exact past 2^53, where a float would merge neighbours
+        // (issue #46); a decimal there, or a fraction, is refused.
+        assert_eq!(parse_count("9007199254740993"), Ok(9_007_199_254_740_993));
+        assert_eq!(parse_count("18446744073709551615"), Ok(u64::MAX));
+        assert!(parse_count("18446744073709551616").is_err());
+        assert!(parse_count("18446744073709551615k").is_err());
+        assert!(parse_count("9.007199254740993e15").is_err());
+        assert!(parse_count("2.4").is_err());
         assert!(parse_count("lots").is_err());
         assert!(parse_count("0").is_err());
         assert_eq!(parse_range("256"), Ok((256, 256)));

@@ -204,6 +204,42 @@ fn runs_that_cannot_be_planned_from_get_one_line_saying_why() {
         &[&s(&b4), &s(&other), "--batch", "4,8", "--cap", "1GiB"],
         "does not line up",
     );
+    // Each run's unmatched allocations are counted against its own: never
+    // more than it has (issue #46: "650 of its 378 allocations").
+    let run = vramtrace([
+        "plan",
+        &s(&b4),
+        &s(&other),
+        "--batch",
+        "4,8",
+        "--cap",
+        "1GiB",
+    ])
+    .fails_with(2);
+    let words: Vec<&str> = run.stderr.split_whitespace().collect();
+    let counts: Vec<(u64, u64)> = (words.windows(4))
+        .filter(|w| w[1] == "of" && (w[2] == "its" || w[2] == "the"))
+        .filter_map(|w| {
+            Some((
+                w[0].replace(',', "").parse().ok()?,
+                w[3].replace(',', "").parse().ok()?,
+            ))
+        })
+        .collect();
+    assert_eq!(counts.len(), 2, "{}", run.stderr);
+    assert!(
+        counts.iter().all(|(unmatched, of)| unmatched <= of),
+        "{}",
+        run.stderr
+    );
+    // Values given against the runs' own notes of them (issue #46).
+    let dir2 = scratch("plan-contradict");
+    let (n4, _) = synth(&dir2, 4, 256, &["--annotate"]);
+    let (n8, _) = synth(&dir2, 8, 256, &["--annotate"]);
+    one_line(
+        &[&s(&n4), &s(&n8), "--batch", "8,4", "--cap", "1GiB"],
+        "says its batch was 4 (its `batch` annotation), but 8 was given",
+    );
     let longer = dir.join("longer.vtrace");
     vramtrace([
         "synth",

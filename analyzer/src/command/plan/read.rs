@@ -86,14 +86,32 @@ pub(super) fn read_run<'a>(
 
 /// Sets each run's value, given or noted, and says what varies.
 pub(super) fn values_of(read: &mut [Run<'_>], options: &PlanOptions) -> Result<Varied, PlanError> {
+    const BATCH: [&str; 3] = ["batch", "batch_size", "batch-size"];
+    const SEQ: [&str; 5] = ["seq", "seq_len", "seq-len", "sequence_length", "seq_length"];
     if let Some((varied, values)) = &options.values {
+        let keys: &[&str] = if *varied == Varied::Batch {
+            &BATCH
+        } else {
+            &SEQ
+        };
         for (r, &v) in read.iter_mut().zip(values) {
+            // A value given that the run's own note contradicts: one of the
+            // two is wrong, and the plan would be of neither.
+            if let Some(noted) = last_note(&r.extracted.annotations, keys)
+                && let Ok(n) = noted.trim().parse::<u64>()
+                && n != v
+            {
+                return Err(PlanError::ValueContradicts {
+                    path: r.input.path().display().to_string(),
+                    key: keys[0].to_string(),
+                    noted: n,
+                    given: v,
+                });
+            }
             r.value = v;
         }
         return Ok(*varied);
     }
-    const BATCH: [&str; 3] = ["batch", "batch_size", "batch-size"];
-    const SEQ: [&str; 5] = ["seq", "seq_len", "seq-len", "sequence_length", "seq_length"];
     let noted = |r: &Run<'_>, keys: &[&str]| -> Result<Option<u64>, PlanError> {
         match last_note(&r.extracted.annotations, keys) {
             None => Ok(None),

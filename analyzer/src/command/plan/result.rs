@@ -67,6 +67,20 @@ pub enum PlanError {
         /// Its value.
         value: String,
     },
+    /// A value given for a run that its own note contradicts.
+    #[error(
+        "{path} says its {key} was {noted} (its `{key}` annotation), but {given} was given for it: give the runs' values in their order, or leave them to the annotations"
+    )]
+    ValueContradicts {
+        /// The run.
+        path: String,
+        /// The annotation's key.
+        key: String,
+        /// What the run noted.
+        noted: u64,
+        /// What was given for it.
+        given: u64,
+    },
     /// As many values as runs are needed.
     #[error("{values} values for {runs} runs: give one value per run, in the runs' order")]
     ValueCount {
