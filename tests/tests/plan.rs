@@ -389,7 +389,16 @@ fn kv_cache_plan_answers_under_a_cap_and_refuses_bad_input() {
     assert!(run.stderr.contains("give one trace"), "{}", run.stderr);
     // The inverse question on a run that captured no graph; batch sizes
     // without a KV cache to plan them for.
-    let run = vramtrace(["plan", &p, "--kv-cache", "--kv-size", "100MiB"]).fails_with(2);
+    let run = vramtrace([
+        "plan",
+        &p,
+        "--kv-cache",
+        "--kv-size",
+        "100MiB",
+        "--cap",
+        "1GiB",
+    ])
+    .fails_with(2);
     assert!(
         run.stderr.contains("captured no CUDA graph"),
         "{}",
@@ -397,4 +406,79 @@ fn kv_cache_plan_answers_under_a_cap_and_refuses_bad_input() {
     );
     let run = vramtrace(["plan", &p, "--kv-cache", "--captured-batches", "8,4"]).fails_with(2);
     assert!(run.stderr.contains("--kv-size"), "{}", run.stderr);
+}
+
+/// A run at `batch` of one program: a block that grows with the batch, and
+/// three that shrink as it grows (no law fits them), each allocated and
+/// freed at its own site.
+fn shrinking_run(batch: u64) -> Vec<u8> {
+    use vramtrace_format::{BlockEvent, Event, EventData, Header, SegmentEvent, TraceWriter};
+    let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
+    let (key, value) = (
+        w.intern_string("batch"),
+        w.intern_string(&batch.to_string()),
+    );
+    let mut events = vec![
+        EventData::Annotation { key, value },
+        EventData::SegmentAlloc(SegmentEvent {
+            addr: 1 << 30,
+            size: 1 << 30,
+            ..Default::default()
+        }),
+    ];
+    let sizes = [
+        batch << 20,
+        (64 / batch) << 20,
+        (128 / batch) << 20,
+        (256 / batch) << 20,
+    ];
+    for (i, &size) in sizes.iter().enumerate() {
+        let stack = w.intern_symbol_stack([(format!("f{i}").as_str(), "train.py", i as u32 + 1)]);
+        let block = BlockEvent {
+            addr: 1 << 30,
+            size,
+            requested: size,
+            stack,
+            ..Default::default()
+        };
+        events.push(EventData::Alloc(block));
+        events.push(EventData::FreeRequested(block));
+        events.push(EventData::FreeCompleted(block));
+    }
+    for (i, data) in events.into_iter().enumerate() {
+        w.push(Event {
+            time_ns: i as u64,
+            data,
+        })
+        .unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// Sizes that follow no law are not "fitted exactly": the headline counts
+/// them, and a note says which run to record next (issue #46 item 6).
+#[test]
+fn a_plan_says_how_many_sizes_follow_no_law() {
+    let dir = scratch("plan-no-law");
+    let paths: Vec<String> = [4u64, 8]
+        .iter()
+        .map(|&b| {
+            let p = dir.join(format!("b{b}.vtrace"));
+            std::fs::write(&p, shrinking_run(b)).unwrap();
+            s(&p)
+        })
+        .collect();
+    let text = vramtrace(["plan", &paths[0], &paths[1], "--cap", "2GiB"])
+        .success()
+        .stdout;
+    let head = text.lines().next().unwrap();
+    assert!(
+        !head.contains("every allocation's size fitted exactly"),
+        "{text}"
+    );
+    assert!(
+        head.contains("1 of 4 allocations' sizes fitted exactly"),
+        "{text}"
+    );
+    assert!(text.contains("record one more run, at batch 16"), "{text}");
 }

@@ -234,6 +234,18 @@ pub fn plan(
         })
         .collect();
     let mut notes = notes(&model, &read, varied);
+    // Sizes that follow no law are read off the runs, and past the largest
+    // run they are a line's guess: when they are many, say which run to
+    // record next.
+    let (loose, total) = loose_allocations(&laws);
+    if !model.is_assumed() && loose * 4 > total {
+        let top = read.iter().map(|r| r.value).max().unwrap_or(0);
+        notes.push(format!(
+            "{loose} of {total} allocations follow no law through these runs (their sizes past the largest run are guessed along a line): record one more run, at {} {}, to fit them",
+            varied.words(),
+            top.saturating_mul(2)
+        ));
+    }
     if options.reserve.is_some() && reserve.is_none() {
         notes.push(
             "the reserve stated is not taken off the recorded cap: a cap bounds the allocator alone"
@@ -580,6 +592,17 @@ fn setup_allocations(e: &Extracted, symbols: &vramtrace_format::SymbolTable) -> 
 }
 
 /// The sites with allocations that follow no simple law, most first.
+/// Allocations whose sizes follow no law, or that have no partner in every
+/// run, and all allocations: `(loose, total)`.
+pub fn loose_allocations(laws: &[LawRow]) -> (usize, usize) {
+    let count = |l: &LawRow| l.setup_allocations + l.steady_allocations;
+    let loose = (laws.iter())
+        .filter(|l| matches!(l.law, LawKind::NoLaw | LawKind::Unmatched))
+        .map(count)
+        .sum();
+    (loose, laws.iter().map(count).sum())
+}
+
 fn no_law_sites(
     model: &Model,
     read: &[Run<'_>],

@@ -15,11 +15,24 @@ use crate::units;
 pub fn plan(r: &PlanResult) -> String {
     let what = r.varied.words();
     let mut text = match r.basis {
-        Basis::Runs => format!(
-            "plan       the largest {what} from {} runs ({}: every allocation's size fitted exactly through every run, the rest replayed through the allocator)\n",
-            r.runs.len(),
-            r.figures
-        ),
+        Basis::Runs => {
+            let (loose, total) = crate::command::plan::loose_allocations(&r.laws);
+            let fitted = if loose == 0 {
+                "every allocation's size fitted exactly through every run".to_string()
+            } else {
+                format!(
+                    "{} of {} allocations' sizes fitted exactly through every run, {} read off the runs with no law",
+                    units::count((total - loose) as u64),
+                    units::count(total as u64),
+                    units::count(loose as u64)
+                )
+            };
+            format!(
+                "plan       the largest {what} from {} runs ({}: {fitted}, the rest replayed through the allocator)\n",
+                r.runs.len(),
+                r.figures
+            )
+        }
         Basis::OneRun => format!(
             "plan       the largest {what} from one run ({}: activations and temporaries assumed to grow in proportion)\n",
             r.figures
