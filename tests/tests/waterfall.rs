@@ -223,6 +223,34 @@ fn a_snapshots_cap_is_inferred_from_its_oom() {
     );
 }
 
+/// An inferred cap's words say it is inferred: no line says so twice
+/// ("cap of ..., inferred (...) (inferred)"), in any command that shows it.
+#[test]
+fn an_inferred_cap_is_called_inferred_once_a_line() {
+    let p = vramtrace_e2e::fixture("torch/synthetic/capped_oom_p4.pickle")
+        .display()
+        .to_string();
+    let html = scratch("waterfall_inferred_once").join("r.html");
+    let mut lines = 0;
+    for args in [
+        vec!["summary", &p],
+        vec!["simulate", &p],
+        vec!["report", &p, "-o", html.to_str().unwrap()],
+    ] {
+        let out = vramtrace(args).success().stdout;
+        for line in out.lines().filter(|l| l.contains("inferred")) {
+            lines += 1;
+            assert_eq!(line.matches("inferred").count(), 1, "{line}");
+        }
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    for line in page.lines().filter(|l| l.contains("Limit:")) {
+        lines += 1;
+        assert!(!line.contains("(inferred)"), "{line}");
+    }
+    assert!(lines > 0, "no line spoke of the inferred cap");
+}
+
 #[test]
 fn the_fix_offered_for_the_issues_run_is_freeing_the_kept_tensors() {
     let trace = issue_trace("waterfall_fixes", Some(12 * GIB));
