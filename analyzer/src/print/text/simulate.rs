@@ -119,7 +119,7 @@ pub fn simulate(r: &SimulateResult) -> String {
             continue;
         };
         text.push_str(&format!(
-            "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free {} after flushing the cache and {} cached free (largest block {}); needed at least {} more{}\n",
+            "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free {} after flushing the cache and {} cached free (largest block {}); this request alone was {} short{}\n",
             p.scenario.policy,
             units::count(o.event_index),
             units::duration_ns(o.time_ns),
