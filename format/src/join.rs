@@ -487,8 +487,14 @@ mod tests {
             "{err}"
         );
         // A join's error is about the parts, not about the writer it uses.
-        assert!(err.to_string().starts_with("cannot join the parts: "), "{err}");
+        assert!(
+            err.to_string().starts_with("cannot join the parts: "),
+            "{err}"
+        );
         let none = Joiner::new(Vec::new()).finish().unwrap_err();
-        assert!(none.to_string().starts_with("cannot join the parts: "), "{none}");
+        assert!(
+            none.to_string().starts_with("cannot join the parts: "),
+            "{none}"
+        );
     }
 }

@@ -282,8 +282,13 @@ fn a_folder_without_parts_is_named_as_such() {
     let ring_dir = dir.join("empty.ring");
     std::fs::create_dir_all(&ring_dir).unwrap();
     let out = dir.join("joined.vtrace");
-    let run = vramtrace(["join", ring_dir.to_str().unwrap(), "-o", out.to_str().unwrap()])
-        .fails_with(2);
+    let run = vramtrace([
+        "join",
+        ring_dir.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .fails_with(2);
     assert!(!run.stderr.contains("trace writer"), "{}", run.stderr);
     assert!(run.stderr.contains("holds no parts"), "{}", run.stderr);
 }

@@ -449,13 +449,20 @@ fn a_run_that_does_not_fit_gives_one_figure_it_needs() {
     let shown = format!("{:.2} GiB", needs as f64 / (1u64 << 30) as f64);
     assert_eq!(text.matches("need").count(), 1, "{text}");
     assert!(
-        text.contains(&format!("needs {shown} of device memory (the reserve included)")),
+        text.contains(&format!(
+            "needs {shown} of device memory (the reserve included)"
+        )),
         "{text}"
     );
     // The request's own shortfall and the allocator's limit are named so.
-    assert!(text.contains("this request alone was 2.0 MiB short"), "{text}");
     assert!(
-        text.contains("the allocator's limit would have to be 1.04 GiB, 578.0 MiB more than its 488 MiB"),
+        text.contains("this request alone was 2.0 MiB short"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "the allocator's limit would have to be 1.04 GiB, 578.0 MiB more than its 488 MiB"
+        ),
         "{text}"
     );
 }
@@ -465,7 +472,9 @@ fn a_run_that_does_not_fit_gives_one_figure_it_needs() {
 /// "left free 0 B".
 #[test]
 fn the_fixes_columns_say_what_they_count_in_the_verdicts_words() {
-    let text = vramtrace(["simulate", &path("oom.vtrace")]).success().stdout;
+    let text = vramtrace(["simulate", &path("oom.vtrace")])
+        .success()
+        .stdout;
     let header = text
         .lines()
         .find(|l| l.trim_start().starts_with("#  fix"))

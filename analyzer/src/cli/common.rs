@@ -301,11 +301,22 @@ pub fn rank_inputs(
     ranks: &RankArgs,
     input: &InputArgs,
 ) -> anyhow::Result<(Vec<PathBuf>, bool)> {
+    let traces = rank_traces(paths, ranks, input)?;
+    Ok((traces.paths, traces.rank_set))
+}
+
+/// [`rank_inputs`], with the distributed jobs found among traces that are
+/// not one run's ranks.
+pub fn rank_traces(
+    paths: &[PathBuf],
+    ranks: &RankArgs,
+    input: &InputArgs,
+) -> anyhow::Result<set::Traces> {
     let traces = set::resolve(paths, ranks.ranks, input.options())?;
     for e in &traces.left_out {
         warn(format_args!("{e}: left out of its folder's traces"));
     }
-    Ok((traces.paths, traces.rank_set))
+    Ok(traces)
 }
 
 impl RankArgs {
