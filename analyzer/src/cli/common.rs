@@ -397,6 +397,20 @@ pub fn x_axis(x: Option<XArg>, input: &Input) -> vramtrace::analysis::pauses::XA
     x.map_or_else(|| vramtrace::command::default_axis(input), Into::into)
 }
 
+/// The x axis asked for, else the one a timeline chart of the input opens
+/// on ([`vramtrace::command::chart_axis`]: busy time when start-up and
+/// pauses would squeeze the steps on a time axis).
+pub fn chart_x_axis(
+    x: Option<XArg>,
+    input: &Input,
+    timeline: &vramtrace::analysis::timeline::Timeline,
+) -> vramtrace::analysis::pauses::XAxis {
+    x.map_or_else(
+        || vramtrace::command::chart_axis(input, timeline),
+        Into::into,
+    )
+}
+
 /// Refuses an output that is one of the inputs (the same file, under any
 /// name): writing it would destroy what is being read. Checked before any
 /// work, so nothing is lost.
