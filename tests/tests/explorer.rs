@@ -328,7 +328,7 @@ fn colours_by_site_have_a_key_and_small_segments_are_summarized() {
     assert_eq!(shown("vt-sites"), Value::Bool(true));
     assert_eq!(shown("vt-categories"), Value::Bool(false));
     let key =
-        page.eval("[...document.querySelectorAll('#vt-sites span')].map((s) => s.textContent)");
+        page.eval("[...document.querySelectorAll('#vt-sites span[data-colour]')].map((s) => s.textContent)");
     let key: Vec<&str> = key
         .as_array()
         .unwrap()
@@ -382,5 +382,37 @@ fn colours_by_site_have_a_key_and_small_segments_are_summarized() {
     page.eval("document.getElementById('vt-seg-toggle').click()");
     page.settle();
     assert!(height() > few, "the segments did not expand");
+    assert!(page.errors().is_empty(), "{:?}", page.errors());
+}
+
+/// The key under the chart names only colours it draws: none while no
+/// allocation is drawn one by one (a line says why), then the categories
+/// of those drawn.
+#[test]
+fn the_key_names_only_the_colours_drawn() {
+    let Some(browser) = chromium() else { return };
+    let dir = scratch("explorer-key");
+    let page = Page::open(browser, &write_report(&fixture("leak.vtrace"), &dir));
+    let visible = |selector: &str| {
+        page.eval(&format!(
+            "[...document.querySelectorAll('{selector}')].filter((s) => !s.hidden && s.offsetHeight > 0).length"
+        ))
+        .as_u64()
+        .unwrap()
+    };
+    page.settle();
+    let drawn = visible("#vt-categories span[data-colour]");
+    assert!(drawn >= 1, "no category of the allocations drawn is named");
+    assert_eq!(visible("#vt-categories .vt-key-none"), 0);
+    // Only colours drawn: leak.vtrace draws no buffer or gradient.
+    let names = page.eval("[...document.querySelectorAll('#vt-categories span[data-colour]')].filter((s) => !s.hidden).map((s) => s.textContent)");
+    assert!(
+        !names.as_array().unwrap().iter().any(|n| n == "buffers"),
+        "{names}"
+    );
+    page.eval("(() => { const d = document.getElementById('vt-detail'); d.checked = false; d.onchange(); })()");
+    page.settle();
+    assert_eq!(visible("#vt-categories span[data-colour]"), 0);
+    assert_eq!(visible("#vt-categories .vt-key-none"), 1);
     assert!(page.errors().is_empty(), "{:?}", page.errors());
 }

@@ -244,9 +244,12 @@
     document.querySelectorAll("[data-axis]").forEach((b) => { b.onclick = () => setMode(b.dataset.axis); });
     // Colour by category or by site, each with its key.
     const legend = byId("vt-categories"), key = byId("vt-sites");
-    legend.innerHTML = data.categories.map((c) => `<span><i style="background:${c.colour}"></i>${escapeHtml(c.label)}</span>`).join("");
-    key.innerHTML = data.site_key.map((k) => `<span title="${escapeHtml(data.sites[k.site])}"><i style="background:${k.colour}"></i>${escapeHtml(k.label)}</span>`).join("") +
-      `<span><i style="background:${data.colours.other_sites}"></i>${data.site_key.length ? "other sites" : "every site"}</span>`;
+    // Each colour's span says its colour (data-colour): the timeline shows
+    // only those it draws (draw.js's keyOfDrawn).
+    const none = `<span class="vt-key-none muted">No allocation is drawn one by one at this zoom: zoom in (or tick "allocations one by one") for their colours.</span>`;
+    legend.innerHTML = data.categories.map((c) => `<span data-colour="${c.colour}"><i style="background:${c.colour}"></i>${escapeHtml(c.label)}</span>`).join("") + none;
+    key.innerHTML = data.site_key.map((k) => `<span data-colour="${k.colour}" title="${escapeHtml(data.sites[k.site])}"><i style="background:${k.colour}"></i>${escapeHtml(k.label)}</span>`).join("") +
+      `<span data-colour="${data.colours.other_sites}"><i style="background:${data.colours.other_sites}"></i>${data.site_key.length ? "other sites" : "every site"}</span>` + none;
     const colourWith = (by) => {
       explorer.colourBy = by;
       document.querySelectorAll("[data-colour]").forEach((b) => b.classList.toggle("on", b.dataset.colour === by));
