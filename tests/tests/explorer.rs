@@ -327,8 +327,9 @@ fn colours_by_site_have_a_key_and_small_segments_are_summarized() {
     };
     assert_eq!(shown("vt-sites"), Value::Bool(true));
     assert_eq!(shown("vt-categories"), Value::Bool(false));
-    let key =
-        page.eval("[...document.querySelectorAll('#vt-sites span[data-colour]')].map((s) => s.textContent)");
+    let key = page.eval(
+        "[...document.querySelectorAll('#vt-sites span[data-colour]')].map((s) => s.textContent)",
+    );
     let key: Vec<&str> = key
         .as_array()
         .unwrap()
@@ -414,5 +415,45 @@ fn the_key_names_only_the_colours_drawn() {
     page.settle();
     assert_eq!(visible("#vt-categories span[data-colour]"), 0);
     assert_eq!(visible("#vt-categories .vt-key-none"), 1);
+    assert!(page.errors().is_empty(), "{:?}", page.errors());
+}
+
+/// The page's layout: a nav link brings its section below the sticky bar,
+/// not under it; no section's content overflows its card (the OOM table
+/// overflowed by 19 px); the flame graph's frame is as tall as the graph.
+#[test]
+fn the_page_fits_its_cards_and_its_links_clear_the_sticky_bar() {
+    let Some(browser) = chromium() else { return };
+    let dir = scratch("report-layout");
+    let page = Page::open(browser, &write_report(&fixture("oom.vtrace"), &dir));
+    for id in ["ooms", "fixes", "leaks"] {
+        page.eval(&format!(
+            "document.querySelector('nav a[href=\"#{id}\"]').click()"
+        ));
+        page.settle();
+        let gap = page.eval(&format!(
+            "document.getElementById('{id}').getBoundingClientRect().top - document.querySelector('nav').getBoundingClientRect().bottom"
+        ));
+        assert!(
+            gap.as_f64().unwrap() >= 0.0,
+            "#{id} under the bar by {gap} px"
+        );
+    }
+    let over = page.eval(
+        "[...document.querySelectorAll('main section')].filter((s) => s.scrollWidth > s.clientWidth + 1).map((s) => [s.id, s.scrollWidth - s.clientWidth])",
+    );
+    assert_eq!(
+        over,
+        serde_json::json!([]),
+        "sections overflowing their cards"
+    );
+    let frame = page.eval(
+        "(() => { const f = document.querySelector('iframe.flame'); const svg = atob(f.src.split(',')[1]); return [f.clientHeight, Number(/<svg[^>]* height=\"(\\d+)\"/.exec(svg)[1])]; })()",
+    );
+    let (frame, graph) = (frame[0].as_f64().unwrap(), frame[1].as_f64().unwrap());
+    assert!(
+        frame >= graph && frame <= graph + 40.0,
+        "a {frame} px frame for a {graph} px graph"
+    );
     assert!(page.errors().is_empty(), "{:?}", page.errors());
 }
