@@ -285,17 +285,15 @@
     });
     // Repetitions of a phase: a link zooms to each.
     document.querySelectorAll("[data-phase-reps]").forEach((el) => {
-      const want = el.dataset.phaseReps;
-      const normalized = (s) => s.replace(/[0-9]+/g, "#");
-      const repetitions = explorer.model.phases.filter((p) => normalized(p.path) === want);
-      if (!repetitions.length) return;
+      const chips = model.repetitionChips(explorer.model.phases, el.dataset.phaseReps);
+      if (!chips.length) return;
       el.append("Zoom the explorer to a repetition: ");
-      repetitions.slice(0, 60).forEach((p, i) => {
+      chips.slice(0, 60).forEach((p, i) => {
         const button = document.createElement("button");
-        button.className = "vt-chip"; button.textContent = p.name;
+        button.className = "vt-chip"; button.textContent = p.label;
         button.onclick = () => { zoomToEvents(p.begin, p.end + 1); byId("explorer").scrollIntoView({ behavior: "smooth" }); };
         el.append(button);
-        if (i === 59 && repetitions.length > 60) el.append(` … ${repetitions.length - 60} more`);
+        if (i === 59 && chips.length > 60) el.append(` … ${chips.length - 60} more`);
       });
     });
     // Moments elsewhere in the page (OOMs, what-if failures): a link zooms there.

@@ -56,3 +56,17 @@ test("coarser levels merge four buckets and keep their extremes", () => {
   assert.equal(coarse.allocated.last[700], levels[0].allocated.last[n - 1]);
   assert.equal(coarse.allocated.max[700], Math.max(...levels[0].allocated.max.slice(n - 3)));
 });
+
+test("a repeated phase's buttons are told apart, alike ones as one", () => {
+  const phase = (path, begin) => ({ path, name: path.split("/").pop(), begin, end: begin + 5 });
+  // Iterations: one button each, named by its path.
+  const iterations = [phase("iter0", 0), phase("iter0/forward", 1), phase("iter1", 10), phase("iter1/forward", 11)];
+  assert.deepEqual(model.repetitionChips(iterations, "iter#/forward").map((c) => c.label), ["iter0/forward", "iter1/forward"]);
+  // The same path 29 times: one button, "×29", spanning them all.
+  const same = Array.from({ length: 29 }, (_, k) => phase("forward", 10 * k));
+  const chips = model.repetitionChips(same, "forward");
+  assert.equal(chips.length, 1);
+  assert.equal(chips[0].label, "forward ×29");
+  assert.equal(chips[0].begin, 0);
+  assert.equal(chips[0].end, 285);
+});
