@@ -731,7 +731,10 @@ mod tests {
         assert_eq!(site_within(site, 8), "…n.py:39");
         // A user's function keeps its name.
         let step = "train_step (/w/train.py:90) via forward (/v/site-packages/transformers/models/gpt2/modeling_gpt2.py:608)";
-        assert_eq!(site_within(step, 40), "train_step (train.py:90) via forward");
+        assert_eq!(
+            site_within(step, 40),
+            "train_step (train.py:90) via forward"
+        );
         assert_eq!(
             site_lines_within(site, 32),
             ["<module> (probes/cnn.py:39)", "via forward (resnet.py:92)"]

@@ -229,7 +229,10 @@ pub fn render(
             root.draw(&Text::new(
                 detail,
                 (lx, base - 20),
-                (FONT, super::font_size(LABEL_PX - 2)).into_font().color(&BLACK).pos(at),
+                (FONT, super::font_size(LABEL_PX - 2))
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(at),
             ))
             .map_err(super::draw_error)?;
             tips.circle(
@@ -570,14 +573,28 @@ mod tests {
     fn the_peak_label_sits_beside_its_marker_on_a_clear_ground() {
         let svg = render(&chart(), "t", &mut Palette::new(), XAxis::Time).unwrap();
         let marker: f64 = attribute(&svg, "circle", "r=\"5\"", "cx").parse().unwrap();
-        let x: f64 = attribute(&svg, "text", "\npeak 330.0 MiB\n", "x").parse().unwrap();
-        assert_eq!(attribute(&svg, "text", "\npeak 330.0 MiB\n", "text-anchor"), "end");
-        assert!((marker - 12.0..=marker - 8.0).contains(&x), "label at {x}, marker at {marker}");
+        let x: f64 = attribute(&svg, "text", "\npeak 330.0 MiB\n", "x")
+            .parse()
+            .unwrap();
+        assert_eq!(
+            attribute(&svg, "text", "\npeak 330.0 MiB\n", "text-anchor"),
+            "end"
+        );
+        assert!(
+            (marker - 12.0..=marker - 8.0).contains(&x),
+            "label at {x}, marker at {marker}"
+        );
         // The ground: a white box just before the label.
         let label = svg.find("\npeak 330.0 MiB\n").unwrap();
         let ground = svg[..label].rfind("<rect").unwrap();
-        assert!(svg[ground..label].contains("fill=\"#FFFFFF\""), "no ground under the label");
-        assert!(!svg[ground..label].contains("<polyline"), "a line over the ground");
+        assert!(
+            svg[ground..label].contains("fill=\"#FFFFFF\""),
+            "no ground under the label"
+        );
+        assert!(
+            !svg[ground..label].contains("<polyline"),
+            "a line over the ground"
+        );
     }
 
     #[test]
