@@ -356,6 +356,12 @@ fn colours_by_site_have_a_key_and_small_segments_are_summarized() {
             .any(|k| k.starts_with("steps (") && k.contains(" via ")),
         "{key:?}"
     );
+    // Zoomed in to where allocations are drawn one by one, the key names
+    // the sites drawn.
+    page.eval("vtExplorer.zoomToEvents(9000, 10500)");
+    page.settle();
+    let named = page.eval("[...document.querySelectorAll('#vt-sites span[data-colour]')].filter((s) => !s.hidden).length");
+    assert!(named.as_u64().unwrap() >= 1, "no site of those drawn named");
     page.plot();
     page.settle();
     page.keep_screenshot("explorer-sites.png");

@@ -246,7 +246,7 @@
     const legend = byId("vt-categories"), key = byId("vt-sites");
     // Each colour's span says its colour (data-colour): the timeline shows
     // only those it draws (draw.js's keyOfDrawn).
-    const none = `<span class="vt-key-none muted">No allocation is drawn one by one at this zoom: zoom in (or tick "allocations one by one") for their colours.</span>`;
+    const none = `<span class="vt-key-none muted">No allocation is drawn one by one here, so no colour of theirs is shown.</span>`;
     legend.innerHTML = data.categories.map((c) => `<span data-colour="${c.colour}"><i style="background:${c.colour}"></i>${escapeHtml(c.label)}</span>`).join("") + none;
     key.innerHTML = data.site_key.map((k) => `<span data-colour="${k.colour}" title="${escapeHtml(data.sites[k.site])}"><i style="background:${k.colour}"></i>${escapeHtml(k.label)}</span>`).join("") +
       `<span data-colour="${data.colours.other_sites}"><i style="background:${data.colours.other_sites}"></i>${data.site_key.length ? "other sites" : "every site"}</span>` + none;
