@@ -453,6 +453,28 @@ fn the_page_fits_its_cards_and_its_links_clear_the_sticky_bar() {
         serde_json::json!([]),
         "sections overflowing their cards"
     );
+    // An OOM under a recorded cap, whose limit's words are long.
+    let capped = dir.join("capped.vtrace");
+    vramtrace_e2e::write_capped_run(
+        &capped,
+        80_000 << 20,
+        Some(12 << 30),
+        500 << 20,
+        1434,
+        5530 << 20,
+    );
+    let capped = Page::open(
+        browser,
+        &write_report(&capped, &scratch("report-layout-capped")),
+    );
+    let over = capped.eval(
+        "[...document.querySelectorAll('main section')].filter((s) => s.scrollWidth > s.clientWidth + 1).map((s) => [s.id, s.scrollWidth - s.clientWidth])",
+    );
+    assert_eq!(
+        over,
+        serde_json::json!([]),
+        "sections of a capped OOM's page overflowing their cards"
+    );
     let frame = page.eval(
         "(() => { const f = document.querySelector('iframe.flame'); const svg = atob(f.src.split(',')[1]); return [f.clientHeight, Number(/<svg[^>]* height=\"(\\d+)\"/.exec(svg)[1])]; })()",
     );
