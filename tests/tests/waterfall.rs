@@ -113,6 +113,15 @@ fn simulate_reproduces_the_capped_oom_and_speaks_of_the_cap() {
     assert_eq!(v["reserve"]["bytes"], 500 * MIB);
     let text = vramtrace(["simulate", &trace]).success().stdout;
     assert!(text.contains("fidelity   exact"), "{text}");
+    // Under a cap the figure needed is the cap; the smallest device memory
+    // (the min capacity column) says it is that cap and the reserve.
+    let min = vramtrace(["simulate", &trace, "--min-capacity"])
+        .success()
+        .stdout;
+    assert!(
+        min.contains("min capacity: the smallest device memory without an OOM: the cap it needs (14.74 GiB) and the 500 MiB reserve"),
+        "{min}"
+    );
     assert!(!text.contains("fits on"), "{text}");
     assert!(text.contains("free under the cap"), "{text}");
 }
