@@ -538,16 +538,28 @@ pub fn site_within(site: &str, max: usize) -> String {
         return frame_within(site, max);
     };
     let (user_label, user_compact) = (frame_label(user), compact_frame(user));
+    // A script's top level (`<module>`) names nothing: short of room, its
+    // line (`train.py:19`) says where, and the library frame's function
+    // what; `<module> (train.py:19) via …` said neither.
+    let user_short = match split_site(&user_compact) {
+        Some(("<module>", location)) => location.to_string(),
+        _ => user_compact.clone(),
+    };
+    let library_function = match split_site(&compact_frame(library)) {
+        Some((function, _)) => function.to_string(),
+        None => compact_frame(library),
+    };
     let library = compact_frame(library);
     [
         site_label(site),
         format!("{user_label}{VIA}{library}"),
         format!("{user_compact}{VIA}{library}"),
-        format!("{user_compact}{VIA}…"),
+        format!("{user_short}{VIA}{library_function}"),
+        format!("{user_short}{VIA}…"),
     ]
     .into_iter()
     .find(|name| name.chars().count() <= max)
-    .unwrap_or_else(|| cut_left(&user_compact, max))
+    .unwrap_or_else(|| cut_left(&user_short, max))
 }
 
 /// A site's name for a chart's legend, as lines within `max` characters
@@ -710,8 +722,19 @@ mod tests {
             site_within(site, 50),
             "<module> (cnn.py:39) via forward (resnet.py:92)"
         );
-        assert_eq!(site_within(site, 40), "<module> (cnn.py:39) via …");
-        assert_eq!(site_within(site, 14), "…> (cnn.py:39)");
+        // Short of room, a script's top level (`<module>`, which names
+        // nothing) is its line, and the library frame keeps its function:
+        // not `<module> (cnn.py:39) via …`.
+        assert_eq!(site_within(site, 40), "cnn.py:39 via forward");
+        assert_eq!(site_within(site, 15), "cnn.py:39 via …");
+        assert_eq!(site_within(site, 14), "cnn.py:39");
+        assert_eq!(site_within(site, 8), "…n.py:39");
+        // A user's function keeps its name.
+        let step = "train_step (/w/train.py:90) via forward (/v/site-packages/transformers/models/gpt2/modeling_gpt2.py:608)";
+        assert_eq!(
+            site_within(step, 40),
+            "train_step (train.py:90) via forward"
+        );
         assert_eq!(
             site_lines_within(site, 32),
             ["<module> (probes/cnn.py:39)", "via forward (resnet.py:92)"]

@@ -42,6 +42,10 @@ pub enum FormatError {
     /// trace's end (it failed or panicked); the events it sent were read.
     #[error("the trace stopped short: its producer failed before the end")]
     ProducerStopped,
+    /// Parts given to a join cannot be joined (none given, or parts of
+    /// different recordings).
+    #[error("cannot join the parts: {0}")]
+    NotJoinable(&'static str),
     /// The writer was used out of order (e.g. an initial state after events).
     #[error("invalid use of the trace writer: {0}")]
     InvalidUse(&'static str),

@@ -178,7 +178,7 @@ impl<W: Write> Joiner<W> {
             // starts from a state, and begins with every symbol defined so
             // far.
             if self.first != Some(origin) || reader.initial_state().is_none() {
-                return Err(FormatError::InvalidUse(MISMATCH));
+                return Err(FormatError::NotJoinable(MISMATCH));
             }
             self.known.check_continues(&reader)?;
             preamble_events(&reader)
@@ -248,7 +248,7 @@ impl<W: Write> Joiner<W> {
     pub fn finish(self) -> Result<(W, JoinSummary), FormatError> {
         let w = self
             .writer
-            .ok_or(FormatError::InvalidUse("no parts to join"))?;
+            .ok_or(FormatError::NotJoinable("no parts to join"))?;
         let mut summary = self.summary;
         summary.counts = *w.counts();
         Ok((w.finish()?, summary))
@@ -309,7 +309,7 @@ impl Known {
         if same {
             Ok(())
         } else {
-            Err(FormatError::InvalidUse(MISMATCH))
+            Err(FormatError::NotJoinable(MISMATCH))
         }
     }
 
@@ -327,17 +327,17 @@ impl Known {
         while (self.strings as usize) < table.string_count() {
             let s = table.string(StringId(self.strings)).unwrap_or("");
             if w.intern_string(s) != StringId(self.strings) {
-                return Err(FormatError::InvalidUse(MISMATCH));
+                return Err(FormatError::NotJoinable(MISMATCH));
             }
             self.strings += 1;
             s.clone_into(&mut self.last_string);
         }
         while (self.frames as usize) < table.frame_count() {
             let Some(&frame) = table.frame(FrameId(self.frames)) else {
-                return Err(FormatError::InvalidUse(MISMATCH));
+                return Err(FormatError::NotJoinable(MISMATCH));
             };
             if w.intern_frame(frame) != FrameId(self.frames) {
-                return Err(FormatError::InvalidUse(MISMATCH));
+                return Err(FormatError::NotJoinable(MISMATCH));
             }
             self.frames += 1;
             self.last_frame = Some(frame);
@@ -345,7 +345,7 @@ impl Known {
         while (self.stacks as usize) < table.stack_count() {
             let frames = table.stack(StackId(self.stacks)).to_vec();
             if w.intern_stack(&frames) != StackId(self.stacks) {
-                return Err(FormatError::InvalidUse(MISMATCH));
+                return Err(FormatError::NotJoinable(MISMATCH));
             }
             self.stacks += 1;
             self.last_stack = frames;
@@ -486,6 +486,16 @@ mod tests {
         assert!(
             err.to_string().contains("not parts of one recording"),
             "{err}"
+        );
+        // A join's error is about the parts, not about the writer it uses.
+        assert!(
+            err.to_string().starts_with("cannot join the parts: "),
+            "{err}"
+        );
+        let none = Joiner::new(Vec::new()).finish().unwrap_err();
+        assert!(
+            none.to_string().starts_with("cannot join the parts: "),
+            "{none}"
         );
     }
 }

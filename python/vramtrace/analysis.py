@@ -435,7 +435,9 @@ class Trace:
         writes it. Its x axis is ``x``: ``"time"``, ``"events"`` (the event
         index) or ``"busy"`` (time with idle gaps cut short); by default busy
         time for a PyTorch snapshot (its history reaches back across long
-        pauses), time for a trace.
+        pauses) and for a trace whose start-up and pauses take a quarter of
+        its span or more (its steps would be squeezed on a time axis), else
+        time; ``x="time"`` gives the wall-clock axis.
         """
         options = ["--by", by, "--top", str(top), *(["--x", x] if x is not None else []),
                    *_window(start, end, full_stacks, skip_frames)]

@@ -677,3 +677,92 @@ fn a_chart_under_a_name_of_another_format_is_refused() {
         assert!(out.is_file(), "{command:?} {name}");
     }
 }
+
+/// A run as a real one starts: a little allocated while the program
+/// imports and starts CUDA, then ten seconds without an allocator event,
+/// then 40 training steps of 2 ms each.
+fn write_slow_start(path: &Path) {
+    use vramtrace_allocator::device::SimulatedDevice;
+    use vramtrace_allocator::{AllocatorConfig, CachingAllocator};
+    use vramtrace_format::{Event, EventData, Header, TraceWriter};
+    const MIB: u64 = 1 << 20;
+    let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut w = TraceWriter::new(file, Header::default()).unwrap();
+    let stack = w.intern_symbol_stack([("step", "train.py", 12u32)]);
+    let mut alloc =
+        CachingAllocator::new(SimulatedDevice::new(1 << 40), AllocatorConfig::default());
+    alloc.set_event_log(true);
+    let time = std::cell::Cell::new(0u64);
+    let write =
+        |w: &mut TraceWriter<_>, alloc: &mut CachingAllocator<SimulatedDevice>, step: u64| {
+            for mut e in alloc.drain_events().collect::<Vec<_>>() {
+                time.set(time.get() + step);
+                if let EventData::Alloc(x) = &mut e {
+                    x.stack = stack;
+                }
+                w.push(Event {
+                    time_ns: time.get(),
+                    data: e,
+                })
+                .unwrap();
+            }
+        };
+    alloc.malloc(64 * MIB, 0).unwrap();
+    write(&mut w, &mut alloc, 1_000);
+    time.set(time.get() + 10_000_000_000);
+    for i in 0..40 {
+        let a = alloc.malloc((32 + i % 4) * MIB, 0).unwrap().addr;
+        write(&mut w, &mut alloc, 1_000_000);
+        alloc.free(a).unwrap();
+        write(&mut w, &mut alloc, 1_000_000);
+    }
+    w.finish().unwrap();
+}
+
+/// Ten seconds of start-up before 80 ms of steps: the charts open on busy
+/// time, which shows the steps across the width, and say so; `--x time`
+/// gives the wall-clock axis. A run without such pauses keeps time.
+#[test]
+fn a_slow_start_opens_the_charts_on_busy_time() {
+    let dir = scratch("timeline-slow-start");
+    let trace = dir.join("slow.vtrace");
+    write_slow_start(&trace);
+    let draw = |name: &str, trace: &Path, extra: &[&str]| {
+        let out = dir.join(name);
+        let mut args: Vec<&std::ffi::OsStr> =
+            vec!["timeline".as_ref(), trace.as_os_str(), "-o".as_ref()];
+        args.push(out.as_os_str());
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        vramtrace(args).success();
+        texts(&read_svg(&out))
+    };
+    let busy = draw("default.svg", &trace, &[]);
+    assert!(busy.contains("busy time"), "{busy}");
+    // The axis ends within the steps' length, not ten seconds on.
+    assert!(
+        !busy.lines().any(|l| l.ends_with(" s") && l != "0 s"),
+        "{busy}"
+    );
+    let time = draw("time.svg", &trace, &["--x", "time"]);
+    assert!(!time.contains("busy time"), "{time}");
+    assert!(time.lines().any(|l| l == "10.00 s"), "{time}");
+    let steady = draw("steady.svg", &fixture("leak.vtrace"), &[]);
+    assert!(!steady.contains("busy time"), "{steady}");
+
+    // compare -o and the report's explorer alike.
+    let out = dir.join("compare.svg");
+    vramtrace([
+        "compare".as_ref(),
+        trace.as_os_str(),
+        trace.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ])
+    .success();
+    assert!(texts(&read_svg(&out)).contains("busy time"));
+    let page = std::fs::read_to_string(write_report(&trace, &dir)).unwrap();
+    assert!(
+        page.contains("\"default_axis\":\"busy\""),
+        "the explorer's axis"
+    );
+}

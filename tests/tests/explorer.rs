@@ -327,8 +327,9 @@ fn colours_by_site_have_a_key_and_small_segments_are_summarized() {
     };
     assert_eq!(shown("vt-sites"), Value::Bool(true));
     assert_eq!(shown("vt-categories"), Value::Bool(false));
-    let key =
-        page.eval("[...document.querySelectorAll('#vt-sites span')].map((s) => s.textContent)");
+    let key = page.eval(
+        "[...document.querySelectorAll('#vt-sites span[data-colour]')].map((s) => s.textContent)",
+    );
     let key: Vec<&str> = key
         .as_array()
         .unwrap()
@@ -355,6 +356,12 @@ fn colours_by_site_have_a_key_and_small_segments_are_summarized() {
             .any(|k| k.starts_with("steps (") && k.contains(" via ")),
         "{key:?}"
     );
+    // Zoomed in to where allocations are drawn one by one, the key names
+    // the sites drawn.
+    page.eval("vtExplorer.zoomToEvents(9000, 10500)");
+    page.settle();
+    let named = page.eval("[...document.querySelectorAll('#vt-sites span[data-colour]')].filter((s) => !s.hidden).length");
+    assert!(named.as_u64().unwrap() >= 1, "no site of those drawn named");
     page.plot();
     page.settle();
     page.keep_screenshot("explorer-sites.png");
@@ -382,5 +389,99 @@ fn colours_by_site_have_a_key_and_small_segments_are_summarized() {
     page.eval("document.getElementById('vt-seg-toggle').click()");
     page.settle();
     assert!(height() > few, "the segments did not expand");
+    assert!(page.errors().is_empty(), "{:?}", page.errors());
+}
+
+/// The key under the chart names only colours it draws: none while no
+/// allocation is drawn one by one (a line says why), then the categories
+/// of those drawn.
+#[test]
+fn the_key_names_only_the_colours_drawn() {
+    let Some(browser) = chromium() else { return };
+    let dir = scratch("explorer-key");
+    let page = Page::open(browser, &write_report(&fixture("leak.vtrace"), &dir));
+    let visible = |selector: &str| {
+        page.eval(&format!(
+            "[...document.querySelectorAll('{selector}')].filter((s) => !s.hidden && s.offsetHeight > 0).length"
+        ))
+        .as_u64()
+        .unwrap()
+    };
+    page.settle();
+    let drawn = visible("#vt-categories span[data-colour]");
+    assert!(drawn >= 1, "no category of the allocations drawn is named");
+    assert_eq!(visible("#vt-categories .vt-key-none"), 0);
+    // Only colours drawn: leak.vtrace draws no buffer or gradient.
+    let names = page.eval("[...document.querySelectorAll('#vt-categories span[data-colour]')].filter((s) => !s.hidden).map((s) => s.textContent)");
+    assert!(
+        !names.as_array().unwrap().iter().any(|n| n == "buffers"),
+        "{names}"
+    );
+    page.eval("(() => { const d = document.getElementById('vt-detail'); d.checked = false; d.onchange(); })()");
+    page.settle();
+    assert_eq!(visible("#vt-categories span[data-colour]"), 0);
+    assert_eq!(visible("#vt-categories .vt-key-none"), 1);
+    assert!(page.errors().is_empty(), "{:?}", page.errors());
+}
+
+/// The page's layout: a nav link brings its section below the sticky bar,
+/// not under it; no section's content overflows its card (the OOM table
+/// overflowed by 19 px); the flame graph's frame is as tall as the graph.
+#[test]
+fn the_page_fits_its_cards_and_its_links_clear_the_sticky_bar() {
+    let Some(browser) = chromium() else { return };
+    let dir = scratch("report-layout");
+    let page = Page::open(browser, &write_report(&fixture("oom.vtrace"), &dir));
+    for id in ["ooms", "fixes", "leaks"] {
+        page.eval(&format!(
+            "document.querySelector('nav a[href=\"#{id}\"]').click()"
+        ));
+        page.settle();
+        let gap = page.eval(&format!(
+            "document.getElementById('{id}').getBoundingClientRect().top - document.querySelector('nav').getBoundingClientRect().bottom"
+        ));
+        assert!(
+            gap.as_f64().unwrap() >= 0.0,
+            "#{id} under the bar by {gap} px"
+        );
+    }
+    let over = page.eval(
+        "[...document.querySelectorAll('main section')].filter((s) => s.scrollWidth > s.clientWidth + 1).map((s) => [s.id, s.scrollWidth - s.clientWidth])",
+    );
+    assert_eq!(
+        over,
+        serde_json::json!([]),
+        "sections overflowing their cards"
+    );
+    // An OOM under a recorded cap, whose limit's words are long.
+    let capped = dir.join("capped.vtrace");
+    vramtrace_e2e::write_capped_run(
+        &capped,
+        80_000 << 20,
+        Some(12 << 30),
+        500 << 20,
+        1434,
+        5530 << 20,
+    );
+    let capped = Page::open(
+        browser,
+        &write_report(&capped, &scratch("report-layout-capped")),
+    );
+    let over = capped.eval(
+        "[...document.querySelectorAll('main section')].filter((s) => s.scrollWidth > s.clientWidth + 1).map((s) => [s.id, s.scrollWidth - s.clientWidth])",
+    );
+    assert_eq!(
+        over,
+        serde_json::json!([]),
+        "sections of a capped OOM's page overflowing their cards"
+    );
+    let frame = page.eval(
+        "(() => { const f = document.querySelector('iframe.flame'); const svg = atob(f.src.split(',')[1]); return [f.clientHeight, Number(/<svg[^>]* height=\"(\\d+)\"/.exec(svg)[1])]; })()",
+    );
+    let (frame, graph) = (frame[0].as_f64().unwrap(), frame[1].as_f64().unwrap());
+    assert!(
+        frame >= graph && frame <= graph + 40.0,
+        "a {frame} px frame for a {graph} px graph"
+    );
     assert!(page.errors().is_empty(), "{:?}", page.errors());
 }

@@ -86,6 +86,12 @@ fn svg_and_folded_outputs() {
     };
     roxmltree::Document::parse_with_options(&text, xml)
         .expect("the flame graph is well-formed XML");
+    // A label too long for its box is cut from the right, in the file and
+    // by its script on zoom, so the function name, first, stays.
+    assert!(
+        text.contains("truncate_text_right = true;"),
+        "labels cut from the left"
+    );
     // The same stacks make the same file.
     let again = dir.join("again.svg");
     vramtrace(["flamegraph", arg(&input), "-o", arg(&again)]).success();

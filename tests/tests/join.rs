@@ -273,3 +273,22 @@ fn two_thousand_parts_join_one_open_at_a_time() {
     );
     assert_eq!(events(&out), all);
 }
+
+/// A folder without parts is said to be one, as a join's error, not as a
+/// misuse of the trace writer the join uses.
+#[test]
+fn a_folder_without_parts_is_named_as_such() {
+    let dir = scratch("join-empty");
+    let ring_dir = dir.join("empty.ring");
+    std::fs::create_dir_all(&ring_dir).unwrap();
+    let out = dir.join("joined.vtrace");
+    let run = vramtrace([
+        "join",
+        ring_dir.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .fails_with(2);
+    assert!(!run.stderr.contains("trace writer"), "{}", run.stderr);
+    assert!(run.stderr.contains("holds no parts"), "{}", run.stderr);
+}

@@ -251,3 +251,41 @@ fn report_of_two_traces_read_as_ranks_is_a_rank_set() {
         run.stderr
     );
 }
+
+/// The report's leak chart says what it draws: a phase that varies says
+/// between what and what (its line looked flat under "varies"), and the
+/// caption speaks of a fitted line only where one is drawn.
+#[test]
+fn the_leak_charts_words_match_what_it_draws() {
+    let mut seen = 0;
+    for name in [
+        "clean.vtrace",
+        "leak.vtrace",
+        "oom.vtrace",
+        "two-devices.vtrace",
+        "fragmenting.vtrace",
+    ] {
+        let dir = vramtrace_e2e::scratch(&format!("leaks-words-{name}"));
+        let page = std::fs::read_to_string(vramtrace_e2e::write_report(
+            &vramtrace_e2e::fixture(name),
+            &dir,
+        ))
+        .unwrap();
+        let Some(at) = page.find("<section id=\"leaks\"") else {
+            continue;
+        };
+        let section = &page[at..at + page[at..].find("</section>").unwrap()];
+        let Some(figure) = section.find("<figure>") else {
+            continue;
+        };
+        let figure = &section[figure..section.find("</figure>").unwrap()];
+        let caption = &figure[figure.find("<figcaption>").unwrap()..];
+        let fitted = figure.contains(": grows by ") || figure.contains(": shrinks by ");
+        assert_eq!(caption.contains("dashed line"), fitted, "{name}: {caption}");
+        if figure.contains(": varies ") {
+            assert!(figure.contains("varies between "), "{name}: {figure}");
+        }
+        seen += 1;
+    }
+    assert!(seen >= 3, "too few leak charts");
+}

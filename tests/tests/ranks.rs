@@ -67,11 +67,14 @@ fn ranks_are_read_from_headers_or_when_asked_and_rows_name_their_files() {
     let table = vramtrace(["summary", &set, "--json"]).success().result();
     assert_eq!(table["ranks_from"], "header", "{table:#}");
     assert_eq!(table["rows"].as_array().map(Vec::len), Some(3));
-    // A stray trace among them: not one run, so each on its own.
+    // A stray trace among them: not one run, so the ranks are tabled as
+    // their job and the stray trace is summarized on its own.
     let stray = dir.join("stray.vtrace");
     std::fs::copy(fixture("clean.vtrace"), &stray).unwrap();
     let each = vramtrace(["summary", &set, "--json"]).success().result();
-    assert_eq!(each.as_array().map(Vec::len), Some(4), "{each:#}");
+    assert_eq!(each.as_array().map(Vec::len), Some(2), "{each:#}");
+    assert_eq!(each[0]["rows"].as_array().map(Vec::len), Some(3));
+    assert_eq!(each[1]["path"], stray.display().to_string());
     // A report of traces that are not ranks of one run is refused in one line.
     let out = dir.join("report.html").display().to_string();
     let run = vramtrace([
@@ -166,4 +169,47 @@ fn a_set_tells_each_traces_warnings_once_in_rank_order() {
     lines.sort();
     lines.dedup();
     assert_eq!(lines.len(), all, "a warning told twice:\n{}", run.stderr);
+}
+
+/// A folder of two distributed jobs' traces (the same world size, so the
+/// ranks repeat): each job's ranks in a table of their own, the job's files
+/// only, and a trace of no job on its own.
+#[test]
+fn a_folder_of_two_jobs_tables_each_job() {
+    let dir = scratch("ranks-two-jobs");
+    for (job, seed) in [("a", "1"), ("b", "2")] {
+        let pattern = dir
+            .join(format!("{job}-rank%r.vtrace"))
+            .display()
+            .to_string();
+        vramtrace(["synth", "--world-size", "3", "--seed", seed, "-o", &pattern]).success();
+    }
+    std::fs::copy(fixture("clean.vtrace"), dir.join("c-alone.vtrace")).unwrap();
+    let folder = dir.display().to_string();
+    let all = vramtrace(["summary", &folder, "--json"]).success().result();
+    let docs = all.as_array().unwrap_or_else(|| panic!("{all:#}"));
+    assert_eq!(docs.len(), 3, "{all:#}");
+    for (doc, job) in docs[..2].iter().zip(["a-", "b-"]) {
+        let rows = doc["rows"].as_array().unwrap_or_else(|| panic!("{doc:#}"));
+        assert_eq!(rows.len(), 3, "{doc:#}");
+        for row in rows {
+            let file = row["path"].as_str().unwrap_or_else(|| panic!("{row:#}"));
+            assert!(file.contains(job), "{file} in job {job}");
+        }
+    }
+    assert_eq!(
+        docs[2]["path"],
+        dir.join("c-alone.vtrace").display().to_string()
+    );
+    let text = vramtrace(["summary", &folder]).success().stdout;
+    assert!(
+        text.contains("job 1 of 2: 3 traces of world size 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("job 2 of 2: 3 traces of world size 3"),
+        "{text}"
+    );
+    assert_eq!(text.matches("3 ranks").count(), 2, "{text}");
+    assert!(text.contains("c-alone.vtrace"), "{text}");
 }

@@ -428,3 +428,60 @@ fn every_fix_offered_for_the_recorded_oom_removes_it_when_applied() {
     // A run that fits has none.
     assert!(simulate_json(&[&path("clean.vtrace")])["fixes"].is_null());
 }
+
+/// A run that does not fit gives one figure it needs, of device memory,
+/// the reserve included; the other figures say which limit they are about
+/// (the failing request's shortfall, the allocator's limit), and all agree.
+#[test]
+fn a_run_that_does_not_fit_gives_one_figure_it_needs() {
+    let args = [path("oom.vtrace"), "--capacity".into(), "1000MiB".into()];
+    let v = simulate_json(&[&args[0], &args[1], &args[2], "--min-capacity"]);
+    let needs = v["verdict"]["needs_bytes"].as_u64().unwrap();
+    let reserve = v["reserve"]["bytes"].as_u64().unwrap();
+    let fixes = &v["fixes"];
+    let limit = fixes["limit_bytes"].as_u64().unwrap();
+    let more = fixes["needs_more_bytes"].as_u64().unwrap();
+    // The allocator's limit that fits, and the device memory that holds it.
+    assert_eq!(limit + more + reserve, needs, "{v:#}");
+    let text = vramtrace(["simulate", &args[0], &args[1], &args[2], "--min-capacity"])
+        .success()
+        .stdout;
+    let shown = format!("{:.2} GiB", needs as f64 / (1u64 << 30) as f64);
+    assert_eq!(text.matches("need").count(), 1, "{text}");
+    assert!(
+        text.contains(&format!(
+            "needs {shown} of device memory (the reserve included)"
+        )),
+        "{text}"
+    );
+    // The request's own shortfall and the allocator's limit are named so.
+    assert!(
+        text.contains("this request alone was 2.0 MiB short"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "the allocator's limit would have to be 1.04 GiB, 578.0 MiB more than its 488 MiB"
+        ),
+        "{text}"
+    );
+}
+
+/// The fixes' columns use the verdict's words (unreserved, cached): no
+/// "free 1.6 GiB" in the verdict beside a fix that "frees 120 MiB" with
+/// "left free 0 B".
+#[test]
+fn the_fixes_columns_say_what_they_count_in_the_verdicts_words() {
+    let text = vramtrace(["simulate", &path("oom.vtrace")])
+        .success()
+        .stdout;
+    let header = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("#  fix"))
+        .unwrap_or_else(|| panic!("no fixes table:\n{text}"));
+    assert!(header.contains("reserved less"), "{header}");
+    assert!(header.contains("unreserved after"), "{header}");
+    assert!(!header.contains("frees"), "{header}");
+    assert!(!text.contains("left free"), "{text}");
+    assert!(text.contains("cached free memory not counted"), "{text}");
+}

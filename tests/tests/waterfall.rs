@@ -113,6 +113,15 @@ fn simulate_reproduces_the_capped_oom_and_speaks_of_the_cap() {
     assert_eq!(v["reserve"]["bytes"], 500 * MIB);
     let text = vramtrace(["simulate", &trace]).success().stdout;
     assert!(text.contains("fidelity   exact"), "{text}");
+    // Under a cap the figure needed is the cap; the smallest device memory
+    // (the min capacity column) says it is that cap and the reserve.
+    let min = vramtrace(["simulate", &trace, "--min-capacity"])
+        .success()
+        .stdout;
+    assert!(
+        min.contains("min capacity: the smallest device memory without an OOM: the cap it needs (14.74 GiB) and the 500 MiB reserve"),
+        "{min}"
+    );
     assert!(!text.contains("fits on"), "{text}");
     assert!(text.contains("free under the cap"), "{text}");
 }
@@ -221,6 +230,34 @@ fn a_snapshots_cap_is_inferred_from_its_oom() {
             .unwrap()
             .starts_with("runs out of memory under its inferred cap of 1.95 GiB to 7.35 GiB")
     );
+}
+
+/// An inferred cap's words say it is inferred: no line says so twice
+/// ("cap of ..., inferred (...) (inferred)"), in any command that shows it.
+#[test]
+fn an_inferred_cap_is_called_inferred_once_a_line() {
+    let p = vramtrace_e2e::fixture("torch/synthetic/capped_oom_p4.pickle")
+        .display()
+        .to_string();
+    let html = scratch("waterfall_inferred_once").join("r.html");
+    let mut lines = 0;
+    for args in [
+        vec!["summary", &p],
+        vec!["simulate", &p],
+        vec!["report", &p, "-o", html.to_str().unwrap()],
+    ] {
+        let out = vramtrace(args).success().stdout;
+        for line in out.lines().filter(|l| l.contains("inferred")) {
+            lines += 1;
+            assert_eq!(line.matches("inferred").count(), 1, "{line}");
+        }
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    for line in page.lines().filter(|l| l.contains("Limit:")) {
+        lines += 1;
+        assert!(!line.contains("(inferred)"), "{line}");
+    }
+    assert!(lines > 0, "no line spoke of the inferred cap");
 }
 
 #[test]

@@ -250,6 +250,15 @@ impl CategoryMoment {
     /// end) to the blocks that were live at this moment.
     #[inline]
     pub fn follow(&mut self, state: &ReplayState) {
+        // Most events change no category: one test each, the rest apart.
+        if state.recategorized().is_empty() && state.user_categories().changes().is_empty() {
+            return;
+        }
+        self.follow_changes(state);
+    }
+
+    #[inline(never)]
+    fn follow_changes(&mut self, state: &ReplayState) {
         for change in state.recategorized() {
             self.counts.follow(self.replayed, change);
         }

@@ -59,6 +59,28 @@ pub struct IdleGaps {
     pub median_ns: u64,
 }
 
+impl IdleGaps {
+    /// The time a busy-time axis cuts: each idle gap kept, less the length
+    /// it is drawn.
+    pub fn cut_ns(&self) -> u64 {
+        (self.gaps.iter())
+            .map(|g| g.gap_ns.saturating_sub(self.threshold_ns))
+            .sum()
+    }
+
+    /// Whether a time axis of `span_ns` would squeeze the work: the idle
+    /// gaps take [`SQUEEZED_SHARE`] of it or more.
+    pub fn squeeze(&self, span_ns: u64) -> bool {
+        span_ns > 0 && self.cut_ns() as f64 >= SQUEEZED_SHARE * span_ns as f64
+    }
+}
+
+/// The share of a chart's span that idle gaps must take for a trace's
+/// charts to open on busy time: a real run's imports and CUDA start-up
+/// take seconds before steps of milliseconds, which a time axis would
+/// squeeze into its last few percent.
+pub const SQUEEZED_SHARE: f64 = 0.25;
+
 /// Busy time as a function of time: any moment, an event's or not (a
 /// chart's bucket edges fall inside pauses), has a place on a busy-time
 /// axis, and a later moment never has an earlier place.

@@ -301,11 +301,22 @@ pub fn rank_inputs(
     ranks: &RankArgs,
     input: &InputArgs,
 ) -> anyhow::Result<(Vec<PathBuf>, bool)> {
+    let traces = rank_traces(paths, ranks, input)?;
+    Ok((traces.paths, traces.rank_set))
+}
+
+/// [`rank_inputs`], with the distributed jobs found among traces that are
+/// not one run's ranks.
+pub fn rank_traces(
+    paths: &[PathBuf],
+    ranks: &RankArgs,
+    input: &InputArgs,
+) -> anyhow::Result<set::Traces> {
     let traces = set::resolve(paths, ranks.ranks, input.options())?;
     for e in &traces.left_out {
         warn(format_args!("{e}: left out of its folder's traces"));
     }
-    Ok((traces.paths, traces.rank_set))
+    Ok(traces)
 }
 
 impl RankArgs {
@@ -384,6 +395,20 @@ impl From<XArg> for vramtrace::analysis::pauses::XAxis {
 /// snapshot, time for a trace.
 pub fn x_axis(x: Option<XArg>, input: &Input) -> vramtrace::analysis::pauses::XAxis {
     x.map_or_else(|| vramtrace::command::default_axis(input), Into::into)
+}
+
+/// The x axis asked for, else the one a timeline chart of the input opens
+/// on ([`vramtrace::command::chart_axis`]: busy time when start-up and
+/// pauses would squeeze the steps on a time axis).
+pub fn chart_x_axis(
+    x: Option<XArg>,
+    input: &Input,
+    timeline: &vramtrace::analysis::timeline::Timeline,
+) -> vramtrace::analysis::pauses::XAxis {
+    x.map_or_else(
+        || vramtrace::command::chart_axis(input, timeline),
+        Into::into,
+    )
 }
 
 /// Refuses an output that is one of the inputs (the same file, under any

@@ -2,7 +2,7 @@
 //! by how much; a CI gate with `--fail-on`.
 
 use super::common::{
-    Files, InputArgs, ReplayArgs, TextArgs, XArg, open, shown, warn_about_set, x_axis,
+    Files, InputArgs, ReplayArgs, TextArgs, XArg, chart_x_axis, open, shown, warn_about_set,
 };
 use super::progress::Bars;
 use super::{warn_inputs, write_file};
@@ -62,7 +62,9 @@ pub struct Args {
     align: Align,
     /// What the chart's x axis measures when it is aligned by time: time,
     /// the event index, or busy time (idle gaps cut short). Default: busy
-    /// time when either run is a PyTorch snapshot, time for traces.
+    /// time when either run is a PyTorch snapshot or a trace whose idle
+    /// gaps (start-up, pauses) take a quarter of its span or more; else
+    /// time. `--x time` draws the wall-clock axis.
     #[arg(long = "x", value_enum, requires = "output")]
     x: Option<XArg>,
     /// Sites and phases listed (and drawn).
@@ -144,10 +146,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
             comparison,
             align,
-            // Busy time when either run is a snapshot.
-            match x_axis(args.x, &base) {
+            // Busy time when either run's chart would open on it.
+            match chart_x_axis(args.x, &base, &result.base_timeline) {
                 XAxis::Busy => XAxis::Busy,
-                _ => x_axis(args.x, &new),
+                _ => chart_x_axis(args.x, &new, &result.new_timeline),
             },
             args.top as usize,
         )?;

@@ -1,6 +1,6 @@
 //! `vramtrace timeline`: memory over time as an SVG chart.
 
-use super::common::{CommonArgs, Files, XArg, file_name, open, print_json, shown, x_axis};
+use super::common::{CommonArgs, Files, XArg, chart_x_axis, file_name, open, print_json, shown};
 use super::progress::Bars;
 use super::{warn_inputs, write_file};
 use anyhow::bail;
@@ -28,8 +28,9 @@ pub struct Args {
     top: u32,
     /// What the chart's x axis measures: time, the event index, or busy
     /// time (idle gaps cut short). Default: busy time for a PyTorch
-    /// snapshot (its history reaches back across long pauses), time for a
-    /// trace.
+    /// snapshot, and for a trace whose idle gaps (start-up, pauses) take a
+    /// quarter of its span or more, so its steps fill the width; else time.
+    /// `--x time` draws the wall-clock axis.
     #[arg(long = "x", value_enum)]
     x: Option<XArg>,
 }
@@ -90,7 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &drawn.timeline,
                 &title,
                 &mut Palette::new(),
-                x_axis(args.x, &input),
+                chart_x_axis(args.x, &input, &drawn.timeline),
             )?;
             write_file(output, svg.as_bytes())?;
             if !args.common.json {

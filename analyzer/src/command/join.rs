@@ -69,7 +69,7 @@ pub fn parts_of(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
         if found.is_empty() {
             return Err(read_error(
                 input,
-                FormatError::InvalidUse("the folder holds no parts (part-N.vtrace)"),
+                FormatError::NotJoinable("the folder holds no parts (part-N.vtrace)"),
             ));
         }
         // Zero-padded numbers: their names sort as their numbers do.

@@ -206,15 +206,37 @@ impl Warning {
     }
 }
 
-/// The x axis a chart of this input has unless told otherwise: busy time
-/// for a PyTorch snapshot, whose history reaches back across long pauses
-/// (on a time axis its work would be squeezed into a sliver), time for a
-/// trace.
+/// The x axis a chart of this input has unless told otherwise, before its
+/// pauses are known (a table's buckets are chosen before the pass): busy
+/// time for a PyTorch snapshot, whose history reaches back across long
+/// pauses (on a time axis its work would be squeezed into a sliver), time
+/// for a trace. Charts drawn after the pass use [`chart_axis`].
 pub fn default_axis(input: &Input) -> crate::analysis::pauses::XAxis {
     use crate::analysis::pauses::XAxis;
     match input.kind() {
         crate::input::InputKind::TorchSnapshot => XAxis::Busy,
         crate::input::InputKind::Trace => XAxis::Time,
+    }
+}
+
+/// The x axis a chart of this input's `timeline` opens on: busy time for a
+/// PyTorch snapshot, and for a trace whose idle gaps (imports and CUDA
+/// start-up before the first step, pauses) take a quarter of the charted
+/// span or more, so that its steps fill the width instead of its last few
+/// percent ([`IdleGaps::squeeze`](crate::analysis::pauses::IdleGaps::squeeze));
+/// else time. The chart's axis title says which.
+pub fn chart_axis(
+    input: &Input,
+    timeline: &crate::analysis::timeline::Timeline,
+) -> crate::analysis::pauses::XAxis {
+    use crate::analysis::pauses::XAxis;
+    let span = match (timeline.samples.first(), timeline.samples.last()) {
+        (Some(a), Some(b)) => b.time_ns.saturating_sub(a.time_ns),
+        _ => 0,
+    };
+    match default_axis(input) {
+        XAxis::Time if timeline.idle.squeeze(span) => XAxis::Busy,
+        axis => axis,
     }
 }
 

@@ -327,6 +327,7 @@ pub fn report(
     .devices
     .pop()
     .map(|d| d.result);
+    let default_axis = super::chart_axis(input, &timeline);
     Ok(ReportResult {
         flame,
         path: input.path().display().to_string(),
@@ -345,7 +346,7 @@ pub fn report(
         timeline,
         category_timeline,
         explorer: replay.result(explorer.into_report())?,
-        default_axis: super::default_axis(input),
+        default_axis,
         what_if,
         what_if_left_out,
         fixes,

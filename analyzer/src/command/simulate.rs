@@ -630,7 +630,7 @@ fn verdict(
     let remedy = match (&fits_with, min) {
         (Some(policy), _) => format!("; {policy} fits"),
         (None, Some(min)) => format!(
-            "; no other policy tried fits, and it needs {}",
+            "; no other policy tried fits, and it needs {} of device memory (the reserve included)",
             units::capacity(min)
         ),
         (None, None) => "; no other policy tried fits".into(),

@@ -12,6 +12,17 @@ pub use crate::sites::{
 };
 use crate::units;
 
+/// A limit's words with how it is known: `12.00 GiB cap (recorded)
+/// (exact)`. An inferred cap's words already say `inferred`, so its basis
+/// is not said a second time on the same line.
+pub fn limit_with_known(line: &str, source: &str, known: &str) -> String {
+    if source == "inferred_cap" || known.is_empty() {
+        line.to_string()
+    } else {
+        format!("{line} ({known})")
+    }
+}
+
 /// A value in its unit, for tables: `412.1 MiB`, `1,234`, `1.25 s`, `12.3%`.
 /// Per-iteration counts keep one decimal.
 pub fn format_value(unit: Unit, v: f64) -> String {

@@ -757,11 +757,26 @@ impl Classifier {
         stack: StackId,
         symbols: &SymbolTable,
     ) -> Category {
-        let hints = self.hints(stack, symbols);
-        let by_engine = self.backward_depth > 0
-            || thread != super::MAIN_THREAD
-            || hints & BACKWARD != 0
-            || (self.options.frees_have_stacks && self.saw_frames && hints & NO_FRAMES != 0);
+        // Whether the autograd engine freed it: asked only where it decides
+        // something (a step under way, a forward or step block freed in its
+        // own step), since the frames' hints cost a lookup a free.
+        let survives = self.steps_begun > birth.steps
+            && matches!(
+                birth.region,
+                Region::Forward | Region::Backward | Region::Optimizer
+            );
+        let decides = self.step_depth > 0
+            || (!survives && matches!(birth.region, Region::Forward | Region::Step));
+        let by_engine = decides
+            && (self.backward_depth > 0
+                || thread != super::MAIN_THREAD
+                || {
+                    let hints = self.hints(stack, symbols);
+                    hints & BACKWARD != 0
+                        || (self.options.frees_have_stacks
+                            && self.saw_frames
+                            && hints & NO_FRAMES != 0)
+                });
         if by_engine && self.step_depth > 0 {
             self.step_backward = true;
         }

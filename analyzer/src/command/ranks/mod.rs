@@ -75,6 +75,74 @@ pub fn header_rank(header: &vramtrace_format::Header) -> Option<u32> {
     header.process.rank
 }
 
+/// How far apart the starts of one job's ranks may lie: the launcher
+/// starts them together, but each begins recording after its own imports
+/// and CUDA start-up, which a busy machine spreads over seconds.
+pub const JOB_START_WINDOW_NS: u64 = 120 * 1_000_000_000;
+
+/// The distributed jobs among traces that are not all one run's ranks
+/// (several runs' traces in one folder): traces whose headers record a
+/// rank of one world size, started together (within
+/// [`JOB_START_WINDOW_NS`] of the job's first; or all without a start), no
+/// two with the same rank and device. Traces are taken in the order they
+/// started, each into the first job it fits, so a second run of the same
+/// world size, whose ranks repeat the first's, makes a job of its own.
+/// Each job is its traces' indices in `headers`, in that order, and holds
+/// two traces or more; traces of no job are in none.
+pub fn jobs(headers: &[Option<vramtrace_format::Header>]) -> Vec<Vec<usize>> {
+    struct Job {
+        world: u32,
+        start: u64,
+        seen: std::collections::BTreeSet<(u32, Option<u32>)>,
+        members: Vec<usize>,
+    }
+    let mut order: Vec<(u64, usize)> = (headers.iter().enumerate())
+        .filter_map(|(i, h)| h.as_ref().map(|h| (h.start_unix_ns, i)))
+        .collect();
+    order.sort_unstable();
+    let mut jobs: Vec<Job> = Vec::new();
+    for (start, i) in order {
+        let Some(header) = &headers[i] else { continue };
+        let (Some(rank), Some(world)) = (header.process.rank, header.process.world_size) else {
+            continue;
+        };
+        if rank >= world {
+            continue;
+        }
+        let mut keys: Vec<(u32, Option<u32>)> = header
+            .devices
+            .iter()
+            .map(|d| (rank, Some(d.index)))
+            .collect();
+        if keys.is_empty() {
+            keys.push((rank, None));
+        }
+        // A start of 0 is unknown: such traces group only with each other.
+        let fits = |j: &Job| {
+            j.world == world
+                && (j.start == 0) == (start == 0)
+                && start.abs_diff(j.start) <= JOB_START_WINDOW_NS
+                && keys.iter().all(|k| !j.seen.contains(k))
+        };
+        match jobs.iter_mut().find(|j| fits(j)) {
+            Some(job) => {
+                job.seen.extend(keys);
+                job.members.push(i);
+            }
+            None => jobs.push(Job {
+                world,
+                start,
+                seen: keys.into_iter().collect(),
+                members: vec![i],
+            }),
+        }
+    }
+    (jobs.into_iter())
+        .filter(|j| j.members.len() >= 2)
+        .map(|j| j.members)
+        .collect()
+}
+
 /// Whether these headers say their traces are the ranks of one distributed
 /// run: each records a rank below one world size that all record, and no
 /// two share a rank and a device (a rank driving two devices writes a
@@ -522,6 +590,32 @@ mod tests {
         let unranked = Some(vramtrace_format::Header::default());
         assert!(!one_run(&[rank(0, 2, 0), unranked]));
         assert!(!one_run(&[rank(0, 2, 0), None]), "a snapshot");
+    }
+
+    #[test]
+    fn two_jobs_of_one_world_size_are_told_apart_by_their_starts_and_ranks() {
+        const S: u64 = 1_000_000_000;
+        let rank = |rank: u32, start: u64| {
+            let mut h = vramtrace_format::Header::default();
+            h.process.rank = Some(rank);
+            h.process.world_size = Some(2);
+            h.start_unix_ns = start;
+            Some(h)
+        };
+        // Job A at t=1000 s, job B an hour later, given interleaved; a
+        // snapshot and a rank starting 10 minutes after A (of no job).
+        let headers = [
+            rank(0, 1000 * S),
+            rank(0, 4600 * S),
+            None,
+            rank(1, 1003 * S),
+            rank(1, 4601 * S),
+            rank(1, 1600 * S),
+        ];
+        assert_eq!(jobs(&headers), vec![vec![0, 3], vec![1, 4]]);
+        // Without starts, the ranks' repetition alone tells the jobs apart.
+        let headers = [rank(0, 0), rank(0, 0), rank(1, 0), rank(1, 0)];
+        assert_eq!(jobs(&headers), vec![vec![0, 2], vec![1, 3]]);
     }
 
     #[test]

@@ -35,6 +35,31 @@ pub struct Traces {
     /// format), left out so that one bad file does not cost the others'
     /// table, with why.
     pub left_out: Vec<InputError>,
+    /// When they are not one run's ranks: the distributed jobs among them
+    /// (see [`jobs`](super::jobs)), each its traces in the order they
+    /// started; the traces of no job are each on their own.
+    pub jobs: Vec<Job>,
+}
+
+/// The ranks of one distributed job, among traces of several runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    /// Its traces, in the order they started.
+    pub paths: Vec<PathBuf>,
+    /// The world size their headers record.
+    pub world_size: u32,
+    /// When its first trace started, in nanoseconds of Unix time (0 when
+    /// the traces do not say).
+    pub start_unix_ns: u64,
+}
+
+impl Traces {
+    /// The traces of no job, in the order given.
+    pub fn alone(&self) -> Vec<&PathBuf> {
+        (self.paths.iter())
+            .filter(|p| !self.jobs.iter().any(|j| j.paths.contains(p)))
+            .collect()
+    }
 }
 
 /// The traces named (files, and each folder's traces; see
@@ -49,6 +74,7 @@ pub fn resolve(paths: &[PathBuf], asked: bool, options: InputOptions) -> Result<
             paths: traces,
             rank_set: asked,
             left_out: Vec::new(),
+            jobs: Vec::new(),
         });
     }
     let mut kept = Vec::with_capacity(traces.len());
@@ -67,10 +93,26 @@ pub fn resolve(paths: &[PathBuf], asked: bool, options: InputOptions) -> Result<
     if kept.is_empty() {
         return Err(InputError::NoReadableTrace.into());
     }
+    let rank_set = asked || one_run(&headers);
+    let jobs = if rank_set {
+        Vec::new()
+    } else {
+        (super::jobs(&headers).into_iter())
+            .map(|members| {
+                let first = headers[members[0]].as_ref();
+                Job {
+                    world_size: first.and_then(|h| h.process.world_size).unwrap_or(0),
+                    start_unix_ns: first.map_or(0, |h| h.start_unix_ns),
+                    paths: members.iter().map(|&i| kept[i].clone()).collect(),
+                }
+            })
+            .collect()
+    };
     Ok(Traces {
-        rank_set: asked || one_run(&headers),
+        rank_set,
         paths: kept,
         left_out,
+        jobs,
     })
 }
 

@@ -17,8 +17,9 @@ pub struct Fixes<'a> {
     event_shown: String,
     /// The fixes that got past it, best first.
     passed: Vec<Passed<'a>>,
-    /// How much more memory it needs, when nothing tried gets past it.
-    needs_more: Option<String>,
+    /// When nothing tried gets past it: how much more the allocator's
+    /// limit needs, the limit that fits, and the limit it had.
+    needs_more: Option<(String, String, String)>,
     /// The fixes that did not get past it.
     failed: Vec<String>,
 }
@@ -52,7 +53,13 @@ impl<'a> Fixes<'a> {
                     why: &fix.detail,
                 })
                 .collect(),
-            needs_more: f.needs_more_bytes.map(units::bytes),
+            needs_more: f.needs_more_bytes.map(|more| {
+                (
+                    units::bytes(more),
+                    units::capacity(f.limit_bytes.saturating_add(more)),
+                    units::capacity(f.limit_bytes),
+                )
+            }),
             failed: f.failed.iter().map(|x| x.change_with(site_label)).collect(),
         }
     }
@@ -82,7 +89,7 @@ mod tests {
     #[test]
     fn when_nothing_passes_it_says_how_much_more_is_needed() {
         let f = FixesTried {
-            limit_bytes: 1 << 30,
+            limit_bytes: 100 << 20,
             event_index: 7,
             passed: Vec::new(),
             failed: vec![tried("a&b", false), tried("c", false)],
@@ -90,7 +97,7 @@ mod tests {
         };
         let html = Fixes::new(&f).render().unwrap();
         assert!(html.contains(
-            "<p><b>Nothing tried gets past it</b>: it needs <b>1.0 MiB</b> more (exact, by replay).</p>"
+            "<p><b>Nothing tried gets past it</b>: the allocator's limit would have to be <b>101 MiB</b>, 1.0 MiB more than its 100 MiB (exact, by replay).</p>"
         ));
         assert!(html.ends_with(
             "<p class=\"muted\">Tried, and still out of memory: <code>a&amp;b</code>; <code>c</code>.</p>"

@@ -16,6 +16,8 @@ const SHOWN: usize = 10;
 pub struct Leaks<'a> {
     /// The growth chart (SVG), when a phase repeats.
     chart: Option<&'a str>,
+    /// Whether the chart draws a fitted line (its caption says so only then).
+    fitted: bool,
     phases: Vec<Phase>,
     leaks: Vec<Leak>,
     /// Blocks and bytes never freed, when any were.
@@ -55,6 +57,9 @@ impl<'a> Leaks<'a> {
         let leaks = &input.report.leaks;
         Leaks {
             chart: input.charts.leaks.as_deref(),
+            fitted: leaks
+                .chart_phase()
+                .is_some_and(crate::print::svg::leaks::draws_fit),
             phases: leaks
                 .repeated_phases
                 .iter()

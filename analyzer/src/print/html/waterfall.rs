@@ -107,10 +107,10 @@ impl<'a> Table<'a> {
             limit: if w.limit_source == "unknown" {
                 "unknown".to_string()
             } else {
-                format!(
-                    "{} ({})",
-                    w.limit_line,
-                    w.limit_known.map_or("", |k| k.word())
+                crate::print::labels::limit_with_known(
+                    &w.limit_line,
+                    w.limit_source,
+                    w.limit_known.map_or("", |k| k.word()),
                 )
             },
             terms,

@@ -45,6 +45,9 @@ pub fn render(graph: &FlameGraph, title: &str) -> Result<String, FlameError> {
     options.deterministic = true;
     options.count_name = "bytes".to_string();
     options.name_type = "Frame:".to_string();
+    // A label is `function (file:line)`: cut from the right, it keeps the
+    // function's name (inferno's script cuts from the left by default).
+    options.text_truncate_direction = flamegraph::TextTruncateDirection::Right;
     let mut out = Vec::new();
     if lines.is_empty() {
         // inferno refuses an empty input; a graph of nothing says so.

@@ -44,6 +44,24 @@ fn title(growth: &PhaseGrowth) -> String {
             units::bytes(growth.bytes_per_repetition.unsigned_abs()),
             growth.repetitions
         ),
+        // Neither steady nor growing: say between what and what, which a
+        // line drawn from 0 may show as flat.
+        Trend::Varies => match (
+            growth.live_bytes_at_end.iter().min(),
+            growth.live_bytes_at_end.iter().max(),
+        ) {
+            (Some(&low), Some(&high)) => format!(
+                "{}: varies between {} and {} at its end over {} repetitions",
+                growth.phase,
+                units::bytes(low),
+                units::bytes(high),
+                growth.repetitions
+            ),
+            _ => format!(
+                "{}: varies over {} repetitions",
+                growth.phase, growth.repetitions
+            ),
+        },
         trend => format!(
             "{}: {} over {} repetitions",
             growth.phase,
@@ -51,6 +69,12 @@ fn title(growth: &PhaseGrowth) -> String {
             growth.repetitions
         ),
     }
+}
+
+/// Whether the chart draws a fitted line: only for a trend that grows or
+/// shrinks (a caption must not speak of one otherwise).
+pub fn draws_fit(growth: &PhaseGrowth) -> bool {
+    matches!(growth.trend, Trend::Grows | Trend::Shrinks)
 }
 
 /// The left panel: live bytes at each repetition's end, and the fitted line.

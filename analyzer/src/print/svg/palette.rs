@@ -31,12 +31,15 @@ pub const ALERT: RGBColor = RGBColor(200, 30, 30);
 /// Phase bands, alternating.
 pub const BANDS: [RGBColor; 2] = [RGBColor(236, 240, 247), RGBColor(247, 243, 232)];
 
-/// Allocated memory as one quantity (the report explorer's line).
-pub const ALLOCATED: RGBColor = RGBColor(0, 114, 178);
-/// Cached free memory: reserved, in no block in use.
-pub const CACHED_FREE: RGBColor = RGBColor(230, 159, 0);
+/// Allocated memory as one quantity (the report explorer's line): Paul
+/// Tol's indigo, a colour no category or site has, so the line never reads
+/// as one of the areas under it.
+pub const ALLOCATED: RGBColor = RGBColor(51, 34, 136);
+/// Cached free memory: reserved, in no block in use (Tol's wine: no
+/// category's or site's colour either).
+pub const CACHED_FREE: RGBColor = RGBColor(136, 34, 85);
 /// Bytes reserved in private pools (CUDA graphs, `MemPool`s): a dashed
-/// line in the timeline and the explorer.
+/// line in the timeline and the explorer, in a teal no category or site has.
 pub const POOLS: RGBColor = RGBColor(0, 128, 128);
 /// A block freed by the program, waiting for another stream's work.
 pub const PENDING_FREE: RGBColor = RGBColor(240, 163, 94);
@@ -133,6 +136,23 @@ mod tests {
             assert_eq!(*c == OTHER, other, "{:?}", Category::ALL[i]);
             assert_eq!(colours.iter().filter(|d| *d == c).count(), 1);
         }
+    }
+
+    /// The explorer draws the allocated and cached-free lines over areas
+    /// coloured by category or by site: neither line may share a colour
+    /// with one (allocated was parameters' blue, cached free optimizer
+    /// state's orange).
+    #[test]
+    fn the_lines_have_colours_no_category_or_site_has() {
+        for line in [ALLOCATED, CACHED_FREE, RESERVED, POOLS] {
+            for c in Category::ALL {
+                assert_ne!(line, of_category(c), "{c:?}");
+            }
+            assert!(!COLOURS.contains(&line), "{line:?}");
+            assert_ne!(line, OTHER);
+        }
+        assert_ne!(ALLOCATED, CACHED_FREE);
+        assert!(![ALLOCATED, CACHED_FREE, RESERVED].contains(&POOLS));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::print::labels;
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineSample};
 use crate::units;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// Bands narrower than this many pixels are not drawn: they would be
 /// invisible, and a long run has hundreds of thousands of them.
@@ -222,21 +223,40 @@ pub fn render(
                     label_within(chart, &peak.category, fit.max(12))
                 )
             };
-            let estimated_width = 8 * text.len().max(detail.chars().count()) as i32;
-            let lx = if left_side {
-                (px - 10 - estimated_width).max(plot_x.start + 4)
+            // The label ends (or begins) 10 px from the marker, the text
+            // anchored there: a width guessed from its characters placed
+            // it far from a marker on its right. It sits above the
+            // reserved line at the peak too, on a white ground, so no line
+            // strikes it through.
+            let reserved_y = reserved_near(chart, peak.time_ns)
+                .map(|r| ctx.backend_coord(&(xs.x(peak.time_ns), scale.scale(r))).1)
+                .unwrap_or(py);
+            let base = py.min(reserved_y) - 6;
+            let width = 7 * text.chars().count().max(detail.chars().count()) as i32;
+            let (anchor, lx, ground_x) = if left_side {
+                (HPos::Right, px - 10, px - 10 - width)
             } else {
-                px + 10
+                (HPos::Left, px + 10, px + 10)
             };
+            root.draw(&Rectangle::new(
+                [(ground_x - 4, base - 40), (ground_x + width + 4, base)],
+                WHITE.mix(0.85).filled(),
+            ))
+            .map_err(super::draw_error)?;
+            let at = Pos::new(anchor, VPos::Top);
             let style = (FONT, super::font_size(LABEL_PX))
                 .into_font()
-                .color(&palette::ALERT);
-            root.draw(&Text::new(text.clone(), (lx, py - 26), style.clone()))
+                .color(&palette::ALERT)
+                .pos(at);
+            root.draw(&Text::new(text.clone(), (lx, base - 38), style))
                 .map_err(super::draw_error)?;
             root.draw(&Text::new(
                 detail,
-                (lx, py - 8),
-                (FONT, super::font_size(LABEL_PX - 2)).into_font(),
+                (lx, base - 20),
+                (FONT, super::font_size(LABEL_PX - 2))
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(at),
             ))
             .map_err(super::draw_error)?;
             tips.circle(
@@ -310,6 +330,18 @@ fn x_range(chart: &Timeline, xs: &XScale) -> (f64, f64) {
 /// A category's name within `max` characters on one line: a site's with
 /// the user's own line first (see [`labels::site_within`]), others cut from
 /// the left.
+/// Reserved memory at the sample nearest `time_ns` (the peak's), if any.
+fn reserved_near(chart: &Timeline, time_ns: u64) -> Option<u64> {
+    let i = chart.samples.partition_point(|s| s.time_ns < time_ns);
+    let around = [i.checked_sub(1), Some(i)];
+    around
+        .into_iter()
+        .flatten()
+        .filter_map(|k| chart.samples.get(k))
+        .map(|s| s.reserved)
+        .max()
+}
+
 fn label_within(chart: &Timeline, category: &str, max: usize) -> String {
     match chart.grouped_by {
         GroupBy::Site => labels::site_within(category, max),
@@ -546,6 +578,48 @@ mod tests {
         ] {
             assert!(svg.contains(expected), "missing {expected}");
         }
+    }
+
+    /// The attribute `name` of the first element `tag` whose text (or tag)
+    /// holds `holding`.
+    fn attribute(svg: &str, tag: &str, holding: &str, name: &str) -> String {
+        let at = svg.find(holding).unwrap_or_else(|| panic!("no {holding}"));
+        let start = svg[..at].rfind(&format!("<{tag}")).unwrap();
+        let element = &svg[start..at];
+        let value = element.split(&format!(" {name}=\"")).nth(1).unwrap();
+        value[..value.find('"').unwrap()].to_string()
+    }
+
+    /// The peak's label sits just beside its marker, ending 10 px before it
+    /// when it is on the marker's left (it began 0.5 s of axis away, from a
+    /// width guessed too wide), on a white ground that no line strikes
+    /// through.
+    #[test]
+    fn the_peak_label_sits_beside_its_marker_on_a_clear_ground() {
+        let svg = render(&chart(), "t", &mut Palette::new(), XAxis::Time).unwrap();
+        let marker: f64 = attribute(&svg, "circle", "r=\"5\"", "cx").parse().unwrap();
+        let x: f64 = attribute(&svg, "text", "\npeak 330.0 MiB\n", "x")
+            .parse()
+            .unwrap();
+        assert_eq!(
+            attribute(&svg, "text", "\npeak 330.0 MiB\n", "text-anchor"),
+            "end"
+        );
+        assert!(
+            (marker - 12.0..=marker - 8.0).contains(&x),
+            "label at {x}, marker at {marker}"
+        );
+        // The ground: a white box just before the label.
+        let label = svg.find("\npeak 330.0 MiB\n").unwrap();
+        let ground = svg[..label].rfind("<rect").unwrap();
+        assert!(
+            svg[ground..label].contains("fill=\"#FFFFFF\""),
+            "no ground under the label"
+        );
+        assert!(
+            !svg[ground..label].contains("<polyline"),
+            "a line over the ground"
+        );
     }
 
     #[test]

@@ -20,9 +20,13 @@ pub fn fixes(f: &FixesTried) -> String {
     if f.passed.is_empty() {
         text.push_str("  nothing tried gets past it");
         match f.needs_more_bytes {
+            // The allocator's limit, not the device's memory: the verdict
+            // gives the one figure the run needs, the reserve included.
             Some(more) => text.push_str(&format!(
-                ": it needs {} more (exact: the smallest limit the run fits under, by replay)\n",
-                units::bytes(more)
+                ": the allocator's limit would have to be {}, {} more than its {} (exact: the smallest limit the run fits under, by replay)\n",
+                units::capacity(f.limit_bytes.saturating_add(more)),
+                units::bytes(more),
+                units::capacity(f.limit_bytes)
             )),
             None => text.push('\n'),
         }
@@ -30,8 +34,8 @@ pub fn fixes(f: &FixesTried) -> String {
         let mut t = Table::new(&[
             ("#", Align::Right),
             ("fix", Align::Left),
-            ("frees", Align::Right),
-            ("left free", Align::Right),
+            ("reserved less", Align::Right),
+            ("unreserved after", Align::Right),
             ("basis", Align::Left),
         ]);
         for (i, fix) in f.passed.iter().enumerate() {
@@ -48,7 +52,7 @@ pub fn fixes(f: &FixesTried) -> String {
             text.push_str(&format!("  {}. {}\n", i + 1, fix.detail));
         }
         text.push_str(
-            "  frees: memory the allocator holds less than it would have with the request granted; left free: under the limit, right after the request\n",
+            "  reserved less: what the allocator holds at the failing request, less than without the fix with the request granted; unreserved after: the limit less what the allocator holds right after the request (cached free memory not counted)\n",
         );
     }
     if !f.failed.is_empty() {

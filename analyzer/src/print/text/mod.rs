@@ -28,7 +28,7 @@ pub use join::join;
 pub use leaks::leaks;
 pub use plan::{plan, plan_kv};
 pub(crate) use ranks::spread_line;
-pub use ranks::{rank_compare, rank_leaks, ranks};
+pub use ranks::{job_line, rank_compare, rank_leaks, ranks};
 pub use report::report_written;
 pub use simulate::simulate;
 pub use summary::summary;

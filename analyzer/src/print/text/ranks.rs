@@ -33,6 +33,26 @@ pub(crate) fn spread_line(name: &str, spread: &Spread) -> String {
     )
 }
 
+/// The line before a job's rank table, among several runs' traces:
+/// `job 1 of 2: 3 traces of world size 3, started 1,764,000,000.0 s after
+/// the Unix epoch`; `index` counts from 0.
+pub fn job_line(index: usize, of: usize, job: &crate::command::ranks::set::Job) -> String {
+    let started = if job.start_unix_ns == 0 {
+        "their start not recorded".to_string()
+    } else {
+        format!(
+            "started at {} ns of Unix time",
+            units::count(job.start_unix_ns)
+        )
+    };
+    format!(
+        "job {} of {of}: {} traces of world size {}, {started} (grouped by their headers: the same world size, started together, each rank once)",
+        index + 1,
+        job.paths.len(),
+        job.world_size,
+    )
+}
+
 /// A rank set's peaks: a line per rank and device, the rank whose peak is
 /// highest, and the spread between ranks.
 pub fn ranks(table: &RankTable) -> String {

@@ -112,14 +112,28 @@ pub fn simulate(r: &SimulateResult) -> String {
     }
     text.push_str(&t.render(0));
     text.push_str(
-        "\ncached at peak: reserved memory holding no allocation at the peak of reserved memory\nmin capacity: the smallest device memory without an OOM, the reserve included\n",
+        "\ncached at peak: reserved memory holding no allocation at the peak of reserved memory\n",
     );
+    // Under a cap the verdict's one figure is the cap it needs: the column
+    // is device memory, so it says it is that cap and the reserve.
+    match (&r.limit, r.verdict.needs_bytes) {
+        (Some(limit), Some(cap)) if limit.is_cap() && r.device.is_none() => {
+            text.push_str(&format!(
+                "min capacity: the smallest device memory without an OOM: the cap it needs ({}) and the {} reserve\n",
+                units::capacity(cap),
+                units::capacity(r.reserve.bytes)
+            ))
+        }
+        _ => text.push_str(
+            "min capacity: the smallest device memory without an OOM, the reserve included\n",
+        ),
+    }
     for p in &r.policies {
         let Some(o) = &p.oom else {
             continue;
         };
         text.push_str(&format!(
-            "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free {} after flushing the cache and {} cached free (largest block {}); needed at least {} more{}\n",
+            "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free {} after flushing the cache and {} cached free (largest block {}); this request alone was {} short{}\n",
             p.scenario.policy,
             units::count(o.event_index),
             units::duration_ns(o.time_ns),

@@ -100,11 +100,17 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
     ));
     text.push_str(&format!("{:<10}{at_peak}\n", "at peak"));
     if let Some(limit) = &r.limit {
+        // The waterfall's name for an inferred cap, so one rule says when
+        // the basis is already in the words.
+        let source = if limit.source == crate::analysis::limits::LimitSource::InferredCap {
+            "inferred_cap"
+        } else {
+            ""
+        };
         text.push_str(&format!(
-            "{:<10}{} ({})\n",
+            "{:<10}{}\n",
             "limit",
-            limit.describe(),
-            limit.known.word()
+            crate::print::labels::limit_with_known(&limit.describe(), source, limit.known.word())
         ));
     }
     if let Some(o) = &r.outside_allocator {

@@ -16,7 +16,10 @@ pub fn waterfall(w: &Waterfall, indent: usize) -> String {
     if w.limit_source == "unknown" {
         text.push_str(&format!("{pad}limit: unknown\n"));
     } else {
-        text.push_str(&format!("{pad}limit: {} ({known})\n", w.limit_line));
+        text.push_str(&format!(
+            "{pad}limit: {}\n",
+            crate::print::labels::limit_with_known(&w.limit_line, w.limit_source, known)
+        ));
     }
     let mut t = Table::new(&[
         ("", Align::Left),

@@ -59,13 +59,14 @@ const axis = (() => {
   }
 
   // The step of a bytes axis up to `max`: about five ticks, round in the
-  // binary unit of the step.
+  // unit the labels show (byteTicks': the largest unit of `max`), so a
+  // 1.6 GiB axis reads 0.5, 1.0, 1.5 GiB, not 1000 MiB steps shown as
+  // 0.977, 1.953 GiB.
   function byteStep(max) {
     const raw = max / 5;
     let unit = 1;
-    while (raw / unit >= 1024) unit *= 1024;
-    // 1000 of a unit reads better as 1 of the next.
-    return Math.min(1024, niceStep(raw / unit, [1, 2, 2.5, 5])) * unit;
+    while (max / unit >= 1024 && unit < 1024 ** 4) unit *= 1024;
+    return niceStep(raw / unit, [1, 2, 2.5, 5]) * unit;
   }
 
   // The units of a bytes axis, as the static charts' (svg::ByteScale).

@@ -122,6 +122,7 @@ const draw = (() => {
     const shown = explorer.detail && explorer.detail.ok;
     series(explorer, ctx, level, b0, b1, sx, sy, "allocated", { fill: withAlpha(colours.allocated, 0.13) });
     if (shown) allocationsOneByOne(explorer, ctx, sx, sy);
+    keyOfDrawn(explorer, shown);
     series(explorer, ctx, level, b0, b1, sx, sy, "cached", { stroke: colours.cached_free, dash: [5, 3] });
     series(explorer, ctx, level, b0, b1, sx, sy, "allocated", { stroke: colours.allocated });
     series(explorer, ctx, level, b0, b1, sx, sy, "reserved", { stroke: colours.reserved });
@@ -228,6 +229,25 @@ const draw = (() => {
       ctx.beginPath(); ctx.moveTo(x, py1 + 1); ctx.lineTo(x - 5, py1 + 9); ctx.lineTo(x + 5, py1 + 9); ctx.closePath(); ctx.fill();
       boxes.push([x - 6, x + 6, k]);
     });
+  }
+
+  // The keys under the chart name only the colours drawn: the categories
+  // (or sites) of the allocations drawn one by one, and none when none are
+  // (a line says why), not a key of seven colours over plain lines.
+  function keyOfDrawn(explorer, shown) {
+    const drawn = new Set();
+    if (shown) for (const k of explorer.detail.picked) if (explorer.detail.vertices.has(k)) drawn.add(allocationColour(explorer, k));
+    for (const id of ["vt-categories", "vt-sites"]) {
+      const key = document.getElementById(id);
+      if (!key) continue;
+      let any = false;
+      key.querySelectorAll("span[data-colour]").forEach((span) => {
+        span.hidden = !drawn.has(span.dataset.colour);
+        any = any || !span.hidden;
+      });
+      const none = key.querySelector(".vt-key-none");
+      if (none) none.hidden = any;
+    }
   }
 
   // The allocations laid out (explorer.detail), each a band of its size

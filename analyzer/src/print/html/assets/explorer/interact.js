@@ -245,9 +245,12 @@
     document.querySelectorAll("[data-axis]").forEach((b) => { b.onclick = () => setMode(b.dataset.axis); });
     // Colour by category or by site, each with its key.
     const legend = byId("vt-categories"), key = byId("vt-sites");
-    legend.innerHTML = data.categories.map((c) => `<span><i style="background:${c.colour}"></i>${escapeHtml(c.label)}</span>`).join("");
-    key.innerHTML = data.site_key.map((k) => `<span title="${escapeHtml(data.sites[k.site])}"><i style="background:${k.colour}"></i>${escapeHtml(k.label)}</span>`).join("") +
-      `<span><i style="background:${data.colours.other_sites}"></i>${data.site_key.length ? "other sites" : "every site"}</span>`;
+    // Each colour's span says its colour (data-colour): the timeline shows
+    // only those it draws (draw.js's keyOfDrawn).
+    const none = `<span class="vt-key-none muted">No allocation is drawn one by one here, so no colour of theirs is shown.</span>`;
+    legend.innerHTML = data.categories.map((c) => `<span data-colour="${c.colour}"><i style="background:${c.colour}"></i>${escapeHtml(c.label)}</span>`).join("") + none;
+    key.innerHTML = data.site_key.map((k) => `<span data-colour="${k.colour}" title="${escapeHtml(data.sites[k.site])}"><i style="background:${k.colour}"></i>${escapeHtml(k.label)}</span>`).join("") +
+      `<span data-colour="${data.colours.other_sites}"><i style="background:${data.colours.other_sites}"></i>${data.site_key.length ? "other sites" : "every site"}</span>` + none;
     const colourWith = (by) => {
       explorer.colourBy = by;
       document.querySelectorAll("[data-colour]").forEach((b) => b.classList.toggle("on", b.dataset.colour === by));
@@ -283,17 +286,15 @@
     });
     // Repetitions of a phase: a link zooms to each.
     document.querySelectorAll("[data-phase-reps]").forEach((el) => {
-      const want = el.dataset.phaseReps;
-      const normalized = (s) => s.replace(/[0-9]+/g, "#");
-      const repetitions = explorer.model.phases.filter((p) => normalized(p.path) === want);
-      if (!repetitions.length) return;
+      const chips = model.repetitionChips(explorer.model.phases, el.dataset.phaseReps);
+      if (!chips.length) return;
       el.append("Zoom the explorer to a repetition: ");
-      repetitions.slice(0, 60).forEach((p, i) => {
+      chips.slice(0, 60).forEach((p, i) => {
         const button = document.createElement("button");
-        button.className = "vt-chip"; button.textContent = p.name;
+        button.className = "vt-chip"; button.textContent = p.label;
         button.onclick = () => { zoomToEvents(p.begin, p.end + 1); byId("explorer").scrollIntoView({ behavior: "smooth" }); };
         el.append(button);
-        if (i === 59 && repetitions.length > 60) el.append(` … ${repetitions.length - 60} more`);
+        if (i === 59 && chips.length > 60) el.append(` … ${chips.length - 60} more`);
       });
     });
     // Moments elsewhere in the page (OOMs, what-if failures): a link zooms there.

@@ -170,6 +170,25 @@ const model = (() => {
     return out;
   }
 
+  // The buttons that zoom to a repeated phase's repetitions (`want`, its
+  // path with numbers as #): one per repetition, named by its path
+  // (iter3/forward), where the paths tell them apart; repetitions whose
+  // paths are alike, one after another, in one button ("forward ×29")
+  // that zooms to them all, not 29 buttons of one name.
+  function repetitionChips(phases, want) {
+    const normalized = (s) => s.replace(/[0-9]+/g, "#");
+    const chips = [];
+    for (const p of phases) {
+      if (normalized(p.path) !== want) continue;
+      const last = chips[chips.length - 1];
+      if (last && last.path === p.path) {
+        last.count++; last.end = p.end;
+        last.label = `${p.path} ×${last.count}`;
+      } else chips.push({ path: p.path, label: p.path, count: 1, begin: p.begin, end: p.end });
+    }
+    return chips;
+  }
+
   // Everything the page draws.
   function build(data, columns) {
     const axisKnots = knots(data, columns);
@@ -183,5 +202,5 @@ const model = (() => {
     };
   }
 
-  return { build, levels, knots, allocations, stacks, checkpoints, phases };
+  return { build, levels, knots, allocations, stacks, checkpoints, phases, repetitionChips };
 })();

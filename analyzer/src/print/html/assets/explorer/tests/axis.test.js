@@ -52,9 +52,9 @@ test("steps are round and bytes ticks read in one unit", () => {
   assert.equal(axis.niceStep(2.1, [1, 2, 2.5, 5]), 2.5);
   assert.equal(axis.byteStep(5 * 1024), 1024);
   assert.equal(axis.byteStep(6 * 2 ** 30), 2 ** 30 * 2);
-  // 1000 of a unit reads as 1 of the next.
+  // Round in the unit the labels show: 1 GiB, not 1000 MiB (0.977 GiB).
   assert.equal(axis.byteStep(5 * 1_010 * 2 ** 20), 1024 * 2 ** 20);
-  assert.equal(axis.byteStep(4_500 * 2 ** 20), 1000 * 2 ** 20);
+  assert.equal(axis.byteStep(4_500 * 2 ** 20), 1024 * 2 ** 20);
   const gib = 2 ** 30;
   const ticks = axis.byteTicks(1.5 * gib, 0.25 * gib);
   assert.deepEqual([0, 0.25 * gib, gib].map(ticks), ["0", "0.25 GiB", "1.00 GiB"]);
@@ -68,4 +68,21 @@ test("x ticks fall on round values of what the labels read", () => {
   assert.deepEqual(time.map(([, label]) => label), ["1.50 ms", "2.00 ms", "2.50 ms", "3.00 ms"]);
   assert.equal(time[0][0], 500_000);
   assert.deepEqual(axis.xTicks("busy", 0, 10, 240, 0)[0], [0, "0"]);
+});
+
+test("a bytes axis steps round in the unit its labels show", () => {
+  const G = 2 ** 30, M = 2 ** 20;
+  // 1.6 GiB stepped 1000 MiB / 2 read 0.488, 0.977, 1.465 GiB.
+  for (const [max, want] of [
+    [1.6 * G, ["0", "0.5 GiB", "1.0 GiB", "1.5 GiB"]],
+    [2.5 * G, ["0", "0.5 GiB", "1.0 GiB", "1.5 GiB", "2.0 GiB", "2.5 GiB"]],
+    [1.2 * G, ["0", "0.25 GiB", "0.50 GiB", "0.75 GiB", "1.00 GiB"]],
+    [900 * M, ["0", "200 MiB", "400 MiB", "600 MiB", "800 MiB"]],
+    [7.3 * G, ["0", "2 GiB", "4 GiB", "6 GiB"]],
+  ]) {
+    const step = axis.byteStep(max), label = axis.byteTicks(max, step);
+    const got = [];
+    for (let v = 0; v <= max; v += step) got.push(label(v));
+    assert.deepEqual(got, want, `${max / G} GiB`);
+  }
 });

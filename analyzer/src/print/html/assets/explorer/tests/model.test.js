@@ -74,3 +74,17 @@ test("bytes in private pools are a quantity of every level when the data has the
   const levels = model.levels({ bucket_events: 1 }, columns);
   assert.deepEqual(Array.from(levels[0].pools.last), pools);
 });
+
+test("a repeated phase's buttons are told apart, alike ones as one", () => {
+  const phase = (path, begin) => ({ path, name: path.split("/").pop(), begin, end: begin + 5 });
+  // Iterations: one button each, named by its path.
+  const iterations = [phase("iter0", 0), phase("iter0/forward", 1), phase("iter1", 10), phase("iter1/forward", 11)];
+  assert.deepEqual(model.repetitionChips(iterations, "iter#/forward").map((c) => c.label), ["iter0/forward", "iter1/forward"]);
+  // The same path 29 times: one button, "×29", spanning them all.
+  const same = Array.from({ length: 29 }, (_, k) => phase("forward", 10 * k));
+  const chips = model.repetitionChips(same, "forward");
+  assert.equal(chips.length, 1);
+  assert.equal(chips[0].label, "forward ×29");
+  assert.equal(chips[0].begin, 0);
+  assert.equal(chips[0].end, 285);
+});
