@@ -768,15 +768,11 @@ impl Classifier {
         let decides = self.step_depth > 0
             || (!survives && matches!(birth.region, Region::Forward | Region::Step));
         let by_engine = decides
-            && (self.backward_depth > 0
-                || thread != super::MAIN_THREAD
-                || {
-                    let hints = self.hints(stack, symbols);
-                    hints & BACKWARD != 0
-                        || (self.options.frees_have_stacks
-                            && self.saw_frames
-                            && hints & NO_FRAMES != 0)
-                });
+            && (self.backward_depth > 0 || thread != super::MAIN_THREAD || {
+                let hints = self.hints(stack, symbols);
+                hints & BACKWARD != 0
+                    || (self.options.frees_have_stacks && self.saw_frames && hints & NO_FRAMES != 0)
+            });
         if by_engine && self.step_depth > 0 {
             self.step_backward = true;
         }

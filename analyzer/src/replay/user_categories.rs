@@ -166,10 +166,10 @@ impl UserMoment {
             if c.born > self.replayed {
                 continue;
             }
-            if let Some(from) = c.from {
-                if let Some(s) = self.shares.get_mut(from as usize) {
-                    sub(s, c.size);
-                }
+            if let Some(from) = c.from
+                && let Some(s) = self.shares.get_mut(from as usize)
+            {
+                sub(s, c.size);
             }
             if let Some(to) = c.to {
                 let to = to as usize;
