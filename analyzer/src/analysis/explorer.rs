@@ -45,6 +45,10 @@ pub struct ExplorerOptions {
     /// Blocks a checkpoint keeps one by one (the largest); the rest are
     /// counted per segment.
     pub checkpoint_blocks: usize,
+    /// Segments a checkpoint keeps (the largest); the rest are summed up
+    /// (`segments_left_out`), so that a run of 400,000 segments costs the
+    /// page what one of this many does.
+    pub checkpoint_segments: usize,
     /// OOM checkpoints at most (the first ones).
     pub oom_checkpoints: usize,
     /// Phase instances kept at most, the outermost first.
@@ -60,6 +64,7 @@ impl Default for ExplorerOptions {
             allocation_budget: 250_000,
             even_checkpoints: 16,
             checkpoint_blocks: 20_000,
+            checkpoint_segments: 10_000,
             oom_checkpoints: 4,
             phase_budget: 10_000,
             gap_budget: super::pauses::GAP_BUDGET,
@@ -271,6 +276,19 @@ pub struct Checkpoint {
     pub segments: Vec<CheckpointSegment>,
     /// Blocks in use not kept one by one (the smallest, past the budget).
     pub blocks_left_out: u64,
+    /// Segments not kept (the smallest, past the budget), summed up.
+    pub segments_left_out: LeftOutSegments,
+}
+
+/// The segments a checkpoint left out, summed up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LeftOutSegments {
+    /// How many.
+    pub count: u64,
+    /// Their bytes.
+    pub reserved: u64,
+    /// Their bytes in blocks in use.
+    pub used: u64,
 }
 
 /// Everything the explorer draws.
@@ -340,10 +358,20 @@ struct RawCheckpoint {
     segments: Vec<Segment>,
     blocks: Vec<RawBlock>,
     blocks_left_out: u64,
+    segments_left_out: LeftOutSegments,
     // Bytes and blocks in use per segment, all blocks counted.
     used: Vec<(u64, u64)>,
     free: FreeSpace,
     largest_free: Vec<u64>,
+}
+
+/// The items of `v` whose `keep` is true, in order.
+fn kept<T>(v: Vec<T>, keep: &[bool]) -> Vec<T> {
+    v.into_iter()
+        .zip(keep)
+        .filter(|&(_, &k)| k)
+        .map(|(x, _)| x)
+        .collect()
 }
 
 // A block at a checkpoint: address, size, pending free, stack, sequence
@@ -742,6 +770,37 @@ impl ExplorerAnalysis {
             used.push((bytes, count));
             largest_free.push(largest);
         }
+        // Past the budget, the largest segments (the lowest address first
+        // among equals) are kept, in address order; the rest, and their
+        // blocks, are summed up.
+        let mut segments = segments;
+        let mut segments_left_out = LeftOutSegments::default();
+        if segments.len() > options.checkpoint_segments {
+            let cap = options.checkpoint_segments;
+            let mut order: Vec<usize> = (0..segments.len()).collect();
+            order.select_nth_unstable_by(cap, |&a, &b| {
+                (segments[b].size().cmp(&segments[a].size()))
+                    .then(segments[a].start.cmp(&segments[b].start))
+            });
+            let mut keep = vec![false; segments.len()];
+            for &i in &order[..cap] {
+                keep[i] = true;
+            }
+            for (i, s) in segments.iter().enumerate().filter(|&(i, _)| !keep[i]) {
+                segments_left_out.count += 1;
+                segments_left_out.reserved = segments_left_out.reserved.saturating_add(s.size());
+                segments_left_out.used = segments_left_out.used.saturating_add(used[i].0);
+            }
+            segments = kept(segments, &keep);
+            used = kept(used, &keep);
+            largest_free = kept(largest_free, &keep);
+            // Blocks of the segments left out go with them.
+            let starts: Vec<u64> = segments.iter().map(|s| s.start).collect();
+            blocks.retain(|b| {
+                let i = starts.partition_point(|&start| start <= b.0);
+                i > 0 && b.0 < segments[i - 1].end
+            });
+        }
         let mut blocks_left_out = 0;
         let cap = options.checkpoint_blocks;
         if blocks.len() > cap {
@@ -762,6 +821,7 @@ impl ExplorerAnalysis {
             segments,
             blocks,
             blocks_left_out,
+            segments_left_out,
             used,
             free,
             largest_free,
@@ -897,6 +957,7 @@ impl ExplorerAnalysis {
                     free: c.free,
                     segments,
                     blocks_left_out: c.blocks_left_out,
+                    segments_left_out: c.segments_left_out,
                 }
             })
             .collect();

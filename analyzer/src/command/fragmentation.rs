@@ -56,16 +56,7 @@ pub fn fragmentation(
     // Exactly N buckets need the window's time span before the pass: the
     // chunks' times, read without decoding. A window bounded by phases has
     // times known only once replayed; its buckets adapt instead.
-    let window = replay.window();
-    let span = if window.from_index.is_some() || window.to_index.is_some() {
-        None
-    } else {
-        input.scan()?.times.and_then(|(first, last)| {
-            let start = first.max(window.from_ns.unwrap_or(0));
-            let end = last.min(window.to_ns.unwrap_or(u64::MAX));
-            (start <= end).then_some((start, end))
-        })
-    };
+    let span = super::known_span(input, replay.window())?;
     let make = |n: usize| match span {
         Some((start, end)) => Fragmentation::with_span(n, start, end),
         None => Fragmentation::new(n),

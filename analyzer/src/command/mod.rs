@@ -206,6 +206,22 @@ impl Warning {
     }
 }
 
+/// The time span of `window` in `input`, from the chunks' times (read
+/// without decoding), when it is known before the pass: not for a window
+/// bounded by phases, whose times are known only once replayed. A series of
+/// exactly N buckets needs it (one free-space sweep a bucket instead of one
+/// per bucket of every width an adaptive series passes through).
+pub fn known_span(input: &Input, window: &Window) -> Result<Option<(u64, u64)>, Error> {
+    if window.from_index.is_some() || window.to_index.is_some() {
+        return Ok(None);
+    }
+    Ok(input.scan()?.times.and_then(|(first, last)| {
+        let start = first.max(window.from_ns.unwrap_or(0));
+        let end = last.min(window.to_ns.unwrap_or(u64::MAX));
+        (start <= end).then_some((start, end))
+    }))
+}
+
 /// The x axis a chart of this input has unless told otherwise, before its
 /// pauses are known (a table's buckets are chosen before the pass): busy
 /// time for a PyTorch snapshot, whose history reaches back across long

@@ -152,6 +152,10 @@ pub fn report(
             .ok()
             .map(|(config, _)| config);
     let what_if_runs = options.what_if && replay.window().is_all();
+    // Exactly the chart's buckets when the span is known: an adaptive
+    // series sweeps the free space once per bucket of every width it
+    // passes through (400,000 live segments made that n log² n).
+    let span = super::known_span(input, replay.window())?;
     let make = |device: u32| {
         let recorded_capacity = crate::simulate::device_capacity(&header_devices, device);
         ReportAnalyses {
@@ -163,7 +167,10 @@ pub fn report(
             } else {
                 options.top
             }),
-            fragmentation: Fragmentation::new(CHART_BUCKETS),
+            fragmentation: match span {
+                Some((start, end)) => Fragmentation::with_span(CHART_BUCKETS, start, end),
+                None => Fragmentation::new(CHART_BUCKETS),
+            },
             leaks: Leaks::new(),
             timeline: TimelineAnalysis::new(TimelineOptions {
                 group_by: GroupBy::Site,

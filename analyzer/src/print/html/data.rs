@@ -187,6 +187,9 @@ pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
                 "largest_free": c.free.largest_free_block,
                 "fragmentation": c.external_fragmentation,
                 "left_out": c.blocks_left_out,
+                "segments_left_out": c.segments_left_out.count,
+                "segments_left_out_reserved": c.segments_left_out.reserved,
+                "segments_left_out_used": c.segments_left_out.used,
             })
         })
         .collect();

@@ -329,9 +329,15 @@ const draw = (() => {
     const note = document.getElementById("vt-seg-more");
     const drawn = new Set(shown);
     const rest = c.segments.filter((s) => !drawn.has(s));
-    if (rest.length) {
+    // Past the page's budget the smallest segments are only summed up.
+    const away = c.segments_left_out || 0;
+    if (rest.length || away) {
       const sum = (f) => rest.reduce((t, s) => t + f(s), 0);
-      note.innerHTML = `${count(rest.length)} smaller segments not drawn: ${bytes(sum((s) => s.size))} reserved, ${bytes(sum((s) => s.used))} in use. <button id="vt-seg-toggle">show all ${count(c.segments.length)}</button>`;
+      const reserved = sum((s) => s.size) + (c.segments_left_out_reserved || 0);
+      const used = sum((s) => s.used) + (c.segments_left_out_used || 0);
+      const all = away ? `show the ${count(c.segments.length)} largest` : `show all ${count(c.segments.length)}`;
+      const back = explorer.allSegments && c.segments.length > FEW_SEGMENTS ? ` <button id="vt-seg-toggle">show the ${FEW_SEGMENTS} largest only</button>` : "";
+      note.innerHTML = `${count(rest.length + away)} smaller segments not drawn: ${bytes(reserved)} reserved, ${bytes(used)} in use.${away ? ` The ${count(away)} smallest are summed up only.` : ""}${rest.length ? ` <button id="vt-seg-toggle">${all}</button>` : back}`;
     } else if (explorer.allSegments && c.segments.length > FEW_SEGMENTS) {
       note.innerHTML = `<button id="vt-seg-toggle">show the ${FEW_SEGMENTS} largest only</button>`;
     } else {

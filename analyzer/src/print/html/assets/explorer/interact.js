@@ -82,7 +82,7 @@
     explorer.checkpoint = k;
     byId("vt-checkpoint").value = String(k);
     const c = explorer.model.checkpoints[k];
-    byId("vt-cp-info").innerHTML = `Showing the checkpoint nearest the moment chosen: <b>${escapeHtml(describe.checkpointName(explorer, c))}</b>. ${count(c.segments.length)} segments, ${bytes(c.reserved)} reserved: ${bytes(c.allocated)} allocated, ${bytes(c.pending)} freed but waiting for other streams, ${bytes(c.free)} cached free; largest free block ${bytes(c.largest_free)}, external fragmentation ${(100 * c.fragmentation).toFixed(1)}%.${c.left_out ? ` The ${count(c.left_out)} smallest blocks are counted in their segments' figures but not drawn.` : ""}`;
+    byId("vt-cp-info").innerHTML = `Showing the checkpoint nearest the moment chosen: <b>${escapeHtml(describe.checkpointName(explorer, c))}</b>. ${count(c.segments.length + (c.segments_left_out || 0))} segments, ${bytes(c.reserved)} reserved: ${bytes(c.allocated)} allocated, ${bytes(c.pending)} freed but waiting for other streams, ${bytes(c.free)} cached free; largest free block ${bytes(c.largest_free)}, external fragmentation ${(100 * c.fragmentation).toFixed(1)}%.${c.left_out ? ` The ${count(c.left_out)} smallest blocks are counted in their segments' figures but not drawn.` : ""}`;
     draw.segments(explorer);
     schedule();
   }
