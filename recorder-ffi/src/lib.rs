@@ -21,7 +21,7 @@
 
 use recorder::format::Category;
 use recorder::recorder::StackMode;
-use std::ffi::{CStr, c_char};
+use std::ffi::{CStr, c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -156,6 +156,18 @@ unsafe fn tag_arrays<'a>(
 pub(crate) enum TagName {
     Builtin(Category),
     Own(String),
+}
+
+impl TagName {
+    /// Records `addrs` as holding this category in `trace`; the number
+    /// recorded, as the C functions return it.
+    pub(crate) fn record(self, trace: &impl recorder::recorder::Trace, addrs: &[u64]) -> c_int {
+        let n = match self {
+            TagName::Builtin(c) => trace.tag_all(addrs.iter().map(|&a| (a, c))),
+            TagName::Own(name) => trace.tag_user(&name, addrs.iter().copied()),
+        };
+        c_int::try_from(n).unwrap_or(c_int::MAX)
+    }
 }
 
 /// A C caller's user tags: a category name and `count` addresses. `None`

@@ -1054,16 +1054,10 @@ pub unsafe extern "C" fn vramtrace_observe_tag(
         let Some(tags) = (unsafe { crate::tag_arrays(addrs, codes, count) }) else {
             return -1;
         };
-        let Some(slot) = usize::try_from(device).ok().and_then(|d| SLOTS.get(d)) else {
+        let Some(obs) = observer_of(device) else {
             return 0;
         };
-        let obs = slot.observer.load(Ordering::Acquire);
-        if obs.is_null() {
-            return 0;
-        }
-        // SAFETY: observers are never freed (see the module docs).
-        let n = unsafe { &*obs }.tag_all(tags);
-        c_int::try_from(n).unwrap_or(c_int::MAX)
+        c_int::try_from(obs.tag_all(tags)).unwrap_or(c_int::MAX)
     }));
     r.unwrap_or_else(|_| {
         report("internal error (panic) in vramtrace_observe_tag");
@@ -1098,20 +1092,10 @@ pub unsafe extern "C" fn vramtrace_observe_tag_user(
         let Some((name, addrs)) = (unsafe { crate::user_tag_args(name, addrs, count) }) else {
             return -1;
         };
-        let Some(slot) = usize::try_from(device).ok().and_then(|d| SLOTS.get(d)) else {
-            return 0;
-        };
-        let obs = slot.observer.load(Ordering::Acquire);
-        if obs.is_null() {
-            return 0;
+        match observer_of(device) {
+            Some(obs) => name.record(obs, addrs),
+            None => 0,
         }
-        // SAFETY: observers are never freed (see the module docs).
-        let obs = unsafe { &*obs };
-        let n = match name {
-            crate::TagName::Builtin(c) => obs.tag_all(addrs.iter().map(|&a| (a, c))),
-            crate::TagName::Own(name) => obs.tag_user(&name, addrs.iter().copied()),
-        };
-        c_int::try_from(n).unwrap_or(c_int::MAX)
     }));
     r.unwrap_or_else(|_| {
         report("internal error (panic) in vramtrace_observe_tag_user");

@@ -364,10 +364,7 @@ pub unsafe extern "C" fn vramtrace_tag(
         let Some(tags) = (unsafe { crate::tag_arrays(addrs, codes, count) }) else {
             return -1;
         };
-        let Some(slot) = usize::try_from(device).ok().and_then(|d| SLOTS.get(d)) else {
-            return 0;
-        };
-        let Some(Ok(rec)) = slot.get() else {
+        let Some(rec) = recorder_of(device) else {
             return 0;
         };
         c_int::try_from(rec.tag_all(tags)).unwrap_or(c_int::MAX)
@@ -376,6 +373,12 @@ pub unsafe extern "C" fn vramtrace_tag(
         report("internal error (panic) in vramtrace_tag");
         -1
     })
+}
+
+/// The recorder of `device`, once its first allocation made one.
+fn recorder_of(device: c_int) -> Option<&'static Arc<Rec>> {
+    let slot = usize::try_from(device).ok().and_then(|d| SLOTS.get(d))?;
+    slot.get()?.as_ref().ok()
 }
 
 /// [`vramtrace_observe_tag_user`](crate::observe::vramtrace_observe_tag_user)
@@ -399,17 +402,10 @@ pub unsafe extern "C" fn vramtrace_tag_user(
         let Some((name, addrs)) = (unsafe { crate::user_tag_args(name, addrs, count) }) else {
             return -1;
         };
-        let Some(slot) = usize::try_from(device).ok().and_then(|d| SLOTS.get(d)) else {
-            return 0;
-        };
-        let Some(Ok(rec)) = slot.get() else {
-            return 0;
-        };
-        let n = match name {
-            crate::TagName::Builtin(c) => rec.tag_all(addrs.iter().map(|&a| (a, c))),
-            crate::TagName::Own(name) => rec.tag_user(&name, addrs.iter().copied()),
-        };
-        c_int::try_from(n).unwrap_or(c_int::MAX)
+        match recorder_of(device) {
+            Some(rec) => name.record(rec.as_ref(), addrs),
+            None => 0,
+        }
     }));
     r.unwrap_or_else(|_| {
         report("internal error (panic) in vramtrace_tag_user");

@@ -474,28 +474,13 @@ fn graph_candidates(list: &RequestList, at: usize, config: &AllocatorConfig) -> 
         });
     }
     // The capture the failure is in, and each capture's allocations.
-    let mut capture = None;
-    let mut captures = 0usize;
-    let mut in_capture = vec![usize::MAX; list.allocs.len()];
-    let mut failing_capture = None;
-    for (i, r) in list.requests.iter().enumerate() {
-        match r.op {
-            Op::PoolBegin => {
-                capture = Some(captures);
-                captures += 1;
-            }
-            Op::PoolEnd => capture = None,
-            Op::Alloc | Op::FailedAlloc => {
-                if let Some(c) = capture {
-                    in_capture[r.id as usize] = c;
-                }
-            }
-            _ => {}
-        }
-        if i == at {
-            failing_capture = capture;
-        }
-    }
+    let (in_capture, captures) = super::kv::captures(list);
+    let failing_capture = list
+        .requests
+        .get(at)
+        .filter(|r| matches!(r.op, Op::Alloc | Op::FailedAlloc))
+        .and_then(|r| in_capture.get(r.id as usize).copied())
+        .filter(|&c| c != usize::MAX);
     if let Some(k) = failing_capture {
         let dropped: Vec<bool> = in_capture
             .iter()
