@@ -329,6 +329,19 @@ fn a_newer_torch_s_annotations_name_categories_of_their_own() {
         text.contains("kv_cache (your tag) dominates the allocated peak"),
         "{text}"
     );
+    // The report says the same, in its findings and its categories section.
+    let page = scratch("annotate-report").join("report.html");
+    vramtrace([
+        "report",
+        &p.display().to_string(),
+        "-o",
+        &page.display().to_string(),
+    ])
+    .success();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("kv_cache (your tag) dominates the allocated peak"));
+    assert!(html.contains("kv_cache (your tag)</"), "the findings card");
+    assert!(!html.contains("other dominates the allocated peak"));
     let other_row = text
         .lines()
         .find(|l| l.trim_start().starts_with("other"))

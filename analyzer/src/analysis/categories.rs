@@ -175,6 +175,24 @@ pub struct CategoryReport {
     pub user: Vec<UserCategoryRow>,
 }
 
+impl CategoryReport {
+    /// The program's own category that is the largest part of the
+    /// allocated peak, when one is: larger than every built-in category,
+    /// `other` counted without the user categories it holds.
+    pub fn user_lead(&self) -> Option<&UserCategoryRow> {
+        let named: u64 = self.user.iter().map(|u| u.at_allocated_peak).sum();
+        let largest_builtin = (self.at_allocated_peak.0.iter())
+            .map(|s| match s.category {
+                Category::Other => s.bytes.saturating_sub(named),
+                _ => s.bytes,
+            })
+            .max()
+            .unwrap_or(0);
+        (self.user.first())
+            .filter(|u| u.at_allocated_peak > 0 && u.at_allocated_peak >= largest_builtin)
+    }
+}
+
 /// One of the program's own categories at the moments a
 /// [`CategoryReport`] tells: every byte exact (the program tagged it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -211,6 +211,24 @@ pub fn user_category_dominant_line(name: &str, bytes: u64, total: u64, moment: &
     )
 }
 
+/// What fills the allocated peak of `total` bytes, in a line: the
+/// program's own category when it leads, else the dominant built-in one.
+pub fn peak_dominant_line(
+    c: &crate::analysis::categories::CategoryReport,
+    total: u64,
+) -> Option<String> {
+    const MOMENT: &str = "the allocated peak";
+    match c.user_lead() {
+        Some(top) => Some(user_category_dominant_line(
+            &top.name,
+            top.at_allocated_peak,
+            total,
+            MOMENT,
+        )),
+        None => (c.dominant.as_ref()).map(|d| category_dominant_line(d, total, MOMENT)),
+    }
+}
+
 /// Where a run's categories come from, in a few words.
 pub fn category_source(source: CategorySource) -> &'static str {
     match source {

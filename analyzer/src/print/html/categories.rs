@@ -122,9 +122,7 @@ impl<'a> Categories<'a> {
         Categories {
             source: labels::category_source(c.source),
             rows,
-            dominant: c.dominant.as_ref().map(|d| {
-                labels::category_dominant_line(d, s.peak_allocated_bytes, "the allocated peak")
-            }),
+            dominant: labels::peak_dominant_line(c, s.peak_allocated_bytes),
             chart: &input.charts.categories,
             waterfall: s.waterfall_at_peak.as_ref().map(waterfall::Table::new),
             outside: s.outside_allocator.as_ref().map(|o| Outside {

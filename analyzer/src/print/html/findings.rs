@@ -141,7 +141,21 @@ fn cards(input: &ReportInput<'_>) -> Vec<Card> {
         ),
         "",
     )];
-    if let Some(d) = &s.categories.dominant {
+    if let Some(u) = s.categories.user_lead() {
+        cards.push(card(
+            "fills the peak",
+            format!(
+                "{} (your tag)",
+                crate::print::printable::printable_cut(&u.name, 24)
+            ),
+            format!(
+                "{} of it ({}, exact)",
+                units::percent(u.at_allocated_peak as f64 / s.peak_allocated_bytes.max(1) as f64),
+                units::bytes(u.at_allocated_peak)
+            ),
+            "",
+        ));
+    } else if let Some(d) = &s.categories.dominant {
         cards.push(card(
             "fills the peak",
             d.category.label().to_string(),

@@ -161,36 +161,8 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             crate::print::labels::category_source(c.source)
         ));
         text.push_str(&categories);
-        // "other" leads only by what the program named: say what it named.
-        let named: u64 = c.user.iter().map(|u| u.at_allocated_peak).sum();
-        let largest_builtin = (c.at_allocated_peak.0.iter())
-            .map(|s| match s.category {
-                crate::analysis::categories::Category::Other => s.bytes.saturating_sub(named),
-                _ => s.bytes,
-            })
-            .max()
-            .unwrap_or(0);
-        let user_lead = (c.user.first())
-            .filter(|u| u.at_allocated_peak > 0 && u.at_allocated_peak >= largest_builtin);
-        if let Some(top) = user_lead {
-            text.push_str(&format!(
-                "  {}\n",
-                crate::print::labels::user_category_dominant_line(
-                    &top.name,
-                    top.at_allocated_peak,
-                    r.peak_allocated_bytes,
-                    "the allocated peak"
-                )
-            ));
-        } else if let Some(d) = &c.dominant {
-            text.push_str(&format!(
-                "  {}\n",
-                crate::print::labels::category_dominant_line(
-                    d,
-                    r.peak_allocated_bytes,
-                    "the allocated peak"
-                )
-            ));
+        if let Some(line) = labels::peak_dominant_line(c, r.peak_allocated_bytes) {
+            text.push_str(&format!("  {line}\n"));
         }
     }
 
