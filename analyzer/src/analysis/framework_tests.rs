@@ -33,7 +33,15 @@ struct Shape {
     tagged: bool,
     /// The last iteration runs out of memory in its backward.
     oom_in_backward: bool,
+    /// The first forward and the first backward each make a block of a
+    /// parameter's size that they keep for good (cuBLAS's workspace of
+    /// the main thread and of the autograd engine's).
+    workspaces: bool,
 }
+
+/// The cuBLAS workspaces' addresses (see [`Shape::workspaces`]).
+const FORWARD_WORKSPACE: u64 = 0x50_0000;
+const BACKWARD_WORKSPACE: u64 = 0x51_0000;
 
 /// Three iterations of a one-parameter AdamW model.
 fn run(shape: Shape) -> Vec<u8> {
@@ -96,6 +104,9 @@ fn run(shape: Shape) -> Vec<u8> {
             b.begin(step);
         }
         b.alloc(base + 0x1000, ACT1, ACT1, act1);
+        if it == 0 && shape.workspaces {
+            b.alloc(FORWARD_WORKSPACE, PARAM, PARAM, act2);
+        }
         b.alloc(base + 0x4000, ACT2, ACT2, act2);
         b.alloc(base + 0x9000, FWD_TMP, FWD_TMP, fwd_tmp)
             .free(base + 0x9000, FWD_TMP);
@@ -106,6 +117,9 @@ fn run(shape: Shape) -> Vec<u8> {
         }
         b.on_thread(1);
         b.alloc(base + 0x10000, GRAD, GRAD, node);
+        if it == 0 && shape.workspaces {
+            b.alloc(BACKWARD_WORKSPACE, GRAD, GRAD, node);
+        }
         if last && shape.oom_in_backward {
             b.oom(1 << 40, node_tmp);
             b.on_thread(0);
@@ -169,6 +183,7 @@ fn a_lightning_run_reads_as_a_plain_loop_does() {
                 closure,
                 tagged,
                 oom_in_backward: false,
+                workspaces: false,
             };
             let r = summary(shape);
             assert_eq!(
@@ -202,6 +217,37 @@ fn a_lightning_run_reads_as_a_plain_loop_does() {
 }
 
 #[test]
+fn blocks_a_library_keeps_are_neither_parameters_nor_gradients() {
+    // cuBLAS's workspaces (32 MiB on an H100 or H200: the size of a
+    // 4096 x 4096 bf16 weight) are made by the first forward and the first
+    // backward and kept: the forward's is no parameter (it came after the
+    // forward's first activation), the backward's no gradient (one
+    // gradient per parameter of its size).
+    for tagged in [false, true] {
+        for closure in [false, true] {
+            let shape = Shape {
+                closure,
+                tagged,
+                oom_in_backward: false,
+                workspaces: true,
+            };
+            let r = summary(shape);
+            let mut expected = expected_at_peak();
+            expected[6].1 += PARAM + GRAD;
+            assert_eq!(
+                bytes(&r.categories.at_allocated_peak),
+                expected,
+                "closure {closure}, tagged {tagged}"
+            );
+            let end = &r.categories.at_end;
+            assert_eq!(end.get(Category::Parameter).bytes, PARAM);
+            assert_eq!(end.get(Category::Gradient).bytes, GRAD);
+            assert_eq!(end.get(Category::Other).bytes, BATCH + PARAM + GRAD);
+        }
+    }
+}
+
+#[test]
 fn activations_held_at_an_oom_in_backward_are_known_by_their_sites() {
     for tagged in [false, true] {
         for closure in [false, true] {
@@ -209,6 +255,7 @@ fn activations_held_at_an_oom_in_backward_are_known_by_their_sites() {
                 closure,
                 tagged,
                 oom_in_backward: true,
+                workspaces: false,
             };
             let r = summary(shape);
             let end = &r.categories.at_end;

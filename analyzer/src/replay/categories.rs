@@ -502,9 +502,18 @@ pub struct Classifier {
     /// Blocks born before the first step ended and alive when it ended,
     /// not known to be parameters yet: `(address, born)`.
     pub(super) setup: Vec<(u64, u64)>,
+    /// Whether the gradients were counted against the parameters once
+    /// they were known (see `ReplayState::settle_extra_gradients`).
+    pub(super) gradients_counted: bool,
     /// How the forward pass's blocks freed before a step turned out.
     forward_activations: u64,
     forward_temporaries: u64,
+    /// The allocation (event index + 1) of the first forward's first
+    /// block that turned out to be an activation (`u64::MAX`: none yet).
+    /// Parameters are made before the forward that uses them; a block of
+    /// that forward that outlives the step is a library's cache (cuBLAS's
+    /// workspace, 32 MiB on an H100 or H200, the size of many a weight).
+    first_activation_born: u64,
     /// Requested sizes of the parameters and gradients known so far.
     parameter_sizes: FxHashSet<u64>,
     gradient_sizes: FxHashSet<u64>,
@@ -521,8 +530,15 @@ impl Classifier {
     pub fn new(options: CategoryOptions) -> Self {
         Classifier {
             options,
+            first_activation_born: u64::MAX,
             ..Classifier::default()
         }
+    }
+
+    /// A block allocated by event `born - 1` in the first forward (before
+    /// any step) turned out to be an activation.
+    pub fn first_forward_activation(&mut self, born: u64) {
+        self.first_activation_born = self.first_activation_born.min(born);
     }
 
     /// The options it was made with.
@@ -870,13 +886,18 @@ impl Classifier {
         category
     }
 
-    /// Whether a set-up block of `requested` bytes (allocated before the
-    /// first step, alive after it) is a parameter: once it outlived the
-    /// first step's inputs and outputs (a second step ended, or the trace
-    /// did after one), when a gradient of its size was seen.
-    pub fn setup_is_parameter(&mut self, requested: u64, at_end: bool) -> bool {
+    /// Whether a set-up block of `requested` bytes allocated by event
+    /// `born - 1` (before the first step, alive after it) is a parameter:
+    /// once it outlived the first step's inputs and outputs (a second step
+    /// ended, or the trace did after one), when a gradient of its size was
+    /// seen, and when it was allocated before the first forward's first
+    /// activation.
+    pub fn setup_is_parameter(&mut self, requested: u64, born: u64, at_end: bool) -> bool {
         let outlived = self.steps_ended >= 2 || (at_end && self.steps_ended >= 1);
-        let is = outlived && !self.tagged() && self.gradient_sizes.contains(&requested);
+        let is = outlived
+            && !self.tagged()
+            && born < self.first_activation_born
+            && self.gradient_sizes.contains(&requested);
         if is {
             self.note(Category::Parameter, requested);
         }

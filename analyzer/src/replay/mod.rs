@@ -1035,13 +1035,57 @@ impl ReplayState {
             for (addr, born) in std::mem::take(&mut self.classifier.setup) {
                 if let Some(a) = self.unsettled(addr, born) {
                     let requested = a.requested;
-                    let category = if self.classifier.setup_is_parameter(requested, false) {
+                    let category = if self.classifier.setup_is_parameter(requested, born, false) {
                         Category::Parameter
                     } else {
                         Category::Other
                     };
                     self.settle(addr, Class::inferred(category));
                 }
+            }
+            if !self.classifier.gradients_counted {
+                self.classifier.gradients_counted = true;
+                self.settle_extra_gradients();
+            }
+        }
+    }
+
+    /// Blocks inferred to be gradients beyond one per parameter of their
+    /// size are other: the oldest of them (the backward's cuBLAS workspace,
+    /// made by the first backward, kept for good, and as large as many a
+    /// weight). Worked out once, when the parameters are first known, and
+    /// again at the end: a pass over the live blocks each time.
+    fn settle_extra_gradients(&mut self) {
+        if self.classifier.options().source != CategorySource::Inferred {
+            return;
+        }
+        let mut parameters: FxHashMap<u64, usize> = FxHashMap::default();
+        let mut gradients: Vec<(u64, u64, u64)> = Vec::new();
+        for a in self.live.values() {
+            if a.free_requested {
+                continue;
+            }
+            match a.class.category {
+                Category::Parameter => *parameters.entry(a.requested).or_default() += 1,
+                Category::Gradient if !a.class.exact => {
+                    gradients.push((a.requested, a.born, a.addr))
+                }
+                _ => {}
+            }
+        }
+        if gradients.is_empty() {
+            return;
+        }
+        // By size, oldest first: the extras are the oldest.
+        gradients.sort_unstable();
+        for same in gradients.chunk_by(|x, y| x.0 == y.0) {
+            let allowed = parameters.get(&same[0].0).copied().unwrap_or(0);
+            if allowed == 0 {
+                // No parameter of this size is known: nothing to count by.
+                continue;
+            }
+            for &(_, _, addr) in &same[..same.len().saturating_sub(allowed)] {
+                self.settle(addr, Class::inferred(Category::Other));
             }
         }
     }
@@ -1061,16 +1105,16 @@ impl ReplayState {
         if !self.recategorized.is_empty() {
             self.recategorized.clear();
         }
-        let mut open: Vec<(u64, Birth, u64, SiteId)> = self
+        let mut open: Vec<(u64, Birth, u64, SiteId, u64)> = self
             .live
             .values()
             .filter(|a| !a.birth.settled && !a.free_requested)
-            .map(|a| (a.addr, a.birth, a.requested, a.site))
+            .map(|a| (a.addr, a.birth, a.requested, a.site, a.born))
             .collect();
         // The same order whatever the map's: the list is a result, and
         // gradients are settled before the set-up blocks their sizes decide.
-        open.sort_unstable_by_key(|&(addr, birth, _, _)| (is_setup(&birth), addr));
-        for (addr, birth, requested, site) in open {
+        open.sort_unstable_by_key(|&(addr, birth, ..)| (is_setup(&birth), addr));
+        for (addr, birth, requested, site, born) in open {
             // A run that stopped mid-iteration (at an out-of-memory error)
             // never freed that iteration's blocks: those of a site whose
             // freed blocks all turned out alike (saved activations, say)
@@ -1083,7 +1127,7 @@ impl ReplayState {
             let category = if let Some(category) = learned {
                 category
             } else if is_setup(&birth) {
-                if self.classifier.setup_is_parameter(requested, true) {
+                if self.classifier.setup_is_parameter(requested, born, true) {
                     Category::Parameter
                 } else {
                     Category::Other
@@ -1093,6 +1137,7 @@ impl ReplayState {
             };
             self.settle(addr, Class::inferred(category));
         }
+        self.settle_extra_gradients();
         self.classifier.waiting.clear();
         self.classifier.setup.clear();
         self.close_pools();
@@ -1222,6 +1267,9 @@ fn settle_released(
         a.birth.settled = true;
         let category = classifier.at_free(&a.birth, a.requested, b.thread, b.stack, symbols);
         classifier.learn(a.site, category);
+        if category == Category::Activation && is_setup(&a.birth) {
+            classifier.first_forward_activation(a.born);
+        }
         let to = Class::inferred(category);
         if to != counted {
             changes.push(Recategorized {
