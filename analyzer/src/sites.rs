@@ -427,6 +427,32 @@ impl SiteFolder {
         }
     }
 
+    /// A site's name as [`name`](Self::name) gives it, with each frame's
+    /// file cut to its last component (`train_step (train.py:90)`): the
+    /// same code recorded from another folder, or started by another path
+    /// (`python train.py` against `python /home/me/train.py`), names its
+    /// files by other paths, and runs of it must still line up.
+    pub fn portable_name(&self, site: SiteId, symbols: &SymbolTable) -> String {
+        let info = self.info(site);
+        let frame = |f: FrameId| match symbols.frame(f) {
+            Some(Frame::Symbol {
+                function,
+                file,
+                line,
+            }) if !symbols.string_or_unknown(*file).is_empty() => {
+                let file = symbols.string_or_unknown(*file);
+                let base = file.rsplit(['/', '\\']).next().unwrap_or(file);
+                format!("{} ({base}:{line})", symbols.string_or_unknown(*function))
+            }
+            _ => symbols.describe_frame(f),
+        };
+        match (info.frame, info.user_frame) {
+            (Some(f), Some(u)) => format!("{}{VIA}{}", frame(u), frame(f)),
+            (Some(f), None) => frame(f),
+            (None, _) => NO_STACK.to_string(),
+        }
+    }
+
     /// The frames that describe a site, innermost first: the telling frame
     /// and up to `context` user frames that called it; with full stacks,
     /// every frame of the stack. The recorder's own frames are left out.
@@ -856,6 +882,46 @@ mod tests {
             ),
             ("_run_module_as_main", "/usr/lib/python3.12/runpy.py", 198),
         ])
+    }
+
+    #[test]
+    fn a_portable_name_is_the_same_from_any_folder() {
+        let mut b = TraceBuilder::new();
+        let torch = "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py";
+        let here = b.stack(&[
+            ("forward", torch, 125),
+            ("step", "python/gpu/check.py", 159),
+        ]);
+        let there = b.stack(&[
+            (
+                "forward",
+                "/usr/lib/python3/dist-packages/torch/nn/modules/linear.py",
+                125,
+            ),
+            ("step", "/home/me/repo/python/gpu/check.py", 159),
+        ]);
+        let other_line = b.stack(&[("forward", torch, 125), ("step", "check.py", 160)]);
+        let no_file = b.stack(&[("MmBackward0", "", 0)]);
+        let (_, symbols) = b.finish_symbols();
+        let mut folder = SiteFolder::default();
+        let (a, b, c, d) = (
+            folder.site(here, &symbols),
+            folder.site(there, &symbols),
+            folder.site(other_line, &symbols),
+            folder.site(no_file, &symbols),
+        );
+        assert_ne!(folder.name(a, &symbols), folder.name(b, &symbols));
+        assert_eq!(folder.name(a, &symbols), "step (python/gpu/check.py:159)");
+        assert_eq!(folder.portable_name(a, &symbols), "step (check.py:159)");
+        assert_eq!(
+            folder.portable_name(a, &symbols),
+            folder.portable_name(b, &symbols)
+        );
+        assert_ne!(
+            folder.portable_name(a, &symbols),
+            folder.portable_name(c, &symbols)
+        );
+        assert_eq!(folder.portable_name(d, &symbols), folder.name(d, &symbols));
     }
 
     #[test]

@@ -403,8 +403,10 @@ impl Keys {
             .iter()
             .map(|a| {
                 *known.entry((a.site, a.phase)).or_insert_with(|| {
+                    // By file name, not path: runs recorded from other
+                    // folders line up.
                     let key = (
-                        state.sites().name(a.site, symbols),
+                        state.sites().portable_name(a.site, symbols),
                         state.phase_path(a.phase, symbols),
                     );
                     let next = self.ids.len() as u32;
