@@ -238,13 +238,24 @@ pub fn plan(
     // run they are a line's guess: when they are many, say which run to
     // record next.
     let (loose, total) = loose_allocations(&laws);
+    let top = read.iter().map(|r| r.value).max().unwrap_or(0);
     if !model.is_assumed() && loose * 4 > total {
-        let top = read.iter().map(|r| r.value).max().unwrap_or(0);
         notes.push(format!(
             "{loose} of {total} allocations follow no law through these runs (their sizes past the largest run are guessed along a line): record one more run, at {} {}, to fit them",
             varied.words(),
             top.saturating_mul(2)
         ));
+    } else if let (2, Some(largest)) = (model.values.len(), found.largest) {
+        // Two runs cannot show a size that stops growing past them: name
+        // the third run that would, inside what fits.
+        let step = options.step.max(1);
+        let third = largest.saturating_mul(9) / 10 / step * step;
+        if third > top {
+            notes.push(format!(
+                "record one more run, at {} {third} (nine tenths of the answer, which fits), and plan from all three: a size that stops growing past the recorded runs (an attention kernel's workspace sized by the GPU's multiprocessors, say) shows only then",
+                varied.words()
+            ));
+        }
     }
     if options.reserve.is_some() && reserve.is_none() {
         notes.push(

@@ -201,12 +201,20 @@ impl Law {
 
     /// For [`LawKind::NoLaw`]: the size along the line through the two
     /// recorded points nearest `value` (between them when inside the
-    /// runs), rounded, at least 1.
+    /// runs), rounded, at least 1. Past the largest run, a size whose
+    /// growth slowed between the last runs stays at its largest: a kernel
+    /// that sizes its workspace by the blocks in flight grows with the
+    /// value until the GPU's multiprocessors are full, then stops (the
+    /// memory-efficient attention's backward on an H200: 19.7 MB at batch
+    /// 16, 38.9 MB at 32, 132 MiB from about 110 on).
     fn read_off(&self, value: u64) -> u64 {
         let p = &self.points;
         match p.len() {
             0 => 1,
             1 => p[0].1.max(1),
+            n if n >= 3 && value > p[n - 1].0 && slowed(p[n - 3], p[n - 2], p[n - 1]) => {
+                p[n - 1].1.max(1)
+            }
             n => {
                 let i = p.partition_point(|&(v, _)| v < value).clamp(1, n - 1);
                 let ((v0, s0), (v1, s1)) = (p[i - 1], p[i]);
@@ -223,6 +231,15 @@ impl Law {
             }
         }
     }
+}
+
+/// Whether the size grows less per unit of value from `b` to `c` than from
+/// `a` to `b` (values increasing).
+fn slowed(a: (u64, u64), b: (u64, u64), c: (u64, u64)) -> bool {
+    let slope =
+        |(v0, s0): (u64, u64), (v1, s1): (u64, u64)| (s1 as i128 - s0 as i128, (v1 - v0) as i128);
+    let ((n0, d0), (n1, d1)) = (slope(a, b), slope(b, c));
+    n1 * d0 < n0 * d1
 }
 
 /// Solves `Σ_k c_k · v^basis[k] = s · den` through `points` (as many as the
@@ -336,7 +353,23 @@ mod tests {
         let ragged = Law::fit(&[(1, 10), (2, 17), (3, 30), (4, 31)]);
         assert_eq!(ragged.kind, LawKind::NoLaw);
         assert_eq!(ragged.at(3), 30);
-        assert_eq!(ragged.at(5), 32);
+        // Past the runs, growth that slowed (13, then 1) stops.
+        assert_eq!(ragged.at(5), 31);
+    }
+
+    #[test]
+    fn a_size_that_stopped_growing_stays_past_the_largest_run() {
+        // An attention backward's workspace on an H200 (recorded): it grows
+        // with the batch until the multiprocessors are full.
+        let capped = Law::fit(&[(16, 19_660_800), (32, 38_928_384), (137, 138_412_032)]);
+        assert_eq!(capped.kind, LawKind::NoLaw);
+        assert_eq!(capped.at(152), 138_412_032);
+        // Inside the runs, still along the line between the nearest two.
+        assert_eq!(capped.at(24), (19_660_800 + 38_928_384) / 2);
+        // Growth that speeds up is still extrapolated along the last line.
+        let faster = Law::fit(&[(1, 10), (2, 11), (4, 40)]);
+        assert_eq!(faster.kind, LawKind::NoLaw);
+        assert_eq!(faster.at(6), 69);
     }
 
     #[test]
