@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-target/release/vramtrace}
 dir=${2:-target/hostile}
-if [ ! -e "$dir/deep-phases-50000.vtrace" ]; then
+if [ ! -e "$dir/distinct-stacks-100000.vtrace" ]; then
     VRAMTRACE_HOSTILE_DIR="$PWD/$dir" cargo test --release -p vramtrace --test scaling \
         -- --ignored write_hostile_inputs >/dev/null
 fi
@@ -32,6 +32,7 @@ family() { # name command sizes...
         local trace="$dir/$name-$n.vtrace"
         case $command in
         report) run "$name" "$n" "$command" report "$trace" -o "$out/r.html" --no-what-if ;;
+        export) run "$name" "$n" "$command" export "$trace" --format perfetto -o "$out/p.json" ;;
         *) run "$name" "$n" "$command" "$command" "$trace" --json ;;
         esac
     done
@@ -44,4 +45,6 @@ family zero-size-segments summary 10000 100000
 family leaking-steps report 10000 50000
 family descending-segments report 100000 400000
 family many-devices summary 10000 100000
+family distinct-stacks export 10000 100000
+family distinct-stacks report 10000 100000
 rm -rf "$out"

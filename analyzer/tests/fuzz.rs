@@ -14,6 +14,10 @@
 //!   order, unknown addresses, mismatched phases on several threads),
 //!   written as a trace and analyzed: the replay and the analyses on events
 //!   no allocator would emit.
+//! - **plan**: pairs of traces, each mutated on its own (from one seed or
+//!   two), planned from as two runs: the line-up of two programs' or two
+//!   damaged runs' allocations, the laws fitted through them and the
+//!   search, under values and caps at the edges of 64 bits.
 //!
 //! `cargo test --release -p vramtrace --test fuzz -- --nocapture` runs each
 //! target for `VRAMTRACE_FUZZ_SECONDS` (default 10; CI runs the default in
@@ -459,13 +463,77 @@ enum Target {
     Trace,
     Pickle,
     Replay,
+    Plan,
+}
+
+/// A pair of inputs as one: the first's length (8 bytes, little-endian),
+/// the first, the second.
+fn pair(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let mut out = (a.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(a);
+    out.extend_from_slice(b);
+    out
+}
+
+/// The two inputs of [`pair`]'s bytes (a short or overlong length gives
+/// what there is).
+fn unpair(bytes: &[u8]) -> (&[u8], &[u8]) {
+    let Some((len, rest)) = bytes.split_first_chunk::<8>() else {
+        return (&[], &[]);
+    };
+    let n = (u64::from_le_bytes(*len).min(rest.len() as u64)) as usize;
+    rest.split_at(n)
+}
+
+/// `plan` on a pair of traces as two runs, under each set of options: the
+/// values given (batch, sequence length, and ones past 2^53 and at 2^64 −
+/// 1), read from the runs' notes, under a cap, on the card recorded, with
+/// a value to simulate in full. Errors are fine; panics are not.
+fn plan_pair(bytes: &[u8]) {
+    let (a, b) = unpair(bytes);
+    let (Ok(a), Ok(b)) = (
+        Input::from_bytes(a.to_vec(), &NoProgress),
+        Input::from_bytes(b.to_vec(), &NoProgress),
+    ) else {
+        return;
+    };
+    let runs = [&a, &b];
+    let sets = [
+        (
+            Some((Varied::Batch, vec![4, 8])),
+            Some(1 << 30),
+            Some(1 << 20),
+            1,
+        ),
+        (Some((Varied::Seq, vec![512, 128])), None, None, 8),
+        (None, None, Some(64), 1),
+        (
+            Some((Varied::Batch, vec![(1 << 53) + 1, u64::MAX])),
+            Some(u64::MAX),
+            Some(u64::MAX),
+            3,
+        ),
+    ];
+    for (values, cap, at, step) in sets {
+        let options = PlanOptions {
+            values,
+            cap,
+            at,
+            step,
+            ..PlanOptions::default()
+        };
+        if let Ok(result) = plan(&runs, &options, &NoProgress) {
+            let _ = vramtrace::print::text::plan(&result);
+            let _ = serde_json::to_string(&result);
+        }
+    }
 }
 
 /// Runs `target` for its budget; returns the executions run, or what
 /// failed.
 fn fuzz(target: Target, seed: u64, budget: Duration) -> Result<u64, String> {
     let seeds = match target {
-        Target::Trace => seeds(false),
+        Target::Trace | Target::Plan => seeds(false),
         Target::Pickle => seeds(true),
         Target::Replay => vec![vec![0u8; 64], (0..=255).collect()],
     };
@@ -477,8 +545,22 @@ fn fuzz(target: Target, seed: u64, budget: Duration) -> Result<u64, String> {
         let base = &seeds[rng.below(seeds.len())];
         let other = &seeds[rng.below(seeds.len())];
         let mut input = mutate(&mut rng, base, other);
-        if target == Target::Trace && rng.chance(2) {
+        if matches!(target, Target::Trace | Target::Plan) && rng.chance(2) {
             fix_checksums(&mut input);
+        }
+        if target == Target::Plan {
+            // The second run: of the same program (the same seed, mutated
+            // on its own) half of the time, of another the rest.
+            let from = if rng.chance(2) {
+                base
+            } else {
+                &seeds[rng.below(seeds.len())]
+            };
+            let mut second = mutate(&mut rng, from, other);
+            if rng.chance(2) {
+                fix_checksums(&mut second);
+            }
+            input = pair(&input, &second);
         }
         if target == Target::Replay {
             input.truncate(4096);
@@ -487,6 +569,9 @@ fn fuzz(target: Target, seed: u64, budget: Duration) -> Result<u64, String> {
         PEAK.store(before, Ordering::Relaxed);
         let run_started = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
+            if target == Target::Plan {
+                return plan_pair(&input);
+            }
             let bytes = match target {
                 Target::Replay => replay_trace(&input),
                 _ => input.clone(),
@@ -551,12 +636,16 @@ fn fuzz_failures_stay_fixed() {
     for path in inputs {
         let input = std::fs::read(&path).unwrap();
         let name = path.file_name().unwrap().to_string_lossy();
+        eprintln!("{name}");
+        if name.starts_with("plan-") {
+            plan_pair(&input);
+            continue;
+        }
         let bytes = if name.starts_with("replay-") {
             replay_trace(&input)
         } else {
             input
         };
-        eprintln!("{name}");
         if let Ok(opened) = Input::from_bytes(bytes, &NoProgress) {
             analyze(&opened);
         }
@@ -565,7 +654,7 @@ fn fuzz_failures_stay_fixed() {
 
 /// Runs one input again, with panics reported as usual (where, and a
 /// backtrace with `RUST_BACKTRACE=1`): `VRAMTRACE_FUZZ_REPRO=FILE`, and
-/// `VRAMTRACE_FUZZ_TARGET=replay` for an input of that target.
+/// `VRAMTRACE_FUZZ_TARGET=replay` or `plan` for an input of that target.
 #[test]
 fn fuzz_repro() {
     let Some(path) = std::env::var_os("VRAMTRACE_FUZZ_REPRO") else {
@@ -574,6 +663,7 @@ fn fuzz_repro() {
     let input = std::fs::read(path).unwrap();
     let bytes = match std::env::var("VRAMTRACE_FUZZ_TARGET").as_deref() {
         Ok("replay") => replay_trace(&input),
+        Ok("plan") => return plan_pair(&input),
         _ => input,
     };
     if let Ok(opened) = Input::from_bytes(bytes, &NoProgress) {
@@ -601,10 +691,11 @@ fn fuzz_the_readers_and_the_replay() {
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     // One after the other: the allocator's count is the process's.
-    let runs: Result<Vec<u64>, String> = [Target::Trace, Target::Pickle, Target::Replay]
-        .into_iter()
-        .map(|t| fuzz(t, seed, Duration::from_secs(seconds)))
-        .collect();
+    let runs: Result<Vec<u64>, String> =
+        [Target::Trace, Target::Pickle, Target::Replay, Target::Plan]
+            .into_iter()
+            .map(|t| fuzz(t, seed, Duration::from_secs(seconds)))
+            .collect();
     std::panic::set_hook(hook);
     let runs = runs.unwrap_or_else(|failure| panic!("{failure}"));
     assert!(runs.iter().all(|&n| n > 0));

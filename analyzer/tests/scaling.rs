@@ -202,7 +202,7 @@ fn write_hostile_inputs() {
     };
     let dir = std::path::PathBuf::from(dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let families: [Family; 8] = [
+    let families: [Family; 9] = [
         ("deep-phases", hostile::deep_phases, [50_000, 200_000]),
         (
             "unclosed-phases",
@@ -231,6 +231,11 @@ fn write_hostile_inputs() {
             [100_000, 400_000],
         ),
         ("many-devices", hostile::many_devices, [10_000, 100_000]),
+        (
+            "distinct-stacks",
+            hostile::distinct_stacks,
+            [10_000, 100_000],
+        ),
     ];
     for (name, make, sizes) in families {
         for n in sizes {

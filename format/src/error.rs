@@ -46,6 +46,11 @@ pub enum FormatError {
     /// different recordings).
     #[error("cannot join the parts: {0}")]
     NotJoinable(&'static str),
+    /// No part of a ring could be joined, or its parts are of two
+    /// recordings in equal measure: each part, and why
+    /// ([`RingError::describe`](crate::RingError::describe)).
+    #[error("cannot join the ring: {0}")]
+    Ring(String),
     /// The writer was used out of order (e.g. an initial state after events).
     #[error("invalid use of the trace writer: {0}")]
     InvalidUse(&'static str),

@@ -19,6 +19,9 @@
 //!   [`TraceReader`] (decoding chunks on all cores while the batch before is
 //!   used) or a [`TraceReceiver`], the far end of a [`TraceChannel`] that a
 //!   converter fills without writing a file.
+//! - [`join`], [`Joiner`], [`join_ring`]: the parts of a bounded recording
+//!   put back into one trace; [`join_ring`] joins what can be joined of a
+//!   damaged or mixed ring and names each part it leaves out.
 //!
 //! ```
 //! use vramtrace_format::{BlockEvent, Event, EventData, Header, TraceReader, TraceWriter};
@@ -66,6 +69,7 @@ mod header;
 mod join;
 mod reader;
 mod record;
+mod ring;
 mod source;
 mod symbols;
 pub mod varint;
@@ -87,6 +91,7 @@ pub use join::{
     JoinSummary, Joiner, PART_KEY, PREAMBLE_EVENTS_KEY, PartJoined, PartScan, RING_KEY, join, scan,
 };
 pub use reader::{Events, KEPT_DAMAGE, REORDER_CHUNKS, TraceDamage, TraceReader, Truncation};
+pub use ring::{RingError, RingJoin, RingPart, join_ring, part_number};
 pub use source::EventSource;
 pub use symbols::{Frame, FrameId, StackId, StringId, SymbolTable};
 pub use writer::{TraceWriter, WriterOptions};

@@ -293,6 +293,48 @@ def test_run_arguments_are_checked():
     assert p.returncode == 2 and "invalid choice" in p.stderr
 
 
+def test_run_refuses_an_out_that_is_the_script(tmp_path):
+    """No output may replace an input (issue #46): an --out that names the
+    script, under any name or through its pattern, is refused on one line
+    before anything runs, and the script is left as it was."""
+    script = tmp_path / "train0.py"
+    text = "print('ran')\n"
+    script.write_text(text)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(PACKAGE_DIR).parent}"}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "vramtrace", "run", *args],
+                              capture_output=True, text=True, cwd=tmp_path, env=env)
+
+    for out, extra in [(str(script), []), ("train0.py", []), ("sub/../train0.py", []),
+                       (str(tmp_path / "link" / "train0.py"), []), ("train%d.py", []),
+                       ("train0.py", ["--mode", "replace"]),
+                       ("train.py", ["--keep-last", "1MiB"])]:
+        if "keep-last" in " ".join(extra):
+            victim = tmp_path / "train-oom.py"
+            victim.write_text(text)
+        else:
+            victim = script
+        p = run("--out", out, *extra, str(victim))
+        assert p.returncode == 2, (out, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and "would destroy the input" in lines[0], (out, p.stderr)
+        assert "ran" not in p.stdout
+        assert victim.read_text() == text
+    # A module's file is its input too.
+    (tmp_path / "trainer.py").write_text(text)
+    p = run("--out", "trainer.py", "-m", "trainer")
+    assert p.returncode == 2 and "would destroy the input" in p.stderr, p.stderr
+    assert (tmp_path / "trainer.py").read_text() == text
+    # Another output is fine (without PyTorch here, the script runs
+    # unrecorded).
+    (tmp_path / "torch.py").write_text("raise ImportError('no torch here')\n")
+    p = run("--out", "train0.vtrace", str(script))
+    assert p.returncode == 0 and "ran" in p.stdout, p.stderr
+
+
 def test_run_runs_the_script_with_its_arguments_when_recording_cannot_start(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import sys\nprint('args', sys.argv[1:])\n")

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import runpy
 import sys
+from typing import NoReturn
 
 import vramtrace
 from vramtrace import _bounded
@@ -23,7 +25,7 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors on one line, as the analyzer gives them, not argparse's
     usage block above them."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {self.prog}: {message} (see --help)\n")
 
 
@@ -81,10 +83,53 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_error(message: str):
+def run_error(message: str) -> NoReturn:
     """A usage error of `run`, on one line, naming the command typed."""
     sub = _Parser(prog=f"{_COMMAND} run")
     sub.error(message)
+
+
+def _names_written(out: str, keep_last: bool) -> re.Pattern:
+    """What the recording may write for the ``--out`` pattern ``out``, as a
+    pattern of absolute paths: the trace of each device (``%d``, or a
+    ``.devN`` suffix for devices after the first), and with ``keep_last``
+    its out-of-memory and numbered dumps beside it. ``%p`` is this process
+    (the script runs in it) and ``%r`` the ``RANK`` variable, as the
+    recorder expands them."""
+    values = {"%p": str(os.getpid()), "%r": os.environ.get("RANK", "").strip() or "0",
+              "%%": "%"}
+
+    def expand(text: str, device: str) -> list:
+        """``text``'s pieces: literal text, and ``device`` for ``%d``."""
+        return [device if p == "%d" else values.get(p, p) for p in re.split(r"(%.)", text)]
+
+    folder, name = os.path.split(out)
+    # The folder resolved as the file system will (links, `..`), the name
+    # as a pattern.
+    folder = os.path.realpath("".join(expand(folder, "0")) or ".")
+    pieces = expand(name, "\0")
+    has_device = "%d" in re.split(r"(%.)", name)
+    literal = "".join("[0-9]+" if p == "\0" else re.escape(p) for p in pieces)
+    stem, dot, ext = literal.rpartition(re.escape("."))
+    dot_ext = dot + ext if dot else ""
+    stem = stem if dot else literal
+    names = [literal]
+    if not has_device:
+        names.append(stem + r"\.dev[0-9]+" + dot_ext)
+    if keep_last:
+        names += [stem + "-oom" + dot_ext, stem + "-dump-[0-9]+" + dot_ext]
+    return re.compile(re.escape(os.path.join(folder, "")) + "(?:" + "|".join(names) + ")")
+
+
+def check_out(out: str | None, inputs: list, keep_last: bool) -> None:
+    """Refuses an ``--out`` that would write over an input (the script, or
+    the module's file), as the analyzer refuses an output over its input:
+    one line, exit status 2, before anything runs."""
+    written = _names_written(out or "vramtrace-%p.vtrace", keep_last)
+    for path in inputs:
+        if written.fullmatch(os.path.realpath(path)):
+            run_error(f"the output {out} is the input {path}: writing it would destroy the "
+                      "input; choose another output")
 
 
 def main(argv=None) -> int:
@@ -102,13 +147,17 @@ def main(argv=None) -> int:
     if ns.module:
         import importlib.util
         try:
-            found = importlib.util.find_spec(ns.script) is not None
+            spec = importlib.util.find_spec(ns.script)
         except (ImportError, ValueError):
-            found = False
-        if not found:
+            spec = None
+        if spec is None:
             run_error(f"no module named {ns.script}")
+        inputs = [spec.origin] if spec.origin and os.path.isfile(spec.origin) else []
     elif not os.path.isfile(ns.script):
         run_error(f"no such script: {ns.script}")
+    else:
+        inputs = [ns.script]
+    check_out(ns.out, inputs, ns.keep_last is not None)
     strict = ns.strict or None
     try:
         if ns.mode == "replace":

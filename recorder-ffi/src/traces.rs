@@ -4,7 +4,9 @@
 
 use crate::{c_str, report};
 use recorder::device::CudaDevice;
-use recorder::recorder::{Observer, Recorder, RecorderError, Trace, suffixed, thread_id};
+use recorder::recorder::{
+    Observer, PartLeftOut, Recorder, RecorderError, Trace, suffixed, thread_id,
+};
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -19,13 +21,21 @@ pub(crate) trait Written: Trace + Send + Sync {
 
 impl Written for Recorder<CudaDevice> {
     fn finish(&self) -> Result<(), RecorderError> {
-        Recorder::finish(self).map(|_| ())
+        Recorder::finish(self).map(|s| report_left_out(&s.parts_left_out))
     }
 }
 
 impl Written for Observer {
     fn finish(&self) -> Result<(), RecorderError> {
-        Observer::finish(self).map(|_| ())
+        Observer::finish(self).map(|s| report_left_out(&s.parts_left_out))
+    }
+}
+
+/// Names on standard error each part of a bounded recording's ring that a
+/// join left out (they stay in the ring folder).
+fn report_left_out(parts: &[PartLeftOut]) {
+    for part in parts {
+        report(&part.to_string());
     }
 }
 
@@ -263,7 +273,10 @@ pub unsafe extern "C" fn vramtrace_dump(
         for t in &traces {
             let path = dump_path(&pattern, t.device(), several);
             match t.dump(path.as_deref()) {
-                Ok(summary) => written.push(summary.path.display().to_string()),
+                Ok(summary) => {
+                    report_left_out(&summary.left_out);
+                    written.push(summary.path.display().to_string());
+                }
                 Err(e) => {
                     failed.get_or_insert_with(|| format!("dump of device {}: {e}", t.device()));
                 }

@@ -365,13 +365,13 @@ struct RawCheckpoint {
     largest_free: Vec<u64>,
 }
 
-/// The items of `v` whose `keep` is true, in order.
+/// The items of `v` whose `keep` is true, in order, in a vector of their number: a `collect` of
+/// `v.into_iter()` would reuse `v`'s buffer, and a checkpoint would hold
+/// room for every segment of the run where it keeps the budget's.
 fn kept<T>(v: Vec<T>, keep: &[bool]) -> Vec<T> {
-    v.into_iter()
-        .zip(keep)
-        .filter(|&(_, &k)| k)
-        .map(|(x, _)| x)
-        .collect()
+    let mut out = Vec::with_capacity(keep.iter().filter(|&&k| k).count());
+    out.extend(v.into_iter().zip(keep).filter(|&(_, &k)| k).map(|(x, _)| x));
+    out
 }
 
 // A block at a checkpoint: address, size, pending free, stack, sequence
@@ -811,6 +811,8 @@ impl ExplorerAnalysis {
             blocks.truncate(cap);
             blocks.sort_unstable_by_key(|b| b.0);
         }
+        // Kept until the page is written: only the room the blocks take.
+        blocks.shrink_to_fit();
         RawCheckpoint {
             kinds: vec![kind],
             index: at.index,

@@ -228,6 +228,26 @@ pub fn blocks_tagged_late(n: usize) -> Vec<u8> {
     t.finish()
 }
 
+/// `n` blocks a microsecond apart (a chart column each), each allocated
+/// from a stack of its own and live to the end: issue #46's export of
+/// 100,000 distinct stacks, each holding one live block.
+pub fn distinct_stacks(n: usize) -> Vec<u8> {
+    let mut t = Trace::with_segment();
+    for i in 0..n as u64 {
+        t.t += 999;
+        let name = format!("layer_{i}");
+        let stack = t.w.intern_symbol_stack([
+            (name.as_str(), "model.py", 1 + (i % 1000) as u32),
+            ("train", "train.py", 7),
+        ]);
+        t.push(EventData::Alloc(BlockEvent {
+            stack,
+            ..block(i * 512, 512)
+        }));
+    }
+    t.finish()
+}
+
 /// `n` devices, each named by one tag event alone (an address never
 /// allocated), their ids spread over the `u32` range.
 pub fn tagged_devices(n: usize) -> Vec<u8> {

@@ -43,7 +43,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use writer::WriterSetup;
 
 pub use ring::{
-    DumpSummary, KeepLast, MIN_KEEP_BYTES, MIN_KEEP_DURATION, oom_dump_path, ring_folder, suffixed,
+    DumpSummary, KeepLast, MIN_KEEP_BYTES, MIN_KEEP_DURATION, PartLeftOut, oom_dump_path,
+    ring_folder, suffixed,
 };
 pub use trace::{PhaseGuard, Trace};
 pub use writer::{QueueStats, TraceSummary};
@@ -218,6 +219,9 @@ pub struct RecordingSummary {
     /// Events dropped because the output could not keep up (`events`
     /// counts their markers, not them).
     pub dropped_events: u64,
+    /// A bounded recording's parts that could not be joined into the
+    /// trace, each with why; they are kept in the ring folder.
+    pub parts_left_out: Vec<PartLeftOut>,
     /// The allocator's statistics at the end.
     pub allocator: AllocatorStats,
 }
@@ -519,6 +523,7 @@ impl RecordingSummary {
             addresses: summary.addresses,
             codes: summary.codes,
             dropped_events: summary.dropped_events,
+            parts_left_out: summary.parts_left_out,
             allocator,
         }
     }

@@ -17,16 +17,25 @@
 //! into `TRACE` and the ring is removed. A recording killed before its end
 //! leaves the ring, each part readable on its own (`vramtrace join` puts
 //! them together).
+//!
+//! Dumps and the join at the end keep what they can, as `vramtrace join`
+//! does ([`crate::format::join_ring`]): a part that cannot be joined (cut
+//! inside its start by a full disk, removed, replaced by another file) is
+//! left out, and so are the parts before a break; the newest run of parts
+//! that follow on is joined, and each part left out is named, with why, in
+//! the summary ([`PartLeftOut`]). The parts left out stay in the ring
+//! folder: nothing readable is deleted.
 
 use super::live::LiveState;
 use super::writer::Counting;
 use crate::format::{
-    Event, FormatError, InitialState, JoinSummary, PREAMBLE_EVENTS_KEY, TraceWriter, join,
+    Event, FormatError, InitialState, JoinSummary, PREAMBLE_EVENTS_KEY, RingPart, TraceWriter,
+    join_ring,
 };
 use std::collections::VecDeque;
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::mpsc::SyncSender;
@@ -129,6 +138,30 @@ pub struct DumpSummary {
     pub path: PathBuf,
     /// Its parts and events.
     pub joined: JoinSummary,
+    /// The parts kept that could not be joined, each with why.
+    pub left_out: Vec<PartLeftOut>,
+}
+
+/// A part of a bounded recording's ring left out of a join, and why. It
+/// stays where it is (in the ring folder, which is then not removed), for
+/// `vramtrace join` or a person to look at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartLeftOut {
+    /// The part.
+    pub path: PathBuf,
+    /// Why it was left out.
+    pub why: String,
+}
+
+impl fmt::Display for PartLeftOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} left out of the join: {}",
+            self.path.display(),
+            self.why
+        )
+    }
 }
 
 /// The folder of a bounded recording's parts, beside its trace.
@@ -369,8 +402,10 @@ impl Window {
         if self.current_has_events {
             self.rotate(trace)?;
         }
-        let opened: io::Result<Vec<File>> =
-            self.ended.iter().map(|p| File::open(&p.path)).collect();
+        // Opened now, so that pruning cannot take them from the join.
+        let opened: io::Result<Vec<RingPart>> = (self.ended.iter())
+            .map(|p| Ok(RingPart::Open(p.path.clone(), File::open(&p.path)?)))
+            .collect();
         let parts = match opened {
             Ok(parts) => parts,
             Err(e) => {
@@ -389,10 +424,11 @@ impl Window {
         let joining = std::thread::Builder::new()
             .name("vramtrace-dump".into())
             .spawn(move || {
-                let result = join_into(parts, &path)
-                    .map(|joined| DumpSummary {
+                let result = join_into(&parts, &path)
+                    .map(|(joined, left_out)| DumpSummary {
                         path: path.clone(),
                         joined,
+                        left_out,
                     })
                     .map_err(|e| format!("cannot write {}: {e}", path.display()));
                 if let Some(done) = done {
@@ -408,45 +444,74 @@ impl Window {
     }
 
     /// Ends the recording: waits for dumps under way, ends the last part,
-    /// joins every part kept into the trace, and removes the ring. If the
-    /// join fails the ring is left for `vramtrace join`.
-    pub fn finish(self, trace: TraceWriter<Output>) -> Result<(u64, JoinSummary), FormatError> {
+    /// joins the parts kept into the trace (those that can be: see the
+    /// [module docs](self)), and removes the parts joined, and the ring
+    /// with them when none is left out. If nothing can be joined the ring
+    /// is left whole, for `vramtrace join`.
+    pub fn finish(self, trace: TraceWriter<Output>) -> Result<RingFinished, FormatError> {
         for d in self.dumps {
             let _ = d.join();
         }
         let mut out = trace.finish()?;
         out.flush()?;
         drop(out);
-        let mut paths: Vec<&Path> = self.ended.iter().map(|p| p.path.as_path()).collect();
-        paths.push(&self.current);
-        let parts = paths
-            .iter()
-            .map(File::open)
-            .collect::<io::Result<Vec<File>>>()?;
-        let joined = join_into(parts, &self.trace)?;
-        for p in paths {
-            let _ = std::fs::remove_file(p);
+        let mut parts: Vec<RingPart> = (self.ended.iter())
+            .map(|p| RingPart::Path(p.path.clone()))
+            .collect();
+        parts.push(RingPart::Path(self.current.clone()));
+        let (joined, left_out) = join_into(&parts, &self.trace)?;
+        // A part left out holds what the trace lacks: it stays.
+        for p in &parts {
+            if !left_out.iter().any(|l| l.path == p.path()) {
+                let _ = std::fs::remove_file(p.path());
+            }
         }
         let _ = std::fs::remove_dir(&self.folder);
         let bytes = std::fs::metadata(&self.trace).map_or(0, |m| m.len());
-        Ok((bytes, joined))
+        Ok(RingFinished {
+            bytes,
+            joined,
+            left_out,
+        })
     }
+}
+
+/// What the end of a bounded recording wrote.
+pub(crate) struct RingFinished {
+    /// The size of the trace.
+    pub bytes: u64,
+    /// Its parts and events.
+    pub joined: JoinSummary,
+    /// The parts left out, kept in the ring folder.
+    pub left_out: Vec<PartLeftOut>,
 }
 
 fn part_path(folder: &Path, index: u64) -> PathBuf {
     folder.join(format!("part-{index:06}.vtrace"))
 }
 
-/// Joins `parts` into `path`, through a temporary name beside it.
-fn join_into(parts: Vec<File>, path: &Path) -> Result<JoinSummary, FormatError> {
+/// Joins what can be joined of `parts` into `path`, through a temporary
+/// name beside it; with the parts left out.
+fn join_into(
+    parts: &[RingPart],
+    path: &Path,
+) -> Result<(JoinSummary, Vec<PartLeftOut>), FormatError> {
     let partial = suffixed(path, ".partial");
     let out = BufWriter::with_capacity(1 << 20, File::create(&partial)?);
-    let result = join(parts.into_iter().map(BufReader::new), out).and_then(|(out, joined)| {
-        out.into_inner()
-            .map_err(|e| FormatError::Io(e.into_error()))?
-            .sync_all()?;
-        Ok(joined)
-    });
+    let result = (join_ring(parts, out))
+        .map_err(|e| e.into_format_error(parts))
+        .and_then(|joined| {
+            (joined.out.into_inner())
+                .map_err(|e| FormatError::Io(e.into_error()))?
+                .sync_all()?;
+            let left_out = (joined.left_out.into_iter())
+                .map(|(i, why)| PartLeftOut {
+                    path: parts[i].path().to_path_buf(),
+                    why,
+                })
+                .collect();
+            Ok((joined.summary, left_out))
+        });
     match result {
         Ok(joined) => {
             std::fs::rename(&partial, path)?;

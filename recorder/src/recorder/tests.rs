@@ -1719,3 +1719,125 @@ fn buffers_older_than_the_age_bound_are_dropped_by_the_writer() {
     assert_eq!(events.len() as u64 - markers.len() as u64 + dropped, 1000);
     assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
 }
+
+/// A bounded recording of `n` requests into `trace`, flushed and left
+/// unfinished: its ring holds several parts.
+fn bounded(trace: &std::path::Path, n: usize) -> Recorder<SimulatedDevice> {
+    let options = RecorderOptions {
+        keep_last: Some(KeepLast::Bytes(MIN_KEEP_BYTES)),
+        max_wait: None,
+        max_queue_age: None,
+        ..RecorderOptions::default()
+    };
+    let r = Recorder::create(trace, allocator(1 << 40), options).unwrap();
+    let mut live = Vec::new();
+    for (alloc, size, pick) in ops(7, n) {
+        if alloc || live.is_empty() {
+            live.push(r.malloc(size, 0).unwrap().addr);
+        } else {
+            let a = live.swap_remove(pick % live.len());
+            r.free(a).unwrap();
+        }
+        if live.len() > 64 {
+            r.free(live.swap_remove(0)).unwrap();
+        }
+    }
+    r.flush().unwrap();
+    r
+}
+
+/// The parts of a ring, oldest first.
+fn ring_parts(trace: &std::path::Path) -> Vec<PathBuf> {
+    let mut parts: Vec<PathBuf> = std::fs::read_dir(ring_folder(trace))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    parts.sort();
+    parts
+}
+
+/// The events of `parts` joined by the strict joiner (every part sound).
+fn strictly_joined(parts: &[Vec<u8>]) -> Vec<Event> {
+    let (bytes, _) = crate::format::join(parts.iter().map(|p| &p[..]), Vec::new()).unwrap();
+    read(&bytes).1
+}
+
+/// The recorder's own join at the end keeps what it can, as `vramtrace
+/// join` does: a part cut inside its start (a full disk, say) is left out
+/// and named, the parts before a break are left out and kept on disk, and
+/// the newest run of sound parts is the trace (issue #46).
+#[test]
+fn the_join_at_the_end_keeps_the_sound_parts_and_names_the_others() {
+    let dir = std::env::temp_dir().join(format!("vramtrace-ring-finish-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // The newest ended part cut inside its start: the parts before it are
+    // before a break, those after it the run joined.
+    let trace = dir.join("cut.vtrace");
+    let r = bounded(&trace, 120_000);
+    let parts = ring_parts(&trace);
+    assert!(parts.len() >= 4, "{parts:?}");
+    let cut = parts.len() - 2;
+    let copies: Vec<Vec<u8>> = parts.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    std::fs::write(&parts[cut], &copies[cut][..40]).unwrap();
+    let summary = r.finish().unwrap();
+    let left: Vec<&PathBuf> = summary.parts_left_out.iter().map(|l| &l.path).collect();
+    assert_eq!(
+        left,
+        parts[..=cut].iter().collect::<Vec<_>>(),
+        "{summary:?}"
+    );
+    assert!(
+        summary.parts_left_out[cut]
+            .why
+            .contains("its start cannot be read"),
+        "{summary:?}"
+    );
+    assert!(
+        summary.parts_left_out[0].why.contains("before a break"),
+        "{summary:?}"
+    );
+    // The trace is the run after the cut, exactly as the undamaged parts
+    // of it join (the current part, copied before its footer, reads as
+    // cut short at the same event); the parts joined are removed.
+    let (_, events) = read(&std::fs::read(&trace).unwrap());
+    assert_eq!(events, strictly_joined(&copies[cut + 1..]));
+    assert_eq!(summary.events, events.len() as u64);
+    assert!(!parts[parts.len() - 1].exists());
+    // Nothing readable is lost: every part left out is still there, as it
+    // was.
+    for (p, copy) in parts[..cut].iter().zip(&copies) {
+        assert_eq!(&std::fs::read(p).unwrap(), copy, "{}", p.display());
+    }
+    assert!(parts[cut].exists());
+
+    // A ring whose oldest kept part was emptied: only it is left out, and
+    // the trace is every other part, exactly as the strict join of them.
+    let trace = dir.join("empty.vtrace");
+    let r = bounded(&trace, 120_000);
+    let parts = ring_parts(&trace);
+    assert!(parts.len() >= 3, "{parts:?}");
+    let copies: Vec<Vec<u8>> = parts.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    std::fs::write(&parts[0], b"").unwrap();
+    let summary = r.finish().unwrap();
+    assert_eq!(summary.parts_left_out.len(), 1, "{summary:?}");
+    assert_eq!(summary.parts_left_out[0].path, parts[0]);
+    assert!(
+        summary.parts_left_out[0].why.contains("empty"),
+        "{summary:?}"
+    );
+    assert!(parts[0].exists(), "a part left out stays");
+    assert!(ring_folder(&trace).exists(), "so does its folder");
+    let (_, events) = read(&std::fs::read(&trace).unwrap());
+    assert_eq!(events, strictly_joined(&copies[1..]));
+    assert_eq!(summary.events, events.len() as u64);
+
+    // An undamaged ring: nothing left out, the ring removed.
+    let trace = dir.join("sound.vtrace");
+    let r = bounded(&trace, 60_000);
+    let summary = r.finish().unwrap();
+    assert!(summary.parts_left_out.is_empty(), "{summary:?}");
+    assert!(!ring_folder(&trace).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

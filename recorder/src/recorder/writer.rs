@@ -2,7 +2,7 @@
 //! stacks, works out the block sizes of observed allocations, encodes and
 //! writes.
 
-use super::ring::{DumpSummary, Output, Window};
+use super::ring::{DumpSummary, Output, PartLeftOut, Window};
 use super::stacks::{FrameSource, SourceFrames, Symbolizer, split_key};
 use crate::allocator::ObservedBlocks;
 use crate::format::{
@@ -310,6 +310,9 @@ pub struct TraceSummary {
     /// (the sum of the trace's `events_dropped` markers, which `events`
     /// counts; the dropped events are not).
     pub dropped_events: u64,
+    /// A bounded recording's parts that could not be joined into the
+    /// trace, each with why; they are kept in the ring folder.
+    pub parts_left_out: Vec<PartLeftOut>,
 }
 
 /// A writer that counts the bytes through it.
@@ -522,12 +525,12 @@ pub(crate) fn run(
     }
     // A bounded recording's summary is of the trace it leaves: the parts
     // kept, joined.
-    let (counts, bytes) = match state.window.take() {
+    let (counts, bytes, parts_left_out) = match state.window.take() {
         Some(window) => {
-            let (bytes, joined) = window.finish(trace)?;
-            (joined.counts, bytes)
+            let finished = window.finish(trace)?;
+            (finished.joined.counts, finished.bytes, finished.left_out)
         }
-        None => (*trace.counts(), trace.finish()?.bytes),
+        None => (*trace.counts(), trace.finish()?.bytes, Vec::new()),
     };
     Ok(TraceSummary {
         events: counts.total(),
@@ -537,6 +540,7 @@ pub(crate) fn run(
         addresses: state.symbolizer.addresses(),
         codes: state.source.as_ref().map_or(0, SourceFrames::codes),
         dropped_events: state.dropped_events,
+        parts_left_out,
     })
 }
 

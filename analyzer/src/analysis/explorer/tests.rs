@@ -239,3 +239,56 @@ fn a_checkpoint_keeps_the_largest_segments_and_sums_up_the_rest() {
     assert_eq!(all.checkpoints.last().unwrap().segments.len(), 10);
     assert_eq!(all.checkpoints.last().unwrap().segments_left_out.count, 0);
 }
+
+/// A checkpoint past its budgets holds room for what it keeps, not for
+/// every segment and block of the run (issue #46 item 4: 400,000 segments
+/// cost 2.3 KB each in `report`, most of it the room each checkpoint's
+/// vectors kept for all of them).
+#[test]
+fn a_checkpoint_holds_room_only_for_what_it_keeps() {
+    let n = 1000u64;
+    let segments: Vec<Segment> = (0..n)
+        .map(|k| Segment {
+            start: k << 30,
+            end: (k << 30) + (k + 1) * MIB,
+            live_blocks: 0,
+            live_bytes: 0,
+            expandable: false,
+            pool: 0,
+        })
+        .collect();
+    let blocks: Vec<RawBlock> = (0..n)
+        .map(|k| {
+            (
+                k << 30,
+                4096,
+                false,
+                StackId::default(),
+                None,
+                SiteId::default(),
+            )
+        })
+        .collect();
+    let options = ExplorerOptions {
+        checkpoint_segments: 3,
+        checkpoint_blocks: 2,
+        ..ExplorerOptions::default()
+    };
+    let at = Moment {
+        index: 0,
+        time_ns: 0,
+        allocated: n * 4096,
+        active: n * 4096,
+        reserved: (1..=n).sum::<u64>() * MIB,
+    };
+    let c = ExplorerAnalysis::checkpoint(CheckpointKind::Even, at, segments, blocks, &options);
+    assert_eq!(c.segments.len(), 3);
+    assert_eq!(c.blocks.len(), 2);
+    let room = [
+        c.segments.capacity(),
+        c.used.capacity(),
+        c.largest_free.capacity(),
+    ];
+    assert!(room.iter().all(|&r| r <= 3), "{room:?}");
+    assert!(c.blocks.capacity() <= 2, "{}", c.blocks.capacity());
+}

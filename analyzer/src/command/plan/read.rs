@@ -246,11 +246,20 @@ pub(super) fn model_error(e: ModelError, read: &[Run<'_>], varied: Varied) -> Er
                 .iter()
                 .max_by_key(|r| r.value)
                 .expect("runs were given");
-            let at = line_up.first_difference.map_or_else(
+            // Where the reference ran out (it may have no allocations at
+            // all: a damaged run), its last allocation, or the end.
+            let e = &reference.extracted;
+            let allocation = |id: usize| {
+                Some((
+                    id,
+                    e.list
+                        .allocs
+                        .get(id.min(e.list.allocs.len().checked_sub(1)?))?,
+                ))
+            };
+            let at = line_up.first_difference.and_then(allocation).map_or_else(
                 || "the end".to_string(),
-                |id| {
-                    let e = &reference.extracted;
-                    let a = &e.list.allocs[id.min(e.list.allocs.len().saturating_sub(1))];
+                |(id, a)| {
                     let symbols = reference.events.symbols();
                     let phase = e.state.phase_path(a.phase, symbols);
                     format!(
