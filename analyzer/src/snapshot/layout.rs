@@ -371,7 +371,7 @@ impl Snapshot {
             match key.as_str() {
                 "host_segments" => {
                     if len(kv[1]) > 0 {
-                        *self.unread.entry(key).or_insert(0) += len(kv[1]);
+                        self.not_read(key, len(kv[1]));
                     }
                 }
                 "host_traces" => {
@@ -391,12 +391,12 @@ impl Snapshot {
                     };
                     let entries: u64 = lists.iter().map(|&o| len(Val::Obj(o))).sum();
                     if entries > 0 {
-                        *self.unread.entry(key).or_insert(0) += entries;
+                        self.not_read(key, entries);
                     }
                     self.host_lists.extend(lists);
                 }
                 k if TOP_KEYS.contains(&k) => {}
-                _ => *self.unread.entry(key).or_insert(0) += 1,
+                _ => self.not_read(key, 1),
             }
         }
     }
@@ -406,27 +406,45 @@ impl Snapshot {
     fn count_keys(&mut self, heap: &Heap, dict: ObjId, section: &str, known: &[&str]) {
         for kv in heap.obj(dict).items.chunks_exact(2) {
             let Val::Str(k) = kv[0] else {
-                *self
-                    .unread
-                    .entry(format!("{section}: a key that is not a str"))
-                    .or_insert(0) += 1;
+                self.not_read(format!("{section}: a key that is not a str"), 1);
                 continue;
             };
             let key = heap.str_bytes(k);
             let forward = key == b"forward_frames";
             if forward && !matches!(kv[1], Val::Obj(l) if heap.obj(l).items.is_empty()) {
-                *self
-                    .unread
-                    .entry(format!("{section}.forward_frames"))
-                    .or_insert(0) += 1;
+                self.not_read(format!("{section}.forward_frames"), 1);
             } else if !forward && !known.iter().any(|n| n.as_bytes() == key) {
-                *self
-                    .unread
-                    .entry(format!("{section}.{}", String::from_utf8_lossy(key)))
-                    .or_insert(0) += 1;
+                self.not_read(format!("{section}.{}", String::from_utf8_lossy(key)), 1);
             }
         }
     }
+
+    /// Counts `n` of something not read, under its name (see [`not_read`]).
+    fn not_read(&mut self, name: String, n: u64) {
+        not_read(&mut self.unread, name, n);
+    }
+}
+
+/// The most names of things not read that one snapshot's report keeps: a
+/// hostile file may hold any number of distinct keys.
+pub(super) const MAX_UNREAD_NAMES: usize = 64;
+
+/// Counts `n` of something not read under `name` (its control characters
+/// escaped, cut at 80 characters), or, past [`MAX_UNREAD_NAMES`] names,
+/// under "other names".
+pub(super) fn not_read(unread: &mut BTreeMap<String, u64>, name: String, n: u64) {
+    let name = if name.chars().any(char::is_control) || name.chars().count() > 80 {
+        let escaped: String = name.escape_debug().collect();
+        escaped.chars().take(80).collect()
+    } else {
+        name
+    };
+    let name = if unread.len() >= MAX_UNREAD_NAMES && !unread.contains_key(&name) {
+        "(other names)".to_string()
+    } else {
+        name
+    };
+    *unread.entry(name).or_insert(0) += n;
 }
 
 // Settings as PYTORCH_CUDA_ALLOC_CONF writes them: True/False, `[1:0,2:0]` for dicts.
@@ -452,5 +470,35 @@ fn setting_text(v: &pickle::Value) -> String {
             format!("[{}]", parts.join(","))
         }
         V::Custom { .. } | V::Consumed => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_not_read_are_bounded_and_escaped() {
+        let mut unread = BTreeMap::new();
+        not_read(&mut unread, "trace.tier".into(), 2);
+        not_read(&mut unread, "trace.tier".into(), 1);
+        not_read(&mut unread, "blocks.\u{1b}[31mred\n".into(), 1);
+        assert_eq!(unread["trace.tier"], 3);
+        assert_eq!(unread["blocks.\\u{1b}[31mred\\n"], 1, "{unread:?}");
+        for i in 0..1000 {
+            not_read(&mut unread, format!("segments.k{i}"), 1);
+        }
+        assert_eq!(unread.len(), MAX_UNREAD_NAMES + 1);
+        assert_eq!(
+            unread["(other names)"],
+            1000 - (MAX_UNREAD_NAMES as u64 - 2)
+        );
+        // A name already kept is still counted under itself.
+        not_read(&mut unread, "trace.tier".into(), 1);
+        assert_eq!(unread["trace.tier"], 4);
+        let long = "x".repeat(500);
+        let mut one = BTreeMap::new();
+        not_read(&mut one, long, 1);
+        assert_eq!(one.keys().next().unwrap().len(), 80);
     }
 }

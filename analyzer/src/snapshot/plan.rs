@@ -3,10 +3,10 @@
 //! still live at the end, and the time base.
 
 use super::convert::Collector;
-use super::log::{self as rebuild_log, Action};
+use super::log::{Action, Run};
 use super::pickle::Heap;
 use super::rebuild::{self, DeviceReplay, EndSegment};
-use super::{ImportReport, Snapshot};
+use super::{ImportReport, Snapshot, layout};
 use rustc_hash::FxHashMap as FxMap;
 use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::PoolId;
@@ -47,7 +47,7 @@ impl Plan {
         report.entries_per_device = s.entries_per_device.clone();
         // Pinned host memory's entries were logged with the devices': they
         // are not the devices' actions, nor do they set the time base.
-        let host_runs: Vec<&rebuild_log::Run> = (c.log.runs.iter())
+        let host_runs: Vec<&Run> = (c.log.runs.iter())
             .filter(|r| s.host_lists.contains(&r.list))
             .collect();
         let mut host_actions = [0u64; Action::ALL.len()];
@@ -246,7 +246,7 @@ fn report_unread(heap: &Heap, c: &Collector, s: &Snapshot, report: &mut ImportRe
     let u = &c.unread;
     let mut add = |key: String, n: u64| {
         if n > 0 {
-            *unread.entry(key).or_insert(0) += n;
+            layout::not_read(&mut unread, key, n);
         }
     };
     add("trace.compile_context".into(), u.compile_context);
@@ -272,7 +272,7 @@ fn report_unread(heap: &Heap, c: &Collector, s: &Snapshot, report: &mut ImportRe
     }
     report.unread = unread;
     for (&tag, &n) in &u.internal {
-        report.internal_tags.insert(heap.str(tag).into_owned(), n);
+        layout::not_read(&mut report.internal_tags, heap.str(tag).into_owned(), n);
     }
     if !report.internal_tags.is_empty() {
         let list: Vec<String> = (report.internal_tags.iter())
