@@ -240,8 +240,9 @@ impl ParsedSnapshot {
         let (heap, c, plan) = (&self.heap, &self.collected, &self.plan);
         let mut pools = plan.segment_pools.clone();
         let extras = &c.extras;
-        // Each device's `user_metadata` (0: none), as it changes.
-        let mut metadata: Vec<StrId> = vec![0; plan.devices];
+        // The category each device's `user_metadata` names, as it changes
+        // (judged once per change, not per alloc).
+        let mut metadata: Vec<Option<Named>> = vec![None; plan.devices];
         let mut cursors: Vec<_> = c
             .log
             .runs
@@ -342,11 +343,17 @@ impl ParsedSnapshot {
             // block's category when it names one.
             if !extras.metadata.is_empty() {
                 if let Some(&text) = extras.metadata.get(&idx) {
-                    metadata[device as usize] = text;
-                    if text != 0 && annotated_category(&heap.str(text)).is_none() {
+                    let text = if text == 0 {
+                        String::new()
+                    } else {
+                        heap.str(text).into_owned()
+                    };
+                    let named = Named::of(&text, tx);
+                    metadata[device as usize] = named;
+                    if named.is_none() && !text.is_empty() {
                         let data = EventData::Annotation {
                             key: tx.intern_string("torch.user_metadata"),
-                            value: tx.intern_string(&heap.str(text)),
+                            value: tx.intern_string(&text),
                         };
                         tx.push(Event {
                             time_ns: event.time_ns,
@@ -354,14 +361,12 @@ impl ParsedSnapshot {
                         })?;
                     }
                 }
-                let text = metadata[device as usize];
                 if entry.action == Action::Alloc
-                    && text != 0
-                    && let Some(data) = category_event(device, entry.addr, &heap.str(text), tx)
+                    && let Some(named) = metadata[device as usize]
                 {
                     tx.push(Event {
                         time_ns: event.time_ns,
-                        data,
+                        data: named.tag(device, entry.addr),
                     })?;
                 }
             }
@@ -497,23 +502,44 @@ fn to_event(
     Event { time_ns, data }
 }
 
-/// The tag of the block at `addr` that `text` names (see
-/// [`annotated_category`]), if it names one.
+/// A category a text names (see [`annotated_category`]), ready to tag
+/// blocks with: a built-in one's code, or the program's own name, interned.
+#[derive(Clone, Copy, Debug)]
+enum Named {
+    Builtin(u8),
+    Own(StringId),
+}
+
+impl Named {
+    fn of(text: &str, tx: &mut TraceSender) -> Option<Named> {
+        Some(match annotated_category(text)? {
+            Annotated::Builtin(category) => Named::Builtin(category.code()),
+            Annotated::Own(name) => Named::Own(tx.intern_string(&name)),
+        })
+    }
+
+    /// The event that tags the block at `addr`.
+    fn tag(self, device: u32, addr: u64) -> EventData {
+        match self {
+            Named::Builtin(code) => EventData::Tag(TagEvent {
+                addr,
+                device,
+                thread: 0,
+                code,
+            }),
+            Named::Own(name) => EventData::UserTag(UserTagEvent {
+                addr,
+                device,
+                thread: 0,
+                name,
+            }),
+        }
+    }
+}
+
+/// The tag of the block at `addr` that `text` names, if it names one.
 fn category_event(device: u32, addr: u64, text: &str, tx: &mut TraceSender) -> Option<EventData> {
-    Some(match annotated_category(text)? {
-        Annotated::Builtin(category) => EventData::Tag(TagEvent {
-            addr,
-            device,
-            thread: 0,
-            code: category.code(),
-        }),
-        Annotated::Own(name) => EventData::UserTag(UserTagEvent {
-            addr,
-            device,
-            thread: 0,
-            name: tx.intern_string(&name),
-        }),
-    })
+    Some(Named::of(text, tx)?.tag(device, addr))
 }
 
 /// What an `annotate` entry's text names.
