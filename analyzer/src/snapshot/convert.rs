@@ -105,6 +105,10 @@ struct EntryFields {
     // all counted.
     unknown: [StrId; 2],
     unknown_keys: u8,
+    // Whether any of the fields above the log's holds something (a private
+    // pool, a tag, metadata, an unknown key): most entries hold nothing, and
+    // `Collector::extras_of` is skipped for them.
+    special: bool,
 }
 
 impl Default for EntryFields {
@@ -130,6 +134,7 @@ impl Default for EntryFields {
             forward_frames: false,
             unknown: [0; 2],
             unknown_keys: 0,
+            special: false,
         }
     }
 }
@@ -151,6 +156,7 @@ impl EntryFields {
                     self.unknown[self.unknown_keys as usize] = key;
                 }
                 self.unknown_keys = self.unknown_keys.saturating_add(1);
+                self.special = true;
             }
             F_ACTION => match v {
                 Val::Str(s) => self.action = Some(s),
@@ -182,15 +188,19 @@ impl EntryFields {
                     self.e.stack = id;
                 }
             }
-            F_POOL => match pool_of(heap, v) {
-                Some(pool) => self.pool = Some(pool),
-                None => self.pool_unread = true,
-            },
+            F_POOL => {
+                match pool_of(heap, v) {
+                    Some(pool) => self.pool = Some(pool),
+                    None => self.pool_unread = true,
+                }
+                self.special |= self.pool_unread || self.pool.is_some_and(|p| !p.is_default());
+            }
             F_INTERNAL => {
                 if let Val::Str(s) = v
                     && non_empty_str()
                 {
                     self.internal = s;
+                    self.special = true;
                 }
             }
             // Judged where the keys are known (`Collector::extras_of`).
@@ -204,13 +214,15 @@ impl EntryFields {
                     Val::Obj(l) => !heap.obj(l).items.is_empty(),
                     Val::Custom { .. } => true,
                     _ => false,
-                }
+                };
+                self.special |= self.forward_frames;
             }
             _ => {
                 if let Val::Str(s) = v
                     && non_empty_str()
                 {
                     self.text = s;
+                    self.special = true;
                 }
             }
         }
@@ -528,7 +540,7 @@ impl Collector {
         for kv in heap.obj(item).items.chunks_exact(2) {
             let Val::Str(key) = kv[0] else { continue };
             let field = self.field(key);
-            if !self.shared_pool(&mut f, field, kv[1]) {
+            if field != F_POOL || !self.shared_pool(&mut f, field, kv[1]) {
                 f.set(heap, key, field, kv[1])?;
             }
         }
@@ -553,6 +565,7 @@ impl Collector {
                     Some(&pool) => f.pool = Some(pool),
                     None => f.pool_unread = true,
                 }
+                f.special = true;
                 true
             }
             _ => false,
@@ -598,7 +611,13 @@ impl Collector {
         }
         let index = self.logged;
         self.logged += 1;
-        self.extras_of(index, list, e.action, f);
+        if f.special
+            || !self.last_metadata.is_empty()
+            || f.compile_context
+                .is_some_and(|s| s != self.k.not_applicable && s != self.k.empty)
+        {
+            self.extras_of(index, list, e.action, f);
+        }
         self.logger.push(e);
         Some(Attach::Consume)
     }

@@ -46,6 +46,7 @@ pub(super) fn decode(
         } else if field == F_POOL && opcode != op::BINGET && opcode != op::LONG_BINGET {
             let pool = pool_tuple(ops, opcode)?;
             f.pool = Some(pool);
+            f.special |= !pool.is_default();
             // Nearly every entry's pool is the default: its slot costs nothing
             // more than a consumed dict's.
             let v = if pool.is_default() {
@@ -63,7 +64,7 @@ pub(super) fn decode(
                 v => v,
             }
         };
-        if !c.shared_pool(&mut f, field, value) {
+        if field != F_POOL || !c.shared_pool(&mut f, field, value) {
             f.set(ops.heap(), key, field, value)?;
         }
     }
