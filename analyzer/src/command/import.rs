@@ -30,6 +30,10 @@ pub struct ImportResult {
     pub initial_blocks: usize,
     /// Segments when the snapshot's ring buffer began.
     pub initial_segments: usize,
+    /// Trace entries the allocator tagged as its own work, by tag (absent
+    /// when none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub internal_tags: BTreeMap<String, u64>,
     /// Where the trace is written.
     pub output: String,
     /// Annotations turned into phase events.
@@ -44,6 +48,10 @@ pub struct ImportResult {
     pub stacks: usize,
     /// Bytes of the trace.
     pub trace_bytes: usize,
+    /// What the snapshot holds that is not read, by where it is, with how
+    /// many times (absent when nothing).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unread: BTreeMap<String, u64>,
     /// What the user should know about the conversion.
     pub warnings: Vec<String>,
     /// Events written, by kind, in kind order.
@@ -71,6 +79,7 @@ pub fn import(input: &Input, output: &Path) -> Result<ImportResult, Error> {
         events: report.event_counts.total(),
         frames: report.frames,
         initial_blocks: report.initial_blocks,
+        internal_tags: report.internal_tags,
         initial_segments: report.initial_segments,
         output: output.display().to_string(),
         phase_events: report.phase_events,
@@ -79,6 +88,7 @@ pub fn import(input: &Input, output: &Path) -> Result<ImportResult, Error> {
         snapshot: input.path().display().to_string(),
         stacks: report.stacks,
         trace_bytes: trace.len(),
+        unread: report.unread,
         warnings: report.warnings,
         event_counts: report.event_counts,
         trace,

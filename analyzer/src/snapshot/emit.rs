@@ -118,7 +118,10 @@ impl ParsedSnapshot {
             "torch.pickle_protocol".into(),
             report.pickle_protocol.to_string(),
         );
-        m.insert("torch.trace_entries".into(), c.log.len().to_string());
+        m.insert(
+            "torch.trace_entries".into(),
+            (c.log.len() - plan.host_entries).to_string(),
+        );
         m.insert(
             "torch.time_base".into(),
             if plan.epoch_based {
@@ -236,6 +239,10 @@ impl ParsedSnapshot {
     fn send_events(&self, mut begun: Begun, tx: &mut TraceSender) -> Result<(), ReceiverGone> {
         let (heap, c, plan) = (&self.heap, &self.collected, &self.plan);
         let mut pools = plan.segment_pools.clone();
+        let extras = &c.extras;
+        // The category each device's `user_metadata` names, as it changes
+        // (judged once per change, not per alloc).
+        let mut metadata: Vec<Option<Named>> = vec![None; plan.devices];
         let mut cursors: Vec<_> = c
             .log
             .runs
@@ -313,14 +320,64 @@ impl ParsedSnapshot {
                 tx,
             );
             tx.push(event)?;
-            // The last segment_alloc at the address of a segment the end
-            // state puts in a private pool reserved that segment: its pool
-            // follows it.
+            // The pool a segment_alloc names (`pool_id`, PyTorch 2.12 and
+            // later) follows it.
+            let mut pool_named = false;
+            if !extras.pools.is_empty()
+                && let EventData::SegmentAlloc(seg) = &event.data
+                && let Some(&pool) = extras.pools.get(&idx)
+            {
+                pool_named = true;
+                tx.push(Event {
+                    time_ns: event.time_ns,
+                    data: EventData::SegmentPool(SegmentPoolEvent {
+                        addr: seg.addr,
+                        pool,
+                        device,
+                        thread: 0,
+                    }),
+                })?;
+            }
+            // The program's metadata (`_set_memory_metadata`): where it
+            // changes, a note unless it names a category; at an alloc, its
+            // block's category when it names one.
+            if !extras.metadata.is_empty() {
+                if let Some(&text) = extras.metadata.get(&idx) {
+                    let text = if text == 0 {
+                        String::new()
+                    } else {
+                        heap.str(text).into_owned()
+                    };
+                    let named = Named::of(&text, tx);
+                    metadata[device as usize] = named;
+                    if named.is_none() && !text.is_empty() {
+                        let data = EventData::Annotation {
+                            key: tx.intern_string("torch.user_metadata"),
+                            value: tx.intern_string(&text),
+                        };
+                        tx.push(Event {
+                            time_ns: event.time_ns,
+                            data,
+                        })?;
+                    }
+                }
+                if entry.action == Action::Alloc
+                    && let Some(named) = metadata[device as usize]
+                {
+                    tx.push(Event {
+                        time_ns: event.time_ns,
+                        data: named.tag(device, entry.addr),
+                    })?;
+                }
+            }
+            // Else the last segment_alloc at the address of a segment the
+            // end state puts in a private pool reserved that segment: its
+            // pool follows it.
             if let EventData::SegmentAlloc(seg) = &event.data
                 && let Some((pool, n)) = pools.get_mut(&(device, seg.addr))
             {
                 *n = n.saturating_sub(1);
-                if *n == 0 {
+                if *n == 0 && !pool_named {
                     tx.push(Event {
                         time_ns: event.time_ns,
                         data: EventData::SegmentPool(SegmentPoolEvent {
@@ -432,19 +489,8 @@ fn to_event(
             } else {
                 heap.str(e.size as StrId).into_owned()
             };
-            match annotated_category(&text) {
-                Some(Annotated::Builtin(category)) => EventData::Tag(TagEvent {
-                    addr: e.addr,
-                    device,
-                    thread: 0,
-                    code: category.code(),
-                }),
-                Some(Annotated::Own(name)) => EventData::UserTag(UserTagEvent {
-                    addr: e.addr,
-                    device,
-                    thread: 0,
-                    name: tx.intern_string(&name),
-                }),
+            match category_event(device, e.addr, &text, tx) {
+                Some(data) => data,
                 // A note that names no category stays a note, of its block.
                 None => EventData::Annotation {
                     key: tx.intern_string("torch.annotate"),
@@ -454,6 +500,46 @@ fn to_event(
         }
     };
     Event { time_ns, data }
+}
+
+/// A category a text names (see [`annotated_category`]), ready to tag
+/// blocks with: a built-in one's code, or the program's own name, interned.
+#[derive(Clone, Copy, Debug)]
+enum Named {
+    Builtin(u8),
+    Own(StringId),
+}
+
+impl Named {
+    fn of(text: &str, tx: &mut TraceSender) -> Option<Named> {
+        Some(match annotated_category(text)? {
+            Annotated::Builtin(category) => Named::Builtin(category.code()),
+            Annotated::Own(name) => Named::Own(tx.intern_string(&name)),
+        })
+    }
+
+    /// The event that tags the block at `addr`.
+    fn tag(self, device: u32, addr: u64) -> EventData {
+        match self {
+            Named::Builtin(code) => EventData::Tag(TagEvent {
+                addr,
+                device,
+                thread: 0,
+                code,
+            }),
+            Named::Own(name) => EventData::UserTag(UserTagEvent {
+                addr,
+                device,
+                thread: 0,
+                name,
+            }),
+        }
+    }
+}
+
+/// The tag of the block at `addr` that `text` names, if it names one.
+fn category_event(device: u32, addr: u64, text: &str, tx: &mut TraceSender) -> Option<EventData> {
+    Some(Named::of(text, tx)?.tag(device, addr))
 }
 
 /// What an `annotate` entry's text names.

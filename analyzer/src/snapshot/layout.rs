@@ -3,7 +3,7 @@
 //! the annotations, read from the pickle and checked for plausible values.
 
 use super::convert::{self, Collector};
-use super::pickle::{self, Heap, ObjKind, Val};
+use super::pickle::{self, Heap, ObjId, ObjKind, Val};
 use super::rebuild::{EndBlock, EndSegment};
 use super::{ImportError, MAX_DEVICES, MAX_SETTING_VALUES};
 use crate::replay::plausible::MAX_BYTES;
@@ -27,7 +27,54 @@ pub(super) struct Snapshot {
     // Segments and blocks of `segments` left out for impossible values.
     pub(super) impossible_segments: u64,
     pub(super) impossible_blocks: u64,
+    // What the snapshot holds beside the trace entries that is not read, by
+    // name (`segments.forward_frames`, `host_segments`, ...), counted.
+    pub(super) unread: BTreeMap<String, u64>,
+    // The lists of `host_traces` (pinned host memory, PyTorch 2.14 and
+    // later): their entries were logged as the devices' were, and are left
+    // out of the trace.
+    pub(super) host_lists: Vec<u32>,
 }
+
+/// The keys of a snapshot's top-level dict this reader knows.
+const TOP_KEYS: [&str; 6] = [
+    "segments",
+    "device_traces",
+    "allocator_settings",
+    "external_annotations",
+    "host_segments",
+    "host_traces",
+];
+
+/// The keys of a segment of `segments`, in every PyTorch 2.x.
+const SEGMENT_KEYS: [&str; 13] = [
+    "device",
+    "address",
+    "total_size",
+    "allocated_size",
+    "active_size",
+    "requested_size",
+    "stream",
+    "segment_type",
+    "segment_pool_id",
+    "is_expandable",
+    "frames",
+    "forward_frames",
+    "blocks",
+];
+
+/// The keys of a block of a segment.
+const BLOCK_KEYS: [&str; 6] = [
+    "address",
+    "size",
+    "requested_size",
+    "state",
+    "frames",
+    "forward_frames",
+];
+
+/// The keys of an `external_annotations` item.
+const ANNOTATION_KEYS: [&str; 4] = ["stage", "name", "device", "time_us"];
 
 /// An address and a size from a pickle as an allocator could have recorded
 /// them: neither negative, the size at most [`MAX_BYTES`], the end within
@@ -98,7 +145,10 @@ impl Snapshot {
             warnings: Vec::new(),
             impossible_segments: 0,
             impossible_blocks: 0,
+            unread: BTreeMap::new(),
+            host_lists: Vec::new(),
         };
+        s.read_extra_sections(heap, root);
         match traces {
             Some(Val::Obj(t)) if heap.obj(t).kind == ObjKind::List => {
                 let lists = &heap.obj(t).items;
@@ -179,6 +229,7 @@ impl Snapshot {
                 let mut out = Vec::new();
                 for &a in &heap.obj(l).items {
                     let Val::Obj(a) = a else { continue };
+                    s.count_keys(heap, a, "external_annotations", &ANNOTATION_KEYS);
                     let stage = match heap.dict_get_str(a, "stage") {
                         Some(Val::Str(x)) => heap.str(x).into_owned(),
                         _ => continue,
@@ -221,6 +272,7 @@ impl Snapshot {
                 heap.obj(seg).offset()
             ))
         };
+        self.count_keys(heap, seg, "segments", &SEGMENT_KEYS);
         let g = |k: &str| heap.dict_get_str(seg, k);
         let device = int(heap, g("device")).unwrap_or(0);
         let device = u32::try_from(device)
@@ -258,6 +310,7 @@ impl Snapshot {
         let mut at = addr;
         for &b in &heap.obj(blocks).items {
             let Val::Obj(b) = b else { continue };
+            self.count_keys(heap, b, "blocks", &BLOCK_KEYS);
             let g = |k: &str| heap.dict_get_str(b, k);
             let baddr = int(heap, g("address")).unwrap_or(at as i128);
             let bsize = int(heap, g("size")).unwrap_or(0);
@@ -299,6 +352,101 @@ impl Snapshot {
     }
 }
 
+impl Snapshot {
+    /// Counts the top-level keys no PyTorch 2.x writes, and the sections
+    /// that are not read: `host_segments` and `host_traces`, the pinned host
+    /// memory that `_record_memory_history(record_pinned_host_memory=True)`
+    /// adds (PyTorch 2.14 and later). Their trace lists are kept, to be left
+    /// out of the trace.
+    fn read_extra_sections(&mut self, heap: &Heap, root: ObjId) {
+        for kv in heap.obj(root).items.chunks_exact(2) {
+            let key = match kv[0] {
+                Val::Str(k) => heap.str(k).into_owned(),
+                _ => "(a key that is not a str)".to_string(),
+            };
+            let len = |v: Val| match v {
+                Val::Obj(o) => heap.obj(o).items.len() as u64 + heap.obj(o).consumed,
+                _ => 0,
+            };
+            match key.as_str() {
+                "host_segments" => {
+                    if len(kv[1]) > 0 {
+                        self.not_read(key, len(kv[1]));
+                    }
+                }
+                "host_traces" => {
+                    let Val::Obj(l) = kv[1] else { continue };
+                    // One list of entries, or one per device: the entries'
+                    // lists either way.
+                    let lists: Vec<u32> = match heap.obj(l).items.first() {
+                        Some(&Val::Obj(first)) if heap.obj(first).kind == ObjKind::List => {
+                            (heap.obj(l).items.iter())
+                                .filter_map(|v| match *v {
+                                    Val::Obj(o) => Some(o),
+                                    _ => None,
+                                })
+                                .collect()
+                        }
+                        _ => vec![l],
+                    };
+                    let entries: u64 = lists.iter().map(|&o| len(Val::Obj(o))).sum();
+                    if entries > 0 {
+                        self.not_read(key, entries);
+                    }
+                    self.host_lists.extend(lists);
+                }
+                k if TOP_KEYS.contains(&k) => {}
+                _ => self.not_read(key, 1),
+            }
+        }
+    }
+
+    /// Counts the keys of `dict` (an item of `section`) that are not in
+    /// `known`, and a non-empty `forward_frames`, which is not read.
+    fn count_keys(&mut self, heap: &Heap, dict: ObjId, section: &str, known: &[&str]) {
+        for kv in heap.obj(dict).items.chunks_exact(2) {
+            let Val::Str(k) = kv[0] else {
+                self.not_read(format!("{section}: a key that is not a str"), 1);
+                continue;
+            };
+            let key = heap.str_bytes(k);
+            let forward = key == b"forward_frames";
+            if forward && !matches!(kv[1], Val::Obj(l) if heap.obj(l).items.is_empty()) {
+                self.not_read(format!("{section}.forward_frames"), 1);
+            } else if !forward && !known.iter().any(|n| n.as_bytes() == key) {
+                self.not_read(format!("{section}.{}", String::from_utf8_lossy(key)), 1);
+            }
+        }
+    }
+
+    /// Counts `n` of something not read, under its name (see [`not_read`]).
+    fn not_read(&mut self, name: String, n: u64) {
+        not_read(&mut self.unread, name, n);
+    }
+}
+
+/// The most names of things not read that one snapshot's report keeps: a
+/// hostile file may hold any number of distinct keys.
+pub(super) const MAX_UNREAD_NAMES: usize = 64;
+
+/// Counts `n` of something not read under `name` (its control characters
+/// escaped, cut at 80 characters), or, past [`MAX_UNREAD_NAMES`] names,
+/// under "other names".
+pub(super) fn not_read(unread: &mut BTreeMap<String, u64>, name: String, n: u64) {
+    let name = if name.chars().any(char::is_control) || name.chars().count() > 80 {
+        let escaped: String = name.escape_debug().collect();
+        escaped.chars().take(80).collect()
+    } else {
+        name
+    };
+    let name = if unread.len() >= MAX_UNREAD_NAMES && !unread.contains_key(&name) {
+        "(other names)".to_string()
+    } else {
+        name
+    };
+    *unread.entry(name).or_insert(0) += n;
+}
+
 // Settings as PYTORCH_CUDA_ALLOC_CONF writes them: True/False, `[1:0,2:0]` for dicts.
 fn setting_text(v: &pickle::Value) -> String {
     use pickle::Value as V;
@@ -322,5 +470,35 @@ fn setting_text(v: &pickle::Value) -> String {
             format!("[{}]", parts.join(","))
         }
         V::Custom { .. } | V::Consumed => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_not_read_are_bounded_and_escaped() {
+        let mut unread = BTreeMap::new();
+        not_read(&mut unread, "trace.tier".into(), 2);
+        not_read(&mut unread, "trace.tier".into(), 1);
+        not_read(&mut unread, "blocks.\u{1b}[31mred\n".into(), 1);
+        assert_eq!(unread["trace.tier"], 3);
+        assert_eq!(unread["blocks.\\u{1b}[31mred\\n"], 1, "{unread:?}");
+        for i in 0..1000 {
+            not_read(&mut unread, format!("segments.k{i}"), 1);
+        }
+        assert_eq!(unread.len(), MAX_UNREAD_NAMES + 1);
+        assert_eq!(
+            unread["(other names)"],
+            1000 - (MAX_UNREAD_NAMES as u64 - 2)
+        );
+        // A name already kept is still counted under itself.
+        not_read(&mut unread, "trace.tier".into(), 1);
+        assert_eq!(unread["trace.tier"], 4);
+        let long = "x".repeat(500);
+        let mut one = BTreeMap::new();
+        not_read(&mut one, long, 1);
+        assert_eq!(one.keys().next().unwrap().len(), 80);
     }
 }

@@ -91,6 +91,15 @@ pub struct ImportReport {
     pub pickle_protocol: u8,
     /// Bytes of pickle read.
     pub pickle_bytes: u64,
+    /// What the snapshot holds that the import does not read, by where it
+    /// is (`trace.compile_context`, `frames.fx_node_op`, `host_traces`, ...),
+    /// with how many entries, items or frames hold it; also in `warnings`.
+    pub unread: BTreeMap<String, u64>,
+    /// Trace entries the allocator tagged as its own work, by tag
+    /// (`internal_metadata`, PyTorch 2.15 and later, or 2.13 and 2.14's
+    /// `mallocWithAddress` in `user_metadata`): replayed as any other entry,
+    /// and named in `warnings`.
+    pub internal_tags: BTreeMap<String, u64>,
 }
 
 /// Imports a snapshot pickle (uncompressed: see [`crate::input`] for compressed files).

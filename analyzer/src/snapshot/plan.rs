@@ -3,10 +3,10 @@
 //! still live at the end, and the time base.
 
 use super::convert::Collector;
-use super::log::Action;
+use super::log::{Action, Run};
 use super::pickle::Heap;
 use super::rebuild::{self, DeviceReplay, EndSegment};
-use super::{ImportReport, Snapshot};
+use super::{ImportReport, Snapshot, layout};
 use rustc_hash::FxHashMap as FxMap;
 use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::PoolId;
@@ -15,6 +15,8 @@ use vramtrace_format::PoolId;
 /// sizes of blocks, the time base.
 pub(super) struct Plan {
     pub(super) config: AllocatorConfig,
+    // Entries of pinned host memory (`host_traces`) in the log, left out.
+    pub(super) host_entries: u64,
     // Device index by the list object of its entries.
     pub(super) device_of: FxMap<u32, u32>,
     pub(super) devices: usize,
@@ -43,9 +45,28 @@ impl Plan {
     ) -> Plan {
         report.warnings.extend(s.warnings.iter().cloned());
         report.entries_per_device = s.entries_per_device.clone();
+        // Pinned host memory's entries were logged with the devices': they
+        // are not the devices' actions, nor do they set the time base.
+        let host_runs: Vec<&Run> = (c.log.runs.iter())
+            .filter(|r| s.host_lists.contains(&r.list))
+            .collect();
+        let mut host_actions = [0u64; Action::ALL.len()];
+        for r in &host_runs {
+            for e in c.log.run(r) {
+                host_actions[e.action as usize] += 1;
+            }
+        }
+        let host_entries: u64 = host_actions.iter().sum();
         let mut unknown = Vec::new();
         for (&action, &n) in &c.action_counts {
             let name = heap.str(action).into_owned();
+            let n = match Action::ALL.iter().find(|a| a.name() == name) {
+                Some(&a) => n - host_actions[a as usize],
+                None => n,
+            };
+            if n == 0 {
+                continue;
+            }
             if !Action::is_known(&name) {
                 unknown.push(format!("{name} ({n})"));
             }
@@ -75,6 +96,7 @@ impl Plan {
                 s.impossible_segments, s.impossible_blocks, c.entries_impossible
             ));
         }
+        report_unread(heap, c, s, report);
         if c.entries_out_of_order > 0 {
             report.warnings.push(format!(
             "{} events were earlier than an event before them on their device; their times were raised to keep the trace ordered",
@@ -160,10 +182,8 @@ impl Plan {
         report.phase_events = s.annotations.as_ref().map_or(0, Vec::len);
 
         // Times: relative to the first event or annotation.
-        let first_times = c
-            .log
-            .runs
-            .iter()
+        let first_times = (c.log.runs.iter())
+            .filter(|r| !s.host_lists.contains(&r.list))
             .filter_map(|r| c.log.run(r).next().and_then(|e| e.time_us));
         let annotations = s.annotations.as_deref().unwrap_or(&[]);
         let t0 = first_times
@@ -174,6 +194,7 @@ impl Plan {
         let epoch_based = t0 > 1_000_000_000_000_000;
         Plan {
             config,
+            host_entries,
             device_of,
             devices,
             start,
@@ -216,4 +237,50 @@ fn segment_pools(
         }
     }
     pools
+}
+
+/// Reports, once each, what the snapshot holds that the import does not read
+/// (`ImportReport::unread`), and the entries the allocator tagged as its own.
+fn report_unread(heap: &Heap, c: &Collector, s: &Snapshot, report: &mut ImportReport) {
+    let mut unread = s.unread.clone();
+    let u = &c.unread;
+    let mut add = |key: String, n: u64| {
+        if n > 0 {
+            layout::not_read(&mut unread, key, n);
+        }
+    };
+    add("trace.compile_context".into(), u.compile_context);
+    add("trace.forward_frames".into(), u.forward_frames);
+    add("trace.pool_id (not two counters)".into(), u.pool_unread);
+    add("trace.pool_id (of a segment_map)".into(), u.map_pools);
+    for (&key, &n) in &u.keys {
+        add(format!("trace.{}", heap.str(key)), n);
+    }
+    add(
+        "trace: unknown keys past an entry's second".into(),
+        u.unnamed_keys,
+    );
+    for (&key, &n) in &u.frame_keys {
+        add(format!("frames.{}", heap.str(key)), n);
+    }
+    if !unread.is_empty() {
+        let list: Vec<String> = unread.iter().map(|(k, n)| format!("`{k}` ({n})")).collect();
+        report.warnings.push(format!(
+            "not understood, so not read (where, and how many times): {}",
+            list.join(", ")
+        ));
+    }
+    report.unread = unread;
+    for (&tag, &n) in &u.internal {
+        layout::not_read(&mut report.internal_tags, heap.str(tag).into_owned(), n);
+    }
+    if !report.internal_tags.is_empty() {
+        let list: Vec<String> = (report.internal_tags.iter())
+            .map(|(k, n)| format!("`{k}` ({n})"))
+            .collect();
+        report.warnings.push(format!(
+            "trace entries the allocator tagged as its own work, replayed as the others: {}",
+            list.join(", ")
+        ));
+    }
 }

@@ -8,8 +8,9 @@
 //! it back; anything else makes [`decode`] give up, and the parser then reads the
 //! dict the generic way (through `Collector::on_append`), with the same result.
 
-use super::{CUSTOM_FRAME, CUSTOM_STACK, Collector, EntryFields, F_ACTION, F_FRAMES};
+use super::{CUSTOM_FRAME, CUSTOM_STACK, Collector, EntryFields, F_ACTION, F_FRAMES, F_POOL};
 use crate::snapshot::pickle::{OpReader, Val, op};
+use vramtrace_format::PoolId;
 
 /// Decodes the trace entry whose EMPTY_DICT was just read, through its SETITEMS.
 /// `None`: not the usual layout, or not a trace entry. In a list not `known` to hold
@@ -33,7 +34,8 @@ pub(super) fn decode(
         if opcode == op::SETITEMS {
             break;
         }
-        let field = c.field(ops.str_atom(opcode)?);
+        let key = ops.str_atom(opcode)?;
+        let field = c.field(key);
         if !known && field != F_ACTION {
             return None;
         }
@@ -41,6 +43,19 @@ pub(super) fn decode(
         let opcode = ops.u8()?;
         let value = if opcode == op::EMPTY_LIST && field == F_FRAMES {
             frames_list(c, ops)?
+        } else if field == F_POOL && opcode != op::BINGET && opcode != op::LONG_BINGET {
+            let pool = pool_tuple(ops, opcode)?;
+            f.pool = Some(pool);
+            f.special |= !pool.is_default();
+            // Nearly every entry's pool is the default: its slot costs nothing
+            // more than a consumed dict's.
+            let v = if pool.is_default() {
+                Val::Consumed
+            } else {
+                c.pool_value(pool)
+            };
+            ops.memo_store(v)?;
+            continue;
         } else {
             match ops.atom(opcode)? {
                 // A shared container (the generic path would look into a list under
@@ -49,7 +64,9 @@ pub(super) fn decode(
                 v => v,
             }
         };
-        f.set(ops.heap(), field, value)?;
+        if field != F_POOL || !c.shared_pool(&mut f, field, value) {
+            f.set(ops.heap(), key, field, value)?;
+        }
     }
     f.action?;
     // Nothing may add to the dict after its SETITEMS (a second batch, a SETITEM): the
@@ -58,6 +75,22 @@ pub(super) fn decode(
         op::EMPTY_DICT | op::APPENDS | op::BINGET | op::LONG_BINGET => Some(f),
         _ => None,
     }
+}
+
+// A `pool_id` whose first opcode was just read: two counters and TUPLE2, as
+// CPython writes a pair (its memo store, if any, is left to the caller).
+fn pool_tuple(ops: &mut OpReader<'_>, opcode: u8) -> Option<PoolId> {
+    let counter = |ops: &mut OpReader<'_>, opcode: u8| {
+        let v = ops.atom(opcode)?;
+        u64::try_from(ops.heap().int(v)?).ok()
+    };
+    let a = counter(ops, opcode)?;
+    let opcode = ops.u8()?;
+    let b = counter(ops, opcode)?;
+    if ops.u8()? != op::TUPLE2 {
+        return None;
+    }
+    Some(PoolId(a, b))
 }
 
 // A frames list whose EMPTY_LIST was just read, as a local stack's handle (of the
