@@ -32,10 +32,10 @@ use vramtrace::Error;
 use vramtrace::analysis::compare::CompareError;
 use vramtrace::analysis::window::WindowError;
 use vramtrace::command::Warning;
-use vramtrace::command::plan::PlanError;
 use vramtrace::input::ExpansionExceeded;
 use vramtrace::print::{ChartError, printable, printable_cut};
 use vramtrace::simulate::SimulateError;
+use vramtrace::simulate::plan::PlanError;
 use vramtrace::sites::PatternError;
 use vramtrace::units;
 

@@ -18,8 +18,8 @@
 //! leaves the ring, each part readable on its own (`vramtrace join` puts
 //! them together).
 
+use super::counting::Counting;
 use super::live::LiveState;
-use super::writer::Counting;
 use crate::format::{
     Event, FormatError, InitialState, JoinSummary, PREAMBLE_EVENTS_KEY, TraceWriter, join,
 };

@@ -10,7 +10,7 @@ mod words;
 pub use kv::{KvPlanOptions, KvPlanResult, kv_cache};
 
 pub use result::{
-    Answer, AtValue, Basis, FitsUpTo, LawRow, NoLawSite, PlanError, PlanResult, PlanTiming, Point,
+    Answer, AtValue, Basis, FitsUpTo, LawRow, NoLawSite, PlanResult, PlanTiming, Point,
     PolicyAnswer, RunSummary,
 };
 pub use words::request_words;
@@ -25,6 +25,7 @@ use crate::analysis::limits::Limit;
 use crate::input::Input;
 use crate::progress::Progress;
 use crate::replay::categories::is_step_phase;
+use crate::simulate::plan::PlanError;
 use crate::simulate::plan::law::LawKind;
 use crate::simulate::plan::{self, Evaluated, Found, Keys, Model, RunInput, Target, Varied};
 use crate::simulate::{self as sim, Extracted, Op, Reserve, SimOptions, SimulateError, scenarios};
@@ -233,7 +234,8 @@ pub fn plan(
             unbounded: f.unbounded,
         })
         .collect();
-    let mut notes = notes(&model, &read, varied);
+    let paths: Vec<_> = read.iter().map(|r| r.input.path()).collect();
+    let mut notes = notes(&model, &paths, list, varied);
     // Sizes that follow no law are read off the runs, and past the largest
     // run they are a line's guess: when they are many, say which run to
     // record next.

@@ -3,14 +3,13 @@
 //! ones, the same steps, allocations that line up.
 
 use super::PlanOptions;
-use super::result::PlanError;
 use super::words::request_words;
 use crate::Error;
 use crate::analysis::Devices;
 use crate::input::{EventStream, Input};
 use crate::progress::Progress;
 use crate::replay::categories::is_step_phase;
-use crate::simulate::plan::{ModelError, Varied};
+use crate::simulate::plan::{ModelError, PlanError, Varied};
 use crate::simulate::{Extracted, Op, extract};
 use crate::sites::site_label;
 use vramtrace_format::EventSource;
