@@ -320,7 +320,10 @@ mod tests {
         assert_eq!(capped.capacity, Some(20 << 30));
         assert_eq!(capped.options(7).cap, Some(20 << 30));
         assert_eq!(capped.options(7).samples, 7);
-        assert_eq!(Target::resolve(None, &reserve, None).unwrap().capacity, None);
+        assert_eq!(
+            Target::resolve(None, &reserve, None).unwrap().capacity,
+            None
+        );
         assert_eq!(
             Target::resolve(Some(1 << 30), &reserve, None),
             Err(SimulateError::ReserveExceedsDevice {

@@ -4,24 +4,9 @@
 use super::result::Point;
 use crate::analysis::limits::Limit;
 use crate::command::simulate::Device;
+use crate::simulate::plan::checks::request_words;
 use crate::simulate::plan::{self, Found, Model, Range, RequestList, Target, Varied};
-use crate::sites::site_label;
 use crate::units;
-
-/// A request in words: `train_step (train.py:41) in iter2/backward, asking
-/// for 1.2 GiB`.
-pub fn request_words(site: &str, phase: &str, bytes: u64) -> String {
-    format!(
-        "{}{}, asking for {}",
-        site_label(site),
-        if phase.is_empty() {
-            String::new()
-        } else {
-            format!(" in {phase}")
-        },
-        units::bytes(bytes)
-    )
-}
 
 /// Where the plan is for, in words: `under the 20.00 GiB cap`, `on H100 80GB`.
 pub(super) fn place_words(

@@ -14,6 +14,7 @@
 //! `docs/plan.md`.
 
 pub mod align;
+pub mod checks;
 mod error;
 pub mod law;
 
