@@ -93,7 +93,7 @@ pub enum Error {
     Compare(#[from] CompareError),
     /// A plan cannot be made from the runs given.
     #[error(transparent)]
-    Plan(#[from] crate::command::plan::PlanError),
+    Plan(#[from] crate::simulate::plan::PlanError),
     /// A simulation cannot be run as asked.
     #[error("{path}: {source}")]
     Simulate {

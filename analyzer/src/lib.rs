@@ -19,7 +19,8 @@
 //!   device capacity or allocator setting.
 //! - [`command`]: one function per command, returning its typed result.
 //! - [`print`](mod@print): the results as text, JSON, SVG charts and the HTML report.
-//! - [`progress`]: how long work reports its progress; [`units`]: human units.
+//! - [`progress`]: how long work reports its progress; [`units`]: human units;
+//!   [`bounds`]: the largest byte figure and the most devices an input may hold.
 //!
 //! The trace format itself is the `vramtrace-format` crate.
 //!
@@ -45,6 +46,7 @@
 #![warn(missing_docs)]
 
 pub mod analysis;
+pub mod bounds;
 pub mod command;
 mod error;
 pub mod input;

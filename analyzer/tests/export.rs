@@ -9,7 +9,7 @@ use vramtrace::command::ReplayOptions;
 use vramtrace::command::export::pprof;
 use vramtrace::command::summary::{SummaryOptions, summary};
 use vramtrace::input::Input;
-use vramtrace::print::pprof::{Profile, encode};
+use vramtrace::print::pprof::{Profile, encode, profile};
 use vramtrace::progress::NoProgress;
 
 fn fixture(name: &str) -> PathBuf {
@@ -26,7 +26,8 @@ fn a_pprof_profile_reads_back_and_holds_the_peak() {
         "torch/gpt2_train.pickle.xz",
     ] {
         let input = Input::open(fixture(name), &NoProgress).unwrap();
-        let (profile, _) = pprof(&input, &ReplayOptions::default(), &NoProgress).unwrap();
+        let export = pprof(&input, &ReplayOptions::default(), &NoProgress).unwrap();
+        let profile = profile(&export.graphs, export.start_unix_ns);
         let file = encode(&profile).unwrap();
         assert_eq!(
             &file[..2],

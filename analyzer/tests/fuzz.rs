@@ -288,7 +288,8 @@ fn exports(input: &Input) {
             let _ = join_profiler_trace(trace, export);
         }
     }
-    if let Ok((profile, _)) = pprof(input, &options, &NoProgress) {
+    if let Ok(export) = pprof(input, &options, &NoProgress) {
+        let profile = vramtrace::print::pprof::profile(&export.graphs, export.start_unix_ns);
         let _ = vramtrace::print::pprof::encode(&profile);
     }
     if let Ok(graphs) = flamegraph(input, &options, Moment::AllocatedPeak, &NoProgress) {

@@ -1,5 +1,5 @@
 """The C structures through which the shim feeds the library in observer
-mode (`recorder-ffi/src/observe.rs`, `SINK_ABI` 4): tests feed the library
+mode (`recorder-ffi/src/observe/abi.rs`, `SINK_ABI` 4): tests feed the library
 events the way the shim would, without a GPU or PyTorch. A mirror of
 vramtrace/shim/vramtrace_sink.h, which test_sink_layout.py checks it against.
 """

@@ -61,7 +61,7 @@ _SIGNATURES = {
     "vramtrace_tag_user": ([ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t],
                            ctypes.c_int),
     "vramtrace_set_memory_fraction": ([ctypes.c_double, ctypes.c_int], None),
-    # observe.rs
+    # observe/ (recorder-ffi/src/observe/)
     "vramtrace_torch_sink": ([], ctypes.c_void_p),
     "vramtrace_observe_start": ([ctypes.c_char_p], ctypes.c_int),
     "vramtrace_observe_stop": ([], ctypes.c_int),

@@ -100,7 +100,9 @@ impl Drop for CurrentGuard {
     }
 }
 
-/// A CUDA GPU's memory, for the caching allocator. See the [module docs](self).
+/// A CUDA GPU's memory, for the caching allocator, through the driver API:
+/// whole segments from `cuMemAlloc`, expandable ones from the virtual memory
+/// API, each call in the device's primary context, from any thread.
 ///
 /// Failures of releasing calls (which [`DeviceMemory`] cannot report) are
 /// counted and the last one kept: see [`release_errors`](Self::release_errors).

@@ -30,10 +30,10 @@ pub mod timeline;
 pub mod waterfall;
 pub mod window;
 
+use crate::bounds::MAX_DEVICES;
 use crate::progress::Meter;
 use crate::replay::plausible::{ImpossibleValues, impossible, plausible_initial};
 use crate::replay::{Applied, ReplayState};
-use crate::snapshot::MAX_DEVICES;
 use peaks::Peaks;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;

@@ -8,7 +8,7 @@ use super::progress::Bars;
 use super::{warn_inputs, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace::analysis::compare::{CompareOptions, Threshold, ThresholdError, parse_thresholds};
+use vramtrace::analysis::compare::{MatchOptions, Threshold, ThresholdError, parse_thresholds};
 use vramtrace::analysis::pauses::XAxis;
 use vramtrace::command::compare::{CompareCommandOptions, compare};
 use vramtrace::command::ranks::{self, IN_FLIGHT, set::SetOptions};
@@ -106,7 +106,7 @@ impl Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = CompareCommandOptions {
         replay: args.replay.options()?,
-        matching: CompareOptions {
+        matching: MatchOptions {
             ignore_lines: args.ignore_lines,
             per_iteration: args.per_iteration,
             full_stacks: args.replay.full_stacks,

@@ -114,8 +114,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             )
         }
         Format::Pprof => {
-            let (profile, warnings) = pprof(&input, &options, &progress)?;
-            warn_about(input.path(), &warnings);
+            let export = pprof(&input, &options, &progress)?;
+            warn_about(input.path(), &export.warnings);
+            let profile = print::pprof::profile(&export.graphs, export.start_unix_ns);
             let stacks = profile.sample.len();
             (
                 print::pprof::encode(&profile)?,

@@ -2,13 +2,12 @@
 //! from runs recorded at two or more values.
 
 use super::common::{Files, InputArgs, TextArgs, open};
+use super::device::DeviceArgs;
 use super::progress::Bars;
-use super::simulate::{device_of, parse_confs, parse_gpu};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::command::plan::{KvPlanOptions, PlanOptions, kv_cache, plan};
 use vramtrace::print;
-use vramtrace::simulate::gpus::GpuPreset;
 use vramtrace::simulate::plan::Varied;
 use vramtrace::units;
 
@@ -30,29 +29,13 @@ pub struct Args {
     /// the traces do not say it (an annotation `seq`).
     #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = units::parse_count)]
     seq: Vec<u64>,
-    /// The device's memory, with its unit (24GiB, 80GB); the reserve comes
-    /// off it.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, conflicts_with_all = ["gpu", "cap"])]
-    capacity: Option<u64>,
-    /// A GPU, by name, to plan for (h100, a100-40gb, l4, ...; as `simulate`).
-    #[arg(long, value_name = "NAME", value_parser = parse_gpu, conflicts_with = "cap")]
-    gpu: Option<&'static GpuPreset>,
+    #[command(flatten)]
+    device_args: DeviceArgs,
     /// Plan under a cap on the allocator (set_per_process_memory_fraction
     /// times the device's memory), e.g. 20GiB; no reserve comes off it.
     /// Default, without --gpu or --capacity: the cap the runs recorded.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, conflicts_with_all = ["capacity", "gpu", "reserve"])]
     cap: Option<u64>,
-    /// Memory kept off the device for the CUDA context (and NCCL): with
-    /// --gpu, --capacity, or the card the runs were recorded on (not under
-    /// a cap, which bounds the allocator alone). Default: measured by the
-    /// recording, else an estimate (512MiB, 1GiB more with NCCL).
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, conflicts_with = "cap")]
-    reserve: Option<u64>,
-    /// Allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax; repeatable: the
-    /// first is planned for, each other's largest value is shown beside it.
-    /// Default: the recorded settings.
-    #[arg(long = "alloc-conf", value_name = "CONF")]
-    alloc_conf: Vec<String>,
     /// Values searched are multiples of this (64 for sequence lengths, say).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = units::parse_count)]
     step: u64,
@@ -126,13 +109,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.traces.len()
         );
     }
-    let device = device_of(args.gpu, args.capacity);
+    let device = args.device_args.device();
     let options = PlanOptions {
         values,
         device,
         cap: args.cap,
-        reserve: args.reserve,
-        settings: parse_confs(&args.alloc_conf)?,
+        reserve: args.device_args.reserve,
+        settings: args.device_args.settings()?,
         step: args.step,
         at: args.at,
         recorded_device: args.device,

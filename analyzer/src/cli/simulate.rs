@@ -2,18 +2,17 @@
 //! or allocator setting.
 
 use super::common::{Files, InputArgs, TextArgs, file_name, open, shown};
+use super::device::DeviceArgs;
 use super::progress::Bars;
 use super::{warn_about, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vramtrace::Error;
 use vramtrace::command::Warning;
-use vramtrace::command::simulate::{Device, SimulateOptions, simulate};
+use vramtrace::command::simulate::{SimulateOptions, simulate};
 use vramtrace::print::{self, svg::simulate::Series};
 use vramtrace::simulate::SimulateError;
-use vramtrace::simulate::gpus::{self, GpuPreset};
 use vramtrace::units;
-use vramtrace_allocator::AllocatorConfig;
 
 /// Arguments of `vramtrace simulate`.
 #[derive(clap::Args)]
@@ -23,25 +22,8 @@ pub struct Args {
     trace: PathBuf,
     #[command(flatten)]
     input: InputArgs,
-    /// The device's memory, with its unit: GiB binary (24GiB), GB decimal
-    /// (80GB = 74.5 GiB); unlimited if neither this nor --gpu is given.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes, conflicts_with = "gpu")]
-    capacity: Option<u64>,
-    /// A GPU, by name, whose memory to simulate: h100, h200, a100-80gb,
-    /// a100-40gb, l40s, a30, a10, l4, rtx4090, rtx3090, v100-32gb, t4
-    /// (docs/simulate.md says where each figure comes from).
-    #[arg(long, value_name = "NAME", value_parser = parse_gpu)]
-    gpu: Option<&'static GpuPreset>,
-    /// Memory kept off the allocator for the CUDA context (and NCCL): the
-    /// device's memory less this is what the simulated allocator gets.
-    /// Default: an estimate, 512MiB, and 1GiB more when the trace shows NCCL.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_bytes)]
-    reserve: Option<u64>,
-    /// Allocator settings to simulate, in PYTORCH_CUDA_ALLOC_CONF syntax
-    /// (`expandable_segments:True,max_split_size_mb:128`); repeatable, one
-    /// policy each. Default: the trace's recorded settings.
-    #[arg(long = "alloc-conf", value_name = "CONF")]
-    alloc_conf: Vec<String>,
+    #[command(flatten)]
+    device_args: DeviceArgs,
     /// Compare the recorded settings with PyTorch's default, expandable
     /// segments, and max_split_size_mb 128 and 512.
     #[arg(long)]
@@ -73,32 +55,6 @@ pub struct Args {
 /// Time buckets of the chart: about one per two pixels of its width.
 const CHART_BUCKETS: usize = 500;
 
-/// A `--gpu` name: a preset, or an error listing them (or the presets an
-/// ambiguous name matches).
-pub(super) fn parse_gpu(name: &str) -> Result<&'static GpuPreset, String> {
-    gpus::lookup(name).map_err(|e| e.to_string())
-}
-
-/// Parses the `--alloc-conf` values: a bad one is a usage error naming it.
-pub(super) fn parse_confs(confs: &[String]) -> anyhow::Result<Vec<AllocatorConfig>> {
-    confs
-        .iter()
-        .map(|c| {
-            AllocatorConfig::parse(c)
-                .map_err(|e| anyhow::anyhow!("invalid --alloc-conf '{c}': {e}"))
-        })
-        .collect()
-}
-
-/// The device `--gpu` or `--capacity` names, if either does.
-pub(super) fn device_of(gpu: Option<&GpuPreset>, capacity: Option<u64>) -> Option<Device> {
-    match (gpu, capacity) {
-        (Some(gpu), _) => Some(Device::preset(gpu)),
-        (None, Some(bytes)) => Some(Device::of_size(bytes)),
-        (None, None) => None,
-    }
-}
-
 impl Args {
     /// What it reads and writes.
     pub fn files(&self) -> Files<'_> {
@@ -110,11 +66,11 @@ impl Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let device = device_of(args.gpu, args.capacity);
+    let device = args.device_args.device();
     let options = SimulateOptions {
         device,
-        reserve: args.reserve,
-        settings: parse_confs(&args.alloc_conf)?,
+        reserve: args.device_args.reserve,
+        settings: args.device_args.settings()?,
         standard_policies: args.compare_policies,
         min_capacity: args.min_capacity,
         chart_buckets: if args.output.is_some() {
@@ -215,23 +171,4 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         || print::text::by_device(&results, print::text::simulate),
     )?;
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bad_alloc_conf_names_its_key() {
-        let e = parse_confs(&["expandable_segments:True,bogus_key:3".into()]).unwrap_err();
-        let text = e.to_string();
-        assert!(text.contains("bogus_key"), "{text}");
-        assert!(!text.contains('\n'));
-        assert_eq!(
-            parse_confs(&["max_split_size_mb:128".into()])
-                .unwrap()
-                .len(),
-            1
-        );
-    }
 }

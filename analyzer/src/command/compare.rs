@@ -6,7 +6,7 @@
 use super::{ByDevice, OnDevice, Replay, ReplayOptions, file_name};
 use crate::Error;
 use crate::analysis::compare::{
-    CompareOptions, Comparison, GateResult, RunFigures, Threshold, compare as match_runs, gate,
+    Comparison, GateResult, MatchOptions, RunFigures, Threshold, compare as match_runs, gate,
 };
 use crate::analysis::leaks::Leaks;
 use crate::analysis::phase_totals::PhaseTotals;
@@ -23,7 +23,7 @@ pub struct CompareCommandOptions {
     /// The window (in both runs) and site folding.
     pub replay: ReplayOptions,
     /// How sites and figures are matched.
-    pub matching: CompareOptions,
+    pub matching: MatchOptions,
     /// The thresholds of the gate (none: the gate passes).
     pub thresholds: Vec<Threshold>,
 }

@@ -17,7 +17,6 @@ use crate::Error;
 use crate::analysis::timeline::{GroupBy, TimelineAnalysis, TimelineOptions};
 use crate::analysis::{Analysis, AnalysisError, Flow, Step};
 use crate::input::Input;
-use crate::print::pprof::Profile;
 use crate::progress::Progress;
 use crate::replay::ReplayState;
 use serde_json::{Value, json};
@@ -366,18 +365,36 @@ fn unix_time(base_unix_ns: u64, us: f64) -> String {
     format!("{s:.3} s of Unix time")
 }
 
-/// The memory live at the allocated peak on each device, by stack, as a
-/// pprof profile (see [`crate::print::pprof`]), with what the passes found
-/// worth a warning.
+/// What a pprof profile is made of: the memory live at the allocated peak on
+/// each device, by stack, and the time the trace started. The printer
+/// (`print::pprof::profile`) builds the profile from it.
+#[derive(Clone, Debug)]
+pub struct PprofExport {
+    /// Each device's live memory by stack at its allocated peak (the
+    /// passes' warnings are taken out, into `warnings`).
+    pub graphs: ByDevice<FlameGraph>,
+    /// When the trace started, in Unix nanoseconds: the profile's time.
+    pub start_unix_ns: u64,
+    /// What the passes found worth a warning.
+    pub warnings: Vec<Warning>,
+}
+
+/// The memory live at the allocated peak on each device, by stack, for a
+/// pprof profile, with what the passes found worth a warning.
 pub fn pprof(
     input: &Input,
     options: &ReplayOptions,
     progress: &dyn Progress,
-) -> Result<(Profile, Vec<Warning>), Error> {
-    let graphs: ByDevice<FlameGraph> = flamegraph(input, options, Moment::AllocatedPeak, progress)?;
-    let start = input.header().start_unix_ns;
-    Ok((
-        crate::print::pprof::profile(&graphs, start),
-        graphs.warnings.into_iter().map(|w| w.warning).collect(),
-    ))
+) -> Result<PprofExport, Error> {
+    let mut graphs: ByDevice<FlameGraph> =
+        flamegraph(input, options, Moment::AllocatedPeak, progress)?;
+    let warnings = std::mem::take(&mut graphs.warnings)
+        .into_iter()
+        .map(|w| w.warning)
+        .collect();
+    Ok(PprofExport {
+        graphs,
+        start_unix_ns: input.header().start_unix_ns,
+        warnings,
+    })
 }

@@ -103,7 +103,7 @@ pub enum Warning {
     /// differs from the recorded one).
     Conversion(String),
     /// More devices than any machine has: the events of those past the
-    /// first [`MAX_DEVICES`](crate::snapshot::MAX_DEVICES) were left out.
+    /// first [`MAX_DEVICES`](crate::bounds::MAX_DEVICES) were left out.
     TooManyDevices {
         /// The devices left out.
         devices: u64,
@@ -142,7 +142,7 @@ impl fmt::Display for Warning {
             Warning::TooManyDevices { devices, events } => write!(
                 f,
                 "{devices} devices past the first {} were left out ({events} events): no machine has that many, the device ids are likely bad",
-                crate::snapshot::MAX_DEVICES
+                crate::bounds::MAX_DEVICES
             ),
         }
     }
@@ -394,6 +394,17 @@ impl<'a> Replay<'a> {
         })
     }
 }
+
+/// The version of the JSON the commands print: every document's first key,
+/// `schema_version` (see docs/json.md), which `print::json` writes. It grows when a field is renamed,
+/// moved or removed, or changes meaning; added fields keep it.
+///
+/// - 1 (no `schema_version` key): a result of one device was that result
+///   alone, and several were `{devices, by_device}`.
+/// - 2: one shape whatever the number of devices (`{rank, warnings,
+///   devices, by_device}`); `end`'s byte totals end in `_bytes`; a phase path
+///   outside phases is `null`, not `""`.
+pub const JSON_SCHEMA_VERSION: u32 = 2;
 
 /// A command's result on each device of an input, in device order.
 ///

@@ -6,7 +6,7 @@
 use super::compare::measure;
 use super::{Replay, ReplayOptions, Warning, file_name};
 use crate::Error;
-use crate::analysis::compare::{CompareOptions, Comparison, RunFigures, compare};
+use crate::analysis::compare::{Comparison, MatchOptions, RunFigures, compare};
 use crate::analysis::explorer::{Explorer, ExplorerAnalysis, ExplorerOptions};
 use crate::analysis::fragmentation::{Fragmentation, FragmentationReport};
 use crate::analysis::leaks::{Leaks, LeaksReport};
@@ -298,9 +298,9 @@ pub fn report(
                 sites: replay.result(site_totals.into_report())?,
                 phases: replay.result(phase_totals.into_report())?,
             };
-            let matching = CompareOptions {
+            let matching = MatchOptions {
                 full_stacks: options.replay.full_stacks,
-                ..CompareOptions::default()
+                ..MatchOptions::default()
             };
             let comparison = compare(&base.figures, &new, matching)?;
             summary.top_sites_at_peak.truncate(options.top);

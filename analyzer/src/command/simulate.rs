@@ -9,11 +9,11 @@ use crate::analysis::limits::Limit;
 use crate::input::EventStream;
 use crate::input::Input;
 use crate::progress::Progress;
-use crate::simulate::fixes::{FixTarget, FixesTried};
+use crate::simulate::fixes::FixesTried;
 use crate::simulate::gpus::{self, GpuPreset};
 use crate::simulate::{
-    self, Extracted, Fidelity, Reserve, Scenario, ScenarioResult, SimOptions, SimulateError,
-    extract, scenarios, sweep,
+    self, Extracted, Fidelity, Reserve, Scenario, ScenarioResult, SimulateError, Target, extract,
+    scenarios, what_if,
 };
 use crate::sites::site_label;
 use crate::units;
@@ -321,7 +321,9 @@ pub fn simulate(
     Ok(result)
 }
 
-/// Simulates one device's requests.
+/// Simulates one device's requests: the policies and the capacity decided
+/// here, the runs in [`simulate::what_if::run`], the answer in words by
+/// [`judge`].
 fn simulate_device(
     input: &Input,
     options: &SimulateOptions,
@@ -329,6 +331,82 @@ fn simulate_device(
     events: &EventStream,
     read_s: f64,
 ) -> Result<SimulateResult, Error> {
+    let simulate_error = |source| Error::Simulate {
+        path: input.path().to_owned(),
+        source,
+    };
+    let mut warnings = device_warnings(extracted);
+    let (scenarios, recorded) =
+        policies(options, extracted, &mut warnings).map_err(simulate_error)?;
+    let symbols = events.symbols();
+    let nccl = simulate::shows_nccl(events.header(), symbols);
+    let limits = &extracted.limits;
+    warnings.extend(limits.warnings.iter().cloned().map(Warning::Memory));
+    let device_bytes = options.device.as_ref().map(|d| d.total_bytes);
+    let measured = limits.outside.map(|o| o.max_bytes);
+    let (reserve, too_large) = Reserve::for_device(
+        options.reserve,
+        measured,
+        nccl,
+        device_bytes.unwrap_or(u64::MAX),
+    );
+    warnings.extend(too_large.map(Warning::Memory));
+    let target = Target::resolve(device_bytes, &reserve, limits.cap()).map_err(simulate_error)?;
+    let asked = what_if::Asked {
+        scenarios: &scenarios,
+        recorded: recorded.as_ref(),
+        target,
+        reserve: &reserve,
+        samples: options.chart_buckets,
+        standard_policies: options.standard_policies,
+        min_capacity: options.min_capacity,
+    };
+    let mut runs = what_if::run(extracted, symbols, &asked);
+    let timing = Timing {
+        read_s,
+        simulate_s: runs.simulate_s,
+        runs: runs.runs,
+        list_bytes: extracted.list.memory_bytes(),
+    };
+    let (policies, verdict) = judge(options, &reserve, target, &mut runs, extracted, symbols);
+    let found = Found {
+        policies,
+        verdict,
+        fixes: runs.fixes,
+        fidelity: runs.fidelity,
+        target,
+        reserve,
+        recorded,
+        warnings,
+        timing,
+    };
+    Ok(found.into_result(input, options, extracted))
+}
+
+/// The policies to simulate, and the recorded settings when readable (a
+/// warning says why not).
+fn policies(
+    options: &SimulateOptions,
+    extracted: &Extracted,
+    warnings: &mut Vec<Warning>,
+) -> Result<(Vec<Scenario>, Option<AllocatorConfig>), SimulateError> {
+    let recorded = match &extracted.recorded_config {
+        Ok((config, _)) => Ok(config.clone()),
+        Err(e) => Err(e.clone()),
+    };
+    let scenarios = scenarios(
+        &recorded,
+        options.settings.clone(),
+        options.standard_policies,
+    )?;
+    if let Err(e) = &recorded {
+        warnings.push(Warning::UnreadableSettings(e.to_string()));
+    }
+    Ok((scenarios, recorded.ok()))
+}
+
+/// What reading one device's requests found worth a warning.
+fn device_warnings(extracted: &Extracted) -> Vec<Warning> {
     let mut warnings = Vec::new();
     if let Some(t) = extracted.info.truncation {
         warnings.push(Warning::Truncated(t));
@@ -339,126 +417,21 @@ fn simulate_device(
             events: extracted.info.skipped_events,
         });
     }
-    let recorded = match &extracted.recorded_config {
-        Ok((config, _)) => Ok(config.clone()),
-        Err(e) => Err(e.clone()),
-    };
-    let scenarios = scenarios(
-        &recorded,
-        options.settings.clone(),
-        options.standard_policies,
-    )
-    .map_err(|source| Error::Simulate {
-        path: input.path().to_owned(),
-        source,
-    })?;
-    if let Err(e) = &recorded {
-        warnings.push(Warning::UnreadableSettings(e.to_string()));
-    }
-    let recorded = recorded.ok();
-    let list = &extracted.list;
-    let symbols = events.symbols();
-    let nccl = simulate::shows_nccl(events.header(), symbols);
-    for w in &extracted.limits.warnings {
-        warnings.push(Warning::Memory(w.clone()));
-    }
-    let (reserve, too_large) = Reserve::for_device(
-        options.reserve,
-        extracted.limits.outside.map(|o| o.max_bytes),
-        nccl,
-        options.device.as_ref().map_or(u64::MAX, |d| d.total_bytes),
-    );
-    warnings.extend(too_large.map(Warning::Memory));
-    // Without a device named, a recorded (or inferred) cap is the capacity:
-    // it bounds what the allocator reserves, so no reserve comes off it.
-    let cap = match options.device {
-        None => extracted.limits.cap(),
-        Some(_) => None,
-    };
-    let capacity = match &options.device {
-        Some(d) if d.total_bytes <= reserve.bytes => {
-            return Err(Error::Simulate {
-                path: input.path().to_owned(),
-                source: SimulateError::ReserveExceedsDevice {
-                    reserve: reserve.bytes,
-                    device: d.total_bytes,
-                },
-            });
-        }
-        Some(d) => Some(d.total_bytes - reserve.bytes),
-        None => cap.map(|c| c.bytes),
-    };
-    // Under the recorded cap, the allocator is capped too (as PyTorch's is:
-    // that arms `garbage_collection_threshold`), on a device of the cap's
-    // size (what the verdict counts as unreserved).
-    let sim = SimOptions {
-        capacity,
-        cap: cap.map(|c| c.bytes),
-        samples: options.chart_buckets,
-        ..Default::default()
-    };
-    let recorded_cap = (extracted.limits.cap())
-        .map(|c| c.bytes)
-        .filter(|&c| Some(c) == extracted.recorded_capacity);
-    let started = std::time::Instant::now();
-    let (results, fidelity) = rayon::join(
-        || sweep(list, &scenarios, &sim, options.min_capacity),
-        || {
-            recorded.as_ref().map(|c| {
-                simulate::fidelity_under(list, c, extracted.recorded_capacity, recorded_cap)
-            })
-        },
-    );
-    // Where the first policy runs out of memory, the standard ones not run
-    // yet are tried at the same capacity, for the verdict to name one that
-    // fits.
-    let others = if results[0].result.ooms > 0 && !options.standard_policies {
-        let untried: Vec<Scenario> = Scenario::standard()
-            .into_iter()
-            .filter(|s| !scenarios.iter().any(|x| x.config == s.config))
-            .collect();
-        let plain = SimOptions {
-            capacity,
-            ..Default::default()
-        };
-        sweep(list, &untried, &plain, false)
-    } else {
-        Vec::new()
-    };
-    let timing = Timing {
-        read_s,
-        simulate_s: started.elapsed().as_secs_f64(),
-        runs: scenarios.len() + others.len() + usize::from(fidelity.is_some()),
-        list_bytes: list.memory_bytes(),
-    };
-    // The first policy's smallest fitting capacity: a bisection of a dozen
-    // runs, made once, only where an answer needs it.
-    let smallest = std::cell::OnceCell::new();
-    let smallest_bytes = || {
-        *smallest.get_or_init(|| {
-            results[0].min_capacity.map_or_else(
-                || simulate::smallest_capacity(list, &scenarios[0].config, None).bytes,
-                |m| m.bytes,
-            )
-        })
-    };
-    // Where no policy fits either, how much the first would need.
-    let needed = (results[0].result.ooms > 0
-        && results[0].min_capacity.is_none()
-        && !results.iter().chain(&others).any(|r| r.result.ooms == 0))
-    .then(|| smallest_bytes().saturating_add(reserve.bytes));
-    // Under a cap, what the run needs is the smallest cap that fits.
-    let cap_needs = (cap.is_some() && results[0].result.ooms > 0).then(smallest_bytes);
-    let fixes = fixes_for_first_oom(
-        &scenarios[0].config,
-        &sim,
-        results[0].result.first_oom.as_ref(),
-        recorded.as_ref(),
-        extracted,
-        symbols,
-        smallest.get().copied(),
-    );
-    let policies: Vec<PolicyResult> = results
+    warnings
+}
+
+/// Each policy's outcome described (its run taken out of `runs`), and the
+/// verdict on the first: under the cap, or on the device (or none) asked
+/// for, exact or an estimate.
+fn judge(
+    options: &SimulateOptions,
+    reserve: &Reserve,
+    target: Target,
+    runs: &mut what_if::Runs,
+    extracted: &Extracted,
+    symbols: &vramtrace_format::SymbolTable,
+) -> (Vec<PolicyResult>, Verdict) {
+    let policies: Vec<PolicyResult> = std::mem::take(&mut runs.results)
         .into_iter()
         .map(|r| PolicyResult {
             oom: describe_oom(&r, extracted, symbols),
@@ -468,88 +441,78 @@ fn simulate_device(
             scenario: r,
         })
         .collect();
-    let first = &policies[0];
-    let mut verdict = match cap {
-        Some(cap) => cap_verdict(&cap, &policies, &others, cap_needs),
+    let mut verdict = match target.cap {
+        Some(cap) => cap_verdict(&cap, &policies, &runs.others, runs.cap_needs),
         None => verdict(
             options.device.as_ref(),
-            &reserve,
+            reserve,
             &policies,
-            &others,
-            needed,
+            &runs.others,
+            runs.needed,
         ),
     };
-    (verdict.basis, verdict.basis_note) = basis_of(fidelity.as_ref());
+    (verdict.basis, verdict.basis_note) = basis_of(runs.fidelity.as_ref());
     if verdict.basis == VerdictBasis::Estimate {
         verdict.line = format!("estimate: {}", verdict.line);
     }
-    Ok(SimulateResult {
-        alloc_retries: first.scenario.result.alloc_retries,
-        cache_flushes: first.scenario.result.cache_flushes,
-        capacity_bytes: capacity,
-        device: options.device.clone(),
-        events: list.events,
-        fidelity,
-        fixes,
-        fragmentation: first.scenario.result.fragmentation,
-        limit: extracted.limits.limit,
-        min_capacity_bytes: first.min_capacity_bytes,
-        notes: notes(extracted),
-        oom: first.oom.clone(),
-        path: input.path().display().to_string(),
-        peak_allocated_bytes: first.scenario.result.peak_allocated_bytes,
-        peak_reserved_bytes: first.scenario.result.peak_reserved_bytes,
-        policy: first.scenario.policy.clone(),
-        recorded: Recorded {
-            alloc_conf: recorded.as_ref().map(|c| c.to_conf_string()),
-            ooms: list.recorded_ooms,
-            peak_allocated_bytes: list.recorded_peak_allocated,
-            peak_reserved_bytes: list.recorded_peak_reserved,
-        },
-        requests: list.requests.len(),
-        reserve,
-        verdict,
-        policies,
-        warnings,
-        timing,
-    })
+    (policies, verdict)
 }
 
-/// The fixes tried where the first policy runs out of memory on the device
-/// asked for; without one, where the recorded run ran out of memory, replayed
-/// with its own settings under its own limit.
-fn fixes_for_first_oom(
-    config: &AllocatorConfig,
-    sim: &SimOptions,
-    first_oom: Option<&simulate::OomAt>,
-    recorded: Option<&AllocatorConfig>,
-    extracted: &Extracted,
-    symbols: &vramtrace_format::SymbolTable,
-    smallest: Option<u64>,
-) -> Option<FixesTried> {
-    let list = &extracted.list;
-    if let Some(oom) = first_oom {
-        let target = FixTarget {
-            config,
-            options: sim.clone(),
-            oom,
-            smallest,
-        };
-        return Some(simulate::fixes::try_fixes(
-            list,
-            &target,
-            &extracted.state,
-            symbols,
-        ));
+/// What one device's simulation found, before it is laid out as a
+/// [`SimulateResult`].
+struct Found {
+    policies: Vec<PolicyResult>,
+    verdict: Verdict,
+    fixes: Option<FixesTried>,
+    fidelity: Option<Fidelity>,
+    target: Target,
+    reserve: Reserve,
+    recorded: Option<AllocatorConfig>,
+    warnings: Vec<Warning>,
+    timing: Timing,
+}
+
+impl Found {
+    /// The result, the first policy's figures repeated at its top level.
+    fn into_result(
+        self,
+        input: &Input,
+        options: &SimulateOptions,
+        extracted: &Extracted,
+    ) -> SimulateResult {
+        let list = &extracted.list;
+        let first = &self.policies[0];
+        SimulateResult {
+            alloc_retries: first.scenario.result.alloc_retries,
+            cache_flushes: first.scenario.result.cache_flushes,
+            capacity_bytes: self.target.capacity,
+            device: options.device.clone(),
+            events: list.events,
+            fidelity: self.fidelity,
+            fixes: self.fixes,
+            fragmentation: first.scenario.result.fragmentation,
+            limit: extracted.limits.limit,
+            min_capacity_bytes: first.min_capacity_bytes,
+            notes: notes(extracted),
+            oom: first.oom.clone(),
+            path: input.path().display().to_string(),
+            peak_allocated_bytes: first.scenario.result.peak_allocated_bytes,
+            peak_reserved_bytes: first.scenario.result.peak_reserved_bytes,
+            policy: first.scenario.policy.clone(),
+            recorded: Recorded {
+                alloc_conf: self.recorded.as_ref().map(|c| c.to_conf_string()),
+                ooms: list.recorded_ooms,
+                peak_allocated_bytes: list.recorded_peak_allocated,
+                peak_reserved_bytes: list.recorded_peak_reserved,
+            },
+            requests: list.requests.len(),
+            reserve: self.reserve,
+            verdict: self.verdict,
+            policies: self.policies,
+            warnings: self.warnings,
+            timing: self.timing,
+        }
     }
-    if sim.capacity.is_some() || sim.cap.is_some() || list.recorded_ooms == 0 {
-        return None;
-    }
-    let options = SimOptions {
-        capacity: Some(extracted.recorded_capacity?),
-        ..SimOptions::default()
-    };
-    simulate::fixes::for_first_oom(list, recorded?, &options, &extracted.state, symbols)
 }
 
 /// The verdict on the first policy: does it fit, and if not, where and why

@@ -41,16 +41,9 @@ pub enum ChartError {
     NoRepeatedPhase,
 }
 
-/// The version of the JSON the commands print: every document's first key,
-/// `schema_version` (see docs/json.md). It grows when a field is renamed,
-/// moved or removed, or changes meaning; added fields keep it.
-///
-/// - 1 (no `schema_version` key): a result of one device was that result
-///   alone, and several were `{devices, by_device}`.
-/// - 2: one shape whatever the number of devices (`{rank, warnings,
-///   devices, by_device}`); `end`'s byte totals end in `_bytes`; a phase path
-///   outside phases is `null`, not `""`.
-pub const JSON_SCHEMA_VERSION: u32 = 2;
+/// The version of the JSON the commands print, which their results' shapes
+/// make (defined beside them, where `ranks::merge` reads documents back).
+pub use crate::command::JSON_SCHEMA_VERSION;
 
 /// A document: the version first, then the result's own keys.
 #[derive(Serialize)]

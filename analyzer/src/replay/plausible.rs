@@ -11,10 +11,7 @@
 use std::borrow::Cow;
 use vramtrace_format::{Event, EventData, InitialState, SegmentState};
 
-/// The most bytes any figure of one device may hold: 1 PiB, a thousand times
-/// the largest GPU memory made so far, and small enough that sums of
-/// millions of such figures stay far inside 64 bits.
-pub const MAX_BYTES: u64 = 1 << 50;
+pub use crate::bounds::MAX_BYTES;
 
 /// Why an event's values cannot be: what is out of range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -1,8 +1,10 @@
 //! The device capacity a what-if runs at: the reserve kept off the device
-//! for the CUDA context (and NCCL), the capacity the recording gives, and the
-//! search for the smallest capacity at which a run fits.
+//! for the CUDA context (and NCCL), the capacity the recording gives, the
+//! decision between a device named and the recorded cap ([`Target`]), and
+//! the search for the smallest capacity at which a run fits.
 
-use super::{RequestList, SimOptions, simulate};
+use super::{RequestList, SimOptions, SimulateError, simulate};
+use crate::analysis::limits::Limit;
 use serde::Serialize;
 use vramtrace_allocator::device::{DeviceMemory, SimulatedDevice};
 use vramtrace_allocator::{AllocatorConfig, MIB};
@@ -233,6 +235,56 @@ pub fn recorded_capacity(total_memory: u64) -> Option<u64> {
         .then_some(total_memory)
 }
 
+/// What a simulation gives the allocator: a device's memory less the
+/// reserve, else the recorded (or inferred) cap, else no bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Target {
+    /// The memory the allocator gets (`None`: unlimited).
+    pub capacity: Option<u64>,
+    /// The cap simulated, when no device is named: it bounds what the
+    /// allocator reserves, so no reserve comes off it.
+    pub cap: Option<Limit>,
+}
+
+impl Target {
+    /// Decides the capacity: with a device of `device_bytes` named, its
+    /// memory less the reserve (an error when the reserve takes it all);
+    /// without one, the `recorded_cap`, if any.
+    pub fn resolve(
+        device_bytes: Option<u64>,
+        reserve: &Reserve,
+        recorded_cap: Option<Limit>,
+    ) -> Result<Target, SimulateError> {
+        match device_bytes {
+            Some(device) if device <= reserve.bytes => Err(SimulateError::ReserveExceedsDevice {
+                reserve: reserve.bytes,
+                device,
+            }),
+            Some(device) => Ok(Target {
+                capacity: Some(device - reserve.bytes),
+                cap: None,
+            }),
+            None => Ok(Target {
+                capacity: recorded_cap.map(|c| c.bytes),
+                cap: recorded_cap,
+            }),
+        }
+    }
+
+    /// The simulation's options at this target, with `samples` chart
+    /// buckets. Under the cap, the allocator is capped too (as PyTorch's is:
+    /// that arms `garbage_collection_threshold`), on a device of the cap's
+    /// size (what the verdict counts as unreserved).
+    pub fn options(&self, samples: usize) -> SimOptions {
+        SimOptions {
+            capacity: self.capacity,
+            cap: self.cap.map(|c| c.bytes),
+            samples,
+            ..Default::default()
+        }
+    }
+}
+
 /// The capacity of `device` as the header's list of devices records it
 /// (the one listed when it lists one), when a simulation can use it.
 pub fn device_capacity(devices: &[vramtrace_format::DeviceInfo], device: u32) -> Option<u64> {
@@ -248,6 +300,38 @@ mod tests {
     use super::super::tests::{load, recorded};
     use super::*;
     use crate::simulate::{SimOptions, simulate};
+
+    #[test]
+    fn a_device_named_wins_over_the_cap_and_its_reserve_comes_off() {
+        let cap = Limit::of_event(&vramtrace_format::LimitEvent {
+            device: 0,
+            thread: 0,
+            limit_bytes: 20 << 30,
+            total_bytes: 80 << 30,
+        })
+        .unwrap();
+        let reserve = Reserve::stated(1 << 30, false);
+        let on_device = Target::resolve(Some(24 << 30), &reserve, Some(cap)).unwrap();
+        assert_eq!(on_device.capacity, Some(23 << 30));
+        assert_eq!(on_device.cap, None);
+        assert_eq!(on_device.options(0).cap, None);
+        // Without a device, the cap is the capacity, with no reserve off it.
+        let capped = Target::resolve(None, &reserve, Some(cap)).unwrap();
+        assert_eq!(capped.capacity, Some(20 << 30));
+        assert_eq!(capped.options(7).cap, Some(20 << 30));
+        assert_eq!(capped.options(7).samples, 7);
+        assert_eq!(
+            Target::resolve(None, &reserve, None).unwrap().capacity,
+            None
+        );
+        assert_eq!(
+            Target::resolve(Some(1 << 30), &reserve, None),
+            Err(SimulateError::ReserveExceedsDevice {
+                reserve: 1 << 30,
+                device: 1 << 30
+            })
+        );
+    }
 
     #[test]
     fn min_capacity_fits_and_one_step_less_does_not() {

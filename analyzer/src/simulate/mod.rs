@@ -19,7 +19,7 @@ mod scenarios;
 pub mod what_if;
 
 pub use capacity::{
-    CAPACITY_STEP, CUDA_CONTEXT_BYTES, MinCapacity, NCCL_BYTES, Reserve, ReserveSource,
+    CAPACITY_STEP, CUDA_CONTEXT_BYTES, MinCapacity, NCCL_BYTES, Reserve, ReserveSource, Target,
     device_capacity, min_capacity, recorded_capacity, shows_nccl, smallest_capacity,
 };
 pub use scenarios::{Scenario, ScenarioResult, scenarios, sweep};

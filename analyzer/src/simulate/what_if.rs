@@ -1,13 +1,179 @@
-//! What-if by capacity, for the report: the recorded settings simulated on
-//! devices of a range of sizes around the smallest one that fits, so a
-//! reader can pick a capacity and see the reserved peak and the first OOM.
-//! A capacity is a device's memory, as `simulate --capacity` takes it: the
-//! allocator gets it less the [`Reserve`], so the two agree.
+//! What-ifs on one device:
+//!
+//! - [`run`], for `simulate`: every policy asked for swept at one target
+//!   (beside the recorded settings' fidelity), the standard policies tried
+//!   where the first runs out, what the first needs when none fits, and
+//!   the fixes tried at its OOM;
+//! - [`what_if`], for the report: the recorded settings simulated on
+//!   devices of a range of sizes around the smallest one that fits, so a
+//!   reader can pick a capacity and see the reserved peak and the first
+//!   OOM. A capacity is a device's memory, as `simulate --capacity` takes
+//!   it: the allocator gets it less the [`Reserve`], so the two agree.
 
-use super::{CAPACITY_STEP, RequestList, Reserve, SimOptions, min_capacity, simulate};
+use super::fixes::{FixTarget, FixesTried};
+use super::{
+    CAPACITY_STEP, Extracted, Fidelity, OomAt, RequestList, Reserve, Scenario, ScenarioResult,
+    SimOptions, Target, fidelity_under, min_capacity, simulate, smallest_capacity, sweep,
+};
 use rayon::prelude::*;
 use serde::Serialize;
 use vramtrace_allocator::AllocatorConfig;
+use vramtrace_format::SymbolTable;
+
+/// What `simulate` asks of one device's requests.
+#[derive(Clone, Copy, Debug)]
+pub struct Asked<'a> {
+    /// The policies, the first the one answered for.
+    pub scenarios: &'a [Scenario],
+    /// The recorded settings, when readable: their fidelity is checked.
+    pub recorded: Option<&'a AllocatorConfig>,
+    /// Where the memory goes: the capacity, or the cap.
+    pub target: Target,
+    /// The memory kept off the device.
+    pub reserve: &'a Reserve,
+    /// Chart buckets to sample (0: none).
+    pub samples: usize,
+    /// Whether the standard policies are among `scenarios` already.
+    pub standard_policies: bool,
+    /// Whether each policy's smallest capacity is searched for.
+    pub min_capacity: bool,
+}
+
+/// What [`run`] found.
+#[derive(Clone, Debug)]
+pub struct Runs {
+    /// Each policy asked for, in order.
+    pub results: Vec<ScenarioResult>,
+    /// How exactly the recorded settings replay the recording.
+    pub fidelity: Option<Fidelity>,
+    /// The standard policies not asked for, tried at the same capacity
+    /// where the first policy runs out, for the verdict to name one that
+    /// fits.
+    pub others: Vec<ScenarioResult>,
+    /// Where no policy fits: the device memory the first needs, the
+    /// reserve included.
+    pub needed: Option<u64>,
+    /// Under a cap, where the first runs out: the smallest cap that fits.
+    pub cap_needs: Option<u64>,
+    /// The fixes tried at the first policy's OOM (or the recorded one's).
+    pub fixes: Option<FixesTried>,
+    /// The simulations run (without the bisections of the smallest
+    /// capacity), and the seconds they took.
+    pub runs: usize,
+    /// Seconds simulating the policies.
+    pub simulate_s: f64,
+}
+
+/// Sweeps the policies asked for at the target, in parallel with the
+/// recorded settings' fidelity; tries the standard policies not asked for
+/// where the first runs out; works out what the first needs when nothing
+/// fits, and the fixes at its first OOM.
+pub fn run(extracted: &Extracted, symbols: &SymbolTable, asked: &Asked<'_>) -> Runs {
+    let list = &extracted.list;
+    let scenarios = asked.scenarios;
+    let sim = asked.target.options(asked.samples);
+    let recorded_cap = (extracted.limits.cap())
+        .map(|c| c.bytes)
+        .filter(|&c| Some(c) == extracted.recorded_capacity);
+    let started = std::time::Instant::now();
+    let (results, fidelity) = rayon::join(
+        || sweep(list, scenarios, &sim, asked.min_capacity),
+        || {
+            asked
+                .recorded
+                .map(|c| fidelity_under(list, c, extracted.recorded_capacity, recorded_cap))
+        },
+    );
+    let others = if results[0].result.ooms > 0 && !asked.standard_policies {
+        let untried: Vec<Scenario> = Scenario::standard()
+            .into_iter()
+            .filter(|s| !scenarios.iter().any(|x| x.config == s.config))
+            .collect();
+        let plain = SimOptions {
+            capacity: asked.target.capacity,
+            ..Default::default()
+        };
+        sweep(list, &untried, &plain, false)
+    } else {
+        Vec::new()
+    };
+    let simulate_s = started.elapsed().as_secs_f64();
+    let runs = scenarios.len() + others.len() + usize::from(fidelity.is_some());
+    // The first policy's smallest fitting capacity: a bisection of a dozen
+    // runs, made once, only where an answer needs it.
+    let smallest = std::cell::OnceCell::new();
+    let smallest_bytes = || {
+        *smallest.get_or_init(|| {
+            results[0].min_capacity.map_or_else(
+                || smallest_capacity(list, &scenarios[0].config, None).bytes,
+                |m| m.bytes,
+            )
+        })
+    };
+    // Where no policy fits either, how much the first would need.
+    let needed = (results[0].result.ooms > 0
+        && results[0].min_capacity.is_none()
+        && !results.iter().chain(&others).any(|r| r.result.ooms == 0))
+    .then(|| smallest_bytes().saturating_add(asked.reserve.bytes));
+    // Under a cap, what the run needs is the smallest cap that fits.
+    let cap_needs = (asked.target.cap.is_some() && results[0].result.ooms > 0).then(smallest_bytes);
+    let fixes = fixes_for_first_oom(
+        &scenarios[0].config,
+        &sim,
+        results[0].result.first_oom.as_ref(),
+        asked.recorded,
+        extracted,
+        symbols,
+        smallest.get().copied(),
+    );
+    Runs {
+        results,
+        fidelity,
+        others,
+        needed,
+        cap_needs,
+        fixes,
+        runs,
+        simulate_s,
+    }
+}
+
+/// The fixes tried where the first policy runs out of memory on the device
+/// asked for; without one, where the recorded run ran out of memory, replayed
+/// with its own settings under its own limit.
+fn fixes_for_first_oom(
+    config: &AllocatorConfig,
+    sim: &SimOptions,
+    first_oom: Option<&OomAt>,
+    recorded: Option<&AllocatorConfig>,
+    extracted: &Extracted,
+    symbols: &SymbolTable,
+    smallest: Option<u64>,
+) -> Option<FixesTried> {
+    let list = &extracted.list;
+    if let Some(oom) = first_oom {
+        let target = FixTarget {
+            config,
+            options: sim.clone(),
+            oom,
+            smallest,
+        };
+        return Some(super::fixes::try_fixes(
+            list,
+            &target,
+            &extracted.state,
+            symbols,
+        ));
+    }
+    if sim.capacity.is_some() || sim.cap.is_some() || list.recorded_ooms == 0 {
+        return None;
+    }
+    let options = SimOptions {
+        capacity: Some(extracted.recorded_capacity?),
+        ..SimOptions::default()
+    };
+    super::fixes::for_first_oom(list, recorded?, &options, &extracted.state, symbols)
+}
 
 /// The first OOM of a simulated run, where the page can point at it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

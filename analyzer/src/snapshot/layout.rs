@@ -6,7 +6,7 @@ use super::convert::{self, Collector};
 use super::pickle::{self, Heap, ObjId, ObjKind, Val};
 use super::rebuild::{EndBlock, EndSegment};
 use super::{ImportError, MAX_DEVICES, MAX_SETTING_VALUES};
-use crate::replay::plausible::MAX_BYTES;
+use crate::bounds::MAX_BYTES;
 use rustc_hash::FxHashMap as FxMap;
 use std::collections::BTreeMap;
 use vramtrace_format::{BlockStatus, PoolId};

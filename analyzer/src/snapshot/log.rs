@@ -33,7 +33,7 @@ impl Action {
     /// figure (`device_free`, read into `addr`) past 2^50 bytes. The size an
     /// OOM asked for may be anything.
     pub fn impossible(self, addr: u64, size: u64) -> bool {
-        use crate::replay::plausible::MAX_BYTES;
+        use crate::bounds::MAX_BYTES;
         match self {
             Action::Alloc
             | Action::FreeRequested

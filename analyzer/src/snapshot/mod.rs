@@ -30,9 +30,7 @@ use std::io::Read;
 use std::sync::Arc;
 use vramtrace_format::{FormatError, KindCounts};
 
-/// Device indices a snapshot may use, from 0: tables are kept per device, so
-/// an index from a damaged or hostile file must not size them.
-pub const MAX_DEVICES: u32 = 1024;
+pub use crate::bounds::MAX_DEVICES;
 
 /// The most values one allocator setting (its key or value) may hold once
 /// built: settings are a few values each.

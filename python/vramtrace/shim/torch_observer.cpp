@@ -2,7 +2,7 @@
 //
 // Built by the vramtrace Python package against the installed torch (see
 // vramtrace/_shim.py), loaded with ctypes, and handed the sink of
-// libvramtrace_recorder (recorder-ffi/src/observe.rs). It changes nothing in
+// libvramtrace_recorder (recorder-ffi/src/observe/). It changes nothing in
 // PyTorch: it attaches a trace tracker to PyTorch's own CUDA caching
 // allocator and forwards every entry, and a RecordFunction callback that
 // turns record_function ranges into phases and tells which autograd node a
@@ -13,7 +13,7 @@
 // (vramtrace/_categories.py), which in Python cost a GPT-2 step 1%.
 //
 // The ABI with the library is plain C (vramtrace_sink.h, generated from
-// observe.rs, version kSinkAbi); the ABI with torch is whatever the headers
+// observe/abi.rs, version kSinkAbi); the ABI with torch is whatever the headers
 // it is compiled against say, which is why it is compiled on the user's
 // machine.
 
@@ -38,11 +38,11 @@
 
 namespace CCA = c10::cuda::CUDACachingAllocator;
 
-// The sink's structures and constants, generated from observe.rs by
+// The sink's structures and constants, generated from observe/abi.rs by
 // cbindgen (recorder-ffi/tests/sink_header.rs keeps it in step).
 #include "vramtrace_sink.h"
 
-// The layout observe.rs asserts too: a header of another layout (an edited
+// The layout observe/abi.rs asserts too: a header of another layout (an edited
 // one, or a platform whose C ABI differs) fails here rather than at run time.
 static_assert(sizeof(vt_event) == 64, "vt_event");
 static_assert(offsetof(vt_event, device) == 4 && offsetof(vt_event, addr) == 8 &&

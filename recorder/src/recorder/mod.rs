@@ -20,6 +20,7 @@
 
 mod biased;
 mod clock;
+mod counting;
 mod live;
 mod observer;
 mod recording;

@@ -26,8 +26,8 @@
 //! the summary ([`PartLeftOut`]). The parts left out stay in the ring
 //! folder: nothing readable is deleted.
 
+use super::counting::Counting;
 use super::live::LiveState;
-use super::writer::Counting;
 use crate::format::{
     Event, FormatError, InitialState, JoinSummary, PREAMBLE_EVENTS_KEY, RingPart, TraceWriter,
     join_ring,

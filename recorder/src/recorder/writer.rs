@@ -9,7 +9,7 @@ use crate::format::{
     DroppedEvents, Event, EventData, FormatError, FrameId, InitialState, KindCounts, StackId,
     StringId, TraceWriter,
 };
-use std::io::{self, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
@@ -315,39 +315,6 @@ pub struct TraceSummary {
     pub parts_left_out: Vec<PartLeftOut>,
 }
 
-/// A writer that counts the bytes through it.
-pub(crate) struct Counting<W> {
-    inner: W,
-    bytes: u64,
-}
-
-impl<W> Counting<W> {
-    pub fn new(inner: W) -> Self {
-        Counting { inner, bytes: 0 }
-    }
-
-    /// The bytes written through it (and counted in by [`add_bytes`](Self::add_bytes)).
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// Counts bytes written elsewhere in (those of an output before it).
-    pub fn add_bytes(&mut self, bytes: u64) {
-        self.bytes += bytes;
-    }
-}
-
-impl<W: Write> Write for Counting<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.bytes += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
 struct State {
     strings: Vec<StringId>,
     stacks: Vec<StackId>,
@@ -530,7 +497,7 @@ pub(crate) fn run(
             let finished = window.finish(trace)?;
             (finished.joined.counts, finished.bytes, finished.left_out)
         }
-        None => (*trace.counts(), trace.finish()?.bytes, Vec::new()),
+        None => (*trace.counts(), trace.finish()?.bytes(), Vec::new()),
     };
     Ok(TraceSummary {
         events: counts.total(),

@@ -344,13 +344,13 @@ pub fn gate(comparison: &Comparison, thresholds: &[Threshold]) -> Result<GateRes
 mod tests {
     use super::super::tests::run;
     use super::*;
-    use crate::analysis::compare::{CompareOptions, compare};
+    use crate::analysis::compare::{MatchOptions, compare};
 
     #[test]
     fn thresholds_parse_and_check() {
         let a = run("a", 1000, 0, &[]);
         let b = run("b", 1050, 1 << 20, &[]);
-        let c = compare(&a, &b, CompareOptions::default()).unwrap();
+        let c = compare(&a, &b, MatchOptions::default()).unwrap();
         let check = |spec: &str| gate(&c, &parse_thresholds(spec).unwrap()).unwrap();
         assert!(check("peak_allocated:+5%").failed == ["peak_allocated:+5%"]);
         assert!(check("peak_allocated:+5.1%").passed);
@@ -389,7 +389,7 @@ mod tests {
     #[test]
     fn every_gate_metric_is_a_headline_figure() {
         let a = run("a", 1000, 0, &[]);
-        let c = compare(&a, &a, CompareOptions::default()).unwrap();
+        let c = compare(&a, &a, MatchOptions::default()).unwrap();
         for metric in GateMetric::ALL {
             assert!(c.metric(metric.name()).is_some(), "{}", metric.name());
         }

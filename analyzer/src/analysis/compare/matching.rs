@@ -2,7 +2,7 @@
 //! frames as text, lines dropped or not), and the sites and phases of the
 //! two runs paired by key and ranked by how much they changed.
 
-use super::{Change, CompareOptions, PhaseDelta, Presence, RunFigures, SiteDelta};
+use super::{Change, MatchOptions, PhaseDelta, Presence, RunFigures, SiteDelta};
 use crate::analysis::phase_totals::PhaseTotal;
 use crate::sites::SiteDescription;
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,12 +64,12 @@ struct SiteFigures {
     allocated_bytes: u64,
 }
 
-fn site_figures(run: &RunFigures, options: CompareOptions) -> BTreeMap<String, SiteFigures> {
+fn site_figures(run: &RunFigures, options: MatchOptions) -> BTreeMap<String, SiteFigures> {
     let mut map: BTreeMap<String, SiteFigures> = BTreeMap::new();
     fn entry<'m>(
         map: &'m mut BTreeMap<String, SiteFigures>,
         site: &SiteDescription,
-        options: CompareOptions,
+        options: MatchOptions,
     ) -> &'m mut SiteFigures {
         let key = site_key(site, options.full_stacks, options.ignore_lines);
         let figures = map.entry(key).or_default();
@@ -97,7 +97,7 @@ fn site_figures(run: &RunFigures, options: CompareOptions) -> BTreeMap<String, S
 pub(super) fn sites(
     base: &RunFigures,
     new: &RunFigures,
-    options: CompareOptions,
+    options: MatchOptions,
     (db, dn): (f64, f64),
 ) -> Vec<SiteDelta> {
     let mut b = site_figures(base, options);
@@ -345,7 +345,7 @@ mod tests {
             0,
             &[("training_step (gpu3/lightning_train.py:13)", 1100, 0)],
         );
-        let c = compare(&a, &b, CompareOptions::default()).unwrap();
+        let c = compare(&a, &b, MatchOptions::default()).unwrap();
         assert_eq!(c.sites.len(), 1, "{:#?}", c.sites);
         let s = &c.sites[0];
         assert_eq!(s.presence, Presence::Both);
@@ -371,7 +371,7 @@ mod tests {
             100,
             &[("f (a.py:1)", 600, 0), ("leak (a.py:9)", 700, 1000)],
         );
-        let c = compare(&a, &b, CompareOptions::default()).unwrap();
+        let c = compare(&a, &b, MatchOptions::default()).unwrap();
         let names: Vec<(&str, Presence)> = c
             .sites
             .iter()
@@ -397,12 +397,12 @@ mod tests {
     fn ignoring_lines_matches_moved_code() {
         let a = run("a", 1000, 0, &[("f (a.py:1)", 600, 0)]);
         let b = run("b", 1000, 0, &[("f (a.py:5)", 600, 0)]);
-        let strict = compare(&a, &b, CompareOptions::default()).unwrap();
+        let strict = compare(&a, &b, MatchOptions::default()).unwrap();
         assert_eq!(strict.sites.len(), 2);
         let loose = compare(
             &a,
             &b,
-            CompareOptions {
+            MatchOptions {
                 ignore_lines: true,
                 ..Default::default()
             },

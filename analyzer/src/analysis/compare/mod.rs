@@ -93,9 +93,10 @@ fn depth(path: &str) -> usize {
     path.matches('/').count()
 }
 
-/// How two runs are matched.
+/// How two runs are matched (`analysis::compare::matching`): which parts of
+/// a site name the match, and whether cumulative figures are per iteration.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CompareOptions {
+pub struct MatchOptions {
     /// Match sites by function and file only.
     pub ignore_lines: bool,
     /// Compare cumulative figures per repetition of each run's iterations.
@@ -380,7 +381,7 @@ pub enum CompareError {
 pub fn compare(
     base: &RunFigures,
     new: &RunFigures,
-    options: CompareOptions,
+    options: MatchOptions,
 ) -> Result<Comparison, CompareError> {
     let (base_iters, new_iters) = (base.iterations(), new.iterations());
     let divisors = if options.per_iteration {
@@ -541,7 +542,7 @@ mod tests {
             0,
             &[("f (a.py:1)", 600, 0), ("g (a.py:2)", 400, 0)],
         );
-        let c = compare(&a, &a, CompareOptions::default()).unwrap();
+        let c = compare(&a, &a, MatchOptions::default()).unwrap();
         assert!(c.headline.iter().all(|m| m.change.is_zero()));
         assert!(c.headline.iter().all(|m| m.change.percent == Some(0.0)));
         assert!(c.sites.iter().all(|s| !s.changed()));
@@ -560,7 +561,7 @@ mod tests {
         let c = compare(
             &a,
             &b,
-            CompareOptions {
+            MatchOptions {
                 per_iteration: true,
                 ..Default::default()
             },
@@ -578,7 +579,7 @@ mod tests {
             compare(
                 &none,
                 &b,
-                CompareOptions {
+                MatchOptions {
                     per_iteration: true,
                     ..Default::default()
                 }

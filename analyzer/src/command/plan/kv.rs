@@ -4,7 +4,7 @@
 //! replayed in their pools, not summed.
 
 use super::read::read_run;
-use super::{PlanError, PlanOptions, target_of};
+use super::{PlanOptions, target_of};
 use crate::Error;
 use crate::input::Input;
 use crate::progress::Progress;
@@ -12,6 +12,7 @@ use crate::simulate::kv::{
     CaptureFit, KvCacheAllocation, KvCacheFit, captures, find_kv_cache, largest_kv_cache,
     most_captures,
 };
+use crate::simulate::plan::PlanError;
 use crate::simulate::{OomAt, fidelity_under, scenarios};
 use crate::units;
 use serde::Serialize;

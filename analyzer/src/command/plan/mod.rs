@@ -9,13 +9,13 @@ mod words;
 
 pub use kv::{KvPlanOptions, KvPlanResult, kv_cache};
 
+pub use crate::simulate::plan::checks::request_words;
 pub use result::{
-    Answer, AtValue, Basis, FitsUpTo, LawRow, NoLawSite, PlanError, PlanResult, PlanTiming, Point,
+    Answer, AtValue, Basis, FitsUpTo, LawRow, NoLawSite, PlanResult, PlanTiming, Point,
     PolicyAnswer, RunSummary,
 };
-pub use words::request_words;
 
-use read::{Run, check_gpus, check_runs, model_error, read_run, values_of};
+use read::{Run, read_run};
 use words::{answer_line, at_line, notes, place_words, workspace_words};
 
 use super::simulate::{Device, describe};
@@ -25,6 +25,8 @@ use crate::analysis::limits::Limit;
 use crate::input::Input;
 use crate::progress::Progress;
 use crate::replay::categories::is_step_phase;
+use crate::simulate::plan::PlanError;
+use crate::simulate::plan::checks::{self, RunFacts};
 use crate::simulate::plan::law::LawKind;
 use crate::simulate::plan::{self, Evaluated, Found, Keys, Model, RunInput, Target, Varied};
 use crate::simulate::{self as sim, Extracted, Op, Reserve, SimOptions, SimulateError, scenarios};
@@ -87,12 +89,19 @@ pub fn plan(
     for &input in inputs {
         read.push(read_run(input, options, progress)?);
     }
-    let varied = values_of(&mut read, options)?;
-    check_gpus(&read)?;
+    let names: Vec<String> = read
+        .iter()
+        .map(|r| r.input.path().display().to_string())
+        .collect();
+    let (varied, values) = checks::values_of(&facts(&read, &names), options.values.as_ref())?;
+    for (r, v) in read.iter_mut().zip(values) {
+        r.value = v;
+    }
+    checks::check_gpus(&facts(&read, &names))?;
     let read_s = started.elapsed().as_secs_f64();
     let fitted = std::time::Instant::now();
-    check_runs(&read)?;
-    let model = fit_model(&read, varied)?;
+    checks::check_runs(&facts(&read, &names))?;
+    let model = fit_model(&read, &facts(&read, &names), varied)?;
     let fit_s = fitted.elapsed().as_secs_f64();
     let reference = &read[model.reference];
     let list = &reference.extracted.list;
@@ -233,7 +242,8 @@ pub fn plan(
             unbounded: f.unbounded,
         })
         .collect();
-    let mut notes = notes(&model, &read, varied);
+    let paths: Vec<_> = read.iter().map(|r| r.input.path()).collect();
+    let mut notes = notes(&model, &paths, list, varied);
     // Sizes that follow no law are read off the runs, and past the largest
     // run they are a line's guess: when they are many, say which run to
     // record next.
@@ -299,9 +309,14 @@ pub fn plan(
     })
 }
 
+/// The runs as the planner's checks see them, each named by `names`.
+fn facts<'b>(read: &'b [Run<'_>], names: &'b [String]) -> Vec<RunFacts<'b>> {
+    read.iter().zip(names).map(|(r, n)| r.facts(n)).collect()
+}
+
 /// The model of the runs: laws fitted through two or more, an assumption
 /// from one.
-fn fit_model(read: &[Run<'_>], varied: Varied) -> Result<Model, Error> {
+fn fit_model(read: &[Run<'_>], facts: &[RunFacts<'_>], varied: Varied) -> Result<Model, Error> {
     if let [one] = read {
         return Ok(Model::assumed(one.value, &one.extracted.list));
     }
@@ -314,7 +329,7 @@ fn fit_model(read: &[Run<'_>], varied: Varied) -> Result<Model, Error> {
             keys: keys.of(&r.extracted.list, &r.extracted.state, r.events.symbols()),
         })
         .collect();
-    Model::fit(&runs, varied).map_err(|e| model_error(e, read, varied))
+    Model::fit(&runs, varied).map_err(|e| checks::model_error(e, facts, varied).into())
 }
 
 /// Plans from a run and its baseline when each notes its batch size or

@@ -1,28 +1,12 @@
 //! The plan's sentences: its answer line, the full result's line, and
 //! its notes.
 
-use super::read::Run;
 use super::result::Point;
 use crate::analysis::limits::Limit;
 use crate::command::simulate::Device;
-use crate::simulate::plan::{self, Found, Model, Range, Target, Varied};
-use crate::sites::site_label;
+use crate::simulate::plan::checks::request_words;
+use crate::simulate::plan::{self, Found, Model, Range, RequestList, Target, Varied};
 use crate::units;
-
-/// A request in words: `train_step (train.py:41) in iter2/backward, asking
-/// for 1.2 GiB`.
-pub fn request_words(site: &str, phase: &str, bytes: u64) -> String {
-    format!(
-        "{}{}, asking for {}",
-        site_label(site),
-        if phase.is_empty() {
-            String::new()
-        } else {
-            format!(" in {phase}")
-        },
-        units::bytes(bytes)
-    )
-}
 
 /// Where the plan is for, in words: `under the 20.00 GiB cap`, `on H100 80GB`.
 pub(super) fn place_words(
@@ -162,7 +146,15 @@ pub(super) fn at_line(p: &Point, varied: Varied, model: &Model, place: &str) -> 
     }
 }
 
-pub(super) fn notes(model: &Model, read: &[Run<'_>], varied: Varied) -> Vec<String> {
+/// The plan's notes: how far the laws hold, the runs' unmatched
+/// allocations (`paths` are the runs', in order), the workspaces left out of
+/// `reference` (the replayed run's requests), a replay from mid-run.
+pub(super) fn notes(
+    model: &Model,
+    paths: &[&std::path::Path],
+    reference: &RequestList,
+    varied: Varied,
+) -> Vec<String> {
     let mut notes = Vec::new();
     let what = varied.words();
     if model.is_assumed() {
@@ -174,18 +166,17 @@ pub(super) fn notes(model: &Model, read: &[Run<'_>], varied: Varied) -> Vec<Stri
             "two runs: each size is fitted through both exactly; a size whose law changes outside them (the larger of two terms, say) is not seen: a third run at another {what} checks it"
         ));
     }
-    for (k, r) in read.iter().enumerate() {
+    for (k, path) in paths.iter().enumerate() {
         let l = &model.line_ups[k];
         if l.unmatched > 0 || l.reference_unmatched > 0 {
             notes.push(format!(
                 "{}: {} of its allocations have no partner in the run replayed (left out), which has {} without one in it (made only above this run's value: left out at it and below; above it, those holding activations or temporaries grow in proportion, the rest keep their size)",
-                r.input.path().display(),
+                path.display(),
                 l.unmatched,
                 l.reference_unmatched
             ));
         }
     }
-    let reference = &read[model.reference].extracted.list;
     let workspaces = reference.survivable.iter().filter(|&&s| s).count();
     if workspaces > 0 {
         notes.push(format!(

@@ -102,11 +102,11 @@ impl Parts {
         let summary: SummaryDocument = serde_json::from_value(value).map_err(|_| {
             "neither a summary (vramtrace summary --json) nor a rank table".to_string()
         })?;
-        if version != Some(u64::from(crate::print::JSON_SCHEMA_VERSION)) {
+        if version != Some(u64::from(crate::command::JSON_SCHEMA_VERSION)) {
             return Err(format!(
                 "a summary of JSON version {} (this vramtrace reads version {}): run its summary --json again",
                 version.map_or_else(|| "1".to_string(), |v| v.to_string()),
-                crate::print::JSON_SCHEMA_VERSION
+                crate::command::JSON_SCHEMA_VERSION
             ));
         }
         let path = (summary.by_device.first())

@@ -14,6 +14,8 @@
 //! `docs/plan.md`.
 
 pub mod align;
+pub mod checks;
+mod error;
 pub mod law;
 
 use super::{Edits, Insert, SimOptions, SimResult, simulate_edited};
@@ -29,6 +31,7 @@ use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::SymbolTable;
 
 pub use super::requests::RequestList;
+pub use error::PlanError;
 
 /// What the runs vary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
