@@ -624,6 +624,7 @@ impl Classifier {
 
     /// What a block of `requested` bytes allocated now, by `thread` with
     /// `stack`, is born as: its birth and its first (provisional) class.
+    #[inline]
     pub fn birth(
         &mut self,
         thread: u32,
