@@ -8,11 +8,12 @@ machine_line() {
 }
 
 # measure NAME COMMAND...: runs the command (its output in $out/NAME.log) and
-# adds its wall time, user CPU time and peak RSS (/usr/bin/time) to the table.
+# adds its wall time, user CPU time, peak RSS and system CPU time
+# (/usr/bin/time) to the table.
 measure() {
   local name=$1; shift
-  /usr/bin/time -f "%e %U %M" -o "$out/$name.time" "$@" > "$out/$name.log" 2>&1
-  read -r wall user rss < "$out/$name.time"
-  printf '%-24s wall %7.2f s  user %7.2f s  peak RSS %6.1f MiB\n' \
-    "$name" "$wall" "$user" "$(awk "BEGIN{print $rss/1024}")" | tee -a "$out/table.txt"
+  /usr/bin/time -f "%e %U %M %S" -o "$out/$name.time" "$@" > "$out/$name.log" 2>&1
+  read -r wall user rss sys < "$out/$name.time"
+  printf '%-24s wall %7.2f s  user %7.2f s  peak RSS %6.1f MiB  sys %7.2f s\n' \
+    "$name" "$wall" "$user" "$(awk "BEGIN{print $rss/1024}")" "$sys" | tee -a "$out/table.txt"
 }

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Snapshot summary side by side with PyTorch's own tools, both pinned to two
-# cores: makes a 3-million-event snapshot (about 390 MB, standard-library
-# Python), then times `vramtrace summary` on it (RUNS times) and, where
-# torch is installed, `python3 -m torch.cuda._memory_viz stats` in the
-# same loop, alternating with it (TORCH_RUNS times, default 1: each takes
-# seconds and gigabytes), and a bare `pickle.load` once. The last lines of
-# the table are the medians and the ratio of torch's median to ours.
+# cores. Times `vramtrace summary` on a snapshot (RUNS times) and, where
+# torch is installed, `python3 -m torch.cuda._memory_viz stats` in the same
+# loop, alternating with it (TORCH_RUNS times, default 1: each takes seconds
+# and gigabytes), and a bare `pickle.load` once. The last lines of the table
+# are, for each command, the median wall and CPU (user + system) time with
+# their spread (min-max over the runs), the pickle read per second of wall
+# time (MB/s), and the ratio of torch's median to ours.
 #
 # Usage: scripts/bench-snapshot.sh BIN_DIR [OUT_DIR]
-#   BIN_DIR holds a release build of vramtrace. RUNS (default 5) and
-#   EVENTS (default 3000000) come from the environment; BASELINE=DIR names
-#   another build (an older commit's) to time alternately with it.
-#   CORES (default 0,1) names the two cores.
+#   BIN_DIR holds a release build of vramtrace. From the environment:
+#   SNAPSHOT=FILE  an existing snapshot pickle (plain or compressed) to time;
+#                  without it, a 3-million-event snapshot (about 390 MB) is
+#                  made with standard-library Python (EVENTS, default 3000000)
+#   RUNS           vramtrace runs (default 5)
+#   TORCH_RUNS     torch runs, alternating with the first ones (default 1)
+#   BASELINE=DIR   another build (an older commit's) timed alternately with it
+#   CORES          the two cores (default 0,1)
 set -euo pipefail
 bin=${1:?usage: scripts/bench-snapshot.sh BIN_DIR [OUT_DIR]}
 out=${2:-$(mktemp -d)}
@@ -21,13 +26,17 @@ trap 'rm -rf "$work"' EXIT
 here=$(cd "$(dirname "$0")/.." && pwd)
 two="taskset -c ${CORES:-0,1}"
 export RAYON_NUM_THREADS=2
-snapshot="$work/big.pickle"
 
 source "$(dirname "$0")/bench-lib.sh"
 
 machine_line
-python3 "$here/analyzer/benches/make_big_snapshot.py" "$snapshot" --events "${EVENTS:-3000000}"
-ls -l "$snapshot" | awk '{print "snapshot bytes:", $5}' | tee -a "$out/table.txt"
+if [ -n "${SNAPSHOT:-}" ]; then
+  snapshot=$SNAPSHOT
+else
+  snapshot="$work/big.pickle"
+  python3 "$here/analyzer/benches/make_big_snapshot.py" "$snapshot" --events "${EVENTS:-3000000}"
+fi
+echo "snapshot: $(basename "$snapshot"), $(stat -c %s "$snapshot") bytes" | tee -a "$out/table.txt"
 cat "$snapshot" > /dev/null # in the page cache for every command alike
 have_torch=$(python3 -c "import torch" 2> /dev/null && echo yes || true)
 for i in $(seq "${RUNS:-5}"); do
@@ -44,17 +53,50 @@ if [ -n "$have_torch" ]; then
 else
   echo "torch not installed: no side-by-side figures" | tee -a "$out/table.txt"
 fi
-# Medians, throughput and the ratio to torch.
-bytes=$(stat -c %s "$snapshot")
+# A compressed snapshot is read inflated: MB/s counts the pickle's bytes.
+bytes=$(python3 - "$snapshot" << 'EOF'
+import bz2, gzip, lzma, sys
+path = sys.argv[1]
+head = open(path, "rb").read(6)
+opener = (gzip.open if head[:2] == b"\x1f\x8b" else lzma.open if head == b"\xfd7zXZ\x00"
+          else bz2.open if head[:3] == b"BZh" else open)
+n = 0
+with opener(path, "rb") as f:
+    while chunk := f.read(1 << 24):
+        n += len(chunk)
+print(n)
+EOF
+)
+echo "pickle bytes: $bytes" | tee -a "$out/table.txt"
+# Medians with their spread, throughput and the ratio to torch.
 awk -v bytes="$bytes" '
-  / wall / { name = $1; sub(/_[0-9]+$/, "", name); t[name] = t[name] " " $3 }
-  function median(list,   a, n, i, j, x) {
-    n = split(list, a, " ")
-    for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  / wall / {
+    name = $1; sub(/_[0-9]+$/, "", name)
+    for (i = 2; i < NF; i++) {
+      if ($i == "wall") wall = $(i + 1)
+      if ($i == "user") user = $(i + 1)
+      if ($i == "sys") sys = $(i + 1)
+    }
+    w[name] = w[name] " " wall; c[name] = c[name] " " (user + sys); n[name]++
   }
+  function sorted(list, a,   k, i, j, x) {
+    k = split(list, a, " ")
+    for (i = 2; i <= k; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+    return k
+  }
+  function median(list,   a, k) { k = sorted(list, a); return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+  function lo(list,   a) { sorted(list, a); return a[1] }
+  function hi(list,   a, k) { k = sorted(list, a); return a[k] }
   END {
-    for (k in t) { m[k] = median(t[k]); printf "median %-22s %7.2f s  %6.2f GB/s\n", k, m[k], bytes / m[k] / 1e9 }
-    if (("torch_memory_viz_stats" in m) && ("vramtrace_summary" in m))
-      printf "torch stats / vramtrace summary: %.1fx\n", m["torch_memory_viz_stats"] / m["vramtrace_summary"]
+    for (k in w) {
+      mw[k] = median(w[k]); mc[k] = median(c[k])
+      printf "median %-22s wall %6.2f s (%.2f-%.2f)  cpu %6.2f s (%.2f-%.2f)  %5.0f MB/s  %d runs\n",
+        k, mw[k], lo(w[k]), hi(w[k]), mc[k], lo(c[k]), hi(c[k]), bytes / mw[k] / 1e6, n[k]
+    }
+    if (("torch_memory_viz_stats" in mw) && ("vramtrace_summary" in mw))
+      printf "torch stats / vramtrace summary: %.1fx wall, %.1fx cpu\n",
+        mw["torch_memory_viz_stats"] / mw["vramtrace_summary"], mc["torch_memory_viz_stats"] / mc["vramtrace_summary"]
+    if (("baseline_summary" in mw) && ("vramtrace_summary" in mw))
+      printf "vramtrace / baseline: %.3fx wall, %.3fx cpu\n",
+        mw["vramtrace_summary"] / mw["baseline_summary"], mc["vramtrace_summary"] / mc["baseline_summary"]
   }' "$out/table.txt" | tee -a "$out/table.txt"

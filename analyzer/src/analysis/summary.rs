@@ -578,6 +578,80 @@ impl Summary {
         }
     }
 
+    // The rarer parts of `event`, out of line: an event that needs none
+    // of them (nearly all) then costs a smaller function's prologue.
+
+    /// Blocks changed category with this event: the moments and the sites
+    /// kept follow them.
+    #[inline(never)]
+    fn follow_recategorized(&mut self, state: &ReplayState) {
+        self.categories_at_allocated.follow(state);
+        self.categories_at_reserved.follow(state);
+        for (_, categories) in &mut self.oom_moments {
+            categories.follow(state);
+        }
+        // While the sites at the peak are the state's (pending), the
+        // state follows their categories; once copied, the copy follows.
+        if !self.pending {
+            self.follow_sites(state);
+        }
+    }
+
+    /// An allocation after failures under a convolution: the program went
+    /// on past them.
+    #[cold]
+    #[inline(never)]
+    fn survived(&mut self) {
+        for i in self.awaiting.drain(..) {
+            self.ooms[i].survived = true;
+        }
+        self.survived_count += std::mem::take(&mut self.awaiting_count);
+    }
+
+    /// An out-of-memory event, from `site`.
+    #[cold]
+    #[inline(never)]
+    fn oom(&mut self, step: &Step<'_>, state: &ReplayState, site: SiteId) {
+        let t = state.totals();
+        self.oom_count += 1;
+        let (requested, free, stack) = match step.event.data {
+            EventData::Oom(o) => (o.requested, o.free_bytes, o.stack),
+            _ => (0, 0, StackId::NONE),
+        };
+        let convolution = is_convolution_stack(stack, step.symbols);
+        if convolution {
+            self.awaiting_count += 1;
+            if self.ooms.len() < MAX_OOMS {
+                self.awaiting.push(self.ooms.len());
+            }
+        }
+        if self.ooms.len() < MAX_OOMS {
+            let limit = self.limits.limit_at_oom(requested, free, t.reserved);
+            let moment = moment_now(
+                state,
+                step.symbols,
+                limit,
+                Some(requested),
+                self.limits.outside_now(),
+            );
+            // Filled in at the end, when the categories are settled.
+            let waterfall = Waterfall::of(&moment);
+            self.oom_moments.push((moment, CategoryMoment::now(state)));
+            self.ooms.push(OomReport {
+                time_ns: step.event.time_ns,
+                index: step.index,
+                requested_bytes: requested,
+                device_free_bytes: free,
+                allocated_bytes: t.allocated,
+                reserved_bytes: t.reserved,
+                phase: state.phase_path(state.current_phase(), step.symbols),
+                site: state.sites().describe(site, step.symbols),
+                waterfall,
+                survived: false,
+            });
+        }
+    }
+
     /// Logs what a replayed event did to the blocks since the peak, and undoes
     /// the log into a copy once it has grown past its budget.
     fn log_since_peak(&mut self, step: &Step<'_>, state: &ReplayState) {
@@ -694,24 +768,11 @@ impl Analysis for Summary {
             self.log_since_peak(step, state);
         }
         if !state.recategorized().is_empty() {
-            self.categories_at_allocated.follow(state);
-            self.categories_at_reserved.follow(state);
-            for (_, categories) in &mut self.oom_moments {
-                categories.follow(state);
-            }
-            // While the sites at the peak are the state's (pending), the
-            // state follows their categories; once copied, the copy follows.
-            if !self.pending {
-                self.follow_sites(state);
-            }
+            self.follow_recategorized(state);
         }
         let t = state.totals();
-        if matches!(step.applied, Applied::Alloc(_)) && self.awaiting_count > 0 {
-            // The program went on past its failures under a convolution.
-            for i in self.awaiting.drain(..) {
-                self.ooms[i].survived = true;
-            }
-            self.survived_count += std::mem::take(&mut self.awaiting_count);
+        if self.awaiting_count > 0 && matches!(step.applied, Applied::Alloc(_)) {
+            self.survived();
         }
         match step.applied {
             Applied::Alloc(a) => {
@@ -738,45 +799,7 @@ impl Analysis for Summary {
             Applied::Segment if self.reserved.update(t.reserved, step, state) => {
                 self.categories_at_reserved = CategoryMoment::now(state);
             }
-            Applied::Oom(site) => {
-                self.oom_count += 1;
-                let (requested, free, stack) = match step.event.data {
-                    EventData::Oom(o) => (o.requested, o.free_bytes, o.stack),
-                    _ => (0, 0, StackId::NONE),
-                };
-                let convolution = is_convolution_stack(stack, step.symbols);
-                if convolution {
-                    self.awaiting_count += 1;
-                    if self.ooms.len() < MAX_OOMS {
-                        self.awaiting.push(self.ooms.len());
-                    }
-                }
-                if self.ooms.len() < MAX_OOMS {
-                    let limit = self.limits.limit_at_oom(requested, free, t.reserved);
-                    let moment = moment_now(
-                        state,
-                        step.symbols,
-                        limit,
-                        Some(requested),
-                        self.limits.outside_now(),
-                    );
-                    // Filled in at the end, when the categories are settled.
-                    let waterfall = Waterfall::of(&moment);
-                    self.oom_moments.push((moment, CategoryMoment::now(state)));
-                    self.ooms.push(OomReport {
-                        time_ns: step.event.time_ns,
-                        index: step.index,
-                        requested_bytes: requested,
-                        device_free_bytes: free,
-                        allocated_bytes: t.allocated,
-                        reserved_bytes: t.reserved,
-                        phase: state.phase_path(state.current_phase(), step.symbols),
-                        site: state.sites().describe(site, step.symbols),
-                        waterfall,
-                        survived: false,
-                    });
-                }
-            }
+            Applied::Oom(site) => self.oom(step, state, site),
             _ => {}
         }
         Ok(Flow::Continue)

@@ -566,16 +566,25 @@ impl Classifier {
         self.options.source == CategorySource::Tags
     }
 
+    // Inlined: asked at every allocation and many frees, and nearly always
+    // answered from the table; the first sight of a stack is out of line.
+    #[inline(always)]
     fn hints(&mut self, stack: StackId, symbols: &SymbolTable) -> u8 {
         if stack == StackId::NONE {
             return COMPUTED | NO_FRAMES;
         }
-        let i = stack.0 as usize;
-        if let Some(&h) = self.hints.get(i)
+        if let Some(&h) = self.hints.get(stack.0 as usize)
             && h != 0
         {
             return h;
         }
+        self.first_hints(stack, symbols)
+    }
+
+    /// [`hints`](Self::hints) of a stack not asked about before.
+    #[inline(never)]
+    fn first_hints(&mut self, stack: StackId, symbols: &SymbolTable) -> u8 {
+        let i = stack.0 as usize;
         let h = self.stack_hints(stack, symbols);
         // Stack ids are dense, but a hostile one may be huge: only a table
         // as large as the symbols defined.
@@ -631,6 +640,7 @@ impl Classifier {
 
     /// What a block of `requested` bytes allocated now, by `thread` with
     /// `stack`, is born as: its birth and its first (provisional) class.
+    #[inline]
     pub fn birth(
         &mut self,
         thread: u32,

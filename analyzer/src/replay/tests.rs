@@ -123,6 +123,43 @@ fn expandable_segments_map_and_unmap() {
     assert_eq!(state.inconsistency_total(), 0);
 }
 
+/// The segment found last is looked at first: a segment freed and another
+/// reserved at the same start, shorter, must not take a block past its end
+/// (nor one freed, the block's count).
+#[test]
+fn the_segment_found_last_is_forgotten_when_segments_change() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.segment(0, 4096)
+        .alloc(2048, 512, 512, s)
+        .free(2048, 512)
+        .segment_free(0, 4096)
+        .segment(0, 1024)
+        .alloc(2048, 512, 512, s);
+    let (state, applied) = replay(&b.finish());
+    assert_eq!(state.segments().next().unwrap().live_blocks, 0);
+    assert_eq!(state.segments().next().unwrap().live_bytes, 0);
+    assert!(matches!(applied.last(), Some(Applied::Alloc(_))));
+    assert_eq!(
+        state.inconsistency_count(InconsistencyKind::AllocOutsideSegment),
+        1
+    );
+    assert_eq!(state.inconsistency_total(), 1);
+
+    // Merged mapped ranges: the block goes to the merged segment.
+    let mut b = TraceBuilder::new();
+    b.map(0, 2 << 20)
+        .alloc(0, 1 << 20, 1 << 20, s)
+        .map(2 << 20, 2 << 20)
+        .alloc(3 << 20, 1 << 20, 1 << 20, s)
+        .free(0, 1 << 20);
+    let (state, _) = replay(&b.finish());
+    assert_eq!(state.segments().len(), 1);
+    assert_eq!(state.segments().next().unwrap().live_blocks, 1);
+    assert_eq!(state.segments().next().unwrap().live_bytes, 1 << 20);
+    assert_eq!(state.inconsistency_total(), 0);
+}
+
 mod random {
     use super::*;
     use proptest::prelude::*;
