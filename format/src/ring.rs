@@ -182,8 +182,13 @@ struct Readable {
 }
 
 /// Joins what can be joined of `parts` (oldest first, as given) into
-/// `out`: see the [module documentation](self). An error when no part can
-/// be joined, or when the parts are of two recordings in equal measure.
+/// `out`. Each part is read through once, one file open at a time; the
+/// parts are put in the order they were recorded, and the newest run of
+/// parts that follow on, one from the next, is joined. Every part left out
+/// (cut inside its start, empty, not a file, given twice, of another
+/// recording, or after a gap) is named in the result with why. An error
+/// when no part can be joined, or when the parts are of two recordings in
+/// equal measure.
 pub fn join_ring<W: Write>(parts: &[RingPart], out: W) -> Result<RingJoin<W>, RingError> {
     let name = |i: usize| parts[i].path().display().to_string();
     let mut left_out: Vec<(usize, String)> = Vec::new();
