@@ -336,10 +336,7 @@ def main(argv=None) -> int:
     out = Path(ns.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     binary = Path(ns.bin).resolve() / "vramtrace"
-    env = dict(os.environ)
-    # A shim cache shared between checks run side by side (its build is locked).
-    env.setdefault("VRAMTRACE_CACHE", str(out / "cache"))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(HERE.parent), env.get("PYTHONPATH")] if p)
+    env = gpu_report.child_env(out, HERE.parent)
     work = tempfile.mkdtemp(prefix="frameworks-", dir=out)
     programs = [p for p in ns.programs.split(",") if p]
     started = time.time()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,16 @@ def child(script: Path, args: list, env: dict, trace: str | None = None, extra=(
         if line.startswith("RESULT "):
             found = json.loads(line[7:])
     return found, p
+
+
+def child_env(out: Path, scripts: Path) -> dict:
+    """The environment of a script's children: this one's, with the
+    scripts' folder importable and a shim cache in `out` unless one is set
+    (a cache shared between checks run side by side: its build is locked)."""
+    env = dict(os.environ)
+    env.setdefault("VRAMTRACE_CACHE", str(out / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(scripts), env.get("PYTHONPATH")] if p)
+    return env
 
 
 def tail(p: subprocess.CompletedProcess) -> str:

@@ -730,15 +730,13 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(HERE.parent))
     import torch
 
+    import gpu_report
     from gpu_report import Report
 
     out = Path(ns.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     binary = Path(ns.bin).resolve() / "vramtrace"
-    env = dict(os.environ)
-    # A shim cache shared between checks run side by side (its build is locked).
-    env.setdefault("VRAMTRACE_CACHE", str(out / "cache"))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(HERE.parent), env.get("PYTHONPATH")] if p)
+    env = gpu_report.child_env(out, HERE.parent)
     rep = Report()
     setup = setup_line(torch)
     print(f"{setup}, python {sys.version.split()[0]}; cap {CAP / GIB:.0f} GiB", flush=True)

@@ -175,44 +175,52 @@ fn summary(shape: Shape) -> SummaryReport {
     summarize(&run(shape), Window::ALL)
 }
 
+/// Every shape of run (tagged or not, a closure's or a plain loop) with
+/// these choices for the rest.
+fn shapes(oom_in_backward: bool, workspaces: bool) -> impl Iterator<Item = Shape> {
+    [false, true].into_iter().flat_map(move |tagged| {
+        [false, true].into_iter().map(move |closure| Shape {
+            closure,
+            tagged,
+            oom_in_backward,
+            workspaces,
+        })
+    })
+}
+
 #[test]
 fn a_lightning_run_reads_as_a_plain_loop_does() {
-    for tagged in [false, true] {
-        for closure in [false, true] {
-            let shape = Shape {
-                closure,
-                tagged,
-                oom_in_backward: false,
-                workspaces: false,
-            };
-            let r = summary(shape);
-            assert_eq!(
-                r.peak_allocated_bytes,
-                PARAM + 2 * STATE + BATCH + ACT1 + ACT2 + LOSS + GRAD + GRAD_TMP
-            );
-            assert_eq!(
-                bytes(&r.categories.at_allocated_peak),
-                expected_at_peak(),
-                "closure {closure}, tagged {tagged}"
-            );
-            let exact = |c| r.categories.at_allocated_peak.get(c).exact_bytes;
-            if tagged {
-                assert_eq!(exact(Category::Gradient), GRAD);
-                assert_eq!(exact(Category::OptimizerState), 2 * STATE);
-            } else {
-                assert_eq!(exact(Category::Gradient), 0);
-            }
-            assert_eq!(
-                r.categories.dominant.unwrap().category,
-                Category::Activation
-            );
-            let end = &r.categories.at_end;
-            assert_eq!(end.get(Category::Gradient).bytes, GRAD);
-            assert_eq!(end.get(Category::OptimizerState).bytes, 2 * STATE);
-            assert_eq!(end.get(Category::Parameter).bytes, PARAM);
-            assert_eq!(end.get(Category::Other).bytes, BATCH);
-            assert_eq!(end.get(Category::Activation).bytes, 0);
+    for shape in shapes(false, false) {
+        let Shape {
+            closure, tagged, ..
+        } = shape;
+        let r = summary(shape);
+        assert_eq!(
+            r.peak_allocated_bytes,
+            PARAM + 2 * STATE + BATCH + ACT1 + ACT2 + LOSS + GRAD + GRAD_TMP
+        );
+        assert_eq!(
+            bytes(&r.categories.at_allocated_peak),
+            expected_at_peak(),
+            "closure {closure}, tagged {tagged}"
+        );
+        let exact = |c| r.categories.at_allocated_peak.get(c).exact_bytes;
+        if tagged {
+            assert_eq!(exact(Category::Gradient), GRAD);
+            assert_eq!(exact(Category::OptimizerState), 2 * STATE);
+        } else {
+            assert_eq!(exact(Category::Gradient), 0);
         }
+        assert_eq!(
+            r.categories.dominant.unwrap().category,
+            Category::Activation
+        );
+        let end = &r.categories.at_end;
+        assert_eq!(end.get(Category::Gradient).bytes, GRAD);
+        assert_eq!(end.get(Category::OptimizerState).bytes, 2 * STATE);
+        assert_eq!(end.get(Category::Parameter).bytes, PARAM);
+        assert_eq!(end.get(Category::Other).bytes, BATCH);
+        assert_eq!(end.get(Category::Activation).bytes, 0);
     }
 }
 
@@ -223,63 +231,53 @@ fn blocks_a_library_keeps_are_neither_parameters_nor_gradients() {
     // backward and kept: the forward's is no parameter (it came after the
     // forward's first activation), the backward's no gradient (one
     // gradient per parameter of its size).
-    for tagged in [false, true] {
-        for closure in [false, true] {
-            let shape = Shape {
-                closure,
-                tagged,
-                oom_in_backward: false,
-                workspaces: true,
-            };
-            let r = summary(shape);
-            let mut expected = expected_at_peak();
-            expected[6].1 += PARAM + GRAD;
-            assert_eq!(
-                bytes(&r.categories.at_allocated_peak),
-                expected,
-                "closure {closure}, tagged {tagged}"
-            );
-            let end = &r.categories.at_end;
-            assert_eq!(end.get(Category::Parameter).bytes, PARAM);
-            assert_eq!(end.get(Category::Gradient).bytes, GRAD);
-            assert_eq!(end.get(Category::Other).bytes, BATCH + PARAM + GRAD);
-        }
+    for shape in shapes(false, true) {
+        let Shape {
+            closure, tagged, ..
+        } = shape;
+        let r = summary(shape);
+        let mut expected = expected_at_peak();
+        expected[6].1 += PARAM + GRAD;
+        assert_eq!(
+            bytes(&r.categories.at_allocated_peak),
+            expected,
+            "closure {closure}, tagged {tagged}"
+        );
+        let end = &r.categories.at_end;
+        assert_eq!(end.get(Category::Parameter).bytes, PARAM);
+        assert_eq!(end.get(Category::Gradient).bytes, GRAD);
+        assert_eq!(end.get(Category::Other).bytes, BATCH + PARAM + GRAD);
     }
 }
 
 #[test]
 fn activations_held_at_an_oom_in_backward_are_known_by_their_sites() {
-    for tagged in [false, true] {
-        for closure in [false, true] {
-            let shape = Shape {
-                closure,
-                tagged,
-                oom_in_backward: true,
-                workspaces: false,
-            };
-            let r = summary(shape);
-            let end = &r.categories.at_end;
-            assert_eq!(
-                end.get(Category::Activation).bytes,
-                ACT1 + ACT2,
-                "closure {closure}, tagged {tagged}: the forward's saved tensors, never freed"
-            );
-            assert_eq!(end.get(Category::Temporary).bytes, LOSS);
-            assert_eq!(end.get(Category::OptimizerState).bytes, 2 * STATE);
-            let oom = &r.ooms[0];
-            let allocated = oom
-                .waterfall
-                .terms
-                .iter()
-                .find(|t| t.name == "allocated")
-                .unwrap();
-            let activations = allocated
-                .categories
-                .iter()
-                .find(|p| p.name == "activations")
-                .map(|p| p.bytes);
-            assert_eq!(activations, Some(ACT1 + ACT2));
-        }
+    for shape in shapes(true, false) {
+        let Shape {
+            closure, tagged, ..
+        } = shape;
+        let r = summary(shape);
+        let end = &r.categories.at_end;
+        assert_eq!(
+            end.get(Category::Activation).bytes,
+            ACT1 + ACT2,
+            "closure {closure}, tagged {tagged}: the forward's saved tensors, never freed"
+        );
+        assert_eq!(end.get(Category::Temporary).bytes, LOSS);
+        assert_eq!(end.get(Category::OptimizerState).bytes, 2 * STATE);
+        let oom = &r.ooms[0];
+        let allocated = oom
+            .waterfall
+            .terms
+            .iter()
+            .find(|t| t.name == "allocated")
+            .unwrap();
+        let activations = allocated
+            .categories
+            .iter()
+            .find(|p| p.name == "activations")
+            .map(|p| p.bytes);
+        assert_eq!(activations, Some(ACT1 + ACT2));
     }
 }
 
