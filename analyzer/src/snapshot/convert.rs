@@ -16,7 +16,7 @@ use vramtrace_format::PoolId;
 /// [`Val::Custom`] kind of a frame dict turned into a local frame.
 pub(crate) const CUSTOM_FRAME: u8 = 0;
 /// [`Val::Custom`] kind of a frames list turned into a local stack. While parsing, the
-/// id is a stack handle (see [`Collector::stack_handle`]); [`Collector::stack_id`]
+/// id is a stack handle (see [`Collector::scratch_stack_handle`]); [`Collector::stack_id`]
 /// turns it into a stack id afterwards.
 pub(crate) const CUSTOM_STACK: u8 = 1;
 /// [`Val::Custom`] kind of a trace entry decoded straight from the opcodes, waiting

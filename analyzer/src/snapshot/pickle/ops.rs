@@ -1,0 +1,230 @@
+//! A cursor over buffered opcodes, for hooks that decode a container's layout
+//! themselves.
+
+use super::memo::{PAYLOAD, T_CUSTOM0, T_STR, TAG_SHIFT};
+use super::op;
+use super::value::{Heap, StrId, Val};
+
+/// A cursor over the buffered input for [`Hook::decode_dict`](super::Hook::decode_dict). Every read returns
+/// `None` at the end of the buffer or on anything unexpected: the decoder then gives
+/// up and the parser reads the same bytes the generic way, which reports errors with
+/// their offsets. Memo slots it adds are removed again if the decoder gives up.
+pub struct OpReader<'a> {
+    pub(super) buf: &'a [u8],
+    pub(super) pos: usize,
+    pub(super) heap: &'a mut Heap,
+    // The memo's length when the reader started: older slots are read-only.
+    pub(super) memo_start: usize,
+}
+
+impl<'a> OpReader<'a> {
+    /// The next byte, without consuming it.
+    #[inline(always)]
+    pub fn peek(&self) -> Option<u8> {
+        self.buf.get(self.pos).copied()
+    }
+
+    /// Reads a byte (an opcode or a one-byte argument).
+    #[inline(always)]
+    pub fn u8(&mut self) -> Option<u8> {
+        let b = *self.buf.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    #[inline(always)]
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let a: [u8; N] = self.buf.get(self.pos..self.pos + N)?.try_into().ok()?;
+        self.pos += N;
+        Some(a)
+    }
+
+    #[inline(always)]
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let b = self.buf.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(b)
+    }
+
+    /// Bytes read so far (to come back to with [`OpReader::rewind`]).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Goes back to an earlier position, for lookahead that did not match. (The memo is
+    /// left as it is: only reads may be undone this way.)
+    pub fn rewind(&mut self, pos: usize) {
+        self.pos = pos.min(self.pos);
+    }
+
+    /// The heap (to read ints and strings, and to intern).
+    pub fn heap(&self) -> &Heap {
+        self.heap
+    }
+
+    /// The number of memo slots: the index the next memo store must use.
+    pub fn memo_len(&self) -> usize {
+        self.heap.memo.slots.len()
+    }
+
+    /// Reads the memo store that may follow a value and stores `v` there. `Some(true)`:
+    /// stored; `Some(false)`: no memo store follows; `None`: one that does not append
+    /// to the memo (CPython numbers slots in order, so this is not a common layout).
+    #[inline(always)]
+    pub fn memo_store(&mut self, v: Val) -> Option<bool> {
+        let idx = match self.peek() {
+            Some(op::MEMOIZE) => {
+                self.pos += 1;
+                self.memo_len()
+            }
+            Some(op::BINPUT) => {
+                self.pos += 1;
+                self.u8()? as usize
+            }
+            Some(op::LONG_BINPUT) => {
+                self.pos += 1;
+                u32::from_le_bytes(self.array()?) as usize
+            }
+            _ => return Some(false),
+        };
+        // Entries stored out of order (in the sparse map) shift where MEMOIZE
+        // stores: the generic reader handles that.
+        if idx != self.memo_len() || idx >= PAYLOAD as usize || !self.heap.memo.sparse.is_empty() {
+            return None;
+        }
+        self.heap.memo.push(v);
+        Some(true)
+    }
+
+    /// Replaces the value of a memo slot this reader stored (a container's slot is
+    /// stored before its content is read).
+    pub fn memo_replace(&mut self, idx: usize, v: Val) -> Option<()> {
+        if idx < self.memo_start || idx >= self.memo_len() {
+            return None;
+        }
+        let slot = self.heap.memo.encode(v);
+        self.heap.memo.slots[idx] = slot;
+        Some(())
+    }
+
+    /// Reads the memo references of a list's MARK batch through its APPENDS, pushing
+    /// the id of each: all must name [`Val::Custom`] values of `kind` (0 to 2), else
+    /// `None`.
+    #[inline]
+    pub fn custom_refs(&mut self, kind: u8, out: &mut Vec<u32>) -> Option<()> {
+        // A stack's frames are a third of a snapshot's opcodes: their memo slots are
+        // checked by tag, with no `Val` built, and each reference is read with one
+        // bounds check (for its longest form: near the buffer's end the decoder gives
+        // up anyway).
+        let tag = T_CUSTOM0 + kind as u32;
+        let slots = &self.heap.memo.slots;
+        loop {
+            let w: &[u8; 5] = self.buf.get(self.pos..self.pos + 5)?.try_into().ok()?;
+            let idx = match w[0] {
+                op::BINGET => {
+                    self.pos += 2;
+                    w[1] as usize
+                }
+                op::LONG_BINGET => {
+                    self.pos += 5;
+                    u32::from_le_bytes(*w.last_chunk()?) as usize
+                }
+                op::APPENDS => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            };
+            let slot = *slots.get(idx)?;
+            if slot >> TAG_SHIFT != tag {
+                return None;
+            }
+            out.push(slot & PAYLOAD);
+        }
+    }
+
+    /// Reads a str as [`OpReader::atom`] does (a memo reference or a new str): `None`
+    /// for any other value.
+    #[inline(always)]
+    pub fn str_atom(&mut self, opcode: u8) -> Option<StrId> {
+        // Dict keys are memo references after their first use: the slot is tested for
+        // a str by its tag, with no `Val` built.
+        let idx = match opcode {
+            op::BINGET => self.u8()? as usize,
+            op::LONG_BINGET => u32::from_le_bytes(self.array()?) as usize,
+            _ => {
+                return match self.atom_rare(opcode)? {
+                    Val::Str(s) => Some(s),
+                    _ => None,
+                };
+            }
+        };
+        let slot = *self.heap.memo.slots.get(idx)?;
+        (slot >> TAG_SHIFT == T_STR).then_some(slot & PAYLOAD)
+    }
+
+    /// Reads the argument of `opcode` if it is a one-opcode value: an int, a float,
+    /// None, a bool, a str (with the memo store after it), or a memo reference. `None`
+    /// for anything else, containers included.
+    #[inline(always)]
+    pub fn atom(&mut self, opcode: u8) -> Option<Val> {
+        // The opcodes of nearly every value of a trace entry are handled inline; a call
+        // per value would cost more than reading it.
+        match opcode {
+            op::BINGET => {
+                let idx = self.u8()?;
+                self.heap.memo.get(idx as u64)
+            }
+            op::LONG_BINGET => {
+                let idx = u32::from_le_bytes(self.array()?);
+                self.heap.memo.get(idx as u64)
+            }
+            op::BININT1 => Some(Val::Int(self.u8()? as i64)),
+            op::BININT2 => Some(Val::Int(u16::from_le_bytes(self.array()?) as i64)),
+            op::LONG1 => {
+                let n = self.u8()? as usize;
+                // Up to 8 bytes (addresses, times): one little-endian load of the
+                // 8-byte window, shifted to sign-extend its first n bytes.
+                match self.buf.get(self.pos..self.pos + 8) {
+                    Some(w) if (1..=8).contains(&n) => {
+                        let word = u64::from_le_bytes(w.try_into().ok()?);
+                        self.pos += n;
+                        let shift = 64 - 8 * n as u32;
+                        Some(Val::Int(((word << shift) as i64) >> shift))
+                    }
+                    _ => {
+                        if n > 16 {
+                            return None;
+                        }
+                        let b = self.bytes(n)?;
+                        Some(self.heap.long(b))
+                    }
+                }
+            }
+            _ => self.atom_rare(opcode),
+        }
+    }
+
+    #[inline(never)]
+    fn atom_rare(&mut self, opcode: u8) -> Option<Val> {
+        Some(match opcode {
+            op::BININT => Val::Int(i32::from_le_bytes(self.array()?) as i64),
+            op::SHORT_BINUNICODE | op::BINUNICODE => {
+                let n = if opcode == op::SHORT_BINUNICODE {
+                    self.u8()? as usize
+                } else {
+                    u32::from_le_bytes(self.array()?) as usize
+                };
+                let s = self.bytes(n)?;
+                let v = Val::Str(self.heap.intern(s));
+                self.memo_store(v)?;
+                v
+            }
+            op::BINFLOAT => Val::Float(f64::from_be_bytes(self.array()?)),
+            op::NONE => Val::None,
+            op::NEWTRUE => Val::Bool(true),
+            op::NEWFALSE => Val::Bool(false),
+            _ => return None,
+        })
+    }
+}
