@@ -40,15 +40,21 @@ def cli_json(*args) -> dict:
     return vramtrace.one_device(json.loads(out.stdout))
 
 
-def test_one_device_lifts_a_single_devices_result_only():
+def test_one_device_lifts_the_first_devices_result_whatever_the_count():
     one = {"schema_version": 2, "rank": None, "warnings": [{"kind": "truncated"}],
            "devices": [{"device": 0}], "by_device": [{"device": 0, "events": 5}]}
     assert vramtrace.one_device(one) == {
         "device": 0, "events": 5, "schema_version": 2, "rank": None,
-        "warnings": [{"kind": "truncated"}]}
-    two = dict(one, by_device=[{"device": 0}, {"device": 1}])
-    assert vramtrace.one_device(two) is two
+        "warnings": [{"kind": "truncated"}], "devices": [{"device": 0}],
+        "by_device": [{"device": 0, "events": 5}]}
+    # Two devices: the same keys, the first device's at the top.
+    two = dict(one, devices=[{"device": 0}, {"device": 1}],
+               by_device=[{"device": 0, "events": 5}, {"device": 1, "events": 7}])
+    lifted = vramtrace.one_device(two)
+    assert set(lifted) == set(vramtrace.one_device(one))
+    assert (lifted["events"], len(lifted["by_device"])) == (5, 2)
     assert vramtrace.one_device({"rows": []}) == {"rows": []}
+    assert vramtrace.one_device({"by_device": []}) == {"by_device": []}
     # The CLI's document itself: one shape, versioned.
     out = subprocess.run([os.fspath(vramtrace.analyzer_path()), "summary", "--json",
                           os.fspath(LEAK)], capture_output=True, text=True)
@@ -164,18 +170,32 @@ def test_compare_names_what_grew_and_gates():
     assert (options.ignore_lines, options.per_iteration) == (True, True)
 
 
+def test_a_notebook_for_one_gpu_runs_on_two_and_back():
+    """One result shape whatever the number of devices: code written on
+    one GPU reads the first device's fields on two, and code written on two
+    iterates `by_device` on one."""
+    two = vramtrace.load(FIXTURES / "two-devices.vtrace").summary()
+    one = vramtrace.load(LEAK).summary()
+    for result in (one, two):
+        assert result.peak_allocated.bytes == result.by_device[0].peak_allocated.bytes
+        assert result.device == result.by_device[0].device
+        assert [d.device for d in result.devices] == [d.device for d in result.by_device]
+    assert (len(one.by_device), len(two.by_device)) == (1, 2)
+    assert set(one) == set(two)
+
+
 def test_compare_keeps_the_device_picked():
     two = FIXTURES / "two-devices.vtrace"
     # A trace loaded with one device picked compares that device, against
     # the same device of the other run, which may have only that one.
     picked = vramtrace.compare(vramtrace.load(two, device=0), LEAK)
-    assert "by_device" not in picked
+    assert len(picked.by_device) == 1
     assert picked.base.name == "two-devices.vtrace"
     assert vramtrace.load(two, device=0).compare(LEAK).headline == picked.headline
     # Or picked for both runs by keyword.
     assert vramtrace.compare(two, LEAK, device=0).headline == picked.headline
     one = vramtrace.compare(two, two, device=1)
-    assert "by_device" not in one
+    assert [d.device for d in one.devices] == [1]
     both = vramtrace.compare(two, two)
     assert [d.device for d in both.devices] == [0, 1]
     with pytest.raises(ValueError, match="device 0 of the baseline and device 1 of the new run"):

@@ -301,22 +301,25 @@ _Document = TypeVar("_Document", bound="dict[str, Any]")
 
 
 def one_device(document: _Document) -> _Document:
-    """A command's JSON document, with one device's result at the top.
+    """A command's JSON document in the one shape results have, whatever the
+    number of devices: the first device's result at the top, beside the
+    whole document's ``schema_version``, ``rank``, ``warnings``, ``devices``
+    (each device's peaks) and ``by_device`` (each device's result).
 
     Every command that analyzes each device prints one shape (docs/json.md):
-    ``{schema_version, rank, warnings, devices, by_device}``. A document of
-    one device reads more simply as that device's result, so this returns
-    ``by_device[0]`` with the document's ``schema_version``, ``rank`` and
-    ``warnings`` beside its own fields. A document of several devices, or
-    of no per-device result (``info``, ``plan``, a rank table), is returned
-    as it is. Works on any ``dict``, so scripts reading the CLI's JSON use it
-    too.
+    ``{schema_version, rank, warnings, devices, by_device}``. Lifting the
+    first device's result keeps code written for one GPU working on a trace
+    of two (``result.peak_allocated`` is the first device's; ``result.device``
+    says which), and code written for several working on one
+    (``for d in result.by_device``). A document of no per-device result
+    (``info``, ``plan``, a rank table) is returned as it is. Works on any
+    ``dict``, so scripts reading the CLI's JSON use it too.
     """
     by_device = document.get("by_device")
-    if not isinstance(by_device, list) or len(by_device) != 1:
+    if not isinstance(by_device, list) or not by_device or not isinstance(by_device[0], dict):
         return document
     one = type(document)(by_device[0])
-    for key in ("schema_version", "rank", "warnings"):
+    for key in ("schema_version", "rank", "warnings", "devices", "by_device"):
         if key in document and key not in one:
             one[key] = document[key]
     return one
@@ -364,11 +367,12 @@ class Trace:
     """A trace or PyTorch memory snapshot to analyze (see :func:`load`).
 
     ``device`` picks one device of a trace of several (a snapshot of a
-    process driving two GPUs); without it, a command's result on such a
-    trace is ``devices`` (each one's peaks) and ``by_device`` (each one's
-    result), and on a trace of one device that device's result (see
-    :func:`one_device`). ``start`` and ``end`` bound the analyzed window: seconds since the trace
-    start (``1.5``), a time with its unit (``"300ms"``), or a phase name
+    process driving two GPUs). Every result has one shape, whatever the
+    number of devices (see :func:`one_device`): the first device's result
+    (or the picked one's) at the top, with ``devices`` (each one's peaks)
+    and ``by_device`` (each one's result) beside it. ``start`` and ``end``
+    bound the analyzed window: seconds since the trace start (``1.5``), a
+    time with its unit (``"300ms"``), or a phase name
     (its first begin, its last end). ``full_stacks`` shows whole stacks
     instead of folding each to its most telling frame; ``skip_frames`` are
     regular expressions of frames also skipped when folding.
