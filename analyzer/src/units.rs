@@ -114,59 +114,34 @@ pub fn percent(ratio: f64) -> String {
     format!("{:.1}%", ratio * 100.0)
 }
 
-/// Parses a size: a number with a unit, binary (`KiB`, `MiB`, `GiB`,
-/// `TiB`, or their initials `K`, `M`, `G`, `T`) or decimal (`KB`, `MB`,
-/// `GB`, `TB`), case-insensitive, or `B` for bytes: `1.5GiB`, `24 GB`,
-/// `512B`. A number without a unit is an error (24 bytes is never what
-/// `--capacity 24` means), but for 0.
+/// Parses a size in the grammar of `vramtrace_units::parse_size`, the one
+/// the recorder and the Python package read too: a number with a unit,
+/// binary (`KiB`, `MiB`, `GiB`, `TiB`, or their initials `K`, `M`, `G`,
+/// `T`) or decimal (`KB`, `MB`, `GB`, `TB`), case-insensitive, or `B` for
+/// bytes: `1.5GiB`, `24 GB`, `512B`. A number without a unit is an error (24
+/// bytes is never what `--capacity 24` means), but for 0.
 pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let number: f64 = number
-        .replace('_', "")
-        .parse()
-        .map_err(|_| UnitError::NotANumber {
+    use vramtrace_units::SizeError;
+    vramtrace_units::parse_size(text).map_err(|e| match e {
+        SizeError::NotANumber => UnitError::NotANumber {
             text: text.to_string(),
             what: "size",
-            examples: "512B, 64MiB, 24GiB, 80GB",
-        })?;
-    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" if number == 0.0 => 1.0,
-        "" => {
-            return Err(UnitError::NoUnit {
-                text: text.to_string(),
-            });
-        }
-        "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024f64.powi(4),
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        other => {
-            return Err(UnitError::UnknownUnit {
-                unit: other.to_string(),
-                text: text.to_string(),
-                what: "size",
-                hint: " (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)",
-            });
-        }
-    };
-    let value = number * multiplier;
-    // `u64::MAX as f64` rounds up to 2^64: compare with that, excluded.
-    if !value.is_finite() || !(0.0..TWO_TO_64).contains(&value) {
-        return Err(UnitError::OutOfRange {
+            examples: vramtrace_units::SIZE_EXAMPLES,
+        },
+        SizeError::NoUnit => UnitError::NoUnit {
+            text: text.to_string(),
+        },
+        SizeError::UnknownUnit(unit) => UnitError::UnknownUnit {
+            unit: unit.to_ascii_lowercase(),
             text: text.to_string(),
             what: "size",
-        });
-    }
-    Ok(value.round() as u64)
+            hint: " (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)",
+        },
+        SizeError::OutOfRange => UnitError::OutOfRange {
+            text: text.to_string(),
+            what: "size",
+        },
+    })
 }
 
 /// A device's memory: two decimals in GiB from 1 GiB (`79.18 GiB`), whole

@@ -101,6 +101,9 @@ def test_sizes_need_a_unit_or_an_int():
     assert parse_size("1.5 GB") == 1_500_000_000
     assert parse_size(" 3 kib ") == 3 << 10
     assert parse_size(4096) == 4096
+    # The analyzer's grammar: initials, decimal units in any case, underscores.
+    assert parse_size("512M") == 512 << 20
+    assert parse_size("1_000 mb") == 1_000_000_000
     for bad in ["2", "2 GiBs", "", "-1 GiB", "GiB", True, 1.5, -3]:
         with pytest.raises(SizeError, match="write an int of bytes, or a number with a unit"):
             parse_size(bad)
@@ -185,7 +188,7 @@ def test_a_limit_without_a_unit_is_one_line_naming_the_forms(inner):
     """)
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines([
-        "*'2' has no unit: write an int of bytes, or a number with a unit: '2 GiB'*",
+        "*'2': a size needs a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB or TB); write an int of bytes, or a number with a unit: '2 GiB', '512MiB', '1.5 GB'*",
         "*kind='peak' is not one of allocated, reserved*",
     ])
     out = result.stdout.str()
@@ -194,7 +197,7 @@ def test_a_limit_without_a_unit_is_one_line_naming_the_forms(inner):
     # short summary pytest prints at the end repeats each failure's line).
     assert "During handling" not in out, out
     failures = out.split("short test summary info")[0]
-    assert failures.count("'2' has no unit") == 1, out
+    assert failures.count("'2': a size needs a unit") == 1, out
 
 
 def test_without_a_gpu_checks_are_skipped_and_said_once(inner):

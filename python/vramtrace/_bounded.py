@@ -10,37 +10,22 @@ its peaks are exact (docs/keep-last.md).
 from __future__ import annotations
 
 import ctypes
-import re
 import signal
 import sys
 import threading
 
 from ._library import VramtraceError, load
 
-_UNITS = {
-    "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-    "kB": 1000, "KB": 1000, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-}
-_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
-_FORM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$")
-
 
 def check_keep_last(text: str) -> str:
     """Checks a ``keep_last`` value as the recorder reads it (a size of at
-    least 1 MiB, or a duration of at least 1 s); returns it. The message of
-    a bad one names the valid forms."""
+    least 1 MiB, or a duration of at least 1 s: the library's own grammar,
+    the one ``VRAMTRACE_KEEP_LAST`` and the analyzer read); returns it. The
+    message of a bad one names the valid forms."""
     text = str(text)
-    m = _FORM.match(text)
-    unit = m.group(2) if m else None
-    if m is None or (unit not in _UNITS and unit not in _SECONDS) or float(m.group(1)) <= 0:
-        raise VramtraceError(
-            f"invalid keep_last {text!r}: expected a size (50MiB, 2GiB, 500MB) "
-            "or a duration (90s, 10min, 2h, 1d)")
-    number = float(m.group(1))
-    if unit in _UNITS and number * _UNITS[unit] < (1 << 20):
-        raise VramtraceError(f"keep_last {text!r} is too small to keep: the least is 1MiB")
-    if unit in _SECONDS and number * _SECONDS[unit] < 1:
-        raise VramtraceError(f"keep_last {text!r} is too short to keep: the least is 1s")
+    err = ctypes.create_string_buffer(512)
+    if load().vramtrace_check_keep_last(text.encode(), err, len(err)) != 0:
+        raise VramtraceError(f"keep_last: {err.value.decode('utf-8', 'replace')}")
     return text.strip()
 
 

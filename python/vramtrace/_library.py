@@ -52,6 +52,12 @@ _SIGNATURES = {
     "vramtrace_device_count": ([], ctypes.c_int),
     # path (NULL: beside each trace), out, length: the kept windows dumped
     "vramtrace_dump": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int),
+    # units.rs: text, uint64_t* out, error out, its length (vramtrace-units' grammar)
+    "vramtrace_parse_size": ([ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
+                              ctypes.c_size_t], ctypes.c_int),
+    # text, error out, its length: VRAMTRACE_KEEP_LAST's grammar and bounds
+    "vramtrace_check_keep_last": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t],
+                                  ctypes.c_int),
     # replace.rs
     "vramtrace_empty_cache": ([], None),
     "vramtrace_memory_stats": ([ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
@@ -101,3 +107,15 @@ def load() -> ctypes.CDLL:
             fn.restype = result
         _lib = lib
     return _lib
+
+
+def parse_size(text: str) -> int:
+    """Bytes from a size as every part of vramtrace reads one (``"64MiB"``,
+    ``"1.5 GB"``, ``"512M"``: the grammar of the ``vramtrace-units`` crate,
+    through the library). A ``ValueError`` says why one is not a size."""
+    lib = load()
+    out = ctypes.c_uint64()
+    err = ctypes.create_string_buffer(256)
+    if lib.vramtrace_parse_size(str(text).encode(), ctypes.byref(out), err, len(err)) != 0:
+        raise ValueError(err.value.decode("utf-8", "replace"))
+    return out.value

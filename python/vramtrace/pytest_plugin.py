@@ -35,12 +35,9 @@ from typing import Any
 
 import pytest
 
-_UNITS = {
-    "b": 1,
-    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-}
-_SIZE_FORMS = "an int of bytes, or a number with a unit: '2 GiB', '512MiB', '1.5 GB' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+from . import _library
+
+_SIZE_FORMS = "an int of bytes, or a number with a unit: '2 GiB', '512MiB', '1.5 GB'"
 _KINDS = ("allocated", "reserved")
 _DEFAULT_DIR = "vramtrace-tests"
 
@@ -50,7 +47,8 @@ class SizeError(ValueError):
 
 
 def parse_size(value) -> int:
-    """Bytes from an int or a string with a unit (``"2 GiB"``, ``"1.5GB"``).
+    """Bytes from an int or a string with a unit (``"2 GiB"``, ``"1.5GB"``),
+    in the grammar every part of vramtrace reads sizes with (the library's).
 
     A bare number in a string is refused: "2" could mean bytes or GiB.
     """
@@ -61,14 +59,10 @@ def parse_size(value) -> int:
             raise SizeError(f"{value} is negative: write {_SIZE_FORMS}")
         return value
     if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*", value)
-        if m:
-            number, unit = m.groups()
-            if not unit:
-                raise SizeError(f"{value!r} has no unit: write {_SIZE_FORMS}")
-            scale = _UNITS.get(unit.lower())
-            if scale is not None:
-                return int(float(number) * scale)
+        try:
+            return _library.parse_size(value)
+        except ValueError as e:
+            raise SizeError(f"{value!r}: {e}; write {_SIZE_FORMS}") from None
     raise SizeError(f"{value!r} is not a size: write {_SIZE_FORMS}")
 
 

@@ -29,6 +29,7 @@ pub mod observe;
 pub mod python;
 pub mod replace;
 pub mod traces;
+pub mod units;
 
 /// Devices a process may record (CUDA ordinals below this).
 const MAX_DEVICES: usize = 64;
@@ -112,6 +113,23 @@ unsafe fn c_str(s: *const c_char) -> String {
     }
     // SAFETY: the caller's contract.
     unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+}
+
+/// Writes `text` to a C caller's buffer of `len` bytes, cut to fit and
+/// NUL-terminated (nothing when `out` is NULL or `len` is 0).
+///
+/// # Safety
+/// `out` is NULL or points to `len` writable bytes.
+unsafe fn write_c(text: &str, out: *mut c_char, len: usize) {
+    if out.is_null() || len == 0 {
+        return;
+    }
+    let n = text.len().min(len - 1);
+    // SAFETY: the caller's contract: `len` writable bytes; n + 1 <= len.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), out.cast::<u8>(), n);
+        *out.add(n) = 0;
+    }
 }
 
 /// A C caller's tags: `count` addresses and as many category codes. `None`

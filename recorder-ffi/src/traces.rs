@@ -2,7 +2,7 @@
 //! broadcast to all of them (and replayed into traces begun later), flush,
 //! finish, and finishing at exit or on a fatal signal.
 
-use crate::{c_str, report};
+use crate::{c_str, report, write_c};
 use recorder::device::CudaDevice;
 use recorder::recorder::{
     Observer, PartLeftOut, Recorder, RecorderError, Trace, suffixed, thread_id,
@@ -286,15 +286,8 @@ pub unsafe extern "C" fn vramtrace_dump(
     }));
     match r {
         Ok(Ok((written, failed))) => {
-            let text = written.join("\n");
-            if !out.is_null() && len > 0 {
-                let n = text.len().min(len - 1);
-                // SAFETY: the caller's contract: `len` writable bytes; n + 1 <= len.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(text.as_ptr(), out.cast::<u8>(), n);
-                    *out.add(n) = 0;
-                }
-            }
+            // SAFETY: the caller's contract: `out` is NULL or `len` writable bytes.
+            unsafe { write_c(&written.join("\n"), out, len) };
             match failed {
                 Some(why) => {
                     report(&why);

@@ -68,7 +68,9 @@ pub const MIN_KEEP_DURATION: Duration = Duration::from_secs(1);
 impl FromStr for KeepLast {
     type Err = String;
 
-    /// Reads `50MiB`, `2 GiB`, `500MB`, `10min`, `90s`, `2h`, `1d`.
+    /// Reads a duration (`90s`, `10min`, `10m`, `2h`, `1d`) or a size in the
+    /// grammar of `vramtrace_units::parse_size` (`50MiB`, `2 GiB`, `500MB`),
+    /// the one the analyzer and the Python package read: `m` is minutes.
     fn from_str(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
@@ -80,32 +82,27 @@ impl FromStr for KeepLast {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(t.len());
         let (number, unit) = t.split_at(split);
-        let number: f64 = number.parse().map_err(|_| bad())?;
-        if !number.is_finite() || number <= 0.0 {
-            return Err(bad());
-        }
-        let unit = unit.trim();
-        let bytes = |scale: f64| KeepLast::Bytes((number * scale).min(u64::MAX as f64) as u64);
-        let secs = |scale: f64| {
-            Duration::try_from_secs_f64(number * scale)
-                .map(KeepLast::Duration)
-                .map_err(|_| bad())
+        let seconds = match unit.trim() {
+            "s" | "sec" => Some(1.0),
+            "m" | "min" => Some(60.0),
+            "h" => Some(3600.0),
+            "d" => Some(86400.0),
+            _ => None,
         };
-        let keep = match unit {
-            "B" => bytes(1.0),
-            "KiB" => bytes(1024.0),
-            "MiB" => bytes(1024.0 * 1024.0),
-            "GiB" => bytes(1024.0 * 1024.0 * 1024.0),
-            "TiB" => bytes(1024.0 * 1024.0 * 1024.0 * 1024.0),
-            "kB" | "KB" => bytes(1e3),
-            "MB" => bytes(1e6),
-            "GB" => bytes(1e9),
-            "TB" => bytes(1e12),
-            "s" | "sec" => secs(1.0)?,
-            "m" | "min" => secs(60.0)?,
-            "h" => secs(3600.0)?,
-            "d" => secs(86400.0)?,
-            _ => return Err(bad()),
+        let keep = match seconds {
+            Some(scale) => {
+                let number: f64 = number.parse().map_err(|_| bad())?;
+                if !number.is_finite() || number <= 0.0 {
+                    return Err(bad());
+                }
+                Duration::try_from_secs_f64(number * scale)
+                    .map(KeepLast::Duration)
+                    .map_err(|_| bad())?
+            }
+            None => match vramtrace_units::parse_size(t) {
+                Ok(0) | Err(_) => return Err(bad()),
+                Ok(bytes) => KeepLast::Bytes(bytes),
+            },
         };
         match keep {
             KeepLast::Bytes(b) if b < MIN_KEEP_BYTES => {
@@ -543,7 +540,24 @@ mod tests {
             Ok(KeepLast::Duration(Duration::from_secs(5400)))
         );
         assert_eq!(keep("90s"), Ok(KeepLast::Duration(Duration::from_secs(90))));
-        for bad in ["", "50", "MiB", "-3MiB", "5 parsecs", "nanMiB", "1e9s"] {
+        // The analyzer's size grammar (vramtrace-units), with `m` for minutes.
+        assert_eq!(
+            keep("10m"),
+            Ok(KeepLast::Duration(Duration::from_secs(600)))
+        );
+        assert_eq!(keep("64M"), Ok(KeepLast::Bytes(64 << 20)));
+        assert_eq!(keep("1_000mb"), Ok(KeepLast::Bytes(1_000_000_000)));
+        for bad in [
+            "",
+            "50",
+            "MiB",
+            "-3MiB",
+            "5 parsecs",
+            "nanMiB",
+            "1e9s",
+            "0MiB",
+            "0",
+        ] {
             let err = keep(bad).unwrap_err();
             assert!(err.contains("expected a size"), "{bad}: {err}");
         }
