@@ -28,6 +28,7 @@ mod occupancy;
 mod phases;
 pub mod plausible;
 mod pools;
+mod segments;
 pub mod user_categories;
 
 pub use inconsistencies::{
@@ -200,16 +201,9 @@ pub struct ReplayState {
     /// then on: a range then costs its blocks, not every live one, and
     /// traces that never need it never pay for it.
     by_addr: Option<BTreeSet<u64>>,
-    /// By start address: finding, inserting and removing one is `O(log n)`.
-    segments: BTreeMap<u64, Segment>,
-    /// The range `(start, end)` of the segment [`segment_of`] found last:
-    /// blocks come and go in runs in one segment, and checking this range
-    /// first turns the walk down the tree's two edges (a range lookup,
-    /// about 110 instructions at every block event) into a point lookup.
-    /// Cleared whenever a segment comes or goes.
-    ///
-    /// [`segment_of`]: ReplayState::segment_of
-    last_segment: Option<(u64, u64)>,
+    /// By start address, with the one found last at hand (see
+    /// [`SegmentMap`](segments::SegmentMap)).
+    segments: segments::SegmentMap,
     /// The live blocks the segments count (`Segment::live_blocks`, summed).
     blocks_in_segments: u64,
     totals: Totals,
@@ -286,8 +280,7 @@ impl ReplayState {
         ReplayState {
             live: FxHashMap::default(),
             by_addr: None,
-            segments: BTreeMap::new(),
-            last_segment: None,
+            segments: segments::SegmentMap::default(),
             blocks_in_segments: 0,
             totals: Totals::default(),
             site_live: vec![SiteLive::default()],
@@ -486,40 +479,24 @@ impl ReplayState {
     /// The segment holding `addr`.
     #[inline]
     fn segment_of(&mut self, addr: u64) -> Option<&mut Segment> {
-        if let Some((start, end)) = self.last_segment
-            && start <= addr
-            && addr < end
-        {
-            return self.segments.get_mut(&start);
-        }
-        let seg = self
-            .segments
-            .range_mut(..=addr)
-            .next_back()
-            .map(|(_, s)| s)
-            .filter(|s| addr < s.end)?;
-        self.last_segment = Some((seg.start, seg.end));
-        Some(seg)
+        self.segments.holding(addr)
     }
 
     fn overlaps(&self, start: u64, end: u64) -> bool {
         self.segments
-            .range(..end)
-            .next_back()
-            .is_some_and(|(_, s)| s.end > start)
+            .before_strictly(end)
+            .is_some_and(|s| s.end > start)
     }
 
     fn insert_segment(&mut self, seg: Segment) {
         self.totals.reserved += seg.size();
         self.totals.segments += 1;
         self.blocks_in_segments += seg.live_blocks;
-        self.last_segment = None;
-        self.segments.insert(seg.start, seg);
+        self.segments.insert(seg);
     }
 
     fn remove_segment(&mut self, start: u64) -> Option<Segment> {
-        self.last_segment = None;
-        let seg = self.segments.remove(&start)?;
+        let seg = self.segments.remove(start)?;
         self.blocks_in_segments -= seg.live_blocks;
         Some(seg)
     }
@@ -804,13 +781,12 @@ impl ReplayState {
             // with the neighbours they touch so free space spans them.
             let prev = self
                 .segments
-                .range(..start)
-                .next_back()
-                .filter(|(_, p)| p.expandable && p.end == start)
-                .map(|(&k, _)| k);
+                .before_strictly(start)
+                .filter(|p| p.expandable && p.end == start)
+                .map(|p| p.start);
             let next = self
                 .segments
-                .get(&end)
+                .get(end)
                 .filter(|n| n.expandable)
                 .map(|n| n.start);
             if prev.is_some() || next.is_some() {
@@ -848,17 +824,15 @@ impl ReplayState {
     ) -> Applied {
         let (start, end) = (s.addr, s.addr.saturating_add(s.size));
         let found = if unmapped {
-            self.segment_of(start)
-                .filter(|seg| seg.end >= end)
-                .map(|seg| seg.start)
+            self.segment_of(start).filter(|seg| seg.end >= end).copied()
         } else {
-            self.segments.contains_key(&start).then_some(start)
+            self.segments.get(start).copied()
         };
-        let Some(key) = found else {
+        let Some(seg) = found else {
             self.record(InconsistencyKind::UnknownSegment, index, time_ns, s.addr);
             return Applied::Inconsistent;
         };
-        let seg = self.segments[&key];
+        let key = seg.start;
         let end = if unmapped { end } else { seg.end };
         let (live_inside, bytes_inside) = if seg.live_blocks == 0 {
             (0, 0)
@@ -1257,9 +1231,9 @@ impl ReplayState {
         // and the one starting at its end; a release removes the segment
         // holding its start and leaves pieces at that segment's start and at
         // its own end. Anything else refuses the event.
-        let before = (self.segments.range(..=s.addr).next_back()).map_or(s.addr, |(&k, _)| k);
+        let before = self.segments.before(s.addr).map_or(s.addr, |seg| seg.start);
         let end = s.addr.saturating_add(s.size);
-        SegmentUndo([before, s.addr, end].map(|start| (start, self.segments.get(&start).copied())))
+        SegmentUndo([before, s.addr, end].map(|start| (start, self.segments.get(start).copied())))
     }
 
     /// Live bytes and blocks per site, indexed by [`SiteId`].

@@ -114,11 +114,7 @@ impl ReplayState {
         if self.pools.is_empty() {
             return 0;
         }
-        self.segments
-            .range(..=addr)
-            .next_back()
-            .filter(|(_, s)| addr < s.end)
-            .map_or(0, |(_, s)| s.pool)
+        self.segments.holding_ref(addr).map_or(0, |s| s.pool)
     }
 
     /// The index of a pool met so far.
@@ -187,7 +183,7 @@ impl ReplayState {
         let Some(index) = self.pool_index(id) else {
             return true;
         };
-        let Some(seg) = self.segments.get_mut(&start) else {
+        let Some(seg) = self.segments.get_mut(start) else {
             return false;
         };
         if seg.pool == index {
