@@ -5,7 +5,7 @@
 //!   allocator keeps running unchanged; a small C++ shim, built against the
 //!   installed torch, attaches an allocator trace tracker and hands every
 //!   entry to [`observe::vramtrace_torch_sink`]'s functions, which record
-//!   them per device with an [`Observer`](recorder::recorder::Observer).
+//!   them per device with an [`Observer`](recorder::Observer).
 //! - **Replacement** ([`replace`]): the library *is* the allocator, through
 //!   PyTorch's pluggable-allocator hook, running vramtrace's caching
 //!   allocator on the GPU: for running a program under another allocator
@@ -19,8 +19,8 @@
 //! No function here lets a Rust panic out: each catches it, reports it on
 //! standard error and fails the call.
 
+use recorder::StackMode;
 use recorder::format::Category;
-use recorder::recorder::StackMode;
 use std::ffi::{CStr, c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -179,7 +179,7 @@ pub(crate) enum TagName {
 impl TagName {
     /// Records `addrs` as holding this category in `trace`; the number
     /// recorded, as the C functions return it.
-    pub(crate) fn record(self, trace: &impl recorder::recorder::Trace, addrs: &[u64]) -> c_int {
+    pub(crate) fn record(self, trace: &impl recorder::Trace, addrs: &[u64]) -> c_int {
         let n = match self {
             TagName::Builtin(c) => trace.tag_all(addrs.iter().map(|&a| (a, c))),
             TagName::Own(name) => trace.tag_user(&name, addrs.iter().copied()),

@@ -32,7 +32,7 @@
 use crate::{MAX_DEVICES, env_nonempty, python, report, stack_setting, trace_path, traces};
 use recorder::allocator::{AllocError, AllocatorConfig, CachingAllocator};
 use recorder::device::{CudaDevice, DeviceMemory};
-use recorder::recorder::{FrameSource, KeepLast, Recorder, RecorderOptions, Trace};
+use recorder::{FrameSource, KeepLast, Recorder, RecorderOptions, Trace};
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -463,7 +463,7 @@ pub unsafe extern "C" fn vramtrace_python_stack(buf: *mut c_char, len: usize) ->
     }
     let text = catch_unwind(AssertUnwindSafe(|| {
         let source = python::gil::source()?;
-        let frames = recorder::recorder::capture_frames(&*source, 128);
+        let frames = recorder::capture_frames(&*source, 128);
         let mut text = String::new();
         for &(code, line) in &frames {
             let info = source.describe(code).unwrap_or_default();

@@ -4,9 +4,7 @@
 
 use crate::{c_str, report, write_c};
 use recorder::device::CudaDevice;
-use recorder::recorder::{
-    Observer, PartLeftOut, Recorder, RecorderError, Trace, suffixed, thread_id,
-};
+use recorder::{Observer, PartLeftOut, Recorder, RecorderError, Trace, suffixed, thread_id};
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 //! analyzer's command line (`vramtrace_units`).
 
 use crate::{c_str, write_c};
-use recorder::recorder::KeepLast;
+use recorder::KeepLast;
 use std::ffi::{c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

@@ -20,7 +20,7 @@ use common::{LIVE, STEPS, allocator, workload};
 use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::Instant;
-use vramtrace_recorder::recorder::{Recorder, RecorderOptions};
+use vramtrace_recorder::{Recorder, RecorderOptions};
 
 /// Nanoseconds per pair over `pairs` pairs, after a quarter as many to warm
 /// up (caches, the recorder's buffers, the lock's bias). `pair(old, size)`

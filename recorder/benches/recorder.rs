@@ -30,7 +30,7 @@ use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Bencher, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use vramtrace_recorder::device::SimulatedDevice;
-use vramtrace_recorder::recorder::{KeepLast, Recorder, RecorderOptions, StackMode};
+use vramtrace_recorder::{KeepLast, Recorder, RecorderOptions, StackMode};
 
 /// Runs `f` `depth` calls deeper than the caller, so stacks have frames to walk.
 #[inline(never)]

@@ -12,7 +12,7 @@
 use std::process::ExitCode;
 use vramtrace_recorder::allocator::{AllocError, AllocatorConfig, CachingAllocator};
 use vramtrace_recorder::device::{CudaDevice, DeviceMemory};
-use vramtrace_recorder::recorder::{Recorder, RecorderOptions, Trace};
+use vramtrace_recorder::{Recorder, RecorderOptions, Trace};
 
 fn main() -> ExitCode {
     match run() {

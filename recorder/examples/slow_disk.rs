@@ -15,10 +15,8 @@
 
 use std::time::{Duration, Instant};
 use vramtrace_recorder::format::{DeviceInfo, EventData, EventKind, TraceReader};
-use vramtrace_recorder::recorder::{
-    ObservedEvent, Observer, ObserverSetup, RecorderOptions, Trace,
-};
 use vramtrace_recorder::workload::SlowDisk;
+use vramtrace_recorder::{ObservedEvent, Observer, ObserverSetup, RecorderOptions, Trace};
 
 /// The moments a kill is looked at, in seconds from the start.
 const KILLS: [u64; 2] = [8, 16];

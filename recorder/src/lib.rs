@@ -43,6 +43,12 @@ pub use vramtrace_allocator::{device, workload};
 /// keeps working.
 pub use vramtrace_format as format;
 
+/// The recorder's items by the path they had when they lived in a module of
+/// that name (`vramtrace_recorder::recorder::Recorder`), so that code
+/// written against it keeps compiling; new code names them at the root.
+#[doc(hidden)]
+pub use crate as recorder;
+
 mod biased;
 mod clock;
 mod counting;

@@ -73,7 +73,7 @@ pub struct ObserverSetup {
     pub start: StartState,
 }
 
-/// Records another allocator's events (`recorder/observer.rs` says how).
+/// Records another allocator's events (`observer.rs` says how).
 ///
 /// `Observer` is `Send + Sync`: the observed allocator may report from any
 /// thread, in its own order (PyTorch reports under its allocator lock, so

@@ -1470,7 +1470,7 @@ fn recorder_memory_fraction_is_enforced_and_recorded() {
 struct WalkFrames;
 
 thread_local! {
-    static WALK: std::cell::RefCell<Option<(crate::recorder::WalkId, Vec<usize>)>> =
+    static WALK: std::cell::RefCell<Option<(crate::WalkId, Vec<usize>)>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -1495,7 +1495,7 @@ impl FrameSource for WalkFrames {
 
 #[test]
 fn named_walks_are_interned_by_their_frames_once_then_by_name() {
-    use crate::recorder::WalkId;
+    use crate::WalkId;
     let (r, out) = recorder(RecorderOptions {
         frame_source: Some(Arc::new(WalkFrames)),
         max_stack_depth: 3,

@@ -112,7 +112,7 @@ impl<B: EventBuffer> sealed::Marks for Recording<B> {
 /// phases, key/value notes, what blocks hold, flushing, and dumps of a
 /// bounded recording. [`Recorder`](super::Recorder) and
 /// [`Observer`](super::Observer) both have it (bring it into scope:
-/// `use vramtrace_recorder::recorder::Trace`).
+/// `use vramtrace_recorder::Trace`).
 pub trait Trace: sealed::Recorded {
     /// The index of the recorded device.
     fn device(&self) -> u32 {

@@ -27,9 +27,7 @@ use std::time::{Duration, Instant};
 use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
 use vramtrace_recorder::device::SimulatedDevice;
 use vramtrace_recorder::format::{DeviceInfo, EventData, EventKind, TraceReader};
-use vramtrace_recorder::recorder::{
-    ObservedEvent, Observer, ObserverSetup, Recorder, RecorderOptions,
-};
+use vramtrace_recorder::{ObservedEvent, Observer, ObserverSetup, Recorder, RecorderOptions};
 
 /// Everything recorded this long before a kill must be on disk.
 const BOUND: Duration = Duration::from_secs(1);

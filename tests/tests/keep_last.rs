@@ -8,7 +8,7 @@ use vramtrace_allocator::device::SimulatedDevice;
 use vramtrace_allocator::{AllocatorConfig, CachingAllocator};
 use vramtrace_e2e::{scratch, vramtrace};
 use vramtrace_format::{Category, Event, EventData, PREAMBLE_EVENTS_KEY, TraceReader};
-use vramtrace_recorder::recorder::{KeepLast, Recorder, RecorderOptions, Trace, ring_folder};
+use vramtrace_recorder::{KeepLast, Recorder, RecorderOptions, Trace, ring_folder};
 
 const BOUND: u64 = 96 << 10;
 const OPS: usize = 120_000;

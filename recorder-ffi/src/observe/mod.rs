@@ -49,7 +49,7 @@ use recorder::format::{
     BlockState, BlockStatus, DeviceInfo, EventKind, InitialState, PoolAction, PoolEvent, PoolId,
     SegmentState, StackId,
 };
-use recorder::recorder::{
+use recorder::{
     FrameSource, KeepLast, ObservedEvent, Observer, ObserverSetup, RecorderOptions, StartState,
     Trace, capture_frames, thread_id,
 };

@@ -112,7 +112,7 @@ pub extern "C" fn vramtrace_observe_stop() -> c_int {
         };
         for o in &finished {
             match o.finish() {
-                Ok(_) | Err(recorder::recorder::RecorderError::Finished) => {}
+                Ok(_) | Err(recorder::RecorderError::Finished) => {}
                 Err(e) => {
                     report(&format!("finishing device {}: {e}", o.device()));
                     status = -1;

@@ -19,7 +19,7 @@
 //! never come to mean another code object. The writer thread asks for those
 //! names through [`FrameSource::describe`], which never touches Python.
 
-use recorder::recorder::{CodeInfo, FrameSink, FrameSource};
+use recorder::{CodeInfo, FrameSink, FrameSource};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_int, c_void};

@@ -12,7 +12,7 @@
 //! the library loads in processes without Python too (a C or Rust host),
 //! which then get no Python frames.
 //!
-//! [`FrameSource`]: recorder::recorder::FrameSource
+//! [`FrameSource`]: recorder::FrameSource
 
 pub mod gil;
 pub mod layout;

@@ -29,7 +29,7 @@ use super::layout::{
     self, Current, FRAME_OWNED_BY_CSTACK, Lasti, Layout, OB_TYPE, UNICODE_HASH, UNICODE_LENGTH,
     UNICODE_STATE,
 };
-use recorder::recorder::{CodeInfo, FrameSink, FrameSource, WalkId};
+use recorder::{CodeInfo, FrameSink, FrameSource, WalkId};
 use rustc_hash::{FxHashMap, FxHasher};
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_int, c_void};
