@@ -19,6 +19,8 @@
 //!   [`TraceReader`] (decoding chunks on all cores while the batch before is
 //!   used) or a [`TraceReceiver`], the far end of a [`TraceChannel`] that a
 //!   converter fills without writing a file.
+//! - [`CountingWriter`]: an output that counts the bytes written to it,
+//!   for a producer that reports its trace's size.
 //! - [`join`], [`Joiner`], [`join_ring`]: the parts of a bounded recording
 //!   put back into one trace; [`join_ring`] joins what can be joined of a
 //!   damaged or mixed ring and names each part it leaves out.
@@ -63,6 +65,7 @@
 
 mod channel;
 mod chunk;
+mod counting;
 mod error;
 mod event;
 mod header;
@@ -77,6 +80,7 @@ mod writer;
 
 pub use channel::{ReceiverGone, TraceChannel, TraceReceiver, TraceSender};
 pub use chunk::{MAX_CHUNK_EVENTS, RawChunk};
+pub use counting::CountingWriter;
 pub use error::FormatError;
 
 pub use event::{

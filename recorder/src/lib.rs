@@ -51,7 +51,6 @@ pub use crate as recorder;
 
 mod biased;
 mod clock;
-mod counting;
 mod live;
 mod observer;
 mod recording;

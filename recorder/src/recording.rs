@@ -142,7 +142,7 @@ impl<B: EventBuffer + Send + 'static> Recording<B> {
         let batch_events = chunk_events.min(BATCH_EVENTS);
         let out: Box<dyn Write + Send> = Box::new(out);
         let mut trace = TraceWriter::with_options(
-            super::counting::Counting::new(out),
+            crate::format::CountingWriter::new(out),
             header,
             WriterOptions {
                 chunk_events,

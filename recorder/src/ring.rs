@@ -26,11 +26,10 @@
 //! the summary ([`PartLeftOut`]). The parts left out stay in the ring
 //! folder: nothing readable is deleted.
 
-use super::counting::Counting;
 use super::live::LiveState;
 use crate::format::{
-    Event, FormatError, InitialState, JoinSummary, PREAMBLE_EVENTS_KEY, RingPart, TraceWriter,
-    join_ring,
+    CountingWriter, Event, FormatError, InitialState, JoinSummary, PREAMBLE_EVENTS_KEY, RingPart,
+    TraceWriter, join_ring,
 };
 use std::collections::VecDeque;
 use std::fmt;
@@ -43,7 +42,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The trace output of the writer thread.
-pub(crate) type Output = Counting<Box<dyn Write + Send>>;
+pub(crate) type Output = CountingWriter<Box<dyn Write + Send>>;
 
 /// How much of a recording to keep: its last bytes on disk, or its last
 /// stretch of time.
@@ -336,7 +335,7 @@ impl Window {
         );
         let state: InitialState = self.live.initial_state();
         let out: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(1 << 20, file));
-        let mut old = trace.rotate(Counting::new(out), header, &state)?;
+        let mut old = trace.rotate(CountingWriter::new(out), header, &state)?;
         old.flush()?;
         // The byte count goes on across parts.
         let total = old.bytes();

@@ -30,13 +30,13 @@ use crate::allocator::{
 };
 use crate::device::{DeviceMemory, SimulatedDevice};
 use crate::format::{
-    Category, DeviceInfo, Event, EventData, FormatError, Header, KindCounts, ProcessInfo, StackId,
-    StringId, TagEvent, TraceWriter, WriterOptions,
+    Category, CountingWriter, DeviceInfo, Event, EventData, FormatError, Header, KindCounts,
+    ProcessInfo, StackId, StringId, TagEvent, TraceWriter, WriterOptions,
 };
 use rustc_hash::FxHashSet;
 use sites::Sites;
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 /// The generator's own version, written as the trace's producer version: it
@@ -264,10 +264,7 @@ pub fn generate_with_progress(
         ..Header::default()
     };
     let mut writer = TraceWriter::with_options(
-        Counting {
-            inner: out,
-            bytes: 0,
-        },
+        CountingWriter::new(out),
         header,
         WriterOptions {
             chunk_events: config.chunk_events.max(1),
@@ -335,7 +332,7 @@ pub fn generate_with_progress(
         iterations: completed,
         events: counts.total(),
         counts,
-        bytes: out.bytes,
+        bytes: out.bytes(),
         duration_ns,
         oom,
         leaked_bytes,
@@ -468,22 +465,6 @@ fn describe(c: &WorkloadConfig) -> String {
     s
 }
 
-struct Counting<W> {
-    inner: W,
-    bytes: u64,
-}
-
-impl<W: Write> Write for Counting<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.bytes += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
 /// An allocation failed for lack of memory: unwind the iteration.
 struct OutOfMemory;
 
@@ -497,7 +478,7 @@ struct Gen<'c, W: Write> {
     work: Vec<DeviceWork>,
     /// The device the body runs on now.
     cur: usize,
-    w: TraceWriter<Counting<W>>,
+    w: TraceWriter<CountingWriter<W>>,
     sites: Sites,
     rng: u64,
     time_ns: u64,
