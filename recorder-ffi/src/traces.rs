@@ -19,7 +19,7 @@ pub(crate) trait Written: Trace + Send + Sync {
 
 impl Written for Recorder<CudaDevice> {
     fn finish(&self) -> Result<(), RecorderError> {
-        Recorder::finish(self).map(|s| report_left_out(&s.parts_left_out))
+        Recorder::finish(self).map(|s| report_left_out(&s.trace.parts_left_out))
     }
 }
 

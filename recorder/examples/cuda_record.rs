@@ -78,7 +78,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let released = rec.with_allocator(|a| a.stats().reserved_bytes.all.current);
     println!(
         "wrote {out}: {} events, {} bytes; reserved at the end {released}",
-        summary.events, summary.bytes
+        summary.trace.events, summary.trace.bytes
     );
     Ok(())
 }

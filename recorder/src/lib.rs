@@ -61,7 +61,7 @@ mod writer;
 
 use crate::allocator::{AllocError, Allocation, AllocatorStats, CachingAllocator, EventOrigin};
 use crate::device::DeviceMemory;
-use crate::format::{DeviceInfo, Event, FormatError, Header, KindCounts, ProcessInfo};
+use crate::format::{DeviceInfo, Event, FormatError, Header, ProcessInfo};
 use recording::{EventBuffer, Recording};
 use stacks::{StackBuf, StackKey};
 use std::cell::Cell;
@@ -232,27 +232,12 @@ pub enum RecorderError {
     NoOpenPhase,
 }
 
-/// What a finished recording wrote.
+/// What a finished recording wrote: its trace's summary, and the
+/// allocator's statistics at the end.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordingSummary {
-    /// Events written.
-    pub events: u64,
-    /// Events by kind.
-    pub counts: KindCounts,
-    /// Bytes written.
-    pub bytes: u64,
-    /// Distinct native stacks recorded.
-    pub stacks: u64,
-    /// Distinct instruction addresses symbolized.
-    pub addresses: u64,
-    /// Distinct codes of the frame source named.
-    pub codes: u64,
-    /// Events dropped because the output could not keep up (`events`
-    /// counts their markers, not them).
-    pub dropped_events: u64,
-    /// A bounded recording's parts that could not be joined into the
-    /// trace, each with why; they are kept in the ring folder.
-    pub parts_left_out: Vec<PartLeftOut>,
+    /// What the trace holds (as an [`Observer`]'s recording reports it).
+    pub trace: TraceSummary,
     /// The allocator's statistics at the end.
     pub allocator: AllocatorStats,
 }
@@ -519,11 +504,11 @@ impl<D: DeviceMemory> Recorder<D> {
     /// joins the writer thread. The allocator keeps working afterwards,
     /// without recording. A second call returns [`RecorderError::Finished`].
     pub fn finish(&self) -> Result<RecordingSummary, RecorderError> {
-        let (summary, allocator) = self.rec.finish(|a| {
+        let (trace, allocator) = self.rec.finish(|a| {
             a.set_event_log(false);
             *a.stats()
         })?;
-        Ok(RecordingSummary::new(summary, allocator))
+        Ok(RecordingSummary { trace, allocator })
     }
 
     /// Calls the allocator under the lock with its events' origin set. The
@@ -541,22 +526,6 @@ impl<D: DeviceMemory> Recorder<D> {
             }
             f(a)
         })
-    }
-}
-
-impl RecordingSummary {
-    fn new(summary: TraceSummary, allocator: AllocatorStats) -> Self {
-        RecordingSummary {
-            events: summary.counts.total(),
-            counts: summary.counts,
-            bytes: summary.bytes,
-            stacks: summary.stacks,
-            addresses: summary.addresses,
-            codes: summary.codes,
-            dropped_events: summary.dropped_events,
-            parts_left_out: summary.parts_left_out,
-            allocator,
-        }
     }
 }
 

@@ -122,8 +122,8 @@ fn records_events_with_time_thread_phases_and_annotations() {
         (a.addr, 1000, StackId::NONE)
     );
     assert_eq!(b.thread, thread_id());
-    assert_eq!(summary.events, 11);
-    assert_eq!(summary.bytes, out.bytes().len() as u64);
+    assert_eq!(summary.trace.events, 11);
+    assert_eq!(summary.trace.bytes, out.bytes().len() as u64);
 }
 
 #[test]
@@ -262,8 +262,8 @@ fn many_threads_lose_no_event() {
     let summary = r.finish().unwrap();
     let bytes = out.bytes();
     let (_, events) = read(&bytes);
-    assert_eq!(events.len() as u64, summary.events);
-    let c = summary.counts;
+    assert_eq!(events.len() as u64, summary.trace.events);
+    let c = summary.trace.counts;
     let held_count: usize = held.iter().map(Vec::len).sum();
     assert_eq!(
         c.get(EventKind::Alloc) + c.get(EventKind::FreeRequested),
@@ -346,13 +346,13 @@ fn native_stacks_are_symbolized_once_per_address() {
         &frames[..frames.len().min(4)]
     );
     assert!(!frames.iter().any(|f| f.contains("Recorder")));
-    assert!(summary.stacks >= 2);
+    assert!(summary.trace.stacks >= 2);
     // Each distinct address is symbolized once: the alloc and free stacks
     // share their outer frames.
     assert!(
-        summary.addresses > 0 && summary.addresses < 2 * frames.len() as u64,
+        summary.trace.addresses > 0 && summary.trace.addresses < 2 * frames.len() as u64,
         "{} addresses for {} frames",
-        summary.addresses,
+        summary.trace.addresses,
         frames.len()
     );
 }
@@ -490,8 +490,8 @@ fn a_recording_ahead_of_a_slow_output_waits_and_loses_nothing() {
     let bytes = out.0.bytes();
     let (reader, events) = read(&bytes);
     assert!(reader.footer().is_some());
-    assert_eq!(events.len() as u64, summary.events);
-    assert_eq!(summary.counts.get(EventKind::Alloc), 9000);
+    assert_eq!(events.len() as u64, summary.trace.events);
+    assert_eq!(summary.trace.counts.get(EventKind::Alloc), 9000);
     assert!(events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
 }
 
@@ -672,8 +672,8 @@ fn source_frames_are_interned_by_code_and_line_and_named_once() {
     let described = source.described.lock().unwrap();
     assert_eq!(described.len(), 3);
     assert!(described.values().all(|&n| n == 1), "{described:?}");
-    assert_eq!(summary.codes, 3);
-    assert_eq!(summary.stacks, 3);
+    assert_eq!(summary.trace.codes, 3);
+    assert_eq!(summary.trace.stacks, 3);
 }
 
 #[test]
@@ -1537,7 +1537,7 @@ fn named_walks_are_interned_by_their_frames_once_then_by_name() {
     assert_eq!(lines, [1, 2, 3]);
     let s = |f: &str, l| (format!("fn{f}"), "walks.py".to_string(), l);
     assert_eq!(symbol_frames(sym, stacks[0]), vec![s("20", 7), s("10", 3)]);
-    assert_eq!(summary.stacks, 2);
+    assert_eq!(summary.trace.stacks, 2);
 }
 
 /// Issue #32: a disk far slower than the program (20 kB/s against 30,000
@@ -1782,20 +1782,27 @@ fn the_join_at_the_end_keeps_the_sound_parts_and_names_the_others() {
     let copies: Vec<Vec<u8>> = parts.iter().map(|p| std::fs::read(p).unwrap()).collect();
     std::fs::write(&parts[cut], &copies[cut][..40]).unwrap();
     let summary = r.finish().unwrap();
-    let left: Vec<&PathBuf> = summary.parts_left_out.iter().map(|l| &l.path).collect();
+    let left: Vec<&PathBuf> = summary
+        .trace
+        .parts_left_out
+        .iter()
+        .map(|l| &l.path)
+        .collect();
     assert_eq!(
         left,
         parts[..=cut].iter().collect::<Vec<_>>(),
         "{summary:?}"
     );
     assert!(
-        summary.parts_left_out[cut]
+        summary.trace.parts_left_out[cut]
             .why
             .contains("its start cannot be read"),
         "{summary:?}"
     );
     assert!(
-        summary.parts_left_out[0].why.contains("before a break"),
+        summary.trace.parts_left_out[0]
+            .why
+            .contains("before a break"),
         "{summary:?}"
     );
     // The trace is the run after the cut, exactly as the undamaged parts
@@ -1803,7 +1810,7 @@ fn the_join_at_the_end_keeps_the_sound_parts_and_names_the_others() {
     // cut short at the same event); the parts joined are removed.
     let (_, events) = read(&std::fs::read(&trace).unwrap());
     assert_eq!(events, strictly_joined(&copies[cut + 1..]));
-    assert_eq!(summary.events, events.len() as u64);
+    assert_eq!(summary.trace.events, events.len() as u64);
     assert!(!parts[parts.len() - 1].exists());
     // Nothing readable is lost: every part left out is still there, as it
     // was.
@@ -1821,23 +1828,23 @@ fn the_join_at_the_end_keeps_the_sound_parts_and_names_the_others() {
     let copies: Vec<Vec<u8>> = parts.iter().map(|p| std::fs::read(p).unwrap()).collect();
     std::fs::write(&parts[0], b"").unwrap();
     let summary = r.finish().unwrap();
-    assert_eq!(summary.parts_left_out.len(), 1, "{summary:?}");
-    assert_eq!(summary.parts_left_out[0].path, parts[0]);
+    assert_eq!(summary.trace.parts_left_out.len(), 1, "{summary:?}");
+    assert_eq!(summary.trace.parts_left_out[0].path, parts[0]);
     assert!(
-        summary.parts_left_out[0].why.contains("empty"),
+        summary.trace.parts_left_out[0].why.contains("empty"),
         "{summary:?}"
     );
     assert!(parts[0].exists(), "a part left out stays");
     assert!(ring_folder(&trace).exists(), "so does its folder");
     let (_, events) = read(&std::fs::read(&trace).unwrap());
     assert_eq!(events, strictly_joined(&copies[1..]));
-    assert_eq!(summary.events, events.len() as u64);
+    assert_eq!(summary.trace.events, events.len() as u64);
 
     // An undamaged ring: nothing left out, the ring removed.
     let trace = dir.join("sound.vtrace");
     let r = bounded(&trace, 60_000);
     let summary = r.finish().unwrap();
-    assert!(summary.parts_left_out.is_empty(), "{summary:?}");
+    assert!(summary.trace.parts_left_out.is_empty(), "{summary:?}");
     assert!(!ring_folder(&trace).exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -108,8 +108,8 @@ fn serve(trace: &Path, keep_last: Option<KeepLast>) -> Ran {
     let summary = rec.finish().unwrap();
     // The summary is of the trace left: for a bounded run, the parts kept.
     let written = TraceReader::open(trace).unwrap().count_remaining().unwrap();
-    assert_eq!(summary.events, written.total());
-    assert_eq!(summary.bytes, std::fs::metadata(trace).unwrap().len());
+    assert_eq!(summary.trace.events, written.total());
+    assert_eq!(summary.trace.bytes, std::fs::metadata(trace).unwrap().len());
     ran
 }
 
