@@ -216,7 +216,7 @@ impl Fields {
     }
 
     fn into_data(self, kind: EventKind) -> EventData {
-        let block = BlockEvent {
+        let parts = BlockEvent {
             addr: self.addr,
             size: self.size,
             requested: self.requested,
@@ -225,22 +225,17 @@ impl Fields {
             stack: StackId(self.stack),
             thread: self.thread,
         };
-        let segment = SegmentEvent {
-            addr: self.addr,
-            size: self.size,
-            stream: self.stream,
-            device: self.device,
-            stack: StackId(self.stack),
-            thread: self.thread,
-        };
+        if let Some(data) = EventData::from_parts(kind, parts) {
+            return data;
+        }
         match kind {
-            EventKind::Alloc => EventData::Alloc(block),
-            EventKind::FreeRequested => EventData::FreeRequested(block),
-            EventKind::FreeCompleted => EventData::FreeCompleted(block),
-            EventKind::SegmentAlloc => EventData::SegmentAlloc(segment),
-            EventKind::SegmentFree => EventData::SegmentFree(segment),
-            EventKind::SegmentMap => EventData::SegmentMap(segment),
-            EventKind::SegmentUnmap => EventData::SegmentUnmap(segment),
+            EventKind::Alloc
+            | EventKind::FreeRequested
+            | EventKind::FreeCompleted
+            | EventKind::SegmentAlloc
+            | EventKind::SegmentFree
+            | EventKind::SegmentMap
+            | EventKind::SegmentUnmap => unreachable!("made from its parts above"),
             EventKind::Oom => EventData::Oom(OomEvent {
                 requested: self.requested,
                 free_bytes: self.extra1,
@@ -870,17 +865,6 @@ impl<'a> Columns<'a> {
             f.extra2 = self.extra()?;
         }
         Ok(f)
-    }
-}
-
-fn segment(b: BlockEvent) -> SegmentEvent {
-    SegmentEvent {
-        addr: b.addr,
-        size: b.size,
-        stream: b.stream,
-        device: b.device,
-        stack: b.stack,
-        thread: b.thread,
     }
 }
 

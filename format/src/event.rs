@@ -111,6 +111,22 @@ pub struct BlockEvent {
     pub thread: u32,
 }
 
+impl BlockEvent {
+    /// The segment event with this one's address, size, stream, device,
+    /// stack and thread (a segment has no requested size).
+    #[inline]
+    pub fn segment(self) -> SegmentEvent {
+        SegmentEvent {
+            addr: self.addr,
+            size: self.size,
+            stream: self.stream,
+            device: self.device,
+            stack: self.stack,
+            thread: self.thread,
+        }
+    }
+}
+
 /// A segment-level action: memory reserved from or returned to the device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SegmentEvent {
@@ -587,6 +603,13 @@ impl EventKind {
         self as u8
     }
 
+    /// Whether events of this kind are a block's or a segment's: those
+    /// [`EventData::from_parts`] makes (the first seven codes).
+    #[inline]
+    pub(crate) fn is_block_or_segment(self) -> bool {
+        self <= EventKind::SegmentUnmap
+    }
+
     /// The snake_case name used in tables, JSON and PyTorch snapshots.
     pub fn name(self) -> &'static str {
         match self {
@@ -620,6 +643,39 @@ impl std::fmt::Display for EventKind {
 }
 
 impl EventData {
+    /// The event of a block or segment kind, made from the fields those
+    /// share: a block kind's payload is `parts` itself; a segment kind's,
+    /// `parts` without the requested size ([`BlockEvent::segment`]). `None`
+    /// for every other kind, whose payloads have fields of their own.
+    ///
+    /// The one place a kind and its fields become an event, for whoever
+    /// holds them apart: the chunk decoder's columns, an observed
+    /// allocator's callbacks, a snapshot's log entries.
+    #[inline]
+    pub fn from_parts(kind: EventKind, parts: BlockEvent) -> Option<EventData> {
+        Some(match kind {
+            EventKind::Alloc => EventData::Alloc(parts),
+            EventKind::FreeRequested => EventData::FreeRequested(parts),
+            EventKind::FreeCompleted => EventData::FreeCompleted(parts),
+            EventKind::SegmentAlloc => EventData::SegmentAlloc(parts.segment()),
+            EventKind::SegmentFree => EventData::SegmentFree(parts.segment()),
+            EventKind::SegmentMap => EventData::SegmentMap(parts.segment()),
+            EventKind::SegmentUnmap => EventData::SegmentUnmap(parts.segment()),
+            EventKind::Oom
+            | EventKind::EmptyCache
+            | EventKind::PhaseBegin
+            | EventKind::PhaseEnd
+            | EventKind::Annotation
+            | EventKind::Tag
+            | EventKind::Limit
+            | EventKind::DeviceMemory
+            | EventKind::EventsDropped
+            | EventKind::Pool
+            | EventKind::SegmentPool
+            | EventKind::UserTag => return None,
+        })
+    }
+
     /// This event's kind.
     pub fn kind(&self) -> EventKind {
         match self {

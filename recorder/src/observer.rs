@@ -23,7 +23,7 @@ use super::{
 use crate::allocator::{AllocatorConfig, ObservedBlocks};
 use crate::format::{
     BlockEvent, DeviceInfo, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData, EventKind,
-    Header, InitialState, OomEvent, PoolEvent, PoolId, ProcessInfo, SegmentEvent, SegmentPoolEvent,
+    Header, InitialState, OomEvent, PoolEvent, PoolId, ProcessInfo, SegmentPoolEvent,
 };
 use std::io::Write;
 use std::path::Path;
@@ -286,49 +286,38 @@ impl Drop for Observer {
     }
 }
 
-/// The trace event of an observed one. Block sizes are left 0 for the
-/// writer thread to fill in.
+/// The trace event of an observed one. A block's size is the requested
+/// one until the writer thread, which follows the observed allocator's
+/// blocks (`ObservedBlocks`), puts in the block's.
 fn event_data(e: &ObservedEvent, device: u32, stamp: &Stamp) -> Option<EventData> {
-    let block = BlockEvent {
-        addr: e.addr,
-        size: 0,
-        requested: e.size,
-        stream: e.stream,
-        device,
-        stack: stamp.stack,
-        thread: stamp.thread,
-    };
-    let segment = SegmentEvent {
-        addr: e.addr,
-        size: e.size,
-        stream: e.stream,
-        device,
-        stack: stamp.stack,
-        thread: stamp.thread,
-    };
-    Some(match e.kind {
-        EventKind::Alloc => EventData::Alloc(block),
-        EventKind::FreeRequested => EventData::FreeRequested(block),
-        EventKind::FreeCompleted => EventData::FreeCompleted(block),
-        EventKind::SegmentAlloc => EventData::SegmentAlloc(segment),
-        EventKind::SegmentFree => EventData::SegmentFree(segment),
-        EventKind::SegmentMap => EventData::SegmentMap(segment),
-        EventKind::SegmentUnmap => EventData::SegmentUnmap(segment),
-        EventKind::Oom => EventData::Oom(OomEvent {
+    match e.kind {
+        EventKind::Oom => Some(EventData::Oom(OomEvent {
             requested: e.size,
             free_bytes: e.addr,
             stream: e.stream,
             device,
             stack: stamp.stack,
             thread: stamp.thread,
-        }),
-        EventKind::EmptyCache => EventData::EmptyCache(EmptyCacheEvent {
+        })),
+        EventKind::EmptyCache => Some(EventData::EmptyCache(EmptyCacheEvent {
             device,
             stack: stamp.stack,
             thread: stamp.thread,
-        }),
-        // Phases and annotations have methods of their own; kinds a later
-        // format adds are not an observed allocator's.
-        _ => return None,
-    })
+        })),
+        // Block and segment events; phases and annotations have methods of
+        // their own, and kinds a later format adds are not an observed
+        // allocator's (`None`).
+        kind => EventData::from_parts(
+            kind,
+            BlockEvent {
+                addr: e.addr,
+                size: e.size,
+                requested: e.size,
+                stream: e.stream,
+                device,
+                stack: stamp.stack,
+                thread: stamp.thread,
+            },
+        ),
+    }
 }

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use vramtrace_allocator::ObservedBlocks;
 use vramtrace_format::{
     BlockEvent, BlockState, Category, DeviceInfo, Event, EventData, FormatError, Frame, FrameId,
-    Header, InitialState, OomEvent, ReceiverGone, SegmentEvent, SegmentPoolEvent, SegmentState,
-    StackId, StringId, TagEvent, TraceChannel, TraceReceiver, TraceSender, TraceWriter,
-    UserTagEvent, WriterOptions,
+    Header, InitialState, OomEvent, ReceiverGone, SegmentPoolEvent, SegmentState, StackId,
+    StringId, TagEvent, TraceChannel, TraceReceiver, TraceSender, TraceWriter, UserTagEvent,
+    WriterOptions,
 };
 
 /// Batches of events that may wait for the reader of a streamed snapshot:
@@ -420,14 +420,7 @@ fn to_event(
         stack,
         thread: 0,
     };
-    let segment = SegmentEvent {
-        addr: e.addr,
-        size: e.size,
-        stream: e.stream,
-        device,
-        stack,
-        thread: 0,
-    };
+    let segment = block(e.size).segment();
     let data = match e.action {
         Action::Alloc => {
             // The end state has the size of a block still live then: where it
