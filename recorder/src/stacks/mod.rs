@@ -12,9 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod unwind;
 
-#[cfg(all(test, target_os = "linux", target_arch = "x86_64"))]
-mod tests;
-
 /// The most frames a native stack keeps, and the most frames a
 /// [`FrameSource`] may add to it.
 pub const MAX_STACK_DEPTH: usize = 128;
@@ -430,7 +427,7 @@ impl SourceFrames {
 }
 
 #[cfg(test)]
-mod walk_tests {
+mod tests {
     use super::*;
 
     fn sink(buf: &mut StackBuf, depth: usize) -> FrameSink<'_> {

@@ -569,3 +569,6 @@ fn thread_stack() -> Option<Range<u64>> {
         (ok && !low.is_null()).then(|| low as u64..low as u64 + size as u64)
     }
 }
+
+#[cfg(test)]
+mod tests;

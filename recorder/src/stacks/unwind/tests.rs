@@ -2,7 +2,9 @@
 //! (`cargo test --release`), where Rust code has no frame pointers and only
 //! DWARF unwind information describes the frames.
 
+use super::super::{MAX_STACK_DEPTH, capture_libgcc};
 use super::*;
+use rustc_hash::FxHashMap;
 use std::hint::black_box;
 
 /// Runs `f` `depth` calls deeper; a frame of its own each call.
@@ -23,7 +25,7 @@ fn capture_both(depth: usize) -> (Vec<usize>, Vec<usize>) {
     let marker = black_box(0u8);
     let marker = &marker as *const u8 as usize;
     let mut cached = StackBuf::new();
-    assert!(unwind::capture(marker, depth, &mut cached));
+    assert!(capture(marker, depth, &mut cached));
     let mut libgcc = StackBuf::new();
     capture_libgcc(marker, depth, &mut libgcc);
     (cached.as_slice().to_vec(), libgcc.as_slice().to_vec())
@@ -72,7 +74,7 @@ fn agrees_with_libgcc_up_to_the_depth_limit() {
         assert_eq!(cached, libgcc);
     }
     let mut none = StackBuf::new();
-    capture(0, 0, &mut none);
+    super::super::capture(0, 0, &mut none);
     assert!(none.as_slice().is_empty());
 }
 
