@@ -183,45 +183,13 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
                 i += 1;
             }
             if b.get(i) == Some(&b'#') {
-                let mut depth = 0;
-                while i < b.len() {
-                    match b[i] {
-                        b'[' => depth += 1,
-                        b']' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                i += 1;
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                    i += 1;
-                }
+                i = past_closing(b, i, (b'[', b']'), false);
             } else {
                 break;
             }
         }
         let start = i;
-        let mut depth = 0;
-        while i < b.len() {
-            match b[i] {
-                b';' if depth == 0 => {
-                    i += 1;
-                    break;
-                }
-                b'{' => depth += 1,
-                b'}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        i += 1;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-            i += 1;
-        }
+        i = past_closing(b, i, (b'{', b'}'), true);
         let words: Vec<&str> = item[start..i]
             .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ';'))
             .filter(|w| !w.is_empty())
@@ -237,6 +205,29 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
     }
     out.push_str(rest);
     (out, test_mods)
+}
+
+/// Where the bracketed group that starts at or after `i` in `b` ends: just
+/// past the `close` that matches its first `open`, or (when
+/// `semicolon_ends`) past a `;` outside any group, whichever comes first;
+/// the end of `b` if neither does.
+fn past_closing(b: &[u8], mut i: usize, (open, close): (u8, u8), semicolon_ends: bool) -> usize {
+    let mut depth = 0;
+    while i < b.len() {
+        match b[i] {
+            b';' if semicolon_ends && depth == 0 => return i + 1,
+            c if c == open => depth += 1,
+            c if c == close => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    i
 }
 
 /// The first names of a use tree that follows `crate::` (`a::b`, `{a, b::c}`).
@@ -453,6 +444,11 @@ fn every_module_uses_what_the_architecture_table_says() {
     );
 }
 
+/// The set of these names.
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
 #[test]
 fn an_upward_use_is_found_and_tests_and_comments_are_not() {
     let code = code_only(
@@ -471,28 +467,16 @@ fn an_upward_use_is_found_and_tests_and_comments_are_not() {
     assert_eq!(test_mods, ["more"]);
     let path = ["simulate".to_string(), "kv".to_string()];
     let found = used_modules(&code, &path);
-    let expected: BTreeSet<String> = ["analysis", "error", "replay", "units"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    assert_eq!(found, expected);
+    assert_eq!(found, names(&["analysis", "error", "replay", "units"]));
 
     let rows = table(&format!(
         "{HEADING}\n\n| module | uses | holds |\n|---|---|---|\n| `units` | | u |\n| `replay` | `units` | r |\n| `print` | `replay` | p |\n"
     ));
-    let mut uses = BTreeMap::new();
-    uses.insert(
-        "replay".to_string(),
-        ["print".to_string()].into_iter().collect(),
-    );
-    uses.insert(
-        "print".to_string(),
-        ["replay".to_string()].into_iter().collect(),
-    );
-    let declared = ["units", "replay", "print", "extra"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let uses = BTreeMap::from([
+        ("replay".to_string(), names(&["print"])),
+        ("print".to_string(), names(&["replay"])),
+    ]);
+    let declared = names(&["units", "replay", "print", "extra"]);
     let wrong = disagreements(&rows, &uses, &declared);
     assert_eq!(
         wrong,

@@ -352,22 +352,8 @@ impl Copied {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{BlockEvent, EventData, TraceReader};
-
-    fn alloc(time_ns: u64, addr: u64, stack: StackId) -> Event {
-        Event {
-            time_ns,
-            data: EventData::Alloc(BlockEvent {
-                addr,
-                size: 512,
-                requested: 100,
-                stream: 0,
-                device: 0,
-                stack,
-                thread: 0,
-            }),
-        }
-    }
+    use crate::event::tests::alloc;
+    use crate::{EventData, TraceReader};
 
     /// A producer on its own thread: symbols before and during the events.
     fn produce(events: u64, finish: bool) -> TraceReceiver {

@@ -797,8 +797,23 @@ impl KindCounts {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// An allocation of 512 bytes (500 asked for) at `addr`, the event the
+    /// crate's tests stream, join and read back.
+    pub(crate) fn alloc(time_ns: u64, addr: u64, stack: StackId) -> Event {
+        Event {
+            time_ns,
+            data: EventData::Alloc(BlockEvent {
+                addr,
+                size: 512,
+                requested: 500,
+                stack,
+                ..BlockEvent::default()
+            }),
+        }
+    }
 
     #[test]
     fn kind_codes_round_trip() {

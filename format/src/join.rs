@@ -357,21 +357,9 @@ impl Known {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{BlockEvent, EventData};
+    use crate::event::EventData;
+    use crate::event::tests::alloc;
     use crate::header::{BlockState, BlockStatus, Header, InitialState, SegmentState};
-
-    fn alloc(time_ns: u64, addr: u64, stack: StackId) -> Event {
-        Event {
-            time_ns,
-            data: EventData::Alloc(BlockEvent {
-                addr,
-                size: 512,
-                requested: 500,
-                stack,
-                ..BlockEvent::default()
-            }),
-        }
-    }
 
     fn phase(time_ns: u64, name: StringId) -> Event {
         Event {

@@ -426,22 +426,7 @@ fn arb_event() -> impl Strategy<Value = EventData> {
                 thread,
             },
         );
-    let segment = (
-        any::<u64>(),
-        any::<u64>(),
-        0u64..4,
-        0u32..3,
-        0u32..50,
-        0u32..4,
-    )
-        .prop_map(|(addr, size, stream, device, stack, thread)| SegmentEvent {
-            addr,
-            size,
-            stream,
-            device,
-            stack: StackId(stack),
-            thread,
-        });
+    let segment = block.clone().prop_map(BlockEvent::segment);
     prop_oneof![
         block.clone().prop_map(EventData::Alloc),
         block.clone().prop_map(EventData::FreeRequested),

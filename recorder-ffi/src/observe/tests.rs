@@ -1,4 +1,68 @@
 use super::*;
+use recorder::format::{Event, EventData, TraceReader};
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+
+/// A test's hold on the process-wide recording (the lock the tests that
+/// start one share) and its scratch folder, removed at the end.
+struct Scratch {
+    dir: PathBuf,
+    _globals: MutexGuard<'static, ()>,
+}
+
+impl Scratch {
+    /// Takes the lock and makes the folder `vt-<name>-<pid>`.
+    fn new(name: &str) -> Scratch {
+        let globals = crate::tests::GLOBALS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("vt-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch {
+            dir,
+            _globals: globals,
+        }
+    }
+
+    /// Starts a recording with `settings` (lines of the start request)
+    /// whose traces go to this folder, one per device; returns what
+    /// `vramtrace_observe_start` does.
+    fn start(&self, settings: &str) -> c_int {
+        let pattern = self.dir.join("t-%d.vtrace");
+        let config = format!("out={}\n{settings}", pattern.display());
+        let config = std::ffi::CString::new(config).unwrap();
+        // SAFETY: a valid C string.
+        unsafe { vramtrace_observe_start(config.as_ptr()) }
+    }
+
+    /// The reader of a device's trace, and its events.
+    fn read(&self, device: u32) -> (TraceReader<BufReader<File>>, Vec<Event>) {
+        let mut r = TraceReader::open(self.dir.join(format!("t-{device}.vtrace"))).unwrap();
+        let events = r.events().collect::<Result<_, _>>().unwrap();
+        (r, events)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An entry of PyTorch's allocator trace, as the shim hands it over.
+fn torch_event(kind: u32, device: i32, addr: u64, size: u64) -> TorchEvent {
+    TorchEvent {
+        kind,
+        device,
+        addr,
+        size,
+        stream: 0,
+        counter: 0,
+        context: std::ptr::null(),
+        pool: [0, 0],
+    }
+}
 
 #[test]
 fn start_configuration() {
@@ -26,27 +90,10 @@ fn start_configuration() {
 /// Feeds events as the shim would and reads the trace back.
 #[test]
 fn events_route_through_marker_snapshot_and_stop() {
-    let _globals = crate::tests::GLOBALS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!("vt-observe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pattern = dir.join("t-%d.vtrace");
-    let config = format!("out={}\nstacks=none\nstate=pending\n", pattern.display());
-    let config = std::ffi::CString::new(config).unwrap();
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { vramtrace_observe_start(config.as_ptr()) }, 0);
-    assert_eq!(unsafe { vramtrace_observe_start(config.as_ptr()) }, -1);
-    let ev = |kind: u32, device, addr, size| TorchEvent {
-        kind,
-        device,
-        addr,
-        size,
-        stream: 0,
-        counter: 0,
-        context: std::ptr::null(),
-        pool: [0, 0],
-    };
+    let scratch = Scratch::new("observe");
+    assert_eq!(scratch.start("stacks=none\nstate=pending\n"), 0);
+    assert_eq!(scratch.start("stacks=none\nstate=pending\n"), -1);
+    let ev = torch_event;
     let alloc = EventKind::Alloc.code() as u32;
     let free = EventKind::FreeRequested.code() as u32;
     let freed = EventKind::FreeCompleted.code() as u32;
@@ -101,23 +148,16 @@ fn events_route_through_marker_snapshot_and_stop() {
     // Ignored once stopped.
     on_event(&ev(alloc, 5, 0x2000, 300));
 
-    let read = |device: u32| {
-        let path = dir.join(format!("t-{device}.vtrace"));
-        let bytes = std::fs::read(&path).unwrap();
-        let mut r = recorder::format::TraceReader::new(&bytes[..]).unwrap();
-        let events: Vec<_> = r.events().collect::<Result<_, _>>().unwrap();
-        (r.initial_state().cloned(), events, r.footer().is_some())
-    };
-    let (state, events, complete) = read(5);
-    assert!(complete);
-    let state = state.unwrap();
+    let (r, events) = scratch.read(5);
+    assert!(r.footer().is_some());
+    let state = r.initial_state().unwrap();
     assert_eq!(state.segments[0].blocks[1].addr, 0x1000 + 512);
     let shapes: Vec<(EventKind, u64)> = events
         .iter()
         .map(|e| match e.data {
-            recorder::format::EventData::Alloc(b)
-            | recorder::format::EventData::FreeRequested(b)
-            | recorder::format::EventData::FreeCompleted(b) => (e.kind(), b.size),
+            EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) => {
+                (e.kind(), b.size)
+            }
             _ => (e.kind(), 0),
         })
         .collect();
@@ -129,11 +169,10 @@ fn events_route_through_marker_snapshot_and_stop() {
             (EventKind::Alloc, 512),
         ]
     );
-    let (state, events, _) = read(6);
-    assert_eq!(state.unwrap().segments.len(), 1);
+    let (r, events) = scratch.read(6);
+    assert_eq!(r.initial_state().unwrap().segments.len(), 1);
     assert!(events.is_empty());
-    assert!(!dir.join("t-7.vtrace").exists());
-    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!scratch.dir.join("t-7.vtrace").exists());
 }
 
 /// Tags reach the device's observer in order with its events, carry the
@@ -141,17 +180,7 @@ fn events_route_through_marker_snapshot_and_stop() {
 /// whole when an argument is invalid.
 #[test]
 fn tags_go_to_the_devices_observer() {
-    let _globals = crate::tests::GLOBALS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!("vt-observe-tag-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pattern = dir.join("t-%d.vtrace");
-    let config = format!(
-        "out={}\nstacks=none\nstate=empty\nmeta.categories=tags\n",
-        pattern.display()
-    );
-    let config = std::ffi::CString::new(config).unwrap();
+    let scratch = Scratch::new("observe-tag");
     let tag = |device, addrs: &[u64], codes: &[u8]| {
         assert_eq!(addrs.len(), codes.len());
         // SAFETY: two arrays of `addrs.len()` values.
@@ -159,20 +188,13 @@ fn tags_go_to_the_devices_observer() {
     };
     // Not recording: nothing to tag.
     assert_eq!(tag(0, &[0x1000], &[0]), 0);
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { vramtrace_observe_start(config.as_ptr()) }, 0);
+    assert_eq!(
+        scratch.start("stacks=none\nstate=empty\nmeta.categories=tags\n"),
+        0
+    );
     // No event of the device yet: no observer, no block.
     assert_eq!(tag(2, &[0x1000], &[0]), 0);
-    let ev = |kind: EventKind, addr, size| TorchEvent {
-        kind: kind.code() as u32,
-        device: 2,
-        addr,
-        size,
-        stream: 0,
-        counter: 0,
-        context: std::ptr::null(),
-        pool: [0, 0],
-    };
+    let ev = |kind: EventKind, addr, size| torch_event(kind.code() as u32, 2, addr, size);
     on_event(&ev(EventKind::SegmentAlloc, 0x10_0000, 2 << 20));
     on_event(&ev(EventKind::Alloc, 0x10_0000, 1000));
     on_event(&ev(EventKind::Alloc, 0x10_0400, 1000));
@@ -195,22 +217,19 @@ fn tags_go_to_the_devices_observer() {
     assert_eq!(vramtrace_observe_stop(), 0);
     assert_eq!(tag(2, &[0x10_0000], &[0]), 0, "stopped");
 
-    let bytes = std::fs::read(dir.join("t-2.vtrace")).unwrap();
-    let mut r = recorder::format::TraceReader::new(&bytes[..]).unwrap();
+    let (r, events) = scratch.read(2);
     assert_eq!(r.header().metadata["categories"], "tags");
-    let events: Vec<_> = r.events().collect::<Result<_, _>>().unwrap();
     let kinds: Vec<EventKind> = events.iter().map(|e| e.kind()).collect();
     use EventKind::*;
     assert_eq!(kinds, [SegmentAlloc, Alloc, Alloc, Tag, Tag, FreeRequested]);
     let tags: Vec<(u64, u32, u8)> = events
         .iter()
         .filter_map(|e| match e.data {
-            recorder::format::EventData::Tag(t) => Some((t.addr, t.device, t.code)),
+            EventData::Tag(t) => Some((t.addr, t.device, t.code)),
             _ => None,
         })
         .collect();
     assert_eq!(tags, [(0x10_0000, 2, 0), (0x10_0400, 2, 3)]);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 /// Format 1.3 in observer mode: a limit set before a device's first
 /// event is recorded first in its trace; the library asks the shim for
@@ -220,18 +239,10 @@ fn tags_go_to_the_devices_observer() {
 /// refused; iterations count as the loop does.
 #[test]
 fn limits_samples_and_iterations() {
-    let _globals = crate::tests::GLOBALS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!("vt-observe-28-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pattern = dir.join("t-%d.vtrace");
+    let scratch = Scratch::new("observe-28");
     assert_eq!(vramtrace_observe_limit(1, 10, 100), -1, "not recording");
     assert_eq!(vramtrace_iteration_begin(), 0, "not recording");
-    let config = format!("out={}\nstacks=none\nstate=empty\n", pattern.display());
-    let config = std::ffi::CString::new(config).unwrap();
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { vramtrace_observe_start(config.as_ptr()) }, 0);
+    assert_eq!(scratch.start("stacks=none\nstate=empty\n"), 0);
     assert_eq!(vramtrace_observe_limit(1, 30 << 30, 80 << 30), 0, "kept");
     assert_eq!(
         vramtrace_observe_limit(1, 20 << 30, 80 << 30),
@@ -244,16 +255,7 @@ fn limits_samples_and_iterations() {
     assert_eq!(vramtrace_observe_device_memory(1, 5, 10), 0, "no trace yet");
     assert_eq!(vramtrace_iteration_begin(), 1);
     assert_eq!(vramtrace_iteration_begin(), 0, "began already");
-    let ev = |kind: EventKind, addr, size| TorchEvent {
-        kind: kind.code() as u32,
-        device: 1,
-        addr,
-        size,
-        stream: 0,
-        counter: 0,
-        context: std::ptr::null(),
-        pool: [0, 0],
-    };
+    let ev = |kind: EventKind, addr, size| torch_event(kind.code() as u32, 1, addr, size);
     use EventKind::*;
     // The first event (a device's first: sampled even for a block).
     assert_eq!(on_event(&ev(Alloc, 0x10_0000, 512)), 1);
@@ -283,23 +285,21 @@ fn limits_samples_and_iterations() {
     assert_eq!(vramtrace_observe_stop(), 0);
     assert_eq!(vramtrace_observe_device_memory(1, 5, 10), 0, "stopped");
 
-    let bytes = std::fs::read(dir.join("t-1.vtrace")).unwrap();
-    let mut r = recorder::format::TraceReader::new(&bytes[..]).unwrap();
-    let events: Vec<_> = r.events().collect::<Result<_, _>>().unwrap();
-    let symbols = r.symbols().clone();
+    let (r, events) = scratch.read(1);
+    let symbols = r.symbols();
     let shown: Vec<String> = events
         .iter()
         .map(|e| match e.data {
-            recorder::format::EventData::Limit(l) => {
+            EventData::Limit(l) => {
                 format!("limit {} of {}", l.limit_bytes >> 30, l.total_bytes >> 30)
             }
-            recorder::format::EventData::DeviceMemory(m) => {
+            EventData::DeviceMemory(m) => {
                 format!("memory {} of {}", m.free_bytes >> 30, m.total_bytes >> 30)
             }
-            recorder::format::EventData::PhaseBegin { name, .. } => {
+            EventData::PhaseBegin { name, .. } => {
                 format!("begin {}", symbols.string_or_unknown(name))
             }
-            recorder::format::EventData::PhaseEnd { name, .. } => {
+            EventData::PhaseEnd { name, .. } => {
                 format!("end {}", symbols.string_or_unknown(name))
             }
             _ => e.kind().name().to_string(),
@@ -324,5 +324,4 @@ fn limits_samples_and_iterations() {
             "end iter1",
         ]
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
