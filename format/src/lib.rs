@@ -63,6 +63,7 @@
 
 #![warn(missing_docs)]
 
+mod category;
 mod channel;
 mod chunk;
 mod counting;
@@ -78,15 +79,16 @@ mod symbols;
 pub mod varint;
 mod writer;
 
+pub use category::Category;
 pub use channel::{ReceiverGone, TraceChannel, TraceReceiver, TraceSender};
 pub use chunk::{MAX_CHUNK_EVENTS, RawChunk};
 pub use counting::CountingWriter;
 pub use error::FormatError;
 
 pub use event::{
-    BlockEvent, Category, DeviceMemoryEvent, DroppedEvents, EmptyCacheEvent, Event, EventData,
-    EventKind, KindCounts, LimitEvent, MAX_USER_CATEGORY_LEN, OomEvent, PoolAction, PoolEvent,
-    PoolId, SegmentEvent, SegmentPoolEvent, TagEvent, UserTagEvent, user_category_name_ok,
+    BlockEvent, DeviceMemoryEvent, DroppedEvents, EmptyCacheEvent, Event, EventData, EventKind,
+    KindCounts, LimitEvent, MAX_USER_CATEGORY_LEN, OomEvent, PoolAction, PoolEvent, PoolId,
+    SegmentEvent, SegmentPoolEvent, TagEvent, UserTagEvent, user_category_name_ok,
 };
 pub use header::{
     BlockState, BlockStatus, DeviceInfo, Footer, Header, InitialState, ProcessInfo, SegmentState,
