@@ -32,6 +32,7 @@
 //! warm-up (optimizer state and caches appear in the first repetitions), and
 //! keeps the first of the two that shows consistent growth.
 
+use super::open_instances::{Figures, OpenInstances};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::categories::{Category, dominant};
 use crate::replay::{Applied, DroppedReport, LiveAlloc, PathId, PhaseId, ReplayState, SiteLive};
@@ -404,15 +405,10 @@ struct Instance {
     sites: Vec<(SiteId, SiteLive)>,
 }
 
-/// An open phase instance: the live bytes allocated inside it, by site, and
-/// whether an allocation failed in it. Its figures count only what happened
-/// while it was the innermost instance followed; an ending instance hands
-/// them to the one around it, so that an event costs one update however
-/// deep the nesting.
-#[derive(Clone, Debug)]
+/// An open phase instance's figures (see [`OpenInstances`]): the live bytes
+/// allocated inside it, by site, and whether an allocation failed in it.
+#[derive(Clone, Debug, Default)]
 struct Open {
-    phase: PhaseId,
-    depth: u32,
     /// By site: bytes and blocks allocated while it was innermost (or in
     /// the instances that ended inside it), less those released while it
     /// was the innermost open one holding them. What it retains is the sum
@@ -423,6 +419,23 @@ struct Open {
 }
 
 impl Open {
+    /// The sites it retains blocks of, with their live bytes and blocks.
+    fn retained_sites(&self) -> Vec<(SiteId, SiteLive)> {
+        self.sites
+            .iter()
+            .filter(|(_, s)| s.1 > 0)
+            .map(|(&site, &(bytes, blocks))| {
+                let live = SiteLive {
+                    bytes: u64::try_from(bytes.max(0)).unwrap_or(u64::MAX),
+                    blocks: blocks as u64,
+                };
+                (site, live)
+            })
+            .collect()
+    }
+}
+
+impl Figures for Open {
     /// Takes in the figures of an instance that ended inside it (the
     /// smaller map into the larger).
     fn absorb(&mut self, mut inner: Open) {
@@ -452,7 +465,7 @@ struct Candidate {
 #[derive(Clone, Debug, Default)]
 pub struct Leaks {
     // Per open phase, outermost first.
-    open: Vec<Open>,
+    open: OpenInstances<Open>,
     groups: BTreeMap<PathId, Group>,
     instances: Vec<Instance>,
     instance_count: u64,
@@ -485,34 +498,18 @@ impl Leaks {
         // open by a mismatched end are closed with it.
         let mut retained = Vec::new();
         let mut cut_short = false;
-        let pos = self.open.partition_point(|o| o.depth < inst.depth);
-        if self.open.get(pos).is_some_and(|o| o.phase == id) {
+        if let Some(pos) = self.open.ending(id, inst.depth) {
             // Instances left open inside it end with it, their figures in
             // its own.
-            while self.open.len() > pos + 1
-                && let Some(inner) = self.open.pop()
-                && let Some(outer) = self.open.last_mut()
-            {
-                outer.absorb(inner);
+            while self.open.len() > pos + 1 {
+                self.open.end_innermost(|_, _| ());
             }
-            let open = self.open.swap_remove(pos);
             self.instance_count += 1;
-            cut_short = open.oom;
-            let mut sites: Vec<(SiteId, SiteLive)> = open
-                .sites
-                .iter()
-                .filter(|(_, s)| s.1 > 0)
-                .map(|(&site, &(bytes, blocks))| {
-                    let live = SiteLive {
-                        bytes: u64::try_from(bytes.max(0)).unwrap_or(u64::MAX),
-                        blocks: blocks as u64,
-                    };
-                    (site, live)
-                })
-                .collect();
-            if let Some(outer) = self.open.last_mut() {
-                outer.absorb(open);
-            }
+            let (mut sites, oom) = self
+                .open
+                .end_innermost(|_, open| (open.retained_sites(), open.oom))
+                .unwrap_or_default();
+            cut_short = oom;
             retained = sites
                 .iter()
                 .map(|(site, live)| (*site, live.bytes))
@@ -530,11 +527,6 @@ impl Leaks {
                     self.prune_instances();
                 }
             }
-        } else {
-            // Begun before the window: the instances followed inside it
-            // ended with it (their figures go nowhere, as theirs did not
-            // reach it), so the stack stays in depth order.
-            self.open.truncate(pos);
         }
         let group = self.groups.entry(inst.path).or_insert_with(|| Group {
             stride: 1,
@@ -578,18 +570,8 @@ impl Leaks {
 
     /// A block left the live set: the open phases that hold it drop it.
     fn released(&mut self, a: &LiveAlloc, state: &ReplayState) {
-        if self.open.is_empty() || a.phase.is_none() {
-            return;
-        }
-        // The open phases holding the block are the open ancestors of the
-        // phase it was allocated in, a prefix of the stack: the innermost of
-        // them takes the release for all.
-        let Some(depth) = state.open_depth(a.phase) else {
-            return;
-        };
-        let holders = self.open.partition_point(|o| o.depth <= depth);
-        if let Some(innermost) = holders.checked_sub(1) {
-            let s = self.open[innermost].sites.entry(a.site).or_default();
+        if let Some(holder) = self.open.holder(a, state) {
+            let s = holder.sites.entry(a.site).or_default();
             s.0 -= i128::from(a.size);
             s.1 -= 1;
         }
@@ -766,7 +748,7 @@ impl Analysis for Leaks {
                 if let Some(old) = state.replaced_by(step.index) {
                     self.released(old, state);
                 }
-                if let Some(open) = self.open.last_mut() {
+                if let Some(open) = self.open.innermost() {
                     let s = open.sites.entry(a.site).or_default();
                     s.0 += i128::from(a.size);
                     s.1 += 1;
@@ -778,16 +760,11 @@ impl Analysis for Leaks {
                 self.released(&a, state)
             }
             Applied::PhaseBegin(id) => {
-                self.open.push(Open {
-                    phase: id,
-                    depth: state.phase(id).map_or(0, |p| p.depth),
-                    sites: FxHashMap::default(),
-                    oom: false,
-                });
+                self.open.begin(id, state, Open::default());
             }
             Applied::PhaseEnd(id) => self.phase_ended(id, state),
             Applied::Oom(_) => {
-                if let Some(open) = self.open.last_mut() {
+                if let Some(open) = self.open.innermost() {
                     open.oom = true;
                 }
             }
