@@ -833,8 +833,55 @@ impl ExplorerAnalysis {
     fn build(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Explorer {
         let first_index = self.first_index.unwrap_or(state.events_applied());
         let idle = self.pauses.finish();
+        let (phases, phases_left_out) = self.phase_marks(state, symbols, first_index);
+        // Interning of stacks, frames, sites and phase paths: in order of
+        // first use, the allocations' first.
+        let mut interner = Interner::default();
+        let allocations = self.allocation_records(&mut interner, state, symbols);
+        let merged = self.merged_checkpoints(state);
+        let kept = &self.kept;
+        let record_of = |seq: u64| {
+            kept.binary_search_by_key(&seq, |k| k.seq)
+                .ok()
+                .map(|i| i as u32)
+        };
+        let checkpoints = merged
+            .into_iter()
+            .map(|c| checkpoint(c, &mut interner, &record_of, state, symbols))
+            .collect();
 
-        // Phases: the outermost first, up to the budget.
+        Explorer {
+            first_index,
+            events: self.events,
+            start_ns: self.start_ns,
+            end_ns: self.last_ns,
+            series: Series {
+                bucket_events: self.bucket_events,
+                buckets: std::mem::take(&mut self.buckets),
+                has_pools: state.has_pools(),
+            },
+            idle,
+            phases,
+            phases_left_out,
+            allocations,
+            allocation_threshold: self.threshold,
+            allocations_total: self.allocations_total,
+            stacks: interner.stacks,
+            frames: interner.frames,
+            sites: interner.sites,
+            phase_paths: interner.phase_paths,
+            checkpoints,
+        }
+    }
+
+    /// The phases begun in the window, the outermost first up to the budget
+    /// (then in order of beginning), and how many were left out.
+    fn phase_marks(
+        &self,
+        state: &ReplayState,
+        symbols: &SymbolTable,
+        first_index: u64,
+    ) -> (Vec<PhaseMark>, u64) {
         let end_index = first_index + self.events.saturating_sub(1);
         let instances = state.phases();
         let mut order: Vec<usize> = (0..instances.len())
@@ -864,11 +911,17 @@ impl ExplorerAnalysis {
                 }
             })
             .collect();
+        (phases, phases_left_out)
+    }
 
-        // Interning of stacks, frames, sites and phase paths.
-        let mut interner = Interner::default();
-        let allocations: Vec<AllocationRecord> = self
-            .kept
+    /// The allocations kept, their stacks, sites and phases interned.
+    fn allocation_records(
+        &self,
+        interner: &mut Interner,
+        state: &ReplayState,
+        symbols: &SymbolTable,
+    ) -> Vec<AllocationRecord> {
+        self.kept
             .iter()
             .map(|k| AllocationRecord {
                 alloc_index: k.alloc_index,
@@ -885,9 +938,12 @@ impl ExplorerAnalysis {
                 category: k.class.category,
                 exact: k.class.exact,
             })
-            .collect();
+            .collect()
+    }
 
-        // Checkpoints, merged where two reasons meet at one event.
+    /// The checkpoints in event order, with the one at the end, merged
+    /// where two reasons meet at one event.
+    fn merged_checkpoints(&mut self, state: &ReplayState) -> Vec<RawCheckpoint> {
         let mut raw: Vec<RawCheckpoint> = Vec::new();
         raw.extend(self.allocated_peak.take());
         raw.extend(self.reserved_peak.take());
@@ -908,84 +964,62 @@ impl ExplorerAnalysis {
                 _ => merged.push(c),
             }
         }
-        let kept = &self.kept;
-        let record_of = |seq: u64| {
-            kept.binary_search_by_key(&seq, |k| k.seq)
-                .ok()
-                .map(|i| i as u32)
-        };
-        let checkpoints = merged
-            .into_iter()
-            .map(|c| {
-                let mut blocks = c.blocks.iter().peekable();
-                let segments = c
-                    .segments
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| {
-                        while blocks.peek().is_some_and(|b| b.0 < s.start) {
-                            blocks.next();
-                        }
-                        let mut kept = Vec::new();
-                        while let Some(b) = blocks.peek().filter(|b| b.0 < s.end) {
-                            kept.push(CheckpointBlock {
-                                offset: b.0 - s.start,
-                                size: b.1,
-                                pending_free: b.2,
-                                stack: interner.stack(b.3, b.5, state, symbols),
-                                allocation: b.4.and_then(record_of),
-                            });
-                            blocks.next();
-                        }
-                        CheckpointSegment {
-                            addr: s.start,
-                            size: s.size(),
-                            expandable: s.expandable,
-                            used_bytes: c.used[i].0,
-                            used_blocks: c.used[i].1,
-                            largest_free: c.largest_free[i],
-                            blocks: kept,
-                        }
-                    })
-                    .collect();
-                Checkpoint {
-                    kinds: c.kinds,
-                    index: c.index,
-                    time_ns: c.time_ns,
-                    allocated: c.allocated,
-                    pending_free: c.active.saturating_sub(c.allocated),
-                    reserved: c.reserved,
-                    external_fragmentation: c.free.external_fragmentation(),
-                    free: c.free,
-                    segments,
-                    blocks_left_out: c.blocks_left_out,
-                    segments_left_out: c.segments_left_out,
-                }
-            })
-            .collect();
+        merged
+    }
+}
 
-        Explorer {
-            first_index,
-            events: self.events,
-            start_ns: self.start_ns,
-            end_ns: self.last_ns,
-            series: Series {
-                bucket_events: self.bucket_events,
-                buckets: std::mem::take(&mut self.buckets),
-                has_pools: state.has_pools(),
-            },
-            idle,
-            phases,
-            phases_left_out,
-            allocations,
-            allocation_threshold: self.threshold,
-            allocations_total: self.allocations_total,
-            stacks: interner.stacks,
-            frames: interner.frames,
-            sites: interner.sites,
-            phase_paths: interner.phase_paths,
-            checkpoints,
-        }
+/// A checkpoint as the page shows it: each kept block under its segment,
+/// its stack interned and its allocation's record found by `record_of`.
+fn checkpoint(
+    c: RawCheckpoint,
+    interner: &mut Interner,
+    record_of: &impl Fn(u64) -> Option<u32>,
+    state: &ReplayState,
+    symbols: &SymbolTable,
+) -> Checkpoint {
+    let mut blocks = c.blocks.iter().peekable();
+    let segments = c
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            while blocks.peek().is_some_and(|b| b.0 < s.start) {
+                blocks.next();
+            }
+            let mut kept = Vec::new();
+            while let Some(b) = blocks.peek().filter(|b| b.0 < s.end) {
+                kept.push(CheckpointBlock {
+                    offset: b.0 - s.start,
+                    size: b.1,
+                    pending_free: b.2,
+                    stack: interner.stack(b.3, b.5, state, symbols),
+                    allocation: b.4.and_then(record_of),
+                });
+                blocks.next();
+            }
+            CheckpointSegment {
+                addr: s.start,
+                size: s.size(),
+                expandable: s.expandable,
+                used_bytes: c.used[i].0,
+                used_blocks: c.used[i].1,
+                largest_free: c.largest_free[i],
+                blocks: kept,
+            }
+        })
+        .collect();
+    Checkpoint {
+        kinds: c.kinds,
+        index: c.index,
+        time_ns: c.time_ns,
+        allocated: c.allocated,
+        pending_free: c.active.saturating_sub(c.allocated),
+        reserved: c.reserved,
+        external_fragmentation: c.free.external_fragmentation(),
+        free: c.free,
+        segments,
+        blocks_left_out: c.blocks_left_out,
+        segments_left_out: c.segments_left_out,
     }
 }
 

@@ -547,8 +547,6 @@ impl TimelineAnalysis {
     fn build(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Timeline {
         self.close_open();
         self.apply_pending();
-        // Which categories to name: the largest seen at any kept moment.
-        let mut largest: rustc_hash::FxHashMap<u32, u64> = Default::default();
         let samples: Vec<Sample> = self
             .columns
             .values()
@@ -558,7 +556,38 @@ impl TimelineAnalysis {
                 pair.into_iter().flatten()
             })
             .collect();
-        for s in &samples {
+        let chosen = self.chosen_categories(&samples);
+        let mut categories: Vec<String> = chosen
+            .iter()
+            .map(|&c| self.category_name(c, state, symbols))
+            .collect();
+        let other_index = categories.len();
+        categories.push("other".into());
+        let mut out = self.timeline_samples(&chosen, samples.len(), state.has_pools());
+        if out.iter().all(|s| s.values[other_index] == 0) {
+            categories.pop();
+            for s in &mut out {
+                s.values.pop();
+            }
+        }
+        Timeline {
+            grouped_by: self.options.group_by,
+            categories,
+            samples: out,
+            phases: self.phase_spans(state, symbols),
+            peak: self.peak_point(state, symbols),
+            ooms: std::mem::take(&mut self.ooms),
+            idle: self.pauses.finish(),
+            capacity_bytes: None,
+            capacity_label: None,
+        }
+    }
+
+    /// Which categories to name: the largest seen at any kept moment (every
+    /// one with bytes, in their own order, when grouped by category).
+    fn chosen_categories(&self, samples: &[Sample]) -> Vec<u32> {
+        let mut largest: rustc_hash::FxHashMap<u32, u64> = Default::default();
+        for s in samples {
             for &(c, b) in &s.tracked {
                 if c != u32::MAX {
                     let e = largest.entry(c).or_default();
@@ -581,14 +610,18 @@ impl TimelineAnalysis {
             ranked.sort_unstable_by(|a, b| b.cmp(a));
             ranked.truncate(self.options.top);
         }
-        let chosen: Vec<u32> = ranked.iter().map(|&(_, c)| c).collect();
-        let mut categories: Vec<String> = chosen
-            .iter()
-            .map(|&c| self.category_name(c, state, symbols))
-            .collect();
-        let other_index = categories.len();
-        categories.push("other".into());
+        ranked.iter().map(|&(_, c)| c).collect()
+    }
 
+    /// The samples kept, two a column at most, each with its bytes in the
+    /// `chosen` categories and then in `other` (what they leave).
+    fn timeline_samples(
+        &self,
+        chosen: &[u32],
+        count: usize,
+        has_pools: bool,
+    ) -> Vec<TimelineSample> {
+        let other_index = chosen.len();
         // (reserved, bytes in private pools) for a sample of the column.
         let reserved_of = |column: &Column, s: &Sample| {
             if column
@@ -600,8 +633,7 @@ impl TimelineAnalysis {
                 (column.reserved_min, column.pools_min)
             }
         };
-        let has_pools = state.has_pools();
-        let mut out = Vec::with_capacity(samples.len());
+        let mut out = Vec::with_capacity(count);
         for column in self.columns.values() {
             let mut pair = [column.min, column.max];
             pair.sort_by_key(|s| s.map(|s| s.time_ns));
@@ -611,7 +643,7 @@ impl TimelineAnalysis {
                     continue;
                 }
                 seen = Some(s.time_ns);
-                let mut values = vec![0u64; categories.len()];
+                let mut values = vec![0u64; chosen.len() + 1];
                 let mut named = 0u64;
                 for &(c, b) in &s.tracked {
                     if let Some(i) = chosen.iter().position(|&x| x == c) {
@@ -632,18 +664,15 @@ impl TimelineAnalysis {
                 });
             }
         }
-        if out.iter().all(|s| s.values[other_index] == 0) {
-            categories.pop();
-            for s in &mut out {
-                s.values.pop();
-            }
-        }
+        out
+    }
 
-        // Phases inside the window, cut to it: a window's chart spans the
-        // window, not the phases that began before it.
+    /// The phases inside the window, cut to it: a window's chart spans the
+    /// window, not the phases that began before it.
+    fn phase_spans(&self, state: &ReplayState, symbols: &SymbolTable) -> Vec<PhaseSpan> {
         let end = self.last_time_ns;
         let start = self.origin_ns.unwrap_or(end);
-        let phases = state
+        state
             .phases()
             .iter()
             .filter(|p| p.end_ns.is_none_or(|e| e >= start) && p.begin_ns <= end)
@@ -653,8 +682,12 @@ impl TimelineAnalysis {
                 end_ns: p.end_ns.unwrap_or(end).min(end),
                 depth: p.depth as usize,
             })
-            .collect();
-        let peak = self.peak.map(|(s, _)| {
+            .collect()
+    }
+
+    /// The allocated peak, with the category that held the most then.
+    fn peak_point(&self, state: &ReplayState, symbols: &SymbolTable) -> Option<TimelinePoint> {
+        self.peak.as_ref().map(|(s, _)| {
             let (category, category_bytes) = s
                 .tracked
                 .iter()
@@ -668,18 +701,7 @@ impl TimelineAnalysis {
                 category,
                 category_bytes,
             }
-        });
-        Timeline {
-            grouped_by: self.options.group_by,
-            categories,
-            samples: out,
-            phases,
-            peak,
-            ooms: std::mem::take(&mut self.ooms),
-            idle: self.pauses.finish(),
-            capacity_bytes: None,
-            capacity_label: None,
-        }
+        })
     }
 }
 

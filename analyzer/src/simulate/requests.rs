@@ -15,8 +15,8 @@ use crate::sites::SiteId;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use vramtrace_format::{
-    BlockStatus, EventData, EventKind, InitialState, PoolAction, PoolEvent, PoolId, SegmentState,
-    StackId, SymbolTable,
+    BlockEvent, BlockStatus, EventData, EventKind, InitialState, OomEvent, PoolAction, PoolEvent,
+    PoolId, SegmentState, StackId, SymbolTable,
 };
 
 /// What a [`Request`] asks of the allocator.
@@ -571,6 +571,114 @@ impl RequestExtractor {
             self.list.retry_bursts += 1;
         }
     }
+
+    /// A block's free completed: the request's free, when it came right
+    /// after it, becomes one free; otherwise the completion is a request of
+    /// its own.
+    fn free_completed(&mut self, b: &BlockEvent, index: u64, time: u64) {
+        let Some((id, requested)) = self.live.remove(&b.addr) else {
+            self.list.unmatched_frees += 1;
+            return;
+        };
+        let last = self.list.requests.last_mut();
+        match last {
+            // The usual case: completed right after the request.
+            Some(r)
+                if requested
+                    && r.op == Op::FreeRequest
+                    && r.id == id
+                    && self.last_index + 1 == index =>
+            {
+                r.op = Op::Free;
+            }
+            _ if requested => {
+                self.list.cross_stream_frees += 1;
+                let stream = self.stream(b.stream);
+                self.push(index, time, Op::FreeComplete, id, stream);
+            }
+            _ => {
+                let stream = self.stream(b.stream);
+                self.push(index, time, Op::Free, id, stream);
+            }
+        }
+    }
+
+    /// An allocation that failed: a request of its own, in the pool of a
+    /// capture (or block) it happened in.
+    fn failed_alloc(
+        &mut self,
+        o: &OomEvent,
+        applied: Applied,
+        step: &Step<'_>,
+        state: &ReplayState,
+    ) {
+        self.list.recorded_ooms += 1;
+        let site = match applied {
+            Applied::Oom(site) => site,
+            _ => SiteId::UNKNOWN,
+        };
+        let stream = self.stream(o.stream);
+        let id = self.new_alloc(o.requested, state.current_phase(), site, Class::default());
+        // A failure during a capture (or block) was its pool's.
+        if let Some(&(_, _, pool)) = self
+            .routes
+            .iter()
+            .rev()
+            .find(|(s, thread, _)| *s == Some(o.stream) || (s.is_none() && *thread == o.thread))
+        {
+            self.set_pool(id, pool);
+        }
+        self.convolution[id as usize] = self.under_convolution(o.stack, step.symbols);
+        self.push(step.index, step.event.time_ns, Op::FailedAlloc, id, stream);
+    }
+
+    /// A segment event (`data`, as `action`): recorded, and a segment
+    /// free after anything but another starts a burst, an inferred
+    /// `empty_cache`.
+    fn segment_action(
+        &mut self,
+        action: SegmentAction,
+        data: &EventData,
+        index: u64,
+        time: u64,
+        state: &ReplayState,
+    ) {
+        // The pool of a segment returned: an unfollowed pool let go
+        // before it, and the burst's pool.
+        let freed_pool = match data {
+            EventData::SegmentFree(s) => self.pooled_segments.remove(&s.addr).unwrap_or(0),
+            _ => 0,
+        };
+        let starts_burst = matches!(action.kind, SegmentKind::Free | SegmentKind::Unmap)
+            && !matches!(
+                self.prev_kind,
+                Some(EventKind::SegmentFree | EventKind::SegmentUnmap | EventKind::EmptyCache)
+            );
+        if freed_pool != 0 {
+            self.infer_release(index, time, freed_pool);
+        }
+        if starts_burst {
+            self.list.inferred_empty_cache += 1;
+            let request = self.list.requests.len();
+            self.push(index, time, Op::InferredEmptyCache, 0, 0);
+            self.burst = Some(Burst {
+                request,
+                // The state already applied this free.
+                reserved_before: state.totals().reserved.saturating_add(action.size),
+                pool: (freed_pool != 0).then_some(freed_pool),
+                mixed: false,
+            });
+        } else if let Some(burst) = self.burst.as_mut()
+            && matches!(action.kind, SegmentKind::Free | SegmentKind::Unmap)
+            && burst.pool != Some(freed_pool)
+        {
+            burst.mixed = true;
+        }
+        self.list.recorded_segments.push(action);
+        if let EventData::SegmentAlloc(s) = data {
+            self.list.recorded_allocations.push((s.size, s.addr));
+        }
+    }
 }
 
 impl Analysis for RequestExtractor {
@@ -656,49 +764,8 @@ impl Analysis for RequestExtractor {
                 }
                 _ => self.list.unmatched_frees += 1,
             },
-            (EventData::FreeCompleted(b), _) => match self.live.remove(&b.addr) {
-                Some((id, requested)) => {
-                    let last = self.list.requests.last_mut();
-                    match last {
-                        // The usual case: completed right after the request.
-                        Some(r)
-                            if requested
-                                && r.op == Op::FreeRequest
-                                && r.id == id
-                                && self.last_index + 1 == index =>
-                        {
-                            r.op = Op::Free;
-                        }
-                        _ if requested => {
-                            self.list.cross_stream_frees += 1;
-                            let stream = self.stream(b.stream);
-                            self.push(index, time, Op::FreeComplete, id, stream);
-                        }
-                        _ => {
-                            let stream = self.stream(b.stream);
-                            self.push(index, time, Op::Free, id, stream);
-                        }
-                    }
-                }
-                None => self.list.unmatched_frees += 1,
-            },
-            (EventData::Oom(o), applied) => {
-                self.list.recorded_ooms += 1;
-                let site = match applied {
-                    Applied::Oom(site) => site,
-                    _ => SiteId::UNKNOWN,
-                };
-                let stream = self.stream(o.stream);
-                let id = self.new_alloc(o.requested, state.current_phase(), site, Class::default());
-                // A failure during a capture (or block) was its pool's.
-                if let Some(&(_, _, pool)) = self.routes.iter().rev().find(|(s, thread, _)| {
-                    *s == Some(o.stream) || (s.is_none() && *thread == o.thread)
-                }) {
-                    self.set_pool(id, pool);
-                }
-                self.convolution[id as usize] = self.under_convolution(o.stack, step.symbols);
-                self.push(index, time, Op::FailedAlloc, id, stream);
-            }
+            (EventData::FreeCompleted(b), _) => self.free_completed(b, index, time),
+            (EventData::Oom(o), applied) => self.failed_alloc(o, applied, step, state),
             (EventData::EmptyCache(_), _) => {
                 self.list.explicit_empty_cache += 1;
                 self.push(index, time, Op::EmptyCache, 0, 0);
@@ -716,41 +783,7 @@ impl Analysis for RequestExtractor {
             _ => {}
         }
         if let Some(action) = SegmentAction::of(data) {
-            // The pool of a segment returned: an unfollowed pool let go
-            // before it, and the burst's pool.
-            let freed_pool = match data {
-                EventData::SegmentFree(s) => self.pooled_segments.remove(&s.addr).unwrap_or(0),
-                _ => 0,
-            };
-            let starts_burst = matches!(action.kind, SegmentKind::Free | SegmentKind::Unmap)
-                && !matches!(
-                    self.prev_kind,
-                    Some(EventKind::SegmentFree | EventKind::SegmentUnmap | EventKind::EmptyCache)
-                );
-            if freed_pool != 0 {
-                self.infer_release(index, time, freed_pool);
-            }
-            if starts_burst {
-                self.list.inferred_empty_cache += 1;
-                let request = self.list.requests.len();
-                self.push(index, time, Op::InferredEmptyCache, 0, 0);
-                self.burst = Some(Burst {
-                    request,
-                    // The state already applied this free.
-                    reserved_before: state.totals().reserved.saturating_add(action.size),
-                    pool: (freed_pool != 0).then_some(freed_pool),
-                    mixed: false,
-                });
-            } else if let Some(burst) = self.burst.as_mut()
-                && matches!(action.kind, SegmentKind::Free | SegmentKind::Unmap)
-                && burst.pool != Some(freed_pool)
-            {
-                burst.mixed = true;
-            }
-            self.list.recorded_segments.push(action);
-            if let EventData::SegmentAlloc(s) = data {
-                self.list.recorded_allocations.push((s.size, s.addr));
-            }
+            self.segment_action(action, data, index, time, state);
         }
         let totals = state.totals();
         self.list.recorded_peak_reserved = self.list.recorded_peak_reserved.max(totals.reserved);
