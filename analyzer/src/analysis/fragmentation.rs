@@ -73,8 +73,9 @@ pub struct FragmentationReport {
     pub idle: IdleGaps,
 }
 
+/// The time bucket being filled: its events and highest totals so far.
 #[derive(Clone, Copy, Debug, Default)]
-struct Open {
+struct OpenBucket {
     events: u64,
     max_reserved: u64,
     max_allocated: u64,
@@ -88,7 +89,7 @@ pub struct Fragmentation {
     width: u64,
     closed: Vec<FragmentationBucket>,
     open_index: u64,
-    open: Open,
+    open: OpenBucket,
     first_index: Option<u64>,
     pauses: PauseTracker,
     report: Option<FragmentationReport>,
@@ -103,7 +104,7 @@ impl Fragmentation {
             width: INITIAL_BUCKET_NS,
             closed: Vec::new(),
             open_index: 0,
-            open: Open::default(),
+            open: OpenBucket::default(),
             first_index: None,
             pauses: PauseTracker::new(GAP_BUDGET),
             report: None,
@@ -145,7 +146,7 @@ impl Fragmentation {
             max_allocated_bytes: self.open.max_allocated.max(t.allocated),
             ..Default::default()
         });
-        self.open = Open::default();
+        self.open = OpenBucket::default();
     }
 
     fn halve(&mut self) {
@@ -288,7 +289,7 @@ impl Analysis for Fragmentation {
                 max_allocated_bytes: self.open.max_allocated.max(end.allocated_bytes),
                 ..end.clone()
             });
-            self.open = Open::default();
+            self.open = OpenBucket::default();
             self.open_index += 1;
         }
     }

@@ -32,6 +32,12 @@
 //! warm-up (optimizer state and caches appear in the first repetitions), and
 //! keeps the first of the two that shows consistent growth.
 
+mod fit;
+
+use fit::median;
+pub use fit::{Fit, robust_slope, steadiness, warmup};
+
+use super::open_instances::{Figures, OpenInstances};
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::categories::{Category, dominant};
 use crate::replay::{Applied, DroppedReport, LiveAlloc, PathId, PhaseId, ReplayState, SiteLive};
@@ -54,127 +60,6 @@ pub const MIN_STEADINESS: f64 = 0.9;
 
 /// The fewest repetitions a growth is measured over.
 pub const MIN_REPETITIONS: usize = 3;
-
-/// Series longer than this are fitted by slopes between points half the
-/// series apart rather than between every pair.
-const PAIRWISE_MAX: usize = 64;
-
-/// A robust slope of `y` over `x` (Theil–Sen): the median of the slopes
-/// between every pair of points, or, in a long series, between the points
-/// half the series apart (linear in the number of points). `None` with fewer
-/// than two points.
-pub fn robust_slope(x: &[f64], y: &[f64]) -> Option<f64> {
-    let m = x.len().min(y.len());
-    if m < 2 {
-        return None;
-    }
-    let mut slopes: Vec<f64> = if m <= PAIRWISE_MAX {
-        (0..m)
-            .flat_map(|i| (i + 1..m).map(move |j| (i, j)))
-            .filter(|&(i, j)| x[j] != x[i])
-            .map(|(i, j)| (y[j] - y[i]) / (x[j] - x[i]))
-            .collect()
-    } else {
-        let h = m / 2;
-        (0..m - h)
-            .filter(|&i| x[i + h] != x[i])
-            .map(|i| (y[i + h] - y[i]) / (x[i + h] - x[i]))
-            .collect()
-    };
-    median(&mut slopes)
-}
-
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_unstable_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
-/// How much of a series' variation the line of slope `slope` (through the
-/// median intercept) explains: 1 − residual / total sum of squares, at
-/// least 0; 1 for a series that does not vary.
-pub fn steadiness(x: &[f64], y: &[f64], slope: f64) -> f64 {
-    let n = x.len().min(y.len());
-    if n == 0 {
-        return 1.0;
-    }
-    let mut intercepts: Vec<f64> = (0..n).map(|i| y[i] - slope * x[i]).collect();
-    let intercept = median(&mut intercepts).unwrap_or(0.0);
-    let mean = y[..n].iter().sum::<f64>() / n as f64;
-    let total: f64 = y[..n].iter().map(|v| (v - mean).powi(2)).sum();
-    if total == 0.0 {
-        return 1.0;
-    }
-    let residual: f64 = (0..n)
-        .map(|i| (y[i] - intercept - slope * x[i]).powi(2))
-        .sum();
-    (1.0 - residual / total).max(0.0)
-}
-
-/// How many leading repetitions a second fit leaves out as warm-up: a
-/// fifth, at least one once there are three.
-pub fn warmup(repetitions: usize) -> usize {
-    if repetitions < 3 {
-        0
-    } else {
-        (repetitions / 5).max(1)
-    }
-}
-
-/// A straight-line fit of a series at the ends of repetitions.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Fit {
-    /// Leading points left out (warm-up).
-    pub skipped: usize,
-    /// Points fitted.
-    pub points: usize,
-    /// The robust slope, per repetition.
-    pub slope: f64,
-    /// The share of the variation the line explains (see [`steadiness`]).
-    pub steadiness: f64,
-}
-
-impl Fit {
-    /// Fits `y` over `x` from point `skipped` on.
-    pub fn of(x: &[f64], y: &[f64], skipped: usize) -> Fit {
-        let (x, y) = (&x[skipped.min(x.len())..], &y[skipped.min(y.len())..]);
-        let slope = robust_slope(x, y).unwrap_or(0.0);
-        Fit {
-            skipped,
-            points: x.len().min(y.len()),
-            slope,
-            steadiness: steadiness(x, y, slope),
-        }
-    }
-
-    /// Whether the series changes consistently: a slope of at least a byte,
-    /// up or down, over [`MIN_REPETITIONS`] points or more, explaining at
-    /// least [`MIN_STEADINESS`] of the variation.
-    pub fn is_consistent(&self) -> bool {
-        self.points >= MIN_REPETITIONS
-            && self.slope.round() != 0.0
-            && self.steadiness >= MIN_STEADINESS
-    }
-
-    /// The fit of every point if it shows consistent change (`up`: growth;
-    /// else a fall), or else of the points after the warm-up, whichever
-    /// first does; `None` if neither does.
-    pub fn consistent(x: &[f64], y: &[f64], up: bool) -> Option<Fit> {
-        let w = warmup(x.len());
-        let direction = |f: &Fit| (f.slope > 0.0) == up;
-        std::iter::once(0)
-            .chain((w > 0).then_some(w))
-            .map(|skip| Fit::of(x, y, skip))
-            .find(|f| f.is_consistent() && direction(f))
-    }
-}
 
 /// How a repeated phase's allocated bytes at its ends change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -404,15 +289,10 @@ struct Instance {
     sites: Vec<(SiteId, SiteLive)>,
 }
 
-/// An open phase instance: the live bytes allocated inside it, by site, and
-/// whether an allocation failed in it. Its figures count only what happened
-/// while it was the innermost instance followed; an ending instance hands
-/// them to the one around it, so that an event costs one update however
-/// deep the nesting.
-#[derive(Clone, Debug)]
+/// An open phase instance's figures (see [`OpenInstances`]): the live bytes
+/// allocated inside it, by site, and whether an allocation failed in it.
+#[derive(Clone, Debug, Default)]
 struct Open {
-    phase: PhaseId,
-    depth: u32,
     /// By site: bytes and blocks allocated while it was innermost (or in
     /// the instances that ended inside it), less those released while it
     /// was the innermost open one holding them. What it retains is the sum
@@ -423,6 +303,23 @@ struct Open {
 }
 
 impl Open {
+    /// The sites it retains blocks of, with their live bytes and blocks.
+    fn retained_sites(&self) -> Vec<(SiteId, SiteLive)> {
+        self.sites
+            .iter()
+            .filter(|(_, s)| s.1 > 0)
+            .map(|(&site, &(bytes, blocks))| {
+                let live = SiteLive {
+                    bytes: u64::try_from(bytes.max(0)).unwrap_or(u64::MAX),
+                    blocks: blocks as u64,
+                };
+                (site, live)
+            })
+            .collect()
+    }
+}
+
+impl Figures for Open {
     /// Takes in the figures of an instance that ended inside it (the
     /// smaller map into the larger).
     fn absorb(&mut self, mut inner: Open) {
@@ -452,7 +349,7 @@ struct Candidate {
 #[derive(Clone, Debug, Default)]
 pub struct Leaks {
     // Per open phase, outermost first.
-    open: Vec<Open>,
+    open: OpenInstances<Open>,
     groups: BTreeMap<PathId, Group>,
     instances: Vec<Instance>,
     instance_count: u64,
@@ -485,34 +382,18 @@ impl Leaks {
         // open by a mismatched end are closed with it.
         let mut retained = Vec::new();
         let mut cut_short = false;
-        let pos = self.open.partition_point(|o| o.depth < inst.depth);
-        if self.open.get(pos).is_some_and(|o| o.phase == id) {
+        if let Some(pos) = self.open.ending(id, inst.depth) {
             // Instances left open inside it end with it, their figures in
             // its own.
-            while self.open.len() > pos + 1
-                && let Some(inner) = self.open.pop()
-                && let Some(outer) = self.open.last_mut()
-            {
-                outer.absorb(inner);
+            while self.open.len() > pos + 1 {
+                self.open.end_innermost(|_, _| ());
             }
-            let open = self.open.swap_remove(pos);
             self.instance_count += 1;
-            cut_short = open.oom;
-            let mut sites: Vec<(SiteId, SiteLive)> = open
-                .sites
-                .iter()
-                .filter(|(_, s)| s.1 > 0)
-                .map(|(&site, &(bytes, blocks))| {
-                    let live = SiteLive {
-                        bytes: u64::try_from(bytes.max(0)).unwrap_or(u64::MAX),
-                        blocks: blocks as u64,
-                    };
-                    (site, live)
-                })
-                .collect();
-            if let Some(outer) = self.open.last_mut() {
-                outer.absorb(open);
-            }
+            let (mut sites, oom) = self
+                .open
+                .end_innermost(|_, open| (open.retained_sites(), open.oom))
+                .unwrap_or_default();
+            cut_short = oom;
             retained = sites
                 .iter()
                 .map(|(site, live)| (*site, live.bytes))
@@ -530,11 +411,6 @@ impl Leaks {
                     self.prune_instances();
                 }
             }
-        } else {
-            // Begun before the window: the instances followed inside it
-            // ended with it (their figures go nowhere, as theirs did not
-            // reach it), so the stack stays in depth order.
-            self.open.truncate(pos);
         }
         let group = self.groups.entry(inst.path).or_insert_with(|| Group {
             stride: 1,
@@ -578,18 +454,8 @@ impl Leaks {
 
     /// A block left the live set: the open phases that hold it drop it.
     fn released(&mut self, a: &LiveAlloc, state: &ReplayState) {
-        if self.open.is_empty() || a.phase.is_none() {
-            return;
-        }
-        // The open phases holding the block are the open ancestors of the
-        // phase it was allocated in, a prefix of the stack: the innermost of
-        // them takes the release for all.
-        let Some(depth) = state.open_depth(a.phase) else {
-            return;
-        };
-        let holders = self.open.partition_point(|o| o.depth <= depth);
-        if let Some(innermost) = holders.checked_sub(1) {
-            let s = self.open[innermost].sites.entry(a.site).or_default();
+        if let Some(holder) = self.open.holder(a, state) {
+            let s = holder.sites.entry(a.site).or_default();
             s.0 -= i128::from(a.size);
             s.1 -= 1;
         }
@@ -766,7 +632,7 @@ impl Analysis for Leaks {
                 if let Some(old) = state.replaced_by(step.index) {
                     self.released(old, state);
                 }
-                if let Some(open) = self.open.last_mut() {
+                if let Some(open) = self.open.innermost() {
                     let s = open.sites.entry(a.site).or_default();
                     s.0 += i128::from(a.size);
                     s.1 += 1;
@@ -778,16 +644,11 @@ impl Analysis for Leaks {
                 self.released(&a, state)
             }
             Applied::PhaseBegin(id) => {
-                self.open.push(Open {
-                    phase: id,
-                    depth: state.phase(id).map_or(0, |p| p.depth),
-                    sites: FxHashMap::default(),
-                    oom: false,
-                });
+                self.open.begin(id, state, Open::default());
             }
             Applied::PhaseEnd(id) => self.phase_ended(id, state),
             Applied::Oom(_) => {
-                if let Some(open) = self.open.last_mut() {
+                if let Some(open) = self.open.innermost() {
                     open.oom = true;
                 }
             }

@@ -19,6 +19,7 @@ pub mod flame;
 pub mod fragmentation;
 pub mod leaks;
 pub mod limits;
+mod open_instances;
 pub mod pauses;
 pub mod peaks;
 pub mod phase_totals;

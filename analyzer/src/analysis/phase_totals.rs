@@ -4,8 +4,9 @@
 //! what a comparison of two runs matches phase by phase; the leak analysis
 //! keeps only the instances retaining the most, so it cannot give totals.
 
+use super::open_instances::{Figures, OpenInstances};
 use super::{Analysis, AnalysisError, Flow, Step};
-use crate::replay::{Applied, LiveAlloc, PathId, PhaseId, ReplayState};
+use crate::replay::{Applied, LiveAlloc, PathId, ReplayState};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use vramtrace_format::SymbolTable;
@@ -33,13 +34,9 @@ pub struct PhaseTotalsReport {
     pub phases: Vec<PhaseTotal>,
 }
 
-/// An open instance. Its figures count only what happened while it was
-/// the innermost instance followed; an ending instance hands them to the one
-/// around it, so that every event costs one update however deep the nesting.
+/// An open instance's figures (see [`OpenInstances`]).
 #[derive(Clone, Copy, Debug)]
 struct Open {
-    id: PhaseId,
-    depth: u32,
     /// The most allocated bytes while it was innermost (and in the instances
     /// that ended inside it).
     peak: u64,
@@ -51,12 +48,19 @@ struct Open {
     own: i128,
 }
 
+impl Figures for Open {
+    fn absorb(&mut self, inner: Open) {
+        self.own += inner.own;
+        self.peak = self.peak.max(inner.peak);
+    }
+}
+
 /// Computes a [`PhaseTotalsReport`]; costs O(1) per allocation and phase
 /// end, O(log nesting depth) per free.
 #[derive(Clone, Debug, Default)]
 pub struct PhaseTotals {
     // The open instances begun inside the window, outermost first.
-    open: Vec<Open>,
+    open: OpenInstances<Open>,
     groups: BTreeMap<PathId, PhaseTotal>,
     report: Option<PhaseTotalsReport>,
 }
@@ -73,32 +77,21 @@ impl PhaseTotals {
     }
 
     /// A block stopped counting as allocated: the open instances it was
-    /// allocated in no longer retain it. Those are the open ancestors of the
-    /// phase it was allocated in, a prefix of the open stack: the innermost
-    /// of them takes the release for all.
+    /// allocated in no longer retain it.
     fn released(&mut self, a: &LiveAlloc, state: &ReplayState) {
-        if self.open.is_empty() || a.phase.is_none() {
-            return;
-        }
-        let Some(depth) = state.open_depth(a.phase) else {
-            return;
-        };
-        let holders = self.open.partition_point(|o| o.depth <= depth);
-        if let Some(innermost) = holders.checked_sub(1) {
-            self.open[innermost].own -= i128::from(a.size);
+        if let Some(holder) = self.open.holder(a, state) {
+            holder.own -= i128::from(a.size);
         }
     }
 
     /// Ends the innermost instance: its figures go to its group, and to the
     /// instance around it.
     fn end_innermost(&mut self, state: &ReplayState) {
-        let Some(open) = self.open.pop() else { return };
-        if let Some(outer) = self.open.last_mut() {
-            outer.own += open.own;
-            outer.peak = outer.peak.max(open.peak);
-        }
+        let Some((id, open)) = self.open.end_innermost(|id, open| (id, *open)) else {
+            return;
+        };
         let retained = u64::try_from(open.own.max(0)).unwrap_or(u64::MAX);
-        let path = state.phase(open.id).map_or(PathId::NONE, |p| p.path);
+        let path = state.phase(id).map_or(PathId::NONE, |p| p.path);
         let group = self.groups.entry(path).or_insert_with(|| PhaseTotal {
             phase: state.path_name(path),
             ..PhaseTotal::default()
@@ -119,7 +112,7 @@ impl Analysis for PhaseTotals {
                     let old = *old;
                     self.released(&old, state);
                 }
-                if let Some(open) = self.open.last_mut() {
+                if let Some(open) = self.open.innermost() {
                     open.own += i128::from(a.size);
                     open.peak = open.peak.max(state.totals().allocated);
                 }
@@ -130,27 +123,21 @@ impl Analysis for PhaseTotals {
                 self.released(&a, state)
             }
             Applied::PhaseBegin(id) => {
-                let depth = state.phase(id).map_or(0, |p| p.depth);
-                self.open.push(Open {
-                    id,
-                    depth,
+                let open = Open {
                     peak: state.totals().allocated,
                     own: 0,
-                });
+                };
+                self.open.begin(id, state, open);
             }
             Applied::PhaseEnd(id) => {
-                // A mismatched end closes the phases nested in it too.
+                // A mismatched end closes the phases nested in it too, each
+                // reported; one begun before the window is not (nor are
+                // those followed inside it).
                 let depth = state.phase(id).map_or(0, |p| p.depth);
-                let pos = self.open.partition_point(|o| o.depth < depth);
-                if self.open.get(pos).is_some_and(|o| o.id == id) {
+                if let Some(pos) = self.open.ending(id, depth) {
                     while self.open.len() > pos {
                         self.end_innermost(state);
                     }
-                } else {
-                    // Begun before the window: the instances followed
-                    // inside it ended with it, unreported (it is), and the
-                    // stack stays in depth order.
-                    self.open.truncate(pos);
                 }
             }
             _ => {}

@@ -547,8 +547,6 @@ impl TimelineAnalysis {
     fn build(&mut self, state: &ReplayState, symbols: &SymbolTable) -> Timeline {
         self.close_open();
         self.apply_pending();
-        // Which categories to name: the largest seen at any kept moment.
-        let mut largest: rustc_hash::FxHashMap<u32, u64> = Default::default();
         let samples: Vec<Sample> = self
             .columns
             .values()
@@ -558,7 +556,38 @@ impl TimelineAnalysis {
                 pair.into_iter().flatten()
             })
             .collect();
-        for s in &samples {
+        let chosen = self.chosen_categories(&samples);
+        let mut categories: Vec<String> = chosen
+            .iter()
+            .map(|&c| self.category_name(c, state, symbols))
+            .collect();
+        let other_index = categories.len();
+        categories.push("other".into());
+        let mut out = self.timeline_samples(&chosen, samples.len(), state.has_pools());
+        if out.iter().all(|s| s.values[other_index] == 0) {
+            categories.pop();
+            for s in &mut out {
+                s.values.pop();
+            }
+        }
+        Timeline {
+            grouped_by: self.options.group_by,
+            categories,
+            samples: out,
+            phases: self.phase_spans(state, symbols),
+            peak: self.peak_point(state, symbols),
+            ooms: std::mem::take(&mut self.ooms),
+            idle: self.pauses.finish(),
+            capacity_bytes: None,
+            capacity_label: None,
+        }
+    }
+
+    /// Which categories to name: the largest seen at any kept moment (every
+    /// one with bytes, in their own order, when grouped by category).
+    fn chosen_categories(&self, samples: &[Sample]) -> Vec<u32> {
+        let mut largest: rustc_hash::FxHashMap<u32, u64> = Default::default();
+        for s in samples {
             for &(c, b) in &s.tracked {
                 if c != u32::MAX {
                     let e = largest.entry(c).or_default();
@@ -581,14 +610,18 @@ impl TimelineAnalysis {
             ranked.sort_unstable_by(|a, b| b.cmp(a));
             ranked.truncate(self.options.top);
         }
-        let chosen: Vec<u32> = ranked.iter().map(|&(_, c)| c).collect();
-        let mut categories: Vec<String> = chosen
-            .iter()
-            .map(|&c| self.category_name(c, state, symbols))
-            .collect();
-        let other_index = categories.len();
-        categories.push("other".into());
+        ranked.iter().map(|&(_, c)| c).collect()
+    }
 
+    /// The samples kept, two a column at most, each with its bytes in the
+    /// `chosen` categories and then in `other` (what they leave).
+    fn timeline_samples(
+        &self,
+        chosen: &[u32],
+        count: usize,
+        has_pools: bool,
+    ) -> Vec<TimelineSample> {
+        let other_index = chosen.len();
         // (reserved, bytes in private pools) for a sample of the column.
         let reserved_of = |column: &Column, s: &Sample| {
             if column
@@ -600,8 +633,7 @@ impl TimelineAnalysis {
                 (column.reserved_min, column.pools_min)
             }
         };
-        let has_pools = state.has_pools();
-        let mut out = Vec::with_capacity(samples.len());
+        let mut out = Vec::with_capacity(count);
         for column in self.columns.values() {
             let mut pair = [column.min, column.max];
             pair.sort_by_key(|s| s.map(|s| s.time_ns));
@@ -611,7 +643,7 @@ impl TimelineAnalysis {
                     continue;
                 }
                 seen = Some(s.time_ns);
-                let mut values = vec![0u64; categories.len()];
+                let mut values = vec![0u64; chosen.len() + 1];
                 let mut named = 0u64;
                 for &(c, b) in &s.tracked {
                     if let Some(i) = chosen.iter().position(|&x| x == c) {
@@ -632,18 +664,15 @@ impl TimelineAnalysis {
                 });
             }
         }
-        if out.iter().all(|s| s.values[other_index] == 0) {
-            categories.pop();
-            for s in &mut out {
-                s.values.pop();
-            }
-        }
+        out
+    }
 
-        // Phases inside the window, cut to it: a window's chart spans the
-        // window, not the phases that began before it.
+    /// The phases inside the window, cut to it: a window's chart spans the
+    /// window, not the phases that began before it.
+    fn phase_spans(&self, state: &ReplayState, symbols: &SymbolTable) -> Vec<PhaseSpan> {
         let end = self.last_time_ns;
         let start = self.origin_ns.unwrap_or(end);
-        let phases = state
+        state
             .phases()
             .iter()
             .filter(|p| p.end_ns.is_none_or(|e| e >= start) && p.begin_ns <= end)
@@ -653,8 +682,12 @@ impl TimelineAnalysis {
                 end_ns: p.end_ns.unwrap_or(end).min(end),
                 depth: p.depth as usize,
             })
-            .collect();
-        let peak = self.peak.map(|(s, _)| {
+            .collect()
+    }
+
+    /// The allocated peak, with the category that held the most then.
+    fn peak_point(&self, state: &ReplayState, symbols: &SymbolTable) -> Option<TimelinePoint> {
+        self.peak.as_ref().map(|(s, _)| {
             let (category, category_bytes) = s
                 .tracked
                 .iter()
@@ -668,18 +701,7 @@ impl TimelineAnalysis {
                 category,
                 category_bytes,
             }
-        });
-        Timeline {
-            grouped_by: self.options.group_by,
-            categories,
-            samples: out,
-            phases,
-            peak,
-            ooms: std::mem::take(&mut self.ooms),
-            idle: self.pauses.finish(),
-            capacity_bytes: None,
-            capacity_label: None,
-        }
+        })
     }
 }
 
@@ -747,57 +769,4 @@ impl Analysis for TimelineAnalysis {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::analysis::window::Window;
-    use crate::testing::{TraceBuilder, replay_trace};
-
-    #[test]
-    fn by_phase_splits_allocations_inside_and_outside_phases() {
-        let mut b = TraceBuilder::new();
-        let site = b.site("f", "a.py", 1);
-        b.at(1).alloc(0x1000, 512, 512, site);
-        b.at(2).begin("forward").alloc(0x2000, 1024, 1024, site);
-        b.at(3).end("forward").free(0x2000, 1024);
-        let trace = b.finish();
-        let mut timeline = TimelineAnalysis::new(TimelineOptions {
-            group_by: GroupBy::Phase,
-            ..TimelineOptions::default()
-        });
-        replay_trace(&trace, &mut [&mut timeline], &Window::default());
-        let mut names: Vec<_> = timeline.phase_names.keys().cloned().collect();
-        names.sort();
-        assert_eq!(names, ["(no phase)", "forward"]);
-        // One slot per phase instance, and one for "no phase".
-        assert_eq!(timeline.phase_category.len(), 2);
-    }
-
-    #[test]
-    fn samples_carry_the_bytes_in_private_pools() {
-        use crate::testing::{Serving, serving_run_with_pools};
-        let (trace, pools) = serving_run_with_pools(&Serving::default());
-        let mut timeline = TimelineAnalysis::new(TimelineOptions {
-            columns: 100_000,
-            ..TimelineOptions::default()
-        });
-        replay_trace(&trace, &mut [&mut timeline], &Window::default());
-        let t = timeline.into_report().unwrap();
-        let held: Vec<u64> = t.samples.iter().map(|s| s.pools.unwrap()).collect();
-        let most = *held.iter().max().unwrap();
-        // The graphs' shared pool held memory at some point, never more than
-        // what was reserved then, and at the end what the allocator says.
-        assert!(most > 0);
-        assert!(t.samples.iter().all(|s| s.pools.unwrap() <= s.reserved));
-        let at_end: u64 = pools.iter().map(|p| p.reserved).sum();
-        assert_eq!(*held.last().unwrap(), at_end);
-        // A trace without pools has none in its samples (nor in its JSON).
-        let mut b = TraceBuilder::new();
-        b.segment(0, 1 << 20)
-            .alloc(0, 512, 512, vramtrace_format::StackId::NONE);
-        let mut plain = TimelineAnalysis::new(TimelineOptions::default());
-        replay_trace(&b.finish(), &mut [&mut plain], &Window::default());
-        let t = plain.into_report().unwrap();
-        assert!(t.samples.iter().all(|s| s.pools.is_none()));
-        assert!(!serde_json::to_string(&t.samples).unwrap().contains("pools"));
-    }
-}
+mod tests;

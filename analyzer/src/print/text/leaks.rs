@@ -1,7 +1,7 @@
 //! The leaks as text.
 
 use super::{full_stacks, site_cell};
-use crate::analysis::leaks::Trend;
+use crate::analysis::leaks::{LeaksReport, Trend};
 use crate::command::leaks::LeaksResult;
 use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
@@ -11,7 +11,16 @@ use crate::units;
 pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
     let r = &out.report;
     let mut text = format!("trace     {}\n", out.path);
+    text.push_str(&leak_table(r, top, full));
+    text.push_str(&repeated_phases(r));
+    text.push_str(&retained_by_phase(r, top));
+    text.push_str(&never_freed(r, top, full));
+    text
+}
 
+/// The leaks found: the sites whose live memory grows with every repetition.
+fn leak_table(r: &LeaksReport, top: usize, full: bool) -> String {
+    let mut text = String::new();
     if r.leaks.is_empty() {
         text.push_str(
             "\nleaks: none (no site's live memory grows across the repetitions of a phase that goes on repeating)\n",
@@ -45,7 +54,13 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
             ));
         }
     }
+    text
+}
 
+/// The phases that repeat, with the trend of their memory at each end, and
+/// those that grow with no site growing steadily.
+fn repeated_phases(r: &LeaksReport) -> String {
+    let mut text = String::new();
     text.push_str("\nrepeated phases: allocated memory at the end of each repetition\n");
     if r.repeated_phases.is_empty() {
         text.push_str("  no phase repeats three times or more\n");
@@ -92,7 +107,12 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
             }
         }
     }
+    text
+}
 
+/// The phase instances that retained the most at their end.
+fn retained_by_phase(r: &LeaksReport, top: usize) -> String {
+    let mut text = String::new();
     text.push_str(&format!(
         "\nretained at the end of a phase instance ({} instances ended):\n",
         units::count(r.phase_instances)
@@ -118,7 +138,13 @@ pub fn leaks(out: &LeaksResult, top: usize, full: bool) -> String {
         }
         text.push_str(&t.render(2));
     }
+    text
+}
 
+/// The memory never freed by the end, by site (less what a gap in the
+/// trace leaves in doubt).
+fn never_freed(r: &LeaksReport, top: usize, full: bool) -> String {
+    let mut text = String::new();
     text.push_str(&format!(
         "\nnever freed by the end: {} in {} blocks\n",
         units::bytes(r.never_freed_bytes),

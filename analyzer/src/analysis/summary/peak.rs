@@ -1,0 +1,429 @@
+//! The summary's peaks: each total's highest value ([`PeakTrack`]), and the
+//! allocated peak's state, sites and free space, found without a copy per
+//! peak (see [`super`] for how the log since the peak is undone).
+
+use super::{SiteShare, Summary, UNDO_BUDGET, open_phase};
+use crate::analysis::Step;
+use crate::analysis::categories::CategoryTable;
+use crate::analysis::limits::Limit;
+use crate::analysis::waterfall::{Moment, TOP_SITES, Waterfall};
+use crate::replay::categories::{CATEGORIES, dominant};
+use crate::replay::{
+    Applied, FreeSpace, LiveAlloc, Occupancy, PhaseId, ReplayState, Segment, SegmentUndo, SiteLive,
+};
+use crate::sites::SiteId;
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use vramtrace_format::{Event, EventData, SymbolTable};
+
+/// Where the summary finds the free space at the allocated peak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PeakSpace {
+    /// In the replay state: nothing has changed blocks or segments since.
+    Live,
+    /// In the replay state with `Summary::since_peak` undone.
+    Logged,
+    /// In `Summary::peak_occupancy`.
+    Copied,
+}
+
+/// The blocks and segments changed since the allocated peak, to undo.
+#[derive(Clone, Debug, Default)]
+pub(super) struct SincePeak {
+    /// Blocks added to (`true`) or removed from the segments, in order:
+    /// `(address, size, added)`.
+    pub(super) blocks: Vec<(u64, u64, bool)>,
+    /// What each segment event since changed, as it was before.
+    pub(super) segments: Vec<SegmentUndo>,
+    /// Reserved bytes at the peak, saved before their first change after it.
+    pub(super) reserved: Option<u64>,
+}
+
+impl SincePeak {
+    pub(super) fn clear(&mut self) {
+        self.blocks.clear();
+        self.segments.clear();
+        self.reserved = None;
+    }
+
+    fn len(&self) -> usize {
+        self.blocks.len() + self.segments.len()
+    }
+
+    /// The blocks and segments at the peak: `state`'s, with the log undone.
+    fn undo(&self, state: &ReplayState) -> Occupancy {
+        let mut blocks: FxHashMap<u64, u64> = state.live().map(|a| (a.addr, a.size)).collect();
+        for &(addr, size, added) in self.blocks.iter().rev() {
+            if added {
+                blocks.remove(&addr);
+            } else {
+                blocks.insert(addr, size);
+            }
+        }
+        let segments = if self.segments.is_empty() {
+            state.segments().copied().collect()
+        } else {
+            let mut segments: BTreeMap<u64, Segment> =
+                state.segments().map(|s| (s.start, *s)).collect();
+            for undo in self.segments.iter().rev() {
+                undo.undo(&mut segments);
+            }
+            segments.into_values().collect()
+        };
+        let reserved = self.reserved.unwrap_or(state.totals().reserved);
+        Occupancy::of_blocks(reserved, segments, blocks)
+    }
+}
+
+/// A site live at the allocated peak: its live blocks and their bytes by
+/// category.
+pub(super) type SiteAtPeak = (SiteId, SiteLive, [u64; CATEGORIES]);
+
+/// The highest value of one total so far, and when it was reached.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PeakTrack {
+    pub(super) bytes: u64,
+    time_ns: u64,
+    // Events replayed when the peak was reached.
+    replayed: u64,
+    phase: PhaseId,
+}
+
+impl PeakTrack {
+    /// The state's current value as the starting candidate.
+    pub(crate) fn start(bytes: u64, state: &ReplayState) -> Self {
+        PeakTrack {
+            bytes,
+            time_ns: state.time_ns(),
+            replayed: state.events_applied(),
+            phase: state.current_phase(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn update(&mut self, bytes: u64, step: &Step<'_>, state: &ReplayState) -> bool {
+        if bytes > self.bytes {
+            *self = PeakTrack {
+                bytes,
+                time_ns: step.event.time_ns,
+                replayed: step.index + 1,
+                phase: state.current_phase(),
+            };
+            true
+        } else {
+            false
+        }
+    }
+
+    pub(crate) fn report(&self, state: &ReplayState, symbols: &SymbolTable) -> Peak {
+        Peak {
+            bytes: self.bytes,
+            time_ns: self.time_ns,
+            index: self.replayed.saturating_sub(1),
+            replayed_events: self.replayed,
+            phase: state.phase_path(self.phase, symbols),
+        }
+    }
+}
+
+/// A peak of one total.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Peak {
+    /// The peak value.
+    pub bytes: u64,
+    /// When it was first reached.
+    pub time_ns: u64,
+    /// The index of the event that reached it (of the last event before the
+    /// window when the peak is the window's starting state).
+    pub index: u64,
+    /// The number of events replayed when the peak was reached (0 for the
+    /// trace's initial state).
+    pub replayed_events: u64,
+    /// The phase path open then (empty outside phases; JSON `null`).
+    #[serde(with = "open_phase")]
+    pub phase: String,
+}
+
+/// The allocator's state at the allocated peak.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PeakState {
+    /// Reserved segments.
+    pub segments: u64,
+    /// Live blocks.
+    pub live_blocks: u64,
+    /// Reserved bytes.
+    pub reserved_bytes: u64,
+    /// Allocated bytes.
+    pub allocated_bytes: u64,
+    /// Reserved bytes not allocated: cached by the allocator.
+    pub cached_free_bytes: u64,
+    /// Internal fragmentation: block sizes minus requested sizes of live blocks.
+    pub internal_fragmentation_bytes: u64,
+    /// The largest free range: `None` without allocations.
+    pub largest_free_block: Option<u64>,
+    /// `1 - largest free block / free bytes` (when the largest free range is known).
+    pub external_fragmentation: Option<f64>,
+}
+
+impl PeakState {
+    fn set_free_space(&mut self, space: FreeSpace) {
+        self.largest_free_block = Some(space.largest_free_block);
+        self.external_fragmentation = Some(space.external_fragmentation());
+    }
+}
+
+impl Summary {
+    pub(super) fn capture_peak_state(&mut self, state: &ReplayState) {
+        let t = state.totals();
+        self.at_peak = PeakState {
+            segments: t.segments,
+            live_blocks: t.live_blocks,
+            reserved_bytes: t.reserved,
+            allocated_bytes: t.allocated,
+            cached_free_bytes: t.reserved.saturating_sub(t.allocated),
+            internal_fragmentation_bytes: t.allocated.saturating_sub(t.requested),
+            largest_free_block: None,
+            external_fragmentation: None,
+        };
+        self.peak_active = t.active;
+        self.peak_limit = self.limits.in_force();
+        self.peak_device = self.limits.last_sample();
+        self.peak_outside = self.limits.outside_now();
+        if state.has_pools() {
+            self.pools_at_peak.clear();
+            self.pools_at_peak.extend_from_slice(state.pools());
+        }
+    }
+
+    /// Copies the per-site tables at the allocated peak: the state's now,
+    /// with the block freed since the peak added back and the block
+    /// allocated since taken off.
+    pub(super) fn snapshot_sites(
+        &mut self,
+        state: &ReplayState,
+        freed: Option<&LiveAlloc>,
+        added: Option<&LiveAlloc>,
+    ) {
+        let by_category = state.site_categories();
+        self.sites_at_peak.clear();
+        self.sites_at_peak.extend(
+            state
+                .site_live()
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.blocks > 0)
+                .map(|(i, s)| (SiteId(i as u32), *s, by_category[i])),
+        );
+        if let Some(a) = freed {
+            let c = a.class.category as usize;
+            match self.sites_at_peak.iter_mut().find(|(s, ..)| *s == a.site) {
+                Some((_, live, categories)) => {
+                    live.bytes = live.bytes.saturating_add(a.size);
+                    live.blocks += 1;
+                    categories[c] = categories[c].saturating_add(a.size);
+                }
+                None => {
+                    let mut categories = [0; CATEGORIES];
+                    categories[c] = a.size;
+                    let live = SiteLive {
+                        bytes: a.size,
+                        blocks: 1,
+                    };
+                    self.sites_at_peak.push((a.site, live, categories));
+                }
+            }
+        }
+        if let Some(a) = added {
+            let c = a.class.category as usize;
+            if let Some((_, live, categories)) =
+                self.sites_at_peak.iter_mut().find(|(s, ..)| *s == a.site)
+            {
+                live.bytes = live.bytes.saturating_sub(a.size);
+                live.blocks = live.blocks.saturating_sub(1);
+                categories[c] = categories[c].saturating_sub(a.size);
+            }
+            self.sites_at_peak.retain(|(_, live, _)| live.blocks > 0);
+        }
+        self.pending = false;
+    }
+
+    /// Moves the bytes of blocks live at the allocated peak whose category
+    /// changed to their new category in the peak's per-site table.
+    pub(super) fn follow_sites(&mut self, state: &ReplayState) {
+        let peak = self.allocated.replayed;
+        for change in state.recategorized().iter().filter(|c| c.born <= peak) {
+            if let Some((.., categories)) = self
+                .sites_at_peak
+                .iter_mut()
+                .find(|(s, ..)| *s == change.site)
+            {
+                let (from, to) = (change.from.category as usize, change.to.category as usize);
+                categories[from] = categories[from].saturating_sub(change.size);
+                categories[to] = categories[to].saturating_add(change.size);
+            }
+        }
+    }
+
+    /// Logs what a replayed event did to the blocks since the peak, and undoes
+    /// the log into a copy once it has grown past its budget.
+    pub(super) fn log_since_peak(&mut self, step: &Step<'_>, state: &ReplayState) {
+        let log = &mut self.since_peak.blocks;
+        match step.applied {
+            Applied::Alloc(a) => {
+                if let Some(old) = state.replaced_by(step.index) {
+                    log.push((old.addr, old.size, false));
+                }
+                log.push((a.addr, a.size, true));
+            }
+            Applied::FreeCompleted(a) => log.push((a.addr, a.size, false)),
+            _ => return,
+        }
+        self.check_undo_budget(state);
+    }
+
+    /// Undoes the log into a copy once it has grown past what a copy costs.
+    pub(super) fn check_undo_budget(&mut self, state: &ReplayState) {
+        let at_peak = self.at_peak.live_blocks as usize + self.peak_segments;
+        let budget = (UNDO_BUDGET * at_peak).max(self.undo_min);
+        if self.since_peak.len() > budget {
+            self.peak_occupancy = self.since_peak.undo(state);
+            self.since_peak.clear();
+            self.peak_space = PeakSpace::Copied;
+        }
+    }
+
+    /// Whether `event` can change the free space and so ends the state of a
+    /// pending peak. An allocation that will raise allocated bytes above the
+    /// peak does not: it makes a new peak instead, and sweeping before each
+    /// allocation of a growing run would cost a sweep per event.
+    pub(super) fn ends_peak_state(&self, event: &Event, state: &ReplayState) -> bool {
+        match &event.data {
+            EventData::Alloc(b) => {
+                state.live_at(b.addr).is_some()
+                    || state.totals().allocated.saturating_add(b.size) <= self.allocated.bytes
+            }
+            EventData::FreeCompleted(_)
+            | EventData::SegmentAlloc(_)
+            | EventData::SegmentFree(_)
+            | EventData::SegmentMap(_)
+            | EventData::SegmentUnmap(_) => true,
+            // A block freed by the caller stays in its segment until its
+            // free completes; phases, annotations and tags touch no memory.
+            EventData::FreeRequested(_)
+            | EventData::PhaseBegin { .. }
+            | EventData::PhaseEnd { .. }
+            | EventData::Oom(_)
+            | EventData::EmptyCache(_)
+            | EventData::Annotation { .. }
+            | EventData::Tag(_)
+            | EventData::Limit(_)
+            | EventData::DeviceMemory(_)
+            | EventData::EventsDropped(_)
+            | EventData::Pool(_)
+            | EventData::SegmentPool(_) => false,
+            // A kind this version does not know may change the free space:
+            // end the pending state, which is always right.
+            _ => true,
+        }
+    }
+
+    // The peak's parts of `finish`.
+
+    /// Settles the sites and categories at the peaks once the pass is over:
+    /// the blocks still open at the end were settled, and the peaks hear it.
+    pub(super) fn settle_peaks(&mut self, state: &ReplayState) {
+        if self.pending {
+            self.snapshot_sites(state, None, None);
+        } else {
+            self.follow_sites(state);
+        }
+        self.categories_at_allocated.follow(state);
+        self.categories_at_reserved.follow(state);
+    }
+
+    /// Takes the sites live at the allocated peak, most bytes first.
+    pub(super) fn take_sites_at_peak(&mut self) -> Vec<SiteAtPeak> {
+        let mut sites = std::mem::take(&mut self.sites_at_peak);
+        sites.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+        sites
+    }
+
+    /// Where every byte under the limit was at the allocated peak (`None`
+    /// without an allocation: there is no peak to describe), with the free
+    /// space at the peak set in its state. `sites` are the peak's, most bytes
+    /// first; `limit` is the one in force at the end, for a peak before any.
+    pub(super) fn waterfall_at_peak(
+        &mut self,
+        state: &ReplayState,
+        symbols: &SymbolTable,
+        sites: &[SiteAtPeak],
+        categories: &CategoryTable,
+        limit: Option<Limit>,
+    ) -> Option<Waterfall> {
+        if self.allocated.bytes == 0 {
+            return None;
+        }
+        let (space, segments) = self.free_space_at_peak(state);
+        self.at_peak.set_free_space(space);
+        let moment = Moment {
+            allocated: self.at_peak.allocated_bytes,
+            active: self.peak_active,
+            reserved: self.at_peak.reserved_bytes,
+            segments,
+            largest_free_block: space.largest_free_block,
+            categories: categories.clone(),
+            sites: (sites.iter().take(TOP_SITES))
+                .map(|(site, live, _)| (state.sites().describe(*site, symbols).site, live.bytes))
+                .collect(),
+            request: None,
+            device_memory: self.peak_device,
+            outside: self.peak_outside,
+            limit: self.peak_limit.or(limit),
+        };
+        Some(Waterfall::of(&moment))
+    }
+
+    /// The free space and the segments at the allocated peak, from where
+    /// [`PeakSpace`] says they are.
+    fn free_space_at_peak(&mut self, state: &ReplayState) -> (FreeSpace, Vec<Segment>) {
+        match self.peak_space {
+            PeakSpace::Live => (state.free_space(), state.segments().copied().collect()),
+            PeakSpace::Logged => {
+                let mut occupancy = self.since_peak.undo(state);
+                (occupancy.free_space(), occupancy.segments().to_vec())
+            }
+            PeakSpace::Copied => (
+                self.peak_occupancy.free_space(),
+                self.peak_occupancy.segments().to_vec(),
+            ),
+        }
+    }
+
+    /// The first `self.top` of `sites` (the peak's, most bytes first), each
+    /// with its share of the allocated peak.
+    pub(super) fn top_sites(
+        &self,
+        sites: &[SiteAtPeak],
+        state: &ReplayState,
+        symbols: &SymbolTable,
+    ) -> Vec<SiteShare> {
+        let peak = self.allocated.bytes;
+        sites
+            .iter()
+            .take(self.top)
+            .map(|(site, live, categories)| SiteShare {
+                site: state.sites().describe(*site, symbols),
+                bytes: live.bytes,
+                count: live.blocks,
+                share: if peak == 0 {
+                    0.0
+                } else {
+                    live.bytes as f64 / peak as f64
+                },
+                category: dominant(categories),
+            })
+            .collect()
+    }
+}
