@@ -109,7 +109,10 @@ pub(crate) struct LogEntry {
 /// `summary`.
 #[derive(Default)]
 pub(crate) struct EventLog {
+    /// The entries up to `end`, then at least `SLACK` bytes to write the next
+    /// entry's fields whole into, and to read the last entry's fields whole from.
     bytes: Vec<u8>,
+    end: usize,
     len: u64,
     prev_time: i64,
     prev_addr: u64,
@@ -147,6 +150,10 @@ const HAS_TIME: u32 = 1 << 4;
 const FIELDS_SHIFT: u32 = 5;
 /// The most bytes an entry takes.
 const MAX_ENTRY: usize = HEADER + 5 * 8;
+/// The bytes kept past the entries: an entry, and the 8-byte reach of its last field.
+const SLACK: usize = MAX_ENTRY + 8;
+/// The bytes by which the log grows at a time, so that the slack is made rarely.
+const GROW: usize = 4096;
 
 /// The length code of `v`: the fewest bytes that hold it.
 #[inline(always)]
@@ -161,7 +168,7 @@ impl EventLog {
                 list: e.list,
                 first_index: self.len,
                 len: 0,
-                pos: self.bytes.len(),
+                pos: self.end,
                 prev_time: self.prev_time,
                 prev_addr: self.prev_addr,
             });
@@ -177,9 +184,12 @@ impl EventLog {
         };
         let addr = varint::zigzag(e.addr.wrapping_sub(self.prev_addr) as i64);
         self.prev_addr = e.addr;
-        // Each field is written whole, then overwritten past its length by the next:
-        // no loop, no branch on its length.
-        let mut buf = [0u8; MAX_ENTRY + 8];
+        if self.bytes.len() < self.end + SLACK {
+            self.bytes.resize(self.end + SLACK + GROW, 0);
+        }
+        // Each field is written whole into the slack, then overwritten past its
+        // length by the next: no loop, no branch on its length, no copy.
+        let out = &mut self.bytes[self.end..self.end + SLACK];
         let mut at = HEADER;
         let mut header = e.action as u32 | if e.time_us.is_some() { HAS_TIME } else { 0 };
         for (i, v) in [time, addr, e.size, e.stream, e.stack as u64]
@@ -188,11 +198,11 @@ impl EventLog {
         {
             let c = code(v);
             header |= c << (FIELDS_SHIFT + 3 * i as u32);
-            buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            out[at..at + 8].copy_from_slice(&v.to_le_bytes());
             at += CODE_BYTES[c as usize];
         }
-        buf[..HEADER].copy_from_slice(&header.to_le_bytes()[..HEADER]);
-        self.bytes.extend_from_slice(&buf[..at]);
+        out[..HEADER].copy_from_slice(&header.to_le_bytes()[..HEADER]);
+        self.end += at;
         self.len += 1;
     }
 
@@ -227,24 +237,14 @@ pub(crate) struct LogIter<'a> {
     left: u64,
 }
 
-impl LogIter<'_> {
-    /// The field of length code `c` at the read position.
-    #[inline(always)]
-    fn field(&mut self, c: u32) -> u64 {
-        let at = self.pos;
-        self.pos += CODE_BYTES[c as usize];
-        let word = match self.data.get(at..at + 8) {
-            Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
-            // The last entry of the log: fewer than 8 bytes follow.
-            None => {
-                let mut b = [0u8; 8];
-                let tail = &self.data[at..self.pos];
-                b[..tail.len()].copy_from_slice(tail);
-                u64::from_le_bytes(b)
-            }
-        };
-        word & CODE_MASK[c as usize]
-    }
+/// The field of length code `c` at `pos` of `data`; moves `pos` past it.
+#[inline(always)]
+fn field(data: &[u8], pos: &mut usize, c: u32) -> u64 {
+    let at = *pos;
+    *pos += CODE_BYTES[c as usize];
+    // The log's slack leaves 8 bytes after any field's start.
+    let word = u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes"));
+    word & CODE_MASK[c as usize]
 }
 
 impl Iterator for LogIter<'_> {
@@ -255,28 +255,36 @@ impl Iterator for LogIter<'_> {
             return None;
         }
         self.left -= 1;
-        let h = &self.data[self.pos..self.pos + HEADER];
-        let header = u32::from_le_bytes([h[0], h[1], h[2], 0]);
-        self.pos += HEADER;
+        // Read into locals and stored once: the fields' reads may panic (they
+        // cannot: `push` wrote whole entries), so stores to `self` would stay
+        // one per field.
+        let (data, mut pos) = (self.data, self.pos);
+        let header =
+            u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) & 0xff_ffff;
+        pos += HEADER;
         let action = Action::ALL[(header & 0xf) as usize];
         let code = |i: u32| (header >> (FIELDS_SHIFT + 3 * i)) & 7;
-        let time = self.field(code(0));
+        let time = field(data, &mut pos, code(0));
         let time_us = if header & HAS_TIME != 0 {
             self.prev_time = self.prev_time.wrapping_add(varint::unzigzag(time));
             Some(self.prev_time)
         } else {
             None
         };
-        self.prev_addr =
-            (self.prev_addr).wrapping_add(varint::unzigzag(self.field(code(1))) as u64);
+        let addr = varint::unzigzag(field(data, &mut pos, code(1)));
+        self.prev_addr = self.prev_addr.wrapping_add(addr as u64);
+        let size = field(data, &mut pos, code(2));
+        let stream = field(data, &mut pos, code(3));
+        let stack = field(data, &mut pos, code(4)) as u32;
+        self.pos = pos;
         Some(LogEntry {
             action,
             list: self.list,
             time_us,
             addr: self.prev_addr,
-            size: self.field(code(2)),
-            stream: self.field(code(3)),
-            stack: self.field(code(4)) as u32,
+            size,
+            stream,
+            stack,
         })
     }
 }
