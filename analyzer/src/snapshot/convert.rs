@@ -372,6 +372,9 @@ pub(crate) struct Collector {
     // batches, and elsewhere only dicts whose first key is `action`. A set: a
     // hand-made pickle may have a hundred thousand.
     trace_lists: FxHashSet<ObjId>,
+    // The list of the entry recorded last, in `trace_lists` already: the entries of
+    // a list come one after another, so each asks the set nothing.
+    last_trace_list: Option<ObjId>,
     // Entries decoded straight from the opcodes, waiting for their APPENDS so that
     // they are logged in list order with any read the generic way. Taken when logged.
     pending: Vec<Option<EntryFields>>,
@@ -466,6 +469,7 @@ impl Collector {
             entries_out_of_order: 0,
             scratch: Vec::new(),
             trace_lists: FxHashSet::default(),
+            last_trace_list: None,
             pending: Vec::new(),
             replays: Vec::new(),
             direct_entries: 0,
@@ -585,7 +589,10 @@ impl Collector {
     // Logs an entry appended to `list`. None: not a trace entry (no `action`).
     fn record(&mut self, list: ObjId, f: &EntryFields) -> Option<Attach> {
         let action = f.action?;
-        self.trace_lists.insert(list);
+        if self.last_trace_list != Some(list) {
+            self.trace_lists.insert(list);
+            self.last_trace_list = Some(list);
+        }
         let known = self.action_of.get(action as usize).copied();
         let Some(pos) = known.filter(|&a| a != u8::MAX) else {
             // Unknown actions are counted (and reported) but not converted.
@@ -911,7 +918,7 @@ impl Logger {
 
 impl Hook for Collector {
     fn decode_dict(&mut self, list: ObjId, ops: &mut OpReader<'_>) -> Option<Val> {
-        let known = self.trace_lists.contains(&list);
+        let known = self.last_trace_list == Some(list) || self.trace_lists.contains(&list);
         let f = entry::decode(self, ops, known)?;
         self.direct_entries += 1;
         self.pending.push(Some(f));
