@@ -91,8 +91,9 @@ pub struct ReportResult {
     pub default_axis: XAxis,
     /// The recorded settings at a range of capacities (not for a window).
     pub what_if: Option<WhatIf>,
-    /// Why there is no what-if section, when one was asked for.
-    pub what_if_left_out: Option<String>,
+    /// Why there is no what-if section, when one was asked for (a
+    /// sentence in JSON).
+    pub what_if_left_out: Option<LeftOut>,
     /// Where the recorded run ran out of memory: the fixes tried, each
     /// replayed under the recorded limit (not for a window).
     pub fixes: Option<FixesTried>,
@@ -110,6 +111,17 @@ pub struct ReportResult {
     /// What the baseline's pass found worth a warning.
     #[serde(skip)]
     pub baseline_warnings: Vec<Warning>,
+}
+
+/// Why a report has no what-if section, worded by
+/// [`print::words::report::left_out`](crate::print::words::report::left_out)
+/// (and so in JSON: its `Serialize` is there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeftOut {
+    /// The report is of a window: the simulation replays the whole run.
+    Window,
+    /// The trace has more than [`WHAT_IF_MAX_EVENTS`] events.
+    TooManyEvents,
 }
 
 /// A file a command wrote.
@@ -247,12 +259,9 @@ pub fn report(
     let what_if_left_out = if !options.what_if {
         None
     } else if !replay.window().is_all() {
-        Some("a report of a window has none: the simulation replays the whole run".to_string())
+        Some(LeftOut::Window)
     } else if requests.as_ref().is_some_and(|r| r.over) {
-        Some(format!(
-            "the trace has more than {} events, too many to simulate within a report (vramtrace simulate --min-capacity runs it on its own)",
-            crate::units::count(WHAT_IF_MAX_EVENTS)
-        ))
+        Some(LeftOut::TooManyEvents)
     } else {
         None
     };

@@ -10,12 +10,11 @@ use crate::input::EventStream;
 use crate::input::Input;
 use crate::progress::Progress;
 use crate::simulate::fixes::FixesTried;
-use crate::simulate::gpus::{self, GpuPreset};
+use crate::simulate::gpus::GpuPreset;
 use crate::simulate::{
     self, Extracted, Fidelity, Reserve, Scenario, ScenarioResult, SimulateError, Target, extract,
     scenarios, what_if,
 };
-use crate::sites::site_label;
 use crate::units;
 use serde::Serialize;
 use vramtrace_allocator::AllocatorConfig;
@@ -86,13 +85,16 @@ pub enum Outcome {
     Needs,
 }
 
-/// The answer in one line, and the figures behind it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// The answer on the first policy, and the figures behind it. As JSON (its
+/// `Serialize` is in [`print::words::simulate`](crate::print::words::simulate))
+/// it carries its sentence, `line`, which the text printer prints exactly,
+/// and the basis's, `basis_note`.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Verdict {
     /// How it ends.
     pub outcome: Outcome,
-    /// The verdict as one line of text: the text printer prints exactly this.
-    pub line: String,
+    /// What was judged, with the facts its sentence tells.
+    pub judged: Judged,
     /// Device memory left over at the peak, when it fits.
     pub spare_bytes: Option<u64>,
     /// The device memory the run needs, the reserve included: its smallest
@@ -104,8 +106,55 @@ pub struct Verdict {
     /// recorded run's every device action and its reserved peak to the
     /// byte. Otherwise it is an estimate, and its line begins so.
     pub basis: VerdictBasis,
-    /// Why, in words.
-    pub basis_note: String,
+    /// The replay of the recorded run that decides the basis, when the
+    /// trace says its settings.
+    pub fidelity: Option<Fidelity>,
+}
+
+/// What a verdict judged: the run on a device, under a cap, or (no device
+/// given) what it needs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Judged {
+    /// No device given: what the run takes ([`Verdict::needs_bytes`]).
+    Needs {
+        /// Whether that is the smallest capacity found, rather than the
+        /// peak reserved with the reserve.
+        found: bool,
+        /// The run's peak of reserved bytes.
+        peak_reserved_bytes: u64,
+        /// The memory kept off the device.
+        reserve: Reserve,
+    },
+    /// It fits on the device ([`Verdict::spare_bytes`] to spare).
+    FitsOnDevice {
+        /// The device's name.
+        device: String,
+        /// The memory kept off it.
+        reserve: Reserve,
+        /// The failures the run survives (cuDNN workspaces).
+        survived_failures: u64,
+    },
+    /// It runs out of memory on the device.
+    OomOnDevice {
+        /// The device's name.
+        device: String,
+        /// Where.
+        oom: Box<OomDescription>,
+    },
+    /// It fits under the cap.
+    FitsUnderCap {
+        /// The cap.
+        cap: Limit,
+        /// The failures the run survives (cuDNN workspaces).
+        survived_failures: u64,
+    },
+    /// It runs out of memory under the cap.
+    OomUnderCap {
+        /// The cap.
+        cap: Limit,
+        /// Where.
+        oom: Box<OomDescription>,
+    },
 }
 
 /// How far a verdict can be trusted.
@@ -118,34 +167,6 @@ pub enum VerdictBasis {
     /// checked.
     #[default]
     Estimate,
-}
-
-/// The verdict's basis: exact where the recorded run replays exactly.
-fn basis_of(fidelity: Option<&Fidelity>) -> (VerdictBasis, String) {
-    match fidelity {
-        Some(f) if f.exact => (
-            VerdictBasis::Exact,
-            format!(
-                "exact: the recorded run replays to the byte ({} device actions, reserved peak {})",
-                units::count(f.recorded_segment_actions as u64),
-                units::bytes(f.recorded_peak_reserved_bytes)
-            ),
-        ),
-        Some(f) => (
-            VerdictBasis::Estimate,
-            format!(
-                "estimate: the replay of the recorded run is not exact ({} device actions against {} recorded, reserved peak {} against {})",
-                units::count(f.simulated_segment_actions as u64),
-                units::count(f.recorded_segment_actions as u64),
-                units::bytes(f.simulated_peak_reserved_bytes),
-                units::bytes(f.recorded_peak_reserved_bytes)
-            ),
-        ),
-        None => (
-            VerdictBasis::Estimate,
-            "estimate: the trace does not say its allocator settings, so the replay of the recorded run cannot be checked".into(),
-        ),
-    }
 }
 
 /// Where a simulated run first ran out of memory, described.
@@ -239,8 +260,9 @@ pub struct SimulateResult {
     /// The first policy's smallest device memory, the reserve included,
     /// when asked for.
     pub min_capacity_bytes: Option<u64>,
-    /// What the reader should know about how the requests were read.
-    pub notes: Vec<String>,
+    /// What the reader should know about how the requests were read (each
+    /// a sentence in JSON).
+    pub notes: Vec<Note>,
     /// The first policy's first OOM.
     pub oom: Option<OomDescription>,
     /// The input's path.
@@ -441,20 +463,25 @@ fn judge(
             scenario: r,
         })
         .collect();
-    let mut verdict = match target.cap {
-        Some(cap) => cap_verdict(&cap, &policies, &runs.others, runs.cap_needs),
-        None => verdict(
-            options.device.as_ref(),
-            reserve,
-            &policies,
-            &runs.others,
-            runs.needed,
-        ),
+    let fits_with = first_fitting(&policies, &runs.others);
+    let (outcome, judged, spare_bytes, needs_bytes) = match target.cap {
+        Some(cap) => cap_verdict(cap, &policies[0], runs.cap_needs),
+        None => verdict(options.device.as_ref(), reserve, &policies[0], runs.needed),
     };
-    (verdict.basis, verdict.basis_note) = basis_of(runs.fidelity.as_ref());
-    if verdict.basis == VerdictBasis::Estimate {
-        verdict.line = format!("estimate: {}", verdict.line);
-    }
+    let exact = runs.fidelity.as_ref().is_some_and(|f| f.exact);
+    let verdict = Verdict {
+        outcome,
+        judged,
+        spare_bytes,
+        needs_bytes,
+        fits_with: fits_with.filter(|_| outcome == Outcome::OutOfMemory),
+        basis: if exact {
+            VerdictBasis::Exact
+        } else {
+            VerdictBasis::Estimate
+        },
+        fidelity: runs.fidelity.clone(),
+    };
     (policies, verdict)
 }
 
@@ -515,185 +542,74 @@ impl Found {
     }
 }
 
-/// The verdict on the first policy: does it fit, and if not, where and why
-/// it fails, and which other policy fits.
+/// A verdict's outcome, what it judged, the bytes to spare and those
+/// needed.
+type Judgement = (Outcome, Judged, Option<u64>, Option<u64>);
+
+/// The verdict on the first policy on `device` (none: what it needs): does
+/// it fit, and if not, where it fails.
 fn verdict(
     device: Option<&Device>,
     reserve: &Reserve,
-    policies: &[PolicyResult],
-    others: &[ScenarioResult],
+    first: &PolicyResult,
     needed: Option<u64>,
-) -> Verdict {
-    let first = &policies[0];
+) -> Judgement {
     let peak_reserved = first.scenario.result.peak_reserved_bytes;
     let min = first.min_capacity_bytes.or(needed);
     let Some(device) = device else {
         // A measured reserve is the trace's word: saturate.
         let needs = min.unwrap_or(peak_reserved.saturating_add(reserve.bytes));
-        let what = if min.is_some() {
-            format!("needs {} of device memory", units::capacity(needs))
-        } else {
-            format!(
-                "takes {} at its peak ({} reserved by the allocator, {} for {})",
-                units::capacity(needs),
-                units::capacity(peak_reserved),
-                units::capacity(reserve.bytes),
-                reserve_words(reserve)
-            )
+        let judged = Judged::Needs {
+            found: min.is_some(),
+            peak_reserved_bytes: peak_reserved,
+            reserve: reserve.clone(),
         };
-        let cards = match gpus::smallest_holding(needs) {
-            Some(g) => format!("fits on {} and larger", g.name),
-            None => "more than any GPU listed (--gpu)".into(),
-        };
-        return Verdict {
-            outcome: Outcome::Needs,
-            line: format!("{what}: {cards}"),
-            spare_bytes: None,
-            needs_bytes: Some(needs),
-            fits_with: None,
-            basis: VerdictBasis::Estimate,
-            basis_note: String::new(),
-        };
+        return (Outcome::Needs, judged, None, Some(needs));
     };
-    let capacity = device.total_bytes.saturating_sub(reserve.bytes);
-    let Some(oom) = &first.oom else {
-        let spare = capacity.saturating_sub(peak_reserved);
-        return Verdict {
-            outcome: Outcome::Fits,
-            line: format!(
-                "fits on {} with {} to spare ({} kept for {}){}",
-                device.name,
-                units::capacity(spare),
-                units::capacity(reserve.bytes),
-                reserve_words(reserve),
-                survived_words(first.scenario.result.survived_failures)
-            ),
-            spare_bytes: Some(spare),
-            needs_bytes: min,
-            fits_with: None,
-            basis: VerdictBasis::Estimate,
-            basis_note: String::new(),
-        };
-    };
-    let free = oom.free_bytes + oom.cached_free_bytes;
-    // Enough free memory in all, but in pieces: memory the allocator has
-    // not reserved is not fragmented, so the two parts are told apart.
-    let why = if free >= oom.requested_bytes {
-        format!(
-            "with {} free in pieces: {} unreserved on the device and {} cached (largest cached block {})",
-            units::bytes(free),
-            units::bytes(oom.free_bytes),
-            units::bytes(oom.cached_free_bytes),
-            units::bytes(oom.largest_free_block)
-        )
-    } else {
-        format!("with {} free", units::bytes(free))
-    };
-    let fits_with = first_fitting(policies, others);
-    let remedy = match (&fits_with, min) {
-        (Some(policy), _) => format!("; {policy} fits"),
-        (None, Some(min)) => format!(
-            "; no other policy tried fits, and it needs {} of device memory (the reserve included)",
-            units::capacity(min)
-        ),
-        (None, None) => "; no other policy tried fits".into(),
-    };
-    let phase = at_phase(oom);
-    Verdict {
-        outcome: Outcome::OutOfMemory,
-        line: format!(
-            "runs out of memory on {}{phase}, at {}, asking for {} {why}{remedy}",
-            device.name,
-            site_label(&oom.site),
-            units::bytes(oom.requested_bytes)
-        ),
-        spare_bytes: None,
-        needs_bytes: min,
-        fits_with,
-        basis: VerdictBasis::Estimate,
-        basis_note: String::new(),
+    let device_name = device.name.clone();
+    match &first.oom {
+        None => {
+            let capacity = device.total_bytes.saturating_sub(reserve.bytes);
+            let judged = Judged::FitsOnDevice {
+                device: device_name,
+                reserve: reserve.clone(),
+                survived_failures: first.scenario.result.survived_failures,
+            };
+            let spare = capacity.saturating_sub(peak_reserved);
+            (Outcome::Fits, judged, Some(spare), min)
+        }
+        Some(oom) => {
+            let judged = Judged::OomOnDevice {
+                device: device_name,
+                oom: Box::new(oom.clone()),
+            };
+            (Outcome::OutOfMemory, judged, None, min)
+        }
     }
 }
 
 /// The verdict on the first policy under the recorded (or inferred) cap:
 /// does the run fit under it, and if not, where it fails and what it needs.
-fn cap_verdict(
-    cap: &Limit,
-    policies: &[PolicyResult],
-    others: &[ScenarioResult],
-    needs: Option<u64>,
-) -> Verdict {
-    let first = &policies[0];
-    let under = format!("its {}", cap.noun());
-    let Some(oom) = &first.oom else {
-        let spare = cap
-            .bytes
-            .saturating_sub(first.scenario.result.peak_reserved_bytes);
-        return Verdict {
-            outcome: Outcome::Fits,
-            line: format!(
-                "fits under {under} with {} to spare (the cap bounds reserved memory only){}",
-                units::capacity(spare),
-                survived_words(first.scenario.result.survived_failures)
-            ),
-            spare_bytes: Some(spare),
-            needs_bytes: first.min_capacity_bytes,
-            fits_with: None,
-            basis: VerdictBasis::Estimate,
-            basis_note: String::new(),
-        };
-    };
-    let free = oom.free_bytes + oom.cached_free_bytes;
-    // Unreserved, not "never reserved": the allocator may have reserved
-    // and released it before.
-    let why = format!(
-        "with {} unreserved under the cap and {} cached free{} (largest cached block {})",
-        units::bytes(oom.free_bytes),
-        units::bytes(oom.cached_free_bytes),
-        if free >= oom.requested_bytes {
-            ", enough in all but in pieces"
-        } else {
-            ""
-        },
-        units::bytes(oom.largest_free_block)
-    );
-    let fits_with = first_fitting(policies, others);
-    let mut remedy = String::new();
-    if let Some(policy) = &fits_with {
-        remedy.push_str(&format!("; {policy} fits under the same cap"));
+fn cap_verdict(cap: Limit, first: &PolicyResult, needs: Option<u64>) -> Judgement {
+    match &first.oom {
+        None => {
+            let spare = cap
+                .bytes
+                .saturating_sub(first.scenario.result.peak_reserved_bytes);
+            let judged = Judged::FitsUnderCap {
+                cap,
+                survived_failures: first.scenario.result.survived_failures,
+            };
+            (Outcome::Fits, judged, Some(spare), first.min_capacity_bytes)
+        }
+        Some(oom) => {
+            let judged = Judged::OomUnderCap {
+                cap,
+                oom: Box::new(oom.clone()),
+            };
+            (Outcome::OutOfMemory, judged, None, needs)
+        }
     }
-    if let Some(needs) = needs {
-        remedy.push_str(&format!(
-            "; it needs a cap of {} (smallest without an OOM, to 2 MiB)",
-            units::capacity(needs)
-        ));
-    }
-    let phase = at_phase(oom);
-    Verdict {
-        outcome: Outcome::OutOfMemory,
-        line: format!(
-            "runs out of memory under {under}{phase}, at {}, asking for {} {why}{remedy}",
-            site_label(&oom.site),
-            units::bytes(oom.requested_bytes)
-        ),
-        spare_bytes: None,
-        needs_bytes: needs,
-        fits_with,
-        basis: VerdictBasis::Estimate,
-        basis_note: String::new(),
-    }
-}
-
-/// `; 36 times a convolution's workspace ...`: the failures a run
-/// survives, when there are any.
-pub(super) fn survived_words(failures: u64) -> String {
-    if failures == 0 {
-        return String::new();
-    }
-    format!(
-        "; {} a convolution's cuDNN workspace cannot be allocated, and cuDNN falls back to algorithms that need less (slower)",
-        units::counted(failures, "time", "times")
-    )
 }
 
 /// The first other policy (named or standard) that runs without an OOM.
@@ -704,27 +620,6 @@ fn first_fitting(policies: &[PolicyResult], others: &[ScenarioResult]) -> Option
         .chain(others)
         .find(|s| s.result.ooms == 0)
         .map(|s| s.policy.clone())
-}
-
-/// ` at iter1/backward`, or nothing outside phases.
-fn at_phase(oom: &OomDescription) -> String {
-    if oom.phase.is_empty() {
-        String::new()
-    } else {
-        format!(" at {}", oom.phase)
-    }
-}
-
-/// What a reserve covers, for a sentence: `the CUDA context`.
-fn reserve_words(reserve: &Reserve) -> &'static str {
-    if reserve.source == simulate::ReserveSource::Measured {
-        return "memory outside the allocator (measured)";
-    }
-    match (reserve.stated, reserve.nccl) {
-        (true, _) => "the stated reserve",
-        (false, true) => "the CUDA context and NCCL",
-        (false, false) => "the CUDA context",
-    }
 }
 
 fn describe_oom(
@@ -761,30 +656,45 @@ pub(super) fn describe(
     }
 }
 
+/// What the reader should know about how the requests were read, worded by
+/// [`print::words::simulate::note`](crate::print::words::simulate::note)
+/// (and so in JSON: its `Serialize` is there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// `empty_cache()` calls inferred from bursts of segment frees.
+    InferredEmptyCache(u64),
+    /// The recorded run ran out of memory this many times.
+    RecordedOoms(u64),
+    /// The trace starts mid-run.
+    MidRun {
+        /// Its segments at the start.
+        segments: usize,
+        /// Their reserved bytes.
+        reserved_bytes: u64,
+        /// Its live blocks at the start.
+        live_blocks: u64,
+        /// Their bytes.
+        live_bytes: u64,
+    },
+}
+
 /// What the reader should know about how the requests were read.
-fn notes(e: &Extracted) -> Vec<String> {
+fn notes(e: &Extracted) -> Vec<Note> {
     let l = &e.list;
     let mut notes = Vec::new();
     if l.inferred_empty_cache > 0 {
-        notes.push(format!(
-            "{} empty_cache() calls inferred from bursts of segment frees not followed by an OOM (the trace records none)",
-            l.inferred_empty_cache
-        ));
+        notes.push(Note::InferredEmptyCache(l.inferred_empty_cache));
     }
     if l.recorded_ooms > 0 {
-        notes.push(format!(
-            "the recorded run ran out of memory {}; those requests are tried again, and freed at once where they fit, since the program went on without them",
-            units::counted(l.recorded_ooms, "time", "times")
-        ));
+        notes.push(Note::RecordedOoms(l.recorded_ooms));
     }
     if !l.initial_segments.is_empty() {
-        notes.push(format!(
-            "the trace starts mid-run: the simulation starts from its {} segments ({} reserved) at their recorded sizes and layout, with {} live blocks ({})",
-            l.initial_segments.len(),
-            units::bytes(l.initial_reserved),
-            l.initial_live_blocks,
-            units::bytes(l.initial_live_bytes)
-        ));
+        notes.push(Note::MidRun {
+            segments: l.initial_segments.len(),
+            reserved_bytes: l.initial_reserved,
+            live_blocks: l.initial_live_blocks,
+            live_bytes: l.initial_live_bytes,
+        });
     }
     notes
 }

@@ -19,6 +19,7 @@ mod printable;
 pub mod svg;
 pub mod table;
 pub mod text;
+pub mod words;
 
 pub use printable::{printable, printable_cut};
 

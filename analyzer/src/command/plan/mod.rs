@@ -5,18 +5,16 @@
 mod kv;
 mod read;
 mod result;
-mod words;
 
 pub use kv::{KvPlanOptions, KvPlanResult, kv_cache};
 
 pub use crate::simulate::plan::checks::request_words;
 pub use result::{
-    Answer, AtValue, Basis, FitsUpTo, LawRow, NoLawSite, PlanResult, PlanTiming, Point,
-    PolicyAnswer, RunSummary,
+    Answer, AtValue, Basis, FitsUpTo, Framing, LawRow, NoLawSite, Note, Place, PlanResult,
+    PlanTiming, Point, PolicyAnswer, RunSummary,
 };
 
 use read::{Run, read_run};
-use words::{answer_line, at_line, notes, place_words, workspace_words};
 
 use super::simulate::{Device, describe};
 use crate::Error;
@@ -121,7 +119,7 @@ pub fn plan(
             source,
         }
     })?;
-    let Place {
+    let Aim {
         sim: target_options,
         cap,
         limit,
@@ -192,28 +190,30 @@ pub fn plan(
     let find = |v: Option<u64>| v.and_then(|v| points.iter().find(|p| p.value == v).cloned());
     let fits = find(fits_at);
     let next = find(next_at);
-    let where_ = place_words(&target, cap, limit.as_ref(), place_device.as_ref());
-    let mut line = answer_line(
-        &model,
+    let basis = if model.is_assumed() {
+        Basis::OneRun
+    } else {
+        Basis::Runs
+    };
+    let framing = Framing {
         varied,
-        &found,
-        fits.as_ref(),
-        next.as_ref(),
-        &where_,
-    );
-    if let Some(kept) = &with_workspaces {
-        line.push_str(&workspace_words(varied, kept, &found));
-    }
+        basis,
+        recorded: (
+            model.values.iter().min().copied().unwrap_or(0),
+            model.values.iter().max().copied().unwrap_or(0),
+        ),
+        place: place_of(capacity, cap, limit, place_device.as_ref()),
+    };
     let answer = Answer {
         largest: found.largest,
         unbounded: found.unbounded,
         at_ceiling: found.at_ceiling,
         range: found.largest.map(|v| model.range(v)),
-        line,
         fits,
         next,
-        largest_with_workspaces: with_workspaces.and_then(|f| f.largest),
+        with_workspaces,
         simulations: found.simulations + with_workspaces.map_or(0, |f| f.simulations),
+        framing: framing.clone(),
     };
     let peak_of = |v: u64| evaluated.iter().find(|e| e.value == v);
     let at_peak = fits_at
@@ -223,13 +223,11 @@ pub fn plan(
     let no_law = no_law_sites(&model, &read, state, symbols);
     let at = options.at.and_then(|v| {
         let e = peak_of(v)?;
-        let point = point_of(e);
-        let line = at_line(&point, varied, &model, &where_);
         Some(AtValue {
             categories: CategoryTable::of(&e.categories),
             laws: e.by_law.clone(),
-            point,
-            line,
+            point: point_of(e),
+            framing: framing.clone(),
         })
     });
     let other_policies = policies[1..]
@@ -242,44 +240,37 @@ pub fn plan(
             unbounded: f.unbounded,
         })
         .collect();
-    let paths: Vec<_> = read.iter().map(|r| r.input.path()).collect();
-    let mut notes = notes(&model, &paths, list, varied);
+    let mut notes = notes(&model, &read, list, varied);
     // Sizes that follow no law are read off the runs, and past the largest
     // run they are a line's guess: when they are many, say which run to
     // record next.
     let (loose, total) = loose_allocations(&laws);
     let top = read.iter().map(|r| r.value).max().unwrap_or(0);
     if !model.is_assumed() && loose * 4 > total {
-        notes.push(format!(
-            "{loose} of {total} allocations follow no law through these runs (their sizes past the largest run are guessed along a line): record one more run, at {} {}, to fit them",
-            varied.words(),
-            top.saturating_mul(2)
-        ));
+        notes.push(Note::Loose {
+            varied,
+            loose,
+            total,
+            next: top.saturating_mul(2),
+        });
     } else if let (2, Some(largest)) = (model.values.len(), found.largest) {
         // Two runs cannot show a size that stops growing past them: name
         // the third run that would, inside what fits.
         let step = options.step.max(1);
         let third = largest.saturating_mul(9) / 10 / step * step;
         if third > top {
-            notes.push(format!(
-                "record one more run, at {} {third} (nine tenths of the answer, which fits), and plan from all three: a size that stops growing past the recorded runs (an attention kernel's workspace sized by the GPU's multiprocessors, say) shows only then",
-                varied.words()
-            ));
+            notes.push(Note::ThirdRun {
+                varied,
+                value: third,
+            });
         }
     }
     if options.reserve.is_some() && reserve.is_none() {
-        notes.push(
-            "the reserve stated is not taken off the recorded cap: a cap bounds the allocator alone"
-                .into(),
-        );
+        notes.push(Note::ReserveOffCap);
     }
     Ok(PlanResult {
         varied,
-        basis: if model.is_assumed() {
-            Basis::OneRun
-        } else {
-            Basis::Runs
-        },
+        basis,
         figures: if model.is_assumed() {
             "estimate"
         } else {
@@ -353,7 +344,7 @@ pub fn fits_up_to(
         Ok(p) => Some(FitsUpTo {
             varied: Some(p.varied),
             largest: p.answer.largest,
-            line: p.answer.line,
+            planned: Ok(Box::new(p.answer)),
         }),
         // A baseline of the same workload, runs that do not say their
         // values, or a device of unknown size: no line.
@@ -363,13 +354,63 @@ pub fn fits_up_to(
         Err(e) => Some(FitsUpTo {
             varied: None,
             largest: None,
-            line: format!("no plan from the two runs: {e}"),
+            planned: Err(e.to_string()),
         }),
     }
 }
 
+/// Where the plan is for, as its sentences name it: the device, else the
+/// recorded cap, else a cap named, else the memory simulated.
+fn place_of(
+    capacity: u64,
+    cap: Option<u64>,
+    limit: Option<Limit>,
+    device: Option<&Device>,
+) -> Place {
+    match (device, limit, cap) {
+        (Some(d), _, _) => Place::Device(d.name.clone()),
+        (None, Some(l), _) => Place::Limit(l),
+        (None, None, Some(c)) => Place::Cap(c),
+        (None, None, None) => Place::Capacity(capacity),
+    }
+}
+
+/// The plan's notes: how far the laws hold, the runs' unmatched
+/// allocations, the workspaces left out of `reference` (the replayed run's
+/// requests), a replay from mid-run.
+fn notes(
+    model: &Model,
+    read: &[Run<'_>],
+    reference: &sim::RequestList,
+    varied: Varied,
+) -> Vec<Note> {
+    let mut notes = Vec::new();
+    if model.is_assumed() {
+        notes.push(Note::OneRun(varied));
+    } else if model.values.len() == 2 {
+        notes.push(Note::TwoRuns(varied));
+    }
+    for (run, l) in read.iter().zip(&model.line_ups) {
+        if l.unmatched > 0 || l.reference_unmatched > 0 {
+            notes.push(Note::Unmatched {
+                path: run.input.path().display().to_string(),
+                unmatched: l.unmatched,
+                reference_unmatched: l.reference_unmatched,
+            });
+        }
+    }
+    let workspaces = reference.survivable.iter().filter(|&&s| s).count();
+    if workspaces > 0 {
+        notes.push(Note::Workspaces(workspaces));
+    }
+    if !reference.initial_segments.is_empty() {
+        notes.push(Note::MidRun);
+    }
+    notes
+}
+
 /// What a plan is for: the simulation's device and cap.
-struct Place {
+struct Aim {
     /// The simulation's options.
     sim: SimOptions,
     /// The cap planned for, when one is.
@@ -384,7 +425,7 @@ struct Place {
 
 /// Where the plan is for: a device less its reserve, a cap named, or the
 /// cap the reference run recorded.
-fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error> {
+fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Aim, Error> {
     if let Some(device) = &options.device {
         let nccl = sim::shows_nccl(reference.events.header(), reference.events.symbols());
         let limits = &reference.extracted.limits;
@@ -409,7 +450,7 @@ fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error>
             capacity: Some(device.total_bytes - reserve.bytes),
             ..SimOptions::default()
         };
-        return Ok(Place {
+        return Ok(Aim {
             sim,
             cap: None,
             limit: None,
@@ -439,7 +480,7 @@ fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error>
         cap: Some(cap),
         ..SimOptions::default()
     };
-    Ok(Place {
+    Ok(Aim {
         sim,
         cap: Some(cap),
         limit,

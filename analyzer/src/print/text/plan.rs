@@ -75,7 +75,10 @@ pub fn plan(r: &PlanResult) -> String {
     text.push_str(
         "* the run replayed (the largest value); simulated: its own requests without a limit; model: the fitted sizes at its value, the same way\n",
     );
-    text.push_str(&format!("\nanswer     {}\n\n", r.answer.line));
+    text.push_str(&format!(
+        "\nanswer     {}\n\n",
+        crate::print::words::plan::answer(&r.answer)
+    ));
     let mut points = Table::new(&[
         (what, Align::Right),
         ("", Align::Left),
@@ -157,7 +160,11 @@ pub fn plan(r: &PlanResult) -> String {
         text.push_str(&format!("\nwith {}: {answer}\n", p.policy));
     }
     if let Some(at) = &r.at {
-        text.push_str(&format!("\nat {what} {}: {}\n", at.point.value, at.line));
+        text.push_str(&format!(
+            "\nat {what} {}: {}\n",
+            at.point.value,
+            crate::print::words::plan::at(at)
+        ));
         if at.categories.total() > 0 {
             text.push_str(&categories::table(
                 &[("at the peak", &at.categories)],
@@ -167,6 +174,7 @@ pub fn plan(r: &PlanResult) -> String {
         }
     }
     for n in &r.notes {
+        let n = crate::print::words::plan::note(n);
         text.push_str(&format!("\nnote: {n}"));
     }
     if !r.notes.is_empty() {
