@@ -14,6 +14,7 @@
 
 pub mod html;
 pub mod labels;
+pub mod perfetto;
 pub mod pprof;
 mod printable;
 pub mod svg;

@@ -6,7 +6,7 @@ mod kv;
 mod read;
 mod result;
 
-pub use kv::{KvPlanOptions, KvPlanResult, kv_cache};
+pub use kv::{CapturePlan, KvPlace, KvPlanOptions, KvPlanResult, kv_cache};
 
 pub use crate::simulate::plan::checks::request_words;
 pub use result::{

@@ -5,6 +5,7 @@ use crate::command::plan::KvPlanResult;
 use crate::command::plan::{Basis, PlanResult, Point, request_words};
 use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
+use crate::print::words::kv;
 use crate::simulate::kv::KvBasis;
 use crate::simulate::plan::Range;
 use crate::units;
@@ -261,18 +262,19 @@ pub fn plan_kv(r: &KvPlanResult) -> String {
         ));
         text.push_str(&format!(
             "\nanswer    {}\nbasis     estimate: a graph left out allocates nothing in its pool, but its eager warm-up stays in the replay; {}\n",
-            r.line,
+            kv::answer(r),
             if r.basis == "exact" {
-                "the recorded run itself replays to the byte"
+                "the recorded run itself replays to the byte".to_string()
             } else {
-                r.basis_note.as_str()
+                kv::basis(r)
             }
         ));
         return text;
     }
     text.push_str(&format!(
         "\nanswer    {}\nbasis     {}\n",
-        r.line, r.basis_note
+        kv::answer(r),
+        kv::basis(r)
     ));
     text
 }

@@ -9,6 +9,7 @@
 //! thing and the library's layers below `print` hold no sentences of
 //! theirs.
 
+pub mod kv;
 pub mod plan;
 pub mod report;
 pub mod simulate;
