@@ -14,6 +14,7 @@
 
 pub mod html;
 pub mod labels;
+pub mod merge;
 pub mod perfetto;
 pub mod pprof;
 mod printable;
@@ -44,7 +45,7 @@ pub enum ChartError {
 }
 
 /// The version of the JSON the commands print, which their results' shapes
-/// make (defined beside them, where `ranks::merge` reads documents back).
+/// make (defined beside them; [`merge`] reads documents back).
 pub use crate::command::JSON_SCHEMA_VERSION;
 
 /// A document: the version first, then the result's own keys.

@@ -13,4 +13,5 @@ pub mod kv;
 pub mod plan;
 pub mod report;
 pub mod simulate;
+pub mod warning;
 pub mod waterfall;
