@@ -16,6 +16,7 @@ pub mod kv;
 pub mod plan;
 pub mod requests;
 mod scenarios;
+pub mod verdict;
 pub mod what_if;
 
 pub use capacity::{

@@ -1,12 +1,12 @@
 //! What `plan` answers: its result types (its errors are
 //! [`PlanError`](crate::simulate::plan::PlanError)).
 
+use super::law::LawKind;
+use super::{Found, Range, Varied};
 use crate::analysis::categories::CategoryTable;
 use crate::analysis::limits::Limit;
-use crate::command::simulate::{Device, OomDescription};
 use crate::simulate::Reserve;
-use crate::simulate::plan::law::LawKind;
-use crate::simulate::plan::{Found, Range, Varied};
+use crate::simulate::verdict::{Device, OomDescription};
 use serde::Serialize;
 
 /// Where a plan is for, as its sentences name it
