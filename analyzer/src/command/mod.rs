@@ -39,7 +39,6 @@ use crate::progress::Progress;
 use crate::replay::ReplayState;
 use crate::replay::categories::CategoryOptions;
 use crate::sites::{FoldRules, SiteFolder};
-use serde::ser::{Serialize, SerializeStruct, Serializer};
 use std::path::Path;
 use vramtrace_format::{EventSource, Header};
 
@@ -270,7 +269,8 @@ pub const JSON_SCHEMA_VERSION: u32 = 2;
 ///
 /// As JSON it has one shape whatever the number of devices (docs/json.md):
 /// `{"rank": N|null, "warnings": [...], "devices": [each device's peaks],
-/// "by_device": [{"device": N, ...its result}]}`.
+/// "by_device": [{"device": N, ...its result}]}` (its `Serialize` is in
+/// `print`, beside the other JSON shapes).
 #[derive(Clone, Debug)]
 pub struct ByDevice<T> {
     /// Each device's peaks and result.
@@ -312,18 +312,6 @@ impl InputWarning {
     }
 }
 
-/// As JSON: `{"path", "kind", "message"}`, the kind a stable name to match
-/// on and the message the sentence the CLI prints.
-impl Serialize for InputWarning {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("InputWarning", 3)?;
-        s.serialize_field("path", &self.path.display().to_string())?;
-        s.serialize_field("kind", self.warning.kind())?;
-        s.serialize_field("message", &self.warning.to_string())?;
-        s.end()
-    }
-}
-
 /// A command's result on one device.
 #[derive(Clone, Debug)]
 pub struct OnDevice<T> {
@@ -347,53 +335,6 @@ impl<T> ByDevice<T> {
     /// Each device's peaks.
     pub fn peaks(&self) -> Vec<DevicePeaks> {
         self.devices.iter().map(|d| d.peaks.clone()).collect()
-    }
-}
-
-impl<T: Serialize> Serialize for ByDevice<T> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        // Each result with its device first, unless it names a `device` of
-        // its own (the summary's index, the simulated GPU); its keys then
-        // in the order the result declares them.
-        struct Entry<'a, T>(&'a OnDevice<T>);
-        #[derive(serde::Serialize)]
-        struct WithDevice<'a, T> {
-            device: u32,
-            #[serde(flatten)]
-            result: &'a T,
-        }
-        #[derive(serde::Serialize)]
-        struct NotAnObject<'a> {
-            device: u32,
-            result: &'a serde_json::Value,
-        }
-        impl<T: Serialize> Serialize for Entry<'_, T> {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                use serde::ser::Error as _;
-                let device = self.0.peaks.device;
-                let result = &self.0.result;
-                match serde_json::to_value(result).map_err(S::Error::custom)? {
-                    serde_json::Value::Object(fields) if fields.contains_key("device") => {
-                        result.serialize(serializer)
-                    }
-                    serde_json::Value::Object(_) => {
-                        WithDevice { device, result }.serialize(serializer)
-                    }
-                    other => NotAnObject {
-                        device,
-                        result: &other,
-                    }
-                    .serialize(serializer),
-                }
-            }
-        }
-        let mut s = serializer.serialize_struct("ByDevice", 4)?;
-        s.serialize_field("rank", &self.rank)?;
-        s.serialize_field("warnings", &self.warnings)?;
-        s.serialize_field("devices", &self.peaks())?;
-        let entries: Vec<Entry<'_, T>> = self.devices.iter().map(Entry).collect();
-        s.serialize_field("by_device", &entries)?;
-        s.end()
     }
 }
 

@@ -10,12 +10,10 @@ use crate::input::Input;
 use crate::progress::Progress;
 use crate::simulate::fixes::FixesTried;
 pub use crate::simulate::verdict::{
-    Device, Judged, OomDescription, Outcome, PolicyResult, Verdict, VerdictBasis, describe, judge,
+    Device, Judged, Note, OomDescription, Outcome, PolicyResult, Verdict, VerdictBasis, describe,
+    judge, notes,
 };
-use crate::simulate::{
-    self, Extracted, Fidelity, Reserve, Scenario, SimulateError, Target, extract, scenarios,
-    what_if,
-};
+use crate::simulate::{self, Extracted, Fidelity, Reserve, Target, extract, what_if};
 use serde::Serialize;
 use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::EventSource;
@@ -182,9 +180,14 @@ fn simulate_device(
         path: input.path().to_owned(),
         source,
     };
-    let mut warnings = device_warnings(extracted);
-    let (scenarios, recorded) =
-        policies(options, extracted, &mut warnings).map_err(simulate_error)?;
+    let mut warnings = what_if::read_warnings(extracted);
+    let (scenarios, recorded) = what_if::policies(
+        extracted,
+        &options.settings,
+        options.standard_policies,
+        &mut warnings,
+    )
+    .map_err(simulate_error)?;
     let symbols = events.symbols();
     let nccl = simulate::shows_nccl(events.header(), symbols);
     let limits = &extracted.limits;
@@ -235,43 +238,6 @@ fn simulate_device(
         timing,
     };
     Ok(found.into_result(input, options, extracted))
-}
-
-/// The policies to simulate, and the recorded settings when readable (a
-/// warning says why not).
-fn policies(
-    options: &SimulateOptions,
-    extracted: &Extracted,
-    warnings: &mut Vec<Warning>,
-) -> Result<(Vec<Scenario>, Option<AllocatorConfig>), SimulateError> {
-    let recorded = match &extracted.recorded_config {
-        Ok((config, _)) => Ok(config.clone()),
-        Err(e) => Err(e.clone()),
-    };
-    let scenarios = scenarios(
-        &recorded,
-        options.settings.clone(),
-        options.standard_policies,
-    )?;
-    if let Err(e) = &recorded {
-        warnings.push(Warning::UnreadableSettings(e.to_string()));
-    }
-    Ok((scenarios, recorded.ok()))
-}
-
-/// What reading one device's requests found worth a warning.
-fn device_warnings(extracted: &Extracted) -> Vec<Warning> {
-    let mut warnings = Vec::new();
-    if let Some(t) = extracted.info.truncation {
-        warnings.push(Warning::Truncated(t));
-    }
-    if extracted.info.skipped_devices > 0 {
-        warnings.push(Warning::TooManyDevices {
-            devices: extracted.info.skipped_devices,
-            events: extracted.info.skipped_events,
-        });
-    }
-    warnings
 }
 
 /// What one device's simulation found, before it is laid out as a
@@ -329,47 +295,4 @@ impl Found {
             timing: self.timing,
         }
     }
-}
-
-/// What the reader should know about how the requests were read, worded by
-/// [`print::words::simulate::note`](crate::print::words::simulate::note)
-/// (and so in JSON: its `Serialize` is there).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Note {
-    /// `empty_cache()` calls inferred from bursts of segment frees.
-    InferredEmptyCache(u64),
-    /// The recorded run ran out of memory this many times.
-    RecordedOoms(u64),
-    /// The trace starts mid-run.
-    MidRun {
-        /// Its segments at the start.
-        segments: usize,
-        /// Their reserved bytes.
-        reserved_bytes: u64,
-        /// Its live blocks at the start.
-        live_blocks: u64,
-        /// Their bytes.
-        live_bytes: u64,
-    },
-}
-
-/// What the reader should know about how the requests were read.
-fn notes(e: &Extracted) -> Vec<Note> {
-    let l = &e.list;
-    let mut notes = Vec::new();
-    if l.inferred_empty_cache > 0 {
-        notes.push(Note::InferredEmptyCache(l.inferred_empty_cache));
-    }
-    if l.recorded_ooms > 0 {
-        notes.push(Note::RecordedOoms(l.recorded_ooms));
-    }
-    if !l.initial_segments.is_empty() {
-        notes.push(Note::MidRun {
-            segments: l.initial_segments.len(),
-            reserved_bytes: l.initial_reserved,
-            live_blocks: l.initial_live_blocks,
-            live_bytes: l.initial_live_bytes,
-        });
-    }
-    notes
 }

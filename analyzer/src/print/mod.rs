@@ -12,6 +12,7 @@
 //! sites read, and tables whose columns line up; [`printable`], how a name
 //! from the input is shown without its control characters acting.
 
+mod by_device;
 pub mod html;
 pub mod labels;
 pub mod merge;

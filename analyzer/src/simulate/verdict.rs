@@ -2,8 +2,8 @@
 //! by site and phase), and the judgement on the first policy: it fits on
 //! the device or under the cap, or runs out of memory there (and which
 //! other policy fits, what it needs), or, with no device given, what it
-//! needs; exact where the recorded run replays to the byte. The verdict
-//! holds facts; [`print::words::simulate`](crate::print::words::simulate)
+//! needs; exact where the recorded run replays to the byte; and the notes
+//! on how the requests were read. The verdict and the notes hold facts; [`print::words::simulate`](crate::print::words::simulate)
 //! words them.
 
 use super::gpus::GpuPreset;
@@ -343,4 +343,47 @@ pub fn describe(
         time_ns: o.time_ns,
         categories: o.categories.clone(),
     }
+}
+
+/// What the reader should know about how the requests were read, worded by
+/// [`print::words::simulate::note`](crate::print::words::simulate::note)
+/// (and so in JSON: its `Serialize` is there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// `empty_cache()` calls inferred from bursts of segment frees.
+    InferredEmptyCache(u64),
+    /// The recorded run ran out of memory this many times.
+    RecordedOoms(u64),
+    /// The trace starts mid-run.
+    MidRun {
+        /// Its segments at the start.
+        segments: usize,
+        /// Their reserved bytes.
+        reserved_bytes: u64,
+        /// Its live blocks at the start.
+        live_blocks: u64,
+        /// Their bytes.
+        live_bytes: u64,
+    },
+}
+
+/// What the reader should know about how the requests were read.
+pub fn notes(e: &Extracted) -> Vec<Note> {
+    let l = &e.list;
+    let mut notes = Vec::new();
+    if l.inferred_empty_cache > 0 {
+        notes.push(Note::InferredEmptyCache(l.inferred_empty_cache));
+    }
+    if l.recorded_ooms > 0 {
+        notes.push(Note::RecordedOoms(l.recorded_ooms));
+    }
+    if !l.initial_segments.is_empty() {
+        notes.push(Note::MidRun {
+            segments: l.initial_segments.len(),
+            reserved_bytes: l.initial_reserved,
+            live_blocks: l.initial_live_blocks,
+            live_bytes: l.initial_live_bytes,
+        });
+    }
+    notes
 }

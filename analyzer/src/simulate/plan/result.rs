@@ -1,11 +1,13 @@
-//! What `plan` answers: its result types (its errors are
-//! [`PlanError`](crate::simulate::plan::PlanError)).
+//! What `plan` answers, and `plan --kv-cache`: their result types (their
+//! errors are [`PlanError`](crate::simulate::plan::PlanError)).
 
 use super::law::LawKind;
 use super::{Found, Range, Varied};
 use crate::analysis::categories::CategoryTable;
 use crate::analysis::limits::Limit;
+use crate::simulate::Fidelity;
 use crate::simulate::Reserve;
+use crate::simulate::kv::{CaptureFit, KvCacheAllocation, KvCacheFit};
 use crate::simulate::verdict::{Device, OomDescription};
 use serde::Serialize;
 
@@ -315,4 +317,72 @@ pub struct FitsUpTo {
     pub largest: Option<u64>,
     /// The plan's answer, or why there is none.
     pub planned: Result<Box<Answer>, String>,
+}
+
+/// How many of the recorded CUDA graphs fit beside a given KV cache.
+#[derive(Clone, Debug, Serialize)]
+pub struct CapturePlan {
+    /// The KV cache planned for, in bytes.
+    pub kv_bytes: u64,
+    /// The search.
+    pub fit: CaptureFit,
+    /// The batch size of each recorded capture, in capture order, when
+    /// given.
+    pub batches: Option<Vec<u64>>,
+    /// The largest batch size among the graphs that fit, when the batch
+    /// sizes were given and one fits.
+    pub largest_batch: Option<u64>,
+    /// `estimate`: a graph left out allocates nothing in its pool, but its
+    /// eager warm-up stays in the replay.
+    pub basis: &'static str,
+    /// Where one graph more runs out of memory: its site.
+    #[serde(skip)]
+    pub next_oom_site: Option<String>,
+}
+
+/// Where a KV cache is planned for, as its sentences name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KvPlace {
+    /// On a device (its name).
+    Device(String),
+    /// Under a cap.
+    Cap(u64),
+    /// On the card the run was recorded on.
+    RecordedCard,
+}
+
+/// The largest KV cache that fits, and how it is known. As JSON (its
+/// `Serialize` is in [`print::words::kv`](crate::print::words::kv)) it
+/// carries its answer, `line`, why it is exact or an estimate,
+/// `basis_note`, and where it is for, `place`, in words.
+#[derive(Clone, Debug)]
+pub struct KvPlanResult {
+    /// The input's path.
+    pub path: String,
+    /// `exact` when the recorded run replays to the byte with the settings
+    /// planned for, else `estimate`.
+    pub basis: &'static str,
+    /// The recorded run replayed under its own card and cap, which decides
+    /// the basis.
+    pub fidelity: Fidelity,
+    /// The allocation taken for the KV cache.
+    pub kv_cache: KvCacheAllocation,
+    /// Its site.
+    pub site: String,
+    /// A KV block's bytes, when given.
+    pub block_bytes: Option<u64>,
+    /// The KV cache the recording allocated, in blocks (when given).
+    pub recorded_blocks: Option<u64>,
+    /// The search.
+    pub fit: KvCacheFit,
+    /// The largest KV cache that fits, in blocks (when given).
+    pub largest_blocks: Option<u64>,
+    /// Where one unit more runs out of memory: its site.
+    pub next_oom_site: Option<String>,
+    /// Where the plan is for.
+    pub place: KvPlace,
+    /// The private pools replayed (CUDA graphs' and `MemPool`s').
+    pub pools: usize,
+    /// The inverse question, for a given KV cache: how many graphs fit.
+    pub captures: Option<CapturePlan>,
 }
