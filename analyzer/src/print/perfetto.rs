@@ -1,7 +1,7 @@
 //! A Perfetto export joined to a `torch.profiler` trace: the profiler's
 //! document read without building its events, and the export's events
 //! added to it, on its clock, as bytes (the export itself is
-//! [`command::export::perfetto`]'s).
+//! [`crate::command::export::perfetto`]'s).
 
 use crate::command::export::PerfettoExport;
 use serde_json::Value;
