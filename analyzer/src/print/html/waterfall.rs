@@ -135,14 +135,5 @@ impl Table {
 /// An OOM in words, as the findings tell it: under which limit (the card's
 /// free memory only where the card itself was the limit).
 pub fn oom_words(o: &OomReport) -> String {
-    let w = &o.waterfall;
-    match w.limit_source {
-        "cap" | "inferred_cap" => format!("under the {}", limit_line(w)),
-        "card" => format!(
-            "on {}, with {} free on the device (measured)",
-            limit_line(w),
-            units::bytes(o.device_free_bytes)
-        ),
-        _ => "(the limit is unknown)".to_string(),
-    }
+    crate::print::words::waterfall::under_limit(o, "measured")
 }

@@ -124,16 +124,7 @@ pub fn waterfall(w: &Waterfall, indent: usize) -> String {
 /// An OOM in one line: what it asked for, where, and under which limit (the
 /// card's free memory only where the card itself was the limit).
 pub fn oom_line(o: &OomReport) -> String {
-    let w = &o.waterfall;
-    let under = match w.limit_source {
-        "cap" | "inferred_cap" => format!("under the {}", limit_line(w)),
-        "card" => format!(
-            "on {}, with {} free on the device (measured by the driver)",
-            limit_line(w),
-            units::bytes(o.device_free_bytes)
-        ),
-        _ => "(the limit is unknown)".to_string(),
-    };
+    let under = words::waterfall::under_limit(o, "measured by the driver");
     let phase = if o.phase.is_empty() {
         String::new()
     } else {

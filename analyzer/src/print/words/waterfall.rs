@@ -2,6 +2,7 @@
 //! its notes, written into JSON here too.
 
 use crate::analysis::limits::Known;
+use crate::analysis::summary::OomReport;
 use crate::analysis::waterfall::{CardState, Fragmentation, Note, SumsTo, Term, Waterfall};
 use crate::units;
 use serde::{Serialize, Serializer};
@@ -11,6 +12,22 @@ use serde::{Serialize, Serializer};
 pub fn limit_line(w: &Waterfall) -> String {
     w.limit
         .map_or_else(|| "unknown".to_string(), |l| l.describe())
+}
+
+/// Under which limit an OOM failed: `under the recorded 12.00 GiB cap
+/// ...`, or where the card itself was the limit, its free memory then
+/// (`measured` says how that figure is known).
+pub fn under_limit(o: &OomReport, measured: &str) -> String {
+    let w = &o.waterfall;
+    match w.limit_source {
+        "cap" | "inferred_cap" => format!("under the {}", limit_line(w)),
+        "card" => format!(
+            "on {}, with {} free on the device ({measured})",
+            limit_line(w),
+            units::bytes(o.device_free_bytes)
+        ),
+        _ => "(the limit is unknown)".to_string(),
+    }
 }
 
 /// A waterfall's note in words.
