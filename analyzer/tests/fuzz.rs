@@ -34,12 +34,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use vramtrace::command::ReplayOptions;
-use vramtrace::command::export::{ProfilerTrace, join_profiler_trace, perfetto, pprof};
+use vramtrace::command::export::{perfetto, pprof};
 use vramtrace::command::flamegraph::{Moment, flamegraph};
 use vramtrace::command::plan::{PlanOptions, plan};
 use vramtrace::command::report::{ReportOptions, report};
 use vramtrace::command::simulate::{SimulateOptions, simulate};
 use vramtrace::input::{Input, decompress};
+use vramtrace::print::perfetto::{ProfilerTrace, join_profiler_trace};
 use vramtrace::progress::NoProgress;
 use vramtrace::simulate::plan::Varied;
 use vramtrace_format::{

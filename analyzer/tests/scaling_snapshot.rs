@@ -103,7 +103,7 @@ fn merging_an_array_of_summaries() {
         |text| {
             let paths = [PathBuf::from("ranks.json")];
             let table =
-                vramtrace::command::ranks::merge_from(&paths, |_| Ok(text.as_bytes())).unwrap();
+                vramtrace::print::merge::merge_from(&paths, |_| Ok(text.as_bytes())).unwrap();
             assert!(!table.rows.is_empty());
         },
     );

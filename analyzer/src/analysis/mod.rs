@@ -25,9 +25,11 @@ pub mod peaks;
 pub mod phase_totals;
 pub mod phases;
 pub mod pools;
+pub mod ranks;
 pub mod site_totals;
 pub mod summary;
 pub mod timeline;
+pub mod warning;
 pub mod waterfall;
 pub mod window;
 

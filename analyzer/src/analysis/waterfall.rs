@@ -21,7 +21,6 @@
 use super::categories::{Basis, CategoryTable};
 use super::limits::{Known, Limit, LimitSource, segment_for};
 use crate::replay::{FreeSpace, ReplayState, Segment};
-use crate::units;
 use serde::Serialize;
 use vramtrace_format::{DeviceMemoryEvent, SymbolTable};
 
@@ -126,8 +125,10 @@ pub struct CardState {
     pub known: Known,
 }
 
-/// Where every byte under the limit was at one moment.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// Where every byte under the limit was at one moment. As JSON (its
+/// `Serialize` is in [`print::words::waterfall`](crate::print::words::waterfall))
+/// it carries the limit in words, `limit_line`, and its notes as sentences.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Waterfall {
     /// The limit, in bytes, when known.
     pub limit_bytes: Option<u64>,
@@ -135,11 +136,10 @@ pub struct Waterfall {
     pub limit_source: &'static str,
     /// How it is known.
     pub limit_known: Option<Known>,
-    /// The limit in words (`12.00 GiB cap from
-    /// set_per_process_memory_fraction(0.1411)`), or why it is unknown.
-    pub limit_line: String,
+    /// The limit (none: unknown), which its line words (`12.00 GiB cap
+    /// from set_per_process_memory_fraction(0.1411)`).
+    pub limit: Option<Limit>,
     /// For an inferred cap: its range, low and high.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub limit_range: Option<(u64, u64)>,
     /// What the terms add up to.
     pub sums_to: SumsTo,
@@ -155,7 +155,71 @@ pub struct Waterfall {
     /// The card's memory as last sampled, when the trace samples it.
     pub card: Option<CardState>,
     /// What to know to read it.
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
+}
+
+// A limit's fraction is a ratio the recorder wrote, never NaN: a waterfall
+// equals itself, as the results that hold one require.
+impl Eq for Waterfall {}
+
+/// What to know to read a waterfall, worded by
+/// [`print::words::waterfall::note`](crate::print::words::waterfall::note)
+/// (and so in JSON: its `Serialize` is there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// Blocks and empty segments add up to more than was reserved.
+    OverReserved {
+        /// By how much.
+        over_bytes: u64,
+        /// Reserved bytes.
+        reserved_bytes: u64,
+    },
+    /// The categories do not add up to the allocated bytes.
+    CategoriesOff {
+        /// Their sum.
+        categories_bytes: u64,
+        /// Allocated bytes.
+        allocated_bytes: u64,
+    },
+    /// No limit was recorded: the limit is the card's total as sampled.
+    CardAsLimit {
+        /// The card's total.
+        total_bytes: u64,
+    },
+    /// The last sample's free figure differs from the one worked out.
+    SampleFree {
+        /// What the sample said.
+        free_bytes: u64,
+    },
+    /// The trace samples no device memory.
+    NoSamples,
+    /// The card, not the cap, was the binding limit.
+    CardBinding {
+        /// Free on the card.
+        card_free_bytes: u64,
+        /// What the cap still allowed.
+        cap_free_bytes: u64,
+    },
+    /// Reserved memory is above the limit, lowered after it was reserved.
+    LimitLowered {
+        /// Reserved bytes.
+        reserved_bytes: u64,
+        /// The limit.
+        limit_bytes: u64,
+    },
+    /// The limit is unknown.
+    UnknownLimit,
+    /// Enough cached free in all, but in pieces.
+    Fragmented {
+        /// Cached free in segments that hold live blocks.
+        cached_bytes: u64,
+        /// Those segments with free space, when the moment lists segments.
+        segments: Option<u64>,
+        /// The size asked for.
+        requested_bytes: u64,
+        /// The largest free block.
+        largest_free_block: u64,
+    },
 }
 
 /// A moment's state, as a waterfall needs it: from a [`ReplayState`]
@@ -214,11 +278,10 @@ impl Waterfall {
         // lie outside its segments (or has none) holds more than it reserved.
         let reserved_part = held.saturating_add(cached_used);
         if held > reserved {
-            notes.push(format!(
-                "blocks and empty segments add up to {} more than the {} reserved (blocks outside segments, or a trace without segment events): the sum is taken over them",
-                units::bytes(held - reserved),
-                units::bytes(reserved)
-            ));
+            notes.push(Note::OverReserved {
+                over_bytes: held - reserved,
+                reserved_bytes: reserved,
+            });
         }
         let mut alloc_term = Term::new("allocated", allocated, Known::Exact);
         let mut by_category = 0u64;
@@ -231,11 +294,10 @@ impl Waterfall {
             });
         }
         if !alloc_term.categories.is_empty() && by_category != allocated {
-            notes.push(format!(
-                "the categories add up to {}, not the {} allocated",
-                units::bytes(by_category),
-                units::bytes(allocated)
-            ));
+            notes.push(Note::CategoriesOff {
+                categories_bytes: by_category,
+                allocated_bytes: allocated,
+            });
         }
         alloc_term.sites = (m.sites.iter())
             .filter(|(_, b)| *b > 0)
@@ -262,10 +324,9 @@ impl Waterfall {
         // uncapped run's limit is the card itself, its total measured.
         let limit = m.limit.or_else(|| {
             let d = m.device_memory.filter(|d| d.total_bytes > 0)?;
-            notes.push(format!(
-                "no limit was recorded: the limit is the card's total as sampled ({})",
-                units::bytes(d.total_bytes)
-            ));
+            notes.push(Note::CardAsLimit {
+                total_bytes: d.total_bytes,
+            });
             Some(Limit::sampled_card(d.total_bytes))
         });
         let (sums_to, total) = match limit {
@@ -277,19 +338,15 @@ impl Waterfall {
                         let outside = outside.min(room);
                         let free = room - outside;
                         if let Some(d) = m.device_memory.filter(|d| d.free_bytes != free) {
-                            notes.push(format!(
-                                "free on the device is the card's total less reserved memory and what lay outside the allocator at the last sample; the sample itself said {} free",
-                                units::bytes(d.free_bytes)
-                            ));
+                            notes.push(Note::SampleFree {
+                                free_bytes: d.free_bytes,
+                            });
                         }
                         terms.push(Term::new("free_on_device", free, Known::Measured));
                         terms.push(Term::new("outside_allocator", outside, Known::Measured));
                     }
                     None => {
-                        notes.push(
-                            "the trace samples no device memory: free on the device includes what others (the CUDA context, other processes) held"
-                                .into(),
-                        );
+                        notes.push(Note::NoSamples);
                         terms.push(Term::new("free_on_device", room, Known::Exact));
                     }
                 }
@@ -302,30 +359,25 @@ impl Waterfall {
                     beside.push(Term::new("outside_allocator", outside, Known::Measured));
                 }
                 if let Some(d) = m.device_memory.filter(|d| d.free_bytes < free) {
-                    notes.push(format!(
-                        "the card had {} free, less than the {} the cap still allowed: the card, not the cap, was the binding limit",
-                        units::bytes(d.free_bytes),
-                        units::bytes(free)
-                    ));
+                    notes.push(Note::CardBinding {
+                        card_free_bytes: d.free_bytes,
+                        cap_free_bytes: free,
+                    });
                 }
                 (SumsTo::Limit, limit.bytes)
             }
             Some(limit) => {
-                notes.push(format!(
-                    "reserved memory ({}) is above the limit ({}): the limit was lowered after it was reserved; the terms sum to reserved memory",
-                    units::bytes(reserved_part),
-                    units::bytes(limit.bytes)
-                ));
+                notes.push(Note::LimitLowered {
+                    reserved_bytes: reserved_part,
+                    limit_bytes: limit.bytes,
+                });
                 if let Some(outside) = m.outside {
                     beside.push(Term::new("outside_allocator", outside, Known::Measured));
                 }
                 (SumsTo::Reserved, reserved_part)
             }
             None => {
-                notes.push(
-                    "the limit is unknown (the trace records no limit, and no out-of-memory error shows a cap): the terms sum to reserved memory"
-                        .into(),
-                );
+                notes.push(Note::UnknownLimit);
                 if let Some(outside) = m.outside {
                     beside.push(Term::new("outside_allocator", outside, Known::Measured));
                 }
@@ -344,38 +396,25 @@ impl Waterfall {
         if let Some(request) = m.request {
             let cached = cached_used.saturating_add(empty);
             if cached >= request && fragmentation.largest_free_block < request {
-                let segments = if m.segments.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " in {}",
-                        units::counted(fragmentation.segments_with_free, "segment", "segments")
-                    )
-                };
-                notes.push(format!(
-                    "fragmented: {} cached free{segments} that hold live blocks, more than the {} asked for, but the largest free block is {}",
-                    units::bytes(cached_used),
-                    units::bytes(request),
-                    units::bytes(fragmentation.largest_free_block)
-                ));
+                notes.push(Note::Fragmented {
+                    cached_bytes: cached_used,
+                    segments: (!m.segments.is_empty()).then_some(fragmentation.segments_with_free),
+                    requested_bytes: request,
+                    largest_free_block: fragmentation.largest_free_block,
+                });
             }
         }
-        let (limit_source, limit_line) = match limit {
-            Some(l) => (
-                match l.source {
-                    LimitSource::Cap => "cap",
-                    LimitSource::Card => "card",
-                    LimitSource::InferredCap => "inferred_cap",
-                },
-                l.describe(),
-            ),
-            None => ("unknown", "unknown".to_string()),
+        let limit_source = match limit.map(|l| l.source) {
+            Some(LimitSource::Cap) => "cap",
+            Some(LimitSource::Card) => "card",
+            Some(LimitSource::InferredCap) => "inferred_cap",
+            None => "unknown",
         };
         Waterfall {
             limit_bytes: limit.map(|l| l.bytes),
             limit_source,
             limit_known: limit.map(|l| l.known),
-            limit_line,
+            limit,
             limit_range: limit.and_then(|l| l.low_bytes.zip(l.high_bytes)),
             sums_to,
             total_bytes: total,

@@ -13,7 +13,7 @@ use vramtrace::analysis::pauses::XAxis;
 use vramtrace::command::compare::{CompareCommandOptions, compare};
 use vramtrace::command::ranks::{self, IN_FLIGHT, set::SetOptions};
 use vramtrace::input::folders::expand_folders;
-use vramtrace::print::{self, svg::diff::AlignBy, svg::diff::DiffRun};
+use vramtrace::print::{self, svg::diff::AlignBy};
 use vramtrace::units;
 
 /// Exit code when a `--fail-on` threshold is crossed.
@@ -128,23 +128,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     warn_inputs(&results.warnings);
     if let Some(output) = &args.output {
         let (result, _) = shown(&args.new, &results)?;
-        let comparison = &result.comparison;
         let align = match args.align {
             Align::Time => AlignBy::Time,
             Align::Repetition => AlignBy::Repetition,
         };
-        let svg = print::svg::diff::render(
-            &DiffRun {
-                name: &comparison.base.name,
-                timeline: &result.base_timeline,
-                iterations: comparison.base.iterations.as_ref(),
-            },
-            &DiffRun {
-                name: &comparison.new.name,
-                timeline: &result.new_timeline,
-                iterations: comparison.new.iterations.as_ref(),
-            },
-            comparison,
+        let svg = print::svg::diff::chart(
+            result,
             align,
             // Busy time when either run's chart would open on it.
             match chart_x_axis(args.x, &base, &result.base_timeline) {

@@ -6,7 +6,8 @@ use super::{warn_about, write_file};
 use anyhow::bail;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace::command::export::{ProfilerTrace, join_profiler_trace, perfetto, pprof};
+use vramtrace::command::export::{perfetto, pprof};
+use vramtrace::print::perfetto::{ProfilerTrace, join_profiler_trace};
 use vramtrace::{print, units};
 
 /// Arguments of `vramtrace export`.

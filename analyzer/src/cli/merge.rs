@@ -4,8 +4,8 @@
 use super::emit;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace::command::ranks::merge_from;
 use vramtrace::print;
+use vramtrace::print::merge::merge_from;
 
 /// Arguments of `vramtrace merge`.
 #[derive(clap::Args)]

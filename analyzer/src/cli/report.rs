@@ -6,7 +6,6 @@ use super::progress::Bars;
 use super::{emit, warn_about, write_file};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vramtrace::command::Warning;
 use vramtrace::command::ranks;
 use vramtrace::command::report::{ReportOptions, ReportWritten, WrittenFile, report};
 use vramtrace::{print, units};
@@ -79,42 +78,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             traces.len()
         );
     }
-    let (ranks, trace) = if set {
+    let (input, baseline, result) = if set {
         if args.baseline.is_some() {
             anyhow::bail!("--baseline compares one trace: report one rank's trace to compare it");
         }
         let set_options = args.ranks.set_options(&args.input);
         let run = ranks::set::report_section(&traces, &set_options, &options.replay, &progress)?;
         warn_about_set(&run.warnings);
-        let (section, highest) = run.result;
-        (Some((section, run.warnings)), highest)
+        let ((section, highest), warnings) = (run.result, run.warnings);
+        let input = open(&highest, &args.input, &progress)?;
+        let section = ranks::set::SetRun {
+            result: section,
+            warnings,
+        };
+        // Each rank's warnings are told once, by the rank pass: the
+        // result's are the others.
+        let result = ranks::set::report(&input, section, &options, &progress)?;
+        (input, None, result)
     } else {
-        (None, traces[0].clone())
+        // Snapshots are parsed side by side, as the passes then run.
+        let (input, baseline) = rayon::join(
+            || open(&traces[0], &args.input, &progress),
+            || {
+                args.baseline
+                    .as_ref()
+                    .map(|b| open(b, &args.input, &progress))
+                    .transpose()
+            },
+        );
+        let (input, baseline) = (input?, baseline?);
+        let result = report(&input, baseline.as_ref(), &options, &progress)?;
+        (input, baseline, result)
     };
-    // Snapshots are parsed side by side, as the passes then run.
-    let (input, baseline) = rayon::join(
-        || open(&trace, &args.input, &progress),
-        || {
-            args.baseline
-                .as_ref()
-                .map(|b| open(b, &args.input, &progress))
-                .transpose()
-        },
-    );
-    let (input, baseline) = (input?, baseline?);
-    let mut result = report(&input, baseline.as_ref(), &options, &progress)?;
-    // Each rank's warnings are told once, by the rank pass.
-    let (ranks, warned) = ranks.unzip();
-    result.ranks = ranks;
-    let told: Vec<&Warning> = (warned.iter().flatten())
-        .filter(|told| told.path == input.path())
-        .map(|told| &told.warning)
-        .collect();
-    let untold: Vec<Warning> = (result.warnings.iter())
-        .filter(|w| !told.contains(w))
-        .cloned()
-        .collect();
-    warn_about(input.path(), &untold);
+    warn_about(input.path(), &result.warnings);
     if !result.devices.is_empty() {
         let others: Vec<String> = (result.devices.iter())
             .filter(|d| d.device != result.device)

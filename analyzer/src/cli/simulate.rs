@@ -10,9 +10,8 @@ use std::process::ExitCode;
 use vramtrace::Error;
 use vramtrace::command::Warning;
 use vramtrace::command::simulate::{SimulateOptions, simulate};
-use vramtrace::print::{self, svg::simulate::Series};
+use vramtrace::print;
 use vramtrace::simulate::SimulateError;
-use vramtrace::units;
 
 /// Arguments of `vramtrace simulate`.
 #[derive(clap::Args)]
@@ -124,45 +123,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if let Some(svg_path) = &args.output {
         let (result, device) = shown(&args.trace, &results)?;
-        let series: Vec<_> = result
-            .policies
-            .iter()
-            .map(|p| Series {
-                name: &p.scenario.policy,
-                samples: &p.scenario.result.samples,
-                oom: p.oom.as_ref().map(|o| {
-                    (
-                        o.time_ns,
-                        format!(
-                            "{}: out of memory at {} requesting {}",
-                            p.scenario.policy,
-                            units::duration_ns(o.time_ns),
-                            units::bytes(o.requested_bytes)
-                        ),
-                    )
-                }),
-            })
-            .collect();
         let on = result
             .device
             .as_ref()
             .map_or_else(|| "a device without limit".into(), |d| d.name.clone());
         let title = format!("What-if: {}{device} on {on}", file_name(&args.trace));
-        // A cap inferred from an OOM is the capacity simulated at its low
-        // end: its line says it is a range, not a recorded figure.
-        let label = result
-            .limit
-            .filter(|l| {
-                l.source == vramtrace::analysis::limits::LimitSource::InferredCap
-                    && Some(l.bytes) == result.capacity_bytes
-            })
-            .map(|l| l.chart_label());
-        let svg = print::svg::simulate::render_labelled(
-            &series,
-            result.capacity_bytes,
-            label.as_deref(),
-            &title,
-        )?;
+        let svg = print::svg::simulate::chart(result, &title)?;
         write_file(svg_path, svg.as_bytes())?;
     }
     args.text.print(

@@ -26,6 +26,8 @@ pub mod summary;
 pub mod synth;
 pub mod timeline;
 
+pub use crate::analysis::warning::Warning;
+
 use crate::Error;
 use crate::analysis::peaks::DevicePeaks;
 use crate::analysis::window::{Window, WindowSpec};
@@ -36,12 +38,9 @@ use crate::input::Input;
 use crate::progress::Progress;
 use crate::replay::ReplayState;
 use crate::replay::categories::CategoryOptions;
-use crate::replay::plausible::ImpossibleValues;
 use crate::sites::{FoldRules, SiteFolder};
-use serde::ser::{Serialize, SerializeStruct, Serializer};
-use std::fmt;
 use std::path::Path;
-use vramtrace_format::{EventSource, Header, TraceDamage, Truncation};
+use vramtrace_format::{EventSource, Header};
 
 /// How a command replays its inputs: the window, and how stacks fold to sites.
 #[derive(Clone, Debug, Default)]
@@ -63,146 +62,6 @@ impl ReplayOptions {
     /// Which devices a pass replays.
     pub fn devices(&self) -> Devices {
         self.device.map_or(Devices::Apart, Devices::Only)
-    }
-}
-
-/// Something worth telling about a pass, short of an error.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Warning {
-    /// The trace was cut short: its readable part was analyzed.
-    Truncated(Truncation),
-    /// Part of the trace was damaged and skipped (or found amiss): the rest
-    /// was analyzed.
-    Damaged(TraceDamage),
-    /// More damage than was listed.
-    MoreDamage(u64),
-    /// The trace has no footer: the process that recorded it did not close it.
-    Unfinished,
-    /// The recorder dropped events (its output could not keep up): the
-    /// analyses went on across the gaps, and say how.
-    EventsDropped(crate::replay::DroppedReport),
-    /// No event lies inside the window.
-    EmptyWindow,
-    /// The recorded allocator settings cannot be read (the reason).
-    UnreadableSettings(String),
-    /// A bad limit or device-memory event was left out, or the allocator's
-    /// limit changed during the run (what analyses did about it).
-    Memory(String),
-    /// Events or starting segments with impossible values were left out.
-    Impossible(ImpossibleValues),
-    /// Other threads than the one followed began phases, which are not
-    /// shown: `(thread, phase begins)`, and the thread followed.
-    OtherThreadPhases {
-        /// The thread whose phases are shown.
-        shown: u32,
-        /// The other threads with phases, and how many each began.
-        others: Vec<(u32, u64)>,
-    },
-    /// Converting a PyTorch snapshot found this (its import report: missing
-    /// fields of older snapshots, unknown actions, a replayed end state that
-    /// differs from the recorded one).
-    Conversion(String),
-    /// More devices than any machine has: the events of those past the
-    /// first [`MAX_DEVICES`](crate::bounds::MAX_DEVICES) were left out.
-    TooManyDevices {
-        /// The devices left out.
-        devices: u64,
-        /// Their events.
-        events: u64,
-    },
-}
-
-impl fmt::Display for Warning {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Warning::Truncated(t) => write!(f, "{t}"),
-            Warning::Damaged(d) => write!(f, "{d}; the rest was read"),
-            Warning::MoreDamage(n) => write!(f, "{n} more damaged places were skipped"),
-            Warning::Unfinished => f.write_str(
-                "the trace has no footer: the recording process did not close it (killed?)",
-            ),
-            Warning::EventsDropped(d) => write!(f, "{d}"),
-            Warning::EmptyWindow => f.write_str("no event lies inside the window"),
-            Warning::Memory(why) | Warning::Conversion(why) => f.write_str(why),
-            Warning::Impossible(values) => write!(f, "{values}"),
-            Warning::UnreadableSettings(why) => {
-                write!(f, "the recorded allocator settings cannot be read ({why})")
-            }
-            Warning::OtherThreadPhases { shown, others } => {
-                let threads: Vec<String> = others
-                    .iter()
-                    .map(|(t, n)| format!("thread {t} began {n}"))
-                    .collect();
-                write!(
-                    f,
-                    "the phases of other threads are hidden ({}; most likely the autograd engine's backward-pass phases); shown are thread {shown}'s",
-                    threads.join(", ")
-                )
-            }
-            Warning::TooManyDevices { devices, events } => write!(
-                f,
-                "{devices} devices past the first {} were left out ({events} events): no machine has that many, the device ids are likely bad",
-                crate::bounds::MAX_DEVICES
-            ),
-        }
-    }
-}
-
-impl Warning {
-    /// The warning's kind, as JSON names it: stable, to match on.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Warning::Truncated(_) => "truncated",
-            Warning::Damaged(_) => "damaged",
-            Warning::MoreDamage(_) => "more_damage",
-            Warning::Unfinished => "unfinished",
-            Warning::EventsDropped(_) => "events_dropped",
-            Warning::EmptyWindow => "empty_window",
-            Warning::UnreadableSettings(_) => "unreadable_settings",
-            Warning::Memory(_) => "memory",
-            Warning::Impossible(_) => "impossible_values",
-            Warning::OtherThreadPhases { .. } => "other_thread_phases",
-            Warning::TooManyDevices { .. } => "too_many_devices",
-            Warning::Conversion(_) => "conversion",
-        }
-    }
-
-    /// What a pass's end says about the trace and the window.
-    fn of_pass(info: &PassInfo, window: &Window) -> Vec<Warning> {
-        let mut warnings: Vec<Warning> =
-            info.damage.iter().cloned().map(Warning::Damaged).collect();
-        if info.damage_count > info.damage.len() as u64 {
-            warnings.push(Warning::MoreDamage(
-                info.damage_count - info.damage.len() as u64,
-            ));
-        }
-        if let Some(t) = info.truncation {
-            warnings.push(Warning::Truncated(t));
-        } else if !info.complete && !info.stopped_early {
-            warnings.push(Warning::Unfinished);
-        }
-        if !info.impossible.is_empty() {
-            warnings.push(Warning::Impossible(info.impossible));
-        }
-        if info.dropped.any() {
-            warnings.push(Warning::EventsDropped(info.dropped.clone()));
-        }
-        if info.events_in_window == 0 && !window.is_all() {
-            warnings.push(Warning::EmptyWindow);
-        }
-        if info.skipped_devices > 0 {
-            warnings.push(Warning::TooManyDevices {
-                devices: info.skipped_devices,
-                events: info.skipped_events,
-            });
-        }
-        if !info.other_thread_phases.is_empty() {
-            warnings.push(Warning::OtherThreadPhases {
-                shown: info.phase_thread,
-                others: info.other_thread_phases.clone(),
-            });
-        }
-        warnings
     }
 }
 
@@ -410,7 +269,8 @@ pub const JSON_SCHEMA_VERSION: u32 = 2;
 ///
 /// As JSON it has one shape whatever the number of devices (docs/json.md):
 /// `{"rank": N|null, "warnings": [...], "devices": [each device's peaks],
-/// "by_device": [{"device": N, ...its result}]}`.
+/// "by_device": [{"device": N, ...its result}]}` (its `Serialize` is in
+/// `print`, beside the other JSON shapes).
 #[derive(Clone, Debug)]
 pub struct ByDevice<T> {
     /// Each device's peaks and result.
@@ -452,18 +312,6 @@ impl InputWarning {
     }
 }
 
-/// As JSON: `{"path", "kind", "message"}`, the kind a stable name to match
-/// on and the message the sentence the CLI prints.
-impl Serialize for InputWarning {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("InputWarning", 3)?;
-        s.serialize_field("path", &self.path.display().to_string())?;
-        s.serialize_field("kind", self.warning.kind())?;
-        s.serialize_field("message", &self.warning.to_string())?;
-        s.end()
-    }
-}
-
 /// A command's result on one device.
 #[derive(Clone, Debug)]
 pub struct OnDevice<T> {
@@ -487,53 +335,6 @@ impl<T> ByDevice<T> {
     /// Each device's peaks.
     pub fn peaks(&self) -> Vec<DevicePeaks> {
         self.devices.iter().map(|d| d.peaks.clone()).collect()
-    }
-}
-
-impl<T: Serialize> Serialize for ByDevice<T> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        // Each result with its device first, unless it names a `device` of
-        // its own (the summary's index, the simulated GPU); its keys then
-        // in the order the result declares them.
-        struct Entry<'a, T>(&'a OnDevice<T>);
-        #[derive(serde::Serialize)]
-        struct WithDevice<'a, T> {
-            device: u32,
-            #[serde(flatten)]
-            result: &'a T,
-        }
-        #[derive(serde::Serialize)]
-        struct NotAnObject<'a> {
-            device: u32,
-            result: &'a serde_json::Value,
-        }
-        impl<T: Serialize> Serialize for Entry<'_, T> {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                use serde::ser::Error as _;
-                let device = self.0.peaks.device;
-                let result = &self.0.result;
-                match serde_json::to_value(result).map_err(S::Error::custom)? {
-                    serde_json::Value::Object(fields) if fields.contains_key("device") => {
-                        result.serialize(serializer)
-                    }
-                    serde_json::Value::Object(_) => {
-                        WithDevice { device, result }.serialize(serializer)
-                    }
-                    other => NotAnObject {
-                        device,
-                        result: &other,
-                    }
-                    .serialize(serializer),
-                }
-            }
-        }
-        let mut s = serializer.serialize_struct("ByDevice", 4)?;
-        s.serialize_field("rank", &self.rank)?;
-        s.serialize_field("warnings", &self.warnings)?;
-        s.serialize_field("devices", &self.peaks())?;
-        let entries: Vec<Entry<'_, T>> = self.devices.iter().map(Entry).collect();
-        s.serialize_field("by_device", &entries)?;
-        s.end()
     }
 }
 

@@ -19,11 +19,10 @@ use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOpt
 use crate::analysis::{Analysis, AnalysisSet};
 use crate::input::Input;
 use crate::progress::Progress;
+use crate::simulate::Reserve;
 use crate::simulate::fixes::FixesTried;
 use crate::simulate::what_if::{WhatIf, what_if};
-use crate::simulate::{RequestExtractor, RequestList, Reserve, SimOptions};
 use serde::Serialize;
-use vramtrace_allocator::AllocatorConfig;
 use vramtrace_format::Header;
 
 /// Buckets of the fragmentation chart: about one per two pixels.
@@ -45,10 +44,7 @@ pub struct ReportOptions {
     pub reserve: Option<u64>,
 }
 
-/// Events past which a report leaves out its what-if section: the requests
-/// of a longer trace take more memory (about 8 bytes an event) and time
-/// than the rest of the report; `vramtrace simulate` runs them on its own.
-pub const WHAT_IF_MAX_EVENTS: u64 = 20_000_000;
+pub use crate::simulate::bounded::{BoundedRequests, WHAT_IF_MAX_EVENTS};
 
 /// Everything the report shows about one trace.
 #[derive(Clone, Debug, Serialize)]
@@ -91,8 +87,9 @@ pub struct ReportResult {
     pub default_axis: XAxis,
     /// The recorded settings at a range of capacities (not for a window).
     pub what_if: Option<WhatIf>,
-    /// Why there is no what-if section, when one was asked for.
-    pub what_if_left_out: Option<String>,
+    /// Why there is no what-if section, when one was asked for (a
+    /// sentence in JSON).
+    pub what_if_left_out: Option<LeftOut>,
     /// Where the recorded run ran out of memory: the fixes tried, each
     /// replayed under the recorded limit (not for a window).
     pub fixes: Option<FixesTried>,
@@ -110,6 +107,17 @@ pub struct ReportResult {
     /// What the baseline's pass found worth a warning.
     #[serde(skip)]
     pub baseline_warnings: Vec<Warning>,
+}
+
+/// Why a report has no what-if section, worded by
+/// [`print::words::report::left_out`](crate::print::words::report::left_out)
+/// (and so in JSON: its `Serialize` is there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeftOut {
+    /// The report is of a window: the simulation replays the whole run.
+    Window,
+    /// The trace has more than [`WHAT_IF_MAX_EVENTS`] events.
+    TooManyEvents,
 }
 
 /// A file a command wrote.
@@ -247,18 +255,15 @@ pub fn report(
     let what_if_left_out = if !options.what_if {
         None
     } else if !replay.window().is_all() {
-        Some("a report of a window has none: the simulation replays the whole run".to_string())
-    } else if requests.as_ref().is_some_and(|r| r.over) {
-        Some(format!(
-            "the trace has more than {} events, too many to simulate within a report (vramtrace simulate --min-capacity runs it on its own)",
-            crate::units::count(WHAT_IF_MAX_EVENTS)
-        ))
+        Some(LeftOut::Window)
+    } else if requests.as_ref().is_some_and(BoundedRequests::over) {
+        Some(LeftOut::TooManyEvents)
     } else {
         None
     };
-    let (list, fixes) = match requests.filter(|r| !r.over) {
+    let (list, fixes) = match requests.filter(|r| !r.over()) {
         Some(mut r) => {
-            let fixes = r.fixes.take();
+            let fixes = r.take_fixes();
             (Some(replay.result(r.into_list())?), fixes)
         }
         None => (None, None),
@@ -416,110 +421,6 @@ impl AnalysisSet for ReportAnalyses {
             &mut self.site_totals,
             &mut self.phase_totals,
         ])
-    }
-}
-
-/// The request extractor, given up (its requests dropped) past
-/// [`WHAT_IF_MAX_EVENTS`]. At the pass's end, where the recorded run ran out
-/// of memory, it tries the fixes (the pass's state names their sites).
-pub(crate) struct BoundedRequests {
-    extractor: RequestExtractor,
-    events: u64,
-    over: bool,
-    /// The recorded settings (when readable) and the device's memory (when
-    /// the header gives it).
-    fixes_under: Option<(AllocatorConfig, Option<u64>)>,
-    /// The recorded (or inferred) cap, which the fixes are tried under.
-    limits: crate::analysis::limits::LimitWatch,
-    list: Option<RequestList>,
-    fixes: Option<FixesTried>,
-}
-
-impl BoundedRequests {
-    /// An extractor for a device of `recorded_capacity` bytes (when the
-    /// header gives it) that tries the fixes under the recorded settings
-    /// (when readable).
-    pub(crate) fn new(
-        recorded_capacity: Option<u64>,
-        recorded_config: Option<AllocatorConfig>,
-    ) -> BoundedRequests {
-        BoundedRequests {
-            extractor: RequestExtractor::new(recorded_capacity),
-            events: 0,
-            over: false,
-            fixes_under: recorded_config.map(|c| (c, recorded_capacity)),
-            limits: crate::analysis::limits::LimitWatch::new(),
-            list: None,
-            fixes: None,
-        }
-    }
-
-    /// The fixes tried where the recorded run ran out of memory, once the
-    /// pass is over (`None` past [`WHAT_IF_MAX_EVENTS`] or without an OOM).
-    pub(crate) fn take_fixes(&mut self) -> Option<FixesTried> {
-        self.fixes.take()
-    }
-
-    fn into_list(self) -> Result<RequestList, crate::analysis::AnalysisError> {
-        self.list.ok_or(crate::analysis::AnalysisError::NoResult(
-            "request extraction",
-        ))
-    }
-}
-
-impl Analysis for BoundedRequests {
-    fn begin(
-        &mut self,
-        state: &crate::replay::ReplayState,
-        symbols: &vramtrace_format::SymbolTable,
-    ) {
-        self.extractor.begin(state, symbols);
-        self.limits.begin(state, symbols);
-    }
-
-    fn event(
-        &mut self,
-        step: &crate::analysis::Step<'_>,
-        state: &crate::replay::ReplayState,
-    ) -> Result<crate::analysis::Flow, crate::analysis::AnalysisError> {
-        self.events += 1;
-        if self.events > WHAT_IF_MAX_EVENTS {
-            self.over = true;
-            self.extractor = RequestExtractor::new(None);
-            return Ok(crate::analysis::Flow::Done);
-        }
-        self.limits.event(step, state)?;
-        self.extractor.event(step, state)
-    }
-
-    fn finish(
-        &mut self,
-        state: &crate::replay::ReplayState,
-        symbols: &vramtrace_format::SymbolTable,
-    ) -> Result<(), crate::analysis::AnalysisError> {
-        if self.over {
-            return Ok(());
-        }
-        self.extractor.finish(state, symbols)?;
-        let list = std::mem::take(&mut self.extractor).into_list()?;
-        self.limits.finish(state, symbols)?;
-        if let Some((config, device)) = self.fixes_under.as_ref().filter(|_| list.recorded_ooms > 0)
-        {
-            // Under the recorded cap, as `simulate` replays it; else on the
-            // recorded device.
-            let cap = self.limits.report_now().cap().map(|c| c.bytes);
-            let options = SimOptions {
-                capacity: cap.or(*device),
-                cap,
-                ..SimOptions::default()
-            };
-            if options.capacity.is_some() {
-                self.fixes =
-                    crate::simulate::fixes::for_first_oom(&list, config, &options, state, symbols);
-            }
-        }
-        self.list = Some(list);
-        Ok(())
     }
 }
 

@@ -109,7 +109,7 @@ pub fn summary(
         let fixes = Replay::new(input, &options.replay, progress)?.by_device(
             |device| {
                 let capacity = crate::simulate::device_capacity(&header.devices, device);
-                (super::report::BoundedRequests::new(
+                (crate::simulate::bounded::BoundedRequests::new(
                     capacity,
                     config.clone(),
                 ),)

@@ -12,13 +12,17 @@
 //! sites read, and tables whose columns line up; [`printable`], how a name
 //! from the input is shown without its control characters acting.
 
+mod by_device;
 pub mod html;
 pub mod labels;
+pub mod merge;
+pub mod perfetto;
 pub mod pprof;
 mod printable;
 pub mod svg;
 pub mod table;
 pub mod text;
+pub mod words;
 
 pub use printable::{printable, printable_cut};
 
@@ -42,7 +46,7 @@ pub enum ChartError {
 }
 
 /// The version of the JSON the commands print, which their results' shapes
-/// make (defined beside them, where `ranks::merge` reads documents back).
+/// make (defined beside them; [`merge`] reads documents back).
 pub use crate::command::JSON_SCHEMA_VERSION;
 
 /// A document: the version first, then the result's own keys.

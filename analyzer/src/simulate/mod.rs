@@ -9,6 +9,7 @@
 //! dozen decodes. [`fidelity`] checks that the recorded settings reproduce
 //! the recorded device actions. See `docs/simulate.md`.
 
+pub mod bounded;
 mod capacity;
 pub mod fixes;
 pub mod gpus;
@@ -16,6 +17,7 @@ pub mod kv;
 pub mod plan;
 pub mod requests;
 mod scenarios;
+pub mod verdict;
 pub mod what_if;
 
 pub use capacity::{

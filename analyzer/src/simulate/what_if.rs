@@ -13,8 +13,10 @@
 use super::fixes::{FixTarget, FixesTried};
 use super::{
     CAPACITY_STEP, Extracted, Fidelity, OomAt, RequestList, Reserve, Scenario, ScenarioResult,
-    SimOptions, Target, fidelity_under, min_capacity, simulate, smallest_capacity, sweep,
+    SimOptions, SimulateError, Target, fidelity_under, min_capacity, scenarios, simulate,
+    smallest_capacity, sweep,
 };
+use crate::analysis::warning::Warning;
 use rayon::prelude::*;
 use serde::Serialize;
 use vramtrace_allocator::AllocatorConfig;
@@ -322,6 +324,41 @@ pub fn what_if(
         device_bytes,
         points,
     }
+}
+
+/// The policies `simulate` runs (the settings named, the standard ones
+/// when asked), and the recorded settings when readable (a
+/// warning says why not).
+pub fn policies(
+    extracted: &Extracted,
+    settings: &[AllocatorConfig],
+    standard_policies: bool,
+    warnings: &mut Vec<Warning>,
+) -> Result<(Vec<Scenario>, Option<AllocatorConfig>), SimulateError> {
+    let recorded = match &extracted.recorded_config {
+        Ok((config, _)) => Ok(config.clone()),
+        Err(e) => Err(e.clone()),
+    };
+    let scenarios = scenarios(&recorded, settings.to_vec(), standard_policies)?;
+    if let Err(e) = &recorded {
+        warnings.push(Warning::UnreadableSettings(e.to_string()));
+    }
+    Ok((scenarios, recorded.ok()))
+}
+
+/// What reading one device's requests found worth a warning.
+pub fn read_warnings(extracted: &Extracted) -> Vec<Warning> {
+    let mut warnings = Vec::new();
+    if let Some(t) = extracted.info.truncation {
+        warnings.push(Warning::Truncated(t));
+    }
+    if extracted.info.skipped_devices > 0 {
+        warnings.push(Warning::TooManyDevices {
+            devices: extracted.info.skipped_devices,
+            events: extracted.info.skipped_events,
+        });
+    }
+    warnings
 }
 
 #[cfg(test)]

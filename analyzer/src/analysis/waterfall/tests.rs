@@ -65,7 +65,7 @@ fn terms_sum_to_a_recorded_cap() {
     assert_eq!(w.fragmentation.largest_free_block, 20 * MIB);
     assert_eq!(w.fragmentation.segment_bytes, Some(30 * MIB));
     assert_eq!(
-        w.limit_line,
+        crate::print::words::waterfall::limit_line(&w),
         "100 MiB cap from set_per_process_memory_fraction(0.1000)"
     );
     assert_eq!(w.terms[0].sites[0].name, "train (train.py:7)");
@@ -113,7 +113,9 @@ fn a_card_whose_free_memory_was_less_than_the_cap_allowed_is_noted() {
     );
     assert_eq!(w.sum(), 500 * MIB);
     assert!(
-        w.notes.iter().any(|n| n.contains("binding limit")),
+        w.notes
+            .iter()
+            .any(|n| matches!(n, Note::CardBinding { .. })),
         "{:?}",
         w.notes
     );
@@ -162,7 +164,9 @@ fn without_a_recorded_limit_a_sampled_card_is_the_limit() {
     assert_eq!(w.term("free_on_device").unwrap().bytes, 900 * MIB);
     assert_eq!(w.term("outside_allocator").unwrap().bytes, 60 * MIB);
     assert!(
-        w.notes.iter().any(|n| n.contains("no limit was recorded")),
+        w.notes
+            .iter()
+            .any(|n| matches!(n, Note::CardAsLimit { .. })),
         "{:?}",
         w.notes
     );

@@ -8,14 +8,10 @@ use super::{PlanOptions, target_of};
 use crate::Error;
 use crate::input::Input;
 use crate::progress::Progress;
-use crate::simulate::kv::{
-    CaptureFit, KvCacheAllocation, KvCacheFit, captures, find_kv_cache, largest_kv_cache,
-    most_captures,
-};
+use crate::simulate::kv::{captures, find_kv_cache, largest_kv_cache, most_captures};
 use crate::simulate::plan::PlanError;
+pub use crate::simulate::plan::result::{CapturePlan, KvPlace, KvPlanResult};
 use crate::simulate::{OomAt, fidelity_under, scenarios};
-use crate::units;
-use serde::Serialize;
 use vramtrace_format::EventSource;
 
 /// What `plan --kv-cache` looks for.
@@ -35,59 +31,6 @@ pub struct KvPlanOptions {
     /// The batch size of each recorded capture, in capture order (a server
     /// captures the largest first), to answer in batch sizes.
     pub captured_batches: Option<Vec<u64>>,
-}
-
-/// How many of the recorded CUDA graphs fit beside a given KV cache.
-#[derive(Clone, Debug, Serialize)]
-pub struct CapturePlan {
-    /// The KV cache planned for, in bytes.
-    pub kv_bytes: u64,
-    /// The search.
-    pub fit: CaptureFit,
-    /// The batch size of each recorded capture, in capture order, when
-    /// given.
-    pub batches: Option<Vec<u64>>,
-    /// The largest batch size among the graphs that fit, when the batch
-    /// sizes were given and one fits.
-    pub largest_batch: Option<u64>,
-    /// `estimate`: a graph left out allocates nothing in its pool, but its
-    /// eager warm-up stays in the replay.
-    pub basis: &'static str,
-}
-
-/// The largest KV cache that fits, and how it is known.
-#[derive(Clone, Debug, Serialize)]
-pub struct KvPlanResult {
-    /// The input's path.
-    pub path: String,
-    /// The answer in one line.
-    pub line: String,
-    /// `exact` when the recorded run replays to the byte with the settings
-    /// planned for, else `estimate`.
-    pub basis: &'static str,
-    /// Why, in words.
-    pub basis_note: String,
-    /// The allocation taken for the KV cache.
-    pub kv_cache: KvCacheAllocation,
-    /// Its site.
-    pub site: String,
-    /// A KV block's bytes, when given.
-    pub block_bytes: Option<u64>,
-    /// The KV cache the recording allocated, in blocks (when given).
-    pub recorded_blocks: Option<u64>,
-    /// The search.
-    pub fit: KvCacheFit,
-    /// The largest KV cache that fits, in blocks (when given).
-    pub largest_blocks: Option<u64>,
-    /// Where one unit more runs out of memory: its site.
-    pub next_oom_site: Option<String>,
-    /// Where the plan is for, in words.
-    pub place: String,
-    /// The private pools replayed (CUDA graphs' and `MemPool`s').
-    pub pools: usize,
-    /// The inverse question, for a given KV cache: how many graphs fit.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub captures: Option<CapturePlan>,
 }
 
 /// Plans the KV cache of the one run in `input`.
@@ -139,64 +82,17 @@ pub fn kv_cache(
     // The recorded run under its own card and cap: does it replay exactly?
     let recorded_cap = run.extracted.limits.cap().map(|l| l.bytes);
     let fidelity = fidelity_under(list, config, run.extracted.recorded_capacity, recorded_cap);
-    let (basis, basis_note) = if fidelity.exact {
-        (
-            "exact",
-            "exact: the recorded run replays to the byte, its CUDA graphs in their pools"
-                .to_string(),
-        )
-    } else {
-        (
-            "estimate",
-            format!(
-                "estimate: the replay of the recorded run is not exact ({} device actions against {} recorded)",
-                fidelity.simulated_segment_actions, fidelity.recorded_segment_actions
-            ),
-        )
-    };
-    let place_text = match (&place.device, place.cap) {
-        (Some(d), _) => format!("on {}", d.name),
-        (None, Some(cap)) => format!("under a cap of {}", units::bytes(cap)),
-        (None, None) => "on the recorded card".to_string(),
+    let basis = if fidelity.exact { "exact" } else { "estimate" };
+    let place_of = match (&place.device, place.cap) {
+        (Some(d), _) => KvPlace::Device(d.name.clone()),
+        (None, Some(cap)) => KvPlace::Cap(cap),
+        (None, None) => KvPlace::RecordedCard,
     };
     let blocks = |bytes: u64| options.block_bytes.map(|b| bytes / b);
-    let in_blocks = |bytes: u64| match options.block_bytes {
-        Some(b) => format!(
-            "{} ({})",
-            units::bytes(bytes),
-            units::counted(bytes / b, "block", "blocks")
-        ),
-        None => units::bytes(bytes),
-    };
     let next_oom_site = fit
         .next_oom
         .as_ref()
         .map(|o: &OomAt| crate::sites::site_label(&site_name(o.site)));
-    let mut line = match fit.largest_bytes {
-        Some(largest) => format!(
-            "the largest KV cache that fits {place_text} is {}, with the recorded CUDA graphs in their pools (recorded: {}{})",
-            in_blocks(largest),
-            in_blocks(kv.recorded_bytes),
-            if fit.recorded_fits {
-                ""
-            } else {
-                ", which does not fit"
-            }
-        ),
-        None => {
-            format!("no KV cache fits {place_text}: the rest of the run alone runs out of memory")
-        }
-    };
-    if let (Some(_), Some(site)) = (fit.largest_bytes, &next_oom_site) {
-        let more = match options.block_bytes {
-            Some(_) => "a block".to_string(),
-            None => units::bytes(fit.unit_bytes),
-        };
-        line.push_str(&format!("; {more} more runs out at {site}"));
-    }
-    if basis == "estimate" {
-        line = format!("estimate: {line}");
-    }
     let capture_plan = match options.kv_bytes {
         None => None,
         Some(kv_bytes) => {
@@ -221,63 +117,29 @@ pub fn kv_cache(
                 .kept
                 .filter(|&k| k > 0)
                 .and_then(|k| kept(k).and_then(|b| b.iter().max().copied()));
-            let kv_text = in_blocks(kv_bytes);
-            line = match fit.kept {
-                None => format!(
-                    "estimate: a KV cache of {kv_text} does not fit {place_text} even with no CUDA graph captured"
-                ),
-                Some(k) if k == fit.captures => format!(
-                    "estimate: all {} recorded CUDA graphs fit {place_text} beside a KV cache of {kv_text}",
-                    fit.captures
-                ),
-                Some(0) => format!(
-                    "estimate: beside a KV cache of {kv_text}, no CUDA graph fits {place_text}: serve eagerly, or give the KV cache less"
-                ),
-                Some(k) => {
-                    let which = match (largest_batch, kept(k)) {
-                        (Some(n), Some(b)) => format!(
-                            "capture batch sizes up to {n} ({} of the {} recorded: {})",
-                            k,
-                            fit.captures,
-                            b.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
-                        ),
-                        _ => format!(
-                            "capture the last {k} of the {} recorded graphs (the smallest batches, when captured largest first)",
-                            fit.captures
-                        ),
-                    };
-                    format!("estimate: beside a KV cache of {kv_text} {place_text}, {which}")
-                }
-            };
-            if let (Some(k), Some(o)) = (fit.kept, &fit.next_oom)
-                && k < fit.captures
-            {
-                line.push_str(&format!(
-                    "; one graph more runs out at {}",
-                    crate::sites::site_label(&site_name(o.site))
-                ));
-            }
+            let next_oom_site =
+                (fit.next_oom.as_ref()).map(|o| crate::sites::site_label(&site_name(o.site)));
             Some(CapturePlan {
                 kv_bytes,
                 fit,
                 batches,
                 largest_batch,
                 basis: "estimate",
+                next_oom_site,
             })
         }
     };
     Ok(KvPlanResult {
         path,
-        line,
         basis,
-        basis_note,
+        fidelity,
         site: site_name(kv.site),
         kv_cache: kv,
         block_bytes: options.block_bytes,
         recorded_blocks: blocks(kv.recorded_bytes),
         largest_blocks: fit.largest_bytes.and_then(blocks),
         next_oom_site,
-        place: place_text,
+        place: place_of,
         pools: list.pools.len(),
         fit,
         captures: capture_plan,
@@ -330,14 +192,14 @@ mod tests {
         let kept = c.fit.kept.unwrap();
         assert!(kept > 0 && kept < batches.len(), "{c:?}");
         assert_eq!(c.largest_batch, Some(batches[batches.len() - kept]));
-        assert!(r.line.starts_with("estimate: "), "{}", r.line);
+        let line = crate::print::words::kv::answer(&r);
+        assert!(line.starts_with("estimate: "), "{line}");
         assert!(
-            r.line.contains(&format!(
+            line.contains(&format!(
                 "capture batch sizes up to {}",
                 batches[batches.len() - kept]
             )),
-            "{}",
-            r.line
+            "{line}"
         );
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["captures"]["basis"], "estimate");

@@ -4,32 +4,29 @@
 
 mod kv;
 mod read;
-mod result;
-mod words;
 
-pub use kv::{KvPlanOptions, KvPlanResult, kv_cache};
+pub use kv::{CapturePlan, KvPlace, KvPlanOptions, KvPlanResult, kv_cache};
 
 pub use crate::simulate::plan::checks::request_words;
-pub use result::{
-    Answer, AtValue, Basis, FitsUpTo, LawRow, NoLawSite, PlanResult, PlanTiming, Point,
-    PolicyAnswer, RunSummary,
+pub use crate::simulate::plan::figures::loose_allocations;
+pub use crate::simulate::plan::result::{
+    Answer, AtValue, Basis, FitsUpTo, Framing, LawRow, NoLawSite, Note, Place, PlanResult,
+    PlanTiming, Point, PolicyAnswer, RunSummary,
 };
 
 use read::{Run, read_run};
-use words::{answer_line, at_line, notes, place_words, workspace_words};
 
-use super::simulate::{Device, describe};
+use super::simulate::Device;
 use crate::Error;
 use crate::analysis::categories::CategoryTable;
 use crate::analysis::limits::Limit;
 use crate::input::Input;
 use crate::progress::Progress;
-use crate::replay::categories::is_step_phase;
 use crate::simulate::plan::PlanError;
 use crate::simulate::plan::checks::{self, RunFacts};
-use crate::simulate::plan::law::LawKind;
+use crate::simulate::plan::figures::{law_rows, no_law_sites, notes, place_of, point};
 use crate::simulate::plan::{self, Evaluated, Found, Keys, Model, RunInput, Target, Varied};
-use crate::simulate::{self as sim, Extracted, Op, Reserve, SimOptions, SimulateError, scenarios};
+use crate::simulate::{self as sim, Reserve, SimOptions, SimulateError, scenarios};
 use crate::units;
 use rayon::prelude::*;
 use vramtrace_allocator::AllocatorConfig;
@@ -61,9 +58,6 @@ pub struct PlanOptions {
     /// The device of each trace planned from; `None`: the one each holds.
     pub recorded_device: Option<u32>,
 }
-
-/// The sites listed as following no simple law.
-const NO_LAW_SITES: usize = 10;
 
 /// Plans from `inputs`, runs of one program at different values of the
 /// batch size or the sequence length.
@@ -121,7 +115,7 @@ pub fn plan(
             source,
         }
     })?;
-    let Place {
+    let Aim {
         sim: target_options,
         cap,
         limit,
@@ -192,44 +186,44 @@ pub fn plan(
     let find = |v: Option<u64>| v.and_then(|v| points.iter().find(|p| p.value == v).cloned());
     let fits = find(fits_at);
     let next = find(next_at);
-    let where_ = place_words(&target, cap, limit.as_ref(), place_device.as_ref());
-    let mut line = answer_line(
-        &model,
+    let basis = if model.is_assumed() {
+        Basis::OneRun
+    } else {
+        Basis::Runs
+    };
+    let framing = Framing {
         varied,
-        &found,
-        fits.as_ref(),
-        next.as_ref(),
-        &where_,
-    );
-    if let Some(kept) = &with_workspaces {
-        line.push_str(&workspace_words(varied, kept, &found));
-    }
+        basis,
+        recorded: (
+            model.values.iter().min().copied().unwrap_or(0),
+            model.values.iter().max().copied().unwrap_or(0),
+        ),
+        place: place_of(capacity, cap, limit, place_device.as_ref()),
+    };
     let answer = Answer {
         largest: found.largest,
         unbounded: found.unbounded,
         at_ceiling: found.at_ceiling,
         range: found.largest.map(|v| model.range(v)),
-        line,
         fits,
         next,
-        largest_with_workspaces: with_workspaces.and_then(|f| f.largest),
+        with_workspaces,
         simulations: found.simulations + with_workspaces.map_or(0, |f| f.simulations),
+        framing: framing.clone(),
     };
     let peak_of = |v: u64| evaluated.iter().find(|e| e.value == v);
     let at_peak = fits_at
         .and_then(peak_of)
         .or_else(|| peak_of(model.reference_value()));
     let laws = law_rows(&model, &reference.extracted, symbols, at_peak);
-    let no_law = no_law_sites(&model, &read, state, symbols);
+    let no_law = no_law_sites(&model, list, state, symbols);
     let at = options.at.and_then(|v| {
         let e = peak_of(v)?;
-        let point = point_of(e);
-        let line = at_line(&point, varied, &model, &where_);
         Some(AtValue {
             categories: CategoryTable::of(&e.categories),
             laws: e.by_law.clone(),
-            point,
-            line,
+            point: point_of(e),
+            framing: framing.clone(),
         })
     });
     let other_policies = policies[1..]
@@ -242,7 +236,7 @@ pub fn plan(
             unbounded: f.unbounded,
         })
         .collect();
-    let paths: Vec<_> = read.iter().map(|r| r.input.path()).collect();
+    let paths: Vec<&std::path::Path> = read.iter().map(|r| r.input.path()).collect();
     let mut notes = notes(&model, &paths, list, varied);
     // Sizes that follow no law are read off the runs, and past the largest
     // run they are a line's guess: when they are many, say which run to
@@ -250,36 +244,30 @@ pub fn plan(
     let (loose, total) = loose_allocations(&laws);
     let top = read.iter().map(|r| r.value).max().unwrap_or(0);
     if !model.is_assumed() && loose * 4 > total {
-        notes.push(format!(
-            "{loose} of {total} allocations follow no law through these runs (their sizes past the largest run are guessed along a line): record one more run, at {} {}, to fit them",
-            varied.words(),
-            top.saturating_mul(2)
-        ));
+        notes.push(Note::Loose {
+            varied,
+            loose,
+            total,
+            next: top.saturating_mul(2),
+        });
     } else if let (2, Some(largest)) = (model.values.len(), found.largest) {
         // Two runs cannot show a size that stops growing past them: name
         // the third run that would, inside what fits.
         let step = options.step.max(1);
         let third = largest.saturating_mul(9) / 10 / step * step;
         if third > top {
-            notes.push(format!(
-                "record one more run, at {} {third} (nine tenths of the answer, which fits), and plan from all three: a size that stops growing past the recorded runs (an attention kernel's workspace sized by the GPU's multiprocessors, say) shows only then",
-                varied.words()
-            ));
+            notes.push(Note::ThirdRun {
+                varied,
+                value: third,
+            });
         }
     }
     if options.reserve.is_some() && reserve.is_none() {
-        notes.push(
-            "the reserve stated is not taken off the recorded cap: a cap bounds the allocator alone"
-                .into(),
-        );
+        notes.push(Note::ReserveOffCap);
     }
     Ok(PlanResult {
         varied,
-        basis: if model.is_assumed() {
-            Basis::OneRun
-        } else {
-            Basis::Runs
-        },
+        basis,
         figures: if model.is_assumed() {
             "estimate"
         } else {
@@ -353,7 +341,7 @@ pub fn fits_up_to(
         Ok(p) => Some(FitsUpTo {
             varied: Some(p.varied),
             largest: p.answer.largest,
-            line: p.answer.line,
+            planned: Ok(Box::new(p.answer)),
         }),
         // A baseline of the same workload, runs that do not say their
         // values, or a device of unknown size: no line.
@@ -363,13 +351,13 @@ pub fn fits_up_to(
         Err(e) => Some(FitsUpTo {
             varied: None,
             largest: None,
-            line: format!("no plan from the two runs: {e}"),
+            planned: Err(e.to_string()),
         }),
     }
 }
 
 /// What a plan is for: the simulation's device and cap.
-struct Place {
+struct Aim {
     /// The simulation's options.
     sim: SimOptions,
     /// The cap planned for, when one is.
@@ -384,7 +372,7 @@ struct Place {
 
 /// Where the plan is for: a device less its reserve, a cap named, or the
 /// cap the reference run recorded.
-fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error> {
+fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Aim, Error> {
     if let Some(device) = &options.device {
         let nccl = sim::shows_nccl(reference.events.header(), reference.events.symbols());
         let limits = &reference.extracted.limits;
@@ -409,7 +397,7 @@ fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error>
             capacity: Some(device.total_bytes - reserve.bytes),
             ..SimOptions::default()
         };
-        return Ok(Place {
+        return Ok(Aim {
             sim,
             cap: None,
             limit: None,
@@ -439,7 +427,7 @@ fn target_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Place, Error>
         cap: Some(cap),
         ..SimOptions::default()
     };
-    Ok(Place {
+    Ok(Aim {
         sim,
         cap: Some(cap),
         limit,
@@ -527,140 +515,4 @@ fn run_summaries(read: &[Run<'_>], model: &Model, config: &AllocatorConfig) -> V
             }
         })
         .collect()
-}
-
-fn point(
-    e: &Evaluated,
-    model: &Model,
-    capacity: u64,
-    state: &crate::replay::ReplayState,
-    symbols: &vramtrace_format::SymbolTable,
-) -> Point {
-    Point {
-        value: e.value,
-        spare_bytes: capacity.saturating_sub(e.sim.peak_reserved_bytes),
-        fits: e.sim.ooms == 0,
-        range: model.range(e.value),
-        peak_reserved_bytes: e.sim.peak_reserved_bytes,
-        peak_allocated_bytes: e.sim.peak_allocated_bytes,
-        cached_at_peak_bytes: e.sim.cached_at_peak_bytes,
-        fragmentation: e.sim.fragmentation,
-        oom: e
-            .sim
-            .first_oom
-            .as_ref()
-            .map(|o| describe(o, state, symbols)),
-        survived_failures: e.sim.survived_failures,
-    }
-}
-
-/// The allocations of each law, set-up and steady state apart, with the
-/// bytes each holds at `peak`'s peak of allocated memory.
-fn law_rows(
-    model: &Model,
-    reference: &Extracted,
-    symbols: &vramtrace_format::SymbolTable,
-    peak: Option<&Evaluated>,
-) -> Vec<LawRow> {
-    let list = &reference.list;
-    let setup_end = setup_allocations(reference, symbols);
-    let mut rows: Vec<LawRow> = Vec::new();
-    for id in 0..list.allocs.len() {
-        let law = model.law(id).kind;
-        let row = match rows.iter_mut().find(|r| r.law == law) {
-            Some(r) => r,
-            None => {
-                rows.push(LawRow {
-                    law,
-                    words: law.words(),
-                    setup_allocations: 0,
-                    steady_allocations: 0,
-                    bytes: 0,
-                });
-                rows.last_mut().expect("just pushed")
-            }
-        };
-        if id < setup_end {
-            row.setup_allocations += 1;
-        } else {
-            row.steady_allocations += 1;
-        }
-    }
-    if let Some(e) = peak {
-        for &(law, bytes) in &e.by_law {
-            if let Some(r) = rows.iter_mut().find(|r| r.law == law) {
-                r.bytes = bytes;
-            }
-        }
-    }
-    rows.sort_by_key(|r| r.law);
-    rows
-}
-
-/// How many of the reference's allocations (alloc ids from 0) come before
-/// the end of its first optimizer step: the set-up (model, optimizer state,
-/// the first iteration's warm-up). Without a step, none.
-fn setup_allocations(e: &Extracted, symbols: &vramtrace_format::SymbolTable) -> usize {
-    let list = &e.list;
-    // `phase_ends` lists where each phase instance ended.
-    let Some(&(end, _)) = list.phase_ends.iter().find(|(_, id)| {
-        e.state
-            .phase(*id)
-            .is_some_and(|p| is_step_phase(symbols.string_or_unknown(p.name)))
-    }) else {
-        return 0;
-    };
-    list.initial_ids.len()
-        + list.requests[..end.min(list.requests.len())]
-            .iter()
-            .filter(|r| matches!(r.op, Op::Alloc | Op::FailedAlloc))
-            .count()
-}
-
-/// The sites with allocations that follow no simple law, most first.
-/// Allocations whose sizes follow no law, or that have no partner in every
-/// run, and all allocations: `(loose, total)`.
-pub fn loose_allocations(laws: &[LawRow]) -> (usize, usize) {
-    let count = |l: &LawRow| l.setup_allocations + l.steady_allocations;
-    let loose = (laws.iter())
-        .filter(|l| matches!(l.law, LawKind::NoLaw | LawKind::Unmatched))
-        .map(count)
-        .sum();
-    (loose, laws.iter().map(count).sum())
-}
-
-fn no_law_sites(
-    model: &Model,
-    read: &[Run<'_>],
-    state: &crate::replay::ReplayState,
-    symbols: &vramtrace_format::SymbolTable,
-) -> Vec<NoLawSite> {
-    let list = &read[model.reference].extracted.list;
-    let mut by_site: rustc_hash::FxHashMap<crate::sites::SiteId, (usize, usize)> =
-        Default::default();
-    for id in 0..list.allocs.len() {
-        if model.law(id).kind == LawKind::NoLaw {
-            let e = by_site.entry(list.allocs[id].site).or_insert((0, id));
-            e.0 += 1;
-        }
-    }
-    let mut sites: Vec<NoLawSite> = by_site
-        .into_iter()
-        .map(|(site, (allocations, first))| {
-            let mut sizes: Vec<(u64, u64)> = model
-                .values
-                .iter()
-                .map(|&v| (v, model.law(first).at(v)))
-                .collect();
-            sizes.sort_unstable();
-            NoLawSite {
-                site: state.sites().name(site, symbols),
-                allocations,
-                sizes,
-            }
-        })
-        .collect();
-    sites.sort_by(|a, b| b.allocations.cmp(&a.allocations).then(a.site.cmp(&b.site)));
-    sites.truncate(NO_LAW_SITES);
-    sites
 }

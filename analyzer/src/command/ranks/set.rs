@@ -1,7 +1,7 @@
 //! A rank set, read: which traces a command was given and whether they are
 //! the ranks of one run ([`resolve`]), then each command's work on every
 //! rank, a few traces at a time ([`summary`], [`leaks`], [`compare`],
-//! [`report_section`]).
+//! [`report_section`], then [`report`] of the trace it chose).
 //!
 //! Every function opens its own inputs, on the pool's threads, and returns
 //! its result with what each trace told besides ([`SetRun::warnings`], in
@@ -15,7 +15,8 @@ use super::{
 use crate::Error;
 use crate::command::compare::{CompareCommandOptions, CompareResult};
 use crate::command::leaks::LeaksResult;
-use crate::command::{InputWarning, ReplayOptions};
+use crate::command::report::{ReportOptions, ReportResult};
+use crate::command::{InputWarning, ReplayOptions, Warning};
 use crate::input::folders::expand_folders;
 use crate::input::{Input, InputError, InputOptions};
 use crate::progress::Progress;
@@ -274,4 +275,23 @@ pub fn report_section(
         result: (section, highest),
         warnings,
     })
+}
+
+/// The report of a rank set's trace `input` (the one [`report_section`]
+/// chose), finished: the set's section in it, and its warnings less those
+/// the set's pass told about `input` (each warning is told once).
+pub fn report(
+    input: &Input,
+    section: SetRun<RanksSection>,
+    options: &ReportOptions,
+    progress: &dyn Progress,
+) -> Result<ReportResult, Error> {
+    let mut result = crate::command::report::report(input, None, options, progress)?;
+    let told: Vec<&Warning> = (section.warnings.iter())
+        .filter(|told| told.path == input.path())
+        .map(|told| &told.warning)
+        .collect();
+    result.warnings.retain(|w| !told.contains(&w));
+    result.ranks = Some(section.result);
+    Ok(result)
 }

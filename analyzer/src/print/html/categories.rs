@@ -23,7 +23,7 @@ pub struct Categories<'a> {
     /// The chart of categories over time (SVG).
     chart: &'a str,
     /// Where the limit went at the allocated peak.
-    waterfall: Option<waterfall::Table<'a>>,
+    waterfall: Option<waterfall::Table>,
     /// Memory outside the allocator, when the trace samples the device.
     outside: Option<Outside>,
     /// Memory by private pool (CUDA graphs, `MemPool`s), when there are any.

@@ -14,7 +14,7 @@ use askama::Template;
 #[template(path = "compare.html", config = "src/print/html/askama.toml")]
 pub struct Comparison<'a> {
     /// What the plan says fits, from the two runs.
-    fits: Option<&'a str>,
+    fits: Option<String>,
     /// The baseline's name.
     pub base: &'a str,
     /// This run's name.
@@ -79,7 +79,7 @@ impl<'a> Comparison<'a> {
         let changed: Vec<&SiteDelta> = comparison.sites.iter().filter(|s| s.changed()).collect();
         let phases: Vec<&PhaseDelta> = comparison.phases.iter().filter(|p| p.changed()).collect();
         Comparison {
-            fits: fits.map(|f| f.line.as_str()),
+            fits: fits.map(crate::print::words::plan::fits_up_to),
             base: &comparison.base.name,
             new: &comparison.new.name,
             per_iteration: comparison.per_iteration,

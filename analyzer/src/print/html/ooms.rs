@@ -12,10 +12,10 @@ const OOM_WATERFALLS: usize = 4;
 /// The section's content.
 #[derive(Template)]
 #[template(path = "ooms.html", config = "src/print/html/askama.toml")]
-pub struct Ooms<'a> {
+pub struct Ooms {
     ooms: Vec<Oom>,
     /// The first fatal OOMs: when, what was asked, where the limit went.
-    waterfalls: Vec<(String, String, waterfall::Table<'a>)>,
+    waterfalls: Vec<(String, String, waterfall::Table)>,
 }
 
 /// A failed allocation.
@@ -32,9 +32,9 @@ struct Oom {
     stack: Stack,
 }
 
-impl<'a> Ooms<'a> {
+impl Ooms {
     /// The section of a summary.
-    pub fn new(s: &'a SummaryReport) -> Ooms<'a> {
+    pub fn new(s: &SummaryReport) -> Ooms {
         Ooms {
             ooms: s
                 .ooms

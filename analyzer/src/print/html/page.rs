@@ -40,8 +40,8 @@ pub struct Page<'a> {
     fragmentation: fragmentation::Fragmentation<'a>,
     what_if: Option<what_if::WhatIf<'a>>,
     /// Why there is no what-if section, when one was asked for.
-    what_if_left_out: Option<&'a str>,
-    ooms: Option<ooms::Ooms<'a>>,
+    what_if_left_out: Option<String>,
+    ooms: Option<ooms::Ooms>,
     fixes: Option<fixes::Fixes<'a>>,
     consistency: consistency::Consistency,
     /// The version of vramtrace that made the page.
@@ -77,7 +77,9 @@ impl<'a> Page<'a> {
             leaks: leaks::Leaks::new(input),
             fragmentation: fragmentation::Fragmentation::new(input),
             what_if: r.what_if.as_ref().map(what_if::WhatIf::new),
-            what_if_left_out: r.what_if_left_out.as_deref(),
+            what_if_left_out: r
+                .what_if_left_out
+                .map(|l| crate::print::words::report::left_out(&l)),
             ooms: (s.oom_count > 0).then(|| ooms::Ooms::new(s)),
             fixes: r.fixes.as_ref().map(fixes::Fixes::new),
             consistency: consistency::Consistency::new(s),

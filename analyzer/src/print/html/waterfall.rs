@@ -4,6 +4,7 @@
 use crate::analysis::summary::OomReport;
 use crate::analysis::waterfall::{SumsTo, Waterfall};
 use crate::print::labels::site_label;
+use crate::print::words::waterfall::limit_line;
 use crate::units;
 use askama::Template;
 
@@ -12,7 +13,7 @@ use askama::Template;
 /// sum; what lies beside it; the notes.
 #[derive(Template)]
 #[template(path = "waterfall.html", config = "src/print/html/askama.toml")]
-pub struct Table<'a> {
+pub struct Table {
     /// The limit and how it is known, or `unknown`.
     limit: String,
     terms: Vec<Term>,
@@ -24,7 +25,7 @@ pub struct Table<'a> {
     total_bytes: String,
     /// Terms beside the sum (not counted by the cap).
     beside: Vec<Row>,
-    notes: &'a [String],
+    notes: Vec<String>,
 }
 
 /// A term of the sum, with its bar and the parts it holds.
@@ -48,9 +49,9 @@ struct Row {
     known: &'static str,
 }
 
-impl<'a> Table<'a> {
+impl Table {
     /// The table of `w`.
-    pub fn new(w: &'a Waterfall) -> Table<'a> {
+    pub fn new(w: &Waterfall) -> Table {
         let total = w.total_bytes.max(1) as f64;
         let mut offset = 0.0;
         let terms = w
@@ -108,7 +109,7 @@ impl<'a> Table<'a> {
                 "unknown".to_string()
             } else {
                 crate::print::labels::limit_with_known(
-                    &w.limit_line,
+                    &limit_line(w),
                     w.limit_source,
                     w.limit_known.map_or("", |k| k.word()),
                 )
@@ -126,7 +127,7 @@ impl<'a> Table<'a> {
                     known: term.known.word(),
                 })
                 .collect(),
-            notes: &w.notes,
+            notes: crate::print::words::waterfall::notes(w),
         }
     }
 }
@@ -134,14 +135,5 @@ impl<'a> Table<'a> {
 /// An OOM in words, as the findings tell it: under which limit (the card's
 /// free memory only where the card itself was the limit).
 pub fn oom_words(o: &OomReport) -> String {
-    let w = &o.waterfall;
-    match w.limit_source {
-        "cap" | "inferred_cap" => format!("under the {}", w.limit_line),
-        "card" => format!(
-            "on {}, with {} free on the device (measured)",
-            w.limit_line,
-            units::bytes(o.device_free_bytes)
-        ),
-        _ => "(the limit is unknown)".to_string(),
-    }
+    crate::print::words::waterfall::under_limit(o, "measured")
 }

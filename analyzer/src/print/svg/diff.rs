@@ -12,6 +12,7 @@ use crate::analysis::compare::{Change, Comparison, Iterations, Presence, SiteDel
 use crate::analysis::pauses::XAxis;
 use crate::analysis::phases::normalize_name;
 use crate::analysis::timeline::Timeline;
+use crate::command::compare::CompareResult;
 use crate::print::labels;
 use crate::units;
 use plotters::prelude::*;
@@ -46,6 +47,28 @@ pub struct DiffRun<'a> {
     pub timeline: &'a Timeline,
     /// Its iterations, for [`AlignBy::Repetition`].
     pub iterations: Option<&'a Iterations>,
+}
+
+/// A comparison's chart: both runs' timelines, drawn along `x` (aligned by
+/// `align`), and the `top` sites that changed most.
+pub fn chart(
+    result: &CompareResult,
+    align: AlignBy,
+    x: XAxis,
+    top: usize,
+) -> Result<String, ChartError> {
+    let comparison = &result.comparison;
+    let base = DiffRun {
+        name: &comparison.base.name,
+        timeline: &result.base_timeline,
+        iterations: comparison.base.iterations.as_ref(),
+    };
+    let new = DiffRun {
+        name: &comparison.new.name,
+        timeline: &result.new_timeline,
+        iterations: comparison.new.iterations.as_ref(),
+    };
+    render(&base, &new, comparison, align, x, top)
 }
 
 /// Renders the comparison of two runs as an SVG document, with the `top`

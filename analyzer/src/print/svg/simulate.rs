@@ -6,6 +6,8 @@ use super::palette::{self, Palette};
 use super::{
     ByteScale, ChartError, FONT, HEIGHT, LABEL_PX, LEGEND_WIDTH, LegendEntry, Mark, Tooltips, WIDTH,
 };
+use crate::analysis::limits::LimitSource;
+use crate::command::simulate::SimulateResult;
 use crate::simulate::Sample;
 use crate::units;
 use plotters::prelude::*;
@@ -18,6 +20,33 @@ pub struct Series<'a> {
     pub samples: &'a [Sample],
     /// The first OOM: its time, and a description for the tooltip.
     pub oom: Option<(u64, String)>,
+}
+
+/// A simulation's chart: each policy's curves with its first OOM, and the
+/// memory simulated as a line (an inferred cap, simulated at its low end,
+/// labelled as the range it is, not a recorded figure).
+pub fn chart(result: &SimulateResult, title: &str) -> Result<String, ChartError> {
+    let series: Vec<_> = (result.policies.iter())
+        .map(|p| Series {
+            name: &p.scenario.policy,
+            samples: &p.scenario.result.samples,
+            oom: p.oom.as_ref().map(|o| {
+                (
+                    o.time_ns,
+                    format!(
+                        "{}: out of memory at {} requesting {}",
+                        p.scenario.policy,
+                        units::duration_ns(o.time_ns),
+                        units::bytes(o.requested_bytes)
+                    ),
+                )
+            }),
+        })
+        .collect();
+    let label = (result.limit)
+        .filter(|l| l.source == LimitSource::InferredCap && Some(l.bytes) == result.capacity_bytes)
+        .map(|l| l.chart_label());
+    render_labelled(&series, result.capacity_bytes, label.as_deref(), title)
 }
 
 /// Renders the policies' curves as an SVG document; `capacity` draws the

@@ -5,6 +5,7 @@ use crate::command::plan::KvPlanResult;
 use crate::command::plan::{Basis, PlanResult, Point, request_words};
 use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
+use crate::print::words::kv;
 use crate::simulate::kv::KvBasis;
 use crate::simulate::plan::Range;
 use crate::units;
@@ -75,7 +76,10 @@ pub fn plan(r: &PlanResult) -> String {
     text.push_str(
         "* the run replayed (the largest value); simulated: its own requests without a limit; model: the fitted sizes at its value, the same way\n",
     );
-    text.push_str(&format!("\nanswer     {}\n\n", r.answer.line));
+    text.push_str(&format!(
+        "\nanswer     {}\n\n",
+        crate::print::words::plan::answer(&r.answer)
+    ));
     let mut points = Table::new(&[
         (what, Align::Right),
         ("", Align::Left),
@@ -157,7 +161,11 @@ pub fn plan(r: &PlanResult) -> String {
         text.push_str(&format!("\nwith {}: {answer}\n", p.policy));
     }
     if let Some(at) = &r.at {
-        text.push_str(&format!("\nat {what} {}: {}\n", at.point.value, at.line));
+        text.push_str(&format!(
+            "\nat {what} {}: {}\n",
+            at.point.value,
+            crate::print::words::plan::at(at)
+        ));
         if at.categories.total() > 0 {
             text.push_str(&categories::table(
                 &[("at the peak", &at.categories)],
@@ -167,6 +175,7 @@ pub fn plan(r: &PlanResult) -> String {
         }
     }
     for n in &r.notes {
+        let n = crate::print::words::plan::note(n);
         text.push_str(&format!("\nnote: {n}"));
     }
     if !r.notes.is_empty() {
@@ -253,18 +262,19 @@ pub fn plan_kv(r: &KvPlanResult) -> String {
         ));
         text.push_str(&format!(
             "\nanswer    {}\nbasis     estimate: a graph left out allocates nothing in its pool, but its eager warm-up stays in the replay; {}\n",
-            r.line,
+            kv::answer(r),
             if r.basis == "exact" {
-                "the recorded run itself replays to the byte"
+                "the recorded run itself replays to the byte".to_string()
             } else {
-                r.basis_note.as_str()
+                kv::basis(r)
             }
         ));
         return text;
     }
     text.push_str(&format!(
         "\nanswer    {}\nbasis     {}\n",
-        r.line, r.basis_note
+        kv::answer(r),
+        kv::basis(r)
     ));
     text
 }

@@ -46,7 +46,10 @@ pub fn report_written(w: &ReportWritten<'_>) -> String {
         units::counted(r.summary.oom_count, "OOM", "OOMs")
     );
     if let Some(f) = &r.fits_up_to {
-        text.push_str(&format!("fits up to: {}\n", f.line));
+        text.push_str(&format!(
+            "fits up to: {}\n",
+            crate::print::words::plan::fits_up_to(f)
+        ));
     }
     if let Some(o) = r.summary.fatal_ooms().next() {
         text.push_str(&format!("first {}:\n", super::oom_line(o)));

@@ -80,7 +80,8 @@ pub fn simulate(r: &SimulateResult) -> String {
     }
     text.push_str(&format!(
         "\nverdict    {}\nbasis      {}\n\n",
-        r.verdict.line, r.verdict.basis_note
+        crate::print::words::simulate::verdict(&r.verdict),
+        crate::print::words::simulate::basis(&r.verdict)
     ));
     let mut t = Table::new(&[
         ("policy", Align::Left),
@@ -173,6 +174,7 @@ pub fn simulate(r: &SimulateResult) -> String {
     if !r.notes.is_empty() {
         text.push('\n');
         for n in &r.notes {
+            let n = crate::print::words::simulate::note(n);
             text.push_str(&format!("note: {n}\n"));
         }
     }

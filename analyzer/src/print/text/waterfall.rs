@@ -1,9 +1,10 @@
 //! Waterfalls as text: where every byte under the limit was at one moment.
 
 use crate::analysis::summary::OomReport;
-use crate::analysis::waterfall::{SumsTo, Waterfall};
+use crate::analysis::waterfall::{Note, SumsTo, Waterfall};
 use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
+use crate::print::words::{self, waterfall::limit_line};
 use crate::units;
 
 /// A waterfall as an aligned table, each figure with how it is known, the
@@ -18,7 +19,7 @@ pub fn waterfall(w: &Waterfall, indent: usize) -> String {
     } else {
         text.push_str(&format!(
             "{pad}limit: {}\n",
-            crate::print::labels::limit_with_known(&w.limit_line, w.limit_source, known)
+            crate::print::labels::limit_with_known(&limit_line(w), w.limit_source, known)
         ));
     }
     let mut t = Table::new(&[
@@ -105,7 +106,7 @@ pub fn waterfall(w: &Waterfall, indent: usize) -> String {
     }
     // The card's own state matters where the card was the limit, or bound
     // before the cap did (a note says so).
-    let binding = w.notes.iter().any(|n| n.contains("binding limit"));
+    let binding = (w.notes.iter()).any(|n| matches!(n, Note::CardBinding { .. }));
     if let Some(card) = w.card.filter(|_| w.sums_to == SumsTo::CardTotal || binding) {
         text.push_str(&format!(
             "{pad}the card: {} free of {} at the last sample (measured)\n",
@@ -114,6 +115,7 @@ pub fn waterfall(w: &Waterfall, indent: usize) -> String {
         ));
     }
     for note in &w.notes {
+        let note = words::waterfall::note(note);
         text.push_str(&format!("{pad}note: {note}\n"));
     }
     text
@@ -122,16 +124,7 @@ pub fn waterfall(w: &Waterfall, indent: usize) -> String {
 /// An OOM in one line: what it asked for, where, and under which limit (the
 /// card's free memory only where the card itself was the limit).
 pub fn oom_line(o: &OomReport) -> String {
-    let w = &o.waterfall;
-    let under = match w.limit_source {
-        "cap" | "inferred_cap" => format!("under the {}", w.limit_line),
-        "card" => format!(
-            "on {}, with {} free on the device (measured by the driver)",
-            w.limit_line,
-            units::bytes(o.device_free_bytes)
-        ),
-        _ => "(the limit is unknown)".to_string(),
-    };
+    let under = words::waterfall::under_limit(o, "measured by the driver");
     let phase = if o.phase.is_empty() {
         String::new()
     } else {

@@ -16,7 +16,9 @@
 pub mod align;
 pub mod checks;
 mod error;
+pub mod figures;
 pub mod law;
+pub mod result;
 
 use super::{Edits, Insert, SimOptions, SimResult, simulate_edited};
 use crate::replay::categories::{Category, CategoryBytes, Class};

@@ -1,9 +1,11 @@
-//! Rank tables merged from JSON: the per-rank work of a run of thousands
-//! of ranks can be spread over machines (`vramtrace summary --json TRACE` on
-//! each), and its results, or tables of groups of ranks, merged in one place.
+//! Rank tables merged from the JSON the printers wrote: the per-rank work
+//! of a run of thousands of ranks can be spread over machines (`vramtrace
+//! summary --json TRACE` on each), and its results, or tables of groups of
+//! ranks, merged in one place. It reads back the shape [`super::json`]
+//! writes (its `schema_version` checked), beside the printer.
 
-use super::{RankTable, RankTrace, rank_table};
 use crate::analysis::peaks::DevicePeaks;
+use crate::analysis::ranks::{RankTable, RankTrace, rank_table};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
