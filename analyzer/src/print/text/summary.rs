@@ -2,6 +2,7 @@
 
 use super::devices::at;
 use super::{full_stacks, site_cell};
+use crate::analysis::summary::{PeakState, SiteShare, SummaryReport};
 use crate::command::summary::SummaryResult;
 use crate::print::labels::{self, site_label};
 use crate::print::table::{Align, Table};
@@ -19,6 +20,26 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             "trace", out.path, "events", "peaks"
         );
     }
+    let mut text = header(out);
+    text.push_str(&format!("{:<10}{}\n", "at peak", at_peak_line(&r.at_peak)));
+    text.push_str(&context_lines(r));
+    text.push_str(&categories_section(r));
+    if let Some(p) = r.pools.as_ref().filter(|p| !p.pools.is_empty()) {
+        text.push_str(&pools_table(p));
+    }
+    text.push_str(&top_sites(&r.top_sites_at_peak, full));
+    text.push_str(&oom_section(out));
+    if let Some(w) = &r.waterfall_at_peak {
+        text.push_str("\nwhere the limit went at the allocated peak:\n");
+        text.push_str(&super::waterfall(w, 2));
+    }
+    text.push_str(&inconsistencies(r));
+    text
+}
+
+/// The trace, its duration and events, the peaks, and the phases hidden.
+fn header(out: &SummaryResult) -> String {
+    let r = &out.summary;
     let mut lines: Vec<(&str, String)> = vec![("trace", out.path.clone())];
     lines.push((
         "duration",
@@ -80,7 +101,11 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
         let label = if i == 0 { "peaks" } else { "" };
         text.push_str(&format!("{label:<10}{line}\n"));
     }
-    let p = &r.at_peak;
+    text
+}
+
+/// The state at the allocated peak: segments, cache and fragmentation.
+fn at_peak_line(p: &PeakState) -> String {
     let mut at_peak = format!(
         "{} segments, {} reserved, {} cached free",
         units::count(p.segments),
@@ -98,7 +123,12 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
         ", internal fragmentation {}",
         units::bytes(p.internal_fragmentation_bytes)
     ));
-    text.push_str(&format!("{:<10}{at_peak}\n", "at peak"));
+    at_peak
+}
+
+/// The limit, the memory outside the allocator, the pools and the end.
+fn context_lines(r: &SummaryReport) -> String {
+    let mut text = String::new();
     if let Some(limit) = &r.limit {
         // The waterfall's name for an inferred cap, so one rule says when
         // the basis is already in the words.
@@ -137,6 +167,12 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
         units::count(r.end.live_blocks)
     ));
 
+    text
+}
+
+/// What the blocks hold at the peaks and at the end, by category.
+fn categories_section(r: &SummaryReport) -> String {
+    let mut text = String::new();
     let c = &r.categories;
     let user: Vec<_> = c
         .user
@@ -166,12 +202,14 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
         }
     }
 
-    if let Some(p) = r.pools.as_ref().filter(|p| !p.pools.is_empty()) {
-        text.push_str(&pools_table(p));
-    }
+    text
+}
 
+/// The sites live at the allocated peak, and their stacks when `full`.
+fn top_sites(sites: &[SiteShare], full: bool) -> String {
+    let mut text = String::new();
     text.push_str("\ntop sites live at the allocated peak:\n");
-    if r.top_sites_at_peak.is_empty() {
+    if sites.is_empty() {
         text.push_str("  none\n");
     } else {
         let mut t = Table::new(&[
@@ -181,7 +219,7 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             ("category", Align::Left),
             ("site", Align::Left),
         ]);
-        for s in &r.top_sites_at_peak {
+        for s in sites {
             t.row([
                 units::bytes(s.bytes),
                 units::count(s.count),
@@ -191,15 +229,22 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             ]);
         }
         text.push_str(&t.render(2));
-        if labels::lists_no_stack(r.top_sites_at_peak.iter().map(|s| s.site.site.as_str())) {
+        if labels::lists_no_stack(sites.iter().map(|s| s.site.site.as_str())) {
             text.push_str(&super::wrapped(labels::NO_STACK_NOTE, 100, "  "));
         }
         if full {
             text.push_str("\n  stacks:\n");
-            text.push_str(&full_stacks(r.top_sites_at_peak.iter().map(|s| &s.site), 4));
+            text.push_str(&full_stacks(sites.iter().map(|s| &s.site), 4));
         }
     }
 
+    text
+}
+
+/// The out-of-memory events, the first ones' waterfalls, and the fixes.
+fn oom_section(out: &SummaryResult) -> String {
+    let r = &out.summary;
+    let mut text = String::new();
     text.push_str(&format!(
         "\nout-of-memory events: {}{}\n",
         units::count(r.oom_count),
@@ -256,11 +301,12 @@ pub fn summary(out: &SummaryResult, full: bool) -> String {
             }
         }
     }
-    if let Some(w) = &r.waterfall_at_peak {
-        text.push_str("\nwhere the limit went at the allocated peak:\n");
-        text.push_str(&super::waterfall(w, 2));
-    }
+    text
+}
 
+/// The inconsistencies by kind, with the gaps in the recording.
+fn inconsistencies(r: &SummaryReport) -> String {
+    let mut text = String::new();
     let inc = &r.inconsistencies;
     text.push_str(&format!("\ninconsistencies: {}\n", units::count(inc.total)));
     if let Some(d) = &r.dropped_events {
