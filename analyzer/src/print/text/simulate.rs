@@ -1,6 +1,6 @@
 //! The what-if simulation as text.
 
-use crate::command::simulate::SimulateResult;
+use crate::command::simulate::{OomDescription, PolicyResult, SimulateResult};
 use crate::print::labels::site_label;
 use crate::print::table::{Align, Table};
 use crate::units;
@@ -20,6 +20,36 @@ pub fn simulate(r: &SimulateResult) -> String {
         units::bytes(r.recorded.peak_allocated_bytes),
         units::counted(r.recorded.ooms, "OOM", "OOMs")
     ));
+    text.push_str(&fidelity(r));
+    text.push_str(&device(r));
+    text.push_str(&format!(
+        "\nverdict    {}\nbasis      {}\n\n",
+        crate::print::words::simulate::verdict(&r.verdict),
+        crate::print::words::simulate::basis(&r.verdict)
+    ));
+    text.push_str(&policy_table(r));
+    for p in &r.policies {
+        if let Some(o) = &p.oom {
+            text.push_str(&policy_oom(r, p, o));
+        }
+    }
+    if let Some(f) = &r.fixes {
+        text.push('\n');
+        text.push_str(&super::fixes(f));
+    }
+    if !r.notes.is_empty() {
+        text.push('\n');
+        for n in &r.notes {
+            let n = crate::print::words::simulate::note(n);
+            text.push_str(&format!("note: {n}\n"));
+        }
+    }
+    text
+}
+
+/// Whether the recorded settings reproduce the run, and the caveats.
+fn fidelity(r: &SimulateResult) -> String {
+    let mut text = String::new();
     if let Some(f) = &r.fidelity {
         let on = f.capacity_bytes.map_or_else(
             || "a device without limit".into(),
@@ -48,6 +78,12 @@ pub fn simulate(r: &SimulateResult) -> String {
             text.push_str(&format!("           {c}\n"));
         }
     }
+    text
+}
+
+/// The device simulated: a named one less its reserve, the recorded cap, or none.
+fn device(r: &SimulateResult) -> String {
+    let mut text = String::new();
     match &r.device {
         Some(d) => text.push_str(&format!(
             "device     {}, less {} reserved {} = {} for the allocator\n",
@@ -78,11 +114,12 @@ pub fn simulate(r: &SimulateResult) -> String {
             )),
         },
     }
-    text.push_str(&format!(
-        "\nverdict    {}\nbasis      {}\n\n",
-        crate::print::words::simulate::verdict(&r.verdict),
-        crate::print::words::simulate::basis(&r.verdict)
-    ));
+    text
+}
+
+/// One row per policy, and what its columns mean.
+fn policy_table(r: &SimulateResult) -> String {
+    let mut text = String::new();
     let mut t = Table::new(&[
         ("policy", Align::Left),
         ("peak reserved", Align::Right),
@@ -129,54 +166,44 @@ pub fn simulate(r: &SimulateResult) -> String {
             "min capacity: the smallest device memory without an OOM, the reserve included\n",
         ),
     }
-    for p in &r.policies {
-        let Some(o) = &p.oom else {
-            continue;
-        };
+    text
+}
+
+/// Where one policy ran out of memory, and what was allocated then.
+fn policy_oom(r: &SimulateResult, p: &PolicyResult, o: &OomDescription) -> String {
+    let mut text = String::new();
+    text.push_str(&format!(
+        "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free {} after flushing the cache and {} cached free (largest block {}); this request alone was {} short{}\n",
+        p.scenario.policy,
+        units::count(o.event_index),
+        units::duration_ns(o.time_ns),
+        if o.phase.is_empty() { String::new() } else { format!(" in {}", o.phase) },
+        site_label(&o.site),
+        units::bytes(o.requested_bytes),
+        units::bytes(o.free_bytes),
+        match (&r.device, r.limit) {
+            (None, Some(l)) if l.is_cap() => "under the cap",
+            // The device without limit is a simulated 1 PiB one.
+            (None, None) => "on a device without limit (simulated as 1 PiB)",
+            _ => "on the device",
+        },
+        units::bytes(o.cached_free_bytes),
+        units::bytes(o.largest_free_block),
+        units::bytes(o.shortfall_bytes),
+        if o.recorded { " (the recorded run ran out of memory here too)" } else { "" }
+    ));
+    let mix: Vec<String> = (o.categories.0.iter())
+        .filter(|c| c.bytes > 0)
+        .map(|c| format!("{} {}", c.category.label(), units::bytes(c.bytes)))
+        .collect();
+    if !mix.is_empty() {
+        text.push_str(&format!("  allocated then: {}\n", mix.join(", ")));
+    }
+    if p.scenario.result.ooms > 1 {
         text.push_str(&format!(
-            "\n{}: out of memory at event {} ({}){}, site {}: requested {} with {} free {} after flushing the cache and {} cached free (largest block {}); this request alone was {} short{}\n",
-            p.scenario.policy,
-            units::count(o.event_index),
-            units::duration_ns(o.time_ns),
-            if o.phase.is_empty() { String::new() } else { format!(" in {}", o.phase) },
-            site_label(&o.site),
-            units::bytes(o.requested_bytes),
-            units::bytes(o.free_bytes),
-            match (&r.device, r.limit) {
-                (None, Some(l)) if l.is_cap() => "under the cap",
-                // The device without limit is a simulated 1 PiB one.
-                (None, None) => "on a device without limit (simulated as 1 PiB)",
-                _ => "on the device",
-            },
-            units::bytes(o.cached_free_bytes),
-            units::bytes(o.largest_free_block),
-            units::bytes(o.shortfall_bytes),
-            if o.recorded { " (the recorded run ran out of memory here too)" } else { "" }
+            "  {} OOMs in all; the run was replayed on as recorded, skipping the frees of failed allocations\n",
+            p.scenario.result.ooms
         ));
-        let mix: Vec<String> = (o.categories.0.iter())
-            .filter(|c| c.bytes > 0)
-            .map(|c| format!("{} {}", c.category.label(), units::bytes(c.bytes)))
-            .collect();
-        if !mix.is_empty() {
-            text.push_str(&format!("  allocated then: {}\n", mix.join(", ")));
-        }
-        if p.scenario.result.ooms > 1 {
-            text.push_str(&format!(
-                "  {} OOMs in all; the run was replayed on as recorded, skipping the frees of failed allocations\n",
-                p.scenario.result.ooms
-            ));
-        }
-    }
-    if let Some(f) = &r.fixes {
-        text.push('\n');
-        text.push_str(&super::fixes(f));
-    }
-    if !r.notes.is_empty() {
-        text.push('\n');
-        for n in &r.notes {
-            let n = crate::print::words::simulate::note(n);
-            text.push_str(&format!("note: {n}\n"));
-        }
     }
     text
 }
