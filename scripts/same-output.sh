@@ -51,6 +51,8 @@ cases=(
   "timeline-svg timeline $f/clean.vtrace -o OUT.svg"
   "timeline-cat timeline --by category $t/gpt2_train.pickle.xz -o OUT.svg"
   "timeline-json timeline --json $f/two-devices.vtrace"
+  "timeline-oom timeline $f/oom.vtrace -o OUT.svg"
+  "timeline-pools timeline $t/synthetic/torch_2_12_p4.pickle -o OUT.svg"
   "flame-svg flamegraph $f/oom.vtrace -o OUT.svg"
   "flame-json flamegraph --json $t/gpt2_train.pickle.xz"
   "export-perfetto export --format perfetto $f/clean.vtrace -o OUT.json"

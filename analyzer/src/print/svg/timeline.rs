@@ -11,7 +11,7 @@ use super::{
 use crate::analysis::pauses::XAxis;
 use crate::print::labels;
 
-use crate::analysis::timeline::{GroupBy, Timeline, TimelineSample};
+use crate::analysis::timeline::{GroupBy, Timeline, TimelinePoint, TimelineSample};
 use crate::units;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -80,16 +80,65 @@ pub fn render(
             (t0, t1),
             (plot_x.end - plot_x.start).max(1),
         );
+        let plot = Plot {
+            chart,
+            shown: &shown,
+            scale,
+        };
         // In legend order, top entry first; a label may run over two lines.
-        let mut legend: Vec<LegendEntry> = Vec::new();
-        // Stacked areas: draw each cumulative sum from the top category
-        // down, so lower categories paint over the upper ones' bases.
-        let n = chart.categories.len();
-        for k in (0..n).rev() {
+        let mut legend = plot.draw_categories(&mut ctx, palette)?;
+        if let Some(entry) = plot.draw_outside(&mut ctx)? {
+            legend.insert(0, entry);
+        }
+        legend.insert(0, plot.draw_reserved(&mut ctx)?);
+        if let Some(entry) = plot.draw_pools(&mut ctx)? {
+            legend.insert(1, entry);
+        }
+        if let Some(c) = capacity {
+            draw_capacity(&root, &mut ctx, chart, c, scale.scale(c), (t0, t1))?;
+        }
+        draw_ooms(&root, &mut ctx, chart, &xs, top, &mut tips)?;
+        if let Some(peak) = &chart.peak {
+            plot.draw_peak(&root, &ctx, peak, &xs, &mut tips)?;
+        }
+
+        let (_, plot_y) = ctx.plotting_area().get_pixel_range();
+        super::draw_legend_column(&legend_area, plot_y.start + strip_bottom, &legend)?;
+
+        add_sample_tooltips(&mut tips, &ctx, chart, top, &xs);
+        root.present().map_err(super::draw_error)?;
+    }
+    tips.finish(&mut out);
+    Ok(out)
+}
+
+type Root<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+/// What the series are drawn from: the timeline, the samples shown (one a
+/// pixel column) and the byte scale of the y axis.
+struct Plot<'c> {
+    chart: &'c Timeline,
+    shown: &'c [(f64, &'c TimelineSample)],
+    scale: super::ByteScale,
+}
+
+impl Plot<'_> {
+    /// The categories' stacked areas, each cumulative sum from the top
+    /// category down, so lower categories paint over the upper ones'
+    /// bases; returns their legend entries, top first, with labels that
+    /// would read alike numbered apart.
+    fn draw_categories(
+        &self,
+        ctx: &mut Ctx<'_, '_>,
+        palette: &mut Palette,
+    ) -> Result<Vec<LegendEntry>, ChartError> {
+        let chart = self.chart;
+        let mut legend = Vec::new();
+        for k in (0..chart.categories.len()).rev() {
             let colour = palette.colour(&chart.categories[k]);
-            let points = steps(shown.iter().map(|&(x, s)| {
+            let points = steps(self.shown.iter().map(|&(x, s)| {
                 let cumulative: u64 = s.values.iter().take(k + 1).sum();
-                (x, scale.scale(cumulative))
+                (x, self.scale.scale(cumulative))
             }));
             ctx.draw_series(AreaSeries::new(points, 0.0, colour.mix(0.85)))
                 .map_err(super::draw_error)?;
@@ -104,183 +153,225 @@ pub fn render(
         for (entry, numbered) in legend.iter_mut().zip(names) {
             entry.label = numbered;
         }
-        // Memory outside the allocator, measured at the device-memory
-        // samples: a band over reserved memory (together, the card's used
-        // memory), a step from each sample to the next.
-        if chart.samples.iter().any(|s| s.outside.is_some()) {
-            let upper: Vec<(f64, f64)> = steps(shown.iter().map(|&(x, s)| {
-                (
-                    x,
-                    scale.scale(s.reserved.saturating_add(s.outside.unwrap_or(0))),
-                )
-            }));
-            let lower: Vec<(f64, f64)> =
-                steps(shown.iter().map(|&(x, s)| (x, scale.scale(s.reserved))));
-            let band: Vec<(f64, f64)> = upper.into_iter().chain(lower.into_iter().rev()).collect();
-            ctx.draw_series(std::iter::once(Polygon::new(
-                band,
-                OUTSIDE.mix(0.45).filled(),
-            )))
-            .map_err(super::draw_error)?;
-            legend.insert(
-                0,
-                LegendEntry::new(
-                    "outside the allocator\n(measured at samples)",
-                    OUTSIDE,
-                    Mark::Area,
-                ),
-            );
+        Ok(legend)
+    }
+
+    /// Memory outside the allocator, measured at the device-memory
+    /// samples: a band over reserved memory (together, the card's used
+    /// memory), a step from each sample to the next. Nothing without such
+    /// samples.
+    fn draw_outside(&self, ctx: &mut Ctx<'_, '_>) -> Result<Option<LegendEntry>, ChartError> {
+        if !self.chart.samples.iter().any(|s| s.outside.is_some()) {
+            return Ok(None);
         }
-        let reserved = steps(shown.iter().map(|&(x, s)| (x, scale.scale(s.reserved))));
+        let scale = self.scale;
+        let upper: Vec<(f64, f64)> = steps(self.shown.iter().map(|&(x, s)| {
+            (
+                x,
+                scale.scale(s.reserved.saturating_add(s.outside.unwrap_or(0))),
+            )
+        }));
+        let lower: Vec<(f64, f64)> = steps(
+            self.shown
+                .iter()
+                .map(|&(x, s)| (x, scale.scale(s.reserved))),
+        );
+        let band: Vec<(f64, f64)> = upper.into_iter().chain(lower.into_iter().rev()).collect();
+        ctx.draw_series(std::iter::once(Polygon::new(
+            band,
+            OUTSIDE.mix(0.45).filled(),
+        )))
+        .map_err(super::draw_error)?;
+        Ok(Some(LegendEntry::new(
+            "outside the allocator\n(measured at samples)",
+            OUTSIDE,
+            Mark::Area,
+        )))
+    }
+
+    /// Reserved memory, a line over the stacked areas.
+    fn draw_reserved(&self, ctx: &mut Ctx<'_, '_>) -> Result<LegendEntry, ChartError> {
+        let reserved = steps(
+            self.shown
+                .iter()
+                .map(|&(x, s)| (x, self.scale.scale(s.reserved))),
+        );
         ctx.draw_series(LineSeries::new(reserved, palette::RESERVED.stroke_width(2)))
             .map_err(super::draw_error)?;
-        legend.insert(
-            0,
-            LegendEntry::new("reserved", palette::RESERVED, Mark::Line),
-        );
-        // The part of reserved memory in private pools: a dashed line under
-        // the reserved one, drawn only for a trace that has pools.
-        if shown.iter().any(|(_, s)| s.pools.is_some_and(|p| p > 0)) {
-            let pools = steps(
-                shown
-                    .iter()
-                    .map(|&(x, s)| (x, scale.scale(s.pools.unwrap_or(0)))),
-            );
-            ctx.draw_series(DashedLineSeries::new(
-                pools,
-                6,
-                4,
-                palette::POOLS.stroke_width(2),
-            ))
-            .map_err(super::draw_error)?;
-            legend.insert(
-                1,
-                LegendEntry::new(
-                    "reserved in private pools\n(CUDA graphs, MemPool)",
-                    palette::POOLS,
-                    Mark::Line,
-                ),
-            );
-        }
-
-        if let Some(c) = capacity {
-            let y = scale.scale(c);
-            super::draw_capacity_line(&mut ctx, (t0, t1), y)?;
-            let (px, py) = ctx.backend_coord(&(t0, y));
-            root.draw(&Text::new(
-                (chart.capacity_label.clone())
-                    .unwrap_or_else(|| format!("device memory {}", units::bytes(c))),
-                (px + 6, py - 20),
-                (FONT, super::font_size(LABEL_PX - 2))
-                    .into_font()
-                    .color(&palette::ALERT),
-            ))
-            .map_err(super::draw_error)?;
-        }
-        let (plot_x, _) = ctx.plotting_area().get_pixel_range();
-        for oom in &chart.ooms {
-            let x = xs.x(oom.time_ns);
-            ctx.draw_series(LineSeries::new(
-                [(x, 0.0), (x, top)],
-                palette::ALERT.stroke_width(2),
-            ))
-            .map_err(super::draw_error)?;
-            let (px, py) = ctx.backend_coord(&(x, top * 0.97));
-            super::draw_oom_label(&root, (px, py), plot_x.clone(), palette::ALERT)?;
-            let (_, py0) = ctx.backend_coord(&(x, 0.0));
-            let text = format!(
-                "out of memory at {}: {} requested\n{}",
-                units::duration_ns(oom.time_ns),
-                units::bytes(oom.bytes),
-                labels::site_label(&oom.category)
-            );
-            tips.rect(px - 3, py, 7, py0 - py, &text);
-        }
-
-        if let Some(peak) = &chart.peak {
-            let (px, py) = ctx.backend_coord(&(xs.x(peak.time_ns), scale.scale(peak.bytes)));
-            root.draw(&Circle::new((px, py), 5, palette::ALERT.filled()))
-                .map_err(super::draw_error)?;
-            let text = format!("peak {}", units::bytes(peak.bytes));
-            // The label goes beside the point on the side with more room (to
-            // its left when the peak sits in the right half), its site
-            // shortened to that room: about 8 px a character at 14 px.
-            let (plot_x, _) = ctx.plotting_area().get_pixel_range();
-            let left_side = px > (plot_x.start + plot_x.end) / 2;
-            let room = if left_side {
-                px - 10 - plot_x.start
-            } else {
-                plot_x.end - px - 10
-            };
-            let detail = if peak.category.is_empty() {
-                String::new()
-            } else {
-                let bytes = units::bytes(peak.category_bytes);
-                let fit = (room / 8).max(0) as usize;
-                let fit = fit.saturating_sub("largest:  ()".len() + bytes.len());
-                format!(
-                    "largest: {} ({bytes})",
-                    label_within(chart, &peak.category, fit.max(12))
-                )
-            };
-            // The label ends (or begins) 10 px from the marker, the text
-            // anchored there: a width guessed from its characters placed
-            // it far from a marker on its right. It sits above the
-            // reserved line at the peak too, on a white ground, so no line
-            // strikes it through.
-            let reserved_y = reserved_near(chart, peak.time_ns)
-                .map(|r| ctx.backend_coord(&(xs.x(peak.time_ns), scale.scale(r))).1)
-                .unwrap_or(py);
-            let base = py.min(reserved_y) - 6;
-            let width = 7 * text.chars().count().max(detail.chars().count()) as i32;
-            let (anchor, lx, ground_x) = if left_side {
-                (HPos::Right, px - 10, px - 10 - width)
-            } else {
-                (HPos::Left, px + 10, px + 10)
-            };
-            root.draw(&Rectangle::new(
-                [(ground_x - 4, base - 40), (ground_x + width + 4, base)],
-                WHITE.mix(0.85).filled(),
-            ))
-            .map_err(super::draw_error)?;
-            let at = Pos::new(anchor, VPos::Top);
-            let style = (FONT, super::font_size(LABEL_PX))
-                .into_font()
-                .color(&palette::ALERT)
-                .pos(at);
-            root.draw(&Text::new(text.clone(), (lx, base - 38), style))
-                .map_err(super::draw_error)?;
-            root.draw(&Text::new(
-                detail,
-                (lx, base - 20),
-                (FONT, super::font_size(LABEL_PX - 2))
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(at),
-            ))
-            .map_err(super::draw_error)?;
-            tips.circle(
-                px,
-                py,
-                6,
-                &palette::hex(palette::ALERT),
-                &format!(
-                    "{text} at {}\nlargest: {} ({})",
-                    units::duration_ns(peak.time_ns),
-                    labels::site_label(&peak.category),
-                    units::bytes(peak.category_bytes)
-                ),
-            );
-        }
-
-        let (_, plot_y) = ctx.plotting_area().get_pixel_range();
-        super::draw_legend_column(&legend_area, plot_y.start + strip_bottom, &legend)?;
-
-        add_sample_tooltips(&mut tips, &ctx, chart, top, &xs);
-        root.present().map_err(super::draw_error)?;
+        Ok(LegendEntry::new("reserved", palette::RESERVED, Mark::Line))
     }
-    tips.finish(&mut out);
-    Ok(out)
+
+    /// The part of reserved memory in private pools: a dashed line under
+    /// the reserved one, drawn only for a trace that has pools.
+    fn draw_pools(&self, ctx: &mut Ctx<'_, '_>) -> Result<Option<LegendEntry>, ChartError> {
+        if !self
+            .shown
+            .iter()
+            .any(|(_, s)| s.pools.is_some_and(|p| p > 0))
+        {
+            return Ok(None);
+        }
+        let pools = steps(
+            self.shown
+                .iter()
+                .map(|&(x, s)| (x, self.scale.scale(s.pools.unwrap_or(0)))),
+        );
+        ctx.draw_series(DashedLineSeries::new(
+            pools,
+            6,
+            4,
+            palette::POOLS.stroke_width(2),
+        ))
+        .map_err(super::draw_error)?;
+        Ok(Some(LegendEntry::new(
+            "reserved in private pools\n(CUDA graphs, MemPool)",
+            palette::POOLS,
+            Mark::Line,
+        )))
+    }
+
+    /// The peak: a marker, and its label beside it with the largest
+    /// category there, on the side with more room.
+    fn draw_peak(
+        &self,
+        root: &Root<'_>,
+        ctx: &Ctx<'_, '_>,
+        peak: &TimelinePoint,
+        xs: &XScale,
+        tips: &mut Tooltips,
+    ) -> Result<(), ChartError> {
+        let chart = self.chart;
+        let scale = self.scale;
+        let (px, py) = ctx.backend_coord(&(xs.x(peak.time_ns), scale.scale(peak.bytes)));
+        root.draw(&Circle::new((px, py), 5, palette::ALERT.filled()))
+            .map_err(super::draw_error)?;
+        let text = format!("peak {}", units::bytes(peak.bytes));
+        // The label goes beside the point on the side with more room (to
+        // its left when the peak sits in the right half), its site
+        // shortened to that room: about 8 px a character at 14 px.
+        let (plot_x, _) = ctx.plotting_area().get_pixel_range();
+        let left_side = px > (plot_x.start + plot_x.end) / 2;
+        let room = if left_side {
+            px - 10 - plot_x.start
+        } else {
+            plot_x.end - px - 10
+        };
+        let detail = if peak.category.is_empty() {
+            String::new()
+        } else {
+            let bytes = units::bytes(peak.category_bytes);
+            let fit = (room / 8).max(0) as usize;
+            let fit = fit.saturating_sub("largest:  ()".len() + bytes.len());
+            format!(
+                "largest: {} ({bytes})",
+                label_within(chart, &peak.category, fit.max(12))
+            )
+        };
+        // The label ends (or begins) 10 px from the marker, the text
+        // anchored there: a width guessed from its characters placed
+        // it far from a marker on its right. It sits above the
+        // reserved line at the peak too, on a white ground, so no line
+        // strikes it through.
+        let reserved_y = reserved_near(chart, peak.time_ns)
+            .map(|r| ctx.backend_coord(&(xs.x(peak.time_ns), scale.scale(r))).1)
+            .unwrap_or(py);
+        let base = py.min(reserved_y) - 6;
+        let width = 7 * text.chars().count().max(detail.chars().count()) as i32;
+        let (anchor, lx, ground_x) = if left_side {
+            (HPos::Right, px - 10, px - 10 - width)
+        } else {
+            (HPos::Left, px + 10, px + 10)
+        };
+        root.draw(&Rectangle::new(
+            [(ground_x - 4, base - 40), (ground_x + width + 4, base)],
+            WHITE.mix(0.85).filled(),
+        ))
+        .map_err(super::draw_error)?;
+        let at = Pos::new(anchor, VPos::Top);
+        let style = (FONT, super::font_size(LABEL_PX))
+            .into_font()
+            .color(&palette::ALERT)
+            .pos(at);
+        root.draw(&Text::new(text.clone(), (lx, base - 38), style))
+            .map_err(super::draw_error)?;
+        root.draw(&Text::new(
+            detail,
+            (lx, base - 20),
+            (FONT, super::font_size(LABEL_PX - 2))
+                .into_font()
+                .color(&BLACK)
+                .pos(at),
+        ))
+        .map_err(super::draw_error)?;
+        tips.circle(
+            px,
+            py,
+            6,
+            &palette::hex(palette::ALERT),
+            &format!(
+                "{text} at {}\nlargest: {} ({})",
+                units::duration_ns(peak.time_ns),
+                labels::site_label(&peak.category),
+                units::bytes(peak.category_bytes)
+            ),
+        );
+        Ok(())
+    }
+}
+
+/// The device's capacity: a line across the plot at `y`, labelled.
+fn draw_capacity(
+    root: &Root<'_>,
+    ctx: &mut Ctx<'_, '_>,
+    chart: &Timeline,
+    capacity: u64,
+    y: f64,
+    (t0, t1): (f64, f64),
+) -> Result<(), ChartError> {
+    super::draw_capacity_line(ctx, (t0, t1), y)?;
+    let (px, py) = ctx.backend_coord(&(t0, y));
+    root.draw(&Text::new(
+        (chart.capacity_label.clone())
+            .unwrap_or_else(|| format!("device memory {}", units::bytes(capacity))),
+        (px + 6, py - 20),
+        (FONT, super::font_size(LABEL_PX - 2))
+            .into_font()
+            .color(&palette::ALERT),
+    ))
+    .map_err(super::draw_error)?;
+    Ok(())
+}
+
+/// Each out-of-memory event: a line from the axis to the top, labelled,
+/// with a tooltip saying what was asked and where.
+fn draw_ooms(
+    root: &Root<'_>,
+    ctx: &mut Ctx<'_, '_>,
+    chart: &Timeline,
+    xs: &XScale,
+    top: f64,
+    tips: &mut Tooltips,
+) -> Result<(), ChartError> {
+    let (plot_x, _) = ctx.plotting_area().get_pixel_range();
+    for oom in &chart.ooms {
+        let x = xs.x(oom.time_ns);
+        ctx.draw_series(LineSeries::new(
+            [(x, 0.0), (x, top)],
+            palette::ALERT.stroke_width(2),
+        ))
+        .map_err(super::draw_error)?;
+        let (px, py) = ctx.backend_coord(&(x, top * 0.97));
+        super::draw_oom_label(root, (px, py), plot_x.clone(), palette::ALERT)?;
+        let (_, py0) = ctx.backend_coord(&(x, 0.0));
+        let text = format!(
+            "out of memory at {}: {} requested\n{}",
+            units::duration_ns(oom.time_ns),
+            units::bytes(oom.bytes),
+            labels::site_label(&oom.category)
+        );
+        tips.rect(px - 3, py, 7, py0 - py, &text);
+    }
+    Ok(())
 }
 
 type Ctx<'a, 'b> = ChartContext<
@@ -361,7 +452,7 @@ fn legend_label(chart: &Timeline, category: &str) -> String {
 /// Draws the phase strip at the top of the plot; returns its bottom edge,
 /// relative to the plotting area.
 fn draw_phase_bands(
-    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    root: &Root<'_>,
     ctx: &Ctx<'_, '_>,
     chart: &Timeline,
     top: f64,
