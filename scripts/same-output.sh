@@ -71,6 +71,8 @@ cases=(
   "simulate-svg simulate --compare-policies $f/fragmenting.vtrace -o OUT.svg"
   "plan plan $work/b4.vtrace $work/b8.vtrace --gpu l4"
   "plan-json plan --json $work/b4.vtrace $work/b8.vtrace --gpu l4"
+  "plan-at plan $work/b4.vtrace $work/b8.vtrace --gpu l4 --at 6 --alloc-conf expandable_segments:False --alloc-conf expandable_segments:True"
+  "plan-one plan $work/b8.vtrace --gpu t4"
   "import import $t/mlp_empty_cache.pickle.xz -o OUT.vtrace"
   "synth synth --seed 7 -o OUT.vtrace"
 )

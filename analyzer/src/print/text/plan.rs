@@ -14,8 +14,32 @@ use crate::units;
 /// in one line, the values simulated, how sizes follow the value, and the
 /// value asked for in full.
 pub fn plan(r: &PlanResult) -> String {
+    let mut text = header(r);
+    text.push_str(&format!("target     {}\n\n", target_words(r)));
+    text.push_str(&runs_table(r));
+    text.push_str(&format!(
+        "\nanswer     {}\n\n",
+        crate::print::words::plan::answer(&r.answer)
+    ));
+    text.push_str(&points_table(r));
+    text.push_str(&laws(r));
+    text.push_str(&no_law(r));
+    text.push_str(&other_policies(r));
+    text.push_str(&at(r));
+    for n in &r.notes {
+        let n = crate::print::words::plan::note(n);
+        text.push_str(&format!("\nnote: {n}"));
+    }
+    if !r.notes.is_empty() {
+        text.push('\n');
+    }
+    text
+}
+
+/// The first line: what is planned, from what, and how far to trust it.
+fn header(r: &PlanResult) -> String {
     let what = r.varied.words();
-    let mut text = match r.basis {
+    match r.basis {
         Basis::Runs => {
             let (loose, total) = crate::command::plan::loose_allocations(&r.laws);
             let fitted = if loose == 0 {
@@ -38,10 +62,13 @@ pub fn plan(r: &PlanResult) -> String {
             "plan       the largest {what} from one run ({}: activations and temporaries assumed to grow in proportion)\n",
             r.figures
         ),
-    };
-    text.push_str(&format!("target     {}\n\n", target_words(r)));
+    }
+}
+
+/// The runs planned from, and whether the model reproduces each.
+fn runs_table(r: &PlanResult) -> String {
     let mut runs = Table::new(&[
-        (what, Align::Right),
+        (r.varied.words(), Align::Right),
         ("trace", Align::Left),
         ("allocations", Align::Right),
         ("unmatched", Align::Right),
@@ -72,16 +99,17 @@ pub fn plan(r: &PlanResult) -> String {
             },
         ]);
     }
-    text.push_str(&runs.render(0));
+    let mut text = runs.render(0);
     text.push_str(
         "* the run replayed (the largest value); simulated: its own requests without a limit; model: the fitted sizes at its value, the same way\n",
     );
-    text.push_str(&format!(
-        "\nanswer     {}\n\n",
-        crate::print::words::plan::answer(&r.answer)
-    ));
+    text
+}
+
+/// The values simulated: whether each fits, its peaks and its first OOM.
+fn points_table(r: &PlanResult) -> String {
     let mut points = Table::new(&[
-        (what, Align::Right),
+        (r.varied.words(), Align::Right),
         ("", Align::Left),
         ("peak reserved", Align::Right),
         ("peak allocated", Align::Right),
@@ -104,54 +132,73 @@ pub fn plan(r: &PlanResult) -> String {
             oom_words(p),
         ]);
     }
-    text.push_str(&points.render(0));
+    let mut text = points.render(0);
     text.push_str(&format!(
         "every figure {}; peaks up to the OOM where one comes\n",
         r.figures
     ));
-    if !r.laws.is_empty() {
-        let peak = r
-            .answer
-            .largest
-            .map_or_else(|| "the run replayed".into(), |v| format!("{what} {v}"));
-        text.push_str(&format!("\nhow sizes follow the {what}\n"));
-        let mut laws = Table::new(&[
-            ("law", Align::Left),
-            ("set-up", Align::Right),
-            ("steady", Align::Right),
-            ("live at the peak", Align::Right),
+    text
+}
+
+/// How sizes follow the value: one row per law (empty without laws).
+fn laws(r: &PlanResult) -> String {
+    if r.laws.is_empty() {
+        return String::new();
+    }
+    let what = r.varied.words();
+    let peak = r
+        .answer
+        .largest
+        .map_or_else(|| "the run replayed".into(), |v| format!("{what} {v}"));
+    let mut text = format!("\nhow sizes follow the {what}\n");
+    let mut laws = Table::new(&[
+        ("law", Align::Left),
+        ("set-up", Align::Right),
+        ("steady", Align::Right),
+        ("live at the peak", Align::Right),
+    ]);
+    for l in &r.laws {
+        laws.row([
+            l.words.to_string(),
+            units::count(l.setup_allocations as u64),
+            units::count(l.steady_allocations as u64),
+            units::bytes(l.bytes),
         ]);
-        for l in &r.laws {
-            laws.row([
-                l.words.to_string(),
-                units::count(l.setup_allocations as u64),
-                units::count(l.steady_allocations as u64),
-                units::bytes(l.bytes),
-            ]);
-        }
-        text.push_str(&laws.render(2));
+    }
+    text.push_str(&laws.render(2));
+    text.push_str(&format!(
+        "  set-up: allocations before the first optimizer step ended; live at the peak: at the peak of allocated memory of {peak}\n"
+    ));
+    text
+}
+
+/// The allocations that follow no law, with their sizes in each run.
+fn no_law(r: &PlanResult) -> String {
+    if r.no_law.is_empty() {
+        return String::new();
+    }
+    let mut text =
+        String::from("\nallocations that follow no simple law (read off the runs along a line):\n");
+    for s in &r.no_law {
+        let sizes: Vec<String> = s
+            .sizes
+            .iter()
+            .map(|(v, b)| format!("{v}: {}", units::bytes(*b)))
+            .collect();
         text.push_str(&format!(
-            "  set-up: allocations before the first optimizer step ended; live at the peak: at the peak of allocated memory of {peak}\n"
+            "  {} ({}): {}\n",
+            site_label(&s.site),
+            units::counted(s.allocations as u64, "allocation", "allocations"),
+            sizes.join(", ")
         ));
     }
-    if !r.no_law.is_empty() {
-        text.push_str(
-            "\nallocations that follow no simple law (read off the runs along a line):\n",
-        );
-        for s in &r.no_law {
-            let sizes: Vec<String> = s
-                .sizes
-                .iter()
-                .map(|(v, b)| format!("{v}: {}", units::bytes(*b)))
-                .collect();
-            text.push_str(&format!(
-                "  {} ({}): {}\n",
-                site_label(&s.site),
-                units::counted(s.allocations as u64, "allocation", "allocations"),
-                sizes.join(", ")
-            ));
-        }
-    }
+    text
+}
+
+/// The answer under each other policy planned.
+fn other_policies(r: &PlanResult) -> String {
+    let what = r.varied.words();
+    let mut text = String::new();
     for p in &r.other_policies {
         let answer = match (p.largest, p.unbounded) {
             (Some(v), _) => format!("{what} {v} fits"),
@@ -160,26 +207,26 @@ pub fn plan(r: &PlanResult) -> String {
         };
         text.push_str(&format!("\nwith {}: {answer}\n", p.policy));
     }
-    if let Some(at) = &r.at {
-        text.push_str(&format!(
-            "\nat {what} {}: {}\n",
-            at.point.value,
-            crate::print::words::plan::at(at)
+    text
+}
+
+/// The value asked for with `at`, in full (empty when none was asked).
+fn at(r: &PlanResult) -> String {
+    let Some(at) = &r.at else {
+        return String::new();
+    };
+    let mut text = format!(
+        "\nat {} {}: {}\n",
+        r.varied.words(),
+        at.point.value,
+        crate::print::words::plan::at(at)
+    );
+    if at.categories.total() > 0 {
+        text.push_str(&categories::table(
+            &[("at the peak", &at.categories)],
+            &[],
+            2,
         ));
-        if at.categories.total() > 0 {
-            text.push_str(&categories::table(
-                &[("at the peak", &at.categories)],
-                &[],
-                2,
-            ));
-        }
-    }
-    for n in &r.notes {
-        let n = crate::print::words::plan::note(n);
-        text.push_str(&format!("\nnote: {n}"));
-    }
-    if !r.notes.is_empty() {
-        text.push('\n');
     }
     text
 }
