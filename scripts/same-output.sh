@@ -59,6 +59,7 @@ cases=(
   "report-oom report $f/oom.vtrace -o OUT.html"
   "report-gpt2 report $t/gpt2_train.pickle.xz -o OUT.html"
   "report-two report $f/two-devices.vtrace -o OUT.html"
+  "report-pools report $t/synthetic/torch_2_12_p4.pickle -o OUT.html"
   "report-baseline report $f/leak.vtrace --baseline $f/clean.vtrace -o OUT.html"
   "report-json report --json $f/oom.vtrace -o OUT.html"
   "compare compare $f/clean.vtrace $f/leak.vtrace"

@@ -60,9 +60,61 @@ fn deltas(values: impl IntoIterator<Item = u64>, origin: u64) -> impl Iterator<I
 /// base64-encoded. Sites take their colours from `palette`, which the
 /// report's charts have coloured theirs with.
 pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
+    // The columns' order is the bulk's layout, which the page reads by the
+    // index written last (`columns`).
     let mut c = Columns::default();
+    series_columns(&mut c, e);
+    let knots = Knots::of(e);
+    knot_columns(&mut c, &knots);
+    allocation_columns(&mut c, e);
+    c.column("st_len", e.stacks.iter().map(|s| s.len() as u64));
+    c.column(
+        "st_frames",
+        e.stacks.iter().flat_map(|s| s.iter().map(|&f| f as u64)),
+    );
+    segment_columns(&mut c, e);
+
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(&c.bytes).expect("writing to memory");
+    let compressed = z.finish().expect("writing to memory");
+
+    let json = json!({
+        "first_index": e.first_index,
+        "events": e.events,
+        "start_ns": e.start_ns,
+        "end_ns": e.end_ns,
+        "bucket_events": e.series.bucket_events,
+        "threshold": e.allocation_threshold,
+        "allocations_total": e.allocations_total,
+        "idle": {
+            "threshold": e.idle.threshold_ns,
+            "index": e.idle.gaps.iter().map(|g| g.index - e.first_index).collect::<Vec<_>>(),
+            "gap": e.idle.gaps.iter().map(|g| g.gap_ns).collect::<Vec<_>>(),
+            "left_out": e.idle.left_out,
+        },
+        "phases": phases_json(e),
+        "phases_left_out": e.phases_left_out,
+        "frames": e.frames,
+        "sites": e.sites,
+        "site_key": site_key(e, palette),
+        "phase_paths": e.phase_paths,
+        // What blocks hold, by code: their names and fixed colours.
+        "categories": Category::ALL.iter().map(|&c| json!({
+            "label": c.label(),
+            "colour": palette::hex(palette::of_category(c)),
+        })).collect::<Vec<_>>(),
+        "colours": colours_json(),
+        "axis_end": { "index": knots.end_index, "time": knots.end_time, "busy": knots.end_busy },
+        "checkpoints": checkpoints_json(e),
+        "columns": c.index.iter().map(|(name, n)| json!([name, n])).collect::<Vec<_>>(),
+    });
+    (json, base64(&compressed))
+}
+
+/// The time series: each quantity's last value a bucket (as deltas), and
+/// how far above and below it the bucket went.
+fn series_columns(c: &mut Columns, e: &Explorer) {
     let buckets = &e.series.buckets;
-    let start = e.start_ns;
     type Pick = fn(&crate::analysis::explorer::SeriesBucket) -> crate::analysis::explorer::Extent;
     let quantities: [(&'static str, &'static str, &'static str, Pick); 3] = [
         ("a_last", "a_hi", "a_lo", |b| b.allocated),
@@ -78,11 +130,12 @@ pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
         c.column(hi, buckets.iter().map(|b| pick(b).max - pick(b).last));
         c.column(lo, buckets.iter().map(|b| pick(b).last - pick(b).min));
     }
+}
 
-    // The buckets' times reach the page as knots only. Busy time goes as
-    // what it cut from time, which changes only at idle gaps: nearly all
-    // zeros, where busy times would double the bytes of the times.
-    let knots = Knots::of(e);
+/// The buckets' times reach the page as knots only. Busy time goes as
+/// what it cut from time, which changes only at idle gaps: nearly all
+/// zeros, where busy times would double the bytes of the times.
+fn knot_columns(c: &mut Columns, knots: &Knots) {
     c.column(
         "kn_index",
         deltas(knots.index.iter().copied(), 0).map(|d| d.max(0) as u64),
@@ -92,8 +145,13 @@ pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
         "kn_cut",
         deltas(knots.time.iter().zip(&knots.busy).map(|(t, b)| t - b), 0),
     );
+}
 
+/// The allocations kept: when each was made and freed, its size, slack,
+/// stack, site, phase and category.
+fn allocation_columns(c: &mut Columns, e: &Explorer) {
     let allocs = &e.allocations;
+    let start = e.start_ns;
     c.column(
         "al_index",
         deltas(allocs.iter().map(|a| a.alloc_index), e.first_index).map(|d| d.max(0) as u64),
@@ -130,13 +188,11 @@ pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
             .iter()
             .map(|a| a.category.code() as u64 + if a.exact { 8 } else { 0 }),
     );
+}
 
-    c.column("st_len", e.stacks.iter().map(|s| s.len() as u64));
-    c.column(
-        "st_frames",
-        e.stacks.iter().flat_map(|s| s.iter().map(|&f| f as u64)),
-    );
-
+/// The checkpoints' segments, and each segment's blocks by the gap before
+/// each (so that a block's offset costs a small number).
+fn segment_columns(c: &mut Columns, e: &Explorer) {
     let segments = e.checkpoints.iter().flat_map(|c| c.segments.iter());
     c.column(
         "cp_segments",
@@ -167,19 +223,17 @@ pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
         "bl_alloc",
         blocks().map(|(_, b)| b.allocation.map_or(0, |a| a as u64 + 1)),
     );
+}
 
-    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
-    z.write_all(&c.bytes).expect("writing to memory");
-    let compressed = z.finish().expect("writing to memory");
-
-    let checkpoints: Vec<Value> = e
-        .checkpoints
+/// Each checkpoint's figures; its segments and blocks are in the bulk.
+fn checkpoints_json(e: &Explorer) -> Vec<Value> {
+    e.checkpoints
         .iter()
         .map(|c| {
             json!({
                 "kinds": c.kinds,
                 "index": c.index,
-                "time": c.time_ns.saturating_sub(start),
+                "time": c.time_ns.saturating_sub(e.start_ns),
                 "allocated": c.allocated,
                 "pending": c.pending_free,
                 "reserved": c.reserved,
@@ -192,58 +246,35 @@ pub fn encode(e: &Explorer, palette: &mut Palette) -> (Value, String) {
                 "segments_left_out_used": c.segments_left_out.used,
             })
         })
-        .collect();
-    let phases = json!({
+        .collect()
+}
+
+/// The phases kept, as parallel arrays, with their tints.
+fn phases_json(e: &Explorer) -> Value {
+    json!({
         "name": e.phases.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
         "depth": e.phases.iter().map(|p| p.depth).collect::<Vec<_>>(),
         "begin": e.phases.iter().map(|p| p.begin_index - e.first_index).collect::<Vec<_>>(),
         "end": e.phases.iter().map(|p| p.end_index - e.first_index).collect::<Vec<_>>(),
         "tint": e.phases.iter().map(|p| palette::phase_tint(&p.name)).collect::<Vec<_>>(),
-    });
-    let json = json!({
-        "first_index": e.first_index,
-        "events": e.events,
-        "start_ns": e.start_ns,
-        "end_ns": e.end_ns,
-        "bucket_events": e.series.bucket_events,
-        "threshold": e.allocation_threshold,
-        "allocations_total": e.allocations_total,
-        "idle": {
-            "threshold": e.idle.threshold_ns,
-            "index": e.idle.gaps.iter().map(|g| g.index - e.first_index).collect::<Vec<_>>(),
-            "gap": e.idle.gaps.iter().map(|g| g.gap_ns).collect::<Vec<_>>(),
-            "left_out": e.idle.left_out,
-        },
-        "phases": phases,
-        "phases_left_out": e.phases_left_out,
-        "frames": e.frames,
-        "sites": e.sites,
-        "site_key": site_key(e, palette),
-        "phase_paths": e.phase_paths,
-        // What blocks hold, by code: their names and fixed colours.
-        "categories": Category::ALL.iter().map(|&c| json!({
-            "label": c.label(),
-            "colour": palette::hex(palette::of_category(c)),
-        })).collect::<Vec<_>>(),
-        // The colours of what the explorer draws, from the charts' palette.
-        "colours": {
-            "reserved": palette::hex(palette::RESERVED),
-            "allocated": palette::hex(palette::ALLOCATED),
-            "cached_free": palette::hex(palette::CACHED_FREE),
-            "pools": palette::hex(palette::POOLS),
-            "alert": palette::hex(palette::ALERT),
-            "pending_free": palette::hex(palette::PENDING_FREE),
-            "segment_free": palette::hex(palette::SEGMENT_FREE),
-            "block_in_use": palette::hex(palette::BLOCK_IN_USE),
-            "dimmed": palette::hex(palette::DIMMED),
-            "other_sites": palette::hex(palette::OTHER),
-            "phase_tints": palette::PHASE_TINTS.map(palette::hex),
-        },
-        "axis_end": { "index": knots.end_index, "time": knots.end_time, "busy": knots.end_busy },
-        "checkpoints": checkpoints,
-        "columns": c.index.iter().map(|(name, n)| json!([name, n])).collect::<Vec<_>>(),
-    });
-    (json, base64(&compressed))
+    })
+}
+
+/// The colours of what the explorer draws, from the charts' palette.
+fn colours_json() -> Value {
+    json!({
+        "reserved": palette::hex(palette::RESERVED),
+        "allocated": palette::hex(palette::ALLOCATED),
+        "cached_free": palette::hex(palette::CACHED_FREE),
+        "pools": palette::hex(palette::POOLS),
+        "alert": palette::hex(palette::ALERT),
+        "pending_free": palette::hex(palette::PENDING_FREE),
+        "segment_free": palette::hex(palette::SEGMENT_FREE),
+        "block_in_use": palette::hex(palette::BLOCK_IN_USE),
+        "dimmed": palette::hex(palette::DIMMED),
+        "other_sites": palette::hex(palette::OTHER),
+        "phase_tints": palette::PHASE_TINTS.map(palette::hex),
+    })
 }
 
 /// Sites the explorer colours one by one when it colours by site (the
