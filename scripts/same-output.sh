@@ -70,6 +70,7 @@ cases=(
   "simulate-json simulate --json --compare-policies $t/mlp_expandable.pickle.xz"
   "simulate-min simulate --min-capacity $t/cnn_eval_accumulate.pickle.xz"
   "simulate-svg simulate --compare-policies $f/fragmenting.vtrace -o OUT.svg"
+  "simulate-oom-svg simulate $t/synthetic/capped_oom_p4.pickle -o OUT.svg"
   "plan plan $work/b4.vtrace $work/b8.vtrace --gpu l4"
   "plan-json plan --json $work/b4.vtrace $work/b8.vtrace --gpu l4"
   "plan-at plan $work/b4.vtrace $work/b8.vtrace --gpu l4 --at 6 --alloc-conf expandable_segments:False --alloc-conf expandable_segments:True"

@@ -116,33 +116,75 @@ pub fn render_labelled(
             ));
         }
 
-        let mut colours = Palette::new();
-        let colour_of: Vec<RGBColor> = series.iter().map(|s| colours.colour(s.name)).collect();
-        // Markers go in after the hover areas, so they stay hoverable.
-        let mut markers = Vec::new();
-        let steps = |samples: &[Sample], value: &dyn Fn(&Sample) -> u64| {
-            samples
-                .iter()
-                .flat_map(|b| {
-                    let v = scale.scale(value(b));
-                    [(b.start_ns as f64, v), (b.end_ns as f64, v)]
-                })
-                .collect::<Vec<_>>()
-        };
-        // Allocated memory is the program's, the same under every policy
-        // until one runs out of memory: one area then, not a line each.
-        let same_allocated = series.windows(2).all(|w| {
+        let policies = Policies { series, scale };
+        let (entries, markers) = policies.draw(&mut ctx)?;
+        legend.extend(entries);
+        let (_, plot_y) = ctx.plotting_area().get_pixel_range();
+        super::draw_legend_column(&legend_area, plot_y.start, &legend)?;
+
+        policies.add_tooltips(&mut tips, &ctx);
+        for (x, y, text) in markers {
+            tips.circle(x, y, 6, &palette::hex(palette::ALERT), &text);
+        }
+        root.present().map_err(super::draw_error)?;
+    }
+    tips.finish(&mut out);
+    Ok(out)
+}
+
+type Ctx<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// The policies' curves, on the chart's byte scale.
+struct Policies<'s, 'a> {
+    series: &'s [Series<'a>],
+    scale: ByteScale,
+}
+
+impl Policies<'_, '_> {
+    /// A value of each time bucket as a step: flat over the bucket.
+    fn steps(&self, samples: &[Sample], value: impl Fn(&Sample) -> u64) -> Vec<(f64, f64)> {
+        samples
+            .iter()
+            .flat_map(|b| {
+                let v = self.scale.scale(value(b));
+                [(b.start_ns as f64, v), (b.end_ns as f64, v)]
+            })
+            .collect()
+    }
+
+    /// Whether every policy allocated the same at every bucket: allocated
+    /// memory is the program's, the same under every policy until one
+    /// runs out of memory.
+    fn same_allocated(&self) -> bool {
+        self.series.windows(2).all(|w| {
             w[0].samples.len() == w[1].samples.len()
                 && w[0]
                     .samples
                     .iter()
                     .zip(w[1].samples)
                     .all(|(a, b)| a.allocated_bytes == b.allocated_bytes)
-        });
+        })
+    }
+
+    /// Draws allocated memory (one area when it is the same under every
+    /// policy, a dashed line each otherwise), each policy's reserved
+    /// memory; returns the legend's entries and where each first OOM is,
+    /// with its description.
+    fn draw(&self, ctx: &mut Ctx<'_, '_>) -> Result<(Vec<LegendEntry>, Markers), ChartError> {
+        let series = self.series;
+        let mut legend = Vec::new();
+        let mut colours = Palette::new();
+        let colour_of: Vec<RGBColor> = series.iter().map(|s| colours.colour(s.name)).collect();
+        let mut markers = Vec::new();
+        let same_allocated = self.same_allocated();
         if same_allocated && let Some(first) = series.first() {
             let grey = RGBColor(150, 150, 150);
             ctx.draw_series(AreaSeries::new(
-                steps(first.samples, &|b| b.allocated_bytes),
+                self.steps(first.samples, |b| b.allocated_bytes),
                 0.0,
                 grey.mix(0.3),
             ))
@@ -160,7 +202,7 @@ pub fn render_labelled(
             let width = 2 + 2 * (series.len() - 1 - i) as u32;
             if !same_allocated {
                 ctx.draw_series(DashedLineSeries::new(
-                    steps(s.samples, &|b| b.allocated_bytes),
+                    self.steps(s.samples, |b| b.allocated_bytes),
                     5,
                     3,
                     colour.stroke_width(1),
@@ -173,7 +215,7 @@ pub fn render_labelled(
                 ));
             }
             ctx.draw_series(LineSeries::new(
-                steps(s.samples, &|b| b.reserved_bytes),
+                self.steps(s.samples, |b| b.reserved_bytes),
                 colour.mix(0.85).stroke_width(width),
             ))
             .map_err(super::draw_error)?;
@@ -189,56 +231,56 @@ pub fn render_labelled(
                     .find(|b| b.end_ns >= *time)
                     .or(s.samples.last())
                     .map_or(0, |b| b.reserved_bytes);
-                let (x, y) = ctx.backend_coord(&(*time as f64, scale.scale(at)));
+                let (x, y) = ctx.backend_coord(&(*time as f64, self.scale.scale(at)));
                 markers.push((x, y, text.clone()));
             }
         }
-        let (_, plot_y) = ctx.plotting_area().get_pixel_range();
-        super::draw_legend_column(&legend_area, plot_y.start, &legend)?;
-
-        // Tooltips with every policy's values, one per few pixels.
-        let (_, y_range) = ctx.plotting_area().get_pixel_range();
-        if let Some(first) = series.first() {
-            let mut last_x = i32::MIN;
-            for (i, b) in first.samples.iter().enumerate() {
-                let (x0, _) = ctx.backend_coord(&(b.start_ns as f64, 0.0));
-                let (x1, _) = ctx.backend_coord(&(b.end_ns as f64, 0.0));
-                if x1 < last_x + 3 {
-                    continue;
-                }
-                last_x = x1;
-                let mut text = format!(
-                    "{} – {}",
-                    units::duration_ns(b.start_ns),
-                    units::duration_ns(b.end_ns)
-                );
-                for s in series {
-                    if let Some(b) = s.samples.get(i) {
-                        text.push_str(&format!(
-                            "\n{}: reserved {}, allocated {}",
-                            s.name,
-                            units::bytes(b.reserved_bytes),
-                            units::bytes(b.allocated_bytes)
-                        ));
-                    }
-                }
-                tips.rect(
-                    x0,
-                    y_range.start,
-                    (x1 - x0).max(3),
-                    y_range.end - y_range.start,
-                    &text,
-                );
-            }
-        }
-        for (x, y, text) in markers {
-            tips.circle(x, y, 6, &palette::hex(palette::ALERT), &text);
-        }
-        root.present().map_err(super::draw_error)?;
+        Ok((legend, markers))
     }
-    tips.finish(&mut out);
-    Ok(out)
+
+    /// Tooltips with every policy's values, one per few pixels.
+    fn add_tooltips(&self, tips: &mut Tooltips, ctx: &Ctx<'_, '_>) {
+        let Some(first) = self.series.first() else {
+            return;
+        };
+        let (_, y_range) = ctx.plotting_area().get_pixel_range();
+        let mut last_x = i32::MIN;
+        for (i, b) in first.samples.iter().enumerate() {
+            let (x0, _) = ctx.backend_coord(&(b.start_ns as f64, 0.0));
+            let (x1, _) = ctx.backend_coord(&(b.end_ns as f64, 0.0));
+            if x1 < last_x + 3 {
+                continue;
+            }
+            last_x = x1;
+            let mut text = format!(
+                "{} – {}",
+                units::duration_ns(b.start_ns),
+                units::duration_ns(b.end_ns)
+            );
+            for s in self.series {
+                if let Some(b) = s.samples.get(i) {
+                    text.push_str(&format!(
+                        "\n{}: reserved {}, allocated {}",
+                        s.name,
+                        units::bytes(b.reserved_bytes),
+                        units::bytes(b.allocated_bytes)
+                    ));
+                }
+            }
+            tips.rect(
+                x0,
+                y_range.start,
+                (x1 - x0).max(3),
+                y_range.end - y_range.start,
+                &text,
+            );
+        }
+    }
 }
+
+/// Each first OOM's marker: where it is drawn, and its description. The
+/// markers' tooltips go in after the hover areas, so they stay hoverable.
+type Markers = Vec<(i32, i32, String)>;
 
 #[cfg(test)]
 mod tests {
