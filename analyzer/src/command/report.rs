@@ -3,8 +3,9 @@
 //! comparison. The trace and the baseline are each replayed once, side by
 //! side.
 
-use super::compare::measure;
-use super::{Replay, ReplayOptions, Warning, file_name};
+use super::compare::{Measured, measure};
+use super::flamegraph::FlameGraph;
+use super::{ByDevice, Pass, Replay, ReplayOptions, Warning, file_name};
 use crate::Error;
 use crate::analysis::compare::{Comparison, MatchOptions, RunFigures, compare};
 use crate::analysis::explorer::{Explorer, ExplorerAnalysis, ExplorerOptions};
@@ -16,11 +17,12 @@ use crate::analysis::phase_totals::PhaseTotals;
 use crate::analysis::site_totals::SiteTotals;
 use crate::analysis::summary::{Summary, SummaryReport};
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
-use crate::analysis::{Analysis, AnalysisSet};
+use crate::analysis::{Analysis, AnalysisSet, DevicePass};
 use crate::input::Input;
 use crate::progress::Progress;
 use crate::simulate::Reserve;
 use crate::simulate::fixes::FixesTried;
+use crate::simulate::requests::RequestList;
 use crate::simulate::what_if::{WhatIf, what_if};
 use serde::Serialize;
 use vramtrace_format::Header;
@@ -81,7 +83,7 @@ pub struct ReportResult {
     /// The memory live at the allocated peak, by stack (in JSON from
     /// `flamegraph --json`).
     #[serde(skip)]
-    pub flame: Option<super::flamegraph::FlameGraph>,
+    pub flame: Option<FlameGraph>,
     /// The x axis the page opens with: busy time for a snapshot (whose
     /// history holds long pauses), time for a trace.
     pub default_axis: XAxis,
@@ -148,17 +150,15 @@ pub fn report(
     progress: &dyn Progress,
 ) -> Result<ReportResult, Error> {
     let replay = Replay::new(input, &options.replay, progress)?;
-    // A comparison matches every site at the peak, so with a baseline the
-    // summary keeps them all and the report's tables take the top ones.
-    // What-if runs the whole trace's requests: not for a window. The
-    // request extractor needs the recorded device's size before the pass,
-    // which the header read at opening gives.
+    // The request extractor needs the recorded device's size before the
+    // pass, which the header read at opening gives.
     let header = input.header().clone();
     let header_devices = header.devices.clone();
     let recorded_config =
         vramtrace_allocator::AllocatorConfig::from_settings(&header.allocator_settings)
             .ok()
             .map(|(config, _)| config);
+    // What-if runs the whole trace's requests: not for a window.
     let what_if_runs = options.what_if && replay.window().is_all();
     // Exactly the chart's buckets when the span is known: an adaptive
     // series sweeps the free space once per bucket of every width it
@@ -166,35 +166,9 @@ pub fn report(
     let span = super::known_span(input, replay.window())?;
     let make = |device: u32| {
         let recorded_capacity = crate::simulate::device_capacity(&header_devices, device);
-        ReportAnalyses {
-            // A comparison matches every site at the peak, so with a
-            // baseline the summary keeps them all and the report's tables
-            // take the top ones.
-            summary: Summary::new(if baseline.is_some() {
-                usize::MAX
-            } else {
-                options.top
-            }),
-            fragmentation: match span {
-                Some((start, end)) => Fragmentation::with_span(CHART_BUCKETS, start, end),
-                None => Fragmentation::new(CHART_BUCKETS),
-            },
-            leaks: Leaks::new(),
-            timeline: TimelineAnalysis::new(TimelineOptions {
-                group_by: GroupBy::Site,
-                top: options.top,
-                ..TimelineOptions::default()
-            }),
-            category_timeline: TimelineAnalysis::new(TimelineOptions {
-                group_by: GroupBy::Category,
-                ..TimelineOptions::default()
-            }),
-            explorer: ExplorerAnalysis::new(options.explorer),
-            requests: what_if_runs
-                .then(|| BoundedRequests::new(recorded_capacity, recorded_config.clone())),
-            site_totals: baseline.is_some().then(SiteTotals::new),
-            phase_totals: baseline.is_some().then(PhaseTotals::new),
-        }
+        let requests =
+            what_if_runs.then(|| BoundedRequests::new(recorded_capacity, recorded_config.clone()));
+        ReportAnalyses::new(options, baseline.is_some(), span, requests)
     };
     // The baseline replays on its own thread while this run does.
     let (passes, base) = rayon::join(
@@ -206,20 +180,7 @@ pub fn report(
         },
     );
     let ((passes, pass), base) = (passes?, base?);
-    // A page shows one device: the one asked for, else the one whose
-    // allocated peak is highest (the first of equals); the others are
-    // listed in the page's table of devices.
-    let mut devices = Vec::with_capacity(passes.len());
-    let mut shown = None;
-    for p in passes {
-        let peaks = replay.result(p.peaks.into_report(p.device))?;
-        if shown.as_ref().is_none_or(|(s, _): &(DevicePeaks, _)| {
-            peaks.peak_allocated.bytes > s.peak_allocated.bytes
-        }) {
-            shown = Some((peaks.clone(), p.analyses));
-        }
-        devices.push(peaks);
-    }
+    let (devices, shown) = shown_device(&replay, passes)?;
     let Some((shown_peaks, analyses)) = shown else {
         return Err(Error::NoSuchDevice {
             path: input.path().to_owned(),
@@ -239,28 +200,7 @@ pub fn report(
         phase_totals,
     } = analyses;
     let recorded_capacity = crate::simulate::device_capacity(&header_devices, shown_peaks.device);
-    let base = base.map(|base| {
-        let index = base
-            .devices
-            .iter()
-            .position(|d| d.peaks.device == shown_peaks.device);
-        let warnings: Vec<Warning> = base.warnings.into_iter().map(|w| w.warning).collect();
-        let mut devices = base.devices;
-        let measured = match index {
-            Some(i) => devices.swap_remove(i).result,
-            None => devices.swap_remove(0).result,
-        };
-        (measured, warnings)
-    });
-    let what_if_left_out = if !options.what_if {
-        None
-    } else if !replay.window().is_all() {
-        Some(LeftOut::Window)
-    } else if requests.as_ref().is_some_and(BoundedRequests::over) {
-        Some(LeftOut::TooManyEvents)
-    } else {
-        None
-    };
+    let what_if_left_out = what_if_left_out(options, &replay, requests.as_ref());
     let (list, fixes) = match requests.filter(|r| !r.over()) {
         Some(mut r) => {
             let fixes = r.take_fixes();
@@ -274,28 +214,18 @@ pub fn report(
     // allocator at any device-memory sample), unless one is stated.
     let measured_reserve = summary.outside_allocator.map(|o| o.max_bytes);
     let what_if = list.map(|list| {
-        let recorded =
-            vramtrace_allocator::AllocatorConfig::from_settings(&pass.header.allocator_settings);
-        let (config, recorded_settings) = match recorded {
-            Ok((config, _)) => (config, true),
-            Err(_) => (Default::default(), false),
-        };
-        let reserve = Reserve::stated_measured_or_estimated(
+        what_if_of(
+            &list,
+            &pass,
             options.reserve,
             measured_reserve,
-            pass.shows_nccl,
-        );
-        what_if(
-            &list,
-            &config,
-            recorded_settings,
             recorded_capacity,
-            reserve,
         )
     });
     let leaks = replay.result(leaks.into_report())?;
     let (comparison, base_timeline, baseline_warnings) = match (base, site_totals, phase_totals) {
-        (Some((base, base_warnings)), Some(site_totals), Some(phase_totals)) => {
+        (Some(base), Some(site_totals), Some(phase_totals)) => {
+            let (base, base_warnings) = on_device(base, shown_peaks.device);
             let new = RunFigures {
                 name: file_name(input.path()),
                 summary: summary.clone(),
@@ -326,19 +256,7 @@ pub fn report(
         &summary,
         recorded_capacity,
     );
-    // The live memory at the allocated peak by stack: a second pass, up to
-    // the peak, of the device shown.
-    let flame = super::flamegraph::fold(
-        input,
-        &options.replay,
-        crate::analysis::Devices::Only(shown_peaks.device),
-        |_| super::flamegraph::fold_at_peak(&shown_peaks.peak_allocated),
-        super::flamegraph::Moment::AllocatedPeak,
-        progress,
-    )?
-    .devices
-    .pop()
-    .map(|d| d.result);
+    let flame = flame_at_peak(input, options, &shown_peaks, progress)?;
     let default_axis = super::chart_axis(input, &timeline);
     Ok(ReportResult {
         flame,
@@ -370,6 +288,101 @@ pub fn report(
             .collect(),
         baseline_warnings,
     })
+}
+
+/// Every device's peaks, and the device a page shows with its analyses:
+/// the one asked for, else the one whose allocated peak is highest (the
+/// first of equals); the others are listed in the page's table of devices.
+fn shown_device(
+    replay: &Replay<'_>,
+    passes: Vec<DevicePass<ReportAnalyses>>,
+) -> Result<(Vec<DevicePeaks>, Option<Shown>), Error> {
+    let mut devices = Vec::with_capacity(passes.len());
+    let mut shown = None;
+    for p in passes {
+        let peaks = replay.result(p.peaks.into_report(p.device))?;
+        if shown
+            .as_ref()
+            .is_none_or(|(s, _): &Shown| peaks.peak_allocated.bytes > s.peak_allocated.bytes)
+        {
+            shown = Some((peaks.clone(), p.analyses));
+        }
+        devices.push(peaks);
+    }
+    Ok((devices, shown))
+}
+
+/// The device a page shows: its peaks and its analyses.
+type Shown = (DevicePeaks, ReportAnalyses);
+
+/// The baseline's measure of the device shown (its first device when it
+/// has no such device), and the baseline's warnings.
+fn on_device(base: ByDevice<Measured>, device: u32) -> (Measured, Vec<Warning>) {
+    let index = base.devices.iter().position(|d| d.peaks.device == device);
+    let warnings: Vec<Warning> = base.warnings.into_iter().map(|w| w.warning).collect();
+    let mut devices = base.devices;
+    let measured = devices.swap_remove(index.unwrap_or(0)).result;
+    (measured, warnings)
+}
+
+/// Why the what-if section was left out, when it was asked for and could
+/// not be run: a window, or a trace with more events than it replays.
+fn what_if_left_out(
+    options: &ReportOptions,
+    replay: &Replay<'_>,
+    requests: Option<&BoundedRequests>,
+) -> Option<LeftOut> {
+    if !options.what_if {
+        None
+    } else if !replay.window().is_all() {
+        Some(LeftOut::Window)
+    } else if requests.is_some_and(BoundedRequests::over) {
+        Some(LeftOut::TooManyEvents)
+    } else {
+        None
+    }
+}
+
+/// The what-if section: the run's requests replayed under the recorded
+/// settings (the defaults when they cannot be read), on the recorded
+/// device less the reserve stated, measured or estimated.
+fn what_if_of(
+    list: &RequestList,
+    pass: &Pass,
+    stated_reserve: Option<u64>,
+    measured_reserve: Option<u64>,
+    recorded_capacity: Option<u64>,
+) -> WhatIf {
+    let recorded =
+        vramtrace_allocator::AllocatorConfig::from_settings(&pass.header.allocator_settings);
+    let (config, recorded_settings) = match recorded {
+        Ok((config, _)) => (config, true),
+        Err(_) => (Default::default(), false),
+    };
+    let reserve =
+        Reserve::stated_measured_or_estimated(stated_reserve, measured_reserve, pass.shows_nccl);
+    what_if(list, &config, recorded_settings, recorded_capacity, reserve)
+}
+
+/// The live memory at the allocated peak by stack: a second pass, up to
+/// the peak, of the device shown.
+fn flame_at_peak(
+    input: &Input,
+    options: &ReportOptions,
+    shown: &DevicePeaks,
+    progress: &dyn Progress,
+) -> Result<Option<FlameGraph>, Error> {
+    Ok(super::flamegraph::fold(
+        input,
+        &options.replay,
+        crate::analysis::Devices::Only(shown.device),
+        |_| super::flamegraph::fold_at_peak(&shown.peak_allocated),
+        super::flamegraph::Moment::AllocatedPeak,
+        progress,
+    )?
+    .devices
+    .pop()
+    .map(|d| d.result))
 }
 
 /// A timeline as the report draws it: with the limit that bounded the run
@@ -406,6 +419,44 @@ struct ReportAnalyses {
     /// With a baseline, the totals a comparison matches sites and phases by.
     site_totals: Option<SiteTotals>,
     phase_totals: Option<PhaseTotals>,
+}
+
+impl ReportAnalyses {
+    /// The analyses of one device. A comparison matches every site at the
+    /// peak, so with a baseline the summary keeps them all and the report's
+    /// tables take the top ones.
+    fn new(
+        options: &ReportOptions,
+        with_baseline: bool,
+        span: Option<(u64, u64)>,
+        requests: Option<BoundedRequests>,
+    ) -> Self {
+        ReportAnalyses {
+            summary: Summary::new(if with_baseline {
+                usize::MAX
+            } else {
+                options.top
+            }),
+            fragmentation: match span {
+                Some((start, end)) => Fragmentation::with_span(CHART_BUCKETS, start, end),
+                None => Fragmentation::new(CHART_BUCKETS),
+            },
+            leaks: Leaks::new(),
+            timeline: TimelineAnalysis::new(TimelineOptions {
+                group_by: GroupBy::Site,
+                top: options.top,
+                ..TimelineOptions::default()
+            }),
+            category_timeline: TimelineAnalysis::new(TimelineOptions {
+                group_by: GroupBy::Category,
+                ..TimelineOptions::default()
+            }),
+            explorer: ExplorerAnalysis::new(options.explorer),
+            requests,
+            site_totals: with_baseline.then(SiteTotals::new),
+            phase_totals: with_baseline.then(PhaseTotals::new),
+        }
+    }
 }
 
 impl AnalysisSet for ReportAnalyses {
