@@ -225,7 +225,6 @@ pub fn report(
     let leaks = replay.result(leaks.into_report())?;
     let (comparison, base_timeline, baseline_warnings) = match (base, site_totals, phase_totals) {
         (Some(base), Some(site_totals), Some(phase_totals)) => {
-            let (base, base_warnings) = on_device(base, shown_peaks.device);
             let new = RunFigures {
                 name: file_name(input.path()),
                 summary: summary.clone(),
@@ -233,13 +232,11 @@ pub fn report(
                 sites: replay.result(site_totals.into_report())?,
                 phases: replay.result(phase_totals.into_report())?,
             };
-            let matching = MatchOptions {
-                full_stacks: options.replay.full_stacks,
-                ..MatchOptions::default()
-            };
-            let comparison = compare(&base.figures, &new, matching)?;
+            let (comparison, base_timeline, warnings) =
+                against_baseline(base, shown_peaks.device, &new, options)?;
+            // The comparison matched every site; the tables show the top.
             summary.top_sites_at_peak.truncate(options.top);
-            (Some(comparison), Some(base.timeline), base_warnings)
+            (Some(comparison), Some(base_timeline), warnings)
         }
         _ => (None, None, Vec::new()),
     };
@@ -315,14 +312,25 @@ fn shown_device(
 /// The device a page shows: its peaks and its analyses.
 type Shown = (DevicePeaks, ReportAnalyses);
 
-/// The baseline's measure of the device shown (its first device when it
-/// has no such device), and the baseline's warnings.
-fn on_device(base: ByDevice<Measured>, device: u32) -> (Measured, Vec<Warning>) {
+/// This run compared with the baseline's measure of the device shown (its
+/// first device when it has no such device); with the baseline's timeline
+/// and its warnings.
+fn against_baseline(
+    base: ByDevice<Measured>,
+    device: u32,
+    new: &RunFigures,
+    options: &ReportOptions,
+) -> Result<(Comparison, Timeline, Vec<Warning>), Error> {
     let index = base.devices.iter().position(|d| d.peaks.device == device);
     let warnings: Vec<Warning> = base.warnings.into_iter().map(|w| w.warning).collect();
     let mut devices = base.devices;
     let measured = devices.swap_remove(index.unwrap_or(0)).result;
-    (measured, warnings)
+    let matching = MatchOptions {
+        full_stacks: options.replay.full_stacks,
+        ..MatchOptions::default()
+    };
+    let comparison = compare(&measured.figures, new, matching)?;
+    Ok((comparison, measured.timeline, warnings))
 }
 
 /// Why the what-if section was left out, when it was asked for and could
