@@ -26,7 +26,8 @@ use crate::simulate::plan::PlanError;
 use crate::simulate::plan::checks::{self, RunFacts};
 use crate::simulate::plan::figures::{law_rows, no_law_sites, notes, place_of, point};
 use crate::simulate::plan::{self, Evaluated, Found, Keys, Model, RunInput, Target, Varied};
-use crate::simulate::{self as sim, Reserve, SimOptions, SimulateError, scenarios};
+use crate::simulate::requests::RequestList;
+use crate::simulate::{self as sim, Reserve, Scenario, SimOptions, SimulateError, scenarios};
 use crate::units;
 use rayon::prelude::*;
 use vramtrace_allocator::AllocatorConfig;
@@ -67,31 +68,7 @@ pub fn plan(
     progress: &dyn Progress,
 ) -> Result<PlanResult, Error> {
     let started = std::time::Instant::now();
-    if options.step == 0 {
-        return Err(PlanError::ZeroStep.into());
-    }
-    if let Some((_, values)) = &options.values
-        && values.len() != inputs.len()
-    {
-        return Err(PlanError::ValueCount {
-            values: values.len(),
-            runs: inputs.len(),
-        }
-        .into());
-    }
-    let mut read = Vec::with_capacity(inputs.len());
-    for &input in inputs {
-        read.push(read_run(input, options, progress)?);
-    }
-    let names: Vec<String> = read
-        .iter()
-        .map(|r| r.input.path().display().to_string())
-        .collect();
-    let (varied, values) = checks::values_of(&facts(&read, &names), options.values.as_ref())?;
-    for (r, v) in read.iter_mut().zip(values) {
-        r.value = v;
-    }
-    checks::check_gpus(&facts(&read, &names))?;
+    let (read, names, varied) = read_runs(inputs, options, progress)?;
     let read_s = started.elapsed().as_secs_f64();
     let fitted = std::time::Instant::now();
     checks::check_runs(&facts(&read, &names))?;
@@ -102,19 +79,7 @@ pub fn plan(
     let symbols = reference.events.symbols();
     let state = &reference.extracted.state;
 
-    // The settings: the first named, else the reference run's own.
-    let recorded = reference
-        .extracted
-        .recorded_config
-        .as_ref()
-        .map(|(c, _)| c.clone())
-        .map_err(|e| e.clone());
-    let policies = scenarios(&recorded, options.settings.clone(), false).map_err(|source| {
-        Error::Simulate {
-            path: reference.input.path().to_owned(),
-            source,
-        }
-    })?;
+    let policies = policies_of(options, reference)?;
     let Aim {
         sim: target_options,
         cap,
@@ -134,17 +99,7 @@ pub fn plan(
     };
 
     let simulating = std::time::Instant::now();
-    // The search for each policy, in parallel.
-    let searches: Vec<Found> = policies
-        .par_iter()
-        .map(|p| {
-            let t = Target {
-                config: p.config.clone(),
-                ..target.clone()
-            };
-            plan::largest_fitting(&model, list, &t)
-        })
-        .collect();
+    let searches = search_policies(&policies, &model, list, &target);
     let with_workspaces = workspaces.then(|| {
         let kept = Target {
             without_workspaces: false,
@@ -154,6 +109,7 @@ pub fn plan(
     });
     let runs = run_summaries(&read, &model, &target.config);
     let found = searches[0];
+    // The largest value that fits and the next one, simulated in full.
     let (fits_at, next_at) = match (found.largest, found.unbounded) {
         (Some(v), _) => (Some(v), (!found.at_ceiling).then(|| v + options.step)),
         (None, true) => (Some(model.reference_value()), None),
@@ -163,22 +119,7 @@ pub fn plan(
     values.extend(fits_at);
     values.extend(next_at);
     values.extend(options.at);
-    values.sort_unstable();
-    values.dedup();
-    // A recorded value lays its segments out as its run did.
-    let addresses: Vec<Option<&[(u64, u64)]>> = values
-        .iter()
-        .map(|&v| {
-            read.iter()
-                .find(|r| r.value == v)
-                .map(|r| r.extracted.list.recorded_allocations.as_slice())
-        })
-        .collect();
-    let evaluated: Vec<Evaluated> = values
-        .par_iter()
-        .zip(&addresses)
-        .map(|(&v, &a)| plan::evaluate(&model, list, &target, v, false, a))
-        .collect();
+    let evaluated = evaluate_values(&read, &model, &target, values);
     let simulate_s = simulating.elapsed().as_secs_f64();
     let capacity = target.options.capacity.unwrap_or(0);
     let point_of = |e: &Evaluated| point(e, &model, capacity, state, symbols);
@@ -236,32 +177,7 @@ pub fn plan(
             unbounded: f.unbounded,
         })
         .collect();
-    let paths: Vec<&std::path::Path> = read.iter().map(|r| r.input.path()).collect();
-    let mut notes = notes(&model, &paths, list, varied);
-    // Sizes that follow no law are read off the runs, and past the largest
-    // run they are a line's guess: when they are many, say which run to
-    // record next.
-    let (loose, total) = loose_allocations(&laws);
-    let top = read.iter().map(|r| r.value).max().unwrap_or(0);
-    if !model.is_assumed() && loose * 4 > total {
-        notes.push(Note::Loose {
-            varied,
-            loose,
-            total,
-            next: top.saturating_mul(2),
-        });
-    } else if let (2, Some(largest)) = (model.values.len(), found.largest) {
-        // Two runs cannot show a size that stops growing past them: name
-        // the third run that would, inside what fits.
-        let step = options.step.max(1);
-        let third = largest.saturating_mul(9) / 10 / step * step;
-        if third > top {
-            notes.push(Note::ThirdRun {
-                varied,
-                value: third,
-            });
-        }
-    }
+    let mut notes = plan_notes(&read, &model, varied, &laws, found.largest, options.step);
     if options.reserve.is_some() && reserve.is_none() {
         notes.push(Note::ReserveOffCap);
     }
@@ -295,6 +211,140 @@ pub fn plan(
             simulate_s,
         },
     })
+}
+
+/// Reads every run, after checking the options against them: each run's
+/// value set (from the options, else the trace's notes), what they vary,
+/// and their names; the runs' GPUs checked alike.
+fn read_runs<'i>(
+    inputs: &[&'i Input],
+    options: &PlanOptions,
+    progress: &dyn Progress,
+) -> Result<(Vec<Run<'i>>, Vec<String>, Varied), Error> {
+    if options.step == 0 {
+        return Err(PlanError::ZeroStep.into());
+    }
+    if let Some((_, values)) = &options.values
+        && values.len() != inputs.len()
+    {
+        return Err(PlanError::ValueCount {
+            values: values.len(),
+            runs: inputs.len(),
+        }
+        .into());
+    }
+    let mut read = Vec::with_capacity(inputs.len());
+    for &input in inputs {
+        read.push(read_run(input, options, progress)?);
+    }
+    let names: Vec<String> = read
+        .iter()
+        .map(|r| r.input.path().display().to_string())
+        .collect();
+    let (varied, values) = checks::values_of(&facts(&read, &names), options.values.as_ref())?;
+    for (r, v) in read.iter_mut().zip(values) {
+        r.value = v;
+    }
+    checks::check_gpus(&facts(&read, &names))?;
+    Ok((read, names, varied))
+}
+
+/// The policies planned for: the settings named, the first planned for and
+/// each other one's answer given beside it; else the reference run's own.
+fn policies_of(options: &PlanOptions, reference: &Run<'_>) -> Result<Vec<Scenario>, Error> {
+    let recorded = reference
+        .extracted
+        .recorded_config
+        .as_ref()
+        .map(|(c, _)| c.clone())
+        .map_err(|e| e.clone());
+    scenarios(&recorded, options.settings.clone(), false).map_err(|source| Error::Simulate {
+        path: reference.input.path().to_owned(),
+        source,
+    })
+}
+
+/// The largest value that fits under each policy, searched in parallel.
+fn search_policies(
+    policies: &[Scenario],
+    model: &Model,
+    list: &RequestList,
+    target: &Target,
+) -> Vec<Found> {
+    policies
+        .par_iter()
+        .map(|p| {
+            let t = Target {
+                config: p.config.clone(),
+                ..target.clone()
+            };
+            plan::largest_fitting(model, list, &t)
+        })
+        .collect()
+}
+
+/// Simulates each of `values` in full, in parallel, by value; a recorded
+/// value lays its segments out as its run did.
+fn evaluate_values(
+    read: &[Run<'_>],
+    model: &Model,
+    target: &Target,
+    mut values: Vec<u64>,
+) -> Vec<Evaluated> {
+    values.sort_unstable();
+    values.dedup();
+    let list = &read[model.reference].extracted.list;
+    let addresses: Vec<Option<&[(u64, u64)]>> = values
+        .iter()
+        .map(|&v| {
+            read.iter()
+                .find(|r| r.value == v)
+                .map(|r| r.extracted.list.recorded_allocations.as_slice())
+        })
+        .collect();
+    values
+        .par_iter()
+        .zip(&addresses)
+        .map(|(&v, &a)| plan::evaluate(model, list, target, v, false, a))
+        .collect()
+}
+
+/// The plan's notes on the runs, and which run to record next: sizes
+/// that follow no law are read off the runs, and past the largest run
+/// they are a line's guess, so when they are many, a run at twice the
+/// largest; with two runs, which cannot show a size that stops growing
+/// past them, the third run that would, inside what fits.
+fn plan_notes(
+    read: &[Run<'_>],
+    model: &Model,
+    varied: Varied,
+    laws: &[LawRow],
+    largest: Option<u64>,
+    step: u64,
+) -> Vec<Note> {
+    let paths: Vec<&std::path::Path> = read.iter().map(|r| r.input.path()).collect();
+    let list = &read[model.reference].extracted.list;
+    let mut notes = notes(model, &paths, list, varied);
+    let (loose, total) = loose_allocations(laws);
+    let top = read.iter().map(|r| r.value).max().unwrap_or(0);
+    if !model.is_assumed() && loose * 4 > total {
+        notes.push(Note::Loose {
+            varied,
+            loose,
+            total,
+            next: top.saturating_mul(2),
+        });
+    } else if let (2, Some(largest)) = (model.values.len(), largest) {
+        let step = step.max(1);
+        let third = largest.saturating_mul(9) / 10 / step * step;
+        if third > top {
+            notes.push(Note::ThirdRun {
+                varied,
+                value: third,
+            });
+        }
+    }
+    notes
 }
 
 /// The runs as the planner's checks see them, each named by `names`.
