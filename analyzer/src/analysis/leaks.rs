@@ -627,7 +627,7 @@ impl Analysis for Leaks {
 
     #[inline]
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
-        match step.applied {
+        match *step.applied {
             Applied::Alloc(a) => {
                 if let Some(old) = state.replaced_by(step.index) {
                     self.released(old, state);

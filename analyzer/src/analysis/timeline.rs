@@ -718,7 +718,7 @@ impl Analysis for TimelineAnalysis {
 
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         self.follow_categories(state, step.index);
-        match step.applied {
+        match *step.applied {
             Applied::Alloc(alloc) => {
                 // A block allocated over a live one (an inconsistent trace)
                 // replaced it: its bytes no longer count.

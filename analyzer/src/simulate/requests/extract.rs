@@ -514,7 +514,7 @@ impl Analysis for RequestExtractor {
                 .map(|l| l.limit_bytes);
             self.close_burst(data, limit);
         }
-        match (data, step.applied) {
+        match (data, *step.applied) {
             (EventData::Alloc(b), Applied::Alloc(a)) => {
                 let stream = self.stream(b.stream);
                 let id = self.new_alloc(a.requested, a.phase, a.site, a.class);
