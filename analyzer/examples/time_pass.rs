@@ -53,7 +53,7 @@ fn main() {
             let step = Step {
                 index,
                 event,
-                applied,
+                applied: &applied,
                 symbols: reader.symbols(),
             };
             summary

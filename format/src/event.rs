@@ -590,6 +590,7 @@ impl EventData {
     }
 
     /// This event's kind.
+    #[inline]
     pub fn kind(&self) -> EventKind {
         match self {
             EventData::Alloc(_) => EventKind::Alloc,
@@ -668,6 +669,7 @@ impl EventData {
 
 impl Event {
     /// This event's kind.
+    #[inline]
     pub fn kind(&self) -> EventKind {
         self.data.kind()
     }
@@ -679,6 +681,7 @@ pub struct KindCounts(pub [u64; EventKind::COUNT]);
 
 impl KindCounts {
     /// Counts one event of this kind.
+    #[inline]
     pub fn add(&mut self, kind: EventKind) {
         self.0[kind as usize] += 1;
     }

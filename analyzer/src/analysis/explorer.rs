@@ -588,7 +588,7 @@ impl Analysis for ExplorerAnalysis {
         self.events += 1;
         self.last_ns = time_ns;
         self.follow_categories(state);
-        match step.applied {
+        match *step.applied {
             Applied::Alloc(alloc) => {
                 if let Some(old) = state.replaced_by(index) {
                     let addr = old.addr;

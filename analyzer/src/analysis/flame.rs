@@ -228,7 +228,7 @@ impl FirstOom {
 
 impl Analysis for FirstOom {
     fn event(&mut self, step: &Step<'_>, _state: &ReplayState) -> Result<Flow, AnalysisError> {
-        if let crate::replay::Applied::Oom(_) = step.applied {
+        if let crate::replay::Applied::Oom(_) = *step.applied {
             self.found = Some((step.index, step.event.time_ns));
             return Ok(Flow::Done);
         }

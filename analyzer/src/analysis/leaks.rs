@@ -627,6 +627,7 @@ impl Analysis for Leaks {
 
     #[inline]
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
+        // By reference: the block is not copied out of the step.
         match step.applied {
             Applied::Alloc(a) => {
                 if let Some(old) = state.replaced_by(step.index) {
@@ -641,12 +642,12 @@ impl Analysis for Leaks {
             Applied::FreeRequested(a) | Applied::FreeCompleted(a)
                 if step.applied.released().is_some() =>
             {
-                self.released(&a, state)
+                self.released(a, state)
             }
             Applied::PhaseBegin(id) => {
-                self.open.begin(id, state, Open::default());
+                self.open.begin(*id, state, Open::default());
             }
-            Applied::PhaseEnd(id) => self.phase_ended(id, state),
+            Applied::PhaseEnd(id) => self.phase_ended(*id, state),
             Applied::Oom(_) => {
                 if let Some(open) = self.open.innermost() {
                     open.oom = true;

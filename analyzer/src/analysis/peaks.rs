@@ -48,7 +48,7 @@ impl Peaks {
         if !state.recategorized().is_empty() {
             self.categories.follow(state);
         }
-        match step.applied {
+        match *step.applied {
             Applied::Alloc(_) if self.allocated.update(state.totals().allocated, step, state) => {
                 self.categories = CategoryMoment::now(state);
             }

@@ -106,7 +106,7 @@ impl PhaseTotals {
 impl Analysis for PhaseTotals {
     #[inline]
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
-        match step.applied {
+        match *step.applied {
             Applied::Alloc(a) => {
                 if let Some(old) = state.replaced_by(step.index) {
                     let old = *old;

@@ -51,7 +51,7 @@ impl SiteTotals {
 impl Analysis for SiteTotals {
     #[inline]
     fn event(&mut self, step: &Step<'_>, _state: &ReplayState) -> Result<Flow, AnalysisError> {
-        if let Applied::Alloc(a) = step.applied {
+        if let Applied::Alloc(a) = *step.applied {
             let i = a.site.0 as usize;
             if self.totals.len() <= i {
                 self.totals.resize(i + 1, (0, 0));

@@ -718,6 +718,7 @@ impl Analysis for TimelineAnalysis {
 
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         self.follow_categories(state, step.index);
+        // By reference: the block is not copied out of the step.
         match step.applied {
             Applied::Alloc(alloc) => {
                 // A block allocated over a live one (an inconsistent trace)
@@ -728,7 +729,7 @@ impl Analysis for TimelineAnalysis {
                     let c = self.category(&old, state);
                     self.add(c, -(old.size as i128));
                 }
-                let c = self.category(&alloc, state);
+                let c = self.category(alloc, state);
                 self.add(c, alloc.size as i128);
             }
             Applied::FreeRequested(_) | Applied::FreeCompleted(_) => {
@@ -745,7 +746,7 @@ impl Analysis for TimelineAnalysis {
                 self.ooms.push(TimelinePoint {
                     time_ns: step.event.time_ns,
                     bytes: requested,
-                    category: state.sites().name(site, step.symbols),
+                    category: state.sites().name(*site, step.symbols),
                     category_bytes: 0,
                 });
             }

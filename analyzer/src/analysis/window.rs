@@ -258,6 +258,20 @@ pub struct Bounds {
 }
 
 impl Bounds {
+    /// Whether some event can be before the start: `false` when the start
+    /// is open, and [`started`](Self::started) always true.
+    #[inline]
+    pub fn has_start(&self) -> bool {
+        self.from_ns > 0 || self.from_index > 0
+    }
+
+    /// Whether some event can be past the end: `false` when the end is
+    /// open, and [`is_after`](Self::is_after) always false.
+    #[inline]
+    pub fn has_end(&self) -> bool {
+        self.to_ns < u64::MAX || self.to_index < u64::MAX
+    }
+
     /// Whether an event is past the end.
     #[inline]
     pub fn is_after(&self, index: u64, time_ns: u64) -> bool {
@@ -317,5 +331,26 @@ mod tests {
         assert!(w.contains(5, 10));
         assert!(w.is_after(6, 11));
         assert!(Window::ALL.contains(7, 0));
+    }
+
+    #[test]
+    fn bounds_say_whether_they_need_checking() {
+        let all = Window::ALL.bounds();
+        assert!(!all.has_start() && !all.has_end());
+        // Each bound alone makes its side need checking.
+        let all_but = |set: fn(&mut Window)| {
+            let mut w = Window::ALL;
+            set(&mut w);
+            let b = w.bounds();
+            (b.has_start(), b.has_end())
+        };
+        assert_eq!(all_but(|w| w.from_ns = Some(1)), (true, false));
+        assert_eq!(all_but(|w| w.from_index = Some(1)), (true, false));
+        assert_eq!(all_but(|w| w.to_ns = Some(0)), (false, true));
+        assert_eq!(all_but(|w| w.to_index = Some(u64::MAX - 1)), (false, true));
+        // Where a side needs no check, its answer is the same for every event.
+        for (index, time_ns) in [(0, 0), (u64::MAX, u64::MAX), (3, 7)] {
+            assert!(all.started(index, time_ns) && !all.is_after(index, time_ns));
+        }
     }
 }

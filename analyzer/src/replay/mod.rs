@@ -508,6 +508,21 @@ impl ReplayState {
             && self.totals.requested.checked_add(requested).is_some()
     }
 
+    /// Whether the block of `b` fits in place of the live block at its
+    /// address (which an allocation over it replaces), or of none.
+    #[cold]
+    #[inline(never)]
+    fn fits_replacing(&self, b: &BlockEvent) -> bool {
+        let replaced = self
+            .live
+            .get(&b.addr)
+            .map_or((0, 0), |o| (o.size, o.requested));
+        self.fits(
+            b.size.saturating_sub(replaced.0),
+            b.requested.saturating_sub(replaced.1),
+        )
+    }
+
     fn add_live(&mut self, a: LiveAlloc) {
         self.live.insert(a.addr, a);
         if let Some(by_addr) = &mut self.by_addr {
@@ -558,7 +573,10 @@ impl ReplayState {
     }
 
     /// Adds a block, already in the map, to the totals.
-    #[inline]
+    // This, `release`, `remove_live` and `settle_released` are always
+    // inlined: called once or twice a block event, and out of line their
+    // prologues cost about 30 instructions a block (issue #47).
+    #[inline(always)]
     fn count_live(&mut self, a: &LiveAlloc) {
         self.totals.allocated += a.size;
         self.totals.requested += a.requested;
@@ -588,7 +606,7 @@ impl ReplayState {
 
     /// The caller gave the block up: it no longer counts as allocated (its
     /// bytes were counted as `counted`, its class until it was settled now).
-    #[inline]
+    #[inline(always)]
     fn release(&mut self, a: &LiveAlloc, counted: Class) {
         if self.in_doubt(a)
             && let Some(doubt) = self.site_doubt.get_mut(a.site.0 as usize)
@@ -607,7 +625,7 @@ impl ReplayState {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn remove_live(&mut self, a: &LiveAlloc, counted: Class) {
         if !a.free_requested {
             self.release(a, counted);
@@ -634,14 +652,9 @@ impl ReplayState {
         b: &BlockEvent,
         symbols: &SymbolTable,
     ) -> Applied {
-        let replaced = self
-            .live
-            .get(&b.addr)
-            .map_or((0, 0), |o| (o.size, o.requested));
-        if !self.fits(
-            b.size.saturating_sub(replaced.0),
-            b.requested.saturating_sub(replaced.1),
-        ) {
+        // A block that fits whole fits in place of a live one too: the live
+        // block at the address is looked up only when the sum is in doubt.
+        if !self.fits(b.size, b.requested) && !self.fits_replacing(b) {
             self.record(InconsistencyKind::ImplausibleSize, index, time_ns, b.addr);
             return Applied::Inconsistent;
         }
@@ -1251,6 +1264,7 @@ impl ReplayState {
 /// nothing did before; returns the class its bytes were counted as, to take
 /// them off with. The change, if any, is listed (it holds from the block's
 /// allocation), but the counts are not moved: the block leaves them.
+#[inline(always)]
 fn settle_released(
     classifier: &mut Classifier,
     changes: &mut Vec<Recategorized>,

@@ -580,3 +580,32 @@ fn pools_are_followed_and_their_contradictions_counted() {
         assert_eq!(state.inconsistency_count(kind), 1, "{kind:?}");
     }
 }
+
+#[test]
+fn a_block_too_large_to_add_may_still_replace_the_live_one_at_its_address() {
+    // Sizes no allocator records (the pass leaves such events out) but a
+    // state fed directly takes: totals near 2^64.
+    let huge = u64::MAX - 10;
+    let mut b = TraceBuilder::new();
+    let s = b.site("f", "a.py", 1);
+    b.alloc(0, huge, huge, s)
+        // Added, the sum would pass 2^64; in place of the block at 0 it
+        // does not: it replaces it.
+        .alloc(0, huge + 5, huge + 5, s)
+        // Beside it, the sum passes 2^64 either way.
+        .alloc(1 << 40, 20, 20, s);
+    let (state, applied) = replay(&b.finish());
+    assert!(matches!(applied[0], Applied::Alloc(_)));
+    assert!(matches!(applied[1], Applied::Alloc(a) if a.size == huge + 5));
+    assert_eq!(applied[2], Applied::Inconsistent);
+    assert_eq!(state.totals().allocated, huge + 5);
+    assert_eq!(state.totals().live_blocks, 1);
+    assert_eq!(
+        state.inconsistency_count(InconsistencyKind::AllocOverLive),
+        1
+    );
+    assert_eq!(
+        state.inconsistency_count(InconsistencyKind::ImplausibleSize),
+        1
+    );
+}

@@ -270,7 +270,7 @@ impl Summary {
     /// the log into a copy once it has grown past its budget.
     pub(super) fn log_since_peak(&mut self, step: &Step<'_>, state: &ReplayState) {
         let log = &mut self.since_peak.blocks;
-        match step.applied {
+        match *step.applied {
             Applied::Alloc(a) => {
                 if let Some(old) = state.replaced_by(step.index) {
                     log.push((old.addr, old.size, false));

@@ -514,6 +514,7 @@ impl Analysis for RequestExtractor {
                 .map(|l| l.limit_bytes);
             self.close_burst(data, limit);
         }
+        // By reference: the block is not copied out of the step.
         match (data, step.applied) {
             (EventData::Alloc(b), Applied::Alloc(a)) => {
                 let stream = self.stream(b.stream);
@@ -535,13 +536,15 @@ impl Analysis for RequestExtractor {
                 _ => self.list.unmatched_frees += 1,
             },
             (EventData::FreeCompleted(b), _) => self.free_completed(b, index, time),
-            (EventData::Oom(o), applied) => self.failed_alloc(o, applied, step, state),
+            (EventData::Oom(o), applied) => self.failed_alloc(o, *applied, step, state),
             (EventData::EmptyCache(_), _) => {
                 self.list.explicit_empty_cache += 1;
                 self.push(index, time, Op::EmptyCache, 0, 0);
             }
             (_, Applied::PhaseEnd(phase)) => {
-                self.list.phase_ends.push((self.list.requests.len(), phase));
+                self.list
+                    .phase_ends
+                    .push((self.list.requests.len(), *phase));
             }
             (EventData::SegmentPool(sp), _) => {
                 let pool = state.pool_at(sp.addr);
