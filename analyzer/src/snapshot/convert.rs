@@ -140,6 +140,31 @@ impl Default for EntryFields {
 }
 
 impl EntryFields {
+    /// Stores the int `i`, the value of a number field (`F_ADDR`, `F_SIZE`,
+    /// `F_STREAM` or `F_TIME`), as [`EntryFields::set`] stores `Val::Int(i)`: the
+    /// direct decoder reads these ints with no `Val` built.
+    #[inline(always)]
+    fn set_int(&mut self, field: u8, i: i64) {
+        match field {
+            F_ADDR | F_SIZE => {
+                let value = u64::try_from(i).ok();
+                self.impossible |= value.is_none();
+                let value = value.unwrap_or(0);
+                if field == F_ADDR {
+                    self.e.addr = value;
+                } else {
+                    self.e.size = value;
+                }
+            }
+            F_STREAM => self.e.stream = i as u64,
+            F_TIME => {
+                self.e.time_us = (i >= 0).then_some(i);
+                self.impossible |= i < 0;
+            }
+            _ => debug_assert!(false, "set_int on field {field}"),
+        }
+    }
+
     /// Stores `v`, the value of `key`, which fills `field`. None: this dict is
     /// not a trace entry (its `action` is not a str).
     #[inline(always)]
@@ -361,6 +386,8 @@ pub(crate) struct Collector {
     /// [`Collector::finish_parsing`].
     pub entries_out_of_order: u64,
     scratch: Vec<u32>,
+    // Stack handles of the direct decoder's frames lists, by their bytes.
+    frames_cache: entry::FramesCache,
     // By heap string id: the entry field a key fills, and the action a string names
     // (u8::MAX: none). The strings were interned first, so their ids are small and
     // these tables replace a chain of comparisons per key.
@@ -468,6 +495,7 @@ impl Collector {
             entries_without_frames: 0,
             entries_out_of_order: 0,
             scratch: Vec::new(),
+            frames_cache: entry::FramesCache::default(),
             trace_lists: FxHashSet::default(),
             last_trace_list: None,
             pending: Vec::new(),
@@ -498,6 +526,7 @@ impl Collector {
         }
         self.known_counts = [0; Action::ALL.len()];
         self.scratch = Vec::new();
+        self.frames_cache = entry::FramesCache::default();
         self.pending = Vec::new();
         self.pool_values = Vec::new();
     }
@@ -1118,6 +1147,21 @@ mod tests {
             assert!(direct_entries > 0, "{name}");
             assert_eq!(none, 0);
             assert!(direct == generic, "{name}");
+        }
+    }
+
+    // The direct decoder's ints must fill the fields as the generic path does.
+    #[test]
+    fn set_int_stores_what_set_does() {
+        let heap = Heap::default();
+        for field in [F_ADDR, F_SIZE, F_STREAM, F_TIME] {
+            for i in [0, 1, -1, 255, i64::MIN, i64::MAX, 1 << 47, -(1 << 40)] {
+                let mut direct = EntryFields::default();
+                let mut generic = direct;
+                direct.set_int(field, i);
+                generic.set(&heap, 0, field, Val::Int(i)).unwrap();
+                assert_eq!(format!("{direct:?}"), format!("{generic:?}"), "{field} {i}");
+            }
         }
     }
 
