@@ -5,8 +5,8 @@
 //! empty string and id 0 of stacks is the empty stack ("not captured"), so a
 //! trace without stacks spends one byte per event on them.
 
-use serde::{Deserialize, Serialize};
 use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
 
 /// An interned string.
 #[derive(

@@ -388,6 +388,8 @@ pub(crate) struct Collector {
     scratch: Vec<u32>,
     // Stack handles of the direct decoder's frames lists, by their bytes.
     frames_cache: entry::FramesCache,
+    // The dict keys of the direct decoder, by memo index.
+    key_cache: entry::KeyCache,
     // By heap string id: the entry field a key fills, and the action a string names
     // (u8::MAX: none). The strings were interned first, so their ids are small and
     // these tables replace a chain of comparisons per key.
@@ -496,6 +498,7 @@ impl Collector {
             entries_out_of_order: 0,
             scratch: Vec::new(),
             frames_cache: entry::FramesCache::default(),
+            key_cache: entry::KeyCache::default(),
             trace_lists: FxHashSet::default(),
             last_trace_list: None,
             pending: Vec::new(),

@@ -12,7 +12,7 @@ use super::{
     CUSTOM_FRAME, CUSTOM_STACK, Collector, EntryFields, F_ACTION, F_ADDR, F_FRAMES, F_POOL, F_SIZE,
     F_STREAM, F_TIME,
 };
-use crate::snapshot::pickle::{OpReader, Val, op};
+use crate::snapshot::pickle::{OpReader, StrId, Val, op};
 use rustc_hash::FxHashMap;
 use vramtrace_format::PoolId;
 
@@ -38,6 +38,8 @@ pub(super) fn decode(
     // rest are read through it, and `at` taken back after.
     let buf = ops.buf();
     let mut at = ops.pos();
+    // Nothing the decoder does changes the epoch (its own memo stores append).
+    c.key_cache.forget_unless(ops.memo_epoch());
     loop {
         let opcode = *buf.get(at)?;
         if opcode == op::SETITEMS {
@@ -45,19 +47,28 @@ pub(super) fn decode(
             break;
         }
         // The key: a memo reference to its str after its first use.
-        let key = match OpReader::memo_ref_at(buf, at) {
+        let (key, field) = match OpReader::memo_ref_at(buf, at) {
             Some((idx, next)) => {
                 at = next;
-                ops.memo_str(idx)?
+                match c.key_cache.get(idx) {
+                    Some(known_key) => known_key,
+                    None => {
+                        let key = ops.memo_str(idx)?;
+                        let field = c.field(key);
+                        if ops.memo_settled(idx) {
+                            c.key_cache.put(idx, key, field);
+                        }
+                        (key, field)
+                    }
+                }
             }
             None => {
                 ops.seek(at + 1);
                 let key = ops.str_atom(opcode)?;
                 at = ops.pos();
-                key
+                (key, c.field(key))
             }
         };
-        let field = c.field(key);
         if !known && field != F_ACTION {
             return None;
         }
@@ -234,6 +245,57 @@ fn read_frames(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<()> {
     Some(())
 }
 
+/// Slots of [`KeyCache`] (a power of two).
+const KEY_SLOTS: usize = 64;
+
+/// The dict keys read lately, by the memo index they were read back from: a trace
+/// entry's keys are the same few memo references in every entry, and this saves
+/// the memo lookup, the check of the slot's tag and the lookup of the key's field
+/// for each. Direct-mapped by the index's low bits. Only slots stored before the
+/// entry began are kept (the slots of a decoder that gives up are removed, and
+/// stored again with other values): those change only with the memo's epoch, and
+/// everything is forgotten when it does.
+pub(super) struct KeyCache {
+    // (memo index, key, field); u64::MAX: empty (memo indices are u32).
+    slots: [(u64, StrId, u8); KEY_SLOTS],
+    epoch: u64,
+}
+
+impl Default for KeyCache {
+    fn default() -> Self {
+        KeyCache {
+            slots: [(u64::MAX, 0, 0); KEY_SLOTS],
+            epoch: 0,
+        }
+    }
+}
+
+impl KeyCache {
+    /// The key read back from memo slot `idx`, and its field, if known.
+    #[inline(always)]
+    fn get(&self, idx: usize) -> Option<(StrId, u8)> {
+        let (at, key, field) = self.slots[idx % KEY_SLOTS];
+        (at == idx as u64).then_some((key, field))
+    }
+
+    /// Remembers that memo slot `idx` holds the str `key`, which fills `field`.
+    #[inline]
+    fn put(&mut self, idx: usize, key: StrId, field: u8) {
+        self.slots[idx % KEY_SLOTS] = (idx as u64, key, field);
+    }
+
+    /// Forgets everything if the memo's epoch is no longer `epoch`.
+    #[inline(always)]
+    fn forget_unless(&mut self, epoch: u64) {
+        if epoch != self.epoch {
+            *self = KeyCache {
+                epoch,
+                ..KeyCache::default()
+            };
+        }
+    }
+}
+
 /// The most bytes of memo references [`FramesCache`] keeps (a few hundred per
 /// traceback): a hostile pickle of endless distinct lists is read the usual way
 /// past that.
@@ -307,6 +369,24 @@ mod tests {
         assert_eq!(single_batch(&[MARK, op::NONE, APPENDS, SETITEMS], 0), None);
         assert_eq!(single_batch(&one[..9], 0), None);
         assert_eq!(single_batch(&one, 1), None);
+    }
+
+    #[test]
+    fn keys_are_known_by_memo_index_within_an_epoch() {
+        let mut keys = KeyCache::default();
+        keys.forget_unless(3);
+        assert_eq!(keys.get(5), None);
+        keys.put(5, 40, F_ADDR);
+        assert_eq!(keys.get(5), Some((40, F_ADDR)));
+        // Another index of the same slot replaces it; an index is never mistaken.
+        keys.put(5 + KEY_SLOTS, 41, F_SIZE);
+        assert_eq!(keys.get(5), None);
+        assert_eq!(keys.get(5 + KEY_SLOTS), Some((41, F_SIZE)));
+        assert_eq!(keys.get(u32::MAX as usize), None);
+        keys.forget_unless(3);
+        assert_eq!(keys.get(5 + KEY_SLOTS), Some((41, F_SIZE)));
+        keys.forget_unless(4);
+        assert_eq!(keys.get(5 + KEY_SLOTS), None);
     }
 
     #[test]

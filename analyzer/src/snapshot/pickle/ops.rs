@@ -175,6 +175,14 @@ impl<'a> OpReader<'a> {
         self.heap.memo.epoch()
     }
 
+    /// Whether memo slot `idx` was stored before this reader started. Such a slot
+    /// is never removed (the slots a decoder that gives up stored are), so what it
+    /// holds changes only with the memo's epoch.
+    #[inline(always)]
+    pub fn memo_settled(&self, idx: usize) -> bool {
+        idx < self.memo_start
+    }
+
     /// The str memo slot `idx` holds (a dict key read back with BINGET), if it holds
     /// one. Tested by the slot's tag, with no `Val` built.
     #[inline(always)]
