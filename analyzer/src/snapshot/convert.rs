@@ -1151,6 +1151,101 @@ mod tests {
             assert_eq!(none, 0);
             assert!(direct == generic, "{name}");
         }
+        // A frame's memo slot overwritten between two frames lists of the same
+        // bytes: the second names other frames, which the caches must see.
+        let bytes = overwritten_frame_pickle();
+        let (direct, direct_entries) = collect(&bytes, true);
+        let (generic, _) = collect(&bytes, false);
+        assert_eq!(direct_entries, 3);
+        assert_eq!(direct.0.len(), 4);
+        assert!(direct == generic);
+    }
+
+    // `{"device_traces": [[e1, e2, e3, e4]]}`, the entries' frames lists being
+    // new frame dicts A, B, C (e1), then memo references to A and B (e2, e3,
+    // e4: the same bytes), with A's slot made to hold C (BINGET, BINPUT, POP)
+    // before e4.
+    fn overwritten_frame_pickle() -> Vec<u8> {
+        use crate::snapshot::pickle::op;
+        struct P(Vec<u8>, u32);
+        impl P {
+            fn memoize(&mut self) -> u32 {
+                self.0.push(op::MEMOIZE);
+                self.1 += 1;
+                self.1 - 1
+            }
+            fn str(&mut self, s: &str) -> u32 {
+                self.0.extend([op::SHORT_BINUNICODE, s.len() as u8]);
+                self.0.extend(s.as_bytes());
+                self.memoize()
+            }
+            fn get(&mut self, idx: u32) {
+                self.0.extend([op::BINGET, idx as u8]);
+            }
+        }
+        let mut p = P(vec![op::PROTO, 4, op::EMPTY_DICT], 0);
+        p.memoize();
+        p.0.push(op::MARK);
+        p.str("device_traces");
+        p.0.push(op::EMPTY_LIST);
+        p.memoize();
+        p.0.push(op::EMPTY_LIST);
+        p.memoize();
+        p.0.push(op::MARK);
+        let mut keys: Vec<(&str, u32)> = Vec::new();
+        let mut key = |p: &mut P, k: &'static str| match keys.iter().find(|(s, _)| *s == k) {
+            Some(&(_, idx)) => p.get(idx),
+            None => {
+                let idx = p.str(k);
+                keys.push((k, idx));
+            }
+        };
+        let mut frames = Vec::new();
+        let mut alloc = 0;
+        for entry in 0..4 {
+            if entry == 3 {
+                // A's slot holds C from here on.
+                p.get(frames[2]);
+                p.0.extend([op::BINPUT, frames[0] as u8, op::POP]);
+            }
+            p.0.push(op::EMPTY_DICT);
+            p.memoize();
+            p.0.push(op::MARK);
+            key(&mut p, "action");
+            if entry == 0 {
+                alloc = p.str("alloc");
+            } else {
+                p.get(alloc);
+            }
+            key(&mut p, "addr");
+            p.0.extend([op::BININT2, 0, entry as u8 + 1]);
+            key(&mut p, "size");
+            p.0.extend([op::BININT1, 64]);
+            key(&mut p, "frames");
+            p.0.push(op::EMPTY_LIST);
+            p.memoize();
+            p.0.push(op::MARK);
+            if entry == 0 {
+                for name in ["a", "b", "c"] {
+                    p.0.push(op::EMPTY_DICT);
+                    frames.push(p.memoize());
+                    p.0.push(op::MARK);
+                    key(&mut p, "name");
+                    p.str(name);
+                    key(&mut p, "filename");
+                    p.str("f.py");
+                    key(&mut p, "line");
+                    p.0.extend([op::BININT1, 1]);
+                    p.0.push(op::SETITEMS);
+                }
+            } else {
+                p.get(frames[0]);
+                p.get(frames[1]);
+            }
+            p.0.extend([op::APPENDS, op::SETITEMS]);
+        }
+        p.0.extend([op::APPENDS, op::APPEND, op::SETITEMS, op::STOP]);
+        p.0
     }
 
     // The direct decoder's ints must fill the fields as the generic path does.
