@@ -161,8 +161,12 @@ fn frames_list(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<Val> {
     // A list of one batch of memo references, byte for byte one read before (the
     // same traceback in a list of its own): the same stack, without the references
     // read again, nor the stack handed to the logging thread to intern.
-    let single = single_batch(ops.buf(), ops.pos());
     let epoch = ops.memo_epoch();
+    let single = if c.frames_cache.in_use(epoch) {
+        single_batch(ops.buf(), ops.pos())
+    } else {
+        None
+    };
     let cached = single.and_then(|(refs, _)| c.frames_cache.get(refs, epoch));
     let handle = match (cached, single) {
         (Some(handle), Some((_, end))) => {
@@ -301,6 +305,12 @@ impl KeyCache {
 /// past that.
 const MAX_CACHED_BYTES: usize = 16 << 20;
 
+/// The most changes of the memo's epoch [`FramesCache`] follows: past that (a pickle
+/// that overwrites memo slots, which CPython never does) it is no longer used, so
+/// that a pickle changing the epoch before every list does not pay for a cache
+/// filled and dropped at every list (a fifth more instructions).
+const MAX_EPOCHS: u32 = 64;
+
 /// Stack handles of the frames lists read so far, by the bytes of their one MARK
 /// batch of memo references. PyTorch writes one list object per traceback object,
 /// so the same traceback comes again and again in lists of their own, whose bytes
@@ -315,9 +325,19 @@ pub(super) struct FramesCache {
     epoch: u64,
     // Bytes of the keys: at most `MAX_CACHED_BYTES`.
     bytes: usize,
+    // Changes of the epoch seen: past `MAX_EPOCHS`, the cache is not used.
+    epochs: u32,
 }
 
 impl FramesCache {
+    /// Whether lists read at memo epoch `epoch` are looked up and kept (not after
+    /// more than `MAX_EPOCHS` changes of the epoch).
+    #[inline]
+    fn in_use(&mut self, epoch: u64) -> bool {
+        self.forget_unless(epoch);
+        self.epochs <= MAX_EPOCHS
+    }
+
     /// The handle of the list whose references are `refs`, read at memo epoch `epoch`.
     #[inline]
     fn get(&mut self, refs: &[u8], epoch: u64) -> Option<u32> {
@@ -344,6 +364,7 @@ impl FramesCache {
             self.handles = FxHashMap::default();
             self.bytes = 0;
             self.epoch = epoch;
+            self.epochs = self.epochs.saturating_add(1);
         }
     }
 }
@@ -401,5 +422,12 @@ mod tests {
         cache.insert(&vec![b'h'; MAX_CACHED_BYTES], 1, 0);
         cache.insert(b"h\x05", 2, 0);
         assert_eq!(cache.get(b"h\x05", 0), None);
+        // Past `MAX_EPOCHS` changes (two so far), it is not used any more.
+        let mut epoch = 0;
+        while cache.in_use(epoch) {
+            epoch += 1;
+        }
+        assert_eq!(epoch, MAX_EPOCHS as u64 - 1);
+        assert!(!cache.in_use(0));
     }
 }
