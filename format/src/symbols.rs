@@ -5,8 +5,8 @@
 //! empty string and id 0 of stacks is the empty stack ("not captured"), so a
 //! trace without stacks spends one byte per event on them.
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 
 /// An interned string.
 #[derive(
@@ -256,9 +256,11 @@ impl SymbolDefinitions {
 /// definitions have not been written yet.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
-    strings: HashMap<String, StringId>,
-    frames: HashMap<Frame, FrameId>,
-    stacks: HashMap<Vec<FrameId>, StackId>,
+    // FxHash, as the analyzer's tables: a snapshot's import interns thousands of
+    // stacks of dozens of frames here, and SipHash was most of their cost.
+    strings: FxHashMap<String, StringId>,
+    frames: FxHashMap<Frame, FrameId>,
+    stacks: FxHashMap<Vec<FrameId>, StackId>,
     string_count: u32,
     frame_count: u32,
     stack_count: u32,

@@ -140,6 +140,31 @@ impl Default for EntryFields {
 }
 
 impl EntryFields {
+    /// Stores the int `i`, the value of a number field (`F_ADDR`, `F_SIZE`,
+    /// `F_STREAM` or `F_TIME`), as [`EntryFields::set`] stores `Val::Int(i)`: the
+    /// direct decoder reads these ints with no `Val` built.
+    #[inline(always)]
+    fn set_int(&mut self, field: u8, i: i64) {
+        match field {
+            F_ADDR | F_SIZE => {
+                let value = u64::try_from(i).ok();
+                self.impossible |= value.is_none();
+                let value = value.unwrap_or(0);
+                if field == F_ADDR {
+                    self.e.addr = value;
+                } else {
+                    self.e.size = value;
+                }
+            }
+            F_STREAM => self.e.stream = i as u64,
+            F_TIME => {
+                self.e.time_us = (i >= 0).then_some(i);
+                self.impossible |= i < 0;
+            }
+            _ => debug_assert!(false, "set_int on field {field}"),
+        }
+    }
+
     /// Stores `v`, the value of `key`, which fills `field`. None: this dict is
     /// not a trace entry (its `action` is not a str).
     #[inline(always)]
@@ -361,6 +386,10 @@ pub(crate) struct Collector {
     /// [`Collector::finish_parsing`].
     pub entries_out_of_order: u64,
     scratch: Vec<u32>,
+    // Stack handles of the direct decoder's frames lists, by their bytes.
+    frames_cache: entry::FramesCache,
+    // The dict keys of the direct decoder, by memo index.
+    key_cache: entry::KeyCache,
     // By heap string id: the entry field a key fills, and the action a string names
     // (u8::MAX: none). The strings were interned first, so their ids are small and
     // these tables replace a chain of comparisons per key.
@@ -468,6 +497,8 @@ impl Collector {
             entries_without_frames: 0,
             entries_out_of_order: 0,
             scratch: Vec::new(),
+            frames_cache: entry::FramesCache::default(),
+            key_cache: entry::KeyCache::default(),
             trace_lists: FxHashSet::default(),
             last_trace_list: None,
             pending: Vec::new(),
@@ -498,6 +529,7 @@ impl Collector {
         }
         self.known_counts = [0; Action::ALL.len()];
         self.scratch = Vec::new();
+        self.frames_cache = entry::FramesCache::default();
         self.pending = Vec::new();
         self.pool_values = Vec::new();
     }
@@ -1118,6 +1150,116 @@ mod tests {
             assert!(direct_entries > 0, "{name}");
             assert_eq!(none, 0);
             assert!(direct == generic, "{name}");
+        }
+        // A frame's memo slot overwritten between two frames lists of the same
+        // bytes: the second names other frames, which the caches must see.
+        let bytes = overwritten_frame_pickle();
+        let (direct, direct_entries) = collect(&bytes, true);
+        let (generic, _) = collect(&bytes, false);
+        assert_eq!(direct_entries, 3);
+        assert_eq!(direct.0.len(), 4);
+        assert!(direct == generic);
+    }
+
+    // `{"device_traces": [[e1, e2, e3, e4]]}`, the entries' frames lists being
+    // new frame dicts A, B, C (e1), then memo references to A and B (e2, e3,
+    // e4: the same bytes), with A's slot made to hold C (BINGET, BINPUT, POP)
+    // before e4.
+    fn overwritten_frame_pickle() -> Vec<u8> {
+        use crate::snapshot::pickle::op;
+        struct P(Vec<u8>, u32);
+        impl P {
+            fn memoize(&mut self) -> u32 {
+                self.0.push(op::MEMOIZE);
+                self.1 += 1;
+                self.1 - 1
+            }
+            fn str(&mut self, s: &str) -> u32 {
+                self.0.extend([op::SHORT_BINUNICODE, s.len() as u8]);
+                self.0.extend(s.as_bytes());
+                self.memoize()
+            }
+            fn get(&mut self, idx: u32) {
+                self.0.extend([op::BINGET, idx as u8]);
+            }
+        }
+        let mut p = P(vec![op::PROTO, 4, op::EMPTY_DICT], 0);
+        p.memoize();
+        p.0.push(op::MARK);
+        p.str("device_traces");
+        p.0.push(op::EMPTY_LIST);
+        p.memoize();
+        p.0.push(op::EMPTY_LIST);
+        p.memoize();
+        p.0.push(op::MARK);
+        let mut keys: Vec<(&str, u32)> = Vec::new();
+        let mut key = |p: &mut P, k: &'static str| match keys.iter().find(|(s, _)| *s == k) {
+            Some(&(_, idx)) => p.get(idx),
+            None => {
+                let idx = p.str(k);
+                keys.push((k, idx));
+            }
+        };
+        let mut frames = Vec::new();
+        let mut alloc = 0;
+        for entry in 0..4 {
+            if entry == 3 {
+                // A's slot holds C from here on.
+                p.get(frames[2]);
+                p.0.extend([op::BINPUT, frames[0] as u8, op::POP]);
+            }
+            p.0.push(op::EMPTY_DICT);
+            p.memoize();
+            p.0.push(op::MARK);
+            key(&mut p, "action");
+            if entry == 0 {
+                alloc = p.str("alloc");
+            } else {
+                p.get(alloc);
+            }
+            key(&mut p, "addr");
+            p.0.extend([op::BININT2, 0, entry as u8 + 1]);
+            key(&mut p, "size");
+            p.0.extend([op::BININT1, 64]);
+            key(&mut p, "frames");
+            p.0.push(op::EMPTY_LIST);
+            p.memoize();
+            p.0.push(op::MARK);
+            if entry == 0 {
+                for name in ["a", "b", "c"] {
+                    p.0.push(op::EMPTY_DICT);
+                    frames.push(p.memoize());
+                    p.0.push(op::MARK);
+                    key(&mut p, "name");
+                    p.str(name);
+                    key(&mut p, "filename");
+                    p.str("f.py");
+                    key(&mut p, "line");
+                    p.0.extend([op::BININT1, 1]);
+                    p.0.push(op::SETITEMS);
+                }
+            } else {
+                p.get(frames[0]);
+                p.get(frames[1]);
+            }
+            p.0.extend([op::APPENDS, op::SETITEMS]);
+        }
+        p.0.extend([op::APPENDS, op::APPEND, op::SETITEMS, op::STOP]);
+        p.0
+    }
+
+    // The direct decoder's ints must fill the fields as the generic path does.
+    #[test]
+    fn set_int_stores_what_set_does() {
+        let heap = Heap::default();
+        for field in [F_ADDR, F_SIZE, F_STREAM, F_TIME] {
+            for i in [0, 1, -1, 255, i64::MIN, i64::MAX, 1 << 47, -(1 << 40)] {
+                let mut direct = EntryFields::default();
+                let mut generic = direct;
+                direct.set_int(field, i);
+                generic.set(&heap, 0, field, Val::Int(i)).unwrap();
+                assert_eq!(format!("{direct:?}"), format!("{generic:?}"), "{field} {i}");
+            }
         }
     }
 

@@ -8,8 +8,12 @@
 //! it back; anything else makes [`decode`] give up, and the parser then reads the
 //! dict the generic way (through `Collector::on_append`), with the same result.
 
-use super::{CUSTOM_FRAME, CUSTOM_STACK, Collector, EntryFields, F_ACTION, F_FRAMES, F_POOL};
-use crate::snapshot::pickle::{OpReader, Val, op};
+use super::{
+    CUSTOM_FRAME, CUSTOM_STACK, Collector, EntryFields, F_ACTION, F_ADDR, F_FRAMES, F_POOL, F_SIZE,
+    F_STREAM, F_TIME,
+};
+use crate::snapshot::pickle::{OpReader, StrId, Val, op};
+use rustc_hash::FxHashMap;
 use vramtrace_format::PoolId;
 
 /// Decodes the trace entry whose EMPTY_DICT was just read, through its SETITEMS.
@@ -29,18 +33,70 @@ pub(super) fn decode(
     }
     let mut f = EntryFields::default();
     let mut known = known;
+    // The common opcodes (memo references, ints) are read here with a position of
+    // our own, which stays in a register; `ops` is moved to it (`seek`) before the
+    // rest are read through it, and `at` taken back after.
+    let buf = ops.buf();
+    let mut at = ops.pos();
+    // Nothing the decoder does changes the epoch (its own memo stores append).
+    c.key_cache.forget_unless(ops.memo_epoch());
     loop {
-        let opcode = ops.u8()?;
+        let opcode = *buf.get(at)?;
         if opcode == op::SETITEMS {
+            at += 1;
             break;
         }
-        let key = ops.str_atom(opcode)?;
-        let field = c.field(key);
+        // The key: a memo reference to its str after its first use.
+        let (key, field) = match OpReader::memo_ref_at(buf, at) {
+            Some((idx, next)) => {
+                at = next;
+                match c.key_cache.get(idx) {
+                    Some(known_key) => known_key,
+                    None => {
+                        let key = ops.memo_str(idx)?;
+                        let field = c.field(key);
+                        if ops.memo_settled(idx) {
+                            c.key_cache.put(idx, key, field);
+                        }
+                        (key, field)
+                    }
+                }
+            }
+            None => {
+                ops.seek(at + 1);
+                let key = ops.str_atom(opcode)?;
+                at = ops.pos();
+                (key, c.field(key))
+            }
+        };
         if !known && field != F_ACTION {
             return None;
         }
         known = true;
-        let opcode = ops.u8()?;
+        let opcode = *buf.get(at)?;
+        // The values of nearly every entry: ints of the number fields, and memo
+        // references (the action's str, a shared frames list, a shared str).
+        if matches!(field, F_ADDR | F_SIZE | F_STREAM | F_TIME)
+            && let Some((i, len)) = OpReader::int_at(buf, at + 1, opcode)
+        {
+            at += 1 + len;
+            f.set_int(field, i);
+            continue;
+        }
+        if field != F_POOL
+            && let Some((idx, next)) = OpReader::memo_ref_at(buf, at)
+        {
+            at = next;
+            let value = ops.memo_value(idx)?;
+            if matches!(value, Val::Obj(_)) {
+                // A shared container (the generic path would look into a list under
+                // `frames`): not the usual layout.
+                return None;
+            }
+            f.set(ops.heap(), key, field, value)?;
+            continue;
+        }
+        ops.seek(at + 1);
         let value = if opcode == op::EMPTY_LIST && field == F_FRAMES {
             frames_list(c, ops)?
         } else if field == F_POOL && opcode != op::BINGET && opcode != op::LONG_BINGET {
@@ -55,19 +111,23 @@ pub(super) fn decode(
                 c.pool_value(pool)
             };
             ops.memo_store(v)?;
+            at = ops.pos();
             continue;
+        } else if matches!(opcode, op::SHORT_BINUNICODE | op::BINUNICODE) {
+            // `compile_context`'s "N/A", a fresh str in every entry.
+            Val::Str(ops.new_str(opcode)?)
         } else {
             match ops.atom(opcode)? {
-                // A shared container (the generic path would look into a list under
-                // `frames`): not the usual layout.
                 Val::Obj(_) => return None,
                 v => v,
             }
         };
+        at = ops.pos();
         if field != F_POOL || !c.shared_pool(&mut f, field, value) {
             f.set(ops.heap(), key, field, value)?;
         }
     }
+    ops.seek(at);
     f.action?;
     // Nothing may add to the dict after its SETITEMS (a second batch, a SETITEM): the
     // next opcode must begin the next item or end the list's batch.
@@ -98,6 +158,62 @@ fn pool_tuple(ops: &mut OpReader<'_>, opcode: u8) -> Option<PoolId> {
 fn frames_list(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<Val> {
     let slot = ops.memo_len();
     let memoized = ops.memo_store(Val::Consumed)?;
+    // A list of one batch of memo references, byte for byte one read before (the
+    // same traceback in a list of its own): the same stack, without the references
+    // read again, nor the stack handed to the logging thread to intern.
+    let epoch = ops.memo_epoch();
+    let single = if c.frames_cache.in_use(epoch) {
+        single_batch(ops.buf(), ops.pos())
+    } else {
+        None
+    };
+    let cached = single.and_then(|(refs, _)| c.frames_cache.get(refs, epoch));
+    let handle = match (cached, single) {
+        (Some(handle), Some((_, end))) => {
+            ops.seek(end);
+            handle
+        }
+        _ => {
+            read_frames(c, ops)?;
+            let handle = c.scratch_stack_handle();
+            if let Some((refs, _)) = single {
+                c.frames_cache.insert(refs, handle, epoch);
+            }
+            handle
+        }
+    };
+    let stack = Val::Custom {
+        kind: CUSTOM_STACK,
+        id: handle,
+    };
+    if memoized {
+        ops.memo_replace(slot, stack)?;
+    }
+    Some(stack)
+}
+
+// The memo references of a list whose content begins at `buf[at]`, when they are one
+// MARK batch and nothing else (the list ends after its APPENDS): their bytes, and the
+// position after the APPENDS. `None` for any other list, which `read_frames` reads.
+fn single_batch(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    if *buf.get(at)? != op::MARK {
+        return None;
+    }
+    let end = OpReader::memo_refs_end(buf, at + 1)?;
+    // What `read_frames` would take for more of the list: another batch, or one
+    // reference and APPEND.
+    let more = match *buf.get(end + 1)? {
+        op::MARK => true,
+        op::BINGET => *buf.get(end + 3)? == op::APPEND,
+        op::LONG_BINGET => *buf.get(end + 6)? == op::APPEND,
+        _ => false,
+    };
+    (!more).then(|| (&buf[at + 1..end], end + 1))
+}
+
+// Reads the frames of a list whose memo store was just read into `c.scratch`: their
+// local frame ids. `None` if one is not a frame seen before (or anything else).
+fn read_frames(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<()> {
     let frame = |v: Val| match v {
         Val::Custom {
             kind: CUSTOM_FRAME,
@@ -130,12 +246,188 @@ fn frames_list(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<Val> {
             _ => break,
         }
     }
-    let stack = Val::Custom {
-        kind: CUSTOM_STACK,
-        id: c.scratch_stack_handle(),
-    };
-    if memoized {
-        ops.memo_replace(slot, stack)?;
+    Some(())
+}
+
+/// Slots of [`KeyCache`] (a power of two).
+const KEY_SLOTS: usize = 64;
+
+/// The dict keys read lately, by the memo index they were read back from: a trace
+/// entry's keys are the same few memo references in every entry, and this saves
+/// the memo lookup, the check of the slot's tag and the lookup of the key's field
+/// for each. Direct-mapped by the index's low bits. Only slots stored before the
+/// entry began are kept (the slots of a decoder that gives up are removed, and
+/// stored again with other values): those change only with the memo's epoch, and
+/// everything is forgotten when it does.
+pub(super) struct KeyCache {
+    // (memo index, key, field); u64::MAX: empty (memo indices are u32).
+    slots: [(u64, StrId, u8); KEY_SLOTS],
+    epoch: u64,
+}
+
+impl Default for KeyCache {
+    fn default() -> Self {
+        KeyCache {
+            slots: [(u64::MAX, 0, 0); KEY_SLOTS],
+            epoch: 0,
+        }
     }
-    Some(stack)
+}
+
+impl KeyCache {
+    /// The key read back from memo slot `idx`, and its field, if known.
+    #[inline(always)]
+    fn get(&self, idx: usize) -> Option<(StrId, u8)> {
+        let (at, key, field) = self.slots[idx % KEY_SLOTS];
+        (at == idx as u64).then_some((key, field))
+    }
+
+    /// Remembers that memo slot `idx` holds the str `key`, which fills `field`.
+    #[inline]
+    fn put(&mut self, idx: usize, key: StrId, field: u8) {
+        self.slots[idx % KEY_SLOTS] = (idx as u64, key, field);
+    }
+
+    /// Forgets everything if the memo's epoch is no longer `epoch`.
+    #[inline(always)]
+    fn forget_unless(&mut self, epoch: u64) {
+        if epoch != self.epoch {
+            *self = KeyCache {
+                epoch,
+                ..KeyCache::default()
+            };
+        }
+    }
+}
+
+/// The most bytes of memo references [`FramesCache`] keeps (a few hundred per
+/// traceback): a hostile pickle of endless distinct lists is read the usual way
+/// past that.
+const MAX_CACHED_BYTES: usize = 16 << 20;
+
+/// The most changes of the memo's epoch [`FramesCache`] follows: past that (a pickle
+/// that overwrites memo slots, which CPython never does) it is no longer used, so
+/// that a pickle changing the epoch before every list does not pay for a cache
+/// filled and dropped at every list (a fifth more instructions).
+const MAX_EPOCHS: u32 = 64;
+
+/// Stack handles of the frames lists read so far, by the bytes of their one MARK
+/// batch of memo references. PyTorch writes one list object per traceback object,
+/// so the same traceback comes again and again in lists of their own, whose bytes
+/// are the same: reading them costs a hash of the bytes instead of a memo lookup per
+/// frame, and the logging thread interns nothing. The references name what they
+/// named when they were read while the memo's epoch stays the same (CPython never
+/// changes it); when it changes, everything is forgotten.
+#[derive(Default)]
+pub(super) struct FramesCache {
+    handles: FxHashMap<Box<[u8]>, u32>,
+    // The memo epoch the handles hold for.
+    epoch: u64,
+    // Bytes of the keys: at most `MAX_CACHED_BYTES`.
+    bytes: usize,
+    // Changes of the epoch seen: past `MAX_EPOCHS`, the cache is not used.
+    epochs: u32,
+}
+
+impl FramesCache {
+    /// Whether lists read at memo epoch `epoch` are looked up and kept (not after
+    /// more than `MAX_EPOCHS` changes of the epoch).
+    #[inline]
+    fn in_use(&mut self, epoch: u64) -> bool {
+        self.forget_unless(epoch);
+        self.epochs <= MAX_EPOCHS
+    }
+
+    /// The handle of the list whose references are `refs`, read at memo epoch `epoch`.
+    #[inline]
+    fn get(&mut self, refs: &[u8], epoch: u64) -> Option<u32> {
+        self.forget_unless(epoch);
+        self.handles.get(refs).copied()
+    }
+
+    /// Remembers `handle` as the list's whose references are `refs`, read at memo
+    /// epoch `epoch`.
+    fn insert(&mut self, refs: &[u8], handle: u32, epoch: u64) {
+        self.forget_unless(epoch);
+        if self.bytes + refs.len() <= MAX_CACHED_BYTES {
+            self.bytes += refs.len();
+            self.handles.insert(refs.into(), handle);
+        }
+    }
+
+    #[inline]
+    fn forget_unless(&mut self, epoch: u64) {
+        if epoch != self.epoch {
+            // A new map, not `clear`: clearing a large one again and again (a hostile
+            // pickle changing the epoch before every list) would cost its capacity
+            // each time; dropping it costs what filling it did.
+            self.handles = FxHashMap::default();
+            self.bytes = 0;
+            self.epoch = epoch;
+            self.epochs = self.epochs.saturating_add(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_single_batch_is_told_from_a_longer_list() {
+        use op::{APPEND, APPENDS, BINGET, LONG_BINGET, MARK, SETITEMS};
+        let one = [MARK, BINGET, 3, LONG_BINGET, 1, 0, 0, 0, APPENDS, SETITEMS];
+        assert_eq!(single_batch(&one, 0), Some((&one[1..8], 9)));
+        // A second batch, or a last item with APPEND: read the usual way.
+        let two = [MARK, BINGET, 3, APPENDS, MARK, BINGET, 4, APPENDS, SETITEMS];
+        assert_eq!(single_batch(&two, 0), None);
+        let last = [MARK, BINGET, 3, APPENDS, BINGET, 4, APPEND, SETITEMS];
+        assert_eq!(single_batch(&last, 0), None);
+        // The next key (a memo reference, no APPEND after it) ends the list.
+        let key = [MARK, BINGET, 3, APPENDS, BINGET, 4, BINGET, 5, SETITEMS];
+        assert_eq!(single_batch(&key, 0), Some((&key[1..3], 4)));
+        // Anything but references, or the buffer's end.
+        assert_eq!(single_batch(&[MARK, op::NONE, APPENDS, SETITEMS], 0), None);
+        assert_eq!(single_batch(&one[..9], 0), None);
+        assert_eq!(single_batch(&one, 1), None);
+    }
+
+    #[test]
+    fn keys_are_known_by_memo_index_within_an_epoch() {
+        let mut keys = KeyCache::default();
+        keys.forget_unless(3);
+        assert_eq!(keys.get(5), None);
+        keys.put(5, 40, F_ADDR);
+        assert_eq!(keys.get(5), Some((40, F_ADDR)));
+        // Another index of the same slot replaces it; an index is never mistaken.
+        keys.put(5 + KEY_SLOTS, 41, F_SIZE);
+        assert_eq!(keys.get(5), None);
+        assert_eq!(keys.get(5 + KEY_SLOTS), Some((41, F_SIZE)));
+        assert_eq!(keys.get(u32::MAX as usize), None);
+        keys.forget_unless(3);
+        assert_eq!(keys.get(5 + KEY_SLOTS), Some((41, F_SIZE)));
+        keys.forget_unless(4);
+        assert_eq!(keys.get(5 + KEY_SLOTS), None);
+    }
+
+    #[test]
+    fn the_cache_forgets_when_the_epoch_changes() {
+        let mut cache = FramesCache::default();
+        cache.insert(b"h\x03", 7, 0);
+        assert_eq!(cache.get(b"h\x03", 0), Some(7));
+        assert_eq!(cache.get(b"h\x04", 0), None);
+        assert_eq!(cache.get(b"h\x03", 1), None);
+        assert_eq!(cache.get(b"h\x03", 0), None);
+        // Past its size, nothing more is kept.
+        cache.insert(&vec![b'h'; MAX_CACHED_BYTES], 1, 0);
+        cache.insert(b"h\x05", 2, 0);
+        assert_eq!(cache.get(b"h\x05", 0), None);
+        // Past `MAX_EPOCHS` changes (two so far), it is not used any more.
+        let mut epoch = 0;
+        while cache.in_use(epoch) {
+            epoch += 1;
+        }
+        assert_eq!(epoch, MAX_EPOCHS as u64 - 1);
+        assert!(!cache.in_use(0));
+    }
 }

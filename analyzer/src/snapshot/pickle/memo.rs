@@ -11,6 +11,8 @@ pub(super) struct Memo {
     pub(super) slots: Vec<u32>,
     pub(super) side: Vec<Val>,
     pub(super) sparse: FxHashMap<u64, Val>,
+    // Counts the changes to slots that held a hook's values (see `Memo::epoch`).
+    pub(super) epoch: u64,
 }
 
 pub(super) const TAG_SHIFT: u32 = 29;
@@ -80,6 +82,27 @@ impl Memo {
         })
     }
 
+    /// A number that stays the same while every slot holding a [`Val::Custom`]
+    /// value of kinds 0 to 2 keeps it: it changes when such a slot is removed, and
+    /// whenever a slot is overwritten other than a container's by its hook's
+    /// replacement (which happens all the time). A hook that checked once what a
+    /// run of memo references names may trust it while the epoch stays the same;
+    /// CPython never overwrites a slot, so it never changes on a real pickle.
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    // Removes the slots from `len` on (a decoder giving up), changing the epoch if
+    // one of them held a hook's value.
+    pub(super) fn truncate(&mut self, len: usize) {
+        if let Some(gone) = self.slots.get(len..)
+            && gone.iter().any(|&slot| slot >> TAG_SHIFT >= T_CUSTOM0)
+        {
+            self.epoch += 1;
+        }
+        self.slots.truncate(len);
+    }
+
     /// The number of entries, as Python's `len(memo)`: where MEMOIZE stores.
     pub(super) fn len(&self) -> usize {
         // The dense slots have no holes, and the sparse entries all lie past them.
@@ -90,6 +113,9 @@ impl Memo {
         let len = self.slots.len() as u64;
         if idx < len {
             let old = self.slots[idx as usize];
+            if old >> TAG_SHIFT != T_OBJ {
+                self.epoch += 1;
+            }
             // A value out of line overwriting another reuses its side entry: the
             // same index stored over and over must not grow the side table.
             let slot = match Self::pack(v) {

@@ -103,7 +103,11 @@ impl<'a> OpReader<'a> {
             return None;
         }
         let slot = self.heap.memo.encode(v);
-        self.heap.memo.slots[idx] = slot;
+        let memo = &mut self.heap.memo;
+        if memo.slots[idx] >> TAG_SHIFT >= T_CUSTOM0 {
+            memo.epoch += 1;
+        }
+        memo.slots[idx] = slot;
         Some(())
     }
 
@@ -115,22 +119,25 @@ impl<'a> OpReader<'a> {
         // A stack's frames are a third of a snapshot's opcodes: their memo slots are
         // checked by tag, with no `Val` built, and each reference is read with one
         // bounds check (for its longest form: near the buffer's end the decoder gives
-        // up anyway).
+        // up anyway). The position and the slots are locals, kept in registers: through
+        // `self`, the compiler stored the position back at every reference.
         let tag = T_CUSTOM0 + kind as u32;
-        let slots = &self.heap.memo.slots;
+        let slots: &[u32] = &self.heap.memo.slots;
+        let buf = self.buf;
+        let mut pos = self.pos;
         loop {
-            let w: &[u8; 5] = self.buf.get(self.pos..self.pos + 5)?.try_into().ok()?;
+            let w: &[u8; 5] = buf.get(pos..pos + 5)?.try_into().ok()?;
             let idx = match w[0] {
                 op::BINGET => {
-                    self.pos += 2;
+                    pos += 2;
                     w[1] as usize
                 }
                 op::LONG_BINGET => {
-                    self.pos += 5;
+                    pos += 5;
                     u32::from_le_bytes(*w.last_chunk()?) as usize
                 }
                 op::APPENDS => {
-                    self.pos += 1;
+                    self.pos = pos + 1;
                     return Some(());
                 }
                 _ => return None,
@@ -141,6 +148,129 @@ impl<'a> OpReader<'a> {
             }
             out.push(slot & PAYLOAD);
         }
+    }
+
+    /// All the buffered bytes this reader reads from, [`OpReader::pos`] being where it
+    /// is. A decoder may read ahead in them with a position of its own (the compiler
+    /// keeps a local in a register, where the reader's own is stored back at every
+    /// read), and move the reader there with [`OpReader::seek`] before calling its
+    /// other methods. The slice outlives the borrow of the reader.
+    #[inline(always)]
+    pub fn buf(&self) -> &'a [u8] {
+        self.buf
+    }
+
+    /// Moves the read position to `pos` (at most the buffer's end): bytes a decoder
+    /// read itself from [`OpReader::buf`].
+    #[inline(always)]
+    pub fn seek(&mut self, pos: usize) {
+        self.pos = pos.min(self.buf.len());
+    }
+
+    /// The memo's epoch: while it stays the same, every memo slot holding a
+    /// [`Val::Custom`] value of kinds 0 to 2 keeps it, so what a run of memo
+    /// references to such values names (all of it checked once) holds.
+    #[inline(always)]
+    pub fn memo_epoch(&self) -> u64 {
+        self.heap.memo.epoch()
+    }
+
+    /// Whether memo slot `idx` was stored before this reader started. Such a slot
+    /// is never removed (the slots a decoder that gives up stored are), so what it
+    /// holds changes only with the memo's epoch.
+    #[inline(always)]
+    pub fn memo_settled(&self, idx: usize) -> bool {
+        idx < self.memo_start
+    }
+
+    /// The str memo slot `idx` holds (a dict key read back with BINGET), if it holds
+    /// one. Tested by the slot's tag, with no `Val` built.
+    #[inline(always)]
+    pub fn memo_str(&self, idx: usize) -> Option<StrId> {
+        let slot = *self.heap.memo.slots.get(idx)?;
+        (slot >> TAG_SHIFT == T_STR).then_some(slot & PAYLOAD)
+    }
+
+    /// The value memo slot `idx` holds (`None`: nothing stored there).
+    #[inline(always)]
+    pub fn memo_value(&self, idx: usize) -> Option<Val> {
+        self.heap.memo.get(idx as u64)
+    }
+
+    /// The memo index of the reference whose opcode is at `buf[at]` (BINGET or
+    /// LONG_BINGET), with the position after it. `None` for any other opcode, or
+    /// past the buffer's end.
+    #[inline(always)]
+    pub fn memo_ref_at(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+        match *buf.get(at)? {
+            op::BINGET => Some((*buf.get(at + 1)? as usize, at + 2)),
+            op::LONG_BINGET => {
+                let w: [u8; 4] = buf.get(at + 1..at + 5)?.try_into().ok()?;
+                Some((u32::from_le_bytes(w) as usize, at + 5))
+            }
+            _ => None,
+        }
+    }
+
+    /// The position of the APPENDS that closes a MARK batch of memo references
+    /// (BINGET, LONG_BINGET) beginning at `buf[at]`, found without reading the memo.
+    /// `None` if anything else comes first, or the buffer ends.
+    #[inline]
+    pub fn memo_refs_end(buf: &[u8], mut at: usize) -> Option<usize> {
+        loop {
+            match *buf.get(at)? {
+                op::BINGET => at += 2,
+                op::LONG_BINGET => at += 5,
+                op::APPENDS => return Some(at),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The value of the int opcode `opcode` whose argument starts at `buf[at]`, with
+    /// the argument's length: BININT1, BININT2, BININT, and LONG1 of 1 to 8 bytes (read
+    /// with one load of an 8-byte window, so not within 8 bytes of the buffer's end).
+    /// `None` for any other opcode or argument, which [`OpReader::atom`] reads.
+    #[inline(always)]
+    pub fn int_at(buf: &[u8], at: usize, opcode: u8) -> Option<(i64, usize)> {
+        match opcode {
+            op::BININT1 => Some((*buf.get(at)? as i64, 1)),
+            op::BININT2 => {
+                let a: [u8; 2] = buf.get(at..at + 2)?.try_into().ok()?;
+                Some((u16::from_le_bytes(a) as i64, 2))
+            }
+            op::BININT => {
+                let a: [u8; 4] = buf.get(at..at + 4)?.try_into().ok()?;
+                Some((i32::from_le_bytes(a) as i64, 4))
+            }
+            op::LONG1 => {
+                // Up to 8 bytes (addresses, times): the little-endian window after the
+                // length, shifted to sign-extend its first n bytes.
+                let n = *buf.get(at)? as usize;
+                let w: [u8; 8] = buf.get(at + 1..at + 9)?.try_into().ok()?;
+                if !(1..=8).contains(&n) {
+                    return None;
+                }
+                let shift = 64 - 8 * n as u32;
+                Some((((u64::from_le_bytes(w) << shift) as i64) >> shift, 1 + n))
+            }
+            _ => None,
+        }
+    }
+
+    /// Reads a new str (SHORT_BINUNICODE or BINUNICODE, whose opcode was just read) and
+    /// the memo store after it, as [`OpReader::atom`] does, inline.
+    #[inline(always)]
+    pub fn new_str(&mut self, opcode: u8) -> Option<StrId> {
+        let n = match opcode {
+            op::SHORT_BINUNICODE => self.u8()? as usize,
+            op::BINUNICODE => u32::from_le_bytes(self.array()?) as usize,
+            _ => return None,
+        };
+        let s = self.bytes(n)?;
+        let id = self.heap.intern(s);
+        self.memo_store(Val::Str(id))?;
+        Some(id)
     }
 
     /// Reads a str as [`OpReader::atom`] does (a memo reference or a new str): `None`
@@ -159,8 +289,7 @@ impl<'a> OpReader<'a> {
                 };
             }
         };
-        let slot = *self.heap.memo.slots.get(idx)?;
-        (slot >> TAG_SHIFT == T_STR).then_some(slot & PAYLOAD)
+        self.memo_str(idx)
     }
 
     /// Reads the argument of `opcode` if it is a one-opcode value: an int, a float,

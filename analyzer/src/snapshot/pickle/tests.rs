@@ -169,8 +169,56 @@ fn op_reader_reads_long1_like_the_parser() {
             let got = r.atom(op::LONG1).unwrap();
             assert_eq!(r.pos(), 1 + b.len());
             assert_eq!(r.heap().int(got), Some(v), "{v}");
+            // The direct decoders' reader: the same value where it answers, which is
+            // for 1 to 8 bytes with their 8-byte window buffered.
+            match OpReader::int_at(&p[..end], 0, op::LONG1) {
+                Some((i, len)) => {
+                    assert_eq!((i as i128, len), (v, 1 + b.len()), "{v}");
+                    assert!((1..=8).contains(&b.len()) && end >= 9, "{v}");
+                }
+                None => assert!(b.is_empty() || b.len() > 8 || end < 9, "{v}"),
+            }
         }
     }
+}
+
+#[test]
+fn ints_and_memo_references_read_at_a_position() {
+    let p = [
+        op::BININT1,
+        200,
+        op::BININT2,
+        0x34,
+        0x12,
+        op::BININT,
+        0xfe,
+        0xff,
+        0xff,
+        0xff,
+    ];
+    assert_eq!(OpReader::int_at(&p, 1, p[0]), Some((200, 1)));
+    assert_eq!(OpReader::int_at(&p, 3, p[2]), Some((0x1234, 2)));
+    assert_eq!(OpReader::int_at(&p, 6, p[5]), Some((-2, 4)));
+    // Truncated arguments and other opcodes are left to `atom`.
+    assert_eq!(OpReader::int_at(&p, 4, op::BININT2), Some((0x4a12, 2)));
+    assert_eq!(OpReader::int_at(&p, 7, op::BININT), None);
+    assert_eq!(OpReader::int_at(&p, 0, op::NONE), None);
+    let refs = [
+        op::BINGET,
+        7,
+        op::LONG_BINGET,
+        1,
+        2,
+        0,
+        0,
+        op::LONG_BINGET,
+        1,
+    ];
+    assert_eq!(OpReader::memo_ref_at(&refs, 0), Some((7, 2)));
+    assert_eq!(OpReader::memo_ref_at(&refs, 2), Some((0x201, 7)));
+    assert_eq!(OpReader::memo_ref_at(&refs, 7), None);
+    assert_eq!(OpReader::memo_ref_at(&refs, 1), None);
+    assert_eq!(OpReader::memo_ref_at(&refs, 9), None);
 }
 
 #[test]

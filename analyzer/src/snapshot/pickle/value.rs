@@ -111,7 +111,7 @@ impl Heap {
         // (`N/A`), usually the string interned last: comparing with it first costs
         // a fraction of hashing.
         if let Some(last) = self.strings.get(self.last_string as usize)
-            && **last == *s
+            && same_bytes(last, s)
         {
             return self.last_string;
         }
@@ -319,6 +319,19 @@ impl Heap {
         }
         Ok(())
     }
+}
+
+// Whether two byte strings are equal, the short ones (the 3 bytes of `N/A`)
+// compared inline: a call to memcmp costs more than the bytes.
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if a.len() <= 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    a == b
 }
 
 /// Dicts up to this many pairs are scanned for a repeated key; larger ones

@@ -399,7 +399,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 Ok(Some(v))
             }
             None => {
-                self.heap.memo.slots.truncate(slots);
+                self.heap.memo.truncate(slots);
                 self.heap.memo.side.truncate(side);
                 Ok(None)
             }
