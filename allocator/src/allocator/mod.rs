@@ -24,7 +24,7 @@ use crate::format::{
     BlockEvent, BlockStatus, DeviceMemoryEvent, EmptyCacheEvent, Event, EventData, OomEvent,
     PoolId, SegmentEvent, SegmentPoolEvent, SegmentState, StackId,
 };
-use pool::{Block, BlockId, BlockPool, NONE, Slab};
+use pool::{Block, BlockId, BlockPool, NONE, Slab, list_mark};
 use rustc_hash::FxHashMap;
 use thiserror::Error;
 
@@ -1210,7 +1210,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         let ids = self
             .pools
             .get(pool, small)
-            .take_cached_since_release(&self.slab);
+            .take_cached_since_release(&mut self.slab, list_mark(pool, small));
         let mut to_unmap = Vec::new();
         for (_, id) in ids {
             let b = &self.slab[id];

@@ -33,6 +33,12 @@ pub(crate) struct Block {
     pub pending_uses: u32,
     /// The pool's free-block search count when the block was cached (for GC age).
     pub gc_count_base: u64,
+    /// The pool ([`list_mark`]) whose list of the blocks cached since the
+    /// last release (`BlockPool::cached_since_release`) holds this block's
+    /// id, or 0: caching a block whose id is listed there adds nothing. A
+    /// mark of the id, not of the block: a block put in a reused slot keeps
+    /// it ([`Slab::insert`]), as the list still holds the id.
+    pub listed: u32,
 }
 
 impl Block {
@@ -52,6 +58,7 @@ impl Block {
             mapped: true,
             pending_uses: 0,
             gc_count_base: 0,
+            listed: 0,
         }
     }
 
@@ -73,6 +80,13 @@ impl Block {
 /// PyTorch's `BlockComparatorAddress`: stream, then address.
 pub(crate) type AddrKey = (u64, u64);
 
+/// What [`Block::listed`] holds for the pool of index `pool` (0: the default
+/// pools) and size `small`: never 0.
+#[inline]
+pub(crate) fn list_mark(pool: u16, small: bool) -> u32 {
+    pool as u32 * 2 + small as u32 + 1
+}
+
 /// Block storage with slot reuse.
 #[derive(Debug, Default)]
 pub(crate) struct Slab {
@@ -84,7 +98,9 @@ impl Slab {
     #[inline]
     pub fn insert(&mut self, block: Block) -> BlockId {
         if let Some(id) = self.free.pop() {
-            self.blocks[id as usize] = block;
+            // The list that holds this id still does.
+            let listed = self.blocks[id as usize].listed;
+            self.blocks[id as usize] = Block { listed, ..block };
             id
         } else {
             self.blocks.push(block);
@@ -144,24 +160,59 @@ impl BlockPool {
         b.gc_count_base = self.get_free_blocks_call_count;
         let fresh = self.blocks.insert(b.size_key(), id);
         debug_assert!(fresh, "block cached twice");
-        self.cached_since_release.push(id);
-        if self.cached_since_release.len() > 2 * slab.blocks.len() + 64 {
-            // Kept no longer than twice the blocks there are: the blocks
-            // since taken go, each id once.
-            let blocks = &self.blocks;
-            let list = &mut self.cached_since_release;
-            list.retain(|&id| blocks.get(&slab[id].size_key()) == Some(id));
-            list.sort_unstable();
-            list.dedup();
+        // An id listed here is in the list already: a block cached, taken
+        // and cached again between two releases (a split's remainder, each
+        // time), or a block in the slot of one that was, is added once. The
+        // callers cache a block in the pool its `pool` and `small` name.
+        let mark = list_mark(b.pool, b.small);
+        if b.listed != mark {
+            b.listed = mark;
+            self.cached_since_release.push(id);
+            if self.cached_since_release.len() > 2 * slab.blocks.len() + 64 {
+                self.compact(slab, mark);
+            }
+        }
+    }
+
+    /// Keeps the list no longer than twice the slots there are: an id whose
+    /// slot no longer has this pool's mark holds no block cached here since
+    /// the last release (its block went and the slot was cached in another
+    /// pool since), and an id that has it is kept once. (An id comes back
+    /// in the list only after its slot went to another pool's block.)
+    #[cold]
+    fn compact(&mut self, slab: &mut Slab, mark: u32) {
+        // Each id kept takes the mark 0 until the end, so that it is kept
+        // once, in the order first listed.
+        self.cached_since_release.retain(|&id| {
+            let keep = slab[id].listed == mark;
+            if keep {
+                slab[id].listed = 0;
+            }
+            keep
+        });
+        for &id in &self.cached_since_release {
+            slab[id].listed = mark;
         }
     }
 
     /// The blocks cached since the last call that are still cached, in the
-    /// cache's order, and a fresh start for the next call.
-    pub fn take_cached_since_release(&mut self, slab: &Slab) -> Vec<(SizeKey, BlockId)> {
+    /// cache's order, and a fresh start for the next call; `mark` is this
+    /// pool's [`list_mark`].
+    pub fn take_cached_since_release(
+        &mut self,
+        slab: &mut Slab,
+        mark: u32,
+    ) -> Vec<(SizeKey, BlockId)> {
         let mut ids = std::mem::take(&mut self.cached_since_release);
         ids.sort_unstable();
         ids.dedup();
+        // None of these is listed here now; an id listed in another pool's
+        // list (its slot reused there) stays so.
+        for &id in &ids {
+            if slab[id].listed == mark {
+                slab[id].listed = 0;
+            }
+        }
         let mut cached: Vec<(SizeKey, BlockId)> = ids
             .into_iter()
             .map(|id| (slab[id].size_key(), id))
@@ -202,5 +253,94 @@ mod tests {
         assert!(pool.lower_bound(1, 2048).is_none());
         slab.remove(id);
         assert_eq!(slab.live(), 3);
+    }
+
+    /// The ids a pool's take returns, by address.
+    fn taken(pool: &mut BlockPool, slab: &mut Slab, small: bool) -> Vec<u64> {
+        (pool
+            .take_cached_since_release(slab, list_mark(0, small))
+            .iter())
+        .map(|&(_, id)| slab[id].addr)
+        .collect()
+    }
+
+    #[test]
+    fn a_block_cached_again_is_listed_once_and_taken_once() {
+        let mut slab = Slab::default();
+        let mut large = BlockPool::default();
+        let id = slab.insert(Block::new(0x1000, 4096, 0, false));
+        large.insert(&mut slab, id);
+        large.blocks.remove(&slab[id].size_key());
+        large.insert(&mut slab, id);
+        assert_eq!(large.cached_since_release, [id]);
+        assert_eq!(taken(&mut large, &mut slab, false), [0x1000]);
+        // Taken: the next release sees it only if it is cached again.
+        assert!(taken(&mut large, &mut slab, false).is_empty());
+        large.blocks.remove(&slab[id].size_key());
+        large.insert(&mut slab, id);
+        assert_eq!(taken(&mut large, &mut slab, false), [0x1000]);
+    }
+
+    #[test]
+    fn a_reused_slot_is_listed_in_the_pool_of_its_new_block() {
+        let mut slab = Slab::default();
+        let (mut small, mut large) = (BlockPool::default(), BlockPool::default());
+        // A small block cached and released: the small pool's list is
+        // empty after.
+        let id = slab.insert(Block::new(0x1000, 512, 0, true));
+        small.insert(&mut slab, id);
+        assert_eq!(taken(&mut small, &mut slab, true), [0x1000]);
+        small.blocks.remove(&slab[id].size_key());
+        slab.remove(id);
+        // Its slot goes to a large block, cached in the large pool.
+        assert_eq!(slab.insert(Block::new(0x8000, 4096, 0, false)), id);
+        large.insert(&mut slab, id);
+        large.blocks.remove(&slab[id].size_key());
+        slab.remove(id);
+        // Then to a small block again: listed in the small pool's list,
+        // although the large pool's mark is on its slot.
+        assert_eq!(slab.insert(Block::new(0x2000, 512, 0, true)), id);
+        small.insert(&mut slab, id);
+        assert_eq!(small.cached_since_release, [id]);
+        assert_eq!(taken(&mut small, &mut slab, true), [0x2000]);
+        assert!(taken(&mut large, &mut slab, false).is_empty());
+        // A slot reused by a block of the same pool is listed already.
+        small.blocks.remove(&slab[id].size_key());
+        slab.remove(id);
+        assert_eq!(slab.insert(Block::new(0x9000, 4096, 0, false)), id);
+        large.insert(&mut slab, id);
+        assert_eq!(large.cached_since_release, [id]);
+        large.blocks.remove(&slab[id].size_key());
+        slab.remove(id);
+        assert_eq!(slab.insert(Block::new(0xa000, 4096, 0, false)), id);
+        large.insert(&mut slab, id);
+        assert_eq!(large.cached_since_release, [id]);
+        assert_eq!(taken(&mut large, &mut slab, false), [0xa000]);
+    }
+
+    #[test]
+    fn the_list_stays_short_and_keeps_what_is_cached() {
+        let mut slab = Slab::default();
+        let (mut small, mut large) = (BlockPool::default(), BlockPool::default());
+        // Cached before the churn and kept cached through it.
+        let kept = slab.insert(Block::new(0x1000, 512, 0, true));
+        small.insert(&mut slab, kept);
+        // One slot going from a small block to a large one and back: each
+        // small block is listed anew, as the large pool marked the slot.
+        for i in 0..200 {
+            let id = slab.insert(Block::new(0x10_0000 + i * 0x1000, 512, 0, true));
+            small.insert(&mut slab, id);
+            small.blocks.remove(&slab[id].size_key());
+            slab.remove(id);
+            let id = slab.insert(Block::new(0x100_0000, 4096, 0, false));
+            large.insert(&mut slab, id);
+            large.blocks.remove(&slab[id].size_key());
+            slab.remove(id);
+        }
+        assert!(small.cached_since_release.len() <= 2 * slab.blocks.len() + 64);
+        let last = slab.insert(Block::new(0x2000, 512, 0, true));
+        small.insert(&mut slab, last);
+        assert_eq!(taken(&mut small, &mut slab, true), [0x1000, 0x2000]);
+        assert!(taken(&mut large, &mut slab, false).is_empty());
     }
 }

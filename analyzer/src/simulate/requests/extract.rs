@@ -38,6 +38,10 @@ pub struct RequestExtractor {
     /// caller already asked to free it.
     live: FxHashMap<u64, (u32, bool)>,
     stream_ids: FxHashMap<u64, u8>,
+    /// The stream last numbered and its number: most traces use one
+    /// stream, and most requests the stream of the one before, so it is
+    /// checked before `stream_ids`.
+    last_stream: Option<(u64, u8)>,
     last_index: u64,
     prev_kind: Option<EventKind>,
     burst: Option<Burst>,
@@ -89,8 +93,19 @@ impl RequestExtractor {
         }
     }
 
+    /// The number of `stream`: streams are numbered in the order first met.
+    #[inline]
     fn stream(&mut self, stream: u64) -> u8 {
+        match self.last_stream {
+            Some((last, s)) if last == stream => s,
+            _ => self.stream_numbered(stream),
+        }
+    }
+
+    /// [`stream`](Self::stream) from the map, numbering a stream first met.
+    fn stream_numbered(&mut self, stream: u64) -> u8 {
         if let Some(&s) = self.stream_ids.get(&stream) {
+            self.last_stream = Some((stream, s));
             return s;
         }
         if self.list.streams.len() >= MAX_STREAMS {
@@ -100,6 +115,7 @@ impl RequestExtractor {
         let s = self.list.streams.len() as u8;
         self.list.streams.push(stream);
         self.stream_ids.insert(stream, s);
+        self.last_stream = Some((stream, s));
         s
     }
 
