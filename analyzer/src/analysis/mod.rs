@@ -230,44 +230,62 @@ impl AnalysisSet for () {
     }
 }
 
+/// The members of an [`AnalysisSet`], called directly: the body of its
+/// `impl`, from each member's place (a tuple's index or a struct's field)
+/// and its index in the set's order. For a set of a command's own (a
+/// struct of named analyses), so that its members are inlined into the
+/// pass's loop as a tuple's are.
+macro_rules! analysis_set_members {
+    ($($member:tt $index:tt),+) => {
+        fn with<R>(
+            &mut self,
+            f: impl FnOnce(&mut [&mut dyn $crate::analysis::Analysis]) -> R,
+        ) -> R {
+            f(&mut [$(&mut self.$member),+])
+        }
+
+        #[inline(always)]
+        fn before_each(
+            &mut self,
+            done: &[bool],
+            index: u64,
+            event: &vramtrace_format::Event,
+            state: &$crate::replay::ReplayState,
+        ) {
+            $(
+                if !done[$index] {
+                    $crate::analysis::Analysis::before(&mut self.$member, index, event, state);
+                }
+            )+
+        }
+
+        #[inline(always)]
+        fn event_each(
+            &mut self,
+            done: &mut [bool],
+            busy: &mut usize,
+            step: &$crate::analysis::Step<'_>,
+            state: &$crate::replay::ReplayState,
+        ) -> Result<(), $crate::analysis::AnalysisError> {
+            $(
+                if !done[$index]
+                    && $crate::analysis::Analysis::event(&mut self.$member, step, state)?
+                        == $crate::analysis::Flow::Done
+                {
+                    done[$index] = true;
+                    *busy -= 1;
+                }
+            )+
+            Ok(())
+        }
+    };
+}
+pub(crate) use analysis_set_members;
+
 macro_rules! analysis_tuple {
     ($($name:ident $index:tt),+) => {
         impl<$($name: Analysis),+> AnalysisSet for ($($name,)+) {
-            fn with<R>(&mut self, f: impl FnOnce(&mut [&mut dyn Analysis]) -> R) -> R {
-                f(&mut [$(&mut self.$index),+])
-            }
-
-            #[inline(always)]
-            fn before_each(
-                &mut self,
-                done: &[bool],
-                index: u64,
-                event: &Event,
-                state: &ReplayState,
-            ) {
-                $(
-                    if !done[$index] {
-                        self.$index.before(index, event, state);
-                    }
-                )+
-            }
-
-            #[inline(always)]
-            fn event_each(
-                &mut self,
-                done: &mut [bool],
-                busy: &mut usize,
-                step: &Step<'_>,
-                state: &ReplayState,
-            ) -> Result<(), AnalysisError> {
-                $(
-                    if !done[$index] && self.$index.event(step, state)? == Flow::Done {
-                        done[$index] = true;
-                        *busy -= 1;
-                    }
-                )+
-                Ok(())
-            }
+            analysis_set_members!($($index $index),+);
         }
     };
 }

@@ -17,7 +17,7 @@ use crate::analysis::phase_totals::PhaseTotals;
 use crate::analysis::site_totals::SiteTotals;
 use crate::analysis::summary::{Summary, SummaryReport};
 use crate::analysis::timeline::{GroupBy, Timeline, TimelineAnalysis, TimelineOptions};
-use crate::analysis::{Analysis, AnalysisSet, DevicePass};
+use crate::analysis::{AnalysisSet, DevicePass};
 use crate::input::Input;
 use crate::progress::Progress;
 use crate::simulate::Reserve;
@@ -468,19 +468,17 @@ impl ReportAnalyses {
 }
 
 impl AnalysisSet for ReportAnalyses {
-    fn with<R>(&mut self, f: impl FnOnce(&mut [&mut dyn Analysis]) -> R) -> R {
-        f(&mut [
-            &mut self.summary,
-            &mut self.fragmentation,
-            &mut self.leaks,
-            &mut self.timeline,
-            &mut self.category_timeline,
-            &mut self.explorer,
-            &mut self.requests,
-            &mut self.site_totals,
-            &mut self.phase_totals,
-        ])
-    }
+    crate::analysis::analysis_set_members!(
+        summary 0,
+        fragmentation 1,
+        leaks 2,
+        timeline 3,
+        category_timeline 4,
+        explorer 5,
+        requests 6,
+        site_totals 7,
+        phase_totals 8
+    );
 }
 
 #[cfg(test)]
