@@ -14,7 +14,7 @@
 //! `max_queue_age` (0: none).
 
 use std::time::{Duration, Instant};
-use vramtrace_recorder::format::{DeviceInfo, EventData, EventKind, TraceReader};
+use vramtrace_recorder::format::{EventData, EventKind, TraceReader};
 use vramtrace_recorder::workload::SlowDisk;
 use vramtrace_recorder::{ObservedEvent, Observer, ObserverSetup, RecorderOptions, Trace};
 
@@ -45,14 +45,7 @@ fn main() {
         }
     };
     let disk = SlowDisk::new(rate);
-    let setup = ObserverSetup {
-        device: DeviceInfo {
-            index: 0,
-            name: "observed".into(),
-            total_memory: 1 << 40,
-        },
-        ..ObserverSetup::default()
-    };
+    let setup = ObserverSetup::device(0, "observed", 1 << 40);
     let options_age = options.max_queue_age;
     let obs = Observer::new(disk.clone(), setup, options).unwrap();
     let ev = |kind, addr, size| ObservedEvent {

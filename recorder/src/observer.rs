@@ -73,6 +73,22 @@ pub struct ObserverSetup {
     pub start: StartState,
 }
 
+impl ObserverSetup {
+    /// A setup for device `index`, named `name`, of `total_memory` bytes,
+    /// with the default allocator settings and an empty start: the device
+    /// of a test or a benchmark with no real one behind it.
+    pub fn device(index: u32, name: &str, total_memory: u64) -> Self {
+        ObserverSetup {
+            device: DeviceInfo {
+                index,
+                name: name.into(),
+                total_memory,
+            },
+            ..ObserverSetup::default()
+        }
+    }
+}
+
 /// Records another allocator's events (`observer.rs` says how).
 ///
 /// `Observer` is `Send + Sync`: the observed allocator may report from any

@@ -752,7 +752,7 @@ fn buffers_are_not_reallocated_by_the_call_that_fills_them() {
 
 // ---------------------------------------------------------------- Observer
 
-use crate::format::{BlockState, BlockStatus, DeviceInfo, InitialState, SegmentState};
+use crate::format::{BlockState, BlockStatus, InitialState, SegmentState};
 
 /// An observed event of `kind` on the default stream.
 fn ev(kind: EventKind, addr: u64, size: u64) -> ObservedEvent {
@@ -768,13 +768,8 @@ fn ev(kind: EventKind, addr: u64, size: u64) -> ObservedEvent {
 fn observer(start: StartState, options: RecorderOptions) -> (Observer, SharedBuf) {
     let out = SharedBuf::default();
     let setup = ObserverSetup {
-        device: DeviceInfo {
-            index: 3,
-            name: "observed".into(),
-            total_memory: 1 << 40,
-        },
-        allocator: AllocatorConfig::default(),
         start,
+        ..ObserverSetup::device(3, "observed", 1 << 40)
     };
     (Observer::new(out.clone(), setup, options).unwrap(), out)
 }
@@ -1550,14 +1545,7 @@ fn named_walks_are_interned_by_their_frames_once_then_by_name() {
 fn a_disk_slower_than_the_program_costs_events_not_time() {
     let disk = crate::workload::SlowDisk::new(20_000);
     let max_wait = Duration::from_millis(2);
-    let setup = ObserverSetup {
-        device: DeviceInfo {
-            index: 0,
-            name: "observed".into(),
-            total_memory: 1 << 40,
-        },
-        ..ObserverSetup::default()
-    };
+    let setup = ObserverSetup::device(0, "observed", 1 << 40);
     let obs = Observer::new(
         disk.clone(),
         setup,

@@ -26,7 +26,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use vramtrace_recorder::allocator::{AllocatorConfig, CachingAllocator};
 use vramtrace_recorder::device::SimulatedDevice;
-use vramtrace_recorder::format::{DeviceInfo, EventData, EventKind, TraceReader};
+use vramtrace_recorder::format::{EventData, EventKind, TraceReader};
 use vramtrace_recorder::{ObservedEvent, Observer, ObserverSetup, Recorder, RecorderOptions};
 
 /// Everything recorded this long before a kill must be on disk.
@@ -167,14 +167,7 @@ impl Sink {
                 .unwrap(),
             ),
             Mode::Observer => {
-                let setup = ObserverSetup {
-                    device: DeviceInfo {
-                        index: 0,
-                        name: "observed".into(),
-                        total_memory: 1 << 40,
-                    },
-                    ..ObserverSetup::default()
-                };
+                let setup = ObserverSetup::device(0, "observed", 1 << 40);
                 let observer = Observer::create(out, setup, RecorderOptions::default()).unwrap();
                 observer.record(observed(EventKind::SegmentAlloc, SEGMENT, 1 << 30), None);
                 Sink::Observer { observer, next: 0 }

@@ -134,6 +134,16 @@ impl Pools {
         }
     }
 
+    /// Caches the free block `id` in the pool its `pool` and `small` name:
+    /// the one place a block enters a cache, so that no block can be cached
+    /// in a pool other than its own (which `BlockPool::insert`'s list mark
+    /// relies on).
+    #[inline]
+    fn cache(&mut self, slab: &mut Slab, id: BlockId) {
+        let (pool, small) = (slab[id].pool, slab[id].small);
+        self.get(pool, small).insert(slab, id);
+    }
+
     #[inline]
     fn get_ref(&self, pool: u16, small: bool) -> &BlockPool {
         match (pool, small) {
@@ -644,7 +654,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             prev = id;
             match requested {
                 Some(requested) => self.hand_out(id, requested),
-                None => self.pools.get(pool, small).insert(&mut self.slab, id),
+                None => self.pools.cache(&mut self.slab, id),
             }
         }
         Ok(base)
@@ -982,7 +992,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.try_merge_blocks(id, prev);
         let next = self.slab[id].next;
         self.try_merge_blocks(id, next);
-        self.pools.get(0, small).insert(&mut self.slab, id);
+        self.pools.cache(&mut self.slab, id);
 
         self.total_reserved += mapped_size;
         self.stats.reserved_bytes.increase(small, mapped_size);
@@ -1075,7 +1085,6 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             block.pool = r.pool;
             block.prev = r.prev;
             block.next = rem;
-            let (small, pool) = (r.small, r.pool);
             id = self.slab.insert(block);
             let prev = self.slab[id].prev;
             if prev != NONE {
@@ -1085,7 +1094,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             r.prev = id;
             r.addr += size;
             r.size -= size;
-            self.pools.get(pool, small).insert(&mut self.slab, rem);
+            self.pools.cache(&mut self.slab, rem);
         }
         self.hand_out(id, requested);
         let b = &self.slab[id];
@@ -1120,16 +1129,16 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     fn free_block(&mut self, id: BlockId) {
         let ev = self.block_event(id);
         self.emit(EventData::FreeCompleted(ev));
-        let (small, size, requested, pool) = {
+        let (small, size, requested) = {
             let b = &self.slab[id];
-            (b.small, b.size, b.requested, b.pool)
+            (b.small, b.size, b.requested)
         };
         let prev = self.slab[id].prev;
         self.try_merge_blocks(id, prev);
         let next = self.slab[id].next;
         self.try_merge_blocks(id, next);
         self.slab[id].requested = 0;
-        self.pools.get(pool, small).insert(&mut self.slab, id);
+        self.pools.cache(&mut self.slab, id);
         let st = &mut self.stats;
         st.active.decrease(small, 1);
         st.active_bytes.decrease(small, size);
@@ -1281,7 +1290,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 self.slab[p].next = bf_id;
             }
             self.slab[id].prev = bf_id;
-            self.pools.get(0, small).insert(&mut self.slab, bf_id);
+            self.pools.cache(&mut self.slab, bf_id);
         }
         let after = size - before - un_size;
         if after > 0 {
@@ -1295,7 +1304,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 self.slab[n].prev = af_id;
             }
             self.slab[id].next = af_id;
-            self.pools.get(0, small).insert(&mut self.slab, af_id);
+            self.pools.cache(&mut self.slab, af_id);
         }
         let b = &mut self.slab[id];
         b.addr = un_addr;

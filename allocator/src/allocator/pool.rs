@@ -162,8 +162,9 @@ impl BlockPool {
         debug_assert!(fresh, "block cached twice");
         // An id listed here is in the list already: a block cached, taken
         // and cached again between two releases (a split's remainder, each
-        // time), or a block in the slot of one that was, is added once. The
-        // callers cache a block in the pool its `pool` and `small` name.
+        // time), or a block in the slot of one that was, is added once. A
+        // block is cached in the pool its `pool` and `small` name
+        // (`Pools::cache`), so the mark names this pool.
         let mark = list_mark(b.pool, b.small);
         if b.listed != mark {
             b.listed = mark;
