@@ -873,8 +873,14 @@ impl Logged {
     }
 }
 
-/// Entries (or stack frames) handed to the logging thread at a time.
-const LOG_BATCH: usize = 4096;
+/// Stack frames handed to the logging thread at a time.
+const LOG_BATCH: usize = 8192;
+
+/// Entries handed to the logging thread at a time: whole `EntryFields` (120
+/// bytes), so that a batch holds fewer bytes than the 8,192 log entries (56
+/// bytes) of the batches before the entries were recorded there, and the
+/// batches in flight no more memory.
+const LOG_BATCH_ENTRIES: usize = 2048;
 
 /// Entries, with their stacks' frames, on their way to the logging thread.
 #[derive(Default)]
@@ -890,14 +896,14 @@ struct LogBatch {
 impl LogBatch {
     fn with_capacity() -> LogBatch {
         LogBatch {
-            entries: Vec::with_capacity(LOG_BATCH),
+            entries: Vec::with_capacity(LOG_BATCH_ENTRIES),
             stack_frames: Vec::with_capacity(LOG_BATCH),
             stack_lens: Vec::new(),
         }
     }
 
     fn is_full(&self) -> bool {
-        self.entries.len() >= LOG_BATCH || self.stack_frames.len() >= LOG_BATCH
+        self.entries.len() >= LOG_BATCH_ENTRIES || self.stack_frames.len() >= LOG_BATCH
     }
 
     fn is_empty(&self) -> bool {
