@@ -141,10 +141,11 @@ impl Default for EntryFields {
 
 impl EntryFields {
     /// Stores the int `i`, the value of a number field (`F_ADDR`, `F_SIZE`,
-    /// `F_STREAM` or `F_TIME`), as [`EntryFields::set`] stores `Val::Int(i)`: the
-    /// direct decoder reads these ints with no `Val` built.
+    /// `F_STREAM` or `F_TIME`): the one place for their rules. [`EntryFields::set`]
+    /// hands it every int it is given for one, and the direct decoder the ints it
+    /// reads, with no `Val` built (an `i64` widened here costs nothing).
     #[inline(always)]
-    fn set_int(&mut self, field: u8, i: i64) {
+    fn set_int(&mut self, field: u8, i: i128) {
         match field {
             F_ADDR | F_SIZE => {
                 let value = u64::try_from(i).ok();
@@ -156,10 +157,11 @@ impl EntryFields {
                     self.e.size = value;
                 }
             }
+            // Streams are handles, not quantities: any 64 bits name one.
             F_STREAM => self.e.stream = i as u64,
             F_TIME => {
-                self.e.time_us = (i >= 0).then_some(i);
-                self.impossible |= i < 0;
+                self.e.time_us = i64::try_from(i).ok().filter(|&t| t >= 0);
+                self.impossible |= self.e.time_us.is_none();
             }
             _ => debug_assert!(false, "set_int on field {field}"),
         }
@@ -187,22 +189,12 @@ impl EntryFields {
                 Val::Str(s) => self.action = Some(s),
                 _ => return None,
             },
-            F_ADDR | F_SIZE => {
-                let value = int().map_or(Some(0), |i| u64::try_from(i).ok());
-                self.impossible |= value.is_none();
-                let value = value.unwrap_or(0);
-                if field == F_ADDR {
-                    self.e.addr = value;
-                } else {
-                    self.e.size = value;
-                }
-            }
-            // Streams are handles, not quantities: any 64 bits name one.
-            F_STREAM => self.e.stream = int().unwrap_or(0) as u64,
-            F_TIME => {
-                self.e.time_us = int().and_then(|t| i64::try_from(t).ok().filter(|&t| t >= 0));
-                self.impossible |= int().is_some() && self.e.time_us.is_none();
-            }
+            F_ADDR | F_SIZE | F_STREAM | F_TIME => match int() {
+                Some(i) => self.set_int(field, i),
+                // Not a number: as if absent (no time, else 0), not impossible.
+                None if field == F_TIME => self.e.time_us = None,
+                None => self.set_int(field, 0),
+            },
             F_FRAMES => {
                 self.has_frames = true;
                 if let Val::Custom {
@@ -288,6 +280,7 @@ const F_FORWARD: u8 = 11;
 
 // The strings the collector compares keys and actions against, interned up front so
 // each comparison is an integer compare.
+#[derive(Clone, Copy, Default)]
 struct Keys {
     action: StrId,
     addr: StrId,
@@ -372,9 +365,11 @@ pub(crate) struct Collector {
     stack_of_handle: Vec<u32>,
     /// The entries, filled by [`Collector::finish_parsing`].
     pub log: EventLog,
-    /// Counts of every `action` seen, known or not, by heap string id.
+    /// Counts of every `action` seen, known or not, by heap string id, filled by
+    /// [`Collector::finish_parsing`].
     pub action_counts: FxHashMap<StrId, u64>,
-    /// Entries without `time_us` (snapshots before PyTorch 2.2).
+    /// Entries without `time_us` (snapshots before PyTorch 2.2), filled by
+    /// [`Collector::finish_parsing`], as are the counts below.
     pub entries_without_time: u64,
     /// Entries without `frames`.
     pub entries_without_frames: u64,
@@ -382,21 +377,17 @@ pub(crate) struct Collector {
     /// [`crate::replay::plausible`]): a negative or too large size or address, a
     /// negative time or one past 2^63 µs.
     pub entries_impossible: u64,
-    /// Entries earlier than an entry before them in their list (device), filled by
-    /// [`Collector::finish_parsing`].
+    /// Entries earlier than an entry before them in their list (device).
     pub entries_out_of_order: u64,
     scratch: Vec<u32>,
     // Stack handles of the direct decoder's frames lists, by their bytes.
     frames_cache: entry::FramesCache,
     // The dict keys of the direct decoder, by memo index.
     key_cache: entry::KeyCache,
-    // By heap string id: the entry field a key fills, and the action a string names
-    // (u8::MAX: none). The strings were interned first, so their ids are small and
-    // these tables replace a chain of comparisons per key.
+    // By heap string id: the entry field a key fills (the logging thread's
+    // `Recorder` has the actions'). The strings were interned first, so their ids are
+    // small and the table replaces a chain of comparisons per key.
     field_of: Vec<u8>,
-    action_of: Vec<u8>,
-    // Counts of the known actions, merged into `action_counts` after parsing.
-    known_counts: [u64; Action::ALL.len()],
     // The lists trace entries were appended to: `entry::decode` takes any dict of their
     // batches, and elsewhere only dicts whose first key is `action`. A set: a
     // hand-made pickle may have a hundred thousand.
@@ -404,23 +395,21 @@ pub(crate) struct Collector {
     // The list of the entry recorded last, in `trace_lists` already: the entries of
     // a list come one after another, so each asks the set nothing.
     last_trace_list: Option<ObjId>,
-    // Entries decoded straight from the opcodes, waiting for their APPENDS so that
-    // they are logged in list order with any read the generic way. Taken when logged.
-    pending: Vec<Option<EntryFields>>,
+    // Entries decoded straight from the opcodes (in their place here, with no
+    // copy), waiting for their APPENDS so that they are logged in list order with
+    // any read the generic way. Logged ones have no `action` any more.
+    pending: Vec<EntryFields>,
     /// Entries read by the direct decoder (`entry`); the others took the generic path.
     pub direct_entries: u64,
-    /// Entries logged so far: the log index of the next one.
-    logged: u64,
-    /// Fields of entries kept beside the log.
+    /// Fields of entries kept beside the log, filled by [`Collector::finish_parsing`].
     pub extras: EntryExtras,
     // The `pool_id` pairs the direct decoder read, by `CUSTOM_POOL` id.
     pool_values: Vec<PoolId>,
-    // The last `user_metadata` of each list whose last entry had one.
-    last_metadata: FxHashMap<ObjId, StrId>,
-    /// What the entries hold that is not read.
+    /// What the entries and frames hold that is not read (the entries' part filled
+    /// by [`Collector::finish_parsing`]).
     pub unread: Unread,
-    // Logs the entries while parsing goes on; its log and replays are taken over by
-    // `finish_parsing`.
+    // Records and logs the entries while parsing goes on; its results are taken
+    // over by `finish_parsing`.
     logger: Logger,
     /// The replay of each list's entries (see `rebuild`), done as they are logged so
     /// that the log is decoded only once, to write the trace. Filled by
@@ -484,8 +473,6 @@ impl Collector {
         let action_of = table(&actions, u8::MAX);
         Collector {
             field_of,
-            action_of,
-            known_counts: [0; Action::ALL.len()],
             k,
             frames: Vec::new(),
             stacks: LocalStacks::new(),
@@ -504,12 +491,10 @@ impl Collector {
             pending: Vec::new(),
             replays: Vec::new(),
             direct_entries: 0,
-            logged: 0,
             extras: EntryExtras::default(),
             pool_values: Vec::new(),
-            last_metadata: FxHashMap::default(),
             unread: Unread::default(),
-            logger: Logger::start(),
+            logger: Logger::start(Recorder::new(k, action_of)),
         }
     }
 
@@ -522,12 +507,23 @@ impl Collector {
         self.stacks = logged.stacks;
         self.entries_out_of_order = logged.out_of_order;
         self.stack_of_handle = logged.stack_of_handle;
-        for (i, &n) in self.known_counts.iter().enumerate() {
+        let r = logged.recorder;
+        self.action_counts = r.action_counts;
+        for (i, &n) in r.known_counts.iter().enumerate() {
             if n > 0 {
                 *self.action_counts.entry(self.k.actions[i]).or_insert(0) += n;
             }
         }
-        self.known_counts = [0; Action::ALL.len()];
+        self.entries_without_time = r.entries_without_time;
+        self.entries_without_frames = r.entries_without_frames;
+        self.entries_impossible = r.entries_impossible;
+        self.extras = r.extras;
+        // The frames' unread keys are the parser's, the rest the entries'.
+        let frame_keys = std::mem::take(&mut self.unread.frame_keys);
+        self.unread = Unread {
+            frame_keys,
+            ..r.unread
+        };
         self.scratch = Vec::new();
         self.frames_cache = entry::FramesCache::default();
         self.pending = Vec::new();
@@ -618,26 +614,114 @@ impl Collector {
         }
     }
 
-    // Logs an entry appended to `list`. None: not a trace entry (no `action`).
+    // Hands an entry appended to `list` to the logging thread, which records it
+    // (`Recorder::record`). None: not a trace entry (no `action`).
+    #[inline]
     fn record(&mut self, list: ObjId, f: &EntryFields) -> Option<Attach> {
-        let action = f.action?;
+        f.action?;
         if self.last_trace_list != Some(list) {
             self.trace_lists.insert(list);
             self.last_trace_list = Some(list);
         }
+        self.logger.push(list, f);
+        Some(Attach::Consume)
+    }
+
+    // A frame dict ({name, filename, line}): a local frame, by memo identity.
+    fn frame(&mut self, heap: &Heap, item: ObjId) -> Option<Attach> {
+        let o = heap.obj(item);
+        // name, filename, line, and the four `fx_node_*` keys that
+        // `_snapshot(augment_with_fx_traces=True)` adds, with room for more.
+        if o.items.len() > 2 * MAX_FRAME_KEYS {
+            return None;
+        }
+        let (mut name, mut file, mut line) = (None, None, 0u32);
+        let mut extra = [0 as StrId; MAX_FRAME_KEYS];
+        let mut extras = 0;
+        for kv in o.items.chunks_exact(2) {
+            match (kv[0], kv[1]) {
+                (Val::Str(k), Val::Str(v)) if k == self.k.name => name = Some(v),
+                (Val::Str(k), Val::Str(v)) if k == self.k.filename => file = Some(v),
+                (Val::Str(k), v @ (Val::Int(_) | Val::BigInt(_))) if k == self.k.line => {
+                    line = heap.int(v).unwrap_or(0).clamp(0, u32::MAX as i128) as u32
+                }
+                (Val::Str(k), _)
+                    if k != self.k.name && k != self.k.filename && k != self.k.line =>
+                {
+                    extra[extras] = k;
+                    extras += 1;
+                }
+                _ => {}
+            }
+        }
+        let (name, file) = (name?, file?);
+        for &k in &extra[..extras] {
+            *self.unread.frame_keys.entry(k).or_insert(0) += 1;
+        }
+        self.frames.push(LocalFrame { name, file, line });
+        Some(Attach::Replace(Val::Custom {
+            kind: CUSTOM_FRAME,
+            id: (self.frames.len() - 1) as u32,
+        }))
+    }
+}
+
+/// Turns the entries the parser hands over into log entries, on the logging
+/// thread: the action's lookup, the checks and counts, and what an entry holds
+/// beyond the log's fields. Done beside the parse, the import's longest part,
+/// instead of in it.
+struct Recorder {
+    k: Keys,
+    // By heap string id: the action a string names (u8::MAX: none).
+    action_of: Vec<u8>,
+    // Counts of the unknown actions by string, and of the known by action.
+    action_counts: FxHashMap<StrId, u64>,
+    known_counts: [u64; Action::ALL.len()],
+    entries_without_time: u64,
+    entries_without_frames: u64,
+    entries_impossible: u64,
+    extras: EntryExtras,
+    // The last `user_metadata` of each list whose last entry had one.
+    last_metadata: FxHashMap<ObjId, StrId>,
+    // What the entries hold that is not read (`frame_keys` stays empty: the
+    // parser counts those).
+    unread: Unread,
+}
+
+impl Recorder {
+    fn new(k: Keys, action_of: Vec<u8>) -> Recorder {
+        Recorder {
+            k,
+            action_of,
+            action_counts: FxHashMap::default(),
+            known_counts: [0; Action::ALL.len()],
+            entries_without_time: 0,
+            entries_without_frames: 0,
+            entries_impossible: 0,
+            extras: EntryExtras::default(),
+            last_metadata: FxHashMap::default(),
+            unread: Unread::default(),
+        }
+    }
+
+    // The log entry of a trace entry (`f.e.list` is its list, `f.action` is
+    // set), to be logged at `index`; its stack is still a handle. None: not
+    // logged (an unknown action, or impossible values), only counted.
+    #[inline]
+    fn record(&mut self, index: u64, f: &EntryFields) -> Option<LogEntry> {
+        let action = f.action?;
         let known = self.action_of.get(action as usize).copied();
         let Some(pos) = known.filter(|&a| a != u8::MAX) else {
             // Unknown actions are counted (and reported) but not converted.
             *self.action_counts.entry(action).or_insert(0) += 1;
-            return Some(Attach::Consume);
+            return None;
         };
         self.known_counts[pos as usize] += 1;
         let mut e = f.e;
-        e.list = list;
         e.action = Action::ALL[pos as usize];
         if f.impossible || e.action.impossible(e.addr, e.size) {
             self.entries_impossible += 1;
-            return Some(Attach::Consume);
+            return None;
         }
         if matches!(e.action, Action::UserDefined | Action::Annotate) {
             e.size = f.text as u64;
@@ -648,17 +732,14 @@ impl Collector {
         if !f.has_frames {
             self.entries_without_frames += 1;
         }
-        let index = self.logged;
-        self.logged += 1;
         if f.special
             || !self.last_metadata.is_empty()
             || f.compile_context
                 .is_some_and(|s| s != self.k.not_applicable && s != self.k.empty)
         {
-            self.extras_of(index, list, e.action, f);
+            self.extras_of(index, e.list, e.action, f);
         }
-        self.logger.push(e);
-        Some(Attach::Consume)
+        Some(e)
     }
 
     // Keeps or counts what a logged entry holds beyond the log's fields.
@@ -716,44 +797,6 @@ impl Collector {
             }
         }
     }
-
-    // A frame dict ({name, filename, line}): a local frame, by memo identity.
-    fn frame(&mut self, heap: &Heap, item: ObjId) -> Option<Attach> {
-        let o = heap.obj(item);
-        // name, filename, line, and the four `fx_node_*` keys that
-        // `_snapshot(augment_with_fx_traces=True)` adds, with room for more.
-        if o.items.len() > 2 * MAX_FRAME_KEYS {
-            return None;
-        }
-        let (mut name, mut file, mut line) = (None, None, 0u32);
-        let mut extra = [0 as StrId; MAX_FRAME_KEYS];
-        let mut extras = 0;
-        for kv in o.items.chunks_exact(2) {
-            match (kv[0], kv[1]) {
-                (Val::Str(k), Val::Str(v)) if k == self.k.name => name = Some(v),
-                (Val::Str(k), Val::Str(v)) if k == self.k.filename => file = Some(v),
-                (Val::Str(k), v @ (Val::Int(_) | Val::BigInt(_))) if k == self.k.line => {
-                    line = heap.int(v).unwrap_or(0).clamp(0, u32::MAX as i128) as u32
-                }
-                (Val::Str(k), _)
-                    if k != self.k.name && k != self.k.filename && k != self.k.line =>
-                {
-                    extra[extras] = k;
-                    extras += 1;
-                }
-                _ => {}
-            }
-        }
-        let (name, file) = (name?, file?);
-        for &k in &extra[..extras] {
-            *self.unread.frame_keys.entry(k).or_insert(0) += 1;
-        }
-        self.frames.push(LocalFrame { name, file, line });
-        Some(Attach::Replace(Val::Custom {
-            kind: CUSTOM_FRAME,
-            id: (self.frames.len() - 1) as u32,
-        }))
-    }
 }
 
 /// The log, the replays and the stacks of the entries logged so far.
@@ -767,10 +810,11 @@ struct Logged {
     out_of_order: u64,
     stacks: LocalStacks,
     stack_of_handle: Vec<u32>,
+    recorder: Recorder,
 }
 
-impl Default for Logged {
-    fn default() -> Self {
+impl Logged {
+    fn new(recorder: Recorder) -> Self {
         Logged {
             log: EventLog::default(),
             replays: Vec::new(),
@@ -780,11 +824,10 @@ impl Default for Logged {
             stacks: LocalStacks::new(),
             // Handle 0: no frames list (the empty stack).
             stack_of_handle: vec![0],
+            recorder,
         }
     }
-}
 
-impl Logged {
     fn take(&mut self, batch: &mut LogBatch) {
         // Stacks first: the batch's entries may use them.
         let mut at = 0;
@@ -794,13 +837,16 @@ impl Logged {
             let id = self.stacks.intern(frames);
             self.stack_of_handle.push(id);
         }
-        for e in &mut batch.entries {
+        for f in &batch.entries {
+            let Some(mut e) = self.recorder.record(self.log.len(), f) else {
+                continue;
+            };
             e.stack = self
                 .stack_of_handle
                 .get(e.stack as usize)
                 .copied()
                 .unwrap_or(0);
-            self.record(e);
+            self.record(&e);
         }
         batch.clear();
     }
@@ -827,14 +873,21 @@ impl Logged {
     }
 }
 
-/// Entries (or stack frames) handed to the logging thread at a time.
+/// Stack frames handed to the logging thread at a time.
 const LOG_BATCH: usize = 8192;
+
+/// Entries handed to the logging thread at a time: whole `EntryFields` (120
+/// bytes), so that a batch holds fewer bytes than the 8,192 log entries (56
+/// bytes) of the batches before the entries were recorded there, and the
+/// batches in flight no more memory.
+const LOG_BATCH_ENTRIES: usize = 2048;
 
 /// Entries, with their stacks' frames, on their way to the logging thread.
 #[derive(Default)]
 struct LogBatch {
-    /// Entries whose `stack` is a stack handle.
-    entries: Vec<LogEntry>,
+    /// Entries as read, with their list in `e.list`; their `e.stack` is a
+    /// stack handle.
+    entries: Vec<EntryFields>,
     /// The frames of the stacks whose handles this batch creates, in handle order.
     stack_frames: Vec<u32>,
     stack_lens: Vec<u32>,
@@ -843,14 +896,14 @@ struct LogBatch {
 impl LogBatch {
     fn with_capacity() -> LogBatch {
         LogBatch {
-            entries: Vec::with_capacity(LOG_BATCH),
+            entries: Vec::with_capacity(LOG_BATCH_ENTRIES),
             stack_frames: Vec::with_capacity(LOG_BATCH),
             stack_lens: Vec::new(),
         }
     }
 
     fn is_full(&self) -> bool {
-        self.entries.len() >= LOG_BATCH || self.stack_frames.len() >= LOG_BATCH
+        self.entries.len() >= LOG_BATCH_ENTRIES || self.stack_frames.len() >= LOG_BATCH
     }
 
     fn is_empty(&self) -> bool {
@@ -878,11 +931,11 @@ struct Logger {
 }
 
 impl Logger {
-    fn start() -> Logger {
+    fn start(recorder: Recorder) -> Logger {
         let (to_thread, batches) = sync_channel::<LogBatch>(4);
         let (recycle, emptied) = sync_channel(4);
         let thread = std::thread::spawn(move || {
-            let mut logged = Logged::default();
+            let mut logged = Logged::new(recorder);
             for mut batch in batches {
                 logged.take(&mut batch);
                 // Reused: a fresh batch would cost page faults.
@@ -900,9 +953,13 @@ impl Logger {
         }
     }
 
+    // Hands over the trace entry `f`, appended to `list`.
     #[inline]
-    fn push(&mut self, e: LogEntry) {
-        self.batch.entries.push(e);
+    fn push(&mut self, list: ObjId, f: &EntryFields) {
+        self.batch.entries.push(*f);
+        if let Some(f) = self.batch.entries.last_mut() {
+            f.e.list = list;
+        }
         if self.batch.is_full() {
             self.send();
         }
@@ -943,7 +1000,8 @@ impl Logger {
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(logged)) => logged,
             Some(Err(panic)) => std::panic::resume_unwind(panic),
-            None => Logged::default(),
+            // Finished already: nothing more was logged.
+            None => Logged::new(Recorder::new(Keys::default(), Vec::new())),
         }
     }
 }
@@ -951,9 +1009,18 @@ impl Logger {
 impl Hook for Collector {
     fn decode_dict(&mut self, list: ObjId, ops: &mut OpReader<'_>) -> Option<Val> {
         let known = self.last_trace_list == Some(list) || self.trace_lists.contains(&list);
-        let f = entry::decode(self, ops, known)?;
+        // Taken out while the decoder has the collector (a swap of three words).
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.push(EntryFields::default());
+        let decoded = pending
+            .last_mut()
+            .and_then(|f| entry::decode(self, ops, known, f));
+        if decoded.is_none() {
+            pending.pop();
+        }
+        self.pending = pending;
+        decoded?;
         self.direct_entries += 1;
-        self.pending.push(Some(f));
         Some(Val::Custom {
             kind: CUSTOM_ENTRY,
             id: (self.pending.len() - 1) as u32,
@@ -969,15 +1036,21 @@ impl Hook for Collector {
         else {
             return Attach::Keep;
         };
-        // A placeholder appended twice (DUP) was logged the first time.
-        let Some(f) = self.pending.get_mut(id as usize).and_then(Option::take) else {
+        let mut pending = std::mem::take(&mut self.pending);
+        let Some(f) = pending.get_mut(id as usize) else {
+            self.pending = pending;
             return Attach::Keep;
         };
-        if id as usize == self.pending.len() - 1 {
+        // A placeholder appended twice (DUP) was logged the first time (its
+        // `action` taken): `record` keeps it.
+        let attach = self.record(list, f).unwrap_or(Attach::Keep);
+        f.action = None;
+        if id as usize == pending.len() - 1 {
             // The batch's last entry: the earlier ones were logged (or never will be).
-            self.pending.clear();
+            pending.clear();
         }
-        self.record(list, &f).unwrap_or(Attach::Keep)
+        self.pending = pending;
+        attach
     }
 
     #[inline]
@@ -1116,7 +1189,6 @@ mod tests {
                 runs,
                 c.stacks.flat,
                 c.action_counts,
-                c.known_counts,
                 (metadata, pools, unread),
             );
             (seen, direct)
@@ -1248,18 +1320,42 @@ mod tests {
         p.0
     }
 
-    // The direct decoder's ints must fill the fields as the generic path does.
+    // The number fields' rules (`EntryFields::set_int`), which the generic path
+    // (`set`) and the direct decoder share.
     #[test]
-    fn set_int_stores_what_set_does() {
+    fn number_fields_keep_their_range() {
         let heap = Heap::default();
-        for field in [F_ADDR, F_SIZE, F_STREAM, F_TIME] {
-            for i in [0, 1, -1, 255, i64::MIN, i64::MAX, 1 << 47, -(1 << 40)] {
-                let mut direct = EntryFields::default();
-                let mut generic = direct;
-                direct.set_int(field, i);
-                generic.set(&heap, 0, field, Val::Int(i)).unwrap();
-                assert_eq!(format!("{direct:?}"), format!("{generic:?}"), "{field} {i}");
+        let set = |field: u8, v: Val| {
+            let mut f = EntryFields::default();
+            f.set(&heap, 0, field, v).unwrap();
+            f
+        };
+        let int = |field: u8, i: i128| {
+            let mut f = EntryFields::default();
+            f.set_int(field, i);
+            f
+        };
+        let max = u64::MAX as i128;
+        for (i, addr, impossible) in [(0, 0, false), (max, u64::MAX, false), (max + 1, 0, true)] {
+            for field in [F_ADDR, F_SIZE] {
+                let f = int(field, i);
+                assert_eq!((f.e.addr.max(f.e.size), f.impossible), (addr, impossible));
             }
+        }
+        assert!(set(F_ADDR, Val::Int(-1)).impossible);
+        assert_eq!(set(F_SIZE, Val::Int(4096)).e.size, 4096);
+        assert_eq!(set(F_STREAM, Val::Int(-1)).e.stream, u64::MAX);
+        assert_eq!(int(F_STREAM, max + 2).e.stream, 1);
+        let t = set(F_TIME, Val::Int(7));
+        assert_eq!((t.e.time_us, t.impossible), (Some(7), false));
+        for bad in [-1, i64::MAX as i128 + 1] {
+            let t = int(F_TIME, bad);
+            assert_eq!((t.e.time_us, t.impossible), (None, true), "{bad}");
+        }
+        // Not a number: read as absent, not as impossible.
+        for field in [F_ADDR, F_SIZE, F_STREAM, F_TIME] {
+            let f = set(field, Val::None);
+            assert_eq!(format!("{f:?}"), format!("{:?}", EntryFields::default()));
         }
     }
 

@@ -16,22 +16,24 @@ use crate::snapshot::pickle::{OpReader, StrId, Val, op};
 use rustc_hash::FxHashMap;
 use vramtrace_format::PoolId;
 
-/// Decodes the trace entry whose EMPTY_DICT was just read, through its SETITEMS.
-/// `None`: not the usual layout, or not a trace entry. In a list not `known` to hold
-/// trace entries, only a dict whose first key is `action` (as PyTorch writes them) is
-/// tried, so that the other dicts (blocks, frames) are not read twice.
+/// Decodes the trace entry whose EMPTY_DICT was just read, through its SETITEMS,
+/// into `f` (empty before: its place in `Collector::pending`, so that it is not
+/// copied there). `None`: not the usual layout, or not a trace entry. In a list not
+/// `known` to hold trace entries, only a dict whose first key is `action` (as
+/// PyTorch writes them) is tried, so that the other dicts (blocks, frames) are not
+/// read twice.
 pub(super) fn decode(
     c: &mut Collector,
     ops: &mut OpReader<'_>,
     known: bool,
-) -> Option<EntryFields> {
+    f: &mut EntryFields,
+) -> Option<()> {
     // The dict will be consumed on its APPENDS; a later memo reference sees that, as
     // it would after the generic path.
     ops.memo_store(Val::Consumed)?;
     if ops.u8()? != op::MARK {
         return None;
     }
-    let mut f = EntryFields::default();
     let mut known = known;
     // The common opcodes (memo references, ints) are read here with a position of
     // our own, which stays in a register; `ops` is moved to it (`seek`) before the
@@ -80,7 +82,7 @@ pub(super) fn decode(
             && let Some((i, len)) = OpReader::int_at(buf, at + 1, opcode)
         {
             at += 1 + len;
-            f.set_int(field, i);
+            f.set_int(field, i.into());
             continue;
         }
         if field != F_POOL
@@ -115,7 +117,7 @@ pub(super) fn decode(
             continue;
         } else if matches!(opcode, op::SHORT_BINUNICODE | op::BINUNICODE) {
             // `compile_context`'s "N/A", a fresh str in every entry.
-            Val::Str(ops.new_str(opcode)?)
+            Val::Str(ops.new_str_as(opcode, b"N/A", c.k.not_applicable)?)
         } else {
             match ops.atom(opcode)? {
                 Val::Obj(_) => return None,
@@ -123,7 +125,7 @@ pub(super) fn decode(
             }
         };
         at = ops.pos();
-        if field != F_POOL || !c.shared_pool(&mut f, field, value) {
+        if field != F_POOL || !c.shared_pool(f, field, value) {
             f.set(ops.heap(), key, field, value)?;
         }
     }
@@ -132,7 +134,7 @@ pub(super) fn decode(
     // Nothing may add to the dict after its SETITEMS (a second batch, a SETITEM): the
     // next opcode must begin the next item or end the list's batch.
     match ops.peek()? {
-        op::EMPTY_DICT | op::APPENDS | op::BINGET | op::LONG_BINGET => Some(f),
+        op::EMPTY_DICT | op::APPENDS | op::BINGET | op::LONG_BINGET => Some(()),
         _ => None,
     }
 }

@@ -273,6 +273,24 @@ impl<'a> OpReader<'a> {
         Some(id)
     }
 
+    /// [`OpReader::new_str`] for a str that is most often `known`, interned as
+    /// `id` already: those bytes are compared first, and that id taken with no
+    /// lookup in the heap's table (the `N/A` of every trace entry's
+    /// `compile_context`). Any other str is interned as `new_str` does.
+    #[inline(always)]
+    pub fn new_str_as(&mut self, opcode: u8, known: &[u8], id: StrId) -> Option<StrId> {
+        if opcode == op::SHORT_BINUNICODE
+            && self.buf.get(self.pos) == Some(&(known.len() as u8))
+            && self.buf.get(self.pos + 1..self.pos + 1 + known.len()) == Some(known)
+        {
+            debug_assert_eq!(self.heap.str_bytes(id), known);
+            self.pos += 1 + known.len();
+            self.memo_store(Val::Str(id))?;
+            return Some(id);
+        }
+        self.new_str(opcode)
+    }
+
     /// Reads a str as [`OpReader::atom`] does (a memo reference or a new str): `None`
     /// for any other value.
     #[inline(always)]

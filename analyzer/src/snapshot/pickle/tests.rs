@@ -131,6 +131,34 @@ fn errors_carry_offsets() {
     assert!(matches!(e, PickleError::Malformed { .. }), "{e}");
 }
 
+// A str read as one expected (`new_str_as`) is the one `new_str` reads: its
+// bytes, its memo slot, its place after it.
+#[test]
+fn a_str_read_as_known_is_the_str_read() {
+    let mut heap = Heap::default();
+    let na = heap.intern(b"N/A");
+    let other = heap.intern(b"x");
+    let mut strs = Vec::new();
+    for text in ["N/A", "N/AB", "N/", "", "abc"] {
+        let mut p = vec![text.len() as u8];
+        p.extend(text.as_bytes());
+        p.extend([op::MEMOIZE, op::STOP]);
+        let mut r = OpReader {
+            buf: &p,
+            pos: 0,
+            heap: &mut heap,
+            memo_start: 0,
+        };
+        let id = r.new_str_as(op::SHORT_BINUNICODE, b"N/A", na).unwrap();
+        assert_eq!(r.pos(), p.len() - 1, "{text}");
+        assert_eq!(r.memo_str(r.memo_len() - 1), Some(id), "{text}");
+        assert_eq!(heap.str_bytes(id), text.as_bytes());
+        strs.push(id);
+    }
+    assert_eq!(strs[0], na);
+    assert!(!strs[1..].contains(&na) && !strs.contains(&other));
+}
+
 #[test]
 fn op_reader_reads_long1_like_the_parser() {
     let mut heap = Heap::default();
