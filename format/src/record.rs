@@ -126,9 +126,8 @@ pub fn read_record<R: Read>(input: &mut R) -> io::Result<ReadRecord> {
     }
     // Read what is there rather than allocate what the length says: a
     // length is believed only as far as the input bears it out.
+    let payload = read_payload(input, data_len - 8)?;
     let want = (data_len - 8) as u64;
-    let mut payload = Vec::with_capacity(want.min(1 << 16) as usize);
-    input.take(want).read_to_end(&mut payload)?;
     let whole = |payload: Vec<u8>| {
         let mut read = Vec::with_capacity(RECORD_OVERHEAD + payload.len());
         read.extend_from_slice(&head);
@@ -153,6 +152,31 @@ pub fn read_record<R: Read>(input: &mut R) -> io::Result<ReadRecord> {
         crc: payload_crc,
         payload,
     })
+}
+
+/// Bytes of a payload read before the input has shown that it holds more.
+const FIRST_READ: usize = 4 << 20;
+
+/// Reads up to `want` bytes of a record's payload: fewer if the input ends
+/// first. The buffer grows as the input bears the length out (from
+/// [`FIRST_READ`], doubling), so a damaged length costs no more memory than
+/// the input holds. Each piece is read straight into the buffer: with
+/// `read_to_end`, a reader of unknown length was read through small probes
+/// with their copies and zeroing, on the thread whose reading the replay
+/// waits for (issue #47).
+fn read_payload<R: Read>(input: &mut R, want: usize) -> io::Result<Vec<u8>> {
+    let mut payload = Vec::with_capacity(want.min(FIRST_READ));
+    while payload.len() < want {
+        let start = payload.len();
+        let piece = (want - start).min(start.max(FIRST_READ));
+        payload.resize(start + piece, 0);
+        let got = read_full(input, &mut payload[start..])?;
+        if got < piece {
+            payload.truncate(start + got);
+            break;
+        }
+    }
+    Ok(payload)
 }
 
 /// Reads until `buf` is full or the input ends; returns the bytes read.
@@ -228,5 +252,23 @@ mod tests {
             read_record(&mut &head[..]).unwrap(),
             ReadRecord::Truncated { read } if read == head
         ));
+    }
+
+    /// Payloads past the first read's size come whole, in order; a cut one
+    /// comes as far as the input goes, in memory of its order.
+    #[test]
+    fn payloads_larger_than_the_first_read_are_read_whole() {
+        let data: Vec<u8> = (0..2 * FIRST_READ + 123).map(|i| (i % 251) as u8).collect();
+        let mut buf = Vec::new();
+        write_record(&mut buf, RecordType::Chunk, &data).unwrap();
+        match read_record(&mut &buf[..]).unwrap() {
+            ReadRecord::Record { payload, .. } => assert!(payload == data),
+            other => panic!("{:?}", std::mem::discriminant(&other)),
+        }
+        let cut = &data[..FIRST_READ + 7];
+        let payload = read_payload(&mut &cut[..], MAX_PAYLOAD).unwrap();
+        assert!(payload == cut);
+        assert!(payload.capacity() <= 2 * FIRST_READ + 7);
+        assert!(read_payload(&mut &data[..], 0).unwrap().is_empty());
     }
 }

@@ -94,14 +94,38 @@ pub trait EventSource {
     where
         F: FnMut(&[Event], &SymbolTable, u64) -> ControlFlow<()> + Send,
     {
+        self.try_for_each_checked_batch(
+            |_| false,
+            |events, _, symbols, position| f(events, symbols, position),
+        )
+    }
+
+    /// Like [`try_for_each_batch`](Self::try_for_each_batch), with `check`
+    /// run on each piece of events as it is decoded, beside the work on the
+    /// batch before, and its answer handed to `f` with the piece. A check
+    /// that every event would otherwise need (a consumer's test for values
+    /// out of range, say) so moves off the consumer's thread, whose work on
+    /// the events bounds the whole read when decoding waits for it.
+    fn try_for_each_checked_batch<C, F>(
+        &mut self,
+        check: C,
+        mut f: F,
+    ) -> Result<ControlFlow<()>, FormatError>
+    where
+        C: Fn(&[Event]) -> bool + Sync,
+        F: FnMut(&[Event], bool, &SymbolTable, u64) -> ControlFlow<()> + Send,
+    {
         // Decoded events go to buffers reused from batch to batch: allocating
         // them afresh costs page faults on every batch.
         let mut current = Vec::new();
         let mut next = Vec::new();
+        let mut current_checks = Vec::new();
+        let mut next_checks = Vec::new();
         if let Some(first) = self.read(&mut next)? {
             for damage in Self::decode(first, &mut current)? {
                 self.note_damage(damage);
             }
+            check_each(&check, &current, &mut current_checks);
         }
         let mut position = self.position();
         while !current.is_empty() {
@@ -109,17 +133,22 @@ pub trait EventSource {
             let next_position = self.position();
             let symbols = self.symbols();
             let (decoded, flow) = rayon::join(
-                || match pending {
-                    Some(p) => Self::decode(p, &mut next),
-                    None => {
-                        next.clear();
-                        Ok(Vec::new())
-                    }
+                || {
+                    let decoded = match pending {
+                        Some(p) => Self::decode(p, &mut next),
+                        None => {
+                            next.clear();
+                            Ok(Vec::new())
+                        }
+                    };
+                    check_each(&check, &next, &mut next_checks);
+                    decoded
                 },
                 || {
                     current
                         .iter()
-                        .try_for_each(|events| f(events, symbols, position))
+                        .zip(&current_checks)
+                        .try_for_each(|(events, &checked)| f(events, checked, symbols, position))
                 },
             );
             if flow.is_break() {
@@ -130,9 +159,20 @@ pub trait EventSource {
             }
             position = next_position;
             std::mem::swap(&mut current, &mut next);
+            std::mem::swap(&mut current_checks, &mut next_checks);
         }
         Ok(ControlFlow::Continue(()))
     }
+}
+
+/// `check` of each piece of `pieces`, into `out`.
+fn check_each(
+    check: &(impl Fn(&[Event]) -> bool + Sync),
+    pieces: &[Vec<Event>],
+    out: &mut Vec<bool>,
+) {
+    out.clear();
+    out.extend(pieces.iter().map(|events| check(events)));
 }
 
 /// Chunks read at a time: two per core keeps every core decoding.

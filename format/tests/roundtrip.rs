@@ -126,6 +126,30 @@ fn parallel_batches_see_every_event_in_order() {
     assert_eq!(seen, events);
 }
 
+/// A check of each piece, run as it is decoded, comes with that piece:
+/// here, whether it holds an event past 300 ns (the phase's end, in the
+/// last piece only), which the consumer compares with its own look.
+#[test]
+fn checked_batches_hand_each_piece_its_own_check() {
+    let (bytes, events) = small_trace(3);
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    let late = |events: &[Event]| events.iter().any(|e| e.time_ns > 300);
+    let (mut seen, mut pieces, mut flagged) = (Vec::new(), 0, 0);
+    let flow = r
+        .try_for_each_checked_batch(late, |batch, checked, _, _| {
+            assert_eq!(checked, late(batch));
+            pieces += 1;
+            flagged += checked as usize;
+            seen.extend_from_slice(batch);
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert!(flow.is_continue());
+    assert_eq!(seen, events);
+    assert_eq!(pieces, events.len().div_ceil(3));
+    assert_eq!(flagged, 1);
+}
+
 #[test]
 fn truncation_at_every_byte_keeps_exactly_the_complete_chunks() {
     let (bytes, events) = small_trace(4);

@@ -954,13 +954,19 @@ impl ReplayState {
     }
 
     fn tag_class(&mut self, index: u64, time_ns: u64, addr: u64, class: Class) -> Applied {
-        match self.live.get(&addr) {
+        // One probe of the map for the block's note, its change and its
+        // settling (they were three: a tenth of a tag's cost, issue #47).
+        match self.live.get_mut(&addr) {
             Some(a) if !a.free_requested => {
                 self.classifier.note(class.category, a.requested);
-                self.recategorize(addr, class);
-                if let Some(a) = self.live.get_mut(&addr) {
-                    a.birth.settled = true;
-                }
+                recategorize(
+                    a,
+                    class,
+                    &mut self.categories,
+                    &mut self.site_categories,
+                    &mut self.recategorized,
+                );
+                a.birth.settled = true;
                 Applied::Other
             }
             _ => {
@@ -968,34 +974,6 @@ impl ReplayState {
                 Applied::Inconsistent
             }
         }
-    }
-
-    /// Makes the live block at `addr` hold `class` from its allocation on:
-    /// the running counts move, and the change is listed for the analyses
-    /// that keep past moments.
-    fn recategorize(&mut self, addr: u64, class: Class) {
-        let Some(a) = self.live.get_mut(&addr) else {
-            return;
-        };
-        if a.class == class {
-            return;
-        }
-        let change = Recategorized {
-            addr,
-            born: a.born,
-            size: a.size,
-            site: a.site,
-            from: a.class,
-            to: class,
-        };
-        a.class = class;
-        if !a.free_requested {
-            self.categories.shift(change.from, change.to, change.size);
-            let site = &mut self.site_categories[change.site.0 as usize];
-            site[change.from.category as usize] -= change.size;
-            site[change.to.category as usize] += change.size;
-        }
-        self.recategorized.push(change);
     }
 
     /// Remembers a block to settle when the next step ends, keeping the
@@ -1024,22 +1002,43 @@ impl ReplayState {
     /// alive are settled (the module docs of [`categories`] say as what),
     /// but for set-up blocks, which wait for a second step.
     fn settle_at_step_end(&mut self) {
-        let waiting = std::mem::take(&mut self.classifier.waiting);
-        for (addr, born) in waiting {
-            let Some(a) = self.unsettled(addr, born) else {
+        // The list is taken to be walked, and handed back empty: dropped, it
+        // was allocated and grown afresh each step (15 M instructions of the
+        // 2 M-event trace's summary, issue #47).
+        let mut waiting = std::mem::take(&mut self.classifier.waiting);
+        let inferred = self.classifier.options().source == CategorySource::Inferred;
+        for &(addr, born) in &waiting {
+            // One probe of the map a block (the lookup, the change and the
+            // settling were three).
+            let Some(a) = self
+                .live
+                .get_mut(&addr)
+                .filter(|a| a.born == born && !a.birth.settled && !a.free_requested)
+            else {
                 continue;
             };
             let (birth, requested) = (a.birth, a.requested);
-            if is_setup(&birth) && self.classifier.options().source == CategorySource::Inferred {
+            let class = if is_setup(&birth) && inferred {
                 // Alive after the first step: not an activation, but
                 // perhaps the model's (decided after a second step).
-                self.recategorize(addr, Class::inferred(Category::Other));
                 self.classifier.setup.push((addr, born));
-                continue;
-            }
-            let category = self.classifier.survivor(&birth, requested);
-            self.settle(addr, Class::inferred(category));
+                Class::inferred(Category::Other)
+            } else {
+                a.birth.settled = true;
+                Class::inferred(self.classifier.survivor(&birth, requested))
+            };
+            recategorize(
+                a,
+                class,
+                &mut self.categories,
+                &mut self.site_categories,
+                &mut self.recategorized,
+            );
         }
+        waiting.clear();
+        // Nothing above waits for a step, but were anything to, it is kept.
+        waiting.append(&mut self.classifier.waiting);
+        self.classifier.waiting = waiting;
         if self.classifier.setup_decidable() {
             for (addr, born) in std::mem::take(&mut self.classifier.setup) {
                 if let Some(a) = self.unsettled(addr, born) {
@@ -1100,8 +1099,14 @@ impl ReplayState {
     }
 
     fn settle(&mut self, addr: u64, class: Class) {
-        self.recategorize(addr, class);
         if let Some(a) = self.live.get_mut(&addr) {
+            recategorize(
+                a,
+                class,
+                &mut self.categories,
+                &mut self.site_categories,
+                &mut self.recategorized,
+            );
             a.birth.settled = true;
         }
     }
@@ -1258,6 +1263,39 @@ impl ReplayState {
     pub fn sites(&self) -> &SiteFolder {
         &self.sites
     }
+}
+
+/// Makes live block `a` hold `class` from its allocation on: the running
+/// counts (`categories`, `site_categories`) move if it still counts in them,
+/// and the change is listed in `changes` for the analyses that keep past
+/// moments. Apart from [`ReplayState`] so that a caller holding the block
+/// from its own lookup need not look it up again.
+fn recategorize(
+    a: &mut LiveAlloc,
+    class: Class,
+    categories: &mut CategoryBytes,
+    site_categories: &mut [[u64; CATEGORIES]],
+    changes: &mut Vec<Recategorized>,
+) {
+    if a.class == class {
+        return;
+    }
+    let change = Recategorized {
+        addr: a.addr,
+        born: a.born,
+        size: a.size,
+        site: a.site,
+        from: a.class,
+        to: class,
+    };
+    a.class = class;
+    if !a.free_requested {
+        categories.shift(change.from, change.to, change.size);
+        let site = &mut site_categories[change.site.0 as usize];
+        site[change.from.category as usize] -= change.size;
+        site[change.to.category as usize] += change.size;
+    }
+    changes.push(change);
 }
 
 /// Settles what the block `a` held, given up by the caller now (`b`), if

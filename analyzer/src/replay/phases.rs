@@ -45,6 +45,10 @@ pub const MAIN_THREAD: u32 = 0;
 /// its depth in memory for every instance).
 pub const SHOWN_PATH_DEPTH: usize = 24;
 
+/// Names whose list of open depths is kept once empty, for the next phase
+/// of the name; past this many, emptied lists are dropped.
+const KEPT_PHASE_NAMES: usize = 4096;
+
 /// One execution of a phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PhaseInstance {
@@ -276,7 +280,12 @@ impl ReplayState {
             let phase = &mut self.phases[p.0 as usize];
             if let Some(depths) = self.open_by_name.get_mut(&phase.name) {
                 depths.pop();
-                if depths.is_empty() {
+                // An emptied list is kept for the name's next phase (most
+                // names open once a step: freeing the list and growing it
+                // again cost about 200 instructions a phase, issue #47),
+                // unless names are many, so that a trace of ever new names
+                // does not grow the map without end.
+                if depths.is_empty() && self.open_by_name.len() > KEPT_PHASE_NAMES {
                     self.open_by_name.remove(&phase.name);
                 }
             }

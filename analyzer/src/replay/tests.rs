@@ -527,6 +527,29 @@ fn a_trace_without_steps_keeps_its_waiting_list_bounded() {
     }
 }
 
+/// A step's end walks the blocks waiting for it and hands the list back
+/// empty with its buffer (dropped, it was allocated and grown afresh every
+/// step), and a phase name that ended keeps its emptied list of open depths
+/// for its next phase.
+#[test]
+fn a_step_end_keeps_its_buffers_for_the_next_step() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("forward", "model.py", 20);
+    b.segment(0, 1 << 30);
+    for it in 0..3u64 {
+        b.alloc(0x1000 * (it + 1), 512, 512, s);
+        b.begin("Optimizer.step#SGD.step");
+        b.end("Optimizer.step#SGD.step");
+    }
+    let bytes = b.finish();
+    let (state, _) = replay(&bytes);
+    assert!(state.classifier.waiting.is_empty());
+    assert!(state.classifier.waiting.capacity() > 0);
+    assert_eq!(state.open_by_name.len(), 1);
+    assert!(state.open_by_name.values().all(Vec::is_empty));
+    assert!(state.open_phases().is_empty());
+}
+
 /// Pools as the replay follows them: a segment's pool, its live bytes, a
 /// graph's capture into a pool named only at its end, and the three
 /// contradictions (a capture never ended, a pool used after its release, a
