@@ -320,8 +320,18 @@ impl ExplorerAnalysis {
     }
 
     /// The category changes of the last event (or of the pass's end), for
-    /// the kept records of live blocks.
+    /// the kept records of live blocks. Inlined into `event`: most events
+    /// change no category, and the call cost more than the check.
+    #[inline(always)]
     fn follow_categories(&mut self, state: &ReplayState) {
+        if !state.recategorized().is_empty() {
+            self.move_recategorized(state);
+        }
+    }
+
+    /// The moves of `follow_categories`, for an event that changed some
+    /// blocks' categories.
+    fn move_recategorized(&mut self, state: &ReplayState) {
         for change in state.recategorized() {
             let Some(&seq) = self.live_kept.get(&change.addr) else {
                 continue;

@@ -238,6 +238,9 @@ pub struct TimelineAnalysis {
     // The column the last event fell in, held out of the map while events
     // fall in it (most do): no lookup an event.
     open: Option<(u64, Column)>,
+    // The times the open column spans, `[start, end)`, while one is open.
+    open_start_ns: u64,
+    open_end_ns: u64,
     origin_ns: Option<u64>,
     width_ns: u64,
     current: u64,
@@ -250,6 +253,8 @@ pub struct TimelineAnalysis {
     pauses: PauseTracker,
     // Memory outside the allocator at the last device-memory sample.
     outside: Option<u64>,
+    // Whether `outside` changed since the open column last took it in.
+    outside_changed: bool,
     report: Option<Timeline>,
 }
 
@@ -268,6 +273,8 @@ impl TimelineAnalysis {
             tracked: [u32::MAX; TRACKED],
             columns: BTreeMap::new(),
             open: None,
+            open_start_ns: 0,
+            open_end_ns: 0,
             pending: Vec::new(),
             origin_ns: None,
             width_ns: 1_000,
@@ -277,6 +284,7 @@ impl TimelineAnalysis {
             last_time_ns: 0,
             pauses: PauseTracker::new(GAP_BUDGET),
             outside: None,
+            outside_changed: false,
             report: None,
         }
     }
@@ -286,29 +294,36 @@ impl TimelineAnalysis {
         self.report.ok_or(AnalysisError::NoResult("timeline"))
     }
 
+    /// The group of a block. Inlined into `event`, which asks it for each
+    /// block event: a call for a field read cost about 20 instructions.
+    #[inline(always)]
     fn category(&mut self, alloc: &LiveAlloc, state: &ReplayState) -> u32 {
         match self.options.group_by {
             GroupBy::None => 0,
             GroupBy::Category => alloc.class.category as u32,
             GroupBy::Site => alloc.site.0,
-            GroupBy::Phase => {
-                let index = alloc.phase.0.wrapping_add(1) as usize;
-                if let Some(&c) = self.phase_category.get(index).filter(|&&c| c != u32::MAX) {
-                    return c;
-                }
-                let name = match state.phase(alloc.phase) {
-                    None => "(no phase)".to_string(),
-                    Some(p) => state.path_name(p.path),
-                };
-                let next = self.phase_names.len() as u32;
-                let c = *self.phase_names.entry(name).or_insert(next);
-                if self.phase_category.len() <= index {
-                    self.phase_category.resize(index + 1, u32::MAX);
-                }
-                self.phase_category[index] = c;
-                c
-            }
+            GroupBy::Phase => self.phase_category(alloc, state),
         }
+    }
+
+    /// The group of a block's phase instance (for `--by phase`), named once
+    /// per instance.
+    fn phase_category(&mut self, alloc: &LiveAlloc, state: &ReplayState) -> u32 {
+        let index = alloc.phase.0.wrapping_add(1) as usize;
+        if let Some(&c) = self.phase_category.get(index).filter(|&&c| c != u32::MAX) {
+            return c;
+        }
+        let name = match state.phase(alloc.phase) {
+            None => "(no phase)".to_string(),
+            Some(p) => state.path_name(p.path),
+        };
+        let next = self.phase_names.len() as u32;
+        let c = *self.phase_names.entry(name).or_insert(next);
+        if self.phase_category.len() <= index {
+            self.phase_category.resize(index + 1, u32::MAX);
+        }
+        self.phase_category[index] = c;
+        c
     }
 
     fn add(&mut self, category: u32, delta: i128) {
@@ -339,10 +354,28 @@ impl TimelineAnalysis {
     /// the block was live at, in batches (`apply_pending`). A block
     /// recategorized long after its birth once walked back over every column
     /// since, each time: 100,000 such blocks took 40 s.
+    ///
+    /// Inlined into `event`: most events change no category, and a timeline
+    /// not grouped by category has nothing to follow; the moves themselves
+    /// are out of line (`move_recategorized`).
+    #[inline(always)]
     fn follow_categories(&mut self, state: &ReplayState, at: u64) {
         if self.options.group_by != GroupBy::Category {
             return;
         }
+        if !state.recategorized().is_empty() {
+            self.move_recategorized(state, at);
+        }
+        // Applied once they outnumber the samples: each sample is touched
+        // once per batch, so the cost per change stays constant.
+        if self.pending.len() >= 4096 + 4 * self.columns.len() {
+            self.apply_pending();
+        }
+    }
+
+    /// The moves of `follow_categories`, for an event that changed some
+    /// blocks' categories.
+    fn move_recategorized(&mut self, state: &ReplayState, at: u64) {
         for change in state.recategorized() {
             let (from, to) = (change.from.category as u32, change.to.category as u32);
             if from == to {
@@ -365,11 +398,6 @@ impl TimelineAnalysis {
                 to,
                 size: change.size,
             });
-        }
-        // Applied once they outnumber the samples: each sample is touched
-        // once per batch, so the cost per change stays constant.
-        if self.pending.len() >= 4096 + 4 * self.columns.len() {
-            self.apply_pending();
         }
     }
 
@@ -478,7 +506,9 @@ impl TimelineAnalysis {
         offset / self.width_ns
     }
 
-    fn observe(&mut self, index: u64, time_ns: u64, state: &ReplayState) {
+    /// Opens the column of `time_ns` (halving the resolution first if the
+    /// trace outgrew it), and notes its span for `observe`'s quick check.
+    fn enter_column(&mut self, time_ns: u64) {
         let column = self.column_for(time_ns);
         if column != self.current {
             self.current = column;
@@ -489,9 +519,31 @@ impl TimelineAnalysis {
             let held = self.columns.remove(&column).unwrap_or_default();
             self.open = Some((column, held));
         }
+        // `column_for` set the origin. The column's start cannot overflow
+        // (it is at most `time_ns`); its end may, and then saturates, which
+        // only sends `u64::MAX` itself the long way.
+        let origin = self.origin_ns.unwrap_or(time_ns);
+        self.open_start_ns = origin + column * self.width_ns;
+        self.open_end_ns = self.open_start_ns.saturating_add(self.width_ns);
+    }
+
+    #[inline(always)]
+    fn observe(&mut self, index: u64, time_ns: u64, state: &ReplayState) {
+        // Most events fall in the open column: its span tells so without
+        // `column_for`'s divisions. (Closing the column, or halving the
+        // resolution, which closes it, leaves none open.)
+        let entered =
+            self.open.is_none() || time_ns < self.open_start_ns || time_ns >= self.open_end_ns;
+        if entered {
+            self.enter_column(time_ns);
+        }
         let totals = state.totals();
         let allocated = totals.allocated;
-        let col = self.open.as_ref().map(|&(_, c)| c).unwrap_or_default();
+        // The column by reference: a copy of it (two samples) cost about 30
+        // instructions an event.
+        let Some((_, col)) = self.open.as_ref() else {
+            return;
+        };
         let new_max = col.max.is_none_or(|m| allocated > m.allocated);
         let new_min = col.min.is_none_or(|m| allocated < m.allocated);
         let s = (new_max || new_min).then(|| self.sample(index, time_ns, allocated));
@@ -504,7 +556,12 @@ impl TimelineAnalysis {
         if new_min {
             col.min = s;
         }
-        col.outside_max = col.outside_max.max(self.outside);
+        // The column's most memory outside the allocator changes only with
+        // the column or with a device-memory sample.
+        if entered || self.outside_changed {
+            col.outside_max = col.outside_max.max(self.outside);
+            self.outside_changed = false;
+        }
         let pools = state.pools_reserved();
         if col.max.is_some() && (new_max && new_min) {
             col.reserved_min = totals.reserved;
@@ -716,6 +773,10 @@ impl Analysis for TimelineAnalysis {
         self.retrack();
     }
 
+    // Always inlined into the pass's loop, as `Summary::event` is: called,
+    // its prologue, epilogue and returned `Result` cost about 20
+    // instructions an event, and `report` runs two timelines.
+    #[inline(always)]
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         self.follow_categories(state, step.index);
         // By reference: the block is not copied out of the step.
@@ -756,6 +817,7 @@ impl Analysis for TimelineAnalysis {
             && m.free_bytes <= m.total_bytes
         {
             self.outside = Some(super::limits::outside_bytes(m, state.totals().reserved));
+            self.outside_changed = true;
         }
         self.pauses.event(step.index, step.event.time_ns);
         self.observe(step.index, step.event.time_ns, state);
