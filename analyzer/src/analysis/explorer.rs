@@ -598,18 +598,19 @@ impl Analysis for ExplorerAnalysis {
         self.events += 1;
         self.last_ns = time_ns;
         self.follow_categories(state);
-        match *step.applied {
+        // By reference: the block is not copied out of the step.
+        match step.applied {
             Applied::Alloc(alloc) => {
                 if let Some(old) = state.replaced_by(index) {
                     let addr = old.addr;
                     self.freed(index, time_ns, addr);
                 }
-                self.keep(index, time_ns, &alloc, false);
+                self.keep(index, time_ns, alloc, false);
             }
             Applied::FreeRequested(a) => self.freed(index, time_ns, a.addr),
             Applied::FreeCompleted(a) if !a.free_requested => self.freed(index, time_ns, a.addr),
-            Applied::PhaseBegin(id) => self.open.push(id),
-            Applied::PhaseEnd(id) => {
+            &Applied::PhaseBegin(id) => self.open.push(id),
+            &Applied::PhaseEnd(id) => {
                 let phases = state.phases().len();
                 if self.phase_end_index.len() < phases {
                     self.phase_end_index.resize(phases, u64::MAX);
