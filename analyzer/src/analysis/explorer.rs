@@ -320,8 +320,18 @@ impl ExplorerAnalysis {
     }
 
     /// The category changes of the last event (or of the pass's end), for
-    /// the kept records of live blocks.
+    /// the kept records of live blocks. Inlined into `event`: most events
+    /// change no category, and the call cost more than the check.
+    #[inline(always)]
     fn follow_categories(&mut self, state: &ReplayState) {
+        if !state.recategorized().is_empty() {
+            self.move_recategorized(state);
+        }
+    }
+
+    /// The moves of `follow_categories`, for an event that changed some
+    /// blocks' categories.
+    fn move_recategorized(&mut self, state: &ReplayState) {
         for change in state.recategorized() {
             let Some(&seq) = self.live_kept.get(&change.addr) else {
                 continue;
@@ -588,18 +598,19 @@ impl Analysis for ExplorerAnalysis {
         self.events += 1;
         self.last_ns = time_ns;
         self.follow_categories(state);
-        match *step.applied {
+        // By reference: the block is not copied out of the step.
+        match step.applied {
             Applied::Alloc(alloc) => {
                 if let Some(old) = state.replaced_by(index) {
                     let addr = old.addr;
                     self.freed(index, time_ns, addr);
                 }
-                self.keep(index, time_ns, &alloc, false);
+                self.keep(index, time_ns, alloc, false);
             }
             Applied::FreeRequested(a) => self.freed(index, time_ns, a.addr),
             Applied::FreeCompleted(a) if !a.free_requested => self.freed(index, time_ns, a.addr),
-            Applied::PhaseBegin(id) => self.open.push(id),
-            Applied::PhaseEnd(id) => {
+            &Applied::PhaseBegin(id) => self.open.push(id),
+            &Applied::PhaseEnd(id) => {
                 let phases = state.phases().len();
                 if self.phase_end_index.len() < phases {
                     self.phase_end_index.resize(phases, u64::MAX);

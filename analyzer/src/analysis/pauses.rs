@@ -155,8 +155,10 @@ impl PauseTracker {
         }
     }
 
-    /// The event with this index happened at `time_ns`.
-    #[inline]
+    /// The event with this index happened at `time_ns`. Always inlined:
+    /// four analyses of `report` call it for every event, and one of them
+    /// left out of line cost 32 instructions an event.
+    #[inline(always)]
     pub fn event(&mut self, index: u64, time_ns: u64) {
         let Some(last) = self.last_ns.replace(time_ns) else {
             return;

@@ -149,6 +149,31 @@ fn shift(sample: &mut Sample, changes: &[(u32, i128)]) {
     }
 }
 
+/// The moment after event `index`: allocated bytes, and the bytes of the
+/// `tracked` categories by their running counts in `bytes`. Inlined into
+/// `observe`, which writes it in place.
+#[inline(always)]
+fn sample(
+    tracked: &[u32; TRACKED],
+    bytes: &[u64],
+    index: u64,
+    time_ns: u64,
+    allocated: u64,
+) -> Sample {
+    let mut kept = [(u32::MAX, 0); TRACKED];
+    for (slot, &c) in kept.iter_mut().zip(tracked) {
+        if c != u32::MAX {
+            *slot = (c, bytes.get(c as usize).copied().unwrap_or(0));
+        }
+    }
+    Sample {
+        time_ns,
+        index,
+        allocated,
+        tracked: kept,
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Sample {
     time_ns: u64,
@@ -238,18 +263,26 @@ pub struct TimelineAnalysis {
     // The column the last event fell in, held out of the map while events
     // fall in it (most do): no lookup an event.
     open: Option<(u64, Column)>,
+    // The times the open column spans, `[start, end)`, while one is open.
+    open_start_ns: u64,
+    open_end_ns: u64,
     origin_ns: Option<u64>,
     width_ns: u64,
     current: u64,
     // Category changes not yet moved in the kept samples (see
     // `follow_categories`).
     pending: Vec<Pending>,
+    // The index of the sample taken last (the latest any kept sample can
+    // have), for `move_recategorized`.
+    last_sample_index: Option<u64>,
     peak: Option<(Sample, u64)>,
     ooms: Vec<TimelinePoint>,
     last_time_ns: u64,
     pauses: PauseTracker,
     // Memory outside the allocator at the last device-memory sample.
     outside: Option<u64>,
+    // Whether `outside` changed since the open column last took it in.
+    outside_changed: bool,
     report: Option<Timeline>,
 }
 
@@ -268,7 +301,10 @@ impl TimelineAnalysis {
             tracked: [u32::MAX; TRACKED],
             columns: BTreeMap::new(),
             open: None,
+            open_start_ns: 0,
+            open_end_ns: 0,
             pending: Vec::new(),
+            last_sample_index: None,
             origin_ns: None,
             width_ns: 1_000,
             current: 0,
@@ -277,6 +313,7 @@ impl TimelineAnalysis {
             last_time_ns: 0,
             pauses: PauseTracker::new(GAP_BUDGET),
             outside: None,
+            outside_changed: false,
             report: None,
         }
     }
@@ -286,29 +323,36 @@ impl TimelineAnalysis {
         self.report.ok_or(AnalysisError::NoResult("timeline"))
     }
 
+    /// The group of a block. Inlined into `event`, which asks it for each
+    /// block event: a call for a field read cost about 20 instructions.
+    #[inline(always)]
     fn category(&mut self, alloc: &LiveAlloc, state: &ReplayState) -> u32 {
         match self.options.group_by {
             GroupBy::None => 0,
             GroupBy::Category => alloc.class.category as u32,
             GroupBy::Site => alloc.site.0,
-            GroupBy::Phase => {
-                let index = alloc.phase.0.wrapping_add(1) as usize;
-                if let Some(&c) = self.phase_category.get(index).filter(|&&c| c != u32::MAX) {
-                    return c;
-                }
-                let name = match state.phase(alloc.phase) {
-                    None => "(no phase)".to_string(),
-                    Some(p) => state.path_name(p.path),
-                };
-                let next = self.phase_names.len() as u32;
-                let c = *self.phase_names.entry(name).or_insert(next);
-                if self.phase_category.len() <= index {
-                    self.phase_category.resize(index + 1, u32::MAX);
-                }
-                self.phase_category[index] = c;
-                c
-            }
+            GroupBy::Phase => self.phase_category(alloc, state),
         }
+    }
+
+    /// The group of a block's phase instance (for `--by phase`), named once
+    /// per instance.
+    fn phase_category(&mut self, alloc: &LiveAlloc, state: &ReplayState) -> u32 {
+        let index = alloc.phase.0.wrapping_add(1) as usize;
+        if let Some(&c) = self.phase_category.get(index).filter(|&&c| c != u32::MAX) {
+            return c;
+        }
+        let name = match state.phase(alloc.phase) {
+            None => "(no phase)".to_string(),
+            Some(p) => state.path_name(p.path),
+        };
+        let next = self.phase_names.len() as u32;
+        let c = *self.phase_names.entry(name).or_insert(next);
+        if self.phase_category.len() <= index {
+            self.phase_category.resize(index + 1, u32::MAX);
+        }
+        self.phase_category[index] = c;
+        c
     }
 
     fn add(&mut self, category: u32, delta: i128) {
@@ -319,30 +363,33 @@ impl TimelineAnalysis {
         self.bytes[i] = (self.bytes[i] as i128 + delta).max(0) as u64;
     }
 
-    fn sample(&self, index: u64, time_ns: u64, allocated: u64) -> Sample {
-        let mut tracked = [(u32::MAX, 0); TRACKED];
-        for (slot, &c) in tracked.iter_mut().zip(&self.tracked) {
-            if c != u32::MAX {
-                *slot = (c, self.bytes.get(c as usize).copied().unwrap_or(0));
-            }
-        }
-        Sample {
-            time_ns,
-            index,
-            allocated,
-            tracked,
-        }
-    }
-
     /// Moves the bytes of blocks whose category changed (by category only):
     /// in the running counts and the peak at once, and in every kept moment
     /// the block was live at, in batches (`apply_pending`). A block
     /// recategorized long after its birth once walked back over every column
     /// since, each time: 100,000 such blocks took 40 s.
+    ///
+    /// Inlined into `event`: most events change no category, and a timeline
+    /// not grouped by category has nothing to follow; the moves themselves
+    /// are out of line (`move_recategorized`).
+    #[inline(always)]
     fn follow_categories(&mut self, state: &ReplayState, at: u64) {
         if self.options.group_by != GroupBy::Category {
             return;
         }
+        if !state.recategorized().is_empty() {
+            self.move_recategorized(state, at);
+        }
+        // Applied once they outnumber the samples: each sample is touched
+        // once per batch, so the cost per change stays constant.
+        if self.pending.len() >= 4096 + 4 * self.columns.len() {
+            self.apply_pending();
+        }
+    }
+
+    /// The moves of `follow_categories`, for an event that changed some
+    /// blocks' categories.
+    fn move_recategorized(&mut self, state: &ReplayState, at: u64) {
         for change in state.recategorized() {
             let (from, to) = (change.from.category as u32, change.to.category as u32);
             if from == to {
@@ -358,18 +405,23 @@ impl TimelineAnalysis {
                     &[(from, -(change.size as i128)), (to, change.size as i128)],
                 );
             }
-            self.pending.push(Pending {
-                born: change.born,
-                at,
-                from,
-                to,
-                size: change.size,
-            });
-        }
-        // Applied once they outnumber the samples: each sample is touched
-        // once per batch, so the cost per change stays constant.
-        if self.pending.len() >= 4096 + 4 * self.columns.len() {
-            self.apply_pending();
+            // A change moves the samples taken while its block was live
+            // (`born <= index + 1`, `index < at`). Samples are taken in event
+            // order, so when none was taken since the block's birth (most
+            // blocks recategorized are short-lived), none ever will be
+            // that it moves: it is not queued.
+            if self
+                .last_sample_index
+                .is_some_and(|i| i >= change.born.saturating_sub(1))
+            {
+                self.pending.push(Pending {
+                    born: change.born,
+                    at,
+                    from,
+                    to,
+                    size: change.size,
+                });
+            }
         }
     }
 
@@ -478,7 +530,9 @@ impl TimelineAnalysis {
         offset / self.width_ns
     }
 
-    fn observe(&mut self, index: u64, time_ns: u64, state: &ReplayState) {
+    /// Opens the column of `time_ns` (halving the resolution first if the
+    /// trace outgrew it), and notes its span for `observe`'s quick check.
+    fn enter_column(&mut self, time_ns: u64) {
         let column = self.column_for(time_ns);
         if column != self.current {
             self.current = column;
@@ -489,22 +543,64 @@ impl TimelineAnalysis {
             let held = self.columns.remove(&column).unwrap_or_default();
             self.open = Some((column, held));
         }
+        // `column_for` set the origin. The column's start cannot overflow
+        // (it is at most `time_ns`); its end may, and then saturates, which
+        // only sends `u64::MAX` itself the long way.
+        let origin = self.origin_ns.unwrap_or(time_ns);
+        self.open_start_ns = origin + column * self.width_ns;
+        self.open_end_ns = self.open_start_ns.saturating_add(self.width_ns);
+    }
+
+    #[inline(always)]
+    fn observe(&mut self, index: u64, time_ns: u64, state: &ReplayState) {
+        // Most events fall in the open column: its span tells so without
+        // `column_for`'s divisions. (Closing the column, or halving the
+        // resolution, which closes it, leaves none open.)
+        let entered =
+            self.open.is_none() || time_ns < self.open_start_ns || time_ns >= self.open_end_ns;
+        if entered {
+            self.enter_column(time_ns);
+        }
         let totals = state.totals();
         let allocated = totals.allocated;
-        let col = self.open.as_ref().map(|&(_, c)| c).unwrap_or_default();
-        let new_max = col.max.is_none_or(|m| allocated > m.allocated);
-        let new_min = col.min.is_none_or(|m| allocated < m.allocated);
-        let s = (new_max || new_min).then(|| self.sample(index, time_ns, allocated));
+        // The column by reference: a copy of it (two samples) cost about 30
+        // instructions an event.
         let Some((_, col)) = self.open.as_mut() else {
             return;
         };
+        let new_max = col.max.as_ref().is_none_or(|m| allocated > m.allocated);
+        let new_min = col.min.as_ref().is_none_or(|m| allocated < m.allocated);
+        // A new extreme is written where the column keeps it, rather than
+        // built apart and copied (about 60 instructions a sample).
         if new_max {
-            col.max = s;
+            col.max = Some(sample(
+                &self.tracked,
+                &self.bytes,
+                index,
+                time_ns,
+                allocated,
+            ));
+            if new_min {
+                col.min = col.max;
+            }
+        } else if new_min {
+            col.min = Some(sample(
+                &self.tracked,
+                &self.bytes,
+                index,
+                time_ns,
+                allocated,
+            ));
         }
-        if new_min {
-            col.min = s;
+        if new_max || new_min {
+            self.last_sample_index = Some(index);
         }
-        col.outside_max = col.outside_max.max(self.outside);
+        // The column's most memory outside the allocator changes only with
+        // the column or with a device-memory sample.
+        if entered || self.outside_changed {
+            col.outside_max = col.outside_max.max(self.outside);
+            self.outside_changed = false;
+        }
         let pools = state.pools_reserved();
         if col.max.is_some() && (new_max && new_min) {
             col.reserved_min = totals.reserved;
@@ -521,8 +617,13 @@ impl TimelineAnalysis {
             col.reserved_min = col.reserved_min.min(totals.reserved);
             col.reserved_max = col.reserved_max.max(totals.reserved);
         }
-        if self.peak.is_none_or(|(p, _)| allocated > p.allocated) {
-            self.peak = Some((self.sample(index, time_ns, allocated), totals.reserved));
+        if self
+            .peak
+            .as_ref()
+            .is_none_or(|(p, _)| allocated > p.allocated)
+        {
+            let s = sample(&self.tracked, &self.bytes, index, time_ns, allocated);
+            self.peak = Some((s, totals.reserved));
         }
         self.last_time_ns = time_ns;
     }
@@ -716,6 +817,10 @@ impl Analysis for TimelineAnalysis {
         self.retrack();
     }
 
+    // Always inlined into the pass's loop, as `Summary::event` is: called,
+    // its prologue, epilogue and returned `Result` cost about 20
+    // instructions an event, and `report` runs two timelines.
+    #[inline(always)]
     fn event(&mut self, step: &Step<'_>, state: &ReplayState) -> Result<Flow, AnalysisError> {
         self.follow_categories(state, step.index);
         // By reference: the block is not copied out of the step.
@@ -756,6 +861,7 @@ impl Analysis for TimelineAnalysis {
             && m.free_bytes <= m.total_bytes
         {
             self.outside = Some(super::limits::outside_bytes(m, state.totals().reserved));
+            self.outside_changed = true;
         }
         self.pauses.event(step.index, step.event.time_ns);
         self.observe(step.index, step.event.time_ns, state);

@@ -50,3 +50,67 @@ fn samples_carry_the_bytes_in_private_pools() {
     assert!(t.samples.iter().all(|s| s.pools.is_none()));
     assert!(!serde_json::to_string(&t.samples).unwrap().contains("pools"));
 }
+
+#[test]
+fn events_fall_in_the_column_their_time_is_in_whichever_was_open() {
+    let mut b = TraceBuilder::new();
+    let site = b.site("f", "a.py", 1);
+    // Columns of 1,000 ns from the first event's time (100 ns): every
+    // allocation raises the allocated bytes, so each is a maximum of its
+    // column when it comes.
+    b.at(100).alloc(0x1000, 512, 512, site);
+    b.at(1_099).alloc(0x2000, 512, 512, site); // the first column's last nanosecond
+    b.at(1_100).alloc(0x3000, 512, 512, site); // the second column's first
+    b.at(50).alloc(0x4000, 512, 512, site); // back in time, before the origin: the first
+    b.at(2_099).alloc(0x5000, 512, 512, site); // the second column's last
+    let trace = b.finish();
+    let mut timeline = TimelineAnalysis::new(TimelineOptions::default());
+    replay_trace(&trace, &mut [&mut timeline], &Window::default());
+    let t = timeline.into_report().unwrap();
+    let samples: Vec<(u64, u64)> = t.samples.iter().map(|s| (s.time_ns, s.allocated)).collect();
+    // Each column's least and most: the first column's maximum is the
+    // event that went back in time, the second's its last event.
+    assert_eq!(
+        samples,
+        [(50, 2048), (100, 512), (1_100, 1536), (2_099, 2560)]
+    );
+}
+
+#[test]
+fn a_category_change_moves_the_samples_taken_since_its_block_was_born() {
+    let mut b = TraceBuilder::tagged();
+    let site = b.site("f", "a.py", 1);
+    // One column (the events span less than its 1,000 ns): samples at
+    // the first event (the least) and at each new most.
+    b.at(1).alloc(0x1000, 4096, 4096, site);
+    b.at(2).alloc(0x2000, 8192, 8192, site);
+    b.at(3).free(0x2000, 8192);
+    // Neither least nor most: no sample holds this block ...
+    b.at(4).alloc(0x3000, 1024, 1024, site);
+    // ... until this one, a new most, taken at the allocation of 0x4000.
+    b.at(5).alloc(0x4000, 16384, 16384, site);
+    b.at(6).tag(0x3000, Category::Parameter);
+    b.at(6).tag(0x4000, Category::Parameter);
+    // Born after every sample, and tagged before the next: it moves none.
+    b.at(7).free(0x4000, 16384);
+    b.at(8).alloc(0x5000, 512, 512, site);
+    b.at(9).tag(0x5000, Category::Parameter);
+    let trace = b.finish();
+    let mut timeline = TimelineAnalysis::new(TimelineOptions {
+        group_by: GroupBy::Category,
+        ..TimelineOptions::default()
+    });
+    replay_trace(&trace, &mut [&mut timeline], &Window::default());
+    let t = timeline.into_report().unwrap();
+    let parameters = (t.categories.iter())
+        .position(|c| c == Category::Parameter.label())
+        .unwrap();
+    let most = t.samples.iter().max_by_key(|s| s.allocated).unwrap();
+    assert_eq!(most.allocated, 4096 + 1024 + 16384);
+    assert_eq!(most.values[parameters], 1024 + 16384);
+    let least = t.samples.iter().min_by_key(|s| s.allocated).unwrap();
+    assert_eq!((least.allocated, least.values[parameters]), (4096, 0));
+    let peak = t.peak.unwrap();
+    assert_eq!(peak.category, Category::Parameter.label());
+    assert_eq!(peak.category_bytes, 1024 + 16384);
+}

@@ -370,23 +370,24 @@ impl Knots {
 /// Standard base64 with padding.
 pub(super) fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> shift & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
+    let digit = |n: u32, shift: u32| ALPHABET[(n >> shift & 63) as usize];
+    // Bytes, four a group, rather than a `char` pushed at a time (each with
+    // its own capacity check and UTF-8 encoding): the explorer's bulk is
+    // about a megabyte.
+    let mut out = Vec::with_capacity(bytes.len().div_ceil(3) * 4);
+    let whole = bytes.chunks_exact(3);
+    let rest = whole.remainder();
+    for chunk in whole {
+        let n = (chunk[0] as u32) << 16 | (chunk[1] as u32) << 8 | chunk[2] as u32;
+        out.extend_from_slice(&[digit(n, 18), digit(n, 12), digit(n, 6), digit(n, 0)]);
     }
-    out
+    if !rest.is_empty() {
+        let b1 = rest.get(1).copied().unwrap_or(0);
+        let n = (rest[0] as u32) << 16 | (b1 as u32) << 8;
+        let third = if rest.len() == 2 { digit(n, 6) } else { b'=' };
+        out.extend_from_slice(&[digit(n, 18), digit(n, 12), third, b'=']);
+    }
+    String::from_utf8(out).expect("the base64 alphabet is ASCII")
 }
 
 #[cfg(test)]
