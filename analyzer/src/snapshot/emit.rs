@@ -98,7 +98,7 @@ impl ParsedSnapshot {
             producer: IMPORTED_BY.into(),
             producer_version: env!("CARGO_PKG_VERSION").into(),
             start_unix_ns: if plan.epoch_based {
-                plan.t0 as u64 * 1000
+                (plan.t0 as u64).saturating_mul(1000)
             } else {
                 0
             },
