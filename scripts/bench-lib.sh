@@ -1,5 +1,6 @@
 # Shared by the bench scripts (sourced, after `out` names the output folder):
-# the machine line that heads a table, and one timed command.
+# the machine line that heads a table, one timed command, and the awk rules
+# that sum the table up.
 
 # Prints the machine (cores, CPU model) and the time, and starts
 # $out/table.txt with it.
@@ -17,3 +18,31 @@ measure() {
   printf '%-24s wall %7.2f s  user %7.2f s  peak RSS %6.1f MiB  sys %7.2f s\n' \
     "$name" "$wall" "$user" "$(awk "BEGIN{print $rss/1024}")" "$sys" | tee -a "$out/table.txt"
 }
+
+# The awk rules and functions the summaries of a table share (awk's program
+# is "$table_stats_awk" followed by the script's own END block): the lines
+# `measure` wrote, collected by command name (NAME_3 counts as NAME) into
+# the wall times w[NAME], the CPU times (user + system) c[NAME], the runs
+# n[NAME] and the highest peak RSS r[NAME] (MiB); and the median, lowest
+# and highest of such a list of times.
+table_stats_awk='
+  / wall / {
+    name = $1; sub(/_[0-9]+$/, "", name)
+    for (i = 2; i < NF; i++) {
+      if ($i == "wall") wall = $(i + 1)
+      if ($i == "user") user = $(i + 1)
+      if ($i == "sys") sys = $(i + 1)
+      if ($i == "RSS") rss = $(i + 1)
+    }
+    w[name] = w[name] " " wall; c[name] = c[name] " " (user + sys); n[name]++
+    if (rss > r[name]) r[name] = rss
+  }
+  function sorted(list, a,   k, i, j, x) {
+    k = split(list, a, " ")
+    for (i = 2; i <= k; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+    return k
+  }
+  function median(list,   a, k) { k = sorted(list, a); return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+  function lo(list,   a) { sorted(list, a); return a[1] }
+  function hi(list,   a, k) { k = sorted(list, a); return a[k] }
+'

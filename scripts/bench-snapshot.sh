@@ -69,24 +69,7 @@ EOF
 )
 echo "pickle bytes: $bytes" | tee -a "$out/table.txt"
 # Medians with their spread, throughput and the ratio to torch.
-awk -v bytes="$bytes" '
-  / wall / {
-    name = $1; sub(/_[0-9]+$/, "", name)
-    for (i = 2; i < NF; i++) {
-      if ($i == "wall") wall = $(i + 1)
-      if ($i == "user") user = $(i + 1)
-      if ($i == "sys") sys = $(i + 1)
-    }
-    w[name] = w[name] " " wall; c[name] = c[name] " " (user + sys); n[name]++
-  }
-  function sorted(list, a,   k, i, j, x) {
-    k = split(list, a, " ")
-    for (i = 2; i <= k; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
-    return k
-  }
-  function median(list,   a, k) { k = sorted(list, a); return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
-  function lo(list,   a) { sorted(list, a); return a[1] }
-  function hi(list,   a, k) { k = sorted(list, a); return a[k] }
+awk -v bytes="$bytes" "$table_stats_awk"'
   END {
     for (k in w) {
       mw[k] = median(w[k]); mc[k] = median(c[k])
