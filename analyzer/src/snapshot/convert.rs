@@ -384,6 +384,8 @@ pub(crate) struct Collector {
     frames_cache: entry::FramesCache,
     // The dict keys of the direct decoder, by memo index.
     key_cache: entry::KeyCache,
+    // The keys of the direct decoder's last entry, in order.
+    shape: entry::Shape,
     // By heap string id: the entry field a key fills (the logging thread's
     // `Recorder` has the actions'). The strings were interned first, so their ids are
     // small and the table replaces a chain of comparisons per key.
@@ -486,6 +488,7 @@ impl Collector {
             scratch: Vec::new(),
             frames_cache: entry::FramesCache::default(),
             key_cache: entry::KeyCache::default(),
+            shape: entry::Shape::default(),
             trace_lists: FxHashSet::default(),
             last_trace_list: None,
             pending: Vec::new(),
