@@ -129,13 +129,17 @@ fn direct_decoding_matches_the_generic_path() {
         assert!(direct == generic, "{name}");
     }
     // A frame's memo slot overwritten between two frames lists of the same
-    // bytes: the second names other frames, which the caches must see.
-    let bytes = overwritten_frame_pickle();
-    let (direct, direct_entries) = collect(&bytes, true);
-    let (generic, _) = collect(&bytes, false);
-    assert_eq!(direct_entries, 3);
-    assert_eq!(direct.0.len(), 4);
-    assert!(direct == generic);
+    // bytes: the second names other frames, which the caches must see. With two
+    // frames, and with twenty (40 bytes of references: found by their first
+    // bytes, `FramesCache::by_prefix`).
+    for frames in [2, 20] {
+        let bytes = overwritten_frame_pickle(frames);
+        let (direct, direct_entries) = collect(&bytes, true);
+        let (generic, _) = collect(&bytes, false);
+        assert_eq!(direct_entries, 3);
+        assert_eq!(direct.0.len(), 4);
+        assert!(direct == generic, "{frames} frames");
+    }
     // Entries whose keys leave the learned shape (`entry::Shape`) in every way.
     let bytes = shape_pickle();
     let (direct, direct_entries) = collect(&bytes, true);
@@ -304,10 +308,10 @@ fn shape_pickle() -> Vec<u8> {
 }
 
 // `{"device_traces": [[e1, e2, e3, e4]]}`, the entries' frames lists being
-// new frame dicts A, B, C (e1), then memo references to A and B (e2, e3,
-// e4: the same bytes), with A's slot made to hold C (BINGET, BINPUT, POP)
-// before e4.
-fn overwritten_frame_pickle() -> Vec<u8> {
+// `frames + 1` new frame dicts A, B, ..., Z (e1), then memo references to all
+// but Z (e2, e3, e4: the same bytes), with A's slot made to hold Z (BINGET,
+// BINPUT, POP) before e4.
+fn overwritten_frame_pickle(frames: usize) -> Vec<u8> {
     use crate::snapshot::pickle::op;
     struct P(Vec<u8>, u32);
     impl P {
@@ -342,13 +346,13 @@ fn overwritten_frame_pickle() -> Vec<u8> {
             keys.push((k, idx));
         }
     };
-    let mut frames = Vec::new();
+    let mut dicts = Vec::new();
     let mut alloc = 0;
     for entry in 0..4 {
         if entry == 3 {
-            // A's slot holds C from here on.
-            p.get(frames[2]);
-            p.0.extend([op::BINPUT, frames[0] as u8, op::POP]);
+            // A's slot holds Z from here on.
+            p.get(dicts[frames]);
+            p.0.extend([op::BINPUT, dicts[0] as u8, op::POP]);
         }
         p.0.push(op::EMPTY_DICT);
         p.memoize();
@@ -368,12 +372,12 @@ fn overwritten_frame_pickle() -> Vec<u8> {
         p.memoize();
         p.0.push(op::MARK);
         if entry == 0 {
-            for name in ["a", "b", "c"] {
+            for i in 0..=frames {
                 p.0.push(op::EMPTY_DICT);
-                frames.push(p.memoize());
+                dicts.push(p.memoize());
                 p.0.push(op::MARK);
                 key(&mut p, "name");
-                p.str(name);
+                p.str(&format!("f{i}"));
                 key(&mut p, "filename");
                 p.str("f.py");
                 key(&mut p, "line");
@@ -381,8 +385,9 @@ fn overwritten_frame_pickle() -> Vec<u8> {
                 p.0.push(op::SETITEMS);
             }
         } else {
-            p.get(frames[0]);
-            p.get(frames[1]);
+            for &dict in &dicts[..frames] {
+                p.get(dict);
+            }
         }
         p.0.extend([op::APPENDS, op::SETITEMS]);
     }
