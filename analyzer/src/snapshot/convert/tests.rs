@@ -296,7 +296,7 @@ fn shape_pickle() -> Vec<u8> {
                 "size" => p.b.extend([op::BININT2, n + 1, 2]),
                 "time_us" => p.b.extend([op::BININT2, n, 9]),
                 "user_metadata" => {
-                    p.str(if n % 2 == 0 { "m" } else { "n" });
+                    p.str(if n.is_multiple_of(2) { "m" } else { "n" });
                 }
                 _ => p.b.extend([op::BININT1, n + 3]),
             }
