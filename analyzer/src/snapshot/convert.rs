@@ -384,6 +384,8 @@ pub(crate) struct Collector {
     frames_cache: entry::FramesCache,
     // The dict keys of the direct decoder, by memo index.
     key_cache: entry::KeyCache,
+    // The keys of the direct decoder's last entry, in order.
+    shape: entry::Shape,
     // By heap string id: the entry field a key fills (the logging thread's
     // `Recorder` has the actions'). The strings were interned first, so their ids are
     // small and the table replaces a chain of comparisons per key.
@@ -486,6 +488,7 @@ impl Collector {
             scratch: Vec::new(),
             frames_cache: entry::FramesCache::default(),
             key_cache: entry::KeyCache::default(),
+            shape: entry::Shape::default(),
             trace_lists: FxHashSet::default(),
             last_trace_list: None,
             pending: Vec::new(),
@@ -619,10 +622,7 @@ impl Collector {
     #[inline]
     fn record(&mut self, list: ObjId, f: &EntryFields) -> Option<Attach> {
         f.action?;
-        if self.last_trace_list != Some(list) {
-            self.trace_lists.insert(list);
-            self.last_trace_list = Some(list);
-        }
+        note_trace_list(&mut self.trace_lists, &mut self.last_trace_list, list);
         self.logger.push(list, f);
         Some(Attach::Consume)
     }
@@ -663,6 +663,16 @@ impl Collector {
             kind: CUSTOM_FRAME,
             id: (self.frames.len() - 1) as u32,
         }))
+    }
+}
+
+// Notes that trace entries are appended to `list`, for `Collector::decode_dict`:
+// in `lists`, and as the `last` one.
+#[inline(always)]
+fn note_trace_list(lists: &mut FxHashSet<ObjId>, last: &mut Option<ObjId>, list: ObjId) {
+    if *last != Some(list) {
+        lists.insert(list);
+        *last = Some(list);
     }
 }
 
@@ -1036,20 +1046,25 @@ impl Hook for Collector {
         else {
             return Attach::Keep;
         };
-        let mut pending = std::mem::take(&mut self.pending);
-        let Some(f) = pending.get_mut(id as usize) else {
-            self.pending = pending;
+        let last = self.pending.len().wrapping_sub(1);
+        let Some(f) = self.pending.get_mut(id as usize) else {
             return Attach::Keep;
         };
         // A placeholder appended twice (DUP) was logged the first time (its
-        // `action` taken): `record` keeps it.
-        let attach = self.record(list, f).unwrap_or(Attach::Keep);
+        // `action` taken): it is kept. (`record`'s work, on the collector's
+        // fields other than `pending`, which `f` borrows.)
+        let attach = if f.action.is_some() {
+            note_trace_list(&mut self.trace_lists, &mut self.last_trace_list, list);
+            self.logger.push(list, f);
+            Attach::Consume
+        } else {
+            Attach::Keep
+        };
         f.action = None;
-        if id as usize == pending.len() - 1 {
+        if id as usize == last {
             // The batch's last entry: the earlier ones were logged (or never will be).
-            pending.clear();
+            self.pending.clear();
         }
-        self.pending = pending;
         attach
     }
 

@@ -41,7 +41,22 @@ pub(super) fn decode(
     let buf = ops.buf();
     let mut at = ops.pos();
     // Nothing the decoder does changes the epoch (its own memo stores append).
-    c.key_cache.forget_unless(ops.memo_epoch());
+    let epoch = ops.memo_epoch();
+    c.key_cache.forget_unless(epoch);
+    c.shape.forget_unless(epoch);
+    // The keys that follow the learned shape, with no lookup. Its first key is
+    // `action`: a dict it matches is tried, `known` or not, as the generic loop
+    // below would.
+    let mut matched = 0;
+    while let Some((key, field, len)) = c.shape.key(matched, buf, at) {
+        at += len;
+        matched += 1;
+        value(c, ops, f, &mut at, key, field)?;
+    }
+    known |= matched > 0;
+    // The rest, from the first key off the shape (if any), the generic way; the
+    // shape is learned again from there, so that it is this entry's keys.
+    let mut learning = c.shape.truncate(matched);
     loop {
         let opcode = *buf.get(at)?;
         if opcode == op::SETITEMS {
@@ -51,8 +66,7 @@ pub(super) fn decode(
         // The key: a memo reference to its str after its first use.
         let (key, field) = match OpReader::memo_ref_at(buf, at) {
             Some((idx, next)) => {
-                at = next;
-                match c.key_cache.get(idx) {
+                let key = match c.key_cache.get(idx) {
                     Some(known_key) => known_key,
                     None => {
                         let key = ops.memo_str(idx)?;
@@ -62,9 +76,15 @@ pub(super) fn decode(
                         }
                         (key, field)
                     }
+                };
+                if learning {
+                    learning = ops.memo_settled(idx) && c.shape.push(&buf[at..next], key.0, key.1);
                 }
+                at = next;
+                key
             }
             None => {
+                learning = false;
                 ops.seek(at + 1);
                 let key = ops.str_atom(opcode)?;
                 at = ops.pos();
@@ -75,59 +95,7 @@ pub(super) fn decode(
             return None;
         }
         known = true;
-        let opcode = *buf.get(at)?;
-        // The values of nearly every entry: ints of the number fields, and memo
-        // references (the action's str, a shared frames list, a shared str).
-        if matches!(field, F_ADDR | F_SIZE | F_STREAM | F_TIME)
-            && let Some((i, len)) = OpReader::int_at(buf, at + 1, opcode)
-        {
-            at += 1 + len;
-            f.set_int(field, i.into());
-            continue;
-        }
-        if field != F_POOL
-            && let Some((idx, next)) = OpReader::memo_ref_at(buf, at)
-        {
-            at = next;
-            let value = ops.memo_value(idx)?;
-            if matches!(value, Val::Obj(_)) {
-                // A shared container (the generic path would look into a list under
-                // `frames`): not the usual layout.
-                return None;
-            }
-            f.set(ops.heap(), key, field, value)?;
-            continue;
-        }
-        ops.seek(at + 1);
-        let value = if opcode == op::EMPTY_LIST && field == F_FRAMES {
-            frames_list(c, ops)?
-        } else if field == F_POOL && opcode != op::BINGET && opcode != op::LONG_BINGET {
-            let pool = pool_tuple(ops, opcode)?;
-            f.pool = Some(pool);
-            f.special |= !pool.is_default();
-            // Nearly every entry's pool is the default: its slot costs nothing
-            // more than a consumed dict's.
-            let v = if pool.is_default() {
-                Val::Consumed
-            } else {
-                c.pool_value(pool)
-            };
-            ops.memo_store(v)?;
-            at = ops.pos();
-            continue;
-        } else if matches!(opcode, op::SHORT_BINUNICODE | op::BINUNICODE) {
-            // `compile_context`'s "N/A", a fresh str in every entry.
-            Val::Str(ops.new_str_as(opcode, b"N/A", c.k.not_applicable)?)
-        } else {
-            match ops.atom(opcode)? {
-                Val::Obj(_) => return None,
-                v => v,
-            }
-        };
-        at = ops.pos();
-        if field != F_POOL || !c.shared_pool(f, field, value) {
-            f.set(ops.heap(), key, field, value)?;
-        }
+        value(c, ops, f, &mut at, key, field)?;
     }
     ops.seek(at);
     f.action?;
@@ -137,6 +105,73 @@ pub(super) fn decode(
         op::EMPTY_DICT | op::APPENDS | op::BINGET | op::LONG_BINGET => Some(()),
         _ => None,
     }
+}
+
+// Reads the value of `key` (which fills `field`) at `buf[*at]` into `f`, moving `at`
+// past it. `None`: not the usual layout.
+#[inline(always)]
+fn value(
+    c: &mut Collector,
+    ops: &mut OpReader<'_>,
+    f: &mut EntryFields,
+    at: &mut usize,
+    key: StrId,
+    field: u8,
+) -> Option<()> {
+    let buf = ops.buf();
+    let opcode = *buf.get(*at)?;
+    // The values of nearly every entry: ints of the number fields, and memo
+    // references (the action's str, a shared frames list, a shared str).
+    if matches!(field, F_ADDR | F_SIZE | F_STREAM | F_TIME)
+        && let Some((i, len)) = OpReader::int_at(buf, *at + 1, opcode)
+    {
+        *at += 1 + len;
+        f.set_int(field, i.into());
+        return Some(());
+    }
+    if field != F_POOL
+        && let Some((idx, next)) = OpReader::memo_ref_at(buf, *at)
+    {
+        *at = next;
+        let value = ops.memo_value(idx)?;
+        if matches!(value, Val::Obj(_)) {
+            // A shared container (the generic path would look into a list under
+            // `frames`): not the usual layout.
+            return None;
+        }
+        return f.set(ops.heap(), key, field, value);
+    }
+    ops.seek(*at + 1);
+    let value = if opcode == op::EMPTY_LIST && field == F_FRAMES {
+        frames_list(c, ops)?
+    } else if field == F_POOL && opcode != op::BINGET && opcode != op::LONG_BINGET {
+        let pool = pool_tuple(ops, opcode)?;
+        f.pool = Some(pool);
+        f.special |= !pool.is_default();
+        // Nearly every entry's pool is the default: its slot costs nothing
+        // more than a consumed dict's.
+        let v = if pool.is_default() {
+            Val::Consumed
+        } else {
+            c.pool_value(pool)
+        };
+        ops.memo_store(v)?;
+        *at = ops.pos();
+        return Some(());
+    } else if matches!(opcode, op::SHORT_BINUNICODE | op::BINUNICODE) {
+        // `compile_context`'s "N/A", a fresh str in every entry.
+        Val::Str(ops.new_str_as(opcode, b"N/A", c.k.not_applicable)?)
+    } else {
+        match ops.atom(opcode)? {
+            Val::Obj(_) => return None,
+            v => v,
+        }
+    };
+    *at = ops.pos();
+    if field != F_POOL || !c.shared_pool(f, field, value) {
+        f.set(ops.heap(), key, field, value)?;
+    }
+    Some(())
 }
 
 // A `pool_id` whose first opcode was just read: two counters and TUPLE2, as
@@ -164,24 +199,38 @@ fn frames_list(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<Val> {
     // same traceback in a list of its own): the same stack, without the references
     // read again, nor the stack handed to the logging thread to intern.
     let epoch = ops.memo_epoch();
-    let single = if c.frames_cache.in_use(epoch) {
-        single_batch(ops.buf(), ops.pos())
+    let in_use = c.frames_cache.in_use(epoch);
+    // Found by its first bytes (no scan of the references to their end, nor a hash
+    // of them all), else by all of them.
+    let by_prefix = if in_use {
+        c.frames_cache.by_prefix(ops.buf(), ops.pos())
     } else {
         None
     };
-    let cached = single.and_then(|(refs, _)| c.frames_cache.get(refs, epoch));
-    let handle = match (cached, single) {
-        (Some(handle), Some((_, end))) => {
-            ops.seek(end);
-            handle
-        }
-        _ => {
-            read_frames(c, ops)?;
-            let handle = c.scratch_stack_handle();
-            if let Some((refs, _)) = single {
-                c.frames_cache.insert(refs, handle, epoch);
+    let handle = if let Some((handle, end)) = by_prefix {
+        ops.seek(end);
+        handle
+    } else {
+        let single = if in_use {
+            single_batch(ops.buf(), ops.pos())
+        } else {
+            None
+        };
+        let cached = single.and_then(|(refs, _)| c.frames_cache.get(refs, epoch));
+        match (cached, single) {
+            (Some(handle), Some((refs, end))) => {
+                c.frames_cache.remember_prefix(refs, handle);
+                ops.seek(end);
+                handle
             }
-            handle
+            _ => {
+                read_frames(c, ops)?;
+                let handle = c.scratch_stack_handle();
+                if let Some((refs, _)) = single {
+                    c.frames_cache.insert(refs, handle, epoch);
+                }
+                handle
+            }
         }
     };
     let stack = Val::Custom {
@@ -202,6 +251,15 @@ fn single_batch(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
         return None;
     }
     let end = OpReader::memo_refs_end(buf, at + 1)?;
+    ends_list(buf, end)?.then(|| (&buf[at + 1..end], end + 1))
+}
+
+// Whether `buf[end]` is an APPENDS that ends its list: nothing more is added to the
+// list after it. `None`: the buffer ends first.
+fn ends_list(buf: &[u8], end: usize) -> Option<bool> {
+    if *buf.get(end)? != op::APPENDS {
+        return Some(false);
+    }
     // What `read_frames` would take for more of the list: another batch, or one
     // reference and APPEND.
     let more = match *buf.get(end + 1)? {
@@ -210,7 +268,7 @@ fn single_batch(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
         op::LONG_BINGET => *buf.get(end + 6)? == op::APPEND,
         _ => false,
     };
-    (!more).then(|| (&buf[at + 1..end], end + 1))
+    Some(!more)
 }
 
 // Reads the frames of a list whose memo store was just read into `c.scratch`: their
@@ -249,6 +307,98 @@ fn read_frames(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<()> {
         }
     }
     Some(())
+}
+
+/// The most keys a [`Shape`] holds: PyTorch writes 8 to 11 per entry.
+const SHAPE_KEYS: usize = 16;
+
+/// The keys of the trace entry read last, in its order: CPython writes every entry
+/// of a list with the same keys in the same order, each a memo reference to the str
+/// it memoized the first time, so the same bytes. While an entry's key bytes are the
+/// expected ones, the key and its field are taken from here, with no memo or cache
+/// lookup (one compare per key); from the first that is not, the entry is read the
+/// generic way and the shape learned again from there. Only references to memo
+/// slots stored before their entry began are kept: what those hold changes only
+/// with the memo's epoch (see [`KeyCache`]), and everything is forgotten when it
+/// does. The first key is always `action`, so that a dict it matches is tried as a
+/// trace entry in any list, as the generic way would.
+pub(super) struct Shape {
+    // Key i: the bytes of its memo reference (BINGET or LONG_BINGET and the
+    // index, little-endian, in the low bytes of `bytes[i]`, `masks[i]` covering
+    // them), and the str and field the reference names, with the reference's
+    // length.
+    bytes: [u64; SHAPE_KEYS],
+    masks: [u64; SHAPE_KEYS],
+    keys: [(StrId, u8, u8); SHAPE_KEYS],
+    len: usize,
+    epoch: u64,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Shape {
+            bytes: [0; SHAPE_KEYS],
+            masks: [0; SHAPE_KEYS],
+            keys: [(0, 0, 0); SHAPE_KEYS],
+            len: 0,
+            epoch: 0,
+        }
+    }
+}
+
+impl Shape {
+    /// Key `i` of the shape, its field and the length of its reference, if the
+    /// opcodes at `buf[at..]` are its memo reference. (Read with one load of 8
+    /// bytes: not within 8 bytes of the buffer's end, where the generic way reads
+    /// it.)
+    #[inline(always)]
+    fn key(&self, i: usize, buf: &[u8], at: usize) -> Option<(StrId, u8, usize)> {
+        if i >= self.len {
+            return None;
+        }
+        let word = u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?);
+        if word & *self.masks.get(i)? != self.bytes[i] {
+            return None;
+        }
+        let (key, field, len) = self.keys[i];
+        Some((key, field, len as usize))
+    }
+
+    /// Keeps the first `len` keys; true (to `push` the next ones) if there is
+    /// room for more.
+    #[inline]
+    fn truncate(&mut self, len: usize) -> bool {
+        self.len = self.len.min(len);
+        self.len < SHAPE_KEYS
+    }
+
+    /// Appends the key whose memo reference is `reference` (a BINGET or
+    /// LONG_BINGET of a slot stored before the entry began), naming the str `key`
+    /// that fills `field`. False (nothing kept) if the shape is full, or if this
+    /// would be its first key and not `action`.
+    #[inline]
+    fn push(&mut self, reference: &[u8], key: StrId, field: u8) -> bool {
+        let i = self.len;
+        if i >= SHAPE_KEYS || (i == 0 && field != F_ACTION) || reference.len() > 8 {
+            return false;
+        }
+        let mut word = [0; 8];
+        word[..reference.len()].copy_from_slice(reference);
+        self.bytes[i] = u64::from_le_bytes(word);
+        self.masks[i] = u64::MAX >> (64 - 8 * reference.len() as u32);
+        self.keys[i] = (key, field, reference.len() as u8);
+        self.len += 1;
+        true
+    }
+
+    /// Forgets everything if the memo's epoch is no longer `epoch`.
+    #[inline(always)]
+    fn forget_unless(&mut self, epoch: u64) {
+        if epoch != self.epoch {
+            self.len = 0;
+            self.epoch = epoch;
+        }
+    }
 }
 
 /// Slots of [`KeyCache`] (a power of two).
@@ -307,6 +457,10 @@ impl KeyCache {
 /// past that.
 const MAX_CACHED_BYTES: usize = 16 << 20;
 
+/// The first bytes of a frames list by which [`FramesCache`] finds it first: six
+/// or more memo references, more than most tracebacks share at their start.
+const PREFIX: usize = 32;
+
 /// The most changes of the memo's epoch [`FramesCache`] follows: past that (a pickle
 /// that overwrites memo slots, which CPython never does) it is no longer used, so
 /// that a pickle changing the epoch before every list does not pay for a cache
@@ -323,6 +477,11 @@ const MAX_EPOCHS: u32 = 64;
 #[derive(Default)]
 pub(super) struct FramesCache {
     handles: FxHashMap<Box<[u8]>, u32>,
+    // Some of `handles` again, by their first `PREFIX` bytes: the first list
+    // cached with those (of `PREFIX` bytes or more), which a list beginning with
+    // them is most likely to be again. Looked up first: it needs no scan of a
+    // list's references to their end, nor a hash of them all.
+    prefixes: FxHashMap<[u8; PREFIX], (Box<[u8]>, u32)>,
     // The memo epoch the handles hold for.
     epoch: u64,
     // Bytes of the keys: at most `MAX_CACHED_BYTES`.
@@ -354,7 +513,42 @@ impl FramesCache {
         if self.bytes + refs.len() <= MAX_CACHED_BYTES {
             self.bytes += refs.len();
             self.handles.insert(refs.into(), handle);
+            self.remember_prefix(refs, handle);
         }
+    }
+
+    /// Keeps the list of `refs` (in `handles` as `handle`) by its first bytes too,
+    /// unless it is shorter or another list has them.
+    #[inline]
+    fn remember_prefix(&mut self, refs: &[u8], handle: u32) {
+        let Some(prefix) = refs.first_chunk::<PREFIX>() else {
+            return;
+        };
+        if self.bytes + refs.len() <= MAX_CACHED_BYTES
+            && let std::collections::hash_map::Entry::Vacant(e) = self.prefixes.entry(*prefix)
+        {
+            self.bytes += refs.len();
+            e.insert((refs.into(), handle));
+        }
+    }
+
+    /// The handle of the list whose content (its MARK) begins at `buf[at]`, and the
+    /// position after its APPENDS, if it is the list `prefixes` holds for its first
+    /// bytes, byte for byte, and ends there: then it is one batch of those
+    /// references and nothing more, as `single_batch` would find, and `get` would
+    /// give the same handle. (The memo epoch was checked by `in_use`.)
+    #[inline]
+    fn by_prefix(&self, buf: &[u8], at: usize) -> Option<(u32, usize)> {
+        if self.prefixes.is_empty() || *buf.get(at)? != op::MARK {
+            return None;
+        }
+        let content = buf.get(at + 1..)?;
+        let (refs, handle) = self.prefixes.get(content.first_chunk::<PREFIX>()?)?;
+        let end = at + 1 + refs.len();
+        if content.get(..refs.len())? != &refs[..] || !ends_list(buf, end)? {
+            return None;
+        }
+        Some((*handle, end + 1))
     }
 
     #[inline]
@@ -364,6 +558,7 @@ impl FramesCache {
             // pickle changing the epoch before every list) would cost its capacity
             // each time; dropping it costs what filling it did.
             self.handles = FxHashMap::default();
+            self.prefixes = FxHashMap::default();
             self.bytes = 0;
             self.epoch = epoch;
             self.epochs = self.epochs.saturating_add(1);
@@ -395,6 +590,61 @@ mod tests {
     }
 
     #[test]
+    fn a_shape_matches_the_bytes_of_its_references() {
+        use op::{BINGET, BININT1, LONG_BINGET};
+        let mut shape = Shape::default();
+        shape.forget_unless(1);
+        // The first key must be `action`.
+        assert!(!shape.push(&[BINGET, 3], 10, F_ADDR));
+        assert!(shape.push(&[BINGET, 3], 10, F_ACTION));
+        assert!(shape.push(&[LONG_BINGET, 1, 2, 0, 0], 11, F_ADDR));
+        let buf = [
+            BINGET,
+            3,
+            LONG_BINGET,
+            1,
+            2,
+            0,
+            0,
+            BININT1,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
+        assert_eq!(shape.key(0, &buf, 0), Some((10, F_ACTION, 2)));
+        assert_eq!(shape.key(1, &buf, 2), Some((11, F_ADDR, 5)));
+        // Another key's bytes, anything else, past the shape's end.
+        assert_eq!(shape.key(1, &buf, 0), None);
+        assert_eq!(shape.key(0, &buf, 2), None);
+        assert_eq!(shape.key(0, &buf, 7), None);
+        assert_eq!(shape.key(2, &buf, 7), None);
+        // The same slot read back with LONG_BINGET: other bytes, not matched.
+        let long = [LONG_BINGET, 3, 0, 0, 0, BININT1, 0, 0, 0];
+        assert_eq!(shape.key(0, &long, 0), None);
+        // Within 8 bytes of the buffer's end: left to the generic way.
+        assert_eq!(shape.key(0, &buf[..7], 0), None);
+        assert!(shape.truncate(1));
+        assert_eq!(shape.key(0, &buf, 0), Some((10, F_ACTION, 2)));
+        assert_eq!(shape.key(1, &buf, 2), None);
+        // A new epoch forgets it.
+        shape.forget_unless(2);
+        assert_eq!(shape.key(0, &buf, 0), None);
+        // No more than `SHAPE_KEYS` keys.
+        for i in 0..SHAPE_KEYS {
+            assert!(shape.push(&[BINGET, i as u8], i as StrId, F_ACTION));
+        }
+        assert!(!shape.push(&[BINGET, 99], 99, F_SIZE));
+        assert!(!shape.truncate(SHAPE_KEYS));
+        assert_eq!(
+            shape.key(SHAPE_KEYS - 1, &[BINGET, 15, 0, 0, 0, 0, 0, 0], 0),
+            Some((15, F_ACTION, 2))
+        );
+    }
+
+    #[test]
     fn keys_are_known_by_memo_index_within_an_epoch() {
         let mut keys = KeyCache::default();
         keys.forget_unless(3);
@@ -410,6 +660,58 @@ mod tests {
         assert_eq!(keys.get(5 + KEY_SLOTS), Some((41, F_SIZE)));
         keys.forget_unless(4);
         assert_eq!(keys.get(5 + KEY_SLOTS), None);
+    }
+
+    #[test]
+    fn a_list_is_found_by_its_first_bytes_only_if_all_match() {
+        use op::{APPEND, APPENDS, BINGET, LONG_BINGET, MARK, SETITEMS};
+        // Twenty references (40 bytes), then the list's end.
+        let refs: Vec<u8> = (0..20).flat_map(|i| [BINGET, i]).collect();
+        let list = |refs: &[u8], end: &[u8]| [&[MARK], refs, end].concat();
+        let mut cache = FramesCache::default();
+        assert!(cache.in_use(0));
+        cache.insert(&refs, 7, 0);
+        let usual = list(&refs, &[APPENDS, SETITEMS, BINGET, 1]);
+        assert_eq!(cache.by_prefix(&usual, 0), Some((7, 42)));
+        // The same first bytes, then another reference, or fewer of them.
+        let mut other = refs.clone();
+        other[39] = 99;
+        assert_eq!(
+            cache.by_prefix(&list(&other, &[APPENDS, SETITEMS]), 0),
+            None
+        );
+        let mut longer = refs.clone();
+        longer.extend([LONG_BINGET, 1, 0, 0, 0]);
+        assert_eq!(
+            cache.by_prefix(&list(&longer, &[APPENDS, SETITEMS]), 0),
+            None
+        );
+        assert_eq!(
+            cache.by_prefix(&list(&refs[..36], &[APPENDS, SETITEMS]), 0),
+            None
+        );
+        // More of the list after the batch: another batch, or one item.
+        assert_eq!(cache.by_prefix(&list(&refs, &[APPENDS, MARK]), 0), None);
+        let one = list(&refs, &[APPENDS, BINGET, 1, APPEND]);
+        assert_eq!(cache.by_prefix(&one, 0), None);
+        // Not at a MARK, or the buffer ending first.
+        assert_eq!(cache.by_prefix(&usual, 1), None);
+        assert_eq!(cache.by_prefix(&usual[..41], 0), None);
+        // The first list with those bytes is kept, a shorter one not at all.
+        cache.insert(&other, 8, 0);
+        assert_eq!(
+            cache.by_prefix(&list(&other, &[APPENDS, SETITEMS]), 0),
+            None
+        );
+        assert_eq!(cache.get(&other, 0), Some(8));
+        cache.insert(&refs[..30], 9, 0);
+        assert_eq!(
+            cache.by_prefix(&list(&refs[..30], &[APPENDS, SETITEMS]), 0),
+            None
+        );
+        // A new epoch forgets it.
+        assert!(cache.in_use(1));
+        assert_eq!(cache.by_prefix(&usual, 0), None);
     }
 
     #[test]

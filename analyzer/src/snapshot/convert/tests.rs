@@ -129,20 +129,189 @@ fn direct_decoding_matches_the_generic_path() {
         assert!(direct == generic, "{name}");
     }
     // A frame's memo slot overwritten between two frames lists of the same
-    // bytes: the second names other frames, which the caches must see.
-    let bytes = overwritten_frame_pickle();
+    // bytes: the second names other frames, which the caches must see. With two
+    // frames, and with twenty (40 bytes of references: found by their first
+    // bytes, `FramesCache::by_prefix`).
+    for frames in [2, 20] {
+        let bytes = overwritten_frame_pickle(frames);
+        let (direct, direct_entries) = collect(&bytes, true);
+        let (generic, _) = collect(&bytes, false);
+        assert_eq!(direct_entries, 3);
+        assert_eq!(direct.0.len(), 4);
+        assert!(direct == generic, "{frames} frames");
+    }
+    // Entries whose keys leave the learned shape (`entry::Shape`) in every way.
+    let bytes = shape_pickle();
     let (direct, direct_entries) = collect(&bytes, true);
     let (generic, _) = collect(&bytes, false);
-    assert_eq!(direct_entries, 3);
-    assert_eq!(direct.0.len(), 4);
+    // All but the entry with an int key, the one whose first key is not `action`
+    // (its list is not known yet: its entries are recorded at its APPENDS), and the
+    // one before the BINPUT (the decoder takes no opcode after an entry but the
+    // next entry's or the list's).
+    assert_eq!(direct_entries, 15);
+    assert_eq!(direct.0.len(), 18);
     assert!(direct == generic);
 }
 
+// `{"device_traces": [[...]]}`, its entries' keys (memo references after their
+// first use) in the same order, then in another, one with LONG_BINGET, with an
+// extra key, with one missing, with an unknown one, with an int key, and with the
+// memo slot of a key made to hold another key's str (BINPUT) before the last
+// ones. Each entry's numbers differ, so a value taken for another field shows.
+fn shape_pickle() -> Vec<u8> {
+    use crate::snapshot::pickle::op;
+    #[derive(Clone, Copy, PartialEq)]
+    enum K {
+        Short,
+        Long,
+    }
+    struct P {
+        b: Vec<u8>,
+        memo: u32,
+        keys: Vec<(&'static str, u32)>,
+    }
+    impl P {
+        fn memoize(&mut self) -> u32 {
+            self.b.push(op::MEMOIZE);
+            self.memo += 1;
+            self.memo - 1
+        }
+        fn str(&mut self, s: &str) -> u32 {
+            self.b.extend([op::SHORT_BINUNICODE, s.len() as u8]);
+            self.b.extend(s.as_bytes());
+            self.memoize()
+        }
+        fn get(&mut self, idx: u32, k: K) {
+            if k == K::Long {
+                self.b.push(op::LONG_BINGET);
+                self.b.extend(idx.to_le_bytes());
+            } else {
+                self.b.extend([op::BINGET, idx as u8]);
+            }
+        }
+        fn key(&mut self, name: &'static str, k: K) {
+            match self.keys.iter().find(|(s, _)| *s == name) {
+                Some(&(_, idx)) => self.get(idx, k),
+                None => {
+                    let idx = self.str(name);
+                    self.keys.push((name, idx));
+                }
+            }
+        }
+    }
+    let mut p = P {
+        b: vec![op::PROTO, 4, op::EMPTY_DICT],
+        memo: 0,
+        keys: Vec::new(),
+    };
+    p.memoize();
+    p.b.push(op::MARK);
+    p.str("device_traces");
+    p.b.push(op::EMPTY_LIST);
+    p.memoize();
+    p.b.push(op::EMPTY_LIST);
+    p.memoize();
+    p.b.push(op::MARK);
+    let alloc = p.str("alloc");
+    p.b.push(op::POP);
+    use K::{Long, Short};
+    let usual: &[(&str, K)] = &[
+        ("action", Short),
+        ("addr", Short),
+        ("size", Short),
+        ("stream", Short),
+        ("time_us", Short),
+    ];
+    let with = |extra: &[(&'static str, K)]| [usual, extra].concat();
+    let entries: Vec<Vec<(&str, K)>> = vec![
+        usual.to_vec(),
+        usual.to_vec(),
+        usual.to_vec(),
+        // Another order.
+        vec![
+            ("action", Short),
+            ("size", Short),
+            ("addr", Short),
+            ("stream", Short),
+            ("time_us", Short),
+        ],
+        vec![
+            ("action", Short),
+            ("size", Short),
+            ("addr", Short),
+            ("stream", Short),
+            ("time_us", Short),
+        ],
+        usual.to_vec(),
+        // The same slot read back with LONG_BINGET.
+        vec![
+            ("action", Short),
+            ("addr", Long),
+            ("size", Short),
+            ("stream", Short),
+            ("time_us", Short),
+        ],
+        usual.to_vec(),
+        // An extra key (a new str the first time), then a known one too.
+        with(&[("user_metadata", Short)]),
+        with(&[("user_metadata", Short)]),
+        with(&[("user_metadata", Short), ("bogus", Short)]),
+        with(&[("user_metadata", Short), ("bogus", Short)]),
+        // A key missing.
+        usual[..4].to_vec(),
+        usual[..4].to_vec(),
+        // An int key (the direct decoder gives up), then `action` not first.
+        with(&[("int", Short)]),
+        vec![
+            ("addr", Short),
+            ("action", Short),
+            ("size", Short),
+            ("stream", Short),
+            ("time_us", Short),
+        ],
+        usual.to_vec(),
+        // After `addr`'s slot was made to hold "size" (its bytes now name size).
+        usual.to_vec(),
+    ];
+    for (n, keys) in entries.iter().enumerate() {
+        let n = n as u8;
+        if n == 17 {
+            let addr = p.keys.iter().find(|k| k.0 == "addr").unwrap().1;
+            p.b.extend([op::SHORT_BINUNICODE, 4]);
+            p.b.extend(b"size");
+            p.b.extend([op::BINPUT, addr as u8, op::POP]);
+        }
+        p.b.push(op::EMPTY_DICT);
+        p.memoize();
+        p.b.push(op::MARK);
+        for &(key, k) in keys {
+            if key == "int" {
+                p.b.extend([op::BININT1, 7]);
+            } else {
+                p.key(key, k);
+            }
+            match key {
+                "action" => p.get(alloc, Short),
+                "addr" => p.b.extend([op::BININT2, 0, n + 1]),
+                "size" => p.b.extend([op::BININT2, n + 1, 2]),
+                "time_us" => p.b.extend([op::BININT2, n, 9]),
+                "user_metadata" => {
+                    p.str(if n.is_multiple_of(2) { "m" } else { "n" });
+                }
+                _ => p.b.extend([op::BININT1, n + 3]),
+            }
+        }
+        p.b.push(op::SETITEMS);
+    }
+    p.b.extend([op::APPENDS, op::APPEND, op::SETITEMS, op::STOP]);
+    p.b
+}
+
 // `{"device_traces": [[e1, e2, e3, e4]]}`, the entries' frames lists being
-// new frame dicts A, B, C (e1), then memo references to A and B (e2, e3,
-// e4: the same bytes), with A's slot made to hold C (BINGET, BINPUT, POP)
-// before e4.
-fn overwritten_frame_pickle() -> Vec<u8> {
+// `frames + 1` new frame dicts A, B, ..., Z (e1), then memo references to all
+// but Z (e2, e3, e4: the same bytes), with A's slot made to hold Z (BINGET,
+// BINPUT, POP) before e4.
+fn overwritten_frame_pickle(frames: usize) -> Vec<u8> {
     use crate::snapshot::pickle::op;
     struct P(Vec<u8>, u32);
     impl P {
@@ -177,13 +346,13 @@ fn overwritten_frame_pickle() -> Vec<u8> {
             keys.push((k, idx));
         }
     };
-    let mut frames = Vec::new();
+    let mut dicts = Vec::new();
     let mut alloc = 0;
     for entry in 0..4 {
         if entry == 3 {
-            // A's slot holds C from here on.
-            p.get(frames[2]);
-            p.0.extend([op::BINPUT, frames[0] as u8, op::POP]);
+            // A's slot holds Z from here on.
+            p.get(dicts[frames]);
+            p.0.extend([op::BINPUT, dicts[0] as u8, op::POP]);
         }
         p.0.push(op::EMPTY_DICT);
         p.memoize();
@@ -203,12 +372,12 @@ fn overwritten_frame_pickle() -> Vec<u8> {
         p.memoize();
         p.0.push(op::MARK);
         if entry == 0 {
-            for name in ["a", "b", "c"] {
+            for i in 0..=frames {
                 p.0.push(op::EMPTY_DICT);
-                frames.push(p.memoize());
+                dicts.push(p.memoize());
                 p.0.push(op::MARK);
                 key(&mut p, "name");
-                p.str(name);
+                p.str(&format!("f{i}"));
                 key(&mut p, "filename");
                 p.str("f.py");
                 key(&mut p, "line");
@@ -216,8 +385,9 @@ fn overwritten_frame_pickle() -> Vec<u8> {
                 p.0.push(op::SETITEMS);
             }
         } else {
-            p.get(frames[0]);
-            p.get(frames[1]);
+            for &dict in &dicts[..frames] {
+                p.get(dict);
+            }
         }
         p.0.extend([op::APPENDS, op::SETITEMS]);
     }

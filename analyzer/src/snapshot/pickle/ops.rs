@@ -98,6 +98,7 @@ impl<'a> OpReader<'a> {
 
     /// Replaces the value of a memo slot this reader stored (a container's slot is
     /// stored before its content is read).
+    #[inline]
     pub fn memo_replace(&mut self, idx: usize, v: Val) -> Option<()> {
         if idx < self.memo_start || idx >= self.memo_len() {
             return None;
