@@ -24,7 +24,7 @@ pub(super) enum PeakSpace {
     Live,
     /// In the replay state with `Summary::since_peak` undone.
     Logged,
-    /// In `Summary::peak_occupancy`.
+    /// In `Summary::peak_copy`.
     Copied,
 }
 
@@ -52,7 +52,7 @@ impl SincePeak {
     }
 
     /// The blocks and segments at the peak: `state`'s, with the log undone.
-    fn undo(&self, state: &ReplayState) -> Occupancy {
+    fn undo(&self, state: &ReplayState) -> PeakCopy {
         let mut blocks: FxHashMap<u64, u64> = state.live().map(|a| (a.addr, a.size)).collect();
         for &(addr, size, added) in self.blocks.iter().rev() {
             if added {
@@ -72,7 +72,30 @@ impl SincePeak {
             segments.into_values().collect()
         };
         let reserved = self.reserved.unwrap_or(state.totals().reserved);
-        Occupancy::of_blocks(reserved, segments, blocks)
+        PeakCopy {
+            reserved,
+            segments,
+            blocks,
+        }
+    }
+}
+
+/// The blocks and segments at the allocated peak, as the log since it
+/// undone leaves them: in no order, sorted into an [`Occupancy`] only when
+/// the free space at the peak is asked for, at the end. A newer peak makes
+/// a copy moot, and a peak that creeps up (a slow leak, a snapshot's)
+/// makes several: their sorts were a third of their cost (issue #47).
+#[derive(Clone, Debug, Default)]
+pub(super) struct PeakCopy {
+    reserved: u64,
+    segments: Vec<Segment>,
+    /// Live blocks, `address -> size`.
+    blocks: FxHashMap<u64, u64>,
+}
+
+impl PeakCopy {
+    fn occupancy(self) -> Occupancy {
+        Occupancy::of_blocks(self.reserved, self.segments, self.blocks)
     }
 }
 
@@ -288,7 +311,7 @@ impl Summary {
         let at_peak = self.at_peak.live_blocks as usize + self.peak_segments;
         let budget = (UNDO_BUDGET * at_peak).max(self.undo_min);
         if self.since_peak.len() > budget {
-            self.peak_occupancy = self.since_peak.undo(state);
+            self.peak_copy = self.since_peak.undo(state);
             self.since_peak.clear();
             self.peak_space = PeakSpace::Copied;
         }
@@ -391,13 +414,13 @@ impl Summary {
         match self.peak_space {
             PeakSpace::Live => (state.free_space(), state.segments().copied().collect()),
             PeakSpace::Logged => {
-                let mut occupancy = self.since_peak.undo(state);
+                let mut occupancy = self.since_peak.undo(state).occupancy();
                 (occupancy.free_space(), occupancy.segments().to_vec())
             }
-            PeakSpace::Copied => (
-                self.peak_occupancy.free_space(),
-                self.peak_occupancy.segments().to_vec(),
-            ),
+            PeakSpace::Copied => {
+                let mut occupancy = std::mem::take(&mut self.peak_copy).occupancy();
+                (occupancy.free_space(), occupancy.segments().to_vec())
+            }
         }
     }
 
