@@ -30,7 +30,7 @@ pub(crate) mod tests;
 
 pub(crate) use peak::PeakTrack;
 pub use peak::{Peak, PeakState};
-use peak::{PeakCopy, PeakSpace, SincePeak, SiteAtPeak};
+use peak::{PeakCopy, PeakSpace, SincePeak, SitesAtPeak};
 pub use report::{
     InconsistencyCount, InconsistencyReport, OomReport, SiteShare, SummaryReport, open_phase,
 };
@@ -70,7 +70,7 @@ pub struct Summary {
     at_peak: PeakState,
     pending: bool,
     // The sites live at the allocated peak, with their bytes by category.
-    sites_at_peak: Vec<SiteAtPeak>,
+    sites_at_peak: SitesAtPeak,
     // Where the blocks and segments at the allocated peak are.
     peak_space: PeakSpace,
     // What changed them since the peak, when `peak_space` is `Logged`.
@@ -120,7 +120,7 @@ impl Summary {
             active_peak: 0,
             at_peak: PeakState::default(),
             pending: false,
-            sites_at_peak: Vec::new(),
+            sites_at_peak: SitesAtPeak::default(),
             peak_space: PeakSpace::Live,
             since_peak: SincePeak::default(),
             peak_copy: PeakCopy::default(),
