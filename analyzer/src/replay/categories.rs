@@ -385,7 +385,14 @@ fn frame_hints(frame: FrameId, symbols: &SymbolTable) -> u16 {
     };
     let mut hints = FRAME_COMPUTED;
     let function = symbols.string_or_unknown(*function);
-    let file = &*symbols.string_or_unknown(*file).replace('\\', "/");
+    let file = symbols.string_or_unknown(*file);
+    // Windows paths, with `/` for the patterns below (most have none: no
+    // copy).
+    let file = &*if file.contains('\\') {
+        std::borrow::Cow::Owned(file.replace('\\', "/"))
+    } else {
+        std::borrow::Cow::Borrowed(file)
+    };
     if is_backward_frame(function, file) {
         hints |= BACKWARD as u16;
     }
@@ -437,13 +444,16 @@ pub fn is_convolution_stack(stack: StackId, symbols: &SymbolTable) -> bool {
 fn is_backward_frame(function: &str, file: &str) -> bool {
     // Node names (`MmBackward0`, as the recorder labels the engine's
     // thread, or `torch::autograd::generated::MmBackward0::apply`).
-    let node = function
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .any(|word| {
-            word.trim_end_matches(|c: char| c.is_ascii_digit())
-                .ends_with("Backward")
-                || word == "AccumulateGrad"
-        });
+    // Only a name that holds one of the words can be a node's: the split
+    // into words is the costly part, on C++ names of 100 characters.
+    let node = (function.contains("Backward") || function.contains("AccumulateGrad"))
+        && function
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|word| {
+                word.trim_end_matches(|c: char| c.is_ascii_digit())
+                    .ends_with("Backward")
+                    || word == "AccumulateGrad"
+            });
     node || function.contains("autograd::Engine")
         || function.contains("evaluate_function")
         || (function == "backward"
@@ -620,13 +630,23 @@ impl Classifier {
         hints
     }
 
+    // Inlined: asked for every frame of every stack met, and nearly always
+    // answered from the table (stacks share frames); out of line, its call
+    // was half of a stack's first sight (issue #47).
+    #[inline(always)]
     fn frame_hints(&mut self, frame: FrameId, symbols: &SymbolTable) -> u16 {
-        let i = frame.0 as usize;
-        if let Some(&h) = self.frame_hints.get(i)
+        if let Some(&h) = self.frame_hints.get(frame.0 as usize)
             && h != 0
         {
             return h;
         }
+        self.first_frame_hints(frame, symbols)
+    }
+
+    /// [`frame_hints`](Self::frame_hints) of a frame not asked about before.
+    #[inline(never)]
+    fn first_frame_hints(&mut self, frame: FrameId, symbols: &SymbolTable) -> u16 {
+        let i = frame.0 as usize;
         let h = frame_hints(frame, symbols);
         // As for stacks: only a table as large as the frames defined.
         if i < symbols.frame_count() {
@@ -1003,6 +1023,7 @@ mod tests {
         let native = frame(&mut ch, "at::native::empty_cuda", "??");
         let engine = frame(&mut ch, "torch::autograd::Engine::evaluate_function", "??");
         let adam = frame(&mut ch, "step", "torch/optim/adamw.py");
+        let windows = frame(&mut ch, "step", r"C:\venv\Lib\torch\optim\adamw.py");
         // DDP's frame gives a gradient only as the innermost Python frame, so
         // the same frames in another order say something else.
         let stacks = [
@@ -1010,6 +1031,7 @@ mod tests {
             ch.intern_stack(&[native, model, ddp]),
             ch.intern_stack(&[engine, adam]),
             ch.intern_stack(&[]),
+            ch.intern_stack(&[windows]),
         ];
         let (_tx, rx) = ch.open(1);
         let symbols = rx.symbols();
@@ -1019,8 +1041,10 @@ mod tests {
         assert_eq!(hints[1], COMPUTED);
         assert_eq!(hints[2], COMPUTED | BACKWARD | OPTIMIZER);
         assert_eq!(hints[3], COMPUTED | NO_FRAMES);
+        // A Windows path says what its `/` form does.
+        assert_eq!(hints[4], COMPUTED | OPTIMIZER);
         // Each frame was worked out once, and a fresh classifier agrees.
-        assert_eq!(c.frame_hints.len(), 5);
+        assert_eq!(c.frame_hints.len(), 6);
         let mut fresh = Classifier::default();
         for &s in stacks.iter().rev() {
             assert_eq!(
@@ -1048,6 +1072,11 @@ mod tests {
             "??"
         ));
         assert!(!is_backward_frame("backward_compat", "model.py"));
+        // Holding a node's word is not being one.
+        assert!(!is_backward_frame("MyBackwardHook::call", "??"));
+        assert!(!is_backward_frame("AccumulateGrads", "??"));
+        assert!(is_backward_frame("Backward", "??"));
+        assert!(is_backward_frame("f(AccumulateGrad)", "??"));
     }
 
     #[test]

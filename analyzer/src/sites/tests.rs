@@ -346,3 +346,91 @@ fn a_site_attributed_to_the_users_line_shows_it_first_both_shortened() {
         "load (json/decoder.py:353)"
     );
 }
+
+#[test]
+fn a_list_of_patterns_compiled_as_one_matches_what_any_of_them_does() {
+    let lists: [&[&str]; 6] = [
+        DEFAULT_SKIP_FUNCTIONS,
+        DEFAULT_SKIP_FILES,
+        HIDDEN_FILES,
+        HIDDEN_FUNCTIONS,
+        LIBRARY_FILES,
+        FALLBACK_SKIP,
+    ];
+    let names = [
+        "",
+        "??",
+        "torch::unwind::unwind()",
+        "void at::native::add_out(at::Tensor&)",
+        "at::empty_strided",
+        "PyObject_Call",
+        "_PyEval_EvalFrameDefault",
+        "_start",
+        "_start_x",
+        "std::function<void()>::operator()",
+        "forward",
+        "train_step",
+        "<module>",
+        "vramtrace_recorder_ffi::record",
+        "/usr/lib/python3.12/site-packages/torch/nn/modules/module.py",
+        "C:\\Python\\Lib\\site-packages\\torch\\nn\\functional.py",
+        "/usr/lib64/python3.12/runpy.py",
+        "<frozen runpy>",
+        "<frozen importlib._bootstrap>",
+        "/src/vramtrace/__main__.py",
+        "/home/me/vramtrace/model.py",
+        "/work/train.py",
+        "kernel.cu",
+        "aten/src/ATen/native/cuda/Blas.cpp",
+    ];
+    for list in lists {
+        let one = compile(list);
+        for name in names {
+            let any = list.iter().any(|p| Regex::new(p).unwrap().is_match(name));
+            assert_eq!(one.is_match(name), any, "{name:?} against {list:?}");
+        }
+    }
+    // A pattern's own alternation stays inside it.
+    let one = compile(&["^a|b$", "^c"]);
+    assert!(one.is_match("ax") && one.is_match("xb") && one.is_match("cx"));
+    assert!(!one.is_match("xa") && !one.is_match("bx") && !one.is_match("xc"));
+}
+
+#[test]
+fn frames_sharing_a_file_are_classified_each_by_its_own_function() {
+    let mut b = TraceBuilder::new();
+    let torch = "/v/site-packages/torch/nn/modules/module.py";
+    let stack = b.stack(&[
+        ("at::native::empty_cuda", "/v/lib/libtorch.cpp", 0),
+        ("_call_impl", torch, 1540),
+        ("vramtrace_recorder::capture", "/v/lib/libtorch.cpp", 0),
+        ("forward", "/v/site-packages/transformers/gpt2.py", 608),
+        ("step", "/v/site-packages/transformers/gpt2.py", 90),
+        ("train_step", "/w/train.py", 90),
+        ("<module>", "/w/train.py", 128),
+    ]);
+    let (_, symbols) = b.finish_symbols();
+    let rules = FoldRules::default();
+    let mut folder = SiteFolder::default();
+    // Twice: the second time from the file cache.
+    for _ in 0..2 {
+        for &frame in symbols.stack(stack) {
+            let class = folder.class(&symbols, frame);
+            assert_eq!(class, rules.classify(&symbols, frame));
+            folder.class_cache.clear();
+        }
+    }
+    let classes: Vec<_> = symbols
+        .stack(stack)
+        .iter()
+        .map(|&f| folder.class(&symbols, f))
+        .collect();
+    let (skipped, hidden, library): (Vec<_>, Vec<_>, Vec<_>) = (
+        classes.iter().map(|c| c.skipped).collect(),
+        classes.iter().map(|c| c.hidden).collect(),
+        classes.iter().map(|c| c.library).collect(),
+    );
+    assert_eq!(skipped, [true, true, true, false, false, false, false]);
+    assert_eq!(hidden, [false, false, true, false, false, false, false]);
+    assert_eq!(library, [true, true, true, true, true, false, false]);
+}

@@ -30,7 +30,7 @@ pub(crate) mod tests;
 
 pub(crate) use peak::PeakTrack;
 pub use peak::{Peak, PeakState};
-use peak::{PeakSpace, SincePeak, SiteAtPeak};
+use peak::{PeakCopy, PeakSpace, SincePeak, SitesAtPeak};
 pub use report::{
     InconsistencyCount, InconsistencyReport, OomReport, SiteShare, SummaryReport, open_phase,
 };
@@ -41,7 +41,7 @@ use super::pools::PoolsReport;
 use super::waterfall::Moment;
 use super::{Analysis, AnalysisError, Flow, Step};
 use crate::replay::user_categories::UserMoment;
-use crate::replay::{Applied, Occupancy, PoolTally, ReplayState};
+use crate::replay::{Applied, PoolTally, ReplayState};
 use std::collections::BTreeMap;
 use vramtrace_format::{Event, EventData, KindCounts, SymbolTable};
 
@@ -70,13 +70,13 @@ pub struct Summary {
     at_peak: PeakState,
     pending: bool,
     // The sites live at the allocated peak, with their bytes by category.
-    sites_at_peak: Vec<SiteAtPeak>,
+    sites_at_peak: SitesAtPeak,
     // Where the blocks and segments at the allocated peak are.
     peak_space: PeakSpace,
     // What changed them since the peak, when `peak_space` is `Logged`.
     since_peak: SincePeak,
     // Their copy, when `peak_space` is `Copied`.
-    peak_occupancy: Occupancy,
+    peak_copy: PeakCopy,
     // The shortest log undone into a copy ([`UNDO_MIN`]; less in tests).
     undo_min: usize,
     // The segments at the allocated peak, once it is logged.
@@ -120,10 +120,10 @@ impl Summary {
             active_peak: 0,
             at_peak: PeakState::default(),
             pending: false,
-            sites_at_peak: Vec::new(),
+            sites_at_peak: SitesAtPeak::default(),
             peak_space: PeakSpace::Live,
             since_peak: SincePeak::default(),
-            peak_occupancy: Occupancy::default(),
+            peak_copy: PeakCopy::default(),
             undo_min: UNDO_MIN,
             peak_segments: 0,
             ooms: Vec::new(),

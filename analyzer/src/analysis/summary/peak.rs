@@ -24,7 +24,7 @@ pub(super) enum PeakSpace {
     Live,
     /// In the replay state with `Summary::since_peak` undone.
     Logged,
-    /// In `Summary::peak_occupancy`.
+    /// In `Summary::peak_copy`.
     Copied,
 }
 
@@ -52,7 +52,7 @@ impl SincePeak {
     }
 
     /// The blocks and segments at the peak: `state`'s, with the log undone.
-    fn undo(&self, state: &ReplayState) -> Occupancy {
+    fn undo(&self, state: &ReplayState) -> PeakCopy {
         let mut blocks: FxHashMap<u64, u64> = state.live().map(|a| (a.addr, a.size)).collect();
         for &(addr, size, added) in self.blocks.iter().rev() {
             if added {
@@ -72,7 +72,79 @@ impl SincePeak {
             segments.into_values().collect()
         };
         let reserved = self.reserved.unwrap_or(state.totals().reserved);
-        Occupancy::of_blocks(reserved, segments, blocks)
+        PeakCopy {
+            reserved,
+            segments,
+            blocks,
+        }
+    }
+}
+
+/// The blocks and segments at the allocated peak, as the log since it
+/// undone leaves them: in no order, sorted into an [`Occupancy`] only when
+/// the free space at the peak is asked for, at the end. A newer peak makes
+/// a copy moot, and a peak that creeps up (a slow leak, a snapshot's)
+/// makes several: their sorts were a third of their cost (issue #47).
+#[derive(Clone, Debug, Default)]
+pub(super) struct PeakCopy {
+    reserved: u64,
+    segments: Vec<Segment>,
+    /// Live blocks, `address -> size`.
+    blocks: FxHashMap<u64, u64>,
+}
+
+impl PeakCopy {
+    fn occupancy(self) -> Occupancy {
+        Occupancy::of_blocks(self.reserved, self.segments, self.blocks)
+    }
+}
+
+/// The sites live at the allocated peak, with their bytes by category: the
+/// replay's per-site tables as they were then, indexed by site. A site is
+/// in the table when it has blocks; the entries of the others mean nothing.
+///
+/// Copied whole (two copies of memory), not filtered site by site: on the
+/// 400k snapshot, whose peak creeps up, the table of 3,000 sites was copied
+/// after each of 306 new peaks, and the filter and the search of a site in
+/// the list (also at every change of category) cost 8 M instructions
+/// (issue #47).
+#[derive(Clone, Debug, Default)]
+pub(super) struct SitesAtPeak {
+    live: Vec<SiteLive>,
+    categories: Vec<[u64; CATEGORIES]>,
+}
+
+impl SitesAtPeak {
+    /// The entry of `site`, made (without blocks) if the table is too short.
+    fn site_mut(&mut self, site: SiteId) -> (&mut SiteLive, &mut [u64; CATEGORIES]) {
+        let i = site.0 as usize;
+        if i >= self.live.len() {
+            self.live.resize(i + 1, SiteLive::default());
+        }
+        if i >= self.categories.len() {
+            self.categories.resize(i + 1, [0; CATEGORIES]);
+        }
+        (&mut self.live[i], &mut self.categories[i])
+    }
+
+    /// The bytes by category of `site`, if it is in the table.
+    fn categories_mut(&mut self, site: SiteId) -> Option<&mut [u64; CATEGORIES]> {
+        let i = site.0 as usize;
+        match self.live.get(i) {
+            Some(live) if live.blocks > 0 => self.categories.get_mut(i),
+            _ => None,
+        }
+    }
+
+    /// The sites in the table, by site.
+    fn into_list(self) -> Vec<SiteAtPeak> {
+        self.live
+            .into_iter()
+            .zip(self.categories)
+            .enumerate()
+            .filter(|(_, (live, _))| live.blocks > 0)
+            .map(|(i, (live, categories))| (SiteId(i as u32), live, categories))
+            .collect()
     }
 }
 
@@ -206,45 +278,38 @@ impl Summary {
         freed: Option<&LiveAlloc>,
         added: Option<&LiveAlloc>,
     ) {
-        let by_category = state.site_categories();
-        self.sites_at_peak.clear();
-        self.sites_at_peak.extend(
-            state
-                .site_live()
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.blocks > 0)
-                .map(|(i, s)| (SiteId(i as u32), *s, by_category[i])),
-        );
+        let at_peak = &mut self.sites_at_peak;
+        at_peak.live.clear();
+        at_peak.live.extend_from_slice(state.site_live());
+        at_peak.categories.clear();
+        at_peak
+            .categories
+            .extend_from_slice(state.site_categories());
         if let Some(a) = freed {
+            let (live, categories) = at_peak.site_mut(a.site);
             let c = a.class.category as usize;
-            match self.sites_at_peak.iter_mut().find(|(s, ..)| *s == a.site) {
-                Some((_, live, categories)) => {
-                    live.bytes = live.bytes.saturating_add(a.size);
-                    live.blocks += 1;
-                    categories[c] = categories[c].saturating_add(a.size);
-                }
-                None => {
-                    let mut categories = [0; CATEGORIES];
-                    categories[c] = a.size;
-                    let live = SiteLive {
-                        bytes: a.size,
-                        blocks: 1,
-                    };
-                    self.sites_at_peak.push((a.site, live, categories));
-                }
+            if live.blocks > 0 {
+                live.bytes = live.bytes.saturating_add(a.size);
+                live.blocks += 1;
+                categories[c] = categories[c].saturating_add(a.size);
+            } else {
+                // A site without blocks is not in the table: it starts afresh.
+                *categories = [0; CATEGORIES];
+                categories[c] = a.size;
+                *live = SiteLive {
+                    bytes: a.size,
+                    blocks: 1,
+                };
             }
         }
         if let Some(a) = added {
-            let c = a.class.category as usize;
-            if let Some((_, live, categories)) =
-                self.sites_at_peak.iter_mut().find(|(s, ..)| *s == a.site)
-            {
+            let (live, categories) = at_peak.site_mut(a.site);
+            if live.blocks > 0 {
+                let c = a.class.category as usize;
                 live.bytes = live.bytes.saturating_sub(a.size);
                 live.blocks = live.blocks.saturating_sub(1);
                 categories[c] = categories[c].saturating_sub(a.size);
             }
-            self.sites_at_peak.retain(|(_, live, _)| live.blocks > 0);
         }
         self.pending = false;
     }
@@ -254,11 +319,7 @@ impl Summary {
     pub(super) fn follow_sites(&mut self, state: &ReplayState) {
         let peak = self.allocated.replayed;
         for change in state.recategorized().iter().filter(|c| c.born <= peak) {
-            if let Some((.., categories)) = self
-                .sites_at_peak
-                .iter_mut()
-                .find(|(s, ..)| *s == change.site)
-            {
+            if let Some(categories) = self.sites_at_peak.categories_mut(change.site) {
                 let (from, to) = (change.from.category as usize, change.to.category as usize);
                 categories[from] = categories[from].saturating_sub(change.size);
                 categories[to] = categories[to].saturating_add(change.size);
@@ -288,7 +349,7 @@ impl Summary {
         let at_peak = self.at_peak.live_blocks as usize + self.peak_segments;
         let budget = (UNDO_BUDGET * at_peak).max(self.undo_min);
         if self.since_peak.len() > budget {
-            self.peak_occupancy = self.since_peak.undo(state);
+            self.peak_copy = self.since_peak.undo(state);
             self.since_peak.clear();
             self.peak_space = PeakSpace::Copied;
         }
@@ -345,7 +406,7 @@ impl Summary {
 
     /// Takes the sites live at the allocated peak, most bytes first.
     pub(super) fn take_sites_at_peak(&mut self) -> Vec<SiteAtPeak> {
-        let mut sites = std::mem::take(&mut self.sites_at_peak);
+        let mut sites = std::mem::take(&mut self.sites_at_peak).into_list();
         sites.sort_unstable_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
         sites
     }
@@ -391,13 +452,13 @@ impl Summary {
         match self.peak_space {
             PeakSpace::Live => (state.free_space(), state.segments().copied().collect()),
             PeakSpace::Logged => {
-                let mut occupancy = self.since_peak.undo(state);
+                let mut occupancy = self.since_peak.undo(state).occupancy();
                 (occupancy.free_space(), occupancy.segments().to_vec())
             }
-            PeakSpace::Copied => (
-                self.peak_occupancy.free_space(),
-                self.peak_occupancy.segments().to_vec(),
-            ),
+            PeakSpace::Copied => {
+                let mut occupancy = std::mem::take(&mut self.peak_copy).occupancy();
+                (occupancy.free_space(), occupancy.segments().to_vec())
+            }
         }
     }
 
@@ -425,5 +486,33 @@ impl Summary {
                 category: dominant(categories),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sites_at_the_peak_are_those_with_blocks() {
+        let mut table = SitesAtPeak::default();
+        // Past the end, the table grows.
+        let (live, categories) = table.site_mut(SiteId(3));
+        *live = SiteLive {
+            bytes: 10,
+            blocks: 1,
+        };
+        categories[0] = 10;
+        // An entry without blocks is not a site at the peak, whatever it holds.
+        let (live, categories) = table.site_mut(SiteId(1));
+        live.bytes = 5;
+        categories[1] = 5;
+        assert!(table.categories_mut(SiteId(1)).is_none());
+        assert!(table.categories_mut(SiteId(9)).is_none());
+        table.categories_mut(SiteId(3)).unwrap()[2] = 4;
+        let list = table.into_list();
+        assert_eq!(list.len(), 1);
+        assert_eq!((list[0].0, list[0].1.bytes), (SiteId(3), 10));
+        assert_eq!(list[0].2[..3], [10, 0, 4]);
     }
 }
