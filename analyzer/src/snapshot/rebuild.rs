@@ -159,6 +159,11 @@ impl DeviceReplay {
 
     /// Applies one entry (as it is read: the allocator settings that block sizes depend
     /// on come later in the snapshot, so sizes are worked out in `start_state`).
+    //
+    // Inlined into the logging thread's loop, every entry's: the block
+    // actions, nearly all entries, are here, the rest out of line
+    // (`apply_segment`).
+    #[inline]
     pub fn apply(&mut self, index: u64, e: &LogEntry) {
         // An address in `blocks` is in `touched` too, so a free of a block in
         // `blocks` (nearly every free) asks `touched` nothing: one hash lookup per
@@ -228,6 +233,18 @@ impl DeviceReplay {
                     self.problem(|| format!("free_completed at {:#x} of a block {:?}", e.addr, s))
                 }
             }
+            Action::SegmentAlloc
+            | Action::SegmentFree
+            | Action::SegmentMap
+            | Action::SegmentUnmap => self.apply_segment(e),
+            Action::Oom | Action::Snapshot | Action::UserDefined | Action::Annotate => {}
+        }
+    }
+
+    /// Applies a segment's entry (see [`DeviceReplay::apply`]).
+    #[inline(never)]
+    fn apply_segment(&mut self, e: &LogEntry) {
+        match e.action {
             Action::SegmentAlloc => {
                 self.seg_touched.insert(e.addr);
                 if self.segments.insert(e.addr, (e.size, e.stream)).is_some() {
@@ -273,7 +290,13 @@ impl DeviceReplay {
                 }
                 self.map_touched.add(e.addr, end);
             }
-            Action::Oom | Action::Snapshot | Action::UserDefined | Action::Annotate => {}
+            Action::Alloc
+            | Action::FreeRequested
+            | Action::FreeCompleted
+            | Action::Oom
+            | Action::Snapshot
+            | Action::UserDefined
+            | Action::Annotate => {}
         }
     }
 
