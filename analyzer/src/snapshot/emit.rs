@@ -3,12 +3,12 @@
 //! to a file.
 
 use super::log::{Action, EventLog, LogEntry, LogIter, Run};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::collections::binary_heap::PeekMut;
 use super::pickle::{Heap, StrId};
 use super::{ImportError, ImportReport, ParsedSnapshot};
 use rustc_hash::FxHashMap as FxMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::collections::binary_heap::PeekMut;
 use std::sync::Arc;
 use vramtrace_allocator::ObservedBlocks;
 use vramtrace_format::{
@@ -728,7 +728,12 @@ mod merge_tests {
         let order: Vec<_> = merged.map(|(d, i, e)| (d, i, e.time_us)).collect();
         assert_eq!(
             order,
-            [(2, 0, Some(5)), (2, 1, Some(1)), (2, 2, None), (2, 3, Some(3))]
+            [
+                (2, 0, Some(5)),
+                (2, 1, Some(1)),
+                (2, 2, None),
+                (2, 3, Some(3))
+            ]
         );
         assert_eq!(Merged::new(&log, std::iter::empty()).count(), 0);
     }

@@ -758,11 +758,7 @@ mod tests {
             r.check_end(0, &end, &[]);
             r.inconsistencies
         };
-        let (alloc, req, done) = (
-            Action::Alloc,
-            Action::FreeRequested,
-            Action::FreeCompleted,
-        );
+        let (alloc, req, done) = (Action::Alloc, Action::FreeRequested, Action::FreeCompleted);
         // Freed while another block is: no problem; the pending one is at
         // the end as the snapshot has it.
         assert_eq!(
@@ -779,14 +775,23 @@ mod tests {
         // Requested twice, allocated over while pending, completed twice.
         assert_eq!(
             problems(&[(alloc, a), (req, a), (req, a)]),
-            [format!("free_requested at {a:#x} of a block Some(PendingFree)")]
+            [format!(
+                "free_requested at {a:#x} of a block Some(PendingFree)"
+            )]
         );
         assert_eq!(
             problems(&[(alloc, a), (req, a), (alloc, a), (req, a)]),
             [format!("alloc at {a:#x} over a block still PendingFree")]
         );
         assert_eq!(
-            problems(&[(alloc, a), (req, a), (done, a), (done, a), (alloc, a), (req, a)]),
+            problems(&[
+                (alloc, a),
+                (req, a),
+                (done, a),
+                (done, a),
+                (alloc, a),
+                (req, a)
+            ]),
             [format!("free_completed at {a:#x} of a block None")]
         );
         // First touched by a free_requested: pending from before the trace,
