@@ -250,7 +250,7 @@ impl ParsedSnapshot {
             let d = *plan.device_of.get(&r.list)?;
             Some((d, r))
         });
-        let mut merged = Merged::new(&c.log, runs);
+        let merged = Merged::new(&c.log, runs);
         let mut phase_i = 0;
         let mut last_ns = 0u64;
         let t0 = plan.t0;
@@ -266,7 +266,7 @@ impl ParsedSnapshot {
             };
             Event { time_ns: ns, data }
         };
-        while let Some((device, idx, entry)) = merged.next() {
+        for (device, idx, entry) in merged {
             // Phases starting at an event's time come before it, ends after it.
             if let Some(nt) = entry.time_us {
                 while let Some(&p) = begun.phases.get(phase_i)
