@@ -99,6 +99,10 @@ impl ObservedBlocks {
 
     /// The block size of an allocation of `requested` bytes at `addr`, which
     /// is in use from now on.
+    // `alloc`, `size` and `free` are called once per event of an imported
+    // snapshot: inlined there (across crates, they are not without
+    // `#[inline]`), the calls and moves around them go.
+    #[inline]
     pub fn alloc(&mut self, addr: u64, requested: u64) -> u64 {
         let size = self.config.round_size(requested);
         if size <= SMALL_SIZE {
@@ -123,6 +127,7 @@ impl ObservedBlocks {
     }
 
     /// The size of the block in use at `addr`, if any.
+    #[inline]
     pub fn size(&self, addr: u64) -> Option<u64> {
         self.small
             .get(&addr)
@@ -131,6 +136,7 @@ impl ObservedBlocks {
     }
 
     /// The block at `addr` went back to the cache; its size, if it was known.
+    #[inline]
     pub fn free(&mut self, addr: u64) -> Option<u64> {
         self.small
             .remove(&addr)

@@ -714,28 +714,33 @@ impl Recorder {
         }
     }
 
-    // The log entry of a trace entry (`f.e.list` is its list, `f.action` is
-    // set), to be logged at `index`; its stack is still a handle. None: not
-    // logged (an unknown action, or impossible values), only counted.
+    // Makes `f.e` the log entry of a trace entry (`f.e.list` is its list,
+    // `f.action` is set), to be logged at `index`; its stack is still a
+    // handle. False: not to be logged (an unknown action, or impossible
+    // values), only counted. In place: a 56-byte entry returned cost the
+    // logging thread 20 instructions an entry in moves.
     #[inline]
-    fn record(&mut self, index: u64, f: &EntryFields) -> Option<LogEntry> {
-        let action = f.action?;
+    fn record(&mut self, index: u64, f: &mut EntryFields) -> bool {
+        let Some(action) = f.action else {
+            return false;
+        };
         let known = self.action_of.get(action as usize).copied();
         let Some(pos) = known.filter(|&a| a != u8::MAX) else {
             // Unknown actions are counted (and reported) but not converted.
             *self.action_counts.entry(action).or_insert(0) += 1;
-            return None;
+            return false;
         };
         self.known_counts[pos as usize] += 1;
-        let mut e = f.e;
-        e.action = Action::ALL[pos as usize];
-        if f.impossible || e.action.impossible(e.addr, e.size) {
+        let action = Action::ALL[pos as usize];
+        if f.impossible || action.impossible(f.e.addr, f.e.size) {
             self.entries_impossible += 1;
-            return None;
+            return false;
         }
-        if matches!(e.action, Action::UserDefined | Action::Annotate) {
-            e.size = f.text as u64;
+        f.e.action = action;
+        if matches!(action, Action::UserDefined | Action::Annotate) {
+            f.e.size = f.text as u64;
         }
+        let e = &f.e;
         if e.time_us.is_none() {
             self.entries_without_time += 1;
         }
@@ -749,7 +754,7 @@ impl Recorder {
         {
             self.extras_of(index, e.list, e.action, f);
         }
-        Some(e)
+        true
     }
 
     // Keeps or counts what a logged entry holds beyond the log's fields.
@@ -847,16 +852,17 @@ impl Logged {
             let id = self.stacks.intern(frames);
             self.stack_of_handle.push(id);
         }
-        for f in &batch.entries {
-            let Some(mut e) = self.recorder.record(self.log.len(), f) else {
+        for f in &mut batch.entries {
+            if !self.recorder.record(self.log.len(), f) {
                 continue;
-            };
+            }
+            let e = &mut f.e;
             e.stack = self
                 .stack_of_handle
                 .get(e.stack as usize)
                 .copied()
                 .unwrap_or(0);
-            self.record(&e);
+            self.record(e);
         }
         batch.clear();
     }
