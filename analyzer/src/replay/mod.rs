@@ -675,9 +675,6 @@ impl ReplayState {
             class,
             birth,
         };
-        if !birth.settled {
-            self.wait_for_step(b.addr, index + 1);
-        }
         if let Some(by_addr) = &mut self.by_addr {
             by_addr.insert(b.addr);
         }
@@ -692,6 +689,11 @@ impl ReplayState {
             }
             self.remove_live(&old, old.class);
             self.replaced = Some((index, old));
+        }
+        // After the insert: the list's bound keeps only live blocks, and
+        // this one must be among them.
+        if !birth.settled {
+            self.wait_for_step(b.addr, index + 1);
         }
         self.count_live(&a);
         Applied::Alloc(a)

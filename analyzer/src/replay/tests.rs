@@ -527,6 +527,33 @@ fn a_trace_without_steps_keeps_its_waiting_list_bounded() {
     }
 }
 
+/// The waiting list's bound drops only blocks that wait no more: the block
+/// whose allocation reaches the bound is live and waits for the step's end
+/// like any other (it was once dropped, checked before it was live).
+#[test]
+fn the_waiting_lists_bound_keeps_the_block_that_reached_it() {
+    let settled_at_step_end = |freed: u64| {
+        let mut b = TraceBuilder::new();
+        let s = b.site("forward", "model.py", 20);
+        b.segment(0, 1 << 30);
+        b.begin("Optimizer.step#SGD.step");
+        b.end("Optimizer.step#SGD.step");
+        // Blocks born and freed within the step: they wait, until the bound
+        // (twice the live blocks, and 1,024) drops them.
+        for _ in 0..freed {
+            b.alloc(0, 512, 512, s).free(0, 512);
+        }
+        b.alloc(0x10_0000, 512, 512, s);
+        b.begin("Optimizer.step#SGD.step");
+        b.end("Optimizer.step#SGD.step");
+        let (state, _) = replay(&b.finish());
+        state.live[&0x10_0000].birth.settled
+    };
+    assert!(settled_at_step_end(10));
+    // The block's allocation makes the list 1,025 long: the bound applies.
+    assert!(settled_at_step_end(1024));
+}
+
 /// A step's end walks the blocks waiting for it and hands the list back
 /// empty with its buffer (dropped, it was allocated and grown afresh every
 /// step), and a phase name that ended keeps its emptied list of open depths
