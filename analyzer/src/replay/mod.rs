@@ -231,13 +231,10 @@ pub struct ReplayState {
     events: u64,
     time_ns: u64,
     replaced: Option<(u64, LiveAlloc)>,
-    /// Allocated bytes by category.
-    categories: CategoryBytes,
-    /// Allocated bytes by site and category, indexed by [`SiteId`].
-    site_categories: Vec<[u64; CATEGORIES]>,
+    /// Allocated bytes by category, overall and by site, and the changes
+    /// the last event made.
+    counts: CategoryCounts,
     classifier: Classifier,
-    /// The category changes the last event made.
-    recategorized: Vec<Recategorized>,
     /// The allocator's limit on this device, as last recorded.
     limit: Option<LimitEvent>,
     /// The device's memory, as last sampled.
@@ -300,10 +297,8 @@ impl ReplayState {
             events: 0,
             time_ns: 0,
             replaced: None,
-            categories: CategoryBytes::default(),
-            site_categories: vec![[0; CATEGORIES]],
+            counts: CategoryCounts::default(),
             classifier: Classifier::default(),
-            recategorized: Vec::new(),
             limit: None,
             device_memory: None,
             dropped: DroppedReport::default(),
@@ -420,8 +415,8 @@ impl ReplayState {
     pub fn apply(&mut self, index: u64, event: &Event, symbols: &SymbolTable) -> Applied {
         self.events = index + 1;
         self.time_ns = event.time_ns;
-        if !self.recategorized.is_empty() {
-            self.recategorized.clear();
+        if !self.counts.changes.is_empty() {
+            self.counts.changes.clear();
         }
         self.user_categories.clear_changes();
         match &event.data {
@@ -582,15 +577,15 @@ impl ReplayState {
         self.totals.requested += a.requested;
         self.totals.active += a.size;
         self.totals.live_blocks += 1;
-        self.categories.add(a.class, a.size);
+        self.counts.bytes.add(a.class, a.size);
         let s = a.site.0 as usize;
         if s >= self.site_live.len() {
             self.site_live.resize(s + 1, SiteLive::default());
-            self.site_categories.resize(s + 1, [0; CATEGORIES]);
+            self.counts.by_site.resize(s + 1, [0; CATEGORIES]);
         }
         self.site_live[s].bytes += a.size;
         self.site_live[s].blocks += 1;
-        self.site_categories[s][a.class.category as usize] += a.size;
+        self.counts.by_site[s][a.class.category as usize] += a.size;
         if let Some(seg) = self.segment_of(a.addr) {
             seg.live_blocks += 1;
             seg.live_bytes += a.size;
@@ -615,11 +610,11 @@ impl ReplayState {
         }
         self.totals.allocated -= a.size;
         self.totals.requested -= a.requested;
-        self.categories.remove(counted, a.size);
+        self.counts.bytes.remove(counted, a.size);
         let site = &mut self.site_live[a.site.0 as usize];
         site.bytes -= a.size;
         site.blocks -= 1;
-        self.site_categories[a.site.0 as usize][counted.category as usize] -= a.size;
+        self.counts.by_site[a.site.0 as usize][counted.category as usize] -= a.size;
         if !self.user_categories.is_empty() {
             self.user_categories.release(a.addr);
         }
@@ -714,7 +709,13 @@ impl ReplayState {
             self.record(InconsistencyKind::DoubleFree, index, time_ns, b.addr);
             return Applied::Inconsistent;
         }
-        let counted = settle_released(&mut self.classifier, &mut self.recategorized, a, b, symbols);
+        let counted = settle_released(
+            &mut self.classifier,
+            &mut self.counts.changes,
+            a,
+            b,
+            symbols,
+        );
         a.free_requested = true;
         let a = *a;
         self.release(&a, counted);
@@ -743,7 +744,7 @@ impl ReplayState {
         } else {
             settle_released(
                 &mut self.classifier,
-                &mut self.recategorized,
+                &mut self.counts.changes,
                 &mut a,
                 b,
                 symbols,
@@ -961,13 +962,7 @@ impl ReplayState {
         match self.live.get_mut(&addr) {
             Some(a) if !a.free_requested => {
                 self.classifier.note(class.category, a.requested);
-                recategorize(
-                    a,
-                    class,
-                    &mut self.categories,
-                    &mut self.site_categories,
-                    &mut self.recategorized,
-                );
+                self.counts.recategorize(a, class);
                 a.birth.settled = true;
                 Applied::Other
             }
@@ -1029,13 +1024,7 @@ impl ReplayState {
                 a.birth.settled = true;
                 Class::inferred(self.classifier.survivor(&birth, requested))
             };
-            recategorize(
-                a,
-                class,
-                &mut self.categories,
-                &mut self.site_categories,
-                &mut self.recategorized,
-            );
+            self.counts.recategorize(a, class);
         }
         waiting.clear();
         // Nothing above waits for a step, but were anything to, it is kept.
@@ -1102,13 +1091,7 @@ impl ReplayState {
 
     fn settle(&mut self, addr: u64, class: Class) {
         if let Some(a) = self.live.get_mut(&addr) {
-            recategorize(
-                a,
-                class,
-                &mut self.categories,
-                &mut self.site_categories,
-                &mut self.recategorized,
-            );
+            self.counts.recategorize(a, class);
             a.birth.settled = true;
         }
     }
@@ -1118,8 +1101,8 @@ impl ReplayState {
     /// The changes are listed in [`recategorized`](Self::recategorized) for
     /// the analyses' `finish`.
     pub fn settle_at_end(&mut self) {
-        if !self.recategorized.is_empty() {
-            self.recategorized.clear();
+        if !self.counts.changes.is_empty() {
+            self.counts.changes.clear();
         }
         let mut open: Vec<(u64, Birth, u64, SiteId, u64)> = self
             .live
@@ -1167,20 +1150,20 @@ impl ReplayState {
 
     /// Allocated bytes by category (blocks the caller holds).
     pub fn categories(&self) -> &CategoryBytes {
-        &self.categories
+        &self.counts.bytes
     }
 
     /// Allocated bytes by site and category, indexed by [`SiteId`] and
     /// [`Category`] code.
     pub fn site_categories(&self) -> &[[u64; CATEGORIES]] {
-        &self.site_categories
+        &self.counts.by_site
     }
 
     /// The category changes the last event applied made (or
     /// [`settle_at_end`](Self::settle_at_end)), each holding from the
     /// block's allocation.
     pub fn recategorized(&self) -> &[Recategorized] {
-        &self.recategorized
+        &self.counts.changes
     }
 
     /// How categories are told apart in this replay.
@@ -1267,37 +1250,57 @@ impl ReplayState {
     }
 }
 
-/// Makes live block `a` hold `class` from its allocation on: the running
-/// counts (`categories`, `site_categories`) move if it still counts in them,
-/// and the change is listed in `changes` for the analyses that keep past
-/// moments. Apart from [`ReplayState`] so that a caller holding the block
-/// from its own lookup need not look it up again.
-fn recategorize(
-    a: &mut LiveAlloc,
-    class: Class,
-    categories: &mut CategoryBytes,
-    site_categories: &mut [[u64; CATEGORIES]],
-    changes: &mut Vec<Recategorized>,
-) {
-    if a.class == class {
-        return;
+/// Allocated bytes by category, overall and by site, with the category
+/// changes the last event made: a block's change of category moves all
+/// three, here ([`CategoryCounts::recategorize`]).
+#[derive(Clone, Debug)]
+struct CategoryCounts {
+    /// Allocated bytes by category.
+    bytes: CategoryBytes,
+    /// Allocated bytes by site and category, indexed by [`SiteId`].
+    by_site: Vec<[u64; CATEGORIES]>,
+    /// The category changes the last event made.
+    changes: Vec<Recategorized>,
+}
+
+impl Default for CategoryCounts {
+    fn default() -> Self {
+        CategoryCounts {
+            bytes: CategoryBytes::default(),
+            // The unknown site's row.
+            by_site: vec![[0; CATEGORIES]],
+            changes: Vec::new(),
+        }
     }
-    let change = Recategorized {
-        addr: a.addr,
-        born: a.born,
-        size: a.size,
-        site: a.site,
-        from: a.class,
-        to: class,
-    };
-    a.class = class;
-    if !a.free_requested {
-        categories.shift(change.from, change.to, change.size);
-        let site = &mut site_categories[change.site.0 as usize];
-        site[change.from.category as usize] -= change.size;
-        site[change.to.category as usize] += change.size;
+}
+
+impl CategoryCounts {
+    /// Makes live block `a` hold `class` from its allocation on: the
+    /// running counts move if it still counts in them, and the change is
+    /// listed for the analyses that keep past moments. The block is the
+    /// caller's (from its own lookup of the live map, a field apart), so
+    /// that it is not looked up again.
+    fn recategorize(&mut self, a: &mut LiveAlloc, class: Class) {
+        if a.class == class {
+            return;
+        }
+        let change = Recategorized {
+            addr: a.addr,
+            born: a.born,
+            size: a.size,
+            site: a.site,
+            from: a.class,
+            to: class,
+        };
+        a.class = class;
+        if !a.free_requested {
+            self.bytes.shift(change.from, change.to, change.size);
+            let site = &mut self.by_site[change.site.0 as usize];
+            site[change.from.category as usize] -= change.size;
+            site[change.to.category as usize] += change.size;
+        }
+        self.changes.push(change);
     }
-    changes.push(change);
 }
 
 /// Settles what the block `a` held, given up by the caller now (`b`), if
