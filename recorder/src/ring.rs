@@ -8,7 +8,10 @@
 //! ([`LiveState`]). The oldest parts are deleted so that all of them stay
 //! within the bound: for a size, the parts before the current one take at
 //! most three quarters of it; for a duration, a part is kept while it ended
-//! less than that long ago.
+//! less than that long before the newest event. A duration is measured in
+//! the events' own times ([`EventTimes`]), not in the writer thread's: a
+//! writer that falls behind, or a program that pauses, keeps the same
+//! stretch of the program's life.
 //!
 //! A dump ([`Window::dump`]) ends the current part and joins the parts kept
 //! into one trace ([`crate::format::join`]), on a thread of its own, so the
@@ -39,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::mpsc::SyncSender;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The trace output of the writer thread.
 pub(crate) type Output = CountingWriter<Box<dyn Write + Send>>;
@@ -187,7 +190,51 @@ struct Part {
     path: PathBuf,
     /// Its size, once ended.
     bytes: u64,
-    ended: Instant,
+    /// The time of its last event (ns since the recording began).
+    ended_ns: u64,
+}
+
+/// The times a duration bound is kept by: the newest event's, and that of
+/// the current part's start, in ns since the recording began (the events'
+/// clock).
+///
+/// The writer thread's own clock would tell how long ago it wrote a part,
+/// which a writer that fell behind, or a program that paused, makes longer
+/// than the stretch of the program the part holds; and the kept window is
+/// read in event times (`vramtrace summary`'s duration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct EventTimes {
+    newest_ns: u64,
+    part_began_ns: u64,
+}
+
+impl EventTimes {
+    /// Follows events written (their times, in the order written).
+    fn follow(&mut self, times: impl IntoIterator<Item = u64>) {
+        // Times never go back within a recording; `max` keeps a stray
+        // earlier one (a restated event, say) from moving the bound back.
+        self.newest_ns = times.into_iter().fold(self.newest_ns, u64::max);
+    }
+
+    /// Whether the current part has run for an eighth of `keep`.
+    fn part_is_full(&self, keep: Duration) -> bool {
+        self.newest_ns - self.part_began_ns >= duration_ns(keep) / PARTS
+    }
+
+    /// Whether a part that ended at `ended_ns` is older than `keep`: all
+    /// the parts after it together still hold at least `keep`.
+    fn is_past(&self, ended_ns: u64, keep: Duration) -> bool {
+        self.newest_ns.saturating_sub(ended_ns) > duration_ns(keep)
+    }
+
+    /// A part ends now, and the next begins.
+    fn begin_part(&mut self) {
+        self.part_began_ns = self.newest_ns;
+    }
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A dump on its way: the thread joining the parts, and whom to tell.
@@ -206,7 +253,8 @@ pub(crate) struct Window {
     /// start (header, symbols, state and restatement) was written.
     current_from: u64,
     current_body_from: u64,
-    started: Instant,
+    /// The events' times, for a duration bound.
+    times: EventTimes,
     /// Whether the current part has events past its restatement.
     current_has_events: bool,
     pub live: LiveState,
@@ -245,7 +293,7 @@ impl Window {
             current,
             current_from: 0,
             current_body_from: 0,
-            started: Instant::now(),
+            times: EventTimes::default(),
             current_has_events: false,
             live: LiveState::default(),
             oom_dumped: false,
@@ -278,6 +326,7 @@ impl Window {
     /// [`after_batch`]: Self::after_batch
     pub fn follow(&mut self, events: &[Event]) -> bool {
         self.current_has_events |= !events.is_empty();
+        self.times.follow(events.iter().map(|e| e.time_ns));
         let mut oom = false;
         for e in events {
             oom |= self.live.apply(e);
@@ -315,7 +364,7 @@ impl Window {
                 // once, or parts would hold little but their starts.
                 bytes >= bound / PARTS && body >= bound / PARTS / 2
             }
-            KeepLast::Duration(d) => self.started.elapsed() >= d / PARTS as u32,
+            KeepLast::Duration(d) => self.times.part_is_full(d),
         }
     }
 
@@ -345,7 +394,7 @@ impl Window {
         self.ended.push_back(Part {
             path: std::mem::replace(&mut self.current, path),
             bytes: ended_bytes,
-            ended: Instant::now(),
+            ended_ns: self.times.newest_ns,
         });
         self.next_part += 1;
         self.current_from = total;
@@ -353,7 +402,7 @@ impl Window {
         // The restatement goes out with the part's start.
         trace.flush()?;
         self.current_body_from = trace.get_ref().bytes();
-        self.started = Instant::now();
+        self.times.begin_part();
         self.current_has_events = false;
         self.prune();
         Ok(())
@@ -367,7 +416,9 @@ impl Window {
                     let ended: u64 = self.ended.iter().map(|p| p.bytes).sum();
                     ended > bound - 2 * (bound / PARTS)
                 }
-                KeepLast::Duration(d) => self.ended.front().is_some_and(|p| p.ended.elapsed() > d),
+                KeepLast::Duration(d) => {
+                    (self.ended.front()).is_some_and(|p| self.times.is_past(p.ended_ns, d))
+                }
             };
             if !over {
                 break;
@@ -563,6 +614,43 @@ mod tests {
         assert!(keep("512KiB").unwrap_err().contains("the least is 1MiB"));
         assert!(keep("0.5s").unwrap_err().contains("the least is 1s"));
         assert_eq!(KeepLast::Bytes(50 << 20).to_string(), "50MiB");
+    }
+
+    /// A duration bound in the events' times: parts end every eighth of
+    /// it, and one goes once the parts after it hold the bound, however
+    /// late the writer saw the events.
+    #[test]
+    fn a_duration_bound_follows_the_events_times() {
+        const MS: u64 = 1_000_000;
+        let keep = Duration::from_millis(800);
+        let mut t = EventTimes::default();
+        t.follow([10 * MS, 60 * MS]);
+        assert!(!t.part_is_full(keep), "60 ms of an 800 ms bound");
+        t.follow([99 * MS]);
+        assert!(!t.part_is_full(keep));
+        t.follow([100 * MS]);
+        assert!(t.part_is_full(keep), "an eighth of the bound");
+        t.begin_part();
+        assert!(!t.part_is_full(keep));
+        // The part ended at 100 ms: kept until the newest event is more
+        // than 800 ms later.
+        t.follow([900 * MS]);
+        assert!(!t.is_past(100 * MS, keep));
+        t.follow([900 * MS + 1]);
+        assert!(t.is_past(100 * MS, keep));
+        // An earlier time (a restated event) moves nothing back.
+        t.follow([5 * MS]);
+        assert_eq!(t.newest_ns, 900 * MS + 1);
+        // A program that paused for an hour: the next event ends the part
+        // and makes the ones before it past the bound.
+        t.begin_part();
+        t.follow([3_600_000 * MS]);
+        assert!(t.part_is_full(keep));
+        assert!(t.is_past(900 * MS, keep));
+        // A bound past u64's nanoseconds neither overflows nor ends parts.
+        let forever = Duration::from_secs(u64::MAX);
+        assert!(!t.part_is_full(forever));
+        assert!(!t.is_past(0, forever));
     }
 
     #[test]
