@@ -266,15 +266,23 @@ impl ParsedSnapshot {
             };
             Event { time_ns: ns, data }
         };
+        // The time of the next phase left (none: never reached), so that an
+        // entry before it costs one comparison.
+        let phase_time =
+            |phases: &[(i64, bool, StringId)], i: usize| phases.get(i).map_or(i64::MAX, |p| p.0);
+        let mut next_phase = phase_time(&begun.phases, 0);
         for (device, idx, entry) in merged {
             // Phases starting at an event's time come before it, ends after it.
-            if let Some(nt) = entry.time_us {
+            if let Some(nt) = entry.time_us
+                && nt >= next_phase
+            {
                 while let Some(&p) = begun.phases.get(phase_i)
                     && (p.0 < nt || (p.0 == nt && p.1))
                 {
                     phase_i += 1;
                     tx.push(phase(p, &mut last_ns))?;
                 }
+                next_phase = phase_time(&begun.phases, phase_i);
             }
             let ns = match entry.time_us {
                 Some(t) => to_ns(t),
