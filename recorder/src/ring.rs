@@ -53,7 +53,8 @@ pub(crate) type Output = CountingWriter<Box<dyn Write + Send>>;
 pub enum KeepLast {
     /// At most this many bytes of trace on disk.
     Bytes(u64),
-    /// At least the events of this long ago.
+    /// At least the events of this long before the newest one (in the
+    /// events' own times).
     Duration(Duration),
 }
 
