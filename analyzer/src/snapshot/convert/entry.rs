@@ -57,49 +57,56 @@ pub(super) fn decode(
         matched += 1;
         usual_value(c, ops, f, &mut at, key, field)?;
     }
-    known |= matched > 0;
-    // The rest, from the first key off the shape (if any), the generic way; the
-    // shape is learned again from there, so that it is this entry's keys.
-    let mut learning = c.shape.truncate(matched);
-    loop {
-        let opcode = *buf.get(at)?;
-        if opcode == op::SETITEMS {
-            at += 1;
-            break;
-        }
-        // The key: a memo reference to its str after its first use.
-        let (key, field) = match OpReader::memo_ref_at(buf, at) {
-            Some((idx, next)) => {
-                let key = match c.key_cache.get(idx) {
-                    Some(known_key) => known_key,
-                    None => {
-                        let key = ops.memo_str(idx)?;
-                        let field = c.field(key);
-                        if ops.memo_settled(idx) {
-                            c.key_cache.put(idx, key, field);
+    if matched > 0 && matched == c.shape.len && buf.get(at) == Some(&op::SETITEMS) {
+        // The whole shape, and the dict's end (nearly every entry): all the
+        // generic loop below would do is read the SETITEMS.
+        at += 1;
+    } else {
+        known |= matched > 0;
+        // The rest, from the first key off the shape (if any), the generic way; the
+        // shape is learned again from there, so that it is this entry's keys.
+        let mut learning = c.shape.truncate(matched);
+        loop {
+            let opcode = *buf.get(at)?;
+            if opcode == op::SETITEMS {
+                at += 1;
+                break;
+            }
+            // The key: a memo reference to its str after its first use.
+            let (key, field) = match OpReader::memo_ref_at(buf, at) {
+                Some((idx, next)) => {
+                    let key = match c.key_cache.get(idx) {
+                        Some(known_key) => known_key,
+                        None => {
+                            let key = ops.memo_str(idx)?;
+                            let field = c.field(key);
+                            if ops.memo_settled(idx) {
+                                c.key_cache.put(idx, key, field);
+                            }
+                            (key, field)
                         }
-                        (key, field)
+                    };
+                    if learning {
+                        learning =
+                            ops.memo_settled(idx) && c.shape.push(&buf[at..next], key.0, key.1);
                     }
-                };
-                if learning {
-                    learning = ops.memo_settled(idx) && c.shape.push(&buf[at..next], key.0, key.1);
+                    at = next;
+                    key
                 }
-                at = next;
-                key
+                None => {
+                    learning = false;
+                    ops.seek(at + 1);
+                    let key = ops.str_atom(opcode)?;
+                    at = ops.pos();
+                    (key, c.field(key))
+                }
+            };
+            if !known && field != F_ACTION {
+                return None;
             }
-            None => {
-                learning = false;
-                ops.seek(at + 1);
-                let key = ops.str_atom(opcode)?;
-                at = ops.pos();
-                (key, c.field(key))
-            }
-        };
-        if !known && field != F_ACTION {
-            return None;
+            known = true;
+            value(c, ops, f, &mut at, key, field)?;
         }
-        known = true;
-        value(c, ops, f, &mut at, key, field)?;
     }
     ops.seek(at);
     f.action?;
