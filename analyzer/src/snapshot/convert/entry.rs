@@ -800,6 +800,37 @@ mod tests {
     }
 
     #[test]
+    fn a_shape_is_usual_while_it_begins_with_the_usual_keys() {
+        use op::BINGET;
+        let mut shape = Shape::default();
+        shape.forget_unless(1);
+        for (i, &field) in USUAL.iter().enumerate() {
+            assert!(!shape.usual);
+            assert!(shape.push(&[BINGET, i as u8], i as StrId, field));
+        }
+        assert!(shape.usual);
+        // More keys after them keep it; fewer than them do not.
+        assert!(shape.push(&[BINGET, 20], 20, F_POOL));
+        assert!(shape.usual);
+        assert!(shape.truncate(USUAL.len()));
+        assert!(shape.usual);
+        assert!(shape.truncate(USUAL.len() - 1));
+        assert!(!shape.usual);
+        // The same keys pushed again make it usual again; a new epoch forgets it.
+        assert!(shape.push(&[BINGET, 7], 7, USUAL[7]));
+        assert!(shape.usual);
+        shape.forget_unless(2);
+        assert!(!shape.usual);
+        // Another order of the same keys is not usual.
+        let mut other = USUAL;
+        other.swap(1, 2);
+        for (i, &field) in other.iter().enumerate() {
+            assert!(shape.push(&[BINGET, i as u8], i as StrId, field));
+        }
+        assert!(!shape.usual);
+    }
+
+    #[test]
     fn keys_are_known_by_memo_index_within_an_epoch() {
         let mut keys = KeyCache::default();
         keys.forget_unless(3);
