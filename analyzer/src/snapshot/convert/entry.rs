@@ -9,8 +9,8 @@
 //! dict the generic way (through `Collector::on_append`), with the same result.
 
 use super::{
-    CUSTOM_FRAME, CUSTOM_STACK, Collector, EntryFields, F_ACTION, F_ADDR, F_FRAMES, F_POOL, F_SIZE,
-    F_STREAM, F_TIME,
+    CUSTOM_FRAME, CUSTOM_STACK, Collector, EntryFields, F_ACTION, F_ADDR, F_COMPILE, F_FRAMES,
+    F_POOL, F_SIZE, F_STREAM, F_TEXT, F_TIME,
 };
 use crate::snapshot::pickle::{OpReader, StrId, Val, op};
 use rustc_hash::FxHashMap;
@@ -47,55 +47,66 @@ pub(super) fn decode(
     // The keys that follow the learned shape, with no lookup. Its first key is
     // `action`: a dict it matches is tried, `known` or not, as the generic loop
     // below would.
-    let mut matched = 0;
+    let mut matched = if c.shape.usual {
+        usual_keys(c, ops, f, &mut at)?
+    } else {
+        0
+    };
     while let Some((key, field, len)) = c.shape.key(matched, buf, at) {
         at += len;
         matched += 1;
-        value(c, ops, f, &mut at, key, field)?;
+        usual_value(c, ops, f, &mut at, key, field)?;
     }
-    known |= matched > 0;
-    // The rest, from the first key off the shape (if any), the generic way; the
-    // shape is learned again from there, so that it is this entry's keys.
-    let mut learning = c.shape.truncate(matched);
-    loop {
-        let opcode = *buf.get(at)?;
-        if opcode == op::SETITEMS {
-            at += 1;
-            break;
-        }
-        // The key: a memo reference to its str after its first use.
-        let (key, field) = match OpReader::memo_ref_at(buf, at) {
-            Some((idx, next)) => {
-                let key = match c.key_cache.get(idx) {
-                    Some(known_key) => known_key,
-                    None => {
-                        let key = ops.memo_str(idx)?;
-                        let field = c.field(key);
-                        if ops.memo_settled(idx) {
-                            c.key_cache.put(idx, key, field);
+    if matched > 0 && matched == c.shape.len && buf.get(at) == Some(&op::SETITEMS) {
+        // The whole shape, and the dict's end (nearly every entry): all the
+        // generic loop below would do is read the SETITEMS.
+        at += 1;
+    } else {
+        known |= matched > 0;
+        // The rest, from the first key off the shape (if any), the generic way; the
+        // shape is learned again from there, so that it is this entry's keys.
+        let mut learning = c.shape.truncate(matched);
+        loop {
+            let opcode = *buf.get(at)?;
+            if opcode == op::SETITEMS {
+                at += 1;
+                break;
+            }
+            // The key: a memo reference to its str after its first use.
+            let (key, field) = match OpReader::memo_ref_at(buf, at) {
+                Some((idx, next)) => {
+                    let key = match c.key_cache.get(idx) {
+                        Some(known_key) => known_key,
+                        None => {
+                            let key = ops.memo_str(idx)?;
+                            let field = c.field(key);
+                            if ops.memo_settled(idx) {
+                                c.key_cache.put(idx, key, field);
+                            }
+                            (key, field)
                         }
-                        (key, field)
+                    };
+                    if learning {
+                        learning =
+                            ops.memo_settled(idx) && c.shape.push(&buf[at..next], key.0, key.1);
                     }
-                };
-                if learning {
-                    learning = ops.memo_settled(idx) && c.shape.push(&buf[at..next], key.0, key.1);
+                    at = next;
+                    key
                 }
-                at = next;
-                key
+                None => {
+                    learning = false;
+                    ops.seek(at + 1);
+                    let key = ops.str_atom(opcode)?;
+                    at = ops.pos();
+                    (key, c.field(key))
+                }
+            };
+            if !known && field != F_ACTION {
+                return None;
             }
-            None => {
-                learning = false;
-                ops.seek(at + 1);
-                let key = ops.str_atom(opcode)?;
-                at = ops.pos();
-                (key, c.field(key))
-            }
-        };
-        if !known && field != F_ACTION {
-            return None;
+            known = true;
+            value(c, ops, f, &mut at, key, field)?;
         }
-        known = true;
-        value(c, ops, f, &mut at, key, field)?;
     }
     ops.seek(at);
     f.action?;
@@ -105,6 +116,141 @@ pub(super) fn decode(
         op::EMPTY_DICT | op::APPENDS | op::BINGET | op::LONG_BINGET => Some(()),
         _ => None,
     }
+}
+
+/// The keys of a trace entry as PyTorch 2.x writes them (before the private pools'
+/// `pool_id` of 2.12 and the `internal_metadata` of 2.15; the snapshots of most
+/// versions): a shape that begins with them is read by [`usual_keys`].
+const USUAL: [u8; 8] = [
+    F_ACTION, F_ADDR, F_SIZE, F_STREAM, F_TIME, F_COMPILE, F_TEXT, F_FRAMES,
+];
+
+// The loop over the shape's keys of `decode`, unrolled for a shape that begins
+// with the `USUAL` keys (`c.shape.usual`): each key's field is known where its
+// value is read, so that no field is dispatched on at run time. Each step does
+// what the loop's does for that key; at the first key whose bytes are not the
+// shape's, the number of keys read is returned, and the loop goes on from there.
+// `None`: not the usual layout, as the loop's.
+#[inline(always)]
+fn usual_keys(
+    c: &mut Collector,
+    ops: &mut OpReader<'_>,
+    f: &mut EntryFields,
+    at: &mut usize,
+) -> Option<usize> {
+    let buf = ops.buf();
+    macro_rules! step {
+        ($i:literal) => {
+            match c.shape.key($i, buf, *at) {
+                Some((key, field, len)) => {
+                    debug_assert_eq!(field, USUAL[$i]);
+                    *at += len;
+                    usual_value(c, ops, f, at, key, USUAL[$i])?;
+                }
+                None => return Some($i),
+            }
+        };
+    }
+    step!(0);
+    step!(1);
+    step!(2);
+    step!(3);
+    step!(4);
+    step!(5);
+    step!(6);
+    step!(7);
+    Some(USUAL.len())
+}
+
+// [`value`] for a key of the learned shape: the value its field nearly always
+// has in a trace entry (an int for the number fields, a memo reference to a str
+// for `action` and `user_metadata`, to a stack for `frames`, a fresh "N/A" for
+// `compile_context`) is read here with no more checks than that layout needs, so
+// the same as `value` would read it; any other value, from its first byte (nothing
+// was read or stored before that), is read by `value`.
+#[inline(always)]
+fn usual_value(
+    c: &mut Collector,
+    ops: &mut OpReader<'_>,
+    f: &mut EntryFields,
+    at: &mut usize,
+    key: StrId,
+    field: u8,
+) -> Option<()> {
+    let buf = ops.buf();
+    match field {
+        F_ADDR | F_SIZE | F_STREAM | F_TIME => {
+            if let Some(&opcode) = buf.get(*at)
+                && let Some((i, len)) = OpReader::int_at(buf, *at + 1, opcode)
+            {
+                *at += 1 + len;
+                f.set_int(field, i.into());
+                return Some(());
+            }
+        }
+        F_ACTION => {
+            if let Some((idx, next)) = OpReader::memo_ref_at(buf, *at)
+                && let Some(s) = ops.memo_str(idx)
+            {
+                *at = next;
+                f.action = Some(s);
+                return Some(());
+            }
+        }
+        F_TEXT => {
+            if let Some((idx, next)) = OpReader::memo_ref_at(buf, *at)
+                && let Some(s) = ops.memo_str(idx)
+            {
+                *at = next;
+                // `EntryFields::set`: only a non-empty str is kept (the empty
+                // one, interned up front, is known by its id).
+                if s != c.k.empty && !ops.heap().str_bytes(s).is_empty() {
+                    f.text = s;
+                    f.special = true;
+                }
+                return Some(());
+            }
+        }
+        F_FRAMES => match buf.get(*at) {
+            Some(&op::EMPTY_LIST) => {
+                ops.seek(*at + 1);
+                let stack = frames_list(c, ops)?;
+                *at = ops.pos();
+                f.has_frames = true;
+                if let Val::Custom {
+                    kind: CUSTOM_STACK,
+                    id,
+                } = stack
+                {
+                    f.e.stack = id;
+                }
+                return Some(());
+            }
+            _ => {
+                if let Some((idx, next)) = OpReader::memo_ref_at(buf, *at)
+                    && let Some(id) = ops.memo_custom(idx, CUSTOM_STACK)
+                {
+                    *at = next;
+                    f.has_frames = true;
+                    f.e.stack = id;
+                    return Some(());
+                }
+            }
+        },
+        F_COMPILE => {
+            // SHORT_BINUNICODE of 3 bytes, "N/A", and the MEMOIZE after it.
+            const NA: [u8; 6] = [op::SHORT_BINUNICODE, 3, b'N', b'/', b'A', op::MEMOIZE];
+            if buf.get(*at..*at + NA.len()) == Some(&NA[..]) {
+                ops.seek(*at + NA.len() - 1);
+                ops.memo_store(Val::Str(c.k.not_applicable))?;
+                *at = ops.pos();
+                f.compile_context = Some(c.k.not_applicable);
+                return Some(());
+            }
+        }
+        _ => {}
+    }
+    value(c, ops, f, at, key, field)
 }
 
 // Reads the value of `key` (which fills `field`) at `buf[*at]` into `f`, moving `at`
@@ -332,6 +478,9 @@ pub(super) struct Shape {
     keys: [(StrId, u8, u8); SHAPE_KEYS],
     len: usize,
     epoch: u64,
+    /// Whether the first keys are the `USUAL` ones, in their order (their fields;
+    /// at least that many keys).
+    usual: bool,
 }
 
 impl Default for Shape {
@@ -342,6 +491,7 @@ impl Default for Shape {
             keys: [(0, 0, 0); SHAPE_KEYS],
             len: 0,
             epoch: 0,
+            usual: false,
         }
     }
 }
@@ -369,6 +519,7 @@ impl Shape {
     #[inline]
     fn truncate(&mut self, len: usize) -> bool {
         self.len = self.len.min(len);
+        self.usual &= self.len >= USUAL.len();
         self.len < SHAPE_KEYS
     }
 
@@ -388,6 +539,9 @@ impl Shape {
         self.masks[i] = u64::MAX >> (64 - 8 * reference.len() as u32);
         self.keys[i] = (key, field, reference.len() as u8);
         self.len += 1;
+        if self.len == USUAL.len() {
+            self.usual = self.keys.iter().map(|k| k.1).take(USUAL.len()).eq(USUAL);
+        }
         true
     }
 
@@ -396,6 +550,7 @@ impl Shape {
     fn forget_unless(&mut self, epoch: u64) {
         if epoch != self.epoch {
             self.len = 0;
+            self.usual = false;
             self.epoch = epoch;
         }
     }
@@ -642,6 +797,37 @@ mod tests {
             shape.key(SHAPE_KEYS - 1, &[BINGET, 15, 0, 0, 0, 0, 0, 0], 0),
             Some((15, F_ACTION, 2))
         );
+    }
+
+    #[test]
+    fn a_shape_is_usual_while_it_begins_with_the_usual_keys() {
+        use op::BINGET;
+        let mut shape = Shape::default();
+        shape.forget_unless(1);
+        for (i, &field) in USUAL.iter().enumerate() {
+            assert!(!shape.usual);
+            assert!(shape.push(&[BINGET, i as u8], i as StrId, field));
+        }
+        assert!(shape.usual);
+        // More keys after them keep it; fewer than them do not.
+        assert!(shape.push(&[BINGET, 20], 20, F_POOL));
+        assert!(shape.usual);
+        assert!(shape.truncate(USUAL.len()));
+        assert!(shape.usual);
+        assert!(shape.truncate(USUAL.len() - 1));
+        assert!(!shape.usual);
+        // The same keys pushed again make it usual again; a new epoch forgets it.
+        assert!(shape.push(&[BINGET, 7], 7, USUAL[7]));
+        assert!(shape.usual);
+        shape.forget_unless(2);
+        assert!(!shape.usual);
+        // Another order of the same keys is not usual.
+        let mut other = USUAL;
+        other.swap(1, 2);
+        for (i, &field) in other.iter().enumerate() {
+            assert!(shape.push(&[BINGET, i as u8], i as StrId, field));
+        }
+        assert!(!shape.usual);
     }
 
     #[test]

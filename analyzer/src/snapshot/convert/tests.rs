@@ -42,62 +42,99 @@ fn log_round_trips() {
     assert_eq!(log.run(&log.runs[0]).collect::<Vec<_>>(), &entries[..2]);
 }
 
+// The collector with the direct decoder turned off.
+struct Generic(Collector);
+impl Hook for Generic {
+    fn on_append(&mut self, h: &mut Heap, l: ObjId, i: ObjId) -> Attach {
+        self.0.on_append(h, l, i)
+    }
+    fn on_set(&mut self, h: &mut Heap, d: ObjId, k: Val, v: ObjId) -> Attach {
+        self.0.on_set(h, d, k, v)
+    }
+}
+
+// What a pickle's collection leaves (all but list ids, which differ: the generic
+// path recycles its dicts), read with the direct decoder or without it, and how
+// many entries it read: logged, and read by the direct decoder. A parse error, as
+// text, instead.
+type Collected3 = (Seen, usize, u64);
+
+// Everything `try_collect` compares.
+type Seen = (
+    Vec<LogEntry>,
+    Vec<u64>,
+    Vec<u32>,
+    FxHashMap<StrId, u64>,
+    (
+        Vec<(u64, StrId)>,
+        Vec<(u64, PoolId)>,
+        ([u64; 4], FxHashMap<StrId, u64>, FxHashMap<StrId, u64>, u64),
+        [u64; 3],
+    ),
+);
+
+fn try_collect(bytes: &[u8], direct: bool) -> Result<Collected3, String> {
+    use crate::snapshot::pickle::Parser;
+    let mut parser = Parser::new(bytes, &|_| {});
+    let mut c = Collector::new(parser.heap_mut());
+    if direct {
+        parser.run(&mut c).map_err(|e| e.to_string())?;
+    } else {
+        let mut g = Generic(c);
+        parser.run(&mut g).map_err(|e| e.to_string())?;
+        c = g.0;
+    }
+    c.finish_parsing();
+    let entries: Vec<_> = c.log.iter().map(|e| LogEntry { list: 0, ..e }).collect();
+    let runs: Vec<_> = c.log.runs.iter().map(|r| r.len).collect();
+    let direct = c.direct_entries;
+    let mut metadata: Vec<_> = c.extras.metadata.into_iter().collect();
+    metadata.sort();
+    let mut pools: Vec<_> = c.extras.pools.into_iter().collect();
+    pools.sort_by_key(|p| p.0);
+    let u = &c.unread;
+    let unread = (
+        [
+            u.compile_context,
+            u.forward_frames,
+            u.pool_unread,
+            u.map_pools,
+        ],
+        u.internal.clone(),
+        u.keys.clone(),
+        u.unnamed_keys,
+    );
+    let logged = entries.len();
+    let seen = (
+        entries,
+        runs,
+        c.stacks.flat,
+        c.action_counts,
+        (
+            metadata,
+            pools,
+            unread,
+            [
+                c.entries_without_time,
+                c.entries_without_frames,
+                c.entries_impossible,
+            ],
+        ),
+    );
+    Ok((seen, logged, direct))
+}
+
+// `try_collect` of a pickle that parses: what it leaves, how many entries it
+// logged, how many the direct decoder read.
+fn collect(bytes: &[u8], direct: bool) -> Collected3 {
+    try_collect(bytes, direct).unwrap()
+}
+
 // The direct decoder (`entry::decode`) must log exactly what the generic path does.
 #[test]
 fn direct_decoding_matches_the_generic_path() {
-    use crate::snapshot::pickle::Parser;
     use std::io::Read;
 
-    // The collector with the direct decoder turned off.
-    struct Generic(Collector);
-    impl Hook for Generic {
-        fn on_append(&mut self, h: &mut Heap, l: ObjId, i: ObjId) -> Attach {
-            self.0.on_append(h, l, i)
-        }
-        fn on_set(&mut self, h: &mut Heap, d: ObjId, k: Val, v: ObjId) -> Attach {
-            self.0.on_set(h, d, k, v)
-        }
-    }
-    let collect = |bytes: &[u8], direct: bool| {
-        let mut parser = Parser::new(bytes, &|_| {});
-        let mut c = Collector::new(parser.heap_mut());
-        if direct {
-            parser.run(&mut c).unwrap();
-        } else {
-            let mut g = Generic(c);
-            parser.run(&mut g).unwrap();
-            c = g.0;
-        }
-        c.finish_parsing();
-        // List ids differ (the generic path recycles its dicts): compare the rest.
-        let entries: Vec<_> = c.log.iter().map(|e| LogEntry { list: 0, ..e }).collect();
-        let runs: Vec<_> = c.log.runs.iter().map(|r| r.len).collect();
-        let direct = c.direct_entries;
-        let mut metadata: Vec<_> = c.extras.metadata.into_iter().collect();
-        metadata.sort();
-        let mut pools: Vec<_> = c.extras.pools.into_iter().collect();
-        pools.sort_by_key(|p| p.0);
-        let u = &c.unread;
-        let unread = (
-            [
-                u.compile_context,
-                u.forward_frames,
-                u.pool_unread,
-                u.map_pools,
-            ],
-            u.internal.clone(),
-            u.keys.clone(),
-            u.unnamed_keys,
-        );
-        let seen = (
-            entries,
-            runs,
-            c.stacks.flat,
-            c.action_counts,
-            (metadata, pools, unread),
-        );
-        (seen, direct)
-    };
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/torch");
     // The newer releases' fields (`pool_id`, metadata) too; their
     // fixtures are too small for the share of direct entries to mean much.
@@ -116,14 +153,11 @@ fn direct_decoding_matches_the_generic_path() {
         let (mut stream, _) = crate::input::decompress(file).unwrap();
         let mut bytes = Vec::new();
         stream.read_to_end(&mut bytes).unwrap();
-        let (direct, direct_entries) = collect(&bytes, true);
-        let (generic, none) = collect(&bytes, false);
-        assert!(!direct.0.is_empty(), "{name}");
+        let (direct, logged, direct_entries) = collect(&bytes, true);
+        let (generic, _, none) = collect(&bytes, false);
+        assert!(logged > 0, "{name}");
         // Nearly all entries take the direct path (not those with new frames).
-        assert!(
-            small || direct_entries * 10 > direct.0.len() as u64 * 9,
-            "{name}"
-        );
+        assert!(small || direct_entries * 10 > logged as u64 * 9, "{name}");
         assert!(direct_entries > 0, "{name}");
         assert_eq!(none, 0);
         assert!(direct == generic, "{name}");
@@ -134,22 +168,22 @@ fn direct_decoding_matches_the_generic_path() {
     // bytes, `FramesCache::by_prefix`).
     for frames in [2, 20] {
         let bytes = overwritten_frame_pickle(frames);
-        let (direct, direct_entries) = collect(&bytes, true);
-        let (generic, _) = collect(&bytes, false);
+        let (direct, logged, direct_entries) = collect(&bytes, true);
+        let (generic, _, _) = collect(&bytes, false);
         assert_eq!(direct_entries, 3);
-        assert_eq!(direct.0.len(), 4);
+        assert_eq!(logged, 4);
         assert!(direct == generic, "{frames} frames");
     }
     // Entries whose keys leave the learned shape (`entry::Shape`) in every way.
     let bytes = shape_pickle();
-    let (direct, direct_entries) = collect(&bytes, true);
-    let (generic, _) = collect(&bytes, false);
+    let (direct, logged, direct_entries) = collect(&bytes, true);
+    let (generic, _, _) = collect(&bytes, false);
     // All but the entry with an int key, the one whose first key is not `action`
     // (its list is not known yet: its entries are recorded at its APPENDS), and the
     // one before the BINPUT (the decoder takes no opcode after an entry but the
     // next entry's or the list's).
     assert_eq!(direct_entries, 15);
-    assert_eq!(direct.0.len(), 18);
+    assert_eq!(logged, 18);
     assert!(direct == generic);
 }
 
@@ -443,4 +477,405 @@ fn stacks_intern_by_content() {
     assert_ne!(s.intern(&[1, 2]), a);
     assert_eq!(s.get(a), &[1, 2, 3]);
     assert_eq!(s.len(), 3);
+}
+
+/// How a key of [`usual_pickle`]'s entries is written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum UKey {
+    /// BINGET of the key's str (memoized up front), as CPython writes it.
+    Short(&'static str),
+    /// LONG_BINGET of the same slot.
+    Long(&'static str),
+    /// A fresh copy of the str (SHORT_BINUNICODE, MEMOIZE).
+    New(&'static str),
+}
+
+/// How a value of [`usual_pickle`]'s entries is written.
+#[derive(Clone, Debug, PartialEq)]
+enum UVal {
+    /// These opcodes as they are (ints, None, ...).
+    Raw(Vec<u8>),
+    /// BINGET of a str memoized up front.
+    Ref(&'static str),
+    /// LONG_BINGET of the same slot.
+    LongRef(&'static str),
+    /// A fresh str, then MEMOIZE (as CPython writes `compile_context`'s "N/A").
+    New(&'static str),
+    /// A fresh str, then BINPUT of the next slot (the same slot as MEMOIZE).
+    NewPut(&'static str),
+    /// A fresh str, with no memo store after it.
+    NewBare(&'static str),
+    /// A frames list (EMPTY_LIST, MEMOIZE) of memo references to these of the
+    /// two frames memoized up front, in one MARK batch (none: no batch).
+    Frames(Vec<u8>),
+    /// A memo reference to the frames list written last.
+    LastList,
+    /// A memo reference to the frame dict (not a list) memoized up front.
+    FrameDict,
+}
+
+/// One entry of [`usual_pickle`]: its keys and values, and a memo slot to
+/// overwrite before it (the slot of that key's str made to hold another str,
+/// which changes the memo's epoch).
+#[derive(Clone, Debug, PartialEq)]
+struct UEntry {
+    items: Vec<(UKey, UVal)>,
+    overwrite: Option<(&'static str, &'static str)>,
+}
+
+/// The keys and values of a trace entry as PyTorch 2.x writes them
+/// (`entry::USUAL`), `n` making its numbers differ from the other entries'.
+fn usual_entry(n: u8) -> UEntry {
+    UEntry {
+        items: vec![
+            (UKey::Short("action"), UVal::Ref("alloc")),
+            (
+                UKey::Short("addr"),
+                UVal::Raw(vec![op_::LONG1, 6, n, 0, 0, 0, 0x7f, 0]),
+            ),
+            (UKey::Short("size"), UVal::Raw(vec![op_::BININT2, n, 2])),
+            (UKey::Short("stream"), UVal::Raw(vec![op_::BININT1, 0])),
+            (
+                UKey::Short("time_us"),
+                UVal::Raw(vec![op_::LONG1, 7, n, 1, 2, 3, 4, 5, 6]),
+            ),
+            (UKey::Short("compile_context"), UVal::New("N/A")),
+            (UKey::Short("user_metadata"), UVal::Ref("")),
+            (UKey::Short("frames"), UVal::Frames(vec![0, 1])),
+        ],
+        overwrite: None,
+    }
+}
+
+use crate::snapshot::pickle::op as op_;
+
+/// `{"device_traces": [[e0, entries...]]}`: the keys, the actions, a few strs and
+/// two frame dicts memoized up front (the frames in `e0`'s frames list, an entry
+/// read the generic way), then `entries` as [`UEntry`] says, in one APPENDS batch.
+fn usual_pickle(entries: &[UEntry]) -> Vec<u8> {
+    use crate::snapshot::pickle::op;
+    struct P {
+        b: Vec<u8>,
+        memo: u32,
+        strs: Vec<(&'static str, u32)>,
+    }
+    impl P {
+        fn memoize(&mut self) -> u32 {
+            self.b.push(op::MEMOIZE);
+            self.memo += 1;
+            self.memo - 1
+        }
+        fn new_str(&mut self, s: &str) {
+            self.b.extend([op::SHORT_BINUNICODE, s.len() as u8]);
+            self.b.extend(s.as_bytes());
+        }
+        fn str(&mut self, s: &'static str) -> u32 {
+            self.new_str(s);
+            let idx = self.memoize();
+            self.strs.push((s, idx));
+            idx
+        }
+        fn get(&mut self, idx: u32, long: bool) {
+            if long || idx > 255 {
+                self.b.push(op::LONG_BINGET);
+                self.b.extend(idx.to_le_bytes());
+            } else {
+                self.b.extend([op::BINGET, idx as u8]);
+            }
+        }
+        fn slot(&self, s: &str) -> u32 {
+            self.strs.iter().rev().find(|k| k.0 == s).unwrap().1
+        }
+    }
+    let mut p = P {
+        b: vec![op::PROTO, 4, op::EMPTY_DICT],
+        memo: 0,
+        strs: Vec::new(),
+    };
+    p.memoize();
+    p.b.push(op::MARK);
+    p.str("device_traces");
+    p.b.push(op::EMPTY_LIST);
+    p.memoize();
+    p.b.push(op::EMPTY_LIST);
+    p.memoize();
+    p.b.push(op::MARK);
+    // e0, read the generic way (its frame dicts are new): it memoizes every key
+    // and str the entries refer to.
+    p.b.push(op::EMPTY_DICT);
+    p.memoize();
+    p.b.push(op::MARK);
+    for s in [
+        "action",
+        "addr",
+        "size",
+        "stream",
+        "time_us",
+        "compile_context",
+        "user_metadata",
+        "pool_id",
+        "bogus",
+        "name",
+        "filename",
+        "line",
+    ] {
+        p.str(s);
+        p.b.push(op::NONE);
+    }
+    for s in ["free_requested", "", "meta", "N/A"] {
+        p.str(s);
+        p.b.push(op::NONE);
+    }
+    p.str("action");
+    p.str("alloc");
+    p.str("frames");
+    p.b.push(op::EMPTY_LIST);
+    let mut last_list = p.memoize();
+    p.b.push(op::MARK);
+    let mut frames = Vec::new();
+    for i in 0..2 {
+        p.b.push(op::EMPTY_DICT);
+        frames.push(p.memoize());
+        p.b.push(op::MARK);
+        p.get(p.slot("name"), false);
+        p.new_str(&format!("f{i}"));
+        p.memoize();
+        p.get(p.slot("filename"), false);
+        p.new_str("f.py");
+        p.memoize();
+        p.get(p.slot("line"), false);
+        p.b.extend([op::BININT1, i + 1, op::SETITEMS]);
+    }
+    p.b.extend([op::APPENDS, op::SETITEMS]);
+    for e in entries {
+        if let Some((key, other)) = e.overwrite {
+            p.new_str(other);
+            let slot = p.slot(key);
+            p.b.push(op::LONG_BINPUT);
+            p.b.extend(slot.to_le_bytes());
+            p.b.push(op::POP);
+        }
+        p.b.push(op::EMPTY_DICT);
+        p.memoize();
+        p.b.push(op::MARK);
+        for (key, value) in &e.items {
+            match *key {
+                UKey::Short(k) => p.get(p.slot(k), false),
+                UKey::Long(k) => p.get(p.slot(k), true),
+                UKey::New(k) => {
+                    p.new_str(k);
+                    p.memoize();
+                }
+            }
+            match value {
+                UVal::Raw(b) => p.b.extend(b),
+                UVal::Ref(s) => p.get(p.slot(s), false),
+                UVal::LongRef(s) => p.get(p.slot(s), true),
+                UVal::New(s) => {
+                    p.new_str(s);
+                    p.memoize();
+                }
+                UVal::NewPut(s) => {
+                    p.new_str(s);
+                    let idx = p.memo;
+                    p.memo += 1;
+                    if idx < 256 {
+                        p.b.extend([op::BINPUT, idx as u8]);
+                    } else {
+                        p.b.push(op::LONG_BINPUT);
+                        p.b.extend(idx.to_le_bytes());
+                    }
+                }
+                UVal::NewBare(s) => p.new_str(s),
+                UVal::Frames(refs) => {
+                    p.b.push(op::EMPTY_LIST);
+                    last_list = p.memoize();
+                    if !refs.is_empty() {
+                        p.b.push(op::MARK);
+                        for &r in refs {
+                            p.get(frames[r as usize], false);
+                        }
+                        p.b.push(op::APPENDS);
+                    }
+                }
+                UVal::LastList => p.get(last_list, false),
+                UVal::FrameDict => p.get(frames[0], false),
+            }
+        }
+        p.b.push(op::SETITEMS);
+        if let Some((key, _)) = e.overwrite {
+            // The key's str back in its slot (the epoch changes again).
+            p.new_str(key);
+            p.b.push(op::LONG_BINPUT);
+            p.b.extend(p.slot(key).to_le_bytes());
+            p.b.push(op::POP);
+        }
+    }
+    p.b.extend([op::APPENDS, op::APPEND, op::SETITEMS, op::STOP]);
+    p.b
+}
+
+// Every kind of deviation from the usual layout, at every key, between entries
+// in it: the direct decoder's fast path (`entry::usual_keys`, `usual_value`)
+// must give what the generic path gives, and take the usual entries itself.
+#[test]
+fn the_usual_layout_and_each_deviation_match_the_generic_path() {
+    use UVal::*;
+    let usual = usual_entry;
+    let mut entries = vec![usual(1), usual(2), usual(3)];
+    let mut deviations: Vec<UEntry> = Vec::new();
+    let with = |n: u8, i: usize, v: UVal| {
+        let mut e = usual(n);
+        e.items[i].1 = v;
+        e
+    };
+    // A value of another opcode or width, for each key.
+    let ints: Vec<Vec<u8>> = vec![
+        vec![op_::BININT1, 9],
+        vec![op_::BININT2, 1, 2],
+        vec![op_::BININT, 1, 2, 3, 0x80],
+        vec![op_::LONG1, 1, 0xff],
+        vec![op_::LONG1, 8, 1, 2, 3, 4, 5, 6, 7, 0x80],
+        vec![op_::LONG1, 9, 1, 2, 3, 4, 5, 6, 7, 8, 0],
+        vec![op_::LONG1, 0],
+        vec![op_::NONE],
+        vec![op_::NEWTRUE],
+    ];
+    for i in 1..5 {
+        for int in &ints {
+            deviations.push(with(4, i, Raw(int.clone())));
+        }
+        deviations.push(with(4, i, Ref("alloc")));
+        deviations.push(with(4, i, New("x")));
+    }
+    for i in 0..8 {
+        for v in [
+            Ref("free_requested"),
+            LongRef("alloc"),
+            Ref(""),
+            Ref("meta"),
+            LongRef("meta"),
+            Ref("N/A"),
+            New("N/A"),
+            NewPut("N/A"),
+            NewBare("N/A"),
+            New("N/AB"),
+            New(""),
+            New("alloc"),
+            Raw(vec![op_::BININT1, 1]),
+            Raw(vec![op_::NONE]),
+            Frames(vec![]),
+            Frames(vec![1]),
+            Frames(vec![1, 0, 1]),
+            LastList,
+            FrameDict,
+        ] {
+            deviations.push(with(5, i, v));
+        }
+    }
+    // A key written otherwise, missing, extra, or in another place.
+    for i in 0..8 {
+        let mut e = usual(6);
+        let name = match e.items[i].0 {
+            UKey::Short(k) => k,
+            _ => unreachable!(),
+        };
+        e.items[i].0 = UKey::Long(name);
+        deviations.push(e.clone());
+        e.items[i].0 = UKey::New(name);
+        deviations.push(e);
+        let mut e = usual(7);
+        e.items.remove(i);
+        deviations.push(e);
+        let mut e = usual(8);
+        e.items
+            .insert(i, (UKey::Short("bogus"), Raw(vec![op_::BININT1, 1])));
+        deviations.push(e);
+        let mut e = usual(9);
+        e.items
+            .insert(i, (UKey::Short("pool_id"), Raw(vec![op_::NONE])));
+        deviations.push(e);
+        let mut e = usual(10);
+        let item = e.items.remove(i);
+        e.items.insert((i + 3) % 8, item);
+        deviations.push(e);
+        let mut e = usual(11);
+        e.items.push(e.items[i].clone());
+        deviations.push(e);
+        // The memo's epoch changed before the entry, the key's slot holding
+        // another key.
+        let mut e = usual(12);
+        e.overwrite = Some((name, "size"));
+        deviations.push(e);
+    }
+    let count = deviations.len();
+    for (n, d) in deviations.into_iter().enumerate() {
+        // The deviation between usual entries, and once alone, last.
+        entries.push(d.clone());
+        entries.push(usual((n % 250) as u8));
+        let alone = usual_pickle(&[usual(1), d.clone()]);
+        assert!(collect(&alone, true).0 == collect(&alone, false).0, "{d:?}");
+    }
+    let bytes = usual_pickle(&entries);
+    let (direct, logged, direct_entries) = collect(&bytes, true);
+    let (generic, _, _) = collect(&bytes, false);
+    assert!(direct == generic);
+    assert!(logged > count, "{logged}");
+    // The usual entries at least took the direct path.
+    assert!(direct_entries > (3 + count) as u64, "{direct_entries}");
+    // Cut anywhere: the same error (or the same result) either way.
+    let short = usual_pickle(&entries[..8]);
+    for end in 0..short.len() {
+        let cut = &short[..end];
+        match (try_collect(cut, true), try_collect(cut, false)) {
+            (Ok(a), Ok(b)) => assert!(a.0 == b.0, "{end}"),
+            (Err(a), Err(b)) => assert_eq!(a, b, "{end}"),
+            _ => panic!("cut at {end}: one path failed"),
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    // Entries in the usual layout with random values of every kind at random
+    // keys, keys dropped or moved: the direct decoder logs what the generic
+    // path logs.
+    #[test]
+    fn random_deviations_match_the_generic_path(
+        changes in proptest::collection::vec(
+            (0usize..8, 0usize..12, 0u8..255, proptest::bool::ANY), 1..40),
+    ) {
+        use UVal::*;
+        let mut entries = Vec::new();
+        for (i, kind, n, keep) in changes {
+            let mut e = usual_entry(n);
+            let v = match kind {
+                0 => Raw(vec![op_::BININT1, n]),
+                1 => Raw(vec![op_::LONG1, 2, n, 0x80]),
+                2 => Raw(vec![op_::LONG1, 9, n, 0, 0, 0, 0, 0, 0, 0, 1]),
+                3 => Ref("meta"),
+                4 => Ref("free_requested"),
+                5 => New("N/A"),
+                6 => NewPut("N/A"),
+                7 => Frames(vec![1, 0]),
+                8 => LastList,
+                9 => FrameDict,
+                10 => Raw(vec![op_::NONE]),
+                _ => e.items[i].1.clone(),
+            };
+            e.items[i].1 = v;
+            if !keep {
+                let item = e.items.remove(i);
+                if n % 2 == 0 {
+                    e.items.insert(n as usize % 8, item);
+                }
+            }
+            entries.push(e);
+            entries.push(usual_entry(n.wrapping_add(1)));
+        }
+        let bytes = usual_pickle(&entries);
+        let (direct, _, _) = collect(&bytes, true);
+        let (generic, _, _) = collect(&bytes, false);
+        proptest::prop_assert!(direct == generic);
+    }
 }

@@ -192,6 +192,15 @@ impl<'a> OpReader<'a> {
         (slot >> TAG_SHIFT == T_STR).then_some(slot & PAYLOAD)
     }
 
+    /// The id of the [`Val::Custom`] value of `kind` (0 to 2) that memo slot `idx`
+    /// holds, if it holds one: what [`OpReader::memo_value`] would give as
+    /// `Val::Custom { kind, id }`, tested by the slot's tag.
+    #[inline(always)]
+    pub fn memo_custom(&self, idx: usize, kind: u8) -> Option<u32> {
+        let slot = *self.heap.memo.slots.get(idx)?;
+        (kind <= 2 && slot >> TAG_SHIFT == T_CUSTOM0 + kind as u32).then_some(slot & PAYLOAD)
+    }
+
     /// The value memo slot `idx` holds (`None`: nothing stored there).
     #[inline(always)]
     pub fn memo_value(&self, idx: usize) -> Option<Val> {

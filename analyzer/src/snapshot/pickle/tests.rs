@@ -449,3 +449,37 @@ fn a_large_dict_keeps_one_value_per_key() {
     assert_eq!(pairs[7], (Value::Int(7), Value::None));
     assert_eq!(pairs[8], (Value::Int(8), Value::Int(8)));
 }
+
+// A memo slot read by its tag (`memo_custom`) is what `memo_value` reads: the
+// id of a custom value of that kind, nothing for another kind or anything else.
+#[test]
+fn a_custom_memo_slot_is_read_by_its_kind() {
+    let mut heap = Heap::default();
+    let s = heap.intern(b"x");
+    for v in [
+        Val::Custom { kind: 1, id: 7 },
+        Val::Custom { kind: 0, id: 7 },
+        Val::Custom { kind: 2, id: 0 },
+        Val::Str(s),
+        Val::Consumed,
+        Val::Int(7),
+    ] {
+        heap.memo.push(v);
+    }
+    let r = OpReader {
+        buf: &[],
+        pos: 0,
+        heap: &mut heap,
+        memo_start: 0,
+    };
+    for idx in 0..8 {
+        for kind in 0..4u8 {
+            let want = match r.memo_value(idx) {
+                Some(Val::Custom { kind: k, id }) if k == kind => Some(id),
+                _ => None,
+            };
+            assert_eq!(r.memo_custom(idx, kind), want, "slot {idx}, kind {kind}");
+        }
+    }
+    assert_eq!(r.memo_custom(0, 1), Some(7));
+}
