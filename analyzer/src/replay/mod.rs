@@ -686,8 +686,9 @@ impl ReplayState {
             self.replaced = Some((index, old));
         }
         // After the insert: the list's bound keeps only live blocks, and
-        // this one must be among them.
-        if !birth.settled {
+        // this one must be among them. Before the first step's end, no list
+        // is kept: that end finds the blocks in the live map.
+        if !birth.settled && self.classifier.waiting_kept {
             self.wait_for_step(b.addr, index + 1);
         }
         self.count_live(&a);
@@ -974,8 +975,8 @@ impl ReplayState {
     }
 
     /// Remembers a block to settle when the next step ends, keeping the
-    /// list no longer than twice the live blocks (a trace without steps
-    /// would otherwise grow it without end).
+    /// list no longer than twice the live blocks (a trace whose steps stop,
+    /// evaluation after training say, would otherwise grow it without end).
     fn wait_for_step(&mut self, addr: u64, born: u64) {
         let waiting = &mut self.classifier.waiting;
         waiting.push((addr, born));
@@ -1003,6 +1004,20 @@ impl ReplayState {
         // was allocated and grown afresh each step (15 M instructions of the
         // 2 M-event trace's summary, issue #47).
         let mut waiting = std::mem::take(&mut self.classifier.waiting);
+        if !self.classifier.waiting_kept {
+            // The first step's end: the blocks waiting for it are the live
+            // ones not settled (see `Classifier::waiting_kept`), in the
+            // order of their allocations, as the list would have held them
+            // (the order of the changes listed, and of the set-up blocks).
+            waiting.extend(
+                self.live
+                    .values()
+                    .filter(|a| !a.birth.settled && !a.free_requested)
+                    .map(|a| (a.addr, a.born)),
+            );
+            waiting.sort_unstable_by_key(|&(_, born)| born);
+            self.classifier.waiting_kept = true;
+        }
         let inferred = self.classifier.options().source == CategorySource::Inferred;
         for &(addr, born) in &waiting {
             // One probe of the map a block (the lookup, the change and the
