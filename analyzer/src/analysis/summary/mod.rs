@@ -79,8 +79,13 @@ pub struct Summary {
     peak_copy: PeakCopy,
     // The shortest log undone into a copy ([`UNDO_MIN`]; less in tests).
     undo_min: usize,
-    // The segments at the allocated peak, once it is logged.
-    peak_segments: usize,
+    // The log's length past which it is undone into a copy: [`UNDO_BUDGET`]
+    // times the blocks and segments at the allocated peak (at least
+    // `undo_min`), worked out once when the log starts, since they stay
+    // what they were while it grows (worked out at each entry, out of
+    // line, it cost 1 M instructions of the 400k-entry snapshot's summary,
+    // issue #47).
+    undo_at: usize,
     ooms: Vec<OomReport>,
     oom_count: u64,
     // OOMs under a convolution (kept ones by index, and a count of all)
@@ -125,7 +130,7 @@ impl Summary {
             since_peak: SincePeak::default(),
             peak_copy: PeakCopy::default(),
             undo_min: UNDO_MIN,
-            peak_segments: 0,
+            undo_at: 0,
             ooms: Vec::new(),
             oom_count: 0,
             awaiting: Vec::new(),
@@ -166,6 +171,26 @@ impl Summary {
         if !self.pending {
             self.follow_sites(state);
         }
+    }
+
+    /// The allocated peak's blocks and segments start to change: from now
+    /// on, what changes them is logged (see the module docs).
+    #[inline(never)]
+    fn start_log(&mut self, state: &ReplayState) {
+        self.since_peak.clear();
+        let at_peak = self.at_peak.live_blocks as usize + state.totals().segments as usize;
+        self.undo_at = UNDO_BUDGET.saturating_mul(at_peak).max(self.undo_min);
+        self.peak_space = PeakSpace::Logged;
+    }
+
+    /// Logs the segments a segment event is about to change.
+    #[inline(never)]
+    fn log_segment(&mut self, s: &vramtrace_format::SegmentEvent, state: &ReplayState) {
+        self.since_peak
+            .reserved
+            .get_or_insert(state.totals().reserved);
+        self.since_peak.segments.push(state.segment_undo(s));
+        self.check_undo_budget(state);
     }
 
     // The report's parts of `finish`.
@@ -235,12 +260,14 @@ impl Analysis for Summary {
         true
     }
 
-    #[inline]
+    // Always inlined into the pass's loop, as `event` is, with its rare
+    // parts (the log's start, a segment event's entry) out of line: once
+    // they grew, the compiler left the whole out of line, and its call cost
+    // 6 M instructions of the 400k-entry snapshot's summary (issue #47).
+    #[inline(always)]
     fn before(&mut self, _index: u64, event: &Event, state: &ReplayState) {
         if self.peak_space == PeakSpace::Live && self.ends_peak_state(event, state) {
-            self.since_peak.clear();
-            self.peak_segments = state.totals().segments as usize;
-            self.peak_space = PeakSpace::Logged;
+            self.start_log(state);
         }
         if self.peak_space == PeakSpace::Logged
             && let EventData::SegmentAlloc(s)
@@ -248,11 +275,7 @@ impl Analysis for Summary {
             | EventData::SegmentMap(s)
             | EventData::SegmentUnmap(s) = &event.data
         {
-            self.since_peak
-                .reserved
-                .get_or_insert(state.totals().reserved);
-            self.since_peak.segments.push(state.segment_undo(s));
-            self.check_undo_budget(state);
+            self.log_segment(s, state);
         }
     }
 

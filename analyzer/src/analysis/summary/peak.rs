@@ -2,7 +2,7 @@
 //! allocated peak's state, sites and free space, found without a copy per
 //! peak (see [`super`] for how the log since the peak is undone).
 
-use super::{SiteShare, Summary, UNDO_BUDGET, open_phase};
+use super::{SiteShare, Summary, open_phase};
 use crate::analysis::Step;
 use crate::analysis::categories::CategoryTable;
 use crate::analysis::limits::Limit;
@@ -344,15 +344,23 @@ impl Summary {
         self.check_undo_budget(state);
     }
 
-    /// Undoes the log into a copy once it has grown past what a copy costs.
+    /// Undoes the log into a copy once it has grown past what a copy costs
+    /// (`undo_at`).
+    // Inlined: asked at each entry of the log, and nearly always answered
+    // no; the undo is out of line.
+    #[inline(always)]
     pub(super) fn check_undo_budget(&mut self, state: &ReplayState) {
-        let at_peak = self.at_peak.live_blocks as usize + self.peak_segments;
-        let budget = (UNDO_BUDGET * at_peak).max(self.undo_min);
-        if self.since_peak.len() > budget {
-            self.peak_copy = self.since_peak.undo(state);
-            self.since_peak.clear();
-            self.peak_space = PeakSpace::Copied;
+        if self.since_peak.len() > self.undo_at {
+            self.undo_into_copy(state);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn undo_into_copy(&mut self, state: &ReplayState) {
+        self.peak_copy = self.since_peak.undo(state);
+        self.since_peak.clear();
+        self.peak_space = PeakSpace::Copied;
     }
 
     /// Whether `event` can change the free space and so ends the state of a
