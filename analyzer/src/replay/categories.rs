@@ -571,17 +571,17 @@ pub struct Classifier {
     /// snapshot, is the autograd engine's).
     saw_frames: bool,
     /// Blocks born since the last step ended, not settled: `(address, born)`,
-    /// kept only once a step has ended ([`waiting_kept`](Self::waiting_kept)).
+    /// kept whole only once a step has ended
+    /// ([`waiting_kept`](Self::waiting_kept)).
     pub(super) waiting: Vec<(u64, u64)>,
-    /// Whether a step has ended in this state, so that `waiting` is kept.
-    /// Before the first step's end, the blocks waiting for it are all the
-    /// live blocks not settled (a block is settled for good once settled,
-    /// and those of the initial state are settled at once): they are
-    /// found then, in the live map, rather than listed at each allocation.
-    /// A trace without steps (a PyTorch snapshot of inference, say) then
-    /// keeps no list at all; it had to be filtered each time it passed
-    /// twice the live blocks, to stay bounded (15 M instructions of the
-    /// 400k-entry snapshot's summary, issue #47).
+    /// Whether a step has ended in this state, so that `waiting` is kept
+    /// whole. Before the first step's end, the blocks waiting for it are
+    /// all the live blocks not settled (a block is settled for good once
+    /// settled, and those of the initial state are settled at once): they
+    /// are found then, in the live map, and the list is emptied rather
+    /// than filtered when it passes its bound. A trace without steps (the
+    /// 400k-entry snapshot) filtered it each time it passed twice the live
+    /// blocks: 11 M instructions of its summary (issue #47).
     pub(super) waiting_kept: bool,
     /// Blocks born before the first step ended and alive when it ended,
     /// not known to be parameters yet: `(address, born)`.

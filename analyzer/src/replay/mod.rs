@@ -686,9 +686,8 @@ impl ReplayState {
             self.replaced = Some((index, old));
         }
         // After the insert: the list's bound keeps only live blocks, and
-        // this one must be among them. Before the first step's end, no list
-        // is kept: that end finds the blocks in the live map.
-        if !birth.settled && self.classifier.waiting_kept {
+        // this one must be among them.
+        if !birth.settled {
             self.wait_for_step(b.addr, index + 1);
         }
         self.count_live(&a);
@@ -981,6 +980,13 @@ impl ReplayState {
         let waiting = &mut self.classifier.waiting;
         waiting.push((addr, born));
         if waiting.len() > 2 * self.live.len() + 1024 {
+            if !self.classifier.waiting_kept {
+                // Before the first step's end, the list is not needed (that
+                // end finds its blocks in the live map): emptied, not
+                // filtered.
+                waiting.clear();
+                return;
+            }
             let live = &self.live;
             waiting.retain(|(addr, born)| {
                 live.get(addr)
@@ -1007,8 +1013,10 @@ impl ReplayState {
         if !self.classifier.waiting_kept {
             // The first step's end: the blocks waiting for it are the live
             // ones not settled (see `Classifier::waiting_kept`), in the
-            // order of their allocations, as the list would have held them
-            // (the order of the changes listed, and of the set-up blocks).
+            // order of their allocations, as a list kept whole would have
+            // held them (the order of the changes listed, and of the set-up
+            // blocks).
+            waiting.clear();
             waiting.extend(
                 self.live
                     .values()
