@@ -286,9 +286,9 @@ impl CategoryMoment {
     }
 
     /// [`follow`](Self::follow) of two moments (the summary's peaks') in
-    /// one walk of the changes, for an event that changed a category: the
-    /// two calls and walks cost about 2 M more instructions of a 2 M-event
-    /// trace's summary (issue #47).
+    /// one walk of the changes, for an event that changed a category: two
+    /// calls and walks cost 7 to 8 M more instructions of the 2 M-event
+    /// synthetic traces' summaries (issue #47).
     #[inline(never)]
     pub fn follow_pair(a: &mut CategoryMoment, b: &mut CategoryMoment, state: &ReplayState) {
         for change in state.recategorized() {
