@@ -375,17 +375,33 @@ const FRAME_PYTHON: u16 = 1 << 9;
 /// Python frame.
 const FRAME_DDP: u16 = 1 << 10;
 
-/// What a frame says by itself (bits above). Stacks share frames, so this is
-/// worked out once per frame rather than once per frame of every stack: on a
-/// snapshot of 6,000 stacks of 30 to 50 frames drawn from 2,500, that was a
-/// quarter of the replay's instructions.
-fn frame_hints(frame: FrameId, symbols: &SymbolTable) -> u16 {
-    let Some(Frame::Symbol { function, file, .. }) = symbols.frame(frame) else {
-        return FRAME_COMPUTED;
-    };
-    let mut hints = FRAME_COMPUTED;
-    let function = symbols.string_or_unknown(*function);
-    let file = symbols.string_or_unknown(*file);
+// What a frame's file says (the bits below), worked out once per file:
+// frames share files (a file's lines, its functions), and the file's tests
+// (a `contains` for each optimizer's folder, a dozen `ends_with`) were half
+// of a frame's first sight.
+const FILE_COMPUTED: u16 = 1;
+/// An optimizer's code ([`OPTIMIZER_FILES`]).
+const FILE_OPTIMIZER: u16 = 1 << 1;
+/// Python code (a `.py`).
+const FILE_PYTHON: u16 = 1 << 2;
+/// DDP's own module.
+const FILE_DDP: u16 = 1 << 3;
+/// FSDP's package.
+const FILE_FSDP: u16 = 1 << 4;
+/// Where `backward` calls into the engine: `torch/_tensor.py`,
+/// `torch/autograd/__init__.py`.
+const FILE_BACKWARD: u16 = 1 << 5;
+/// `torch/autograd/graph.py` (`_engine_run_backward`).
+const FILE_GRAPH: u16 = 1 << 6;
+/// `torch/nn/modules/module.py`.
+const FILE_MODULE: u16 = 1 << 7;
+/// Initializers and `Parameter` itself: every frame of theirs makes one.
+const FILE_PARAMETERS: u16 = 1 << 8;
+/// A module of `torch/nn/modules/`.
+const FILE_NN_MODULES: u16 = 1 << 9;
+
+/// What a frame's file says (the bits above), its `\`s read as `/`.
+fn file_hints(file: &str) -> u16 {
     // Windows paths, with `/` for the patterns below (most have none: no
     // copy).
     let file = &*if file.contains('\\') {
@@ -393,22 +409,56 @@ fn frame_hints(frame: FrameId, symbols: &SymbolTable) -> u16 {
     } else {
         std::borrow::Cow::Borrowed(file)
     };
-    if is_backward_frame(function, file) {
+    let mut hints = FILE_COMPUTED;
+    let mut set = |bit: u16, yes: bool| {
+        if yes {
+            hints |= bit;
+        }
+    };
+    set(
+        FILE_OPTIMIZER,
+        OPTIMIZER_FILES.iter().any(|f| file.contains(f)),
+    );
+    set(FILE_PYTHON, file.ends_with(".py"));
+    set(FILE_DDP, file.ends_with("torch/nn/parallel/distributed.py"));
+    set(FILE_FSDP, file.contains("torch/distributed/fsdp/"));
+    set(
+        FILE_BACKWARD,
+        file.ends_with("torch/_tensor.py") || file.ends_with("torch/autograd/__init__.py"),
+    );
+    set(FILE_GRAPH, file.ends_with("torch/autograd/graph.py"));
+    set(FILE_MODULE, file.ends_with("torch/nn/modules/module.py"));
+    set(
+        FILE_PARAMETERS,
+        file.ends_with("torch/nn/init.py") || file.ends_with("torch/nn/parameter.py"),
+    );
+    set(FILE_NN_MODULES, file.contains("torch/nn/modules/"));
+    hints
+}
+
+/// What a frame of `function` in a file with [`file_hints`] `file` says by
+/// itself (the stack bits above, and the frame bits). Stacks share frames,
+/// so this is worked out once per frame rather than once per frame of
+/// every stack: on a snapshot of 6,000 stacks of 30 to 50 frames drawn from
+/// 2,500, that was a quarter of the replay's instructions.
+fn frame_hints(function: &str, file: u16) -> u16 {
+    let mut hints = FRAME_COMPUTED;
+    if backward_frame(function, file) {
         hints |= BACKWARD as u16;
     }
-    if OPTIMIZER_FILES.iter().any(|f| file.contains(f)) {
+    if file & FILE_OPTIMIZER != 0 {
         hints |= OPTIMIZER as u16;
     }
-    if is_parameter_frame(function, file) {
+    if parameter_frame(function, file) {
         hints |= PARAMETER as u16;
     }
-    if file.ends_with(".py") {
+    if file & FILE_PYTHON != 0 {
         hints |= FRAME_PYTHON;
-        if file.ends_with("torch/nn/parallel/distributed.py") {
+        if file & FILE_DDP != 0 {
             hints |= FRAME_DDP;
         }
     }
-    if file.contains("torch/distributed/fsdp/") {
+    if file & FILE_FSDP != 0 {
         if function.contains("all_gather") {
             hints |= UNSHARDED as u16;
         } else if function.contains("reduce") {
@@ -441,7 +491,13 @@ pub fn is_convolution_stack(stack: StackId, symbols: &SymbolTable) -> bool {
 }
 
 /// A frame of the autograd engine, or of a call into it.
+#[cfg(test)]
 fn is_backward_frame(function: &str, file: &str) -> bool {
+    backward_frame(function, file_hints(file))
+}
+
+/// [`is_backward_frame`], with what the file says ([`file_hints`]).
+fn backward_frame(function: &str, file: u16) -> bool {
     // Node names (`MmBackward0`, as the recorder labels the engine's
     // thread, or `torch::autograd::generated::MmBackward0::apply`).
     // Only a name that holds one of the words can be a node's: the split
@@ -456,14 +512,19 @@ fn is_backward_frame(function: &str, file: &str) -> bool {
             });
     node || function.contains("autograd::Engine")
         || function.contains("evaluate_function")
-        || (function == "backward"
-            && (file.ends_with("torch/_tensor.py") || file.ends_with("torch/autograd/__init__.py")))
-        || (function == "_engine_run_backward" && file.ends_with("torch/autograd/graph.py"))
+        || (function == "backward" && file & FILE_BACKWARD != 0)
+        || (function == "_engine_run_backward" && file & FILE_GRAPH != 0)
 }
 
 /// A frame that makes or loads a module's parameters and buffers.
+#[cfg(test)]
 fn is_parameter_frame(function: &str, file: &str) -> bool {
-    (file.ends_with("torch/nn/modules/module.py")
+    parameter_frame(function, file_hints(file))
+}
+
+/// [`is_parameter_frame`], with what the file says ([`file_hints`]).
+fn parameter_frame(function: &str, file: u16) -> bool {
+    (file & FILE_MODULE != 0
         && matches!(
             function,
             "_apply"
@@ -475,10 +536,9 @@ fn is_parameter_frame(function: &str, file: &str) -> bool {
                 | "_load_from_state_dict"
                 | "load_state_dict"
         ))
-        || file.ends_with("torch/nn/init.py")
-        || file.ends_with("torch/nn/parameter.py")
+        || file & FILE_PARAMETERS != 0
         || function == "reset_parameters"
-        || (file.contains("torch/nn/modules/") && function == "__init__")
+        || (file & FILE_NN_MODULES != 0 && function == "__init__")
         || function == "set_module_tensor_to_device"
 }
 
@@ -504,11 +564,25 @@ pub struct Classifier {
     hints: Vec<u8>,
     /// A frame's own hint bits by frame id (0: not computed yet).
     frame_hints: Vec<u16>,
+    /// What a file says ([`file_hints`]) by its string id (0: not computed
+    /// yet).
+    file_hints: Vec<u16>,
     /// Whether an allocation with frames was seen (then one without, in a
     /// snapshot, is the autograd engine's).
     saw_frames: bool,
-    /// Blocks born since the last step ended, not settled: `(address, born)`.
+    /// Blocks born since the last step ended, not settled: `(address, born)`,
+    /// kept whole only once a step has ended
+    /// ([`waiting_kept`](Self::waiting_kept)).
     pub(super) waiting: Vec<(u64, u64)>,
+    /// Whether a step has ended in this state, so that `waiting` is kept
+    /// whole. Before the first step's end, the blocks waiting for it are
+    /// all the live blocks not settled (a block is settled for good once
+    /// settled, and those of the initial state are settled at once): they
+    /// are found then, in the live map, and the list is emptied rather
+    /// than filtered when it passes its bound. A trace without steps (the
+    /// 400k-entry snapshot) filtered it each time it passed twice the live
+    /// blocks: 11 M instructions of its summary (issue #47).
+    pub(super) waiting_kept: bool,
     /// Blocks born before the first step ended and alive when it ended,
     /// not known to be parameters yet: `(address, born)`.
     pub(super) setup: Vec<(u64, u64)>,
@@ -614,17 +688,22 @@ impl Classifier {
         if frames.is_empty() {
             hints |= NO_FRAMES;
         }
-        let mut innermost_python = true;
+        let mut all = 0;
         for &frame in frames {
-            let f = self.frame_hints(frame, symbols);
-            hints |= f as u8;
-            if f & FRAME_PYTHON != 0 {
-                // DDP's own code (not the model's forward it calls) allocates
-                // its gradient buckets.
-                if innermost_python && f & FRAME_DDP != 0 {
-                    hints |= GRADIENT;
-                }
-                innermost_python = false;
+            all |= self.frame_hints(frame, symbols);
+        }
+        hints |= all as u8;
+        // DDP's own code (not the model's forward it calls) allocates its
+        // gradient buckets: when it is the innermost Python frame. Looked
+        // for only in a stack with a frame of DDP's (a test a frame in every
+        // stack cost more than a tenth of a stack's first sight).
+        if all & FRAME_DDP != 0 {
+            let innermost_python = frames
+                .iter()
+                .map(|&frame| self.frame_hints(frame, symbols))
+                .find(|f| f & FRAME_PYTHON != 0);
+            if innermost_python.is_some_and(|f| f & FRAME_DDP != 0) {
+                hints |= GRADIENT;
             }
         }
         hints
@@ -647,13 +726,38 @@ impl Classifier {
     #[inline(never)]
     fn first_frame_hints(&mut self, frame: FrameId, symbols: &SymbolTable) -> u16 {
         let i = frame.0 as usize;
-        let h = frame_hints(frame, symbols);
+        let h = match symbols.frame(frame) {
+            Some(Frame::Symbol { function, file, .. }) => {
+                let file = self.file_hints(*file, symbols);
+                frame_hints(symbols.string_or_unknown(*function), file)
+            }
+            _ => FRAME_COMPUTED,
+        };
         // As for stacks: only a table as large as the frames defined.
         if i < symbols.frame_count() {
             if i >= self.frame_hints.len() {
                 self.frame_hints.resize(i + 1, 0);
             }
             self.frame_hints[i] = h;
+        }
+        h
+    }
+
+    /// [`file_hints`] of the file with string id `file`, worked out once.
+    fn file_hints(&mut self, file: StringId, symbols: &SymbolTable) -> u16 {
+        let j = file.0 as usize;
+        if let Some(&h) = self.file_hints.get(j)
+            && h != 0
+        {
+            return h;
+        }
+        let h = file_hints(symbols.string_or_unknown(file));
+        // As for frames: only a table as large as the strings defined.
+        if j < symbols.string_count() {
+            if j >= self.file_hints.len() {
+                self.file_hints.resize(j + 1, 0);
+            }
+            self.file_hints[j] = h;
         }
         h
     }
@@ -1052,6 +1156,47 @@ mod tests {
                 hints[stacks.iter().position(|&x| x == s).unwrap()]
             );
         }
+    }
+
+    /// What a file says is worked out once for all its frames, and each
+    /// frame still says what its function adds: a module's `to()` makes a
+    /// parameter, its `forward` does not; `backward` in PyTorch's own
+    /// `_tensor.py` (a Windows path too) calls into the engine, elsewhere
+    /// not.
+    #[test]
+    fn frames_of_one_file_share_what_it_says() {
+        use vramtrace_format::TraceChannel;
+        let mut ch = TraceChannel::new(Header::default());
+        let mut frame = |function: &str, file: &str| {
+            let frame = Frame::Symbol {
+                function: ch.intern_string(function),
+                file: ch.intern_string(file),
+                line: 1,
+            };
+            let id = ch.intern_frame(frame);
+            ch.intern_stack(&[id])
+        };
+        let module = "torch/nn/modules/module.py";
+        let to = frame("to", module);
+        let forward = frame("forward", module);
+        let backward = frame("backward", "torch/_tensor.py");
+        let windows = frame("backward", r"C:\venv\Lib\torch\_tensor.py");
+        let other = frame("backward", "model.py");
+        let (_tx, rx) = ch.open(1);
+        let symbols = rx.symbols();
+        let mut c = Classifier::default();
+        assert_eq!(c.hints(to, symbols), COMPUTED | PARAMETER);
+        assert_eq!(c.hints(forward, symbols), COMPUTED);
+        assert_eq!(c.hints(backward, symbols), COMPUTED | BACKWARD);
+        assert_eq!(c.hints(windows, symbols), COMPUTED | BACKWARD);
+        assert_eq!(c.hints(other, symbols), COMPUTED);
+        // Four files, each worked out once: `module.py` for both its frames.
+        assert_eq!(c.file_hints.iter().filter(|&&h| h != 0).count(), 4);
+        let module_bits = file_hints(module);
+        assert_ne!(module_bits & FILE_MODULE, 0);
+        assert_ne!(module_bits & FILE_NN_MODULES, 0);
+        assert_ne!(module_bits & FILE_PYTHON, 0);
+        assert_eq!(module_bits & (FILE_OPTIMIZER | FILE_BACKWARD), 0);
     }
 
     #[test]

@@ -974,12 +974,19 @@ impl ReplayState {
     }
 
     /// Remembers a block to settle when the next step ends, keeping the
-    /// list no longer than twice the live blocks (a trace without steps
-    /// would otherwise grow it without end).
+    /// list no longer than twice the live blocks (a trace whose steps stop,
+    /// evaluation after training say, would otherwise grow it without end).
     fn wait_for_step(&mut self, addr: u64, born: u64) {
         let waiting = &mut self.classifier.waiting;
         waiting.push((addr, born));
         if waiting.len() > 2 * self.live.len() + 1024 {
+            if !self.classifier.waiting_kept {
+                // Before the first step's end, the list is not needed (that
+                // end finds its blocks in the live map): emptied, not
+                // filtered.
+                waiting.clear();
+                return;
+            }
             let live = &self.live;
             waiting.retain(|(addr, born)| {
                 live.get(addr)
@@ -1003,6 +1010,22 @@ impl ReplayState {
         // was allocated and grown afresh each step (15 M instructions of the
         // 2 M-event trace's summary, issue #47).
         let mut waiting = std::mem::take(&mut self.classifier.waiting);
+        if !self.classifier.waiting_kept {
+            // The first step's end: the blocks waiting for it are the live
+            // ones not settled (see `Classifier::waiting_kept`), in the
+            // order of their allocations, as a list kept whole would have
+            // held them (the order of the changes listed, and of the set-up
+            // blocks).
+            waiting.clear();
+            waiting.extend(
+                self.live
+                    .values()
+                    .filter(|a| !a.birth.settled && !a.free_requested)
+                    .map(|a| (a.addr, a.born)),
+            );
+            waiting.sort_unstable_by_key(|&(_, born)| born);
+            self.classifier.waiting_kept = true;
+        }
         let inferred = self.classifier.options().source == CategorySource::Inferred;
         for &(addr, born) in &waiting {
             // One probe of the map a block (the lookup, the change and the

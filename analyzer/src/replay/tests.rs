@@ -508,11 +508,40 @@ fn an_unknown_category_reads_as_other_and_is_counted() {
     assert_eq!(state.categories().exact_bytes(Category::Other), 512);
 }
 
+/// Before any step, the waiting list is emptied at its bound (twice the
+/// live blocks, and 1,024) rather than filtered: it stays bounded.
 #[test]
 fn a_trace_without_steps_keeps_its_waiting_list_bounded() {
     let mut b = TraceBuilder::new();
     let s = b.site("main", "train.py", 1);
     b.segment(0, 1 << 30);
+    for _ in 0..20_000u64 {
+        b.alloc(0, 512, 512, s).free(0, 512);
+    }
+    let bytes = b.finish();
+    let mut reader = TraceReader::new(&bytes[..]).unwrap();
+    let mut state = ReplayState::default();
+    let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+    for (i, e) in events.iter().enumerate() {
+        state.apply(i as u64, e, reader.symbols());
+        // The bound is kept as a block is allocated (its free may leave the
+        // list above it until the next allocation).
+        if matches!(e.data, EventData::Alloc(_)) {
+            assert!(state.classifier.waiting.len() <= 2 * state.live.len() + 1024);
+        }
+    }
+    assert!(!state.classifier.waiting_kept);
+}
+
+/// Once a step has ended, the blocks born since wait for the next one in a
+/// list, kept bounded when no step comes (evaluation after training).
+#[test]
+fn a_trace_whose_steps_stop_keeps_its_waiting_list_bounded() {
+    let mut b = TraceBuilder::new();
+    let s = b.site("main", "train.py", 1);
+    b.segment(0, 1 << 30);
+    b.begin("Optimizer.step#SGD.step");
+    b.end("Optimizer.step#SGD.step");
     for i in 0..20_000u64 {
         b.alloc(0, 512, 512, s).free(0, 512);
         let _ = i;
@@ -532,6 +561,63 @@ fn a_trace_without_steps_keeps_its_waiting_list_bounded() {
         }
     }
     assert_eq!(allocs, 20_000);
+    // The list was kept (and filtered), not left empty.
+    assert!(state.classifier.waiting_kept);
+    assert!(!state.classifier.waiting.is_empty());
+}
+
+/// Before the first step's end the waiting list is not kept whole (a
+/// trace without steps empties it at its bound rather than filtering it);
+/// that end finds the blocks waiting for it in the live map, and settles them in the order of their allocations, as the
+/// list held them: the changes it lists, and the set-up blocks it sets
+/// aside, come in that order.
+#[test]
+fn the_first_step_end_settles_the_live_blocks_in_allocation_order() {
+    let n = 300u64;
+    let trace = |step_ends: bool| {
+        let mut b = TraceBuilder::new();
+        let forward = b.site("forward", "model.py", 20);
+        let init = b.site("reset_parameters", "model.py", 5);
+        b.segment(0, 1 << 30);
+        // Named by its frames: settled at birth, never waiting.
+        b.alloc(0x3f_0000, 4096, 4096, init);
+        // Addresses falling as the blocks are born, so that the map's
+        // order is not theirs; every other one freed before the step.
+        for i in 0..n {
+            b.alloc(0x20_0000 - i * 0x1000, 512, 512, forward);
+        }
+        for i in (0..n).step_by(2) {
+            b.free(0x20_0000 - i * 0x1000, 512);
+        }
+        b.begin("Optimizer.step#SGD.step");
+        if step_ends {
+            b.end("Optimizer.step#SGD.step");
+        }
+        b.finish()
+    };
+    // The list is not kept whole before the step's end.
+    let (before, _) = replay(&trace(false));
+    assert!(!before.classifier.waiting_kept);
+    let (state, _) = replay(&trace(true));
+    assert!(state.classifier.waiting_kept);
+    // The survivors are set-up blocks (born in the forward before any
+    // step, named by no frame): set aside for the second step, in the
+    // order they were born, which is that of falling addresses.
+    let survivors: Vec<u64> = (1..n).step_by(2).map(|i| 0x20_0000 - i * 0x1000).collect();
+    let setup: Vec<u64> = state
+        .classifier
+        .setup
+        .iter()
+        .map(|&(addr, _)| addr)
+        .collect();
+    assert_eq!(setup, survivors);
+    let born: Vec<u64> = state
+        .classifier
+        .setup
+        .iter()
+        .map(|&(_, born)| born)
+        .collect();
+    assert!(born.is_sorted());
 }
 
 /// The waiting list's bound drops only blocks that wait no more: the block

@@ -5,6 +5,10 @@
 //! reached the analysis only marks it, and copies the (small) per-site table
 //! at the first decrease after it, adding back the block whose free ended
 //! the increasing run; so one copy is made per increasing run, not per event.
+//! Even that copy is put off: what the events after it do to the table is
+//! logged instead, and a newer peak drops the log; the copy is made only
+//! once the log outgrows a quarter of the table, or at the end, from the
+//! table then with the log undone (see `DeferredSites`).
 //!
 //! The free space at the peak needs a sweep over the blocks and segments of
 //! that moment, sorted, and is computed once, at the end, in the same pass.
@@ -29,8 +33,8 @@ mod report;
 pub(crate) mod tests;
 
 pub(crate) use peak::PeakTrack;
+use peak::{DeferredSites, PeakCopy, PeakSpace, SincePeak, SitesAtPeak, SitesDue};
 pub use peak::{Peak, PeakState};
-use peak::{PeakCopy, PeakSpace, SincePeak, SitesAtPeak};
 pub use report::{
     InconsistencyCount, InconsistencyReport, OomReport, SiteShare, SummaryReport, open_phase,
 };
@@ -68,9 +72,15 @@ pub struct Summary {
     requested: PeakTrack,
     active_peak: u64,
     at_peak: PeakState,
-    pending: bool,
+    // Where the sites at the allocated peak are.
+    sites_due: SitesDue,
     // The sites live at the allocated peak, with their bytes by category.
     sites_at_peak: SitesAtPeak,
+    // Their copy, while it is put off.
+    deferred_sites: DeferredSites,
+    // The entries of the log of a copy put off past which it is made
+    // (`None`: as `DeferredSites` says; tests set it).
+    sites_log_max: Option<usize>,
     // Where the blocks and segments at the allocated peak are.
     peak_space: PeakSpace,
     // What changed them since the peak, when `peak_space` is `Logged`.
@@ -79,8 +89,13 @@ pub struct Summary {
     peak_copy: PeakCopy,
     // The shortest log undone into a copy ([`UNDO_MIN`]; less in tests).
     undo_min: usize,
-    // The segments at the allocated peak, once it is logged.
-    peak_segments: usize,
+    // The log's length past which it is undone into a copy: [`UNDO_BUDGET`]
+    // times the blocks and segments at the allocated peak (at least
+    // `undo_min`), worked out once when the log starts, since they stay
+    // what they were while it grows (worked out at each entry, out of
+    // line, it cost 1 M instructions of the 400k-entry snapshot's summary,
+    // issue #47).
+    undo_at: usize,
     ooms: Vec<OomReport>,
     oom_count: u64,
     // OOMs under a convolution (kept ones by index, and a count of all)
@@ -119,13 +134,15 @@ impl Summary {
             requested: PeakTrack::default(),
             active_peak: 0,
             at_peak: PeakState::default(),
-            pending: false,
+            sites_due: SitesDue::Copied,
             sites_at_peak: SitesAtPeak::default(),
+            deferred_sites: DeferredSites::default(),
+            sites_log_max: None,
             peak_space: PeakSpace::Live,
             since_peak: SincePeak::default(),
             peak_copy: PeakCopy::default(),
             undo_min: UNDO_MIN,
-            peak_segments: 0,
+            undo_at: 0,
             ooms: Vec::new(),
             oom_count: 0,
             awaiting: Vec::new(),
@@ -155,17 +172,43 @@ impl Summary {
     /// Blocks changed category with this event: the moments and the sites
     /// kept follow them.
     #[inline(never)]
-    fn follow_recategorized(&mut self, state: &ReplayState) {
-        self.categories_at_allocated.follow(state);
-        self.categories_at_reserved.follow(state);
+    fn follow_recategorized(&mut self, step: &Step<'_>, state: &ReplayState) {
+        CategoryMoment::follow_pair(
+            &mut self.categories_at_allocated,
+            &mut self.categories_at_reserved,
+            state,
+        );
         for (_, categories) in &mut self.oom_moments {
             categories.follow(state);
         }
         // While the sites at the peak are the state's (pending), the
-        // state follows their categories; once copied, the copy follows.
-        if !self.pending {
-            self.follow_sites(state);
+        // state follows their categories; once copied, the copy follows;
+        // while the copy is put off, its log does.
+        match self.sites_due {
+            SitesDue::Copied => self.follow_sites(state),
+            SitesDue::Deferred => self.defer_changes(step, state),
+            SitesDue::Pending => {}
         }
+    }
+
+    /// The allocated peak's blocks and segments start to change: from now
+    /// on, what changes them is logged (see the module docs).
+    #[inline(never)]
+    fn start_log(&mut self, state: &ReplayState) {
+        self.since_peak.clear();
+        let at_peak = self.at_peak.live_blocks as usize + state.totals().segments as usize;
+        self.undo_at = UNDO_BUDGET.saturating_mul(at_peak).max(self.undo_min);
+        self.peak_space = PeakSpace::Logged;
+    }
+
+    /// Logs the segments a segment event is about to change.
+    #[inline(never)]
+    fn log_segment(&mut self, s: &vramtrace_format::SegmentEvent, state: &ReplayState) {
+        self.since_peak
+            .reserved
+            .get_or_insert(state.totals().reserved);
+        self.since_peak.segments.push(state.segment_undo(s));
+        self.check_undo_budget(state);
     }
 
     // The report's parts of `finish`.
@@ -225,7 +268,8 @@ impl Analysis for Summary {
         self.requested = start(t.requested);
         self.active_peak = t.active;
         self.capture_peak_state(state);
-        self.pending = true;
+        self.sites_due = SitesDue::Pending;
+        self.deferred_sites.clear();
         self.peak_space = PeakSpace::Live;
         self.categories_at_allocated = CategoryMoment::now(state);
         self.categories_at_reserved = CategoryMoment::now(state);
@@ -235,12 +279,14 @@ impl Analysis for Summary {
         true
     }
 
-    #[inline]
+    // Always inlined into the pass's loop, as `event` is, with its rare
+    // parts (the log's start, a segment event's entry) out of line: once
+    // they grew, the compiler left the whole out of line, and its call cost
+    // 6 M instructions of the 400k-entry snapshot's summary (issue #47).
+    #[inline(always)]
     fn before(&mut self, _index: u64, event: &Event, state: &ReplayState) {
         if self.peak_space == PeakSpace::Live && self.ends_peak_state(event, state) {
-            self.since_peak.clear();
-            self.peak_segments = state.totals().segments as usize;
-            self.peak_space = PeakSpace::Logged;
+            self.start_log(state);
         }
         if self.peak_space == PeakSpace::Logged
             && let EventData::SegmentAlloc(s)
@@ -248,11 +294,7 @@ impl Analysis for Summary {
             | EventData::SegmentMap(s)
             | EventData::SegmentUnmap(s) = &event.data
         {
-            self.since_peak
-                .reserved
-                .get_or_insert(state.totals().reserved);
-            self.since_peak.segments.push(state.segment_undo(s));
-            self.check_undo_budget(state);
+            self.log_segment(s, state);
         }
     }
 
@@ -270,7 +312,7 @@ impl Analysis for Summary {
             self.log_since_peak(step, state);
         }
         if !state.recategorized().is_empty() {
-            self.follow_recategorized(state);
+            self.follow_recategorized(step, state);
         }
         let t = state.totals();
         if self.awaiting_count > 0 && matches!(*step.applied, Applied::Alloc(_)) {
@@ -279,22 +321,33 @@ impl Analysis for Summary {
         match step.applied {
             Applied::Alloc(a) => {
                 if self.allocated.update(t.allocated, step, state) {
-                    self.pending = true;
+                    // A copy put off is moot.
+                    if self.sites_due == SitesDue::Deferred {
+                        self.deferred_sites.clear();
+                    }
+                    self.sites_due = SitesDue::Pending;
                     self.capture_peak_state(state);
                     self.peak_space = PeakSpace::Live;
                     self.categories_at_allocated = CategoryMoment::now(state);
-                } else if self.pending {
-                    // Allocated bytes can also fall when a block replaces a
-                    // larger live one (an inconsistent trace): undo both.
-                    if let Some(old) = state.replaced_by(step.index) {
+                } else if self.sites_due != SitesDue::Copied {
+                    if self.sites_due == SitesDue::Deferred {
+                        self.defer_block(step, state);
+                    } else if let Some(old) = state.replaced_by(step.index) {
+                        // Allocated bytes can also fall when a block
+                        // replaces a larger live one (an inconsistent
+                        // trace): undo both.
                         self.snapshot_sites(state, Some(old), Some(a));
                     }
                 }
                 self.requested.update(t.requested, step, state);
                 self.active_peak = self.active_peak.max(t.active);
             }
-            Applied::FreeRequested(_) | Applied::FreeCompleted(_) if self.pending => {
-                if let Some(a) = step.applied.released() {
+            Applied::FreeRequested(_) | Applied::FreeCompleted(_)
+                if self.sites_due != SitesDue::Copied =>
+            {
+                if self.sites_due == SitesDue::Deferred {
+                    self.defer_block(step, state);
+                } else if let Some(a) = step.applied.released() {
                     self.snapshot_sites(state, Some(&a), None);
                 }
             }

@@ -2,12 +2,12 @@
 //! allocated peak's state, sites and free space, found without a copy per
 //! peak (see [`super`] for how the log since the peak is undone).
 
-use super::{SiteShare, Summary, UNDO_BUDGET, open_phase};
+use super::{SiteShare, Summary, open_phase};
 use crate::analysis::Step;
 use crate::analysis::categories::CategoryTable;
 use crate::analysis::limits::Limit;
 use crate::analysis::waterfall::{Moment, TOP_SITES, Waterfall};
-use crate::replay::categories::{CATEGORIES, dominant};
+use crate::replay::categories::{CATEGORIES, Class, Recategorized, dominant};
 use crate::replay::{
     Applied, FreeSpace, LiveAlloc, Occupancy, PhaseId, ReplayState, Segment, SegmentUndo, SiteLive,
 };
@@ -136,6 +136,22 @@ impl SitesAtPeak {
         }
     }
 
+    /// Whether no copy was made into the table.
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// Moves the bytes of a block whose category changed, if its site is
+    /// in the table.
+    fn follow(&mut self, change: &Recategorized) {
+        if let Some(categories) = self.categories_mut(change.site) {
+            let (from, to) = (change.from.category as usize, change.to.category as usize);
+            categories[from] = categories[from].saturating_sub(change.size);
+            categories[to] = categories[to].saturating_add(change.size);
+        }
+    }
+
     /// The sites in the table, by site.
     fn into_list(self) -> Vec<SiteAtPeak> {
         self.live
@@ -145,6 +161,117 @@ impl SitesAtPeak {
             .filter(|(_, (live, _))| live.blocks > 0)
             .map(|(i, (live, categories))| (SiteId(i as u32), live, categories))
             .collect()
+    }
+}
+
+/// Where the sites at the allocated peak are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SitesDue {
+    /// In the summary's copy ([`SitesAtPeak`]), which follows the changes
+    /// of category since.
+    Copied,
+    /// In the replay's per-site tables: nothing was released since the
+    /// peak.
+    Pending,
+    /// Due, but put off ([`DeferredSites`]).
+    Deferred,
+}
+
+/// The fewest entries the log of a copy put off holds before the copy is
+/// made (see [`DeferredSites`]).
+const DEFERRED_MIN: usize = 64;
+
+/// What one event did to a row of the replay's per-site tables (see
+/// [`DeferredSites`]), to take off again.
+#[derive(Clone, Copy, Debug)]
+enum SiteDelta {
+    /// A block of this size and category was counted in the site.
+    In(SiteId, u64, u8),
+    /// A block of this size and category stopped counting.
+    Out(SiteId, u64, u8),
+    /// Bytes of the site moved from one category to another.
+    Move(SiteId, u64, u8, u8),
+}
+
+/// The sites at the allocated peak while their copy is put off: the
+/// replay's per-site tables as they are now with `deltas` (what the events
+/// since the copy was due did to them) taken off are the tables then; the
+/// copy is those, with `freed` and `added` as
+/// [`Summary::snapshot_sites`] takes them, and `follows` (the changes of
+/// category since, of blocks born by the peak) followed.
+///
+/// The copy was due at the first release after each new peak, and a newer
+/// peak makes it moot: on the 400k-entry snapshot, whose peak creeps up,
+/// 320 copies of the table of 3,000 sites were made, and the next peak came
+/// a median of 3 events after (nine in ten within 112): 8 M instructions of
+/// copies, nearly all wasted (issue #47). The log is kept up to a quarter
+/// of the table's rows (a row's copy costs about as many instructions as
+/// an entry's logging and undoing), then the copy is made.
+#[derive(Clone, Debug, Default)]
+pub(super) struct DeferredSites {
+    /// The entries past which the copy is made.
+    limit: usize,
+    /// The rows of the tables when the copy was due (the sites seen since
+    /// are in none of its rows).
+    rows: usize,
+    freed: Option<LiveAlloc>,
+    added: Option<LiveAlloc>,
+    deltas: Vec<SiteDelta>,
+    follows: Vec<Recategorized>,
+}
+
+impl DeferredSites {
+    pub(super) fn clear(&mut self) {
+        self.freed = None;
+        self.added = None;
+        self.deltas.clear();
+        self.follows.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.deltas.len() + self.follows.len()
+    }
+
+    /// Logs what a block event did to the tables: an allocation (`a`,
+    /// replacing `replaced`), or a release of `a` counted as `counted`.
+    fn block(&mut self, applied: &Applied, replaced: Option<&LiveAlloc>, counted: Option<Class>) {
+        match *applied {
+            Applied::Alloc(a) => {
+                // The replaced block leaves the counts as the class it had,
+                // unless the caller had given it up already.
+                if let Some(old) = replaced.filter(|old| !old.free_requested) {
+                    self.deltas
+                        .push(SiteDelta::Out(old.site, old.size, old.class.category as u8));
+                }
+                self.deltas
+                    .push(SiteDelta::In(a.site, a.size, a.class.category as u8));
+            }
+            _ => {
+                if let (Some(a), Some(counted)) = (applied.released(), counted) {
+                    self.deltas
+                        .push(SiteDelta::Out(a.site, a.size, counted.category as u8));
+                }
+            }
+        }
+    }
+
+    /// Logs an event's changes of category: that they moved the counts,
+    /// if they did (`counted`), and (unless `followed` elsewhere) those of
+    /// blocks born by `peak`, to follow in the copy.
+    fn changes(&mut self, changes: &[Recategorized], peak: u64, counted: bool, followed: bool) {
+        for c in changes {
+            if counted {
+                self.deltas.push(SiteDelta::Move(
+                    c.site,
+                    c.size,
+                    c.from.category as u8,
+                    c.to.category as u8,
+                ));
+            }
+            if !followed && c.born <= peak {
+                self.follows.push(*c);
+            }
+        }
     }
 }
 
@@ -269,15 +396,86 @@ impl Summary {
         }
     }
 
-    /// Copies the per-site tables at the allocated peak: the state's now,
+    /// The per-site tables at the allocated peak are due: the state's now,
     /// with the block freed since the peak added back and the block
-    /// allocated since taken off.
+    /// allocated since taken off. Their copy is put off (see
+    /// [`DeferredSites`]).
     pub(super) fn snapshot_sites(
         &mut self,
         state: &ReplayState,
         freed: Option<&LiveAlloc>,
         added: Option<&LiveAlloc>,
     ) {
+        self.sites_due = SitesDue::Deferred;
+        let rows = state.site_live().len();
+        let deferred = &mut self.deferred_sites;
+        deferred.clear();
+        deferred.rows = rows;
+        deferred.limit = self
+            .sites_log_max
+            .unwrap_or_else(|| DEFERRED_MIN.max(rows / 4));
+        deferred.freed = freed.copied();
+        deferred.added = added.copied();
+        self.check_deferred(state);
+    }
+
+    /// Makes the copy put off once its log has grown past its limit.
+    #[inline]
+    pub(super) fn check_deferred(&mut self, state: &ReplayState) {
+        if self.deferred_sites.len() >= self.deferred_sites.limit {
+            self.copy_sites(state);
+        }
+    }
+
+    /// Logs what a block event did to the per-site tables while their copy
+    /// is put off, `replaced` the block an allocation replaced.
+    #[inline(never)]
+    pub(super) fn defer_block(&mut self, step: &Step<'_>, state: &ReplayState) {
+        let applied = step.applied;
+        // The class a released block was counted as: the one it had before
+        // this event settled it, if it did (that change moved no counts).
+        let counted = applied.released().map(|a| {
+            state
+                .recategorized()
+                .iter()
+                .find(|c| c.addr == a.addr && c.born == a.born)
+                .map_or(a.class, |c| c.from)
+        });
+        let replaced = match applied {
+            Applied::Alloc(_) => state.replaced_by(step.index),
+            _ => None,
+        };
+        self.deferred_sites.block(applied, replaced, counted);
+        self.check_deferred(state);
+    }
+
+    /// Logs an event's changes of category while the copy of the sites at
+    /// the peak is put off.
+    pub(super) fn defer_changes(&mut self, step: &Step<'_>, state: &ReplayState) {
+        let peak = self.allocated.replayed;
+        // The changes listed at a block's release settle it as it leaves
+        // the counts (it leaves them as what it was counted as: the
+        // release's entry says so); every other change moves the counts,
+        // being of a block the caller holds (a block given up was settled
+        // at its release, and is changed no more).
+        let release = matches!(
+            step.applied,
+            Applied::FreeRequested(_) | Applied::FreeCompleted(_)
+        );
+        self.deferred_sites
+            .changes(state.recategorized(), peak, !release, false);
+        // A block event's own part is logged after this, and the log's
+        // limit checked then: the log must hold all of an event.
+        if !release && !matches!(step.applied, Applied::Alloc(_)) {
+            self.check_deferred(state);
+        }
+    }
+
+    /// Copies the per-site tables at the allocated peak, as the log put off
+    /// says they were (see [`DeferredSites`]).
+    #[inline(never)]
+    pub(super) fn copy_sites(&mut self, state: &ReplayState) {
+        let deferred = std::mem::take(&mut self.deferred_sites);
         let at_peak = &mut self.sites_at_peak;
         at_peak.live.clear();
         at_peak.live.extend_from_slice(state.site_live());
@@ -285,7 +483,35 @@ impl Summary {
         at_peak
             .categories
             .extend_from_slice(state.site_categories());
-        if let Some(a) = freed {
+        // The replay's counts wrap (as `+=` and `-=` do in a release
+        // build): taken off so, the rows are exactly what they were.
+        for delta in &deferred.deltas {
+            match *delta {
+                SiteDelta::In(site, size, c) | SiteDelta::Out(site, size, c) => {
+                    let sign = matches!(delta, SiteDelta::In(..));
+                    let i = site.0 as usize;
+                    let (live, categories) = (&mut at_peak.live[i], &mut at_peak.categories[i]);
+                    let c = c as usize;
+                    if sign {
+                        live.bytes = live.bytes.wrapping_sub(size);
+                        live.blocks = live.blocks.wrapping_sub(1);
+                        categories[c] = categories[c].wrapping_sub(size);
+                    } else {
+                        live.bytes = live.bytes.wrapping_add(size);
+                        live.blocks = live.blocks.wrapping_add(1);
+                        categories[c] = categories[c].wrapping_add(size);
+                    }
+                }
+                SiteDelta::Move(site, size, from, to) => {
+                    let categories = &mut at_peak.categories[site.0 as usize];
+                    categories[from as usize] = categories[from as usize].wrapping_add(size);
+                    categories[to as usize] = categories[to as usize].wrapping_sub(size);
+                }
+            }
+        }
+        at_peak.live.truncate(deferred.rows);
+        at_peak.categories.truncate(deferred.rows);
+        if let Some(a) = &deferred.freed {
             let (live, categories) = at_peak.site_mut(a.site);
             let c = a.class.category as usize;
             if live.blocks > 0 {
@@ -302,7 +528,7 @@ impl Summary {
                 };
             }
         }
-        if let Some(a) = added {
+        if let Some(a) = &deferred.added {
             let (live, categories) = at_peak.site_mut(a.site);
             if live.blocks > 0 {
                 let c = a.class.category as usize;
@@ -311,7 +537,13 @@ impl Summary {
                 categories[c] = categories[c].saturating_sub(a.size);
             }
         }
-        self.pending = false;
+        for change in &deferred.follows {
+            self.sites_at_peak.follow(change);
+        }
+        // The buffers, emptied, serve the next copy put off.
+        self.deferred_sites = deferred;
+        self.deferred_sites.clear();
+        self.sites_due = SitesDue::Copied;
     }
 
     /// Moves the bytes of blocks live at the allocated peak whose category
@@ -319,11 +551,7 @@ impl Summary {
     pub(super) fn follow_sites(&mut self, state: &ReplayState) {
         let peak = self.allocated.replayed;
         for change in state.recategorized().iter().filter(|c| c.born <= peak) {
-            if let Some(categories) = self.sites_at_peak.categories_mut(change.site) {
-                let (from, to) = (change.from.category as usize, change.to.category as usize);
-                categories[from] = categories[from].saturating_sub(change.size);
-                categories[to] = categories[to].saturating_add(change.size);
-            }
+            self.sites_at_peak.follow(change);
         }
     }
 
@@ -344,15 +572,23 @@ impl Summary {
         self.check_undo_budget(state);
     }
 
-    /// Undoes the log into a copy once it has grown past what a copy costs.
+    /// Undoes the log into a copy once it has grown past what a copy costs
+    /// (`undo_at`).
+    // Inlined: asked at each entry of the log, and nearly always answered
+    // no; the undo is out of line.
+    #[inline(always)]
     pub(super) fn check_undo_budget(&mut self, state: &ReplayState) {
-        let at_peak = self.at_peak.live_blocks as usize + self.peak_segments;
-        let budget = (UNDO_BUDGET * at_peak).max(self.undo_min);
-        if self.since_peak.len() > budget {
-            self.peak_copy = self.since_peak.undo(state);
-            self.since_peak.clear();
-            self.peak_space = PeakSpace::Copied;
+        if self.since_peak.len() > self.undo_at {
+            self.undo_into_copy(state);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn undo_into_copy(&mut self, state: &ReplayState) {
+        self.peak_copy = self.since_peak.undo(state);
+        self.since_peak.clear();
+        self.peak_space = PeakSpace::Copied;
     }
 
     /// Whether `event` can change the free space and so ends the state of a
@@ -395,10 +631,23 @@ impl Summary {
     /// Settles the sites and categories at the peaks once the pass is over:
     /// the blocks still open at the end were settled, and the peaks hear it.
     pub(super) fn settle_peaks(&mut self, state: &ReplayState) {
-        if self.pending {
-            self.snapshot_sites(state, None, None);
-        } else {
-            self.follow_sites(state);
+        match self.sites_due {
+            SitesDue::Pending => {
+                self.snapshot_sites(state, None, None);
+                if self.sites_due == SitesDue::Deferred {
+                    self.copy_sites(state);
+                }
+            }
+            SitesDue::Deferred => {
+                // The end's changes (blocks still held, settled) moved the
+                // counts too; they are followed below, once copied.
+                let peak = self.allocated.replayed;
+                self.deferred_sites
+                    .changes(state.recategorized(), peak, true, true);
+                self.copy_sites(state);
+                self.follow_sites(state);
+            }
+            SitesDue::Copied => self.follow_sites(state),
         }
         self.categories_at_allocated.follow(state);
         self.categories_at_reserved.follow(state);

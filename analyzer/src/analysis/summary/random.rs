@@ -1,6 +1,6 @@
 //! The summary checked against brute-force replays of random traces.
 
-use super::tests::{free_space_at, summarize, summarize_with};
+use super::tests::{free_space_at, summarize, summarize_sites, summarize_with};
 use super::*;
 use crate::analysis::window::Window;
 use crate::replay::categories::dominant;
@@ -171,6 +171,54 @@ proptest! {
                 }
             }
             prop_assert_eq!(site.category, dominant(&bytes));
+        }
+    }
+
+    /// The sites at the allocated peak (their blocks, bytes and categories),
+    /// and the whole summary, are the same whether their copy is made when
+    /// due, put off until the end, or put off as the summary chooses: the
+    /// log undone and followed gives the copy back exactly, whatever
+    /// happens after the peak (frees, settling at a step's end, tags,
+    /// blocks of no size, blocks allocated over live ones).
+    #[test]
+    fn sites_at_peak_are_the_same_however_long_their_copy_is_put_off(
+        ops in proptest::collection::vec((0u8..14, 0u64..10, 0u64..5000, 0usize..4), 1..200),
+        tagged in any::<bool>(),
+        from in 0u64..10,
+    ) {
+        use crate::replay::categories::Category;
+        let mut b = if tagged { TraceBuilder::tagged() } else { TraceBuilder::new() };
+        let stacks = [
+            b.site("forward", "model.py", 1),
+            b.stack(&[("MmBackward0", "", 0)]),
+            b.stack(&[("step", "/site-packages/torch/optim/adam.py", 9), ("main", "t.py", 3)]),
+            b.stack(&[("_apply", "/site-packages/torch/nn/modules/module.py", 9)]),
+        ];
+        b.segment(0, 1 << 30);
+        let mut in_step = false;
+        for (op, slot, size, which) in ops {
+            let addr = slot << 20;
+            b.on_thread(u32::from(which == 1));
+            match op {
+                0..=3 => { b.alloc(addr, size, size, stacks[which]); }
+                4 | 5 => { b.free(addr, 0); }
+                6 => { b.free_requested(addr, 0); }
+                7 => { b.free_completed(addr, 0); }
+                8 | 9 => {
+                    let name = "Optimizer.step#Adam.step";
+                    if in_step { b.end(name); } else { b.begin(name); }
+                    in_step = !in_step;
+                }
+                10 => { b.segment((64 + slot) << 30, size << 20); }
+                _ => { b.tag(addr, Category::ALL[which + slot as usize % 3]); }
+            }
+        }
+        b.on_thread(0);
+        let bytes = b.finish();
+        let window = || Window { from_index: Some(from), ..Window::ALL };
+        let when_due = summarize_sites(&bytes, window(), Some(0));
+        for max in [None, Some(1), Some(3), Some(usize::MAX)] {
+            prop_assert_eq!(&summarize_sites(&bytes, window(), max), &when_due, "{:?}", max);
         }
     }
 

@@ -48,6 +48,76 @@ pub(super) fn summarize_with(bytes: &[u8], window: Window, undo_min: usize) -> S
     summary.into_report().unwrap()
 }
 
+/// A summary whose copy of the sites at the allocated peak, put off, is
+/// made once its log holds `sites_log_max` entries (`Some(0)`: when due,
+/// never put off; `None`: as the summary chooses).
+pub(super) fn summarize_sites(
+    bytes: &[u8],
+    window: Window,
+    sites_log_max: Option<usize>,
+) -> SummaryReport {
+    let mut summary = Summary::new(10);
+    summary.sites_log_max = sites_log_max;
+    replay_trace(bytes, &mut [&mut summary], &window);
+    summary.into_report().unwrap()
+}
+
+/// A peak that creeps up: each new peak makes the copy of the sites at the
+/// last one moot, so it is put off and dropped, never made; the copy is
+/// made once the log outgrows its limit, or at the end.
+#[test]
+fn the_copy_of_the_sites_at_a_creeping_peak_is_put_off() {
+    let mut b = TraceBuilder::new();
+    let a = b.site("a", "a.py", 1);
+    let c = b.site("c", "c.py", 3);
+    b.segment(0, 1 << 30);
+    for i in 0..10u64 {
+        // Two up, one down: a new peak every other event.
+        b.alloc(i << 21, 300, 300, a)
+            .alloc((i << 21) + (1 << 20), 200, 200, c)
+            .free((i << 21) + (1 << 20), 0);
+    }
+    let bytes = b.finish();
+    let mut reader = TraceReader::new(&bytes[..]).unwrap();
+    let events: Vec<Event> = reader.events().collect::<Result<_, _>>().unwrap();
+    let symbols = reader.symbols();
+    let mut state = ReplayState::default();
+    let mut summary = Summary::new(10);
+    summary.begin(&state, symbols);
+    let mut copies = 0;
+    for (i, e) in events.iter().enumerate() {
+        let applied = state.apply(i as u64, e, symbols);
+        let step = Step {
+            index: i as u64,
+            event: e,
+            applied: &applied,
+            symbols,
+        };
+        summary.before(i as u64, e, &state);
+        summary.event(&step, &state).unwrap();
+        if !summary.sites_at_peak.is_empty() {
+            copies += 1;
+        }
+    }
+    // Each free put a copy off; each allocation after it dropped it.
+    assert_eq!(copies, 0);
+    assert_eq!(summary.sites_due, SitesDue::Deferred);
+    // As a pass ends: what is open is settled, then the analyses finish.
+    state.settle_at_end();
+    summary.finish(&state, symbols).unwrap();
+    let r = summary.into_report().unwrap();
+    let sites: Vec<(u64, u64)> = r
+        .top_sites_at_peak
+        .iter()
+        .map(|s| (s.bytes, s.count))
+        .collect();
+    // At the peak (the last allocation of `c`): ten blocks of `a`, and
+    // `c`'s last one.
+    assert_eq!(sites, [(3000, 10), (200, 1)]);
+    // Made when due, the copy says the same.
+    assert_eq!(summarize_sites(&bytes, Window::ALL, Some(0)), r);
+}
+
 #[test]
 fn user_categories_at_each_moment_reach_back_to_the_allocation() {
     let mut b = TraceBuilder::tagged();
