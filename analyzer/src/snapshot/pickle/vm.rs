@@ -229,7 +229,15 @@ impl<'p, R: Read> Parser<'p, R> {
                 "append to a container that is not a list or set",
             ));
         }
-        for i in from..self.stack.len() {
+        // A run the hook takes at once: consumed, as one by one.
+        let run = hook
+            .on_append_run(target, &self.stack[from..])
+            .min(self.stack.len() - from);
+        let t = &mut self.heap.objs[target as usize];
+        t.consumed += run as u64;
+        // Room for the rest at once, as `set_items`.
+        t.items.reserve(self.stack.len() - from - run);
+        for i in from + run..self.stack.len() {
             let mut item = self.stack[i];
             if let Val::Obj(o) = item
                 && let Some(v) = self.heap.objs[o as usize].replaced
@@ -290,7 +298,11 @@ impl<'p, R: Read> Parser<'p, R> {
         // tracked in a bit set while the dict started empty: a new key then needs no
         // scan of the pairs already stored.
         let mut seen: u64 = 0;
-        let mut fresh = self.heap.objs[target as usize].items.is_empty();
+        let items = &mut self.heap.objs[target as usize].items;
+        let mut fresh = items.is_empty();
+        // Room for the batch at once (it is on the stack already, so bounded): a dict
+        // read the generic way would otherwise grow its storage a few times.
+        items.reserve(self.stack.len() - from);
         let mut i = from;
         while i < self.stack.len() {
             let key = self.stack[i];
