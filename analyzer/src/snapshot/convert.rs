@@ -397,8 +397,7 @@ pub(crate) struct Collector {
     // The list of the entry recorded last, in `trace_lists` already: the entries of
     // a list come one after another, so each asks the set nothing.
     last_trace_list: Option<ObjId>,
-    // Entries decoded straight from the opcodes (in their place here, with no
-    // copy), waiting for their APPENDS so that they are logged in list order with
+    // Entries decoded straight from the opcodes, waiting for their APPENDS so that they are logged in list order with
     // any read the generic way. Logged ones have no `action` any more.
     pending: Vec<EntryFields>,
     /// Entries read by the direct decoder (`entry`); the others took the generic path.
@@ -981,6 +980,30 @@ impl Logger {
         }
     }
 
+    // Hands over the trace entries `fs`, appended to `list`: as `push` for each, in
+    // one copy per batch.
+    fn push_run(&mut self, list: ObjId, mut fs: &[EntryFields]) {
+        while !fs.is_empty() {
+            // Never full here (`push` and `stack` send a full batch); 1 if it were.
+            let room = LOG_BATCH_ENTRIES
+                .saturating_sub(self.batch.entries.len())
+                .max(1);
+            let (now, rest) = fs.split_at(room.min(fs.len()));
+            // Entry by entry, each with its list: a plain `extend_from_slice` is a
+            // `memcpy` of the whole run, which glibc does with `rep movsb`, one
+            // counted instruction a byte under callgrind (the measure of #47).
+            self.batch.entries.extend(now.iter().map(|f| {
+                let mut f = *f;
+                f.e.list = list;
+                f
+            }));
+            if self.batch.is_full() {
+                self.send();
+            }
+            fs = rest;
+        }
+    }
+
     // The handle of a new stack (interned by content on the logging thread).
     #[inline]
     fn stack(&mut self, frames: &[u32]) -> u32 {
@@ -1025,22 +1048,48 @@ impl Logger {
 impl Hook for Collector {
     fn decode_dict(&mut self, list: ObjId, ops: &mut OpReader<'_>) -> Option<Val> {
         let known = self.last_trace_list == Some(list) || self.trace_lists.contains(&list);
-        // Taken out while the decoder has the collector (a swap of three words).
-        let mut pending = std::mem::take(&mut self.pending);
-        pending.push(EntryFields::default());
-        let decoded = pending
-            .last_mut()
-            .and_then(|f| entry::decode(self, ops, known, f));
-        if decoded.is_none() {
-            pending.pop();
-        }
-        self.pending = pending;
-        decoded?;
+        // Decoded on the stack and pushed once read: 21 M instructions fewer on
+        // the 400k snapshot than decoding in place in `pending` (taken out of the
+        // collector meanwhile, pushed before and popped on failure).
+        let mut f = EntryFields::default();
+        entry::decode(self, ops, known, &mut f)?;
+        self.pending.push(f);
         self.direct_entries += 1;
         Some(Val::Custom {
             kind: CUSTOM_ENTRY,
             id: (self.pending.len() - 1) as u32,
         })
+    }
+
+    fn on_append_run(&mut self, list: ObjId, items: &[Val]) -> usize {
+        // The usual batch: the entries decoded since the last one, each once and in
+        // order, so item `i` is `pending[i]`. Each is logged as `on_append_custom`
+        // would, with one copy into the logger for the run.
+        let run = items
+            .iter()
+            .zip(&self.pending)
+            .enumerate()
+            .take_while(|&(i, (&item, f))| {
+                item == Val::Custom {
+                    kind: CUSTOM_ENTRY,
+                    id: i as u32,
+                } && f.action.is_some()
+            })
+            .count();
+        if run == 0 {
+            return 0;
+        }
+        note_trace_list(&mut self.trace_lists, &mut self.last_trace_list, list);
+        self.logger.push_run(list, &self.pending[..run]);
+        if run == self.pending.len() {
+            // The batch's last entry: as `on_append_custom`.
+            self.pending.clear();
+        } else {
+            for f in &mut self.pending[..run] {
+                f.action = None;
+            }
+        }
+        run
     }
 
     #[inline]

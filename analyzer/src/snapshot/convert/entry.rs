@@ -17,8 +17,8 @@ use rustc_hash::FxHashMap;
 use vramtrace_format::PoolId;
 
 /// Decodes the trace entry whose EMPTY_DICT was just read, through its SETITEMS,
-/// into `f` (empty before: its place in `Collector::pending`, so that it is not
-/// copied there). `None`: not the usual layout, or not a trace entry. In a list not
+/// into `f` (empty before; the caller keeps it in `Collector::pending` if the
+/// entry was read). `None`: not the usual layout, or not a trace entry. In a list not
 /// `known` to hold trace entries, only a dict whose first key is `action` (as
 /// PyTorch writes them) is tried, so that the other dicts (blocks, frames) are not
 /// read twice.

@@ -521,6 +521,9 @@ enum UVal {
 struct UEntry {
     items: Vec<(UKey, UVal)>,
     overwrite: Option<(&'static str, &'static str)>,
+    /// Opcodes written after the entry (after its SETITEMS and any overwrite's
+    /// undoing), e.g. to end the list's batch there.
+    after: Vec<u8>,
 }
 
 /// The keys and values of a trace entry as PyTorch 2.x writes them
@@ -544,6 +547,7 @@ fn usual_entry(n: u8) -> UEntry {
             (UKey::Short("frames"), UVal::Frames(vec![0, 1])),
         ],
         overwrite: None,
+        after: Vec::new(),
     }
 }
 
@@ -710,6 +714,7 @@ fn usual_pickle(entries: &[UEntry]) -> Vec<u8> {
             p.b.extend(p.slot(key).to_le_bytes());
             p.b.push(op::POP);
         }
+        p.b.extend(&e.after);
     }
     p.b.extend([op::APPENDS, op::APPEND, op::SETITEMS, op::STOP]);
     p.b
@@ -833,6 +838,91 @@ fn the_usual_layout_and_each_deviation_match_the_generic_path() {
             _ => panic!("cut at {end}: one path failed"),
         }
     }
+}
+
+// The list's batches cut and mixed in every way between entries read directly:
+// the run of them that `Collector::on_append_run` logs at once must log what the
+// items one by one (and the generic path) log, or fail as they do.
+#[test]
+fn batches_of_entries_match_the_generic_path() {
+    use op_::*;
+    // After an entry: (BINGET 0 is the outer dict, a value that is no entry.)
+    let arrangements: Vec<Vec<u8>> = vec![
+        // the batch ends, another begins;
+        vec![APPENDS, MARK],
+        // the entry (then read the generic way) appended twice;
+        vec![DUP],
+        // the entry read directly, appended twice;
+        vec![BINGET, 0, POP, DUP],
+        // the entries so far in a tuple, dropped, then another batch;
+        vec![BINGET, 0, TUPLE, POP, MARK],
+        // a value that is no entry among them;
+        vec![BINGET, 0],
+        // the entry appended on its own;
+        vec![BINGET, 0, POP, APPEND],
+        // the batch closed on the entry (not a list);
+        vec![BINGET, 0, POP, MARK, APPENDS],
+        // the entries so far popped, a batch without them.
+        vec![BINGET, 0, POP_MARK, MARK],
+    ];
+    let after = |n: u8, a: &[u8]| {
+        let mut e = usual_entry(n);
+        e.after = a.to_vec();
+        e
+    };
+    let mut entries = Vec::new();
+    for (i, a) in arrangements.iter().enumerate() {
+        for (j, b) in arrangements.iter().enumerate() {
+            let n = (i * 8 + j) as u8;
+            // Alone, between usual entries, and two in a row.
+            let one = usual_pickle(&[usual_entry(1), after(2, a), usual_entry(3)]);
+            let two = usual_pickle(&[
+                usual_entry(1),
+                usual_entry(2),
+                after(3, a),
+                usual_entry(4),
+                after(5, b),
+                usual_entry(6),
+                usual_entry(7),
+            ]);
+            for bytes in [one, two] {
+                match (try_collect(&bytes, true), try_collect(&bytes, false)) {
+                    (Ok(x), Ok(y)) => assert!(x.0 == y.0, "{a:?} {b:?}"),
+                    // At the same byte. (An APPEND(S) onto an entry is told
+                    // apart in words, as it was before the runs: the direct
+                    // path has no container there, the generic path a dict.)
+                    (Err(x), Err(y)) => {
+                        assert_eq!(x.split(':').next(), y.split(':').next(), "{a:?} {b:?}")
+                    }
+                    (x, y) => panic!("{a:?} {b:?}: {:?} {:?}", x.err(), y.err()),
+                }
+            }
+            if i == j {
+                entries.push(after(n, a));
+                entries.push(usual_entry(n));
+            }
+        }
+    }
+    // The arrangements that parse and drop no entry, one after another.
+    entries.retain(|e| {
+        let drops = [APPENDS, APPEND, TUPLE, POP_MARK];
+        !e.after.iter().any(|o| drops.contains(o)) || e.after == [APPENDS, MARK]
+    });
+    let bytes = usual_pickle(&entries);
+    let (direct, logged, direct_entries) = collect(&bytes, true);
+    let (generic, _, _) = collect(&bytes, false);
+    assert!(direct == generic);
+    assert!(logged >= 10, "{logged}");
+    assert!(direct_entries >= 10, "{direct_entries}");
+    // One batch of more entries than the logger's batch holds (`LOG_BATCH_ENTRIES`),
+    // after a few: the run is handed over in parts.
+    let mut entries: Vec<_> = (0..5).map(|n| after(n, &[APPENDS, MARK])).collect();
+    entries.extend((0..5000).map(|n| usual_entry(n as u8)));
+    let bytes = usual_pickle(&entries);
+    let (direct, logged, direct_entries) = collect(&bytes, true);
+    let (generic, _, _) = collect(&bytes, false);
+    assert!(direct == generic);
+    assert_eq!((logged, direct_entries), (5006, 5005));
 }
 
 proptest::proptest! {

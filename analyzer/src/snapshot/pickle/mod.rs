@@ -135,6 +135,15 @@ pub trait Hook {
         Attach::Keep
     }
 
+    /// The items of one APPENDS (or APPEND, LIST) batch are being appended to the list
+    /// or set `list`: the hook may take a run of them from the front at once, each as
+    /// [`Hook::on_append_custom`] returning [`Attach::Consume`] would, and returns how
+    /// many it took; the rest are handed over one by one as usual. Takes none by
+    /// default. (A batch of a thousand trace entries is then one call, not a thousand.)
+    fn on_append_run(&mut self, _list: ObjId, _items: &[Val]) -> usize {
+        0
+    }
+
     /// Offered every dict that begins as a direct item of a MARK batch of the list
     /// `list` (its EMPTY_DICT just read): a hook that knows the dict's layout may decode
     /// it straight from the opcodes with `ops`, through its closing SETITEMS, and return

@@ -483,3 +483,39 @@ fn a_custom_memo_slot_is_read_by_its_kind() {
     }
     assert_eq!(r.memo_custom(0, 1), Some(7));
 }
+
+// A batch's room is reserved up front, but no more than `RESERVE_MAX` a batch:
+// a batch of one key repeated (the dict keeps one pair) or of items a hook
+// consumes must not leave its whole length as unused storage.
+#[test]
+fn a_batch_reserves_bounded_room() {
+    let mut p = vec![op::PROTO, 4, op::EMPTY_DICT, op::MARK];
+    for _ in 0..5000 {
+        p.extend([op::BININT1, 7, op::NONE]);
+    }
+    p.extend([op::SETITEMS, op::STOP]);
+    let mut parser = Parser::new(&p[..], &|_| {});
+    let Val::Obj(root) = parser.run(&mut KeepAll).unwrap() else {
+        panic!("not a container");
+    };
+    let items = &parser.heap().obj(root).items;
+    assert_eq!(items.len(), 2);
+    assert!(
+        items.capacity() <= 2 * vm::RESERVE_MAX,
+        "{}",
+        items.capacity()
+    );
+    // A small dict gets its room in one go, and all of it is used.
+    let mut p = vec![op::PROTO, 4, op::EMPTY_DICT, op::MARK];
+    for k in 0..6 {
+        p.extend([op::BININT1, k, op::NONE]);
+    }
+    p.extend([op::SETITEMS, op::STOP]);
+    let mut parser = Parser::new(&p[..], &|_| {});
+    let Val::Obj(root) = parser.run(&mut KeepAll).unwrap() else {
+        panic!("not a container");
+    };
+    let items = &parser.heap().obj(root).items;
+    assert_eq!(items.len(), 12);
+    assert!(items.capacity() < 16, "{}", items.capacity());
+}

@@ -23,6 +23,12 @@ pub const MAX_MARKS: usize = 1 << 16;
 /// opcodes (or a few hundred KB compressed), would take 4.8 GB.
 pub const MAX_HELD: usize = 1 << 24;
 
+/// The most items a container's storage is grown by ahead of a batch (see
+/// `set_items`): room a snapshot's small dicts fill, and a waste bounded per
+/// container when the items do not stay (repeated keys, consumed items), which
+/// the `MAX_HELD` count does not see.
+pub(super) const RESERVE_MAX: usize = 64;
+
 /// The pickle reader: a stack machine over the opcodes, with the memo and the
 /// containers in a [`Heap`].
 pub struct Parser<'p, R> {
@@ -229,7 +235,16 @@ impl<'p, R: Read> Parser<'p, R> {
                 "append to a container that is not a list or set",
             ));
         }
-        for i in from..self.stack.len() {
+        // A run the hook takes at once: consumed, as one by one.
+        let run = hook
+            .on_append_run(target, &self.stack[from..])
+            .min(self.stack.len() - from);
+        let t = &mut self.heap.objs[target as usize];
+        t.consumed += run as u64;
+        // Room for the rest at once, as `set_items`.
+        t.items
+            .reserve((self.stack.len() - from - run).min(RESERVE_MAX));
+        for i in from + run..self.stack.len() {
             let mut item = self.stack[i];
             if let Val::Obj(o) = item
                 && let Some(v) = self.heap.objs[o as usize].replaced
@@ -290,7 +305,11 @@ impl<'p, R: Read> Parser<'p, R> {
         // tracked in a bit set while the dict started empty: a new key then needs no
         // scan of the pairs already stored.
         let mut seen: u64 = 0;
-        let mut fresh = self.heap.objs[target as usize].items.is_empty();
+        let items = &mut self.heap.objs[target as usize].items;
+        let mut fresh = items.is_empty();
+        // Room for the batch at once: a dict read the generic way would otherwise grow
+        // its storage a few times.
+        items.reserve((self.stack.len() - from).min(RESERVE_MAX));
         let mut i = from;
         while i < self.stack.len() {
             let key = self.stack[i];
