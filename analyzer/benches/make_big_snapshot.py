@@ -7,7 +7,9 @@ The pickle is written opcode by opcode (standard library only, constant memory) 
 way CPython's pickle.dump(protocol=4) writes a real snapshot: every dict, list and str
 memoized, frame dicts shared between stacks through the memo (LONG_BINGET), frames
 lists shared between entries with the same traceback, ~30-50 frames per stack with
-PyTorch-like names, one `N/A` string per entry. The ring buffer starts mid-run (the
+PyTorch-like names, one `N/A` string per entry, in frames of 64 KiB (the FRAME
+opcodes CPython begins before an object once a frame holds that much). The ring
+buffer starts mid-run (the
 first events of the simulated run are dropped), so the importer must rebuild the
 initial state. `pickle.load` reads the result. Never commit the output (~425 MB).
 """
@@ -19,14 +21,28 @@ MEMOIZE = b"\x94"
 MARK = b"("
 
 
+FRAME_SIZE = 64 * 1024  # pickle's _FRAME_SIZE_TARGET
+
+
 class W:
     def __init__(self, f):
         self.f = f
         self.memo = 0
         self.buf = bytearray()
+        self.frame = bytearray()
 
     def put(self, b):
-        self.buf += b
+        self.frame += b
+
+    def obj(self):
+        """An object begins: as CPython's framer, end the frame here once it is full."""
+        if len(self.frame) >= FRAME_SIZE:
+            self.commit()
+
+    def commit(self):
+        if self.frame:
+            self.buf += b"\x95" + struct.pack("<Q", len(self.frame)) + self.frame
+            self.frame = bytearray()
         if len(self.buf) > 1 << 20:
             self.flush()
 
@@ -39,7 +55,12 @@ class W:
         self.memo += 1
         return self.memo - 1
 
+    def val(self, b):
+        self.obj()
+        self.put(b)
+
     def s(self, text):
+        self.obj()
         b = text.encode()
         if len(b) < 256:
             self.put(b"\x8c" + bytes([len(b)]) + b)
@@ -143,7 +164,7 @@ def main():
 
     with open(a.out, "wb") as f:
         w = W(f)
-        w.put(b"\x80\x04")
+        w.buf += b"\x80\x04"  # PROTO comes before the first frame
         w.put(b"}")
         w.memoize()
         w.put(MARK)
@@ -151,7 +172,7 @@ def main():
 
         def key(k):
             if k in keys:
-                w.put(get(keys[k]))
+                w.val(get(keys[k]))
             else:
                 keys[k] = w.s(k)
 
@@ -160,6 +181,7 @@ def main():
         stack_bytes = {}  # a stack's frames as memo references, once all are memoized
 
         def frames_list(si, share):
+            w.obj()
             if share and si in stack_memo:
                 w.put(get(stack_memo[si]))
                 return
@@ -172,6 +194,7 @@ def main():
                 stack_memo[si] = m
                 return
             for fi in stacks[si]:
+                w.obj()
                 if fi in frame_memo:
                     w.put(get(frame_memo[fi]))
                 else:
@@ -183,7 +206,7 @@ def main():
                     key("filename")
                     w.s(frames[fi][1])
                     key("line")
-                    w.put(int_op(frame_lines[fi]))
+                    w.val(int_op(frame_lines[fi]))
                     w.put(b"u")
             w.put(b"e")
             stack_memo[si] = m
@@ -259,22 +282,23 @@ def main():
         for i in range(0, len(events), 1000):
             w.put(MARK)
             for action, addr, size, tt, st in events[i:i + 1000]:
+                w.obj()
                 w.put(b"}")
                 w.memoize()
                 w.put(MARK)
                 key("action")
                 if action in actions:
-                    w.put(get(actions[action]))
+                    w.val(get(actions[action]))
                 else:
                     actions[action] = w.s(action)
                 key("addr")
-                w.put(int_op(addr))
+                w.val(int_op(addr))
                 key("size")
-                w.put(int_op(size))
+                w.val(int_op(size))
                 key("stream")
-                w.put(b"K\x00")
+                w.val(b"K\x00")
                 key("time_us")
-                w.put(int_op(tt))
+                w.val(int_op(tt))
                 key("compile_context")
                 w.s("N/A")
                 key("user_metadata")
@@ -316,6 +340,7 @@ def main():
                 w.put(b"u")
         w.put(b"e")
         w.put(b"u.")
+        w.commit()
         w.flush()
 
 
