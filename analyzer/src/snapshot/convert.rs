@@ -3,7 +3,10 @@
 //! lists become local stacks. What the log cannot hold yet (the initial state) needs
 //! every event first, so the log is replayed afterwards (see `rebuild`).
 
+mod ahead;
 mod entry;
+
+pub(crate) use ahead::{MIN_BYTES as READ_AHEAD_MIN_BYTES, Pace, ReadAhead};
 
 use super::log::{Action, EventLog, LogEntry};
 use super::pickle::{Attach, Heap, Hook, ObjId, ObjKind, OpReader, StrId, Val};
@@ -412,6 +415,11 @@ pub(crate) struct Collector {
     // Records and logs the entries while parsing goes on; its results are taken
     // over by `finish_parsing`.
     logger: Logger,
+    // The entries read ahead on a thread of their own, while parsing goes on.
+    ahead: Option<ReadAhead>,
+    /// Entries the read-ahead thread read (see `ahead`), filled by
+    /// [`Collector::finish_parsing`].
+    pub ahead_entries: u64,
     /// The replay of each list's entries (see `rebuild`), done as they are logged so
     /// that the log is decoded only once, to write the trace. Filled by
     /// [`Collector::finish_parsing`].
@@ -497,12 +505,28 @@ impl Collector {
             pool_values: Vec::new(),
             unread: Unread::default(),
             logger: Logger::start(Recorder::new(k, action_of)),
+            ahead: None,
+            ahead_entries: 0,
+        }
+    }
+
+    /// Takes the entries `ahead` reads while parsing goes on.
+    pub fn read_ahead(&mut self, ahead: ReadAhead) {
+        self.ahead = Some(ahead);
+    }
+
+    /// Stops the read-ahead thread, if any (its last chunks are of no use once
+    /// parsing is over), and counts the entries it read.
+    pub fn stop_reading_ahead(&mut self) {
+        if let Some(ahead) = self.ahead.take() {
+            self.ahead_entries = ahead.taken;
         }
     }
 
     /// Takes over the log, the replays and the stacks, and frees what only parsing
     /// needed.
     pub fn finish_parsing(&mut self) {
+        self.stop_reading_ahead();
         let logged = self.logger.finish();
         self.log = logged.log;
         self.replays = logged.replays;
@@ -1052,7 +1076,20 @@ impl Hook for Collector {
         // the 400k snapshot than decoding in place in `pending` (taken out of the
         // collector meanwhile, pushed before and popped on failure).
         let mut f = EntryFields::default();
-        entry::decode(self, ops, known, &mut f)?;
+        match ahead::take(self, ops, &mut f) {
+            ahead::Taken::Read => {}
+            ahead::Taken::Fail => return None,
+            taken => {
+                entry::decode(self, ops, known, &mut f)?;
+                if let Some(ahead) = &mut self.ahead {
+                    if let ahead::Taken::Learn(list) = taken {
+                        ahead.learned(list, f.e.stack);
+                    } else if ahead.wants_layout() {
+                        ahead.offer_layout(&self.shape, ops);
+                    }
+                }
+            }
+        }
         self.pending.push(f);
         self.direct_entries += 1;
         Some(Val::Custom {

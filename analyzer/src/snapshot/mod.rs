@@ -23,7 +23,7 @@ pub use emit::IMPORTED_BY;
 use layout::Snapshot;
 use plan::Plan;
 
-use convert::{Collected, Collector};
+use convert::{Collected, Collector, Pace, READ_AHEAD_MIN_BYTES, ReadAhead};
 use pickle::{Heap, PickleError};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -111,18 +111,32 @@ pub fn import(read: impl Read, progress: &dyn Fn(u64)) -> Result<ImportedSnapsho
 /// making its events: [`ParsedSnapshot::stream`] sends them to a reader as they are
 /// made, and [`ParsedSnapshot::write_trace`] writes them to a file.
 pub fn parse(read: impl Read, progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, ImportError> {
-    parse_with(pickle::Parser::new(read, progress))
+    parse_with(pickle::Parser::new(read, progress), None)
 }
 
 /// [`parse`] over a whole pickle in memory (a mapped file, say), read where it lies
 /// rather than copied through a buffer. `progress` is called with the number of bytes
 /// consumed so far, every 2 MiB or so: the parse never reads them again.
+///
+/// A large pickle's trace entries are read by two threads (see `convert::ahead`).
 pub fn parse_bytes(bytes: &[u8], progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, ImportError> {
-    parse_with(pickle::Parser::over_bytes(bytes, progress))
+    if bytes.len() < READ_AHEAD_MIN_BYTES {
+        return parse_with(pickle::Parser::over_bytes(bytes, progress), None);
+    }
+    std::thread::scope(|scope| {
+        let ahead = ReadAhead::start(scope, bytes, Pace::DEFAULT);
+        parse_with(pickle::Parser::over_bytes(bytes, progress), Some(ahead))
+    })
 }
 
-fn parse_with<R: Read>(mut parser: pickle::Parser<'_, R>) -> Result<ParsedSnapshot, ImportError> {
+fn parse_with<R: Read>(
+    mut parser: pickle::Parser<'_, R>,
+    ahead: Option<ReadAhead>,
+) -> Result<ParsedSnapshot, ImportError> {
     let mut collector = Collector::new(parser.heap_mut());
+    if let Some(ahead) = ahead {
+        collector.read_ahead(ahead);
+    }
     let root = parser.run(&mut collector)?;
     let protocol = parser.protocol();
     let pickle_bytes = parser.offset();

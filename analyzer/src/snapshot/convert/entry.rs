@@ -110,18 +110,33 @@ pub(super) fn decode(
     }
     ops.seek(at);
     f.action?;
-    // Nothing may add to the dict after its SETITEMS (a second batch, a SETITEM): the
-    // next opcode must begin the next item or end the list's batch.
-    match ops.peek()? {
-        op::EMPTY_DICT | op::APPENDS | op::BINGET | op::LONG_BINGET => Some(()),
-        _ => None,
+    ends_entry(buf, at)?.then_some(())
+}
+
+/// Whether the opcode at `buf[at]`, after an entry's SETITEMS, ends the entry:
+/// nothing may add to the dict after its SETITEMS (a second batch, a SETITEM),
+/// so the next opcode must begin the next item or end the list's batch. A FRAME
+/// of protocol 4 may come first (CPython begins a frame before an object, the
+/// next entry's as any): it only frames the bytes, and the opcode after it
+/// decides. (Given up on here, the entry would be read again the generic way,
+/// and its frames list's memo slot, removed, would change the memo's epoch.)
+/// `None`: the buffer ends first.
+#[inline(always)]
+pub(super) fn ends_entry(buf: &[u8], at: usize) -> Option<bool> {
+    let mut opcode = *buf.get(at)?;
+    if opcode == op::FRAME {
+        opcode = *buf.get(at + 9)?;
     }
+    Some(matches!(
+        opcode,
+        op::EMPTY_DICT | op::APPENDS | op::BINGET | op::LONG_BINGET
+    ))
 }
 
 /// The keys of a trace entry as PyTorch 2.x writes them (before the private pools'
 /// `pool_id` of 2.12 and the `internal_metadata` of 2.15; the snapshots of most
 /// versions): a shape that begins with them is read by [`usual_keys`].
-const USUAL: [u8; 8] = [
+pub(super) const USUAL: [u8; 8] = [
     F_ACTION, F_ADDR, F_SIZE, F_STREAM, F_TIME, F_COMPILE, F_TEXT, F_FRAMES,
 ];
 
@@ -161,6 +176,10 @@ fn usual_keys(
     step!(7);
     Some(USUAL.len())
 }
+
+/// `compile_context` outside torch.compile, as nearly every entry has it: a
+/// SHORT_BINUNICODE of 3 bytes, "N/A", and the MEMOIZE after it.
+pub(super) const NA: [u8; 6] = [op::SHORT_BINUNICODE, 3, b'N', b'/', b'A', op::MEMOIZE];
 
 // [`value`] for a key of the learned shape: the value its field nearly always
 // has in a trace entry (an int for the number fields, a memo reference to a str
@@ -237,16 +256,12 @@ fn usual_value(
                 }
             }
         },
-        F_COMPILE => {
-            // SHORT_BINUNICODE of 3 bytes, "N/A", and the MEMOIZE after it.
-            const NA: [u8; 6] = [op::SHORT_BINUNICODE, 3, b'N', b'/', b'A', op::MEMOIZE];
-            if buf.get(*at..*at + NA.len()) == Some(&NA[..]) {
-                ops.seek(*at + NA.len() - 1);
-                ops.memo_store(Val::Str(c.k.not_applicable))?;
-                *at = ops.pos();
-                f.compile_context = Some(c.k.not_applicable);
-                return Some(());
-            }
+        F_COMPILE if buf.get(*at..*at + NA.len()) == Some(&NA[..]) => {
+            ops.seek(*at + NA.len() - 1);
+            ops.memo_store(Val::Str(c.k.not_applicable))?;
+            *at = ops.pos();
+            f.compile_context = Some(c.k.not_applicable);
+            return Some(());
         }
         _ => {}
     }
@@ -392,7 +407,7 @@ fn frames_list(c: &mut Collector, ops: &mut OpReader<'_>) -> Option<Val> {
 // The memo references of a list whose content begins at `buf[at]`, when they are one
 // MARK batch and nothing else (the list ends after its APPENDS): their bytes, and the
 // position after the APPENDS. `None` for any other list, which `read_frames` reads.
-fn single_batch(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
+pub(super) fn single_batch(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
     if *buf.get(at)? != op::MARK {
         return None;
     }
@@ -468,6 +483,7 @@ const SHAPE_KEYS: usize = 16;
 /// with the memo's epoch (see [`KeyCache`]), and everything is forgotten when it
 /// does. The first key is always `action`, so that a dict it matches is tried as a
 /// trace entry in any list, as the generic way would.
+#[derive(Clone)]
 pub(super) struct Shape {
     // Key i: the bytes of its memo reference (BINGET or LONG_BINGET and the
     // index, little-endian, in the low bytes of `bytes[i]`, `masks[i]` covering
@@ -502,7 +518,7 @@ impl Shape {
     /// bytes: not within 8 bytes of the buffer's end, where the generic way reads
     /// it.)
     #[inline(always)]
-    fn key(&self, i: usize, buf: &[u8], at: usize) -> Option<(StrId, u8, usize)> {
+    pub(super) fn key(&self, i: usize, buf: &[u8], at: usize) -> Option<(StrId, u8, usize)> {
         if i >= self.len {
             return None;
         }
@@ -512,6 +528,26 @@ impl Shape {
         }
         let (key, field, len) = self.keys[i];
         Some((key, field, len as usize))
+    }
+
+    /// Whether the shape is the `USUAL` keys and no more: the layout of nearly
+    /// every entry of PyTorch 2.11 and earlier, which `ahead` reads.
+    pub(super) fn is_exactly_usual(&self) -> bool {
+        self.usual && self.len == USUAL.len()
+    }
+
+    /// The bytes of key `i`'s memo reference (none past the shape's end).
+    pub(super) fn reference(&self, i: usize) -> Vec<u8> {
+        if i >= self.len {
+            return Vec::new();
+        }
+        let len = self.keys[i].2 as usize;
+        self.bytes[i].to_le_bytes()[..len].to_vec()
+    }
+
+    /// The memo epoch the shape's keys hold for.
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// Keeps the first `len` keys; true (to `push` the next ones) if there is
@@ -528,7 +564,7 @@ impl Shape {
     /// that fills `field`. False (nothing kept) if the shape is full, or if this
     /// would be its first key and not `action`.
     #[inline]
-    fn push(&mut self, reference: &[u8], key: StrId, field: u8) -> bool {
+    pub(super) fn push(&mut self, reference: &[u8], key: StrId, field: u8) -> bool {
         let i = self.len;
         if i >= SHAPE_KEYS || (i == 0 && field != F_ACTION) || reference.len() > 8 {
             return false;
@@ -656,14 +692,14 @@ impl FramesCache {
 
     /// The handle of the list whose references are `refs`, read at memo epoch `epoch`.
     #[inline]
-    fn get(&mut self, refs: &[u8], epoch: u64) -> Option<u32> {
+    pub(super) fn get(&mut self, refs: &[u8], epoch: u64) -> Option<u32> {
         self.forget_unless(epoch);
         self.handles.get(refs).copied()
     }
 
     /// Remembers `handle` as the list's whose references are `refs`, read at memo
     /// epoch `epoch`.
-    fn insert(&mut self, refs: &[u8], handle: u32, epoch: u64) {
+    pub(super) fn insert(&mut self, refs: &[u8], handle: u32, epoch: u64) {
         self.forget_unless(epoch);
         if self.bytes + refs.len() <= MAX_CACHED_BYTES {
             self.bytes += refs.len();
@@ -675,7 +711,7 @@ impl FramesCache {
     /// Keeps the list of `refs` (in `handles` as `handle`) by its first bytes too,
     /// unless it is shorter or another list has them.
     #[inline]
-    fn remember_prefix(&mut self, refs: &[u8], handle: u32) {
+    pub(super) fn remember_prefix(&mut self, refs: &[u8], handle: u32) {
         let Some(prefix) = refs.first_chunk::<PREFIX>() else {
             return;
         };
@@ -693,7 +729,7 @@ impl FramesCache {
     /// references and nothing more, as `single_batch` would find, and `get` would
     /// give the same handle. (The memo epoch was checked by `in_use`.)
     #[inline]
-    fn by_prefix(&self, buf: &[u8], at: usize) -> Option<(u32, usize)> {
+    pub(super) fn by_prefix(&self, buf: &[u8], at: usize) -> Option<(u32, usize)> {
         if self.prefixes.is_empty() || *buf.get(at)? != op::MARK {
             return None;
         }

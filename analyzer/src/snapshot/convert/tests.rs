@@ -74,16 +74,55 @@ type Seen = (
 );
 
 fn try_collect(bytes: &[u8], direct: bool) -> Result<Collected3, String> {
+    let mode = if direct { Mode::Direct } else { Mode::Generic };
+    try_collect_with(bytes, mode).map(|(collected, _)| collected)
+}
+
+// How `try_collect_with` reads entries.
+#[derive(Clone, Copy)]
+enum Mode {
+    // The generic path only.
+    Generic,
+    // The direct decoder (`entry`), on the parser's thread.
+    Direct,
+    // The direct decoder, and the entries `ahead` read beforehand for the
+    // shape the direct decoder learned.
+    Prefilled,
+    // The direct decoder, and the read-ahead thread at this pace.
+    Ahead(Pace),
+}
+
+// `try_collect` in any `Mode`, with the entries taken from the read-ahead thread.
+fn try_collect_with(bytes: &[u8], mode: Mode) -> Result<(Collected3, u64), String> {
     use crate::snapshot::pickle::Parser;
-    let mut parser = Parser::new(bytes, &|_| {});
+    let mut parser = Parser::over_bytes(bytes, &|_| {});
     let mut c = Collector::new(parser.heap_mut());
-    if direct {
-        parser.run(&mut c).map_err(|e| e.to_string())?;
-    } else {
-        let mut g = Generic(c);
-        parser.run(&mut g).map_err(|e| e.to_string())?;
-        c = g.0;
+    let run = |parser: &mut Parser<'_, _>, c: Collector| -> Result<Collector, String> {
+        match mode {
+            Mode::Generic => {
+                let mut g = Generic(c);
+                parser.run(&mut g).map_err(|e| e.to_string())?;
+                Ok(g.0)
+            }
+            Mode::Direct | Mode::Prefilled => {
+                let mut c = c;
+                parser.run(&mut c).map_err(|e| e.to_string())?;
+                Ok(c)
+            }
+            Mode::Ahead(pace) => std::thread::scope(|scope| {
+                let mut c = c;
+                c.read_ahead(ReadAhead::start(scope, bytes, pace));
+                parser.run(&mut c).map_err(|e| e.to_string())?;
+                // Stopped before the scope waits for it.
+                c.stop_reading_ahead();
+                Ok(c)
+            }),
+        }
+    };
+    if let Mode::Prefilled = mode {
+        c.read_ahead(ReadAhead::prefilled(bytes));
     }
+    c = run(&mut parser, c)?;
     c.finish_parsing();
     let entries: Vec<_> = c.log.iter().map(|e| LogEntry { list: 0, ..e }).collect();
     let runs: Vec<_> = c.log.runs.iter().map(|r| r.len).collect();
@@ -121,7 +160,7 @@ fn try_collect(bytes: &[u8], direct: bool) -> Result<Collected3, String> {
             ],
         ),
     );
-    Ok((seen, logged, direct))
+    Ok(((seen, logged, direct), c.ahead_entries))
 }
 
 // `try_collect` of a pickle that parses: what it leaves, how many entries it
@@ -161,6 +200,19 @@ fn direct_decoding_matches_the_generic_path() {
         assert!(direct_entries > 0, "{name}");
         assert_eq!(none, 0);
         assert!(direct == generic, "{name}");
+        // Entries read ahead are what the direct decoder reads, whether all
+        // are there when the parser comes (prefilled) or the thread races it.
+        let ((ahead, _, _), taken) = try_collect_with(&bytes, Mode::Prefilled).unwrap();
+        assert!(ahead == generic, "{name}");
+        // All but a few of a real snapshot's entries (the frames lists read
+        // first, the entries around a FRAME opcode).
+        let real = !name.starts_with("synthetic/");
+        assert!(
+            !real || taken * 10 > logged as u64 * 8,
+            "{name}: {taken} of {logged}"
+        );
+        let ((racing, _, _), _) = try_collect_with(&bytes, Mode::Ahead(TINY_PACE)).unwrap();
+        assert!(racing == generic, "{name}");
     }
     // A frame's memo slot overwritten between two frames lists of the same
     // bytes: the second names other frames, which the caches must see. With two
@@ -186,6 +238,14 @@ fn direct_decoding_matches_the_generic_path() {
     assert_eq!(logged, 18);
     assert!(direct == generic);
 }
+
+// A pace for small pickles: chunks of a few entries, a few entries ahead.
+const TINY_PACE: Pace = Pace {
+    first_lead: 512,
+    max_lead: 4096,
+    max_ahead: 16 << 10,
+    chunk: 1024,
+};
 
 // `{"device_traces": [[...]]}`, its entries' keys (memo references after their
 // first use) in the same order, then in another, one with LONG_BINGET, with an
@@ -862,8 +922,10 @@ fn batches_of_entries_match_the_generic_path() {
         vec![BINGET, 0, POP, APPEND],
         // the batch closed on the entry (not a list);
         vec![BINGET, 0, POP, MARK, APPENDS],
-        // the entries so far popped, a batch without them.
+        // the entries so far popped, a batch without them;
         vec![BINGET, 0, POP_MARK, MARK],
+        // a FRAME of protocol 4 (its length is not checked), then the next entry.
+        vec![FRAME, 9, 0, 0, 0, 0, 0, 0, 0],
     ];
     let after = |n: u8, a: &[u8]| {
         let mut e = usual_entry(n);
@@ -887,7 +949,11 @@ fn batches_of_entries_match_the_generic_path() {
             ]);
             for bytes in [one, two] {
                 match (try_collect(&bytes, true), try_collect(&bytes, false)) {
-                    (Ok(x), Ok(y)) => assert!(x.0 == y.0, "{a:?} {b:?}"),
+                    (Ok(x), Ok(y)) => {
+                        assert!(x.0 == y.0, "{a:?} {b:?}");
+                        let ((ahead, ..), _) = try_collect_with(&bytes, Mode::Prefilled).unwrap();
+                        assert!(ahead == y.0, "{a:?} {b:?}");
+                    }
                     // At the same byte. (An APPEND(S) onto an entry is told
                     // apart in words, as it was before the runs: the direct
                     // path has no container there, the generic path a dict.)
@@ -923,6 +989,14 @@ fn batches_of_entries_match_the_generic_path() {
     let (generic, _, _) = collect(&bytes, false);
     assert!(direct == generic);
     assert_eq!((logged, direct_entries), (5006, 5005));
+    // Read ahead: all but the entry the layout is learned from, and the first
+    // of each frames list, whose stack the parser reads itself.
+    let ((ahead, _, direct_entries), taken) = try_collect_with(&bytes, Mode::Prefilled).unwrap();
+    assert!(ahead == generic);
+    assert_eq!(direct_entries, 5005);
+    assert!(taken >= 4990, "{taken}");
+    let ((racing, _, _), _) = try_collect_with(&bytes, Mode::Ahead(TINY_PACE)).unwrap();
+    assert!(racing == generic);
 }
 
 proptest::proptest! {
@@ -967,5 +1041,34 @@ proptest::proptest! {
         let (direct, _, _) = collect(&bytes, true);
         let (generic, _, _) = collect(&bytes, false);
         proptest::prop_assert!(direct == generic);
+        // Read ahead, what the direct decoder reads (or the parser reads itself).
+        let ((ahead, _, _), _) = try_collect_with(&bytes, Mode::Prefilled).unwrap();
+        proptest::prop_assert!(ahead == generic);
     }
+}
+
+// A FRAME of protocol 4 after an entry (CPython begins one before any object
+// once the last holds 64 KiB) leaves the entry to the direct decoder: given up
+// on, its frames list's memo slot would be removed, changing the memo's epoch,
+// and every cache of the direct decoder, and the entries read ahead, with it.
+#[test]
+fn a_frame_after_an_entry_keeps_it_direct() {
+    let entries: Vec<_> = (0..20)
+        .map(|n| {
+            let mut e = usual_entry(n);
+            if n % 3 == 0 {
+                e.after = vec![op_::FRAME, 9, 0, 0, 0, 0, 0, 0, 0];
+            }
+            e
+        })
+        .collect();
+    let bytes = usual_pickle(&entries);
+    let (direct, logged, direct_entries) = collect(&bytes, true);
+    let (generic, _, _) = collect(&bytes, false);
+    assert!(direct == generic);
+    // All but `e0`, which `usual_pickle` has read the generic way.
+    assert_eq!((logged, direct_entries), (21, 20));
+    let ((ahead, ..), taken) = try_collect_with(&bytes, Mode::Prefilled).unwrap();
+    assert!(ahead == generic);
+    assert!(taken >= 18, "{taken}");
 }

@@ -15,6 +15,8 @@ pub struct OpReader<'a> {
     pub(super) heap: &'a mut Heap,
     // The memo's length when the reader started: older slots are read-only.
     pub(super) memo_start: usize,
+    // The input offset of `buf[0]`.
+    pub(super) offset: u64,
 }
 
 impl<'a> OpReader<'a> {
@@ -49,6 +51,13 @@ impl<'a> OpReader<'a> {
     /// Bytes read so far (to come back to with [`OpReader::rewind`]).
     pub fn pos(&self) -> usize {
         self.pos
+    }
+
+    /// The input offset of the buffer's first byte (of position 0): where the
+    /// bytes being decoded lie in the whole pickle.
+    #[inline(always)]
+    pub fn offset(&self) -> u64 {
+        self.offset
     }
 
     /// Goes back to an earlier position, for lookahead that did not match. (The memo is
@@ -94,6 +103,19 @@ impl<'a> OpReader<'a> {
         }
         self.heap.memo.push(v);
         Some(true)
+    }
+
+    /// Stores `v` as a MEMOIZE opcode would: for a decoder that checked the opcode
+    /// itself, and the same checks as [`OpReader::memo_store`]'s. `None`: a store
+    /// `memo_store` would refuse (nothing stored).
+    #[inline(always)]
+    pub fn memo_push(&mut self, v: Val) -> Option<()> {
+        let idx = self.memo_len();
+        if idx >= PAYLOAD as usize || !self.heap.memo.sparse.is_empty() {
+            return None;
+        }
+        self.heap.memo.push(v);
+        Some(())
     }
 
     /// Replaces the value of a memo slot this reader stored (a container's slot is

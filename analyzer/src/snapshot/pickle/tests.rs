@@ -148,6 +148,7 @@ fn a_str_read_as_known_is_the_str_read() {
             pos: 0,
             heap: &mut heap,
             memo_start: 0,
+            offset: 0,
         };
         let id = r.new_str_as(op::SHORT_BINUNICODE, b"N/A", na).unwrap();
         assert_eq!(r.pos(), p.len() - 1, "{text}");
@@ -193,6 +194,7 @@ fn op_reader_reads_long1_like_the_parser() {
                 pos: 0,
                 heap: &mut heap,
                 memo_start: 0,
+                offset: 0,
             };
             let got = r.atom(op::LONG1).unwrap();
             assert_eq!(r.pos(), 1 + b.len());
@@ -471,6 +473,7 @@ fn a_custom_memo_slot_is_read_by_its_kind() {
         pos: 0,
         heap: &mut heap,
         memo_start: 0,
+        offset: 0,
     };
     for idx in 0..8 {
         for kind in 0..4u8 {

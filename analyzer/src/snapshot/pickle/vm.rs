@@ -406,11 +406,13 @@ impl<'p, R: Read> Parser<'p, R> {
         }
         let memo = &self.heap.memo;
         let (slots, side) = (memo.slots.len(), memo.side.len());
+        let offset = self.src.offset();
         let mut ops = OpReader {
             buf: &self.src.buf[self.src.pos..self.src.end],
             pos: 0,
             heap: &mut self.heap,
             memo_start: slots,
+            offset,
         };
         match hook.decode_dict(list, &mut ops) {
             Some(v) => {
