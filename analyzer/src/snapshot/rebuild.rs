@@ -338,26 +338,40 @@ impl DeviceReplay {
     ) -> Vec<(u64, u64)> {
         self.settle();
         let mut sizes = Vec::new();
-        let mut touched: Vec<u64> = self.touched.iter().copied().collect();
-        touched.sort_unstable();
-        for addr in touched {
-            let replayed = self.blocks.get(&addr).copied();
-            let end = end_blocks.get(&addr).copied();
-            match (replayed, end) {
-                (None, None) => {}
-                (Some(r), Some(b)) => {
+        // Only a block live in the replay or in the end state can differ:
+        // those are looked at (every address in `blocks` is in `touched`),
+        // not every address touched, nearly all of them freed in both. The
+        // differences, few, are then told in address order.
+        let mut differ = Vec::new();
+        for (&addr, r) in &self.blocks {
+            match end_blocks.get(&addr) {
+                Some(b) => {
                     if r.status != b.status || r.requested != b.requested {
-                        self.problem(|| {
-                            format!(
-                                "device {device}: block {addr:#x} replays to {:?} (requested {}) but the snapshot has {:?} (requested {})",
-                                r.status, r.requested, b.status, b.requested
-                            )
-                        });
+                        differ.push(addr);
                     }
                     if let Some(i) = r.alloc_index {
                         sizes.push((i, b.size));
                     }
                 }
+                None => differ.push(addr),
+            }
+        }
+        differ.extend(
+            (end_blocks.keys())
+                .filter(|&a| !self.blocks.contains_key(a) && self.touched.contains(a)),
+        );
+        differ.sort_unstable();
+        for addr in differ {
+            let replayed = self.blocks.get(&addr).copied();
+            let end = end_blocks.get(&addr).copied();
+            match (replayed, end) {
+                (None, None) => {}
+                (Some(r), Some(b)) => self.problem(|| {
+                    format!(
+                        "device {device}: block {addr:#x} replays to {:?} (requested {}) but the snapshot has {:?} (requested {})",
+                        r.status, r.requested, b.status, b.requested
+                    )
+                }),
                 (Some(r), None) => self.problem(|| {
                     format!(
                         "device {device}: block {addr:#x} replays to {:?} but the snapshot has no block there",
@@ -730,6 +744,91 @@ mod tests {
         assert_eq!(r.inconsistency_count, 1);
         r.check_end(0, &FxMap::default(), &[]);
         assert_eq!(r.inconsistency_count, 2);
+    }
+
+    /// `check_end` looks only at blocks live in the replay or at the end,
+    /// yet finds what a walk of every touched address in order does: each
+    /// difference, in address order (the first [`DESCRIBED`] of them told),
+    /// and the end size of each alloc live at both ends.
+    #[test]
+    fn the_end_check_tells_differences_in_address_order() {
+        let mut r = DeviceReplay::default();
+        let mut end: FxMap<u64, EndBlock> = FxMap::default();
+        let block = |requested, status| EndBlock {
+            size: 512,
+            requested,
+            status,
+            stack: 0,
+        };
+        let mut i = 0;
+        let mut next = || {
+            i += 1;
+            i - 1
+        };
+        // Addresses in an order of their own, so that hashing them does
+        // not give them sorted.
+        for k in (0..60u64).map(|k| (k * 37) % 60) {
+            let addr = 0x1000 + k * 0x200;
+            match k % 6 {
+                // Freed in both.
+                0 => {
+                    r.apply(next(), &e(Action::Alloc, addr, 100));
+                    r.apply(next(), &e(Action::FreeRequested, addr, 100));
+                    r.apply(next(), &e(Action::FreeCompleted, addr, 100));
+                }
+                // Live in both, alike.
+                1 => {
+                    r.apply(next(), &e(Action::Alloc, addr, 100));
+                    end.insert(addr, block(100, BlockStatus::Allocated));
+                }
+                // Live in both, differing.
+                2 => {
+                    r.apply(next(), &e(Action::Alloc, addr, 100));
+                    end.insert(addr, block(200, BlockStatus::Allocated));
+                }
+                // Live in the replay only.
+                3 => r.apply(next(), &e(Action::Alloc, addr, 100)),
+                // Freed in the replay, live at the end.
+                4 => {
+                    r.apply(next(), &e(Action::Alloc, addr, 100));
+                    r.apply(next(), &e(Action::FreeRequested, addr, 100));
+                    r.apply(next(), &e(Action::FreeCompleted, addr, 100));
+                    end.insert(addr, block(100, BlockStatus::Allocated));
+                }
+                // Never touched, live at the end: no difference.
+                _ => {
+                    end.insert(addr, block(100, BlockStatus::Allocated));
+                }
+            }
+        }
+        let mut sizes = r.check_end(0, &end, &[]);
+        sizes.sort_unstable();
+        // Three of every six addresses differ, in address order.
+        assert_eq!(r.inconsistency_count, 30);
+        assert_eq!(r.inconsistencies.len(), DESCRIBED);
+        let addrs: Vec<u64> = (r.inconsistencies.iter())
+            .map(|m| {
+                let hex = m.split("block 0x").nth(1).unwrap();
+                u64::from_str_radix(hex.split(' ').next().unwrap(), 16).unwrap()
+            })
+            .collect();
+        let expected: Vec<u64> = (0..60u64)
+            .filter(|k| matches!(k % 6, 2..=4))
+            .map(|k| 0x1000 + k * 0x200)
+            .take(DESCRIBED)
+            .collect();
+        assert_eq!(addrs, expected);
+        assert!(r.inconsistencies[0].contains("replays to Allocated (requested 100) but the snapshot has Allocated (requested 200)"), "{:?}", r.inconsistencies);
+        assert!(
+            r.inconsistencies[1]
+                .contains("replays to Allocated but the snapshot has no block there")
+        );
+        assert!(
+            r.inconsistencies[2].contains("is Allocated in the snapshot but freed in the replay")
+        );
+        // Sizes for the allocs live in both, alike or not.
+        assert_eq!(sizes.len(), 20);
+        assert!(sizes.iter().all(|&(_, size)| size == 512));
     }
 
     // A block a free_requested leaves pending is held out of the map until
