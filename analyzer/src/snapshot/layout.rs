@@ -466,11 +466,11 @@ impl Snapshot {
         }
     }
 
-    /// Counts `n` of something not read, under its name (see [`not_read`]).
     /// The values of `keys` in `dict` (an item of `section`), each the first
     /// of its key, as [`Heap::dict_get_str`] finds them, with the keys not
     /// among them counted as [`count_keys`](Self::count_keys) does: in one
-    /// pass over the dict, with its keys known by their string ids.
+    /// pass over the dict, with its keys known by their string ids. The
+    /// names of `keys` hold `forward_frames`, as every section's do.
     fn read_keys<const N: usize>(
         &mut self,
         heap: &Heap,
@@ -500,6 +500,7 @@ impl Snapshot {
         values
     }
 
+    /// Counts `n` of something not read, under its name (see [`not_read`]).
     fn not_read(&mut self, name: String, n: u64) {
         not_read(&mut self.unread, name, n);
     }

@@ -914,7 +914,7 @@ mod tests {
         assert_eq!(addrs(within(&blocks, 20..40)), [20, 30]);
         assert_eq!(addrs(within(&blocks, 0..10)), Vec::<u64>::new());
         assert_eq!(addrs(within(&blocks, 11..u64::MAX)), [20, 30, 40]);
-        assert_eq!(addrs(within(&blocks, 40..20)), Vec::<u64>::new());
+        assert_eq!(addrs(within(&blocks, 20..20)), Vec::<u64>::new());
         let merged = merge_by_address(blocks.clone(), [5, 25, 26, 50].map(b));
         assert_eq!(addrs(&merged), [5, 10, 20, 25, 26, 30, 40, 50]);
         // Each block is the one given for its address.
