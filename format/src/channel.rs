@@ -69,6 +69,13 @@ impl TraceChannel {
         }
     }
 
+    /// Makes room for at least this many more strings, frames and stacks,
+    /// for a producer that knows how many it will intern (at most): the
+    /// tables do not grow, and rehash, one doubling at a time.
+    pub fn reserve_symbols(&mut self, strings: usize, frames: usize, stacks: usize) {
+        self.interner.reserve(strings, frames, stacks);
+    }
+
     /// Interns a string, returning its id.
     pub fn intern_string(&mut self, s: &str) -> StringId {
         self.interner.string(s)
@@ -422,6 +429,38 @@ mod tests {
         assert_eq!(n, 5_000);
         assert!(matches!(err, FormatError::ProducerStopped));
         assert!(!rx.is_complete());
+    }
+
+    /// Room made beforehand, more or less than what is interned, changes no
+    /// id and no symbol.
+    #[test]
+    fn symbols_interned_after_reserving_are_the_same() {
+        let intern = |reserve: Option<(usize, usize, usize)>| {
+            let mut channel = TraceChannel::new(Header::default());
+            if let Some((strings, frames, stacks)) = reserve {
+                channel.reserve_symbols(strings, frames, stacks);
+            }
+            let mut ids = Vec::new();
+            let mut frames = Vec::new();
+            for i in 0..300u32 {
+                let function = channel.intern_string(&format!("f{}", i % 100));
+                let file = channel.intern_string(&format!("m{}.py", i % 7));
+                let frame = channel.intern_frame(Frame::Symbol {
+                    function,
+                    file,
+                    line: i % 150,
+                });
+                frames.push(frame);
+                let stack = channel.intern_stack(&frames[frames.len().saturating_sub(4)..]);
+                ids.push((function, file, frame, stack));
+            }
+            let (_, rx) = channel.open(1);
+            (ids, format!("{:?}", rx.symbols()))
+        };
+        let plain = intern(None);
+        assert_eq!(intern(Some((600, 300, 300))), plain);
+        assert_eq!(intern(Some((2, 1, 1))), plain);
+        assert_eq!(intern(Some((0, 0, 0))), plain);
     }
 
     #[test]

@@ -281,6 +281,17 @@ impl Interner {
         interner
     }
 
+    /// Makes room for this many more strings, frames and stacks: tables that
+    /// grow one by one to thousands rehash their keys at each doubling.
+    pub fn reserve(&mut self, strings: usize, frames: usize, stacks: usize) {
+        self.strings.reserve(strings);
+        self.pending.strings.reserve(strings);
+        self.frames.reserve(frames);
+        self.pending.frames.reserve(frames);
+        self.stacks.reserve(stacks);
+        self.pending.stacks.reserve(stacks);
+    }
+
     pub fn string(&mut self, s: &str) -> StringId {
         if let Some(&id) = self.strings.get(s) {
             return id;

@@ -198,7 +198,11 @@ pub struct ReplayArgs {
 
 impl ReplayArgs {
     /// The library's options; a bad window or pattern is a usage error.
+    /// Starts compiling the built-in frame patterns too, on a thread of
+    /// their own: the command reads its inputs meanwhile, and folds stacks
+    /// only once it replays them.
     pub fn options(&self) -> anyhow::Result<ReplayOptions> {
+        vramtrace::sites::compile_in_background();
         // Each bound alone first, so that a bad one is named by its flag.
         for (flag, bound) in [("--from", &self.from), ("--to", &self.to)] {
             if let Some(b) = bound {

@@ -1127,7 +1127,7 @@ impl ReplayState {
         if !self.counts.changes.is_empty() {
             self.counts.changes.clear();
         }
-        let mut open: Vec<(u64, Birth, u64, SiteId, u64)> = self
+        let open: Vec<(u64, Birth, u64, SiteId, u64)> = self
             .live
             .values()
             .filter(|a| !a.birth.settled && !a.free_requested)
@@ -1135,8 +1135,14 @@ impl ReplayState {
             .collect();
         // The same order whatever the map's: the list is a result, and
         // gradients are settled before the set-up blocks their sizes decide.
-        open.sort_unstable_by_key(|&(addr, birth, ..)| (is_setup(&birth), addr));
-        for (addr, birth, requested, site, born) in open {
+        // Their keys are sorted, with their places in `open`, rather than
+        // the blocks themselves: a smaller thing to move, and the key made
+        // once a block rather than once a comparison.
+        let mut order: Vec<(bool, u64, usize)> = (open.iter().enumerate())
+            .map(|(i, &(addr, birth, ..))| (is_setup(&birth), addr, i))
+            .collect();
+        order.sort_unstable();
+        for (addr, birth, requested, site, born) in order.into_iter().map(|(.., i)| open[i]) {
             // A run that stopped mid-iteration (at an out-of-memory error)
             // never freed that iteration's blocks: those of a site whose
             // freed blocks all turned out alike (saved activations, say)

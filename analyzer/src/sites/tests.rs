@@ -434,3 +434,46 @@ fn frames_sharing_a_file_are_classified_each_by_its_own_function() {
     assert_eq!(hidden, [false, false, true, false, false, false, false]);
     assert_eq!(library, [true, true, true, true, true, false, false]);
 }
+
+/// The built-in patterns compiled on a thread of their own are the ones
+/// folding uses: the thread sets them (folding does not have to), and a
+/// second start while they are there or under way starts nothing new.
+#[test]
+fn built_in_patterns_compile_in_the_background() {
+    compile_in_background();
+    compile_in_background();
+    let waited = std::time::Instant::now();
+    while BUILT_IN.get().is_none() {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "the patterns were never compiled"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let rules = built_in();
+    assert!(std::ptr::eq(rules, BUILT_IN.get().unwrap()));
+    assert!(
+        rules
+            .functions
+            .is_match("void at::native::copy_(at::Tensor&)")
+    );
+    assert!(!rules.functions.is_match("train_step"));
+    assert!(
+        rules
+            .library_files
+            .is_match("/usr/lib/python3.12/json/decoder.py")
+    );
+    assert!(
+        rules
+            .hidden_files
+            .is_match("/venv/lib/vramtrace/__main__.py")
+    );
+    assert!(
+        rules
+            .fallback_preferred
+            .is_match("torch::autograd::generated::MulBackward0::apply(")
+    );
+    assert!(!rules.fallback_skip.is_match("train_step"));
+    compile_in_background();
+    assert!(std::ptr::eq(rules, built_in()));
+}

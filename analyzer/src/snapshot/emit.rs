@@ -151,7 +151,9 @@ impl ParsedSnapshot {
         let (heap, c, s, plan) = (&self.heap, &self.collected, &self.snapshot, &self.plan);
         let mut channel = TraceChannel::new(self.header());
 
-        // Symbols: local frames and stacks to the trace's ids.
+        // Symbols: local frames and stacks to the trace's ids. Each frame
+        // names two strings at most, and every stack is one.
+        channel.reserve_symbols(2 * c.frames.len(), c.frames.len(), c.stacks.len());
         let mut strings = FxMap::default();
         let mut string = |ch: &mut TraceChannel, id: StrId| {
             *strings

@@ -338,26 +338,40 @@ impl DeviceReplay {
     ) -> Vec<(u64, u64)> {
         self.settle();
         let mut sizes = Vec::new();
-        let mut touched: Vec<u64> = self.touched.iter().copied().collect();
-        touched.sort_unstable();
-        for addr in touched {
-            let replayed = self.blocks.get(&addr).copied();
-            let end = end_blocks.get(&addr).copied();
-            match (replayed, end) {
-                (None, None) => {}
-                (Some(r), Some(b)) => {
+        // Only a block live in the replay or in the end state can differ:
+        // those are looked at (every address in `blocks` is in `touched`),
+        // not every address touched, nearly all of them freed in both. The
+        // differences, few, are then told in address order.
+        let mut differ = Vec::new();
+        for (&addr, r) in &self.blocks {
+            match end_blocks.get(&addr) {
+                Some(b) => {
                     if r.status != b.status || r.requested != b.requested {
-                        self.problem(|| {
-                            format!(
-                                "device {device}: block {addr:#x} replays to {:?} (requested {}) but the snapshot has {:?} (requested {})",
-                                r.status, r.requested, b.status, b.requested
-                            )
-                        });
+                        differ.push(addr);
                     }
                     if let Some(i) = r.alloc_index {
                         sizes.push((i, b.size));
                     }
                 }
+                None => differ.push(addr),
+            }
+        }
+        differ.extend(
+            (end_blocks.keys())
+                .filter(|&a| !self.blocks.contains_key(a) && self.touched.contains(a)),
+        );
+        differ.sort_unstable();
+        for addr in differ {
+            let replayed = self.blocks.get(&addr).copied();
+            let end = end_blocks.get(&addr).copied();
+            match (replayed, end) {
+                (None, None) => {}
+                (Some(r), Some(b)) => self.problem(|| {
+                    format!(
+                        "device {device}: block {addr:#x} replays to {:?} (requested {}) but the snapshot has {:?} (requested {})",
+                        r.status, r.requested, b.status, b.requested
+                    )
+                }),
                 (Some(r), None) => self.problem(|| {
                     format!(
                         "device {device}: block {addr:#x} replays to {:?} but the snapshot has no block there",
@@ -445,19 +459,26 @@ impl DeviceReplay {
                 .map_or(self.map_stream, |s| s.stream);
             segs.insert(a, start_segment(a, b - a, stream, true));
         }
-        let mut blocks: Vec<(u64, EndBlock)> = end_blocks
+        let mut known: Vec<(u64, EndBlock)> = end_blocks
             .iter()
             .filter(|(a, _)| !self.touched.contains(a))
             .map(|(&a, &b)| (a, b))
             .collect();
+        // In address order, each segment's blocks are a slice of them; the
+        // start blocks, touched (so none of these), come sorted too, and
+        // the two merge.
+        known.sort_unstable_by_key(|b| b.0);
         let mut state = StartState::default();
-        blocks.extend(self.sized_start_blocks(&segs, &blocks, config, &mut state));
-        blocks.sort_unstable_by_key(|b| b.0);
-        for (addr, b) in blocks {
-            let seg = segs
-                .range_mut(..=addr)
-                .next_back()
-                .map(|(_, s)| s)
+        let starts = self.sized_start_blocks(&segs, &known, config, &mut state);
+        // Each block goes to the last segment starting at or before it: the
+        // blocks go up, and so does that segment.
+        let mut segs: Vec<StartSegment> = segs.into_values().collect();
+        let mut at = 0;
+        for (addr, b) in merge_by_address(known, starts.into_iter().rev()) {
+            at += segs[at..].partition_point(|s| s.addr <= addr);
+            let seg = at
+                .checked_sub(1)
+                .map(|i| &mut segs[i])
                 .filter(|s| addr.saturating_add(b.size) <= s.addr + s.size);
             let last_end = seg
                 .as_ref()
@@ -473,13 +494,14 @@ impl DeviceReplay {
                 }),
             }
         }
-        state.segments = segs.into_values().collect();
+        state.segments = segs;
         state
     }
 
-    /// The start blocks with their sizes: each from the space up to the next block in
-    /// use (or the end of its segment), the last first, so that the blocks after it
-    /// are known when it is sized.
+    /// The start blocks with their sizes, from the last to the first: each from the
+    /// space up to the next block in use (`known`, in address order, or the end of
+    /// its segment), the last first, so that the blocks after it are known when it
+    /// is sized.
     fn sized_start_blocks(
         &self,
         segs: &BTreeMap<u64, StartSegment>,
@@ -495,9 +517,8 @@ impl DeviceReplay {
                 size: s.size,
                 stream: s.stream,
                 expandable: s.expandable,
-                blocks: known
+                blocks: within(known, range)
                     .iter()
-                    .filter(|(a, _)| range.contains(a))
                     .map(|&(addr, b)| BlockState {
                         addr,
                         size: b.size,
@@ -511,18 +532,19 @@ impl DeviceReplay {
         }
         let mut starts: Vec<(u64, EndBlock)> = self.start_blocks.clone();
         starts.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
-        let mut next_in_use: BTreeMap<u64, ()> = known.iter().map(|b| (b.0, ())).collect();
+        // The next block in use after a start block is the next known one or
+        // the start block sized before it: the starts go down, so that is
+        // the lowest of those sized so far.
+        let mut start_after = None;
         for (addr, b) in &mut starts {
             b.size = observed.alloc(*addr, b.requested);
             let seg = segs.range(..=*addr).next_back().map(|(_, s)| s);
-            let next = next_in_use
-                .range(*addr + 1..)
-                .next()
-                .map(|(&a, _)| a)
-                .into_iter()
+            let known_after = known.get(known.partition_point(|k| k.0 <= *addr));
+            let next = (known_after.map(|k| k.0).into_iter())
+                .chain(start_after)
                 .chain(seg.map(|s| s.addr + s.size))
                 .min();
-            next_in_use.insert(*addr, ());
+            start_after = Some(*addr);
             // Free space after a large block of a fixed segment: the block may have
             // been handed out whole with part of it (at most what the policy leaves
             // unsplit), and which cannot be told.
@@ -550,6 +572,31 @@ pub(crate) struct StartState {
     pub uncertain_blocks: u64,
     /// By how much, in all, at most.
     pub uncertain_bytes: u64,
+}
+
+/// The blocks of `blocks` (in address order) whose address is in `range`.
+fn within(blocks: &[(u64, EndBlock)], range: std::ops::Range<u64>) -> &[(u64, EndBlock)] {
+    let first = blocks.partition_point(|b| b.0 < range.start);
+    let end = first + blocks[first..].partition_point(|b| b.0 < range.end);
+    &blocks[first..end]
+}
+
+/// Two lists of blocks in address order, with no address in both, as one in
+/// address order.
+fn merge_by_address(
+    a: Vec<(u64, EndBlock)>,
+    b: impl IntoIterator<Item = (u64, EndBlock)>,
+) -> Vec<(u64, EndBlock)> {
+    let mut b = b.into_iter().peekable();
+    let mut out = Vec::with_capacity(a.len() + b.size_hint().0);
+    for x in a {
+        while let Some(y) = b.next_if(|y| y.0 < x.0) {
+            out.push(y);
+        }
+        out.push(x);
+    }
+    out.extend(b);
+    out
 }
 
 fn start_segment(addr: u64, size: u64, stream: u64, expandable: bool) -> StartSegment {
@@ -722,6 +769,38 @@ mod tests {
         assert_eq!(r.inconsistencies, Vec::<String>::new());
     }
 
+    /// A start block followed by another start block is followed by a block
+    /// in use: only the last, followed by free space, is in doubt.
+    #[test]
+    fn a_start_block_before_another_is_not_in_doubt() {
+        const MIB: u64 = 1 << 20;
+        let (a, e2) = (0x100_0000, 0x100_0000 + 3 * MIB);
+        let log = [
+            e(Action::FreeRequested, a, 3 * MIB),
+            e(Action::FreeCompleted, a, 3 * MIB),
+            e(Action::FreeRequested, e2, 2 * MIB),
+            e(Action::FreeCompleted, e2, 2 * MIB),
+        ];
+        let end_segments = [EndSegment {
+            device: 0,
+            addr: a,
+            size: 20 * MIB,
+            stream: 0,
+            expandable: false,
+            pool: PoolId::DEFAULT,
+        }];
+        let mut r = DeviceReplay::default();
+        for (i, x) in log.iter().enumerate() {
+            r.apply(i as u64, x);
+        }
+        let start = r.start_state(0, &FxMap::default(), &end_segments, &config());
+        let sizes: Vec<(u64, u64)> = (start.segments[0].blocks.iter())
+            .map(|(addr, b)| (*addr, b.size))
+            .collect();
+        assert_eq!(sizes, vec![(a, 3 * MIB), (e2, 2 * MIB)]);
+        assert_eq!((start.uncertain_blocks, start.uncertain_bytes), (1, MIB));
+    }
+
     #[test]
     fn mismatches_are_reported() {
         let mut r = DeviceReplay::default();
@@ -730,6 +809,118 @@ mod tests {
         assert_eq!(r.inconsistency_count, 1);
         r.check_end(0, &FxMap::default(), &[]);
         assert_eq!(r.inconsistency_count, 2);
+    }
+
+    /// `check_end` looks only at blocks live in the replay or at the end,
+    /// yet finds what a walk of every touched address in order does: each
+    /// difference, in address order (the first [`DESCRIBED`] of them told),
+    /// and the end size of each alloc live at both ends.
+    #[test]
+    fn the_end_check_tells_differences_in_address_order() {
+        let mut r = DeviceReplay::default();
+        let mut end: FxMap<u64, EndBlock> = FxMap::default();
+        let block = |requested, status| EndBlock {
+            size: 512,
+            requested,
+            status,
+            stack: 0,
+        };
+        let mut i = 0;
+        let mut next = || {
+            i += 1;
+            i - 1
+        };
+        // Addresses in an order of their own, so that hashing them does
+        // not give them sorted.
+        for k in (0..60u64).map(|k| (k * 37) % 60) {
+            let addr = 0x1000 + k * 0x200;
+            match k % 6 {
+                // Freed in both.
+                0 => {
+                    r.apply(next(), &e(Action::Alloc, addr, 100));
+                    r.apply(next(), &e(Action::FreeRequested, addr, 100));
+                    r.apply(next(), &e(Action::FreeCompleted, addr, 100));
+                }
+                // Live in both, alike.
+                1 => {
+                    r.apply(next(), &e(Action::Alloc, addr, 100));
+                    end.insert(addr, block(100, BlockStatus::Allocated));
+                }
+                // Live in both, differing.
+                2 => {
+                    r.apply(next(), &e(Action::Alloc, addr, 100));
+                    end.insert(addr, block(200, BlockStatus::Allocated));
+                }
+                // Live in the replay only.
+                3 => r.apply(next(), &e(Action::Alloc, addr, 100)),
+                // Freed in the replay, live at the end.
+                4 => {
+                    r.apply(next(), &e(Action::Alloc, addr, 100));
+                    r.apply(next(), &e(Action::FreeRequested, addr, 100));
+                    r.apply(next(), &e(Action::FreeCompleted, addr, 100));
+                    end.insert(addr, block(100, BlockStatus::Allocated));
+                }
+                // Never touched, live at the end: no difference.
+                _ => {
+                    end.insert(addr, block(100, BlockStatus::Allocated));
+                }
+            }
+        }
+        let mut sizes = r.check_end(0, &end, &[]);
+        sizes.sort_unstable();
+        // Three of every six addresses differ, in address order.
+        assert_eq!(r.inconsistency_count, 30);
+        assert_eq!(r.inconsistencies.len(), DESCRIBED);
+        let addrs: Vec<u64> = (r.inconsistencies.iter())
+            .map(|m| {
+                let hex = m.split("block 0x").nth(1).unwrap();
+                u64::from_str_radix(hex.split(' ').next().unwrap(), 16).unwrap()
+            })
+            .collect();
+        let expected: Vec<u64> = (0..60u64)
+            .filter(|k| matches!(k % 6, 2..=4))
+            .map(|k| 0x1000 + k * 0x200)
+            .take(DESCRIBED)
+            .collect();
+        assert_eq!(addrs, expected);
+        assert!(r.inconsistencies[0].contains("replays to Allocated (requested 100) but the snapshot has Allocated (requested 200)"), "{:?}", r.inconsistencies);
+        assert!(
+            r.inconsistencies[1]
+                .contains("replays to Allocated but the snapshot has no block there")
+        );
+        assert!(
+            r.inconsistencies[2].contains("is Allocated in the snapshot but freed in the replay")
+        );
+        // Sizes for the allocs live in both, alike or not.
+        assert_eq!(sizes.len(), 20);
+        assert!(sizes.iter().all(|&(_, size)| size == 512));
+    }
+
+    #[test]
+    fn blocks_in_address_order_are_sliced_by_range_and_merged() {
+        let b = |addr: u64| {
+            (
+                addr,
+                EndBlock {
+                    size: 1,
+                    requested: 1,
+                    status: BlockStatus::Allocated,
+                    stack: addr as u32,
+                },
+            )
+        };
+        let addrs = |v: &[(u64, EndBlock)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
+        let blocks: Vec<_> = [10, 20, 30, 40].into_iter().map(b).collect();
+        assert_eq!(addrs(within(&blocks, 20..40)), [20, 30]);
+        assert_eq!(addrs(within(&blocks, 0..10)), Vec::<u64>::new());
+        assert_eq!(addrs(within(&blocks, 11..u64::MAX)), [20, 30, 40]);
+        assert_eq!(addrs(within(&blocks, 20..20)), Vec::<u64>::new());
+        let merged = merge_by_address(blocks.clone(), [5, 25, 26, 50].map(b));
+        assert_eq!(addrs(&merged), [5, 10, 20, 25, 26, 30, 40, 50]);
+        // Each block is the one given for its address.
+        assert!(merged.iter().all(|x| x.1.stack as u64 == x.0));
+        assert_eq!(addrs(&merge_by_address(Vec::new(), [1, 2].map(b))), [1, 2]);
+        assert_eq!(addrs(&merge_by_address(blocks, [])), [10, 20, 30, 40]);
     }
 
     // A block a free_requested leaves pending is held out of the map until
