@@ -1100,16 +1100,28 @@ impl Hook for Collector {
 
     fn on_append_run(&mut self, list: ObjId, items: &[Val]) -> usize {
         // The usual batch: the entries decoded since the last one, each once and in
-        // order, so item `i` is `pending[i]`. Each is logged as `on_append_custom`
-        // would, with one copy into the logger for the run.
+        // order, so item `i` is `pending[first + i]` (`first` is 0 but after an
+        // entry read the generic way, which has no place in `pending`). Each is
+        // logged as `on_append_custom` would, with one copy into the logger for the
+        // run.
+        let first = match items.first() {
+            Some(&Val::Custom {
+                kind: CUSTOM_ENTRY,
+                id,
+            }) => id as usize,
+            _ => return 0,
+        };
+        let Some(pending) = self.pending.get(first..) else {
+            return 0;
+        };
         let run = items
             .iter()
-            .zip(&self.pending)
+            .zip(pending)
             .enumerate()
             .take_while(|&(i, (&item, f))| {
                 item == Val::Custom {
                     kind: CUSTOM_ENTRY,
-                    id: i as u32,
+                    id: (first + i) as u32,
                 } && f.action.is_some()
             })
             .count();
@@ -1117,12 +1129,13 @@ impl Hook for Collector {
             return 0;
         }
         note_trace_list(&mut self.trace_lists, &mut self.last_trace_list, list);
-        self.logger.push_run(list, &self.pending[..run]);
-        if run == self.pending.len() {
+        self.logger
+            .push_run(list, &self.pending[first..first + run]);
+        if first + run == self.pending.len() {
             // The batch's last entry: as `on_append_custom`.
             self.pending.clear();
         } else {
-            for f in &mut self.pending[..run] {
+            for f in &mut self.pending[first..first + run] {
                 f.action = None;
             }
         }

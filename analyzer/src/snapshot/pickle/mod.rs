@@ -138,8 +138,11 @@ pub trait Hook {
     /// The items of one APPENDS (or APPEND, LIST) batch are being appended to the list
     /// or set `list`: the hook may take a run of them from the front at once, each as
     /// [`Hook::on_append_custom`] returning [`Attach::Consume`] would, and returns how
-    /// many it took; the rest are handed over one by one as usual. Takes none by
-    /// default. (A batch of a thousand trace entries is then one call, not a thousand.)
+    /// many it took; the rest are handed over one by one as usual, but for the
+    /// [`Val::Custom`] items after an item of another kind, which it is offered
+    /// again from the first of them. Takes none by default. (A batch of a thousand
+    /// trace entries is then one call, not a thousand, or a few when some are read
+    /// the generic way.)
     fn on_append_run(&mut self, _list: ObjId, _items: &[Val]) -> usize {
         0
     }

@@ -244,7 +244,23 @@ impl<'p, R: Read> Parser<'p, R> {
         // Room for the rest at once, as `set_items`.
         t.items
             .reserve((self.stack.len() - from - run).min(RESERVE_MAX));
-        for i in from + run..self.stack.len() {
+        let mut i = from + run;
+        while i < self.stack.len() {
+            // After an item of another kind (an entry read the generic way, say,
+            // around a FRAME), the hook may take a run again.
+            if i > from
+                && matches!(self.stack[i], Val::Custom { .. })
+                && !matches!(self.stack[i - 1], Val::Custom { .. })
+            {
+                let run = hook
+                    .on_append_run(target, &self.stack[i..])
+                    .min(self.stack.len() - i);
+                if run > 0 {
+                    self.heap.objs[target as usize].consumed += run as u64;
+                    i += run;
+                    continue;
+                }
+            }
             let mut item = self.stack[i];
             if let Val::Obj(o) = item
                 && let Some(v) = self.heap.objs[o as usize].replaced
@@ -278,6 +294,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 }
                 None => t.consumed += 1,
             }
+            i += 1;
         }
         self.stack.truncate(from);
         self.heap.recycle();
