@@ -6,7 +6,7 @@
 mod ahead;
 mod entry;
 
-pub(crate) use ahead::{MIN_BYTES as READ_AHEAD_MIN_BYTES, Pace, ReadAhead};
+pub(crate) use ahead::{Pace, ReadAhead, worth_it as worth_reading_ahead};
 
 use super::log::{Action, EventLog, LogEntry};
 use super::pickle::{Attach, Heap, Hook, ObjId, ObjKind, OpReader, StrId, Val};

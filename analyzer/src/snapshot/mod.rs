@@ -23,7 +23,7 @@ pub use emit::IMPORTED_BY;
 use layout::Snapshot;
 use plan::Plan;
 
-use convert::{Collected, Collector, Pace, READ_AHEAD_MIN_BYTES, ReadAhead};
+use convert::{Collected, Collector, Pace, ReadAhead, worth_reading_ahead};
 use pickle::{Heap, PickleError};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -118,9 +118,10 @@ pub fn parse(read: impl Read, progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, 
 /// rather than copied through a buffer. `progress` is called with the number of bytes
 /// consumed so far, every 2 MiB or so: the parse never reads them again.
 ///
-/// A large pickle's trace entries are read by two threads (see `convert::ahead`).
+/// A large pickle's trace entries are read by two threads where a core is free
+/// for the second (see `convert::ahead`).
 pub fn parse_bytes(bytes: &[u8], progress: &dyn Fn(u64)) -> Result<ParsedSnapshot, ImportError> {
-    if bytes.len() < READ_AHEAD_MIN_BYTES {
+    if !worth_reading_ahead(bytes.len()) {
         return parse_with(pickle::Parser::over_bytes(bytes, progress), None);
     }
     std::thread::scope(|scope| {
