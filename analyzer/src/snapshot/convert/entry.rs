@@ -110,7 +110,10 @@ pub(super) fn decode(
     }
     ops.seek(at);
     f.action?;
-    ends_entry(buf, at)?.then_some(())
+    match ends_entry(buf, at) {
+        Some(true) => Some(()),
+        _ => None,
+    }
 }
 
 /// Whether the opcode at `buf[at]`, after an entry's SETITEMS, ends the entry:
