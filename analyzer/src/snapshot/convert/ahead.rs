@@ -40,9 +40,10 @@ pub(crate) struct Pace {
     pub first_lead: usize,
     /// The most that grows to.
     pub max_lead: usize,
-    /// How far ahead of the parser the thread may be, reading more chunks
-    /// after the first (where it waits): what it holds for the parser, about
-    /// half as many bytes of entries, stays below that.
+    /// How far ahead of the parser the thread may get before it waits: the
+    /// entries it holds for the parser take about half as many bytes of
+    /// memory, and the file's pages it has read but the parser not yet, as
+    /// many.
     pub max_ahead: usize,
     /// The bytes of pickle a chunk covers.
     pub chunk: usize,
