@@ -71,8 +71,9 @@ impl Mapped {
         #[cfg(unix)]
         // SAFETY: the mapping is shared and read-only, so MADV_DONTNEED only drops
         // page-table entries: a later access reads the same file bytes back from
-        // the page cache. No byte of the range is being read now (the parser is
-        // past it), and nothing writes through this mapping.
+        // the page cache, and so does an access under way (the parser is past the
+        // range, but the snapshot's read-ahead thread, overtaken, may still read
+        // in it). Nothing writes through this mapping.
         unsafe {
             let _ = self.map.unchecked_advise_range(
                 memmap2::UncheckedAdvice::DontNeed,
