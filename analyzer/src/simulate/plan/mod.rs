@@ -197,7 +197,10 @@ impl Model {
             let agree = |x: usize, y: usize| {
                 let sa = base.list.allocs[x].requested as u128;
                 let sb = run.list.allocs[y].requested as u128;
-                sa == sb || sa * vb == sb * va || sa * vb * vb == sb * va * va
+                // Products of two 64-bit numbers fit in 128 bits; of three,
+                // not always (values and sizes near 2^64), so those are
+                // compared whole.
+                sa == sb || sa * vb == sb * va || mul_wide(sa * vb, vb) == mul_wide(sb * va, va)
             };
             let a = align(&base.keys, &run.keys, allowed, agree);
             let line_up = LineUp {
@@ -667,6 +670,16 @@ fn held_at(
     let mut by_law: Vec<(LawKind, u64)> = by_law.into_iter().collect();
     by_law.sort_unstable();
     (categories, by_law)
+}
+
+/// `x * y` exactly, for `y` below 2^64, as its high and low 128 bits.
+fn mul_wide(x: u128, y: u128) -> (u128, u128) {
+    debug_assert!(y <= u64::MAX as u128);
+    let (x_high, x_low) = (x >> 64, x & u64::MAX as u128);
+    // x * y = high_part * 2^64 + low_part, each part below 2^128.
+    let (high_part, low_part) = (x_high * y, x_low * y);
+    let (low, carry) = low_part.overflowing_add(high_part << 64);
+    ((high_part >> 64) + carry as u128, low)
 }
 
 #[cfg(test)]

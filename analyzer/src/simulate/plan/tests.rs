@@ -218,3 +218,20 @@ fn runs_of_different_programs_do_not_line_up() {
         other => panic!("{:?}", other.map(|m| m.values)),
     }
 }
+
+#[test]
+fn wide_products_are_exact_past_128_bits() {
+    assert_eq!(mul_wide(3, 5), (0, 15));
+    assert_eq!(mul_wide(1 << 127, 2), (1, 0));
+    let max64 = u64::MAX as u128;
+    // (2^128 - 1)(2^64 - 1) = (2^64 - 2) 2^128 + (2^128 - 2^64 + 1).
+    assert_eq!(
+        mul_wide(u128::MAX, max64),
+        (max64 - 1, u128::MAX - max64 + 1)
+    );
+    // Sizes and values near 2^64, where a product of three overflowed: the
+    // same product compares equal, a neighbour's not.
+    let (s, v) = (max64, max64 - 1);
+    assert_eq!(mul_wide(s * v, v), mul_wide(v * s, v));
+    assert_ne!(mul_wide(s * v, v), mul_wide((s - 1) * v, v));
+}
