@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use vramtrace_format::{BlockStatus, PoolId};
 
 // The parts of the snapshot other than the trace entries.
+#[derive(Default)]
 pub(super) struct Snapshot {
     // The list objects of device_traces, by device index.
     pub(super) device_lists: Vec<u32>,
@@ -173,18 +174,8 @@ impl Snapshot {
             ));
         }
         let mut s = Snapshot {
-            device_lists: Vec::new(),
-            entries_per_device: Vec::new(),
             has_segments: segments.is_some(),
-            end_segments: Vec::new(),
-            end_blocks: Vec::new(),
-            settings: BTreeMap::new(),
-            annotations: None,
-            warnings: Vec::new(),
-            impossible_segments: 0,
-            impossible_blocks: 0,
-            unread: BTreeMap::new(),
-            host_lists: Vec::new(),
+            ..Snapshot::default()
         };
         s.read_extra_sections(heap, root);
         match traces {
@@ -585,18 +576,8 @@ mod tests {
 
     fn empty() -> Snapshot {
         Snapshot {
-            device_lists: Vec::new(),
-            entries_per_device: Vec::new(),
             has_segments: true,
-            end_segments: Vec::new(),
-            end_blocks: Vec::new(),
-            settings: BTreeMap::new(),
-            annotations: None,
-            warnings: Vec::new(),
-            impossible_segments: 0,
-            impossible_blocks: 0,
-            unread: BTreeMap::new(),
-            host_lists: Vec::new(),
+            ..Snapshot::default()
         }
     }
 
