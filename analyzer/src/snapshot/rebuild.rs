@@ -648,6 +648,28 @@ mod tests {
         AllocatorConfig::default()
     }
 
+    /// A device's replay of `log`, entry `i` logged at index `i`.
+    fn replayed(log: &[LogEntry]) -> DeviceReplay {
+        let mut r = DeviceReplay::default();
+        for (i, x) in log.iter().enumerate() {
+            r.apply(i as u64, x);
+        }
+        r
+    }
+
+    /// A segment of device 0 at the end, on stream 0, not expandable, in
+    /// the default pool.
+    fn segment(addr: u64, size: u64) -> EndSegment {
+        EndSegment {
+            device: 0,
+            addr,
+            size,
+            stream: 0,
+            expandable: false,
+            pool: PoolId::DEFAULT,
+        }
+    }
+
     #[test]
     fn ranges() {
         let mut r = Ranges::default();
@@ -671,24 +693,7 @@ mod tests {
             e(Action::SegmentAlloc, 0x9000, 2048),
             e(Action::Alloc, 0x9000, 100),
         ];
-        let end_segments = vec![
-            EndSegment {
-                device: 0,
-                addr: 0x1000,
-                size: 4096,
-                stream: 0,
-                expandable: false,
-                pool: PoolId::DEFAULT,
-            },
-            EndSegment {
-                device: 0,
-                addr: 0x9000,
-                size: 2048,
-                stream: 0,
-                expandable: false,
-                pool: PoolId::DEFAULT,
-            },
-        ];
+        let end_segments = vec![segment(0x1000, 4096), segment(0x9000, 2048)];
         let live = EndBlock {
             size: 2048,
             requested: 100,
@@ -703,10 +708,7 @@ mod tests {
         };
         let end_blocks: FxMap<u64, EndBlock> =
             [(0x9000, live), (0x1800, untouched)].into_iter().collect();
-        let mut r = DeviceReplay::default();
-        for (i, x) in log.iter().enumerate() {
-            r.apply(i as u64, x);
-        }
+        let mut r = replayed(&log);
         let sizes = r.check_end(0, &end_blocks, &end_segments);
         assert_eq!(r.inconsistencies, Vec::<String>::new());
         assert_eq!(sizes, vec![(3, 2048)]);
@@ -739,14 +741,7 @@ mod tests {
             e(Action::FreeRequested, c, 2 * MIB),
             e(Action::FreeCompleted, c, 2 * MIB),
         ];
-        let end_segments = [EndSegment {
-            device: 0,
-            addr: a,
-            size: 20 * MIB,
-            stream: 0,
-            expandable: false,
-            pool: PoolId::DEFAULT,
-        }];
+        let end_segments = [segment(a, 20 * MIB)];
         let kept = EndBlock {
             size: 3 * MIB / 2,
             requested: 3 * MIB / 2,
@@ -754,10 +749,7 @@ mod tests {
             stack: 0,
         };
         let end_blocks: FxMap<u64, EndBlock> = [(b, kept)].into_iter().collect();
-        let mut r = DeviceReplay::default();
-        for (i, x) in log.iter().enumerate() {
-            r.apply(i as u64, x);
-        }
+        let mut r = replayed(&log);
         let start = r.start_state(0, &end_blocks, &end_segments, &config());
         let sizes: Vec<(u64, u64)> = start.segments[0]
             .blocks
@@ -781,18 +773,8 @@ mod tests {
             e(Action::FreeRequested, e2, 2 * MIB),
             e(Action::FreeCompleted, e2, 2 * MIB),
         ];
-        let end_segments = [EndSegment {
-            device: 0,
-            addr: a,
-            size: 20 * MIB,
-            stream: 0,
-            expandable: false,
-            pool: PoolId::DEFAULT,
-        }];
-        let mut r = DeviceReplay::default();
-        for (i, x) in log.iter().enumerate() {
-            r.apply(i as u64, x);
-        }
+        let end_segments = [segment(a, 20 * MIB)];
+        let mut r = replayed(&log);
         let start = r.start_state(0, &FxMap::default(), &end_segments, &config());
         let sizes: Vec<(u64, u64)> = (start.segments[0].blocks.iter())
             .map(|(addr, b)| (*addr, b.size))
