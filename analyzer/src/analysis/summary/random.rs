@@ -10,6 +10,87 @@ use proptest::prelude::*;
 use rustc_hash::FxHashMap;
 use vramtrace_format::{Event, TraceReader};
 
+/// One operation of a random trace (see [`mixed_trace`]).
+#[derive(Clone, Copy)]
+enum Op {
+    Alloc,
+    Free,
+    FreeRequested,
+    FreeCompleted,
+    Segment,
+    /// The optimizer's step phase begins, or ends if it had begun.
+    OptimizerStep,
+    Tag,
+}
+
+/// A trace of `ops` (operation, slot, size, which), tagged or not, after one
+/// segment of `first_segment` bytes at 0 if given. Blocks are at `slot`
+/// MiB, allocated at one of four stacks of different kinds by `which` (the
+/// user's site, an autograd node, the optimizer's step, a module's
+/// `_apply`), tagged with a category by `which` and `slot`; segments are at
+/// `64 + slot` GiB, `size` MiB long. Operations with `which == 1` happen on a
+/// second thread.
+fn mixed_trace(
+    tagged: bool,
+    first_segment: Option<u64>,
+    ops: impl IntoIterator<Item = (Op, u64, u64, usize)>,
+) -> Vec<u8> {
+    use crate::replay::categories::Category;
+    let mut b = if tagged {
+        TraceBuilder::tagged()
+    } else {
+        TraceBuilder::new()
+    };
+    let stacks = [
+        b.site("forward", "model.py", 1),
+        b.stack(&[("MmBackward0", "", 0)]),
+        b.stack(&[
+            ("step", "/site-packages/torch/optim/adam.py", 9),
+            ("main", "t.py", 3),
+        ]),
+        b.stack(&[("_apply", "/site-packages/torch/nn/modules/module.py", 9)]),
+    ];
+    if let Some(size) = first_segment {
+        b.segment(0, size);
+    }
+    let mut in_step = false;
+    for (op, slot, size, which) in ops {
+        let addr = slot << 20;
+        b.on_thread(u32::from(which == 1));
+        match op {
+            Op::Alloc => {
+                b.alloc(addr, size, size, stacks[which]);
+            }
+            Op::Free => {
+                b.free(addr, 0);
+            }
+            Op::FreeRequested => {
+                b.free_requested(addr, 0);
+            }
+            Op::FreeCompleted => {
+                b.free_completed(addr, 0);
+            }
+            Op::Segment => {
+                b.segment((64 + slot) << 30, size << 20);
+            }
+            Op::OptimizerStep => {
+                let name = "Optimizer.step#Adam.step";
+                if in_step {
+                    b.end(name);
+                } else {
+                    b.begin(name);
+                }
+                in_step = !in_step;
+            }
+            Op::Tag => {
+                b.tag(addr, Category::ALL[which + slot as usize % 3]);
+            }
+        }
+    }
+    b.on_thread(0);
+    b.finish()
+}
+
 /// The block size of the allocation replayed as event `born - 1`.
 fn block_size(events: &[Event], born: u64) -> u64 {
     match events[born as usize - 1].data {
@@ -76,32 +157,18 @@ proptest! {
         tagged in any::<bool>(),
     ) {
         use crate::replay::categories::{Category, CategoryOptions, Class};
-        let mut b = if tagged { TraceBuilder::tagged() } else { TraceBuilder::new() };
-        let stacks = [
-            b.site("forward", "model.py", 1),
-            b.stack(&[("MmBackward0", "", 0)]),
-            b.stack(&[("step", "/site-packages/torch/optim/adam.py", 9), ("main", "t.py", 3)]),
-            b.stack(&[("_apply", "/site-packages/torch/nn/modules/module.py", 9)]),
-        ];
-        let mut in_step = false;
-        for (op, slot, size, which) in ops {
-            let addr = slot << 20;
-            b.on_thread(u32::from(which == 1));
-            match op {
-                0..=3 => { b.alloc(addr, size, size, stacks[which]); }
-                4 | 5 => { b.free(addr, 0); }
-                6 => { b.free_requested(addr, 0); }
-                7 => { b.segment((64 + slot) << 30, size << 20); }
-                8 | 9 => {
-                    let name = "Optimizer.step#Adam.step";
-                    if in_step { b.end(name); } else { b.begin(name); }
-                    in_step = !in_step;
-                }
-                _ => { b.tag(addr, Category::ALL[which + slot as usize % 3]); }
-            }
-        }
-        b.on_thread(0);
-        let bytes = b.finish();
+        let ops = ops.into_iter().map(|(op, slot, size, which)| {
+            let op = match op {
+                0..=3 => Op::Alloc,
+                4 | 5 => Op::Free,
+                6 => Op::FreeRequested,
+                7 => Op::Segment,
+                8 | 9 => Op::OptimizerStep,
+                _ => Op::Tag,
+            };
+            (op, slot, size, which)
+        });
+        let bytes = mixed_trace(tagged, None, ops);
         let r = summarize(&bytes, Window::ALL);
 
         let mut reader = TraceReader::new(&bytes[..]).unwrap();
@@ -186,35 +253,19 @@ proptest! {
         tagged in any::<bool>(),
         from in 0u64..10,
     ) {
-        use crate::replay::categories::Category;
-        let mut b = if tagged { TraceBuilder::tagged() } else { TraceBuilder::new() };
-        let stacks = [
-            b.site("forward", "model.py", 1),
-            b.stack(&[("MmBackward0", "", 0)]),
-            b.stack(&[("step", "/site-packages/torch/optim/adam.py", 9), ("main", "t.py", 3)]),
-            b.stack(&[("_apply", "/site-packages/torch/nn/modules/module.py", 9)]),
-        ];
-        b.segment(0, 1 << 30);
-        let mut in_step = false;
-        for (op, slot, size, which) in ops {
-            let addr = slot << 20;
-            b.on_thread(u32::from(which == 1));
-            match op {
-                0..=3 => { b.alloc(addr, size, size, stacks[which]); }
-                4 | 5 => { b.free(addr, 0); }
-                6 => { b.free_requested(addr, 0); }
-                7 => { b.free_completed(addr, 0); }
-                8 | 9 => {
-                    let name = "Optimizer.step#Adam.step";
-                    if in_step { b.end(name); } else { b.begin(name); }
-                    in_step = !in_step;
-                }
-                10 => { b.segment((64 + slot) << 30, size << 20); }
-                _ => { b.tag(addr, Category::ALL[which + slot as usize % 3]); }
-            }
-        }
-        b.on_thread(0);
-        let bytes = b.finish();
+        let ops = ops.into_iter().map(|(op, slot, size, which)| {
+            let op = match op {
+                0..=3 => Op::Alloc,
+                4 | 5 => Op::Free,
+                6 => Op::FreeRequested,
+                7 => Op::FreeCompleted,
+                8 | 9 => Op::OptimizerStep,
+                10 => Op::Segment,
+                _ => Op::Tag,
+            };
+            (op, slot, size, which)
+        });
+        let bytes = mixed_trace(tagged, Some(1 << 30), ops);
         let window = || Window { from_index: Some(from), ..Window::ALL };
         let when_due = summarize_sites(&bytes, window(), Some(0));
         for max in [None, Some(1), Some(3), Some(usize::MAX)] {
