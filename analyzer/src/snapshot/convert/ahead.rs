@@ -71,7 +71,8 @@ const MIN_BYTES: usize = 4 << 20;
 /// The fewest cores to read ahead on. The parser and the logging thread keep
 /// two busy; the read-ahead thread sharing them, the parse measured no faster
 /// (a 3 M-event snapshot on two pinned cores of an H200 host: 0.91 s either
-/// way, medians of 9, with 8 MB more memory), while on four it took 0.75 s
+/// way, medians of 9, with 8 MB more memory; on another, 0.825 s against
+/// 0.840 s, medians of 14, with 9 MiB more), while on four it took 0.75 s
 /// instead of 1.07 s (medians of 5).
 const MIN_CORES: usize = 3;
 
