@@ -166,6 +166,42 @@ impl<'p, R: Read> Parser<'p, R> {
         }
     }
 
+    // The container an opcode that adds the items above the topmost MARK
+    // (`name`: SETITEMS, APPENDS) adds them to, a `kind`, below the MARK;
+    // pops the MARK. With where the items begin on the stack.
+    #[inline]
+    fn target_below_mark(
+        &mut self,
+        at: u64,
+        name: &str,
+        kind: &str,
+    ) -> Result<(ObjId, usize), PickleError> {
+        let from = self.pop_mark(at)?;
+        match from.checked_sub(1).map(|i| self.stack[i]) {
+            Some(Val::Obj(o)) => Ok((o, from)),
+            Some(_) => Err(malformed(
+                at,
+                format!("{name} on a value that is not a {kind}"),
+            )),
+            None => Err(malformed(
+                at,
+                format!("{name} without a {kind} below the MARK"),
+            )),
+        }
+    }
+
+    // The container an opcode that adds the `items` values on top of the
+    // stack (SETITEM: 2, APPEND: 1) adds them to, below them, above the
+    // topmost MARK; with where the items begin on the stack.
+    #[inline]
+    fn target_below_items(&self, at: u64, items: usize) -> Result<(ObjId, usize), PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() < floor + items + 1 {
+            return Err(malformed(at, "stack underflow"));
+        }
+        Ok((self.top_obj(at, items)?, self.stack.len() - items))
+    }
+
     fn pop_mark(&mut self, at: u64) -> Result<usize, PickleError> {
         self.marks
             .pop()
@@ -590,45 +626,19 @@ impl<'p, R: Read> Parser<'p, R> {
                 self.stack.push(Val::Obj(id));
             }
             op::SETITEMS => {
-                let from = self.pop_mark(at)?;
-                let target = if from == 0 {
-                    return Err(malformed(at, "SETITEMS without a dict below the MARK"));
-                } else {
-                    match self.stack[from - 1] {
-                        Val::Obj(o) => o,
-                        _ => return Err(malformed(at, "SETITEMS on a value that is not a dict")),
-                    }
-                };
+                let (target, from) = self.target_below_mark(at, "SETITEMS", "dict")?;
                 self.set_items(target, from, at, hook)?;
             }
             op::SETITEM => {
-                let floor = self.marks.last().copied().unwrap_or(0);
-                if self.stack.len() < floor + 3 {
-                    return Err(malformed(at, "stack underflow"));
-                }
-                let target = self.top_obj(at, 2)?;
-                let from = self.stack.len() - 2;
+                let (target, from) = self.target_below_items(at, 2)?;
                 self.set_items(target, from, at, hook)?;
             }
             op::APPENDS | op::ADDITEMS => {
-                let from = self.pop_mark(at)?;
-                let target = if from == 0 {
-                    return Err(malformed(at, "APPENDS without a list below the MARK"));
-                } else {
-                    match self.stack[from - 1] {
-                        Val::Obj(o) => o,
-                        _ => return Err(malformed(at, "APPENDS on a value that is not a list")),
-                    }
-                };
+                let (target, from) = self.target_below_mark(at, "APPENDS", "list")?;
                 self.append_items(target, from, at, hook)?;
             }
             op::APPEND => {
-                let floor = self.marks.last().copied().unwrap_or(0);
-                if self.stack.len() < floor + 2 {
-                    return Err(malformed(at, "stack underflow"));
-                }
-                let target = self.top_obj(at, 1)?;
-                let from = self.stack.len() - 1;
+                let (target, from) = self.target_below_items(at, 1)?;
                 self.append_items(target, from, at, hook)?;
             }
             op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
