@@ -313,3 +313,50 @@ pub fn write_capped_run(
     write(&mut w, &mut alloc, large);
     w.finish().unwrap();
 }
+
+/// A trace of one 1 GiB segment, then three repetitions of the phase
+/// `phase`, each allocating 1 MiB at the stack `frames` (function, file,
+/// line; innermost first): where names from the input reach every printer
+/// (a site, a phase).
+pub fn repeated_phase_trace(frames: &[(&str, &str, u32)], phase: &str) -> Vec<u8> {
+    use vramtrace_format::{BlockEvent, Event, EventData, Header, SegmentEvent, TraceWriter};
+    let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
+    let stack = w.intern_symbol_stack(frames.iter().copied());
+    let phase = w.intern_string(phase);
+    let mut time_ns = 0;
+    let mut push = |w: &mut TraceWriter<Vec<u8>>, data| {
+        time_ns += 1;
+        w.push(Event { time_ns, data }).unwrap();
+    };
+    let segment = SegmentEvent {
+        addr: 0,
+        size: 1 << 30,
+        ..Default::default()
+    };
+    push(&mut w, EventData::SegmentAlloc(segment));
+    for i in 0..3 {
+        push(
+            &mut w,
+            EventData::PhaseBegin {
+                name: phase,
+                thread: 0,
+            },
+        );
+        let block = BlockEvent {
+            addr: i << 20,
+            size: 1 << 20,
+            requested: 1 << 20,
+            stack,
+            ..Default::default()
+        };
+        push(&mut w, EventData::Alloc(block));
+        push(
+            &mut w,
+            EventData::PhaseEnd {
+                name: phase,
+                thread: 0,
+            },
+        );
+    }
+    w.finish().unwrap()
+}

@@ -554,35 +554,9 @@ fn raw_controls(text: &str) -> usize {
 fn trace_with_hostile_names() -> (Vec<u8>, &'static str, &'static str) {
     const FILE: &str = "/home/u/\u{1b}]0;pwned\u{7}train\u{1b}[31m.py";
     const FUNCTION: &str = "forward\u{9b}2J\u{202e}drawkcab";
-    let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
-    let stack = w.intern_symbol_stack([(FUNCTION, FILE, 7), ("main", "/home/u/main.py", 3)]);
-    let phase = w.intern_string("step\u{1b}[2J");
-    let mut push = one_gib_then(&mut w);
-    for i in 0..3 {
-        push(
-            &mut w,
-            EventData::PhaseBegin {
-                name: phase,
-                thread: 0,
-            },
-        );
-        let block = BlockEvent {
-            addr: i << 20,
-            size: 1 << 20,
-            requested: 1 << 20,
-            stack,
-            ..Default::default()
-        };
-        push(&mut w, EventData::Alloc(block));
-        push(
-            &mut w,
-            EventData::PhaseEnd {
-                name: phase,
-                thread: 0,
-            },
-        );
-    }
-    (w.finish().unwrap(), FILE, FUNCTION)
+    let frames = [(FUNCTION, FILE, 7), ("main", "/home/u/main.py", 3)];
+    let trace = vramtrace_e2e::repeated_phase_trace(&frames, "step\u{1b}[2J");
+    (trace, FILE, FUNCTION)
 }
 
 #[test]

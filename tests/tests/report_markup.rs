@@ -2,8 +2,7 @@
 //! phase or trace name holding markup (`<script>`, `&`, quotes) comes out
 //! escaped wherever the page shows it, and opens no element of its own.
 
-use vramtrace_e2e::{scratch, vramtrace};
-use vramtrace_format::{BlockEvent, Event, EventData, Header, SegmentEvent, TraceWriter};
+use vramtrace_e2e::{repeated_phase_trace, scratch, vramtrace};
 
 /// A function name that would run a script, were it written as markup.
 const FUNCTION: &str = "<script>alert(\"pwned\")</script>";
@@ -15,45 +14,7 @@ const PHASE: &str = "step<img src=x onerror=alert(1)>&amp;";
 /// A trace whose one site and repeated phase carry hostile names: three
 /// repetitions of the phase, each allocating 1 MiB at that site.
 fn trace() -> Vec<u8> {
-    let mut w = TraceWriter::new(Vec::new(), Header::default()).unwrap();
-    let stack = w.intern_symbol_stack([(FUNCTION, FILE, 7)]);
-    let phase = w.intern_string(PHASE);
-    let mut time_ns = 0;
-    let mut push = |w: &mut TraceWriter<Vec<u8>>, data| {
-        time_ns += 1;
-        w.push(Event { time_ns, data }).unwrap();
-    };
-    let segment = SegmentEvent {
-        addr: 0,
-        size: 1 << 30,
-        ..Default::default()
-    };
-    push(&mut w, EventData::SegmentAlloc(segment));
-    for i in 0..3 {
-        push(
-            &mut w,
-            EventData::PhaseBegin {
-                name: phase,
-                thread: 0,
-            },
-        );
-        let block = BlockEvent {
-            addr: i << 20,
-            size: 1 << 20,
-            requested: 1 << 20,
-            stack,
-            ..Default::default()
-        };
-        push(&mut w, EventData::Alloc(block));
-        push(
-            &mut w,
-            EventData::PhaseEnd {
-                name: phase,
-                thread: 0,
-            },
-        );
-    }
-    w.finish().unwrap()
+    repeated_phase_trace(&[(FUNCTION, FILE, 7)], PHASE)
 }
 
 /// The page less its `<script>` elements: the explorer's data holds the
