@@ -166,9 +166,10 @@ impl<'p, R: Read> Parser<'p, R> {
         }
     }
 
-    // The container an opcode that adds the items above the topmost MARK
-    // (`name`: SETITEMS, APPENDS) adds them to, a `kind`, below the MARK;
-    // pops the MARK. With where the items begin on the stack.
+    // Pops the topmost MARK for `name` (SETITEMS, APPENDS), which adds the
+    // items above the MARK to the container below it: returns that
+    // container and where the items begin on the stack. `kind` names the
+    // container in the errors.
     #[inline]
     fn target_below_mark(
         &mut self,
@@ -190,9 +191,9 @@ impl<'p, R: Read> Parser<'p, R> {
         }
     }
 
-    // The container an opcode that adds the `items` values on top of the
-    // stack (SETITEM: 2, APPEND: 1) adds them to, below them, above the
-    // topmost MARK; with where the items begin on the stack.
+    // For an opcode that adds the `items` values on top of the stack
+    // (SETITEM: 2, APPEND: 1) to the container just below them, above the
+    // topmost MARK: returns that container and where the items begin.
     #[inline]
     fn target_below_items(&self, at: u64, items: usize) -> Result<(ObjId, usize), PickleError> {
         let floor = self.marks.last().copied().unwrap_or(0);
