@@ -20,9 +20,9 @@
 //! of the parser, which reads the bytes in between itself meanwhile: the two share
 //! the parse, and the stretch grows when the parser catches up with the thread.
 //!
-//! The thread pays where a third core is free for it: the parser and the
-//! logging thread keep two busy, and on two it only shares them (see
-//! [`worth_it`]).
+//! The thread pays where a third core is free for it. On two, though the
+//! logging thread leaves half a core idle, the three threads sharing them
+//! measured no faster (see [`worth_it`]).
 
 use super::entry::{FramesCache, NA, Shape, USUAL, ends_entry, single_batch};
 use super::{CUSTOM_STACK, Collector, EntryFields, F_ADDR, F_SIZE, F_STREAM, F_TIME};
@@ -68,9 +68,9 @@ impl Pace {
 /// thread would cost more than it saves.
 const MIN_BYTES: usize = 4 << 20;
 
-/// The fewest cores to read ahead on. The parser and the logging thread keep
-/// two busy; the read-ahead thread sharing them, the parse measured no faster
-/// (a 3 M-event snapshot on two pinned cores of an H200 host: 0.91 s either
+/// The fewest cores to read ahead on. On two, the parser busy all the time
+/// and the logging thread about half of it, the read-ahead thread moved work
+/// off the parser but the whole run measured no faster (a 3 M-event snapshot on two pinned cores of an H200 host: 0.91 s either
 /// way, medians of 9, with 8 MB more memory; on another, 0.825 s against
 /// 0.840 s, medians of 14, with 9 MiB more), while on four it took 0.75 s
 /// instead of 1.07 s (medians of 5).
