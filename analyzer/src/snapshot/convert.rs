@@ -5,6 +5,7 @@
 
 mod ahead;
 mod entry;
+mod frames_cache;
 
 pub(crate) use ahead::{Pace, ReadAhead, worth_it as worth_reading_ahead};
 
@@ -384,7 +385,7 @@ pub(crate) struct Collector {
     pub entries_out_of_order: u64,
     scratch: Vec<u32>,
     // Stack handles of the direct decoder's frames lists, by their bytes.
-    frames_cache: entry::FramesCache,
+    frames_cache: frames_cache::FramesCache,
     // The dict keys of the direct decoder, by memo index.
     key_cache: entry::KeyCache,
     // The keys of the direct decoder's last entry, in order.
@@ -493,7 +494,7 @@ impl Collector {
             entries_without_frames: 0,
             entries_out_of_order: 0,
             scratch: Vec::new(),
-            frames_cache: entry::FramesCache::default(),
+            frames_cache: frames_cache::FramesCache::default(),
             key_cache: entry::KeyCache::default(),
             shape: entry::Shape::default(),
             trace_lists: FxHashSet::default(),
@@ -579,7 +580,7 @@ impl Collector {
             ..r.unread
         };
         self.scratch = Vec::new();
-        self.frames_cache = entry::FramesCache::default();
+        self.frames_cache = frames_cache::FramesCache::default();
         self.pending = Vec::new();
         self.pool_values = Vec::new();
     }

@@ -24,7 +24,8 @@
 //! logging thread leaves half a core idle, the three threads sharing them
 //! measured no faster (see [`worth_it`]).
 
-use super::entry::{FramesCache, NA, Shape, USUAL, ends_entry, single_batch};
+use super::entry::{NA, Shape, USUAL, ends_entry, single_batch};
+use super::frames_cache::FramesCache;
 use super::{CUSTOM_STACK, Collector, EntryFields, F_ADDR, F_SIZE, F_STREAM, F_TIME};
 use crate::snapshot::pickle::{OpReader, Val, op};
 use std::sync::Arc;

@@ -13,7 +13,6 @@ use super::{
     F_POOL, F_SIZE, F_STREAM, F_TEXT, F_TIME,
 };
 use crate::snapshot::pickle::{OpReader, StrId, Val, op};
-use rustc_hash::FxHashMap;
 use vramtrace_format::PoolId;
 
 /// Decodes the trace entry whose EMPTY_DICT was just read, through its SETITEMS,
@@ -420,7 +419,7 @@ pub(super) fn single_batch(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
 
 // Whether `buf[end]` is an APPENDS that ends its list: nothing more is added to the
 // list after it. `None`: the buffer ends first.
-fn ends_list(buf: &[u8], end: usize) -> Option<bool> {
+pub(super) fn ends_list(buf: &[u8], end: usize) -> Option<bool> {
     if *buf.get(end)? != op::APPENDS {
         return Some(false);
     }
@@ -646,120 +645,6 @@ impl KeyCache {
     }
 }
 
-/// The most bytes of memo references [`FramesCache`] keeps (a few hundred per
-/// traceback): a hostile pickle of endless distinct lists is read the usual way
-/// past that.
-const MAX_CACHED_BYTES: usize = 16 << 20;
-
-/// The first bytes of a frames list by which [`FramesCache`] finds it first: six
-/// or more memo references, more than most tracebacks share at their start.
-const PREFIX: usize = 32;
-
-/// The most changes of the memo's epoch [`FramesCache`] follows: past that (a pickle
-/// that overwrites memo slots, which CPython never does) it is no longer used, so
-/// that a pickle changing the epoch before every list does not pay for a cache
-/// filled and dropped at every list (a fifth more instructions).
-const MAX_EPOCHS: u32 = 64;
-
-/// Stack handles of the frames lists read so far, by the bytes of their one MARK
-/// batch of memo references. PyTorch writes one list object per traceback object,
-/// so the same traceback comes again and again in lists of their own, whose bytes
-/// are the same: reading them costs a hash of the bytes instead of a memo lookup per
-/// frame, and the logging thread interns nothing. The references name what they
-/// named when they were read while the memo's epoch stays the same (CPython never
-/// changes it); when it changes, everything is forgotten.
-#[derive(Default)]
-pub(super) struct FramesCache {
-    handles: FxHashMap<Box<[u8]>, u32>,
-    // Some of `handles` again, by their first `PREFIX` bytes: the first list
-    // cached with those (of `PREFIX` bytes or more), which a list beginning with
-    // them is most likely to be again. Looked up first: it needs no scan of a
-    // list's references to their end, nor a hash of them all.
-    prefixes: FxHashMap<[u8; PREFIX], (Box<[u8]>, u32)>,
-    // The memo epoch the handles hold for.
-    epoch: u64,
-    // Bytes of the keys: at most `MAX_CACHED_BYTES`.
-    bytes: usize,
-    // Changes of the epoch seen: past `MAX_EPOCHS`, the cache is not used.
-    epochs: u32,
-}
-
-impl FramesCache {
-    /// Whether lists read at memo epoch `epoch` are looked up and kept (not after
-    /// more than `MAX_EPOCHS` changes of the epoch).
-    #[inline]
-    fn in_use(&mut self, epoch: u64) -> bool {
-        self.forget_unless(epoch);
-        self.epochs <= MAX_EPOCHS
-    }
-
-    /// The handle of the list whose references are `refs`, read at memo epoch `epoch`.
-    #[inline]
-    pub(super) fn get(&mut self, refs: &[u8], epoch: u64) -> Option<u32> {
-        self.forget_unless(epoch);
-        self.handles.get(refs).copied()
-    }
-
-    /// Remembers `handle` as the list's whose references are `refs`, read at memo
-    /// epoch `epoch`.
-    pub(super) fn insert(&mut self, refs: &[u8], handle: u32, epoch: u64) {
-        self.forget_unless(epoch);
-        if self.bytes + refs.len() <= MAX_CACHED_BYTES {
-            self.bytes += refs.len();
-            self.handles.insert(refs.into(), handle);
-            self.remember_prefix(refs, handle);
-        }
-    }
-
-    /// Keeps the list of `refs` (in `handles` as `handle`) by its first bytes too,
-    /// unless it is shorter or another list has them.
-    #[inline]
-    pub(super) fn remember_prefix(&mut self, refs: &[u8], handle: u32) {
-        let Some(prefix) = refs.first_chunk::<PREFIX>() else {
-            return;
-        };
-        if self.bytes + refs.len() <= MAX_CACHED_BYTES
-            && let std::collections::hash_map::Entry::Vacant(e) = self.prefixes.entry(*prefix)
-        {
-            self.bytes += refs.len();
-            e.insert((refs.into(), handle));
-        }
-    }
-
-    /// The handle of the list whose content (its MARK) begins at `buf[at]`, and the
-    /// position after its APPENDS, if it is the list `prefixes` holds for its first
-    /// bytes, byte for byte, and ends there: then it is one batch of those
-    /// references and nothing more, as `single_batch` would find, and `get` would
-    /// give the same handle. (The memo epoch was checked by `in_use`.)
-    #[inline]
-    pub(super) fn by_prefix(&self, buf: &[u8], at: usize) -> Option<(u32, usize)> {
-        if self.prefixes.is_empty() || *buf.get(at)? != op::MARK {
-            return None;
-        }
-        let content = buf.get(at + 1..)?;
-        let (refs, handle) = self.prefixes.get(content.first_chunk::<PREFIX>()?)?;
-        let end = at + 1 + refs.len();
-        if content.get(..refs.len())? != &refs[..] || !ends_list(buf, end)? {
-            return None;
-        }
-        Some((*handle, end + 1))
-    }
-
-    #[inline]
-    fn forget_unless(&mut self, epoch: u64) {
-        if epoch != self.epoch {
-            // A new map, not `clear`: clearing a large one again and again (a hostile
-            // pickle changing the epoch before every list) would cost its capacity
-            // each time; dropping it costs what filling it did.
-            self.handles = FxHashMap::default();
-            self.prefixes = FxHashMap::default();
-            self.bytes = 0;
-            self.epoch = epoch;
-            self.epochs = self.epochs.saturating_add(1);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -885,78 +770,5 @@ mod tests {
         assert_eq!(keys.get(5 + KEY_SLOTS), Some((41, F_SIZE)));
         keys.forget_unless(4);
         assert_eq!(keys.get(5 + KEY_SLOTS), None);
-    }
-
-    #[test]
-    fn a_list_is_found_by_its_first_bytes_only_if_all_match() {
-        use op::{APPEND, APPENDS, BINGET, LONG_BINGET, MARK, SETITEMS};
-        // Twenty references (40 bytes), then the list's end.
-        let refs: Vec<u8> = (0..20).flat_map(|i| [BINGET, i]).collect();
-        let list = |refs: &[u8], end: &[u8]| [&[MARK], refs, end].concat();
-        let mut cache = FramesCache::default();
-        assert!(cache.in_use(0));
-        cache.insert(&refs, 7, 0);
-        let usual = list(&refs, &[APPENDS, SETITEMS, BINGET, 1]);
-        assert_eq!(cache.by_prefix(&usual, 0), Some((7, 42)));
-        // The same first bytes, then another reference, or fewer of them.
-        let mut other = refs.clone();
-        other[39] = 99;
-        assert_eq!(
-            cache.by_prefix(&list(&other, &[APPENDS, SETITEMS]), 0),
-            None
-        );
-        let mut longer = refs.clone();
-        longer.extend([LONG_BINGET, 1, 0, 0, 0]);
-        assert_eq!(
-            cache.by_prefix(&list(&longer, &[APPENDS, SETITEMS]), 0),
-            None
-        );
-        assert_eq!(
-            cache.by_prefix(&list(&refs[..36], &[APPENDS, SETITEMS]), 0),
-            None
-        );
-        // More of the list after the batch: another batch, or one item.
-        assert_eq!(cache.by_prefix(&list(&refs, &[APPENDS, MARK]), 0), None);
-        let one = list(&refs, &[APPENDS, BINGET, 1, APPEND]);
-        assert_eq!(cache.by_prefix(&one, 0), None);
-        // Not at a MARK, or the buffer ending first.
-        assert_eq!(cache.by_prefix(&usual, 1), None);
-        assert_eq!(cache.by_prefix(&usual[..41], 0), None);
-        // The first list with those bytes is kept, a shorter one not at all.
-        cache.insert(&other, 8, 0);
-        assert_eq!(
-            cache.by_prefix(&list(&other, &[APPENDS, SETITEMS]), 0),
-            None
-        );
-        assert_eq!(cache.get(&other, 0), Some(8));
-        cache.insert(&refs[..30], 9, 0);
-        assert_eq!(
-            cache.by_prefix(&list(&refs[..30], &[APPENDS, SETITEMS]), 0),
-            None
-        );
-        // A new epoch forgets it.
-        assert!(cache.in_use(1));
-        assert_eq!(cache.by_prefix(&usual, 0), None);
-    }
-
-    #[test]
-    fn the_cache_forgets_when_the_epoch_changes() {
-        let mut cache = FramesCache::default();
-        cache.insert(b"h\x03", 7, 0);
-        assert_eq!(cache.get(b"h\x03", 0), Some(7));
-        assert_eq!(cache.get(b"h\x04", 0), None);
-        assert_eq!(cache.get(b"h\x03", 1), None);
-        assert_eq!(cache.get(b"h\x03", 0), None);
-        // Past its size, nothing more is kept.
-        cache.insert(&vec![b'h'; MAX_CACHED_BYTES], 1, 0);
-        cache.insert(b"h\x05", 2, 0);
-        assert_eq!(cache.get(b"h\x05", 0), None);
-        // Past `MAX_EPOCHS` changes (two so far), it is not used any more.
-        let mut epoch = 0;
-        while cache.in_use(epoch) {
-            epoch += 1;
-        }
-        assert_eq!(epoch, MAX_EPOCHS as u64 - 1);
-        assert!(!cache.in_use(0));
     }
 }
