@@ -326,9 +326,11 @@ impl Input {
             (Compression::None, Source::File(..)) => match source.map() {
                 Some(mapped) => {
                     drop(stream);
-                    snapshot::parse_bytes(mapped.bytes(), &|bytes| {
-                        meter.update(bytes);
-                        mapped.consumed(bytes);
+                    mapped.read_paged(|bytes, consumed| {
+                        snapshot::parse_bytes(bytes, &|at| {
+                            meter.update(at);
+                            consumed(at);
+                        })
                     })
                 }
                 None => snapshot::parse(stream, &|bytes| meter.update(bytes)),
