@@ -415,6 +415,48 @@ mod tests {
         assert!(rx.next_batch().unwrap().is_none());
     }
 
+    /// Read through `EventSource`, a receiver's batches are checked and
+    /// consumed on the calling thread, each with its own check and the
+    /// events received so far; a consumer that breaks stops the reading.
+    #[test]
+    fn checked_batches_of_a_receiver_come_in_order_on_the_calling_thread() {
+        use crate::EventSource;
+        use std::ops::ControlFlow;
+        let caller = std::thread::current().id();
+        let late = |events: &[Event]| events.iter().any(|e| e.time_ns >= 9_000);
+        let mut rx = produce(10_000, true);
+        let (mut times, mut flagged, mut last_position) = (Vec::new(), 0, 0);
+        let flow = rx
+            .try_for_each_checked_batch(late, |batch, checked, symbols, position| {
+                assert_eq!(std::thread::current().id(), caller);
+                assert_eq!(checked, late(batch));
+                assert!(symbols.string(StringId(0)).is_some());
+                flagged += checked as usize;
+                assert!(position >= last_position + batch.len() as u64);
+                last_position = position;
+                times.extend(batch.iter().map(|e| e.time_ns));
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert!(flow.is_continue());
+        assert_eq!(times.len(), 10_001);
+        assert!(times.is_sorted());
+        assert_eq!(last_position, 10_001);
+        assert!(flagged >= 1);
+        assert!(rx.is_complete());
+
+        let mut rx = produce(10_000, true);
+        let mut batches = 0;
+        let flow = rx
+            .try_for_each_checked_batch(late, |_, _, _, _| {
+                batches += 1;
+                ControlFlow::Break(())
+            })
+            .unwrap();
+        assert!(flow.is_break());
+        assert_eq!(batches, 1);
+    }
+
     #[test]
     fn a_producer_that_stops_short_delivers_its_events_then_an_error() {
         let mut rx = produce(5_000, false);

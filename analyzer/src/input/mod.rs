@@ -634,6 +634,10 @@ impl EventSource for EventStream {
         }
     }
 
+    fn hands_over_decoded(&self) -> bool {
+        matches!(self, EventStream::Snapshot(_))
+    }
+
     fn note_damage(&mut self, damage: TraceDamage) {
         if let EventStream::Trace(r) = self {
             r.note_damage(damage);
