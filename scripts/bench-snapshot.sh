@@ -17,6 +17,11 @@
 #   TORCH_RUNS     torch runs, alternating with the first ones (default 1)
 #   BASELINE=DIR   another build (an older commit's) timed alternately with it
 #   CORES          the two cores (default 0,1)
+#   PHASES=N       then N runs of each build under scripts/thread-timeline.py
+#                  (its sampler on core SAMPLER_CORE, default 4), alternating,
+#                  split into the parse (up to the end of the logging thread,
+#                  the busiest thread besides the main one that starts in the
+#                  first 50 ms) and the rest (the analysis and the exit)
 set -euo pipefail
 bin=${1:?usage: scripts/bench-snapshot.sh BIN_DIR [OUT_DIR]}
 out=${2:-$(mktemp -d)}
@@ -83,3 +88,37 @@ awk -v bytes="$bytes" "$table_stats_awk"'
       printf "vramtrace / baseline: %.3fx wall, %.3fx cpu\n",
         mw["vramtrace_summary"] / mw["baseline_summary"], mc["vramtrace_summary"] / mc["baseline_summary"]
   }' "$out/table.txt" | tee -a "$out/table.txt"
+# Phases from thread timelines: a "phase NAME WALL PARSE REST" line a run.
+phases() {
+  local name=$1; shift
+  taskset -c "${SAMPLER_CORE:-4}" python3 "$here/scripts/thread-timeline.py" $two "$@" > "$work/timeline.txt"
+  python3 - "$work/timeline.txt" "$name" << 'EOF' | tee -a "$out/phases.txt"
+import re, sys
+text = open(sys.argv[1]).read()
+wall = float(re.search(r"wall ([0-9.]+) s", text).group(1))
+spans = [(float(cpu), float(start), float(end), name) for name, cpu, start, end in
+         re.findall(r"(t\d+) cpu ([0-9.]+) s, busy ([0-9.]+)-([0-9.]+) s", text)]
+logger = max((s for s in spans if s[3] != "t0" and s[1] < 0.05), key=lambda s: s[0])
+print(f"phase {sys.argv[2]} {wall:.3f} {logger[2]:.3f} {wall - logger[2]:.3f}")
+EOF
+}
+for i in $(seq "${PHASES:-0}"); do
+  phases vramtrace_summary "$bin/vramtrace" summary "$snapshot"
+  if [ -n "${BASELINE:-}" ]; then
+    phases baseline_summary "$BASELINE/vramtrace" summary "$snapshot"
+  fi
+done
+if [ "${PHASES:-0}" -gt 0 ]; then
+  python3 - "$out/phases.txt" << 'EOF' | tee -a "$out/table.txt"
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    _, name, *times = line.split()
+    runs.setdefault(name, []).append([float(t) for t in times])
+def spread(values):
+    return f"{statistics.median(values):.3f} ({min(values):.2f}-{max(values):.2f})"
+for name, rows in runs.items():
+    wall, parse, rest = zip(*rows)
+    print(f"phases {name:<22} wall {spread(wall)}  parse {spread(parse)}  rest {spread(rest)}  {len(rows)} runs")
+EOF
+fi

@@ -17,6 +17,7 @@ Shares read a little over 100 now and then: the sampler's reads are not
 exactly 2 ms apart.
 """
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ def main(argv):
     if len(argv) >= 2 and argv[0] == "--bucket":
         bucket = float(argv[1])
         argv = argv[2:]
-    if not argv:
+    if not argv or argv[0] in ("-h", "--help"):
         sys.exit(__doc__.strip().splitlines()[2].strip())
     child = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
     t0 = time.perf_counter()
@@ -67,4 +68,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Piped into `head`, end quietly when the reader stops reading.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main(sys.argv[1:])
