@@ -419,6 +419,7 @@ pub(super) fn single_batch(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
 
 // Whether `buf[end]` is an APPENDS that ends its list: nothing more is added to the
 // list after it. `None`: the buffer ends first.
+#[inline]
 pub(super) fn ends_list(buf: &[u8], end: usize) -> Option<bool> {
     if *buf.get(end)? != op::APPENDS {
         return Some(false);
