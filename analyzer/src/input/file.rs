@@ -73,10 +73,12 @@ impl Mapped {
     pub fn read_paged<T>(&self, read: impl FnOnce(&[u8], &dyn Fn(u64)) -> T) -> T {
         std::thread::scope(|scope| {
             let (consumed, positions) = std::sync::mpsc::channel();
-            scope.spawn(|| self.page(positions));
+            // Without a thread to be had, the pager is not there: the reader
+            // maps its pages at first touch and they stay mapped to the end,
+            // as a plain mapping's would.
+            let _ = std::thread::Builder::new().spawn_scoped(scope, || self.page(positions));
             read(&self.map, &|bytes| {
-                // Gone only if the pager panicked: the reader faults its
-                // pages in itself then.
+                // Fails only without a pager; nothing is lost.
                 let _ = consumed.send(bytes);
             })
             // `consumed` is dropped here, which ends the pager.
