@@ -135,11 +135,12 @@ impl Mapped {
             return;
         }
         #[cfg(target_os = "linux")]
-        let _ = self.map.advise_range(
-            memmap2::Advice::PopulateRead,
-            *mapped / PAGE * PAGE,
-            want - *mapped / PAGE * PAGE,
-        );
+        {
+            let from = *mapped / PAGE * PAGE;
+            let _ = self
+                .map
+                .advise_range(memmap2::Advice::PopulateRead, from, want - from);
+        }
         *mapped = want;
     }
 }

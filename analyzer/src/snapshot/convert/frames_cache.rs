@@ -161,17 +161,24 @@ impl ByPrefix {
         (&self.arena[start..start + len], word(offset + 4))
     }
 
-    // The slot of `prefix`: its list's, or the empty one where it would go.
+    // The list a full slot names.
     #[inline(always)]
-    fn slot(&self, prefix: &[u8; PREFIX]) -> usize {
-        let hash = Self::hash(prefix);
+    fn list_of_slot(&self, slot: u64) -> (&[u8], u32) {
+        self.list(slot as u32 as usize - 1)
+    }
+
+    // The slot of the prefix whose hash is `hash` and whose first bytes
+    // `prefix` are: its list's, or the empty one where it would go (with
+    // lists' prefixes all distinct, a list being moved finds its new slot).
+    #[inline(always)]
+    fn slot(&self, hash: u64, prefix: &[u8; PREFIX]) -> usize {
         let mask = self.slots.len() - 1;
         let mut i = hash as usize & mask;
         loop {
             let slot = self.slots[i];
             if slot == 0
                 || (slot >> 32 == hash >> 32
-                    && self.list(slot as u32 as usize - 1).0.first_chunk() == Some(prefix))
+                    && self.list_of_slot(slot).0.first_chunk() == Some(prefix))
             {
                 return i;
             }
@@ -185,9 +192,9 @@ impl ByPrefix {
         if self.slots.is_empty() {
             return None;
         }
-        match self.slots[self.slot(prefix)] {
+        match self.slots[self.slot(Self::hash(prefix), prefix)] {
             0 => None,
-            slot => Some(self.list(slot as u32 as usize - 1)),
+            slot => Some(self.list_of_slot(slot)),
         }
     }
 
@@ -198,7 +205,8 @@ impl ByPrefix {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
-        let i = self.slot(prefix);
+        let hash = Self::hash(prefix);
+        let i = self.slot(hash, prefix);
         if self.slots[i] != 0 {
             return false;
         }
@@ -209,22 +217,19 @@ impl ByPrefix {
             .extend_from_slice(&(refs.len() as u32).to_le_bytes());
         self.arena.extend_from_slice(&handle.to_le_bytes());
         self.arena.extend_from_slice(refs);
-        self.slots[i] = (Self::hash(prefix) >> 32) << 32 | (offset + 1);
+        self.slots[i] = (hash >> 32) << 32 | (offset + 1);
         self.len += 1;
         true
     }
 
+    // Doubles the table, each list moved to its slot there.
     fn grow(&mut self) {
         let len = (self.slots.len() * 2).max(64);
         let old = std::mem::replace(&mut self.slots, vec![0; len]);
-        let mask = self.slots.len() - 1;
         for slot in old.into_iter().filter(|&s| s != 0) {
-            let (refs, _) = self.list(slot as u32 as usize - 1);
-            let prefix = refs.first_chunk().expect("lists kept begin with a prefix");
-            let mut i = Self::hash(prefix) as usize & mask;
-            while self.slots[i] != 0 {
-                i = (i + 1) & mask;
-            }
+            let (refs, _) = self.list_of_slot(slot);
+            let prefix: &[u8; PREFIX] = refs.first_chunk().expect("lists kept begin with a prefix");
+            let i = self.slot(Self::hash(prefix), prefix);
             self.slots[i] = slot;
         }
     }
