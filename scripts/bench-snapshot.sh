@@ -6,7 +6,8 @@
 # and gigabytes), and a bare `pickle.load` once. The last lines of the table
 # are, for each command, the median wall and CPU (user + system) time with
 # their spread (min-max over the runs), the pickle read per second of wall
-# time (MB/s), and the ratio of torch's median to ours.
+# time (MB/s), the ratio of torch's median to ours, and the median of the
+# ratios run by run (each torch run against the two of ours around it).
 #
 # Usage: scripts/bench-snapshot.sh BIN_DIR [OUT_DIR]
 #   BIN_DIR holds a release build of vramtrace. From the environment:
@@ -75,6 +76,7 @@ EOF
 echo "pickle bytes: $bytes" | tee -a "$out/table.txt"
 # Medians with their spread, throughput and the ratio to torch.
 awk -v bytes="$bytes" "$table_stats_awk"'
+  / wall / { wi[$1] = $3 }
   END {
     for (k in w) {
       mw[k] = median(w[k]); mc[k] = median(c[k])
@@ -84,6 +86,20 @@ awk -v bytes="$bytes" "$table_stats_awk"'
     if (("torch_memory_viz_stats" in mw) && ("vramtrace_summary" in mw))
       printf "torch stats / vramtrace summary: %.1fx wall, %.1fx cpu\n",
         mw["torch_memory_viz_stats"] / mw["vramtrace_summary"], mc["torch_memory_viz_stats"] / mc["vramtrace_summary"]
+    # Each torch run against the mean of the vramtrace runs just before and
+    # after it: where the host changes speed between runs, the pairs see the
+    # same speed, so their ratios spread less than the medians above.
+    k = 0
+    for (i = 1; (("torch_memory_viz_stats_" i) in wi); i++) {
+      if (!((("vramtrace_summary_" i) in wi) && (("vramtrace_summary_" (i + 1)) in wi))) break
+      pair[++k] = wi["torch_memory_viz_stats_" i] / ((wi["vramtrace_summary_" i] + wi["vramtrace_summary_" (i + 1)]) / 2)
+    }
+    if (k > 0) {
+      list = ""
+      for (i = 1; i <= k; i++) list = list " " pair[i]
+      printf "torch stats / vramtrace summary, run by run: %.1fx wall (%.1f-%.1f), %d pairs\n",
+        median(list), lo(list), hi(list), k
+    }
     if (("baseline_summary" in mw) && ("vramtrace_summary" in mw))
       printf "vramtrace / baseline: %.3fx wall, %.3fx cpu\n",
         mw["vramtrace_summary"] / mw["baseline_summary"], mc["vramtrace_summary"] / mc["baseline_summary"]
