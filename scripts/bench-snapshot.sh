@@ -15,7 +15,9 @@
 #                  without it, a 3-million-event snapshot (about 390 MB) is
 #                  made with standard-library Python (EVENTS, default 3000000)
 #   RUNS           vramtrace runs (default 5)
-#   TORCH_RUNS     torch runs, alternating with the first ones (default 1)
+#   TORCH_RUNS     torch runs, alternating with the first ones (default 1);
+#                  RUNS=N+1 TORCH_RUNS=N pairs every torch run (the run-by-run
+#                  ratio, the figure to quote)
 #   BASELINE=DIR   another build (an older commit's) timed alternately with it
 #   CORES          the two cores (default 0,1)
 #   PHASES=N       then N runs of each build under scripts/thread-timeline.py
@@ -87,8 +89,8 @@ awk -v bytes="$bytes" "$table_stats_awk"'
       printf "torch stats / vramtrace summary: %.1fx wall, %.1fx cpu\n",
         mw["torch_memory_viz_stats"] / mw["vramtrace_summary"], mc["torch_memory_viz_stats"] / mc["vramtrace_summary"]
     # Each torch run against the mean of the vramtrace runs just before and
-    # after it: where the host changes speed between runs, the pairs see the
-    # same speed, so their ratios spread less than the medians above.
+    # after it: a drift of the host speed between runs cancels in each
+    # ratio, and no run of ours counts without a torch run beside it.
     k = 0
     for (i = 1; (("torch_memory_viz_stats_" i) in wi); i++) {
       if (!((("vramtrace_summary_" i) in wi) && (("vramtrace_summary_" (i + 1)) in wi))) break
