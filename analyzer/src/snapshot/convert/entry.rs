@@ -158,7 +158,7 @@ fn usual_keys(
     let buf = ops.buf();
     macro_rules! step {
         ($i:literal) => {
-            match c.shape.key($i, buf, *at) {
+            match c.shape.usual_key($i, buf, *at) {
                 Some((key, field, len)) => {
                     debug_assert_eq!(field, USUAL[$i]);
                     *at += len;
@@ -527,6 +527,19 @@ impl Shape {
         }
         let word = u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?);
         if word & *self.masks.get(i)? != self.bytes[i] {
+            return None;
+        }
+        let (key, field, len) = self.keys[i];
+        Some((key, field, len as usize))
+    }
+
+    /// [`Shape::key`] for key `i` of a `usual` shape, whose first keys are the
+    /// `USUAL` ones (so `i` is within its length, and is not tested).
+    #[inline(always)]
+    fn usual_key(&self, i: usize, buf: &[u8], at: usize) -> Option<(StrId, u8, usize)> {
+        debug_assert!(self.usual && i < USUAL.len() && i < self.len);
+        let word = u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?);
+        if word & self.masks[i] != self.bytes[i] {
             return None;
         }
         let (key, field, len) = self.keys[i];
