@@ -525,12 +525,7 @@ impl Shape {
         if i >= self.len {
             return None;
         }
-        let word = u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?);
-        if word & *self.masks.get(i)? != self.bytes[i] {
-            return None;
-        }
-        let (key, field, len) = self.keys[i];
-        Some((key, field, len as usize))
+        self.held_key(i, buf, at)
     }
 
     /// [`Shape::key`] for key `i` of a `usual` shape, whose first keys are the
@@ -538,6 +533,12 @@ impl Shape {
     #[inline(always)]
     fn usual_key(&self, i: usize, buf: &[u8], at: usize) -> Option<(StrId, u8, usize)> {
         debug_assert!(self.usual && i < USUAL.len() && i < self.len);
+        self.held_key(i, buf, at)
+    }
+
+    // Key `i`, which the shape holds, if its reference is at `buf[at..]`.
+    #[inline(always)]
+    fn held_key(&self, i: usize, buf: &[u8], at: usize) -> Option<(StrId, u8, usize)> {
         let word = u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?);
         if word & self.masks[i] != self.bytes[i] {
             return None;
