@@ -23,8 +23,9 @@ measure() {
 # is "$table_stats_awk" followed by the script's own END block): the lines
 # `measure` wrote, collected by command name (NAME_3 counts as NAME) into
 # the wall times w[NAME], the CPU times (user + system) c[NAME], the runs
-# n[NAME] and the highest peak RSS r[NAME] (MiB); and the median, lowest
-# and highest of such a list of times.
+# n[NAME], the highest peak RSS r[NAME] (MiB) and each run's wall time by
+# its own name (NAME_3) in run_wall[]; and the median, lowest and highest
+# of such a list of times.
 table_stats_awk='
   / wall / {
     name = $1; sub(/_[0-9]+$/, "", name)
@@ -35,6 +36,7 @@ table_stats_awk='
       if ($i == "RSS") rss = $(i + 1)
     }
     w[name] = w[name] " " wall; c[name] = c[name] " " (user + sys); n[name]++
+    run_wall[$1] = wall
     if (rss > r[name]) r[name] = rss
   }
   function sorted(list, a,   k, i, j, x) {

@@ -78,7 +78,6 @@ EOF
 echo "pickle bytes: $bytes" | tee -a "$out/table.txt"
 # Medians with their spread, throughput and the ratio to torch.
 awk -v bytes="$bytes" "$table_stats_awk"'
-  / wall / { wi[$1] = $3 }
   END {
     for (k in w) {
       mw[k] = median(w[k]); mc[k] = median(c[k])
@@ -91,17 +90,14 @@ awk -v bytes="$bytes" "$table_stats_awk"'
     # Each torch run against the mean of the vramtrace runs just before and
     # after it: a drift of the host speed between runs cancels in each
     # ratio, and no run of ours counts without a torch run beside it.
-    k = 0
-    for (i = 1; (("torch_memory_viz_stats_" i) in wi); i++) {
-      if (!((("vramtrace_summary_" i) in wi) && (("vramtrace_summary_" (i + 1)) in wi))) break
-      pair[++k] = wi["torch_memory_viz_stats_" i] / ((wi["vramtrace_summary_" i] + wi["vramtrace_summary_" (i + 1)]) / 2)
+    pairs = ""; k = 0
+    for (i = 1; (("torch_memory_viz_stats_" i) in run_wall) && (("vramtrace_summary_" (i + 1)) in run_wall); i++) {
+      ours = (run_wall["vramtrace_summary_" i] + run_wall["vramtrace_summary_" (i + 1)]) / 2
+      pairs = pairs " " run_wall["torch_memory_viz_stats_" i] / ours; k++
     }
-    if (k > 0) {
-      list = ""
-      for (i = 1; i <= k; i++) list = list " " pair[i]
+    if (k > 0)
       printf "torch stats / vramtrace summary, run by run: %.1fx wall (%.1f-%.1f), %d pairs\n",
-        median(list), lo(list), hi(list), k
-    }
+        median(pairs), lo(pairs), hi(pairs), k
     if (("baseline_summary" in mw) && ("vramtrace_summary" in mw))
       printf "vramtrace / baseline: %.3fx wall, %.3fx cpu\n",
         mw["vramtrace_summary"] / mw["baseline_summary"], mc["vramtrace_summary"] / mc["baseline_summary"]
