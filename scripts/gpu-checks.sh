@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs GPU checks of python/gpu/ in one call of the device machine, each
+# under its own time limit, and packs their reports for the trip back.
+#
+#   CHECKS="observer:240 categories:190" scripts/gpu-checks.sh
+#
+# CHECKS: NAME:SECONDS pairs, each running python/gpu/NAME_check.py --bin
+# carry --out /tmp/gpu/NAME under `timeout SECONDS`. Expects the stripped
+# release binaries in carry/ (docs/gpu-check.md says how to build them).
+# Prints the machine, then per check its exit status, time and PASS / FAIL /
+# SKIP counts with the first failing lines; writes every report and log to
+# $OUT/gpu.tgz (the device tool brings back 8 files at most).
+set -u
+cd "$(dirname "$0")/.."
+: "${CHECKS:?set CHECKS, e.g. CHECKS=\"observer:240 categories:190\"}"
+: "${OUT:?set OUT to the folder the reports go to}"
+export PYTHONPATH=python VRAMTRACE_LIB=$PWD/carry/libvramtrace_recorder.so \
+    VRAMTRACE_BIN=$PWD/carry/vramtrace PATH=$PWD/carry:$PATH
+work=/tmp/gpu
+mkdir -p "$work"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+for spec in $CHECKS; do
+  name=${spec%%:*}
+  limit=${spec##*:}
+  start=$SECONDS
+  timeout "$limit" python3 "python/gpu/${name}_check.py" --bin carry --out "$work/$name" \
+    > "$work/$name.log" 2>&1
+  rc=$?
+  count() { grep -c "^| $1 |" "$work/$name.log"; }
+  echo "=== $name: exit $rc after $((SECONDS - start)) s; $(count PASS) pass, $(count FAIL) fail, $(count SKIP) skipped"
+  grep -E "^\| FAIL \||Traceback|Error" "$work/$name.log" | head -8
+done
+tar czf "$OUT/gpu.tgz" -C /tmp gpu
