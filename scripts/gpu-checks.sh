@@ -18,17 +18,18 @@ export PYTHONPATH=python VRAMTRACE_LIB=$PWD/carry/libvramtrace_recorder.so \
     VRAMTRACE_BIN=$PWD/carry/vramtrace PATH=$PWD/carry:$PATH
 work=/tmp/gpu
 mkdir -p "$work"
+# The report lines of a check's log that begin with a verdict (PASS, FAIL, SKIP).
+verdicts() { grep -c "^| $1 |" "$2"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
 for spec in $CHECKS; do
   name=${spec%%:*}
   limit=${spec##*:}
+  log=$work/$name.log
   start=$SECONDS
-  timeout "$limit" python3 "python/gpu/${name}_check.py" --bin carry --out "$work/$name" \
-    > "$work/$name.log" 2>&1
+  timeout "$limit" python3 "python/gpu/${name}_check.py" --bin carry --out "$work/$name" > "$log" 2>&1
   rc=$?
-  count() { grep -c "^| $1 |" "$work/$name.log"; }
-  echo "=== $name: exit $rc after $((SECONDS - start)) s; $(count PASS) pass, $(count FAIL) fail, $(count SKIP) skipped"
-  grep -E "^\| FAIL \||Traceback|Error" "$work/$name.log" | head -8
+  echo "=== $name: exit $rc after $((SECONDS - start)) s; $(verdicts PASS "$log") pass, $(verdicts FAIL "$log") fail, $(verdicts SKIP "$log") skipped"
+  grep -E "^\| FAIL \||Traceback|Error" "$log" | head -8
 done
-tar czf "$OUT/gpu.tgz" -C /tmp gpu
+tar czf "$OUT/gpu.tgz" -C "$(dirname "$work")" "$(basename "$work")"
