@@ -39,6 +39,11 @@ pub(super) fn decode(
     // rest are read through it, and `at` taken back after.
     let buf = ops.buf();
     let mut at = ops.pos();
+    // What the entry's frames will need, asked for now so that it is in
+    // cache when they are read (see `FramesCache::look_ahead`).
+    if let Some(idx) = c.frames_cache.look_ahead(buf, at) {
+        ops.prefetch_memo(idx);
+    }
     // Nothing the decoder does changes the epoch (its own memo stores append).
     let epoch = ops.memo_epoch();
     c.key_cache.forget_unless(epoch);
@@ -174,6 +179,8 @@ fn usual_keys(
     step!(3);
     step!(4);
     step!(5);
+    // Two keys before `frames`: the slot `look_ahead` asked for is in cache.
+    c.frames_cache.prefetch_list();
     step!(6);
     step!(7);
     Some(USUAL.len())
@@ -232,32 +239,35 @@ fn usual_value(
                 return Some(());
             }
         }
-        F_FRAMES => match buf.get(*at) {
-            Some(&op::EMPTY_LIST) => {
-                ops.seek(*at + 1);
-                let stack = frames_list(c, ops)?;
-                *at = ops.pos();
-                f.has_frames = true;
-                if let Val::Custom {
-                    kind: CUSTOM_STACK,
-                    id,
-                } = stack
-                {
-                    f.e.stack = id;
-                }
-                return Some(());
-            }
-            _ => {
-                if let Some((idx, next)) = OpReader::memo_ref_at(buf, *at)
-                    && let Some(id) = ops.memo_custom(idx, CUSTOM_STACK)
-                {
-                    *at = next;
+        F_FRAMES => {
+            c.frames_cache.frames_at(*at);
+            match buf.get(*at) {
+                Some(&op::EMPTY_LIST) => {
+                    ops.seek(*at + 1);
+                    let stack = frames_list(c, ops)?;
+                    *at = ops.pos();
                     f.has_frames = true;
-                    f.e.stack = id;
+                    if let Val::Custom {
+                        kind: CUSTOM_STACK,
+                        id,
+                    } = stack
+                    {
+                        f.e.stack = id;
+                    }
                     return Some(());
                 }
+                _ => {
+                    if let Some((idx, next)) = OpReader::memo_ref_at(buf, *at)
+                        && let Some(id) = ops.memo_custom(idx, CUSTOM_STACK)
+                    {
+                        *at = next;
+                        f.has_frames = true;
+                        f.e.stack = id;
+                        return Some(());
+                    }
+                }
             }
-        },
+        }
         F_COMPILE if buf.get(*at..*at + NA.len()) == Some(&NA[..]) => {
             ops.seek(*at + NA.len() - 1);
             ops.memo_store(Val::Str(c.k.not_applicable))?;

@@ -223,6 +223,15 @@ impl<'a> OpReader<'a> {
         (kind <= 2 && slot >> TAG_SHIFT == T_CUSTOM0 + kind as u32).then_some(slot & PAYLOAD)
     }
 
+    /// Asks for memo slot `idx` to be brought into cache, without waiting for it
+    /// (see [`OpReader::memo_custom`]).
+    #[inline(always)]
+    pub fn prefetch_memo(&self, idx: usize) {
+        if let Some(slot) = self.heap.memo.slots.get(idx) {
+            crate::snapshot::prefetch_read(slot);
+        }
+    }
+
     /// The value memo slot `idx` holds (`None`: nothing stored there).
     #[inline(always)]
     pub fn memo_value(&self, idx: usize) -> Option<Val> {
