@@ -352,7 +352,6 @@ pub(crate) struct Unread {
 
 /// What a [`Collector`] leaves once parsing is done: the log and the symbol tables
 /// that writing the trace reads.
-#[derive(Default)]
 pub(crate) struct Collected {
     pub frames: Vec<LocalFrame>,
     pub stacks: LocalStacks,

@@ -50,17 +50,6 @@ fn prefetch_read<T>(p: *const T) {
     let _ = p;
 }
 
-/// Drops `value` on a thread of its own: the large buffers of a parse (the
-/// memo, the log, the heap) take milliseconds to give back to the system, and
-/// the caller has more to do meanwhile, or nothing at all (a command that
-/// exits frees them faster than any drop). If no thread starts, the closure
-/// holding `value` is dropped with the error, here.
-fn release_in_background<T: Send + 'static>(value: T) {
-    let _ = std::thread::Builder::new()
-        .name("release".into())
-        .spawn(move || drop(value));
-}
-
 /// Why a snapshot could not be imported.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -167,7 +156,7 @@ fn parse_with<R: Read>(
     let protocol = parser.protocol();
     let pickle_bytes = parser.offset();
     let mut heap = parser.into_heap();
-    release_in_background(heap.take_memo());
+    heap.release_memo();
     collector.finish_parsing();
     let snapshot = Snapshot::read(&heap, &collector, root)?;
     let mut report = ImportReport {
@@ -197,17 +186,6 @@ pub struct ParsedSnapshot {
     report: ImportReport,
 }
 
-impl Drop for ParsedSnapshot {
-    fn drop(&mut self) {
-        // Its log, symbols and heap are most of what a command held: their
-        // memory goes back on a thread of its own, not the caller's.
-        release_in_background((
-            std::mem::take(&mut self.heap),
-            std::mem::take(&mut self.collected),
-        ));
-    }
-}
-
 impl std::fmt::Debug for ParsedSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ParsedSnapshot")
@@ -221,31 +199,5 @@ impl ParsedSnapshot {
     /// (`event_counts`), which [`ParsedSnapshot::write_trace`] adds.
     pub fn report(&self) -> &ImportReport {
         &self.report
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::release_in_background;
-    use std::sync::mpsc;
-    use std::thread::{self, ThreadId};
-
-    /// Says on which thread it was dropped.
-    struct Sentinel(mpsc::Sender<ThreadId>);
-
-    impl Drop for Sentinel {
-        fn drop(&mut self) {
-            let _ = self.0.send(thread::current().id());
-        }
-    }
-
-    #[test]
-    fn a_release_drops_its_value_on_another_thread() {
-        let (tx, rx) = mpsc::channel();
-        release_in_background(Sentinel(tx));
-        let dropped_on = rx
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the value is dropped");
-        assert_ne!(dropped_on, thread::current().id());
     }
 }

@@ -289,11 +289,10 @@ impl Heap {
         self.objs.len() - self.free_objs.len()
     }
 
-    /// Takes the memo out once parsing is over, for the caller to drop where
-    /// it likes: for a large snapshot it is the biggest table, and nothing
-    /// refers to it afterwards.
-    pub fn take_memo(&mut self) -> impl Send + 'static {
-        std::mem::take(&mut self.memo)
+    /// Frees the memo once parsing is over: for a large snapshot it is the biggest
+    /// table, and nothing refers to it afterwards.
+    pub fn release_memo(&mut self) {
+        self.memo = Memo::default();
     }
 
     /// The number of memo entries.
