@@ -1,5 +1,6 @@
 //! Frames lists known by their bytes: a trace entry's stack found with no memo
-//! lookup per frame, and, by its first bytes, with one cache miss.
+//! lookup per frame, and, by its first bytes, with one cache miss, which the
+//! decoder asks for ahead ([`FramesCache::look_ahead`]).
 
 use super::entry::ends_list;
 use crate::snapshot::pickle::{OpReader, op};
@@ -97,8 +98,9 @@ impl FramesCache {
     /// the entry's frames most likely are, and asks for what reading them will
     /// need, so that it is in cache when the decoder gets there:
     /// - a list of its own (an alloc's): the table slot its first bytes hash
-    ///   to now, and its bytes in the cache after [`FramesCache::prefetch_list`]
-    ///   (called halfway through the entry, once the slot has arrived);
+    ///   to now, and the cached list's bytes later, in
+    ///   [`FramesCache::prefetch_list`] (called two keys before `frames`, once
+    ///   the slot has arrived);
     /// - a reference to a list read before (a free's, which shares its alloc's
     ///   list): its memo index is returned, for the caller to ask for that slot.
     ///
