@@ -245,7 +245,7 @@ impl ByPrefix {
     #[inline(always)]
     fn slot(&self, hash: u64, prefix: &[u8; PREFIX]) -> usize {
         let mask = self.slots.len() - 1;
-        let mut i = hash as usize & mask;
+        let mut i = self.home(hash);
         loop {
             let slot = self.slots[i];
             if slot == 0
@@ -258,11 +258,17 @@ impl ByPrefix {
         }
     }
 
-    /// The address of the first slot a list whose first bytes hash to `hash`
-    /// would be found at (the table is not empty).
+    /// The first slot probed for a list whose first bytes hash to `hash`
+    /// (the table is not empty).
+    #[inline(always)]
+    fn home(&self, hash: u64) -> usize {
+        hash as usize & (self.slots.len() - 1)
+    }
+
+    /// The address of [`ByPrefix::home`]'s slot, to prefetch.
     #[inline(always)]
     fn first_slot(&self, hash: u64) -> *const u8 {
-        (&self.slots[hash as usize & (self.slots.len() - 1)] as *const u64).cast()
+        (&self.slots[self.home(hash)] as *const u64).cast()
     }
 
     /// Brings into cache the bytes of the list the first slot for `hash` names
@@ -273,7 +279,7 @@ impl ByPrefix {
         if self.slots.is_empty() {
             return;
         }
-        let slot = self.slots[hash as usize & (self.slots.len() - 1)];
+        let slot = self.slots[self.home(hash)];
         if slot != 0 && slot >> 32 == hash >> 32 {
             let offset = slot as u32 as usize - 1;
             prefetch_read(self.arena[offset..].as_ptr());
