@@ -50,6 +50,7 @@ pub mod bounds;
 pub mod command;
 mod error;
 pub mod input;
+mod prefetch;
 pub mod print;
 pub mod progress;
 pub mod replay;

@@ -36,20 +36,6 @@ pub use crate::bounds::MAX_DEVICES;
 /// built: settings are a few values each.
 const MAX_SETTING_VALUES: usize = 4096;
 
-/// Asks the CPU to bring the cache line at `p` into its caches, without waiting
-/// for it (a no-op where no such instruction is known): for the parser's reads
-/// whose address is known long before their value is needed.
-#[inline(always)]
-fn prefetch_read<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing, and faults on no address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// Why a snapshot could not be imported.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {

@@ -3,8 +3,8 @@
 //! decoder asks for ahead ([`FramesCache::look_ahead`]).
 
 use super::entry::ends_list;
+use crate::prefetch::prefetch_read;
 use crate::snapshot::pickle::{OpReader, op};
-use crate::snapshot::prefetch_read;
 use rustc_hash::{FxHashMap, FxHasher};
 use std::hash::Hasher;
 

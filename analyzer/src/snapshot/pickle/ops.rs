@@ -228,7 +228,7 @@ impl<'a> OpReader<'a> {
     #[inline(always)]
     pub fn prefetch_memo(&self, idx: usize) {
         if let Some(slot) = self.heap.memo.slots.get(idx) {
-            crate::snapshot::prefetch_read(slot);
+            crate::prefetch::prefetch_read(slot);
         }
     }
 
