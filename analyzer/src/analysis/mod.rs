@@ -497,6 +497,10 @@ pub fn run_pass<S: EventSource>(
     Ok(passes.info)
 }
 
+/// How many events ahead a pass asks for the block an event will touch
+/// ([`ReplayState::prefetch`]): about a memory latency of replay.
+const PREFETCH_AHEAD: usize = 8;
+
 /// Replays a trace from its start, each device (or the one of [`Devices::Only`])
 /// into its own replay state, made from `blank` with the phases so far
 /// ([`ReplayState::fork_phases`]) on the device's first event, with its own analyses from `make`. Phases
@@ -577,7 +581,13 @@ pub fn run_device_pass<S: EventSource, A: AnalysisSet>(
     // the pass, tests the events only of a piece that does (issue #47).
     let suspect = |events: &[Event]| events.iter().any(|e| impossible(e).is_some());
     let flow = reader.try_for_each_checked_batch(suspect, |events, suspect, symbols, at| {
-        for event in events {
+        for (k, event) in events.iter().enumerate() {
+            // The block this many events ahead is asked for now, from the
+            // device replayed last: its slot's cache line comes while the
+            // events before it are replayed (issue #47).
+            if let (Some(ahead), Some(pass)) = (events.get(k + PREFETCH_AHEAD), passes.get(last)) {
+                pass.state.prefetch(ahead);
+            }
             if has_end && bounds.is_after(index, event.time_ns) {
                 return ControlFlow::Break(());
             }

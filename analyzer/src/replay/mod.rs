@@ -24,6 +24,7 @@
 
 pub mod categories;
 mod inconsistencies;
+mod live;
 mod occupancy;
 mod phases;
 pub mod plausible;
@@ -194,7 +195,8 @@ impl SegmentUndo {
 /// The allocator's state, replayed.
 #[derive(Clone, Debug)]
 pub struct ReplayState {
-    live: FxHashMap<u64, LiveAlloc>,
+    /// The live blocks, by address.
+    live: live::LiveBlocks,
     /// The live blocks' addresses in order, built the first time a segment
     /// event needs the blocks of an address range (blocks outside every
     /// segment, a segment freed in part with blocks in it) and kept from
@@ -275,7 +277,7 @@ impl ReplayState {
     /// An empty allocator, folding stacks with `sites`.
     pub fn new(sites: SiteFolder) -> Self {
         ReplayState {
-            live: FxHashMap::default(),
+            live: live::LiveBlocks::default(),
             by_addr: None,
             segments: segments::SegmentMap::default(),
             blocks_in_segments: 0,
@@ -388,7 +390,7 @@ impl ReplayState {
                     class,
                     birth,
                 };
-                if self.live.contains_key(&block.addr) {
+                if self.live.contains(block.addr) {
                     self.inconsistent(InconsistencyKind::AllocOverLive, block.addr);
                     continue;
                 }
@@ -404,6 +406,18 @@ impl ReplayState {
             if !seg.pool.is_default() {
                 self.assign_segment(seg.addr, seg.pool);
             }
+        }
+    }
+
+    /// Asks the CPU for what replaying `event` will read first (the slot of
+    /// its block's address), so that a pass can ask a few events ahead and
+    /// find it in the cache when [`apply`](Self::apply) gets there (issue #47).
+    #[inline(always)]
+    pub fn prefetch(&self, event: &Event) {
+        if let EventData::Alloc(b) | EventData::FreeRequested(b) | EventData::FreeCompleted(b) =
+            &event.data
+        {
+            self.live.prefetch(b.addr);
         }
     }
 
@@ -510,7 +524,7 @@ impl ReplayState {
     fn fits_replacing(&self, b: &BlockEvent) -> bool {
         let replaced = self
             .live
-            .get(&b.addr)
+            .get(b.addr)
             .map_or((0, 0), |o| (o.size, o.requested));
         self.fits(
             b.size.saturating_sub(replaced.0),
@@ -519,7 +533,7 @@ impl ReplayState {
     }
 
     fn add_live(&mut self, a: LiveAlloc) {
-        self.live.insert(a.addr, a);
+        self.live.insert(a);
         if let Some(by_addr) = &mut self.by_addr {
             by_addr.insert(a.addr);
         }
@@ -531,10 +545,10 @@ impl ReplayState {
         let live = &self.live;
         let by_addr = self
             .by_addr
-            .get_or_insert_with(|| live.keys().copied().collect());
+            .get_or_insert_with(|| live.values().map(|a| a.addr).collect());
         by_addr
             .range(start..end)
-            .filter_map(|addr| live.get(addr))
+            .filter_map(|&addr| live.get(addr))
             .fold((0, 0), |(n, bytes), a| (n + 1, bytes + a.size))
     }
 
@@ -545,7 +559,7 @@ impl ReplayState {
         let live = &self.live;
         let by_addr = self
             .by_addr
-            .get_or_insert_with(|| live.keys().copied().collect());
+            .get_or_insert_with(|| live.values().map(|a| a.addr).collect());
         let mut first = by_addr.range(a.0..a.1);
         let mut second = by_addr.range(b.0..b.1);
         let (mut na, mut nb, mut bytes_a, mut bytes_b) = (0, 0, 0, 0);
@@ -554,14 +568,14 @@ impl ReplayState {
                 None => return (true, na, bytes_a),
                 Some(addr) => {
                     na += 1;
-                    bytes_a += live.get(addr).map_or(0, |l| l.size);
+                    bytes_a += live.get(*addr).map_or(0, |l| l.size);
                 }
             }
             match second.next() {
                 None => return (false, nb, bytes_b),
                 Some(addr) => {
                     nb += 1;
-                    bytes_b += live.get(addr).map_or(0, |l| l.size);
+                    bytes_b += live.get(*addr).map_or(0, |l| l.size);
                 }
             }
         }
@@ -674,7 +688,7 @@ impl ReplayState {
             by_addr.insert(b.addr);
         }
         // One probe of the map: insert, and only look back on a collision.
-        if let Some(old) = self.live.insert(b.addr, a) {
+        if let Some(old) = self.live.insert(a) {
             // The old block must have been freed unrecorded; the new one wins.
             // Born after the last gap, its free cannot have been dropped.
             if self.in_doubt(&old) {
@@ -701,7 +715,7 @@ impl ReplayState {
         b: &BlockEvent,
         symbols: &SymbolTable,
     ) -> Applied {
-        let Some(a) = self.live.get_mut(&b.addr) else {
+        let Some(a) = self.live.get_mut(b.addr) else {
             self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
             return Applied::Inconsistent;
         };
@@ -732,7 +746,7 @@ impl ReplayState {
         b: &BlockEvent,
         symbols: &SymbolTable,
     ) -> Applied {
-        let Some(mut a) = self.live.remove(&b.addr) else {
+        let Some(mut a) = self.live.remove(b.addr) else {
             self.record(InconsistencyKind::UnknownFree, index, time_ns, b.addr);
             return Applied::Inconsistent;
         };
@@ -948,7 +962,7 @@ impl ReplayState {
             self.record(InconsistencyKind::UnknownCategory, index, time_ns, t.addr);
         }
         let applied = self.tag_class(index, time_ns, t.addr, Class::exact(Category::Other));
-        if let (Some(id), Some(a)) = (id, self.live.get(&t.addr))
+        if let (Some(id), Some(a)) = (id, self.live.get(t.addr))
             && !a.free_requested
         {
             self.user_categories.tag(t.addr, a.born, a.size, id);
@@ -959,7 +973,7 @@ impl ReplayState {
     fn tag_class(&mut self, index: u64, time_ns: u64, addr: u64, class: Class) -> Applied {
         // One probe of the map for the block's note, its change and its
         // settling (they were three: a tenth of a tag's cost, issue #47).
-        match self.live.get_mut(&addr) {
+        match self.live.get_mut(addr) {
             Some(a) if !a.free_requested => {
                 self.classifier.note(class.category, a.requested);
                 self.counts.recategorize(a, class);
@@ -989,7 +1003,7 @@ impl ReplayState {
             }
             let live = &self.live;
             waiting.retain(|(addr, born)| {
-                live.get(addr)
+                live.get(*addr)
                     .is_some_and(|a| a.born == *born && !a.birth.settled)
             });
         }
@@ -998,7 +1012,7 @@ impl ReplayState {
     /// The live, unsettled block at `addr` allocated by event `born`.
     fn unsettled(&self, addr: u64, born: u64) -> Option<&LiveAlloc> {
         self.live
-            .get(&addr)
+            .get(addr)
             .filter(|a| a.born == born && !a.birth.settled && !a.free_requested)
     }
 
@@ -1032,7 +1046,7 @@ impl ReplayState {
             // settling were three).
             let Some(a) = self
                 .live
-                .get_mut(&addr)
+                .get_mut(addr)
                 .filter(|a| a.born == born && !a.birth.settled && !a.free_requested)
             else {
                 continue;
@@ -1113,7 +1127,7 @@ impl ReplayState {
     }
 
     fn settle(&mut self, addr: u64, class: Class) {
-        if let Some(a) = self.live.get_mut(&addr) {
+        if let Some(a) = self.live.get_mut(addr) {
             self.counts.recategorize(a, class);
             a.birth.settled = true;
         }
@@ -1248,7 +1262,7 @@ impl ReplayState {
 
     /// The live block at an address.
     pub fn live_at(&self, addr: u64) -> Option<&LiveAlloc> {
-        self.live.get(&addr)
+        self.live.get(addr)
     }
 
     /// The reserved segments, by address.

@@ -640,7 +640,7 @@ fn the_waiting_lists_bound_keeps_the_block_that_reached_it() {
         b.begin("Optimizer.step#SGD.step");
         b.end("Optimizer.step#SGD.step");
         let (state, _) = replay(&b.finish());
-        state.live[&0x10_0000].birth.settled
+        state.live.get(0x10_0000).unwrap().birth.settled
     };
     assert!(settled_at_step_end(10));
     // The block's allocation makes the list 1,025 long: the bound applies.
