@@ -190,6 +190,10 @@ impl FramesCache {
     }
 }
 
+/// Cache lines of a cached list asked for ahead ([`ByPrefix::prefetch_list`]):
+/// a list of 40 frames' memo references is about 200 bytes.
+const PREFETCHED_LINES: usize = 4;
+
 /// Bytes before each list in [`ByPrefix`]'s arena: its length and its handle.
 const HEADER: usize = 8;
 
@@ -272,8 +276,9 @@ impl ByPrefix {
     }
 
     /// Brings into cache the bytes of the list the first slot for `hash` names
-    /// (its header and the first of its references), if that slot holds a
-    /// list with the same top bits of the hash, without waiting for them.
+    /// (its header and the first [`PREFETCHED_LINES`] cache lines of its
+    /// references), if that slot holds a list with the same top bits of the
+    /// hash, without waiting for them.
     #[inline(always)]
     fn prefetch_list(&self, hash: u64) {
         if self.slots.is_empty() {
@@ -282,9 +287,8 @@ impl ByPrefix {
         let slot = self.slots[self.home(hash)];
         if slot != 0 && slot >> 32 == hash >> 32 {
             let offset = slot as u32 as usize - 1;
-            prefetch_read(self.arena[offset..].as_ptr());
-            if let Some(next) = self.arena.get(offset + 64..) {
-                prefetch_read(next.as_ptr());
+            for line in self.arena[offset..].chunks(64).take(PREFETCHED_LINES) {
+                prefetch_read(line.as_ptr());
             }
         }
     }
