@@ -498,7 +498,9 @@ pub fn run_pass<S: EventSource>(
 }
 
 /// How many events ahead a pass asks for the block an event will touch
-/// ([`ReplayState::prefetch`]): about a memory latency of replay.
+/// ([`ReplayState::prefetch`]): replaying 8 events takes longer than a load
+/// from memory, and 8 blocks' lines are few enough to stay in the L1 cache
+/// until their events come.
 const PREFETCH_AHEAD: usize = 8;
 
 /// Replays a trace from its start, each device (or the one of [`Devices::Only`])
