@@ -269,10 +269,10 @@ impl ByPrefix {
         hash as usize & (self.slots.len() - 1)
     }
 
-    /// The address of [`ByPrefix::home`]'s slot, to prefetch.
+    /// [`ByPrefix::home`]'s slot, to prefetch.
     #[inline(always)]
-    fn first_slot(&self, hash: u64) -> *const u8 {
-        (&self.slots[self.home(hash)] as *const u64).cast()
+    fn first_slot(&self, hash: u64) -> &u64 {
+        &self.slots[self.home(hash)]
     }
 
     /// Brings into cache the bytes of the list the first slot for `hash` names
