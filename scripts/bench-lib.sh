@@ -2,10 +2,34 @@
 # the machine line that heads a table, one timed command, and the awk rules
 # that sum the table up.
 
-# Prints the machine (cores, CPU model) and the time, and starts
-# $out/table.txt with it.
+# Prints the machine (cores, CPU model), the time, the load average and,
+# for each core the benchmark is pinned to (CORES, default 0,1), the
+# hardware threads that share its core, and starts $out/table.txt with it.
+# A lent host's speed varies from call to call (a 3 M-event snapshot's
+# `summary` took 0.56 s on one H200 host and 1.0 s on another); two pinned
+# cores that are one core's two threads, or a busy host, are the first
+# things to rule out.
 machine_line() {
-  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC" | tee "$out/table.txt"
+  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg), $(core_siblings "${CORES:-0,1}")" | tee "$out/table.txt"
+}
+
+# core_siblings LIST: for each core of a comma-separated LIST, the other
+# hardware threads of its physical core, from the kernel's topology
+# ("alone" where there are none, "?" where the kernel does not say).
+core_siblings() {
+  local core list others out=""
+  for core in ${1//,/ }; do
+    if list=$(cat "/sys/devices/system/cpu/cpu$core/topology/thread_siblings_list" 2> /dev/null); then
+      # The list is ranges and single cores ("0-1", "0,8"): expanded, less the core itself.
+      others=$(echo "$list" | awk -v c="$core" -F, '{
+        for (i = 1; i <= NF; i++) { n = split($i, r, "-"); for (x = r[1]; x <= r[n]; x++) if (x != c) o = o (o == "" ? "" : " ") x }
+        print o == "" ? "alone" : "shares with " o }')
+    else
+      others="?"
+    fi
+    out="$out${out:+; }core $core $others"
+  done
+  echo "pinned: $out"
 }
 
 # measure NAME COMMAND...: runs the command (its output in $out/NAME.log) and
