@@ -22,6 +22,9 @@ two="taskset -c 0,1"
 one="taskset -c 0"
 export RAYON_NUM_THREADS=2
 
+source "$(dirname "$0")/bench-lib.sh"
+
+# Its own `measure`, in place of bench-lib's: wall seconds and peak RSS only.
 measure() { # name, command...: wall seconds and peak RSS via /usr/bin/time
   local name=$1; shift
   /usr/bin/time -f "%e %M" -o "$out/$name.time" "$@" > "$out/$name.log" 2>&1
@@ -29,7 +32,7 @@ measure() { # name, command...: wall seconds and peak RSS via /usr/bin/time
   printf '%-28s %8.2f s  %8.0f MiB\n' "$name" "$wall" "$(awk "BEGIN{print $rss/1024}")" | tee -a "$out/table.txt"
 }
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%F)" | tee "$out/table.txt"
+machine_line 0,1
 measure synth_100M        $two "$vt" synth --events 100M --seed 1 -o "$work/100m.vtrace"
 ls -l "$work/100m.vtrace" | awk '{print "trace bytes:", $5}' | tee -a "$out/table.txt"
 measure info_100M         $two "$vt" info "$work/100m.vtrace"

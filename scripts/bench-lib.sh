@@ -2,15 +2,15 @@
 # the machine line that heads a table, one timed command, and the awk rules
 # that sum the table up.
 
-# Prints the machine (cores, CPU model), the time, the load average and,
-# for each core the benchmark is pinned to (CORES, default 0,1), the
-# hardware threads that share its core, and starts $out/table.txt with it.
-# A lent host's speed varies from call to call (a 3 M-event snapshot's
-# `summary` took 0.56 s on one H200 host and 1.0 s on another); two pinned
-# cores that are one core's two threads, or a busy host, are the first
-# things to rule out.
+# machine_line [CORES]: prints the machine (cores, CPU model), the time, the
+# load average and, for a benchmark pinned to CORES (comma-separated), the
+# hardware threads that share each of those cores, and starts
+# $out/table.txt with it. A lent host's speed varies from call to call (a
+# 3 M-event snapshot's `summary` took 0.56 s on one H200 host and 1.0 s on
+# another); two pinned cores that are one core's two threads, or a busy
+# host, are the first things to rule out.
 machine_line() {
-  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg), $(core_siblings "${CORES:-0,1}")" | tee "$out/table.txt"
+  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)${1:+, $(core_siblings "$1")}" | tee "$out/table.txt"
 }
 
 # core_siblings LIST: for each core of a comma-separated LIST, the other

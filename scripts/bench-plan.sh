@@ -21,7 +21,7 @@ export RAYON_NUM_THREADS=2
 # shellcheck source=scripts/bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
 
-machine_line
+machine_line 0,1
 for b in 4 8; do
   "$vt" synth --events 1M --batch "$b" --seq-len 256 --annotate -o "$work/b$b.vtrace" > /dev/null
 done

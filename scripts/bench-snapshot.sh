@@ -37,7 +37,7 @@ export RAYON_NUM_THREADS=2
 
 source "$(dirname "$0")/bench-lib.sh"
 
-machine_line
+machine_line "${CORES:-0,1}"
 if [ -n "${SNAPSHOT:-}" ]; then
   snapshot=$SNAPSHOT
 else

@@ -26,7 +26,7 @@ export RAYON_NUM_THREADS=2
 
 source "$(dirname "$0")/bench-lib.sh"
 
-machine_line
+machine_line "${CORES:-0,1}"
 first=${1#*=}
 if [ -n "${TRACE:-}" ]; then
   trace=$TRACE
