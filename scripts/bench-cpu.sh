@@ -18,11 +18,11 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 vt="$bin/vramtrace"
-two="taskset -c 0,1"
+source "$(dirname "$0")/bench-lib.sh"
+cores=$(two_cores)
+two="taskset -c $cores"
 one="taskset -c 0"
 export RAYON_NUM_THREADS=2
-
-source "$(dirname "$0")/bench-lib.sh"
 
 # Its own `measure`, in place of bench-lib's: wall seconds and peak RSS only.
 measure() { # name, command...: wall seconds and peak RSS via /usr/bin/time
@@ -32,7 +32,7 @@ measure() { # name, command...: wall seconds and peak RSS via /usr/bin/time
   printf '%-28s %8.2f s  %8.0f MiB\n' "$name" "$wall" "$(awk "BEGIN{print $rss/1024}")" | tee -a "$out/table.txt"
 }
 
-machine_line 0,1
+machine_line "$cores"
 measure synth_100M        $two "$vt" synth --events 100M --seed 1 -o "$work/100m.vtrace"
 ls -l "$work/100m.vtrace" | awk '{print "trace bytes:", $5}' | tee -a "$out/table.txt"
 measure info_100M         $two "$vt" info "$work/100m.vtrace"

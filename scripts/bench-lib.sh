@@ -13,6 +13,33 @@ machine_line() {
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)${1:+, $(core_siblings "$1")}" | tee "$out/table.txt"
 }
 
+# two_cores: the two cores a two-core benchmark is pinned to when CORES is
+# not given: core 0 and the lowest online core that is not a hardware thread
+# of core 0's physical core (two threads of one core are not two cores: they
+# share its execution units and caches); "0,1" where the kernel does not
+# say. (A virtual machine shows its own topology, which need not be the
+# host's.)
+two_cores() {
+  local siblings cpu n second=""
+  siblings=$(cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list 2> /dev/null) || siblings=0
+  for cpu in /sys/devices/system/cpu/cpu[0-9]*; do
+    n=${cpu##*cpu}
+    if [ "$n" -eq 0 ] || [ "$(cat "$cpu/online" 2> /dev/null || echo 1)" != 1 ]; then
+      continue
+    fi
+    # Whether core n is one of core 0's hardware threads ("0-1", "0,8").
+    if echo "$siblings" | awk -v c="$n" -F, '{
+        for (i = 1; i <= NF; i++) { k = split($i, r, "-"); if (c >= r[1] && c <= r[k]) found = 1 }
+        exit !found }'; then
+      continue
+    fi
+    if [ -z "$second" ] || [ "$n" -lt "$second" ]; then
+      second=$n
+    fi
+  done
+  echo "0,${second:-1}"
+}
+
 # core_siblings LIST: for each core of a comma-separated LIST, the other
 # hardware threads of its physical core, from the kernel's topology
 # ("alone" where there are none, "?" where the kernel does not say).

@@ -16,12 +16,13 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 vt="$bin/vramtrace"
-two="taskset -c 0,1"
-export RAYON_NUM_THREADS=2
 # shellcheck source=scripts/bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
+cores=$(two_cores)
+two="taskset -c $cores"
+export RAYON_NUM_THREADS=2
 
-machine_line 0,1
+machine_line "$cores"
 for b in 4 8; do
   "$vt" synth --events 1M --batch "$b" --seq-len 256 --annotate -o "$work/b$b.vtrace" > /dev/null
 done

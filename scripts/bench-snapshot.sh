@@ -19,7 +19,8 @@
 #                  RUNS=N+1 TORCH_RUNS=N pairs every torch run (the run-by-run
 #                  ratio, the figure to quote)
 #   BASELINE=DIR   another build (an older commit's) timed alternately with it
-#   CORES          the two cores (default 0,1)
+#   CORES          the two cores (default: core 0 and the lowest core that is not
+#                   one of its hardware threads, see `two_cores` in bench-lib.sh)
 #   PHASES=N       then N runs of each build under scripts/thread-timeline.py
 #                  (its sampler on core SAMPLER_CORE, default 4), alternating,
 #                  split into the parse (up to the end of the logging thread,
@@ -32,12 +33,12 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 here=$(cd "$(dirname "$0")/.." && pwd)
-two="taskset -c ${CORES:-0,1}"
+source "$(dirname "$0")/bench-lib.sh"
+cores=${CORES:-$(two_cores)}
+two="taskset -c $cores"
 export RAYON_NUM_THREADS=2
 
-source "$(dirname "$0")/bench-lib.sh"
-
-machine_line "${CORES:-0,1}"
+machine_line "$cores"
 if [ -n "${SNAPSHOT:-}" ]; then
   snapshot=$SNAPSHOT
 else

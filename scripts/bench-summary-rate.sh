@@ -12,7 +12,8 @@
 #   BIN_DIR holds a release build of vramtrace. From the environment:
 #   EVENTS   events of the trace (default 100M; any size `synth` reads)
 #   RUNS     rounds (default 5)
-#   CORES    the two cores (default 0,1)
+#   CORES    the two cores (default: core 0 and the lowest core that is not
+#             one of its hardware threads, see `two_cores` in bench-lib.sh)
 #   TRACE    an existing trace to read instead of a synthetic one
 set -euo pipefail
 out=${1:?usage: scripts/bench-summary-rate.sh OUT_DIR NAME=BIN_DIR [NAME=BIN_DIR ...]}
@@ -21,12 +22,12 @@ shift
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-two="taskset -c ${CORES:-0,1}"
+source "$(dirname "$0")/bench-lib.sh"
+cores=${CORES:-$(two_cores)}
+two="taskset -c $cores"
 export RAYON_NUM_THREADS=2
 
-source "$(dirname "$0")/bench-lib.sh"
-
-machine_line "${CORES:-0,1}"
+machine_line "$cores"
 first=${1#*=}
 if [ -n "${TRACE:-}" ]; then
   trace=$TRACE
