@@ -20,7 +20,7 @@
 #                  ratio, the figure to quote)
 #   BASELINE=DIR   another build (an older commit's) timed alternately with it
 #   CORES          the two cores (default: core 0 and the lowest core that is not
-#                   one of its hardware threads, see `two_cores` in bench-lib.sh)
+#                  one of its hardware threads, see `two_cores` in bench-lib.sh)
 #   PHASES=N       then N runs of each build under scripts/thread-timeline.py
 #                  (its sampler on core SAMPLER_CORE, default 4), alternating,
 #                  split into the parse (up to the end of the logging thread,

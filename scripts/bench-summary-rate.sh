@@ -13,7 +13,7 @@
 #   EVENTS   events of the trace (default 100M; any size `synth` reads)
 #   RUNS     rounds (default 5)
 #   CORES    the two cores (default: core 0 and the lowest core that is not
-#             one of its hardware threads, see `two_cores` in bench-lib.sh)
+#            one of its hardware threads, see `two_cores` in bench-lib.sh)
 #   TRACE    an existing trace to read instead of a synthetic one
 set -euo pipefail
 out=${1:?usage: scripts/bench-summary-rate.sh OUT_DIR NAME=BIN_DIR [NAME=BIN_DIR ...]}
