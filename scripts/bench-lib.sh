@@ -13,6 +13,18 @@ machine_line() {
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)${1:+, $(core_siblings "$1")}" | tee "$out/table.txt"
 }
 
+# thread_siblings CORE: the other hardware threads of CORE's physical core,
+# separated by spaces (nothing when it has none), from the kernel's topology,
+# whose list is ranges and single cores ("0-1", "0,8"); fails where the
+# kernel does not say.
+thread_siblings() {
+  local list
+  list=$(cat "/sys/devices/system/cpu/cpu$1/topology/thread_siblings_list" 2> /dev/null) || return 1
+  echo "$list" | awk -v c="$1" -F, '{
+    for (i = 1; i <= NF; i++) { n = split($i, r, "-"); for (x = r[1]; x <= r[n]; x++) if (x != c) o = o (o == "" ? "" : " ") x }
+    print o }'
+}
+
 # two_cores: the two cores a two-core benchmark is pinned to when CORES is
 # not given: core 0 and the lowest online core that is not a hardware thread
 # of core 0's physical core (two threads of one core are not two cores: they
@@ -21,16 +33,11 @@ machine_line() {
 # host's.)
 two_cores() {
   local siblings cpu n second=""
-  siblings=$(cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list 2> /dev/null) || siblings=0
+  siblings=" $(thread_siblings 0 || true) "
   for cpu in /sys/devices/system/cpu/cpu[0-9]*; do
     n=${cpu##*cpu}
-    if [ "$n" -eq 0 ] || [ "$(cat "$cpu/online" 2> /dev/null || echo 1)" != 1 ]; then
-      continue
-    fi
-    # Whether core n is one of core 0's hardware threads ("0-1", "0,8").
-    if echo "$siblings" | awk -v c="$n" -F, '{
-        for (i = 1; i <= NF; i++) { k = split($i, r, "-"); if (c >= r[1] && c <= r[k]) found = 1 }
-        exit !found }'; then
+    if [ "$n" -eq 0 ] || [ "$(cat "$cpu/online" 2> /dev/null || echo 1)" != 1 ] \
+      || [[ "$siblings" == *" $n "* ]]; then
       continue
     fi
     if [ -z "$second" ] || [ "$n" -lt "$second" ]; then
@@ -41,16 +48,14 @@ two_cores() {
 }
 
 # core_siblings LIST: for each core of a comma-separated LIST, the other
-# hardware threads of its physical core, from the kernel's topology
-# ("alone" where there are none, "?" where the kernel does not say).
+# hardware threads of its physical core ("alone" where there are none, "?"
+# where the kernel does not say).
 core_siblings() {
-  local core list others out=""
+  local core others out=""
   for core in ${1//,/ }; do
-    if list=$(cat "/sys/devices/system/cpu/cpu$core/topology/thread_siblings_list" 2> /dev/null); then
-      # The list is ranges and single cores ("0-1", "0,8"): expanded, less the core itself.
-      others=$(echo "$list" | awk -v c="$core" -F, '{
-        for (i = 1; i <= NF; i++) { n = split($i, r, "-"); for (x = r[1]; x <= r[n]; x++) if (x != c) o = o (o == "" ? "" : " ") x }
-        print o == "" ? "alone" : "shares with " o }')
+    if others=$(thread_siblings "$core"); then
+      others=${others:+shares with $others}
+      others=${others:-alone}
     else
       others="?"
     fi
