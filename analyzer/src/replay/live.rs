@@ -223,7 +223,7 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_table_finds_nothing_and_prefetches_nothing() {
+    fn an_empty_table_finds_nothing_and_is_safe_to_prefetch_in() {
         let mut live = LiveBlocks::default();
         live.prefetch(0x1000);
         assert!(live.get(0x1000).is_none());
