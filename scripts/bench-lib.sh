@@ -11,6 +11,29 @@
 # host, are the first things to rule out.
 machine_line() {
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)${1:+, $(core_siblings "$1")}" | tee "$out/table.txt"
+  if [ -n "${1:-}" ]; then
+    core_speed "${1%%,*}" | tee -a "$out/table.txt"
+  fi
+}
+
+# core_speed CORE: how fast one core of this machine runs plain compute, for
+# telling hosts apart: the fastest of three runs of a 30 M-step Python loop
+# pinned to CORE (nothing where python3 is missing). On 2026-12-04 it took
+# 0.31 s on the dev CPU and 0.45 to 0.89 s on the H200 hosts lent in four
+# calls. `vramtrace summary`, bound by one thread's instructions, follows it;
+# `pickle.load`, which allocates 1.6 GiB, does not (8.7 s on the host whose
+# loop took 0.89 s, 12.6 s on the dev CPU), and neither, as much, does
+# `stats`, the ratio's other side, two fifths of which is that load.
+core_speed() {
+  command -v python3 > /dev/null || return 0
+  taskset -c "$1" python3 -c '
+import time
+def once():
+    start = time.perf_counter()
+    sum(range(30_000_000))
+    return time.perf_counter() - start
+best = min(once() for _ in range(3))
+print(f"core speed: a 30 M-step Python loop in {best:.3f} s on core '"$1"' (fastest of 3)")'
 }
 
 # thread_siblings CORE: the other hardware threads of CORE's physical core,
