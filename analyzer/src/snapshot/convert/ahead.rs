@@ -74,7 +74,9 @@ const MIN_BYTES: usize = 4 << 20;
 /// off the parser but the whole run measured no faster (a 3 M-event snapshot on two pinned cores of an H200 host: 0.91 s either
 /// way, medians of 9, with 8 MB more memory; on another, 0.825 s against
 /// 0.840 s, medians of 14, with 9 MiB more), while on four it took 0.75 s
-/// instead of 1.07 s (medians of 5).
+/// instead of 1.07 s (medians of 5). Run on idle time only (`SCHED_IDLE`),
+/// it took 0.93 and 1.01 times the wall time on two H200 hosts and 1.04 to
+/// 1.09 times on the dev CPU, with 10 MiB more (13 and 30 pairs).
 const MIN_CORES: usize = 3;
 
 /// Whether to read ahead while parsing a pickle of `len` bytes held in memory:
