@@ -4,8 +4,9 @@
 
 # machine_line [CORES]: prints the machine (cores, CPU model), the time, the
 # load average and, for a benchmark pinned to CORES (comma-separated), the
-# hardware threads that share each of those cores, and starts
-# $out/table.txt with it. A lent host's speed varies from call to call (a
+# hardware threads that share each of those cores, then on a line of its own
+# the first of those cores' speed (`core_speed`), and starts $out/table.txt
+# with them. A lent host's speed varies from call to call (a
 # 3 M-event snapshot's `summary` took 0.56 s on one H200 host and 1.0 s on
 # another); two pinned cores that are one core's two threads, or a busy
 # host, are the first things to rule out.
