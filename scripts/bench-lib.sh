@@ -2,24 +2,29 @@
 # the machine line that heads a table, one timed command, and the awk rules
 # that sum the table up.
 
-# machine_line [CORES]: prints the machine (cores, CPU model), the time, the
+# machine_info [CORES]: prints the machine (cores, CPU model), the time, the
 # load average and, for a benchmark pinned to CORES (comma-separated), the
 # hardware threads that share each of those cores, then on a line of its own
-# the first of those cores' speed (`core_speed`), and starts $out/table.txt
-# with them. A lent host's speed varies from call to call (a
-# 3 M-event snapshot's `summary` took 0.56 s on one H200 host and 1.0 s on
-# another); two pinned cores that are one core's two threads, or a busy
-# host, are the first things to rule out.
-machine_line() {
-  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)${1:+, $(core_siblings "$1")}" | tee "$out/table.txt"
+# the first of those cores' speed (`core_speed`). A lent host's speed varies
+# from call to call (a 3 M-event snapshot's `summary` took 0.56 s on one H200
+# host and 1.0 s on another); two pinned cores that are one core's two
+# threads, or a busy host, are the first things to rule out.
+machine_info() {
+  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)${1:+, $(core_siblings "$1")}"
   if [ -n "${1:-}" ]; then
-    core_speed "${1%%,*}" | tee -a "$out/table.txt"
+    core_speed "${1%%,*}"
   fi
+}
+
+# machine_line [CORES]: `machine_info`, printed and starting $out/table.txt.
+machine_line() {
+  machine_info "$@" | tee "$out/table.txt"
 }
 
 # core_speed CORE: how fast one core of this machine runs plain compute, for
 # telling hosts apart: the fastest of three runs of a 30 M-step Python loop
-# pinned to CORE (nothing where python3 is missing). On 2026-12-04 it took
+# pinned to CORE (nothing where python3 is missing; a line saying so where
+# CORE cannot be pinned, so that a benchmark under `set -e` goes on). On 2026-12-04 it took
 # 0.31 s on the dev CPU and 0.45 to 0.89 s on the H200 hosts lent in four
 # calls. `vramtrace summary`, bound by one thread's instructions, follows it;
 # `pickle.load`, which allocates 1.6 GiB, does not (8.7 s on the host whose
@@ -34,7 +39,8 @@ def once():
     sum(range(30_000_000))
     return time.perf_counter() - start
 best = min(once() for _ in range(3))
-print(f"core speed: a 30 M-step Python loop in {best:.3f} s on core '"$1"' (fastest of 3)")'
+print(f"core speed: a 30 M-step Python loop in {best:.3f} s on core '"$1"' (fastest of 3)")' \
+    2> /dev/null || echo "core speed: not measured (core $1 cannot be pinned)"
 }
 
 # thread_siblings CORE: the other hardware threads of CORE's physical core,

@@ -11,7 +11,7 @@ set -euo pipefail
 new=${1:?usage: scripts/bench-recorder.sh EXE [BASELINE_EXE]}
 old=${2:-}
 source "$(dirname "$0")/bench-lib.sh"
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u '+%F %H:%M') UTC, load $(cut -d' ' -f1-3 /proc/loadavg), $(core_siblings "${CORES2:-2,3}")"
+machine_info "${CORES2:-2,3}"
 for cores in "${CORES1:-2}" "${CORES2:-2,3}"; do
   for exe in ${old:+"$old"} "$new"; do
     echo "== $(basename "$exe") on cores $cores"
