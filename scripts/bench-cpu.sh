@@ -9,6 +9,9 @@
 #   BIN_DIR holds release builds: vramtrace, and optionally the criterion
 #   executables format-bench and recorder-bench
 #   (cargo bench --no-run -p vramtrace-recorder names them).
+#   CORES (from the environment): the two cores (default: core 0 and the
+#   lowest core that is not one of its hardware threads, see `two_cores` in
+#   bench-lib.sh); one-core runs take the first of them.
 # Writes a log per step into OUT_DIR (default: a temporary directory) and
 # prints a table at the end.
 set -euo pipefail
@@ -18,11 +21,10 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 vt="$bin/vramtrace"
+# shellcheck source=scripts/bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
-cores=$(two_cores)
-two="taskset -c $cores"
-one="taskset -c 0"
-export RAYON_NUM_THREADS=2
+pin_two_cores
+one="taskset -c ${cores%%,*}"
 
 # Its own `measure`, in place of bench-lib's: wall seconds and peak RSS only.
 measure() { # name, command...: wall seconds and peak RSS via /usr/bin/time

@@ -77,6 +77,15 @@ two_cores() {
   echo "0,${second:-1}"
 }
 
+# pin_two_cores: sets `cores` (CORES from the environment, else `two_cores`)
+# and `two`, the `taskset` prefix that pins a command to them, and gives
+# rayon two threads: the set-up every two-core benchmark shares.
+pin_two_cores() {
+  cores=${CORES:-$(two_cores)}
+  two="taskset -c $cores"
+  export RAYON_NUM_THREADS=2
+}
+
 # core_siblings LIST: for each core of a comma-separated LIST, the other
 # hardware threads of its physical core ("alone" where there are none, "?"
 # where the kernel does not say).

@@ -7,6 +7,9 @@
 #
 # Usage: scripts/bench-plan.sh BIN_DIR [OUT_DIR]
 #   BIN_DIR holds a release build of vramtrace.
+#   CORES (from the environment): the two cores (default: core 0 and the
+#   lowest core that is not one of its hardware threads, see `two_cores` in
+#   bench-lib.sh).
 # Writes a log per step into OUT_DIR (default: a temporary directory) and
 # prints a table at the end.
 set -euo pipefail
@@ -18,9 +21,7 @@ trap 'rm -rf "$work"' EXIT
 vt="$bin/vramtrace"
 # shellcheck source=scripts/bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
-cores=$(two_cores)
-two="taskset -c $cores"
-export RAYON_NUM_THREADS=2
+pin_two_cores
 
 machine_line "$cores"
 for b in 4 8; do

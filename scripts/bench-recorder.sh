@@ -10,9 +10,12 @@
 set -euo pipefail
 new=${1:?usage: scripts/bench-recorder.sh EXE [BASELINE_EXE]}
 old=${2:-}
+one=${CORES1:-2}
+two=${CORES2:-2,3}
+# shellcheck source=scripts/bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
-machine_info "${CORES2:-2,3}"
-for cores in "${CORES1:-2}" "${CORES2:-2,3}"; do
+machine_info "$two"
+for cores in "$one" "$two"; do
   for exe in ${old:+"$old"} "$new"; do
     echo "== $(basename "$exe") on cores $cores"
     taskset -c "$cores" "$exe" --bench --warm-up-time 1 --measurement-time 3 --noplot 2>&1 \

@@ -34,9 +34,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$(dirname "$0")/bench-lib.sh"
-cores=${CORES:-$(two_cores)}
-two="taskset -c $cores"
-export RAYON_NUM_THREADS=2
+pin_two_cores
 
 machine_line "$cores"
 if [ -n "${SNAPSHOT:-}" ]; then

@@ -23,9 +23,7 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/bench-lib.sh"
-cores=${CORES:-$(two_cores)}
-two="taskset -c $cores"
-export RAYON_NUM_THREADS=2
+pin_two_cores
 
 machine_line "$cores"
 first=${1#*=}
